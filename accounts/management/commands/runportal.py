@@ -1,0 +1,55 @@
+"""Serve the portal: the ASGI app (HTTP + WebSockets) with the Celery worker and beat."""
+
+import logging
+
+import uvicorn
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from paddlecloud.worker import EmbeddedWorker
+
+logger = logging.getLogger(__name__)
+
+
+class Command(BaseCommand):
+    help = ("Serve PaddleCloud: the web app, API and WebSockets, plus (unless --no-worker) a "
+            "Celery worker and the periodic reconciler in the same process.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--no-worker", action="store_true",
+                            help="serve only; Celery worker and beat run elsewhere")
+        parser.add_argument("--concurrency", type=int, default=2,
+                            help="threads of the embedded worker")
+
+    def handle(self, *args, host, port, no_worker, concurrency, **options):
+        executor = MigrationExecutor(connection)
+        if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+            raise CommandError("the database has unapplied migrations: run "
+                               "`paddlecloud migrate` (or ./manage.py migrate) first")
+        if not settings.DEBUG:
+            call_command("collectstatic", interactive=False, verbosity=0)
+        connection.close()  # the server and worker threads open their own
+
+        worker = None
+        if not no_worker:
+            if settings.CELERY_BROKER_URL.startswith("memory://"):
+                self.stdout.write("Embedded worker: tasks stay in this process (no REDIS_URL)")
+            worker = EmbeddedWorker(concurrency=concurrency)
+            worker.start()
+        self.stdout.write(f"PaddleCloud is serving on http://{host}:{port}/ (Ctrl-C stops it)")
+        self.stdout.flush()
+        config = uvicorn.Config(
+            "paddlecloud.asgi:application", host=host, port=port, lifespan="off",
+            log_level=settings.LOGGING["root"]["level"].lower(),
+            proxy_headers=bool(settings.TRUSTED_PROXIES),
+        )
+        try:
+            uvicorn.Server(config).run()
+        finally:
+            if worker is not None:
+                worker.stop()

@@ -1,0 +1,68 @@
+"""Reads about accounts: memberships, the datacenter a request acts in, quotas."""
+
+from __future__ import annotations
+
+from paddlecloud.errors import ForbiddenError
+
+from .models import ApiToken, Datacenter, Membership, Quota
+
+DATACENTER_HEADER = "HTTP_X_PADDLE_DATACENTER"
+
+
+def membership_get(user, datacenter_name: str) -> Membership:
+    """The user's membership of the named datacenter, or a 403 that names it.
+
+    An unknown datacenter gets the same answer as one the user is not a member of, so the
+    names of datacenters are not given away.
+    """
+    membership = (
+        Membership.objects.select_related("datacenter")
+        .filter(user=user, datacenter__name=datacenter_name)
+        .first()
+    )
+    if membership is None:
+        raise ForbiddenError.for_field(
+            "datacenter", f"you are not a member of datacenter {datacenter_name!r}",
+            code="not_a_member",
+        )
+    return membership
+
+
+def request_datacenter(request) -> Datacenter:
+    """The datacenter a request acts in, checked against the user's memberships.
+
+    A token is bound to its datacenter. A browser session acts in the datacenter named by the
+    ``X-Paddle-Datacenter`` header or ``?datacenter=``, else in the user's first datacenter.
+    Membership is checked on every request, so removing a member takes effect at once.
+    """
+    user = request.user
+    asked = request.META.get(DATACENTER_HEADER) or request.GET.get("datacenter")
+    token = request.auth if isinstance(request.auth, ApiToken) else None
+    if token is not None:
+        if asked and asked != token.datacenter.name:
+            raise ForbiddenError.for_field(
+                "datacenter",
+                f"this token is for datacenter {token.datacenter.name!r}, not {asked!r}; "
+                "log in to that datacenter for a token of its own",
+                code="wrong_datacenter",
+            )
+        return membership_get(user, token.datacenter.name).datacenter
+    if asked:
+        return membership_get(user, asked).datacenter
+    membership = Membership.objects.select_related("datacenter").filter(user=user).first()
+    if membership is None:
+        raise ForbiddenError.for_field(
+            "datacenter", "you are not a member of any datacenter; ask an administrator",
+            code="not_a_member",
+        )
+    return membership.datacenter
+
+
+def quota_get(user, datacenter: Datacenter) -> Quota:
+    """The user's quota in the datacenter (the defaults if none was ever set)."""
+    quota = Quota.objects.filter(user=user, datacenter=datacenter).first()
+    return quota or Quota(user=user, datacenter=datacenter)
+
+
+def user_datacenters(user) -> list[Datacenter]:
+    return list(Datacenter.objects.filter(memberships__user=user).order_by("memberships__id"))

@@ -1,0 +1,196 @@
+"""What can be done to accounts. Views, management commands, tasks and the admin call these."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth import authenticate, get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from paddlecloud.errors import (
+    AuthenticationError,
+    ForbiddenError,
+    NotFoundError,
+    ValidationError,
+)
+
+from .models import ApiToken, Datacenter, Membership, Quota
+from .selectors import membership_get
+from .throttling import login_failure_record, login_success_record, login_throttle_check
+
+User = get_user_model()
+
+MAX_TOKEN_TTL_DAYS = 366
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A token as issued: ``raw`` is shown to the user once and never stored."""
+
+    token: ApiToken
+    raw: str
+
+
+def _datacenter_for(user, datacenter_name: str | None) -> Datacenter:
+    """The named datacenter if the user is a member of it, else their first one."""
+    if datacenter_name:
+        return membership_get(user, datacenter_name).datacenter
+    membership = user.memberships.select_related("datacenter").first()
+    if membership is None:
+        raise ForbiddenError.for_field(
+            "datacenter", "you are not a member of any datacenter; ask an administrator",
+            code="not_a_member",
+        )
+    return membership.datacenter
+
+
+def token_create(user, *, datacenter_name: str | None = None, name: str = "",
+                 ttl_days: int | None = None) -> IssuedToken:
+    """A new token for ``user`` in one of their datacenters."""
+    ttl_days = settings.PADDLECLOUD_TOKEN_TTL_DAYS if ttl_days is None else ttl_days
+    if not 1 <= ttl_days <= MAX_TOKEN_TTL_DAYS:
+        raise ValidationError.for_field(
+            "expires_in_days", f"must be between 1 and {MAX_TOKEN_TTL_DAYS}"
+        )
+    datacenter = _datacenter_for(user, datacenter_name)
+    raw = ApiToken.PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(
+        user=user,
+        datacenter=datacenter,
+        name=name,
+        prefix=raw[: len(ApiToken.PREFIX) + 6],
+        digest=ApiToken.digest_of(raw),
+        expires_at=timezone.now() + timedelta(days=ttl_days),
+    )
+    return IssuedToken(token=token, raw=raw)
+
+
+def token_issue(*, username: str, password: str, address: str,
+                datacenter_name: str | None = None, name: str = "") -> IssuedToken:
+    """Exchange a username and password for a token (``paddlectl login``)."""
+    login_throttle_check(username, address)
+    user = authenticate(username=username, password=password)
+    if user is None:
+        login_failure_record(username, address)
+        raise AuthenticationError(
+            "username or password is incorrect", code="invalid_credentials"
+        )
+    login_success_record(username, address)
+    return token_create(user, datacenter_name=datacenter_name, name=name)
+
+
+def token_revoke(user, token_id: int) -> ApiToken:
+    """Revoke one of the user's own tokens; another user's token is not found."""
+    token = ApiToken.objects.filter(user=user, pk=token_id).first()
+    if token is None:
+        raise NotFoundError(f"you have no token with id {token_id}")
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    return token
+
+
+def token_purge(*, older_than_days: int = 30) -> int:
+    """Delete tokens that expired or were revoked more than ``older_than_days`` ago."""
+    cutoff = timezone.now() - timedelta(days=older_than_days)
+    expired = ApiToken.objects.filter(expires_at__lt=cutoff)
+    revoked = ApiToken.objects.filter(revoked_at__lt=cutoff)
+    deleted, _ = (expired | revoked).delete()
+    return deleted
+
+
+# ---------------------------------------------------------------------------------------------
+# Datacenters and users (management commands and the admin)
+
+DATACENTER_FIELDS = {
+    "description", "backend", "kube_in_cluster", "kubeconfig", "kube_context",
+    "namespace_prefix", "pfs_root", "public_dir", "default_image",
+}
+QUOTA_FIELDS = {"cpu", "memory", "gpu", "jobs", "storage"}
+
+
+def _full_clean(instance, **kwargs) -> None:
+    try:
+        instance.full_clean(**kwargs)
+    except DjangoValidationError as exc:
+        fields = {name: [str(m) for m in msgs] for name, msgs in exc.message_dict.items()}
+        first = next(iter(fields.items()))
+        raise ValidationError(f"{first[0]}: {first[1][0]}", fields=fields) from None
+
+
+def datacenter_upsert(name: str, **changes) -> tuple[Datacenter, bool]:
+    """Create the datacenter, or update the fields given. Returns (datacenter, created)."""
+    unknown = set(changes) - DATACENTER_FIELDS
+    if unknown:
+        raise ValueError(f"unknown datacenter fields: {sorted(unknown)}")
+    datacenter = Datacenter.objects.filter(name=name).first()
+    created = datacenter is None
+    if created:
+        datacenter = Datacenter(name=name)
+    for field, value in changes.items():
+        if value is not None:
+            setattr(datacenter, field, value)
+    _full_clean(datacenter, validate_unique=created)
+    datacenter.save()
+    return datacenter, created
+
+
+@transaction.atomic
+def user_upsert(username: str, *, password: str | None = None,
+                datacenter_names: list[str] | tuple[str, ...] = (),
+                quota: dict[str, int] | None = None, email: str | None = None,
+                staff: bool | None = None, superuser: bool | None = None) -> tuple[User, bool]:
+    """Create the user or update what is given; add them to the datacenters, set the quota.
+
+    ``quota`` (cpu in millicores, memory and storage in bytes, gpu, jobs) applies in every
+    datacenter named; resources not given keep their value (defaults for a new membership).
+    """
+    quota = quota or {}
+    unknown = set(quota) - QUOTA_FIELDS
+    if unknown:
+        raise ValueError(f"unknown quota fields: {sorted(unknown)}")
+    datacenters = []
+    for dc_name in datacenter_names:
+        datacenter = Datacenter.objects.filter(name=dc_name).first()
+        if datacenter is None:
+            raise NotFoundError.for_field(
+                "datacenter", f"no datacenter named {dc_name!r} (create it with adddatacenter)"
+            )
+        datacenters.append(datacenter)
+
+    user = User.objects.filter(username=username).first()
+    created = user is None
+    if created:
+        if not password:
+            raise ValidationError.for_field("password", "a new user needs a password")
+        user = User(username=username)
+    if email is not None:
+        user.email = email
+    if staff is not None:
+        user.is_staff = staff
+    if superuser is not None:
+        user.is_superuser = superuser
+        user.is_staff = user.is_staff or superuser
+    _full_clean(user, exclude=["password"], validate_unique=created)
+    if password:
+        try:
+            validate_password(password, user)
+        except DjangoValidationError as exc:
+            raise ValidationError.for_field("password", " ".join(exc.messages)) from None
+        user.set_password(password)
+    user.save()
+
+    for datacenter in datacenters:
+        Membership.objects.get_or_create(user=user, datacenter=datacenter)
+        limits, _ = Quota.objects.get_or_create(user=user, datacenter=datacenter)
+        if quota:
+            for field, value in quota.items():
+                setattr(limits, field, value)
+            limits.save()
+    return user, created

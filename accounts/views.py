@@ -1,0 +1,128 @@
+"""API views for authentication and the current user: validate, call a service, serialize."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from paddlecloud import __version__
+from paddlecloud.errors import ValidationError
+
+from . import selectors, services
+from .models import ApiToken
+from .serializers import (
+    ApiTokenSerializer,
+    DatacenterSerializer,
+    ErrorSerializer,
+    IssuedTokenSerializer,
+    MeSerializer,
+    TokenCreateSerializer,
+    TokenRequestSerializer,
+    VersionSerializer,
+)
+from .throttling import client_address
+
+ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 429)}
+
+
+def _issued(issued: services.IssuedToken, request) -> dict:
+    return IssuedTokenSerializer(issued.token, context={"request": request, "raw": issued.raw}).data
+
+
+def _validated(serializer_class, request):
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+class VersionView(APIView):
+    permission_classes = [AllowAny]
+    authentication_classes = []
+
+    @extend_schema(responses={200: VersionSerializer}, summary="Server version")
+    def get(self, request):
+        return Response({"server": __version__, "api": "v1"})
+
+
+class TokenView(APIView):
+    """Log in for a token (POST, no authentication) and revoke the token in use (DELETE)."""
+
+    def get_permissions(self):
+        return [AllowAny()] if self.request.method == "POST" else super().get_permissions()
+
+    def get_authenticators(self):
+        # Logging in needs no credentials beyond the body: a stale token or a session
+        # cookie (and its CSRF check) must not get in the way.
+        return [] if self.request.method == "POST" else super().get_authenticators()
+
+    @extend_schema(request=TokenRequestSerializer,
+                   responses={201: IssuedTokenSerializer, **ERRORS},
+                   summary="Exchange username and password for an API token")
+    def post(self, request):
+        data = _validated(TokenRequestSerializer, request)
+        issued = services.token_issue(
+            username=data["username"],
+            password=data["password"],
+            datacenter_name=data.get("datacenter") or None,
+            name=data.get("name", ""),
+            address=client_address(request),
+        )
+        return Response(_issued(issued, request), status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={204: None, **ERRORS}, summary="Revoke the token of this request")
+    def delete(self, request):
+        if not isinstance(request.auth, ApiToken):
+            raise ValidationError(
+                "this request was not made with a token; revoke a token by its id with "
+                "DELETE /api/v1/auth/tokens/{id}/", code="no_token",
+            )
+        services.token_revoke(request.user, request.auth.pk)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class TokenListView(APIView):
+    @extend_schema(responses={200: ApiTokenSerializer(many=True), **ERRORS},
+                   summary="Your API tokens")
+    def get(self, request):
+        tokens = ApiToken.objects.filter(user=request.user).select_related("datacenter")
+        return Response(ApiTokenSerializer(tokens, many=True, context={"request": request}).data)
+
+    @extend_schema(request=TokenCreateSerializer,
+                   responses={201: IssuedTokenSerializer, **ERRORS},
+                   summary="Create another API token (for scripts, CI, …)")
+    def post(self, request):
+        data = _validated(TokenCreateSerializer, request)
+        issued = services.token_create(
+            request.user,
+            datacenter_name=data.get("datacenter") or None,
+            name=data.get("name", ""),
+            ttl_days=data.get("expires_in_days"),
+        )
+        return Response(_issued(issued, request), status=status.HTTP_201_CREATED)
+
+
+class TokenDetailView(APIView):
+    @extend_schema(responses={204: None, **ERRORS}, summary="Revoke one of your tokens")
+    def delete(self, request, token_id: int):
+        services.token_revoke(request.user, token_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MeView(APIView):
+    @extend_schema(responses={200: MeSerializer, **ERRORS},
+                   summary="You, your datacenters and your quota in the current one")
+    def get(self, request):
+        datacenter = selectors.request_datacenter(request)
+        user = request.user
+        return Response({
+            "username": user.username,
+            "email": user.email,
+            "is_staff": user.is_staff,
+            "datacenter": DatacenterSerializer(datacenter).data,
+            "datacenters": DatacenterSerializer(
+                selectors.user_datacenters(user), many=True).data,
+            "quota": selectors.quota_get(user, datacenter).limits(),
+        })

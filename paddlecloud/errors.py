@@ -1,0 +1,203 @@
+"""Errors users can act on, and the one JSON shape every API error takes.
+
+Services raise a ``PaddleCloudError`` subclass; views never build error bodies by hand. Every
+error answer of the API is::
+
+    {"code": "not_a_member", "message": "datacenter: you are not a member of 'dc2'",
+     "fields": {"datacenter": ["you are not a member of 'dc2'"]}}
+
+``code`` is stable and machine-readable, ``message`` is one line a user can act on (it names
+the field and the rule), ``fields`` maps each offending field to its messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+from rest_framework.views import set_rollback
+
+logger = logging.getLogger(__name__)
+
+
+class PaddleCloudError(Exception):
+    """Base of every error a user can act on: a code, an HTTP status, a message, fields."""
+
+    code = "error"
+    status = 400
+
+    def __init__(self, message: str, *, fields: dict[str, list[str]] | None = None,
+                 code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.fields = fields or {}
+        if code:
+            self.code = code
+
+    @classmethod
+    def for_field(cls, field: str, message: str, **kwargs) -> PaddleCloudError:
+        """An error about one field: the message names it, ``fields`` carries it."""
+        return cls(f"{field}: {message}", fields={field: [message]}, **kwargs)
+
+
+class ValidationError(PaddleCloudError):
+    code = "invalid"
+    status = 400
+
+
+class AuthenticationError(PaddleCloudError):
+    code = "not_authenticated"
+    status = 401
+
+
+class ForbiddenError(PaddleCloudError):
+    code = "permission_denied"
+    status = 403
+
+
+class NotFoundError(PaddleCloudError):
+    code = "not_found"
+    status = 404
+
+
+class ConflictError(PaddleCloudError):
+    code = "conflict"
+    status = 409
+
+
+class ThrottledError(PaddleCloudError):
+    code = "throttled"
+    status = 429
+
+    def __init__(self, message: str, *, retry_after: int, **kwargs):
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
+def error_body(code: str, message: str, fields: dict | None = None) -> dict:
+    return {"code": code, "message": message, "fields": fields or {}}
+
+
+def _flatten(detail, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's nested error detail as ``{"a.b": ["msg", ...]}``."""
+    out: dict[str, list[str]] = {}
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            out.update(_flatten(value, name))
+    elif isinstance(detail, list):
+        if all(not isinstance(item, dict | list) for item in detail):
+            out[prefix] = [str(item) for item in detail]
+        else:
+            for index, item in enumerate(detail):
+                out.update(_flatten(item, f"{prefix}[{index}]" if prefix else str(index)))
+    else:
+        out[prefix] = [str(detail)]
+    return out
+
+
+def _validation_body(exc: drf.ValidationError) -> dict:
+    fields = _flatten(exc.detail)
+    general = fields.pop("non_field_errors", []) + fields.pop("", [])
+    parts = list(general) + [f"{name}: {msgs[0]}" for name, msgs in fields.items()]
+    message = "; ".join(parts) or "invalid request"
+    return error_body("invalid", message, fields)
+
+
+_DRF_CODES = {
+    drf.ParseError: "malformed_request",
+    drf.NotAuthenticated: "not_authenticated",
+    drf.AuthenticationFailed: "authentication_failed",
+    drf.PermissionDenied: "permission_denied",
+    drf.NotFound: "not_found",
+    drf.MethodNotAllowed: "method_not_allowed",
+    drf.NotAcceptable: "not_acceptable",
+    drf.UnsupportedMediaType: "unsupported_media_type",
+    drf.Throttled: "throttled",
+}
+
+
+def exception_handler(exc, context):
+    """DRF's EXCEPTION_HANDLER: every error, expected or not, in the one shape."""
+    headers: dict[str, str] = {}
+    if isinstance(exc, PaddleCloudError):
+        body = error_body(exc.code, exc.message, exc.fields)
+        status = exc.status
+        if isinstance(exc, ThrottledError):
+            headers["Retry-After"] = str(exc.retry_after)
+    elif isinstance(exc, Http404):
+        body, status = error_body("not_found", "not found"), 404
+    elif isinstance(exc, DjangoPermissionDenied):
+        body, status = error_body("permission_denied", "permission denied"), 403
+    elif isinstance(exc, drf.ValidationError):
+        body, status = _validation_body(exc), 400
+    elif isinstance(exc, drf.APIException):
+        # A code given where the exception was raised (``code="token_expired"``) wins.
+        given = getattr(exc.detail, "code", None)
+        code = given if given and given != exc.default_code else None
+        code = code or next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), None)
+        code = code or str(exc.default_code)
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if isinstance(exc, drf.ParseError):
+            detail = f"request body is not valid JSON: {detail.removeprefix('JSON parse error - ')}"
+        body, status = error_body(code, str(detail)), exc.status_code
+        if getattr(exc, "auth_header", None):
+            headers["WWW-Authenticate"] = exc.auth_header
+        if getattr(exc, "wait", None):
+            headers["Retry-After"] = str(int(exc.wait))
+    else:
+        reference = uuid.uuid4().hex[:12]
+        logger.exception("unhandled error in %s (reference %s)", _view_name(context), reference)
+        body = error_body(
+            "server_error",
+            f"internal error (reference {reference}); the administrators can find it in the logs",
+        )
+        status = 500
+    set_rollback()
+    return Response(body, status=status, headers=headers)
+
+
+def _view_name(context) -> str:
+    view = context.get("view") if context else None
+    return type(view).__name__ if view is not None else "?"
+
+
+# Django-level handlers, for URLs no API view answers (404) and failures outside DRF (500).
+# Under /api/ they answer in the JSON shape; elsewhere Django's pages.
+
+
+def _is_api(request) -> bool:
+    return request.path.startswith("/api/")
+
+
+def handler404(request, exception=None):
+    if _is_api(request):
+        return JsonResponse(error_body("not_found", f"no API endpoint at {request.path}"),
+                            status=404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)
+
+
+def handler500(request):
+    if _is_api(request):
+        return JsonResponse(error_body("server_error", "internal error"), status=500)
+    from django.views.defaults import server_error
+
+    return server_error(request)
+
+
+def csrf_failure(request, reason=""):
+    if _is_api(request):
+        return JsonResponse(
+            error_body("csrf_failed", f"CSRF check failed: {reason}; send the X-CSRFToken header "
+                       "or authenticate with a token"),
+            status=403,
+        )
+    from django.views.csrf import csrf_failure as default
+
+    return default(request, reason)

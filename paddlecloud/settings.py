@@ -1,0 +1,278 @@
+"""Django settings for PaddleCloud, read from the environment.
+
+With no variables set, the portal runs on the embedded default: SQLite under ``var/``, the
+in-memory channel layer and Celery broker (the worker runs inside ``manage.py runportal``),
+the ``local`` execution backend and a PFS root under ``var/pfs``. The variables below switch
+to the real parts; nothing else changes. See the README's "Configuration" table.
+"""
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from .env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("PADDLECLOUD_VAR_DIR") or BASE_DIR / "var")
+
+DEBUG = env_bool("DEBUG", True)
+
+
+def _secret_key() -> str:
+    """SECRET_KEY from the environment; on a debug install, one generated once into var/."""
+    key = env_str("SECRET_KEY")
+    if key:
+        return key
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set: with DEBUG off, give a long random SECRET_KEY "
+            '(python -c "import secrets; print(secrets.token_urlsafe(50))")'
+        )
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# ---------------------------------------------------------------------------------------------
+# Applications
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "accounts",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "paddlecloud.urls"
+ASGI_APPLICATION = "paddlecloud.asgi.application"
+WSGI_APPLICATION = "paddlecloud.wsgi.application"
+AUTH_USER_MODEL = "accounts.User"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# ---------------------------------------------------------------------------------------------
+# Database: DATABASE_URL (postgres://user:pass@host:5432/name), else SQLite under var/.
+
+_database_url = env_str("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'paddlecloud.sqlite3'}"
+try:
+    _database = dj_database_url.parse(
+        _database_url,
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
+        conn_health_checks=True,
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {exc}") from None
+if _database["ENGINE"] == "django.db.backends.sqlite3":
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    # The embedded worker writes from its own thread: wait for locks, take them up front.
+    _database["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+DATABASES = {"default": _database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# ---------------------------------------------------------------------------------------------
+# Redis: REDIS_URL is the Celery broker and result store, the channel layer and the cache.
+# Without it the embedded default keeps all three in the portal's own process.
+
+REDIS_URL = env_str("REDIS_URL")
+
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_RESULT_BACKEND = REDIS_URL
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "paddlecloud"},
+        }
+    }
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "paddlecloud",
+        }
+    }
+else:
+    CELERY_BROKER_URL = "memory://localhost/"
+    CELERY_RESULT_BACKEND = "cache+memory://"
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_EXPIRES = 3600
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    "purge-stale-api-tokens": {"task": "accounts.tasks.token_purge", "schedule": 3600.0},
+}
+
+# ---------------------------------------------------------------------------------------------
+# PaddleCloud
+
+PADDLECLOUD_BACKEND = env_str("PADDLECLOUD_BACKEND", "local")
+if PADDLECLOUD_BACKEND not in ("local", "kubernetes"):
+    raise ImproperlyConfigured(
+        f"PADDLECLOUD_BACKEND={PADDLECLOUD_BACKEND!r}: expected 'local' or 'kubernetes'"
+    )
+PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
+PADDLECLOUD_DEFAULT_IMAGE = env_str("PADDLECLOUD_DEFAULT_IMAGE", "paddlepaddle/paddle:2.6.1")
+
+# API tokens: lifetime, and how many failed logins are allowed before the token endpoint
+# answers 429 — per (username, address) pair and per address across all usernames.
+PADDLECLOUD_TOKEN_TTL_DAYS = env_int("PADDLECLOUD_TOKEN_TTL_DAYS", 30)
+PADDLECLOUD_LOGIN_FAILURE_LIMIT = env_int("PADDLECLOUD_LOGIN_FAILURE_LIMIT", 5)
+PADDLECLOUD_LOGIN_FAILURE_LIMIT_PER_ADDRESS = env_int(
+    "PADDLECLOUD_LOGIN_FAILURE_LIMIT_PER_ADDRESS", 30
+)
+PADDLECLOUD_LOGIN_FAILURE_WINDOW = env_int("PADDLECLOUD_LOGIN_FAILURE_WINDOW", 15 * 60)
+
+# ---------------------------------------------------------------------------------------------
+# REST API
+
+TRUSTED_PROXIES = env_int("TRUSTED_PROXIES", 0)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "accounts.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "paddlecloud.errors.exception_handler",
+    "NUM_PROXIES": TRUSTED_PROXIES or None,
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "PaddleCloud API",
+    "DESCRIPTION": (
+        "Run distributed PaddlePaddle training jobs. Authenticate with "
+        "`Authorization: Bearer <token>` (POST /api/v1/auth/token/). Every 4xx answer is "
+        '`{"code", "message", "fields"}`.'
+    ),
+    "VERSION": "v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# ---------------------------------------------------------------------------------------------
+# Authentication and sessions (browser)
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+CSRF_FAILURE_VIEW = "paddlecloud.errors.csrf_failure"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+# ---------------------------------------------------------------------------------------------
+# Security. With DEBUG off these default to what `manage.py check --deploy` asks for; each can
+# be turned off by its own variable (e.g. SECURE_SSL_REDIRECT=0 for a plain-HTTP trial).
+
+if TRUSTED_PROXIES:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+# ---------------------------------------------------------------------------------------------
+# Static files (served by WhiteNoise; `manage.py collectstatic` fills STATIC_ROOT)
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_AUTOREFRESH = DEBUG
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# ---------------------------------------------------------------------------------------------
+# Logging: to stderr, one line per record. Secrets (passwords, tokens) are never logged.
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "line": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        "celery": {"level": env_str("LOG_LEVEL", "INFO")},
+    },
+}

@@ -1,0 +1,27 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+from accounts.forms import ThrottledAuthenticationForm
+
+from . import errors, views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("healthz", views.healthz, name="healthz"),
+    path("login/", auth_views.LoginView.as_view(
+        authentication_form=ThrottledAuthenticationForm, redirect_authenticated_user=True),
+        name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("accounts.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    # Anything else under /api/ is a JSON 404, with DEBUG on or off.
+    re_path(r"^api/", errors.handler404),
+]
+
+handler404 = "paddlecloud.errors.handler404"
+handler500 = "paddlecloud.errors.handler500"

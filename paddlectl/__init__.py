@@ -1,0 +1,5 @@
+"""paddlectl: the PaddleCloud command line client."""
+
+from paddlecloud import __version__
+
+__all__ = ["__version__"]
