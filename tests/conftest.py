@@ -1,0 +1,114 @@
+"""Shared fixtures. The suite runs on real PostgreSQL and Redis (``./dev test`` sets
+DATABASE_URL and REDIS_URL): when either cannot be reached the run fails at once, it never
+quietly falls back to SQLite or skips the service-backed tests."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.conf import settings
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from accounts.services import datacenter_upsert, token_create, user_upsert
+
+PASSWORD = "correct horse battery staple"
+
+
+def pytest_sessionstart(session):
+    if os.environ.get("PADDLECLOUD_TEST_ALLOW_SQLITE") == "1":
+        return
+    problems = []
+    engine = settings.DATABASES["default"]["ENGINE"]
+    if engine != "django.db.backends.postgresql":
+        problems.append(f"the database is {engine}, not PostgreSQL: set DATABASE_URL")
+    else:
+        import psycopg
+
+        db = settings.DATABASES["default"]
+        try:
+            psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"],
+                            password=db["PASSWORD"], dbname="postgres", connect_timeout=5).close()
+        except psycopg.Error as exc:
+            problems.append(f"PostgreSQL at {db['HOST']}:{db['PORT']} cannot be reached: {exc}")
+    if not settings.REDIS_URL:
+        problems.append("REDIS_URL is not set")
+    else:
+        import redis
+
+        try:
+            redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5).ping()
+        except redis.RedisError as exc:
+            problems.append(f"Redis at {settings.REDIS_URL} cannot be reached: {exc}")
+    if problems:
+        pytest.exit("the test suite needs real services (run it with ./dev test):\n  "
+                    + "\n  ".join(problems), returncode=3)
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """PBKDF2 is slow on purpose; the tests hash hundreds of passwords."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _clear_cache():
+    """Login-failure counters live in the cache (Redis, a database of its own for tests)."""
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def api() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def datacenter(db):
+    return datacenter_upsert("datacenter1", description="first")[0]
+
+
+@pytest.fixture
+def other_datacenter(db):
+    return datacenter_upsert("datacenter2", description="second")[0]
+
+
+@pytest.fixture
+def make_user(db, datacenter):
+    def make(username="alice", datacenters=("datacenter1",), **kwargs):
+        return user_upsert(username, password=PASSWORD, datacenter_names=list(datacenters),
+                           **kwargs)[0]
+
+    return make
+
+
+@pytest.fixture
+def alice(make_user):
+    return make_user("alice")
+
+
+@pytest.fixture
+def token_client(alice):
+    """An API client authenticated as alice with a fresh token for datacenter1."""
+    issued = token_create(alice, datacenter_name="datacenter1")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.raw}")
+    client.issued = issued
+    return client
+
+
+def assert_error(response, status: int, code: str, field: str | None = None) -> dict:
+    """The one error shape: status, JSON body with code, message and fields."""
+    assert response.status_code == status, response.content
+    assert response["Content-Type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"code", "message", "fields"}, body
+    assert body["code"] == code, body
+    assert body["message"], body
+    assert "Traceback" not in response.content.decode()
+    if field is not None:
+        assert field in body["fields"], body
+        assert field in body["message"], body
+    return body
