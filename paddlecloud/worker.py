@@ -13,6 +13,7 @@ import socket
 import threading
 
 from celery.beat import EmbeddedService
+from celery.result import _set_task_join_will_block
 from celery.worker import WorkController
 from django.conf import settings
 
@@ -60,6 +61,10 @@ class EmbeddedWorker:
         self._thread.start()
         if not self.ready.wait(timeout):
             raise RuntimeError(f"the embedded Celery worker did not start in {timeout:.0f}s")
+        # Starting a worker marks the whole process as "inside a task", which forbids waiting
+        # on results; the web threads beside it are not tasks (celery's own embedded test
+        # worker does the same).
+        _set_task_join_will_block(False)
         if self.beat_enabled:
             self._beat = EmbeddedService(
                 app, thread=True, schedule_filename=settings.CELERY_BEAT_SCHEDULE_FILENAME
