@@ -1,6 +1,7 @@
 """Serve the portal: the ASGI app (HTTP + WebSockets) with the Celery worker and beat."""
 
 import logging
+import signal
 
 import uvicorn
 from django.conf import settings
@@ -48,8 +49,17 @@ class Command(BaseCommand):
             log_level=settings.LOGGING["root"]["level"].lower(),
             proxy_headers=bool(settings.TRUSTED_PROXIES),
         )
+        # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
+        # handler that was there before it; ours just lets run() return, so the worker is
+        # stopped too and Ctrl-C or `docker stop` exits 0.
+        received: list[int] = []
+        previous = {sig: signal.signal(sig, lambda sig, frame: received.append(sig))
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             uvicorn.Server(config).run()
         finally:
             if worker is not None:
                 worker.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        self.stdout.write("PaddleCloud stopped")

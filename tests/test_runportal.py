@@ -1,0 +1,152 @@
+"""The embedded default end to end: migrate, demo, runportal — as the README's first command
+runs them — on SQLite with the in-process worker, in a fresh var/ directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG_VARS = ("DATABASE_URL", "REDIS_URL", "PADDLECLOUD_BACKEND", "SECRET_KEY", "DEBUG")
+
+
+def embedded_env(var_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in CONFIG_VARS}
+    env["PADDLECLOUD_VAR_DIR"] = str(var_dir)
+    return env
+
+
+def manage(var_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT,
+                          env=embedded_env(var_dir), capture_output=True, text=True, timeout=120)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def call(url: str, data: dict | None = None, token: str | None = None) -> tuple[int, dict | str]:
+    request = urllib.request.Request(url, method="POST" if data is not None else "GET")
+    if data is not None:
+        request.data = json.dumps(data).encode()
+        request.add_header("Content-Type", "application/json")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            status, body = response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read().decode()
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body
+
+
+@pytest.fixture
+def var_dir(tmp_path) -> Path:
+    return tmp_path / "var"
+
+
+def test_runportal_refuses_an_unmigrated_database(var_dir):
+    result = manage(var_dir, "runportal", "--port", str(free_port()))
+    assert result.returncode == 1
+    assert "unapplied migrations" in result.stderr
+    assert "migrate" in result.stderr
+
+
+def test_embedded_portal_serves_the_api_with_its_worker(var_dir):
+    assert manage(var_dir, "migrate", "--no-input", "-v", "0").returncode == 0
+    port = free_port()
+    demo = manage(var_dir, "demo", "--endpoint", f"http://127.0.0.1:{port}")
+    assert demo.returncode == 0, demo.stderr
+    password = (var_dir / "demo-password").read_text().strip()
+    assert f"password  {password}" in demo.stdout
+    assert f"endpoint: http://127.0.0.1:{port}" in demo.stdout
+
+    log = var_dir / "portal.log"
+    with log.open("w") as out:
+        portal = subprocess.Popen(
+            [sys.executable, "manage.py", "runportal", "--port", str(port)], cwd=ROOT,
+            env=embedded_env(var_dir), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if call(f"{base}/healthz")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail(f"the portal did not come up:\n{log.read_text()}")
+
+        assert call(f"{base}/api/v1/version")[1]["api"] == "v1"
+        status, issued = call(f"{base}/api/v1/auth/token/",
+                              {"username": "demo", "password": password})
+        assert status == 201, issued
+        status, me = call(f"{base}/api/v1/me", token=issued["token"])
+        assert status == 200
+        assert me["username"] == "demo"
+        assert me["datacenter"]["name"] == "datacenter1"
+        assert me["datacenter"]["backend"] == "local"
+
+        status, page = call(f"{base}/login/")
+        assert status == 200 and "Log in" in page
+        status, _css = call(f"{base}/static/css/paddlecloud.css")
+        assert status == 200
+        status, error = call(f"{base}/api/v1/nowhere")
+        assert status == 404 and error["code"] == "not_found"
+    finally:
+        portal.send_signal(signal.SIGTERM)  # as `docker stop` does
+        portal.wait(timeout=30)
+    output = log.read_text()
+    assert "embedded worker ready" in output
+    assert "beat on" in output
+    assert portal.returncode == 0, output
+    assert "Traceback" not in output
+    assert output.rstrip().endswith("PaddleCloud stopped")
+
+
+EMBEDDED_TASK = """
+import django
+django.setup()
+from datetime import timedelta
+from django.core.management import call_command
+from django.utils import timezone
+call_command("migrate", verbosity=0)
+from accounts.models import ApiToken
+from accounts.services import datacenter_upsert, token_create, user_upsert
+from accounts.tasks import token_purge
+from paddlecloud.worker import EmbeddedWorker
+datacenter_upsert("datacenter1")
+user = user_upsert("eve", password="a long enough password", datacenter_names=["datacenter1"])[0]
+stale = token_create(user).token
+ApiToken.objects.filter(pk=stale.pk).update(expires_at=timezone.now() - timedelta(days=60))
+worker = EmbeddedWorker(concurrency=1, beat=False)
+worker.start()
+print("purged", token_purge.delay().get(timeout=30), "left", ApiToken.objects.count())
+worker.stop()
+"""
+
+
+def test_embedded_worker_runs_tasks_without_redis(var_dir):
+    result = subprocess.run([sys.executable, "-c", EMBEDDED_TASK], cwd=ROOT,
+                            env=embedded_env(var_dir) | {"DJANGO_SETTINGS_MODULE":
+                                                         "paddlecloud.settings"},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "purged 1 left 0" in result.stdout
+    assert "memory://" in result.stderr  # the in-process broker, not Redis
