@@ -242,7 +242,7 @@ X_FRAME_OPTIONS = "DENY"
 # Static files (served by WhiteNoise; `manage.py collectstatic` fills STATIC_ROOT)
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = Path(env_str("STATIC_ROOT") or VAR_DIR / "static")
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

@@ -52,7 +52,8 @@ def test_removing_a_member_takes_effect_at_once(token_client, alice):
 
 def test_a_token_acts_only_in_its_datacenter(make_user, other_datacenter, api):
     carol = make_user("carol", datacenters=("datacenter1", "datacenter2"))
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token_create(carol, datacenter_name='datacenter1').raw}")
+    raw = token_create(carol, datacenter_name="datacenter1").raw
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert api.get("/api/v1/me", HTTP_X_PADDLE_DATACENTER="datacenter1").status_code == 200
     body = assert_error(api.get("/api/v1/me", HTTP_X_PADDLE_DATACENTER="datacenter2"), 403,
                         "wrong_datacenter", field="datacenter")
@@ -76,7 +77,8 @@ def test_me_shows_datacenters_and_the_quota_of_the_current_one(make_user, other_
     carol = make_user("carol", datacenters=("datacenter1", "datacenter2"))
     Quota.objects.filter(user=carol, datacenter__name="datacenter2").update(
         cpu=500, memory=3 * 2**30, gpu=2, jobs=7, storage=5 * 2**40)
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token_create(carol, datacenter_name='datacenter2').raw}")
+    raw = token_create(carol, datacenter_name="datacenter2").raw
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     body = api.get("/api/v1/me").json()
     assert body["username"] == "carol"
     assert body["datacenter"] == {"name": "datacenter2", "description": "second",
