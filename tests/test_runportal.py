@@ -4,7 +4,6 @@ runs them — on SQLite with the in-process worker, in a fresh var/ directory.""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -16,19 +15,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-CONFIG_VARS = ("DATABASE_URL", "REDIS_URL", "PADDLECLOUD_BACKEND", "SECRET_KEY", "DEBUG")
-
-
-def embedded_env(var_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in CONFIG_VARS}
-    env["PADDLECLOUD_VAR_DIR"] = str(var_dir)
-    return env
+from tests.processes import ROOT, clean_env, run_python
 
 
 def manage(var_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT,
-                          env=embedded_env(var_dir), capture_output=True, text=True, timeout=120)
+    return run_python(["manage.py", *args], var_dir)
 
 
 def free_port() -> int:
@@ -80,7 +71,7 @@ def test_embedded_portal_serves_the_api_with_its_worker(var_dir):
     with log.open("w") as out:
         portal = subprocess.Popen(
             [sys.executable, "manage.py", "runportal", "--port", str(port)], cwd=ROOT,
-            env=embedded_env(var_dir), stdout=out, stderr=subprocess.STDOUT)
+            env=clean_env(var_dir), stdout=out, stderr=subprocess.STDOUT)
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
@@ -143,10 +134,7 @@ worker.stop()
 
 
 def test_embedded_worker_runs_tasks_without_redis(var_dir):
-    result = subprocess.run([sys.executable, "-c", EMBEDDED_TASK], cwd=ROOT,
-                            env=embedded_env(var_dir) | {"DJANGO_SETTINGS_MODULE":
-                                                         "paddlecloud.settings"},
-                            capture_output=True, text=True, timeout=120)
+    result = run_python(["-c", EMBEDDED_TASK], var_dir)
     assert result.returncode == 0, result.stderr
     assert "purged 1 left 0" in result.stdout
     assert "memory://" in result.stderr  # the in-process broker, not Redis

@@ -6,18 +6,14 @@ Each case runs in a fresh interpreter, since Django reads its settings once per 
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from django.conf import settings as test_settings
 
-ROOT = Path(__file__).resolve().parent.parent
-CONFIG_VARS = ("DATABASE_URL", "REDIS_URL", "PADDLECLOUD_BACKEND", "SECRET_KEY", "DEBUG",
-               "ALLOWED_HOSTS", "PADDLECLOUD_PFS_ROOT", "PADDLECLOUD_VAR_DIR")
+from tests.processes import run_python
 
 PROBE = """
 import json, django
@@ -39,11 +35,7 @@ print(json.dumps({
 
 
 def run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in CONFIG_VARS}
-    clean.update({"DJANGO_SETTINGS_MODULE": "paddlecloud.settings",
-                  "PADDLECLOUD_VAR_DIR": str(tmp_path / "var"), **env})
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=clean, capture_output=True,
-                          text=True, timeout=120)
+    return run_python(args, tmp_path / "var", **env)
 
 
 def probe(tmp_path: Path, **env: str) -> dict:

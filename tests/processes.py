@@ -1,0 +1,26 @@
+"""Running the portal's own commands in fresh interpreters, as a user would, with a clean
+configuration: none of the test run's DATABASE_URL / REDIS_URL / … unless a test gives them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG_VARS = ("DATABASE_URL", "REDIS_URL", "PADDLECLOUD_BACKEND", "SECRET_KEY", "DEBUG",
+               "ALLOWED_HOSTS", "PADDLECLOUD_PFS_ROOT", "PADDLECLOUD_VAR_DIR")
+
+
+def clean_env(var_dir: Path, **env: str) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if k not in CONFIG_VARS}
+    clean.update({"DJANGO_SETTINGS_MODULE": "paddlecloud.settings",
+                  "PADDLECLOUD_VAR_DIR": str(var_dir), **env})
+    return clean
+
+
+def run_python(args: list[str], var_dir: Path, **env: str) -> subprocess.CompletedProcess:
+    """``python ARGS`` in the checkout (``["manage.py", …]`` or ``["-c", code]``)."""
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=clean_env(var_dir, **env),
+                          capture_output=True, text=True, timeout=120)
