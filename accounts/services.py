@@ -192,5 +192,6 @@ def user_upsert(username: str, *, password: str | None = None,
         if quota:
             for field, value in quota.items():
                 setattr(limits, field, value)
+            _full_clean(limits, validate_unique=False)  # range of each resource
             limits.save()
     return user, created

@@ -1,5 +1,6 @@
 """Create a user, or update them: password, datacenter membership, quota, staff flag."""
 
+import argparse
 import os
 import sys
 
@@ -16,7 +17,7 @@ def _quantity(parse):
         try:
             return parse(value)
         except QuantityError as exc:
-            raise ValueError(str(exc)) from None
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     convert.__name__ = parse.__name__.removeprefix("parse_")
     return convert
@@ -63,8 +64,6 @@ class Command(BaseCommand):
                  if options[key] is not None}
         if quota and not options["datacenter"]:
             raise CommandError("quota options need --datacenter: quotas are per datacenter")
-        if any(value < 0 for value in quota.values()):
-            raise CommandError("quota amounts cannot be negative")
         with user_errors():
             user, created = user_upsert(
                 username,

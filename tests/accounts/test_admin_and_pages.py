@@ -1,0 +1,301 @@
+"""The Django admin for datacenters, users, quotas and tokens, and the browser pages."""
+
+from __future__ import annotations
+
+import html
+from datetime import timedelta
+
+import pytest
+from django.conf import settings as django_settings
+from django.test import Client
+from django.utils import timezone
+
+from accounts.models import ApiToken, Quota
+from accounts.services import token_create, user_upsert
+from tests.conftest import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+GiB = 2**30
+
+
+@pytest.fixture
+def admin_browser(datacenter) -> Client:
+    """A browser logged in as a staff superuser."""
+    user_upsert("root", password=PASSWORD, datacenter_names=["datacenter1"], staff=True,
+                superuser=True)
+    client = Client()
+    assert client.login(username="root", password=PASSWORD)
+    return client
+
+
+def page(response) -> str:
+    return html.unescape(response.content.decode())
+
+
+# ---------------------------------------------------------------------------------------------
+# Admin
+
+
+@pytest.mark.parametrize("model", ["user", "datacenter", "quota", "apitoken"])
+def test_admin_changelists_open(admin_browser, alice, token_client, model):
+    response = admin_browser.get(f"/admin/accounts/{model}/")
+    assert response.status_code == 200
+    # Each list shows alice's rows: her user, her datacenter, her quota, her token.
+    assert ("datacenter1" if model == "datacenter" else "alice") in page(response)
+
+
+@pytest.mark.parametrize("model", ["user", "datacenter", "quota"])
+def test_admin_add_pages_open(admin_browser, model):
+    response = admin_browser.get(f"/admin/accounts/{model}/add/")
+    assert response.status_code == 200
+    assert '<form' in response.content.decode()
+
+
+def test_admin_tokens_cannot_be_added(admin_browser, token_client):
+    assert admin_browser.get("/admin/accounts/apitoken/add/").status_code == 403
+    changelist = page(admin_browser.get("/admin/accounts/apitoken/"))
+    assert "/admin/accounts/apitoken/add/" not in changelist
+    # ...but they can be looked at, without the digest.
+    token = token_client.issued.token
+    detail = admin_browser.get(f"/admin/accounts/apitoken/{token.pk}/change/")
+    assert detail.status_code == 200
+    assert token.prefix in page(detail)
+    assert token.digest not in page(detail)
+
+
+def test_admin_user_page_has_membership_and_quota_inlines(admin_browser, alice):
+    Quota.objects.filter(user=alice).update(cpu=500, memory=16 * GiB)
+    response = admin_browser.get(f"/admin/accounts/user/{alice.pk}/change/")
+    assert response.status_code == 200
+    body = page(response)
+    assert 'name="memberships-TOTAL_FORMS"' in body
+    assert 'name="quotas-TOTAL_FORMS"' in body
+    # The quota is shown as users write it, not in millicores and bytes.
+    assert 'name="quotas-0-cpu" value="500m"' in body
+    assert 'name="quotas-0-memory" value="16Gi"' in body
+
+
+def quota_post(user, datacenter, **changes) -> dict:
+    data = {"user": user.pk, "datacenter": datacenter.pk, "cpu": "4", "memory": "8Gi",
+            "gpu": "0", "jobs": "2", "storage": "10Gi"}
+    data.update(changes)
+    return data
+
+
+def test_admin_quota_form_reads_quantities(admin_browser, datacenter):
+    bob = user_upsert("bob", password=PASSWORD)[0]
+    response = admin_browser.post("/admin/accounts/quota/add/", quota_post(
+        bob, datacenter, cpu="500m", memory="8Gi", storage="1.5Ti", gpu="1"))
+    assert response.status_code == 302, page(response)
+    quota = Quota.objects.get(user=bob, datacenter=datacenter)
+    assert (quota.cpu, quota.memory, quota.storage, quota.gpu) == (
+        500, 8 * GiB, 3 * 2**39, 1)
+
+    listing = page(admin_browser.get("/admin/accounts/quota/"))
+    assert "500m" in listing
+    assert "1536Gi" in listing
+
+    change = page(admin_browser.get(f"/admin/accounts/quota/{quota.pk}/change/"))
+    assert 'name="cpu" value="500m"' in change
+    assert 'name="memory" value="8Gi"' in change
+
+
+def test_admin_quota_form_edits_an_existing_quota(admin_browser, alice, datacenter):
+    quota = Quota.objects.get(user=alice, datacenter=datacenter)
+    response = admin_browser.post(f"/admin/accounts/quota/{quota.pk}/change/",
+                                  quota_post(alice, datacenter, cpu="2.5", memory="512Mi"))
+    assert response.status_code == 302, page(response)
+    quota.refresh_from_db()
+    assert (quota.cpu, quota.memory) == (2500, 512 * 2**20)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("memory", "lots", "'lots' is not an amount of bytes"),
+        ("storage", "1.5", "'1.5' is not a whole number of bytes"),
+        ("cpu", "1Gi", "'1Gi' is not a CPU amount"),
+        ("cpu", "0.0001", "finer than one millicore"),
+        ("cpu", "3000000", "less than or equal to 2147483647"),
+    ],
+)
+def test_admin_quota_form_shows_what_is_wrong(admin_browser, datacenter, field, value,
+                                              message):
+    bob = user_upsert("bob", password=PASSWORD)[0]
+    response = admin_browser.post("/admin/accounts/quota/add/",
+                                  quota_post(bob, datacenter, **{field: value}))
+    assert response.status_code == 200
+    body = page(response)
+    assert "Please correct the error below." in body
+    assert message in body
+    assert not Quota.objects.filter(user=bob).exists()
+
+
+def test_admin_revoke_action_revokes_the_selected_tokens(admin_browser, alice):
+    first = token_create(alice, datacenter_name="datacenter1", name="laptop").token
+    second = token_create(alice, datacenter_name="datacenter1", name="ci").token
+    kept = token_create(alice, datacenter_name="datacenter1", name="desktop").token
+    earlier = timezone.now() - timedelta(days=1)
+    ApiToken.objects.filter(pk=second.pk).update(revoked_at=earlier)
+
+    response = admin_browser.post("/admin/accounts/apitoken/", {
+        "action": "revoke", "_selected_action": [first.pk, second.pk]}, follow=True)
+    assert response.status_code == 200
+    # The one already revoked is not counted again, and keeps when it was revoked.
+    assert "Revoked 1 token(s)." in page(response)
+    for token in (first, second, kept):
+        token.refresh_from_db()
+    assert first.state == "revoked"
+    assert second.revoked_at == earlier
+    assert kept.state == "active"
+
+
+def test_a_revoked_token_no_longer_authenticates(admin_browser, token_client):
+    assert token_client.get("/api/v1/me").status_code == 200
+    admin_browser.post("/admin/accounts/apitoken/", {
+        "action": "revoke", "_selected_action": [token_client.issued.token.pk]})
+    assert token_client.get("/api/v1/me").status_code == 401
+
+
+def test_admin_is_for_staff_only(alice):
+    client = Client()
+    assert client.login(username="alice", password=PASSWORD)
+    response = client.get("/admin/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+    assert client.get("/admin/accounts/user/").status_code == 302
+
+
+def test_admin_is_not_for_anonymous_users(db):
+    response = Client().get("/admin/accounts/quota/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+
+
+# ---------------------------------------------------------------------------------------------
+# Browser login and the home page
+
+
+def test_login_page_shows_a_form(db):
+    response = Client().get("/login/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert 'name="username"' in body
+    assert 'name="password"' in body
+    assert 'type="password"' in body
+
+
+def test_anonymous_home_redirects_to_login(db):
+    response = Client().get("/")
+    assert response.status_code == 302
+    assert response["Location"] == "/login/?next=/"
+
+
+def test_login_then_home_shows_datacenters_quota_and_config(alice):
+    client = Client()
+    response = client.post("/login/", {"username": "alice", "password": PASSWORD})
+    assert response.status_code == 302
+    assert response["Location"] == "/"
+
+    home = client.get("/")
+    assert home.status_code == 200
+    body = page(home)
+    assert "Welcome, alice" in body
+    assert "<td>datacenter1</td>" in body
+    assert "<td>4</td>" in body  # CPU
+    assert "<td>8Gi</td>" in body  # memory
+    assert "<td>10Gi</td>" in body  # storage
+    assert "<pre>datacenters:\n- name: datacenter1\n  username: alice\n" in body
+    assert "  endpoint: http://testserver\n" in body
+    assert "current-datacenter: datacenter1</pre>" in body
+    assert PASSWORD not in body
+
+
+def test_home_shows_the_quota_set_by_an_administrator(alice):
+    Quota.objects.filter(user=alice).update(cpu=500, memory=16 * GiB, gpu=2, jobs=7)
+    client = Client()
+    client.force_login(alice)
+    body = page(client.get("/"))
+    assert "<td>500m</td><td>16Gi</td>" in body
+    assert "<td>2</td><td>7</td>" in body
+
+
+def test_home_of_a_user_of_no_datacenter_says_so(db):
+    bob = user_upsert("bob", password=PASSWORD)[0]
+    client = Client()
+    client.force_login(bob)
+    body = page(client.get("/"))
+    assert "not a member of any datacenter" in body
+    assert "~/.paddle/config" not in body
+
+
+def test_login_with_a_wrong_password_is_refused(alice):
+    client = Client()
+    response = client.post("/login/", {"username": "alice", "password": "wrong password"})
+    assert response.status_code == 200
+    assert 'role="alert"' in response.content.decode()
+    assert client.get("/").status_code == 302
+
+
+def login_failures(client: Client, count: int) -> None:
+    for _ in range(count):
+        response = client.post("/login/", {"username": "alice", "password": "wrong password"})
+        assert response.status_code == 200
+        assert "too many failed logins" not in page(response)
+
+
+def test_login_succeeds_below_the_failure_limit(alice):
+    client = Client()
+    login_failures(client, django_settings.PADDLECLOUD_LOGIN_FAILURE_LIMIT - 1)
+    response = client.post("/login/", {"username": "alice", "password": PASSWORD})
+    assert response.status_code == 302
+    assert client.get("/").status_code == 200
+
+
+def test_too_many_failed_logins_refuse_even_the_right_password(alice):
+    assert django_settings.PADDLECLOUD_LOGIN_FAILURE_LIMIT == 5
+    client = Client()
+    login_failures(client, 5)
+    response = client.post("/login/", {"username": "alice", "password": PASSWORD})
+    assert response.status_code == 200
+    body = page(response)
+    assert "too many failed logins for this username" in body
+    assert "try again in" in body
+    assert client.get("/").status_code == 302  # not logged in
+
+    # The API's token endpoint shares the counters.
+    api = client.post("/api/v1/auth/token/", {"username": "alice", "password": PASSWORD},
+                      content_type="application/json")
+    assert api.status_code == 429
+
+
+def test_healthz(db):
+    response = Client().get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+    assert Client().post("/healthz").status_code == 405
+
+
+def test_logged_in_user_is_taken_home_from_the_login_page(alice):
+    client = Client()
+    client.force_login(alice)
+    response = client.get("/login/")
+    assert response.status_code == 302
+    assert response["Location"] == "/"
+
+
+def test_logout_ends_the_session(alice):
+    client = Client()
+    client.force_login(alice)
+    response = client.post("/logout/")
+    assert response.status_code == 302
+    assert response["Location"] == "/login/"
+    assert client.get("/").status_code == 302
+
+
+def test_staff_see_the_admin_link_and_others_do_not(admin_browser, alice):
+    assert 'href="/admin/"' in page(admin_browser.get("/"))
+    client = Client()
+    client.force_login(alice)
+    assert 'href="/admin/"' not in page(client.get("/"))

@@ -1,0 +1,347 @@
+"""The operator's management commands: adddatacenter, adduser and demo."""
+
+from __future__ import annotations
+
+import io
+import re
+import stat
+import sys
+
+import pytest
+from django.contrib.auth import authenticate
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from accounts.models import Datacenter, Membership, Quota, User
+from tests.conftest import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+GiB = 2**30
+NEW_PASSWORD = "another long passphrase 42"
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# adddatacenter
+
+
+def test_adddatacenter_creates_a_datacenter(db):
+    out = run("adddatacenter", "gpu-east", "--description", "GPUs in the east",
+              "--backend", "kubernetes", "--pfs-root", "/srv/pfs/east", "--in-cluster",
+              "--namespace-prefix", "pc-", "--default-image", "paddle:gpu")
+    assert out.strip() == ("Created datacenter gpu-east (backend kubernetes, "
+                           "PFS root /srv/pfs/east)")
+    dc = Datacenter.objects.get(name="gpu-east")
+    assert dc.description == "GPUs in the east"
+    assert dc.backend == "kubernetes"
+    assert dc.pfs_root == "/srv/pfs/east"
+    assert dc.kube_in_cluster is True
+    assert dc.namespace_prefix == "pc-"
+    assert dc.image == "paddle:gpu"
+
+
+def test_adddatacenter_again_changes_only_the_options_given(db):
+    run("adddatacenter", "gpu-east", "--description", "first", "--backend", "kubernetes",
+        "--pfs-root", "/srv/pfs/east", "--in-cluster", "--kube-context", "prod")
+
+    out = run("adddatacenter", "gpu-east", "--description", "second")
+    assert out.startswith("Updated datacenter gpu-east (backend kubernetes, ")
+    dc = Datacenter.objects.get(name="gpu-east")
+    assert (dc.description, dc.backend, dc.pfs_root, dc.kube_in_cluster, dc.kube_context) == (
+        "second", "kubernetes", "/srv/pfs/east", True, "prod")
+
+    run("adddatacenter", "gpu-east", "--no-in-cluster")
+    dc.refresh_from_db()
+    assert dc.kube_in_cluster is False
+    assert (dc.description, dc.backend, dc.pfs_root, dc.kube_context) == (
+        "second", "kubernetes", "/srv/pfs/east", "prod")
+
+    # No options at all: nothing changes, and there is still just one of it.
+    run("adddatacenter", "gpu-east")
+    dc.refresh_from_db()
+    assert (dc.description, dc.backend, dc.pfs_root, dc.kube_in_cluster) == (
+        "second", "kubernetes", "/srv/pfs/east", False)
+    assert Datacenter.objects.filter(name="gpu-east").count() == 1
+
+
+def test_adddatacenter_without_pfs_root_reports_the_default_one(db, settings, tmp_path):
+    settings.PADDLECLOUD_PFS_ROOT = tmp_path / "pfs"
+    settings.PADDLECLOUD_BACKEND = "local"
+    out = run("adddatacenter", "dc-a")
+    assert out.strip() == f"Created datacenter dc-a (backend local, PFS root {tmp_path}/pfs/dc-a)"
+    assert Datacenter.objects.get(name="dc-a").backend == "local"
+
+
+@pytest.mark.parametrize("name", ["Data_Center", "DC1", "edge-", "dc.one"])
+def test_adddatacenter_refuses_a_name_that_is_not_a_dns_label(db, name):
+    with pytest.raises(CommandError) as raised:
+        run("adddatacenter", name)
+    message = str(raised.value)
+    assert message.startswith("name: ")
+    assert "lower-case letters, digits and '-'" in message
+    assert not Datacenter.objects.exists()
+
+
+def test_adddatacenter_refuses_an_unknown_backend(db):
+    with pytest.raises(CommandError, match="invalid choice: 'slurm'"):
+        run("adddatacenter", "dc-a", "--backend", "slurm")
+    assert not Datacenter.objects.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# adduser
+
+
+def quota_of(username: str, datacenter: str = "datacenter1") -> Quota:
+    return Quota.objects.get(user__username=username, datacenter__name=datacenter)
+
+
+def test_adduser_creates_a_member_with_a_quota(datacenter):
+    out = run("adduser", "bob@example.com", "--password", PASSWORD, "--email",
+              "bob@example.com", "--datacenter", "datacenter1", "--cpu", "500m",
+              "--memory", "16Gi", "--gpu", "2", "--jobs", "3", "--storage", "100Gi")
+    assert out.strip() == "Created user bob@example.com (member of datacenter1)"
+
+    user = User.objects.get(username="bob@example.com")
+    assert user.check_password(PASSWORD)
+    assert user.email == "bob@example.com"
+    assert not user.is_staff
+    assert not user.is_superuser
+    assert Membership.objects.filter(user=user, datacenter=datacenter).exists()
+    quota = quota_of("bob@example.com")
+    assert (quota.cpu, quota.memory, quota.gpu, quota.jobs, quota.storage) == (
+        500, 16 * GiB, 2, 3, 100 * GiB)
+    assert authenticate(username="bob@example.com", password=PASSWORD) == user
+
+
+def test_adduser_again_keeps_the_password_and_changes_only_the_quota_given(datacenter):
+    run("adduser", "bob", "--password", PASSWORD, "--datacenter", "datacenter1",
+        "--cpu", "8", "--memory", "16Gi", "--gpu", "1", "--jobs", "4", "--storage", "1Ti")
+
+    out = run("adduser", "bob", "--datacenter", "datacenter1", "--cpu", "2", "--jobs", "5")
+    assert out.strip() == "Updated user bob (member of datacenter1)"
+
+    user = User.objects.get(username="bob")
+    assert user.check_password(PASSWORD)
+    quota = quota_of("bob")
+    assert (quota.cpu, quota.memory, quota.gpu, quota.jobs, quota.storage) == (
+        2000, 16 * GiB, 1, 5, 2**40)
+    assert User.objects.filter(username="bob").count() == 1
+    assert Membership.objects.filter(user=user).count() == 1
+
+
+def test_adduser_adds_an_existing_user_to_another_datacenter_with_default_quota(
+        datacenter, other_datacenter):
+    run("adduser", "bob", "--password", PASSWORD, "--datacenter", "datacenter1",
+        "--cpu", "1")
+    out = run("adduser", "bob", "--datacenter", "datacenter2")
+    assert out.strip() == "Updated user bob (member of datacenter1, datacenter2)"
+    assert quota_of("bob", "datacenter1").cpu == 1000
+    second = quota_of("bob", "datacenter2")
+    assert (second.cpu, second.memory, second.gpu, second.jobs, second.storage) == (
+        4000, 8 * GiB, 0, 2, 10 * GiB)
+
+
+def test_adduser_quota_applies_to_every_datacenter_named(datacenter, other_datacenter):
+    run("adduser", "bob", "--password", PASSWORD, "--datacenter", "datacenter1",
+        "--datacenter", "datacenter2", "--gpu", "4")
+    assert quota_of("bob", "datacenter1").gpu == 4
+    assert quota_of("bob", "datacenter2").gpu == 4
+
+
+def test_adduser_without_a_datacenter_creates_a_user_of_none(db):
+    out = run("adduser", "bob", "--password", PASSWORD)
+    assert out.strip() == "Created user bob (member of no datacenter)"
+    assert not Membership.objects.exists()
+
+
+def test_adduser_password_changes_the_password(datacenter):
+    run("adduser", "bob", "--password", PASSWORD)
+    run("adduser", "bob", "--password", NEW_PASSWORD)
+    user = User.objects.get(username="bob")
+    assert user.check_password(NEW_PASSWORD)
+    assert not user.check_password(PASSWORD)
+
+
+def test_adduser_reads_the_password_from_stdin(db, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{NEW_PASSWORD}\nignored second line\n"))
+    run("adduser", "bob", "--password-stdin")
+    user = User.objects.get(username="bob")
+    assert user.check_password(NEW_PASSWORD)
+
+
+def test_adduser_reads_the_password_from_the_environment(db, monkeypatch):
+    monkeypatch.setenv("BOB_PASSWORD", NEW_PASSWORD)
+    run("adduser", "bob", "--password-env", "BOB_PASSWORD")
+    assert User.objects.get(username="bob").check_password(NEW_PASSWORD)
+
+
+def test_adduser_password_env_must_be_set(db, monkeypatch):
+    monkeypatch.delenv("NO_SUCH_PASSWORD_VAR", raising=False)
+    with pytest.raises(CommandError, match="--password-env: NO_SUCH_PASSWORD_VAR is not set"):
+        run("adduser", "bob", "--password-env", "NO_SUCH_PASSWORD_VAR")
+    assert not User.objects.exists()
+
+
+def test_adduser_takes_one_password_source_only(db, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{NEW_PASSWORD}\n"))
+    with pytest.raises(CommandError, match="not allowed with argument"):
+        run("adduser", "bob", "--password", PASSWORD, "--password-stdin")
+    assert not User.objects.exists()
+
+
+def test_adduser_a_new_user_needs_a_password(datacenter):
+    with pytest.raises(CommandError) as raised:
+        run("adduser", "bob", "--datacenter", "datacenter1")
+    assert str(raised.value) == "password: a new user needs a password"
+    assert not User.objects.exists()
+
+
+def test_adduser_names_an_unknown_datacenter(datacenter):
+    with pytest.raises(CommandError) as raised:
+        run("adduser", "bob", "--password", PASSWORD, "--datacenter", "nowhere")
+    assert "no datacenter named 'nowhere'" in str(raised.value)
+    assert "adddatacenter" in str(raised.value)
+    # Nothing is half-done: the user was not created either.
+    assert not User.objects.exists()
+
+
+def test_adduser_quota_options_need_a_datacenter(datacenter):
+    run("adduser", "bob", "--password", PASSWORD, "--datacenter", "datacenter1")
+    with pytest.raises(CommandError, match="quota options need --datacenter"):
+        run("adduser", "bob", "--cpu", "2")
+    assert quota_of("bob").cpu == 4000
+
+
+def test_adduser_refuses_a_negative_quota(datacenter):
+    with pytest.raises(CommandError, match=r"^gpu: Ensure this value is greater than or equal"):
+        run("adduser", "bob", "--password", PASSWORD, "--datacenter", "datacenter1",
+            "--gpu", "-1")
+    assert not User.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--memory", "lots"), ("--memory", "1.5"), ("--storage", "many"), ("--cpu", "1Gi"),
+     ("--cpu", "-1")],
+)
+def test_adduser_refuses_a_bad_quantity(datacenter, option, value):
+    # From call_command the parser's complaint is a CommandError (the command line exits 2).
+    with pytest.raises(CommandError) as raised:
+        run("adduser", "bob", "--password", PASSWORD, "--datacenter", "datacenter1",
+            option, value)
+    message = str(raised.value)
+    assert f"argument {option}: {value!r} is not" in message  # says what is expected
+    assert not User.objects.exists()
+
+
+def test_adduser_refuses_a_quota_too_large_to_store(datacenter):
+    with pytest.raises(CommandError, match=r"^cpu: Ensure this value is less than or equal"):
+        run("adduser", "bob", "--password", PASSWORD, "--datacenter", "datacenter1",
+            "--cpu", "3000000")
+    assert not User.objects.exists()  # nothing half-written
+
+
+def test_adduser_refuses_a_weak_password(db):
+    with pytest.raises(CommandError) as raised:
+        run("adduser", "bob", "--password", "123")
+    message = str(raised.value)
+    assert message.startswith("password: ")
+    assert "too short" in message
+    assert not User.objects.exists()
+
+
+def test_adduser_weak_new_password_keeps_the_old_one(db):
+    run("adduser", "bob", "--password", PASSWORD)
+    with pytest.raises(CommandError, match=r"^password: .*too common"):
+        run("adduser", "bob", "--password", "password")
+    assert User.objects.get(username="bob").check_password(PASSWORD)
+
+
+def test_adduser_staff_and_superuser_flags(db):
+    run("adduser", "bob", "--password", PASSWORD, "--staff")
+    bob = User.objects.get(username="bob")
+    assert bob.is_staff
+    assert not bob.is_superuser
+
+    # Not given again: stays staff.
+    run("adduser", "bob", "--email", "bob@example.com")
+    bob.refresh_from_db()
+    assert bob.is_staff
+    assert bob.email == "bob@example.com"
+
+    run("adduser", "bob", "--no-staff")
+    bob.refresh_from_db()
+    assert not bob.is_staff
+
+    run("adduser", "carol", "--password", PASSWORD, "--superuser")
+    carol = User.objects.get(username="carol")
+    assert carol.is_superuser
+    assert carol.is_staff  # a superuser can open the admin
+
+
+def test_adduser_refuses_an_invalid_email(db):
+    with pytest.raises(CommandError, match="email: "):
+        run("adduser", "bob", "--password", PASSWORD, "--email", "not-an-address")
+    assert not User.objects.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# demo
+
+
+def printed_password(out: str) -> str:
+    found = re.search(r"^  password  (\S+)$", out, re.MULTILINE)
+    assert found, out
+    return found.group(1)
+
+
+def test_demo_creates_the_datacenter_and_user_and_prints_how_to_log_in(db, settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    out = run("demo", "--endpoint", "http://portal.example:8080")
+
+    password = printed_password(out)
+    assert "  username  demo\n" in out
+    assert "  open      http://portal.example:8080/\n" in out
+    assert ("~/.paddle/config for paddlectl:\n"
+            "  datacenters:\n"
+            "  - name: datacenter1\n"
+            "    username: demo\n"
+            f"    password: {password}\n"
+            "    endpoint: http://portal.example:8080\n"
+            "  current-datacenter: datacenter1\n") in out
+
+    assert Datacenter.objects.filter(name="datacenter1").exists()
+    demo = User.objects.get(username="demo")
+    assert demo.is_staff and demo.is_superuser
+    assert Membership.objects.filter(user=demo, datacenter__name="datacenter1").exists()
+    assert authenticate(username="demo", password=password) == demo
+
+
+def test_demo_twice_prints_the_same_working_password(db, settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    first = printed_password(run("demo"))
+    second_out = run("demo")
+    second = printed_password(second_out)
+    assert first == second
+    assert "    endpoint: http://127.0.0.1:8000\n" in second_out
+    assert User.objects.filter(username="demo").count() == 1
+    assert Datacenter.objects.filter(name="datacenter1").count() == 1
+    assert authenticate(username="demo", password=second) is not None
+
+    kept = tmp_path / "demo-password"
+    assert kept.read_text().strip() == second
+    assert stat.S_IMODE(kept.stat().st_mode) & 0o077 == 0, "others must not read it"
+
+
+def test_demo_uses_an_existing_datacenter1(datacenter, settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    password = printed_password(run("demo"))
+    assert Datacenter.objects.count() == 1
+    assert authenticate(username="demo", password=password) is not None
