@@ -11,6 +11,8 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY paddlecloud ./paddlecloud
 COPY accounts ./accounts
+COPY jobs ./jobs
+COPY pfs ./pfs
 COPY paddlectl ./paddlectl
 COPY templates ./templates
 COPY static ./static

@@ -1,0 +1,121 @@
+"""Jobs, their replicas (parameter servers, trainers) and the record of every state change."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from .states import JobState, ReplicaState
+
+
+class Job(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                              related_name="jobs")
+    datacenter = models.ForeignKey("accounts.Datacenter", on_delete=models.PROTECT,
+                                   related_name="jobs")
+    name = models.CharField(max_length=40)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    state_reason = models.TextField(blank=True)
+
+    # What to run: a trainer package in PFS, the command that starts it, the image.
+    package = models.CharField("trainer package", max_length=4096,
+                               help_text="A directory in PFS, e.g. /pfs/dc1/home/alice/pkg.")
+    entry = models.TextField(help_text='The command that starts a replica: "python train.py".')
+    topology = models.CharField(max_length=1024, blank=True,
+                                help_text="PaddlePaddle v1 config file in the package (legacy).")
+    image = models.CharField(max_length=512)
+
+    # Trainers, each with these resources.
+    trainers = models.PositiveIntegerField(default=1)
+    cpu = models.PositiveIntegerField("CPU per trainer (millicores)", default=1000)
+    memory = models.PositiveBigIntegerField("memory per trainer (bytes)", default=2**30)
+    gpu = models.PositiveIntegerField("GPUs per trainer", default=0)
+
+    # Parameter servers (none for collective jobs).
+    pservers = models.PositiveIntegerField(default=0)
+    pscpu = models.PositiveIntegerField("CPU per pserver (millicores)", default=1000)
+    psmemory = models.PositiveBigIntegerField("memory per pserver (bytes)", default=2**30)
+
+    passes = models.PositiveIntegerField(default=1)
+    env = models.JSONField("extra environment", default=dict, blank=True)
+    restart_limit = models.PositiveIntegerField(
+        default=0, help_text="How often a failed trainer is restarted before the job fails.")
+    deadline_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The job fails if it runs longer than this.")
+    ttl_seconds_after_finished = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Delete the job this long after it ends.")
+
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "name"], name="unique_job_name_per_owner"),
+        ]
+        indexes = [
+            models.Index(fields=["owner", "-created_at", "-id"], name="job_owner_recent"),
+            models.Index(fields=["state"], name="job_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.owner}, {self.state})"
+
+
+class Replica(models.Model):
+    class Role(models.TextChoices):
+        PSERVER = "pserver"
+        TRAINER = "trainer"
+        MASTER = "master"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="replicas")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    index = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=ReplicaState.choices,
+                             default=ReplicaState.PENDING)
+    reason = models.TextField(blank=True)
+    restarts = models.PositiveIntegerField(default=0)
+    exit_code = models.IntegerField(null=True, blank=True)
+    host = models.CharField(max_length=253, blank=True)
+    endpoint = models.CharField(max_length=300, blank=True, help_text="host:port")
+    backend_ref = models.CharField(max_length=253, blank=True,
+                                   help_text="The backend's handle: a pid, a pod name.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "role", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "role", "index"], name="unique_replica"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job.name}-{self.role}-{self.index}"
+
+    @property
+    def name(self) -> str:
+        """As users name workers: ``trainer-0``, ``pserver-1``."""
+        return f"{self.role}-{self.index}"
+
+
+class JobEvent(models.Model):
+    """One state change of a job or of one of its replicas."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    replica = models.ForeignKey(Replica, on_delete=models.CASCADE, null=True, blank=True,
+                                related_name="events")
+    time = models.DateTimeField(default=timezone.now)
+    from_state = models.CharField(max_length=16)
+    to_state = models.CharField(max_length=16)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["time", "id"]
+        indexes = [models.Index(fields=["job", "time", "id"], name="jobevent_job_time")]
+
+    def __str__(self) -> str:
+        who = f"{self.replica.name} " if self.replica_id else ""
+        return f"{self.job.name}: {who}{self.from_state} -> {self.to_state} ({self.reason})"

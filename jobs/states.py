@@ -1,0 +1,84 @@
+"""The states of jobs and replicas and the transitions between them (the one table of rules).
+
+    pending ─▶ queued ─▶ starting ─▶ running ─▶ succeeded
+       │          │          │           │
+       └──────────┴──────────┴───────────┴────▶ failed | killed
+
+A job waits in ``queued`` while its quota is in use; ``starting`` while its replicas are being
+created; it is ``running`` once they all run. ``succeeded``, ``failed`` and ``killed`` are final.
+A replica that fails and may restart goes back from ``running`` (or ``starting``) to
+``starting``.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from paddlecloud.errors import ConflictError
+
+
+class JobState(models.TextChoices):
+    PENDING = "pending"
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+
+
+class ReplicaState(models.TextChoices):
+    PENDING = "pending"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+
+
+FINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED})
+FINAL_REPLICA_STATES = frozenset({ReplicaState.SUCCEEDED, ReplicaState.FAILED,
+                                  ReplicaState.KILLED})
+
+_ENDINGS = {JobState.FAILED, JobState.KILLED}
+
+JOB_TRANSITIONS: dict[str, frozenset[str]] = {
+    JobState.PENDING: frozenset({JobState.QUEUED, JobState.STARTING, *_ENDINGS}),
+    JobState.QUEUED: frozenset({JobState.STARTING, *_ENDINGS}),
+    # A short job can end before it is ever seen running.
+    JobState.STARTING: frozenset({JobState.RUNNING, JobState.SUCCEEDED, *_ENDINGS}),
+    JobState.RUNNING: frozenset({JobState.SUCCEEDED, *_ENDINGS}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.KILLED: frozenset(),
+}
+
+REPLICA_TRANSITIONS: dict[str, frozenset[str]] = {
+    ReplicaState.PENDING: frozenset({ReplicaState.STARTING, ReplicaState.FAILED,
+                                     ReplicaState.KILLED}),
+    # starting -> starting and running -> starting are restarts.
+    ReplicaState.STARTING: frozenset({ReplicaState.STARTING, ReplicaState.RUNNING,
+                                      ReplicaState.SUCCEEDED, ReplicaState.FAILED,
+                                      ReplicaState.KILLED}),
+    ReplicaState.RUNNING: frozenset({ReplicaState.STARTING, ReplicaState.SUCCEEDED,
+                                     ReplicaState.FAILED, ReplicaState.KILLED}),
+    ReplicaState.SUCCEEDED: frozenset(),
+    ReplicaState.FAILED: frozenset(),
+    ReplicaState.KILLED: frozenset(),
+}
+
+
+class IllegalTransitionError(ConflictError):
+    code = "illegal_transition"
+
+
+def transition_check(kind: str, table: dict[str, frozenset[str]], current: str,
+                     target: str) -> None:
+    """Refuse a transition the table does not allow, saying what is allowed."""
+    if target not in table:
+        raise ValueError(f"unknown {kind} state {target!r}")
+    if target not in table[current]:
+        allowed = ", ".join(sorted(table[current])) or "nothing: it has ended"
+        raise IllegalTransitionError(
+            f"a {kind} cannot go from {current} to {target} (from {current}: {allowed})"
+        )

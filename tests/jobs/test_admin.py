@@ -1,0 +1,50 @@
+"""Admins can look at every job, its replicas and its events, but not edit them by hand."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from accounts.services import user_upsert
+from jobs.models import Job, Replica
+from jobs.transitions import job_transition, replica_transition
+from tests.conftest import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_browser(datacenter) -> Client:
+    user_upsert("root", password=PASSWORD, datacenter_names=["datacenter1"], staff=True,
+                superuser=True)
+    client = Client()
+    assert client.login(username="root", password=PASSWORD)
+    return client
+
+
+@pytest.fixture
+def job(alice, datacenter):
+    job = Job.objects.create(owner=alice, datacenter=datacenter, name="fit-a-line",
+                             package="/pfs/datacenter1/home/alice/pkg",
+                             entry="python train.py", image="paddle")
+    trainer = Replica.objects.create(job=job, role="trainer", index=0)
+    job_transition(job, "starting", "replicas created")
+    replica_transition(trainer, "starting", "process started", host="node1")
+    return job
+
+
+def test_job_list_and_detail(admin_browser, job):
+    listing = admin_browser.get("/admin/jobs/job/?state__exact=starting")
+    assert listing.status_code == 200
+    assert "fit-a-line" in listing.content.decode()
+    detail = admin_browser.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    assert "replicas created" in detail and "process started" in detail
+    assert "node1" in detail
+
+
+def test_jobs_are_not_edited_by_hand(admin_browser, job):
+    assert admin_browser.get("/admin/jobs/job/add/").status_code == 403
+    response = admin_browser.post(f"/admin/jobs/job/{job.pk}/change/", {"state": "succeeded"})
+    assert response.status_code == 403
+    job.refresh_from_db()
+    assert job.state == "starting"
