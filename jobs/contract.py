@@ -1,7 +1,14 @@
 """The environment every replica gets, on every backend (DESIGN.md, "Environment contract").
 
-A job's extra ``env`` may not set these: PaddleCloud sets them for each replica.
+``replica_env`` is the one place it is built: the local backend passes it to processes, the
+Kubernetes backend writes it into pod specs. A job's extra ``env`` may not set these names.
 """
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
 
 LEGACY_VARIABLES = (
     "PADDLE_INIT_TRAINER_ID", "PADDLE_INIT_NUM_GRADIENT_SERVERS", "PADDLE_INIT_PSERVERS",
@@ -14,4 +21,88 @@ FLEET_VARIABLES = (
     "PADDLE_TRAINER_ENDPOINTS", "PADDLE_CURRENT_ENDPOINT", "POD_IP", "PADDLE_PORT",
     "PADDLE_MASTER", "PADDLE_NNODES",
 )
-RESERVED_ENV = frozenset(LEGACY_VARIABLES + FLEET_VARIABLES)
+# Ours: which pserver this is, and where the job's files are as the replica sees them.
+PADDLECLOUD_VARIABLES = ("PADDLE_PSERVER_ID", "PADDLE_OUTPUT_DIR", "PADDLE_PFS_HOME",
+                         "PADDLE_PFS_PUBLIC")
+RESERVED_ENV = frozenset(LEGACY_VARIABLES + FLEET_VARIABLES + PADDLECLOUD_VARIABLES)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where every replica of a job listens (``host:port``, in index order)."""
+
+    pservers: tuple[str, ...]
+    trainers: tuple[str, ...]
+    master: str | None  # collective jobs: trainer 0's rendezvous endpoint
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The job's directories as its replicas see them."""
+
+    output: str
+    pfs_home: str
+    pfs_public: str
+
+
+def job_namespace(datacenter, username: str) -> str:
+    """The user's namespace in a datacenter: a DNS-1123 label from the prefix and username,
+    cut short with a hash suffix when too long or when the username had to be changed."""
+    safe = re.sub(r"[^a-z0-9-]+", "-", username.lower()).strip("-") or "user"
+    name = f"{datacenter.namespace_prefix}{safe}"
+    if len(name) > 63 or safe != username:
+        digest = hashlib.sha256(username.encode()).hexdigest()[:8]
+        name = f"{name[: 63 - 9].rstrip('-')}-{digest}"
+    return name
+
+
+def _host(endpoint: str) -> str:
+    return endpoint.rsplit(":", 1)[0]
+
+
+def _port(endpoint: str) -> str:
+    return endpoint.rsplit(":", 1)[1]
+
+
+def replica_env(job, role: str, index: int, topology: Topology, paths: Paths,
+                namespace: str) -> dict[str, str]:
+    """The environment of one replica (``role`` ``trainer`` or ``pserver``), extra env first
+    so that the contract always wins."""
+    own = (topology.trainers if role == "trainer" else topology.pservers)[index]
+    env = dict(job.env)
+    env.update({
+        "JOB_NAME": job.name,
+        "JOB_NAMESPACE": namespace,
+        "PADDLE_CLOUD_CURRENT_DATACENTER": job.datacenter.name,
+        "TRAINERS": str(job.trainers),
+        "PADDLE_TRAINERS_NUM": str(job.trainers),
+        "PADDLE_INIT_NUM_GRADIENT_SERVERS": str(job.trainers),
+        "PADDLE_NNODES": str(job.trainers),
+        "PADDLE_INIT_NUM_PASSES": str(job.passes),
+        "PADDLE_INIT_USE_GPU": "1" if job.gpu else "0",
+        "PADDLE_PSERVERS_IP_PORT_LIST": ",".join(topology.pservers),
+        "PADDLE_INIT_PSERVERS": ",".join(_host(e) for e in topology.pservers),
+        "PADDLE_INIT_PORT": _port(topology.pservers[0]) if topology.pservers else _port(own),
+        "PADDLE_INIT_PORTS_NUM": "1",
+        "PADDLE_INIT_PORTS_NUM_FOR_SPARSE": "0",
+        "PADDLE_TRAINER_ENDPOINTS": ",".join(topology.trainers),
+        "PADDLE_CURRENT_ENDPOINT": own,
+        "POD_IP": _host(own),
+        "PADDLE_PORT": _port(own),
+        "PADDLE_OUTPUT_DIR": paths.output,
+        "PADDLE_PFS_HOME": paths.pfs_home,
+        "PADDLE_PFS_PUBLIC": paths.pfs_public,
+        "PYTHONUNBUFFERED": "1",
+    })
+    if role == "trainer":
+        env.update({
+            "TRAINING_ROLE": "TRAINER",
+            "TRAINER_ID": str(index),
+            "PADDLE_TRAINER_ID": str(index),
+            "PADDLE_INIT_TRAINER_ID": str(index),
+        })
+        if topology.master:
+            env["PADDLE_MASTER"] = topology.master
+    else:
+        env.update({"TRAINING_ROLE": "PSERVER", "PADDLE_PSERVER_ID": str(index)})
+    return env

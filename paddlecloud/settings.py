@@ -152,6 +152,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "purge-stale-api-tokens": {"task": "accounts.tasks.token_purge", "schedule": 3600.0},
+    "reconcile-jobs": {"task": "jobs.tasks.jobs_reconcile", "schedule": 15.0},
 }
 
 # ---------------------------------------------------------------------------------------------

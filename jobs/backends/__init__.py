@@ -1,0 +1,18 @@
+"""Execution backends: where a job's replicas run. ``backend_for(datacenter)`` picks one."""
+
+from __future__ import annotations
+
+from functools import cache
+
+
+@cache
+def _backend(name: str):
+    if name == "local":
+        from .local import LocalBackend
+
+        return LocalBackend()
+    raise ValueError(f"no execution backend named {name!r}")
+
+
+def backend_for(datacenter):
+    return _backend(datacenter.backend)

@@ -1,0 +1,61 @@
+"""What an execution backend must do. ``local`` and ``kubernetes`` implement it; the services
+and tasks use nothing else, and the same contract tests run against both."""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass
+
+from ..contract import Topology
+
+
+class Status(enum.Enum):
+    NOT_STARTED = "not started"  # nothing was ever started for this attempt
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"  # was started, is gone, and left no exit status
+
+
+@dataclass(frozen=True)
+class Observation:
+    status: Status
+    exit_code: int | None = None
+
+
+class BackendError(Exception):
+    """The backend could not do what was asked; the message says why, for the job's events."""
+
+
+class Backend(abc.ABC):
+    name: str
+
+    @abc.abstractmethod
+    def prepare(self, job) -> None:
+        """Make the job's files ready (package, requirements, output dir). Idempotent.
+        Raises BackendError with a message for the user when that fails."""
+
+    @abc.abstractmethod
+    def topology(self, job, replicas) -> Topology:
+        """Assign each replica its endpoint (saved on the replicas); the same on every call."""
+
+    @abc.abstractmethod
+    def start(self, job, replica, env: dict[str, str]) -> str:
+        """Start attempt ``replica.restarts`` of the replica, unless it was started already
+        (then return the same reference). Returns the backend's handle for it."""
+
+    @abc.abstractmethod
+    def observe(self, job, replica) -> Observation:
+        """What has become of the replica's current attempt."""
+
+    @abc.abstractmethod
+    def stop(self, job, replicas, grace: float) -> None:
+        """Stop the replicas: a polite signal, then a forced one after ``grace`` seconds."""
+
+    @abc.abstractmethod
+    def log_path(self, job, replica):
+        """The replica's log file, kept after the job ends."""
+
+    @abc.abstractmethod
+    def cleanup(self, job) -> None:
+        """Remove what the backend keeps for the job privately (not its output)."""

@@ -1,0 +1,228 @@
+"""The local backend: each replica is a child process on the portal's machine.
+
+Per job, privately under ``var/jobs/<id>/``: a copy of the trainer package (``pkg/``), the
+packages of its ``requirements.txt`` (``site-packages/``), and the runners' pid and exit files
+(``run/``). In the owner's PFS home: ``jobs/<name>/output/``, with each replica's log in
+``node_<index>/train.log`` (trainers) or ``node_<index>/server.log`` (pservers), as the seeds
+show. Replicas run with the portal's Python first on PATH. CPU and memory requests are not
+enforced on this backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+
+from ..contract import Topology
+from .base import Backend, BackendError, Observation, Status
+
+OUTPUT_MARKER = ".paddlecloud-job"
+
+
+def job_dir(job) -> Path:
+    return settings.VAR_DIR / "jobs" / str(job.pk)
+
+
+def home_dir(job) -> Path:
+    return job.datacenter.pfs_root_path / "home" / job.owner.username
+
+
+def output_dir(job) -> Path:
+    return home_dir(job) / "jobs" / job.name / "output"
+
+
+def package_dir(job) -> Path:
+    """Where the trainer package is on disk (checked when the job was submitted)."""
+    from pfs.paths import pfs_area_root, pfs_path_parse
+
+    path = pfs_path_parse(job.package, field="package")
+    return pfs_area_root(job.datacenter, path).joinpath(*path.parts)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - someone else's process took the pid
+        return False
+    try:  # a zombie has exited: reap it if it is ours
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        reaped = 0
+    if reaped:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    return b"local_runner.py" in cmdline
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    # --- files -----------------------------------------------------------------------------
+
+    def prepare(self, job) -> None:
+        private = job_dir(job)
+        (private / "run").mkdir(parents=True, exist_ok=True)
+        output = output_dir(job)
+        marker = output / OUTPUT_MARKER
+        if output.exists() and (not marker.exists() or marker.read_text() != str(job.pk)):
+            # An earlier job of the same name left its output: keep it beside ours.
+            earlier = marker.read_text() if marker.exists() else str(int(time.time()))
+            output.rename(output.with_name(f"output-{earlier}"))
+        output.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(job.pk))
+
+        pkg = private / "pkg"
+        if not pkg.exists():
+            source = package_dir(job)
+            if not source.is_dir():
+                raise BackendError(f"the trainer package {job.package} is gone")
+            tmp = private / "pkg.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(source, tmp, symlinks=True)
+            tmp.rename(pkg)
+
+        requirements = pkg / "requirements.txt"
+        site = private / "site-packages"
+        if requirements.exists() and not site.exists():
+            log = output / "setup.log"
+            tmp = private / "site-packages.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            with log.open("ab") as out:
+                out.write(b"installing requirements.txt\n")
+                out.flush()
+                result = subprocess.run(  # noqa: S603 - pip on the user's own requirements
+                    [sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
+                     "--no-input", "--target", str(tmp), "-r", str(requirements)],
+                    stdout=out, stderr=subprocess.STDOUT, cwd=pkg, timeout=1800, check=False)
+            if result.returncode != 0:
+                raise BackendError("requirements.txt could not be installed "
+                                   f"(pip exited {result.returncode}); see output/setup.log")
+            tmp.rename(site)
+
+    def log_path(self, job, replica) -> Path:
+        kind = "train" if replica.role == "trainer" else "server"
+        return output_dir(job) / f"node_{replica.index}" / f"{kind}.log"
+
+    def cleanup(self, job) -> None:
+        shutil.rmtree(job_dir(job), ignore_errors=True)
+
+    # --- processes -------------------------------------------------------------------------
+
+    def topology(self, job, replicas) -> Topology:
+        with transaction.atomic():
+            for replica in replicas:
+                if not replica.endpoint:
+                    replica.host = "127.0.0.1"
+                    replica.endpoint = f"127.0.0.1:{_free_port()}"
+                    replica.save(update_fields=["host", "endpoint"])
+        pservers = tuple(r.endpoint for r in replicas if r.role == "pserver")
+        trainers = tuple(r.endpoint for r in replicas if r.role == "trainer")
+        master = None
+        if not pservers:
+            master_file = job_dir(job) / "master"
+            if not master_file.exists():
+                master_file.parent.mkdir(parents=True, exist_ok=True)
+                master_file.write_text(f"127.0.0.1:{_free_port()}")
+            master = master_file.read_text()
+        return Topology(pservers=pservers, trainers=trainers, master=master)
+
+    def _files(self, job, replica) -> tuple[Path, Path]:
+        run = job_dir(job) / "run"
+        return run / f"{replica.name}.pid", run / f"{replica.name}.exit"
+
+    def start(self, job, replica, env: dict[str, str]) -> str:
+        pid_file, exit_file = self._files(job, replica)
+        started = _read_json(pid_file)
+        if started and started.get("attempt") == replica.restarts:
+            return f"pid:{started['pid']}"  # this attempt is running or has run: not twice
+        if exit_file.exists():
+            exit_file.unlink()
+        pkg = job_dir(job) / "pkg"
+        site = job_dir(job) / "site-packages"
+        full_env = {
+            "PATH": f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "HOME": str(home_dir(job)),
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(site) if site.exists() else "",
+                                                      str(pkg)) if p),
+            **env,
+        }
+        runner = Path(__file__).with_name("local_runner.py")
+        process = subprocess.Popen(  # noqa: S603 - running the user's entry is the point
+            [sys.executable, str(runner), "--state", str(pid_file.parent),
+             "--name", replica.name, "--attempt", str(replica.restarts),
+             "--log", str(self.log_path(job, replica)), "--", "/bin/sh", "-c", job.entry],
+            cwd=pkg, env=full_env, start_new_session=True, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # The runner writes its pid file first thing; wait for it so a retry sees it.
+        deadline = time.monotonic() + 10
+        while not pid_file.exists() and time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise BackendError(f"the runner of {replica.name} exited at once "
+                                   f"(code {process.returncode})")
+            time.sleep(0.01)
+        return f"pid:{process.pid}"
+
+    def observe(self, job, replica) -> Observation:
+        pid_file, exit_file = self._files(job, replica)
+        ended = _read_json(exit_file)
+        if ended and ended.get("attempt") == replica.restarts:
+            return Observation(Status.EXITED, ended["code"])
+        started = _read_json(pid_file)
+        if not started or started.get("attempt") != replica.restarts:
+            return Observation(Status.NOT_STARTED)
+        if _alive(started["pid"]):
+            return Observation(Status.RUNNING)
+        ended = _read_json(exit_file)  # it may have ended since we looked
+        if ended and ended.get("attempt") == replica.restarts:
+            return Observation(Status.EXITED, ended["code"])
+        return Observation(Status.LOST)
+
+    def stop(self, job, replicas, grace: float) -> None:
+        groups = []
+        for replica in replicas:
+            started = _read_json(self._files(job, replica)[0])
+            if started and _alive(started["pid"]):
+                groups.append(started["pid"])
+        for pgid in groups:
+            _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while groups and time.monotonic() < deadline:
+            groups = [pgid for pgid in groups if _alive(pgid)]
+            time.sleep(0.1)
+        for pgid in groups:
+            _signal_group(pgid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)

@@ -1,0 +1,64 @@
+"""Runs one replica attempt on the local backend and records how it ended.
+
+    python local_runner.py --state DIR --name trainer-0 --attempt 0 \
+        --log OUT/node_0/train.log -- sh -c "python train.py"
+
+The backend starts it in a new session, so the runner and the command share one process
+group and a signal to the group reaches both. The runner writes ``NAME.pid`` when it starts
+and ``NAME.exit`` (the command's exit code, or minus the signal that ended it) when the command
+ends, so the portal can tell what happened even if it was not running at that moment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="local_runner")
+    parser.add_argument("--state", required=True, type=Path)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--attempt", required=True, type=int)
+    parser.add_argument("--log", required=True, type=Path)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+
+    # A signal to the group reaches the command directly; the runner stays to record the end.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    signal.signal(signal.SIGINT, lambda *_: None)
+    write_json(args.state / f"{args.name}.pid",
+               {"pid": os.getpid(), "attempt": args.attempt, "started": time.time()})
+    args.log.parent.mkdir(parents=True, exist_ok=True)
+    with args.log.open("ab") as log:
+        if args.attempt:
+            log.write(f"\n--- restart {args.attempt} ---\n".encode())
+            log.flush()
+        try:
+            child = subprocess.Popen(  # noqa: S603 - the job's own entry command
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            log.write(f"cannot start {command!r}: {exc}\n".encode())
+            code = 127
+        else:
+            code = child.wait()
+    write_json(args.state / f"{args.name}.exit",
+               {"attempt": args.attempt, "code": code, "ended": time.time()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Driving jobs on their backend: launch, observe and advance, stop. Called by the Celery
+tasks (and by nothing that serves a request). Every step is idempotent: it may run twice, or
+be cut off half way and run again, and each replica attempt is still started exactly once."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from .backends import backend_for
+from .backends.base import BackendError, Status
+from .contract import Paths, job_namespace, replica_env
+from .models import Job, Replica
+from .states import FINAL_JOB_STATES, FINAL_REPLICA_STATES, JobState, ReplicaState
+from .transitions import job_transition, replica_transition
+
+logger = logging.getLogger(__name__)
+
+STOP_GRACE_SECONDS = 10.0
+
+
+def exit_reason(code: int | None) -> str:
+    """An exit status as a user understands it."""
+    if code is None:
+        return "ended without an exit status"
+    if code == 0:
+        return "exited 0"
+    sig = -code if code < 0 else code - 128 if 128 < code < 160 else None
+    if code == 127:
+        return "command not found (exit 127): check the job's entry command"
+    if code == 126:
+        return "command cannot be executed (exit 126): check its permissions"
+    if sig == signal.SIGKILL:
+        return (f"killed (SIGKILL, exit {code}): often the out-of-memory killer; "
+                "ask for more memory")
+    if sig == signal.SIGSEGV:
+        return f"segmentation fault (exit {code})"
+    if sig == signal.SIGTERM:
+        return f"terminated (SIGTERM, exit {code})"
+    if sig == signal.SIGABRT:
+        return f"aborted (SIGABRT, exit {code})"
+    if sig is not None and 0 < sig < signal.NSIG:
+        return f"ended by signal {signal.Signals(sig).name} (exit {code})"
+    return f"exited with code {code}"
+
+
+def _replicas(job) -> list[Replica]:
+    return list(job.replicas.order_by("role", "index"))
+
+
+def _paths(job, backend) -> Paths:
+    from .backends.local import home_dir, output_dir
+
+    # Replicas of the local backend see the real directories; Kubernetes mounts them at
+    # /pfs/{dc}/… (the kubernetes backend passes its own Paths).
+    return Paths(output=str(output_dir(job)), pfs_home=str(home_dir(job)),
+                 pfs_public=str(job.datacenter.public_path))
+
+
+def job_launch(job_id: int) -> None:
+    """Start every replica of a pending (or half-started) job."""
+    job = Job.objects.select_related("datacenter", "owner").get(pk=job_id)
+    if job.state in FINAL_JOB_STATES:
+        return
+    if job.state in (JobState.PENDING, JobState.QUEUED):
+        job_transition(job, JobState.STARTING, "starting its replicas")
+    backend = backend_for(job.datacenter)
+    try:
+        backend.prepare(job)
+    except BackendError as exc:
+        job_fail(job, str(exc))
+        return
+    replicas = _replicas(job)
+    topology = backend.topology(job, replicas)
+    paths = _paths(job, backend)
+    namespace = job_namespace(job.datacenter, job.owner.username)
+    for replica in replicas:
+        with transaction.atomic():
+            locked = Replica.objects.select_for_update().get(pk=replica.pk)
+            if locked.state != ReplicaState.PENDING:
+                continue
+            env = replica_env(job, replica.role, replica.index, topology, paths, namespace)
+            try:
+                ref = backend.start(job, locked, env)
+            except BackendError as exc:
+                replica_transition(locked, ReplicaState.FAILED, str(exc))
+                continue
+            replica_transition(locked, ReplicaState.STARTING, "process started",
+                               backend_ref=ref)
+
+
+def job_sync(job_id: int) -> bool:
+    """Observe the job's replicas and apply what happened. Returns True while the job runs."""
+    job = Job.objects.select_related("datacenter", "owner").get(pk=job_id)
+    backend = backend_for(job.datacenter)
+    replicas = _replicas(job)
+    if job.state in FINAL_JOB_STATES:
+        live = [r for r in replicas if r.state not in FINAL_REPLICA_STATES]
+        if live:
+            _stop(job, live, f"the job {job.state}")
+        return False
+    if job.state in (JobState.PENDING, JobState.QUEUED):
+        return True  # job_launch has not run yet
+
+    for replica in replicas:
+        if replica.state in (ReplicaState.STARTING, ReplicaState.RUNNING):
+            _observe(job, backend, replica)
+
+    trainers = [r for r in replicas if r.role == Replica.Role.TRAINER]
+    failed = next((r for r in replicas if r.state == ReplicaState.FAILED), None)
+    if failed is not None:
+        job_fail(job, f"{failed.name} failed: {failed.reason}")
+        return False
+    if trainers and all(r.state == ReplicaState.SUCCEEDED for r in trainers):
+        rest = [r for r in replicas if r.state not in FINAL_REPLICA_STATES]
+        if rest:
+            _stop(job, rest, "stopped: the trainers finished", final=ReplicaState.SUCCEEDED)
+        job_transition(job, JobState.SUCCEEDED, "every trainer exited 0")
+        return False
+    if job.deadline_seconds:
+        since = job.started_at or job.created_at
+        if timezone.now() - since > timedelta(seconds=job.deadline_seconds):
+            job_fail(job, f"ran past its deadline of {job.deadline_seconds} seconds")
+            return False
+    if job.state == JobState.STARTING and all(
+            r.state in (ReplicaState.RUNNING, ReplicaState.SUCCEEDED) for r in replicas):
+        job_transition(job, JobState.RUNNING, "every replica is running")
+    return True
+
+
+def _observe(job, backend, replica) -> None:
+    seen = backend.observe(job, replica)
+    if seen.status == Status.RUNNING:
+        if replica.state == ReplicaState.STARTING:
+            replica_transition(replica, ReplicaState.RUNNING, "running")
+        return
+    if seen.status == Status.NOT_STARTED:
+        # A restart was recorded but its start was cut off: start it now.
+        job_launch_replica(job, replica)
+        return
+    if seen.status == Status.EXITED and seen.exit_code == 0:
+        replica_transition(replica, ReplicaState.SUCCEEDED, "exited 0", exit_code=0)
+        return
+    reason = (exit_reason(seen.exit_code) if seen.status == Status.EXITED else
+              "the process vanished without an exit status (was the machine restarted?)")
+    may_restart = (replica.role == Replica.Role.TRAINER
+                   and replica.restarts < job.restart_limit)
+    if not may_restart:
+        replica_transition(replica, ReplicaState.FAILED, reason, exit_code=seen.exit_code)
+        return
+    # The restart is recorded first; if what follows is cut off, the next sync starts it.
+    replica_transition(replica, ReplicaState.STARTING,
+                       f"{reason}; restart {replica.restarts + 1} of {job.restart_limit}",
+                       restart=True, exit_code=seen.exit_code)
+    job_launch_replica(job, replica)
+
+
+def job_launch_replica(job, replica) -> None:
+    """Start the current attempt of one replica that is ``starting`` (after a restart)."""
+    backend = backend_for(job.datacenter)
+    replicas = _replicas(job)
+    topology = backend.topology(job, replicas)
+    env = replica_env(job, replica.role, replica.index, topology, _paths(job, backend),
+                      job_namespace(job.datacenter, job.owner.username))
+    with transaction.atomic():
+        locked = Replica.objects.select_for_update().get(pk=replica.pk)
+        if locked.state != ReplicaState.STARTING:
+            return
+        try:
+            ref = backend.start(job, locked, env)
+        except BackendError as exc:
+            replica_transition(locked, ReplicaState.FAILED, str(exc))
+            return
+        Replica.objects.filter(pk=replica.pk).update(backend_ref=ref)
+
+
+def job_fail(job, reason: str) -> None:
+    if job_transition(job, JobState.FAILED, reason) or job.state == JobState.FAILED:
+        live = [r for r in _replicas(job) if r.state not in FINAL_REPLICA_STATES]
+        if live:
+            _stop(job, live, f"stopped: the job failed ({reason})")
+
+
+def job_halt(job_id: int) -> None:
+    """Stop every replica of a job that has ended (a kill, a failure)."""
+    job = Job.objects.select_related("datacenter", "owner").get(pk=job_id)
+    live = [r for r in _replicas(job) if r.state not in FINAL_REPLICA_STATES]
+    if live:
+        _stop(job, live, f"stopped: the job was {job.state}")
+
+
+def _stop(job, replicas, reason: str, final: str = ReplicaState.KILLED) -> None:
+    backend_for(job.datacenter).stop(job, replicas, STOP_GRACE_SECONDS)
+    for replica in replicas:
+        # A replica that never started cannot have succeeded.
+        target = ReplicaState.KILLED if replica.state == ReplicaState.PENDING else final
+        replica_transition(replica, target, reason)

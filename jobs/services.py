@@ -1,0 +1,101 @@
+"""What users do with jobs. The API, the dashboard, the CLI (through the API) and the admin
+call these; they validate, record, and hand the work on to the Celery tasks."""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+
+from paddlecloud.errors import ConflictError, NotFoundError, ValidationError
+
+from .models import Job, JobEvent, Replica
+from .spec import JobSpec, job_spec_validate
+from .states import FINAL_JOB_STATES, JobState
+from .transitions import job_transition
+
+
+def job_plan(spec: JobSpec) -> list[dict]:
+    """The replicas a spec starts: pservers first, then trainers."""
+    return ([{"role": "pserver", "index": i, "cpu": spec.pscpu, "memory": spec.psmemory,
+              "gpu": 0} for i in range(spec.pservers)]
+            + [{"role": "trainer", "index": i, "cpu": spec.cpu, "memory": spec.memory,
+                "gpu": spec.gpu} for i in range(spec.trainers)])
+
+
+def job_submit(user, datacenter, data: dict) -> tuple[Job | None, JobSpec]:
+    """Validate and record a job, and queue its start once the record is committed.
+
+    With ``dry_run`` in ``data`` nothing is recorded or started: returns ``(None, spec)``.
+    """
+    dry_run = bool(data.get("dry_run"))
+    spec = job_spec_validate(user, datacenter, data)
+    if dry_run:
+        return None, spec
+    try:
+        with transaction.atomic():
+            job = Job.objects.create(owner=user, datacenter=datacenter, **spec.as_dict())
+            Replica.objects.bulk_create(
+                Replica(job=job, role=r["role"], index=r["index"]) for r in job_plan(spec))
+            JobEvent.objects.create(job=job, from_state="", to_state=JobState.PENDING,
+                                    reason=f"submitted by {user.username}")
+            transaction.on_commit(lambda: _queue_start(job.pk))
+    except IntegrityError:
+        raise ValidationError.for_field(
+            "name", f"you already have a job named {spec.name!r}: delete it first "
+                    f"(paddlectl delete job {spec.name}) or pick another name") from None
+    return job, spec
+
+
+def _queue_start(job_id: int) -> None:
+    from .tasks import job_start
+
+    job_start.delay(job_id)
+
+
+def job_get(user, name: str) -> Job:
+    """One of the user's jobs; another user's job is simply not found."""
+    job = Job.objects.select_related("datacenter", "owner").filter(owner=user, name=name).first()
+    if job is None:
+        raise NotFoundError(f"you have no job named {name!r}")
+    return job
+
+
+def job_list(user, *, state: str | None = None, name: str | None = None):
+    jobs = Job.objects.filter(owner=user).select_related("datacenter")
+    if state:
+        states = [s.strip() for s in state.split(",") if s.strip()]
+        unknown = sorted(set(states) - set(JobState.values))
+        if unknown:
+            raise ValidationError.for_field(
+                "state", f"unknown state {unknown[0]!r}; use {', '.join(JobState.values)}")
+        jobs = jobs.filter(state__in=states)
+    if name:
+        jobs = jobs.filter(name__contains=name)
+    return jobs
+
+
+def job_kill(user, name: str) -> Job:
+    """End a job and every replica of it (the seeds' ``paddlectl kill``)."""
+    job = job_get(user, name)
+    if job.state in FINAL_JOB_STATES:
+        raise ConflictError(f"job {name!r} has already {job.state}", code="job_ended")
+    job_transition(job, JobState.KILLED, f"killed by {user.username}")
+
+    def queue_halt():
+        from .tasks import job_stop
+
+        job_stop.delay(job.pk)
+
+    transaction.on_commit(queue_halt)
+    return job
+
+
+def job_delete(user, name: str) -> None:
+    """Remove an ended job from history (the seeds' ``kill -rm``). Its output stays in PFS."""
+    job = job_get(user, name)
+    if job.state not in FINAL_JOB_STATES:
+        raise ConflictError(f"job {name!r} is {job.state}: kill it first "
+                            f"(paddlectl kill {name}), then delete it", code="job_not_ended")
+    from .backends import backend_for
+
+    backend_for(job.datacenter).cleanup(job)
+    job.delete()

@@ -1,0 +1,73 @@
+"""Celery tasks: each takes a job id, acknowledges late and may safely run twice."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from celery import shared_task
+from django.utils import timezone
+
+from . import engine
+from .models import Job
+from .states import FINAL_JOB_STATES, JobState
+
+logger = logging.getLogger(__name__)
+
+SYNC_INTERVAL = 1.0  # seconds between two looks at a running job
+LOST_START_AFTER = timedelta(seconds=30)
+
+
+@shared_task(name="jobs.tasks.job_start", acks_late=True)
+def job_start(job_id: int) -> None:
+    if not Job.objects.filter(pk=job_id).exists():
+        return
+    engine.job_launch(job_id)
+    job_watch.apply_async((job_id,), countdown=SYNC_INTERVAL)
+
+
+@shared_task(name="jobs.tasks.job_watch", acks_late=True)
+def job_watch(job_id: int) -> None:
+    """Follow a job until it ends, one look per second (without holding a worker)."""
+    if not Job.objects.filter(pk=job_id).exists():
+        return
+    if engine.job_sync(job_id):
+        job_watch.apply_async((job_id,), countdown=SYNC_INTERVAL)
+
+
+@shared_task(name="jobs.tasks.job_stop", acks_late=True)
+def job_stop(job_id: int) -> None:
+    if Job.objects.filter(pk=job_id).exists():
+        engine.job_halt(job_id)
+
+
+@shared_task(name="jobs.tasks.jobs_reconcile")
+def jobs_reconcile() -> dict[str, int]:
+    """Bring the database and the processes back in line (celery beat, every 15 s): start jobs
+    whose start was lost, look at every job that runs (replicas that vanished while the portal
+    was down are marked, deadlines enforced), stop what is left of ended jobs, delete ended
+    jobs past their TTL."""
+    counts = {"restarted": 0, "synced": 0, "expired": 0}
+    now = timezone.now()
+    lost = Job.objects.filter(state=JobState.PENDING, created_at__lt=now - LOST_START_AFTER)
+    for job_id in lost.values_list("pk", flat=True):
+        job_start.delay(job_id)
+        counts["restarted"] += 1
+    active = Job.objects.filter(state__in=[JobState.STARTING, JobState.RUNNING])
+    for job_id in active.values_list("pk", flat=True):
+        engine.job_sync(job_id)
+        counts["synced"] += 1
+    ended_live = (Job.objects.filter(state__in=FINAL_JOB_STATES)
+                  .filter(replicas__state__in=["pending", "starting", "running"]).distinct())
+    for job_id in ended_live.values_list("pk", flat=True):
+        engine.job_halt(job_id)
+    for job in Job.objects.filter(state__in=FINAL_JOB_STATES,
+                                  ttl_seconds_after_finished__isnull=False,
+                                  finished_at__isnull=False).select_related("datacenter"):
+        if job.finished_at + timedelta(seconds=job.ttl_seconds_after_finished) < now:
+            from .backends import backend_for
+
+            backend_for(job.datacenter).cleanup(job)
+            job.delete()
+            counts["expired"] += 1
+    return counts
