@@ -51,16 +51,17 @@ def _queue_start(job_id: int) -> None:
     job_start.delay(job_id)
 
 
-def job_get(user, name: str) -> Job:
-    """One of the user's jobs; another user's job is simply not found."""
-    job = Job.objects.select_related("datacenter", "owner").filter(owner=user, name=name).first()
+def job_get(user, datacenter, name: str) -> Job:
+    """One of the user's jobs in the datacenter; another user's job is simply not found."""
+    job = (Job.objects.select_related("datacenter", "owner")
+           .filter(owner=user, datacenter=datacenter, name=name).first())
     if job is None:
-        raise NotFoundError(f"you have no job named {name!r}")
+        raise NotFoundError(f"you have no job named {name!r} in datacenter {datacenter.name!r}")
     return job
 
 
-def job_list(user, *, state: str | None = None, name: str | None = None):
-    jobs = Job.objects.filter(owner=user).select_related("datacenter")
+def job_list(user, datacenter, *, state: str | None = None, name: str | None = None):
+    jobs = Job.objects.filter(owner=user, datacenter=datacenter).select_related("datacenter")
     if state:
         states = [s.strip() for s in state.split(",") if s.strip()]
         unknown = sorted(set(states) - set(JobState.values))
@@ -73,9 +74,9 @@ def job_list(user, *, state: str | None = None, name: str | None = None):
     return jobs
 
 
-def job_kill(user, name: str) -> Job:
+def job_kill(user, datacenter, name: str) -> Job:
     """End a job and every replica of it (the seeds' ``paddlectl kill``)."""
-    job = job_get(user, name)
+    job = job_get(user, datacenter, name)
     if job.state in FINAL_JOB_STATES:
         raise ConflictError(f"job {name!r} has already {job.state}", code="job_ended")
     job_transition(job, JobState.KILLED, f"killed by {user.username}")
@@ -89,9 +90,9 @@ def job_kill(user, name: str) -> Job:
     return job
 
 
-def job_delete(user, name: str) -> None:
+def job_delete(user, datacenter, name: str) -> None:
     """Remove an ended job from history (the seeds' ``kill -rm``). Its output stays in PFS."""
-    job = job_get(user, name)
+    job = job_get(user, datacenter, name)
     if job.state not in FINAL_JOB_STATES:
         raise ConflictError(f"job {name!r} is {job.state}: kill it first "
                             f"(paddlectl kill {name}), then delete it", code="job_not_ended")

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from paddlecloud.quantity import format_bytes, format_cpu
+
+from .models import Job, JobEvent, Replica
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class CpuField(serializers.Field):
+    def to_representation(self, value):
+        return format_cpu(value)
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class BytesField(serializers.Field):
+    def to_representation(self, value):
+        return format_bytes(value)
+
+
+class JobSerializer(serializers.ModelSerializer):
+    datacenter = serializers.CharField(source="datacenter.name")
+    cpu = CpuField()
+    memory = BytesField()
+    pscpu = CpuField()
+    psmemory = BytesField()
+
+    class Meta:
+        model = Job
+        fields = ["name", "state", "state_reason", "datacenter", "package", "entry", "topology",
+                  "image", "trainers", "cpu", "memory", "gpu", "pservers", "pscpu", "psmemory",
+                  "passes", "env", "restart_limit", "deadline_seconds",
+                  "ttl_seconds_after_finished", "created_at", "started_at", "finished_at"]
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    """For the schema only: the body is checked by jobs.spec, which names every mistake."""
+
+    name = serializers.CharField(help_text="DNS-1123 label, unique among your jobs "
+                                           "(the seeds' `jobname` is accepted too)")
+    package = serializers.CharField(help_text="/pfs/{dc}/home/{user}/… directory")
+    entry = serializers.CharField(help_text='e.g. "python train.py"')
+    image = serializers.CharField(required=False)
+    topology = serializers.CharField(required=False)
+    trainers = serializers.IntegerField(required=False, help_text="the seeds' `parallelism`")
+    cpu = serializers.CharField(required=False, help_text="1, 0.5 or 500m")
+    memory = serializers.CharField(required=False, help_text="1Gi, 512Mi, 2G")
+    gpu = serializers.IntegerField(required=False)
+    pservers = serializers.IntegerField(required=False)
+    pscpu = serializers.CharField(required=False)
+    psmemory = serializers.CharField(required=False)
+    passes = serializers.IntegerField(required=False)
+    env = serializers.DictField(child=serializers.CharField(), required=False)
+    restart_limit = serializers.IntegerField(required=False)
+    deadline_seconds = serializers.IntegerField(required=False)
+    ttl_seconds_after_finished = serializers.IntegerField(required=False)
+    dry_run = serializers.BooleanField(required=False)
+
+
+class WorkerSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Replica
+        fields = ["name", "role", "index", "state", "reason", "restarts", "exit_code", "host",
+                  "endpoint", "started_at", "finished_at"]
+
+
+class EventSerializer(serializers.ModelSerializer):
+    worker = serializers.SerializerMethodField()
+
+    class Meta:
+        model = JobEvent
+        fields = ["time", "worker", "from_state", "to_state", "reason"]
+
+    def get_worker(self, event) -> str | None:
+        return event.replica.name if event.replica_id else None

@@ -1,0 +1,144 @@
+"""The jobs API: validate, call a service, serialize. Nothing here talks to a backend."""
+
+from __future__ import annotations
+
+from asgiref.sync import sync_to_async
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.pagination import CursorPagination
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.selectors import request_datacenter
+from accounts.serializers import ErrorSerializer
+from paddlecloud.errors import NotFoundError, ValidationError
+
+from . import logs, services
+from .backends import backend_for
+from .models import Replica
+from .serializers import EventSerializer, JobSerializer, JobSubmitSerializer, WorkerSerializer
+from .services import job_plan
+from .states import FINAL_REPLICA_STATES
+
+ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409)}
+MAX_TAIL = 100_000
+
+
+class JobCursor(CursorPagination):
+    ordering = ("-created_at", "-id")
+    page_size = 50
+    page_size_query_param = "limit"
+    max_page_size = 500
+
+
+class JobListView(APIView):
+    @extend_schema(parameters=[
+        OpenApiParameter("state", str, description="comma-separated states"),
+        OpenApiParameter("name", str, description="part of the name"),
+        OpenApiParameter("limit", int), OpenApiParameter("cursor", str)],
+        responses={200: JobSerializer(many=True), **ERRORS}, summary="Your jobs, newest first")
+    def get(self, request):
+        jobs = services.job_list(request.user, request_datacenter(request),
+                                 state=request.query_params.get("state"),
+                                 name=request.query_params.get("name"))
+        paginator = JobCursor()
+        page = paginator.paginate_queryset(jobs, request, view=self)
+        return paginator.get_paginated_response(JobSerializer(page, many=True).data)
+
+    @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer, **ERRORS},
+                   summary="Submit a job (or, with dry_run, check it and see what it would start)")
+    def post(self, request):
+        if not isinstance(request.data, dict):
+            raise ValidationError("the job must be a JSON object")
+        job, spec = services.job_submit(request.user, request_datacenter(request),
+                                        request.data)
+        if job is None:
+            return Response({"dry_run": True, "job": spec.as_dict(),
+                             "replicas": job_plan(spec)})
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+
+class JobDetailView(APIView):
+    @extend_schema(responses={200: JobSerializer, **ERRORS}, summary="One job")
+    def get(self, request, name: str):
+        job = services.job_get(request.user, request_datacenter(request), name)
+        return Response(JobSerializer(job).data)
+
+    @extend_schema(responses={204: None, **ERRORS},
+                   summary="Delete an ended job from history (its output stays in PFS)")
+    def delete(self, request, name: str):
+        services.job_delete(request.user, request_datacenter(request), name)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class JobKillView(APIView):
+    @extend_schema(request=None, responses={200: JobSerializer, **ERRORS},
+                   summary="Kill a job: every replica is stopped")
+    def post(self, request, name: str):
+        job = services.job_kill(request.user, request_datacenter(request), name)
+        return Response(JobSerializer(job).data)
+
+
+class JobWorkersView(APIView):
+    @extend_schema(responses={200: WorkerSerializer(many=True), **ERRORS},
+                   summary="The job's workers (parameter servers and trainers)")
+    def get(self, request, name: str):
+        job = services.job_get(request.user, request_datacenter(request), name)
+        return Response(WorkerSerializer(job.replicas.order_by("role", "index"), many=True).data)
+
+
+class JobEventsView(APIView):
+    @extend_schema(responses={200: EventSerializer(many=True), **ERRORS},
+                   summary="Every state change of the job and its workers, oldest first")
+    def get(self, request, name: str):
+        job = services.job_get(request.user, request_datacenter(request), name)
+        events = job.events.select_related("replica")
+        return Response(EventSerializer(events, many=True).data)
+
+
+def _worker(job, name: str | None) -> Replica:
+    replicas = list(job.replicas.all())
+    if not name:
+        trainers = [r for r in replicas if r.role == Replica.Role.TRAINER]
+        return min(trainers or replicas, key=lambda r: (r.role, r.index))
+    for replica in replicas:
+        if replica.name == name:
+            return replica
+    names = ", ".join(sorted(r.name for r in replicas))
+    raise NotFoundError.for_field("worker", f"job {job.name!r} has no worker {name!r} "
+                                            f"(it has {names})")
+
+
+class JobLogsView(APIView):
+    @extend_schema(parameters=[
+        OpenApiParameter("worker", str, description="e.g. trainer-0 (default), pserver-1"),
+        OpenApiParameter("tail", int, description="only the last N lines"),
+        OpenApiParameter("follow", bool, description="keep streaming until the worker ends")],
+        responses={(200, "text/plain"): OpenApiTypes.STR, **ERRORS},
+        summary="A worker's log (kept after the job ends)")
+    def get(self, request, name: str):
+        job = services.job_get(request.user, request_datacenter(request), name)
+        replica = _worker(job, request.query_params.get("worker"))
+        tail = request.query_params.get("tail")
+        if tail is not None and (not tail.isdigit() or int(tail) > MAX_TAIL):
+            raise ValidationError.for_field("tail", f"a whole number from 0 to {MAX_TAIL}")
+        follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
+        path = backend_for(job.datacenter).log_path(job, replica)
+        offset = logs.tail_offset(path, int(tail)) if tail is not None else 0
+
+        if not follow:
+            return StreamingHttpResponse(iter([logs.read_from(path, offset)]),
+                                         content_type="text/plain; charset=utf-8")
+
+        @sync_to_async
+        def finished() -> bool:
+            state = Replica.objects.filter(pk=replica.pk).values_list("state", flat=True).first()
+            return state is None or state in FINAL_REPLICA_STATES
+
+        response = StreamingHttpResponse(logs.follow(path, offset, finished),
+                                         content_type="text/plain; charset=utf-8")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
