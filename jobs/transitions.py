@@ -35,8 +35,8 @@ def job_transition(job: Job, target: str, reason: str = "") -> bool:
     transition_check("job", JOB_TRANSITIONS, locked.state, target)
     now = timezone.now()
     changes = {"state": target, "state_reason": reason, "updated_at": now}
-    if target == JobState.RUNNING and locked.started_at is None:
-        changes["started_at"] = now
+    if target in (JobState.STARTING, JobState.RUNNING) and locked.started_at is None:
+        changes["started_at"] = now  # its replicas are being started
     if target in FINAL_JOB_STATES:
         changes["finished_at"] = now
     Job.objects.filter(pk=job.pk).update(**changes)

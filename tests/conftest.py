@@ -60,6 +60,30 @@ def _clear_cache():
     cache.clear()
 
 
+@pytest.fixture(scope="session")
+def celery_worker():
+    """The worker runportal embeds, consuming from the real Redis broker of REDIS_URL.
+    Tests that use it need ``django_db(transaction=True)``: it reads what they commit."""
+    from paddlecloud.celery import app as celery_app
+    from paddlecloud.worker import EmbeddedWorker
+
+    assert celery_app.conf.broker_url == settings.REDIS_URL
+    worker = EmbeddedWorker(concurrency=2, beat=False)
+    worker.start()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def pfs_home(settings, tmp_path, datacenter):
+    """alice's PFS home on disk, under a fresh PFS root."""
+    settings.PADDLECLOUD_PFS_ROOT = tmp_path / "pfs"
+    settings.VAR_DIR = tmp_path / "var"
+    home = tmp_path / "pfs" / "datacenter1" / "home" / "alice"
+    home.mkdir(parents=True)
+    return home
+
+
 @pytest.fixture
 def api() -> APIClient:
     return APIClient()

@@ -15,21 +15,10 @@ from accounts.models import ApiToken
 from accounts.services import token_create
 from accounts.tasks import token_purge
 from paddlecloud.celery import app as celery_app
-from paddlecloud.worker import EmbeddedWorker
-
-
-@pytest.fixture(scope="module")
-def worker():
-    """The worker runportal embeds, here consuming from the Redis broker."""
-    assert celery_app.conf.broker_url == settings.REDIS_URL
-    embedded = EmbeddedWorker(concurrency=1, beat=False)
-    embedded.start()
-    yield embedded
-    embedded.stop()
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_task_runs_on_a_worker_through_redis(worker, alice):
+def test_a_task_runs_on_a_worker_through_redis(celery_worker, alice):
     stale = token_create(alice).token
     live = token_create(alice).token
     ApiToken.objects.filter(pk=stale.pk).update(expires_at=timezone.now() - timedelta(days=40))

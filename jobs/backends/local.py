@@ -11,6 +11,7 @@ enforced on this backend.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -56,7 +57,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _alive(pid: int) -> bool:
+def runner_alive(pid: int) -> bool:
+    """Whether the runner with this pid still runs (reaping it if it is our zombie)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -91,6 +93,12 @@ class LocalBackend(Backend):
     def prepare(self, job) -> None:
         private = job_dir(job)
         (private / "run").mkdir(parents=True, exist_ok=True)
+        # Two starts of one job (a retried task beside a slow one) take turns.
+        with (private / "prepare.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._prepare(job, private)
+
+    def _prepare(self, job, private: Path) -> None:
         output = output_dir(job)
         marker = output / OUTPUT_MARKER
         if output.exists() and (not marker.exists() or marker.read_text() != str(job.pk)):
@@ -200,7 +208,7 @@ class LocalBackend(Backend):
         started = _read_json(pid_file)
         if not started or started.get("attempt") != replica.restarts:
             return Observation(Status.NOT_STARTED)
-        if _alive(started["pid"]):
+        if runner_alive(started["pid"]):
             return Observation(Status.RUNNING)
         ended = _read_json(exit_file)  # it may have ended since we looked
         if ended and ended.get("attempt") == replica.restarts:
@@ -211,13 +219,13 @@ class LocalBackend(Backend):
         groups = []
         for replica in replicas:
             started = _read_json(self._files(job, replica)[0])
-            if started and _alive(started["pid"]):
+            if started and runner_alive(started["pid"]):
                 groups.append(started["pid"])
         for pgid in groups:
             _signal_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while groups and time.monotonic() < deadline:
-            groups = [pgid for pgid in groups if _alive(pgid)]
+            groups = [pgid for pgid in groups if runner_alive(pgid)]
             time.sleep(0.1)
         for pgid in groups:
             _signal_group(pgid, signal.SIGKILL)

@@ -12,6 +12,7 @@ ends, so the portal can tell what happened even if it was not running at that mo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -27,6 +28,36 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+PR_SET_CHILD_SUBREAPER = 36
+CLEANUP_GRACE = 5.0
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants of the command are re-parented to us (not to pid 1, which in a
+    container may never reap them), so we can reap them."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: orphans go to init as usual
+        pass
+
+
+def clear_group() -> None:
+    """End what the command left behind in our process group, and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(os.getpgrp(), signal.SIGTERM)  # we ignore it ourselves
+    deadline = time.monotonic() + CLEANUP_GRACE
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return  # nothing left
+        if pid == 0:
+            time.sleep(0.05)
+    os.killpg(os.getpgrp(), signal.SIGKILL)  # stubborn leftovers, and us with them
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="local_runner")
     parser.add_argument("--state", required=True, type=Path)
@@ -40,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     # A signal to the group reaches the command directly; the runner stays to record the end.
     signal.signal(signal.SIGTERM, lambda *_: None)
     signal.signal(signal.SIGINT, lambda *_: None)
+    become_subreaper()
     write_json(args.state / f"{args.name}.pid",
                {"pid": os.getpid(), "attempt": args.attempt, "started": time.time()})
     args.log.parent.mkdir(parents=True, exist_ok=True)
@@ -57,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             code = child.wait()
     write_json(args.state / f"{args.name}.exit",
                {"attempt": args.attempt, "code": code, "ended": time.time()})
+    clear_group()
     return 0
 
 

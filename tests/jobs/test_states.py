@@ -180,13 +180,13 @@ def test_job_transition_same_state_refreshes_a_stale_object(job):
     assert stale.state == "queued"
 
 
-def test_running_sets_started_at_once(job):
-    job_transition(job, "starting")
+def test_starting_sets_started_at_once(job):
     assert Job.objects.get(pk=job.pk).started_at is None
-    job_transition(job, "running")
+    job_transition(job, "starting")  # its replicas are being started
     started = Job.objects.get(pk=job.pk).started_at
     assert started is not None
-    # Repeating the change (a retried task) keeps the first start.
+    # Running, or repeating a change (a retried task), keeps the first start.
+    job_transition(job, "running")
     job_transition(job, "running")
     job_transition(job, "succeeded")
     stored = Job.objects.get(pk=job.pk)

@@ -1,0 +1,250 @@
+"""Jobs really running: a real Celery worker on Redis, real processes on the local backend,
+real PostgreSQL. Restarts, kills, deadlines, and recovery when the worker dies half way."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs import engine
+from jobs.backends import backend_for
+from jobs.backends.local import LocalBackend, job_dir, output_dir, runner_alive
+from jobs.engine import exit_reason
+from jobs.models import Job
+from jobs.services import job_kill, job_submit
+from jobs.tasks import jobs_reconcile
+
+transactional = pytest.mark.django_db(transaction=True)
+
+COUNTING_TRAINER = """\
+import os, sys, time
+out = os.environ["PADDLE_OUTPUT_DIR"]
+with open(os.path.join(out, "starts.txt"), "a") as f:
+    f.write(os.environ["TRAINER_ID"] + "\\n")
+print("trainer", os.environ["TRAINER_ID"], "starting", flush=True)
+time.sleep(float(os.environ.get("SLEEP", "0.5")))
+sys.exit(int(os.environ.get("CODE", "0")))
+"""
+
+
+@pytest.fixture
+def package(pfs_home) -> str:
+    pkg = pfs_home / "pkg"
+    pkg.mkdir()
+    (pkg / "train.py").write_text(COUNTING_TRAINER)
+    return "/pfs/datacenter1/home/alice/pkg"
+
+
+@pytest.fixture
+def submit(request, monkeypatch, alice, datacenter, package):
+    """Submit through the service. Without the ``celery_worker`` fixture the test drives the
+    engine itself, so the start task is not queued (a worker left running by an earlier test
+    would pick it up)."""
+    if "celery_worker" not in request.fixturenames:
+        monkeypatch.setattr("jobs.services._queue_start", lambda job_id: None)
+    submitted: list[Job] = []
+
+    def do(name="job", **fields) -> Job:
+        data = {"name": name, "package": package, "entry": "python train.py", **fields}
+        job, _ = job_submit(alice, datacenter, data)
+        submitted.append(job)
+        return job
+
+    yield do
+    for job in submitted:  # leave no process behind
+        if Job.objects.filter(pk=job.pk).exists():
+            backend_for(job.datacenter).stop(job, list(job.replicas.all()), grace=1)
+
+
+def wait_for(job: Job, states: set[str], timeout: float = 30) -> Job:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job.refresh_from_db()
+        if job.state in states:
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job stayed {job.state}; events: {list(job.events.all())}")
+
+
+def starts(job: Job) -> list[str]:
+    path = output_dir(job) / "starts.txt"
+    return sorted(path.read_text().split()) if path.exists() else []
+
+
+@transactional
+def test_a_job_runs_to_success_on_the_worker(celery_worker, submit):
+    job = wait_for(submit(trainers=2), {"succeeded", "failed"})
+    assert job.state == "succeeded", list(job.events.all())
+    assert starts(job) == ["0", "1"]
+    assert {(r.name, r.state, r.exit_code) for r in job.replicas.all()} == {
+        ("trainer-0", "succeeded", 0), ("trainer-1", "succeeded", 0)}
+    assert job.started_at and job.finished_at
+    log = (output_dir(job) / "node_1" / "train.log").read_text()
+    assert "trainer 1 starting" in log
+
+
+@transactional
+def test_a_failing_trainer_is_restarted_up_to_its_limit(celery_worker, submit):
+    job = wait_for(submit(restart_limit=2, env={"CODE": "3", "SLEEP": "0"}),
+                   {"succeeded", "failed"})
+    assert job.state == "failed"
+    assert job.state_reason == "trainer-0 failed: exited with code 3"
+    trainer = job.replicas.get()
+    assert (trainer.restarts, trainer.exit_code) == (2, 3)
+    reasons = [e.reason for e in job.events.filter(replica=trainer)]
+    assert "exited with code 3; restart 1 of 2" in reasons
+    assert "exited with code 3; restart 2 of 2" in reasons
+    assert starts(job) == ["0", "0", "0"]  # the first run and two restarts
+    log = (output_dir(job) / "node_0" / "train.log").read_text()
+    assert "--- restart 1 ---" in log and "--- restart 2 ---" in log
+
+
+@transactional
+def test_kill_during_running_ends_every_replica(celery_worker, submit, alice, datacenter):
+    job = wait_for(submit(trainers=2, env={"SLEEP": "60"}), {"running"})
+    pids = [int(r.backend_ref.removeprefix("pid:")) for r in job.replicas.all()]
+    job_kill(alice, datacenter, job.name)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and job.replicas.exclude(state="killed").exists():
+        time.sleep(0.1)
+    assert set(job.replicas.values_list("state", flat=True)) == {"killed"}
+    job.refresh_from_db()
+    assert job.state == "killed" and job.state_reason == "killed by alice"
+    for pid in pids:
+        assert not runner_alive(pid)
+        with pytest.raises(ProcessLookupError):  # nor anything the trainer started
+            os.killpg(pid, 0)
+
+
+class _CrashAfterFirstStart(LocalBackend):
+    """A backend whose task 'dies' right after starting the first replica."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def start(self, job, replica, env):
+        ref = super().start(job, replica, env)
+        self.calls += 1
+        if self.calls == 1:
+            raise SystemExit("worker killed")
+        return ref
+
+
+@transactional
+def test_the_reconciler_finishes_a_start_cut_off_half_way(submit, monkeypatch):
+    """Exactly one set of replicas, although the start ran twice and died once."""
+    job = submit(trainers=3, env={"SLEEP": "1"})
+    crashing = _CrashAfterFirstStart()
+    monkeypatch.setattr("jobs.engine.backend_for", lambda dc: crashing)
+    with pytest.raises(SystemExit):
+        engine.job_launch(job.pk)
+    monkeypatch.undo()
+    job.refresh_from_db()
+    assert job.state == "starting"
+    assert set(job.replicas.values_list("state", flat=True)) == {"pending"}  # rolled back
+
+    engine.job_launch(job.pk)  # the retried task, or jobs_reconcile after a lost start
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and engine.job_sync(job.pk):
+        time.sleep(0.1)
+    job.refresh_from_db()
+    assert job.state == "succeeded"
+    assert starts(job) == ["0", "1", "2"]  # trainer-0 was not started a second time
+
+
+@transactional
+def test_the_reconciler_starts_jobs_whose_start_was_lost(submit, monkeypatch):
+    monkeypatch.setattr("jobs.services._queue_start", lambda job_id: None)  # message lost
+    job = submit()
+    Job.objects.filter(pk=job.pk).update(created_at=job.created_at.replace(year=2000))
+    monkeypatch.setattr("jobs.tasks.job_start.delay", lambda job_id: engine.job_launch(job_id))
+    assert jobs_reconcile()["restarted"] == 1
+    job.refresh_from_db()
+    assert job.state in ("starting", "running")
+    assert starts_soon(job) == ["0"]
+
+
+def starts_soon(job: Job, timeout: float = 10) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not starts(job):
+        time.sleep(0.05)
+    return starts(job)
+
+
+@transactional
+def test_replicas_that_vanished_while_the_portal_was_down(submit):
+    job = submit(env={"SLEEP": "60"})
+    engine.job_launch(job.pk)
+    trainer = job.replicas.get()
+    pid = int(Job.objects.get(pk=job.pk).replicas.get().backend_ref.removeprefix("pid:"))
+    os.killpg(pid, signal.SIGKILL)  # the machine rebooted: no exit status is written
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            os.waitpid(pid, os.WNOHANG)
+        except (ProcessLookupError, ChildProcessError):
+            break
+        time.sleep(0.05)
+    jobs_reconcile()
+    trainer.refresh_from_db()
+    job.refresh_from_db()
+    assert trainer.state == "failed"
+    assert "vanished" in trainer.reason
+    assert job.state == "failed"
+
+
+@transactional
+def test_a_job_past_its_deadline_fails_and_is_stopped(submit):
+    job = submit(deadline_seconds=1, env={"SLEEP": "60"})
+    engine.job_launch(job.pk)
+    time.sleep(1.5)
+    jobs_reconcile()
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert job.state_reason == "ran past its deadline of 1 seconds"
+    assert set(job.replicas.values_list("state", flat=True)) == {"killed"}
+
+
+@transactional
+def test_requirements_are_installed_for_the_job_only(submit, pfs_home):
+    pkg = pfs_home / "pkg"
+    (pkg / "requirements.txt").write_text("termcolor\n")
+    (pkg / "train.py").write_text("import termcolor; print('termcolor', termcolor.__name__)\n")
+    job = submit()
+    engine.job_launch(job.pk)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and engine.job_sync(job.pk):
+        time.sleep(0.2)
+    job.refresh_from_db()
+    assert job.state == "succeeded", job.state_reason
+    assert "termcolor termcolor" in (output_dir(job) / "node_0" / "train.log").read_text()
+    assert (job_dir(job) / "site-packages" / "termcolor").is_dir()
+    import importlib.util
+
+    assert importlib.util.find_spec("termcolor") is None  # the portal's own env is untouched
+
+
+@transactional
+def test_bad_requirements_fail_the_job_with_the_log(submit, pfs_home):
+    (pfs_home / "pkg" / "requirements.txt").write_text("this-package-does-not-exist-pc==0\n")
+    job = submit()
+    engine.job_launch(job.pk)
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert "requirements.txt could not be installed" in job.state_reason
+    assert Path(output_dir(job) / "setup.log").read_text()
+
+
+@pytest.mark.parametrize(("code", "says"), [
+    (0, "exited 0"), (1, "exited with code 1"), (127, "command not found"),
+    (126, "cannot be executed"), (-9, "out-of-memory"), (137, "out-of-memory"),
+    (-11, "segmentation fault"), (139, "segmentation fault"), (-15, "SIGTERM"),
+    (134, "SIGABRT"), (None, "without an exit status"),
+])
+def test_exit_codes_are_explained(code, says):
+    assert says in exit_reason(code)
