@@ -76,3 +76,20 @@ class EventSerializer(serializers.ModelSerializer):
 
     def get_worker(self, event) -> str | None:
         return event.replica.name if event.replica_id else None
+
+
+class PlannedReplicaSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    role = serializers.CharField()
+    index = serializers.IntegerField()
+    cpu = serializers.CharField()
+    memory = serializers.CharField()
+    gpu = serializers.IntegerField()
+
+
+class DryRunSerializer(serializers.Serializer):
+    """What a submission with ``dry_run`` answers: the checked job and its replicas."""
+
+    dry_run = serializers.BooleanField()
+    job = serializers.DictField()
+    replicas = PlannedReplicaSerializer(many=True)

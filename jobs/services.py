@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 
 from paddlecloud.errors import ConflictError, NotFoundError, ValidationError
+from paddlecloud.quantity import format_bytes, format_cpu
 
 from .models import Job, JobEvent, Replica
 from .spec import JobSpec, job_spec_validate
@@ -14,11 +15,23 @@ from .transitions import job_transition
 
 
 def job_plan(spec: JobSpec) -> list[dict]:
-    """The replicas a spec starts: pservers first, then trainers."""
-    return ([{"role": "pserver", "index": i, "cpu": spec.pscpu, "memory": spec.psmemory,
-              "gpu": 0} for i in range(spec.pservers)]
-            + [{"role": "trainer", "index": i, "cpu": spec.cpu, "memory": spec.memory,
+    """The replicas a spec starts, pservers first, with resources as users write them."""
+    return ([{"name": f"pserver-{i}", "role": "pserver", "index": i,
+              "cpu": format_cpu(spec.pscpu), "memory": format_bytes(spec.psmemory), "gpu": 0}
+             for i in range(spec.pservers)]
+            + [{"name": f"trainer-{i}", "role": "trainer", "index": i,
+                "cpu": format_cpu(spec.cpu), "memory": format_bytes(spec.memory),
                 "gpu": spec.gpu} for i in range(spec.trainers)])
+
+
+def job_spec_display(spec: JobSpec) -> dict:
+    """A spec as the API shows a job: quantities as users write them."""
+    shown = spec.as_dict()
+    for key in ("cpu", "pscpu"):
+        shown[key] = format_cpu(shown[key])
+    for key in ("memory", "psmemory"):
+        shown[key] = format_bytes(shown[key])
+    return shown
 
 
 def job_submit(user, datacenter, data: dict) -> tuple[Job | None, JobSpec]:
@@ -97,6 +110,10 @@ def job_delete(user, datacenter, name: str) -> None:
         raise ConflictError(f"job {name!r} is {job.state}: kill it first "
                             f"(paddlectl kill {name}), then delete it", code="job_not_ended")
     from .backends import backend_for
+    from .engine import job_halt
 
+    # A job just killed may still have replicas stopping: stop them here, or nothing would
+    # know of them once the records are gone.
+    job_halt(job.pk)
     backend_for(job.datacenter).cleanup(job)
     job.delete()

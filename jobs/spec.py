@@ -145,8 +145,10 @@ def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
     name = check.data.get("name")
     if (problem := name_problem(name)) is not None:
         check.fail("name", problem)
-    elif Job.objects.filter(owner=user, name=name).exists():
-        check.fail("name", f"you already have a job named {name!r}: delete it first "
+    elif (taken := Job.objects.filter(owner=user, name=name)
+          .values_list("datacenter__name", flat=True).first()) is not None:
+        where = "" if taken == datacenter.name else f" in datacenter {taken!r}"
+        check.fail("name", f"you already have a job named {name!r}{where}: delete it first "
                            f"(paddlectl delete job {name}) or pick another name")
 
     entry = check.text("entry", required='required: the command that starts a trainer, '

@@ -18,8 +18,14 @@ from paddlecloud.errors import NotFoundError, ValidationError
 from . import logs, services
 from .backends import backend_for
 from .models import Replica
-from .serializers import EventSerializer, JobSerializer, JobSubmitSerializer, WorkerSerializer
-from .services import job_plan
+from .serializers import (
+    DryRunSerializer,
+    EventSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+    WorkerSerializer,
+)
+from .services import job_plan, job_spec_display
 from .states import FINAL_REPLICA_STATES
 
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409)}
@@ -47,7 +53,8 @@ class JobListView(APIView):
         page = paginator.paginate_queryset(jobs, request, view=self)
         return paginator.get_paginated_response(JobSerializer(page, many=True).data)
 
-    @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer, **ERRORS},
+    @extend_schema(request=JobSubmitSerializer,
+                   responses={201: JobSerializer, 200: DryRunSerializer, **ERRORS},
                    summary="Submit a job (or, with dry_run, check it and see what it would start)")
     def post(self, request):
         if not isinstance(request.data, dict):
@@ -55,7 +62,7 @@ class JobListView(APIView):
         job, spec = services.job_submit(request.user, request_datacenter(request),
                                         request.data)
         if job is None:
-            return Response({"dry_run": True, "job": spec.as_dict(),
+            return Response({"dry_run": True, "job": job_spec_display(spec),
                              "replicas": job_plan(spec)})
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 

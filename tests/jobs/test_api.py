@@ -1,0 +1,521 @@
+"""The jobs REST API (/api/v1/jobs/…) as a user of it sees it: submitting, listing, looking at
+workers, events and logs, killing and deleting — with real processes on the local backend.
+
+Most tests drive a job by hand with the engine (``job_launch``, then ``job_sync`` until it
+ends); under the default ``django_db`` the start that a submission queues on commit never runs.
+One test follows a log while the job really runs on the Celery worker."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from jobs import engine, tasks
+from jobs.backends import backend_for
+from jobs.backends.local import job_dir
+from jobs.models import Job, JobEvent, Replica
+from tests.conftest import assert_error
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/jobs/"
+PACKAGE = "/pfs/datacenter1/home/alice/pkg"
+DRIVE_TIMEOUT = 15.0
+
+# A trainer (or pserver) that prints LINES lines, one every EVERY seconds, then sleeps SLEEP
+# seconds and exits CODE.
+TRAINER = """\
+import os, sys, time
+tid = os.environ.get("TRAINER_ID") or "ps" + os.environ["PADDLE_PSERVER_ID"]
+for i in range(int(os.environ.get("LINES", "3"))):
+    print(f"trainer {tid} line {i}", flush=True)
+    time.sleep(float(os.environ.get("EVERY", "0")))
+time.sleep(float(os.environ.get("SLEEP", "0")))
+sys.exit(int(os.environ.get("CODE", "0")))
+"""
+
+
+def job_url(name: str, what: str = "") -> str:
+    return f"{URL}{name}/{what}"
+
+
+@pytest.fixture
+def package(pfs_home) -> str:
+    pkg = pfs_home / "pkg"
+    pkg.mkdir()
+    (pkg / "train.py").write_text(TRAINER)
+    return PACKAGE
+
+
+@pytest.fixture
+def reaper(pfs_home):
+    """Leaves no replica process behind, whatever state a test left its jobs in."""
+    yield
+    for job in Job.objects.select_related("datacenter", "owner"):
+        backend_for(job.datacenter).stop(job, list(job.replicas.all()), grace=1)
+
+
+@pytest.fixture
+def submit(token_client, package, reaper):
+    def post(name="fit-a-line", **fields):
+        data = {"name": name, "package": package, "entry": "python train.py", **fields}
+        response = token_client.post(URL, data, format="json")
+        assert response.status_code == 201, response.content
+        return response.json()
+
+    return post
+
+
+def drive(name: str, *, until: str | None = None, timeout: float = DRIVE_TIMEOUT) -> Job:
+    """Start the job and follow it as the worker would, until it ends (or reaches ``until``)."""
+    job = Job.objects.get(name=name)
+    engine.job_launch(job.pk)
+    deadline = time.monotonic() + timeout
+    while True:
+        running = engine.job_sync(job.pk)
+        job.refresh_from_db()
+        if job.state == until or not running:
+            return job
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {name} still {job.state} after {timeout}s: "
+                                 f"{[str(e) for e in job.events.all()]}")
+        time.sleep(0.05)
+
+
+def runner_pids(job: Job) -> list[int]:
+    refs = [r.backend_ref for r in job.replicas.all()]
+    assert all(ref.startswith("pid:") for ref in refs), refs
+    return [int(ref.removeprefix("pid:")) for ref in refs]
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs (an exited child not yet reaped does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def make_job(owner, datacenter, name: str, **fields) -> Job:
+    return Job.objects.create(owner=owner, datacenter=datacenter, name=name,
+                              package=f"/pfs/{datacenter.name}/home/{owner.username}/pkg",
+                              entry="python train.py", image="paddle", **fields)
+
+
+def names(response) -> list[str]:
+    assert response.status_code == 200, response.content
+    return [job["name"] for job in response.json()["results"]]
+
+
+# --- submitting -------------------------------------------------------------------------------
+
+
+def test_submit_records_a_pending_job_and_queues_one_start(
+        token_client, package, reaper, django_capture_on_commit_callbacks, monkeypatch):
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = token_client.post(URL, {
+            "jobname": "fit-a-line", "parallelism": 2, "package": package,
+            "entry": "python train.py", "cpu": "1", "memory": "1Gi"}, format="json")
+    assert response.status_code == 201, response.content
+    job = response.json()
+    assert job["name"] == "fit-a-line"
+    assert job["trainers"] == 2
+    assert job["state"] == "pending"
+    assert (job["cpu"], job["memory"]) == ("1", "1Gi")
+    assert job["datacenter"] == "datacenter1"
+    assert job["package"] == PACKAGE
+    assert job["entry"] == "python train.py"
+    assert job["started_at"] is None and job["finished_at"] is None
+
+    assert token_client.get(job_url("fit-a-line")).json() == job
+    workers = token_client.get(job_url("fit-a-line", "workers")).json()
+    assert [(w["name"], w["state"]) for w in workers] == [("trainer-0", "pending"),
+                                                          ("trainer-1", "pending")]
+
+    # Exactly one start is queued once the job is committed: of this job.
+    assert len(callbacks) == 1
+    queued = []
+    monkeypatch.setattr("jobs.tasks.job_start.delay", queued.append)
+    callbacks[0]()
+    assert queued == [Job.objects.get(name="fit-a-line").pk]
+
+
+def test_dry_run_shows_the_plan_and_creates_nothing(
+        token_client, package, datacenter, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = token_client.post(URL, {
+            "name": "probe", "package": package, "entry": "python train.py", "trainers": 3,
+            "cpu": "2", "memory": "2Gi", "gpu": 1, "pservers": 2, "pscpu": "500m",
+            "psmemory": "512Mi", "dry_run": True}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert set(body) == {"dry_run", "job", "replicas"}
+    assert body["dry_run"] is True
+    job = body["job"]
+    assert (job["name"], job["package"], job["entry"]) == ("probe", PACKAGE, "python train.py")
+    assert (job["trainers"], job["pservers"], job["gpu"]) == (3, 2, 1)
+    assert job["image"] == datacenter.image
+    replicas = body["replicas"]
+    assert [(r["role"], r["index"]) for r in replicas] == [
+        ("pserver", 0), ("pserver", 1), ("trainer", 0), ("trainer", 1), ("trainer", 2)]
+    for replica in replicas:
+        assert set(replica) == {"name", "role", "index", "cpu", "memory", "gpu"}
+        assert replica["name"] == f"{replica['role']}-{replica['index']}"
+        if replica["role"] == "pserver":
+            assert (replica["cpu"], replica["memory"], replica["gpu"]) == \
+                (job["pscpu"], job["psmemory"], 0)
+        else:
+            assert (replica["cpu"], replica["memory"], replica["gpu"]) == \
+                (job["cpu"], job["memory"], 1)
+    assert replicas[0]["cpu"] != replicas[-1]["cpu"]  # pservers get pscpu, not cpu
+
+    assert callbacks == []
+    assert not Job.objects.exists()
+    assert names(token_client.get(URL)) == []
+    assert_error(token_client.get(job_url("probe")), 404, "not_found")
+
+
+def test_dry_run_answers_cpu_and_memory_as_the_job_does(token_client, package):
+    response = token_client.post(URL, {
+        "name": "probe", "package": package, "entry": "python train.py", "cpu": "1",
+        "memory": "1Gi", "pservers": 1, "pscpu": "500m", "psmemory": "512Mi",
+        "dry_run": True}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    job = body["job"]
+    assert (job["cpu"], job["memory"], job["pscpu"], job["psmemory"]) == \
+        ("1", "1Gi", "500m", "512Mi")
+    assert [(r["cpu"], r["memory"]) for r in body["replicas"]] == [("500m", "512Mi"),
+                                                                    ("1", "1Gi")]
+
+
+def test_a_second_job_of_the_same_name_is_refused(token_client, submit):
+    first = submit("fit-a-line")
+    response = token_client.post(URL, {"name": "fit-a-line", "package": PACKAGE,
+                                       "entry": "python other.py"}, format="json")
+    body = assert_error(response, 400, "invalid", field="name")
+    assert "already have a job named 'fit-a-line'" in body["fields"]["name"][0]
+    assert Job.objects.count() == 1
+    assert token_client.get(job_url("fit-a-line")).json()["created_at"] == first["created_at"]
+
+
+def test_a_body_that_is_not_an_object_is_refused(token_client, package):
+    response = token_client.post(URL, [{"name": "fit-a-line", "package": package,
+                                        "entry": "python train.py"}], format="json")
+    body = assert_error(response, 400, "invalid")
+    assert "JSON object" in body["message"]
+    assert not Job.objects.exists()
+
+
+def test_a_bad_submission_names_every_wrong_field(token_client, package):
+    response = token_client.post(URL, {"name": "Fit_A_Line", "package": package,
+                                       "trainers": 0, "memory": "lots", "colour": "blue"},
+                                 format="json")
+    body = assert_error(response, 400, "invalid")
+    assert set(body["fields"]) == {"name", "entry", "trainers", "memory", "colour"}
+    for field in body["fields"]:
+        assert f"{field}: " in body["message"]
+    assert not Job.objects.exists()
+
+
+# --- listing ----------------------------------------------------------------------------------
+
+
+def test_the_list_is_newest_first(token_client, submit):
+    for name in ("first", "second", "third"):
+        submit(name)
+    response = token_client.get(URL)
+    assert names(response) == ["third", "second", "first"]
+    assert response.json()["results"][0]["state"] == "pending"
+
+
+def test_the_list_filters_by_state_and_name(token_client, alice, datacenter):
+    make_job(alice, datacenter, "fit-a-line", state="succeeded")
+    make_job(alice, datacenter, "refit", state="failed")
+    make_job(alice, datacenter, "fit-more", state="running")
+    make_job(alice, datacenter, "other", state="killed")
+
+    assert names(token_client.get(URL, {"state": "succeeded,failed"})) == ["refit",
+                                                                          "fit-a-line"]
+    assert names(token_client.get(URL, {"state": "running"})) == ["fit-more"]
+    assert names(token_client.get(URL, {"name": "fit"})) == ["fit-more", "refit", "fit-a-line"]
+    assert names(token_client.get(URL, {"name": "fit", "state": "killed"})) == []
+
+    body = assert_error(token_client.get(URL, {"state": "succeeded,bogus"}), 400, "invalid",
+                        field="state")
+    assert "'bogus'" in body["message"]
+
+
+def test_the_list_pages_with_a_cursor(token_client, alice, datacenter):
+    for i in range(5):
+        make_job(alice, datacenter, f"job-{i}")
+    seen, pages = [], 0
+    url = f"{URL}?limit=2"
+    while url:
+        response = token_client.get(url)
+        page = names(response)
+        assert len(page) <= 2
+        seen += page
+        pages += 1
+        url = response.json()["next"]
+        assert pages <= 5, "the cursor does not end"
+    assert pages == 3
+    assert seen == [f"job-{i}" for i in (4, 3, 2, 1, 0)]  # each exactly once, newest first
+
+
+def test_the_list_takes_as_many_queries_for_20_jobs_as_for_2(
+        token_client, alice, datacenter, django_assert_max_num_queries):
+    token_client.get(URL)  # the token's last use is recorded once a minute, not each time
+
+    def count_list_queries() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert token_client.get(URL).status_code == 200
+        return len(queries)
+
+    for i in range(2):
+        make_job(alice, datacenter, f"small-{i}", pservers=1)
+    small = count_list_queries()
+    for i in range(18):
+        make_job(alice, datacenter, f"big-{i}", pservers=1)
+    with django_assert_max_num_queries(small):
+        assert len(names(token_client.get(URL))) == 20
+    assert count_list_queries() == small
+
+
+def test_jobs_of_another_datacenter_are_not_listed(token_client, alice, datacenter,
+                                                   other_datacenter):
+    make_job(alice, datacenter, "here")
+    make_job(alice, other_datacenter, "elsewhere")
+    assert names(token_client.get(URL)) == ["here"]
+    assert_error(token_client.get(job_url("elsewhere")), 404, "not_found")
+
+
+# --- who may see what -------------------------------------------------------------------------
+
+
+def test_another_users_job_is_not_found_by_any_endpoint(token_client, make_user, datacenter):
+    bob = make_user("bob")
+    secret = Job.objects.create(owner=bob, datacenter=datacenter, name="secret",
+                                package="/pfs/datacenter1/home/bob/pkg", entry="x", image="i")
+    Replica.objects.create(job=secret, role="trainer", index=0)
+
+    for method, what in [("get", ""), ("delete", ""), ("post", "kill"), ("get", "workers"),
+                         ("get", "events"), ("get", "logs")]:
+        response = getattr(token_client, method)(job_url("secret", what))
+        body = assert_error(response, 404, "not_found")
+        assert "bob" not in body["message"], (method, what)
+
+    secret.refresh_from_db()
+    assert (secret.owner, secret.state, secret.finished_at) == (bob, "pending", None)
+    assert not JobEvent.objects.filter(job=secret).exists()
+    assert names(token_client.get(URL)) == []
+
+
+def test_without_a_token_nothing_is_answered(api, alice, datacenter):
+    make_job(alice, datacenter, "fit-a-line")
+    for method, url in [("get", URL), ("post", URL), ("get", job_url("fit-a-line")),
+                        ("post", job_url("fit-a-line", "kill")),
+                        ("get", job_url("fit-a-line", "logs"))]:
+        assert_error(getattr(api, method)(url), 401, "not_authenticated")
+    assert Job.objects.get(name="fit-a-line").state == "pending"
+
+
+# --- a job that runs --------------------------------------------------------------------------
+
+
+def test_a_two_trainer_job_runs_and_keeps_its_logs(token_client, submit, pfs_home):
+    submit("fit-a-line", trainers=2, env={"LINES": "5"})
+    job = drive("fit-a-line")
+    assert job.state == "succeeded", job.state_reason
+    assert token_client.get(job_url("fit-a-line")).json()["state"] == "succeeded"
+
+    workers = token_client.get(job_url("fit-a-line", "workers")).json()
+    assert [(w["name"], w["role"], w["index"], w["state"], w["exit_code"]) for w in workers] == [
+        ("trainer-0", "trainer", 0, "succeeded", 0), ("trainer-1", "trainer", 1, "succeeded", 0)]
+    endpoints = [w["endpoint"] for w in workers]
+    assert all(re.fullmatch(r"127\.0\.0\.1:\d+", e) for e in endpoints), endpoints
+    assert len(set(endpoints)) == 2
+
+    events = token_client.get(job_url("fit-a-line", "events")).json()
+    assert (events[0]["worker"], events[0]["from_state"], events[0]["to_state"],
+            events[0]["reason"]) == (None, "", "pending", "submitted by alice")
+    assert (events[1]["worker"], events[1]["to_state"]) == (None, "starting")
+    assert (events[-1]["worker"], events[-1]["to_state"]) == (None, "succeeded")
+    assert [e["time"] for e in events] == sorted(e["time"] for e in events)
+    for worker in ("trainer-0", "trainer-1"):
+        chain = [(e["from_state"], e["to_state"]) for e in events if e["worker"] == worker]
+        assert chain[0] == ("pending", "starting"), chain
+        assert chain[-1][1] == "succeeded", chain
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(chain)), chain
+    job_chain = [(e["from_state"], e["to_state"]) for e in events if e["worker"] is None]
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(job_chain)), job_chain
+
+    expected = "".join(f"trainer 1 line {i}\n" for i in range(5))
+    response = token_client.get(job_url("fit-a-line", "logs"), {"worker": "trainer-1"})
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    assert b"".join(response.streaming_content).decode() == expected
+    default = token_client.get(job_url("fit-a-line", "logs"))
+    assert b"".join(default.streaming_content).decode().startswith("trainer 0 line 0\n")
+    tail = token_client.get(job_url("fit-a-line", "logs"), {"worker": "trainer-1", "tail": 2})
+    assert b"".join(tail.streaming_content).decode() == "trainer 1 line 3\ntrainer 1 line 4\n"
+
+    body = assert_error(token_client.get(job_url("fit-a-line", "logs"), {"worker": "nope"}),
+                        404, "not_found", field="worker")
+    assert "'nope'" in body["message"] and "trainer-0, trainer-1" in body["message"]
+    assert_error(token_client.get(job_url("fit-a-line", "logs"), {"tail": "abc"}),
+                 400, "invalid", field="tail")
+
+    # The seeds' layout in the owner's PFS home, kept after the job ended.
+    log = pfs_home / "jobs" / "fit-a-line" / "output" / "node_1" / "train.log"
+    assert log.read_text() == expected
+    assert (pfs_home / "jobs" / "fit-a-line" / "output" / "node_0" / "train.log").is_file()
+
+
+def test_a_missing_entry_command_fails_the_job(token_client, submit):
+    submit("typo", entry="no-such-command")
+    job = drive("typo")
+    assert job.state == "failed"
+    detail = token_client.get(job_url("typo")).json()
+    assert detail["state"] == "failed"
+    assert "command not found" in detail["state_reason"]
+
+    workers = token_client.get(job_url("typo", "workers")).json()
+    assert [(w["name"], w["state"], w["exit_code"]) for w in workers] == [
+        ("trainer-0", "failed", 127)]
+    events = token_client.get(job_url("typo", "events")).json()
+    assert events[-1]["to_state"] == "failed" and events[-1]["worker"] is None
+    assert "command not found" in events[-1]["reason"]
+    assert any(e["worker"] == "trainer-0" and "command not found" in e["reason"]
+               for e in events)
+    log = b"".join(token_client.get(job_url("typo", "logs")).streaming_content).decode()
+    assert "no-such-command" in log and "not found" in log
+
+
+# --- following a log while the job runs on the worker -----------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_following_a_log_streams_it_until_the_trainer_ends(celery_worker, token_client,
+                                                           submit):
+    submit("follow-me", env={"LINES": "10", "EVERY": "0.2"})
+    started = time.monotonic()
+    response = token_client.get(job_url("follow-me", "logs"), {"follow": "1"})
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+
+    async def consume() -> list[bytes]:
+        return [chunk async for chunk in response.streaming_content]
+
+    chunks = async_to_sync(consume)()
+    took = time.monotonic() - started
+    assert took < 15, f"following the log took {took:.1f}s"
+    assert b"".join(chunks).decode() == "".join(f"trainer 0 line {i}\n" for i in range(10))
+    assert len(chunks) > 1  # it arrived while the trainer was printing, not all at the end
+
+    deadline = time.monotonic() + 10
+    while (state := token_client.get(job_url("follow-me")).json()["state"]) != "succeeded":
+        assert time.monotonic() < deadline, f"the job stayed {state}"
+        time.sleep(0.1)
+
+
+# --- kill and delete --------------------------------------------------------------------------
+
+
+def test_killing_a_running_job_stops_every_replica(token_client, submit, monkeypatch,
+                                                   django_capture_on_commit_callbacks):
+    submit("sleeper", trainers=2, pservers=1, env={"LINES": "1", "SLEEP": "60"})
+    job = drive("sleeper", until="running")
+    assert job.state == "running"
+    pids = runner_pids(job)
+    assert len(pids) == 3
+    for pid in pids:
+        os.kill(pid, 0)  # running
+
+    stops = []
+    monkeypatch.setattr("jobs.tasks.job_stop.delay", stops.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = token_client.post(job_url("sleeper", "kill"))
+    assert response.status_code == 200, response.content
+    assert response.json()["state"] == "killed"
+    assert response.json()["state_reason"] == "killed by alice"
+    assert stops == [job.pk]  # the stop is queued once, for this job
+
+    engine.job_halt(job.pk)  # what the queued job_stop task does
+    workers = token_client.get(job_url("sleeper", "workers")).json()
+    assert {w["name"]: w["state"] for w in workers} == {
+        "pserver-0": "killed", "trainer-0": "killed", "trainer-1": "killed"}
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pid, 0)  # nor anything the runner started
+
+    assert token_client.get(job_url("sleeper")).json()["state"] == "killed"
+    assert_error(token_client.post(job_url("sleeper", "kill")), 409, "job_ended")
+
+
+def test_delete_only_ended_jobs_and_keep_their_output(token_client, submit, pfs_home):
+    submit("sleeper", env={"LINES": "1", "SLEEP": "60"})
+    job = drive("sleeper", until="running")
+    assert job.state == "running"
+    log = pfs_home / "jobs" / "sleeper" / "output" / "node_0" / "train.log"
+    deadline = time.monotonic() + DRIVE_TIMEOUT
+    while not (log.exists() and log.read_text()):  # the trainer has written its line
+        assert time.monotonic() < deadline, "the trainer wrote nothing"
+        time.sleep(0.05)
+
+    body = assert_error(token_client.delete(job_url("sleeper")), 409, "job_not_ended")
+    assert "kill it first" in body["message"]
+    assert token_client.get(job_url("sleeper")).json()["state"] == "running"
+
+    assert token_client.post(job_url("sleeper", "kill")).status_code == 200
+    engine.job_halt(job.pk)
+    response = token_client.delete(job_url("sleeper"))
+    assert response.status_code == 204, response.content
+    assert_error(token_client.get(job_url("sleeper")), 404, "not_found")
+    assert names(token_client.get(URL)) == []
+    assert log.read_text() == "trainer 0 line 0\n"
+    assert not job_dir(job).exists()  # the private copy of the package is gone
+
+    again = token_client.post(URL, {"name": "sleeper", "package": PACKAGE,
+                                    "entry": "python train.py"}, format="json")
+    assert again.status_code == 201, again.content
+    assert again.json()["state"] == "pending"
+    workers = token_client.get(job_url("sleeper", "workers")).json()
+    assert [(w["name"], w["state"]) for w in workers] == [("trainer-0", "pending")]
+    events = token_client.get(job_url("sleeper", "events")).json()
+    assert [e["to_state"] for e in events] == ["pending"]
+
+
+def test_deleting_a_just_killed_job_leaves_no_process_running(token_client, submit):
+    submit("sleeper", trainers=2, env={"LINES": "1", "SLEEP": "60"})
+    job = drive("sleeper", until="running")
+    assert job.state == "running"
+    pids = runner_pids(job)
+    try:
+        # `paddlectl kill sleeper` and at once `paddlectl delete job sleeper`: the stop the
+        # kill queued has not run yet when the delete arrives.
+        assert token_client.post(job_url("sleeper", "kill")).status_code == 200
+        assert token_client.delete(job_url("sleeper")).status_code == 204
+        tasks.job_stop(job.pk)  # the queued stop now runs on the worker
+        tasks.jobs_reconcile()  # and the reconciler comes by
+        time.sleep(0.5)
+        assert [pid for pid in pids if alive(pid)] == []
+    finally:
+        for pid in pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
