@@ -1,0 +1,263 @@
+"""Fit a line: linear regression on a synthetic UCI-housing-like dataset, trained data-parallel
+on CPU with ``paddle.distributed`` (collective gloo backend), one process per trainer.
+
+PaddleCloud starts every trainer as ``sh -c "python train.py"`` in a private copy of this
+directory, with the environment contract (README.md). It runs by hand too::
+
+    PADDLE_OUTPUT_DIR=/tmp/out python train.py          # one trainer, no distributed setup
+
+Each trainer reads only its own shards of the training set (shard ``i`` belongs to trainer
+``i % trainers``), prints the loss of every step, and trainer 0 appends the cross-trainer mean
+loss of every step to ``$PADDLE_OUTPUT_DIR/metrics.jsonl`` and saves the model in
+``$PADDLE_OUTPUT_DIR/model/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+FEATURES = 13  # as in UCI housing
+SHARDS = 8  # training-set files: at most this many trainers
+ROWS_PER_SHARD = 64
+TEST_ROWS = 128
+NOISE = 0.1
+SEED = 1013
+BATCH_SIZE = 16  # per trainer
+LEARNING_RATE = 0.05
+DEFAULT_PASSES = 10
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def env_int(*names: str, default: int) -> int:
+    """The first of ``names`` that is set and not empty, as an int."""
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return int(value)
+    return default
+
+
+# --- the dataset -------------------------------------------------------------------------------
+
+
+def data_dir() -> Path:
+    """Where the dataset lives: the user's PFS home (kept for later jobs), or the job's output
+    directory when there is no home (a run by hand)."""
+    home = os.environ.get("PADDLE_PFS_HOME")
+    if home:
+        return Path(home) / "datasets" / "fit_a_line"
+    return Path(os.environ.get("PADDLE_OUTPUT_DIR") or "output") / "data" / "fit_a_line"
+
+
+def ensure_dataset(root: Path) -> None:
+    """Generate the dataset into ``root`` unless it is there already.
+
+    Every trainer may call this at the same moment: each writes a complete copy in a temporary
+    directory next to ``root`` and renames it into place. The rename is atomic, so readers only
+    ever see a complete dataset; the losers of the race throw their identical copy away.
+    """
+    if (root / "meta.json").exists():
+        return
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
+    try:
+        rng = np.random.default_rng(SEED)
+        weight = rng.normal(size=FEATURES)
+        bias = float(rng.normal())
+
+        def rows(n: int) -> dict[str, np.ndarray]:
+            x = rng.normal(size=(n, FEATURES))
+            y = x @ weight + bias + NOISE * rng.normal(size=n)
+            return {"x": x.astype("float32"), "y": y.astype("float32").reshape(n, 1)}
+
+        for shard in range(SHARDS):
+            np.savez(tmp / f"part-{shard:05d}.npz", **rows(ROWS_PER_SHARD))
+        np.savez(tmp / "test.npz", **rows(TEST_ROWS))
+        meta = {"features": FEATURES, "shards": SHARDS, "rows_per_shard": ROWS_PER_SHARD,
+                "noise": NOISE, "seed": SEED, "weight": weight.tolist(), "bias": bias}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))  # written last
+        try:
+            tmp.rename(root)  # replaces a missing or empty root, fails on a complete one
+        except OSError:
+            if not (root / "meta.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def my_shards(root: Path, trainer_id: int, trainers: int) -> list[Path]:
+    """This trainer's training files, as the original cluster_files_reader picks them."""
+    files = sorted(root.glob("part-*.npz"))
+    if len(files) < trainers:
+        raise SystemExit(f"the dataset in {root} has {len(files)} shards, "
+                         f"fewer than the {trainers} trainers")
+    return [f for i, f in enumerate(files) if i % trainers == trainer_id]
+
+
+def load(files: list[Path]) -> tuple[np.ndarray, np.ndarray]:
+    parts = [np.load(f) for f in files]
+    return (np.concatenate([p["x"] for p in parts]), np.concatenate([p["y"] for p in parts]))
+
+
+# --- paddle.distributed from the PaddleCloud contract ------------------------------------------
+
+
+def derive_paddle_env(use_gpu: bool) -> None:
+    """Fill in what ``paddle.distributed.init_parallel_env`` reads, from the contract variables.
+
+    Paddle (3.x, collective mode) needs PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM and
+    PADDLE_CURRENT_ENDPOINT (the contract sets all three), the TCP-store rendezvous address
+    PADDLE_MASTER (contract; paddle falls back to the first of PADDLE_TRAINER_ENDPOINTS) and,
+    on CPU, PADDLE_DISTRI_BACKEND=gloo: with the default "auto" a CPU build takes a legacy path
+    whose collectives fail with "The global group is not initialized".
+    Only defaults are set: anything already in the environment wins.
+    """
+    env = os.environ
+    trainer_id = env_int("PADDLE_TRAINER_ID", "TRAINER_ID", "PADDLE_INIT_TRAINER_ID", default=0)
+    trainers = env_int("PADDLE_TRAINERS_NUM", "TRAINERS", "PADDLE_INIT_NUM_GRADIENT_SERVERS",
+                       "PADDLE_NNODES", default=1)
+    env.setdefault("PADDLE_TRAINER_ID", str(trainer_id))
+    env.setdefault("PADDLE_TRAINERS_NUM", str(trainers))
+    endpoints = [e for e in env.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]
+    if "PADDLE_CURRENT_ENDPOINT" not in env:
+        if trainer_id < len(endpoints):
+            env["PADDLE_CURRENT_ENDPOINT"] = endpoints[trainer_id]
+        elif env.get("POD_IP") and env.get("PADDLE_PORT"):
+            env["PADDLE_CURRENT_ENDPOINT"] = f"{env['POD_IP']}:{env['PADDLE_PORT']}"
+    if "PADDLE_MASTER" not in env and endpoints:
+        env["PADDLE_MASTER"] = endpoints[0]
+    if use_gpu:
+        env.setdefault("FLAGS_selected_gpus", "0")
+    else:
+        env.setdefault("PADDLE_DISTRI_BACKEND", "gloo")
+
+
+# --- training ----------------------------------------------------------------------------------
+
+
+def main() -> int:
+    started = time.monotonic()
+    trainer_id = env_int("PADDLE_TRAINER_ID", "TRAINER_ID", "PADDLE_INIT_TRAINER_ID", default=0)
+    trainers = env_int("PADDLE_TRAINERS_NUM", "TRAINERS", "PADDLE_INIT_NUM_GRADIENT_SERVERS",
+                       "PADDLE_NNODES", default=1)
+    passes = env_int("PADDLE_INIT_NUM_PASSES", default=DEFAULT_PASSES)
+    want_gpu = os.environ.get("PADDLE_INIT_USE_GPU", "0") == "1"
+    output = Path(os.environ.get("PADDLE_OUTPUT_DIR") or "output").resolve()
+    if not 0 <= trainer_id < trainers:
+        raise SystemExit(f"trainer id {trainer_id} is not in 0..{trainers - 1}")
+    if os.environ.get("TRAINING_ROLE", "TRAINER") != "TRAINER":
+        raise SystemExit("fit_a_line is a collective job: it has trainers only, no pservers")
+
+    root = data_dir()
+    ensure_dataset(root)
+    shards = my_shards(root, trainer_id, trainers)
+    log(f"trainer {trainer_id}/{trainers} reads {len(shards)} shards: "
+        + " ".join(f.name for f in shards))
+    x, y = load(shards)
+
+    import paddle  # only here: the dataset needs numpy alone
+
+    use_gpu = want_gpu and paddle.is_compiled_with_cuda()
+    if want_gpu and not use_gpu:
+        log("PADDLE_INIT_USE_GPU=1 but this paddle has no CUDA: training on CPU")
+    paddle.set_device("gpu" if use_gpu else "cpu")
+    paddle.seed(SEED)
+    model = paddle.nn.Linear(FEATURES, 1)
+    net = model
+    dist = None
+    if trainers > 1:
+        import paddle.distributed as dist
+
+        derive_paddle_env(use_gpu)
+        dist.init_parallel_env()
+        net = paddle.DataParallel(model)  # starts from trainer 0's parameters
+    optimizer = paddle.optimizer.SGD(learning_rate=LEARNING_RATE, parameters=model.parameters())
+
+    # DataParallel needs every trainer to take the same number of steps.
+    steps_per_pass = len(x) // BATCH_SIZE
+    if dist is not None:
+        count = paddle.to_tensor([steps_per_pass], dtype="int64")
+        dist.all_reduce(count, op=dist.ReduceOp.MIN)
+        steps_per_pass = int(count.item())
+    if steps_per_pass == 0:
+        raise SystemExit(f"trainer {trainer_id} has fewer than {BATCH_SIZE} rows")
+
+    metrics = output / "metrics.jsonl"
+    if trainer_id == 0:
+        output.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(SEED + trainer_id)
+    step = 0
+    for pass_id in range(passes):
+        order = rng.permutation(len(x))
+        total = 0.0
+        for i in range(steps_per_pass):
+            batch = order[i * BATCH_SIZE:(i + 1) * BATCH_SIZE]
+            loss = paddle.nn.functional.mse_loss(net(paddle.to_tensor(x[batch])),
+                                                 paddle.to_tensor(y[batch]))
+            loss.backward()  # DataParallel averages the gradients over the trainers
+            optimizer.step()
+            optimizer.clear_grad()
+            mine = float(loss.item())
+            mean = mine
+            if dist is not None:
+                summed = loss.detach().clone()
+                dist.all_reduce(summed)
+                mean = float(summed.item()) / trainers
+            step += 1
+            total += mean
+            shown = f"loss {mine:.6f}"
+            if dist is not None:
+                shown += f" (mean over trainers {mean:.6f})"
+            log(f"trainer {trainer_id} pass {pass_id} step {step} {shown}")
+            if trainer_id == 0:
+                line = {"step": step, "loss": mean, "trainer": trainer_id, "pass": pass_id}
+                with metrics.open("a") as out:
+                    out.write(json.dumps(line) + "\n")
+        log(f"trainer {trainer_id} pass {pass_id} done: mean loss {total / steps_per_pass:.6f}")
+
+    if trainer_id == 0:
+        save(paddle, model, root, output / "model")
+    if dist is not None:
+        dist.barrier()  # trainer 0 hosts the rendezvous store: leave together
+    log(f"trainer {trainer_id} finished {passes} passes, {step} steps "
+        f"in {time.monotonic() - started:.1f}s")
+    return 0
+
+
+def save(paddle, model, root: Path, model_dir: Path) -> None:
+    """The parameters (``paddle.load`` them into a ``Linear(13, 1)``), an inference model
+    (``paddle.jit.load``) and a summary with the test-set loss."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    paddle.save(model.state_dict(), str(model_dir / "fit_a_line.pdparams"))
+    model.eval()
+    spec = paddle.static.InputSpec(shape=[None, FEATURES], dtype="float32", name="x")
+    paddle.jit.save(model, str(model_dir / "inference"), input_spec=[spec])
+    test = np.load(root / "test.npz")
+    with paddle.no_grad():
+        test_loss = float(paddle.nn.functional.mse_loss(
+            model(paddle.to_tensor(test["x"])), paddle.to_tensor(test["y"])).item())
+    truth = json.loads((root / "meta.json").read_text())
+    summary = {
+        "test_loss": test_loss,
+        "weight": model.weight.numpy().ravel().tolist(),
+        "bias": float(model.bias.numpy()[0]),
+        "true_weight": truth["weight"],
+        "true_bias": truth["bias"],
+    }
+    (model_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    log(f"saved the model in {model_dir}: test loss {test_loss:.6f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

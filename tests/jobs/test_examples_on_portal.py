@@ -1,0 +1,61 @@
+"""The examples/ trainer packages, submitted to the portal and run by its Celery worker on the
+local backend with the environment contract — as `./dev up` runs fit_a_line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.backends.local import output_dir
+from jobs.models import Job
+from jobs.services import job_submit
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run_example(alice, datacenter, pfs_home, example: str, timeout: float = 240) -> Job:
+    shutil.copytree(EXAMPLES / example, pfs_home / example,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    spec = json.loads((EXAMPLES / example / "job.json").read_text())
+    spec["package"] = f"/pfs/datacenter1/home/alice/{example}"
+    job, _ = job_submit(alice, datacenter, spec)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job.refresh_from_db()
+        if job.state in ("succeeded", "failed", "killed"):
+            return job
+        time.sleep(0.5)
+    raise AssertionError(f"{example} still {job.state} after {timeout}s")
+
+
+def losses(job: Job) -> list[float]:
+    lines = (output_dir(job) / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["loss"] for line in lines if line.strip()]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fit_a_line_trains_with_two_trainers(celery_worker, alice, datacenter, pfs_home):
+    job = run_example(alice, datacenter, pfs_home, "fit_a_line")
+    logs = {r.name: (output_dir(job) / f"node_{r.index}" / "train.log").read_text()
+            for r in job.replicas.all()}
+    assert job.state == "succeeded", (job.state_reason, logs)
+    assert job.trainers == 2
+    loss = losses(job)
+    assert len(loss) >= 2
+    assert loss[-1] < loss[0], loss
+    assert any((output_dir(job) / "model").iterdir())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_parameter_server_example_trains(celery_worker, alice, datacenter, pfs_home):
+    job = run_example(alice, datacenter, pfs_home, "ps_numpy")
+    assert job.state == "succeeded", job.state_reason
+    assert job.pservers >= 1
+    roles = set(job.replicas.values_list("role", "state"))
+    assert ("pserver", "succeeded") in roles and ("trainer", "succeeded") in roles
+    loss = losses(job)
+    assert loss[-1] < loss[0], loss
