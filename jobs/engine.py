@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from .backends import backend_for
 from .backends.base import BackendError, Status
-from .contract import Paths, job_namespace, replica_env
+from .contract import job_namespace, replica_env
 from .models import Job, Replica
 from .states import FINAL_JOB_STATES, FINAL_REPLICA_STATES, JobState, ReplicaState
 from .transitions import job_transition, replica_transition
@@ -52,15 +52,6 @@ def _replicas(job) -> list[Replica]:
     return list(job.replicas.order_by("role", "index"))
 
 
-def _paths(job, backend) -> Paths:
-    from .backends.local import home_dir, output_dir
-
-    # Replicas of the local backend see the real directories; Kubernetes mounts them at
-    # /pfs/{dc}/… (the kubernetes backend passes its own Paths).
-    return Paths(output=str(output_dir(job)), pfs_home=str(home_dir(job)),
-                 pfs_public=str(job.datacenter.public_path))
-
-
 def job_launch(job_id: int) -> None:
     """Start every replica of a pending (or half-started) job."""
     job = Job.objects.select_related("datacenter", "owner").get(pk=job_id)
@@ -76,7 +67,7 @@ def job_launch(job_id: int) -> None:
         return
     replicas = _replicas(job)
     topology = backend.topology(job, replicas)
-    paths = _paths(job, backend)
+    paths = backend.paths(job)
     namespace = job_namespace(job.datacenter, job.owner.username)
     for replica in replicas:
         with transaction.atomic():
@@ -164,7 +155,7 @@ def job_launch_replica(job, replica) -> None:
     backend = backend_for(job.datacenter)
     replicas = _replicas(job)
     topology = backend.topology(job, replicas)
-    env = replica_env(job, replica.role, replica.index, topology, _paths(job, backend),
+    env = replica_env(job, replica.role, replica.index, topology, backend.paths(job),
                       job_namespace(job.datacenter, job.owner.username))
     with transaction.atomic():
         locked = Replica.objects.select_for_update().get(pk=replica.pk)

@@ -7,7 +7,7 @@ import abc
 import enum
 from dataclasses import dataclass
 
-from ..contract import Topology
+from ..contract import Paths, Topology
 
 
 class Status(enum.Enum):
@@ -34,6 +34,11 @@ class Backend(abc.ABC):
     def prepare(self, job) -> None:
         """Make the job's files ready (package, requirements, output dir). Idempotent.
         Raises BackendError with a message for the user when that fails."""
+
+    @abc.abstractmethod
+    def paths(self, job) -> Paths:
+        """The job's output dir, the owner's PFS home and the public dir, as replicas see them
+        (real directories on the local backend; the mounts /pfs/{dc}/… on Kubernetes)."""
 
     @abc.abstractmethod
     def topology(self, job, replicas) -> Topology:

@@ -25,7 +25,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 
-from ..contract import Topology
+from ..contract import Paths, Topology
 from .base import Backend, BackendError, Observation, Status
 
 OUTPUT_MARKER = ".paddlecloud-job"
@@ -135,6 +135,10 @@ class LocalBackend(Backend):
                 raise BackendError("requirements.txt could not be installed "
                                    f"(pip exited {result.returncode}); see output/setup.log")
             tmp.rename(site)
+
+    def paths(self, job) -> Paths:
+        return Paths(output=str(output_dir(job)), pfs_home=str(home_dir(job)),
+                     pfs_public=str(job.datacenter.public_path))
 
     def log_path(self, job, replica) -> Path:
         kind = "train" if replica.role == "trainer" else "server"
