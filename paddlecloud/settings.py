@@ -275,6 +275,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "INFO"},
-        "celery": {"level": env_str("LOG_LEVEL", "INFO")},
+        # Celery says INFO for every task it runs (a job is looked at every second).
+        "celery": {"level": env_str("CELERY_LOG_LEVEL", "WARNING")},
     },
 }
