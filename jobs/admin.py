@@ -1,9 +1,12 @@
 """Admins see every job with its replicas and its history. Jobs are changed only through the
 services (submit, kill, delete), never edited by hand here."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
+
+from paddlecloud.errors import PaddleCloudError
 
 from .models import Job, JobEvent, Replica
+from .services import job_kill
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -38,6 +41,19 @@ class JobAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     inlines = [ReplicaInline, JobEventInline]
     show_full_result_count = False  # counting tens of thousands of jobs on every page is slow
+    actions = ["kill"]
+
+    @admin.action(description="Kill the selected jobs")
+    def kill(self, request, queryset):
+        killed = 0
+        for job in queryset.select_related("owner", "datacenter"):
+            try:
+                job_kill(job.owner, job.datacenter, job.name, by=request.user)
+            except PaddleCloudError as exc:
+                self.message_user(request, exc.message, messages.WARNING)
+            else:
+                killed += 1
+        self.message_user(request, f"Killed {killed} job(s).")
 
     def has_add_permission(self, request):
         return False

@@ -87,12 +87,13 @@ def job_list(user, datacenter, *, state: str | None = None, name: str | None = N
     return jobs
 
 
-def job_kill(user, datacenter, name: str) -> Job:
-    """End a job and every replica of it (the seeds' ``paddlectl kill``)."""
+def job_kill(user, datacenter, name: str, *, by=None) -> Job:
+    """End a job and every replica of it (the seeds' ``paddlectl kill``). ``by`` is who kills
+    it when that is not its owner (an admin)."""
     job = job_get(user, datacenter, name)
     if job.state in FINAL_JOB_STATES:
-        raise ConflictError(f"job {name!r} has already {job.state}", code="job_ended")
-    job_transition(job, JobState.KILLED, f"killed by {user.username}")
+        raise ConflictError(f"job {name!r} has already ended ({job.state})", code="job_ended")
+    job_transition(job, JobState.KILLED, f"killed by {(by or user).username}")
 
     def queue_halt():
         from .tasks import job_stop

@@ -48,3 +48,18 @@ def test_jobs_are_not_edited_by_hand(admin_browser, job):
     assert response.status_code == 403
     job.refresh_from_db()
     assert job.state == "starting"
+
+
+def test_admins_kill_jobs_through_the_same_service(admin_browser, job,
+                                                   django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = admin_browser.post("/admin/jobs/job/", {
+            "action": "kill", "_selected_action": [job.pk]}, follow=True)
+    assert "Killed 1 job(s)." in response.content.decode()
+    job.refresh_from_db()
+    assert (job.state, job.state_reason) == ("killed", "killed by root")
+    assert len(callbacks) == 1  # the stop task is queued
+
+    again = admin_browser.post("/admin/jobs/job/", {
+        "action": "kill", "_selected_action": [job.pk]}, follow=True)
+    assert "has already ended (killed)" in again.content.decode()
