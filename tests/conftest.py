@@ -9,6 +9,7 @@ import os
 import pytest
 from django.conf import settings
 from django.core.cache import cache
+from django.test import Client
 from rest_framework.test import APIClient
 
 from accounts.services import datacenter_upsert, token_create, user_upsert
@@ -111,6 +112,16 @@ def make_user(db, datacenter):
 @pytest.fixture
 def alice(make_user):
     return make_user("alice")
+
+
+@pytest.fixture
+def admin_browser(datacenter) -> Client:
+    """A browser logged in as a staff superuser (``root``)."""
+    user_upsert("root", password=PASSWORD, datacenter_names=["datacenter1"], staff=True,
+                superuser=True)
+    client = Client()
+    assert client.login(username="root", password=PASSWORD)
+    return client
 
 
 @pytest.fixture

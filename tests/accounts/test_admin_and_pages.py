@@ -19,16 +19,6 @@ pytestmark = pytest.mark.django_db
 GiB = 2**30
 
 
-@pytest.fixture
-def admin_browser(datacenter) -> Client:
-    """A browser logged in as a staff superuser."""
-    user_upsert("root", password=PASSWORD, datacenter_names=["datacenter1"], staff=True,
-                superuser=True)
-    client = Client()
-    assert client.login(username="root", password=PASSWORD)
-    return client
-
-
 def page(response) -> str:
     return html.unescape(response.content.decode())
 

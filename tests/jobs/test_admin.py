@@ -3,23 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
-from accounts.services import user_upsert
 from jobs.models import Job, Replica
 from jobs.transitions import job_transition, replica_transition
-from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def admin_browser(datacenter) -> Client:
-    user_upsert("root", password=PASSWORD, datacenter_names=["datacenter1"], staff=True,
-                superuser=True)
-    client = Client()
-    assert client.login(username="root", password=PASSWORD)
-    return client
 
 
 @pytest.fixture
