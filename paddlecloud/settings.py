@@ -138,6 +138,8 @@ if REDIS_URL:
     }
 else:
     CELERY_BROKER_URL = "memory://localhost/"
+    # The in-memory transport polls; its default second between polls would throttle starts.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.05}
     CELERY_RESULT_BACKEND = "cache+memory://"
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

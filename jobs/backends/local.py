@@ -27,6 +27,7 @@ from django.db import transaction
 
 from ..contract import Paths, Topology
 from .base import Backend, BackendError, Observation, Status
+from .local_runner import write_json
 
 OUTPUT_MARKER = ".paddlecloud-job"
 
@@ -195,13 +196,9 @@ class LocalBackend(Backend):
              "--log", str(self.log_path(job, replica)), "--", "/bin/sh", "-c", job.entry],
             cwd=pkg, env=full_env, start_new_session=True, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        # The runner writes its pid file first thing; wait for it so a retry sees it.
-        deadline = time.monotonic() + 10
-        while not pid_file.exists() and time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise BackendError(f"the runner of {replica.name} exited at once "
-                                   f"(code {process.returncode})")
-            time.sleep(0.01)
+        # Recorded at once, so that a retried start finds this attempt already running.
+        write_json(pid_file, {"pid": process.pid, "attempt": replica.restarts,
+                              "started": time.time()})
         return f"pid:{process.pid}"
 
     def observe(self, job, replica) -> Observation:
@@ -223,16 +220,29 @@ class LocalBackend(Backend):
         groups = []
         for replica in replicas:
             started = _read_json(self._files(job, replica)[0])
-            if started and runner_alive(started["pid"]):
+            if started and (runner_alive(started["pid"]) or _group_exists(started["pid"])):
                 groups.append(started["pid"])
         for pgid in groups:
             _signal_group(pgid, signal.SIGTERM)
+        # Done when every group is empty: the runner and all the command started.
         deadline = time.monotonic() + grace
         while groups and time.monotonic() < deadline:
-            groups = [pgid for pgid in groups if runner_alive(pgid)]
-            time.sleep(0.1)
+            groups = [pgid for pgid in groups if runner_alive(pgid) or _group_exists(pgid)]
+            time.sleep(0.05)
         for pgid in groups:
             _signal_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while groups and time.monotonic() < deadline:
+            groups = [pgid for pgid in groups if runner_alive(pgid) or _group_exists(pgid)]
+            time.sleep(0.05)
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -4,9 +4,10 @@
         --log OUT/node_0/train.log -- sh -c "python train.py"
 
 The backend starts it in a new session, so the runner and the command share one process
-group and a signal to the group reaches both. The runner writes ``NAME.pid`` when it starts
-and ``NAME.exit`` (the command's exit code, or minus the signal that ended it) when the command
-ends, so the portal can tell what happened even if it was not running at that moment.
+group and a signal to the group reaches both; the backend records the runner's pid in
+``NAME.pid``. The runner writes ``NAME.exit`` (the command's exit code, or minus the signal
+that ended it) when the command ends, so the portal can tell what happened even if it was not
+running at that moment.
 """
 
 from __future__ import annotations
@@ -72,8 +73,6 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: None)
     signal.signal(signal.SIGINT, lambda *_: None)
     become_subreaper()
-    write_json(args.state / f"{args.name}.pid",
-               {"pid": os.getpid(), "attempt": args.attempt, "started": time.time()})
     args.log.parent.mkdir(parents=True, exist_ok=True)
     with args.log.open("ab") as log:
         if args.attempt:

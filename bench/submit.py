@@ -1,0 +1,508 @@
+"""Benchmark: how fast the embedded portal takes job submissions and gets their replicas running.
+
+    .venv/bin/python bench/submit.py [--jobs 1,10,100] [--port P] [--keep] [--redis]
+
+It starts the portal as a user would (``manage.py migrate``, ``manage.py demo``, ``manage.py
+runportal``) in a fresh temporary PADDLECLOUD_VAR_DIR, on the embedded default (SQLite, the
+in-process Celery worker, the local backend), puts a trainer package whose entry is ``sleep 3``
+in the demo user's PFS home, then for each job count N: submits N one-trainer jobs from a
+small thread pool, times each submission, and waits until every job has been running (or has
+already succeeded). Between rounds it waits for the jobs to succeed and deletes them. Figures go
+to standard output as a table and one JSON line per round; progress goes to standard error.
+The portal is always stopped and the temporary directory removed (unless --keep).
+
+This is a benchmark, not a test: it prints figures and exits 1 only if a round failed (an
+error answer, a failed job, or a timeout). See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+HOST = "127.0.0.1"
+DATACENTER = "datacenter1"
+USERNAME = "demo"
+PACKAGE = f"/pfs/{DATACENTER}/home/{USERNAME}/bench"
+ENTRY = "sleep 3"
+# The configuration a user's shell might carry: the benchmark runs the embedded default.
+CONFIG_VARS = ("DATABASE_URL", "REDIS_URL", "PADDLECLOUD_BACKEND", "SECRET_KEY", "DEBUG",
+               "ALLOWED_HOSTS", "PADDLECLOUD_PFS_ROOT", "PADDLECLOUD_VAR_DIR",
+               "DJANGO_SETTINGS_MODULE")
+KEPT_WITH_REDIS = ("DATABASE_URL", "REDIS_URL")
+
+COMMAND_TIMEOUT = 180.0  # migrate, demo
+STARTUP_TIMEOUT = 60.0  # until /healthz answers
+STOP_TIMEOUT = 30.0  # after SIGTERM, before SIGKILL
+REQUEST_TIMEOUT = 30.0  # one HTTP request
+POLL_INTERVAL = 0.5  # between two looks at the job list
+PAGE_LIMIT = 500
+
+
+class BenchError(Exception):
+    """A round (or the set-up) failed; the message says how."""
+
+
+class Stopped(BaseException):  # like KeyboardInterrupt: not an error
+    """SIGTERM arrived: unwind and clean up."""
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+# --- the portal --------------------------------------------------------------------------------
+
+
+class Portal:
+    """The portal in a subprocess, with its own temporary var directory."""
+
+    def __init__(self, port: int, *, keep: bool, redis: bool):
+        self.port = port
+        self.keep = keep
+        self.redis = redis
+        self.tmp = Path(tempfile.mkdtemp(prefix="paddlecloud-bench-"))
+        self.var = self.tmp / "var"
+        self.log_path = self.tmp / "portal.log"
+        self.process: subprocess.Popen | None = None
+        self.base = f"http://{HOST}:{port}"
+
+    def env(self) -> dict[str, str]:
+        kept = KEPT_WITH_REDIS if self.redis else ()
+        env = {k: v for k, v in os.environ.items() if k not in CONFIG_VARS or k in kept}
+        env.update(DJANGO_SETTINGS_MODULE="paddlecloud.settings",
+                   PADDLECLOUD_VAR_DIR=str(self.var))
+        return env
+
+    def manage(self, *args: str) -> str:
+        try:
+            result = subprocess.run(  # noqa: S603 - our own manage.py with our own Python
+                [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env(),
+                capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"manage.py {args[0]} took more than {COMMAND_TIMEOUT:.0f} s") \
+                from None
+        if result.returncode != 0:
+            raise BenchError(f"manage.py {' '.join(args)} exited {result.returncode}:\n"
+                             f"{result.stderr.strip()}")
+        return result.stdout
+
+    def start(self) -> str:
+        """Migrate, create the demo user, serve; returns the demo password."""
+        log(f"var dir {self.var}")
+        if self.redis:
+            used = [k for k in KEPT_WITH_REDIS if os.environ.get(k)]
+            log(f"--redis: keeping {', '.join(used) or 'nothing (neither is set)'}")
+        self.manage("migrate", "--no-input", "-v", "0")
+        self.manage("demo", "--endpoint", self.base)
+        password = (self.var / "demo-password").read_text().strip()
+        with self.log_path.open("w") as out:
+            self.process = subprocess.Popen(  # noqa: S603 - our own manage.py
+                [sys.executable, "manage.py", "runportal", "--host", HOST,
+                 "--port", str(self.port)],
+                cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)  # we stop it, not Ctrl-C
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise BenchError(f"the portal exited {self.process.returncode} at start:\n"
+                                 f"{self.log_tail()}")
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                if Client(self.base).request("GET", "/healthz")[0] == 200:
+                    log(f"portal up on {self.base} (pid {self.process.pid})")
+                    return password
+            time.sleep(0.2)
+        raise BenchError(f"/healthz did not answer 200 within {STARTUP_TIMEOUT:.0f} s:\n"
+                         f"{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no portal log)"
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                log(f"the portal did not stop within {STOP_TIMEOUT:.0f} s of SIGTERM: SIGKILL")
+                self.process.kill()
+                self.process.wait(timeout=STOP_TIMEOUT)
+        if self.process is not None:
+            log(f"portal stopped (exit {self.process.returncode})")
+        self.stop_leftover_replicas()
+
+    def stop_leftover_replicas(self) -> None:
+        """Replicas run in their own sessions and outlive the portal: end those our portal
+        started and that still run (by the pids in their runners' pid files)."""
+        for pid_file in self.var.glob("jobs/*/run/*.pid"):
+            try:
+                pid = int(json.loads(pid_file.read_text())["pid"])
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if b"local_runner.py" in cmdline and str(self.var).encode() in cmdline:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+
+    def cleanup(self) -> None:
+        if self.keep:
+            log(f"kept {self.tmp} (portal log: {self.log_path})")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# --- HTTP --------------------------------------------------------------------------------------
+
+
+class Client:
+    """One keep-alive connection to the portal (one per thread)."""
+
+    def __init__(self, base: str, token: str | None = None):
+        self.host, self.port = urlsplit(base).hostname, urlsplit(base).port
+        self.token = token
+        self.conn: http.client.HTTPConnection | None = None
+
+    def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        for attempt in (1, 2):
+            reused = self.conn is not None
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(self.host, self.port,
+                                                       timeout=REQUEST_TIMEOUT)
+            try:
+                self.conn.request(method, path, body=data, headers=headers)
+                response = self.conn.getresponse()
+                raw = response.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.close()
+                if reused and attempt == 1:
+                    continue  # the server closed an idle keep-alive connection: once more
+                raise
+            except BaseException:
+                self.close()
+                raise
+            if response.will_close:
+                self.close()
+            try:
+                return response.status, json.loads(raw) if raw else None
+            except ValueError:
+                return response.status, raw.decode(errors="replace")
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+def list_jobs(client: Client, **query: str) -> list[dict]:
+    """Every job matching the query, following the cursor pagination's ``next`` links."""
+    path = f"/api/v1/jobs/?{urlencode({**query, 'limit': PAGE_LIMIT})}"
+    jobs: list[dict] = []
+    for _ in range(10_000):  # bounded: 5 million jobs
+        status, page = client.request("GET", path)
+        if status != 200 or not isinstance(page, dict):
+            raise BenchError(f"GET {path} answered {status}: {page}")
+        jobs.extend(page["results"])
+        if not page.get("next"):
+            return jobs
+        parts = urlsplit(page["next"])
+        path = f"{parts.path}?{parts.query}"
+    raise BenchError(f"GET {path}: too many pages")
+
+
+# --- one round ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Round:
+    jobs: int
+    submissions_per_s: float | None = None
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    all_running_s: float | None = None
+    error: str | None = None
+    latencies: list[float] = field(default_factory=list, repr=False)
+
+    def as_json(self) -> str:
+        def rounded(value, digits):
+            return None if value is None else round(value, digits)
+
+        return json.dumps({"bench": "submit", "jobs": self.jobs,
+                           "submissions_per_s": rounded(self.submissions_per_s, 1),
+                           "submit_p50_ms": rounded(self.p50_ms, 1),
+                           "submit_p95_ms": rounded(self.p95_ms, 1),
+                           "all_running_s": rounded(self.all_running_s, 2),
+                           "ok": self.error is None, "error": self.error})
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * p / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+class Bench:
+    def __init__(self, base: str, token: str, *, threads: int, timeout: float):
+        self.base = base
+        self.token = token
+        self.threads = threads
+        self.timeout = timeout
+        self.local = threading.local()
+        self.clients: list[Client] = []
+        self.lock = threading.Lock()
+        self.control = Client(base, token)  # for polling, from the main thread
+
+    def client(self) -> Client:
+        client = getattr(self.local, "client", None)
+        if client is None:
+            client = self.local.client = Client(self.base, self.token)
+            with self.lock:
+                self.clients.append(client)
+        return client
+
+    def close(self) -> None:
+        for client in [*self.clients, self.control]:
+            client.close()
+
+    def submit(self, name: str) -> tuple[float, int, object]:
+        body = {"name": name, "package": PACKAGE, "entry": ENTRY, "trainers": 1}
+        start = time.perf_counter()
+        status, answer = self.client().request("POST", "/api/v1/jobs/", body)
+        return time.perf_counter() - start, status, answer
+
+    def run(self, count: int) -> Round:
+        result = Round(count)
+        prefix = f"b{count}-"
+        names = [f"{prefix}{i}" for i in range(count)]
+        log(f"round {count}: submitting {count} job(s) from {self.threads} threads")
+        pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="submit")
+        try:
+            first = time.perf_counter()
+            outcomes = list(pool.map(self.submit, names))
+            submitted = time.perf_counter()
+        finally:  # on Ctrl-C, drop what has not been sent yet
+            pool.shutdown(wait=True, cancel_futures=True)
+        result.latencies = [latency for latency, _, _ in outcomes]
+        result.submissions_per_s = count / (submitted - first)
+        result.p50_ms = percentile(result.latencies, 50) * 1000
+        result.p95_ms = percentile(result.latencies, 95) * 1000
+        refused = [(name, status, answer) for name, (_, status, answer) in zip(names, outcomes,
+                                                                                 strict=True)
+                   if status != 201]
+        log(f"round {count}: submitted in {submitted - first:.2f} s "
+            f"({result.submissions_per_s:.1f}/s, p50 {result.p50_ms:.0f} ms, "
+            f"p95 {result.p95_ms:.0f} ms)")
+        if refused:
+            name, status, answer = refused[0]
+            result.error = (f"{len(refused)} of {count} submissions refused; first: {name} "
+                            f"answered {status}: {answer}")
+            return result
+        try:
+            result.all_running_s = self.wait_running(set(names), prefix, first)
+        except BenchError as exc:
+            result.error = str(exc)
+        return result
+
+    def failed(self, names: set[str], prefix: str) -> None:
+        bad = [job for job in list_jobs(self.control, state="failed,killed", name=prefix)
+               if job["name"] in names]
+        if bad:
+            raise BenchError(f"{len(bad)} job(s) ended badly; first: {bad[0]['name']} "
+                             f"{bad[0]['state']}: {bad[0]['state_reason']}")
+
+    def wait_running(self, names: set[str], prefix: str, first: float) -> float:
+        """Seconds from the first submission until every job has been running (a job counts
+        once it is running or has already succeeded; each has one replica, and a job runs only
+        once all its replicas do)."""
+        deadline = time.monotonic() + self.timeout
+        seen: set[str] = set()
+        last_report = time.monotonic()
+        while True:
+            running = list_jobs(self.control, state="running,succeeded", name=prefix)
+            seen |= {job["name"] for job in running} & names
+            if seen == names:
+                return time.perf_counter() - first
+            self.failed(names, prefix)
+            if time.monotonic() > deadline:
+                raise BenchError(f"timeout: after {self.timeout:.0f} s only {len(seen)} of "
+                                 f"{len(names)} jobs had been running")
+            if time.monotonic() - last_report > 10:
+                log(f"  {len(seen)} of {len(names)} jobs have been running")
+                last_report = time.monotonic()
+            time.sleep(POLL_INTERVAL)
+
+    def wait_ended_and_delete(self, count: int) -> None:
+        """Wait (bounded) for the round's jobs to succeed, then delete them."""
+        prefix = f"b{count}-"
+        names = {f"{prefix}{i}" for i in range(count)}
+        deadline = time.monotonic() + self.timeout
+        while True:
+            mine = [job for job in list_jobs(self.control, name=prefix) if job["name"] in names]
+            live = [job for job in mine if job["state"] not in ("succeeded", "failed", "killed")]
+            if not live:
+                break
+            if time.monotonic() > deadline:
+                raise BenchError(f"timeout: {len(live)} of round {count}'s jobs still not ended "
+                                 f"after {self.timeout:.0f} s (e.g. {live[0]['name']} is "
+                                 f"{live[0]['state']})")
+            time.sleep(POLL_INTERVAL)
+        start = time.perf_counter()
+        pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="delete")
+        try:
+            outcomes = list(pool.map(
+                lambda job: (job["name"], *self.client().request(
+                    "DELETE", f"/api/v1/jobs/{job['name']}/")), mine))
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        refused = [outcome for outcome in outcomes if outcome[1] != 204]
+        if refused:
+            raise BenchError(f"{len(refused)} deletions refused; first: {refused[0]}")
+        log(f"round {count}: {len(mine)} job(s) ended and deleted "
+            f"(deletions took {time.perf_counter() - start:.2f} s)")
+
+
+# --- the whole run -----------------------------------------------------------------------------
+
+
+def make_package(var: Path) -> None:
+    package = var / "pfs" / DATACENTER / "home" / USERNAME / "bench"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "README").write_text(f"A trainer package for bench/submit.py: its entry is "
+                                    f"`{ENTRY}`; nothing here runs.\n")
+
+
+def login(base: str, password: str) -> str:
+    client = Client(base)
+    try:
+        status, answer = client.request("POST", "/api/v1/auth/token/",
+                                        {"username": USERNAME, "password": password,
+                                         "datacenter": DATACENTER, "name": "bench"})
+    finally:
+        client.close()
+    if status != 201 or not isinstance(answer, dict):
+        raise BenchError(f"login answered {status}: {answer}")
+    return answer["token"]
+
+
+def table(rounds: list[Round]) -> str:
+    def cell(value, digits):
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    lines = [f"{'jobs':>6}  {'submit/s':>9}  {'p50 ms':>8}  {'p95 ms':>8}  "
+             f"{'all running s':>13}  result"]
+    for r in rounds:
+        lines.append(f"{r.jobs:>6}  {cell(r.submissions_per_s, 1):>9}  {cell(r.p50_ms, 1):>8}  "
+                     f"{cell(r.p95_ms, 1):>8}  {cell(r.all_running_s, 2):>13}  "
+                     f"{'ok' if r.error is None else 'FAILED: ' + r.error}")
+    return "\n".join(lines)
+
+
+def job_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole numbers") from None
+    if not counts or any(not 1 <= n <= 1000 for n in counts):
+        raise argparse.ArgumentTypeError(f"{text!r}: job counts from 1 to 1000")
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Submit N jobs to a fresh embedded portal and time them until they run.")
+    parser.add_argument("--jobs", type=job_counts, default=[1, 10, 100],
+                        help="job counts, one round each (default 1,10,100)")
+    parser.add_argument("--port", type=int, default=0, help="portal port (default: a free one)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary var dir and the portal log")
+    parser.add_argument("--redis", action="store_true",
+                        help="keep REDIS_URL / DATABASE_URL from the environment")
+    parser.add_argument("--threads", type=int, default=8, help="submitting threads (default 8)")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds a round may wait for its jobs (default 300)")
+    args = parser.parse_args(argv)
+
+    def on_sigterm(signum, frame):
+        raise Stopped
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    # Ctrl-C stops us even when started in the background from a script (which ignores SIGINT).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    began = time.monotonic()
+    rounds: list[Round] = []
+    portal = Portal(args.port or free_port(), keep=args.keep, redis=args.redis)
+    bench = None
+    code = 0
+    try:
+        password = portal.start()
+        make_package(portal.var)
+        bench = Bench(portal.base, login(portal.base, password), threads=args.threads,
+                      timeout=args.timeout)
+        for count in args.jobs:
+            result = bench.run(count)
+            rounds.append(result)
+            print(result.as_json(), flush=True)
+            if result.error is not None:
+                log(f"round {count} failed: {result.error}; portal log:\n{portal.log_tail()}")
+                code = 1
+                break
+            bench.wait_ended_and_delete(count)  # so rounds do not overlap (and none outlives us)
+    except BenchError as exc:
+        log(f"failed: {exc}")
+        code = 1
+    except (KeyboardInterrupt, Stopped):
+        log("interrupted")
+        code = 130
+    finally:
+        if bench is not None:
+            bench.close()
+        # A second Ctrl-C must not cut the clean-up short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            portal.stop()
+        finally:
+            portal.cleanup()
+    if rounds:
+        print(table(rounds), flush=True)
+    log(f"run time {time.monotonic() - began:.1f} s")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
