@@ -47,7 +47,7 @@ def jobs_reconcile() -> dict[str, int]:
     whose start was lost, look at every job that runs (replicas that vanished while the portal
     was down are marked, deadlines enforced), stop what is left of ended jobs, delete ended
     jobs past their TTL."""
-    counts = {"restarted": 0, "synced": 0, "expired": 0}
+    counts = {"restarted": 0, "synced": 0, "expired": 0, "orphans": 0}
     now = timezone.now()
     lost = Job.objects.filter(state=JobState.PENDING, created_at__lt=now - LOST_START_AFTER)
     for job_id in lost.values_list("pk", flat=True):
@@ -61,12 +61,17 @@ def jobs_reconcile() -> dict[str, int]:
                   .filter(replicas__state__in=["pending", "starting", "running"]).distinct())
     for job_id in ended_live.values_list("pk", flat=True):
         engine.job_halt(job_id)
+    from accounts.models import Datacenter
+
+    from .backends import backend_for
+
+    known = set(Job.objects.values_list("pk", flat=True))
+    for backend in {backend_for(dc) for dc in Datacenter.objects.all()}:
+        counts["orphans"] += backend.orphans_stop(known, engine.STOP_GRACE_SECONDS)
     for job in Job.objects.filter(state__in=FINAL_JOB_STATES,
                                   ttl_seconds_after_finished__isnull=False,
                                   finished_at__isnull=False).select_related("datacenter"):
         if job.finished_at + timedelta(seconds=job.ttl_seconds_after_finished) < now:
-            from .backends import backend_for
-
             backend_for(job.datacenter).cleanup(job)
             job.delete()
             counts["expired"] += 1

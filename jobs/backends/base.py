@@ -62,5 +62,10 @@ class Backend(abc.ABC):
         """The replica's log file, kept after the job ends."""
 
     @abc.abstractmethod
+    def orphans_stop(self, known_job_ids: set[int], grace: float) -> int:
+        """Stop and remove whatever the backend runs or keeps for jobs the database no longer
+        knows. Returns how many such jobs it found."""
+
+    @abc.abstractmethod
     def cleanup(self, job) -> None:
         """Remove what the backend keeps for the job privately (not its output)."""

@@ -148,6 +148,20 @@ class LocalBackend(Backend):
     def cleanup(self, job) -> None:
         shutil.rmtree(job_dir(job), ignore_errors=True)
 
+    def orphans_stop(self, known_job_ids: set[int], grace: float) -> int:
+        root = settings.VAR_DIR / "jobs"
+        if not root.is_dir():
+            return 0
+        found = 0
+        for private in root.iterdir():
+            if not private.name.isdigit() or int(private.name) in known_job_ids:
+                continue
+            found += 1
+            started = [_read_json(pid_file) for pid_file in (private / "run").glob("*.pid")]
+            _stop_groups([s["pid"] for s in started if s], grace)
+            shutil.rmtree(private, ignore_errors=True)
+        return found
+
     # --- processes -------------------------------------------------------------------------
 
     def topology(self, job, replicas) -> Topology:
@@ -220,21 +234,33 @@ class LocalBackend(Backend):
         groups = []
         for replica in replicas:
             started = _read_json(self._files(job, replica)[0])
-            if started and (runner_alive(started["pid"]) or _group_exists(started["pid"])):
+            if started:
                 groups.append(started["pid"])
-        for pgid in groups:
-            _signal_group(pgid, signal.SIGTERM)
-        # Done when every group is empty: the runner and all the command started.
-        deadline = time.monotonic() + grace
-        while groups and time.monotonic() < deadline:
-            groups = [pgid for pgid in groups if runner_alive(pgid) or _group_exists(pgid)]
+        _stop_groups(groups, grace)
+
+
+def _live(pgid: int) -> bool:
+    return runner_alive(pgid) or _group_exists(pgid)
+
+
+def _wait_until_empty(groups: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while groups and time.monotonic() < deadline:
+        groups = [pgid for pgid in groups if _live(pgid)]
+        if groups:
             time.sleep(0.05)
-        for pgid in groups:
-            _signal_group(pgid, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while groups and time.monotonic() < deadline:
-            groups = [pgid for pgid in groups if runner_alive(pgid) or _group_exists(pgid)]
-            time.sleep(0.05)
+    return groups
+
+
+def _stop_groups(groups: list[int], grace: float) -> None:
+    """SIGTERM to each process group, SIGKILL after ``grace`` seconds. Done when every group
+    is empty: the runner and everything the command started."""
+    groups = [pgid for pgid in groups if _live(pgid)]
+    for pgid in groups:
+        _signal_group(pgid, signal.SIGTERM)
+    for pgid in _wait_until_empty(groups, grace):
+        _signal_group(pgid, signal.SIGKILL)
+    _wait_until_empty(groups, 5.0)
 
 
 def _group_exists(pgid: int) -> bool:

@@ -248,3 +248,19 @@ def test_bad_requirements_fail_the_job_with_the_log(submit, pfs_home):
 ])
 def test_exit_codes_are_explained(code, says):
     assert says in exit_reason(code)
+
+
+@transactional
+def test_the_reconciler_stops_processes_of_jobs_it_does_not_know(submit):
+    """E.g. a database restored from a backup: the processes must not run on unseen."""
+    job = submit(env={"SLEEP": "60"})
+    engine.job_launch(job.pk)
+    pid = int(job.replicas.get().backend_ref.removeprefix("pid:"))
+    private = job_dir(job)
+    Job.objects.filter(pk=job.pk).delete()  # the record is gone, the process is not
+    assert runner_alive(pid)
+    assert jobs_reconcile()["orphans"] == 1
+    assert not runner_alive(pid)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+    assert not private.exists()
