@@ -65,6 +65,9 @@ def job_launch(job_id: int) -> None:
     except BackendError as exc:
         job_fail(job, str(exc))
         return
+    except OSError as exc:  # disk full, permissions, a PFS mount gone
+        job_fail(job, f"could not prepare the job's files: {exc}")
+        return
     replicas = _replicas(job)
     topology = backend.topology(job, replicas)
     paths = backend.paths(job)

@@ -50,7 +50,10 @@ def jobs_reconcile() -> dict[str, int]:
     counts = {"restarted": 0, "synced": 0, "expired": 0, "orphans": 0}
     now = timezone.now()
     lost = Job.objects.filter(state=JobState.PENDING, created_at__lt=now - LOST_START_AFTER)
-    for job_id in lost.values_list("pk", flat=True):
+    # A start that died half way leaves replicas pending under a starting job.
+    stalled = Job.objects.filter(state=JobState.STARTING, replicas__state="pending",
+                                 updated_at__lt=now - LOST_START_AFTER).distinct()
+    for job_id in [*lost.values_list("pk", flat=True), *stalled.values_list("pk", flat=True)]:
         job_start.delay(job_id)
         counts["restarted"] += 1
     active = Job.objects.filter(state__in=[JobState.STARTING, JobState.RUNNING])

@@ -168,9 +168,10 @@ def test_the_reconciler_starts_jobs_whose_start_was_lost(submit, monkeypatch):
     assert starts_soon(job) == ["0"]
 
 
-def starts_soon(job: Job, timeout: float = 10) -> list[str]:
+def starts_soon(job: Job, count: int = 1, timeout: float = 10) -> list[str]:
+    """The trainers started, once ``count`` of them have (or the timeout passed)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not starts(job):
+    while time.monotonic() < deadline and len(starts(job)) < count:
         time.sleep(0.05)
     return starts(job)
 
@@ -264,3 +265,35 @@ def test_the_reconciler_stops_processes_of_jobs_it_does_not_know(submit):
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)
     assert not private.exists()
+
+
+@transactional
+def test_the_reconciler_resumes_a_start_that_died_on_an_unexpected_error(submit, monkeypatch):
+    job = submit(trainers=2)
+    monkeypatch.setattr("jobs.engine.replica_env", lambda *a, **k: 1 / 0)  # a bug, say
+    with pytest.raises(ZeroDivisionError):
+        engine.job_launch(job.pk)
+    monkeypatch.undo()
+    job.refresh_from_db()
+    assert job.state == "starting"
+    assert set(job.replicas.values_list("state", flat=True)) == {"pending"}
+    Job.objects.filter(pk=job.pk).update(updated_at=job.updated_at.replace(year=2000))
+    monkeypatch.setattr("jobs.tasks.job_start.delay", lambda job_id: engine.job_launch(job_id))
+    assert jobs_reconcile()["restarted"] == 1
+    assert set(job.replicas.values_list("state", flat=True)) <= {"starting", "running",
+                                                                 "succeeded"}
+    assert starts_soon(job, count=2) == ["0", "1"]
+
+
+@transactional
+def test_files_that_cannot_be_prepared_fail_the_job(submit, monkeypatch):
+    job = submit()
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("jobs.backends.local.shutil.copytree", disk_full)
+    engine.job_launch(job.pk)
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert "No space left on device" in job.state_reason
