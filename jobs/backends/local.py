@@ -204,12 +204,14 @@ class LocalBackend(Backend):
             **env,
         }
         runner = Path(__file__).with_name("local_runner.py")
-        process = subprocess.Popen(  # noqa: S603 - running the user's entry is the point
-            [sys.executable, str(runner), "--state", str(pid_file.parent),
-             "--name", replica.name, "--attempt", str(replica.restarts),
-             "--log", str(self.log_path(job, replica)), "--", "/bin/sh", "-c", job.entry],
-            cwd=pkg, env=full_env, start_new_session=True, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # The runner's own complaints (not the job's output) go beside its pid file.
+        with (pid_file.parent / f"{replica.name}.runner.log").open("ab") as runner_log:
+            process = subprocess.Popen(  # noqa: S603 - running the user's entry is the point
+                [sys.executable, str(runner), "--state", str(pid_file.parent),
+                 "--name", replica.name, "--attempt", str(replica.restarts),
+                 "--log", str(self.log_path(job, replica)), "--", "/bin/sh", "-c", job.entry],
+                cwd=pkg, env=full_env, start_new_session=True, stdin=subprocess.DEVNULL,
+                stdout=runner_log, stderr=runner_log)
         # Recorded at once, so that a retried start finds this attempt already running.
         write_json(pid_file, {"pid": process.pid, "attempt": replica.restarts,
                               "started": time.time()})
