@@ -61,18 +61,21 @@ def _clear_cache():
     cache.clear()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def celery_worker():
     """The worker runportal embeds, consuming from the real Redis broker of REDIS_URL.
-    Tests that use it need ``django_db(transaction=True)``: it reads what they commit."""
+    Tests that use it need ``django_db(transaction=True)``: it reads what they commit.
+    One per test, on an empty queue: no task of one test runs during another."""
     from paddlecloud.celery import app as celery_app
     from paddlecloud.worker import EmbeddedWorker
 
     assert celery_app.conf.broker_url == settings.REDIS_URL
+    celery_app.control.purge()
     worker = EmbeddedWorker(concurrency=2, beat=False)
     worker.start()
     yield worker
     worker.stop()
+    celery_app.control.purge()
 
 
 @pytest.fixture
