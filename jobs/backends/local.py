@@ -76,7 +76,15 @@ def runner_alive(pid: int) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return True
-    return b"local_runner.py" in cmdline
+    if not cmdline:
+        # Empty for a moment while the runner is still being exec'd, and for a zombie that is
+        # not ours: the state tells them apart.
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        return state != "Z"
+    return b"local_runner.py" in cmdline  # not a process that took over a recycled pid
 
 
 def _read_json(path: Path) -> dict | None:
