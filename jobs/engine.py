@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from .backends import backend_for
 from .backends.base import BackendError, Status
-from .contract import job_namespace, replica_env
+from .contract import Topology, job_namespace, replica_env
 from .models import Job, Replica
 from .states import FINAL_JOB_STATES, FINAL_REPLICA_STATES, JobState, ReplicaState
 from .transitions import job_transition, replica_transition
@@ -70,21 +70,31 @@ def job_launch(job_id: int) -> None:
         return
     replicas = _replicas(job)
     topology = backend.topology(job, replicas)
-    paths = backend.paths(job)
-    namespace = job_namespace(job.datacenter, job.owner.username)
     for replica in replicas:
-        with transaction.atomic():
-            locked = Replica.objects.select_for_update().get(pk=replica.pk)
-            if locked.state != ReplicaState.PENDING:
-                continue
-            env = replica_env(job, replica.role, replica.index, topology, paths, namespace)
-            try:
-                ref = backend.start(job, locked, env)
-            except BackendError as exc:
-                replica_transition(locked, ReplicaState.FAILED, str(exc))
-                continue
+        _start(job, backend, replica, ReplicaState.PENDING, topology)
+
+
+def _start(job, backend, replica, expected: str, topology: Topology | None = None) -> None:
+    """Start the replica's current attempt if it is still in the ``expected`` state: pending
+    (its first start), or starting (a restart). Under the replica's row lock, so two tasks
+    cannot both start it."""
+    topology = topology or backend.topology(job, _replicas(job))
+    env = replica_env(job, replica.role, replica.index, topology, backend.paths(job),
+                      job_namespace(job.datacenter, job.owner.username))
+    with transaction.atomic():
+        locked = Replica.objects.select_for_update().get(pk=replica.pk)
+        if locked.state != expected:
+            return
+        try:
+            ref = backend.start(job, locked, env)
+        except BackendError as exc:
+            replica_transition(locked, ReplicaState.FAILED, str(exc))
+            return
+        if expected == ReplicaState.PENDING:
             replica_transition(locked, ReplicaState.STARTING, "process started",
                                backend_ref=ref)
+        else:
+            Replica.objects.filter(pk=replica.pk).update(backend_ref=ref)
 
 
 def job_sync(job_id: int) -> bool:
@@ -93,9 +103,7 @@ def job_sync(job_id: int) -> bool:
     backend = backend_for(job.datacenter)
     replicas = _replicas(job)
     if job.state in FINAL_JOB_STATES:
-        live = [r for r in replicas if r.state not in FINAL_REPLICA_STATES]
-        if live:
-            _stop(job, live, f"the job {job.state}")
+        _stop(job, replicas, f"the job {job.state}")
         return False
     if job.state in (JobState.PENDING, JobState.QUEUED):
         return True  # job_launch has not run yet
@@ -110,9 +118,7 @@ def job_sync(job_id: int) -> bool:
         job_fail(job, f"{failed.name} failed: {failed.reason}")
         return False
     if trainers and all(r.state == ReplicaState.SUCCEEDED for r in trainers):
-        rest = [r for r in replicas if r.state not in FINAL_REPLICA_STATES]
-        if rest:
-            _stop(job, rest, "stopped: the trainers finished", final=ReplicaState.SUCCEEDED)
+        _stop(job, replicas, "stopped: the trainers finished", final=ReplicaState.SUCCEEDED)
         job_transition(job, JobState.SUCCEEDED, "every trainer exited 0")
         return False
     if job.deadline_seconds:
@@ -134,7 +140,7 @@ def _observe(job, backend, replica) -> None:
         return
     if seen.status == Status.NOT_STARTED:
         # A restart was recorded but its start was cut off: start it now.
-        job_launch_replica(job, replica)
+        _start(job, backend, replica, ReplicaState.STARTING)
         return
     if seen.status == Status.EXITED and seen.exit_code == 0:
         replica_transition(replica, ReplicaState.SUCCEEDED, "exited 0", exit_code=0)
@@ -150,44 +156,25 @@ def _observe(job, backend, replica) -> None:
     replica_transition(replica, ReplicaState.STARTING,
                        f"{reason}; restart {replica.restarts + 1} of {job.restart_limit}",
                        restart=True, exit_code=seen.exit_code)
-    job_launch_replica(job, replica)
-
-
-def job_launch_replica(job, replica) -> None:
-    """Start the current attempt of one replica that is ``starting`` (after a restart)."""
-    backend = backend_for(job.datacenter)
-    replicas = _replicas(job)
-    topology = backend.topology(job, replicas)
-    env = replica_env(job, replica.role, replica.index, topology, backend.paths(job),
-                      job_namespace(job.datacenter, job.owner.username))
-    with transaction.atomic():
-        locked = Replica.objects.select_for_update().get(pk=replica.pk)
-        if locked.state != ReplicaState.STARTING:
-            return
-        try:
-            ref = backend.start(job, locked, env)
-        except BackendError as exc:
-            replica_transition(locked, ReplicaState.FAILED, str(exc))
-            return
-        Replica.objects.filter(pk=replica.pk).update(backend_ref=ref)
+    _start(job, backend, replica, ReplicaState.STARTING)
 
 
 def job_fail(job, reason: str) -> None:
     if job_transition(job, JobState.FAILED, reason) or job.state == JobState.FAILED:
-        live = [r for r in _replicas(job) if r.state not in FINAL_REPLICA_STATES]
-        if live:
-            _stop(job, live, f"stopped: the job failed ({reason})")
+        _stop(job, _replicas(job), f"stopped: the job failed ({reason})")
 
 
 def job_halt(job_id: int) -> None:
     """Stop every replica of a job that has ended (a kill, a failure)."""
     job = Job.objects.select_related("datacenter", "owner").get(pk=job_id)
-    live = [r for r in _replicas(job) if r.state not in FINAL_REPLICA_STATES]
-    if live:
-        _stop(job, live, f"stopped: the job was {job.state}")
+    _stop(job, _replicas(job), f"stopped: the job was {job.state}")
 
 
 def _stop(job, replicas, reason: str, final: str = ReplicaState.KILLED) -> None:
+    """Stop those of ``replicas`` that have not ended, and record why."""
+    replicas = [r for r in replicas if r.state not in FINAL_REPLICA_STATES]
+    if not replicas:
+        return
     backend_for(job.datacenter).stop(job, replicas, STOP_GRACE_SECONDS)
     for replica in replicas:
         # A replica that never started cannot have succeeded.
