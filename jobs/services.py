@@ -9,7 +9,7 @@ from paddlecloud.errors import ConflictError, NotFoundError, ValidationError
 from paddlecloud.quantity import format_bytes, format_cpu
 
 from .models import Job, JobEvent, Replica
-from .spec import JobSpec, job_spec_validate
+from .spec import JobSpec, job_spec_validate, name_taken
 from .states import FINAL_JOB_STATES, JobState
 from .transitions import job_transition
 
@@ -52,9 +52,7 @@ def job_submit(user, datacenter, data: dict) -> tuple[Job | None, JobSpec]:
                                     reason=f"submitted by {user.username}")
             transaction.on_commit(lambda: _queue_start(job.pk))
     except IntegrityError:
-        raise ValidationError.for_field(
-            "name", f"you already have a job named {spec.name!r}: delete it first "
-                    f"(paddlectl delete job {spec.name}) or pick another name") from None
+        raise ValidationError.for_field("name", name_taken(spec.name)) from None
     return job, spec
 
 

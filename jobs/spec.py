@@ -76,6 +76,13 @@ def name_problem(name) -> str | None:
     return None
 
 
+def name_taken(name: str, datacenter_name: str | None = None) -> str:
+    """The answer to a name the user already gave another job (in another datacenter)."""
+    where = f" in datacenter {datacenter_name!r}" if datacenter_name else ""
+    return (f"you already have a job named {name!r}{where}: delete it first "
+            f"(paddlectl delete job {name}) or pick another name")
+
+
 class _Checker:
     """Collects one message per field, so a user fixes everything in one go."""
 
@@ -147,9 +154,7 @@ def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
         check.fail("name", problem)
     elif (taken := Job.objects.filter(owner=user, name=name)
           .values_list("datacenter__name", flat=True).first()) is not None:
-        where = "" if taken == datacenter.name else f" in datacenter {taken!r}"
-        check.fail("name", f"you already have a job named {name!r}{where}: delete it first "
-                           f"(paddlectl delete job {name}) or pick another name")
+        check.fail("name", name_taken(name, None if taken == datacenter.name else taken))
 
     entry = check.text("entry", required='required: the command that starts a trainer, '
                                          'e.g. "python train.py"')
