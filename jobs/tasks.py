@@ -8,7 +8,10 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
+from accounts.models import Datacenter
+
 from . import engine
+from .backends import backend_for
 from .models import Job
 from .states import FINAL_JOB_STATES, JobState
 
@@ -64,10 +67,6 @@ def jobs_reconcile() -> dict[str, int]:
                   .filter(replicas__state__in=["pending", "starting", "running"]).distinct())
     for job_id in ended_live.values_list("pk", flat=True):
         engine.job_halt(job_id)
-    from accounts.models import Datacenter
-
-    from .backends import backend_for
-
     known = set(Job.objects.values_list("pk", flat=True))
     for backend in {backend_for(dc) for dc in Datacenter.objects.all()}:
         counts["orphans"] += backend.orphans_stop(known, engine.STOP_GRACE_SECONDS)
