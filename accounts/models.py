@@ -7,6 +7,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractUser
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -69,6 +70,20 @@ class Datacenter(models.Model):
         "public dataset dir", max_length=1024, blank=True,
         help_text="Read-only /pfs/<name>/public; empty means <PFS root>/public.",
     )
+    class PfsStorage(models.TextChoices):
+        POSIX = "posix", "a directory: a CephFS, NFS or HDFS mount, or the local disk"
+        S3 = "s3", "an S3-compatible object store"
+
+    pfs_storage = models.CharField(
+        "PFS storage", max_length=8, choices=PfsStorage.choices, default=PfsStorage.POSIX,
+        help_text="Where the file service keeps users' files. Credentials for S3 come from "
+                  "PADDLECLOUD_S3_ACCESS_KEY_ID/_SECRET_ACCESS_KEY or the usual AWS chain.",
+    )
+    s3_bucket = models.CharField("S3 bucket", max_length=63, blank=True)
+    s3_endpoint_url = models.URLField(
+        "S3 endpoint", blank=True, help_text="Empty means AWS; e.g. http://minio:9000.")
+    s3_region = models.CharField("S3 region", max_length=32, blank=True)
+
     default_image = models.CharField(
         max_length=512, blank=True,
         help_text="Image for jobs that name none; empty means PADDLECLOUD_DEFAULT_IMAGE.",
@@ -85,6 +100,10 @@ class Datacenter(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self):
+        if self.pfs_storage == self.PfsStorage.S3 and not self.s3_bucket:
+            raise DjangoValidationError({"s3_bucket": "required when PFS storage is S3"})
 
     @property
     def pfs_root_path(self) -> Path:

@@ -1,4 +1,4 @@
-"""The ASGI app: Django for HTTP, Channels for WebSockets (session-authenticated, same origin)."""
+"""The ASGI app: Django for HTTP (PFS byte streams first), Channels for WebSockets."""
 
 import os
 
@@ -11,9 +11,12 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from pfs.transfer import PfsTransferApp  # noqa: E402
+
 from .routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter({
-    "http": django_asgi_app,
+    # PFS byte streams (uploads, downloads) are answered before Django, unbuffered.
+    "http": PfsTransferApp(django_asgi_app),
     "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
 })

@@ -121,8 +121,9 @@ _DRF_CODES = {
 }
 
 
-def exception_handler(exc, context):
-    """DRF's EXCEPTION_HANDLER: every error, expected or not, in the one shape."""
+def render_error(exc, context=None) -> tuple[int, dict, dict[str, str]]:
+    """Any exception as (status, body, headers) in the one shape; unexpected ones are logged
+    with a reference and answered without details."""
     headers: dict[str, str] = {}
     if isinstance(exc, PaddleCloudError):
         body = error_body(exc.code, exc.message, exc.fields)
@@ -151,17 +152,26 @@ def exception_handler(exc, context):
             headers["Retry-After"] = str(int(exc.wait))
     else:
         reference = uuid.uuid4().hex[:12]
-        logger.exception("unhandled error in %s (reference %s)", _view_name(context), reference)
+        logger.error("unhandled error in %s (reference %s)", _view_name(context), reference,
+                     exc_info=exc)
         body = error_body(
             "server_error",
             f"internal error (reference {reference}); the administrators can find it in the logs",
         )
         status = 500
+    return status, body, headers
+
+
+def exception_handler(exc, context):
+    """DRF's EXCEPTION_HANDLER: every error, expected or not, in the one shape."""
+    status, body, headers = render_error(exc, context)
     set_rollback()
     return Response(body, status=status, headers=headers)
 
 
 def _view_name(context) -> str:
+    if isinstance(context, str):
+        return context
     view = context.get("view") if context else None
     return type(view).__name__ if view is not None else "?"
 

@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "accounts",
     "jobs",
+    "pfs",
 ]
 
 MIDDLEWARE = [
@@ -155,6 +156,9 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "purge-stale-api-tokens": {"task": "accounts.tasks.token_purge", "schedule": 3600.0},
     "reconcile-jobs": {"task": "jobs.tasks.jobs_reconcile", "schedule": 15.0},
+    "pfs-uploads-purge": {"task": "pfs.tasks.uploads_purge", "schedule": 3600.0},
+    "pfs-usage-measure": {"task": "pfs.tasks.usage_measure_all",
+                          "schedule": float(env_int("PADDLECLOUD_PFS_USAGE_INTERVAL", 600))},
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -167,6 +171,16 @@ if PADDLECLOUD_BACKEND not in ("local", "kubernetes"):
     )
 PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
 PADDLECLOUD_DEFAULT_IMAGE = env_str("PADDLECLOUD_DEFAULT_IMAGE", "paddlepaddle/paddle:2.6.1")
+
+# PFS, the file service: the largest upload accepted (beside each user's storage quota), the
+# chunk size clients are told to use for resumable uploads, how long an unfinished upload is
+# kept. (How often every home's usage is measured again, since jobs write there too, is
+# PADDLECLOUD_PFS_USAGE_INTERVAL in the beat schedule above.)
+PADDLECLOUD_PFS_MAX_UPLOAD = env_int("PADDLECLOUD_PFS_MAX_UPLOAD", 100 * 2**30)
+PADDLECLOUD_PFS_CHUNK_SIZE = env_int("PADDLECLOUD_PFS_CHUNK_SIZE", 64 * 2**20)
+PADDLECLOUD_PFS_UPLOAD_TTL = env_int("PADDLECLOUD_PFS_UPLOAD_TTL", 24 * 3600)
+PADDLECLOUD_S3_ACCESS_KEY_ID = env_str("PADDLECLOUD_S3_ACCESS_KEY_ID")
+PADDLECLOUD_S3_SECRET_ACCESS_KEY = env_str("PADDLECLOUD_S3_SECRET_ACCESS_KEY")
 
 # API tokens: lifetime, and how many failed logins are allowed before the token endpoint
 # answers 429 — per (username, address) pair and per address across all usernames.

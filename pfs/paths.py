@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from paddlecloud.errors import ForbiddenError, ValidationError
+from paddlecloud.errors import ForbiddenError, NotFoundError, ValidationError
 
 MAX_PATH = 4096
 MAX_COMPONENT = 255
@@ -29,10 +29,13 @@ class PfsPath:
     parts: tuple[str, ...]  # below the home or public directory
 
     def __str__(self) -> str:
+        return "/".join([self.area_label, *self.parts])
+
+    @property
+    def area_label(self) -> str:
+        """The PFS path of the area: ``/pfs/{dc}/home/{user}`` or ``/pfs/{dc}/public``."""
         base = f"/pfs/{self.datacenter}/{self.area}"
-        if self.user is not None:
-            base += f"/{self.user}"
-        return "/".join([base, *self.parts])
+        return base if self.user is None else f"{base}/{self.user}"
 
     @property
     def public(self) -> bool:
@@ -80,23 +83,33 @@ def pfs_area_root(datacenter, path: PfsPath) -> Path:
     return datacenter.pfs_root_path / "home" / path.user
 
 
-def pfs_resolve(user, datacenter, path: PfsPath, *, write: bool = False,
-                field: str = "path") -> Path:
-    """Where ``path`` is on disk, if ``user`` may use it in ``datacenter``.
+def pfs_check_access(user, datacenter, path: PfsPath, *, write: bool = False,
+                     field: str = "path") -> None:
+    """Refuse ``path`` unless ``user`` may read it (or write it) in ``datacenter``.
 
-    Raises ForbiddenError for another user's home, another datacenter, or writing to public.
+    Another user's home is answered as if it did not exist: its name gives nothing away.
     """
     if path.datacenter != datacenter.name:
         raise ForbiddenError.for_field(
             field, f"{path} is in datacenter {path.datacenter!r}, but you are working in "
                    f"{datacenter.name!r}", code="wrong_datacenter")
+    if not path.public and path.user != user.username:
+        raise NotFoundError.for_field(
+            field, f"{path} does not exist (your home is /pfs/{datacenter.name}/home/"
+                   f"{user.username})", code="not_found")
     if path.public and write:
         raise ForbiddenError.for_field(field, f"{path}: /pfs/{datacenter.name}/public is "
                                               "read-only", code="read_only")
-    if not path.public and path.user != user.username:
-        raise ForbiddenError.for_field(
-            field, f"{path} is not in your home: use /pfs/{datacenter.name}/home/"
-                   f"{user.username}/…", code="not_your_home")
+
+
+def pfs_resolve(user, datacenter, path: PfsPath, *, write: bool = False,
+                field: str = "path") -> Path:
+    """Where ``path`` is on a POSIX PFS, if ``user`` may use it in ``datacenter``.
+
+    For the job backends, which hand the directory to processes; the file service itself goes
+    through ``pfs.storage``, which walks paths component by component.
+    """
+    pfs_check_access(user, datacenter, path, write=write, field=field)
     root = pfs_area_root(datacenter, path)
     target = root.joinpath(*path.parts)
     # Links on disk must not lead out of the area (e.g. a link to another user's home).

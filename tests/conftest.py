@@ -150,3 +150,68 @@ def assert_error(response, status: int, code: str, field: str | None = None) -> 
         assert field in body["fields"], body
         assert field in body["message"], body
     return body
+
+
+class LivePortal:
+    """The real ASGI app served by uvicorn on a free port, for tests that speak HTTP."""
+
+    def __init__(self, url, datacenter, user, home):
+        self.url, self.datacenter, self.user, self.home = url, datacenter, user, home
+
+    def token(self, user=None) -> str:
+        return token_create(user or self.user, datacenter_name=self.datacenter.name).raw
+
+    def session(self, user=None):
+        """A ``requests`` session authenticated with a fresh token."""
+        import requests
+
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {self.token(user)}"
+        return session
+
+
+@pytest.fixture
+def live_portal(transactional_db, settings, tmp_path):
+    """The portal over real HTTP (uvicorn in a thread, the test database), alice a member of
+    datacenter1 with her PFS home under a fresh PFS root."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    settings.PADDLECLOUD_PFS_ROOT = tmp_path / "pfs"
+    settings.VAR_DIR = tmp_path / "var"
+    settings.ALLOWED_HOSTS = ["*"]
+    datacenter = datacenter_upsert("datacenter1", description="first")[0]
+    user = user_upsert("alice", password=PASSWORD, datacenter_names=["datacenter1"])[0]
+    home = tmp_path / "pfs" / "datacenter1" / "home" / "alice"
+    home.mkdir(parents=True)
+
+    from paddlecloud.asgi import application
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port,
+                                           lifespan="off", log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    yield LivePortal(f"http://127.0.0.1:{port}", datacenter, user, home)
+    server.should_exit = True
+    thread.join(10)
+    _close_server_connections()
+
+
+def _close_server_connections():
+    """Drop the connections the server's threads left open, so the test database can go."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")

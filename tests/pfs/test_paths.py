@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from paddlecloud.errors import ForbiddenError, ValidationError
+from paddlecloud.errors import ForbiddenError, NotFoundError, ValidationError
 from pfs.paths import MAX_COMPONENT, MAX_PATH, PfsPath, pfs_path_parse, pfs_resolve
 
 # ---------------------------------------------------------------------------------------------
@@ -227,11 +227,12 @@ def test_resolve_refuses_another_users_home(alice, make_user, datacenter, pfs_ro
     make_user("bob")
     text = "/pfs/datacenter1/home/bob/secret"
     for write in (False, True):
-        with pytest.raises(ForbiddenError) as info:
+        with pytest.raises(NotFoundError) as info:
             resolve(alice, datacenter, text, write=write)
         error = info.value
-        assert error.code == "not_your_home"
-        assert error.status == 403
+        assert error.code == "not_found"
+        assert error.status == 404
+        assert "does not exist" in error.message
         assert text in error.message
         assert "/pfs/datacenter1/home/alice/" in error.message
         assert list(error.fields) == ["path"]
@@ -239,9 +240,9 @@ def test_resolve_refuses_another_users_home(alice, make_user, datacenter, pfs_ro
 
 def test_resolve_refuses_a_home_whose_name_only_starts_like_the_users(
         alice, datacenter, pfs_root):
-    with pytest.raises(ForbiddenError) as info:
+    with pytest.raises(NotFoundError) as info:
         resolve(alice, datacenter, "/pfs/datacenter1/home/alice2/pkg")
-    assert info.value.code == "not_your_home"
+    assert info.value.code == "not_found"
 
 
 def test_resolve_refuses_another_datacenter(alice, datacenter, other_datacenter, pfs_root):

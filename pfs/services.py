@@ -1,0 +1,315 @@
+"""The file service: what users do with their PFS files, whichever storage holds them.
+
+Views (``pfs.views``), the streaming endpoints (``pfs.transfer``) and the job services call
+these functions; nothing here knows about HTTP.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from accounts.selectors import quota_get
+from paddlecloud.errors import ForbiddenError, NotFoundError, PaddleCloudError, ValidationError
+from paddlecloud.quantity import format_bytes
+
+from . import tar
+from .models import UploadSession, Usage
+from .paths import PfsPath, pfs_check_access, pfs_path_parse
+from .storage import TEMP_PREFIX, ChecksumError, Entry, Rel, Storage, Upload, storage_for
+
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class TooLargeError(PaddleCloudError):
+    code = "too_large"
+    status = 413
+
+
+@dataclass(frozen=True)
+class Target:
+    """A PFS path the caller may use: its storage and where it is below the area."""
+
+    path: PfsPath
+    storage: Storage
+
+    @property
+    def rel(self) -> Rel:
+        return self.path.parts
+
+    def child(self, rel: Rel) -> str:
+        return self.storage.display(rel)
+
+
+def pfs_target(user, datacenter, text: str, *, write: bool = False,
+               field: str = "path") -> Target:
+    """Parse and check ``text`` before any I/O: the storage and path to act on."""
+    path = pfs_path_parse(text, field=field)
+    pfs_check_access(user, datacenter, path, write=write, field=field)
+    return Target(path, storage_for(datacenter, path))
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def pfs_stat(user, datacenter, text: str, *, field: str = "path",
+             follow: bool = False) -> tuple[Target, Entry]:
+    """The entry at ``text``; with ``follow``, what a link there leads to."""
+    target = pfs_target(user, datacenter, text, field=field)
+    return target, target.storage.stat(target.rel, follow=follow)
+
+
+def pfs_list(user, datacenter, text: str, *, recursive: bool = False
+             ) -> tuple[Target, Entry, list[Entry]]:
+    """The entry at ``text`` and what it holds: a directory's children (all descendants when
+    ``recursive``), or the file itself."""
+    target, entry = pfs_stat(user, datacenter, text)
+    if entry.type != "dir" and not (entry.type == "link" and target.storage.is_dir(target.rel)):
+        return target, entry, [entry]
+    storage = target.storage
+    entries = list(storage.walk(target.rel) if recursive else storage.listdir(target.rel))
+    return target, entry, entries
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def pfs_mkdir(user, datacenter, text: str, *, parents: bool = False) -> tuple[Target, Entry]:
+    target = pfs_target(user, datacenter, text, write=True)
+    return target, target.storage.mkdir(target.rel, parents=parents)
+
+
+def pfs_remove(user, datacenter, text: str, *, recursive: bool = False) -> tuple[Target, int]:
+    target = pfs_target(user, datacenter, text, write=True)
+    freed = target.storage.remove(target.rel, recursive=recursive)
+    usage_add(user, datacenter, -freed)
+    return target, freed
+
+
+# -- usage and the storage quota ------------------------------------------------------------
+
+
+def _home(user, datacenter) -> PfsPath:
+    return PfsPath(datacenter.name, "home", user.username, ())
+
+
+def usage_get(user, datacenter) -> Usage:
+    """The home's usage, measured by a walk the first time it is asked for."""
+    usage = Usage.objects.filter(user=user, datacenter=datacenter).first()
+    return usage if usage is not None else usage_measure(user, datacenter)
+
+
+def usage_measure(user, datacenter) -> Usage:
+    """Walk the whole home and record what it holds (the periodic reconciler calls this)."""
+    used = storage_for(datacenter, _home(user, datacenter)).usage()
+    usage, _ = Usage.objects.update_or_create(
+        user=user, datacenter=datacenter,
+        defaults={"used": used, "measured_at": timezone.now()})
+    return usage
+
+
+def usage_add(user, datacenter, delta: int) -> None:
+    if delta:
+        updated = Usage.objects.filter(user=user, datacenter=datacenter).update(
+            used=F("used") + delta)
+        if not updated:
+            usage_measure(user, datacenter)
+
+
+def storage_admit(user, datacenter, incoming: int, *, replacing: int = 0) -> None:
+    """Refuse, before any byte is stored, an upload over the size limit or the quota."""
+    limit = settings.PADDLECLOUD_PFS_MAX_UPLOAD
+    if incoming > limit:
+        raise TooLargeError.for_field(
+            "size", f"{format_bytes(incoming)} is over the largest upload this portal accepts "
+                    f"({format_bytes(limit)})")
+    quota = quota_get(user, datacenter).storage
+    used = usage_get(user, datacenter).used
+    after = used - replacing + incoming
+    if incoming > replacing and after > quota:
+        raise ForbiddenError.for_field(
+            "size", f"this upload of {format_bytes(incoming)} would bring your home to "
+                    f"{format_bytes(after)}, over your storage quota of {format_bytes(quota)} "
+                    f"({format_bytes(used)} used); remove files or ask an administrator",
+            code="quota_exceeded")
+
+
+# -- uploads --------------------------------------------------------------------------------
+
+
+def upload_prepare(user, datacenter, *, path: str, size: int, sha256: str,
+                   kind: str = "file", overwrite: bool = True,
+                   parents: bool = False) -> UploadSession:
+    """Check an upload before any byte is received; an unsaved session describing it.
+
+    The parent directory must exist (or ``parents`` creates it). A file must not land on a
+    directory, nor on a file when ``overwrite`` is off; a tar is unpacked into a directory,
+    created or merged into.
+    """
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ValidationError.for_field("size", "the upload's size in bytes, 0 or more")
+    if not isinstance(sha256, str) or not SHA256_RE.match(sha256.lower()):
+        raise ValidationError.for_field(
+            "sha256", "the SHA-256 of the whole upload, as 64 hexadecimal digits")
+    if kind not in UploadSession.Kind.values:
+        raise ValidationError.for_field("kind", "'file' or 'tar'")
+    target = pfs_target(user, datacenter, path, write=True)
+    storage, rel = target.storage, target.rel
+    storage.check_writable(rel)
+    parent = rel[:-1]
+    try:
+        if not storage.is_dir(parent):
+            raise storage.not_a_dir(parent)
+    except NotFoundError:
+        if not parents:
+            raise NotFoundError.for_field(
+                "path", f"{storage.display(parent)} does not exist: create it first "
+                        "(paddlectl mkdir -p) or ask for parents", code="not_found") from None
+        storage.mkdir(parent, parents=True)
+    replacing = 0
+    try:
+        existing = storage.stat(rel)
+    except NotFoundError:
+        existing = None
+    if existing is not None:
+        if kind == "file" and existing.type == "dir":
+            raise storage.is_a_dir(rel)
+        if kind == "tar" and existing.type == "file":
+            raise storage.exists(rel)
+        if kind == "file" and not overwrite:
+            raise storage.exists(rel)
+        replacing = existing.size
+    storage_admit(user, datacenter, size, replacing=replacing)
+    return UploadSession(owner=user, datacenter=datacenter, path=str(target.path), kind=kind,
+                         size=size, sha256=sha256.lower(), overwrite=overwrite)
+
+
+def upload_create(user, datacenter, **spec) -> UploadSession:
+    session = upload_prepare(user, datacenter, **spec)
+    session.save()
+    return session
+
+
+def upload_get(user, datacenter, upload_id) -> UploadSession:
+    session = UploadSession.objects.filter(
+        pk=upload_id, owner=user, datacenter=datacenter).first()
+    if session is None:
+        raise NotFoundError.for_field("upload", f"no upload {upload_id} in progress: it "
+                                                "finished, failed or expired; start again")
+    return session
+
+
+def upload_abort(session: UploadSession) -> None:
+    upload = upload_open(session)
+    upload.abort()
+    if session.pk and not session._state.adding:
+        session.delete()
+
+
+# Uploads being received stay open between the requests of one client, so the bytes already
+# hashed are not read again; another process (or an evicted entry) reopens from the storage.
+_OPEN: OrderedDict[str, Upload] = OrderedDict()
+_OPEN_LOCK = threading.Lock()
+_OPEN_MAX = 64
+
+
+def _staging_rel(session: UploadSession, rel: Rel) -> Rel:
+    """Where a tar upload's bytes are kept until unpacked: hidden, beside the target."""
+    return (*rel[:-1], f"{TEMP_PREFIX}{session.pk}.tar")
+
+
+def upload_open(session: UploadSession) -> Upload:
+    """The storage upload receiving ``session``'s bytes (resumed where it stopped)."""
+    key = str(session.pk)
+    with _OPEN_LOCK:
+        upload = _OPEN.pop(key, None)
+    if upload is not None:
+        return upload
+    path = pfs_path_parse(session.path)
+    storage = storage_for(session.datacenter, path)
+    rel = path.parts if session.kind == "file" else _staging_rel(session, path.parts)
+    return storage.upload(rel, key)
+
+
+def upload_park(session: UploadSession, upload: Upload) -> None:
+    """Keep an unfinished upload open for the client's next request."""
+    with _OPEN_LOCK:
+        _OPEN[str(session.pk)] = upload
+        while len(_OPEN) > _OPEN_MAX:
+            _, old = _OPEN.popitem(last=False)
+            old.close()
+
+
+def upload_progress(session: UploadSession, offset: int) -> None:
+    if session.offset != offset:
+        session.offset = offset
+        if not session._state.adding:
+            UploadSession.objects.filter(pk=session.pk).update(
+                offset=offset, updated_at=timezone.now())
+
+
+def upload_complete(session: UploadSession, upload: Upload) -> dict:
+    """All bytes are in: check the checksum, then move the file into place (or unpack the
+    tar). On a mismatch nothing is stored and the upload is gone."""
+    try:
+        digest = upload.finish()
+        if digest != session.sha256:
+            upload.abort()
+            raise ChecksumError.for_field(
+                "sha256", f"the {format_bytes(upload.offset)} received hash to {digest}, not "
+                          f"{session.sha256} as declared; nothing was stored, upload again",
+                code="checksum_mismatch")
+        path = pfs_path_parse(session.path)
+        storage = storage_for(session.datacenter, path)
+        if session.kind == "file":
+            try:
+                replaced = storage.stat(path.parts).size
+            except NotFoundError:
+                replaced = 0
+            entry = upload.commit(overwrite=session.overwrite)
+            usage_add(session.owner, session.datacenter, entry.size - replaced)
+            return {"entry": entry_json(str(path), entry), "path": str(path)}
+        staged = upload.commit()
+        files, written = tar.tar_extract(storage, staged.rel, path.parts, str(session.pk))
+        usage_add(session.owner, session.datacenter, written)
+        return {"path": str(path), "files": files, "bytes": written}
+    finally:
+        if session.pk and not session._state.adding:
+            with transaction.atomic():
+                UploadSession.objects.filter(pk=session.pk).delete()
+
+
+def uploads_purge() -> int:
+    """Forget uploads nobody continued within PADDLECLOUD_PFS_UPLOAD_TTL, with their bytes."""
+    cutoff = timezone.now() - timezone.timedelta(seconds=settings.PADDLECLOUD_PFS_UPLOAD_TTL)
+    stale = list(UploadSession.objects.filter(updated_at__lt=cutoff)
+                 .select_related("datacenter", "owner"))
+    for session in stale:
+        try:
+            upload_abort(session)
+        except PaddleCloudError:
+            session.delete()
+    return len(stale)
+
+
+# -- answers --------------------------------------------------------------------------------
+
+
+def entry_json(path: str, entry: Entry, *, name: str | None = None) -> dict:
+    from datetime import UTC, datetime
+
+    return {
+        "name": entry.name if name is None else name,
+        "path": path,
+        "type": entry.type,
+        "size": entry.size,
+        "mtime": datetime.fromtimestamp(entry.mtime, UTC).isoformat().replace("+00:00", "Z"),
+        "target": entry.target,
+    }

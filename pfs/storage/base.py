@@ -1,0 +1,221 @@
+"""What a PFS storage does: one area (a user's home or a datacenter's public directory).
+
+A storage is given paths as tuples of components *below its area*, already parsed and checked
+by ``pfs.paths`` (no empty, ``.`` or ``..`` components, no NUL). It never reads, writes or
+deletes anything outside its area, whatever links users' jobs plant in it.
+
+Errors are ``PaddleCloudError``s naming the field ``path`` and the PFS path as the user wrote
+it (``self.display(rel)``), so the API and the CLI show them as they are.
+
+Writes are atomic: a file appears under its name only complete and checked. ``Upload``
+receives the bytes into a hidden temporary object beside the target and moves it into place on
+``commit``; the temporary names start with ``TEMP_PREFIX`` and are never listed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+
+from paddlecloud.errors import (
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    PaddleCloudError,
+    ValidationError,
+)
+
+Rel = tuple[str, ...]
+
+TEMP_PREFIX = ".pfs-upload-"
+CHUNK = 1 << 20  # bytes read or written at a time
+
+
+class ChecksumError(PaddleCloudError):
+    code = "checksum_mismatch"
+    status = 422
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A file, directory or symbolic link in an area."""
+
+    rel: Rel
+    type: str  # "file" | "dir" | "link" | "other" (a device, socket or FIFO a job made)
+    size: int  # bytes of a file; 0 for directories and links
+    mtime: float  # seconds since the epoch
+    target: str | None = None  # what a link points to
+
+    @property
+    def name(self) -> str:
+        return self.rel[-1] if self.rel else ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class Upload(ABC):
+    """Bytes on their way to ``rel``: written in order, then committed or aborted.
+
+    ``offset`` is how many bytes were received so far (an upload resumed after a broken
+    connection continues from there). ``sha256`` covers exactly those bytes.
+    """
+
+    def __init__(self, rel: Rel, offset: int = 0, hasher=None):
+        self.rel = rel
+        self.offset = offset
+        self.hasher = hasher or hashlib.sha256()
+
+    def write(self, data: bytes) -> None:
+        self._write(data)
+        self.hasher.update(data)
+        self.offset += len(data)
+
+    @property
+    def sha256(self) -> str:
+        return self.hasher.hexdigest()
+
+    @abstractmethod
+    def _write(self, data: bytes) -> None: ...
+
+    def finish(self) -> str:
+        """All bytes are in: the SHA-256 of the whole file, to check before ``commit``.
+
+        (A storage that cannot keep a hash across a resume recomputes it here.)
+        """
+        return self.sha256
+
+    @abstractmethod
+    def commit(self, *, overwrite: bool = True) -> Entry:
+        """Move the received bytes into place under ``rel`` (atomically) and return the file."""
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Throw the received bytes away; the target is left as it was."""
+
+    def close(self) -> None:  # noqa: B027 - optional: most uploads hold nothing open
+        """Release what the upload holds open; the received bytes stay for a later resume."""
+
+
+class Storage(ABC):
+    """One area of PFS. ``label`` is the area's PFS path, e.g. ``/pfs/dc1/home/alice``."""
+
+    def __init__(self, label: str, *, read_only: bool = False):
+        self.label = label
+        self.read_only = read_only
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def display(self, rel: Iterable[str]) -> str:
+        return "/".join([self.label, *rel])
+
+    def not_found(self, rel: Rel) -> NotFoundError:
+        return NotFoundError.for_field("path", f"{self.display(rel)} does not exist",
+                                       code="not_found")
+
+    def not_a_dir(self, rel: Rel) -> ValidationError:
+        return ValidationError.for_field("path", f"{self.display(rel)} is not a directory",
+                                         code="not_a_directory")
+
+    def is_a_dir(self, rel: Rel) -> ValidationError:
+        return ValidationError.for_field("path", f"{self.display(rel)} is a directory",
+                                         code="is_a_directory")
+
+    def exists(self, rel: Rel) -> ConflictError:
+        return ConflictError.for_field("path", f"{self.display(rel)} already exists",
+                                       code="exists")
+
+    def through_link(self, rel: Rel) -> ForbiddenError:
+        return ForbiddenError.for_field(
+            "path", f"{self.display(rel)} is a symbolic link leading outside "
+                    f"{self.label}; PFS does not follow it", code="outside_area")
+
+    def check_writable(self, rel: Rel) -> None:
+        if self.read_only:
+            raise ForbiddenError.for_field("path", f"{self.display(rel)}: {self.label} is "
+                                                   "read-only", code="read_only")
+        if not rel:
+            raise ForbiddenError.for_field("path", f"{self.label} itself cannot be replaced "
+                                                   "or removed", code="area_root")
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def stat(self, rel: Rel, *, follow: bool = False) -> Entry:
+        """The entry at ``rel``: a link as a link, or with ``follow`` what it leads to (inside
+        the area). Storages without links ignore ``follow``."""
+
+    def is_dir(self, rel: Rel) -> bool:
+        """Whether ``rel`` is a directory, following a link at the end (not_found if missing)."""
+        return self.stat(rel, follow=True).type == "dir"
+
+    @abstractmethod
+    def listdir(self, rel: Rel) -> list[Entry]:
+        """The children of the directory ``rel``, sorted by name, temporaries left out."""
+
+    def walk(self, rel: Rel) -> Iterator[Entry]:
+        """Everything below the directory ``rel``, depth first, each directory before its
+        contents, children sorted by name. Links are listed, not followed."""
+        for entry in self.listdir(rel):
+            yield entry
+            if entry.type == "dir":
+                yield from self.walk(entry.rel)
+
+    @abstractmethod
+    def read(self, rel: Rel, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        """The bytes ``[start, end)`` of the file ``rel``, in chunks of at most ``CHUNK``."""
+
+    def usage(self) -> int:
+        """Bytes held by the files of the whole area (a full walk: for the reconciler)."""
+        return sum(entry.size for entry in self.walk(()) if entry.type == "file")
+
+    # -- writing ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def mkdir(self, rel: Rel, *, parents: bool = False) -> Entry:
+        """Create the directory ``rel`` (and its missing parents when asked).
+
+        An existing directory is fine with ``parents`` (like ``mkdir -p``), a conflict without.
+        """
+
+    @abstractmethod
+    def remove(self, rel: Rel, *, recursive: bool = False) -> int:
+        """Remove the file, link or directory ``rel`` and return the bytes freed.
+
+        A non-empty directory needs ``recursive``. A link is removed, never its target.
+        """
+
+    @abstractmethod
+    def upload(self, rel: Rel, upload_id: str) -> Upload:
+        """Start receiving a file for ``rel``, or resume the upload ``upload_id``.
+
+        The parent directory must exist and ``rel`` must not be a directory. Resuming
+        continues after the bytes already received (their hash is recomputed when this process
+        did not see them).
+        """
+
+    @abstractmethod
+    def move(self, src: Rel, dst: Rel) -> None:
+        """Move ``src`` (a file or a directory tree) to ``dst`` within the area.
+
+        A file replaces an existing file atomically. A directory onto an existing directory
+        is merged into it, entry by entry; onto anything else it is a conflict.
+        """
+
+    def symlink(self, rel: Rel, target: str) -> None:
+        """Create a symbolic link (only storages that have them; a relative ``target``)."""
+        raise ValidationError.for_field(
+            "path", f"{self.display(rel)}: this storage has no symbolic links", code="no_links")
+
+    def write_bytes(self, rel: Rel, data: bytes | Iterable[bytes], upload_id: str) -> Entry:
+        """Write a whole file atomically (a convenience over ``upload``)."""
+        upload = self.upload(rel, upload_id)
+        try:
+            for chunk in [data] if isinstance(data, bytes) else data:
+                upload.write(chunk)
+            return upload.commit()
+        except BaseException:
+            upload.abort()
+            raise

@@ -1,0 +1,365 @@
+"""PFS on a POSIX file system: a CephFS/NFS/HDFS mount in production, ``var/pfs`` locally.
+
+Users' jobs write into the same tree and can plant symbolic links at any moment, so a path is
+never handed to the kernel whole. It is walked one component at a time from the area's
+directory descriptor with ``O_NOFOLLOW``; a link met on the way is read and resolved by hand,
+and only while it stays inside the area (like ``openat2(RESOLVE_BENEATH)``). Every operation
+then acts on ``(directory fd, name)`` without following the last component, so a link swapped
+in between two steps is seen as a link, never followed out of the area.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import shutil
+import stat as stat_mod
+from collections.abc import Iterator
+from pathlib import Path
+
+from paddlecloud.errors import ValidationError
+
+from .base import CHUNK, TEMP_PREFIX, Entry, Rel, Storage, Upload
+
+O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_LINKS = 40  # as the kernel's limit on links followed in one lookup
+
+
+def _entry(rel: Rel, st: os.stat_result, target: str | None = None) -> Entry:
+    if stat_mod.S_ISREG(st.st_mode):
+        kind, size = "file", st.st_size
+    elif stat_mod.S_ISDIR(st.st_mode):
+        kind, size = "dir", 0
+    elif stat_mod.S_ISLNK(st.st_mode):
+        kind, size = "link", 0
+    else:
+        kind, size = "other", 0
+    return Entry(rel=rel, type=kind, size=size, mtime=st.st_mtime, target=target)
+
+
+def _readlink(dir_fd: int, name: str) -> str | None:
+    try:
+        return os.readlink(name, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ENOENT):
+            return None
+        raise
+
+
+class _Location:
+    """An open directory and a name in it: where one path's last component is."""
+
+    def __init__(self, fd: int, name: str | None, rel: Rel):
+        self.fd = fd
+        self.name = name  # None: the area root itself (fd is the root)
+        self.rel = rel  # the path with links resolved, below the area
+
+
+class PosixStorage(Storage):
+    def __init__(self, label: str, root: Path, *, read_only: bool = False):
+        super().__init__(label, read_only=read_only)
+        self.root = Path(root)
+
+    # -- walking ----------------------------------------------------------------------------
+
+    def _open_root(self) -> int:
+        try:
+            return os.open(self.root, O_DIR)
+        except FileNotFoundError:
+            raise self.not_found(()) from None
+
+    def _link_parts(self, target: str, rel: Rel) -> tuple[list[str], bool]:
+        """A link's target as components, and whether it restarts from the area root."""
+        if not target.startswith("/"):
+            return target.split("/"), False
+        # Absolute links are followed only when they name a place inside this area, as a job
+        # sees it (/pfs/dc/home/user/…) or as the file system holds it.
+        for base in (self.label, str(self.root)):
+            if target == base or target.startswith(base.rstrip("/") + "/"):
+                return target[len(base):].split("/"), True
+        raise self.through_link(rel)
+
+    @contextlib.contextmanager
+    def _locate(self, rel: Rel, *, follow_last: bool = False) -> Iterator[_Location]:
+        """Where ``rel`` is: its directory open, links inside the area followed.
+
+        Every directory on the way is opened with ``O_NOFOLLOW`` relative to the one before; a
+        link is read and its target walked in turn, never above the area root.
+        """
+        fds = [self._open_root()]
+        names: list[str] = []
+        todo = list(rel)
+        links = 0
+        final: str | None = None
+        try:
+            while todo:
+                name = todo.pop(0)
+                if name in ("", "."):
+                    continue
+                if name == "..":
+                    if not names:
+                        raise self.through_link(rel)
+                    os.close(fds.pop())
+                    names.pop()
+                    continue
+                target = _readlink(fds[-1], name) if todo or follow_last else None
+                if target is not None:
+                    links += 1
+                    if links > MAX_LINKS:
+                        raise ValidationError.for_field(
+                            "path", f"{self.display(rel)}: too many levels of symbolic links",
+                            code="link_loop")
+                    parts, absolute = self._link_parts(target, rel)
+                    if absolute:
+                        while len(fds) > 1:
+                            os.close(fds.pop())
+                        names.clear()
+                    todo = parts + todo
+                    continue
+                if not todo:
+                    final = name
+                    break
+                try:
+                    fd = os.open(name, O_DIR, dir_fd=fds[-1])
+                except FileNotFoundError:
+                    raise self.not_found((*names, name)) from None
+                except OSError as exc:
+                    if exc.errno == errno.ENOTDIR:
+                        raise self.not_a_dir((*names, name)) from None
+                    if exc.errno == errno.ELOOP:  # became a link since readlink: refuse
+                        raise self.through_link(rel) from None
+                    raise
+                fds.append(fd)
+                names.append(name)
+            if final is None and names:  # the path ended at a directory reached through '..'
+                final = names.pop()
+                os.close(fds.pop())
+            location = _Location(fds[-1], final, (*names, final) if final else ())
+            while len(fds) > 1:
+                os.close(fds.pop(0))
+            yield location
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _lstat(self, loc: _Location) -> os.stat_result:
+        if loc.name is None:
+            return os.fstat(loc.fd)
+        try:
+            return os.stat(loc.name, dir_fd=loc.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise self.not_found(loc.rel) from None
+
+    @contextlib.contextmanager
+    def _open(self, loc: _Location, flags: int) -> Iterator[int]:
+        if loc.name is None:
+            fd = os.dup(loc.fd)
+        else:
+            try:
+                fd = os.open(loc.name, flags, dir_fd=loc.fd)
+            except FileNotFoundError:
+                raise self.not_found(loc.rel) from None
+            except OSError as exc:
+                if exc.errno == errno.ENOTDIR:
+                    raise self.not_a_dir(loc.rel) from None
+                if exc.errno == errno.ELOOP:
+                    raise self.through_link(loc.rel) from None
+                raise
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def stat(self, rel: Rel, *, follow: bool = False) -> Entry:
+        with self._locate(rel, follow_last=follow) as loc:
+            st = self._lstat(loc)
+            target = _readlink(loc.fd, loc.name) if stat_mod.S_ISLNK(st.st_mode) else None
+            return _entry(tuple(rel), st, target)
+
+    def listdir(self, rel: Rel) -> list[Entry]:
+        with self._locate(rel, follow_last=True) as loc, self._open(loc, O_DIR) as fd:
+            entries = []
+            with os.scandir(fd) as it:
+                for item in it:
+                    if item.name.startswith(TEMP_PREFIX):
+                        continue
+                    try:
+                        st = item.stat(follow_symlinks=False)
+                    except FileNotFoundError:  # removed while listing
+                        continue
+                    target = _readlink(fd, item.name) if item.is_symlink() else None
+                    entries.append(_entry((*rel, item.name), st, target))
+        return sorted(entries, key=lambda e: e.name)
+
+    def read(self, rel: Rel, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        with self._locate(rel, follow_last=True) as loc, self._open(loc, O_FILE) as fd:
+            st = os.fstat(fd)
+            if stat_mod.S_ISDIR(st.st_mode):
+                raise self.is_a_dir(rel)
+            end = st.st_size if end is None else min(end, st.st_size)
+            position = start
+            while position < end:
+                data = os.pread(fd, min(CHUNK, end - position), position)
+                if not data:
+                    break
+                position += len(data)
+                yield data
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def mkdir(self, rel: Rel, *, parents: bool = False) -> Entry:
+        self.check_writable(rel)
+        if parents:
+            for depth in range(1, len(rel)):
+                self._mkdir_one(rel[:depth], exist_ok=True)
+        return self._mkdir_one(rel, exist_ok=parents)
+
+    def _mkdir_one(self, rel: Rel, *, exist_ok: bool) -> Entry:
+        with self._locate(rel) as loc:
+            try:
+                os.mkdir(loc.name, 0o775, dir_fd=loc.fd)
+            except FileExistsError:
+                st = os.stat(loc.name, dir_fd=loc.fd, follow_symlinks=True) \
+                    if _readlink(loc.fd, loc.name) is None else None
+                if not (exist_ok and st is not None and stat_mod.S_ISDIR(st.st_mode)):
+                    raise self.exists(rel) from None
+            return _entry(tuple(rel), os.stat(loc.name, dir_fd=loc.fd, follow_symlinks=False))
+
+    def remove(self, rel: Rel, *, recursive: bool = False) -> int:
+        self.check_writable(rel)
+        with self._locate(rel) as loc:
+            st = self._lstat(loc)
+            if not stat_mod.S_ISDIR(st.st_mode):
+                os.unlink(loc.name, dir_fd=loc.fd)
+                return st.st_size if stat_mod.S_ISREG(st.st_mode) else 0
+            if not recursive:
+                try:
+                    os.rmdir(loc.name, dir_fd=loc.fd)
+                except OSError as exc:
+                    if exc.errno == errno.ENOTEMPTY:
+                        raise ValidationError.for_field(
+                            "path", f"{self.display(rel)} is not empty; remove it recursively",
+                            code="not_empty") from None
+                    raise
+                return 0
+            freed = self._tree_size(loc)
+            shutil.rmtree(loc.name, dir_fd=loc.fd)  # fd-based: never follows links
+            return freed
+
+    def _tree_size(self, loc: _Location) -> int:
+        total = 0
+        for _dirpath, _dirs, files, dir_fd in os.fwalk(loc.name, dir_fd=loc.fd):
+            for name in files:
+                with contextlib.suppress(FileNotFoundError):
+                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    if stat_mod.S_ISREG(st.st_mode):
+                        total += st.st_size
+        return total
+
+    def symlink(self, rel: Rel, target: str) -> None:
+        self.check_writable(rel)
+        with self._locate(rel) as loc:
+            try:
+                os.symlink(target, loc.name, dir_fd=loc.fd)
+            except FileExistsError:
+                raise self.exists(rel) from None
+
+    def upload(self, rel: Rel, upload_id: str) -> Upload:
+        self.check_writable(rel)
+        if not upload_id or "/" in upload_id or upload_id.startswith("."):
+            raise ValueError(f"bad upload id {upload_id!r}")
+        with self._locate(rel) as loc:
+            with contextlib.suppress(FileNotFoundError):
+                st = os.stat(loc.name, dir_fd=loc.fd, follow_symlinks=False)
+                if stat_mod.S_ISDIR(st.st_mode):
+                    raise self.is_a_dir(rel)
+            return _PosixUpload(self, loc, TEMP_PREFIX + upload_id)
+
+    def move(self, src: Rel, dst: Rel) -> None:
+        self.check_writable(src)
+        self.check_writable(dst)
+        with self._locate(src) as s, self._locate(dst) as d:
+            kind = self._lstat(s).st_mode
+            try:
+                target = os.stat(d.name, dir_fd=d.fd, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                target = None
+            if not stat_mod.S_ISDIR(kind) or target is None:
+                if target is not None and stat_mod.S_ISDIR(target):
+                    raise self.is_a_dir(dst)
+                os.rename(s.name, d.name, src_dir_fd=s.fd, dst_dir_fd=d.fd)
+                return
+            if not stat_mod.S_ISDIR(target):
+                raise self.exists(dst)
+        for child in self.listdir(src):  # merge a directory into an existing one
+            self.move(child.rel, (*dst, child.name))
+        self.remove(src, recursive=True)  # only temporaries can be left in it
+
+
+class _PosixUpload(Upload):
+    """Bytes written to a hidden file beside the target, renamed into place on commit."""
+
+    def __init__(self, storage: PosixStorage, loc: _Location, temp: str):
+        self.storage = storage
+        self.dir_fd = os.dup(loc.fd)
+        self.name = loc.name
+        self.temp = temp
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            self.fd = os.open(temp, flags, 0o664, dir_fd=self.dir_fd)
+        except BaseException:
+            os.close(self.dir_fd)
+            raise
+        # A resumed upload: continue after what is there, its hash recomputed once.
+        hasher = hashlib.sha256()
+        offset = 0
+        while data := os.pread(self.fd, CHUNK, offset):
+            hasher.update(data)
+            offset += len(data)
+        super().__init__(loc.rel, offset, hasher)
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self.fd, view, self.offset + len(data) - len(view))
+            view = view[written:]
+
+    def commit(self, *, overwrite: bool = True) -> Entry:
+        # No fsync, as cp does not: an interrupted upload is never visible, a power loss is the
+        # file system's business (CephFS and NFS have their own guarantees).
+        try:
+            if overwrite:
+                os.rename(self.temp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            else:  # link() fails if the name exists: no window where a file could be clobbered
+                os.link(self.temp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd,
+                        follow_symlinks=False)
+                os.unlink(self.temp, dir_fd=self.dir_fd)
+        except FileExistsError:
+            raise self.storage.exists(self.rel) from None
+        except IsADirectoryError:
+            raise self.storage.is_a_dir(self.rel) from None
+        except OSError as exc:
+            if exc.errno == errno.ENOTEMPTY:
+                raise self.storage.is_a_dir(self.rel) from None
+            raise
+        st = os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False)
+        self.close()
+        return _entry(self.rel, st)
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.temp, dir_fd=self.dir_fd)
+        self.close()
+
+    def close(self) -> None:
+        for attr in ("fd", "dir_fd"):
+            fd = getattr(self, attr, None)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, attr, None)
+

@@ -1,0 +1,173 @@
+"""Directories as tar streams: unpacked safely on upload, generated on download.
+
+Unpacking trusts nothing in the archive: every member name is checked like a PFS path (no
+absolute names, no ``..``, no NUL, no over-long names), only files, directories and links that
+stay inside the unpacked tree are accepted, and members are written through the storage, which
+never follows a link out of the user's area. The tree is unpacked into a hidden directory and
+moved into place only when all of it is in, so a bad member leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import posixpath
+import tarfile
+from collections.abc import Iterable, Iterator
+
+from paddlecloud.errors import PaddleCloudError, ValidationError
+
+from .paths import MAX_COMPONENT, MAX_PATH
+from .storage import CHUNK, TEMP_PREFIX, Rel, Storage
+
+MAX_MEMBERS = 1_000_000
+BLOCK = tarfile.BLOCKSIZE
+
+
+class _Chunks(io.RawIOBase):
+    """A readable file over an iterator of byte chunks (tarfile's stream mode reads it)."""
+
+    def __init__(self, chunks: Iterable[bytes]):
+        self._chunks = iter(chunks)
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._pending:
+            self._pending = next(self._chunks, b"")
+            if not self._pending:
+                return 0
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+
+def _unsafe(name: str, why: str) -> ValidationError:
+    return ValidationError.for_field("tar", f"member {name!r}: {why}; nothing was stored",
+                                     code="unsafe_tar")
+
+
+def member_parts(name: str) -> Rel:
+    """A member's name as path components below the unpacked directory, or an error."""
+    if "\0" in name:
+        raise _unsafe(name, "contains a NUL character")
+    if name.startswith("/"):
+        raise _unsafe(name, "is an absolute name")
+    if len(name) > MAX_PATH:
+        raise _unsafe(name, f"is longer than {MAX_PATH} characters")
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    for part in parts:
+        if part == "..":
+            raise _unsafe(name, "contains '..'")
+        if len(part.encode()) > MAX_COMPONENT:
+            raise _unsafe(name, f"has a component longer than {MAX_COMPONENT} bytes")
+        if part.startswith(TEMP_PREFIX):
+            raise _unsafe(name, f"names starting with {TEMP_PREFIX} are reserved")
+    return tuple(parts)
+
+
+def _link_stays_inside(parts: Rel, target: str) -> bool:
+    if not target or target.startswith("/") or "\0" in target:
+        return False
+    joined = posixpath.normpath(posixpath.join(*parts[:-1], target) if parts[:-1] else target)
+    return joined != ".." and not joined.startswith("../")
+
+
+def tar_extract(storage: Storage, tar_rel: Rel, dest: Rel, upload_id: str) -> tuple[int, int]:
+    """Unpack the tar at ``tar_rel`` into the directory ``dest`` (created, or merged into);
+    the tar is removed afterwards. Returns (files, bytes) written."""
+    staging = (*dest[:-1], f"{TEMP_PREFIX}{upload_id}.d")
+    files = written = 0
+    try:
+        storage.mkdir(staging)
+        made: set[Rel] = {()}
+        with tarfile.open(fileobj=_Chunks(storage.read(tar_rel)), mode="r|*") as archive:
+            for count, member in enumerate(archive, 1):
+                if count > MAX_MEMBERS:
+                    raise _unsafe(member.name, f"more than {MAX_MEMBERS} members")
+                parts = member_parts(member.name)
+                if not parts:
+                    continue
+                _make_dirs(storage, staging, parts[:-1], made)
+                rel = (*staging, *parts)
+                if member.isdir():
+                    _make_dirs(storage, staging, parts, made)
+                elif member.isreg():
+                    source = archive.extractfile(member)
+                    storage.write_bytes(rel, iter(lambda s=source: s.read(CHUNK), b""),
+                                        f"{upload_id}-{count}")
+                    files += 1
+                    written += member.size
+                elif member.issym():
+                    if not _link_stays_inside(parts, member.linkname):
+                        raise _unsafe(member.name, f"links to {member.linkname!r}, outside the "
+                                                   "unpacked directory")
+                    storage.symlink(rel, member.linkname)
+                elif member.islnk():
+                    raise _unsafe(member.name, "hard links are not accepted")
+                else:
+                    raise _unsafe(member.name, "devices, FIFOs and other special files are not "
+                                               "accepted")
+        storage.move(staging, dest)
+    except tarfile.TarError as exc:
+        _cleanup(storage, staging)
+        raise ValidationError.for_field("tar", f"not a valid tar stream ({exc}); nothing was "
+                                               "stored", code="bad_tar") from None
+    except BaseException:
+        _cleanup(storage, staging)
+        raise
+    finally:
+        with contextlib.suppress(PaddleCloudError, OSError):
+            storage.remove(tar_rel)
+    return files, written
+
+
+def _make_dirs(storage: Storage, staging: Rel, parts: Rel, made: set[Rel]) -> None:
+    for depth in range(1, len(parts) + 1):
+        prefix = parts[:depth]
+        if prefix not in made:
+            storage.mkdir((*staging, *prefix), parents=True)
+            made.add(prefix)
+
+
+def _cleanup(storage: Storage, staging: Rel) -> None:
+    with contextlib.suppress(PaddleCloudError, OSError):
+        storage.remove(staging, recursive=True)
+
+
+def tar_stream(storage: Storage, rel: Rel) -> Iterator[bytes]:
+    """The directory ``rel`` as a tar stream (PAX format), members named relative to it.
+
+    Files are read as they are sent, so memory stays flat whatever the tree's size. A file that
+    shrinks while it is sent is padded with zeros, so the stream stays a valid tar.
+    """
+    for entry in storage.walk(rel):
+        info = tarfile.TarInfo("/".join(entry.rel[len(rel):]))
+        info.mtime = int(entry.mtime)
+        info.mode = 0o755 if entry.type == "dir" else 0o644
+        if entry.type == "dir":
+            info.type = tarfile.DIRTYPE
+        elif entry.type == "link":
+            info.type, info.linkname = tarfile.SYMTYPE, entry.target or ""
+        elif entry.type == "file":
+            info.size = entry.size
+        else:
+            continue
+        yield info.tobuf(format=tarfile.PAX_FORMAT)
+        if entry.type != "file":
+            continue
+        sent = 0
+        try:
+            for chunk in storage.read(entry.rel, 0, entry.size):
+                sent += len(chunk)
+                yield chunk
+        except PaddleCloudError:  # removed since it was listed
+            pass
+        if sent < entry.size:
+            yield bytes(entry.size - sent)
+        if entry.size % BLOCK:
+            yield bytes(BLOCK - entry.size % BLOCK)
+    yield bytes(2 * BLOCK)

@@ -1,0 +1,344 @@
+"""The PFS byte streams, served straight from ASGI so that no body is spooled on the way.
+
+Django's ASGI handler reads a whole request body into a temporary file before a view sees it,
+and serves synchronous streaming responses by collecting them first. Neither will do for
+gigabytes, so the three byte-carrying endpoints are answered here, before Django:
+
+    PUT   /api/v1/pfs/content?path=P        a whole file (or a directory as a tar) in one request
+    PATCH /api/v1/pfs/uploads/{id}          the next bytes of a resumable upload
+    GET   /api/v1/pfs/content?path=P        a file (with Range) or a directory as a tar
+
+Bodies are written to the storage as they arrive, in 1 MiB pieces on a worker thread; the
+authentication, the checks and the error answers are the API's own (same functions, same
+``{"code", "message", "fields"}``). Everything else goes on to Django.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import mimetypes
+import re
+import urllib.parse
+from collections.abc import Iterator
+
+from asgiref.sync import sync_to_async
+from django.contrib.auth.middleware import AuthenticationMiddleware
+from django.contrib.sessions.middleware import SessionMiddleware
+from django.core import signals
+from django.core.handlers.asgi import ASGIRequest
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.request import Request
+
+from accounts.authentication import ApiTokenAuthentication
+from accounts.selectors import request_datacenter
+from paddlecloud.errors import (
+    AuthenticationError,
+    ConflictError,
+    PaddleCloudError,
+    ValidationError,
+    render_error,
+)
+
+from . import services, tar
+
+logger = logging.getLogger(__name__)
+
+CONTENT_RE = re.compile(r"^/api/v1/pfs/content/?$")
+UPLOAD_RE = re.compile(r"^/api/v1/pfs/uploads/(?P<id>[0-9a-fA-F-]{32,36})/?$")
+BUFFER = 1 << 20
+TRUE = ("1", "true", "yes", "on")
+
+database = sync_to_async  # thread_sensitive: the one thread Django's database code runs in
+
+
+class ClientGone(Exception):
+    """The client went away before the body was complete."""
+
+
+class _LengthRequired(PaddleCloudError):
+    code = "length_required"
+    status = 411
+
+
+class _RangeNotSatisfiable(PaddleCloudError):
+    code = "range_not_satisfiable"
+    status = 416
+
+
+def _nothing(request):  # the middlewares below are used for their process_request only
+    return None
+
+
+def _authenticate(scope):
+    """The API's own authentication (token, or session + CSRF) and datacenter, for a scope."""
+    request = ASGIRequest(scope, io.BytesIO())
+    SessionMiddleware(_nothing).process_request(request)
+    AuthenticationMiddleware(_nothing).process_request(request)
+    api_request = Request(request, authenticators=[ApiTokenAuthentication(),
+                                                   SessionAuthentication()])
+    if not api_request.user.is_authenticated:
+        raise AuthenticationError(
+            "authentication required: send Authorization: Bearer <token> "
+            "(paddlectl login gets one)")
+    return request, api_request.user, request_datacenter(api_request)
+
+
+class _Exchange:
+    """One HTTP request/response on the raw ASGI interface."""
+
+    def __init__(self, scope, receive, send):
+        self.scope, self.receive, self.send = scope, receive, send
+        self.started = False
+        self.headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                        for k, v in scope.get("headers", [])}
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name)
+
+    def length(self) -> int:
+        text = self.header("content-length")
+        if text is None or not text.isdigit():
+            raise _LengthRequired.for_field("Content-Length", "required: the size of the body")
+        return int(text)
+
+    async def start(self, status: int, headers: dict[str, str]) -> None:
+        self.started = True
+        await self.send({"type": "http.response.start", "status": status, "headers": [
+            (k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in headers.items()
+        ]})
+
+    async def json(self, status: int, body: dict, headers: dict[str, str] | None = None):
+        data = json.dumps(body).encode()
+        await self.start(status, {"Content-Type": "application/json",
+                                  "Content-Length": str(len(data)), **(headers or {})})
+        await self.send({"type": "http.response.body", "body": data})
+
+    async def stream(self, status: int, headers: dict[str, str], chunks: Iterator[bytes],
+                     *, head: bool = False) -> None:
+        """Send what a (blocking) iterator yields, read on a worker thread in ~1 MiB pieces."""
+        await self.start(status, headers)
+        if head:
+            await self.send({"type": "http.response.body", "body": b""})
+            return
+        try:
+            while piece := await asyncio.to_thread(_gather, chunks):
+                await self.send({"type": "http.response.body", "body": piece,
+                                 "more_body": True})
+        finally:
+            close = getattr(chunks, "close", None)
+            if close:
+                await asyncio.to_thread(close)
+        await self.send({"type": "http.response.body", "body": b""})
+
+    async def body_into(self, upload, limit: int) -> None:
+        """Write the request body to ``upload`` as it arrives; no more than ``limit`` bytes."""
+        pending = bytearray()
+        received = 0
+        more = True
+        while more:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                if pending:
+                    await asyncio.to_thread(upload.write, bytes(pending))
+                raise ClientGone
+            data = message.get("body", b"")
+            more = message.get("more_body", False)
+            received += len(data)
+            if received > limit:
+                raise ValidationError.for_field(
+                    "body", f"longer than the {limit} bytes declared", code="too_long")
+            pending += data
+            if len(pending) >= BUFFER or (not more and pending):
+                await asyncio.to_thread(upload.write, bytes(pending))
+                pending.clear()
+
+
+def _gather(chunks: Iterator[bytes]) -> bytes:
+    """The next ~1 MiB of a stream of (possibly tiny) chunks; b"" at the end."""
+    parts: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= BUFFER:
+            break
+    return b"".join(parts)
+
+
+class PfsTransferApp:
+    """ASGI middleware: the PFS byte streams here, everything else to ``app``."""
+
+    def __init__(self, app):
+        self.app = app
+        self._busy: set[str] = set()
+
+    async def __call__(self, scope, receive, send):
+        handler = self._route(scope) if scope["type"] == "http" else None
+        if handler is None:
+            await self.app(scope, receive, send)
+            return
+        exchange = _Exchange(scope, receive, send)
+        await database(signals.request_started.send)(sender=type(self), scope=scope)
+        try:
+            await handler(exchange)
+        except ClientGone:
+            pass
+        except Exception as exc:  # every error in the API's one shape
+            status, body, headers = render_error(exc, "pfs.transfer")
+            if isinstance(exc, _RangeNotSatisfiable):
+                headers["Content-Range"] = f"bytes */{exc.size}"
+            if isinstance(exc, ConflictError) and hasattr(exc, "offset"):
+                body["offset"] = exc.offset
+            if not exchange.started:
+                await exchange.json(status, body, headers)
+        finally:
+            await database(signals.request_finished.send)(sender=type(self))
+
+    def _route(self, scope):
+        path, method = scope["path"], scope["method"]
+        if CONTENT_RE.match(path):
+            return {"GET": self.download, "HEAD": self.download, "PUT": self.put}.get(
+                method, self.not_allowed)
+        if UPLOAD_RE.match(path) and method == "PATCH":
+            return self.patch
+        return None
+
+    async def not_allowed(self, exchange: _Exchange):
+        await exchange.json(405, {"code": "method_not_allowed", "fields": {},
+                                  "message": f"method {exchange.scope['method']} is not "
+                                             "allowed here: GET, HEAD or PUT"},
+                            {"Allow": "GET, HEAD, PUT"})
+
+    # -- uploads ----------------------------------------------------------------------------
+
+    async def put(self, exchange: _Exchange):
+        request, user, datacenter = await database(_authenticate)(exchange.scope)
+        query = request.GET
+        size = exchange.length()
+        kind = "tar" if (exchange.header("content-type") or "").startswith(
+            "application/x-tar") else "file"
+        session = await database(services.upload_prepare)(
+            user, datacenter, path=query.get("path", ""), size=size, kind=kind,
+            sha256=exchange.header("x-checksum-sha256") or query.get("sha256", ""),
+            overwrite=query.get("overwrite", "1").lower() in TRUE,
+            parents=query.get("parents", "").lower() in TRUE)
+        upload = await asyncio.to_thread(services.upload_open, session)
+        try:
+            await exchange.body_into(upload, size)
+            if upload.offset != size:
+                raise ValidationError.for_field(
+                    "body", f"{upload.offset} bytes received of the {size} declared",
+                    code="incomplete")
+            result = await database(services.upload_complete)(session, upload)
+        except BaseException:
+            await asyncio.to_thread(upload.abort)
+            raise
+        await exchange.json(201, result.get("entry") or result)
+
+    async def patch(self, exchange: _Exchange):
+        upload_id = UPLOAD_RE.match(exchange.scope["path"])["id"]
+        _request, user, datacenter = await database(_authenticate)(exchange.scope)
+        session = await database(services.upload_get)(user, datacenter, upload_id)
+        offset_text = exchange.header("upload-offset")
+        if offset_text is None or not offset_text.isdigit():
+            raise ValidationError.for_field(
+                "Upload-Offset", "required: the offset these bytes start at (GET the upload "
+                                 "for the offset the server has)")
+        offset, length = int(offset_text), exchange.length()
+        if offset + length > session.size:
+            raise ValidationError.for_field(
+                "body", f"bytes {offset}..{offset + length} go past the upload's size "
+                        f"({session.size})", code="too_long")
+        key = str(session.pk)
+        if key in self._busy:
+            raise ConflictError.for_field("upload", "another request is sending to this "
+                                                    "upload right now", code="upload_busy")
+        self._busy.add(key)
+        try:
+            upload = await asyncio.to_thread(services.upload_open, session)
+            try:
+                if upload.offset != offset:
+                    error = ConflictError.for_field(
+                        "Upload-Offset", f"the server has {upload.offset} bytes of this "
+                                         f"upload, not {offset}; continue from there",
+                        code="offset_mismatch")
+                    error.offset = upload.offset
+                    raise error
+                await exchange.body_into(upload, session.size - offset)
+            except BaseException:
+                await database(services.upload_progress)(session, upload.offset)
+                services.upload_park(session, upload)
+                raise
+            await database(services.upload_progress)(session, upload.offset)
+            if upload.offset < session.size:
+                services.upload_park(session, upload)
+                await exchange.json(200, {"id": key, "offset": upload.offset})
+                return
+            result = await database(services.upload_complete)(session, upload)
+            await exchange.json(201, {"id": key, "offset": upload.offset, "complete": True,
+                                      **result})
+        finally:
+            self._busy.discard(key)
+
+    # -- downloads --------------------------------------------------------------------------
+
+    async def download(self, exchange: _Exchange):
+        request, user, datacenter = await database(_authenticate)(exchange.scope)
+        head = exchange.scope["method"] == "HEAD"
+        target, entry = await database(services.pfs_stat)(
+            user, datacenter, request.GET.get("path", ""), follow=True)
+        storage, rel = target.storage, target.rel
+        name = rel[-1] if rel else target.path.area_label.rsplit("/", 1)[-1]
+        if entry.type == "dir":
+            headers = {"Content-Type": "application/x-tar",
+                       "Content-Disposition": _attachment(f"{name}.tar")}
+            await exchange.stream(200, headers, tar.tar_stream(storage, rel), head=head)
+            return
+        if entry.type != "file":
+            raise ValidationError.for_field(
+                "path", f"{target.path} is not a regular file", code="not_a_file")
+        start, end = _range(exchange.header("range"), entry.size)
+        headers = {
+            "Content-Type": mimetypes.guess_type(name)[0] or "application/octet-stream",
+            "Content-Length": str(end - start),
+            "Content-Disposition": _attachment(name),
+            "Accept-Ranges": "bytes",
+            "ETag": f'"{entry.size:x}-{int(entry.mtime * 1e6):x}"',
+        }
+        status = 200
+        if exchange.header("range"):
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{entry.size}"
+        await exchange.stream(status, headers, storage.read(rel, start, end), head=head)
+
+
+def _attachment(name: str) -> str:
+    return f"attachment; filename*=UTF-8''{urllib.parse.quote(name)}"
+
+
+def _range(header: str | None, size: int) -> tuple[int, int]:
+    """``[start, end)`` asked by a ``Range: bytes=…`` header (one range), or the whole file."""
+    if not header:
+        return 0, size
+    match = re.fullmatch(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*", header)
+    if not match or match.groups() == ("", ""):
+        raise _unsatisfiable(header, size)
+    first, last = match.groups()
+    if first == "":  # the last N bytes
+        start, end = max(0, size - int(last)), size
+    else:
+        start = int(first)
+        end = size if last == "" else min(int(last) + 1, size)
+    if start >= size or start >= end:
+        raise _unsatisfiable(header, size)
+    return start, end
+
+
+def _unsatisfiable(header: str, size: int) -> _RangeNotSatisfiable:
+    error = _RangeNotSatisfiable.for_field(
+        "Range", f"{header!r} is not a satisfiable single byte range of a {size}-byte file")
+    error.size = size
+    return error

@@ -1,0 +1,175 @@
+"""The PFS API for everything but the bytes (those are ``pfs.transfer``): validate, call a
+service, serialize."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.selectors import quota_get, request_datacenter
+from accounts.serializers import ErrorSerializer
+from paddlecloud.errors import ValidationError
+from paddlecloud.quantity import format_bytes
+
+from . import services
+
+ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409, 413)}
+TRUE = ("1", "true", "yes", "on")
+PATH = OpenApiParameter("path", str, required=True,
+                        description="/pfs/{datacenter}/home/{user}/… or /pfs/{datacenter}/public/…")
+
+
+class EntrySerializer(serializers.Serializer):
+    name = serializers.CharField()
+    path = serializers.CharField()
+    type = serializers.ChoiceField(["file", "dir", "link", "other"])
+    size = serializers.IntegerField()
+    mtime = serializers.DateTimeField()
+    target = serializers.CharField(allow_null=True)
+
+
+class ListingSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    type = serializers.CharField()
+    entries = EntrySerializer(many=True)
+
+
+class MkdirSerializer(serializers.Serializer):
+    path = serializers.CharField(max_length=4096, trim_whitespace=False)
+    parents = serializers.BooleanField(default=False)
+
+
+class RemovedSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    freed = serializers.IntegerField()
+
+
+class UsageSerializer(serializers.Serializer):
+    used = serializers.IntegerField()
+    limit = serializers.IntegerField()
+    used_display = serializers.CharField()
+    limit_display = serializers.CharField()
+    measured_at = serializers.DateTimeField(allow_null=True)
+
+
+class UploadCreateSerializer(serializers.Serializer):
+    path = serializers.CharField(max_length=4096, trim_whitespace=False)
+    size = serializers.IntegerField(min_value=0)
+    sha256 = serializers.CharField(max_length=64, min_length=64)
+    kind = serializers.ChoiceField(["file", "tar"], default="file")
+    overwrite = serializers.BooleanField(default=True)
+    parents = serializers.BooleanField(default=False)
+
+
+class UploadSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    path = serializers.CharField()
+    kind = serializers.CharField()
+    size = serializers.IntegerField()
+    offset = serializers.IntegerField()
+    chunk_size = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+
+    def get_chunk_size(self, session) -> int:
+        from django.conf import settings
+
+        return settings.PADDLECLOUD_PFS_CHUNK_SIZE
+
+
+def _query_path(request) -> str:
+    path = request.query_params.get("path")
+    if not path:
+        raise ValidationError.for_field("path", "required: a PFS path such as "
+                                                "/pfs/datacenter1/home/alice/data")
+    return path
+
+
+def _flag(request, name: str) -> bool:
+    return request.query_params.get(name, "").lower() in TRUE
+
+
+def _validated(serializer_class, request) -> dict:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+class FilesView(APIView):
+    @extend_schema(parameters=[PATH, OpenApiParameter("recursive", bool)],
+                   responses={200: ListingSerializer, **ERRORS},
+                   summary="List a directory (or show a file), like ls")
+    def get(self, request):
+        target, entry, entries = services.pfs_list(
+            request.user, request_datacenter(request), _query_path(request),
+            recursive=_flag(request, "recursive"))
+        base = len(target.rel)
+        listing = [services.entry_json(target.child(e.rel), e, name="/".join(e.rel[base:])
+                                       or e.name) for e in entries]
+        return Response({"path": str(target.path), "type": entry.type, "entries": listing})
+
+    @extend_schema(parameters=[PATH, OpenApiParameter("recursive", bool)],
+                   responses={200: RemovedSerializer, **ERRORS},
+                   summary="Remove a file, link or directory (recursive only when asked)")
+    def delete(self, request):
+        target, freed = services.pfs_remove(
+            request.user, request_datacenter(request), _query_path(request),
+            recursive=_flag(request, "recursive"))
+        return Response({"path": str(target.path), "freed": freed})
+
+
+class StatView(APIView):
+    @extend_schema(parameters=[PATH], responses={200: EntrySerializer, **ERRORS},
+                   summary="One file's or directory's type, size and time")
+    def get(self, request):
+        target, entry = services.pfs_stat(request.user, request_datacenter(request),
+                                          _query_path(request))
+        return Response(services.entry_json(str(target.path), entry))
+
+
+class MkdirView(APIView):
+    @extend_schema(request=MkdirSerializer, responses={201: EntrySerializer, **ERRORS},
+                   summary="Create a directory (and its parents when asked)")
+    def post(self, request):
+        data = _validated(MkdirSerializer, request)
+        target, entry = services.pfs_mkdir(request.user, request_datacenter(request),
+                                           data["path"], parents=data["parents"])
+        return Response(services.entry_json(str(target.path), entry),
+                        status=status.HTTP_201_CREATED)
+
+
+class UsageView(APIView):
+    @extend_schema(responses={200: UsageSerializer, **ERRORS},
+                   summary="Bytes in your home against your storage quota")
+    def get(self, request):
+        datacenter = request_datacenter(request)
+        usage = services.usage_get(request.user, datacenter)
+        limit = quota_get(request.user, datacenter).storage
+        return Response({"used": usage.used, "limit": limit,
+                         "used_display": format_bytes(max(usage.used, 0)),
+                         "limit_display": format_bytes(limit),
+                         "measured_at": usage.measured_at})
+
+
+class UploadListView(APIView):
+    @extend_schema(request=UploadCreateSerializer, responses={201: UploadSerializer, **ERRORS},
+                   summary="Start a resumable upload (then PATCH its bytes in chunks)")
+    def post(self, request):
+        data = _validated(UploadCreateSerializer, request)
+        session = services.upload_create(request.user, request_datacenter(request), **data)
+        return Response(UploadSerializer(session).data, status=status.HTTP_201_CREATED)
+
+
+class UploadDetailView(APIView):
+    @extend_schema(responses={200: UploadSerializer, **ERRORS},
+                   summary="An upload in progress: how many bytes the server has")
+    def get(self, request, upload_id):
+        session = services.upload_get(request.user, request_datacenter(request), upload_id)
+        return Response(UploadSerializer(session).data)
+
+    @extend_schema(responses={204: None, **ERRORS}, summary="Abandon an upload")
+    def delete(self, request, upload_id):
+        session = services.upload_get(request.user, request_datacenter(request), upload_id)
+        services.upload_abort(session)
+        return Response(status=status.HTTP_204_NO_CONTENT)
