@@ -63,8 +63,9 @@ def pfs_path_parse(text: str, *, field: str = "path") -> PfsPath:
             raise _invalid(field, f"{text!r} has an empty or '.' component")
         if part == "..":
             raise _invalid(field, f"{text!r}: '..' is not allowed in PFS paths")
-        if len(part) > MAX_COMPONENT:
-            raise _invalid(field, f"a component of {text!r} is longer than {MAX_COMPONENT}")
+        if len(part.encode("utf-8", "surrogatepass")) > MAX_COMPONENT:
+            raise _invalid(field, f"a component of {text!r} is longer than the file system's "
+                                  f"limit of {MAX_COMPONENT} bytes")
     if len(parts) < 2 or parts[1] not in ("home", "public"):
         raise _invalid(field, f"{text!r} is not a PFS path: it must start with "
                               "/pfs/{datacenter}/home/{user}/ or /pfs/{datacenter}/public/")

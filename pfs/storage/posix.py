@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import os
 import shutil
@@ -47,6 +48,47 @@ def _readlink(dir_fd: int, name: str) -> str | None:
         if exc.errno in (errno.EINVAL, errno.ENOENT):
             return None
         raise
+
+
+def _os_errors(method):
+    """What the kernel says when a job changes the tree under an operation, as PFS errors."""
+
+    @functools.wraps(method)
+    def wrapper(self, rel, *args, **kwargs):
+        try:
+            return method(self, rel, *args, **kwargs)
+        except FileNotFoundError:
+            raise self.not_found(rel) from None
+        except NotADirectoryError:
+            raise self.not_a_dir(rel) from None
+        except IsADirectoryError:
+            raise self.is_a_dir(rel) from None
+        except FileExistsError:
+            raise self.exists(rel) from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self.through_link(rel) from None
+            raise
+
+    return wrapper
+
+
+def _ignore_missing(function, path, exc_info):
+    if not issubclass(exc_info[0], FileNotFoundError):
+        raise exc_info[1]
+
+
+def _chunks(fd: int, start: int, end: int) -> Iterator[bytes]:
+    try:
+        position = start
+        while position < end:
+            data = os.pread(fd, min(CHUNK, end - position), position)
+            if not data:
+                break
+            position += len(data)
+            yield data
+    finally:
+        os.close(fd)
 
 
 class _Location:
@@ -175,12 +217,14 @@ class PosixStorage(Storage):
 
     # -- reading ----------------------------------------------------------------------------
 
+    @_os_errors
     def stat(self, rel: Rel, *, follow: bool = False) -> Entry:
         with self._locate(rel, follow_last=follow) as loc:
             st = self._lstat(loc)
             target = _readlink(loc.fd, loc.name) if stat_mod.S_ISLNK(st.st_mode) else None
             return _entry(tuple(rel), st, target)
 
+    @_os_errors
     def listdir(self, rel: Rel) -> list[Entry]:
         with self._locate(rel, follow_last=True) as loc, self._open(loc, O_DIR) as fd:
             entries = []
@@ -196,22 +240,19 @@ class PosixStorage(Storage):
                     entries.append(_entry((*rel, item.name), st, target))
         return sorted(entries, key=lambda e: e.name)
 
+    @_os_errors
     def read(self, rel: Rel, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        # Opened now, so a missing file or a directory is an error before any byte is sent.
         with self._locate(rel, follow_last=True) as loc, self._open(loc, O_FILE) as fd:
             st = os.fstat(fd)
             if stat_mod.S_ISDIR(st.st_mode):
                 raise self.is_a_dir(rel)
             end = st.st_size if end is None else min(end, st.st_size)
-            position = start
-            while position < end:
-                data = os.pread(fd, min(CHUNK, end - position), position)
-                if not data:
-                    break
-                position += len(data)
-                yield data
+            return _chunks(os.dup(fd), start, end)
 
     # -- writing ----------------------------------------------------------------------------
 
+    @_os_errors
     def mkdir(self, rel: Rel, *, parents: bool = False) -> Entry:
         self.check_writable(rel)
         if parents:
@@ -224,12 +265,12 @@ class PosixStorage(Storage):
             try:
                 os.mkdir(loc.name, 0o775, dir_fd=loc.fd)
             except FileExistsError:
-                st = os.stat(loc.name, dir_fd=loc.fd, follow_symlinks=True) \
-                    if _readlink(loc.fd, loc.name) is None else None
-                if not (exist_ok and st is not None and stat_mod.S_ISDIR(st.st_mode)):
+                # With parents, an existing directory (or a link to one inside) will do.
+                if not (exist_ok and self.is_dir(rel)):
                     raise self.exists(rel) from None
             return _entry(tuple(rel), os.stat(loc.name, dir_fd=loc.fd, follow_symlinks=False))
 
+    @_os_errors
     def remove(self, rel: Rel, *, recursive: bool = False) -> int:
         self.check_writable(rel)
         with self._locate(rel) as loc:
@@ -248,7 +289,7 @@ class PosixStorage(Storage):
                     raise
                 return 0
             freed = self._tree_size(loc)
-            shutil.rmtree(loc.name, dir_fd=loc.fd)  # fd-based: never follows links
+            shutil.rmtree(loc.name, dir_fd=loc.fd, onerror=_ignore_missing)  # never follows links
             return freed
 
     def _tree_size(self, loc: _Location) -> int:
@@ -261,6 +302,7 @@ class PosixStorage(Storage):
                         total += st.st_size
         return total
 
+    @_os_errors
     def symlink(self, rel: Rel, target: str) -> None:
         self.check_writable(rel)
         with self._locate(rel) as loc:
@@ -269,6 +311,7 @@ class PosixStorage(Storage):
             except FileExistsError:
                 raise self.exists(rel) from None
 
+    @_os_errors
     def upload(self, rel: Rel, upload_id: str) -> Upload:
         self.check_writable(rel)
         if not upload_id or "/" in upload_id or upload_id.startswith("."):
@@ -280,10 +323,15 @@ class PosixStorage(Storage):
                     raise self.is_a_dir(rel)
             return _PosixUpload(self, loc, TEMP_PREFIX + upload_id)
 
+    @_os_errors
     def move(self, src: Rel, dst: Rel) -> None:
         self.check_writable(src)
         self.check_writable(dst)
         with self._locate(src) as s, self._locate(dst) as d:
+            if d.rel[:len(s.rel)] == s.rel:
+                raise ValidationError.for_field(
+                    "path", f"cannot move {self.display(src)} into itself "
+                            f"({self.display(dst)})", code="invalid")
             kind = self._lstat(s).st_mode
             try:
                 target = os.stat(d.name, dir_fd=d.fd, follow_symlinks=False).st_mode

@@ -1,0 +1,72 @@
+"""PFS storages to run the same tests against: a POSIX directory and an S3 bucket (moto's
+standalone server: a real HTTP S3 endpoint, nothing mocked in-process)."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+
+import boto3
+import pytest
+
+LABEL = "/pfs/dc1/home/alice"
+S3_KEYS = {"region": "us-east-1", "access_key": "testing", "secret_key": "testing"}
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture(params=["posix", "s3"])
+def make_storage(request, tmp_path):
+    """Storages of one fresh area: ``make_storage(read_only=False)``."""
+    if request.param == "posix":
+        from pfs.storage.posix import PosixStorage
+
+        root = tmp_path / "home"
+        root.mkdir()
+        return lambda read_only=False: PosixStorage(LABEL, root, read_only=read_only)
+
+    return s3_area(request.getfixturevalue("s3_endpoint"))
+
+
+def s3_area(endpoint: str):
+    """A fresh bucket; storages of the area ``dc1/home/alice`` in it."""
+    from pfs.storage.s3 import S3Storage
+
+    bucket = f"pfs-{uuid.uuid4().hex}"
+    boto3.client("s3", endpoint_url=endpoint, region_name=S3_KEYS["region"],
+                 aws_access_key_id=S3_KEYS["access_key"],
+                 aws_secret_access_key=S3_KEYS["secret_key"]).create_bucket(Bucket=bucket)
+    return lambda read_only=False: S3Storage(LABEL, bucket=bucket, prefix="dc1/home/alice",
+                                             endpoint_url=endpoint, read_only=read_only,
+                                             **S3_KEYS)
+
+
+@pytest.fixture
+def storage(make_storage):
+    return make_storage()
+
+
+@pytest.fixture
+def read_only_storage(make_storage):
+    """A read-only view of an area holding ``d/f`` (b"data")."""
+    writable = make_storage()
+    writable.mkdir(("d",))
+    writable.write_bytes(("d", "f"), b"data", "seed")
+    return make_storage(read_only=True)
+
+
+@pytest.fixture
+def s3_storage(s3_endpoint):
+    """For what only S3 has (parts, markers, keys written by other tools)."""
+    return s3_area(s3_endpoint)()
