@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import hashlib
 import os
 import shutil
 import stat as stat_mod
@@ -363,13 +362,29 @@ class _PosixUpload(Upload):
         except BaseException:
             os.close(self.dir_fd)
             raise
-        # A resumed upload: continue after what is there, its hash recomputed once.
-        hasher = hashlib.sha256()
-        offset = 0
-        while data := os.pread(self.fd, CHUNK, offset):
-            hasher.update(data)
-            offset += len(data)
-        super().__init__(loc.rel, offset, hasher)
+        # A resumed upload continues after what is there; the hash of those bytes is computed
+        # again only when needed (not to abort or to report the offset).
+        super().__init__(loc.rel, os.fstat(self.fd).st_size)
+        self._hashed = self.offset == 0
+
+    def _rehash(self) -> None:
+        if not self._hashed:
+            position = 0
+            while position < self.offset:
+                data = os.pread(self.fd, min(CHUNK, self.offset - position), position)
+                if not data:
+                    break
+                self.hasher.update(data)
+                position += len(data)
+            self._hashed = True
+
+    def write(self, data: bytes) -> None:
+        self._rehash()
+        super().write(data)
+
+    def finish(self) -> str:
+        self._rehash()
+        return super().finish()
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
