@@ -17,8 +17,12 @@ def test_schema_is_openapi_3_and_lists_the_api(api):
     schema = response.json()
     assert schema["openapi"].startswith("3.")
     for path in ("/api/v1/version/", "/api/v1/me/", "/api/v1/auth/token/",
-                 "/api/v1/auth/tokens/", "/api/v1/auth/tokens/{token_id}/"):
+                 "/api/v1/auth/tokens/", "/api/v1/auth/tokens/{token_id}/",
+                 "/api/v1/pfs/files", "/api/v1/pfs/uploads"):
         assert path in schema["paths"], path
+    # The byte streams, served before Django, are documented too.
+    assert set(schema["paths"]["/api/v1/pfs/content"]) == {"get", "head", "put"}
+    assert set(schema["paths"]["/api/v1/pfs/uploads/{upload_id}"]) == {"get", "delete", "patch"}
     assert schema["components"]["securitySchemes"]["apiToken"]["scheme"] == "bearer"
     error = schema["components"]["schemas"]["Error"]
     assert set(error["properties"]) == {"code", "message", "fields"}
