@@ -74,7 +74,8 @@ class DatacenterAdmin(admin.ModelAdmin):
         (None, {"fields": ["name", "description", "backend", "default_image"]}),
         ("Kubernetes", {"fields": ["kube_in_cluster", "kubeconfig", "kube_context",
                                    "namespace_prefix"]}),
-        ("PFS", {"fields": ["pfs_root", "public_dir"]}),
+        ("PFS", {"fields": ["pfs_storage", "pfs_root", "public_dir", "s3_bucket",
+                            "s3_endpoint_url", "s3_region"]}),
     ]
 
 

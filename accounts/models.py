@@ -80,8 +80,10 @@ class Datacenter(models.Model):
                   "PADDLECLOUD_S3_ACCESS_KEY_ID/_SECRET_ACCESS_KEY or the usual AWS chain.",
     )
     s3_bucket = models.CharField("S3 bucket", max_length=63, blank=True)
-    s3_endpoint_url = models.URLField(
-        "S3 endpoint", blank=True, help_text="Empty means AWS; e.g. http://minio:9000.")
+    s3_endpoint_url = models.CharField(
+        "S3 endpoint", max_length=200, blank=True, validators=[RegexValidator(
+            r"^https?://[^\s/?#]+(/[^\s]*)?$", "an http:// or https:// URL")],
+        help_text="Empty means AWS; e.g. http://minio:9000.")
     s3_region = models.CharField("S3 region", max_length=32, blank=True)
 
     default_image = models.CharField(

@@ -70,6 +70,19 @@ def test_adddatacenter_again_changes_only_the_options_given(db):
     assert Datacenter.objects.filter(name="gpu-east").count() == 1
 
 
+def test_adddatacenter_with_an_s3_pfs(db):
+    with pytest.raises(CommandError) as info:
+        run("adddatacenter", "objects", "--pfs-storage", "s3")
+    assert "s3_bucket" in str(info.value) and "required" in str(info.value)
+    assert not Datacenter.objects.filter(name="objects").exists()
+    out = run("adddatacenter", "objects", "--pfs-storage", "s3", "--s3-bucket", "team-pfs",
+              "--s3-endpoint", "http://minio:9000", "--s3-region", "eu-1")
+    assert out.strip().endswith("(backend local, PFS s3://team-pfs)")
+    dc = Datacenter.objects.get(name="objects")
+    assert (dc.pfs_storage, dc.s3_bucket, dc.s3_endpoint_url, dc.s3_region) == (
+        "s3", "team-pfs", "http://minio:9000", "eu-1")
+
+
 def test_adddatacenter_without_pfs_root_reports_the_default_one(db, settings, tmp_path):
     settings.PADDLECLOUD_PFS_ROOT = tmp_path / "pfs"
     settings.PADDLECLOUD_BACKEND = "local"

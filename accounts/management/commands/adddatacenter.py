@@ -18,6 +18,12 @@ class Command(BaseCommand):
                             help="execution backend (default: PADDLECLOUD_BACKEND)")
         parser.add_argument("--pfs-root", help="directory holding home/ and public/")
         parser.add_argument("--public-dir", help="read-only public dataset directory")
+        parser.add_argument("--pfs-storage", choices=[c.value for c in Datacenter.PfsStorage],
+                            help="where the file service keeps files (default posix)")
+        parser.add_argument("--s3-bucket", help="bucket of an S3 PFS")
+        parser.add_argument("--s3-endpoint", dest="s3_endpoint_url",
+                            help="endpoint of an S3-compatible store (default: AWS)")
+        parser.add_argument("--s3-region", help="region of the bucket")
         parser.add_argument("--default-image", help="image for jobs that name none")
         parser.add_argument("--kubeconfig", help="kubeconfig path (kubernetes backend)")
         parser.add_argument("--kube-context", help="kubeconfig context (kubernetes backend)")
@@ -33,6 +39,10 @@ class Command(BaseCommand):
             "pfs_root": options["pfs_root"],
             "public_dir": options["public_dir"],
             "default_image": options["default_image"],
+            "pfs_storage": options["pfs_storage"],
+            "s3_bucket": options["s3_bucket"],
+            "s3_endpoint_url": options["s3_endpoint_url"],
+            "s3_region": options["s3_region"],
             "kubeconfig": options["kubeconfig"],
             "kube_context": options["kube_context"],
             "kube_in_cluster": options["kube_in_cluster"],
@@ -41,7 +51,7 @@ class Command(BaseCommand):
         with user_errors():
             datacenter, created = datacenter_upsert(name, **fields)
         verb = "Created" if created else "Updated"
-        self.stdout.write(
-            f"{verb} datacenter {datacenter.name} (backend {datacenter.backend}, "
-            f"PFS root {datacenter.pfs_root_path})"
-        )
+        pfs = (f"PFS s3://{datacenter.s3_bucket}" if datacenter.pfs_storage == "s3"
+               else f"PFS root {datacenter.pfs_root_path}")
+        self.stdout.write(f"{verb} datacenter {datacenter.name} (backend {datacenter.backend}, "
+                          f"{pfs})")
