@@ -69,6 +69,34 @@ class ConflictError(PaddleCloudError):
     status = 409
 
 
+class LengthRequiredError(PaddleCloudError):
+    code = "length_required"
+    status = 411
+
+
+class TooLargeError(PaddleCloudError):
+    code = "too_large"
+    status = 413
+
+
+class RangeNotSatisfiableError(PaddleCloudError):
+    """A ``Range`` outside the file; ``size`` goes into ``Content-Range: bytes */size``."""
+
+    code = "range_not_satisfiable"
+    status = 416
+
+    def __init__(self, message: str, *, size: int, **kwargs):
+        super().__init__(message, **kwargs)
+        self.size = size
+
+
+class UnprocessableError(PaddleCloudError):
+    """Well-formed, but the content is wrong (e.g. a checksum that does not match)."""
+
+    code = "unprocessable"
+    status = 422
+
+
 class ThrottledError(PaddleCloudError):
     code = "throttled"
     status = 429
@@ -130,6 +158,8 @@ def render_error(exc, context=None) -> tuple[int, dict, dict[str, str]]:
         status = exc.status
         if isinstance(exc, ThrottledError):
             headers["Retry-After"] = str(exc.retry_after)
+        if isinstance(exc, RangeNotSatisfiableError):
+            headers["Content-Range"] = f"bytes */{exc.size}"
     elif isinstance(exc, Http404):
         body, status = error_body("not_found", "not found"), 404
     elif isinstance(exc, DjangoPermissionDenied):

@@ -17,7 +17,13 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts.selectors import quota_get
-from paddlecloud.errors import ForbiddenError, NotFoundError, PaddleCloudError, ValidationError
+from paddlecloud.errors import (
+    ForbiddenError,
+    NotFoundError,
+    PaddleCloudError,
+    TooLargeError,
+    ValidationError,
+)
 from paddlecloud.quantity import format_bytes
 
 from . import tar
@@ -26,11 +32,6 @@ from .paths import PfsPath, pfs_check_access, pfs_path_parse
 from .storage import TEMP_PREFIX, ChecksumError, Entry, Rel, Storage, Upload, storage_for
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-
-
-class TooLargeError(PaddleCloudError):
-    code = "too_large"
-    status = 413
 
 
 @dataclass(frozen=True)

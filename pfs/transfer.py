@@ -37,7 +37,8 @@ from accounts.selectors import request_datacenter
 from paddlecloud.errors import (
     AuthenticationError,
     ConflictError,
-    PaddleCloudError,
+    LengthRequiredError,
+    RangeNotSatisfiableError,
     ValidationError,
     render_error,
 )
@@ -56,16 +57,6 @@ database = sync_to_async  # thread_sensitive: the one thread Django's database c
 
 class ClientGone(Exception):
     """The client went away before the body was complete."""
-
-
-class _LengthRequired(PaddleCloudError):
-    code = "length_required"
-    status = 411
-
-
-class _RangeNotSatisfiable(PaddleCloudError):
-    code = "range_not_satisfiable"
-    status = 416
 
 
 def _nothing(request):  # the middlewares below are used for their process_request only
@@ -101,7 +92,7 @@ class _Exchange:
     def length(self) -> int:
         text = self.header("content-length")
         if text is None or not text.isdigit():
-            raise _LengthRequired.for_field("Content-Length", "required: the size of the body")
+            raise LengthRequiredError.for_field("Content-Length", "required: the size of the body")
         return int(text)
 
     async def start(self, status: int, headers: dict[str, str]) -> None:
@@ -188,8 +179,6 @@ class PfsTransferApp:
             pass
         except Exception as exc:  # every error in the API's one shape
             status, body, headers = render_error(exc, "pfs.transfer")
-            if isinstance(exc, _RangeNotSatisfiable):
-                headers["Content-Range"] = f"bytes */{exc.size}"
             if isinstance(exc, ConflictError) and hasattr(exc, "offset"):
                 body["offset"] = exc.offset
             if not exchange.started:
@@ -337,8 +326,7 @@ def _range(header: str | None, size: int) -> tuple[int, int]:
     return start, end
 
 
-def _unsatisfiable(header: str, size: int) -> _RangeNotSatisfiable:
-    error = _RangeNotSatisfiable.for_field(
-        "Range", f"{header!r} is not a satisfiable single byte range of a {size}-byte file")
-    error.size = size
-    return error
+def _unsatisfiable(header: str, size: int) -> RangeNotSatisfiableError:
+    return RangeNotSatisfiableError.for_field(
+        "Range", f"{header!r} is not a satisfiable single byte range of a {size}-byte file",
+        size=size)

@@ -23,7 +23,7 @@ from paddlecloud.errors import (
     ConflictError,
     ForbiddenError,
     NotFoundError,
-    PaddleCloudError,
+    UnprocessableError,
     ValidationError,
 )
 
@@ -33,9 +33,8 @@ TEMP_PREFIX = ".pfs-upload-"
 CHUNK = 1 << 20  # bytes read or written at a time
 
 
-class ChecksumError(PaddleCloudError):
+class ChecksumError(UnprocessableError):
     code = "checksum_mismatch"
-    status = 422
 
 
 @dataclass(frozen=True)
