@@ -1,0 +1,190 @@
+"""The PaddleCloud API client: HTTP, tokens and errors. It never prints.
+
+Every request carries ``Authorization: Bearer <token>``; the token comes from the cache or a
+login, and a cached token the server refuses (401) is replaced by one fresh login and the
+request retried once. Non-2xx answers become ``ApiError`` with the server's message;
+connection failures and timeouts become ``NetworkError`` naming the endpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import requests
+
+from paddlectl import __version__
+from paddlectl.errors import ApiError, NetworkError
+from paddlectl.tokens import TokenCache, token_key
+
+CONNECT_TIMEOUT = 10
+READ_TIMEOUT = 60
+TRANSFER_TIMEOUT = 300
+BLOCK = 1 << 20
+LOGIN_PATH = "/api/v1/auth/token/"
+
+Body = bytes | Callable[[], Any] | None  # a callable makes a fresh body for each attempt
+
+
+class ApiClient:
+    def __init__(self, endpoint: str, datacenter: str, username: str, password: str,
+                 token_cache: TokenCache, *, hint: str = "check `endpoint` in ~/.paddle/config"):
+        self.endpoint = endpoint.rstrip("/")
+        self.datacenter = datacenter
+        self.username = username
+        self._password = password
+        self.cache = token_cache
+        self.hint = hint
+        self.key = token_key(self.endpoint, datacenter, username)
+        self.session = requests.Session()
+        self.session.headers["User-Agent"] = f"paddlectl/{__version__}"
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, *, params: dict | None = None,
+                json: Any = None, body: Body = None, headers: dict | None = None,
+                stream: bool = False, transfer: bool = False,
+                auth: bool = True) -> requests.Response:
+        """Send one request; a 2xx response, else ``ApiError`` / ``NetworkError``."""
+        send = {"params": params, "json": json, "headers": headers, "stream": stream,
+                "timeout": (CONNECT_TIMEOUT, TRANSFER_TIMEOUT if transfer else READ_TIMEOUT)}
+        if not auth:
+            return self._checked(self._send(method, path, None, body, **send))
+        token, fresh = self._token()
+        response = self._send(method, path, token, body, **send)
+        if response.status_code == 401 and not fresh:
+            response.close()
+            self.cache.drop(self.key)
+            response = self._send(method, path, self.login()["token"], body, **send)
+        return self._checked(response)
+
+    def call(self, method: str, path: str, **kwargs) -> Any:
+        """``request`` and the answer's JSON (None for an empty answer)."""
+        response = self.request(method, path, **kwargs)
+        return response.json() if response.content else None
+
+    def iter_content(self, response: requests.Response) -> Iterator[bytes]:
+        """The body of a streamed response in 1 MiB blocks; a lost connection is an error."""
+        try:
+            yield from response.iter_content(BLOCK)
+        except requests.RequestException as exc:
+            raise self._network_error(exc, "connection lost while receiving") from None
+
+    def _send(self, method, path, token, body, *, headers=None, **kwargs) -> requests.Response:
+        headers = dict(headers or {})
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        data = body() if callable(body) else body
+        try:
+            return self.session.request(method, self.endpoint + path, data=data,
+                                        headers=headers, **kwargs)
+        except requests.RequestException as exc:
+            raise self._network_error(exc) from None
+
+    def _checked(self, response: requests.Response) -> requests.Response:
+        """``response`` if it is a 2xx, else the ``ApiError`` its body describes."""
+        if response.ok:
+            return response
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        response.close()
+        if isinstance(payload, dict) and isinstance(payload.get("message"), str):
+            raise ApiError(response.status_code, str(payload.get("code") or "error"),
+                           payload["message"], payload.get("fields"))
+        request, status = response.request, response.status_code
+        raise ApiError(status, "http_error",
+                       f"{request.method} {request.url}: {status} {response.reason}")
+
+    def _network_error(self, exc: requests.RequestException,
+                       doing: str = "cannot reach") -> NetworkError:
+        return NetworkError(f"{doing} {self.endpoint}: {network_reason(exc)}; {self.hint}")
+
+    # -- tokens -----------------------------------------------------------------------------
+
+    def _token(self) -> tuple[str, bool]:
+        """The token to use, and whether it was just issued."""
+        entry = self.cache.get(self.key)
+        if entry is not None:
+            return entry["token"], False
+        return self.login()["token"], True
+
+    def login(self) -> dict:
+        """A new token (revoking the cached one, if any); the server's answer."""
+        old = self.cache.get(self.key)
+        issued = self.call("POST", LOGIN_PATH, auth=False, json={
+            "username": self.username, "password": self._password,
+            "datacenter": self.datacenter, "name": "paddlectl"})
+        self.cache.put(self.key, {key: issued.get(key) for key in ("token", "id", "expires_at")})
+        if old is not None:
+            with contextlib.suppress(NetworkError):  # else it expires on its own
+                self._revoke(old["token"]).close()
+        return issued
+
+    def logout(self) -> bool:
+        """Revoke the cached token and forget it; False when there was none."""
+        entry = self.cache.get(self.key)
+        if entry is None:
+            self.cache.drop(self.key)
+            return False
+        response = self._revoke(entry["token"])
+        if response.status_code != 401:  # a token the server no longer takes is gone anyway
+            self._checked(response)
+        self.cache.drop(self.key)
+        return True
+
+    def _revoke(self, token: str) -> requests.Response:
+        return self._send("DELETE", LOGIN_PATH, token, None,
+                          timeout=(CONNECT_TIMEOUT, READ_TIMEOUT))
+
+    # -- endpoints --------------------------------------------------------------------------
+
+    def server_version(self) -> dict:
+        return self.call("GET", "/api/v1/version", auth=False)
+
+    def me(self) -> dict:
+        return self.call("GET", "/api/v1/me")
+
+    def pfs_list(self, path: str, recursive: bool = False) -> dict:
+        return self.call("GET", "/api/v1/pfs/files",
+                         params={"path": path, "recursive": int(recursive)})
+
+    def pfs_stat(self, path: str) -> dict:
+        return self.call("GET", "/api/v1/pfs/stat", params={"path": path})
+
+    def pfs_mkdir(self, path: str, parents: bool = False) -> dict:
+        return self.call("POST", "/api/v1/pfs/mkdir", json={"path": path, "parents": parents})
+
+    def pfs_remove(self, path: str, recursive: bool = False) -> dict:
+        return self.call("DELETE", "/api/v1/pfs/files",
+                         params={"path": path, "recursive": int(recursive)})
+
+
+def network_reason(exc: BaseException) -> str:
+    """A few words on why a request failed: connection refused, unknown host, timeout..."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return f"no connection within {CONNECT_TIMEOUT} s"
+    if isinstance(exc, requests.exceptions.SSLError):
+        return "TLS handshake failed"
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        cause = todo.pop()
+        if id(cause) in seen:
+            continue
+        seen.add(id(cause))
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, socket.gaierror) or type(cause).__name__ == "NameResolutionError":
+            return "unknown host"
+        if isinstance(cause, ConnectionResetError):
+            return "connection reset"
+        if isinstance(cause, TimeoutError | requests.Timeout) \
+                or type(cause).__name__ == "ReadTimeoutError":
+            return "no answer in time"
+        todo += [c for c in (getattr(cause, "reason", None), cause.__cause__, cause.__context__,
+                             *cause.args) if isinstance(c, BaseException)]
+    return "connection failed"

@@ -1,0 +1,116 @@
+"""How results are shown: one printer per ``-o`` format, and the formatting of cells.
+
+``table`` aligns columns with tabs under upper-case headers, shows times in local time with
+their age and sizes human-readable; ``wide`` adds the wide-only columns and exact sizes;
+``json`` and ``yaml`` print the API's data as it came.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import yaml
+
+FORMATS = ("table", "wide", "json", "yaml")
+UNITS = "KMGTPE"
+TAB = 8
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    key: str | Callable[[dict], Any]
+    kind: str = "text"  # "text", "size" or "time"
+    wide_only: bool = False
+
+    def value(self, row: dict) -> Any:
+        return self.key(row) if callable(self.key) else row.get(self.key)
+
+
+def format_size(size: int | None, exact: bool = False) -> str:
+    """``4.0K``, ``1.2G``: powers of 1024, one decimal; ``exact`` gives the byte count."""
+    if size is None:
+        return "-"
+    if exact or size < 1024:
+        return str(size)
+    value = float(size)
+    for unit in UNITS:
+        value /= 1024
+        if value < 1024 or unit == UNITS[-1]:
+            return f"{value:.1f}{unit}"
+    raise AssertionError("unreachable")
+
+
+def format_age(seconds: float) -> str:
+    """``3m ago``, ``in 2d``."""
+    ahead, seconds = seconds < 0, abs(int(seconds))
+    for unit, length in (("y", 365 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= length:
+            amount = f"{seconds // length}{unit}"
+            break
+    else:
+        amount = f"{seconds}s"
+    return f"in {amount}" if ahead else f"{amount} ago"
+
+
+def format_time(text: str | None, now: datetime | None = None) -> str:
+    """An ISO-8601 time as local time with its age: ``2026-11-21 10:02 (3m ago)``."""
+    if not text:
+        return "-"
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    age = ((now or datetime.now(UTC)) - moment).total_seconds()
+    return f"{moment.astimezone():%Y-%m-%d %H:%M} ({format_age(age)})"
+
+
+def tabulate(rows: list[list[str]]) -> str:
+    """Rows as lines whose cells are padded with tabs to shared tab stops."""
+    if not rows:
+        return ""
+    widths = [max(len(row[i]) for row in rows) // TAB * TAB + TAB for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [cell + "\t" * (width // TAB - len(cell) // TAB)
+                 for cell, width in zip(row[:-1], widths, strict=False)]
+        lines.append("".join(cells) + row[-1])
+    return "\n".join(lines) + "\n"
+
+
+def _cell(column: Column, row: dict, wide: bool) -> str:
+    value = column.value(row)
+    if column.kind == "size":
+        return format_size(value, exact=wide)
+    if column.kind == "time":
+        return format_time(value)
+    return "-" if value in (None, "") else str(value)
+
+
+def _table(data: Any, rows: list[dict], columns: list[Column], wide: bool = False) -> str:
+    shown = [c for c in columns if wide or not c.wide_only]
+    lines = [[c.header.upper() for c in shown]]
+    lines += [[_cell(c, row, wide) for c in shown] for row in rows]
+    return tabulate(lines)
+
+
+PRINTERS: dict[str, Callable[[Any, list[dict], list[Column]], str]] = {
+    "table": _table,
+    "wide": lambda data, rows, columns: _table(data, rows, columns, wide=True),
+    "json": lambda data, rows, columns: json.dumps(data, indent=2, ensure_ascii=False) + "\n",
+    "yaml": lambda data, rows, columns: yaml.safe_dump(data, default_flow_style=False,
+                                                       sort_keys=False, allow_unicode=True),
+}
+
+
+def emit(stream: TextIO, fmt: str, data: Any, rows: list[dict] | None = None,
+         columns: list[Column] | None = None) -> None:
+    """Print ``data`` (the API's answer) in ``fmt``; tables show ``rows`` in ``columns``."""
+    rows = data if rows is None else rows
+    stream.write(PRINTERS[fmt](data, rows, columns or []))

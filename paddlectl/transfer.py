@@ -1,0 +1,307 @@
+"""Moving bytes to and from PFS: uploads (whole, chunked and resumable, directories as tar)
+and downloads (files resumed with ``Range``, directories as a tar stream extracted safely).
+
+Nothing is read whole into memory: request bodies are windows onto open files, responses
+are written block by block. A download is written beside its destination and renamed into
+place only when complete, so an error or Ctrl-C never leaves a partial file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from paddlectl.client import BLOCK, ApiClient
+from paddlectl.errors import ApiError, NetworkError, PaddlectlError
+from paddlectl.progress import Progress
+
+SINGLE_MAX = 8 << 20  # larger files and archives go up in chunks
+SPOOL_MAX = 64 << 20  # a directory's archive is kept in memory up to this size
+RETRIES = 5
+BACKOFF = 0.5  # seconds; doubled after each failure
+CONTENT = "/api/v1/pfs/content"
+UPLOADS = "/api/v1/pfs/uploads"
+TAR = "application/x-tar"
+# Answers to a PATCH after which the client asks for the upload's offset and goes on.
+RESYNC = ("offset_mismatch", "upload_busy")
+
+Warn = Callable[[str], None]
+
+
+class Window:
+    """A request body: ``length`` bytes of ``file`` from ``start``, counted by ``progress``."""
+
+    def __init__(self, file: BinaryIO, start: int, length: int, progress: Progress):
+        file.seek(start)
+        self.file, self.left, self.progress = file, length, progress
+        progress.rewind(start)
+
+    def __len__(self) -> int:
+        return self.left
+
+    def read(self, size: int = -1) -> bytes:
+        size = self.left if size is None or size < 0 else min(size, self.left)
+        data = self.file.read(size)
+        self.left -= len(data)
+        self.progress.update(len(data))
+        return data
+
+    def __iter__(self) -> Iterator[bytes]:
+        while block := self.read(BLOCK):
+            yield block
+
+
+class HashingWriter(io.RawIOBase):
+    """Writes through to ``out`` and keeps the SHA-256 and size of what went by."""
+
+    def __init__(self, out: BinaryIO):
+        self.out, self.hash, self.size = out, hashlib.sha256(), 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.hash.update(data)
+        self.size += len(data)
+        return self.out.write(data)
+
+
+class BlockReader(io.RawIOBase):
+    """A readable file over an iterator of byte blocks (a streamed response)."""
+
+    def __init__(self, blocks: Iterator[bytes], progress: Progress):
+        self.blocks, self.progress = blocks, progress
+        self.block, self.pos = memoryview(b""), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while self.pos >= len(self.block):
+            block = next(self.blocks, None)
+            if block is None:
+                return 0
+            self.block, self.pos = memoryview(block), 0
+        count = min(len(buffer), len(self.block) - self.pos)
+        buffer[:count] = self.block[self.pos:self.pos + count]
+        self.pos += count
+        self.progress.update(count)
+        return count
+
+
+def _pause(failures: int, error: Exception) -> None:
+    """Wait before another attempt; give up with ``error`` after ``RETRIES`` failures."""
+    if failures > RETRIES:
+        raise error
+    time.sleep(BACKOFF * 2 ** (failures - 1))
+
+
+# -- uploads ----------------------------------------------------------------------------------
+
+def file_digest(file: BinaryIO) -> tuple[str, int]:
+    digest = hashlib.file_digest(file, "sha256")
+    size = file.tell()
+    file.seek(0)
+    return digest.hexdigest(), size
+
+
+def upload_file(client: ApiClient, local: Path, remote: str, progress: Progress, *,
+                parents: bool = False) -> dict:
+    """Upload one regular file to the PFS path ``remote``; the server's entry."""
+    with open(local, "rb") as file:
+        digest, size = file_digest(file)
+        progress.total = size
+        return _upload(client, file, size, digest, remote, progress, kind="file",
+                       parents=parents)
+
+
+def upload_dir(client: ApiClient, local: Path, remote: str, progress: Progress, warn: Warn, *,
+               parents: bool = False) -> dict:
+    """Upload the contents of directory ``local`` into PFS directory ``remote`` (merged)."""
+    with tempfile.SpooledTemporaryFile(SPOOL_MAX) as spool:
+        digest, size = build_tar(local, spool, warn)
+        progress.total = size
+        return _upload(client, spool, size, digest, remote, progress, kind="tar",
+                       parents=parents)
+
+
+def build_tar(root: Path, out: BinaryIO, warn: Warn) -> tuple[str, int]:
+    """Archive the regular files and directories below ``root`` (names relative to it) into
+    ``out``; the archive's SHA-256 and size. Links and special files are skipped, with a
+    warning."""
+    writer = HashingWriter(out)
+    with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for folder, dirs, files in os.walk(root):
+            kept = []
+            for name in sorted(dirs) + sorted(files):
+                path = Path(folder, name)
+                mode = path.lstat().st_mode
+                if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                    kind = "link" if stat.S_ISLNK(mode) else "special file"
+                    warn(f"skipping {path}: a {kind}, not a regular file or directory")
+                    continue
+                if stat.S_ISDIR(mode):
+                    kept.append(name)
+                tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False)
+            dirs[:] = kept
+    out.seek(0)
+    return writer.hash.hexdigest(), writer.size
+
+
+def _upload(client: ApiClient, file: BinaryIO, size: int, digest: str, remote: str,
+            progress: Progress, *, kind: str, parents: bool) -> dict:
+    if size > SINGLE_MAX:
+        return _upload_chunked(client, file, size, digest, remote, progress, kind=kind,
+                               parents=parents)
+    params = {"path": remote, **({"parents": 1} if parents else {})}
+    headers = {"X-Checksum-Sha256": digest,
+               "Content-Type": TAR if kind == "tar" else "application/octet-stream"}
+    return client.call("PUT", CONTENT, params=params, headers=headers, transfer=True,
+                       body=lambda: Window(file, 0, size, progress))
+
+
+def _upload_chunked(client: ApiClient, file: BinaryIO, size: int, digest: str, remote: str,
+                    progress: Progress, *, kind: str, parents: bool) -> dict:
+    """The resumable protocol: create the upload, PATCH chunks; after a lost connection
+    ask the server how far it got and go on from there."""
+    upload = client.call("POST", UPLOADS, json={
+        "path": remote, "size": size, "sha256": digest, "overwrite": True,
+        "parents": parents, "kind": kind})
+    url = f"{UPLOADS}/{upload['id']}"
+    offset, chunk = upload["offset"], upload["chunk_size"]
+    failures, resync = 0, False
+    try:
+        while True:
+            try:
+                if resync:
+                    status = client.call("GET", url)
+                    if status.get("complete"):  # the final answer was lost on the way
+                        return status["result"].get("entry", status["result"])
+                    offset, resync = status["offset"], False
+                result = client.call(
+                    "PATCH", url, headers={"Upload-Offset": str(offset),
+                                           "Content-Type": "application/offset+octet-stream"},
+                    transfer=True,
+                    body=lambda start=offset: Window(file, start, min(chunk, size - start),
+                                                     progress))
+            except (NetworkError, ApiError) as exc:
+                if isinstance(exc, ApiError) and exc.code not in RESYNC:
+                    raise
+                failures += 1
+                _pause(failures, exc)
+                resync = True
+                continue
+            failures = 0
+            if result.get("complete"):
+                return result.get("entry", result)
+            offset = result["offset"]
+    except BaseException as exc:
+        if not isinstance(exc, NetworkError):
+            _abandon(client, url)
+        raise
+
+
+def _abandon(client: ApiClient, url: str) -> None:
+    with contextlib.suppress(PaddlectlError):  # gone already, or will be when it expires
+        client.request("DELETE", url)
+
+
+# -- downloads --------------------------------------------------------------------------------
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def download_file(client: ApiClient, remote: str, dest: Path, progress: Progress) -> None:
+    """Download the PFS file ``remote`` to ``dest`` (replaced only once complete)."""
+    fd, temp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            _fetch(client, remote, out, progress)
+        os.chmod(temp, 0o666 & ~_umask())
+        os.replace(temp, dest)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def _fetch(client: ApiClient, remote: str, out: BinaryIO, progress: Progress) -> None:
+    """Write the file's bytes to ``out``, resuming with ``Range`` after a lost connection."""
+    failures = 0
+    while True:
+        done = out.tell()
+        headers = {"Range": f"bytes={done}-"} if done else None
+        try:
+            with client.request("GET", CONTENT, params={"path": remote}, headers=headers,
+                                stream=True, transfer=True) as response:
+                if done and response.status_code != 206:  # the whole file again
+                    out.seek(0)
+                    out.truncate()
+                progress.rewind(out.tell())
+                for block in client.iter_content(response):
+                    out.write(block)
+                    progress.update(len(block))
+            return
+        except NetworkError as exc:
+            failures += 1
+            _pause(failures, exc)
+
+
+def download_dir(client: ApiClient, remote: str, dest: Path, progress: Progress,
+                 warn: Warn) -> None:
+    """Download PFS directory ``remote`` into ``dest`` (created, or merged into)."""
+    temp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part"))
+    try:
+        with client.request("GET", CONTENT, params={"path": remote}, stream=True,
+                            transfer=True) as response:
+            reader = BlockReader(client.iter_content(response), progress)
+            try:
+                with tarfile.open(fileobj=reader, mode="r|") as tar:
+                    tar.extractall(temp, filter=_safe_member(warn))  # noqa: S202 (filtered)
+            except tarfile.TarError as exc:
+                raise PaddlectlError(f"the archive of {remote} cannot be extracted safely: "
+                                     f"{exc}") from None
+        os.chmod(temp, 0o777 & ~_umask())
+        _merge(temp, dest)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _safe_member(warn: Warn):
+    """tarfile's ``data`` filter (nothing outside the destination, no devices), and neither
+    absolute names nor links."""
+
+    def check(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+        if os.path.isabs(member.name):  # the data filter would strip the "/"; refuse instead
+            raise tarfile.AbsolutePathError(member)
+        if member.issym() or member.islnk():
+            warn(f"skipping {member.name}: a link")
+            return None
+        return tarfile.data_filter(member, dest)
+
+    return check
+
+
+def _merge(source: Path, dest: Path) -> None:
+    """Move the tree ``source`` to ``dest``; into it, entry by entry, if it exists."""
+    if not dest.exists():
+        os.replace(source, dest)
+        return
+    for entry in source.iterdir():
+        target = dest / entry.name
+        if entry.is_dir() and target.is_dir():
+            _merge(entry, target)
+        else:
+            os.replace(entry, target)
