@@ -26,6 +26,10 @@ class UploadSession(models.Model):
     sha256 = models.CharField(max_length=64)
     overwrite = models.BooleanField(default=True)
     offset = models.PositiveBigIntegerField(default=0)
+    # Kept a while after the last byte, so a client whose final response was lost learns
+    # that the upload is stored (and what was stored) instead of "not found".
+    completed_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -19,6 +19,8 @@ from paddlecloud.errors import ForbiddenError, NotFoundError, ValidationError
 
 MAX_PATH = 4096
 MAX_COMPONENT = 255
+# Names the file service uses for uploads in progress: hidden, and not for users to make.
+RESERVED_PREFIX = ".pfs-upload-"
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,9 @@ def pfs_path_parse(text: str, *, field: str = "path") -> PfsPath:
             raise _invalid(field, f"{text!r} has an empty or '.' component")
         if part == "..":
             raise _invalid(field, f"{text!r}: '..' is not allowed in PFS paths")
+        if part.startswith(RESERVED_PREFIX):
+            raise _invalid(field, f"{text!r}: names starting with {RESERVED_PREFIX} are "
+                                  "reserved for uploads in progress")
         if len(part.encode("utf-8", "surrogatepass")) > MAX_COMPONENT:
             raise _invalid(field, f"a component of {text!r} is longer than the file system's "
                                   f"limit of {MAX_COMPONENT} bytes")

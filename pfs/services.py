@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 import threading
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -166,19 +166,17 @@ def upload_prepare(user, datacenter, *, path: str, size: int, sha256: str,
     storage.check_writable(rel)
     parent = rel[:-1]
     try:
-        if not storage.is_dir(parent):
-            raise storage.not_a_dir(parent)
+        parent_exists = storage.is_dir(parent)
     except NotFoundError:
         if not parents:
             raise NotFoundError.for_field(
                 "path", f"{storage.display(parent)} does not exist: create it first "
                         "(paddlectl mkdir -p) or ask for parents", code="not_found") from None
-        storage.mkdir(parent, parents=True)
-    replacing = 0
-    try:
-        existing = storage.stat(rel)
-    except NotFoundError:
-        existing = None
+        parent_exists = False
+    else:
+        if not parent_exists:
+            raise storage.not_a_dir(parent)
+    existing = _stat_or_none(storage, rel) if parent_exists else None
     if existing is not None:
         if kind == "file" and existing.type == "dir":
             raise storage.is_a_dir(rel)
@@ -186,10 +184,18 @@ def upload_prepare(user, datacenter, *, path: str, size: int, sha256: str,
             raise storage.exists(rel)
         if kind == "file" and not overwrite:
             raise storage.exists(rel)
-        replacing = existing.size
-    storage_admit(user, datacenter, size, replacing=replacing)
+    storage_admit(user, datacenter, size, replacing=existing.size if existing else 0)
+    if not parent_exists:  # only once the upload is admitted
+        storage.mkdir(parent, parents=True)
     return UploadSession(owner=user, datacenter=datacenter, path=str(target.path), kind=kind,
                          size=size, sha256=sha256.lower(), overwrite=overwrite)
+
+
+def _stat_or_none(storage: Storage, rel: Rel) -> Entry | None:
+    try:
+        return storage.stat(rel)
+    except NotFoundError:
+        return None
 
 
 def upload_create(user, datacenter, **spec) -> UploadSession:
@@ -199,8 +205,13 @@ def upload_create(user, datacenter, **spec) -> UploadSession:
 
 
 def upload_get(user, datacenter, upload_id) -> UploadSession:
-    session = UploadSession.objects.filter(
-        pk=upload_id, owner=user, datacenter=datacenter).first()
+    try:
+        upload_id = uuid.UUID(str(upload_id))
+    except ValueError:
+        session = None
+    else:
+        session = UploadSession.objects.filter(
+            pk=upload_id, owner=user, datacenter=datacenter).first()
     if session is None:
         raise NotFoundError.for_field("upload", f"no upload {upload_id} in progress: it "
                                                 "finished, failed or expired; start again")
@@ -208,9 +219,10 @@ def upload_get(user, datacenter, upload_id) -> UploadSession:
 
 
 def upload_abort(session: UploadSession) -> None:
-    upload = upload_open(session)
-    upload.abort()
-    if session.pk and not session._state.adding:
+    """Throw away what an upload received (a completed one is only forgotten)."""
+    if session.completed_at is None:
+        upload_open(session).abort()
+    if _saved(session):
         session.delete()
 
 
@@ -251,7 +263,7 @@ def upload_park(session: UploadSession, upload: Upload) -> None:
 def upload_progress(session: UploadSession, offset: int) -> None:
     if session.offset != offset:
         session.offset = offset
-        if not session._state.adding:
+        if _saved(session):
             UploadSession.objects.filter(pk=session.pk).update(
                 offset=offset, updated_at=timezone.now())
 
@@ -260,35 +272,55 @@ def upload_complete(session: UploadSession, upload: Upload) -> dict:
     """All bytes are in: check the checksum, then move the file into place (or unpack the
     tar). On a mismatch nothing is stored and the upload is gone."""
     try:
-        digest = upload.finish()
-        if digest != session.sha256:
-            upload.abort()
-            raise ChecksumError.for_field(
-                "sha256", f"the {format_bytes(upload.offset)} received hash to {digest}, not "
-                          f"{session.sha256} as declared; nothing was stored, upload again",
-                code="checksum_mismatch")
-        path = pfs_path_parse(session.path)
-        storage = storage_for(session.datacenter, path)
-        if session.kind == "file":
-            try:
-                replaced = storage.stat(path.parts).size
-            except NotFoundError:
-                replaced = 0
-            entry = upload.commit(overwrite=session.overwrite)
-            usage_add(session.owner, session.datacenter, entry.size - replaced)
-            return {"entry": entry_json(str(path), entry), "path": str(path)}
-        staged = upload.commit()
-        files, written = tar.tar_extract(storage, staged.rel, path.parts, str(session.pk))
-        usage_add(session.owner, session.datacenter, written)
-        return {"path": str(path), "files": files, "bytes": written}
-    finally:
-        if session.pk and not session._state.adding:
-            with transaction.atomic():
-                UploadSession.objects.filter(pk=session.pk).delete()
+        result = _upload_store(session, upload)
+    except BaseException:
+        if _saved(session):
+            UploadSession.objects.filter(pk=session.pk).delete()
+        raise
+    if _saved(session):
+        UploadSession.objects.filter(pk=session.pk).update(
+            offset=session.size, completed_at=timezone.now(), result=result)
+    return result
+
+
+def _saved(session: UploadSession) -> bool:
+    return not session._state.adding
+
+
+def _upload_store(session: UploadSession, upload: Upload) -> dict:
+    digest = upload.finish()
+    if digest != session.sha256:
+        upload.abort()
+        raise ChecksumError.for_field(
+            "sha256", f"the {format_bytes(upload.offset)} received hash to {digest}, not "
+                      f"{session.sha256} as declared; nothing was stored, upload again",
+            code="checksum_mismatch")
+    path = pfs_path_parse(session.path)
+    storage = storage_for(session.datacenter, path)
+    if session.kind == "file":
+        replaced = getattr(_stat_or_none(storage, path.parts), "size", 0)
+        entry = _committed(upload, overwrite=session.overwrite)
+        usage_add(session.owner, session.datacenter, entry.size - replaced)
+        return {"entry": entry_json(str(path), entry), "path": str(path)}
+    staged = _committed(upload, overwrite=True)
+    files, written, replaced = tar.tar_extract(storage, staged.rel, path.parts,
+                                               str(session.pk))
+    usage_add(session.owner, session.datacenter, written - replaced)
+    return {"path": str(path), "files": files, "bytes": written}
+
+
+def _committed(upload: Upload, *, overwrite: bool) -> Entry:
+    """Commit, or throw the bytes away: a refused upload leaves no temporary behind."""
+    try:
+        return upload.commit(overwrite=overwrite)
+    except BaseException:
+        upload.abort()
+        raise
 
 
 def uploads_purge() -> int:
-    """Forget uploads nobody continued within PADDLECLOUD_PFS_UPLOAD_TTL, with their bytes."""
+    """Forget uploads nobody continued within PADDLECLOUD_PFS_UPLOAD_TTL, with their bytes
+    (and completed ones after that time too)."""
     cutoff = timezone.now() - timezone.timedelta(seconds=settings.PADDLECLOUD_PFS_UPLOAD_TTL)
     stale = list(UploadSession.objects.filter(updated_at__lt=cutoff)
                  .select_related("datacenter", "owner"))

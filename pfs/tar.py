@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import io
-import posixpath
 import tarfile
 from collections.abc import Iterable, Iterator
 
-from paddlecloud.errors import PaddleCloudError, ValidationError
+from paddlecloud.errors import NotFoundError, PaddleCloudError, ValidationError
 
 from .paths import MAX_COMPONENT, MAX_PATH
 from .storage import CHUNK, TEMP_PREFIX, Rel, Storage
@@ -50,6 +49,10 @@ def _unsafe(name: str, why: str) -> ValidationError:
                                      code="unsafe_tar")
 
 
+def _outside(name: str, target: str) -> ValidationError:
+    return _unsafe(name, f"links to {target!r}, outside the unpacked directory")
+
+
 def member_parts(name: str) -> Rel:
     """A member's name as path components below the unpacked directory, or an error."""
     if "\0" in name:
@@ -69,21 +72,42 @@ def member_parts(name: str) -> Rel:
     return tuple(parts)
 
 
-def _link_stays_inside(parts: Rel, target: str) -> bool:
-    if not target or target.startswith("/") or "\0" in target:
-        return False
-    joined = posixpath.normpath(posixpath.join(*parts[:-1], target) if parts[:-1] else target)
-    return joined != ".." and not joined.startswith("../")
+def _leads_out(links: dict[Rel, str], rel: Rel) -> bool:
+    """Whether the link at ``rel`` leads out of the unpacked tree, following the tar's other
+    links on the way (all of them: a link unpacked later can change where an earlier one
+    leads)."""
+    stack, todo, hops = list(rel[:-1]), links[rel].split("/"), 0
+    while todo:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not stack:
+                return True
+            stack.pop()
+            continue
+        stack.append(part)
+        target = links.get(tuple(stack))
+        if target is not None:
+            hops += 1
+            if hops > 40 or target.startswith("/"):
+                return True
+            stack.pop()
+            todo = target.split("/") + todo
+    return False
 
 
-def tar_extract(storage: Storage, tar_rel: Rel, dest: Rel, upload_id: str) -> tuple[int, int]:
+def tar_extract(storage: Storage, tar_rel: Rel, dest: Rel,
+                upload_id: str) -> tuple[int, int, int]:
     """Unpack the tar at ``tar_rel`` into the directory ``dest`` (created, or merged into);
-    the tar is removed afterwards. Returns (files, bytes) written."""
+    the tar is removed afterwards. Returns (files, bytes) written and the bytes of the files
+    it replaced."""
     staging = (*dest[:-1], f"{TEMP_PREFIX}{upload_id}.d")
     files = written = 0
     try:
         storage.mkdir(staging)
         made: set[Rel] = {()}
+        links: dict[Rel, str] = {}
         with tarfile.open(fileobj=_Chunks(storage.read(tar_rel)), mode="r|*") as archive:
             for count, member in enumerate(archive, 1):
                 if count > MAX_MEMBERS:
@@ -91,6 +115,8 @@ def tar_extract(storage: Storage, tar_rel: Rel, dest: Rel, upload_id: str) -> tu
                 parts = member_parts(member.name)
                 if not parts:
                     continue
+                if any(parts[:depth] in links for depth in range(1, len(parts))):
+                    raise _unsafe(member.name, "is inside a link the archive made")
                 _make_dirs(storage, staging, parts[:-1], made)
                 rel = (*staging, *parts)
                 if member.isdir():
@@ -102,15 +128,19 @@ def tar_extract(storage: Storage, tar_rel: Rel, dest: Rel, upload_id: str) -> tu
                     files += 1
                     written += member.size
                 elif member.issym():
-                    if not _link_stays_inside(parts, member.linkname):
-                        raise _unsafe(member.name, f"links to {member.linkname!r}, outside the "
-                                                   "unpacked directory")
+                    links[parts] = member.linkname
+                    if member.linkname.startswith("/") or _leads_out(links, parts):
+                        raise _outside(member.name, member.linkname)
                     storage.symlink(rel, member.linkname)
                 elif member.islnk():
                     raise _unsafe(member.name, "hard links are not accepted")
                 else:
                     raise _unsafe(member.name, "devices, FIFOs and other special files are not "
                                                "accepted")
+        for rel, target in links.items():  # again, now that every link is known
+            if _leads_out(links, rel):
+                raise _outside("/".join(rel), target)
+        replaced = _check_merge(storage, staging, dest)
         storage.move(staging, dest)
     except tarfile.TarError as exc:
         _cleanup(storage, staging)
@@ -122,7 +152,25 @@ def tar_extract(storage: Storage, tar_rel: Rel, dest: Rel, upload_id: str) -> tu
     finally:
         with contextlib.suppress(PaddleCloudError, OSError):
             storage.remove(tar_rel)
-    return files, written
+    return files, written, replaced
+
+
+def _check_merge(storage: Storage, staging: Rel, dest: Rel) -> int:
+    """Before anything moves: refuse a merge that would put a file where a directory is (or
+    the other way round), and count the bytes of the files it will replace."""
+    replaced = 0
+    for entry in storage.walk(staging):
+        rel = (*dest, *entry.rel[len(staging):])
+        try:
+            there = storage.stat(rel)
+        except NotFoundError:
+            continue
+        if entry.type == "dir" and there.type != "dir":
+            raise storage.exists(rel)
+        if entry.type != "dir" and there.type == "dir":
+            raise storage.is_a_dir(rel)
+        replaced += there.size
+    return replaced
 
 
 def _make_dirs(storage: Storage, staging: Rel, parts: Rel, made: set[Rel]) -> None:

@@ -91,7 +91,7 @@ class _Exchange:
 
     def length(self) -> int:
         text = self.header("content-length")
-        if text is None or not text.isdigit():
+        if not _is_number(text):
             raise LengthRequiredError.for_field("Content-Length", "required: the size of the body")
         return int(text)
 
@@ -145,6 +145,10 @@ class _Exchange:
             if len(pending) >= BUFFER or (not more and pending):
                 await asyncio.to_thread(upload.write, bytes(pending))
                 pending.clear()
+
+
+def _is_number(text: str | None) -> bool:
+    return text is not None and text.isascii() and text.isdigit()
 
 
 def _gather(chunks: Iterator[bytes]) -> bytes:
@@ -232,11 +236,21 @@ class PfsTransferApp:
         _request, user, datacenter = await database(_authenticate)(exchange.scope)
         session = await database(services.upload_get)(user, datacenter, upload_id)
         offset_text = exchange.header("upload-offset")
-        if offset_text is None or not offset_text.isdigit():
+        if not _is_number(offset_text):
             raise ValidationError.for_field(
                 "Upload-Offset", "required: the offset these bytes start at (GET the upload "
                                  "for the offset the server has)")
         offset, length = int(offset_text), exchange.length()
+        if session.completed_at is not None:  # the client missed the final answer
+            if offset != session.size:
+                error = ConflictError.for_field(
+                    "Upload-Offset", f"this upload is complete ({session.size} bytes)",
+                    code="offset_mismatch")
+                error.offset = session.size
+                raise error
+            await exchange.json(201, {"id": str(session.pk), "offset": session.size,
+                                      "complete": True, **session.result})
+            return
         if offset + length > session.size:
             raise ValidationError.for_field(
                 "body", f"bytes {offset}..{offset + length} go past the upload's size "
@@ -289,7 +303,10 @@ class PfsTransferApp:
         if entry.type != "file":
             raise ValidationError.for_field(
                 "path", f"{target.path} is not a regular file", code="not_a_file")
-        start, end = _range(exchange.header("range"), entry.size)
+        asked = exchange.header("range")
+        if asked and not asked.strip().lower().startswith("bytes"):
+            asked = None  # a unit we do not know is ignored (RFC 9110 14.2)
+        start, end = _range(asked, entry.size)
         headers = {
             "Content-Type": mimetypes.guess_type(name)[0] or "application/octet-stream",
             "Content-Length": str(end - start),
@@ -298,7 +315,7 @@ class PfsTransferApp:
             "ETag": f'"{entry.size:x}-{int(entry.mtime * 1e6):x}"',
         }
         status = 200
-        if exchange.header("range"):
+        if asked:
             status = 206
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{entry.size}"
         await exchange.stream(status, headers, storage.read(rel, start, end), head=head)

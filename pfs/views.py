@@ -70,7 +70,13 @@ class UploadSerializer(serializers.Serializer):
     size = serializers.IntegerField()
     offset = serializers.IntegerField()
     chunk_size = serializers.SerializerMethodField()
+    complete = serializers.SerializerMethodField()
+    result = serializers.JSONField(
+        allow_null=True, help_text="once complete: what was stored (entry, or files/bytes)")
     created_at = serializers.DateTimeField()
+
+    def get_complete(self, session) -> bool:
+        return session.completed_at is not None
 
     def get_chunk_size(self, session) -> int:
         from django.conf import settings

@@ -26,10 +26,11 @@ from paddlecloud.errors import (
     UnprocessableError,
     ValidationError,
 )
+from pfs.paths import RESERVED_PREFIX
 
 Rel = tuple[str, ...]
 
-TEMP_PREFIX = ".pfs-upload-"
+TEMP_PREFIX = RESERVED_PREFIX
 CHUNK = 1 << 20  # bytes read or written at a time
 
 

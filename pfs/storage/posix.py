@@ -295,6 +295,8 @@ class PosixStorage(Storage):
         total = 0
         for _dirpath, _dirs, files, dir_fd in os.fwalk(loc.name, dir_fd=loc.fd):
             for name in files:
+                if name.startswith(TEMP_PREFIX):  # not counted in usage either
+                    continue
                 with contextlib.suppress(FileNotFoundError):
                     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                     if stat_mod.S_ISREG(st.st_mode):
@@ -404,6 +406,8 @@ class _PosixUpload(Upload):
                 os.unlink(self.temp, dir_fd=self.dir_fd)
         except FileExistsError:
             raise self.storage.exists(self.rel) from None
+        except FileNotFoundError:  # the directory was removed meanwhile
+            raise self.storage.not_found(self.rel[:-1]) from None
         except IsADirectoryError:
             raise self.storage.is_a_dir(self.rel) from None
         except OSError as exc:

@@ -183,6 +183,11 @@ def _member(name: str, kind=tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
     ([(_member("evil", tarfile.SYMTYPE, "/etc"), None)], "outside"),
     ([(_member("evil", tarfile.SYMTYPE, "../../bob"), None)], "outside"),
     ([(_member("sub/evil", tarfile.SYMTYPE, "../.."), None)], "outside"),
+    # A link that only leads out through a link unpacked after it.
+    ([(_member("b", tarfile.SYMTYPE, "x/.."), None),
+      (_member("x", tarfile.SYMTYPE, ".."), None)], "outside"),
+    ([(_member("a", tarfile.SYMTYPE, "sub"), None), (_member("a/f"), b"x")],
+     "inside a link"),
     ([(_member("a"), b"x"), (_member("hard", tarfile.LNKTYPE, "a"), None)], "hard links"),
     ([(_member("fifo", tarfile.FIFOTYPE), None)], "special files"),
     ([(_member("dev", tarfile.CHRTYPE), None)], "special files"),
@@ -211,7 +216,7 @@ def test_a_tar_unpacks_into_place_with_inside_links(homes):
                 (_member("pkg/data/part-0"), b"0" * 10),
                 (_member("pkg/latest", tarfile.SYMTYPE, "data/part-0"), None))
     storage.write_bytes(("up.tar",), data, "t2")
-    assert tar_extract(storage, ("up.tar",), ("d", "unpacked"), "t2") == (2, 18)
+    assert tar_extract(storage, ("up.tar",), ("d", "unpacked"), "t2") == (2, 18, 0)
     root = alice / "d" / "unpacked" / "pkg"
     assert (root / "train.py").read_bytes() == b"print(1)"
     assert os.readlink(root / "latest") == "data/part-0"
