@@ -167,7 +167,7 @@ def test_package_must_be_a_directory(submit):
 
 
 @pytest.mark.parametrize(("package", "says"), [
-    ("/pfs/datacenter1/home/bob/pkg", "is not in your home"),
+    ("/pfs/datacenter1/home/bob/pkg", "does not exist (your home is /pfs/datacenter1/home/alice)"),
     ("/pfs/datacenter2/home/alice/pkg", "datacenter 'datacenter2'"),
     ("/pfs/datacenter1/home/alice/../bob/pkg", "'..' is not allowed"),
     ("./pkg", "is not a PFS path"),
