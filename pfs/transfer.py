@@ -125,26 +125,68 @@ class _Exchange:
         await self.send({"type": "http.response.body", "body": b""})
 
     async def body_into(self, upload, limit: int) -> None:
-        """Write the request body to ``upload`` as it arrives; no more than ``limit`` bytes."""
-        pending = bytearray()
-        received = 0
-        more = True
-        while more:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                if pending:
-                    await asyncio.to_thread(upload.write, bytes(pending))
-                raise ClientGone
-            data = message.get("body", b"")
-            more = message.get("more_body", False)
-            received += len(data)
-            if received > limit:
-                raise ValidationError.for_field(
-                    "body", f"longer than the {limit} bytes declared", code="too_long")
-            pending += data
-            if len(pending) >= BUFFER or (not more and pending):
-                await asyncio.to_thread(upload.write, bytes(pending))
-                pending.clear()
+        """Write the request body to ``upload`` as it arrives; no more than ``limit`` bytes.
+
+        Receiving and writing overlap: ~1 MiB pieces go to a writer on a worker thread through
+        a short queue, while the next ones are received. What arrived before a disconnect or
+        an error is written before this returns, so the upload's offset stays truthful.
+        """
+        writer = _Writer(upload)
+        try:
+            parts: list[bytes] = []
+            size = received = 0
+            more = True
+            while more:
+                message = await self.receive()
+                if message["type"] == "http.disconnect":
+                    await writer.put(b"".join(parts))
+                    raise ClientGone
+                data = message.get("body", b"")
+                more = message.get("more_body", False)
+                received += len(data)
+                if received > limit:
+                    raise ValidationError.for_field(
+                        "body", f"longer than the {limit} bytes declared", code="too_long")
+                if data:
+                    parts.append(data)
+                    size += len(data)
+                if size >= BUFFER or not more:
+                    await writer.put(b"".join(parts))
+                    parts.clear()
+                    size = 0
+        finally:
+            await writer.close()
+
+
+class _Writer:
+    """Writes pieces to an upload on a worker thread, a few pieces behind the receiver."""
+
+    DEPTH = 4
+
+    def __init__(self, upload):
+        self.upload = upload
+        self.queue: asyncio.Queue = asyncio.Queue(maxsize=self.DEPTH)
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while (piece := await self.queue.get()) is not None:
+            await asyncio.to_thread(self.upload.write, piece)
+
+    async def put(self, piece: bytes | None) -> None:
+        """Queue a piece, waiting for room; a failed write is raised here."""
+        if piece == b"":
+            return
+        putting = asyncio.ensure_future(self.queue.put(piece))
+        await asyncio.wait({putting, self.task}, return_when=asyncio.FIRST_COMPLETED)
+        if not putting.done():
+            putting.cancel()
+            self.task.result()  # the writer stopped: raise what stopped it
+
+    async def close(self) -> None:
+        """Wait until everything queued is written."""
+        if not self.task.done():
+            await self.put(None)
+        await self.task
 
 
 def _is_number(text: str | None) -> bool:
