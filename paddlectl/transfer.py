@@ -38,12 +38,35 @@ RESYNC = ("offset_mismatch", "upload_busy")
 Warn = Callable[[str], None]
 
 
-class Window:
-    """A request body: ``length`` bytes of ``file`` from ``start``, counted by ``progress``."""
+class RunningHash:
+    """The SHA-256 of a file's bytes from 0 on, fed as they are sent, each byte once even when
+    a chunk is sent again after a broken connection."""
 
-    def __init__(self, file: BinaryIO, start: int, length: int, progress: Progress):
+    def __init__(self):
+        self.hash, self.position = hashlib.sha256(), 0
+
+    def feed(self, start: int, data: bytes) -> None:
+        if start <= self.position < start + len(data):
+            self.hash.update(memoryview(data)[self.position - start:])
+            self.position = start + len(data)
+
+    def up_to(self, file: BinaryIO, end: int) -> str:
+        """Hash what was not sent yet up to ``end`` (the last chunk, before it goes)."""
+        file.seek(self.position)
+        while self.position < end and (data := file.read(min(BLOCK * 64, end - self.position))):
+            self.feed(self.position, data)
+        return self.hash.hexdigest()
+
+
+class Window:
+    """A request body: ``length`` bytes of ``file`` from ``start``, counted by ``progress``
+    (and hashed by ``running``, when given)."""
+
+    def __init__(self, file: BinaryIO, start: int, length: int, progress: Progress,
+                 running: RunningHash | None = None):
         file.seek(start)
         self.file, self.left, self.progress = file, length, progress
+        self.position, self.running = start, running
         progress.rewind(start)
 
     def __len__(self) -> int:
@@ -52,6 +75,9 @@ class Window:
     def read(self, size: int = -1) -> bytes:
         size = self.left if size is None or size < 0 else min(size, self.left)
         data = self.file.read(size)
+        if self.running is not None:
+            self.running.feed(self.position, data)
+        self.position += len(data)
         self.left -= len(data)
         self.progress.update(len(data))
         return data
@@ -119,7 +145,10 @@ def upload_file(client: ApiClient, local: Path, remote: str, progress: Progress,
                 parents: bool = False) -> dict:
     """Upload one regular file to the PFS path ``remote``; the server's entry."""
     with open(local, "rb") as file:
-        digest, size = file_digest(file)
+        size = os.fstat(file.fileno()).st_size
+        # A large file is hashed as it is sent (the checksum goes with the last chunk), so it
+        # is read once, not twice.
+        digest = file_digest(file)[0] if size <= SINGLE_MAX else None
         progress.total = size
         return _upload(client, file, size, digest, remote, progress, kind="file",
                        parents=parents)
@@ -158,7 +187,7 @@ def build_tar(root: Path, out: BinaryIO, warn: Warn) -> tuple[str, int]:
     return writer.hash.hexdigest(), writer.size
 
 
-def _upload(client: ApiClient, file: BinaryIO, size: int, digest: str, remote: str,
+def _upload(client: ApiClient, file: BinaryIO, size: int, digest: str | None, remote: str,
             progress: Progress, *, kind: str, parents: bool) -> dict:
     if size > SINGLE_MAX:
         return _upload_chunked(client, file, size, digest, remote, progress, kind=kind,
@@ -170,13 +199,15 @@ def _upload(client: ApiClient, file: BinaryIO, size: int, digest: str, remote: s
                        body=lambda: Window(file, 0, size, progress))
 
 
-def _upload_chunked(client: ApiClient, file: BinaryIO, size: int, digest: str, remote: str,
-                    progress: Progress, *, kind: str, parents: bool) -> dict:
+def _upload_chunked(client: ApiClient, file: BinaryIO, size: int, digest: str | None,
+                    remote: str, progress: Progress, *, kind: str, parents: bool) -> dict:
     """The resumable protocol: create the upload, PATCH chunks; after a lost connection
-    ask the server how far it got and go on from there."""
+    ask the server how far it got and go on from there. Without ``digest`` the file is hashed
+    as it is sent and the checksum goes with the last chunk."""
+    running = RunningHash() if digest is None else None
     upload = client.call("POST", UPLOADS, json={
-        "path": remote, "size": size, "sha256": digest, "overwrite": True,
-        "parents": parents, "kind": kind})
+        "path": remote, "size": size, "overwrite": True, "parents": parents, "kind": kind,
+        **({"sha256": digest} if digest else {})})
     url = f"{UPLOADS}/{upload['id']}"
     offset, chunk = upload["offset"], upload["chunk_size"]
     failures, resync = 0, False
@@ -188,12 +219,15 @@ def _upload_chunked(client: ApiClient, file: BinaryIO, size: int, digest: str, r
                     if status.get("complete"):  # the final answer was lost on the way
                         return status["result"].get("entry", status["result"])
                     offset, resync = status["offset"], False
+                length = min(chunk, size - offset)
+                headers = {"Upload-Offset": str(offset),
+                           "Content-Type": "application/offset+octet-stream"}
+                if running is not None and offset + length == size:
+                    headers["X-Checksum-Sha256"] = running.up_to(file, size)
                 result = client.call(
-                    "PATCH", url, headers={"Upload-Offset": str(offset),
-                                           "Content-Type": "application/offset+octet-stream"},
-                    transfer=True,
-                    body=lambda start=offset: Window(file, start, min(chunk, size - start),
-                                                     progress))
+                    "PATCH", url, headers=headers, transfer=True,
+                    body=lambda start=offset, length=length: Window(
+                        file, start, length, progress, running))
             except (NetworkError, ApiError) as exc:
                 if isinstance(exc, ApiError) and exc.code not in RESYNC:
                     raise

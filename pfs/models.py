@@ -23,7 +23,8 @@ class UploadSession(models.Model):
     path = models.CharField(max_length=4096)
     kind = models.CharField(max_length=4, choices=Kind.choices, default=Kind.FILE)
     size = models.PositiveBigIntegerField()
-    sha256 = models.CharField(max_length=64)
+    # Declared when the upload starts, or with its last chunk (so a client can hash as it sends).
+    sha256 = models.CharField(max_length=64, blank=True)
     overwrite = models.BooleanField(default=True)
     offset = models.PositiveBigIntegerField(default=0)
     # Kept a while after the last byte, so a client whose final response was lost learns

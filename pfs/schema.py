@@ -73,6 +73,8 @@ PATCH = _operation(
          "schema": {"type": "string", "format": "uuid"}},
         _header("Upload-Offset", "where these bytes start: the offset the server has",
                 kind="integer"),
+        _header("X-Checksum-Sha256", "with the last chunk: the SHA-256 of the whole upload, "
+                "if it was not declared when the upload started", required=False),
     ],
     requestBody={"required": True, "content": {"application/octet-stream": BINARY}},
     responses={

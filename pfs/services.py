@@ -145,9 +145,9 @@ def storage_admit(user, datacenter, incoming: int, *, replacing: int = 0) -> Non
 # -- uploads --------------------------------------------------------------------------------
 
 
-def upload_prepare(user, datacenter, *, path: str, size: int, sha256: str,
-                   kind: str = "file", overwrite: bool = True,
-                   parents: bool = False) -> UploadSession:
+def upload_prepare(user, datacenter, *, path: str, size: int, sha256: str = "",
+                   kind: str = "file", overwrite: bool = True, parents: bool = False,
+                   checksum_later: bool = False) -> UploadSession:
     """Check an upload before any byte is received; an unsaved session describing it.
 
     The parent directory must exist (or ``parents`` creates it). A file must not land on a
@@ -156,7 +156,7 @@ def upload_prepare(user, datacenter, *, path: str, size: int, sha256: str,
     """
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise ValidationError.for_field("size", "the upload's size in bytes, 0 or more")
-    if not isinstance(sha256, str) or not SHA256_RE.match(sha256.lower()):
+    if not (checksum_later and sha256 == "") and not checksum_valid(sha256):
         raise ValidationError.for_field(
             "sha256", "the SHA-256 of the whole upload, as 64 hexadecimal digits")
     if kind not in UploadSession.Kind.values:
@@ -198,8 +198,13 @@ def _stat_or_none(storage: Storage, rel: Rel) -> Entry | None:
         return None
 
 
+def checksum_valid(sha256) -> bool:
+    return isinstance(sha256, str) and bool(SHA256_RE.match(sha256.lower()))
+
+
 def upload_create(user, datacenter, **spec) -> UploadSession:
-    session = upload_prepare(user, datacenter, **spec)
+    """A resumable upload; its checksum may come now or with the last chunk."""
+    session = upload_prepare(user, datacenter, checksum_later=True, **spec)
     session.save()
     return session
 
@@ -266,6 +271,24 @@ def upload_progress(session: UploadSession, offset: int) -> None:
         if _saved(session):
             UploadSession.objects.filter(pk=session.pk).update(
                 offset=offset, updated_at=timezone.now())
+
+
+def upload_checksum(session: UploadSession, sha256: str | None) -> None:
+    """The checksum sent with the last chunk: required unless declared at the start, and the
+    same if it was."""
+    if sha256 is None:
+        if not session.sha256:
+            raise ValidationError.for_field(
+                "X-Checksum-Sha256", "required with the last chunk: the SHA-256 of the whole "
+                                     "upload (it was not declared when the upload started)")
+        return
+    if not checksum_valid(sha256):
+        raise ValidationError.for_field("X-Checksum-Sha256", "64 hexadecimal digits")
+    if session.sha256 and session.sha256 != sha256.lower():
+        raise ValidationError.for_field(
+            "X-Checksum-Sha256", f"differs from the {session.sha256} declared when the upload "
+                                 "started")
+    session.sha256 = sha256.lower()
 
 
 def upload_complete(session: UploadSession, upload: Upload) -> dict:

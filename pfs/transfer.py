@@ -297,6 +297,8 @@ class PfsTransferApp:
             raise ValidationError.for_field(
                 "body", f"bytes {offset}..{offset + length} go past the upload's size "
                         f"({session.size})", code="too_long")
+        if offset + length == session.size:  # the last chunk: the checksum must be known
+            services.upload_checksum(session, exchange.header("x-checksum-sha256"))
         key = str(session.pk)
         if key in self._busy:
             raise ConflictError.for_field("upload", "another request is sending to this "

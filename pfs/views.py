@@ -57,7 +57,10 @@ class UsageSerializer(serializers.Serializer):
 class UploadCreateSerializer(serializers.Serializer):
     path = serializers.CharField(max_length=4096, trim_whitespace=False)
     size = serializers.IntegerField(min_value=0)
-    sha256 = serializers.CharField(max_length=64, min_length=64)
+    sha256 = serializers.CharField(
+        max_length=64, min_length=64, required=False,
+        help_text="SHA-256 of the whole upload; or send it as X-Checksum-Sha256 with the "
+                  "last chunk")
     kind = serializers.ChoiceField(["file", "tar"], default="file")
     overwrite = serializers.BooleanField(default=True)
     parents = serializers.BooleanField(default=False)

@@ -584,6 +584,38 @@ def test_resumable_upload_in_chunks(pfs, home):
     assert replay.status_code == 201 and replay.json()["entry"] == done["entry"]
 
 
+def test_the_checksum_may_come_with_the_last_chunk(pfs, home):
+    """A client hashes a large file as it sends it: no checksum when the upload starts, the
+    checksum with the last chunk (required then, and checked)."""
+    data = os.urandom(300_000)
+    response = pfs.http.post(f"{pfs.base}/uploads", json={"path": pfs.path("late.bin"),
+                                                          "size": len(data)})
+    assert response.status_code == 201, response.text
+    upload_id = response.json()["id"]
+    assert pfs.patch(upload_id, 0, data[:100_000]).status_code == 200
+    # The last chunk without a checksum: refused before a byte of it is taken.
+    check_error(pfs.patch(upload_id, 100_000, data[100_000:]), 400, "invalid",
+                "X-Checksum-Sha256")
+    assert pfs.offset(upload_id) == 100_000
+    done = pfs.patch(upload_id, 100_000, data[100_000:],
+                     headers={"X-Checksum-Sha256": sha(data)})
+    assert done.status_code == 201, done.text
+    assert on_disk(home) == {"late.bin": data}
+
+    # A wrong one: nothing stored, the upload gone.
+    response = pfs.http.post(f"{pfs.base}/uploads", json={"path": pfs.path("wrong.bin"),
+                                                          "size": len(data)})
+    upload_id = response.json()["id"]
+    check_error(pfs.patch(upload_id, 0, data, headers={"X-Checksum-Sha256": sha(b"other")}),
+                422, "checksum_mismatch", "sha256")
+    assert on_disk(home) == {"late.bin": data}
+    assert temporaries(home) == []
+    # One declared at the start must not be contradicted at the end.
+    upload_id = pfs.started("both.bin", data)
+    check_error(pfs.patch(upload_id, 0, data, headers={"X-Checksum-Sha256": sha(b"x")}),
+                400, "invalid", "X-Checksum-Sha256")
+
+
 def test_an_interrupted_chunk_keeps_exactly_the_bytes_that_arrived(pfs, home):
     data = os.urandom(400_000)
     upload_id = pfs.started("big.bin", data)
