@@ -6,6 +6,7 @@ import logging
 from datetime import timedelta
 
 from celery import shared_task
+from django.core.exceptions import ObjectDoesNotExist
 from django.utils import timezone
 
 from accounts.models import Datacenter
@@ -40,8 +41,10 @@ def job_watch(job_id: int) -> None:
 
 @shared_task(name="jobs.tasks.job_stop", acks_late=True)
 def job_stop(job_id: int) -> None:
-    if Job.objects.filter(pk=job_id).exists():
+    try:
         engine.job_halt(job_id)
+    except ObjectDoesNotExist:  # the job (and its replicas) was deleted meanwhile: all done
+        logger.info("job %s was deleted while being stopped", job_id)
 
 
 @shared_task(name="jobs.tasks.jobs_reconcile")

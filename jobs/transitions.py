@@ -70,8 +70,8 @@ def replica_transition(replica: Replica, target: str, reason: str = "", *,
         changes.update(restarts=locked.restarts + 1, started_at=None, finished_at=None)
     if exit_code is not None:
         changes["exit_code"] = exit_code
-    if target == ReplicaState.RUNNING and locked.started_at is None:
-        changes["started_at"] = now
+    if target in (ReplicaState.STARTING, ReplicaState.RUNNING) and locked.started_at is None:
+        changes["started_at"] = now  # its process is being started (it may end unseen running)
     if target in FINAL_REPLICA_STATES:
         changes["finished_at"] = now
     Replica.objects.filter(pk=replica.pk).update(**changes)

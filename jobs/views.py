@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
@@ -136,8 +136,8 @@ class JobLogsView(APIView):
         offset = logs.tail_offset(path, int(tail)) if tail is not None else 0
 
         if not follow:
-            return StreamingHttpResponse(iter([logs.read_from(path, offset)]),
-                                         content_type="text/plain; charset=utf-8")
+            return HttpResponse(logs.read_from(path, offset),
+                                content_type="text/plain; charset=utf-8")
 
         @sync_to_async
         def finished() -> bool:

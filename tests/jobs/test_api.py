@@ -364,11 +364,11 @@ def test_a_two_trainer_job_runs_and_keeps_its_logs(token_client, submit, pfs_hom
     response = token_client.get(job_url("fit-a-line", "logs"), {"worker": "trainer-1"})
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
-    assert b"".join(response.streaming_content).decode() == expected
+    assert response.content.decode() == expected
     default = token_client.get(job_url("fit-a-line", "logs"))
-    assert b"".join(default.streaming_content).decode().startswith("trainer 0 line 0\n")
+    assert default.content.decode().startswith("trainer 0 line 0\n")
     tail = token_client.get(job_url("fit-a-line", "logs"), {"worker": "trainer-1", "tail": 2})
-    assert b"".join(tail.streaming_content).decode() == "trainer 1 line 3\ntrainer 1 line 4\n"
+    assert tail.content.decode() == "trainer 1 line 3\ntrainer 1 line 4\n"
 
     body = assert_error(token_client.get(job_url("fit-a-line", "logs"), {"worker": "nope"}),
                         404, "not_found", field="worker")
@@ -398,7 +398,7 @@ def test_a_missing_entry_command_fails_the_job(token_client, submit):
     assert "command not found" in events[-1]["reason"]
     assert any(e["worker"] == "trainer-0" and "command not found" in e["reason"]
                for e in events)
-    log = b"".join(token_client.get(job_url("typo", "logs")).streaming_content).decode()
+    log = token_client.get(job_url("typo", "logs")).content.decode()
     assert "no-such-command" in log and "not found" in log
 
 
