@@ -5,7 +5,6 @@ be cut off half way and run again, and each replica attempt is still started exa
 from __future__ import annotations
 
 import logging
-import signal
 from datetime import timedelta
 
 from django.db import transaction
@@ -13,6 +12,7 @@ from django.utils import timezone
 
 from .backends import backend_for
 from .backends.base import BackendError, Status
+from .backends.processes import exit_reason
 from .contract import Topology, job_namespace, replica_env
 from .models import Job, Replica
 from .states import FINAL_JOB_STATES, FINAL_REPLICA_STATES, JobState, ReplicaState
@@ -21,31 +21,6 @@ from .transitions import job_transition, replica_transition
 logger = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 10.0
-
-
-def exit_reason(code: int | None) -> str:
-    """An exit status as a user understands it."""
-    if code is None:
-        return "ended without an exit status"
-    if code == 0:
-        return "exited 0"
-    sig = -code if code < 0 else code - 128 if 128 < code < 160 else None
-    if code == 127:
-        return "command not found (exit 127): check the job's entry command"
-    if code == 126:
-        return "command cannot be executed (exit 126): check its permissions"
-    if sig == signal.SIGKILL:
-        return (f"killed (SIGKILL, exit {code}): often the out-of-memory killer; "
-                "ask for more memory")
-    if sig == signal.SIGSEGV:
-        return f"segmentation fault (exit {code})"
-    if sig == signal.SIGTERM:
-        return f"terminated (SIGTERM, exit {code})"
-    if sig == signal.SIGABRT:
-        return f"aborted (SIGABRT, exit {code})"
-    if sig is not None and 0 < sig < signal.NSIG:
-        return f"ended by signal {signal.Signals(sig).name} (exit {code})"
-    return f"exited with code {code}"
 
 
 def _replicas(job) -> list[Replica]:

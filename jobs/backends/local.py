@@ -5,18 +5,15 @@ packages of its ``requirements.txt`` (``site-packages/``), and the runners' pid 
 (``run/``). In the owner's PFS home: ``jobs/<name>/output/``, with each replica's log in
 ``node_<index>/train.log`` (trainers) or ``node_<index>/server.log`` (pservers), as the seeds
 show. Replicas run with the portal's Python first on PATH. CPU and memory requests are not
-enforced on this backend.
+enforced on this backend. Starting, observing and stopping the processes is
+``processes.py``, which ``paddlectl local train`` uses too.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
-import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,8 +23,19 @@ from django.conf import settings
 from django.db import transaction
 
 from ..contract import Paths, Topology
-from .base import Backend, BackendError, Observation, Status
-from .local_runner import write_json
+from .base import Backend, BackendError, Observation
+from .processes import (
+    attempt_files,
+    attempt_observe,
+    attempt_start,
+    entry_argv,
+    free_endpoint,
+    groups_stop,
+    log_relpath,
+    process_env,
+    read_json,
+)
+from .processes import runner_alive as runner_alive  # the tests' and callers' name
 
 OUTPUT_MARKER = ".paddlecloud-job"
 
@@ -50,48 +58,6 @@ def package_dir(job) -> Path:
 
     path = pfs_path_parse(job.package, field="package")
     return pfs_area_root(job.datacenter, path).joinpath(*path.parts)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def runner_alive(pid: int) -> bool:
-    """Whether the runner with this pid still runs (reaping it if it is our zombie)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - someone else's process took the pid
-        return False
-    try:  # a zombie has exited: reap it if it is ours
-        reaped, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        reaped = 0
-    if reaped:
-        return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return True
-    if not cmdline:
-        # Empty for a moment while the runner is still being exec'd, and for a zombie that is
-        # not ours: the state tells them apart.
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return True
-        return state != "Z"
-    return b"local_runner.py" in cmdline  # not a process that took over a recycled pid
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 class LocalBackend(Backend):
@@ -150,8 +116,7 @@ class LocalBackend(Backend):
                      pfs_public=str(job.datacenter.public_path))
 
     def log_path(self, job, replica) -> Path:
-        kind = "train" if replica.role == "trainer" else "server"
-        return output_dir(job) / f"node_{replica.index}" / f"{kind}.log"
+        return output_dir(job) / log_relpath(replica.role, replica.index)
 
     def cleanup(self, job) -> None:
         shutil.rmtree(job_dir(job), ignore_errors=True)
@@ -165,8 +130,8 @@ class LocalBackend(Backend):
             if not private.name.isdigit() or int(private.name) in known_job_ids:
                 continue
             found += 1
-            started = [_read_json(pid_file) for pid_file in (private / "run").glob("*.pid")]
-            _stop_groups([s["pid"] for s in started if s], grace)
+            started = [read_json(pid_file) for pid_file in (private / "run").glob("*.pid")]
+            groups_stop([s["pid"] for s in started if s], grace)
             shutil.rmtree(private, ignore_errors=True)
         return found
 
@@ -177,7 +142,7 @@ class LocalBackend(Backend):
             for replica in replicas:
                 if not replica.endpoint:
                     replica.host = "127.0.0.1"
-                    replica.endpoint = f"127.0.0.1:{_free_port()}"
+                    replica.endpoint = free_endpoint()
                     replica.save(update_fields=["host", "endpoint"])
         pservers = tuple(r.endpoint for r in replicas if r.role == "pserver")
         trainers = tuple(r.endpoint for r in replicas if r.role == "trainer")
@@ -186,101 +151,35 @@ class LocalBackend(Backend):
             master_file = job_dir(job) / "master"
             if not master_file.exists():
                 master_file.parent.mkdir(parents=True, exist_ok=True)
-                master_file.write_text(f"127.0.0.1:{_free_port()}")
+                master_file.write_text(free_endpoint())
             master = master_file.read_text()
         return Topology(pservers=pservers, trainers=trainers, master=master)
 
     def _files(self, job, replica) -> tuple[Path, Path]:
-        run = job_dir(job) / "run"
-        return run / f"{replica.name}.pid", run / f"{replica.name}.exit"
+        return attempt_files(job_dir(job) / "run", replica.name)
 
     def start(self, job, replica, env: dict[str, str]) -> str:
-        pid_file, exit_file = self._files(job, replica)
-        started = _read_json(pid_file)
+        pid_file, _ = self._files(job, replica)
+        started = read_json(pid_file)
         if started and started.get("attempt") == replica.restarts:
             return f"pid:{started['pid']}"  # this attempt is running or has run: not twice
-        if exit_file.exists():
-            exit_file.unlink()
         pkg = job_dir(job) / "pkg"
         site = job_dir(job) / "site-packages"
-        full_env = {
-            "PATH": f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "HOME": str(home_dir(job)),
-            "LANG": os.environ.get("LANG", "C.UTF-8"),
-            "PYTHONPATH": os.pathsep.join(p for p in (str(site) if site.exists() else "",
-                                                      str(pkg)) if p),
-            **env,
-        }
-        runner = Path(__file__).with_name("local_runner.py")
-        # The runner's own complaints (not the job's output) go beside its pid file.
-        with (pid_file.parent / f"{replica.name}.runner.log").open("ab") as runner_log:
-            process = subprocess.Popen(  # noqa: S603 - running the user's entry is the point
-                [sys.executable, str(runner), "--state", str(pid_file.parent),
-                 "--name", replica.name, "--attempt", str(replica.restarts),
-                 "--log", str(self.log_path(job, replica)), "--", "/bin/sh", "-c", job.entry],
-                cwd=pkg, env=full_env, start_new_session=True, stdin=subprocess.DEVNULL,
-                stdout=runner_log, stderr=runner_log)
-        # Recorded at once, so that a retried start finds this attempt already running.
-        write_json(pid_file, {"pid": process.pid, "attempt": replica.restarts,
-                              "started": time.time()})
-        return f"pid:{process.pid}"
+        path = f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        full_env = process_env(env, path=path, home=str(home_dir(job)),
+                               pythonpath=(str(site) if site.exists() else "", str(pkg)))
+        pid = attempt_start(pid_file.parent, replica.name, replica.restarts,
+                            self.log_path(job, replica), entry_argv(job.entry),
+                            cwd=pkg, env=full_env)
+        return f"pid:{pid}"
 
     def observe(self, job, replica) -> Observation:
-        pid_file, exit_file = self._files(job, replica)
-        ended = _read_json(exit_file)
-        if ended and ended.get("attempt") == replica.restarts:
-            return Observation(Status.EXITED, ended["code"])
-        started = _read_json(pid_file)
-        if not started or started.get("attempt") != replica.restarts:
-            return Observation(Status.NOT_STARTED)
-        if runner_alive(started["pid"]):
-            return Observation(Status.RUNNING)
-        ended = _read_json(exit_file)  # it may have ended since we looked
-        if ended and ended.get("attempt") == replica.restarts:
-            return Observation(Status.EXITED, ended["code"])
-        return Observation(Status.LOST)
+        return attempt_observe(job_dir(job) / "run", replica.name, replica.restarts)
 
     def stop(self, job, replicas, grace: float) -> None:
         groups = []
         for replica in replicas:
-            started = _read_json(self._files(job, replica)[0])
+            started = read_json(self._files(job, replica)[0])
             if started:
                 groups.append(started["pid"])
-        _stop_groups(groups, grace)
-
-
-def _live(pgid: int) -> bool:
-    return runner_alive(pgid) or _group_exists(pgid)
-
-
-def _wait_until_empty(groups: list[int], seconds: float) -> list[int]:
-    deadline = time.monotonic() + seconds
-    while groups and time.monotonic() < deadline:
-        groups = [pgid for pgid in groups if _live(pgid)]
-        if groups:
-            time.sleep(0.05)
-    return groups
-
-
-def _stop_groups(groups: list[int], grace: float) -> None:
-    """SIGTERM to each process group, SIGKILL after ``grace`` seconds. Done when every group
-    is empty: the runner and everything the command started."""
-    groups = [pgid for pgid in groups if _live(pgid)]
-    for pgid in groups:
-        _signal_group(pgid, signal.SIGTERM)
-    for pgid in _wait_until_empty(groups, grace):
-        _signal_group(pgid, signal.SIGKILL)
-    _wait_until_empty(groups, 5.0)
-
-
-def _group_exists(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, sig)
+        groups_stop(groups, grace)

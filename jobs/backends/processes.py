@@ -1,0 +1,212 @@
+"""Replicas as local processes, without Django: what the portal's local backend and
+``paddlectl local train`` share.
+
+Each attempt of a replica runs under ``local_runner.py`` in a new session, so the runner and
+everything the command starts share one process group; the runner writes the command's output
+to the replica's log and its exit code to ``NAME.exit`` in a run directory, beside the
+``NAME.pid`` written here. Stopping is per process group: SIGTERM, then SIGKILL after a grace
+period. Endpoints are free ports on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .base import Observation, Status
+from .local_runner import write_json
+
+LOCAL_HOST = "127.0.0.1"
+RUNNER = Path(__file__).with_name("local_runner.py")
+
+
+# --- endpoints, logs, commands, environment ----------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOCAL_HOST, 0))
+        return sock.getsockname()[1]
+
+
+def free_endpoint() -> str:
+    return f"{LOCAL_HOST}:{free_port()}"
+
+
+def log_relpath(role: str, index: int) -> str:
+    """A replica's log under the job's output directory, as the seeds show:
+    ``node_<index>/train.log`` (trainers) or ``node_<index>/server.log`` (pservers)."""
+    kind = "train" if role == "trainer" else "server"
+    return f"node_{index}/{kind}.log"
+
+
+def entry_argv(entry: str) -> list[str]:
+    """The job's entry is a shell command."""
+    return ["/bin/sh", "-c", entry]
+
+
+def process_env(env: Mapping[str, str], *, path: str, home: str, pythonpath: Sequence[str],
+                base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of a replica's process: ``base`` (nothing on the portal, the
+    user's own environment for ``paddlectl local train``), then PATH, HOME, LANG and
+    PYTHONPATH, then the contract's ``env``, which always wins."""
+    base = dict(base or {})
+    return {
+        **base,
+        "PATH": path,
+        "HOME": home,
+        "LANG": base.get("LANG") or os.environ.get("LANG", "C.UTF-8"),
+        "PYTHONPATH": os.pathsep.join(p for p in pythonpath if p),
+        **env,
+    }
+
+
+# --- starting and observing attempts -------------------------------------------------------------
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def attempt_files(run_dir: Path, name: str) -> tuple[Path, Path]:
+    """The pid file (written when the attempt starts) and exit file (written by the runner)."""
+    return run_dir / f"{name}.pid", run_dir / f"{name}.exit"
+
+
+def attempt_start(run_dir: Path, name: str, attempt: int, log: Path, command: Sequence[str],
+                  *, cwd: Path | str, env: Mapping[str, str]) -> int:
+    """Start ``command`` under the runner in a new session; returns the runner's pid, which is
+    also the process group's id. The runner's own complaints (not the replica's output) go to
+    ``run_dir/NAME.runner.log``."""
+    pid_file, exit_file = attempt_files(run_dir, name)
+    if exit_file.exists():
+        exit_file.unlink()
+    with (run_dir / f"{name}.runner.log").open("ab") as runner_log:
+        process = subprocess.Popen(  # noqa: S603 - running the user's entry is the point
+            [sys.executable, str(RUNNER), "--state", str(run_dir), "--name", name,
+             "--attempt", str(attempt), "--log", str(log), "--", *command],
+            cwd=cwd, env=dict(env), start_new_session=True, stdin=subprocess.DEVNULL,
+            stdout=runner_log, stderr=runner_log)
+    # Recorded at once, so that a retried start finds this attempt already running.
+    write_json(pid_file, {"pid": process.pid, "attempt": attempt, "started": time.time()})
+    return process.pid
+
+
+def attempt_observe(run_dir: Path, name: str, attempt: int) -> Observation:
+    """What has become of the attempt: not started, running, exited (with its code), lost."""
+    pid_file, exit_file = attempt_files(run_dir, name)
+    ended = read_json(exit_file)
+    if ended and ended.get("attempt") == attempt:
+        return Observation(Status.EXITED, ended["code"])
+    started = read_json(pid_file)
+    if not started or started.get("attempt") != attempt:
+        return Observation(Status.NOT_STARTED)
+    if runner_alive(started["pid"]):
+        return Observation(Status.RUNNING)
+    ended = read_json(exit_file)  # it may have ended since we looked
+    if ended and ended.get("attempt") == attempt:
+        return Observation(Status.EXITED, ended["code"])
+    return Observation(Status.LOST)
+
+
+def exit_reason(code: int | None) -> str:
+    """An exit status as a user understands it."""
+    if code is None:
+        return "ended without an exit status"
+    if code == 0:
+        return "exited 0"
+    sig = -code if code < 0 else code - 128 if 128 < code < 160 else None
+    if code == 127:
+        return "command not found (exit 127): check the job's entry command"
+    if code == 126:
+        return "command cannot be executed (exit 126): check its permissions"
+    if sig == signal.SIGKILL:
+        return (f"killed (SIGKILL, exit {code}): often the out-of-memory killer; "
+                "ask for more memory")
+    if sig == signal.SIGSEGV:
+        return f"segmentation fault (exit {code})"
+    if sig == signal.SIGTERM:
+        return f"terminated (SIGTERM, exit {code})"
+    if sig == signal.SIGABRT:
+        return f"aborted (SIGABRT, exit {code})"
+    if sig is not None and 0 < sig < signal.NSIG:
+        return f"ended by signal {signal.Signals(sig).name} (exit {code})"
+    return f"exited with code {code}"
+
+
+# --- process groups -------------------------------------------------------------------------------
+
+def runner_alive(pid: int) -> bool:
+    """Whether the runner with this pid still runs (reaping it if it is our zombie)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - someone else's process took the pid
+        return False
+    try:  # a zombie has exited: reap it if it is ours
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        reaped = 0
+    if reaped:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    if not cmdline:
+        # Empty for a moment while the runner is still being exec'd, and for a zombie that is
+        # not ours: the state tells them apart.
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        return state != "Z"
+    return b"local_runner.py" in cmdline  # not a process that took over a recycled pid
+
+
+def group_live(pgid: int) -> bool:
+    return runner_alive(pgid) or group_exists(pgid)
+
+
+def groups_wait(groups: list[int], seconds: float) -> list[int]:
+    """Wait until the groups are empty, at most ``seconds``; returns those that are not."""
+    deadline = time.monotonic() + seconds
+    while groups and time.monotonic() < deadline:
+        groups = [pgid for pgid in groups if group_live(pgid)]
+        if groups:
+            time.sleep(0.05)
+    return groups
+
+
+def groups_stop(groups: list[int], grace: float) -> None:
+    """SIGTERM to each process group, SIGKILL after ``grace`` seconds. Done when every group
+    is empty: the runner and everything the command started."""
+    groups = [pgid for pgid in groups if group_live(pgid)]
+    for pgid in groups:
+        group_signal(pgid, signal.SIGTERM)
+    for pgid in groups_wait(groups, grace):
+        group_signal(pgid, signal.SIGKILL)
+    groups_wait(groups, 5.0)
+
+
+def group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def group_signal(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
