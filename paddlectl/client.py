@@ -12,6 +12,7 @@ import contextlib
 import socket
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
 
 import requests
 
@@ -24,6 +25,7 @@ READ_TIMEOUT = 60
 TRANSFER_TIMEOUT = 300
 BLOCK = 1 << 20
 LOGIN_PATH = "/api/v1/auth/token/"
+JOBS = "/api/v1/jobs/"
 
 Body = bytes | Callable[[], Any] | None  # a callable makes a fresh body for each attempt
 
@@ -161,6 +163,55 @@ class ApiClient:
     def pfs_remove(self, path: str, recursive: bool = False) -> dict:
         return self.call("DELETE", "/api/v1/pfs/files",
                          params={"path": path, "recursive": int(recursive)})
+
+    def pfs_usage(self) -> dict:
+        return self.call("GET", "/api/v1/pfs/usage")
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def job_list(self, state: str | None = None) -> list[dict]:
+        """Every job of the datacenter, newest first, following the cursor pages."""
+        jobs: list[dict] = []
+        params: dict = {"limit": 500, **({"state": state} if state else {})}
+        while True:
+            page = self.call("GET", JOBS, params=params)
+            jobs += page.get("results", [])
+            if not page.get("next"):
+                return jobs
+            params = {key: values[-1]
+                      for key, values in parse_qs(urlsplit(page["next"]).query).items()}
+
+    def job_submit(self, body: dict) -> dict:
+        """The job created, or with ``dry_run`` in ``body`` the plan of what it would start."""
+        return self.call("POST", JOBS, json=body)
+
+    def job_get(self, name: str) -> dict:
+        return self.call("GET", _job_path(name))
+
+    def job_workers(self, name: str) -> list[dict]:
+        return self.call("GET", _job_path(name, "workers"))
+
+    def job_events(self, name: str) -> list[dict]:
+        return self.call("GET", _job_path(name, "events"))
+
+    def job_kill(self, name: str) -> dict:
+        return self.call("POST", _job_path(name, "kill"))
+
+    def job_delete(self, name: str) -> None:
+        self.call("DELETE", _job_path(name))
+
+    def job_logs(self, name: str, *, worker: str | None = None, tail: int | None = None,
+                 follow: bool = False) -> requests.Response:
+        """A worker's log as a streamed response (close it when done)."""
+        params = {key: value for key, value in
+                  {"worker": worker, "tail": tail, "follow": 1 if follow else None}.items()
+                  if value is not None}
+        return self.request("GET", _job_path(name, "logs"), params=params, stream=True,
+                            transfer=follow)  # the longer read timeout: a log may be quiet
+
+
+def _job_path(name: str, what: str = "") -> str:
+    return f"{JOBS}{quote(name, safe='')}/{what}"
 
 
 def network_reason(exc: BaseException) -> str:

@@ -24,7 +24,7 @@ TAB = 8
 class Column:
     header: str
     key: str | Callable[[dict], Any]
-    kind: str = "text"  # "text", "size" or "time"
+    kind: str = "text"  # "text", "size", "time" (local time and age) or "age" (age only)
     wide_only: bool = False
 
     def value(self, row: dict) -> Any:
@@ -45,30 +45,49 @@ def format_size(size: int | None, exact: bool = False) -> str:
     raise AssertionError("unreachable")
 
 
-def format_age(seconds: float) -> str:
-    """``3m ago``, ``in 2d``."""
-    ahead, seconds = seconds < 0, abs(int(seconds))
+def format_duration(seconds: float) -> str:
+    """``45s``, ``3m``, ``2h``, ``1y``: the largest whole unit."""
+    seconds = abs(int(seconds))
     for unit, length in (("y", 365 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= length:
-            amount = f"{seconds // length}{unit}"
-            break
-    else:
-        amount = f"{seconds}s"
-    return f"in {amount}" if ahead else f"{amount} ago"
+            return f"{seconds // length}{unit}"
+    return f"{seconds}s"
+
+
+def format_age(seconds: float) -> str:
+    """``3m ago``, ``in 2d``."""
+    amount = format_duration(seconds)
+    return f"in {amount}" if seconds < 0 else f"{amount} ago"
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """An ISO-8601 time (UTC when it names no zone), or None."""
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 def format_time(text: str | None, now: datetime | None = None) -> str:
     """An ISO-8601 time as local time with its age: ``2026-11-21 10:02 (3m ago)``."""
     if not text:
         return "-"
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
+    moment = parse_time(text)
+    if moment is None:
         return text
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
     age = ((now or datetime.now(UTC)) - moment).total_seconds()
     return f"{moment.astimezone():%Y-%m-%d %H:%M} ({format_age(age)})"
+
+
+def format_since(text: str | None, now: datetime | None = None) -> str:
+    """How long ago an ISO-8601 time was, kubectl's AGE: ``3m``; ``-`` for none."""
+    moment = parse_time(text)
+    if moment is None:
+        return "-"
+    return format_duration(((now or datetime.now(UTC)) - moment).total_seconds())
 
 
 def tabulate(rows: list[list[str]]) -> str:
@@ -90,6 +109,8 @@ def _cell(column: Column, row: dict, wide: bool) -> str:
         return format_size(value, exact=wide)
     if column.kind == "time":
         return format_time(value)
+    if column.kind == "age":
+        return format_since(value)
     return "-" if value in (None, "") else str(value)
 
 
@@ -98,6 +119,52 @@ def _table(data: Any, rows: list[dict], columns: list[Column], wide: bool = Fals
     lines = [[c.header.upper() for c in shown]]
     lines += [[_cell(c, row, wide) for c in shown] for row in rows]
     return tabulate(lines)
+
+
+# -- the columns of each resource -------------------------------------------------------------
+
+def _job_duration(job: dict) -> str | None:
+    """How long a job has run (until now, or until it ended); None before it started."""
+    started = parse_time(job.get("started_at"))
+    if started is None:
+        return None
+    ended = parse_time(job.get("finished_at")) or datetime.now(UTC)
+    return format_duration(max(0.0, (ended - started).total_seconds()))
+
+
+JOB_COLUMNS = [
+    Column("name", "name"), Column("state", "state"), Column("trainers", "trainers"),
+    Column("pservers", "pservers"), Column("start", "started_at", "time"),
+    Column("age", "created_at", "age"),
+    Column("duration", _job_duration, wide_only=True),
+    Column("cpu", "cpu", wide_only=True), Column("memory", "memory", wide_only=True),
+    Column("gpu", "gpu", wide_only=True), Column("pscpu", "pscpu", wide_only=True),
+    Column("psmemory", "psmemory", wide_only=True), Column("passes", "passes", wide_only=True),
+    Column("image", "image", wide_only=True), Column("entry", "entry", wide_only=True),
+    Column("reason", "state_reason", wide_only=True),
+]
+
+WORKER_COLUMNS = [
+    Column("name", "name"), Column("state", "state"), Column("restarts", "restarts"),
+    Column("exit", "exit_code"), Column("start", "started_at", "time"),
+    Column("host", "host", wide_only=True), Column("endpoint", "endpoint", wide_only=True),
+    Column("finished", "finished_at", "time", wide_only=True),
+    Column("reason", "reason", wide_only=True),
+]
+
+# A dry run's plan: the replicas a job would start.
+PLAN_COLUMNS = [Column("name", "name"), Column("role", "role"), Column("cpu", "cpu"),
+                Column("memory", "memory"), Column("gpu", "gpu")]
+
+# ``get quota``: rows made by the command from /me and /pfs/usage.
+QUOTA_COLUMNS = [Column("resource", "resource"), Column("limit", "limit"),
+                 Column("used", "used"),
+                 Column("limit (exact)", "limit_value", wide_only=True),
+                 Column("used (exact)", "used_value", wide_only=True)]
+
+REGISTRY_COLUMNS = [Column("name", "name"), Column("server", "server"),
+                    Column("username", "username"),
+                    Column("created", "created_at", "time", wide_only=True)]
 
 
 PRINTERS: dict[str, Callable[[Any, list[dict], list[Column]], str]] = {

@@ -1,0 +1,378 @@
+"""The job commands of the seeds: ``submit``, ``get``, ``logs``, ``kill`` and ``delete``.
+
+Every value of ``submit`` goes to the server as typed, so mistakes are reported by the server,
+all at once and each under its field. A local package directory is first checked with a dry
+run (your home standing in for the package), then uploaded to
+``/pfs/{dc}/home/{user}/jobs/{name}/{dirname}``, then the job is submitted.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import time
+from pathlib import Path
+
+from paddlectl import pfspath
+from paddlectl.args import flag
+from paddlectl.commands.registry import NOT_KEPT, registry_delete, registry_get
+from paddlectl.errors import ApiError, PaddlectlError, UsageError
+from paddlectl.jobs import (
+    job_probe,
+    name_problem,
+    output_path,
+    package_path,
+    package_upload,
+    topology_problem,
+)
+from paddlectl.output import JOB_COLUMNS, PLAN_COLUMNS, QUOTA_COLUMNS, WORKER_COLUMNS
+
+FINAL_STATES = ("succeeded", "failed", "killed")
+KILL_WAIT = 60.0  # seconds kill -rm waits for the job to end
+POLL = 0.25
+
+# -- helpers ----------------------------------------------------------------------------------
+
+def _command(ctx, text: str) -> str:
+    """A paddlectl command line to suggest, in the datacenter this one used."""
+    chosen = getattr(ctx.options, "datacenter", None)
+    return f"paddlectl {'--datacenter ' + chosen + ' ' if chosen else ''}{text}"
+
+
+def _machine_output(ctx) -> bool:
+    return ctx.output_format() in ("json", "yaml")
+
+
+# -- submit -----------------------------------------------------------------------------------
+
+# (flag, the field it sets, whether the field is a whole number)
+SUBMIT_FIELDS = (
+    ("jobname", "name", False), ("cpu", "cpu", False), ("gpu", "gpu", True),
+    ("memory", "memory", False), ("parallelism", "trainers", True),
+    ("pscpu", "pscpu", False), ("pservers", "pservers", True),
+    ("psmemory", "psmemory", False), ("passes", "passes", True), ("entry", "entry", False),
+    ("topology", "topology", False), ("image", "image", False),
+    ("registry", "registry", False), ("restart_limit", "restart_limit", True),
+    ("deadline", "deadline_seconds", True), ("ttl", "ttl_seconds_after_finished", True),
+)
+
+SUBMIT_HELP = """\
+PACKAGE is the trainer package: a directory in PFS (/pfs/{dc}/home/{user}/... or
+/pfs/{dc}/public/...), used where it is, or a local directory, which is uploaded to
+/pfs/{dc}/home/{user}/jobs/NAME/DIRNAME first (replacing an earlier upload there).
+Values are checked by the server, which names every mistake at once."""
+
+
+def setup_submit(parser) -> None:
+    parser.epilog = SUBMIT_HELP
+    flag(parser, "jobname", "name", dest="jobname", metavar="NAME",
+         help="the job's name: lower-case letters, digits and '-', at most 40 characters")
+    flag(parser, "entry", metavar="COMMAND", help='what starts a replica, e.g. "python train.py"')
+    flag(parser, "parallelism", "trainers", dest="parallelism", metavar="N",
+         help="the number of trainers (default 1)")
+    flag(parser, "cpu", metavar="CPU", help="CPU per trainer: 1, 0.5 or 500m (default 1)")
+    flag(parser, "gpu", metavar="N", help="GPUs per trainer (default 0)")
+    flag(parser, "memory", metavar="SIZE", help="memory per trainer: 1Gi, 512Mi (default 1Gi)")
+    flag(parser, "pservers", metavar="N", help="the number of parameter servers (default 0)")
+    flag(parser, "pscpu", metavar="CPU", help="CPU per parameter server (default 1)")
+    flag(parser, "psmemory", metavar="SIZE", help="memory per parameter server (default 1Gi)")
+    flag(parser, "passes", metavar="N", help="passes, given as PADDLE_INIT_NUM_PASSES "
+                                             "(default 1)")
+    flag(parser, "topology", metavar="FILE", help="a v1 training config file in the package")
+    flag(parser, "image", metavar="IMAGE", help="the runtime image (default: the datacenter's)")
+    flag(parser, "registry", metavar="NAME",
+         help="the registry credentials for a private -image (see `paddlectl registry`)")
+    flag(parser, "e", "env", action="append", default=[], metavar="KEY=VALUE",
+         help="an environment variable of every replica (repeatable); KEY alone takes its "
+              "value from here")
+    flag(parser, "restart-limit", dest="restart_limit", metavar="N",
+         help="how often a failed trainer is restarted (default 0)")
+    flag(parser, "deadline", metavar="SECONDS", help="fail the job if it runs longer")
+    flag(parser, "ttl", metavar="SECONDS", help="delete the job this long after it ended")
+    flag(parser, "dry-run", dest="dry_run", action="store_true",
+         help="check everything and show what would be started; start nothing, upload "
+              "nothing (-o yaml: the whole job)")
+    parser.add_argument("package", metavar="PACKAGE",
+                        help="the trainer package: a /pfs/... directory or a local one")
+
+
+def _env(pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            if key not in os.environ:
+                raise UsageError(f"submit: -e {pair}: use KEY=VALUE (or KEY for a variable "
+                                 "set here)")
+            value = os.environ[key]
+        env[key] = value
+    return env
+
+
+def _submission(args) -> dict:
+    body: dict = {}
+    for dest, field, whole in SUBMIT_FIELDS:
+        value = getattr(args, dest)
+        if value is None:
+            continue
+        body[field] = int(value) if whole and value.strip().isdigit() else value
+    if args.env:
+        body["env"] = _env(args.env)
+    return body
+
+
+def _refused(exc: ApiError) -> PaddlectlError:
+    """The server's refusal, with ``registry`` explained while the server keeps none."""
+    if "registry" not in exc.fields:
+        return exc
+    parts = [f"{key}: {msgs[0] if isinstance(msgs, list) and msgs else msgs}"
+             for key, msgs in exc.fields.items() if key != "registry"]
+    parts.append(f"registry: {NOT_KEPT}; leave -registry out")
+    return ApiError(exc.status, exc.code, "; ".join(parts), exc.fields)
+
+
+def _submit(ctx, body: dict) -> dict:
+    try:
+        return ctx.client.job_submit(body)
+    except ApiError as exc:
+        raise _refused(exc) from None
+
+
+def _local_package(args) -> Path:
+    local = Path(args.package)
+    if not local.is_dir():
+        what = "does not exist" if not os.path.lexists(local) else "is not a directory"
+        raise UsageError(f"submit: {args.package} {what}: the package is a directory here or "
+                         "in PFS (/pfs/...)")
+    return local
+
+
+def _upload(ctx, local: Path, remote: str) -> None:
+    if not _machine_output(ctx):
+        ctx.info(f"uploading {local} to {remote}")
+    with ctx.progress(f"{local.resolve().name or local}/") as progress:
+        package_upload(ctx.client, local, remote, progress, ctx.warn)
+
+
+def _show_plan(ctx, plan: dict, upload: tuple[Path, str] | None) -> None:
+    if _machine_output(ctx):
+        ctx.emit(plan)
+        return
+    job, replicas = plan.get("job") or {}, plan.get("replicas")
+    out = ctx.stdout
+    out.write(f"dry run: nothing was created. Job {job.get('name')} would run "
+              f"{job.get('entry')!r} in {job.get('package')}")
+    if replicas:
+        out.write(f" on {len(replicas)} replica{'s' if len(replicas) > 1 else ''}:\n")
+    else:
+        out.write(".\n")
+    if upload is not None:
+        out.write(f"The local package {upload[0]} would be uploaded there first "
+                  "(dry run: not uploaded).\n")
+    if replicas:
+        ctx.emit(plan, replicas, PLAN_COLUMNS)
+    else:
+        out.write("The server could not check it without the package; this is what would be "
+                  "sent:\n")
+        ctx.emit(plan, [job], [c for c in PLAN_COLUMNS if c.header != "role"])
+
+
+def run_submit(ctx, args) -> None:
+    body = _submission(args)
+    upload = None
+    if pfspath.is_remote(args.package):
+        body["package"] = args.package
+    else:
+        local = _local_package(args)
+        if (problem := name_problem(args.jobname)) is not None:
+            raise UsageError(f"submit: jobname: {problem}")
+        if args.topology and (problem := topology_problem(args.topology, local)):
+            raise UsageError(f"submit: topology: {problem}")
+        upload = (local, package_path(ctx.home, args.jobname, local))
+        try:  # every other mistake before anything is uploaded
+            plan = job_probe(ctx.client, ctx.home, body)
+        except ApiError as exc:
+            raise _refused(exc) from None
+        body["package"] = upload[1]
+        if args.dry_run:
+            if plan is None:
+                plan = {"dry_run": True, "job": dict(body), "replicas": None}
+            else:
+                plan["job"].update(package=upload[1], topology=body.get("topology", ""))
+            plan["upload"] = {"from": str(local.resolve()), "to": upload[1]}
+            _show_plan(ctx, plan, upload)
+            return
+        _upload(ctx, local, upload[1])
+
+    if args.dry_run:
+        _show_plan(ctx, _submit(ctx, {**body, "dry_run": True}), None)
+        return
+    job = _submit(ctx, body)
+    if _machine_output(ctx):
+        ctx.emit(job)
+        return
+    ctx.stdout.write(f"job {job['name']} submitted: {job['state']}\n")
+    ctx.info(f"follow its log:   {_command(ctx, 'logs ' + job['name'] + ' -f')}\n"
+             f"see its workers:  {_command(ctx, 'get workers ' + job['name'])}")
+
+
+# -- get --------------------------------------------------------------------------------------
+
+RESOURCES = {"jobs": "jobs", "job": "jobs", "workers": "workers", "worker": "workers",
+             "registry": "registry", "registries": "registry", "quota": "quota"}
+
+
+def setup_get(parser) -> None:
+    parser.description = (
+        "get jobs [NAME...]     your jobs in this datacenter, newest first\n"
+        "get workers JOB        the job's workers (parameter servers and trainers)\n"
+        "get registry           your registry credentials\n"
+        "get quota              your quota in this datacenter and the storage you use")
+    parser.add_argument("resource", metavar="RESOURCE", help="jobs, workers, registry or quota")
+    parser.add_argument("names", nargs="*", metavar="NAME")
+    flag(parser, "state", metavar="STATES",
+         help="jobs only in these states, comma-separated (running,failed)")
+
+
+def _get_jobs(ctx, args) -> None:
+    if args.names:
+        jobs = [ctx.client.job_get(name) for name in args.names]
+        data = jobs[0] if len(jobs) == 1 else jobs
+    else:
+        data = jobs = ctx.client.job_list(args.state)
+    if not jobs and not _machine_output(ctx):
+        ctx.info(f"no jobs in datacenter {ctx.datacenter.name}")
+        return
+    ctx.emit(data, jobs, JOB_COLUMNS)
+
+
+def _get_workers(ctx, args) -> None:
+    if len(args.names) != 1:
+        raise UsageError("get workers: name one job: paddlectl get workers JOB")
+    workers = ctx.client.job_workers(args.names[0])
+    ctx.emit(workers, workers, WORKER_COLUMNS)
+
+
+def _get_quota(ctx, args) -> None:
+    me = ctx.client.me()
+    usage = ctx.client.pfs_usage()
+    quota = me.get("quota") or {}
+    if _machine_output(ctx):
+        ctx.emit({"datacenter": ctx.datacenter.name, "quota": quota, "storage": usage})
+        return
+    rows = []
+    for resource, entry in quota.items():
+        entry = entry if isinstance(entry, dict) else {"limit": entry}
+        row = {"resource": resource, "limit": entry.get("limit"),
+               "limit_value": entry.get("limit_value"),
+               "used": entry.get("used_display", entry.get("used")),
+               "used_value": entry.get("used_value", entry.get("used"))}
+        if resource == "storage" and row["used"] is None:
+            row.update(used=usage.get("used_display"), used_value=usage.get("used"))
+        rows.append(row)
+    ctx.emit(quota, rows, QUOTA_COLUMNS)
+
+
+def run_get(ctx, args) -> None:
+    resource = RESOURCES.get(args.resource)
+    if resource is None:
+        raise UsageError(f"get: unknown resource {args.resource!r}: use jobs, workers JOB, "
+                         "registry or quota")
+    if args.state and resource != "jobs":
+        raise UsageError("get: -state is for get jobs")
+    if resource == "quota" and args.names:
+        raise UsageError("get quota takes no names")
+    {"jobs": _get_jobs, "workers": _get_workers, "quota": _get_quota,
+     "registry": lambda ctx, args: registry_get(ctx, args.names)}[resource](ctx, args)
+
+
+# -- logs -------------------------------------------------------------------------------------
+
+def setup_logs(parser) -> None:
+    parser.description = "Print a worker's log: trainer-0's unless -w names another."
+    parser.add_argument("job", metavar="JOB")
+    flag(parser, "w", "worker", metavar="WORKER",
+         help="trainer-0 (default), trainer-1, pserver-0, ... (see `paddlectl get workers`)")
+    flag(parser, "f", "follow", action="store_true",
+         help="keep printing what is written until the worker ends")
+    flag(parser, "tail", metavar="N", help="only the last N lines")
+
+
+def run_logs(ctx, args) -> None:
+    response = ctx.client.job_logs(args.job, worker=args.worker, tail=args.tail,
+                                   follow=args.follow)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    try:
+        for block in ctx.client.iter_content(response):
+            ctx.stdout.write(decoder.decode(block))
+            ctx.stdout.flush()
+        ctx.stdout.write(decoder.decode(b"", final=True))
+    finally:
+        response.close()
+
+
+# -- kill, delete -----------------------------------------------------------------------------
+
+def setup_kill(parser) -> None:
+    parser.add_argument("names", nargs="+", metavar="JOB")
+    flag(parser, "rm", action="store_true",
+         help="also remove the job from the history once it has ended (its output stays)")
+
+
+def _wait_ended(ctx, name: str) -> dict:
+    """The job once it and every worker of it have ended (a killed job's workers take a moment
+    to stop); a PaddlectlError after ``KILL_WAIT`` seconds."""
+    deadline = time.monotonic() + KILL_WAIT
+    while True:
+        job = ctx.client.job_get(name)
+        running = [] if job["state"] not in FINAL_STATES else [
+            worker["name"] for worker in ctx.client.job_workers(name)
+            if worker["state"] not in FINAL_STATES]
+        if job["state"] in FINAL_STATES and not running:
+            return job
+        if time.monotonic() > deadline:
+            what = f"still {job['state']}" if not running else \
+                f"{job['state']}, but {', '.join(running)} still stopping"
+            raise PaddlectlError(f"job {name} is {what} after {KILL_WAIT:.0f} s; delete it "
+                                 f"later: {_command(ctx, 'delete job ' + name)}")
+        time.sleep(POLL)
+
+
+def run_kill(ctx, args) -> None:
+    for name in args.names:
+        try:
+            job = ctx.client.job_kill(name)
+        except ApiError as exc:
+            if not (args.rm and exc.status == 409 and exc.code == "job_ended"):
+                raise
+            job = None  # it has ended already: -rm only removes it
+        if args.rm:
+            job = _wait_ended(ctx, name)
+            ctx.client.job_delete(name)
+        if _machine_output(ctx):
+            ctx.emit(job)
+        elif args.rm:
+            ctx.info(f"job {name} {job['state']} and removed from the history (its output "
+                     f"stays in {output_path(ctx.home, name)})")
+        else:
+            ctx.info(f"job {name} killed: its workers are being stopped")
+
+
+def setup_delete(parser) -> None:
+    parser.description = (
+        "delete job JOB...        remove ended jobs from the history (their output stays)\n"
+        "delete registry NAME...  remove registry credentials")
+    parser.add_argument("resource", metavar="RESOURCE", help="job or registry")
+    parser.add_argument("names", nargs="+", metavar="NAME")
+
+
+def run_delete(ctx, args) -> None:
+    resource = RESOURCES.get(args.resource)
+    if resource == "registry":
+        registry_delete(ctx, args.names)
+        return
+    if resource != "jobs":
+        raise UsageError(f"delete: unknown resource {args.resource!r}: use job or registry")
+    for name in args.names:
+        ctx.client.job_delete(name)
+        ctx.info(f"job {name} deleted (its output stays in {output_path(ctx.home, name)})")

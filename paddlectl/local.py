@@ -1,0 +1,443 @@
+"""``paddlectl local train``: a training on this machine, without a portal.
+
+With a Docker engine, each replica is a ``docker run`` as the seed shows; without one, each is
+a local process started, watched and stopped as the portal's local backend does it
+(``jobs.backends.processes``: the same runner, process groups, log files and exit records),
+with the same environment (``jobs.contract.replica_env``). Nothing here needs Django, a
+database or a config file.
+
+Built in two steps: ``plan_build`` checks the arguments and says what will run (pure, but for
+looking at the directories it names); ``plan_run`` runs it, streams every replica's output
+prefixed with its name and returns the exit status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from jobs.backends.base import Status
+from jobs.backends.processes import (
+    attempt_observe,
+    attempt_start,
+    entry_argv,
+    exit_reason,
+    free_endpoint,
+    groups_stop,
+    log_relpath,
+    process_env,
+)
+from jobs.contract import RESERVED_ENV, Paths, Topology, replica_env
+from paddlectl.errors import PaddlectlError, UsageError
+
+DATACENTER = "local"  # PADDLE_CLOUD_CURRENT_DATACENTER and JOB_NAMESPACE of a local training
+DEFAULT_IMAGE = "paddlepaddle/paddle:2.6.1"  # the portal's default image
+INPUT_VARIABLE = "PADDLE_INPUT_DIR"  # --input, as the replicas see it (local trainings only)
+RESERVED = RESERVED_ENV | {INPUT_VARIABLE}
+STOP_GRACE_SECONDS = 10.0  # as the portal: SIGTERM, then SIGKILL after this long
+POLL_SECONDS = 0.1
+MAX_REPLICAS = 256
+
+# Where the seed's ``docker run`` mounts the three directories.
+IN_CONTAINER = {"input": "/train/input", "output": "/train/output",
+                "package": "/train/package"}
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+JOB_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class TrainingFailed(PaddlectlError):
+    """A replica failed: the message names it; the exit status is its own."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# --- what to run ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LocalDatacenter:
+    name: str = DATACENTER
+
+
+@dataclass(frozen=True)
+class LocalJob:
+    """What ``replica_env`` reads of a job."""
+
+    name: str
+    trainers: int
+    pservers: int = 0
+    passes: int = 1
+    env: Mapping[str, str] = field(default_factory=dict)
+    gpu: int = 0
+    datacenter: LocalDatacenter = LocalDatacenter()
+
+
+@dataclass(frozen=True)
+class Plan:
+    job: LocalJob
+    package: Path  # absolute
+    input: Path  # absolute
+    output: Path  # absolute
+    module: str | None  # as given (``demo.train``)
+    entry: str | None  # a shell command
+    image: str
+
+    def python_module(self) -> str | None:
+        return module_resolve(self.package, self.module) if self.module else None
+
+    def command(self, python: str = "python") -> list[str]:
+        """The replica's command: ``python -m MOD``, or the entry through ``/bin/sh -c``."""
+        module = self.python_module()
+        return [python, "-m", module] if module else entry_argv(self.entry or "")
+
+    def replicas(self) -> list[tuple[str, int]]:
+        """(role, index) of every replica, pservers first (as the portal starts them)."""
+        return ([("pserver", i) for i in range(self.job.pservers)]
+                + [("trainer", i) for i in range(self.job.trainers)])
+
+
+def module_resolve(package: Path, module: str) -> str:
+    """The module to run with the package directory on the path. As in the seeds, a module
+    may be named with the package's own name first (``--package-path ./demo --module
+    demo.train`` runs ``demo/train.py``); a name found inside the package is taken as is."""
+    first, _, rest = module.partition(".")
+    inside = (package / f"{first}.py").exists() or (package / first).is_dir()
+    if rest and not inside and first == package.name:
+        return rest
+    return module
+
+
+def _job_name(package: Path) -> str:
+    name = re.sub(r"[^a-z0-9-]+", "-", package.name.lower()).strip("-")[:40].strip("-")
+    return name or "local"
+
+
+def env_parse(pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise UsageError(f"local train: -e {pair}: give NAME=VALUE, e.g. -e NUM_PASS=4")
+        if not ENV_NAME_RE.match(name):
+            raise UsageError(f"local train: -e {pair}: {name!r} is not a valid variable name "
+                             "(letters, digits and '_', not starting with a digit)")
+        if name in RESERVED:
+            raise UsageError(f"local train: -e {pair}: {name} is reserved: paddlectl sets it "
+                             "for every replica (the environment contract)")
+        env[name] = value
+    return env
+
+
+def _directory(flag: str, given: str | None, *, create: bool = False) -> Path:
+    if not given:
+        raise UsageError(f"local train: {flag} DIR is required")
+    path = Path(given).expanduser().resolve()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise UsageError(f"local train: {flag} {given}: not a directory")
+    if not create:
+        raise UsageError(f"local train: {flag} {given}: no such directory")
+    return path
+
+
+def plan_build(*, package: str | None, module: str | None, entry: str | None,
+               input_dir: str | None, output_dir: str | None, image: str | None = None,
+               env: list[str] | None = None, trainers: int = 1, pservers: int = 0,
+               passes: int = 1, jobname: str | None = None) -> Plan:
+    """Check everything before anything starts; each mistake is one UsageError (exit 1).
+    Creates nothing: ``--output`` is made by ``plan_run``."""
+    pkg = _directory("--package-path", package)
+    if (module is None) == (entry is None):
+        raise UsageError("local train: give exactly one of --module MOD (runs python -m MOD) "
+                         "and --entry CMD (a shell command)")
+    if module is not None and not MODULE_RE.match(module):
+        raise UsageError(f"local train: --module {module}: not a Python module name "
+                         "like demo.train")
+    if entry is not None and not entry.strip():
+        raise UsageError("local train: --entry is empty: give the command that starts a "
+                         "trainer, e.g. --entry 'python train.py'")
+    input_path = _directory("--input", input_dir)
+    output_path = _directory("--output", output_dir, create=True)
+    if trainers < 1:
+        raise UsageError(f"local train: --trainers {trainers}: at least 1")
+    if pservers < 0:
+        raise UsageError(f"local train: --pservers {pservers}: 0 or more")
+    if trainers + pservers > MAX_REPLICAS:
+        raise UsageError(f"local train: at most {MAX_REPLICAS} replicas on one machine")
+    if passes < 1:
+        raise UsageError(f"local train: --passes {passes}: at least 1")
+    if jobname is not None and not JOB_NAME_RE.match(jobname):
+        raise UsageError(f"local train: --jobname {jobname}: lower-case letters, digits and "
+                         "'-', starting and ending with a letter or digit")
+    job = LocalJob(name=jobname or _job_name(pkg), trainers=trainers, pservers=pservers,
+                   passes=passes, env=env_parse(env or []))
+    return Plan(job=job, package=pkg, input=input_path, output=output_path, module=module,
+                entry=entry, image=image or DEFAULT_IMAGE)
+
+
+def topology_new(plan: Plan) -> Topology:
+    """Free ports on 127.0.0.1, all different; a collective job's master gets its own."""
+    count = plan.job.pservers + plan.job.trainers + (0 if plan.job.pservers else 1)
+    endpoints: list[str] = []
+    while len(endpoints) < count:
+        endpoint = free_endpoint()
+        if endpoint not in endpoints:
+            endpoints.append(endpoint)
+    pservers = tuple(endpoints[:plan.job.pservers])
+    trainers = tuple(endpoints[plan.job.pservers:plan.job.pservers + plan.job.trainers])
+    master = None if plan.job.pservers else endpoints[-1]
+    return Topology(pservers=pservers, trainers=trainers, master=master)
+
+
+def local_env(plan: Plan, role: str, index: int, topology: Topology, *,
+              input_dir: str, output_dir: str) -> dict[str, str]:
+    """The contract's environment of one replica, and the input directory. There is no PFS
+    on this machine: the user's files are the input directory, so PADDLE_PFS_HOME and
+    PADDLE_PFS_PUBLIC name it too."""
+    paths = Paths(output=output_dir, pfs_home=input_dir, pfs_public=input_dir)
+    env = replica_env(plan.job, role, index, topology, paths, DATACENTER)
+    env[INPUT_VARIABLE] = input_dir
+    return env
+
+
+def replica_name(role: str, index: int) -> str:
+    return f"{role}-{index}"
+
+
+# --- Docker ---------------------------------------------------------------------------------------
+
+def docker_available(docker: str | None = None) -> bool:
+    """``docker`` is on PATH and ``docker info`` reaches an engine."""
+    docker = docker or shutil.which("docker")
+    if not docker:
+        return False
+    try:
+        return subprocess.run(  # noqa: S603 - the docker client found on PATH
+            [docker, "info", "--format", "{{.ServerVersion}}"], stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30,
+            check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def container_name(plan: Plan, role: str, index: int, run_id: str) -> str:
+    return f"paddlectl-{plan.job.name}-{run_id}-{replica_name(role, index)}"
+
+
+def docker_argv(plan: Plan, role: str, index: int, topology: Topology, name: str,
+                docker: str = "docker") -> list[str]:
+    """One replica as the seed's ``docker run``: the three directories mounted under
+    /train, the environment as ``-e`` (the user's first, then the contract's, with the paths
+    as the container sees them), the host's network so that the endpoints on 127.0.0.1
+    reach each other, the package as working directory and on PYTHONPATH."""
+    env = local_env(plan, role, index, topology, input_dir=IN_CONTAINER["input"],
+                    output_dir=IN_CONTAINER["output"])
+    env["PYTHONPATH"] = IN_CONTAINER["package"]
+    argv = [docker, "run", "--rm",
+            "-v", f"{plan.input}:{IN_CONTAINER['input']}",
+            "-v", f"{plan.output}:{IN_CONTAINER['output']}",
+            "-v", f"{plan.package}:{IN_CONTAINER['package']}",
+            "--network", "host", "-w", IN_CONTAINER["package"], "--name", name]
+    for key, value in env.items():
+        argv += ["-e", f"{key}={value}"]
+    return [*argv, plan.image, *plan.command()]
+
+
+def _docker_remove(docker: str, names: list[str]) -> None:
+    """Containers of replicas that had to be stopped (``docker run``, killed, leaves its
+    container running)."""
+    if names:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run([docker, "rm", "-f", *names], stdin=subprocess.DEVNULL,  # noqa: S603
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
+                           check=False)
+
+
+# --- running --------------------------------------------------------------------------------------
+
+def _python(path: str) -> str:
+    """``python`` on the replicas' PATH, else ``python3``, else the one running paddlectl."""
+    return shutil.which("python", path=path) or shutil.which("python3", path=path) \
+        or sys.executable
+
+
+@dataclass
+class Replica:
+    role: str
+    index: int
+    log: Path
+    container: str | None = None
+    pid: int | None = None
+    code: int | None = None
+    ended: bool = False
+    stopped: bool = False
+    offset: int = 0
+    partial: bytes = b""
+
+    @property
+    def name(self) -> str:
+        return replica_name(self.role, self.index)
+
+
+class _Output:
+    """Every replica's log as it grows, line by line, prefixed with the replica's name."""
+
+    def __init__(self, replicas: list[Replica], stream: TextIO):
+        self.replicas = replicas
+        self.stream = stream
+        self.width = max(len(r.name) for r in replicas)
+
+    def pump(self, final: bool = False) -> None:
+        for replica in self.replicas:
+            try:
+                with replica.log.open("rb") as log:
+                    log.seek(replica.offset)
+                    data = log.read()
+            except OSError:
+                continue
+            replica.offset += len(data)
+            lines = (replica.partial + data).split(b"\n")
+            replica.partial = lines.pop()
+            if (final and replica.partial) or len(replica.partial) > 65536:
+                lines.append(replica.partial)
+                replica.partial = b""
+            prefix = f"{replica.name:<{self.width}} | "
+            for line in lines:
+                self.stream.write(prefix + line.decode("utf-8", "replace").rstrip("\r") + "\n")
+        self.stream.flush()
+
+
+def _failure(replica: Replica, docker: bool, alone: bool) -> TrainingFailed:
+    code = replica.code
+    if not replica.ended or code is None:
+        reason, status = "vanished without an exit status", 1
+    elif docker and code == 125:
+        reason, status = "docker run itself failed (exit 125): check the image and Docker", 125
+    else:
+        reason = exit_reason(code)
+        status = 128 - code if code < 0 else code if code < 256 else 1
+    stopped = "" if alone else "; stopped the other replicas"
+    return TrainingFailed(f"{replica.name} failed: {reason}{stopped} (its log: {replica.log})",
+                          status)
+
+
+def _stop(replicas: list[Replica], docker: str | None) -> None:
+    """Stop the replicas still running, and wait until every process group is empty (the
+    runner of one that has ended may still be clearing its group)."""
+    live = [r for r in replicas if r.pid is not None and not r.ended and not r.stopped]
+    for replica in live:
+        replica.stopped = True
+    groups_stop([r.pid for r in replicas if r.pid is not None], STOP_GRACE_SECONDS)
+    if docker:
+        _docker_remove(docker, [r.container for r in live if r.container])
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def plan_run(plan: Plan, *, docker: str | None, stdout: TextIO, stderr: TextIO,
+             info: Callable[[str], None], environ: Mapping[str, str] | None = None) -> int:
+    """Start every replica (with ``docker``, the client's path: in containers), stream their
+    output, wait for the trainers; 0 when every trainer exited 0. A failed replica raises
+    TrainingFailed after the others are stopped; Ctrl-C (or SIGTERM, SIGHUP) stops them all
+    and raises KeyboardInterrupt."""
+    environ = dict(os.environ if environ is None else environ)
+    plan.output.mkdir(parents=True, exist_ok=True)
+    topology = topology_new(plan)
+    run_id = secrets.token_hex(3)
+    replicas = [Replica(role, index, plan.output / log_relpath(role, index))
+                for role, index in plan.replicas()]
+    output = _Output(replicas, stdout)
+    # The user's environment, without what the contract sets; then the contract's.
+    base = {k: v for k, v in environ.items() if k not in RESERVED}
+    path = environ.get("PATH") or "/usr/bin:/bin"
+    pythonpath = [str(plan.package), *environ.get("PYTHONPATH", "").split(os.pathsep)]
+    python = _python(path)
+    run_dir = Path(tempfile.mkdtemp(prefix="paddlectl-local-"))
+    handlers = {sig: signal.signal(sig, _raise_interrupt)
+                for sig in (signal.SIGTERM, signal.SIGHUP)}
+    handlers[signal.SIGINT] = signal.getsignal(signal.SIGINT)
+    how = "in Docker containers" if docker else "as local processes"
+    info(f"Running {plan.job.name} {how}: {plan.job.pservers} pserver(s), "
+         f"{plan.job.trainers} trainer(s); output and logs (node_N/) in {plan.output}")
+    try:
+        try:
+            for replica in replicas:
+                replica.log.parent.mkdir(parents=True, exist_ok=True)
+                replica.log.write_bytes(b"")  # this run's log, not an earlier run's
+                if docker:
+                    replica.container = container_name(plan, replica.role, replica.index,
+                                                       run_id)
+                    command = docker_argv(plan, replica.role, replica.index, topology,
+                                          replica.container, docker)
+                    env = {**base, "PATH": path}
+                else:
+                    command = plan.command(python)
+                    env = process_env(
+                        local_env(plan, replica.role, replica.index, topology,
+                                  input_dir=str(plan.input), output_dir=str(plan.output)),
+                        path=path, home=environ.get("HOME") or str(Path.home()),
+                        pythonpath=pythonpath, base=base)
+                replica.pid = attempt_start(run_dir, replica.name, 0, replica.log, command,
+                                            cwd=plan.package, env=env)
+            return _watch(replicas, run_dir, output, docker, info)
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C waits for this
+            stderr.write("paddlectl: interrupted: stopping every replica\n")
+            stderr.flush()
+            _stop(replicas, docker)
+            output.pump(final=True)
+            raise
+    finally:
+        _stop(replicas, docker)  # nothing is left behind, whatever happened
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _watch(replicas: list[Replica], run_dir: Path, output: _Output, docker: str | None,
+           info: Callable[[str], None]) -> int:
+    trainers = [r for r in replicas if r.role == "trainer"]
+    while True:
+        output.pump()
+        for replica in replicas:
+            if replica.ended or replica.stopped:
+                continue
+            seen = attempt_observe(run_dir, replica.name, 0)
+            if seen.status == Status.EXITED:
+                replica.ended, replica.code = True, seen.exit_code
+            elif seen.status == Status.LOST:
+                replica.ended, replica.code = True, None
+            else:
+                continue
+            output.pump()
+            if replica.code == 0:
+                info(f"{replica.name} exited 0")
+        failed = next((r for r in replicas if r.ended and r.code != 0), None)
+        if failed is not None:
+            _stop(replicas, docker)
+            output.pump(final=True)
+            raise _failure(failed, bool(docker), alone=len(replicas) == 1)
+        if all(r.ended for r in trainers):
+            _stop(replicas, docker)  # the pservers
+            output.pump(final=True)
+            info("Done: every trainer exited 0")
+            return 0
+        time.sleep(POLL_SECONDS)

@@ -1,0 +1,345 @@
+"""The job commands end to end: paddlectl in a subprocess against the live portal, jobs run by
+a real Celery worker on the local backend — the seeds' examples as they are written, and what
+each mistake says."""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import threading
+import time
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+H = "/pfs/datacenter1/home/alice"
+NOT_KEPT = "this PaddleCloud server does not keep registry credentials yet"
+
+# Trainers print who they are, GREETING, LINES lines (one every EVERY s), then sleep SLEEP s;
+# parameter servers serve until the job stops them.
+TRAINER = """\
+import os, sys, time
+if os.environ["TRAINING_ROLE"] == "PSERVER":
+    print("pserver", os.environ["PADDLE_PSERVER_ID"], "serving", flush=True)
+    time.sleep(600)
+    sys.exit(0)
+tid = os.environ["TRAINER_ID"]
+print("trainer", tid, "of", os.environ["TRAINERS"], "passes",
+      os.environ["PADDLE_INIT_NUM_PASSES"], flush=True)
+print("GREETING=" + os.environ.get("GREETING", "-"), flush=True)
+for i in range(int(os.environ.get("LINES", "3"))):
+    print("trainer", tid, "line", i, flush=True)
+    time.sleep(float(os.environ.get("EVERY", "0")))
+time.sleep(float(os.environ.get("SLEEP", "0")))
+print("trainer", tid, "done", flush=True)
+"""
+
+
+def ok(result):
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def fails(result, code: int, *messages: str):
+    assert (result.returncode, result.stdout) == (code, ""), (result.stdout, result.stderr)
+    assert result.stderr.startswith("paddlectl: ") and result.stderr.count("\n") == 1, \
+        result.stderr
+    for message in messages:
+        assert message in result.stderr
+    return result
+
+
+def table(text: str) -> list[list[str]]:
+    """A tab-aligned table as rows of cells."""
+    return [[cell for cell in line.split("\t") if cell] for line in text.splitlines()]
+
+
+@pytest.fixture
+def package(live_cli) -> str:
+    """The seeds' package in alice's PFS home."""
+    pkg = live_cli.portal.home / "package"
+    pkg.mkdir()
+    (pkg / "train.py").write_text(TRAINER)
+    return f"{H}/package"
+
+
+@pytest.fixture
+def local_package(live_cli):
+    pkg = live_cli.cwd / "mypkg"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "train.py").write_text(TRAINER)
+    (pkg / "data" / "part-0").write_text("1 2 3\n")
+    return pkg
+
+
+@pytest.fixture
+def jobs(live_cli):
+    """Ask the API about a job; at the end, no replica of any job is left running."""
+    http = live_cli.portal.session()
+    url = f"{live_cli.portal.url}/api/v1/jobs/"
+
+    class Jobs:
+        def get(self, name: str) -> dict:
+            return http.get(f"{url}{name}/").json()
+
+        def wait(self, name: str, states=("succeeded", "failed", "killed"),
+                 timeout: float = 30) -> dict:
+            deadline = time.monotonic() + timeout
+            while (job := self.get(name))["state"] not in states:
+                assert time.monotonic() < deadline, f"job {name} stayed {job['state']}"
+                time.sleep(0.1)
+            return job
+
+    yield Jobs()
+    from jobs.backends import backend_for
+    from jobs.models import Job
+
+    for job in Job.objects.select_related("datacenter", "owner"):
+        backend_for(job.datacenter).stop(job, list(job.replicas.all()), grace=1)
+
+
+# -- the seeds' examples ----------------------------------------------------------------------
+
+SEEDS_SUBMIT = ("submit", "-jobname", "my-paddlecloud-job", "-cpu", "1", "-gpu", "0",
+                "-memory", "1Gi", "-parallelism", "2", "-pscpu", "1", "-pservers", "1",
+                "-psmemory", "1Gi", "-passes", "1", "-entry", "python train.py")
+
+
+def test_the_seeds_submit_get_and_logs(live_cli, celery_worker, package, jobs):
+    name = "my-paddlecloud-job"
+    submitted = ok(live_cli(*SEEDS_SUBMIT, package))
+    assert submitted.stdout.startswith(f"job {name} submitted: pending\n")
+    assert f"paddlectl logs {name} -f" in submitted.stdout
+
+    # logs -f follows trainer-0 from before it starts until it ends.
+    followed = ok(live_cli("logs", name, "-f"))
+    assert followed.stdout == ("trainer 0 of 2 passes 1\nGREETING=-\n"
+                               + "".join(f"trainer 0 line {i}\n" for i in range(3))
+                               + "trainer 0 done\n")
+    assert jobs.wait(name)["state"] == "succeeded"
+
+    listed = table(ok(live_cli("get", "jobs")).stdout)
+    assert listed[0] == ["NAME", "STATE", "TRAINERS", "PSERVERS", "START", "AGE"]
+    assert listed[1][:4] == [name, "succeeded", "2", "1"]
+    assert listed[1][4].endswith("ago)")  # local time with its age
+    wide = table(ok(live_cli("get", "jobs", "-o", "wide")).stdout)
+    assert wide[0][6:] == ["DURATION", "CPU", "MEMORY", "GPU", "PSCPU", "PSMEMORY", "PASSES",
+                           "IMAGE", "ENTRY", "REASON"]
+    assert wide[1][7:11] == ["1", "1Gi", "0", "1"] and "python train.py" in wide[1]
+    as_json = json.loads(ok(live_cli("get", "jobs", "-o", "json")).stdout)
+    assert [(j["name"], j["trainers"], j["package"]) for j in as_json] == [(name, 2, package)]
+    assert yaml.safe_load(ok(live_cli("get", "jobs", name, "-o", "yaml")).stdout)["name"] == name
+
+    workers = table(ok(live_cli("get", "workers", name)).stdout)
+    assert workers[0] == ["NAME", "STATE", "RESTARTS", "EXIT", "START"]
+    assert [row[:4] for row in workers[1:]] == [
+        ["pserver-0", "succeeded", "0", "-"], ["trainer-0", "succeeded", "0", "0"],
+        ["trainer-1", "succeeded", "0", "0"]]
+    wide = table(ok(live_cli("get", "workers", name, "-o", "wide")).stdout)
+    assert wide[0][5:] == ["HOST", "ENDPOINT", "FINISHED", "REASON"]
+    assert "stopped: the trainers finished" in wide[1]
+    assert [w["name"] for w in json.loads(
+        ok(live_cli("get", "workers", name, "-o", "json")).stdout)] == \
+        ["pserver-0", "trainer-0", "trainer-1"]
+
+    assert ok(live_cli("logs", name)).stdout == followed.stdout
+    assert ok(live_cli("logs", name, "-w", "trainer-1", "--tail", "1")).stdout == \
+        "trainer 1 done\n"
+    assert ok(live_cli("logs", name, "--worker", "pserver-0")).stdout == "pserver 0 serving\n"
+    fails(live_cli("logs", name, "-w", "trainer-7"), 3, "has no worker 'trainer-7'")
+
+    # An ended job cannot be killed; kill -rm removes it from the history.
+    fails(live_cli("kill", name), 1, "has already ended (succeeded)")
+    removed = ok(live_cli("kill", name, "-rm"))
+    assert removed.stdout == (f"job {name} succeeded and removed from the history (its output "
+                              f"stays in {H}/jobs/{name}/output)\n")
+    fails(live_cli("get", "workers", name), 3, f"you have no job named '{name}'")
+    assert ok(live_cli("get", "jobs")).stdout == "no jobs in datacenter datacenter1\n"
+
+
+def test_a_local_package_with_dashed_flags_env_kill_and_delete(live_cli, celery_worker,
+                                                                local_package, jobs):
+    name = "local-job"
+    submitted = ok(live_cli("submit", "--jobname", name, "--entry", "python train.py",
+                            "-e", "GREETING=hello world", "--env", "SLEEP=30", "mypkg"))
+    remote = f"{H}/jobs/{name}/mypkg"
+    assert submitted.stdout.startswith(f"uploading mypkg to {remote}\n"
+                                       f"job {name} submitted: pending\n")
+    uploaded = live_cli.portal.home / "jobs" / name / "mypkg"
+    assert (uploaded / "data" / "part-0").read_text() == "1 2 3\n"
+    job = jobs.get(name)
+    assert (job["package"], job["env"]) == (remote, {"GREETING": "hello world", "SLEEP": "30"})
+
+    # The log streams as it is written, while the trainer runs.
+    follower = live_cli.start("logs", name, "-f")
+    received: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [received.put(line) for line in follower.stdout],
+                              daemon=True)
+    reader.start()
+    try:
+        lines = [received.get(timeout=20) for _ in range(5)]
+        assert lines == ["trainer 0 of 1 passes 1\n", "GREETING=hello world\n",
+                         *(f"trainer 0 line {i}\n" for i in range(3))]
+        assert follower.poll() is None  # still following: the trainer sleeps
+        jobs.wait(name, ("running",))
+
+        # Running jobs cannot be deleted; the seeds' kill stops one.
+        fails(live_cli("delete", "job", name), 1, f"job '{name}' is running: kill it first")
+        assert ok(live_cli("kill", name)).stdout == \
+            f"job {name} killed: its workers are being stopped\n"
+        assert follower.wait(timeout=20) == 0  # the follow ends with the worker
+        reader.join(5)
+        assert received.empty()  # killed while it slept: it never said "done"
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+        follower.wait()
+    workers = table(ok(live_cli("get", "workers", name)).stdout)
+    assert workers[1][:2] == ["trainer-0", "killed"]
+
+    # The name is taken until the job is deleted: nothing is uploaded for a taken name.
+    (local_package.parent / "other").mkdir()
+    fails(live_cli("submit", "-jobname", name, "-entry", "python train.py", "other"), 1,
+          f"you already have a job named '{name}'")
+    assert not (live_cli.portal.home / "jobs" / name / "other").exists()
+    deleted = ok(live_cli("delete", "job", name))
+    assert deleted.stdout == f"job {name} deleted (its output stays in {H}/jobs/{name}/output)\n"
+    fails(live_cli("get", "jobs", name), 3, f"you have no job named '{name}'")
+
+
+def test_kill_rm_waits_for_the_end_and_deletes(live_cli, celery_worker, package, jobs):
+    name = "short-lived"
+    ok(live_cli("submit", "-jobname", name, "-entry", "python train.py", "-e", "SLEEP=30",
+                package))
+    jobs.wait(name, ("running",))
+    # Ctrl-C ends logs -f quietly, with 130.
+    follower = live_cli.start("logs", name, "-f")
+    assert follower.stdout.readline() == "trainer 0 of 1 passes 1\n"
+    follower.send_signal(signal.SIGINT)
+    assert follower.wait(timeout=10) == 130
+    assert follower.stderr.read() == ""
+    follower.stdout.close()
+    follower.stderr.close()
+
+    removed = ok(live_cli("kill", "-rm", name))
+    assert removed.stdout.startswith(f"job {name} killed and removed from the history")
+    fails(live_cli("logs", name), 3, f"you have no job named '{name}'")
+
+
+# -- dry runs ---------------------------------------------------------------------------------
+
+def test_dry_run_shows_what_would_be_started_and_starts_nothing(live_cli, package,
+                                                                 local_package):
+    planned = yaml.safe_load(ok(live_cli(*SEEDS_SUBMIT, "--dry-run", "-o", "yaml",
+                                         package)).stdout)
+    assert planned["dry_run"] is True
+    assert {key: planned["job"][key] for key in ("name", "package", "trainers", "pservers",
+                                                 "cpu", "memory")} == {
+        "name": "my-paddlecloud-job", "package": package, "trainers": 2, "pservers": 1,
+        "cpu": "1", "memory": "1Gi"}
+    assert [r["name"] for r in planned["replicas"]] == ["pserver-0", "trainer-0", "trainer-1"]
+
+    shown = ok(live_cli(*SEEDS_SUBMIT, "-dry-run", package)).stdout
+    assert shown.startswith("dry run: nothing was created. Job my-paddlecloud-job would run "
+                            f"'python train.py' in {package} on 3 replicas:\n")
+    assert table(shown.split("\n", 1)[1])[0] == ["NAME", "ROLE", "CPU", "MEMORY", "GPU"]
+
+    # A local package is not uploaded: the plan says where it would go.
+    local = json.loads(ok(live_cli("submit", "-jobname", "try", "-entry", "python train.py",
+                                   "-e", "A=1", "--dry-run", "-o", "json", "mypkg")).stdout)
+    assert local["job"]["package"] == f"{H}/jobs/try/mypkg"
+    assert local["job"]["env"] == {"A": "1"}
+    assert local["upload"] == {"from": str(local_package.resolve()), "to": f"{H}/jobs/try/mypkg"}
+    assert len(local["replicas"]) == 1
+    text = ok(live_cli("submit", "-jobname", "try", "-entry", "x", "--dry-run", "mypkg")).stdout
+    assert "The local package mypkg would be uploaded there first (dry run: not uploaded).\n" \
+        in text
+    assert not (live_cli.portal.home / "jobs").exists()
+    assert json.loads(ok(live_cli("get", "jobs", "-o", "json")).stdout) == []
+
+
+# -- mistakes ---------------------------------------------------------------------------------
+
+def test_mistakes_are_the_servers_messages_with_exit_codes(live_cli, package, local_package):
+    base = ("submit", "-jobname", "bad", "-entry", "python train.py")
+    fails(live_cli(*base, "-cpu", "abc", package), 1, "cpu:")
+    both = fails(live_cli(*base, "-cpu", "abc", "-parallelism", "0", package), 1)
+    assert "cpu:" in both.stderr and "trainers:" in both.stderr  # every mistake at once
+    fails(live_cli(*base, "-gpu", "two", package), 1, "gpu: 'two' is not a whole number")
+    fails(live_cli(*base, f"{H}/nowhere"), 1, "package:")
+    fails(live_cli("submit", "-entry", "python train.py", package), 1, "name: required")
+
+    # A local package: the name is checked here and the rest by the server, before uploading.
+    fails(live_cli("submit", "-jobname", "Bad_Name", "-entry", "x", "mypkg"), 1,
+          "jobname:", "'_' and '.' are not allowed")
+    fails(live_cli("submit", "-jobname", "bad", "-entry", "x", "-memory", "lots", "mypkg"), 1,
+          "memory:")
+    fails(live_cli("submit", "-jobname", "bad", "-entry", "x", "-topology", "v1.py", "mypkg"),
+          1, "topology: v1.py is not a file in the package")
+    fails(live_cli("submit", "-jobname", "bad", "-entry", "x", "nothing-here"), 1,
+          "nothing-here does not exist")
+    fails(live_cli("submit", "-jobname", "bad", "-entry", "x", "-e", "NO_SUCH_VARIABLE_X",
+                   "mypkg"), 1, "-e NO_SUCH_VARIABLE_X: use KEY=VALUE")
+    fails(live_cli("submit", "-jobname", "bad", "-entry", "x", "-e", "TRAINER_ID=3", "mypkg"),
+          1, "env.TRAINER_ID: reserved")
+    assert not (live_cli.portal.home / "jobs").exists()
+
+    for args in (("get", "jobs", "nope"), ("get", "workers", "nope"), ("logs", "nope"),
+                 ("kill", "nope"), ("delete", "job", "nope")):
+        fails(live_cli(*args), 3, "you have no job named 'nope' in datacenter 'datacenter1'")
+    fails(live_cli("logs", "nope", "--tail", "many"), 3)
+    fails(live_cli("get", "frobs"), 1, "get: unknown resource 'frobs'")
+    fails(live_cli("get", "workers"), 1, "name one job")
+    fails(live_cli("delete", "frobs", "x"), 1, "delete: unknown resource 'frobs'")
+
+
+def test_wrong_password_is_exit_2(live_cli):
+    config = yaml.safe_load(live_cli.config.read_text())
+    config["datacenters"][0]["password"] = "wrong"
+    live_cli.write_config(config["datacenters"])
+    fails(live_cli("get", "jobs"), 2)
+
+
+# -- quota and registries ---------------------------------------------------------------------
+
+def test_get_quota(live_cli):
+    (live_cli.portal.home / "data.bin").write_bytes(b"x" * 5000)
+    rows = table(ok(live_cli("get", "quota")).stdout)
+    assert rows[0] == ["RESOURCE", "LIMIT", "USED"]
+    assert [row[0] for row in rows[1:]] == ["cpu", "memory", "gpu", "jobs", "storage"]
+    assert table(ok(live_cli("get", "quota", "-o", "wide")).stdout)[0] == \
+        ["RESOURCE", "LIMIT", "USED", "LIMIT (EXACT)", "USED (EXACT)"]
+    data = json.loads(ok(live_cli("get", "quota", "-o", "json")).stdout)
+    assert set(data) == {"datacenter", "quota", "storage"}
+    assert set(data["quota"]) == {"cpu", "memory", "gpu", "jobs", "storage"}
+    assert "used" in data["storage"]
+
+
+def test_registries_are_not_kept_by_this_server_yet(live_cli, package):
+    listed = live_cli("get", "registry")
+    assert (listed.returncode, listed.stdout, listed.stderr) == (0, "", f"paddlectl: {NOT_KEPT}\n")
+    fails(live_cli("registry", "-username", "bob", "-password", "pw", "-server",
+                   "registry.example.com", "-name", "mine"), 1, NOT_KEPT)
+    fails(live_cli("delete", "registry", "mine"), 1, NOT_KEPT)
+    fails(live_cli("registry", "-name", "mine"), 1, "-server, -username required")
+    fails(live_cli("submit", "-jobname", "private", "-entry", "x", "-image", "me/img:1",
+                   "-registry", "mine", package), 1, f"registry: {NOT_KEPT}")
+
+
+@pytest.mark.parametrize("method", ["POST", "DELETE"])
+def test_unknown_api_paths_are_404_for_every_method(live_cli, method):
+    response = live_cli.portal.session().request(
+        method, f"{live_cli.portal.url}/api/v1/registries/", json={})
+    assert response.status_code == 404, response.text
+    assert response.json()["message"] == "no API endpoint at /api/v1/registries/"
+
+
+def test_a_quick_trainer_has_a_start_time(live_cli, celery_worker, package, jobs):
+    ok(live_cli("submit", "-jobname", "quick", "-entry", "python train.py", "-e", "LINES=0",
+                package))
+    assert jobs.wait("quick")["state"] == "succeeded"
+    worker, = json.loads(ok(live_cli("get", "workers", "quick", "-o", "json")).stdout)
+    assert worker["started_at"] is not None, worker

@@ -1,0 +1,536 @@
+"""``paddlectl local train`` as users run it: the installed console script in a subprocess,
+without any config file or portal. The replicas are real local processes (no Docker engine:
+a fake ``docker`` whose ``info`` fails is first on PATH); the Docker mode is tested as the
+command lines it builds, and end to end against a fake ``docker`` client that records them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from jobs.contract import RESERVED_ENV, Paths, Topology, replica_env
+from paddlectl.local import docker_argv, module_resolve, plan_build
+
+from .conftest import paddlectl_path
+
+# Writes what it was given to the output dir, then: fails or waits as FAIL/HANG say.
+TRAINER = """\
+import json, os, signal, sys, time
+out = os.environ["PADDLE_OUTPUT_DIR"]
+role = os.environ["TRAINING_ROLE"]
+index = os.environ["PADDLE_TRAINER_ID" if role == "TRAINER" else "PADDLE_PSERVER_ID"]
+name = ("trainer-" if role == "TRAINER" else "pserver-") + index
+with open(os.path.join(out, "env-" + name + ".json.tmp"), "w") as f:
+    json.dump({"env": dict(os.environ), "cwd": os.getcwd(), "argv": sys.argv,
+               "pid": os.getpid(), "pgid": os.getpgrp()}, f)
+os.replace(os.path.join(out, "env-" + name + ".json.tmp"),
+           os.path.join(out, "env-" + name + ".json"))
+print("hello from", name, flush=True)
+print(name, "to stderr", file=sys.stderr, flush=True)
+fail = os.environ.get("FAIL")
+if fail == name:
+    count = (int(os.environ["PADDLE_TRAINERS_NUM"])
+             + len([e for e in os.environ["PADDLE_PSERVERS_IP_PORT_LIST"].split(",") if e]))
+    deadline = time.monotonic() + 30
+    while (len([n for n in os.listdir(out) if n.endswith(".json")]) < count
+           and time.monotonic() < deadline):
+        time.sleep(0.05)
+    if os.environ.get("CODE") == "KILL":
+        os.kill(os.getpid(), signal.SIGKILL)
+    sys.exit(int(os.environ["CODE"]))
+if fail or role == "PSERVER" or os.environ.get("HANG"):
+    signal.pause()  # until stopped
+with open(os.path.join(out, "model-" + index + ".txt"), "w") as f:
+    f.write("trained by " + name)
+"""
+
+FAKE_DOCKER = """\
+#!{python}
+# A docker client without an engine behind it: `info` answers as $FAKE_DOCKER_INFO says; `run`
+# records its arguments, prints a line, and exits $FAKE_DOCKER_CODE (a pserver waits to be
+# stopped); `rm` records its arguments.
+import json, os, signal, sys
+args = sys.argv[1:]
+record = os.environ.get("FAKE_DOCKER_RECORD")
+if record and args[:1] != ["info"]:
+    with open(record, "a") as f:
+        f.write(json.dumps(sys.argv) + "\\n")
+if args[:1] == ["info"]:
+    sys.exit(int(os.environ.get("FAKE_DOCKER_INFO", "1")))
+if args[:1] == ["run"]:
+    env = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "-e")
+    print("container of", env["TRAINING_ROLE"], flush=True)
+    if env["TRAINING_ROLE"] == "PSERVER":
+        signal.pause()
+    sys.exit(int(os.environ.get("FAKE_DOCKER_CODE", "0")))
+"""
+
+
+@pytest.fixture
+def dirs(tmp_path) -> SimpleNamespace:
+    pkg = tmp_path / "demo"
+    pkg.mkdir()
+    (pkg / "train.py").write_text(TRAINER)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "data.txt").write_text("1 2 3\n")
+    return SimpleNamespace(pkg=pkg, input=tmp_path / "in", output=tmp_path / "out",
+                           root=tmp_path)
+
+
+def fake_docker(directory: Path) -> Path:
+    bin_dir = directory / "fakebin"
+    bin_dir.mkdir(exist_ok=True)
+    docker = bin_dir / "docker"
+    docker.write_text(FAKE_DOCKER.format(python=sys.executable))
+    docker.chmod(0o755)
+    return docker
+
+
+@pytest.fixture
+def no_engine(dirs) -> dict:
+    """A docker client on PATH whose ``docker info`` fails, as on this machine."""
+    docker = fake_docker(dirs.root)
+    return {"PATH": f"{docker.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "FAKE_DOCKER_INFO": "1", "FAKE_DOCKER_RECORD": str(dirs.root / "docker.jsonl")}
+
+
+def train(cli, dirs, *extra: str, env: dict | None = None, entry="python train.py",
+          timeout: float = 60) -> subprocess.CompletedProcess:
+    args = ["local", "train", "--package-path", str(dirs.pkg), "--input", str(dirs.input),
+            "--output", str(dirs.output)]
+    if entry is not None:
+        args += ["--entry", entry]
+    return cli(*args, *extra, env=env, timeout=timeout)
+
+
+def seen(dirs, name: str) -> dict:
+    return json.loads((dirs.output / f"env-{name}.json").read_text())
+
+
+def contract_env(role: str, index: int, env: dict, dirs, trainers: int, pservers: int,
+                 extra: dict, name: str = "demo") -> dict:
+    """What jobs.contract gives the replica for the topology it was given."""
+    topology = Topology(
+        pservers=tuple(e for e in env["PADDLE_PSERVERS_IP_PORT_LIST"].split(",") if e),
+        trainers=tuple(env["PADDLE_TRAINER_ENDPOINTS"].split(",")),
+        master=env.get("PADDLE_MASTER") if not pservers else None)
+    job = SimpleNamespace(name=name, env=extra, datacenter=SimpleNamespace(name="local"),
+                          trainers=trainers, passes=1, gpu=0)
+    paths = Paths(output=str(dirs.output), pfs_home=str(dirs.input),
+                  pfs_public=str(dirs.input))
+    return replica_env(job, role, index, topology, paths, "local")
+
+
+def env_of(argv: list[str]) -> dict:
+    """The -e variables of a docker command line."""
+    return dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-e")
+
+
+def gone(pid: int) -> bool:
+    """The process has ended and was reaped (or is a zombie about to be)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+def group_empty(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def runners_of(output: Path) -> list[int]:
+    """local_runner processes still running for this output directory."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"local_runner.py" in cmdline and str(output).encode() in cmdline:
+                found.append(int(proc.name))
+    return found
+
+
+# --- running ----------------------------------------------------------------------------------
+
+def test_two_trainers_and_a_pserver(cli, dirs, no_engine):
+    assert not cli.config.exists()  # no config file, no portal
+    # The user's shell may hold contract names: the contract's values win, and the names it
+    # does not set for this job (PADDLE_MASTER with pservers) are not passed on.
+    result = train(cli, dirs, "--trainers", "2", "--pservers", "1", "-e", "NUM_PASS=4",
+                   "--e=LR=0.1", env={**no_engine, "TRAINER_ID": "99", "PADDLE_MASTER": "x:1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    out = result.stdout
+    for name in ("pserver-0", "trainer-0", "trainer-1"):
+        assert f"{name} | hello from {name}\n" in out
+        assert f"{name} | {name} to stderr\n" in out
+    assert "trainer-0 exited 0\n" in out and "trainer-1 exited 0\n" in out
+    assert out.endswith("Done: every trainer exited 0\n")
+    assert "as local processes" in out.splitlines()[0]
+    assert not (dirs.root / "docker.jsonl").exists()  # docker info failed: no docker run
+
+    # Outputs and logs as on the portal: node_N/train.log, node_N/server.log.
+    assert (dirs.output / "model-0.txt").read_text() == "trained by trainer-0"
+    assert (dirs.output / "model-1.txt").read_text() == "trained by trainer-1"
+    logs = {path.relative_to(dirs.output).as_posix(): path.read_text()
+            for path in dirs.output.glob("node_*/*.log")}
+    assert sorted(logs) == ["node_0/server.log", "node_0/train.log", "node_1/train.log"]
+    assert logs["node_1/train.log"] == "hello from trainer-1\ntrainer-1 to stderr\n"
+    assert logs["node_0/server.log"] == "hello from pserver-0\npserver-0 to stderr\n"
+
+    extra = {"NUM_PASS": "4", "LR": "0.1"}
+    endpoints = set()
+    for role, index in (("pserver", 0), ("trainer", 0), ("trainer", 1)):
+        got = seen(dirs, f"{role}-{index}")
+        env = got["env"]
+        want = {**contract_env(role, index, env, dirs, 2, 1, extra),
+                "PADDLE_INPUT_DIR": str(dirs.input)}
+        assert {k: env.get(k) for k in want} == want
+        # Exactly the contract's names of the portal, for the same topology.
+        assert {k for k in env if k in RESERVED_ENV} == {k for k in want if k in RESERVED_ENV}
+        assert got["cwd"] == str(dirs.pkg)
+        assert env["PYTHONPATH"].split(os.pathsep)[0] == str(dirs.pkg)
+        endpoints.add(env["PADDLE_CURRENT_ENDPOINT"])
+    assert len(endpoints) == 3 and all(e.startswith("127.0.0.1:") for e in endpoints)
+    trainer1 = seen(dirs, "trainer-1")["env"]
+    assert (trainer1["TRAINING_ROLE"], trainer1["PADDLE_TRAINER_ID"], trainer1["TRAINER_ID"],
+            trainer1["PADDLE_TRAINERS_NUM"]) == ("TRAINER", "1", "1", "2")
+    assert trainer1["PADDLE_OUTPUT_DIR"] == str(dirs.output)
+    assert trainer1["NUM_PASS"] == "4" and "PADDLE_MASTER" not in trainer1
+    pserver = seen(dirs, "pserver-0")["env"]
+    assert pserver["PADDLE_PSERVERS_IP_PORT_LIST"] == pserver["PADDLE_CURRENT_ENDPOINT"]
+    assert trainer1["PADDLE_PSERVERS_IP_PORT_LIST"] == pserver["PADDLE_CURRENT_ENDPOINT"]
+    # The pserver was stopped once the trainers were done, as was everything it started.
+    assert gone(seen(dirs, "pserver-0")["pid"])
+    assert group_empty(seen(dirs, "pserver-0")["pgid"])
+    assert runners_of(dirs.output) == []
+
+
+@pytest.mark.parametrize("module", ["demo.train", "train"])
+def test_module_form_of_a_collective_job(cli, dirs, no_engine, module):
+    """--module demo.train with --package-path ./demo runs demo/train.py, as the seed shows;
+    without pservers the job is collective, with PADDLE_MASTER."""
+    result = train(cli, dirs, "--module", module, env=no_engine, entry=None)
+    assert result.returncode == 0, result.stderr
+    got = seen(dirs, "trainer-0")
+    assert got["argv"][0] == str(dirs.pkg / "train.py")
+    env = got["env"]
+    want = contract_env("trainer", 0, env, dirs, 1, 0, {})
+    assert {k: env.get(k) for k in want} == want
+    assert {k for k in env if k in RESERVED_ENV} == {k for k in want if k in RESERVED_ENV}
+    assert env["PADDLE_MASTER"].startswith("127.0.0.1:")
+    assert env["PADDLE_MASTER"] != env["PADDLE_CURRENT_ENDPOINT"]
+    assert "trainer-0 | hello from trainer-0\n" in result.stdout
+
+    # A second run into the same output replaces its logs.
+    assert train(cli, dirs, "--module", module, env=no_engine, entry=None).returncode == 0
+    assert (dirs.output / "node_0" / "train.log").read_text() == \
+        "hello from trainer-0\ntrainer-0 to stderr\n"
+
+
+def test_a_failing_trainer_stops_the_others(cli, dirs, no_engine):
+    result = train(cli, dirs, "--trainers", "2", "--pservers", "1", "-e", "FAIL=trainer-1",
+                   "-e", "CODE=3", env=no_engine)
+    assert result.returncode == 3
+    log = dirs.output / "node_1" / "train.log"
+    assert result.stderr == (f"paddlectl: trainer-1 failed: exited with code 3; stopped the "
+                             f"other replicas (its log: {log})\n")
+    assert "trainer-1 | hello from trainer-1\n" in result.stdout
+    for name in ("pserver-0", "trainer-0", "trainer-1"):
+        got = seen(dirs, name)
+        assert gone(got["pid"]), name
+        assert group_empty(got["pgid"]), name
+    assert runners_of(dirs.output) == []
+    assert not (dirs.output / "model-0.txt").exists()
+
+
+def test_a_killed_trainer_is_explained(cli, dirs, no_engine):
+    # (through /bin/sh -c: the shell reports 128+9)
+    result = train(cli, dirs, "--trainers", "2", "-e", "FAIL=trainer-0", "-e", "CODE=KILL",
+                   env=no_engine)
+    assert result.returncode == 128 + signal.SIGKILL
+    assert result.stderr.startswith("paddlectl: trainer-0 failed: killed (SIGKILL, exit 137): "
+                                    "often the out-of-memory killer")
+    assert gone(seen(dirs, "trainer-1")["pid"])
+    assert runners_of(dirs.output) == []
+
+
+def test_command_not_found_is_explained(cli, dirs, no_engine):
+    result = train(cli, dirs, env=no_engine, entry="no-such-trainer-command")
+    assert result.returncode == 127
+    log = dirs.output / "node_0" / "train.log"
+    assert result.stderr == ("paddlectl: trainer-0 failed: command not found (exit 127): check "
+                             f"the job's entry command (its log: {log})\n")
+    assert "no-such-trainer-command" in (dirs.output / "node_0" / "train.log").read_text()
+
+
+def test_ctrl_c_stops_every_replica(cli, dirs, no_engine):
+    args = [paddlectl_path(), "local", "train", "--package-path", str(dirs.pkg), "--entry",
+            "python train.py", "--input", str(dirs.input), "--output", str(dirs.output),
+            "--trainers", "2", "--pservers", "1", "-e", "HANG=1"]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=cli.environ(no_engine), cwd=cli.cwd)
+    try:
+        deadline = time.monotonic() + 30
+        while len(list(dirs.output.glob("env-*.json"))) < 3:
+            assert time.monotonic() < deadline, "the replicas did not start"
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130
+    assert stderr == "paddlectl: interrupted: stopping every replica\n"
+    for name in ("pserver-0", "trainer-0", "trainer-1"):
+        got = seen(dirs, name)
+        assert gone(got["pid"]), name
+        assert group_empty(got["pgid"]), name
+    assert runners_of(dirs.output) == []
+
+
+# --- mistakes -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--package-path", "{root}/nope", "--module", "train"],
+     "local train: --package-path {root}/nope: no such directory"),
+    (["--package-path", "{pkg}/train.py", "--module", "train"],
+     "local train: --package-path {pkg}/train.py: not a directory"),
+    (["--package-path", "{pkg}", "--module", "train", "--entry", "python train.py"],
+     "local train: give exactly one of --module MOD (runs python -m MOD) and --entry CMD "
+     "(a shell command)"),
+    (["--package-path", "{pkg}"],
+     "local train: give exactly one of --module MOD (runs python -m MOD) and --entry CMD "
+     "(a shell command)"),
+    (["--package-path", "{pkg}", "--module", "demo/train.py"],
+     "local train: --module demo/train.py: not a Python module name like demo.train"),
+    (["--package-path", "{pkg}", "--entry", " "],
+     "local train: --entry is empty: give the command that starts a trainer, e.g. "
+     "--entry 'python train.py'"),
+    (["--module", "train"], "local train: --package-path DIR is required"),
+    (["--package-path", "{pkg}", "--module", "train", "--input", "{root}/nope"],
+     "local train: --input {root}/nope: no such directory"),
+    (["--package-path", "{pkg}", "--module", "train", "--input", ""],
+     "local train: --input DIR is required"),
+    (["--package-path", "{pkg}", "--module", "train", "--output", "{pkg}/train.py"],
+     "local train: --output {pkg}/train.py: not a directory"),
+    (["--package-path", "{pkg}", "--module", "train", "--trainers", "0"],
+     "local train: --trainers 0: at least 1"),
+    (["--package-path", "{pkg}", "--module", "train", "--pservers", "-1"],
+     "local train: --pservers -1: 0 or more"),
+    (["--package-path", "{pkg}", "--module", "train", "-e", "NUM_PASS"],
+     "local train: -e NUM_PASS: give NAME=VALUE, e.g. -e NUM_PASS=4"),
+    (["--package-path", "{pkg}", "--module", "train", "-e", "1PASS=4"],
+     "local train: -e 1PASS=4: '1PASS' is not a valid variable name (letters, digits and "
+     "'_', not starting with a digit)"),
+    (["--package-path", "{pkg}", "--module", "train", "-e", "PADDLE_TRAINER_ID=5"],
+     "local train: -e PADDLE_TRAINER_ID=5: PADDLE_TRAINER_ID is reserved: paddlectl sets it "
+     "for every replica (the environment contract)"),
+    (["--package-path", "{pkg}", "--module", "train", "--env", "PADDLE_INPUT_DIR=/x"],
+     "local train: -e PADDLE_INPUT_DIR=/x: PADDLE_INPUT_DIR is reserved: paddlectl sets it "
+     "for every replica (the environment contract)"),
+    (["--package-path", "{pkg}", "--module", "train", "--trainers", "two"],
+     "local: argument --trainers/-trainers: invalid int value: 'two' "
+     "(see `paddlectl help local`)"),
+    (["--package-path", "{pkg}", "--module", "train", "--jobname", "Big_Job"],
+     "local train: --jobname Big_Job: lower-case letters, digits and '-', starting and "
+     "ending with a letter or digit"),
+])
+def test_mistakes_are_one_line_and_start_nothing(cli, dirs, no_engine, args, message):
+    where = {"root": dirs.root, "pkg": dirs.pkg}
+    full = [a.format(**where) for a in args]
+    if "--input" not in full:
+        full += ["--input", str(dirs.input)]
+    if "--output" not in full:
+        full += ["--output", str(dirs.output)]
+    result = cli("local", "train", *full, env=no_engine)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == f"paddlectl: {message.format(**where)}\n"
+    assert not dirs.output.exists()
+
+
+def test_the_action_is_required(cli):
+    result = cli("local")
+    assert result.returncode == 1
+    assert result.stderr == ("paddlectl: local: the following arguments are required: ACTION "
+                             "(see `paddlectl help local`)\n")
+    result = cli("local", "run")
+    assert result.returncode == 1 and "invalid choice: 'run'" in result.stderr
+
+
+def test_help_shows_the_usage(cli):
+    result = cli("help", "local")
+    assert result.returncode == 0
+    assert result.stdout.startswith(
+        "usage: paddlectl local train --package-path DIR (--module MOD | --entry CMD)\n"
+        "       --input DIR --output DIR [--image IMG] [-e K=V]... [--trainers N]\n")
+    assert "docker run --rm -v INPUT:/train/input -v OUTPUT:/train/output" in result.stdout
+    assert "not against a Docker engine" in result.stdout
+    assert "--output DIR" in result.stdout and "--no-docker" in result.stdout
+    assert cli("local", "train", "--help").stdout == result.stdout
+
+
+def test_paddlectl_needs_no_django():
+    code = ("import sys, paddlectl.cli, paddlectl.commands.local, paddlectl.local\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('django', 'rest_framework', 'celery') or m in ('jobs.models', 'jobs.engine')))")
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, check=True)
+    assert result.stdout == "[]\n"
+
+
+# --- Docker -------------------------------------------------------------------------------------
+
+def test_docker_command_line_of_a_trainer(dirs):
+    """As the seed: docker run --rm -v <input>:/train/input -v <output>:/train/output
+    -v <package>:/train/package -e NUM_PASS=4 <image> python ..."""
+    dirs.output.mkdir()
+    plan = plan_build(package=str(dirs.pkg), module="demo.train", entry=None,
+                      input_dir=str(dirs.input), output_dir=str(dirs.output),
+                      image="paddlepaddle/paddle:2.6.1", env=["NUM_PASS=4"], trainers=2,
+                      pservers=1)
+    topology = Topology(pservers=("127.0.0.1:7000",),
+                        trainers=("127.0.0.1:7001", "127.0.0.1:7002"), master=None)
+    assert docker_argv(plan, "trainer", 1, topology, "paddlectl-demo-abc-trainer-1") == [
+        "docker", "run", "--rm",
+        "-v", f"{dirs.input}:/train/input",
+        "-v", f"{dirs.output}:/train/output",
+        "-v", f"{dirs.pkg}:/train/package",
+        "--network", "host", "-w", "/train/package", "--name", "paddlectl-demo-abc-trainer-1",
+        "-e", "NUM_PASS=4",
+        "-e", "JOB_NAME=demo",
+        "-e", "JOB_NAMESPACE=local",
+        "-e", "PADDLE_CLOUD_CURRENT_DATACENTER=local",
+        "-e", "TRAINERS=2",
+        "-e", "PADDLE_TRAINERS_NUM=2",
+        "-e", "PADDLE_INIT_NUM_GRADIENT_SERVERS=2",
+        "-e", "PADDLE_NNODES=2",
+        "-e", "PADDLE_INIT_NUM_PASSES=1",
+        "-e", "PADDLE_INIT_USE_GPU=0",
+        "-e", "PADDLE_PSERVERS_IP_PORT_LIST=127.0.0.1:7000",
+        "-e", "PADDLE_INIT_PSERVERS=127.0.0.1",
+        "-e", "PADDLE_INIT_PORT=7000",
+        "-e", "PADDLE_INIT_PORTS_NUM=1",
+        "-e", "PADDLE_INIT_PORTS_NUM_FOR_SPARSE=0",
+        "-e", "PADDLE_TRAINER_ENDPOINTS=127.0.0.1:7001,127.0.0.1:7002",
+        "-e", "PADDLE_CURRENT_ENDPOINT=127.0.0.1:7002",
+        "-e", "POD_IP=127.0.0.1",
+        "-e", "PADDLE_PORT=7002",
+        "-e", "PADDLE_OUTPUT_DIR=/train/output",
+        "-e", "PADDLE_PFS_HOME=/train/input",
+        "-e", "PADDLE_PFS_PUBLIC=/train/input",
+        "-e", "PYTHONUNBUFFERED=1",
+        "-e", "TRAINING_ROLE=TRAINER",
+        "-e", "TRAINER_ID=1",
+        "-e", "PADDLE_TRAINER_ID=1",
+        "-e", "PADDLE_INIT_TRAINER_ID=1",
+        "-e", "PADDLE_INPUT_DIR=/train/input",
+        "-e", "PYTHONPATH=/train/package",
+        "paddlepaddle/paddle:2.6.1", "python", "-m", "train",
+    ]
+
+
+def test_docker_command_line_of_a_pserver_and_of_an_entry(dirs):
+    dirs.output.mkdir()
+    plan = plan_build(package=str(dirs.pkg), module=None, entry="python train.py --lr 0.1",
+                      input_dir=str(dirs.input), output_dir=str(dirs.output), trainers=1,
+                      pservers=1, jobname="fit")
+    topology = Topology(pservers=("127.0.0.1:7000",), trainers=("127.0.0.1:7001",),
+                        master=None)
+    argv = docker_argv(plan, "pserver", 0, topology, "c0", docker="/usr/bin/docker")
+    assert argv[:3] == ["/usr/bin/docker", "run", "--rm"]
+    assert argv[-4:] == ["paddlepaddle/paddle:2.6.1", "/bin/sh", "-c",
+                         "python train.py --lr 0.1"]
+    env = env_of(argv)
+    assert (env["TRAINING_ROLE"], env["PADDLE_PSERVER_ID"], env["PADDLE_CURRENT_ENDPOINT"],
+            env["JOB_NAME"]) == ("PSERVER", "0", "127.0.0.1:7000", "fit")
+    assert "PADDLE_TRAINER_ID" not in env and "PADDLE_MASTER" not in env
+    # Collective: trainer 0's PADDLE_MASTER, as jobs.contract gives it.
+    plan = plan_build(package=str(dirs.pkg), module="train", entry=None,
+                      input_dir=str(dirs.input), output_dir=str(dirs.output))
+    topology = Topology(pservers=(), trainers=("127.0.0.1:7001",), master="127.0.0.1:7009")
+    argv = docker_argv(plan, "trainer", 0, topology, "c1")
+    assert "PADDLE_MASTER=127.0.0.1:7009" in argv and argv[-3:] == ["python", "-m", "train"]
+
+
+def test_with_a_docker_engine_each_replica_is_a_docker_run(cli, dirs):
+    docker = fake_docker(dirs.root)
+    record = dirs.root / "docker.jsonl"
+    env = {"PATH": f"{docker.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "FAKE_DOCKER_INFO": "0", "FAKE_DOCKER_RECORD": str(record)}
+    result = train(cli, dirs, "--module", "demo.train", "--pservers", "1", "--image", "img:1",
+                   "-e", "NUM_PASS=4", env=env, entry=None)
+    assert result.returncode == 0, result.stderr
+    assert "in Docker containers" in result.stdout.splitlines()[0]
+    assert "trainer-0 | container of TRAINER\n" in result.stdout
+    assert "pserver-0 | container of PSERVER\n" in result.stdout
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    runs = {call[call.index("--name") + 1]: call for call in calls if call[1] == "run"}
+    assert len(runs) == 2
+    for name, call in runs.items():
+        role = "trainer" if name.endswith("trainer-0") else "pserver"
+        assert call[:9] == [str(docker), "run", "--rm", "-v", f"{dirs.input}:/train/input",
+                            "-v", f"{dirs.output}:/train/output",
+                            "-v", f"{dirs.pkg}:/train/package"]
+        assert call[-4:] == ["img:1", "python", "-m", "train"]
+        given = env_of(call)
+        topology = Topology(pservers=(given["PADDLE_PSERVERS_IP_PORT_LIST"],),
+                            trainers=(given["PADDLE_TRAINER_ENDPOINTS"],), master=None)
+        plan = plan_build(package=str(dirs.pkg), module="demo.train", entry=None,
+                          input_dir=str(dirs.input), output_dir=str(dirs.output),
+                          image="img:1", env=["NUM_PASS=4"], pservers=1)
+        assert call == docker_argv(plan, role, 0, topology, name, docker=str(docker))
+    # The pserver's `docker run` was stopped when the trainer was done, and its container
+    # removed (a stopped client leaves it running).
+    pserver = next(name for name in runs if name.endswith("pserver-0"))
+    assert [str(docker), "rm", "-f", pserver] in calls
+    assert (dirs.output / "node_0" / "train.log").read_text() == "container of TRAINER\n"
+
+
+def test_docker_run_failing_is_explained(cli, dirs):
+    docker = fake_docker(dirs.root)
+    env = {"PATH": f"{docker.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "FAKE_DOCKER_INFO": "0", "FAKE_DOCKER_CODE": "125"}
+    result = train(cli, dirs, env=env)
+    assert result.returncode == 125
+    assert result.stderr.startswith("paddlectl: trainer-0 failed: docker run itself failed "
+                                    "(exit 125): check the image and Docker")
+
+
+def test_no_docker_and_an_unreachable_engine(cli, dirs, no_engine):
+    result = train(cli, dirs, "--image", "img:1", env=no_engine)
+    assert result.returncode == 0
+    assert result.stderr == ("paddlectl: warning: no Docker engine here (`docker info` "
+                             "failed): running local processes; --image is not used\n")
+    assert (dirs.output / "model-0.txt").exists()
+    # --no-docker: local processes even though an engine answers.
+    result = train(cli, dirs, "--no-docker", env={**no_engine, "FAKE_DOCKER_INFO": "0"})
+    assert result.returncode == 0 and "as local processes" in result.stdout
+    assert not (dirs.root / "docker.jsonl").exists()
+
+
+def test_module_names_as_in_the_seeds(tmp_path):
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    assert module_resolve(demo, "demo.train") == "train"  # the seeds' form
+    assert module_resolve(demo, "train") == "train"
+    assert module_resolve(demo, "other.train") == "other.train"
+    (demo / "demo").mkdir()  # a package of the same name inside: taken as is
+    assert module_resolve(demo, "demo.train") == "demo.train"
