@@ -2,7 +2,8 @@
 on CPU with ``paddle.distributed`` (collective gloo backend), one process per trainer.
 
 PaddleCloud starts every trainer as ``sh -c "python train.py"`` in a private copy of this
-directory, with the environment contract (README.md). It runs by hand too::
+directory, with the environment contract (README.md), which it reads through the SDK's
+``paddlecloud_sdk.env`` helpers. It runs by hand too (with PaddleCloud installed)::
 
     PADDLE_OUTPUT_DIR=/tmp/out python train.py          # one trainer, no distributed setup
 
@@ -24,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from paddlecloud_sdk import dataset, env
+
 FEATURES = 13  # as in UCI housing
 SHARDS = 8  # training-set files: at most this many trainers
 ROWS_PER_SHARD = 64
@@ -39,25 +42,16 @@ def log(message: str) -> None:
     print(message, flush=True)
 
 
-def env_int(*names: str, default: int) -> int:
-    """The first of ``names`` that is set and not empty, as an int."""
-    for name in names:
-        value = os.environ.get(name, "").strip()
-        if value:
-            return int(value)
-    return default
-
-
 # --- the dataset -------------------------------------------------------------------------------
 
 
 def data_dir() -> Path:
     """Where the dataset lives: the user's PFS home (kept for later jobs), or the job's output
     directory when there is no home (a run by hand)."""
-    home = os.environ.get("PADDLE_PFS_HOME")
-    if home:
-        return Path(home) / "datasets" / "fit_a_line"
-    return Path(os.environ.get("PADDLE_OUTPUT_DIR") or "output") / "data" / "fit_a_line"
+    home = env.pfs_home()
+    if home is not None:
+        return home / "datasets" / "fit_a_line"
+    return env.output_dir() / "data" / "fit_a_line"
 
 
 def ensure_dataset(root: Path) -> None:
@@ -97,12 +91,13 @@ def ensure_dataset(root: Path) -> None:
 
 
 def my_shards(root: Path, trainer_id: int, trainers: int) -> list[Path]:
-    """This trainer's training files, as the original cluster_files_reader picks them."""
-    files = sorted(root.glob("part-*.npz"))
-    if len(files) < trainers:
-        raise SystemExit(f"the dataset in {root} has {len(files)} shards, "
+    """This trainer's training files, as the original cluster_files_reader picks them
+    (``dataset.trainer_files``: shard ``i`` for trainer ``i % trainers``)."""
+    shards = len(list(root.glob("part-*.npz")))
+    if shards < trainers:
+        raise SystemExit(f"the dataset in {root} has {shards} shards, "
                          f"fewer than the {trainers} trainers")
-    return [f for i, f in enumerate(files) if i % trainers == trainer_id]
+    return [Path(f) for f in dataset.trainer_files(root / "part-*.npz", trainers, trainer_id)]
 
 
 def load(files: list[Path]) -> tuple[np.ndarray, np.ndarray]:
@@ -123,24 +118,22 @@ def derive_paddle_env(use_gpu: bool) -> None:
     whose collectives fail with "The global group is not initialized".
     Only defaults are set: anything already in the environment wins.
     """
-    env = os.environ
-    trainer_id = env_int("PADDLE_TRAINER_ID", "TRAINER_ID", "PADDLE_INIT_TRAINER_ID", default=0)
-    trainers = env_int("PADDLE_TRAINERS_NUM", "TRAINERS", "PADDLE_INIT_NUM_GRADIENT_SERVERS",
-                       "PADDLE_NNODES", default=1)
-    env.setdefault("PADDLE_TRAINER_ID", str(trainer_id))
-    env.setdefault("PADDLE_TRAINERS_NUM", str(trainers))
-    endpoints = [e for e in env.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]
-    if "PADDLE_CURRENT_ENDPOINT" not in env:
+    environ = os.environ
+    trainer_id = env.trainer_id()
+    environ.setdefault("PADDLE_TRAINER_ID", str(trainer_id))
+    environ.setdefault("PADDLE_TRAINERS_NUM", str(env.trainer_count()))
+    endpoints = env.trainer_endpoints()
+    if "PADDLE_CURRENT_ENDPOINT" not in environ:
         if trainer_id < len(endpoints):
-            env["PADDLE_CURRENT_ENDPOINT"] = endpoints[trainer_id]
-        elif env.get("POD_IP") and env.get("PADDLE_PORT"):
-            env["PADDLE_CURRENT_ENDPOINT"] = f"{env['POD_IP']}:{env['PADDLE_PORT']}"
-    if "PADDLE_MASTER" not in env and endpoints:
-        env["PADDLE_MASTER"] = endpoints[0]
+            environ["PADDLE_CURRENT_ENDPOINT"] = endpoints[trainer_id]
+        elif (current := env.current_endpoint()) is not None:  # POD_IP:PADDLE_PORT
+            environ["PADDLE_CURRENT_ENDPOINT"] = current
+    if "PADDLE_MASTER" not in environ and (master := env.master_endpoint()) is not None:
+        environ["PADDLE_MASTER"] = master
     if use_gpu:
-        env.setdefault("FLAGS_selected_gpus", "0")
+        environ.setdefault("FLAGS_selected_gpus", "0")
     else:
-        env.setdefault("PADDLE_DISTRI_BACKEND", "gloo")
+        environ.setdefault("PADDLE_DISTRI_BACKEND", "gloo")
 
 
 # --- training ----------------------------------------------------------------------------------
@@ -148,15 +141,14 @@ def derive_paddle_env(use_gpu: bool) -> None:
 
 def main() -> int:
     started = time.monotonic()
-    trainer_id = env_int("PADDLE_TRAINER_ID", "TRAINER_ID", "PADDLE_INIT_TRAINER_ID", default=0)
-    trainers = env_int("PADDLE_TRAINERS_NUM", "TRAINERS", "PADDLE_INIT_NUM_GRADIENT_SERVERS",
-                       "PADDLE_NNODES", default=1)
-    passes = env_int("PADDLE_INIT_NUM_PASSES", default=DEFAULT_PASSES)
-    want_gpu = os.environ.get("PADDLE_INIT_USE_GPU", "0") == "1"
-    output = Path(os.environ.get("PADDLE_OUTPUT_DIR") or "output").resolve()
+    trainer_id = env.trainer_id()
+    trainers = env.trainer_count()
+    passes = env.num_passes(default=DEFAULT_PASSES)
+    want_gpu = env.use_gpu()
+    output = env.output_dir().resolve()
     if not 0 <= trainer_id < trainers:
         raise SystemExit(f"trainer id {trainer_id} is not in 0..{trainers - 1}")
-    if os.environ.get("TRAINING_ROLE", "TRAINER") != "TRAINER":
+    if not env.is_trainer():
         raise SystemExit("fit_a_line is a collective job: it has trainers only, no pservers")
 
     root = data_dir()

@@ -6,21 +6,23 @@ one it is (``PSERVER`` or ``TRAINER``). See README.md.
 
 from __future__ import annotations
 
-import os
 import sys
+
+from paddlecloud_sdk import env
 
 
 def main() -> int:
-    role = os.environ.get("TRAINING_ROLE", "TRAINER").upper()
+    try:
+        role = env.role()  # TRAINING_ROLE: TRAINER (the default) or PSERVER
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     if role == "PSERVER":
         import pserver
 
         return pserver.serve()
-    if role == "TRAINER":
-        import trainer
+    import trainer
 
-        return trainer.run()
-    raise SystemExit(f"TRAINING_ROLE must be PSERVER or TRAINER, not {role!r}")
+    return trainer.run()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""What pservers and trainers share: the environment, where each parameter lives, and the wire
-format.
+"""What pservers and trainers share: where each parameter lives, and the wire format. (The
+environment contract they read through ``paddlecloud_sdk.env``.)
 
 A message is a 4-byte big-endian length, that many bytes of a JSON object (the header), then
 ``header["nbytes"]`` bytes of little-endian float64 values (the parameters or gradients of one
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import socket
 import struct
 
@@ -46,25 +45,6 @@ class ProtocolError(Exception):
 
 def log(message: str) -> None:
     print(message, flush=True)
-
-
-def env_int(*names: str, default: int) -> int:
-    """The first of ``names`` that is set and not empty, as an int."""
-    for name in names:
-        value = os.environ.get(name, "").strip()
-        if value:
-            return int(value)
-    return default
-
-
-def trainers_num() -> int:
-    return env_int("PADDLE_TRAINERS_NUM", "TRAINERS", "PADDLE_INIT_NUM_GRADIENT_SERVERS",
-                   default=1)
-
-
-def pserver_endpoints() -> list[str]:
-    return [e.strip() for e in os.environ.get("PADDLE_PSERVERS_IP_PORT_LIST", "").split(",")
-            if e.strip()]
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:

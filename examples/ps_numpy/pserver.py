@@ -16,14 +16,13 @@ from protocol import (
     DIM,
     ProtocolError,
     blocks,
-    env_int,
     log,
-    pserver_endpoints,
     recv,
     send,
     split_endpoint,
-    trainers_num,
 )
+
+from paddlecloud_sdk import env
 
 LEARNING_RATE = 0.05
 
@@ -119,16 +118,16 @@ class Server(socketserver.ThreadingTCPServer):
 
 
 def serve() -> int:
-    endpoints = pserver_endpoints()
-    index = env_int("PADDLE_PSERVER_ID", default=0)
+    endpoints = env.pserver_endpoints()
+    index = env.pserver_id() or 0
     if not 0 <= index < len(endpoints):
         raise SystemExit(f"pserver {index} is not in PADDLE_PSERVERS_IP_PORT_LIST={endpoints}")
-    own = os.environ.get("PADDLE_CURRENT_ENDPOINT") or endpoints[index]
+    own = env.current_endpoint() or endpoints[index]
     own_host, own_port = split_endpoint(own)
     host = os.environ.get("POD_IP") or own_host
-    port = env_int("PADDLE_PORT", default=own_port)
+    port = int(os.environ.get("PADDLE_PORT") or own_port)
     block = blocks(DIM, len(endpoints))[index]
-    trainers = trainers_num()
+    trainers = env.trainer_count()
 
     stop = threading.Event()  # set by the last "done", or by a signal
     shard = Shard(block.stop - block.start, trainers, stop)

@@ -7,7 +7,6 @@ done, saves the final parameters."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import tempfile
@@ -19,14 +18,13 @@ from protocol import (
     DIM,
     FEATURES,
     blocks,
-    env_int,
     log,
-    pserver_endpoints,
     recv,
     send,
     split_endpoint,
-    trainers_num,
 )
+
+from paddlecloud_sdk import dataset, env
 
 SHARDS = 8  # training-set files: at most this many trainers
 ROWS_PER_SHARD = 64
@@ -45,10 +43,10 @@ PEERS_TIMEOUT = 3600.0  # how long trainer 0 waits for the other trainers to fin
 
 def data_dir() -> Path:
     """The user's PFS home (kept for later jobs), or the job's output directory by hand."""
-    home = os.environ.get("PADDLE_PFS_HOME")
-    if home:
-        return Path(home) / "datasets" / "ps_numpy"
-    return Path(os.environ.get("PADDLE_OUTPUT_DIR") or "output") / "data" / "ps_numpy"
+    home = env.pfs_home()
+    if home is not None:
+        return home / "datasets" / "ps_numpy"
+    return env.output_dir() / "data" / "ps_numpy"
 
 
 def ensure_dataset(root: Path) -> None:
@@ -83,11 +81,12 @@ def ensure_dataset(root: Path) -> None:
 
 
 def my_shards(root: Path, trainer_id: int, trainers: int) -> list[Path]:
-    files = sorted(root.glob("part-*.npz"))
-    if len(files) < trainers:
-        raise SystemExit(f"the dataset in {root} has {len(files)} shards, "
+    """Shard ``i`` for trainer ``i % trainers``, as the seeds' cluster_files_reader."""
+    shards = len(list(root.glob("part-*.npz")))
+    if shards < trainers:
+        raise SystemExit(f"the dataset in {root} has {shards} shards, "
                          f"fewer than the {trainers} trainers")
-    return [f for i, f in enumerate(files) if i % trainers == trainer_id]
+    return [Path(f) for f in dataset.trainer_files(root / "part-*.npz", trainers, trainer_id)]
 
 
 def load(files: list[Path]) -> tuple[np.ndarray, np.ndarray]:
@@ -190,11 +189,11 @@ def wait_for_peers(pservers: list[Pserver], trainer_id: int, trainers: int) -> N
 
 def run() -> int:
     started = time.monotonic()
-    trainer_id = env_int("PADDLE_TRAINER_ID", "TRAINER_ID", "PADDLE_INIT_TRAINER_ID", default=0)
-    trainers = trainers_num()
-    passes = env_int("PADDLE_INIT_NUM_PASSES", default=DEFAULT_PASSES)
-    output = Path(os.environ.get("PADDLE_OUTPUT_DIR") or "output").resolve()
-    endpoints = pserver_endpoints()
+    trainer_id = env.trainer_id()
+    trainers = env.trainer_count()
+    passes = env.num_passes(default=DEFAULT_PASSES)
+    output = env.output_dir().resolve()
+    endpoints = env.pserver_endpoints()
     if not endpoints:
         raise SystemExit("ps_numpy needs pservers: PADDLE_PSERVERS_IP_PORT_LIST is empty")
     if not 0 <= trainer_id < trainers:

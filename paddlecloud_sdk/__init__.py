@@ -1,0 +1,39 @@
+"""The PaddleCloud Python SDK.
+
+- ``PaddleJob`` (``paddlecloud_sdk.job``): submit a job, follow its state, workers and logs,
+  wait for it, kill it — through paddlectl's config, token cache and API client.
+- ``dist_train`` (``paddlecloud_sdk.train``): submits when run outside a job, trains inside.
+- ``paddlecloud_sdk.env``: the environment contract as functions (``trainer_id()``,
+  ``trainer_count()``, ``output_dir()`` …).
+- ``paddlecloud_sdk.dataset``: ``split``, ``convert``, ``cluster_files_reader``,
+  ``recordio_reader``, ``dist_reader``.
+- ``paddlecloud_sdk.recordio``: PaddlePaddle's RecordIO format, pure Python.
+- ``paddlecloud_sdk.errors``: what it raises (paddlectl's error classes).
+
+``env``, ``dataset`` and ``recordio`` need only the standard library, so a trainer can import
+them in any image; ``PaddleJob`` and ``dist_train`` are loaded on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from . import dataset, env, recordio
+
+_LAZY = {
+    "PaddleJob": "job", "CephFSVolume": "job", "Connection": "job", "connect": "job",
+    "dist_train": "train", "errors": None, "job": None, "train": None,
+}
+
+__all__ = ["CephFSVolume", "Connection", "PaddleJob", "connect", "dataset", "dist_train",
+           "env", "errors", "recordio"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _LAZY[name]
+    if module is None:
+        return importlib.import_module(f"{__name__}.{name}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -1,0 +1,482 @@
+"""``PaddleJob``: submit a training job from Python and follow it, as ``paddlectl`` does.
+
+    from paddlecloud_sdk import PaddleJob
+
+    job = PaddleJob(job_name="fit-a-line", entry_point="python train.py",
+                    trainer_package="./fit_a_line", trainers=2, passes=5).submit()
+    for line in job.logs(follow=True):
+        print(line)
+    assert job.wait() == "succeeded"
+
+It talks to the portal through paddlectl's layers — the same config (``~/.paddle/config``,
+``$PADDLE_CONFIG``, or ``config=``), the same current datacenter (or ``datacenter=``), the same
+token cache beside the config, the same API client and upload code — and never prints:
+problems are exceptions (``paddlecloud_sdk.errors``), and ``logs()`` yields lines for the
+caller to show.
+
+A local ``trainer_package`` directory is uploaded as ``paddlectl submit`` uploads one: to
+``/pfs/{datacenter}/home/{user}/jobs/{job_name}/{dirname}`` (``package`` for a directory named
+``output``), replacing what an earlier job of that name left there, once the portal has
+checked the rest of the job; a ``/pfs/…`` path is used as it is.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import re
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paddlectl import __version__, jobs
+from paddlectl.client import ApiClient
+from paddlectl.config import Config, Datacenter, config_load, config_path
+from paddlectl.pfspath import pfs_home
+from paddlectl.progress import Progress
+from paddlectl.tokens import FILENAME, TokenCache
+
+from .errors import ApiError, JobSpecError, JobTimeoutError, NetworkError, UsageError
+
+FINAL_STATES = frozenset({"succeeded", "failed", "killed"})
+CPU_RE = re.compile(r"^\s*\d+(\.\d+)?\s*m?\s*$")
+BYTES_RE = re.compile(r"^\s*\d+(\.\d+)?\s*([KMGTPE]i|[kKMGTPE])?[bB]?\s*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LOG_RECONNECTS = 3  # lost log streams in a row, without a byte in between, before giving up
+LOG_RECONNECT_PAUSE = 1.0  # seconds
+
+# The seeds' parameter names (and the API's), accepted beside PaddleJob's own.
+ALIASES = {
+    "name": "job_name", "jobname": "job_name",
+    "entry": "entry_point",
+    "trainer_package_path": "trainer_package", "package": "trainer_package",
+    "cpu_num": "cpu_nums", "cpu": "cpu_nums",
+    "gpu_num": "gpu_nums", "gpu": "gpu_nums",
+    "image": "runtime_image", "base_image": "runtime_image",
+    "parallelism": "trainers",
+    "memory_limit": "memory",
+}
+IGNORED = {
+    "namespace": "namespaces are the portal's: every user has one per datacenter",
+}
+
+
+class IgnoredParameterWarning(UserWarning):
+    """A seed-era parameter that PaddleCloud no longer uses."""
+
+
+@dataclass(frozen=True)
+class CephFSVolume:
+    """The seeds' CephFS volume, accepted for compatibility and ignored: volumes (PFS) are
+    configured per datacenter by the admins now, and every job sees the owner's home and the
+    public datasets (``PADDLE_PFS_HOME``, ``PADDLE_PFS_PUBLIC``)."""
+
+    monitors_addr: str
+    user: str = "admin"
+    secret_name: str = "cephfs-secret"  # noqa: S105 - a Kubernetes Secret's name
+    mount_path: str = "/mnt/cephfs"
+    path: str = "/"
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
+class Connection:
+    """One datacenter of the config file and paddlectl's API client for it (no request is
+    made until one is needed)."""
+
+    def __init__(self, config: str | os.PathLike | Config | None = None,
+                 datacenter: str | None = None):
+        if isinstance(config, Config):
+            self.config = config
+        else:
+            explicit = os.fspath(config) if config is not None else None
+            self.config = config_load(config_path(explicit), warn=_warn)
+        self.datacenter: Datacenter = self.config.datacenter(datacenter)
+        dc = self.datacenter
+        self.client = ApiClient(
+            dc.endpoint, dc.name, dc.username, dc.password,
+            TokenCache(self.config.path.parent / FILENAME),
+            hint=f"check `endpoint` of datacenter {dc.name!r} in {self.config.path}")
+        self.client.session.headers["User-Agent"] = f"paddlecloud-sdk/{__version__}"
+
+    @property
+    def home(self) -> str:
+        """The user's PFS home in this datacenter."""
+        return pfs_home(self.datacenter.name, self.datacenter.username)
+
+    def __repr__(self) -> str:
+        dc = self.datacenter
+        return f"<Connection {dc.username}@{dc.name} {dc.endpoint}>"
+
+
+def connect(config: str | os.PathLike | Config | None = None,
+            datacenter: str | None = None) -> Connection:
+    """A connection to a datacenter of the config (default: ``$PADDLE_CONFIG`` or
+    ``~/.paddle/config``, its current datacenter)."""
+    return Connection(config, datacenter)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class PaddleJob:
+    """A PaddleCloud job: its parameters, and once submitted (or attached), the server's view
+    of it in ``info``.
+
+    ``trainer_package`` is a local directory (uploaded by ``submit()``) or a ``/pfs/…``
+    directory. ``memory``/``cpu_nums``/``gpu_nums`` are per trainer, ``psmemory``/``pscpu``
+    per pserver (quantities as Kubernetes writes them: ``"512Mi"``, ``"2G"``; ``1``, ``0.5``,
+    ``"500m"``). ``passes`` reaches trainers as ``PADDLE_INIT_NUM_PASSES`` (default 1, or
+    ``dist_train``'s ``num_passes``). ``env`` adds variables (numbers are turned into
+    strings). ``config``/``datacenter`` pick the config file and datacenter; ``connection`` a
+    ``Connection`` to share between jobs.
+
+    The seeds' names are accepted too: ``trainer_package_path``, ``cpu_num``, ``gpu_num``,
+    ``use_gpu`` (one GPU when true and ``gpu_nums`` is not given), ``base_image``/``image``,
+    ``parallelism``, ``name``/``jobname``, ``entry``. ``cephfs_volume`` and ``namespace`` are
+    accepted and ignored, with a warning. Arguments are checked here, before anything is sent:
+    every mistake is named in one ``JobSpecError``.
+    """
+
+    def __init__(self, job_name: str | None = None, entry_point: str | None = None,
+                 trainer_package: str | os.PathLike | None = None, memory: str | int = "1Gi",
+                 cpu_nums: int | float | str = 1, gpu_nums: int = 0,
+                 runtime_image: str | None = None, pservers: int = 0, trainers: int = 1,
+                 passes: int | None = None, env: Mapping[str, Any] | None = None,
+                 registry: str | None = None, cephfs_volume: CephFSVolume | None = None,
+                 topology: str | None = None, datacenter: str | None = None,
+                 config: str | os.PathLike | Config | None = None,
+                 pscpu: int | float | str | None = None, psmemory: str | int | None = None, *,
+                 restart_limit: int | None = None, deadline_seconds: int | None = None,
+                 ttl_seconds_after_finished: int | None = None,
+                 connection: Connection | None = None, **aliases: Any):
+        values = {
+            "job_name": job_name, "entry_point": entry_point, "trainer_package": trainer_package,
+            "memory": memory, "cpu_nums": cpu_nums, "gpu_nums": gpu_nums,
+            "runtime_image": runtime_image, "pservers": pservers, "trainers": trainers,
+        }
+        defaults = {"job_name": None, "entry_point": None, "trainer_package": None,
+                    "memory": "1Gi", "cpu_nums": 1, "gpu_nums": 0, "runtime_image": None,
+                    "pservers": 0, "trainers": 1}
+        problems: dict[str, list[str]] = {}
+
+        def fail(name: str, message: str) -> None:
+            problems.setdefault(name, []).append(message)
+
+        use_gpu = aliases.pop("use_gpu", None)
+        for alias, value in aliases.items():
+            if alias in IGNORED:
+                warnings.warn(f"PaddleJob({alias}=...) is ignored: {IGNORED[alias]}",
+                              IgnoredParameterWarning, stacklevel=2)
+                continue
+            if alias not in ALIASES:
+                raise TypeError(f"PaddleJob() got an unexpected keyword argument {alias!r}")
+            target = ALIASES[alias]
+            if values[target] != defaults[target] and values[target] != value:
+                fail(target, f"given twice, as {target} and as {alias}")
+            values[target] = value
+        if use_gpu is not None:
+            if not isinstance(use_gpu, bool):
+                fail("use_gpu", "True or False")
+            elif use_gpu and values["gpu_nums"] == 0:
+                values["gpu_nums"] = 1
+            elif not use_gpu and values["gpu_nums"] not in (0, None):
+                fail("gpu_nums", "use_gpu=False asks for no GPU")
+
+        if cephfs_volume is not None:
+            warnings.warn(
+                "PaddleJob(cephfs_volume=...) is ignored: volumes are configured per datacenter "
+                "by the admins; jobs see your PFS home and the public datasets "
+                "($PADDLE_PFS_HOME, $PADDLE_PFS_PUBLIC)", IgnoredParameterWarning, stacklevel=2)
+
+        self.job_name = values["job_name"]
+        self.entry_point = values["entry_point"]
+        self.trainer_package = values["trainer_package"]
+        self.memory = values["memory"]
+        self.cpu_nums = values["cpu_nums"]
+        self.gpu_nums = values["gpu_nums"]
+        self.runtime_image = values["runtime_image"]
+        self.pservers = values["pservers"]
+        self.trainers = values["trainers"]
+        self.passes = passes
+        self.registry = registry
+        self.cephfs_volume = cephfs_volume
+        self.topology = topology
+        self.pscpu = pscpu
+        self.psmemory = psmemory
+        self.restart_limit = restart_limit
+        self.deadline_seconds = deadline_seconds
+        self.ttl_seconds_after_finished = ttl_seconds_after_finished
+        self.env: dict[str, str] = {}
+        self.datacenter = datacenter
+        self._config = config
+        self._connection = connection
+        self.info: dict | None = None
+        self._check(env, fail)
+        if problems:
+            raise JobSpecError(problems)
+
+    # -- checking -------------------------------------------------------------------------------
+
+    def _check(self, env: Mapping[str, Any] | None, fail) -> None:
+        name = self.job_name
+        if not isinstance(name, str):
+            fail("job_name", "required: a name for the job, e.g. fit-a-line")
+        elif (problem := jobs.name_problem(name)) is not None:
+            fail("job_name", problem.replace("-jobname fit-a-line", "job_name='fit-a-line'"))
+
+        if not isinstance(self.entry_point, str) or not self.entry_point.strip():
+            fail("entry_point", 'required: the command that starts a replica, e.g. '
+                                '"python train.py"')
+
+        package = self.trainer_package
+        if package is None or package == "":
+            fail("trainer_package", "required: a local directory to upload, or a /pfs/... "
+                                    "directory")
+        elif not isinstance(package, str | os.PathLike):
+            fail("trainer_package", "a path")
+
+        for field, value, required in (("cpu_nums", self.cpu_nums, True),
+                                       ("pscpu", self.pscpu, False)):
+            if value is None and not required:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float | str) \
+                    or not CPU_RE.match(str(value)) or float(str(value).rstrip("m ")) <= 0:
+                fail(field, f"{value!r} is not a CPU amount: cores (1, 0.5) or millicores "
+                            "('500m'), more than 0")
+        for field, value, required in (("memory", self.memory, True),
+                                       ("psmemory", self.psmemory, False)):
+            if value is None and not required:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | str) \
+                    or not BYTES_RE.match(str(value)):
+                fail(field, f"{value!r} is not an amount of memory: e.g. '512Mi', '2Gi', '1G'")
+
+        for field, value, minimum, required in (
+                ("gpu_nums", self.gpu_nums, 0, True), ("pservers", self.pservers, 0, True),
+                ("trainers", self.trainers, 1, True), ("passes", self.passes, 1, False),
+                ("restart_limit", self.restart_limit, 0, False),
+                ("deadline_seconds", self.deadline_seconds, 1, False),
+                ("ttl_seconds_after_finished", self.ttl_seconds_after_finished, 0, False)):
+            if value is None and not required:
+                continue
+            if not _is_int(value):
+                fail(field, f"{value!r} is not a whole number")
+            elif value < minimum:
+                fail(field, f"must be at least {minimum}, not {value}")
+
+        for field in ("runtime_image", "registry", "topology", "datacenter"):
+            value = getattr(self, field)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                fail(field, "a non-empty string")
+
+        if env is not None:
+            if not isinstance(env, Mapping):
+                fail("env", 'a mapping of NAME: "value"')
+                return
+            for key, value in env.items():
+                if not isinstance(key, str) or not ENV_NAME_RE.match(key):
+                    fail(f"env.{key}", "not a valid variable name")
+                elif isinstance(value, bool) or not isinstance(value, str | int | float):
+                    fail(f"env.{key}", f"a string or a number, not {type(value).__name__}")
+                else:
+                    self.env[key] = str(value)
+
+    # -- where things are ---------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.job_name
+
+    @property
+    def connection(self) -> Connection:
+        if self._connection is None:
+            self._connection = Connection(self._config, self.datacenter)
+        return self._connection
+
+    @property
+    def client(self) -> ApiClient:
+        return self.connection.client
+
+    @property
+    def is_remote_package(self) -> bool:
+        return os.fspath(self.trainer_package).startswith("/pfs/")
+
+    @property
+    def package_path(self) -> str:
+        """The trainer package in PFS: as given, or where a local one is uploaded."""
+        if self.is_remote_package:
+            return os.fspath(self.trainer_package).rstrip("/")
+        return jobs.package_path(self.connection.home, self.job_name, self.trainer_package)
+
+    @property
+    def output_path(self) -> str:
+        """The job's output directory in PFS (model, metrics, ``node_N/train.log``)."""
+        return jobs.output_path(self.connection.home, self.job_name)
+
+    @property
+    def state(self) -> str | None:
+        """The state last seen (no request; ``status()`` asks the server)."""
+        return self.info["state"] if self.info else None
+
+    # -- submitting ---------------------------------------------------------------------------
+
+    def spec(self) -> dict:
+        """The job as the API takes it (``POST /api/v1/jobs/``)."""
+        body: dict[str, Any] = {
+            "name": self.job_name, "package": self.package_path, "entry": self.entry_point,
+            "trainers": self.trainers, "pservers": self.pservers, "cpu": str(self.cpu_nums),
+            "memory": str(self.memory), "gpu": self.gpu_nums,
+        }
+        optional = {
+            "passes": self.passes, "image": self.runtime_image, "topology": self.topology,
+            "registry": self.registry,
+            "pscpu": None if self.pscpu is None else str(self.pscpu),
+            "psmemory": None if self.psmemory is None else str(self.psmemory),
+            "restart_limit": self.restart_limit, "deadline_seconds": self.deadline_seconds,
+            "ttl_seconds_after_finished": self.ttl_seconds_after_finished,
+        }
+        body.update({key: value for key, value in optional.items() if value is not None})
+        if self.env:
+            body["env"] = dict(self.env)
+        return body
+
+    def submit(self) -> PaddleJob:
+        """Upload a local trainer package and submit the job; ``self``, with the server's
+        answer in ``info``. The portal checks the job before the package is uploaded, so a
+        mistake (a name in use, a reserved variable …) costs no upload and replaces no files.
+        """
+        if self.info is not None:
+            raise UsageError(f"job {self.job_name!r} was submitted already")
+        body = self.spec()
+        if not self.is_remote_package:
+            local = Path(self.trainer_package).expanduser()
+            if not local.is_dir():
+                raise JobSpecError({"trainer_package": [
+                    f"{local} is not a directory here (a local trainer package is uploaded; "
+                    "a path in PFS starts with /pfs/)"]})
+            if self.topology and (problem := jobs.topology_problem(self.topology, local)):
+                raise JobSpecError({"topology": [problem]})
+            jobs.job_probe(self.client, self.connection.home, body)
+            progress = Progress(io.StringIO(), body["package"], None, enabled=False)
+            jobs.package_upload(self.client, local, body["package"], progress, _warn)
+        self.info = self.client.job_submit(body)
+        return self
+
+    @classmethod
+    def attach(cls, job_name: str, *, datacenter: str | None = None,
+               config: str | os.PathLike | Config | None = None,
+               connection: Connection | None = None) -> PaddleJob:
+        """A job submitted before (by this SDK, ``paddlectl`` or the dashboard), by name."""
+        connection = connection or Connection(config, datacenter)
+        info = connection.client.job_get(job_name)
+        job = cls(job_name=info["name"], entry_point=info["entry"],
+                  trainer_package=info["package"], memory=info["memory"],
+                  cpu_nums=info["cpu"], gpu_nums=info["gpu"], runtime_image=info["image"],
+                  pservers=info["pservers"], trainers=info["trainers"], passes=info["passes"],
+                  env=info.get("env") or None, topology=info.get("topology") or None,
+                  pscpu=info["pscpu"], psmemory=info["psmemory"],
+                  restart_limit=info.get("restart_limit"),
+                  deadline_seconds=info.get("deadline_seconds"),
+                  ttl_seconds_after_finished=info.get("ttl_seconds_after_finished"),
+                  datacenter=connection.datacenter.name, connection=connection)
+        job.info = info
+        return job
+
+    # -- following ----------------------------------------------------------------------------
+
+    def refresh(self) -> dict:
+        """The job as the server sees it now (also kept in ``info``)."""
+        self.info = self.client.job_get(self.job_name)
+        return self.info
+
+    def status(self) -> str:
+        """The job's state: pending, queued, starting, running, succeeded, failed, killed."""
+        return self.refresh()["state"]
+
+    def workers(self) -> list[dict]:
+        """Its workers (pservers, then trainers): name, role, index, state, reason, restarts,
+        exit_code, host, endpoint, started_at, finished_at."""
+        return self.client.job_workers(self.job_name)
+
+    def events(self) -> list[dict]:
+        """Every state change of the job and its workers, oldest first."""
+        return self.client.job_events(self.job_name)
+
+    def wait(self, timeout: float | None = None, poll: float = 1.0) -> str:
+        """Until the job ends; its final state (succeeded, failed or killed). After
+        ``timeout`` seconds, ``JobTimeoutError`` (the job goes on)."""
+        if poll <= 0:
+            raise ValueError("poll must be more than 0 seconds")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            state = self.status()
+            if state in FINAL_STATES:
+                return state
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise JobTimeoutError(self.job_name, state, timeout)
+            time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - now)))
+
+    def logs(self, worker: str | None = None, follow: bool = False,
+             tail: int | None = None) -> Iterator[str]:
+        """The lines of a worker's log (``trainer-0`` by default; ``pserver-1`` …), without
+        their newlines. ``tail``: only the last lines. ``follow``: go on until the worker
+        ends (after a lost connection, following resumes at the log's end)."""
+        if tail is not None and (not _is_int(tail) or tail < 0):
+            raise ValueError(f"tail must be a whole number of lines, not {tail!r}")
+        return self._lines(worker, tail, follow)
+
+    def _lines(self, worker: str | None, tail: int | None, follow: bool) -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending, failures, anything = "", 0, False
+        while True:
+            received = False
+            try:
+                with self.client.job_logs(self.job_name, worker=worker, tail=tail,
+                                          follow=follow) as response:
+                    for block in self.client.iter_content(response):
+                        received = received or bool(block)
+                        pending += decoder.decode(block)
+                        *lines, pending = pending.split("\n")
+                        yield from lines
+                break
+            except NetworkError:
+                failures = 0 if received else failures + 1
+                if not follow or failures >= LOG_RECONNECTS:
+                    raise
+                anything = anything or received
+                if anything:  # go on with what comes next, not all of it again
+                    tail = 0
+                time.sleep(LOG_RECONNECT_PAUSE)
+        pending += decoder.decode(b"", final=True)
+        if pending:
+            yield pending
+
+    # -- ending -------------------------------------------------------------------------------
+
+    def kill(self) -> str:
+        """Stop every worker; the job's state (``killed``, or how it ended before)."""
+        try:
+            self.info = self.client.job_kill(self.job_name)
+        except ApiError as exc:
+            if exc.code != "job_ended":
+                raise
+            self.refresh()
+        return self.info["state"]
+
+    def delete(self) -> None:
+        """Remove the ended job from history (the seeds' ``kill -rm``); its output stays."""
+        self.client.job_delete(self.job_name)
+        self.info = None
+
+    def __repr__(self) -> str:
+        state = f" {self.state}" if self.info else ""
+        return f"<PaddleJob {self.job_name!r}{state}>"
