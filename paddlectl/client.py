@@ -47,11 +47,16 @@ class ApiClient:
 
     def request(self, method: str, path: str, *, params: dict | None = None,
                 json: Any = None, body: Body = None, headers: dict | None = None,
-                stream: bool = False, transfer: bool = False,
+                stream: bool = False, transfer: bool = False, wait: bool = False,
                 auth: bool = True) -> requests.Response:
-        """Send one request; a 2xx response, else ``ApiError`` / ``NetworkError``."""
+        """Send one request; a 2xx response, else ``ApiError`` / ``NetworkError``.
+
+        ``transfer``: a long read timeout (bytes in bulk); ``wait``: none at all (a followed
+        log may stay quiet for hours).
+        """
+        read = None if wait else TRANSFER_TIMEOUT if transfer else READ_TIMEOUT
         send = {"params": params, "json": json, "headers": headers, "stream": stream,
-                "timeout": (CONNECT_TIMEOUT, TRANSFER_TIMEOUT if transfer else READ_TIMEOUT)}
+                "timeout": (CONNECT_TIMEOUT, read)}
         if not auth:
             return self._checked(self._send(method, path, None, body, **send))
         token, fresh = self._token()
@@ -207,7 +212,7 @@ class ApiClient:
                   {"worker": worker, "tail": tail, "follow": 1 if follow else None}.items()
                   if value is not None}
         return self.request("GET", _job_path(name, "logs"), params=params, stream=True,
-                            transfer=follow)  # the longer read timeout: a log may be quiet
+                            wait=follow)
 
 
 def _job_path(name: str, what: str = "") -> str:

@@ -9,7 +9,9 @@ run (your home standing in for the package), then uploaded to
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -289,26 +291,74 @@ def run_get(ctx, args) -> None:
 # -- logs -------------------------------------------------------------------------------------
 
 def setup_logs(parser) -> None:
-    parser.description = "Print a worker's log: trainer-0's unless -w names another."
+    parser.description = ("Print the logs of a job's workers, each line after its worker's "
+                          "name (or one worker's log, as it is, with -w).")
     parser.add_argument("job", metavar="JOB")
     flag(parser, "w", "worker", metavar="WORKER",
-         help="trainer-0 (default), trainer-1, pserver-0, ... (see `paddlectl get workers`)")
+         help="only this worker: trainer-0, pserver-1, ... (see `paddlectl get workers`)")
     flag(parser, "f", "follow", action="store_true",
-         help="keep printing what is written until the worker ends")
+         help="keep printing what is written until the workers end")
     flag(parser, "tail", metavar="N", help="only the last N lines")
 
 
 def run_logs(ctx, args) -> None:
-    response = ctx.client.job_logs(args.job, worker=args.worker, tail=args.tail,
+    workers = [args.worker] if args.worker else [
+        worker["name"] for worker in ctx.client.job_workers(args.job)]
+    if len(workers) == 1:
+        _print_log(ctx, args, workers[0], prefix="")
+        return
+    # Several workers: each line after its worker's name; followed side by side.
+    width = max(len(name) for name in workers)
+    lock = threading.Lock()
+    if not args.follow:
+        for name in workers:
+            _print_log(ctx, args, name, prefix=f"{name:<{width}} | ", lock=lock)
+        return
+    failures: list[BaseException] = []
+
+    def follow(name: str) -> None:
+        try:
+            _print_log(ctx, args, name, prefix=f"{name:<{width}} | ", lock=lock)
+        except BaseException as exc:  # reported once every worker is done
+            failures.append(exc)
+
+    threads = [threading.Thread(target=follow, args=(name,), daemon=True) for name in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():  # a timeout, so that Ctrl-C gets through
+            thread.join(0.2)
+    if failures:
+        raise failures[0]
+
+
+def _print_log(ctx, args, worker: str, *, prefix: str, lock=None) -> None:
+    """One worker's log to stdout: as it is, or line by line after ``prefix``."""
+    response = ctx.client.job_logs(args.job, worker=worker, tail=args.tail,
                                    follow=args.follow)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
     try:
         for block in ctx.client.iter_content(response):
-            ctx.stdout.write(decoder.decode(block))
-            ctx.stdout.flush()
-        ctx.stdout.write(decoder.decode(b"", final=True))
+            text = decoder.decode(block)
+            if not prefix:
+                ctx.stdout.write(text)
+                ctx.stdout.flush()
+                continue
+            *lines, pending = (pending + text).split("\n")
+            _write_lines(ctx, [f"{prefix}{line}\n" for line in lines], lock)
+        rest = pending + decoder.decode(b"", final=True)
+        if rest:
+            _write_lines(ctx, [f"{prefix}{rest}\n" if prefix else rest], lock)
     finally:
         response.close()
+
+
+def _write_lines(ctx, lines: list[str], lock) -> None:
+    if lines:
+        with lock or contextlib.nullcontext():
+            ctx.stdout.write("".join(lines))
+            ctx.stdout.flush()
 
 
 # -- kill, delete -----------------------------------------------------------------------------

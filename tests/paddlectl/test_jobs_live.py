@@ -114,12 +114,18 @@ def test_the_seeds_submit_get_and_logs(live_cli, celery_worker, package, jobs):
     assert submitted.stdout.startswith(f"job {name} submitted: pending\n")
     assert f"paddlectl logs {name} -f" in submitted.stdout
 
-    # logs -f follows trainer-0 from before it starts until it ends.
+    # logs -f follows every worker from before it starts until it ends, each line after its
+    # worker's name; -w one worker, as it is.
     followed = ok(live_cli("logs", name, "-f"))
-    assert followed.stdout == ("trainer 0 of 2 passes 1\nGREETING=-\n"
-                               + "".join(f"trainer 0 line {i}\n" for i in range(3))
-                               + "trainer 0 done\n")
+    trainer_0 = ("trainer 0 of 2 passes 1\nGREETING=-\n"
+                 + "".join(f"trainer 0 line {i}\n" for i in range(3)) + "trainer 0 done\n")
+    lines = followed.stdout.splitlines()
+    assert [line.removeprefix("trainer-0 | ") for line in lines
+            if line.startswith("trainer-0 | ")] == trainer_0.splitlines()
+    assert "pserver-0 | pserver 0 serving" in lines
+    assert "trainer-1 | trainer 1 done" in lines
     assert jobs.wait(name)["state"] == "succeeded"
+    assert ok(live_cli("logs", name, "-w", "trainer-0", "-f")).stdout == trainer_0
 
     listed = table(ok(live_cli("get", "jobs")).stdout)
     assert listed[0] == ["NAME", "STATE", "TRAINERS", "PSERVERS", "START", "AGE"]
@@ -145,7 +151,10 @@ def test_the_seeds_submit_get_and_logs(live_cli, celery_worker, package, jobs):
         ok(live_cli("get", "workers", name, "-o", "json")).stdout)] == \
         ["pserver-0", "trainer-0", "trainer-1"]
 
-    assert ok(live_cli("logs", name)).stdout == followed.stdout
+    assert ok(live_cli("logs", name)).stdout.splitlines() == [
+        "pserver-0 | pserver 0 serving",
+        *(f"trainer-0 | {line}" for line in trainer_0.splitlines()),
+        *(line for line in lines if line.startswith("trainer-1 | "))]
     assert ok(live_cli("logs", name, "-w", "trainer-1", "--tail", "1")).stdout == \
         "trainer 1 done\n"
     assert ok(live_cli("logs", name, "--worker", "pserver-0")).stdout == "pserver 0 serving\n"

@@ -54,7 +54,7 @@ class Command(BaseCommand):
         submit = [part for field, flag in FLAGS.items() if field in spec
                   for part in (flag, str(spec[field]))]
         self.paddlectl("submit", *submit, str(EXAMPLES / example))
-        self.paddlectl("logs", name, "-f")
+        self.paddlectl("logs", name, "-w", "trainer-0", "-f")
         deadline = time.monotonic() + timeout
         while (state := self._state(name)) not in FINAL:
             if time.monotonic() > deadline:
