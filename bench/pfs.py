@@ -28,15 +28,10 @@ See bench/README.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
-import http.client
 import inspect
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -46,19 +41,29 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
+if str(BENCH) not in sys.path:  # portal.py, when this script is not run as bench/pfs.py
+    sys.path.insert(0, str(BENCH))
+from portal import (  # noqa: E402
+    CONFIG_VARS,
+    ROOT,
+    BenchError,
+    Portal,
+    Stopped,
+    free_port,
+    handle_signals,
+    log,
+    run_checked,
+)
+
 if str(ROOT) not in sys.path:  # paddlectl, when it is not installed
     sys.path.insert(0, str(ROOT))
 
-HOST = "127.0.0.1"
 DATACENTER = "datacenter1"
 USERNAME = "bench"
 HOME = f"/pfs/{DATACENTER}/home/{USERNAME}"
-# The configuration a user's shell might carry: the benchmark runs the embedded default.
-CONFIG_VARS = ("DATABASE_URL", "REDIS_URL", "PADDLECLOUD_BACKEND", "SECRET_KEY", "DEBUG",
-               "ALLOWED_HOSTS", "PADDLECLOUD_PFS_ROOT", "PADDLECLOUD_VAR_DIR",
-               "DJANGO_SETTINGS_MODULE", "PADDLECLOUD_PFS_MAX_UPLOAD",
-               "PADDLECLOUD_PFS_CHUNK_SIZE")
+# Left out of the portal's environment: the benchmark runs the embedded default.
+PFS_CONFIG_VARS = (*CONFIG_VARS, "PADDLECLOUD_PFS_MAX_UPLOAD", "PADDLECLOUD_PFS_CHUNK_SIZE")
 
 SMALL_SIZE = 4096  # bytes per small file
 FILES_PER_DIR = 100  # the small files are spread over subdirectories of this many
@@ -69,29 +74,8 @@ MEMORY_GROWTH_MAX = 32 << 20  # bytes: "independent of file size" (the file grow
 BLOCK = 1 << 20  # bytes read or written at a time by this script
 SINGLE_MAX = 8 << 20  # the requests client: larger bodies go up in resumable chunks
 
-COMMAND_TIMEOUT = 180.0  # migrate, adddatacenter, adduser
-STARTUP_TIMEOUT = 60.0  # until /healthz answers
-STOP_TIMEOUT = 30.0  # after SIGTERM, before SIGKILL
 CP_TIMEOUT = 1800.0  # one cp
 REQUEST_TIMEOUT = 600.0  # one HTTP request of the requests client
-
-
-class BenchError(Exception):
-    """The set-up or a transfer failed, or a transfer's result is wrong."""
-
-
-class Stopped(BaseException):  # like KeyboardInterrupt: not an error
-    """SIGTERM arrived: unwind and clean up."""
-
-
-def log(message: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
 
 
 def mib_label(mib: int) -> str:
@@ -101,90 +85,28 @@ def mib_label(mib: int) -> str:
 # --- the portal --------------------------------------------------------------------------------
 
 
-class Portal:
-    """The portal in a subprocess, its var directory (and PFS root) in ``tmp``."""
+class PfsPortal(Portal):
+    """The portal set up as an administrator would (migrate, ``adddatacenter``, ``adduser``
+    with a storage quota), its PFS root inside its var directory."""
 
-    def __init__(self, tmp: Path, port: int):
-        self.tmp = tmp
-        self.var = tmp / "var"
+    config_vars = PFS_CONFIG_VARS
+
+    def __init__(self, port: int, *, keep: bool):
+        super().__init__(port, keep=keep, prefix="paddlecloud-bench-pfs-")
         self.pfs_root = self.var / "pfs"
         self.home = self.pfs_root / DATACENTER / "home" / USERNAME  # HOME, on disk
-        self.log_path = tmp / "portal.log"
-        self.port = port
-        self.base = f"http://{HOST}:{port}"
         self.password = hashlib.sha256(os.urandom(32)).hexdigest()[:24]
-        self.process: subprocess.Popen | None = None
 
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in CONFIG_VARS}
-        env.update(DJANGO_SETTINGS_MODULE="paddlecloud.settings",
-                   PADDLECLOUD_VAR_DIR=str(self.var), PADDLECLOUD_PFS_ROOT=str(self.pfs_root),
-                   BENCH_PASSWORD=self.password)
-        return env
+    def extra_env(self) -> dict[str, str]:
+        return {"PADDLECLOUD_PFS_ROOT": str(self.pfs_root), "BENCH_PASSWORD": self.password}
 
-    def manage(self, *args: str) -> str:
-        try:
-            result = subprocess.run(  # noqa: S603 - our own manage.py with our own Python
-                [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env(),
-                capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)
-        except subprocess.TimeoutExpired:
-            raise BenchError(f"manage.py {args[0]} took more than {COMMAND_TIMEOUT:.0f} s") \
-                from None
-        if result.returncode != 0:
-            raise BenchError(f"manage.py {' '.join(args)} exited {result.returncode}:\n"
-                             f"{result.stderr.strip()}")
-        return result.stdout
-
-    def start(self) -> None:
-        log(f"var dir {self.var}")
-        self.manage("migrate", "--no-input", "-v", "0")
+    def setup(self) -> None:
+        super().setup()
         self.manage("adddatacenter", DATACENTER, "--description", "bench/pfs.py")
         # The default storage quota (10 GiB) is enough for the defaults; a larger --size-mib
         # is not: room for everything this run stores.
         self.manage("adduser", USERNAME, "--password-env", "BENCH_PASSWORD",
                     "--datacenter", DATACENTER, "--storage", "1Ti")
-        with self.log_path.open("w") as out:
-            self.process = subprocess.Popen(  # noqa: S603 - our own manage.py
-                [sys.executable, "manage.py", "runportal", "--host", HOST,
-                 "--port", str(self.port)],
-                cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)  # we stop it, not Ctrl-C
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise BenchError(f"the portal exited {self.process.returncode} at start:\n"
-                                 f"{self.log_tail()}")
-            with contextlib.suppress(OSError, http.client.HTTPException):
-                conn = http.client.HTTPConnection(HOST, self.port, timeout=5)
-                try:
-                    conn.request("GET", "/healthz")
-                    if conn.getresponse().status == 200:
-                        log(f"portal up on {self.base} (pid {self.process.pid})")
-                        return
-                finally:
-                    conn.close()
-            time.sleep(0.2)
-        raise BenchError(f"/healthz did not answer 200 within {STARTUP_TIMEOUT:.0f} s:\n"
-                         f"{self.log_tail()}")
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no portal log)"
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                log(f"the portal did not stop within {STOP_TIMEOUT:.0f} s of SIGTERM: SIGKILL")
-                self.process.kill()
-                self.process.wait(timeout=STOP_TIMEOUT)
-        log(f"portal stopped (exit {self.process.returncode})")
 
 
 # --- the server's memory -----------------------------------------------------------------------
@@ -549,15 +471,8 @@ def remove(path: Path) -> None:
 
 
 def run_cp(*args: str) -> None:
-    try:
-        result = subprocess.run(["cp", *args], capture_output=True, text=True,  # noqa: S603,S607
-                                timeout=CP_TIMEOUT, check=False)
-    except subprocess.TimeoutExpired:
-        raise BenchError(f"cp {' '.join(args[:3])} ... took more than {CP_TIMEOUT:.0f} s") \
-            from None
-    if result.returncode != 0:
-        raise BenchError(f"cp {' '.join(args[:3])} ... exited {result.returncode}: "
-                         f"{result.stderr.strip()[:500]}")
+    run_checked(["cp", *args], timeout=CP_TIMEOUT, name=f"cp {' '.join(args[:3])} ...",
+                separator=" ", stderr_max=500)
 
 
 # --- one measurement ---------------------------------------------------------------------------
@@ -592,7 +507,7 @@ class Bench:
     allocates new ones (``recently_deleted``), and after removing a tree of 10 000 files,
     creating the next one costs seconds of kernel time, whichever side comes next."""
 
-    def __init__(self, portal: Portal, transfers: Transfers, memory: Memory, local: Path, *,
+    def __init__(self, portal: PfsPortal, transfers: Transfers, memory: Memory, local: Path, *,
                  repeat: int, prime: bool, sync: bool):
         self.portal = portal
         self.transfers = transfers
@@ -836,15 +751,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     small_mib = max(1, args.size_mib // 4)
 
-    def on_sigterm(signum, frame):
-        raise Stopped
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    # Ctrl-C stops us even when started in the background from a script (which ignores SIGINT).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    handle_signals()
     began = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix="paddlecloud-bench-pfs-"))
-    portal = Portal(tmp, free_port())
+    portal = PfsPortal(free_port(), keep=args.keep)
+    tmp = portal.tmp
     transfers: Transfers | None = None
     bench: Bench | None = None
     code = 0
@@ -856,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
             raise BenchError(f"{local} and {portal.pfs_root} are on different devices")
         portal.start()
         transfers = make_transfers(args.client, portal.base, portal.password, tmp)
-        memory = Memory(portal.process.pid)
+        memory = Memory(portal.pid)
         bench = Bench(portal, transfers, memory, local, repeat=args.repeat,
                       prime=args.prime, sync=args.sync)
         print(f"client: {transfers.description}", flush=True)
@@ -892,18 +802,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"portal log:\n{portal.log_tail()}")
         code = 1
     finally:
-        # A second Ctrl-C must not cut the clean-up short.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            if transfers is not None:
-                transfers.close()
-            portal.stop()
-        finally:
-            if args.keep:
-                log(f"kept {tmp} (portal log: {portal.log_path})")
-            else:
-                shutil.rmtree(tmp, ignore_errors=True)
+        portal.shut_down(transfers.close if transfers is not None else None)
     log(f"run time {time.monotonic() - began:.1f} s")
     return code
 

@@ -18,16 +18,10 @@ error answer, a failed job, or a timeout). See bench/README.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.client
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,145 +29,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
-HOST = "127.0.0.1"
+BENCH = Path(__file__).resolve().parent
+if str(BENCH) not in sys.path:  # portal.py, when this script is not run as bench/submit.py
+    sys.path.insert(0, str(BENCH))
+from portal import BenchError, Portal, Stopped, free_port, handle_signals, log  # noqa: E402
+
 DATACENTER = "datacenter1"
 USERNAME = "demo"
 PACKAGE = f"/pfs/{DATACENTER}/home/{USERNAME}/bench"
 ENTRY = "sleep 3"
-# The configuration a user's shell might carry: the benchmark runs the embedded default.
-CONFIG_VARS = ("DATABASE_URL", "REDIS_URL", "PADDLECLOUD_BACKEND", "SECRET_KEY", "DEBUG",
-               "ALLOWED_HOSTS", "PADDLECLOUD_PFS_ROOT", "PADDLECLOUD_VAR_DIR",
-               "DJANGO_SETTINGS_MODULE")
 KEPT_WITH_REDIS = ("DATABASE_URL", "REDIS_URL")
 
-COMMAND_TIMEOUT = 180.0  # migrate, demo
-STARTUP_TIMEOUT = 60.0  # until /healthz answers
-STOP_TIMEOUT = 30.0  # after SIGTERM, before SIGKILL
 REQUEST_TIMEOUT = 30.0  # one HTTP request
 POLL_INTERVAL = 0.5  # between two looks at the job list
 PAGE_LIMIT = 500
 
 
-class BenchError(Exception):
-    """A round (or the set-up) failed; the message says how."""
-
-
-class Stopped(BaseException):  # like KeyboardInterrupt: not an error
-    """SIGTERM arrived: unwind and clean up."""
-
-
-def log(message: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
 # --- the portal --------------------------------------------------------------------------------
 
 
-class Portal:
-    """The portal in a subprocess, with its own temporary var directory."""
+class DemoPortal(Portal):
+    """The portal set up as a user would: migrate, then ``manage.py demo``; with --redis, the
+    environment's DATABASE_URL / REDIS_URL stay."""
 
     def __init__(self, port: int, *, keep: bool, redis: bool):
-        self.port = port
-        self.keep = keep
+        super().__init__(port, keep=keep)
         self.redis = redis
-        self.tmp = Path(tempfile.mkdtemp(prefix="paddlecloud-bench-"))
-        self.var = self.tmp / "var"
-        self.log_path = self.tmp / "portal.log"
-        self.process: subprocess.Popen | None = None
-        self.base = f"http://{HOST}:{port}"
+        self.kept_vars = KEPT_WITH_REDIS if redis else ()
+        self.password = ""  # the demo user's, once set up
 
-    def env(self) -> dict[str, str]:
-        kept = KEPT_WITH_REDIS if self.redis else ()
-        env = {k: v for k, v in os.environ.items() if k not in CONFIG_VARS or k in kept}
-        env.update(DJANGO_SETTINGS_MODULE="paddlecloud.settings",
-                   PADDLECLOUD_VAR_DIR=str(self.var))
-        return env
-
-    def manage(self, *args: str) -> str:
-        try:
-            result = subprocess.run(  # noqa: S603 - our own manage.py with our own Python
-                [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env(),
-                capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)
-        except subprocess.TimeoutExpired:
-            raise BenchError(f"manage.py {args[0]} took more than {COMMAND_TIMEOUT:.0f} s") \
-                from None
-        if result.returncode != 0:
-            raise BenchError(f"manage.py {' '.join(args)} exited {result.returncode}:\n"
-                             f"{result.stderr.strip()}")
-        return result.stdout
-
-    def start(self) -> str:
-        """Migrate, create the demo user, serve; returns the demo password."""
-        log(f"var dir {self.var}")
+    def setup(self) -> None:
         if self.redis:
             used = [k for k in KEPT_WITH_REDIS if os.environ.get(k)]
             log(f"--redis: keeping {', '.join(used) or 'nothing (neither is set)'}")
-        self.manage("migrate", "--no-input", "-v", "0")
+        super().setup()
         self.manage("demo", "--endpoint", self.base)
-        password = (self.var / "demo-password").read_text().strip()
-        with self.log_path.open("w") as out:
-            self.process = subprocess.Popen(  # noqa: S603 - our own manage.py
-                [sys.executable, "manage.py", "runportal", "--host", HOST,
-                 "--port", str(self.port)],
-                cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)  # we stop it, not Ctrl-C
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise BenchError(f"the portal exited {self.process.returncode} at start:\n"
-                                 f"{self.log_tail()}")
-            with contextlib.suppress(OSError, http.client.HTTPException):
-                if Client(self.base).request("GET", "/healthz")[0] == 200:
-                    log(f"portal up on {self.base} (pid {self.process.pid})")
-                    return password
-            time.sleep(0.2)
-        raise BenchError(f"/healthz did not answer 200 within {STARTUP_TIMEOUT:.0f} s:\n"
-                         f"{self.log_tail()}")
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no portal log)"
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                log(f"the portal did not stop within {STOP_TIMEOUT:.0f} s of SIGTERM: SIGKILL")
-                self.process.kill()
-                self.process.wait(timeout=STOP_TIMEOUT)
-        if self.process is not None:
-            log(f"portal stopped (exit {self.process.returncode})")
-        self.stop_leftover_replicas()
-
-    def stop_leftover_replicas(self) -> None:
-        """Replicas run in their own sessions and outlive the portal: end those our portal
-        started and that still run (by the pids in their runners' pid files)."""
-        for pid_file in self.var.glob("jobs/*/run/*.pid"):
-            try:
-                pid = int(json.loads(pid_file.read_text())["pid"])
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            if b"local_runner.py" in cmdline and str(self.var).encode() in cmdline:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
-
-    def cleanup(self) -> None:
-        if self.keep:
-            log(f"kept {self.tmp} (portal log: {self.log_path})")
-        else:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+        self.password = (self.var / "demo-password").read_text().strip()
 
 
 # --- HTTP --------------------------------------------------------------------------------------
@@ -457,21 +348,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds a round may wait for its jobs (default 300)")
     args = parser.parse_args(argv)
 
-    def on_sigterm(signum, frame):
-        raise Stopped
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    # Ctrl-C stops us even when started in the background from a script (which ignores SIGINT).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    handle_signals()
     began = time.monotonic()
     rounds: list[Round] = []
-    portal = Portal(args.port or free_port(), keep=args.keep, redis=args.redis)
+    portal = DemoPortal(args.port or free_port(), keep=args.keep, redis=args.redis)
     bench = None
     code = 0
     try:
-        password = portal.start()
+        portal.start()
         make_package(portal.var)
-        bench = Bench(portal.base, login(portal.base, password), threads=args.threads,
+        bench = Bench(portal.base, login(portal.base, portal.password), threads=args.threads,
                       timeout=args.timeout)
         for count in args.jobs:
             result = bench.run(count)
@@ -491,13 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if bench is not None:
             bench.close()
-        # A second Ctrl-C must not cut the clean-up short.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            portal.stop()
-        finally:
-            portal.cleanup()
+        portal.shut_down()
     if rounds:
         print(table(rounds), flush=True)
     log(f"run time {time.monotonic() - began:.1f} s")
