@@ -57,7 +57,7 @@ FAKE_DOCKER = """\
 # A docker client without an engine behind it: `info` answers as $FAKE_DOCKER_INFO says; `run`
 # records its arguments, prints a line, and exits $FAKE_DOCKER_CODE (a pserver waits to be
 # stopped); `rm` records its arguments.
-import json, os, signal, sys
+import json, os, signal, sys, time
 args = sys.argv[1:]
 record = os.environ.get("FAKE_DOCKER_RECORD")
 if record and args[:1] != ["info"]:
@@ -67,8 +67,16 @@ if args[:1] == ["info"]:
     sys.exit(int(os.environ.get("FAKE_DOCKER_INFO", "1")))
 if args[:1] == ["run"]:
     env = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "-e")
+    ready = (record or "/nonexistent") + ".pserver-up"
+    if env["TRAINING_ROLE"] == "TRAINER" and record and env.get("PADDLE_PSERVERS_IP_PORT_LIST"):
+        for _ in range(500):  # like a real trainer, wait for the pserver to be up
+            if os.path.exists(ready):
+                break
+            time.sleep(0.02)
     print("container of", env["TRAINING_ROLE"], flush=True)
     if env["TRAINING_ROLE"] == "PSERVER":
+        if record:
+            open(ready, "w").close()
         signal.pause()
     sys.exit(int(os.environ.get("FAKE_DOCKER_CODE", "0")))
 """
