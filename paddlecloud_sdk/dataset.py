@@ -30,6 +30,8 @@ import glob
 import os
 import pickle
 import re
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -120,6 +122,32 @@ def convert(output_path: str | os.PathLike, reader: Reader, line_count: int,
     finally:
         for path in temporary:
             path.unlink(missing_ok=True)
+
+
+def build_once(root: str | os.PathLike, build: Callable[[Path], None], *,
+               done: str = "meta.json") -> Path:
+    """Build the directory ``root`` with ``build(tmp)`` unless it is complete already (it holds
+    the file ``done``, which ``build`` writes last).
+
+    Every trainer of a job may call this at the same moment: each builds a complete copy in a
+    temporary directory beside ``root`` and renames it into place. The rename is atomic, so
+    readers only ever see a complete directory; the losers of the race drop their copy.
+    """
+    root = Path(root)
+    if (root / done).exists():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
+    try:
+        build(tmp)
+        try:
+            tmp.rename(root)  # replaces a missing or empty root, fails on a complete one
+        except OSError:
+            if not (root / done).exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
 
 
 def _share(trainer_count: int | None, trainer_id: int | None) -> tuple[int, int]:

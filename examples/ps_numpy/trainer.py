@@ -7,9 +7,7 @@ done, saves the final parameters."""
 from __future__ import annotations
 
 import json
-import shutil
 import socket
-import tempfile
 import time
 from pathlib import Path
 
@@ -50,13 +48,10 @@ def data_dir() -> Path:
 
 
 def ensure_dataset(root: Path) -> None:
-    """Generate the dataset into ``root`` unless it is there: every trainer writes a complete
-    copy in a temporary directory and renames it into place (atomic; losers drop theirs)."""
-    if (root / "meta.json").exists():
-        return
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
-    try:
+    """Generate the dataset into ``root`` unless it is there already (every trainer may call
+    this at once: ``dataset.build_once`` makes one complete copy appear, atomically)."""
+
+    def generate(tmp: Path) -> None:
         rng = np.random.default_rng(SEED)
         weight = rng.normal(size=FEATURES)
         bias = float(rng.normal())
@@ -71,13 +66,8 @@ def ensure_dataset(root: Path) -> None:
         meta = {"features": FEATURES, "shards": SHARDS, "rows_per_shard": ROWS_PER_SHARD,
                 "noise": NOISE, "seed": SEED, "weight": weight.tolist(), "bias": bias}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))  # written last
-        try:
-            tmp.rename(root)  # replaces a missing or empty root, fails on a complete one
-        except OSError:
-            if not (root / "meta.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    dataset.build_once(root, generate, done="meta.json")
 
 
 def my_shards(root: Path, trainer_id: int, trainers: int) -> list[Path]:

@@ -208,3 +208,35 @@ def test_dist_reader_with_the_environment_and_a_parser(tmp_path, monkeypatch):
 
 def test_parse_csv_numbers():
     assert dataset.parse_csv_numbers("1, 2.5,-3\n") == (1, 2.5, -3)
+
+
+def test_build_once_makes_one_complete_copy_appear_whatever_the_race(tmp_path):
+    import threading
+
+    root = tmp_path / "data" / "set"
+    calls = []
+
+    def build(tmp):
+        calls.append(tmp)
+        (tmp / "part-0").write_text("rows")
+        (tmp / "meta.json").write_text("{}")  # last: the directory is complete
+
+    threads = [threading.Thread(target=dataset.build_once, args=(root, build))
+               for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(p.name for p in root.iterdir()) == ["meta.json", "part-0"]
+    assert [p.name for p in root.parent.iterdir()] == ["set"]  # no temporary left
+    built = len(calls)
+    assert dataset.build_once(root, build) == root and len(calls) == built  # complete: kept
+
+    def broken(tmp):
+        (tmp / "half").write_text("x")
+        raise RuntimeError("out of disk")
+
+    other = tmp_path / "data" / "other"
+    with pytest.raises(RuntimeError):
+        dataset.build_once(other, broken)
+    assert [p.name for p in root.parent.iterdir()] == ["set"]  # nothing half-built
