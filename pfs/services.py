@@ -215,7 +215,9 @@ def upload_get(user, datacenter, upload_id) -> UploadSession:
     except ValueError:
         session = None
     else:
-        session = UploadSession.objects.filter(
+        # With its owner and datacenter: the transfer opens the upload on a worker thread,
+        # which must not query the database.
+        session = UploadSession.objects.select_related("owner", "datacenter").filter(
             pk=upload_id, owner=user, datacenter=datacenter).first()
     if session is None:
         raise NotFoundError.for_field("upload", f"no upload {upload_id} in progress: it "

@@ -362,7 +362,10 @@ class PfsTransferApp:
         if asked:
             status = 206
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{entry.size}"
-        await exchange.stream(status, headers, storage.read(rel, start, end), head=head)
+        # Opening may be I/O (an S3 request): on a worker thread, like the reads that follow;
+        # a HEAD reads nothing.
+        chunks = iter(()) if head else await asyncio.to_thread(storage.read, rel, start, end)
+        await exchange.stream(status, headers, chunks, head=head)
 
 
 def _attachment(name: str) -> str:
