@@ -26,6 +26,13 @@ PADDLECLOUD_VARIABLES = ("PADDLE_PSERVER_ID", "PADDLE_OUTPUT_DIR", "PADDLE_PFS_H
                          "PADDLE_PFS_PUBLIC")
 RESERVED_ENV = frozenset(LEGACY_VARIABLES + FLEET_VARIABLES + PADDLECLOUD_VARIABLES)
 
+# What a job's name and its extra variables may be, wherever they are checked (the portal, and
+# paddlectl and the SDK before anything is sent). Object names are derived from the job's
+# (``<name>-trainer``, ``<name>-pserver-N`` and their pods), and Kubernetes caps them at 63.
+JOB_NAME_MAX = 40
+JOB_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
 
 @dataclass(frozen=True)
 class Topology:

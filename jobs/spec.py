@@ -15,14 +15,11 @@ from paddlecloud.errors import PaddleCloudError, ValidationError
 from paddlecloud.quantity import QuantityError, parse_bytes, parse_cpu
 from pfs.paths import pfs_path_parse, pfs_resolve
 
-from .contract import RESERVED_ENV
+from .contract import ENV_NAME_RE, RESERVED_ENV
+from .contract import JOB_NAME_MAX as MAX_NAME
+from .contract import JOB_NAME_RE as NAME_RE
 from .models import Job
 
-# Object names are derived from the job's (``<name>-trainer``, ``<name>-pserver-N`` and the
-# pods of those), and Kubernetes caps them at 63 characters.
-MAX_NAME = 40
-NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/:@]*$")
 MAX_REPLICAS = 1000
 MAX_ENV = 100

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobs.contract import ENV_NAME_RE
 from paddlectl import __version__, jobs
 from paddlectl.client import ApiClient
 from paddlectl.config import Config, Datacenter, config_load, config_path
@@ -45,7 +46,6 @@ from .errors import ApiError, JobSpecError, JobTimeoutError, NetworkError, Usage
 FINAL_STATES = frozenset({"succeeded", "failed", "killed"})
 CPU_RE = re.compile(r"^\s*\d+(\.\d+)?\s*m?\s*$")
 BYTES_RE = re.compile(r"^\s*\d+(\.\d+)?\s*([KMGTPE]i|[kKMGTPE])?[bB]?\s*$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LOG_RECONNECTS = 3  # lost log streams in a row, without a byte in between, before giving up
 LOG_RECONNECT_PAUSE = 1.0  # seconds
 

@@ -9,16 +9,13 @@ A local package goes to ``/pfs/{dc}/home/{user}/jobs/{name}/{dirname}``, beside 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from jobs.contract import JOB_NAME_MAX, JOB_NAME_RE  # the portal's rule (pure, no Django)
 from paddlectl import transfer
 from paddlectl.client import ApiClient
 from paddlectl.errors import ApiError
 from paddlectl.progress import Progress
-
-MAX_NAME = 40  # the server's rule (jobs/spec.py)
-NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def name_problem(name: str | None) -> str | None:
@@ -30,9 +27,9 @@ def name_problem(name: str | None) -> str | None:
                "use '-'"
     if name != name.lower():
         return f"{name!r}: use lower-case letters"
-    if len(name) > MAX_NAME:
-        return f"{name!r}: at most {MAX_NAME} characters"
-    if not NAME_RE.match(name):
+    if len(name) > JOB_NAME_MAX:
+        return f"{name!r}: at most {JOB_NAME_MAX} characters"
+    if not JOB_NAME_RE.match(name):
         return (f"{name!r}: only lower-case letters, digits and '-', starting and ending with "
                 "a letter or digit")
     return None

@@ -39,7 +39,14 @@ from jobs.backends.processes import (
     log_relpath,
     process_env,
 )
-from jobs.contract import RESERVED_ENV, Paths, Topology, replica_env
+from jobs.contract import (
+    ENV_NAME_RE,
+    JOB_NAME_RE,
+    RESERVED_ENV,
+    Paths,
+    Topology,
+    replica_env,
+)
 from paddlectl.errors import PaddlectlError, UsageError
 
 DATACENTER = "local"  # PADDLE_CLOUD_CURRENT_DATACENTER and JOB_NAMESPACE of a local training
@@ -54,9 +61,7 @@ MAX_REPLICAS = 256
 IN_CONTAINER = {"input": "/train/input", "output": "/train/output",
                 "package": "/train/package"}
 
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-JOB_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 class TrainingFailed(PaddlectlError):
