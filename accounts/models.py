@@ -56,6 +56,15 @@ class Datacenter(models.Model):
         help_text="Path to a kubeconfig file; empty means the default (~/.kube/config).",
     )
     kube_context = models.CharField("kubeconfig context", max_length=253, blank=True)
+    kube_volume = models.JSONField(
+        "PFS volume in pods", default=dict, blank=True,
+        help_text='How pods mount the PFS root (the directory holding home/ and public/): one '
+                  'Kubernetes volume source, e.g. {"cephfs": {"monitors": ["10.0.0.1:6789"], '
+                  '"user": "admin", "secretRef": {"name": "ceph-secret"}, "path": "/"}}, '
+                  '{"nfs": {"server": "nfs.example.com", "path": "/pfs"}}, '
+                  '{"hostPath": {"path": "/mnt/pfs"}} or '
+                  '{"persistentVolumeClaim": {"claimName": "pfs"}}.',
+    )
     namespace_prefix = models.CharField(
         max_length=20, default="paddle-", validators=[RegexValidator(
             r"^[a-z0-9]([-a-z0-9]*)?$", "lower-case letters, digits and '-'")],
@@ -106,6 +115,14 @@ class Datacenter(models.Model):
     def clean(self):
         if self.pfs_storage == self.PfsStorage.S3 and not self.s3_bucket:
             raise DjangoValidationError({"s3_bucket": "required when PFS storage is S3"})
+        if self.kube_volume:
+            sources = ("cephfs", "nfs", "hostPath", "persistentVolumeClaim")
+            if (not isinstance(self.kube_volume, dict) or len(self.kube_volume) != 1
+                    or next(iter(self.kube_volume)) not in sources
+                    or not isinstance(next(iter(self.kube_volume.values())), dict)):
+                raise DjangoValidationError({"kube_volume": (
+                    "one volume source: an object with one key, "
+                    + ", ".join(sources) + ", holding its settings")})
 
     @property
     def pfs_root_path(self) -> Path:
@@ -141,41 +158,55 @@ class Membership(models.Model):
         return f"{self.user} in {self.datacenter}"
 
 
+QUOTA_RESOURCES = ("cpu", "memory", "gpu", "jobs", "storage")
+# What a user may use where neither their own quota nor their datacenter's default says.
+BUILTIN_QUOTA = {"cpu": 4000, "memory": 8 * GiB, "gpu": 0, "jobs": 2, "storage": 10 * GiB}
+
+
 class Quota(models.Model):
-    """What one user may use in one datacenter at once (enforced at job admission)."""
+    """What one user may use in one datacenter at once (enforced at job admission).
+
+    The row without a user is the datacenter's default. In a user's row, a resource left
+    empty takes the datacenter's default, so raising a default raises it for everyone who has
+    not been given their own number. ``accounts.selectors.quota_get`` does the merging.
+    """
 
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="quotas"
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="quotas",
+        null=True, blank=True, help_text="Empty: the default of everyone in the datacenter.",
     )
     datacenter = models.ForeignKey(Datacenter, on_delete=models.CASCADE, related_name="quotas")
-    cpu = models.PositiveIntegerField(
-        "CPU (millicores)", default=4000, validators=[MinValueValidator(0)]
-    )
-    memory = models.PositiveBigIntegerField("memory (bytes)", default=8 * GiB)
-    gpu = models.PositiveIntegerField("GPUs", default=0)
-    jobs = models.PositiveIntegerField("concurrent jobs", default=2)
-    storage = models.PositiveBigIntegerField("storage (bytes)", default=10 * GiB)
+    cpu = models.PositiveIntegerField("CPU (millicores)", null=True, blank=True,
+                                      validators=[MinValueValidator(0)])
+    memory = models.PositiveBigIntegerField("memory (bytes)", null=True, blank=True)
+    gpu = models.PositiveIntegerField("GPUs", null=True, blank=True)
+    jobs = models.PositiveIntegerField("concurrent jobs", null=True, blank=True)
+    storage = models.PositiveBigIntegerField("storage (bytes)", null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["user", "datacenter"], name="unique_quota"),
+            models.UniqueConstraint(fields=["datacenter"], condition=models.Q(user=None),
+                                    name="unique_default_quota"),
         ]
 
     def __str__(self) -> str:
-        return (f"{self.user} in {self.datacenter}: cpu {format_cpu(self.cpu)}, "
-                f"memory {format_bytes(self.memory)}, gpu {self.gpu}, jobs {self.jobs}, "
-                f"storage {format_bytes(self.storage)}")
+        who = self.user if self.user_id else "default"
+        return (f"{who} in {self.datacenter}: cpu {_shown(self.cpu, format_cpu)}, "
+                f"memory {_shown(self.memory, format_bytes)}, gpu {_shown(self.gpu, str)}, "
+                f"jobs {_shown(self.jobs, str)}, storage {_shown(self.storage, format_bytes)}")
 
     def limits(self) -> dict[str, dict]:
         """Each resource's limit, as written by users and as a number."""
-        return {
-            "cpu": {"limit": format_cpu(self.cpu), "limit_value": self.cpu},
-            "memory": {"limit": format_bytes(self.memory), "limit_value": self.memory},
-            "gpu": {"limit": str(self.gpu), "limit_value": self.gpu},
-            "jobs": {"limit": str(self.jobs), "limit_value": self.jobs},
-            "storage": {"limit": format_bytes(self.storage), "limit_value": self.storage},
-        }
+        shown = {"cpu": format_cpu, "memory": format_bytes, "gpu": str, "jobs": str,
+                 "storage": format_bytes}
+        return {name: {"limit": shown[name](getattr(self, name)),
+                       "limit_value": getattr(self, name)} for name in QUOTA_RESOURCES}
+
+
+def _shown(value, fmt) -> str:
+    return "default" if value is None else fmt(value)
 
 
 class ApiTokenQuerySet(models.QuerySet):

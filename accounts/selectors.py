@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from paddlecloud.errors import ForbiddenError
 
-from .models import ApiToken, Datacenter, Membership, Quota
+from django.db.models import Q
+
+from .models import BUILTIN_QUOTA, QUOTA_RESOURCES, ApiToken, Datacenter, Membership, Quota
 
 DATACENTER_HEADER = "HTTP_X_PADDLE_DATACENTER"
 
@@ -59,9 +61,20 @@ def request_datacenter(request) -> Datacenter:
 
 
 def quota_get(user, datacenter: Datacenter) -> Quota:
-    """The user's quota in the datacenter (the defaults if none was ever set)."""
-    quota = Quota.objects.filter(user=user, datacenter=datacenter).first()
-    return quota or Quota(user=user, datacenter=datacenter)
+    """The user's quota in the datacenter, every resource filled in: the user's own number,
+    else the datacenter's default, else the built-in one. (Not saved: an effective quota.)"""
+    rows = {row.user_id: row for row in Quota.objects.filter(
+        Q(user=user) | Q(user__isnull=True), datacenter=datacenter)}
+    own, default = rows.get(user.pk), rows.get(None)
+    effective = Quota(user=user, datacenter=datacenter)
+    for name in QUOTA_RESOURCES:
+        for source in (own, default):
+            if source is not None and getattr(source, name) is not None:
+                setattr(effective, name, getattr(source, name))
+                break
+        else:
+            setattr(effective, name, BUILTIN_QUOTA[name])
+    return effective
 
 
 def user_datacenters(user) -> list[Datacenter]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -15,6 +17,9 @@ class Job(models.Model):
     datacenter = models.ForeignKey("accounts.Datacenter", on_delete=models.PROTECT,
                                    related_name="jobs")
     name = models.CharField(max_length=40)
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False,
+                           help_text="Tells this job's cluster objects from those of an earlier "
+                                     "job of the same name.")
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     state_reason = models.TextField(blank=True)
 
@@ -25,6 +30,9 @@ class Job(models.Model):
     topology = models.CharField(max_length=1024, blank=True,
                                 help_text="PaddlePaddle v1 config file in the package (legacy).")
     image = models.CharField(max_length=512)
+    registry = models.ForeignKey(
+        "registries.Registry", on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="jobs", help_text="The credential its images are pulled with.")
 
     # Trainers, each with these resources.
     trainers = models.PositiveIntegerField(default=1)

@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "accounts",
     "jobs",
     "pfs",
+    "registries",
 ]
 
 MIDDLEWARE = [
