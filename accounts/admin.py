@@ -6,7 +6,8 @@ from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 
 from paddlecloud.quantity import QuantityError, format_bytes, format_cpu, parse_bytes, parse_cpu
 
-from .models import ApiToken, Datacenter, Membership, Quota, User
+from .models import QUOTA_RESOURCES, ApiToken, AuditEntry, Datacenter, Membership, Quota, User
+from .services import quota_change_record
 
 
 class QuantityField(forms.CharField):
@@ -30,14 +31,45 @@ class QuantityField(forms.CharField):
 
 
 class QuotaForm(forms.ModelForm):
-    cpu = QuantityField(parse=parse_cpu, format=format_cpu,
-                        help_text="cores (4, 0.5) or millicores (500m)")
-    memory = QuantityField(parse=parse_bytes, format=format_bytes, help_text="e.g. 16Gi")
-    storage = QuantityField(parse=parse_bytes, format=format_bytes, help_text="e.g. 100Gi")
+    cpu = QuantityField(parse=parse_cpu, format=format_cpu, required=False,
+                        help_text="cores (4, 0.5) or millicores (500m); empty: the default")
+    memory = QuantityField(parse=parse_bytes, format=format_bytes, required=False,
+                           help_text="e.g. 16Gi; empty: the default")
+    storage = QuantityField(parse=parse_bytes, format=format_bytes, required=False,
+                            help_text="e.g. 100Gi; empty: the default")
 
     class Meta:
         model = Quota
         fields = ["user", "datacenter", "cpu", "memory", "gpu", "jobs", "storage"]
+
+
+def _values(data) -> dict:
+    return {name: data.get(name) for name in QUOTA_RESOURCES}
+
+
+class QuotaAuditMixin:
+    """Quota edits made in the admin are audited and release queued jobs, like any other."""
+
+    def save_model(self, request, obj, form, change):
+        before = _values(form.initial) if change else {}
+        super().save_model(request, obj, form, change)
+        if isinstance(obj, Quota):
+            quota_change_record(request.user, obj.datacenter, obj.user, before,
+                                _values(vars(obj)))
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not Quota:
+            return super().save_formset(request, form, formset, change)
+        edits = [(f.instance, _values(f.initial) if f.instance.pk else {})
+                 for f in formset.forms if f.has_changed() and f not in formset.deleted_forms]
+        removed = [(f.instance, _values(f.initial)) for f in formset.deleted_forms
+                   if f.instance.pk]
+        super().save_formset(request, form, formset, change)
+        for quota, before in edits:
+            quota_change_record(request.user, quota.datacenter, quota.user, before,
+                                _values(vars(quota)))
+        for quota, before in removed:
+            quota_change_record(request.user, quota.datacenter, quota.user, before, {})
 
 
 class MembershipInline(admin.TabularInline):
@@ -51,10 +83,25 @@ class QuotaInline(admin.TabularInline):
     form = QuotaForm
     extra = 0
     autocomplete_fields = ["datacenter"]
+    verbose_name_plural = "quotas (empty resources take the datacenter's default)"
+
+
+class DefaultQuotaInline(admin.TabularInline):
+    """The datacenter's default quota: the row without a user."""
+
+    model = Quota
+    form = QuotaForm
+    fields = ["cpu", "memory", "gpu", "jobs", "storage"]
+    max_num = 1
+    extra = 1
+    verbose_name = verbose_name_plural = "default quota of its users"
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).filter(user__isnull=True)
 
 
 @admin.register(User)
-class UserAdmin(BaseUserAdmin):
+class UserAdmin(QuotaAuditMixin, BaseUserAdmin):
     inlines = [MembershipInline, QuotaInline]
     list_display = ["username", "email", "is_staff", "is_active", "datacenter_names"]
 
@@ -67,20 +114,21 @@ class UserAdmin(BaseUserAdmin):
 
 
 @admin.register(Datacenter)
-class DatacenterAdmin(admin.ModelAdmin):
+class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
+    inlines = [DefaultQuotaInline]
     list_display = ["name", "backend", "description", "pfs_root_path"]
     search_fields = ["name", "description"]
     fieldsets = [
         (None, {"fields": ["name", "description", "backend", "default_image"]}),
         ("Kubernetes", {"fields": ["kube_in_cluster", "kubeconfig", "kube_context",
-                                   "namespace_prefix"]}),
+                                   "namespace_prefix", "kube_volume"]}),
         ("PFS", {"fields": ["pfs_storage", "pfs_root", "public_dir", "s3_bucket",
                             "s3_endpoint_url", "s3_region"]}),
     ]
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(QuotaAuditMixin, admin.ModelAdmin):
     form = QuotaForm
     list_display = ["user", "datacenter", "cpu_display", "memory_display", "gpu", "jobs",
                     "storage_display"]
@@ -91,15 +139,15 @@ class QuotaAdmin(admin.ModelAdmin):
 
     @admin.display(description="CPU", ordering="cpu")
     def cpu_display(self, quota):
-        return format_cpu(quota.cpu)
+        return "default" if quota.cpu is None else format_cpu(quota.cpu)
 
     @admin.display(description="memory", ordering="memory")
     def memory_display(self, quota):
-        return format_bytes(quota.memory)
+        return "default" if quota.memory is None else format_bytes(quota.memory)
 
     @admin.display(description="storage", ordering="storage")
     def storage_display(self, quota):
-        return format_bytes(quota.storage)
+        return "default" if quota.storage is None else format_bytes(quota.storage)
 
 
 @admin.register(ApiToken)
@@ -125,3 +173,23 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).")
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """Who did what, when: read-only, kept for as long as the database is."""
+
+    list_display = ["time", "actor_name", "action", "datacenter", "target", "details"]
+    list_filter = ["action", "datacenter"]
+    search_fields = ["actor_name", "target"]
+    date_hierarchy = "time"
+    show_full_result_count = False
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -259,3 +259,37 @@ class ApiToken(models.Model):
         if self.expires_at <= timezone.now():
             return "expired"
         return "active"
+
+
+class AuditEntry(models.Model):
+    """Who did what, when: submissions, kills and deletions of jobs, changes of registry
+    credentials and of quotas. Written by the services (``accounts.audit.audit_record``), shown
+    read-only to admins. Never holds a secret."""
+
+    class Action(models.TextChoices):
+        JOB_SUBMIT = "job.submit", "job submitted"
+        JOB_KILL = "job.kill", "job killed"
+        JOB_DELETE = "job.delete", "job deleted"
+        REGISTRY_CREATE = "registry.create", "registry credential added"
+        REGISTRY_UPDATE = "registry.update", "registry credential changed"
+        REGISTRY_DELETE = "registry.delete", "registry credential deleted"
+        QUOTA_CHANGE = "quota.change", "quota changed"
+
+    time = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
+                              blank=True, related_name="+")
+    actor_name = models.CharField("who", max_length=150,
+                                  help_text="Kept when the user is deleted.")
+    action = models.CharField(max_length=32, choices=Action.choices)
+    datacenter = models.CharField(max_length=63, blank=True)
+    target = models.CharField("what", max_length=300,
+                              help_text="owner/job, owner/registry, or the quota's user.")
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-time", "-id"]
+        verbose_name_plural = "audit log"
+        indexes = [models.Index(fields=["action", "-time"], name="audit_action_time")]
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.target}"

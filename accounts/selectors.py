@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from paddlecloud.errors import ForbiddenError
-
 from django.db.models import Q
+
+from paddlecloud.errors import ForbiddenError
 
 from .models import BUILTIN_QUOTA, QUOTA_RESOURCES, ApiToken, Datacenter, Membership, Quota
 

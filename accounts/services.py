@@ -20,8 +20,10 @@ from paddlecloud.errors import (
     ValidationError,
 )
 
-from .models import ApiToken, Datacenter, Membership, Quota
+from .audit import audit_record
+from .models import ApiToken, AuditEntry, Datacenter, Membership, Quota
 from .selectors import membership_get
+from .signals import quota_changed
 from .throttling import login_failure_record, login_success_record, login_throttle_check
 
 User = get_user_model()
@@ -189,10 +191,45 @@ def user_upsert(username: str, *, password: str | None = None,
 
     for datacenter in datacenters:
         Membership.objects.get_or_create(user=user, datacenter=datacenter)
-        limits, _ = Quota.objects.get_or_create(user=user, datacenter=datacenter)
+        # A row of their own, every resource empty (the datacenter's default) until set, so
+        # the admin shows it beside the membership, ready to edit.
+        Quota.objects.get_or_create(user=user, datacenter=datacenter)
         if quota:
-            for field, value in quota.items():
-                setattr(limits, field, value)
-            _full_clean(limits, validate_unique=False)  # range of each resource
-            limits.save()
+            quota_set(None, datacenter, user, **quota)
     return user, created
+
+
+def _quota_values(quota: Quota | None) -> dict:
+    return {name: getattr(quota, name) if quota else None for name in QUOTA_FIELDS}
+
+
+def quota_change_record(actor, datacenter, user, before: dict, after: dict) -> None:
+    """Audit a quota change (``before``/``after``: each resource, None for the default) and,
+    once it is committed, tell the jobs app, which admits what now fits."""
+    changes = {name: [before.get(name), after.get(name)] for name in sorted(QUOTA_FIELDS)
+               if before.get(name) != after.get(name)}
+    if not changes:
+        return
+    audit_record(actor, AuditEntry.Action.QUOTA_CHANGE,
+                 user.username if user is not None else "(datacenter default)",
+                 datacenter=datacenter, changes=changes)
+    transaction.on_commit(lambda: quota_changed.send(
+        sender=Quota, user=user, datacenter=datacenter))
+
+
+@transaction.atomic
+def quota_set(actor, datacenter, user=None, **values) -> Quota:
+    """Set some resources of the user's quota (or, with no user, the datacenter's default);
+    None puts a resource back to the default."""
+    unknown = set(values) - QUOTA_FIELDS
+    if unknown:
+        raise ValueError(f"unknown quota fields: {sorted(unknown)}")
+    quota = Quota.objects.select_for_update().filter(user=user, datacenter=datacenter).first()
+    before = _quota_values(quota)
+    quota = quota or Quota(user=user, datacenter=datacenter)
+    for field, value in values.items():
+        setattr(quota, field, value)
+    _full_clean(quota, validate_unique=False)  # range of each resource
+    quota.save()
+    quota_change_record(actor, datacenter, user, before, _quota_values(quota))
+    return quota

@@ -28,12 +28,10 @@ def _replicas(job) -> list[Replica]:
 
 
 def job_launch(job_id: int) -> None:
-    """Start every replica of a pending (or half-started) job."""
+    """Start every replica of an admitted (``starting``) job, or those a cut-off start left."""
     job = Job.objects.select_related("datacenter", "owner").get(pk=job_id)
-    if job.state in FINAL_JOB_STATES:
-        return
-    if job.state in (JobState.PENDING, JobState.QUEUED):
-        job_transition(job, JobState.STARTING, "starting its replicas")
+    if job.state in FINAL_JOB_STATES or job.state in (JobState.PENDING, JobState.QUEUED):
+        return  # ended, or not admitted (jobs.admission moves it to starting)
     backend = backend_for(job.datacenter)
     try:
         backend.prepare(job)

@@ -4,8 +4,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from accounts.serializers import QuotaResourceSerializer
 from paddlecloud.quantity import format_bytes, format_cpu
 
+from .admission import queue_position
 from .models import Job, JobEvent, Replica
 
 
@@ -27,13 +29,21 @@ class JobSerializer(serializers.ModelSerializer):
     memory = BytesField()
     pscpu = CpuField()
     psmemory = BytesField()
+    registry = serializers.CharField(source="registry.name", default=None, allow_null=True)
+    queue_position = serializers.SerializerMethodField(
+        help_text="While queued: 1 for the next of your jobs to start, 2 behind it, …")
 
     class Meta:
         model = Job
-        fields = ["name", "state", "state_reason", "datacenter", "package", "entry", "topology",
-                  "image", "trainers", "cpu", "memory", "gpu", "pservers", "pscpu", "psmemory",
-                  "passes", "env", "restart_limit", "deadline_seconds",
-                  "ttl_seconds_after_finished", "created_at", "started_at", "finished_at"]
+        fields = ["name", "state", "state_reason", "queue_position", "datacenter", "package",
+                  "entry", "topology", "image", "registry", "trainers", "cpu", "memory", "gpu",
+                  "pservers", "pscpu", "psmemory", "passes", "env", "restart_limit",
+                  "deadline_seconds", "ttl_seconds_after_finished", "created_at", "started_at",
+                  "finished_at"]
+
+
+    def get_queue_position(self, job) -> int | None:
+        return queue_position(job)
 
 
 class JobSubmitSerializer(serializers.Serializer):
@@ -45,6 +55,8 @@ class JobSubmitSerializer(serializers.Serializer):
     entry = serializers.CharField(help_text='e.g. "python train.py"')
     image = serializers.CharField(required=False)
     topology = serializers.CharField(required=False)
+    registry = serializers.CharField(required=False,
+                                     help_text="your registry credentials for a private image")
     trainers = serializers.IntegerField(required=False, help_text="the seeds' `parallelism`")
     cpu = serializers.CharField(required=False, help_text="1, 0.5 or 500m")
     memory = serializers.CharField(required=False, help_text="1Gi, 512Mi, 2G")
@@ -93,3 +105,18 @@ class DryRunSerializer(serializers.Serializer):
     dry_run = serializers.BooleanField()
     job = serializers.DictField()
     replicas = PlannedReplicaSerializer(many=True)
+
+
+class QuotaUseEntrySerializer(QuotaResourceSerializer):
+    used = serializers.CharField()
+    used_value = serializers.IntegerField()
+
+
+class QuotaUseSerializer(serializers.Serializer):
+    """Jobs that are starting or running use cpu, memory, gpu and jobs; storage is the PFS."""
+
+    cpu = QuotaUseEntrySerializer()
+    memory = QuotaUseEntrySerializer()
+    gpu = QuotaUseEntrySerializer()
+    jobs = QuotaUseEntrySerializer()
+    storage = QuotaUseEntrySerializer()

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
+from accounts.audit import audit_record
+from accounts.models import AuditEntry
 from paddlecloud.errors import ConflictError, NotFoundError, ValidationError
 from paddlecloud.quantity import format_bytes, format_cpu
+from registries.services import registry_get
 
+from .admission import queue_ahead_annotation, quota_admit, quota_fit_check
 from .models import Job, JobEvent, Replica
 from .spec import JobSpec, job_spec_validate, name_taken
 from .states import FINAL_JOB_STATES, JobState
@@ -35,36 +39,42 @@ def job_spec_display(spec: JobSpec) -> dict:
 
 
 def job_submit(user, datacenter, data: dict) -> tuple[Job | None, JobSpec]:
-    """Validate and record a job, and queue its start once the record is committed.
+    """Validate and record a job, and admit it (it starts once the record is committed) or
+    queue it behind the user's quota. A job that can never fit the quota is refused.
 
     With ``dry_run`` in ``data`` nothing is recorded or started: returns ``(None, spec)``.
     """
     dry_run = bool(data.get("dry_run"))
     spec = job_spec_validate(user, datacenter, data)
+    quota_fit_check(user, datacenter, spec)
     if dry_run:
         return None, spec
+    fields = spec.as_dict()
+    registry_name = fields.pop("registry")
     try:
         with transaction.atomic():
-            job = Job.objects.create(owner=user, datacenter=datacenter, **spec.as_dict())
+            registry = registry_get(user, datacenter, registry_name) if registry_name else None
+            job = Job.objects.create(owner=user, datacenter=datacenter, registry=registry,
+                                     **fields)
             Replica.objects.bulk_create(
                 Replica(job=job, role=r["role"], index=r["index"]) for r in job_plan(spec))
             JobEvent.objects.create(job=job, from_state="", to_state=JobState.PENDING,
                                     reason=f"submitted by {user.username}")
-            transaction.on_commit(lambda: _queue_start(job.pk))
+            audit_record(user, AuditEntry.Action.JOB_SUBMIT, f"{user.username}/{job.name}",
+                         datacenter=datacenter, trainers=job.trainers, pservers=job.pservers,
+                         cpu=format_cpu(job.cpu), memory=format_bytes(job.memory),
+                         gpu=job.gpu, image=job.image)
+            quota_admit(user.pk, datacenter.pk)
     except IntegrityError:
         raise ValidationError.for_field("name", name_taken(spec.name)) from None
+    job.refresh_from_db(fields=["state", "state_reason", "started_at", "updated_at"])
     return job, spec
-
-
-def _queue_start(job_id: int) -> None:
-    from .tasks import job_start
-
-    job_start.delay(job_id)
 
 
 def job_get(user, datacenter, name: str) -> Job:
     """One of the user's jobs in the datacenter; another user's job is simply not found."""
-    job = (Job.objects.select_related("datacenter", "owner")
+    job = (Job.objects.select_related("datacenter", "owner", "registry")
+           .annotate(queue_ahead=queue_ahead_annotation())
            .filter(owner=user, datacenter=datacenter, name=name).first())
     if job is None:
         raise NotFoundError(f"you have no job named {name!r} in datacenter {datacenter.name!r}")
@@ -72,7 +82,9 @@ def job_get(user, datacenter, name: str) -> Job:
 
 
 def job_list(user, datacenter, *, state: str | None = None, name: str | None = None):
-    jobs = Job.objects.filter(owner=user, datacenter=datacenter).select_related("datacenter")
+    jobs = (Job.objects.filter(owner=user, datacenter=datacenter)
+            .select_related("datacenter", "registry")
+            .annotate(queue_ahead=queue_ahead_annotation()))
     if state:
         states = [s.strip() for s in state.split(",") if s.strip()]
         unknown = sorted(set(states) - set(JobState.values))
@@ -92,6 +104,8 @@ def job_kill(user, datacenter, name: str, *, by=None) -> Job:
     if job.state in FINAL_JOB_STATES:
         raise ConflictError(f"job {name!r} has already ended ({job.state})", code="job_ended")
     job_transition(job, JobState.KILLED, f"killed by {(by or user).username}")
+    audit_record(by or user, AuditEntry.Action.JOB_KILL, f"{user.username}/{name}",
+                 datacenter=datacenter)
 
     def queue_halt():
         from .tasks import job_stop
@@ -116,3 +130,5 @@ def job_delete(user, datacenter, name: str) -> None:
     job_halt(job.pk)
     backend_for(job.datacenter).cleanup(job)
     job.delete()
+    audit_record(user, AuditEntry.Action.JOB_DELETE, f"{user.username}/{name}",
+                 datacenter=datacenter)

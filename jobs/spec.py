@@ -37,6 +37,7 @@ class JobSpec:
     entry: str
     image: str
     topology: str = ""
+    registry: str = ""
     trainers: int = 1
     cpu: int = 1000
     memory: int = 2**30
@@ -177,6 +178,16 @@ def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
                                       "trainer package there first (paddlectl cp -r)")
                 package_dir = None
 
+    registry = check.text("registry", maximum=64)
+    if registry:
+        from registries.models import Registry
+
+        if not Registry.objects.filter(owner=user, datacenter=datacenter,
+                                       name=registry).exists():
+            check.fail("registry", f"you have no registry credentials named {registry!r} in "
+                                   f"datacenter {datacenter.name!r}; add them with paddlectl "
+                                   "registry -name NAME -server … -username … first")
+
     topology = check.text("topology", maximum=1024)
     if topology:
         if topology.startswith("/") or ".." in topology.split("/"):
@@ -222,4 +233,4 @@ def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
         parts = [f"{name}: {msgs[0]}" for name, msgs in check.errors.items()]
         raise ValidationError("; ".join(parts), fields=check.errors)
     return JobSpec(name=name, package=package, entry=entry, image=image, topology=topology,
-                   env=dict(env), **spec)
+                   registry=registry, env=dict(env), **spec)

@@ -12,6 +12,7 @@ from django.utils import timezone
 from accounts.models import Datacenter
 
 from . import engine
+from .admission import WAITING_STATES, quota_admit
 from .backends import backend_for
 from .models import Job
 from .states import FINAL_JOB_STATES, JobState
@@ -28,6 +29,19 @@ def job_start(job_id: int) -> None:
         return
     engine.job_launch(job_id)
     job_watch.apply_async((job_id,), countdown=SYNC_INTERVAL)
+
+
+@shared_task(name="jobs.tasks.jobs_admit", acks_late=True)
+def jobs_admit(user_id: int, datacenter_id: int | None = None) -> int:
+    """Admit what the user's quota has room for now (in one datacenter, or in each where they
+    have jobs waiting). Returns how many jobs were admitted."""
+    waiting = Job.objects.filter(owner_id=user_id, state__in=WAITING_STATES)
+    if datacenter_id is not None:
+        waiting = waiting.filter(datacenter_id=datacenter_id)
+    admitted = 0
+    for dc_id in set(waiting.values_list("datacenter_id", flat=True)):
+        admitted += len(quota_admit(user_id, dc_id))
+    return admitted
 
 
 @shared_task(name="jobs.tasks.job_watch", acks_late=True)
@@ -49,17 +63,21 @@ def job_stop(job_id: int) -> None:
 
 @shared_task(name="jobs.tasks.jobs_reconcile")
 def jobs_reconcile() -> dict[str, int]:
-    """Bring the database and the processes back in line (celery beat, every 15 s): start jobs
-    whose start was lost, look at every job that runs (replicas that vanished while the portal
-    was down are marked, deadlines enforced), stop what is left of ended jobs, delete ended
-    jobs past their TTL."""
-    counts = {"restarted": 0, "synced": 0, "expired": 0, "orphans": 0}
+    """Bring the database and the processes back in line (celery beat, every 15 s): admit
+    jobs the quota has room for, start jobs whose start was lost, look at every job that runs
+    (replicas that vanished while the portal was down are marked, deadlines enforced), stop
+    what is left of ended jobs, delete ended jobs past their TTL."""
+    counts = {"admitted": 0, "restarted": 0, "synced": 0, "expired": 0, "orphans": 0}
     now = timezone.now()
-    lost = Job.objects.filter(state=JobState.PENDING, created_at__lt=now - LOST_START_AFTER)
-    # A start that died half way leaves replicas pending under a starting job.
+    # Admission happens when jobs are submitted and end; this catches what a crash missed.
+    waiting = (Job.objects.filter(state__in=WAITING_STATES)
+               .values_list("owner_id", "datacenter_id").distinct())
+    for owner_id, datacenter_id in waiting:
+        counts["admitted"] += len(quota_admit(owner_id, datacenter_id))
+    # A start that was lost, or died half way (replicas still pending under a starting job).
     stalled = Job.objects.filter(state=JobState.STARTING, replicas__state="pending",
                                  updated_at__lt=now - LOST_START_AFTER).distinct()
-    for job_id in [*lost.values_list("pk", flat=True), *stalled.values_list("pk", flat=True)]:
+    for job_id in stalled.values_list("pk", flat=True):
         job_start.delay(job_id)
         counts["restarted"] += 1
     active = Job.objects.filter(state__in=[JobState.STARTING, JobState.RUNNING])

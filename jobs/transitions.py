@@ -42,6 +42,11 @@ def job_transition(job: Job, target: str, reason: str = "") -> bool:
     Job.objects.filter(pk=job.pk).update(**changes)
     JobEvent.objects.create(job=job, time=now, from_state=locked.state, to_state=target,
                             reason=reason)
+    if target in FINAL_JOB_STATES:
+        # What it held (or the place in the queue it kept) is free: admit who waits.
+        from .admission import admission_later
+
+        admission_later(locked.owner_id, locked.datacenter_id)
     for field, value in changes.items():
         setattr(job, field, value)
     return True

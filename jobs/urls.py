@@ -9,4 +9,5 @@ urlpatterns = [
     path("jobs/<str:name>/workers", views.JobWorkersView.as_view(), name="api-job-workers"),
     path("jobs/<str:name>/events", views.JobEventsView.as_view(), name="api-job-events"),
     path("jobs/<str:name>/logs", views.JobLogsView.as_view(), name="api-job-logs"),
+    path("quota", views.QuotaView.as_view(), name="api-quota"),
 ]

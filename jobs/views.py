@@ -16,6 +16,7 @@ from accounts.serializers import ErrorSerializer
 from paddlecloud.errors import NotFoundError, ValidationError
 
 from . import logs, services
+from .admission import quota_report
 from .backends import backend_for
 from .models import Replica
 from .serializers import (
@@ -23,6 +24,7 @@ from .serializers import (
     EventSerializer,
     JobSerializer,
     JobSubmitSerializer,
+    QuotaUseSerializer,
     WorkerSerializer,
 )
 from .services import job_plan, job_spec_display
@@ -116,6 +118,13 @@ def _worker(job, name: str | None) -> Replica:
     names = ", ".join(sorted(r.name for r in replicas))
     raise NotFoundError.for_field("worker", f"job {job.name!r} has no worker {name!r} "
                                             f"(it has {names})")
+
+
+class QuotaView(APIView):
+    @extend_schema(responses={200: QuotaUseSerializer, **ERRORS},
+                   summary="Your quota in this datacenter: each resource's limit and use")
+    def get(self, request):
+        return Response(quota_report(request.user, request_datacenter(request)))
 
 
 class JobLogsView(APIView):

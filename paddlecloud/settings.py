@@ -183,6 +183,10 @@ PADDLECLOUD_PFS_UPLOAD_TTL = env_int("PADDLECLOUD_PFS_UPLOAD_TTL", 24 * 3600)
 PADDLECLOUD_S3_ACCESS_KEY_ID = env_str("PADDLECLOUD_S3_ACCESS_KEY_ID")
 PADDLECLOUD_S3_SECRET_ACCESS_KEY = env_str("PADDLECLOUD_S3_SECRET_ACCESS_KEY")
 
+# Registry passwords are encrypted with these Fernet keys (registries/crypto.py: the first
+# encrypts, all decrypt; rotate with manage.py rotate_credential_keys).
+PADDLECLOUD_CREDENTIAL_KEYS = env_list("PADDLECLOUD_CREDENTIAL_KEYS", [])
+
 # API tokens: lifetime, and how many failed logins are allowed before the token endpoint
 # answers 429 — per (username, address) pair and per address across all usernames.
 PADDLECLOUD_TOKEN_TTL_DAYS = env_int("PADDLECLOUD_TOKEN_TTL_DAYS", 30)

@@ -172,6 +172,25 @@ class ApiClient:
     def pfs_usage(self) -> dict:
         return self.call("GET", "/api/v1/pfs/usage")
 
+    # -- registry credentials ---------------------------------------------------------------
+
+    def registry_list(self) -> list[dict]:
+        return self.call("GET", "/api/v1/registries/")
+
+    def registry_get(self, name: str) -> dict:
+        return self.call("GET", f"/api/v1/registries/{quote(name, safe='')}/")
+
+    def registry_create(self, name: str, server: str, username: str, password: str) -> dict:
+        return self.call("POST", "/api/v1/registries/", json={
+            "name": name, "server": server, "username": username, "password": password})
+
+    def registry_delete(self, name: str) -> None:
+        self.call("DELETE", f"/api/v1/registries/{quote(name, safe='')}/")
+
+    def quota(self) -> dict:
+        """Each resource's limit and use: ``{"cpu": {"limit", "used", …}, …}``."""
+        return self.call("GET", "/api/v1/quota")
+
     # -- jobs -------------------------------------------------------------------------------
 
     def job_list(self, state: str | None = None) -> list[dict]:

@@ -132,8 +132,14 @@ def _job_duration(job: dict) -> str | None:
     return format_duration(max(0.0, (ended - started).total_seconds()))
 
 
+def _job_state(job: dict) -> str | None:
+    """The state, with the place in the user's queue while it waits: ``queued #2``."""
+    position = job.get("queue_position")
+    return f"{job.get('state')} #{position}" if position else job.get("state")
+
+
 JOB_COLUMNS = [
-    Column("name", "name"), Column("state", "state"), Column("trainers", "trainers"),
+    Column("name", "name"), Column("state", _job_state), Column("trainers", "trainers"),
     Column("pservers", "pservers"), Column("start", "started_at", "time"),
     Column("age", "created_at", "age"),
     Column("duration", _job_duration, wide_only=True),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from cryptography.fernet import Fernet
 from django.conf import settings
 from django.core.cache import cache
 from django.test import Client
@@ -45,6 +46,16 @@ def pytest_sessionstart(session):
     if problems:
         pytest.exit("the test suite needs real services (run it with ./dev test):\n  "
                     + "\n  ".join(problems), returncode=3)
+
+
+TEST_CREDENTIAL_KEY = Fernet.generate_key().decode()
+
+
+@pytest.fixture(autouse=True)
+def _credential_keys(settings):
+    """Registry passwords are encrypted with a key of the test run (DEBUG is off in tests, so
+    none would be made into var/)."""
+    settings.PADDLECLOUD_CREDENTIAL_KEYS = [TEST_CREDENTIAL_KEY]
 
 
 @pytest.fixture(autouse=True)

@@ -69,3 +69,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def cleanup(self, job) -> None:
         """Remove what the backend keeps for the job privately (not its output)."""
+
+    # Registry credentials. Only a backend that pulls images needs them (Kubernetes keeps one
+    # pull secret per credential in the owner's namespace); on the others these do nothing.
+
+    def pull_secret_apply(self, registry) -> None:  # noqa: B027 (optional: no-op by default)
+        """Create or update the pull secret of ``registry`` (a registries.Registry)."""
+
+    def pull_secret_delete(self, datacenter, owner, name: str) -> None:  # noqa: B027
+        """Remove the pull secret of the owner's credential ``name``; done if it is gone."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from paddlectl import pfspath
 from paddlectl.args import flag
-from paddlectl.commands.registry import NOT_KEPT, registry_delete, registry_get
+from paddlectl.commands.registry import registry_delete, registry_get
 from paddlectl.errors import ApiError, PaddlectlError, UsageError
 from paddlectl.jobs import (
     job_probe,
@@ -123,23 +123,6 @@ def _submission(args) -> dict:
     return body
 
 
-def _refused(exc: ApiError) -> PaddlectlError:
-    """The server's refusal, with ``registry`` explained while the server keeps none."""
-    if "registry" not in exc.fields:
-        return exc
-    parts = [f"{key}: {msgs[0] if isinstance(msgs, list) and msgs else msgs}"
-             for key, msgs in exc.fields.items() if key != "registry"]
-    parts.append(f"registry: {NOT_KEPT}; leave -registry out")
-    return ApiError(exc.status, exc.code, "; ".join(parts), exc.fields)
-
-
-def _submit(ctx, body: dict) -> dict:
-    try:
-        return ctx.client.job_submit(body)
-    except ApiError as exc:
-        raise _refused(exc) from None
-
-
 def _local_package(args) -> Path:
     local = Path(args.package)
     if not local.is_dir():
@@ -191,10 +174,7 @@ def run_submit(ctx, args) -> None:
         if args.topology and (problem := topology_problem(args.topology, local)):
             raise UsageError(f"submit: topology: {problem}")
         upload = (local, package_path(ctx.home, args.jobname, local))
-        try:  # every other mistake before anything is uploaded
-            plan = job_probe(ctx.client, ctx.home, body)
-        except ApiError as exc:
-            raise _refused(exc) from None
+        plan = job_probe(ctx.client, ctx.home, body)  # every other mistake before uploading
         body["package"] = upload[1]
         if args.dry_run:
             if plan is None:
@@ -207,13 +187,16 @@ def run_submit(ctx, args) -> None:
         _upload(ctx, local, upload[1])
 
     if args.dry_run:
-        _show_plan(ctx, _submit(ctx, {**body, "dry_run": True}), None)
+        _show_plan(ctx, ctx.client.job_submit({**body, "dry_run": True}), None)
         return
-    job = _submit(ctx, body)
+    job = ctx.client.job_submit(body)
     if _machine_output(ctx):
         ctx.emit(job)
         return
-    ctx.stdout.write(f"job {job['name']} submitted: {job['state']}\n")
+    state = job["state"]
+    if job.get("queue_position"):  # over the quota's free part: it waits its turn
+        state = f"queued #{job['queue_position']} ({job['state_reason']})"
+    ctx.stdout.write(f"job {job['name']} submitted: {state}\n")
     ctx.info(f"follow its log:   {_command(ctx, 'logs ' + job['name'] + ' -f')}\n"
              f"see its workers:  {_command(ctx, 'get workers ' + job['name'])}")
 
@@ -229,7 +212,7 @@ def setup_get(parser) -> None:
         "get jobs [NAME...]     your jobs in this datacenter, newest first\n"
         "get workers JOB        the job's workers (parameter servers and trainers)\n"
         "get registry           your registry credentials\n"
-        "get quota              your quota in this datacenter and the storage you use")
+        "get quota              your quota in this datacenter: each resource's limit and use")
     parser.add_argument("resource", metavar="RESOURCE", help="jobs, workers, registry or quota")
     parser.add_argument("names", nargs="*", metavar="NAME")
     flag(parser, "state", metavar="STATES",
@@ -256,22 +239,11 @@ def _get_workers(ctx, args) -> None:
 
 
 def _get_quota(ctx, args) -> None:
-    me = ctx.client.me()
-    usage = ctx.client.pfs_usage()
-    quota = me.get("quota") or {}
+    quota = ctx.client.quota()
     if _machine_output(ctx):
-        ctx.emit({"datacenter": ctx.datacenter.name, "quota": quota, "storage": usage})
+        ctx.emit({"datacenter": ctx.datacenter.name, "quota": quota})
         return
-    rows = []
-    for resource, entry in quota.items():
-        entry = entry if isinstance(entry, dict) else {"limit": entry}
-        row = {"resource": resource, "limit": entry.get("limit"),
-               "limit_value": entry.get("limit_value"),
-               "used": entry.get("used_display", entry.get("used")),
-               "used_value": entry.get("used_value", entry.get("used"))}
-        if resource == "storage" and row["used"] is None:
-            row.update(used=usage.get("used_display"), used_value=usage.get("used"))
-        rows.append(row)
+    rows = [{"resource": resource, **entry} for resource, entry in quota.items()]
     ctx.emit(quota, rows, QUOTA_COLUMNS)
 
 

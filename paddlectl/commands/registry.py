@@ -1,53 +1,17 @@
 """Registry credentials for private images: ``registry``, and the registry part of ``get`` and
-``delete``.
-
-The server keeps them at ``/api/v1/registries/``. A server without that API answers 404 "no
-API endpoint"; that is said in one line: ``get registry`` succeeds with the note, adding or
-deleting one fails (exit 1).
-"""
+``delete``. The server keeps them encrypted and never sends a password back."""
 
 from __future__ import annotations
 
 import getpass
 import sys
-from urllib.parse import quote
 
 from paddlectl.args import flag
-from paddlectl.errors import ApiError, UsageError
+from paddlectl.errors import UsageError
 from paddlectl.output import REGISTRY_COLUMNS
 
-REGISTRIES = "/api/v1/registries/"
-NOT_KEPT = "this PaddleCloud server does not keep registry credentials yet"
-
-
-def no_registry_api(exc: ApiError) -> bool:
-    """Whether the server answered that it has no registries API at all."""
-    return exc.status == 404 and "no API endpoint" in exc.message
-
-
-# -- the registries API (thin helpers until ApiClient has these methods) ----------------------
-
-def _registry_path(name: str) -> str:
-    return f"{REGISTRIES}{quote(name, safe='')}/"
-
-
-def _require_api(ctx) -> None:
-    """A UsageError when the server has no registries API. Asked with a GET: a POST or DELETE
-    to an API path the server does not know is refused by its CSRF check (403), not 404."""
-    try:
-        ctx.client.call("GET", REGISTRIES, params={"limit": 1})
-    except ApiError as exc:
-        if no_registry_api(exc):
-            raise UsageError(NOT_KEPT) from None
-        raise
-
-
-def _call(ctx, method: str, path: str, **kwargs):
-    _require_api(ctx)
-    return ctx.client.call(method, path, **kwargs)
-
-
 # -- registry ---------------------------------------------------------------------------------
+
 
 def setup_registry(parser) -> None:
     parser.description = (
@@ -71,9 +35,7 @@ def run_registry(ctx, args) -> None:
         if not sys.stdin.isatty():
             raise UsageError("registry: -password required")
         password = getpass.getpass(f"password for {args.username} at {args.server}: ")
-    added = _call(ctx, "POST", REGISTRIES, json={
-        "name": args.name, "server": args.server, "username": args.username,
-        "password": password})
+    added = ctx.client.registry_create(args.name, args.server, args.username, password)
     if ctx.output_format() in ("json", "yaml"):
         ctx.emit(added)
         return
@@ -84,19 +46,11 @@ def run_registry(ctx, args) -> None:
 
 def registry_get(ctx, names: list[str]) -> None:
     """``get registry [NAME...]``: the registries the server keeps for you."""
-    try:
-        if names:
-            found = [ctx.client.call("GET", _registry_path(name)) for name in names]
-            data = found[0] if len(found) == 1 else found
-        else:
-            data = found = ctx.client.call("GET", REGISTRIES)
-            if isinstance(found, dict):  # a paginated answer
-                found = found.get("results", [])
-    except ApiError as exc:
-        if not no_registry_api(exc):
-            raise
-        ctx.stderr.write(f"paddlectl: {NOT_KEPT}\n")
-        return
+    if names:
+        found = [ctx.client.registry_get(name) for name in names]
+        data = found[0] if len(found) == 1 else found
+    else:
+        data = found = ctx.client.registry_list()
     if ctx.output_format() in ("table", "wide") and not found:
         ctx.info(f"no registries in datacenter {ctx.datacenter.name}")
         return
@@ -106,5 +60,5 @@ def registry_get(ctx, names: list[str]) -> None:
 def registry_delete(ctx, names: list[str]) -> None:
     """``delete registry NAME...``."""
     for name in names:
-        _call(ctx, "DELETE", _registry_path(name))
+        ctx.client.registry_delete(name)
         ctx.info(f"registry {name} deleted")

@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from accounts.models import Datacenter, Membership, Quota, User
+from accounts.selectors import quota_get
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
@@ -112,7 +113,9 @@ def test_adddatacenter_refuses_an_unknown_backend(db):
 
 
 def quota_of(username: str, datacenter: str = "datacenter1") -> Quota:
-    return Quota.objects.get(user__username=username, datacenter__name=datacenter)
+    """The user's effective quota (their own numbers, else the defaults)."""
+    return quota_get(User.objects.get(username=username),
+                     Datacenter.objects.get(name=datacenter))
 
 
 def test_adduser_creates_a_member_with_a_quota(datacenter):

@@ -19,6 +19,7 @@ from asgiref.sync import async_to_sync
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from accounts.services import quota_set
 from jobs import engine, tasks
 from jobs.backends import backend_for
 from jobs.backends.local import job_dir
@@ -120,7 +121,7 @@ def names(response) -> list[str]:
 # --- submitting -------------------------------------------------------------------------------
 
 
-def test_submit_records_a_pending_job_and_queues_one_start(
+def test_submit_records_an_admitted_job_and_queues_one_start(
         token_client, package, reaper, django_capture_on_commit_callbacks, monkeypatch):
     with django_capture_on_commit_callbacks() as callbacks:
         response = token_client.post(URL, {
@@ -130,12 +131,15 @@ def test_submit_records_a_pending_job_and_queues_one_start(
     job = response.json()
     assert job["name"] == "fit-a-line"
     assert job["trainers"] == 2
-    assert job["state"] == "pending"
+    # It fits the quota (2 of 4 CPUs): admitted at once, its replicas not started yet.
+    assert (job["state"], job["state_reason"]) == ("starting", "admitted: its quota is free")
+    assert job["queue_position"] is None
     assert (job["cpu"], job["memory"]) == ("1", "1Gi")
     assert job["datacenter"] == "datacenter1"
     assert job["package"] == PACKAGE
     assert job["entry"] == "python train.py"
-    assert job["started_at"] is None and job["finished_at"] is None
+    assert job["registry"] is None
+    assert job["started_at"] is not None and job["finished_at"] is None
 
     assert token_client.get(job_url("fit-a-line")).json() == job
     workers = token_client.get(job_url("fit-a-line", "workers")).json()
@@ -151,7 +155,8 @@ def test_submit_records_a_pending_job_and_queues_one_start(
 
 
 def test_dry_run_shows_the_plan_and_creates_nothing(
-        token_client, package, datacenter, django_capture_on_commit_callbacks):
+        token_client, package, alice, datacenter, django_capture_on_commit_callbacks):
+    quota_set(None, datacenter, alice, cpu=8000, gpu=4)
     with django_capture_on_commit_callbacks() as callbacks:
         response = token_client.post(URL, {
             "name": "probe", "package": package, "entry": "python train.py", "trainers": 3,
@@ -236,7 +241,9 @@ def test_the_list_is_newest_first(token_client, submit):
         submit(name)
     response = token_client.get(URL)
     assert names(response) == ["third", "second", "first"]
-    assert response.json()["results"][0]["state"] == "pending"
+    # The quota allows 2 jobs at once: the third waits, first in line.
+    assert [(j["state"], j["queue_position"]) for j in response.json()["results"]] == [
+        ("queued", 1), ("starting", None), ("starting", None)]
 
 
 def test_the_list_filters_by_state_and_name(token_client, alice, datacenter):
@@ -491,11 +498,11 @@ def test_delete_only_ended_jobs_and_keep_their_output(token_client, submit, pfs_
     again = token_client.post(URL, {"name": "sleeper", "package": PACKAGE,
                                     "entry": "python train.py"}, format="json")
     assert again.status_code == 201, again.content
-    assert again.json()["state"] == "pending"
+    assert again.json()["state"] == "starting"
     workers = token_client.get(job_url("sleeper", "workers")).json()
     assert [(w["name"], w["state"]) for w in workers] == [("trainer-0", "pending")]
     events = token_client.get(job_url("sleeper", "events")).json()
-    assert [e["to_state"] for e in events] == ["pending"]
+    assert [e["to_state"] for e in events] == ["pending", "starting"]
 
 
 def test_deleting_a_just_killed_job_leaves_no_process_running(token_client, submit):

@@ -16,7 +16,6 @@ import yaml
 pytestmark = pytest.mark.django_db(transaction=True)
 
 H = "/pfs/datacenter1/home/alice"
-NOT_KEPT = "this PaddleCloud server does not keep registry credentials yet"
 
 # Trainers print who they are, GREETING, LINES lines (one every EVERY s), then sleep SLEEP s;
 # parameter servers serve until the job stops them.
@@ -111,7 +110,7 @@ SEEDS_SUBMIT = ("submit", "-jobname", "my-paddlecloud-job", "-cpu", "1", "-gpu",
 def test_the_seeds_submit_get_and_logs(live_cli, celery_worker, package, jobs):
     name = "my-paddlecloud-job"
     submitted = ok(live_cli(*SEEDS_SUBMIT, package))
-    assert submitted.stdout.startswith(f"job {name} submitted: pending\n")
+    assert submitted.stdout.startswith(f"job {name} submitted: starting\n")
     assert f"paddlectl logs {name} -f" in submitted.stdout
 
     # logs -f follows every worker from before it starts until it ends, each line after its
@@ -176,7 +175,7 @@ def test_a_local_package_with_dashed_flags_env_kill_and_delete(live_cli, celery_
                             "-e", "GREETING=hello world", "--env", "SLEEP=30", "mypkg"))
     remote = f"{H}/jobs/{name}/mypkg"
     assert submitted.stdout.startswith(f"uploading mypkg to {remote}\n"
-                                       f"job {name} submitted: pending\n")
+                                       f"job {name} submitted: starting\n")
     uploaded = live_cli.portal.home / "jobs" / name / "mypkg"
     assert (uploaded / "data" / "part-0").read_text() == "1 2 3\n"
     job = jobs.get(name)
@@ -314,36 +313,73 @@ def test_wrong_password_is_exit_2(live_cli):
 
 # -- quota and registries ---------------------------------------------------------------------
 
-def test_get_quota(live_cli):
+def test_get_quota_shows_what_is_used_of_each_limit(live_cli, package):
     (live_cli.portal.home / "data.bin").write_bytes(b"x" * 5000)
+    # No worker runs here: the job is admitted (it holds its quota) and stays starting.
+    ok(live_cli("submit", "-jobname", "holder", "-entry", "python train.py", "-parallelism",
+                "2", "-cpu", "750m", "-memory", "1Gi", package))
     rows = table(ok(live_cli("get", "quota")).stdout)
-    assert rows[0] == ["RESOURCE", "LIMIT", "USED"]
-    assert [row[0] for row in rows[1:]] == ["cpu", "memory", "gpu", "jobs", "storage"]
-    assert table(ok(live_cli("get", "quota", "-o", "wide")).stdout)[0] == \
-        ["RESOURCE", "LIMIT", "USED", "LIMIT (EXACT)", "USED (EXACT)"]
+    assert rows == [["RESOURCE", "LIMIT", "USED"], ["cpu", "4", "1500m"], ["memory", "8Gi", "2Gi"],
+                    ["gpu", "0", "0"], ["jobs", "2", "1"], ["storage", "10Gi", rows[5][2]]]
+    assert table(ok(live_cli("get", "quota", "-o", "wide")).stdout)[1] == \
+        ["cpu", "4", "1500m", "4000", "1500"]
     data = json.loads(ok(live_cli("get", "quota", "-o", "json")).stdout)
-    assert set(data) == {"datacenter", "quota", "storage"}
-    assert set(data["quota"]) == {"cpu", "memory", "gpu", "jobs", "storage"}
-    assert "used" in data["storage"]
+    assert data["datacenter"] == "datacenter1"
+    assert data["quota"]["storage"]["used_value"] >= 5000 + len(TRAINER)
 
 
-def test_registries_are_not_kept_by_this_server_yet(live_cli, package):
-    listed = live_cli("get", "registry")
-    assert (listed.returncode, listed.stdout, listed.stderr) == (0, "", f"paddlectl: {NOT_KEPT}\n")
-    fails(live_cli("registry", "-username", "bob", "-password", "pw", "-server",
-                   "registry.example.com", "-name", "mine"), 1, NOT_KEPT)
-    fails(live_cli("delete", "registry", "mine"), 1, NOT_KEPT)
+def test_jobs_over_the_free_quota_wait_in_line(live_cli, package):
+    for name in ("one", "two", "three", "four"):
+        ok(live_cli("submit", "-jobname", name, "-entry", "python train.py", package))
+    submitted = ok(live_cli("submit", "-jobname", "five", "-entry", "x", package)).stdout
+    assert submitted.startswith("job five submitted: queued #3 (waiting behind job three)\n")
+    rows = table(ok(live_cli("get", "jobs")).stdout)
+    # The quota allows 2 jobs at once; the others wait, in the order they were submitted.
+    assert [row[:2] for row in rows[1:]] == [["five", "queued #3"], ["four", "queued #2"],
+                                            ["three", "queued #1"],
+                                            ["two", "starting"], ["one", "starting"]]
+    waiting = json.loads(ok(live_cli("get", "jobs", "three", "-o", "json")).stdout)
+    assert waiting["state_reason"] == "waiting for quota: jobs 1 asked, 0 of 2 free"
+    fails(live_cli("submit", "-jobname", "huge", "-entry", "python train.py", "-parallelism",
+                   "3", "-cpu", "2", package), 1,
+          "cpu: the job asks for 6 CPU in all (3 trainers x 2), 2 more than your quota of 4")
+
+
+def test_registry_credentials(live_cli, package):
+    ok(live_cli("registry", "-name", "mine", "-server", "registry.example.com:5000",
+                "-username", "bob", "-password", "s3cret-pw"))
+    listed = ok(live_cli("get", "registry"))
+    assert table(listed.stdout) == [["NAME", "SERVER", "USERNAME"],
+                                    ["mine", "registry.example.com:5000", "bob"]]
+    shown = ok(live_cli("get", "registry", "mine", "-o", "json")).stdout
+    assert json.loads(shown)["username"] == "bob" and "s3cret" not in shown
+    fails(live_cli("registry", "-name", "mine", "-server", "https://registry.example.com",
+                   "-username", "bob", "-password", "pw"), 1,
+          "name: you already have registry credentials named 'mine'",
+          "write the host[:port] alone, without https://")
     fails(live_cli("registry", "-name", "mine"), 1, "-server, -username required")
-    fails(live_cli("submit", "-jobname", "private", "-entry", "x", "-image", "me/img:1",
-                   "-registry", "mine", package), 1, f"registry: {NOT_KEPT}")
+
+    ok(live_cli("submit", "-jobname", "private", "-entry", "x", "-image",
+                "registry.example.com:5000/me/img:1", "-registry", "mine", package))
+    job = json.loads(ok(live_cli("get", "jobs", "private", "-o", "json")).stdout)
+    assert job["registry"] == "mine"
+    fails(live_cli("submit", "-jobname", "other", "-entry", "x", "-registry", "nope",
+                   package), 1, "registry: you have no registry credentials named 'nope'")
+    fails(live_cli("delete", "registry", "mine"), 1,
+          "job 'private' pulls its image with 'mine' and has not ended")
+    ok(live_cli("kill", "private"))
+    deleted = ok(live_cli("delete", "registry", "mine"))
+    assert deleted.stdout == "registry mine deleted\n"
+    assert ok(live_cli("get", "registry")).stdout == ""
+    fails(live_cli("delete", "registry", "mine"), 3, "no registry credentials named 'mine'")
 
 
 @pytest.mark.parametrize("method", ["POST", "DELETE"])
 def test_unknown_api_paths_are_404_for_every_method(live_cli, method):
     response = live_cli.portal.session().request(
-        method, f"{live_cli.portal.url}/api/v1/registries/", json={})
+        method, f"{live_cli.portal.url}/api/v1/frobs/", json={})
     assert response.status_code == 404, response.text
-    assert response.json()["message"] == "no API endpoint at /api/v1/registries/"
+    assert response.json()["message"] == "no API endpoint at /api/v1/frobs/"
 
 
 def test_a_quick_trainer_has_a_start_time(live_cli, celery_worker, package, jobs):
