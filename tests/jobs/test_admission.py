@@ -238,3 +238,39 @@ def test_two_submissions_racing_for_the_last_cpu_are_not_both_admitted(
         for name in names:  # make room for the next round
             job = Job.objects.get(name=name)
             Job.objects.filter(pk=job.pk).update(state="killed")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_admits_the_next_job_when_one_ends(submit, alice, datacenter,
+                                                         celery_worker):
+    """No beat runs here: the queued job starts because the first one ended."""
+    quota_set(None, datacenter, alice, jobs=1)
+    submit("quick", entry="python -c 'print(1)'")
+    waiting = submit("next", entry="python -c 'print(2)'")
+    assert waiting.state == "queued"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and states("next") != [("next", "succeeded")]:
+        time.sleep(0.1)
+    assert states("quick", "next") == [("quick", "succeeded"), ("next", "succeeded")]
+    events = list(Job.objects.get(name="next").events.filter(replica=None)
+                  .values_list("to_state", "reason"))
+    assert events[:3] == [("pending", "submitted by alice"),
+                          ("queued", "waiting for quota: jobs 1 asked, 0 of 1 free"),
+                          ("starting", "admitted: its quota is free")]
+
+
+@pytest.mark.django_db
+def test_admins_see_everyones_running_and_queued_jobs(admin_browser, submit, alice,
+                                                      datacenter, make_user, no_starts):
+    quota_set(None, datacenter, alice, jobs=1)
+    submit("running-one")
+    submit("waiting-one")
+    job_kill(alice, datacenter, "running-one")
+    submit("another")
+    page = admin_browser.get("/admin/jobs/job/", {"activity": "active"}).content.decode()
+    assert "waiting-one" in page and "another" in page and "running-one" not in page
+    queued = admin_browser.get("/admin/jobs/job/", {"activity": "queued"}).content.decode()
+    assert "another" in queued and "waiting-one" not in queued
+    log = admin_browser.get("/admin/accounts/auditentry/").content.decode()
+    for action in ("job.submit", "job.kill"):
+        assert action in log
