@@ -109,17 +109,25 @@ def _observe(job, backend, replica) -> None:
     seen = backend.observe(job, replica)
     if seen.status == Status.RUNNING:
         if replica.state == ReplicaState.STARTING:
-            replica_transition(replica, ReplicaState.RUNNING, "running")
+            replica_transition(replica, ReplicaState.RUNNING, "running",
+                               **({"host": seen.host} if seen.host else {}))
+        return
+    if seen.status == Status.WAITING:
+        _waiting(job, replica, seen.reason)
         return
     if seen.status == Status.NOT_STARTED:
         # A restart was recorded but its start was cut off: start it now.
         _start(job, backend, replica, ReplicaState.STARTING)
         return
+    if seen.status == Status.REFUSED:
+        replica_transition(replica, ReplicaState.FAILED, seen.reason)
+        return
     if seen.status == Status.EXITED and seen.exit_code == 0:
         replica_transition(replica, ReplicaState.SUCCEEDED, "exited 0", exit_code=0)
         return
-    reason = (exit_reason(seen.exit_code) if seen.status == Status.EXITED else
-              "the process vanished without an exit status (was the machine restarted?)")
+    reason = seen.reason or (
+        exit_reason(seen.exit_code) if seen.status == Status.EXITED else
+        "the process vanished without an exit status (was the machine restarted?)")
     may_restart = (replica.role == Replica.Role.TRAINER
                    and replica.restarts < job.restart_limit)
     if not may_restart:
@@ -130,6 +138,17 @@ def _observe(job, backend, replica) -> None:
                        f"{reason}; restart {replica.restarts + 1} of {job.restart_limit}",
                        restart=True, exit_code=seen.exit_code)
     _start(job, backend, replica, ReplicaState.STARTING)
+
+
+def _waiting(job, replica, reason: str) -> None:
+    """Show why a started replica does not run yet (unschedulable, pulling its image …) on
+    the replica and, while the job starts, on the job. Not a state change: no event."""
+    if reason and replica.reason != reason:
+        Replica.objects.filter(pk=replica.pk).update(reason=reason)
+        replica.reason = reason
+        if job.state == JobState.STARTING:
+            Job.objects.filter(pk=job.pk, state=JobState.STARTING).update(
+                state_reason=f"{replica.name}: {reason}")
 
 
 def job_fail(job, reason: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 BLOCK = 64 * 1024
@@ -64,3 +64,11 @@ async def follow(path: Path, offset: int, finished: Callable[[], Awaitable[bool]
         if done:
             return
         await asyncio.sleep(FOLLOW_POLL)
+
+
+async def from_sync(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """A blocking iterator of chunks (a pod's log over HTTP) served from the event loop, one
+    chunk at a time on a worker thread, so a follow streams instead of being read whole."""
+    done = object()
+    while (chunk := await asyncio.to_thread(next, chunks, done)) is not done:
+        yield chunk

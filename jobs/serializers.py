@@ -105,6 +105,9 @@ class DryRunSerializer(serializers.Serializer):
     dry_run = serializers.BooleanField()
     job = serializers.DictField()
     replicas = PlannedReplicaSerializer(many=True)
+    objects = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="On a Kubernetes datacenter, the objects that would be created, in order")
 
 
 class QuotaUseEntrySerializer(QuotaResourceSerializer):

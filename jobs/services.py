@@ -3,6 +3,8 @@ call these; they validate, record, and hand the work on to the Celery tasks."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from django.db import IntegrityError, transaction
 
 from accounts.audit import audit_record
@@ -12,6 +14,7 @@ from paddlecloud.quantity import format_bytes, format_cpu
 from registries.services import registry_get
 
 from .admission import queue_ahead_annotation, quota_admit, quota_fit_check
+from .backends import backend_for
 from .models import Job, JobEvent, Replica
 from .spec import JobSpec, job_spec_validate, name_taken
 from .states import FINAL_JOB_STATES, JobState
@@ -38,24 +41,33 @@ def job_spec_display(spec: JobSpec) -> dict:
     return shown
 
 
-def job_submit(user, datacenter, data: dict) -> tuple[Job | None, JobSpec]:
-    """Validate and record a job, and admit it (it starts once the record is committed) or
-    queue it behind the user's quota. A job that can never fit the quota is refused.
+class Submission(NamedTuple):
+    job: Job | None  # None for a dry run
+    spec: JobSpec
+    objects: list[dict]  # what the backend creates for it (Kubernetes objects; else none)
 
-    With ``dry_run`` in ``data`` nothing is recorded or started: returns ``(None, spec)``.
+
+def job_submit(user, datacenter, data: dict) -> Submission:
+    """Validate and record a job, and admit it (it starts once the record is committed) or
+    queue it behind the user's quota. A job that can never fit the quota, or whose objects
+    the cluster's schemas would refuse, is refused.
+
+    With ``dry_run`` in ``data`` nothing is recorded or started (``job`` is None).
     """
     dry_run = bool(data.get("dry_run"))
     spec = job_spec_validate(user, datacenter, data)
     quota_fit_check(user, datacenter, spec)
-    if dry_run:
-        return None, spec
     fields = spec.as_dict()
     registry_name = fields.pop("registry")
+    registry = registry_get(user, datacenter, registry_name) if registry_name else None
+    unsaved = Job(owner=user, datacenter=datacenter, registry=registry, **fields)
+    objects = backend_for(datacenter).objects(unsaved)
+    if dry_run:
+        return Submission(None, spec, objects)
     try:
         with transaction.atomic():
-            registry = registry_get(user, datacenter, registry_name) if registry_name else None
             job = Job.objects.create(owner=user, datacenter=datacenter, registry=registry,
-                                     **fields)
+                                     uid=unsaved.uid, **fields)
             Replica.objects.bulk_create(
                 Replica(job=job, role=r["role"], index=r["index"]) for r in job_plan(spec))
             JobEvent.objects.create(job=job, from_state="", to_state=JobState.PENDING,
@@ -68,7 +80,7 @@ def job_submit(user, datacenter, data: dict) -> tuple[Job | None, JobSpec]:
     except IntegrityError:
         raise ValidationError.for_field("name", name_taken(spec.name)) from None
     job.refresh_from_db(fields=["state", "state_reason", "started_at", "updated_at"])
-    return job, spec
+    return Submission(job, spec, objects)
 
 
 def job_get(user, datacenter, name: str) -> Job:

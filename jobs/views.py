@@ -61,11 +61,11 @@ class JobListView(APIView):
     def post(self, request):
         if not isinstance(request.data, dict):
             raise ValidationError("the job must be a JSON object")
-        job, spec = services.job_submit(request.user, request_datacenter(request),
-                                        request.data)
+        job, spec, objects = services.job_submit(request.user, request_datacenter(request),
+                                                 request.data)
         if job is None:
             return Response({"dry_run": True, "job": job_spec_display(spec),
-                             "replicas": job_plan(spec)})
+                             "replicas": job_plan(spec), "objects": objects})
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
 
@@ -141,7 +141,14 @@ class JobLogsView(APIView):
         if tail is not None and (not tail.isdigit() or int(tail) > MAX_TAIL):
             raise ValidationError.for_field("tail", f"a whole number from 0 to {MAX_TAIL}")
         follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
-        path = backend_for(job.datacenter).log_path(job, replica)
+        backend = backend_for(job.datacenter)
+        live = backend.log_stream(job, replica, follow=follow,
+                                  tail=int(tail) if tail is not None else None)
+        if live is not None:  # from where it runs (a pod), not the archive
+            if not follow:
+                return HttpResponse(b"".join(live), content_type="text/plain; charset=utf-8")
+            return _streaming(logs.from_sync(live))
+        path = backend.log_path(job, replica)
         offset = logs.tail_offset(path, int(tail)) if tail is not None else 0
 
         if not follow:
@@ -153,8 +160,11 @@ class JobLogsView(APIView):
             state = Replica.objects.filter(pk=replica.pk).values_list("state", flat=True).first()
             return state is None or state in FINAL_REPLICA_STATES
 
-        response = StreamingHttpResponse(logs.follow(path, offset, finished),
-                                         content_type="text/plain; charset=utf-8")
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return response
+        return _streaming(logs.follow(path, offset, finished))
+
+
+def _streaming(chunks) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(chunks, content_type="text/plain; charset=utf-8")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # no proxy buffering: lines as they come
+    return response

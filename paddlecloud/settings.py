@@ -171,6 +171,10 @@ if PADDLECLOUD_BACKEND not in ("local", "kubernetes"):
         f"PADDLECLOUD_BACKEND={PADDLECLOUD_BACKEND!r}: expected 'local' or 'kubernetes'"
     )
 PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
+# Kubernetes datacenters: seconds before an API call gives up, and how often one is tried
+# (5xx answers and network errors are retried with backoff: 0.2 s, 0.4 s, …).
+PADDLECLOUD_KUBE_TIMEOUT = float(env_int("PADDLECLOUD_KUBE_TIMEOUT", 10))
+PADDLECLOUD_KUBE_ATTEMPTS = env_int("PADDLECLOUD_KUBE_ATTEMPTS", 4)
 PADDLECLOUD_DEFAULT_IMAGE = env_str("PADDLECLOUD_DEFAULT_IMAGE", "paddlepaddle/paddle:2.6.1")
 
 # PFS, the file service: the largest upload accepted (beside each user's storage quota), the

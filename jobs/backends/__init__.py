@@ -11,6 +11,10 @@ def _backend(name: str):
         from .local import LocalBackend
 
         return LocalBackend()
+    if name == "kubernetes":
+        from .kubernetes.backend import KubernetesBackend
+
+        return KubernetesBackend()
     raise ValueError(f"no execution backend named {name!r}")
 
 

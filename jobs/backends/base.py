@@ -12,15 +12,19 @@ from ..contract import Paths, Topology
 
 class Status(enum.Enum):
     NOT_STARTED = "not started"  # nothing was ever started for this attempt
+    WAITING = "waiting"  # started, not running yet (a pod pending: ``reason`` says why)
     RUNNING = "running"
     EXITED = "exited"
     LOST = "lost"  # was started, is gone, and left no exit status
+    REFUSED = "refused"  # can never run as asked (the cluster refused it): no restart
 
 
 @dataclass(frozen=True)
 class Observation:
     status: Status
     exit_code: int | None = None
+    reason: str = ""  # why it waits, is lost or was refused, in words for the user
+    host: str = ""  # where it runs, when the backend knows
 
 
 class BackendError(Exception):
@@ -60,6 +64,17 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def log_path(self, job, replica):
         """The replica's log file, kept after the job ends."""
+
+    def objects(self, job, quota=None) -> list[dict]:
+        """What the backend would create for the (unsaved) job, for dry runs; raises
+        ``paddlecloud.errors.ValidationError`` when that would be refused. Nothing on a
+        backend with no objects of its own."""
+        return []
+
+    def log_stream(self, job, replica, *, follow: bool, tail: int | None):
+        """The replica's log from where it runs (an iterator of bytes), or None when it is
+        read from ``log_path`` (the local backend; pods that are gone)."""
+        return None
 
     @abc.abstractmethod
     def orphans_stop(self, known_job_ids: set[int], grace: float) -> int:

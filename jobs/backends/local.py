@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from django.conf import settings
@@ -24,6 +23,7 @@ from django.db import transaction
 
 from ..contract import Paths, Topology
 from .base import Backend, BackendError, Observation
+from .files import home_dir, log_path, output_dir, output_prepare, package_dir
 from .processes import (
     attempt_files,
     attempt_observe,
@@ -31,33 +31,14 @@ from .processes import (
     entry_argv,
     free_endpoint,
     groups_stop,
-    log_relpath,
     process_env,
     read_json,
 )
 from .processes import runner_alive as runner_alive  # the tests' and callers' name
 
-OUTPUT_MARKER = ".paddlecloud-job"
-
 
 def job_dir(job) -> Path:
     return settings.VAR_DIR / "jobs" / str(job.pk)
-
-
-def home_dir(job) -> Path:
-    return job.datacenter.pfs_root_path / "home" / job.owner.username
-
-
-def output_dir(job) -> Path:
-    return home_dir(job) / "jobs" / job.name / "output"
-
-
-def package_dir(job) -> Path:
-    """Where the trainer package is on disk (checked when the job was submitted)."""
-    from pfs.paths import pfs_area_root, pfs_path_parse
-
-    path = pfs_path_parse(job.package, field="package")
-    return pfs_area_root(job.datacenter, path).joinpath(*path.parts)
 
 
 class LocalBackend(Backend):
@@ -74,14 +55,7 @@ class LocalBackend(Backend):
             self._prepare(job, private)
 
     def _prepare(self, job, private: Path) -> None:
-        output = output_dir(job)
-        marker = output / OUTPUT_MARKER
-        if output.exists() and (not marker.exists() or marker.read_text() != str(job.pk)):
-            # An earlier job of the same name left its output: keep it beside ours.
-            earlier = marker.read_text() if marker.exists() else str(int(time.time()))
-            output.rename(output.with_name(f"output-{earlier}"))
-        output.mkdir(parents=True, exist_ok=True)
-        marker.write_text(str(job.pk))
+        output = output_prepare(job)
 
         pkg = private / "pkg"
         if not pkg.exists():
@@ -116,7 +90,7 @@ class LocalBackend(Backend):
                      pfs_public=str(job.datacenter.public_path))
 
     def log_path(self, job, replica) -> Path:
-        return output_dir(job) / log_relpath(replica.role, replica.index)
+        return log_path(job, replica)
 
     def cleanup(self, job) -> None:
         shutil.rmtree(job_dir(job), ignore_errors=True)

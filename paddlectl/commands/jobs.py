@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+import yaml
+
 from paddlectl import pfspath
 from paddlectl.args import flag
 from paddlectl.commands.registry import registry_delete, registry_get
@@ -140,6 +142,11 @@ def _upload(ctx, local: Path, remote: str) -> None:
 
 
 def _show_plan(ctx, plan: dict, upload: tuple[Path, str] | None) -> None:
+    objects = plan.get("objects") or []
+    if ctx.output_format() == "yaml" and objects:
+        # The Kubernetes objects alone, as documents `kubectl apply -f` would take.
+        ctx.stdout.write(yaml.safe_dump_all(objects, default_flow_style=False, sort_keys=False))
+        return
     if _machine_output(ctx):
         ctx.emit(plan)
         return
@@ -160,6 +167,10 @@ def _show_plan(ctx, plan: dict, upload: tuple[Path, str] | None) -> None:
         out.write("The server could not check it without the package; this is what would be "
                   "sent:\n")
         ctx.emit(plan, [job], [c for c in PLAN_COLUMNS if c.header != "role"])
+    if objects:
+        kinds = ", ".join(sorted({o.get("kind", "?") for o in objects}))
+        ctx.info(f"{len(objects)} Kubernetes objects would be created ({kinds}): "
+                 "see them with --dry-run -o yaml")
 
 
 def run_submit(ctx, args) -> None:

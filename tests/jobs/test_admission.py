@@ -47,8 +47,8 @@ def admit_now(monkeypatch, no_starts):
 @pytest.fixture
 def submit(alice, datacenter, package):
     def do(name, **fields) -> Job:
-        job, _ = job_submit(alice, datacenter, {"name": name, "package": package,
-                                                "entry": "python train.py", **fields})
+        job = job_submit(alice, datacenter, {"name": name, "package": package,
+                                             "entry": "python train.py", **fields}).job
         return job
 
     return do

@@ -164,7 +164,8 @@ def test_dry_run_shows_the_plan_and_creates_nothing(
             "psmemory": "512Mi", "dry_run": True}, format="json")
     assert response.status_code == 200, response.content
     body = response.json()
-    assert set(body) == {"dry_run", "job", "replicas"}
+    assert set(body) == {"dry_run", "job", "replicas", "objects"}
+    assert body["objects"] == []  # a local datacenter creates no cluster objects
     assert body["dry_run"] is True
     job = body["job"]
     assert (job["name"], job["package"], job["entry"]) == ("probe", PACKAGE, "python train.py")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends.local import output_dir
+from jobs.backends.files import output_dir
 from jobs.models import Job
 from jobs.services import job_submit
 
@@ -22,7 +22,7 @@ def run_example(alice, datacenter, pfs_home, example: str, timeout: float = 240)
                     ignore=shutil.ignore_patterns("__pycache__"))
     spec = json.loads((EXAMPLES / example / "job.json").read_text())
     spec["package"] = f"/pfs/datacenter1/home/alice/{example}"
-    job, _ = job_submit(alice, datacenter, spec)
+    job = job_submit(alice, datacenter, spec).job
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         job.refresh_from_db()

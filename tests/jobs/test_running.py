@@ -12,7 +12,8 @@ import pytest
 
 from jobs import engine
 from jobs.backends import backend_for
-from jobs.backends.local import LocalBackend, job_dir, output_dir, runner_alive
+from jobs.backends.files import output_dir
+from jobs.backends.local import LocalBackend, job_dir, runner_alive
 from jobs.engine import exit_reason
 from jobs.models import Job
 from jobs.services import job_kill, job_submit
@@ -50,7 +51,7 @@ def submit(request, monkeypatch, alice, datacenter, package):
 
     def do(name="job", **fields) -> Job:
         data = {"name": name, "package": package, "entry": "python train.py", **fields}
-        job, _ = job_submit(alice, datacenter, data)
+        job = job_submit(alice, datacenter, data).job
         submitted.append(job)
         return job
 
