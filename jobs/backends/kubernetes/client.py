@@ -1,0 +1,323 @@
+"""A thin layer over the official ``kubernetes`` client: the only module that talks to an API
+server. Objects go in and come out as plain dicts (built by ``manifests``).
+
+- Configuration is loaded once per datacenter: in-cluster, else its kubeconfig and context.
+- Every call has a timeout; 5xx answers, timeouts and dropped connections are retried with
+  exponential backoff, within a small budget, then raised as ``KubeError``.
+- ``create`` treats 409 AlreadyExists as success when the object there belongs to the same
+  job (a retried task), and as a clear error otherwise; ``delete`` treats 404 as done.
+- ``watch`` streams changes from a resourceVersion and raises ``WatchExpired`` on 410 Gone,
+  which is the caller's cue to list again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import urllib3
+from django.conf import settings
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.config.config_exception import ConfigException
+
+from ..base import BackendError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Resource:
+    api: str  # "/api/v1", "/apis/apps/v1"
+    plural: str
+    namespaced: bool = True
+
+
+RESOURCES = {
+    "Namespace": Resource("/api/v1", "namespaces", namespaced=False),
+    "ResourceQuota": Resource("/api/v1", "resourcequotas"),
+    "LimitRange": Resource("/api/v1", "limitranges"),
+    "Secret": Resource("/api/v1", "secrets"),
+    "ConfigMap": Resource("/api/v1", "configmaps"),
+    "Service": Resource("/api/v1", "services"),
+    "Pod": Resource("/api/v1", "pods"),
+    "Event": Resource("/api/v1", "events"),
+    "StatefulSet": Resource("/apis/apps/v1", "statefulsets"),
+    "Job": Resource("/apis/batch/v1", "jobs"),
+}
+
+RETRIED_STATUSES = frozenset({500, 502, 503, 504})
+NETWORK_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+
+
+class KubeError(BackendError):
+    """An API call failed for good: the message says what and why, for the job's events."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class WatchExpired(KubeError):
+    """The resourceVersion a watch started from is too old (410 Gone): list again."""
+
+
+def _status_message(status: int, data: bytes) -> tuple[str, str]:
+    """The ``reason`` and ``message`` of a Kubernetes Status body (or what there is)."""
+    try:
+        body = json.loads(data)
+        return body.get("reason", ""), body.get("message", "") or data.decode(errors="replace")
+    except (ValueError, AttributeError):
+        return "", data.decode(errors="replace")[:500] if data else f"HTTP {status}"
+
+
+class Kube:
+    """One API server, with the timeout and retry budget of the settings."""
+
+    def __init__(self, api_client: k8s.ApiClient, *, name: str):
+        self.api_client = api_client
+        self.name = name
+        self.timeout = settings.PADDLECLOUD_KUBE_TIMEOUT
+        self.attempts = settings.PADDLECLOUD_KUBE_ATTEMPTS
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _send(self, method: str, path: str, query: dict | None, body, *, stream: bool,
+              timeout) -> k8s.rest.RESTResponse:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = ("application/merge-patch+json" if method == "PATCH"
+                                       else "application/json")
+        method, url, headers, body, post = self.api_client.param_serialize(
+            method=method, resource_path=path,
+            query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
+            header_params=headers, body=body, auth_settings=["BearerToken"])
+        response = self.api_client.call_api(method, url, headers, body, post,
+                                            _request_timeout=timeout)
+        if not stream:
+            response.read()
+        return response
+
+    def request(self, method: str, path: str, *, query: dict | None = None, body=None,
+                stream: bool = False, read_timeout: float | None = None):
+        """The answer's JSON (or, with ``stream``, the open response), retrying 5xx and
+        network errors. 4xx answers raise ``KubeError`` with the Status' reason at once."""
+        timeout = (self.timeout, read_timeout or self.timeout)
+        delay = 0.2
+        for attempt in range(1, self.attempts + 1):
+            try:
+                response = self._send(method, path, query, body, stream=stream,
+                                      timeout=timeout)
+            except NETWORK_ERRORS as exc:
+                problem, status = f"cannot reach the API server: {exc}", 0
+            else:
+                if response.status < 400:
+                    return response if stream else json.loads(response.data or b"null")
+                data = response.read() if stream else response.data
+                reason, message = _status_message(response.status, data)
+                if response.status not in RETRIED_STATUSES:
+                    raise KubeError(message, status=response.status, reason=reason)
+                problem, status = f"the API server answered {response.status}: {message}", \
+                    response.status
+            if attempt == self.attempts:
+                raise KubeError(f"Kubernetes ({self.name}): {problem} "
+                                f"(after {attempt} attempts)", status=status)
+            logger.warning("Kubernetes %s %s (attempt %d): %s", method, path, attempt, problem)
+            time.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    # -- objects ----------------------------------------------------------------------------
+
+    @staticmethod
+    def path(kind: str, namespace: str | None = None, name: str | None = None) -> str:
+        resource = RESOURCES[kind]
+        path = resource.api
+        if resource.namespaced and namespace:
+            path += f"/namespaces/{namespace}"
+        path += f"/{resource.plural}"
+        return f"{path}/{name}" if name else path
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        try:
+            return self.request("GET", self.path(kind, namespace, name))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create(self, obj: dict, *, same_if: tuple[str, str] | None = None) -> dict:
+        """Create ``obj``. If it exists already and carries the label ``same_if`` (key,
+        value) — it was made by an earlier run of the same task — that one is returned;
+        any other 409 is an error that names the object."""
+        kind, meta = obj["kind"], obj["metadata"]
+        try:
+            return self.request("POST", self.path(kind, meta.get("namespace")), body=obj)
+        except KubeError as exc:
+            if exc.status != 409 or exc.reason != "AlreadyExists":
+                raise
+        existing = self.get(kind, meta.get("namespace"), meta["name"])
+        if existing is not None and (same_if is None or existing["metadata"].get(
+                "labels", {}).get(same_if[0]) == same_if[1]):
+            return existing
+        raise KubeError(f"{kind} {meta['name']} already exists in namespace "
+                        f"{meta.get('namespace')} and belongs to something else", status=409,
+                        reason="AlreadyExists")
+
+    def apply(self, obj: dict) -> dict:
+        """Create ``obj``, or replace what is there with it (namespace objects, secrets)."""
+        kind, meta = obj["kind"], obj["metadata"]
+        for _ in range(3):  # a concurrent change makes the replace conflict: read again
+            existing = self.get(kind, meta.get("namespace"), meta["name"])
+            if existing is None:
+                try:
+                    return self.request("POST", self.path(kind, meta.get("namespace")),
+                                        body=obj)
+                except KubeError as exc:
+                    if exc.reason != "AlreadyExists":
+                        raise
+                    continue
+            if kind == "Namespace":
+                return existing  # nothing of ours to change on it
+            replacement = {**obj, "metadata": {
+                **meta, "resourceVersion": existing["metadata"]["resourceVersion"]}}
+            try:
+                return self.request("PUT", self.path(kind, meta.get("namespace"),
+                                                     meta["name"]), body=replacement)
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+        raise KubeError(f"{kind} {meta['name']} keeps changing under us; try again")
+
+    def delete(self, kind: str, namespace: str | None, name: str, *,
+               grace: float | None = None, propagation: str = "Background") -> bool:
+        """Delete the object and (by owner references) what it owns. False if it was gone."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1",
+                "propagationPolicy": propagation}
+        if grace is not None:
+            body["gracePeriodSeconds"] = int(grace)
+        try:
+            self.request("DELETE", self.path(kind, namespace, name), body=body)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def list(self, kind: str, namespace: str | None = None, *, selector: str | None = None,
+             field_selector: str | None = None) -> tuple[list[dict], str]:
+        """Every object of ``kind`` (in ``namespace``, or in all), and the list's
+        resourceVersion to watch from."""
+        answer = self.request("GET", self.path(kind, namespace), query={
+            "labelSelector": selector, "fieldSelector": field_selector})
+        items = answer.get("items") or []
+        for item in items:  # lists leave these out of their items
+            item.setdefault("kind", kind)
+        return items, answer["metadata"].get("resourceVersion", "")
+
+    def watch(self, kind: str, namespace: str | None, *, selector: str | None,
+              resource_version: str, timeout_seconds: int = 60) -> Iterator[dict]:
+        """The changes after ``resource_version``, as ``{"type", "object"}`` events, until the
+        server ends the stream. Raises ``WatchExpired`` on 410 Gone (in-stream or not)."""
+        try:
+            response = self.request("GET", self.path(kind, namespace), stream=True, query={
+                "watch": "true", "labelSelector": selector,
+                "resourceVersion": resource_version, "timeoutSeconds": timeout_seconds,
+                "allowWatchBookmarks": "true"}, read_timeout=timeout_seconds + self.timeout)
+        except KubeError as exc:
+            if exc.status == 410:
+                raise WatchExpired(str(exc), status=410, reason=exc.reason) from None
+            raise
+        try:
+            for line in _lines(response.response):
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    if status.get("code") == 410:
+                        raise WatchExpired(status.get("message", "resourceVersion too old"),
+                                           status=410, reason=status.get("reason", "Expired"))
+                    raise KubeError(status.get("message", "watch error"),
+                                    status=status.get("code", 0))
+                yield event
+        finally:
+            response.response.release_conn()
+
+    # -- pods -------------------------------------------------------------------------------
+
+    def pod_log(self, namespace: str, name: str, *, container: str | None = None,
+                follow: bool = False, tail_lines: int | None = None) -> Iterator[bytes]:
+        """A pod's log, in chunks as they come (following until the container ends)."""
+        path = self.path("Pod", namespace, name) + "/log"
+        query = {"container": container, "follow": "true" if follow else None,
+                 "tailLines": tail_lines}
+        response = self.request("GET", path, query=query, stream=True,
+                                read_timeout=3600 if follow else None)
+        try:
+            yield from response.response.stream(64 * 1024, decode_content=True)
+        finally:
+            response.response.release_conn()
+
+    def events_for(self, namespace: str, uid: str) -> list[dict]:
+        """The Events about one object (by uid), oldest first."""
+        events, _ = self.list("Event", namespace, field_selector=f"involvedObject.uid={uid}")
+        return sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+
+
+def _lines(response) -> Iterator[bytes]:
+    """Newline-delimited records of a streamed response."""
+    pending = b""
+    for chunk in response.stream(64 * 1024, decode_content=True):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        yield from (line for line in lines if line.strip())
+    if pending.strip():
+        yield pending
+
+
+# -- one client per datacenter -----------------------------------------------------------------
+
+_clients: dict[tuple, Kube] = {}
+_clients_lock = threading.Lock()
+
+
+def kube_for(datacenter) -> Kube:
+    """The datacenter's API server, its configuration loaded the first time (in-cluster, else
+    its kubeconfig and context). A broken configuration raises ``KubeError`` saying so."""
+    key = (datacenter.kube_in_cluster, datacenter.kubeconfig, datacenter.kube_context)
+    with _clients_lock:
+        if key not in _clients:
+            _clients[key] = Kube(_api_client(datacenter), name=datacenter.name)
+        return _clients[key]
+
+
+def _api_client(datacenter) -> k8s.ApiClient:
+    configuration = k8s.Configuration()
+    try:
+        if datacenter.kube_in_cluster:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        else:
+            k8s_config.load_kube_config(
+                config_file=datacenter.kubeconfig or None,
+                context=datacenter.kube_context or None, client_configuration=configuration,
+                persist_config=False)
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        where = ("the in-cluster service account" if datacenter.kube_in_cluster else
+                 f"kubeconfig {datacenter.kubeconfig or '~/.kube/config'}")
+        raise KubeError(f"datacenter {datacenter.name}: cannot load {where}: {exc}") from None
+    configuration.retries = False  # ours, with backoff, in Kube.request
+    return k8s.ApiClient(configuration)
+
+
+def kube_forget(datacenter=None) -> None:
+    """Drop cached clients (a datacenter's configuration changed; tests)."""
+    with _clients_lock:
+        if datacenter is None:
+            _clients.clear()
+        else:
+            _clients.pop((datacenter.kube_in_cluster, datacenter.kubeconfig,
+                          datacenter.kube_context), None)

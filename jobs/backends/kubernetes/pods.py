@@ -1,0 +1,252 @@
+"""A job's pods as Kubernetes sees them: where the replicas listen and find their files, their
+environment written once for every index, the PFS volume, and the pod template of a role.
+
+A replica's environment is ``jobs.contract.replica_env``, the same as on the local backend;
+one pod template serves every index of a role, so a value that differs by index is written
+with ``$(PADDLE_TRAINER_ID)`` or ``$(PADDLE_PSERVER_ID)``, which Kubernetes expands from the
+first variable of the list: the index, from the downward API. Every other ``$`` is doubled, so
+Kubernetes leaves the values (and the entry command) as they were written.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from jobs.contract import Paths, Topology, replica_env
+
+from ..processes import log_relpath
+from .names import (
+    PSERVER,
+    PSERVER_PORT,
+    TRAINER,
+    TRAINER_PORT,
+    job_labels,
+    master_endpoint,
+    pserver_endpoint,
+    pull_secret_name,
+    trainer_endpoint,
+    trainer_name,
+    uid_short,
+)
+from .scripts import (
+    INIT_SCRIPT_NAME,
+    LOG_ENV,
+    PACKAGE_ENV,
+    REQUIREMENTS_LOG_ENV,
+    RUN_SCRIPT_NAME,
+    SCRIPTS_DIR,
+    SITE_PACKAGES_ENV,
+    WORKSPACE_ENV,
+)
+
+
+class ManifestError(Exception):
+    """A job's objects cannot be built; the message says what an admin or the user must do."""
+
+
+WORKSPACE = "/workspace"
+PFS_VOLUME = "pfs"
+WORKSPACE_VOLUME = "workspace"
+SCRIPTS_VOLUME = "paddlecloud"
+VOLUME_SOURCES = ("cephfs", "nfs", "hostPath", "persistentVolumeClaim")
+
+# Which replica a pod is: the first variable of its environment, from the downward API.
+ID_VARIABLE = {TRAINER: "PADDLE_TRAINER_ID", PSERVER: "PADDLE_PSERVER_ID"}
+ID_FIELD = {
+    TRAINER: "metadata.annotations['batch.kubernetes.io/job-completion-index']",
+    PSERVER: "metadata.labels['apps.kubernetes.io/pod-index']",  # Kubernetes >= 1.28
+}
+PORT = {TRAINER: TRAINER_PORT, PSERVER: PSERVER_PORT}
+
+
+# --- where replicas listen and find their files --------------------------------------------------
+
+def pfs_home(job) -> str:
+    return f"/pfs/{job.datacenter.name}/home/{job.owner.username}"
+
+
+def paths(job) -> Paths:
+    """As on the local backend, under the mounts: output in the owner's home."""
+    home = pfs_home(job)
+    return Paths(output=f"{home}/jobs/{job.name}/output", pfs_home=home,
+                 pfs_public=f"/pfs/{job.datacenter.name}/public")
+
+
+def site_packages_dir(job) -> str:
+    """Where the job's requirements.txt is installed, once for all its pods; per uid, as an
+    earlier job of the same name may still be running with its own."""
+    return f"{pfs_home(job)}/jobs/{job.name}/.site-packages-{uid_short(job)}"
+
+
+def topology(job, namespace: str) -> Topology:
+    """Stable DNS names: trainers through their headless Service, pservers through their
+    StatefulSet's; a collective job's rendezvous on trainer 0."""
+    return _topology(job, namespace, job.trainers, job.pservers)
+
+
+def _topology(job, namespace: str, trainers: int, pservers: int) -> Topology:
+    return Topology(
+        pservers=tuple(pserver_endpoint(job, namespace, i) for i in range(pservers)),
+        trainers=tuple(trainer_endpoint(job, namespace, i) for i in range(trainers)),
+        master=None if pservers else master_endpoint(job, namespace),
+    )
+
+
+# --- environment ---------------------------------------------------------------------------------
+
+def literal(value: str) -> str:
+    """``value`` as Kubernetes must be given it in env values and commands, where it expands
+    ``$(NAME)``: ``$$`` stands for ``$``."""
+    return value.replace("$", "$$")
+
+
+def _common_prefix(a: str, b: str) -> str:
+    end = 0
+    while end < min(len(a), len(b)) and a[end] == b[end]:
+        end += 1
+    return a[:end]
+
+
+def index_template(first: str, second: str, variable: str) -> str:
+    """One value for every index, from the values for indexes 0 and 1: the index becomes
+    ``$(variable)``."""
+    prefix = _common_prefix(first, second)
+    suffix = _common_prefix(first[len(prefix):][::-1], second[len(prefix):][::-1])[::-1]
+    if first != f"{prefix}0{suffix}" or second != f"{prefix}1{suffix}":
+        raise ManifestError(f"{first!r} and {second!r} do not differ by their index alone")
+    return f"{literal(prefix)}$({variable}){literal(suffix)}"
+
+
+def _field_env(name: str, field_path: str) -> dict:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def role_env(job, role: str, namespace: str) -> list[dict]:
+    """The contract's environment of every replica of ``role``, as one pod template's env:
+    the index first, then POD_IP (the pod's IP), then ``replica_env``'s variables in order."""
+    variable = ID_VARIABLE[role]
+    job_paths = paths(job)
+    actual = replica_env(job, role, 0, topology(job, namespace), job_paths, namespace)
+    # Two indexes show what depends on the index, even in a job with only one replica.
+    counts = {TRAINER: job.trainers, PSERVER: job.pservers}
+    counts[role] = max(counts[role], 2)
+    probe = _topology(job, namespace, counts[TRAINER], counts[PSERVER])
+    first, second = (replica_env(job, role, i, probe, job_paths, namespace) for i in (0, 1))
+    env = [_field_env(variable, ID_FIELD[role]), _field_env("POD_IP", "status.podIP")]
+    for name, value in actual.items():
+        if name in (variable, "POD_IP"):
+            continue
+        if first[name] != second[name]:
+            value = index_template(first[name], second[name], variable)
+        else:
+            value = literal(value)
+        env.append({"name": name, "value": value})
+    return env
+
+
+def _with_defaults(env: list[dict], defaults: dict[str, str]) -> list[dict]:
+    """``env`` and those of ``defaults`` it does not set: the job's own variables win, as on
+    the local backend (defaults are already in Kubernetes' form)."""
+    named = {item["name"] for item in env}
+    return env + [{"name": name, "value": value} for name, value in defaults.items()
+                  if name not in named]
+
+
+def log_template(job, role: str) -> str:
+    """The replica's archived log, as ``processes.log_relpath`` places it in the output."""
+    first, second = (f"{paths(job).output}/{log_relpath(role, i)}" for i in (0, 1))
+    return index_template(first, second, ID_VARIABLE[role])
+
+
+# --- volumes and resources -----------------------------------------------------------------------
+
+def pfs_volume(datacenter) -> dict:
+    """The datacenter's PFS root (holding ``home/`` and ``public/``), as its admin gave it.
+    The in-tree cephfs plugin is gone from Kubernetes 1.31: there, use a PersistentVolumeClaim
+    of the CephFS CSI driver."""
+    source = datacenter.kube_volume
+    hint = ("set its kube_volume: one Kubernetes volume source, "
+            + ", ".join(VOLUME_SOURCES) + ", e.g. {\"nfs\": {\"server\": …, \"path\": …}}")
+    if not source:
+        raise ManifestError(f"datacenter {datacenter.name} has no PFS volume for pods: {hint}")
+    if not isinstance(source, dict) or len(source) != 1 or next(iter(source)) not in VOLUME_SOURCES:
+        raise ManifestError(f"datacenter {datacenter.name} has an unusable PFS volume: {hint}")
+    return {"name": PFS_VOLUME, **copy.deepcopy(source)}
+
+
+def pfs_mounts(job) -> list[dict]:
+    """The owner's home read-write and the public datasets read-only, at their /pfs paths."""
+    job_paths = paths(job)
+    return [
+        {"name": PFS_VOLUME, "mountPath": job_paths.pfs_home,
+         "subPath": f"home/{job.owner.username}"},
+        {"name": PFS_VOLUME, "mountPath": job_paths.pfs_public, "subPath": "public",
+         "readOnly": True},
+    ]
+
+
+def resources(cpu: int, memory: int, gpu: int = 0) -> dict:
+    """Requests equal to limits (millicores, bytes); GPUs as a limit, which Kubernetes also
+    takes as the request."""
+    amounts = {"cpu": f"{cpu}m", "memory": str(memory)}
+    limits = {**amounts, "nvidia.com/gpu": str(gpu)} if gpu else dict(amounts)
+    return {"requests": amounts, "limits": limits}
+
+
+def _role_resources(job, role: str) -> dict:
+    if role == TRAINER:
+        return resources(job.cpu, job.memory, job.gpu)
+    return resources(job.pscpu, job.psmemory)
+
+
+def _mounts(job) -> list[dict]:
+    return [*pfs_mounts(job), {"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE},
+            {"name": SCRIPTS_VOLUME, "mountPath": SCRIPTS_DIR, "readOnly": True}]
+
+
+# --- the pod template ----------------------------------------------------------------------------
+
+def pod_template(job, role: str, namespace: str, scripts_config_map: str) -> dict:
+    """A pod of ``role``: an init container (``init.sh``) copies the package into the
+    workspace and installs its requirements; the main container runs the entry under
+    ``run.sh``. Both run ``/bin/sh`` with the scripts of the job's root ConfigMap."""
+    site = site_packages_dir(job)
+    setup = {
+        "name": "setup",
+        "image": job.image,
+        "command": ["/bin/sh", f"{SCRIPTS_DIR}/{INIT_SCRIPT_NAME}"],
+        "env": [{"name": name, "value": literal(value)} for name, value in (
+            (PACKAGE_ENV, job.package), (WORKSPACE_ENV, WORKSPACE), (SITE_PACKAGES_ENV, site),
+            (REQUIREMENTS_LOG_ENV, f"{paths(job).output}/requirements.log"))],
+        "resources": _role_resources(job, role),
+        "volumeMounts": _mounts(job),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    main = {
+        "name": role,
+        "image": job.image,
+        "command": ["/bin/sh", f"{SCRIPTS_DIR}/{RUN_SCRIPT_NAME}", literal(job.entry)],
+        "workingDir": WORKSPACE,
+        "env": _with_defaults(role_env(job, role, namespace), {
+            "PYTHONPATH": literal(f"{site}:{WORKSPACE}"), LOG_ENV: log_template(job, role)}),
+        "ports": [{"name": "paddle", "containerPort": PORT[role]}],
+        "resources": _role_resources(job, role),
+        "volumeMounts": _mounts(job),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    spec = {"restartPolicy": "Never" if role == TRAINER else "Always"}
+    if role == TRAINER:
+        spec["subdomain"] = trainer_name(job)
+    spec.update({
+        "enableServiceLinks": False,  # no variables for every Service of the namespace
+        "automountServiceAccountToken": False,  # trainers have no business with the API
+    })
+    if job.registry is not None:
+        spec["imagePullSecrets"] = [{"name": pull_secret_name(job.registry)}]
+    spec.update({
+        "initContainers": [setup],
+        "containers": [main],
+        "volumes": [pfs_volume(job.datacenter), {"name": WORKSPACE_VOLUME, "emptyDir": {}},
+                    {"name": SCRIPTS_VOLUME, "configMap": {"name": scripts_config_map}}],
+    })
+    return {"metadata": {"labels": job_labels(job, role)}, "spec": spec}

@@ -1,0 +1,128 @@
+"""The two small programs every pod of a job runs, as POSIX sh (dash, busybox ash or bash).
+
+They are shipped in the job's root ConfigMap and mounted at ``/paddlecloud`` (so Kubernetes
+never expands ``$(…)`` in them) and take everything from environment variables that the pod
+spec sets, which is also how the tests run them on a plain machine. Besides a POSIX shell they
+need ``cp``, ``mkfifo``, ``tee`` (coreutils), ``flock`` and ``setsid`` (util-linux): Debian-
+and Ubuntu-based images, PaddlePaddle's among them, have all of them (busybox has them as
+applets, but the tests run the scripts with dash and bash only).
+"""
+
+from __future__ import annotations
+
+SCRIPTS_DIR = "/paddlecloud"
+INIT_SCRIPT_NAME = "init.sh"
+RUN_SCRIPT_NAME = "run.sh"
+
+# init.sh's environment.
+PACKAGE_ENV = "PADDLECLOUD_PACKAGE"
+WORKSPACE_ENV = "PADDLECLOUD_WORKSPACE"
+SITE_PACKAGES_ENV = "PADDLECLOUD_SITE_PACKAGES"
+REQUIREMENTS_LOG_ENV = "PADDLECLOUD_REQUIREMENTS_LOG"
+# run.sh's environment (its one argument is the job's entry command).
+LOG_ENV = "PADDLECLOUD_LOG"
+
+INIT_SCRIPT = r"""# paddlecloud init.sh: prepares the workspace (every pod's init container).
+#
+#   PADDLECLOUD_PACKAGE           the trainer package, a directory on the PFS mount
+#   PADDLECLOUD_WORKSPACE         where the replica runs (the pod's emptyDir)
+#   PADDLECLOUD_SITE_PACKAGES     where requirements.txt is installed, on the PFS mount
+#   PADDLECLOUD_REQUIREMENTS_LOG  pip's output is appended here
+#
+# The package is copied into the workspace. If it has a requirements.txt, pip installs it into
+# PADDLECLOUD_SITE_PACKAGES once for the whole job, although every pod runs this script: the
+# first pod to take the lock (flock, which the kernel releases when its holder dies, even
+# killed) installs into a temporary directory, renames it into place and leaves a done marker;
+# the others wait for the lock, find the marker and go on. When pip fails, this script exits
+# with pip's exit code, and so the pod fails.
+set -eu
+: "${PADDLECLOUD_PACKAGE:?}" "${PADDLECLOUD_WORKSPACE:?}"
+: "${PADDLECLOUD_SITE_PACKAGES:?}" "${PADDLECLOUD_REQUIREMENTS_LOG:?}"
+
+fail() {
+    echo "paddlecloud: $*" >&2
+    exit 1
+}
+
+[ -d "$PADDLECLOUD_PACKAGE" ] || fail "the trainer package $PADDLECLOUD_PACKAGE is not a directory"
+cp -R "$PADDLECLOUD_PACKAGE/." "$PADDLECLOUD_WORKSPACE/"
+
+[ -f "$PADDLECLOUD_WORKSPACE/requirements.txt" ] || exit 0
+site=$PADDLECLOUD_SITE_PACKAGES
+log=$PADDLECLOUD_REQUIREMENTS_LOG
+[ -e "$site.done" ] && exit 0  # the usual case: an earlier pod installed them
+
+python=$(command -v python3 || command -v python) || fail "the image has no python3 or python"
+mkdir -p "${site%/*}" "${log%/*}"
+exec 9>>"$site.lock"
+flock 9  # held until this script ends
+if [ ! -e "$site.done" ]; then
+    rm -rf "$site.tmp" "$site"  # what an installer killed half way left behind
+    echo "--- ${HOSTNAME:-a pod} installs requirements.txt into $site ---" >>"$log"
+    code=0
+    (cd "$PADDLECLOUD_WORKSPACE" && "$python" -m pip install --disable-pip-version-check \
+        --no-input --target "$site.tmp" -r requirements.txt) >>"$log" 2>&1 || code=$?
+    if [ "$code" -ne 0 ]; then
+        echo "paddlecloud: requirements.txt could not be installed (pip exited $code); see $log" >&2
+        exit "$code"
+    fi
+    mv "$site.tmp" "$site"
+    : >"$site.done"
+fi
+"""
+
+RUN_SCRIPT = r"""# paddlecloud run.sh: runs the job's entry (every pod's main container).
+#
+#   $1               the job's entry, a shell command, run in the current directory
+#   PADDLECLOUD_LOG  the replica's log in PFS, appended to (it outlives the pod)
+#
+# The entry's output goes both to the pod's log (stdout) and to PADDLECLOUD_LOG: through a FIFO
+# to tee, as POSIX sh has no pipefail. The entry runs in a session of its own, and SIGTERM or
+# SIGINT (Kubernetes stopping the pod) is passed on to all of it, so it can save its work
+# within the grace period. This script exits with the entry's exit code (128+N when signal N
+# ended it).
+set -eu
+: "${PADDLECLOUD_LOG:?}"
+[ "$#" -eq 1 ] || { echo "usage: run.sh ENTRY" >&2; exit 2; }
+
+entry=
+stopping=
+signalled=
+# Pass signal $1 on to the entry's process group (or to the entry alone, if it has not made its
+# group yet); a signal that comes before the entry started is passed on once it has.
+stop() {
+    stopping=$1
+    signalled=yes
+    [ -n "$entry" ] || return 0
+    kill -"$1" -"$entry" 2>/dev/null || kill -"$1" "$entry" 2>/dev/null || :
+}
+trap 'stop TERM' TERM
+trap 'stop INT' INT
+
+mkdir -p "${PADDLECLOUD_LOG%/*}"
+[ -s "$PADDLECLOUD_LOG" ] && printf '\n--- restart ---\n' >>"$PADDLECLOUD_LOG"
+fifo="${TMPDIR:-/tmp}/paddlecloud-run.$$"
+rm -f "$fifo"
+mkfifo "$fifo"
+tee -a "$PADDLECLOUD_LOG" <"$fifo" &
+tee_pid=$!
+setsid /bin/sh -c "$1" <"/dev/null" >"$fifo" 2>&1 &
+entry=$!  # also the id of its process group, once setsid has made it
+[ -z "$stopping" ] || stop "$stopping"
+
+# A trapped signal ends wait early (status > 128) and the entry's status is still to be had
+# from another wait; once it has been had, wait answers 127.
+set +e
+code=
+while :; do
+    signalled=
+    wait "$entry"
+    status=$?
+    if [ -n "$code" ] && [ "$status" -eq 127 ]; then break; fi
+    code=$status
+    if [ "$code" -le 128 ] || [ -z "$signalled" ]; then break; fi
+done
+wait "$tee_pid"
+rm -f "$fifo"
+exit "$code"
+"""

@@ -1,0 +1,124 @@
+"""One pod template per role, yet every replica's environment is the contract's: expanded as
+Kubernetes expands it for index i, it is ``replica_env`` for i (the local backend's), save
+POD_IP, which is the pod's IP."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.backends.kubernetes.manifests import job_children
+from jobs.backends.kubernetes.pods import paths, topology
+from jobs.backends.processes import log_relpath
+from jobs.contract import RESERVED_ENV, replica_env
+
+from .factories import NAMESPACE, collective_job, pserver_job
+
+# What the main container has beyond the contract (not compared with replica_env).
+RUNTIME_ENV = ("PYTHONPATH", "PADDLECLOUD_LOG")
+
+
+def expand(value: str, defined: dict[str, str]) -> str:
+    """Kubernetes' expansion of ``$(NAME)`` (k8s.io/kubernetes third_party/forked/golang/
+    expansion): ``$$`` is ``$``, a name defined earlier in the list is replaced, anything
+    else is left as it is."""
+    out, cursor = [], 0
+    while cursor < len(value):
+        char = value[cursor]
+        if char == "$" and cursor + 1 < len(value):
+            after = value[cursor + 1]
+            if after == "$":
+                out.append("$")
+                cursor += 2
+                continue
+            if after == "(":
+                end = value.find(")", cursor + 2)
+                if end != -1:
+                    name = value[cursor + 2:end]
+                    out.append(defined.get(name, f"$({name})"))
+                    cursor = end + 1
+                    continue
+        out.append(char)
+        cursor += 1
+    return "".join(out)
+
+
+def pod_env(container: dict, fields: dict[str, str]) -> dict[str, str]:
+    """The environment the kubelet gives the container, its downward-API fields being
+    ``fields`` (field path -> value)."""
+    env: dict[str, str] = {}
+    for item in container["env"]:
+        if "valueFrom" in item:
+            env[item["name"]] = fields[item["valueFrom"]["fieldRef"]["fieldPath"]]
+        else:
+            env[item["name"]] = expand(item["value"], env)
+    return env
+
+
+def containers(job) -> dict[str, dict]:
+    found = {}
+    for obj in job_children(job, NAMESPACE, None):
+        if obj["kind"] in ("Job", "StatefulSet"):
+            container = obj["spec"]["template"]["spec"]["containers"][0]
+            found[container["name"]] = container
+    return found
+
+
+def index_fields(role: str, index: int) -> dict[str, str]:
+    pod_ip = f"10.1.{0 if role == 'trainer' else 1}.{index}"
+    if role == "trainer":
+        return {"metadata.annotations['batch.kubernetes.io/job-completion-index']": str(index),
+                "status.podIP": pod_ip}
+    return {"metadata.labels['apps.kubernetes.io/pod-index']": str(index),
+            "status.podIP": pod_ip}
+
+
+JOBS = {
+    "collective 1": lambda: collective_job(trainers=1),
+    "collective 2": lambda: collective_job(),
+    "collective 12": lambda: collective_job(trainers=12),
+    "pservers 1+1": lambda: pserver_job(trainers=1, pservers=1),
+    "pservers 2+3": lambda: pserver_job(),
+    "pservers 11+10": lambda: pserver_job(trainers=10, pservers=11),
+    "odd env": lambda: collective_job(env={"X": "$(PADDLE_TRAINER_ID)", "Y": "$$ and $",
+                                           "Z": "$("}),
+}
+
+
+@pytest.mark.parametrize("make_job", JOBS.values(), ids=JOBS.keys())
+def test_every_index_gets_the_contract_environment(make_job):
+    job = make_job()
+    pods = containers(job)
+    job_topology, job_paths = topology(job, NAMESPACE), paths(job)
+    for role, count in (("trainer", job.trainers), ("pserver", job.pservers)):
+        if not count:
+            assert role not in pods
+            continue
+        for index in range(count):
+            fields = index_fields(role, index)
+            env = pod_env(pods[role], fields)
+            expected = replica_env(job, role, index, job_topology, job_paths, NAMESPACE)
+            assert env.pop("POD_IP") == fields["status.podIP"]
+            expected.pop("POD_IP")
+            runtime = {name: env.pop(name) for name in RUNTIME_ENV}
+            assert env == expected, (role, index)
+            assert runtime["PADDLECLOUD_LOG"] == (
+                f"{job_paths.output}/{log_relpath(role, index)}")
+
+
+def test_the_index_comes_first_so_that_later_values_may_use_it():
+    for container in containers(pserver_job()).values():
+        first = container["env"][0]
+        assert first["name"] in ("PADDLE_TRAINER_ID", "PADDLE_PSERVER_ID")
+        assert "valueFrom" in first
+
+
+def test_the_pods_set_every_contract_variable_they_are_given():
+    """Nothing of the contract is left out or renamed on the way into the pod template."""
+    job = pserver_job()
+    for role, container in containers(job).items():
+        names = [item["name"] for item in container["env"]]
+        assert len(names) == len(set(names))  # each once
+        contract = set(replica_env(job, role, 0, topology(job, NAMESPACE), paths(job),
+                                   NAMESPACE))
+        assert contract <= set(names)
+        assert contract <= RESERVED_ENV | {"PYTHONUNBUFFERED"} | set(job.env)

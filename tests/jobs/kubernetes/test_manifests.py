@@ -1,0 +1,590 @@
+"""The objects a job and a user's namespace become, compared with literal dicts: what the
+Kubernetes backend will POST. Unsaved instances only: the builders never touch the database."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+
+import pytest
+import yaml
+
+from jobs.backends.kubernetes import names
+from jobs.backends.kubernetes.documents import to_json, to_yaml
+from jobs.backends.kubernetes.manifests import (
+    ManifestError,
+    job_children,
+    job_objects,
+    job_root,
+    namespace_objects,
+    pull_secret,
+)
+from jobs.backends.kubernetes.scripts import INIT_SCRIPT, RUN_SCRIPT
+
+from .factories import (
+    NAMESPACE,
+    alice,
+    collective_job,
+    datacenter,
+    private_registry,
+    pserver_job,
+    quota,
+)
+
+ROOT_UID = "11111111-2222-4333-8444-555555555555"
+INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+POD_INDEX_FIELD = "metadata.labels['apps.kubernetes.io/pod-index']"
+
+
+# --- a collective job: 2 trainers ----------------------------------------------------------------
+
+FIT_UID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+FIT_ROOT_REF = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "fit-a-line-0a1b2",
+                 "uid": ROOT_UID, "blockOwnerDeletion": True}]
+FIT_TRAINER_LABELS = {
+    "app.kubernetes.io/managed-by": "paddlecloud",
+    "app.kubernetes.io/component": "trainer",
+    "app.kubernetes.io/instance": "fit-a-line-0a1b2",
+    "paddlecloud.org/job": "fit-a-line",
+    "paddlecloud.org/job-uid": FIT_UID,
+    "paddlecloud.org/role": "trainer",
+    "paddlecloud.org/owner": "7",
+}
+ALICE_MOUNTS = [
+    {"name": "pfs", "mountPath": "/pfs/dc1/home/alice", "subPath": "home/alice"},
+    {"name": "pfs", "mountPath": "/pfs/dc1/public", "subPath": "public", "readOnly": True},
+    {"name": "workspace", "mountPath": "/workspace"},
+    {"name": "paddlecloud", "mountPath": "/paddlecloud", "readOnly": True},
+]
+FIT_HOSTS = "fit-a-line-0a1b2-tr.paddle-alice.svc"
+FIT_RESOURCES = {"requests": {"cpu": "1500m", "memory": "1073741824"},
+                 "limits": {"cpu": "1500m", "memory": "1073741824"}}
+
+FIT_TRAINERS_SERVICE = {
+    "apiVersion": "v1", "kind": "Service",
+    "metadata": {"name": "fit-a-line-0a1b2-tr", "namespace": "paddle-alice",
+                 "labels": FIT_TRAINER_LABELS, "ownerReferences": FIT_ROOT_REF},
+    "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+             "selector": {"paddlecloud.org/job-uid": FIT_UID, "paddlecloud.org/role": "trainer"},
+             "ports": [{"name": "paddle", "port": 6170}]},
+}
+FIT_TRAINERS_JOB = {
+    "apiVersion": "batch/v1", "kind": "Job",
+    "metadata": {"name": "fit-a-line-0a1b2-tr", "namespace": "paddle-alice",
+                 "labels": FIT_TRAINER_LABELS, "ownerReferences": FIT_ROOT_REF},
+    "spec": {
+        "completionMode": "Indexed", "completions": 2, "parallelism": 2,
+        "backoffLimitPerIndex": 0, "maxFailedIndexes": 0, "podReplacementPolicy": "Failed",
+        "template": {
+            "metadata": {"labels": FIT_TRAINER_LABELS},
+            "spec": {
+                "restartPolicy": "Never",
+                "subdomain": "fit-a-line-0a1b2-tr",
+                "enableServiceLinks": False,
+                "automountServiceAccountToken": False,
+                "initContainers": [{
+                    "name": "setup",
+                    "image": "paddlepaddle/paddle:2.6.1",
+                    "command": ["/bin/sh", "/paddlecloud/init.sh"],
+                    "env": [
+                        {"name": "PADDLECLOUD_PACKAGE", "value": "/pfs/dc1/home/alice/fit_a_line"},
+                        {"name": "PADDLECLOUD_WORKSPACE", "value": "/workspace"},
+                        {"name": "PADDLECLOUD_SITE_PACKAGES",
+                         "value": "/pfs/dc1/home/alice/jobs/fit-a-line/.site-packages-0a1b2"},
+                        {"name": "PADDLECLOUD_REQUIREMENTS_LOG",
+                         "value": "/pfs/dc1/home/alice/jobs/fit-a-line/output/requirements.log"},
+                    ],
+                    "resources": FIT_RESOURCES,
+                    "volumeMounts": ALICE_MOUNTS,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                }],
+                "containers": [{
+                    "name": "trainer",
+                    "image": "paddlepaddle/paddle:2.6.1",
+                    "command": ["/bin/sh", "/paddlecloud/run.sh", "python train.py"],
+                    "workingDir": "/workspace",
+                    "env": [
+                        {"name": "PADDLE_TRAINER_ID",
+                         "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}},
+                        {"name": "POD_IP",
+                         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        {"name": "NUM_PASS", "value": "3"},
+                        {"name": "JOB_NAME", "value": "fit-a-line"},
+                        {"name": "JOB_NAMESPACE", "value": "paddle-alice"},
+                        {"name": "PADDLE_CLOUD_CURRENT_DATACENTER", "value": "dc1"},
+                        {"name": "TRAINERS", "value": "2"},
+                        {"name": "PADDLE_TRAINERS_NUM", "value": "2"},
+                        {"name": "PADDLE_INIT_NUM_GRADIENT_SERVERS", "value": "2"},
+                        {"name": "PADDLE_NNODES", "value": "2"},
+                        {"name": "PADDLE_INIT_NUM_PASSES", "value": "3"},
+                        {"name": "PADDLE_INIT_USE_GPU", "value": "0"},
+                        {"name": "PADDLE_PSERVERS_IP_PORT_LIST", "value": ""},
+                        {"name": "PADDLE_INIT_PSERVERS", "value": ""},
+                        {"name": "PADDLE_INIT_PORT", "value": "6170"},
+                        {"name": "PADDLE_INIT_PORTS_NUM", "value": "1"},
+                        {"name": "PADDLE_INIT_PORTS_NUM_FOR_SPARSE", "value": "0"},
+                        {"name": "PADDLE_TRAINER_ENDPOINTS",
+                         "value": f"fit-a-line-0a1b2-tr-0.{FIT_HOSTS}:6170,"
+                                  f"fit-a-line-0a1b2-tr-1.{FIT_HOSTS}:6170"},
+                        {"name": "PADDLE_CURRENT_ENDPOINT",
+                         "value": f"fit-a-line-0a1b2-tr-$(PADDLE_TRAINER_ID).{FIT_HOSTS}:6170"},
+                        {"name": "PADDLE_PORT", "value": "6170"},
+                        {"name": "PADDLE_OUTPUT_DIR",
+                         "value": "/pfs/dc1/home/alice/jobs/fit-a-line/output"},
+                        {"name": "PADDLE_PFS_HOME", "value": "/pfs/dc1/home/alice"},
+                        {"name": "PADDLE_PFS_PUBLIC", "value": "/pfs/dc1/public"},
+                        {"name": "PYTHONUNBUFFERED", "value": "1"},
+                        {"name": "TRAINING_ROLE", "value": "TRAINER"},
+                        {"name": "TRAINER_ID", "value": "$(PADDLE_TRAINER_ID)"},
+                        {"name": "PADDLE_INIT_TRAINER_ID", "value": "$(PADDLE_TRAINER_ID)"},
+                        {"name": "PADDLE_MASTER",
+                         "value": f"fit-a-line-0a1b2-tr-0.{FIT_HOSTS}:6171"},
+                        {"name": "PYTHONPATH",
+                         "value": "/pfs/dc1/home/alice/jobs/fit-a-line/.site-packages-0a1b2"
+                                  ":/workspace"},
+                        {"name": "PADDLECLOUD_LOG",
+                         "value": "/pfs/dc1/home/alice/jobs/fit-a-line/output/"
+                                  "node_$(PADDLE_TRAINER_ID)/train.log"},
+                    ],
+                    "ports": [{"name": "paddle", "containerPort": 6170}],
+                    "resources": FIT_RESOURCES,
+                    "volumeMounts": ALICE_MOUNTS,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                }],
+                "volumes": [
+                    {"name": "pfs", "nfs": {"server": "nfs.example.com", "path": "/exports/pfs"}},
+                    {"name": "workspace", "emptyDir": {}},
+                    {"name": "paddlecloud", "configMap": {"name": "fit-a-line-0a1b2"}},
+                ],
+            },
+        },
+    },
+}
+
+
+def test_collective_job_root():
+    root = job_root(collective_job(), NAMESPACE)
+    assert {key: value for key, value in root.items() if key != "data"} == {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {
+            "name": "fit-a-line-0a1b2", "namespace": "paddle-alice",
+            "labels": {"app.kubernetes.io/managed-by": "paddlecloud",
+                       "app.kubernetes.io/component": "job",
+                       "app.kubernetes.io/instance": "fit-a-line-0a1b2",
+                       "paddlecloud.org/job": "fit-a-line", "paddlecloud.org/job-uid": FIT_UID,
+                       "paddlecloud.org/owner": "7"},
+            "annotations": {"paddlecloud.org/owner-name": "alice"},
+        },
+        "immutable": True,
+    }
+    assert sorted(root["data"]) == ["init.sh", "job.json", "run.sh"]
+    assert root["data"]["init.sh"] == INIT_SCRIPT
+    assert root["data"]["run.sh"] == RUN_SCRIPT
+    assert json.loads(root["data"]["job.json"]) == {
+        "uid": FIT_UID, "owner": "alice", "datacenter": "dc1", "name": "fit-a-line",
+        "package": "/pfs/dc1/home/alice/fit_a_line", "entry": "python train.py",
+        "image": "paddlepaddle/paddle:2.6.1", "topology": "", "registry": "",
+        "trainers": 2, "cpu": 1500, "memory": 1073741824, "gpu": 0,
+        "pservers": 0, "pscpu": 1000, "psmemory": 1073741824, "passes": 3,
+        "env": {"NUM_PASS": "3"}, "restart_limit": 0, "deadline_seconds": None,
+        "ttl_seconds_after_finished": None,
+    }
+
+
+def test_collective_job_children():
+    assert job_children(collective_job(), NAMESPACE, ROOT_UID) == [
+        FIT_TRAINERS_SERVICE, FIT_TRAINERS_JOB]
+
+
+def test_job_objects_are_the_root_then_the_children():
+    job = collective_job()
+    assert job_objects(job, namespace=NAMESPACE, root_uid=ROOT_UID) == [
+        job_root(job, NAMESPACE), FIT_TRAINERS_SERVICE, FIT_TRAINERS_JOB]
+
+
+def test_a_dry_run_has_no_owner_references():
+    """Before the root exists its uid is unknown; a made-up one would have the garbage
+    collector delete whatever was applied with it."""
+    objects = job_objects(collective_job(), namespace=NAMESPACE)
+    for obj in objects:
+        assert "ownerReferences" not in obj["metadata"]
+    with_root = job_objects(collective_job(), namespace=NAMESPACE, root_uid=ROOT_UID)
+    for obj in with_root[1:]:
+        del obj["metadata"]["ownerReferences"]
+    assert objects == with_root
+
+
+# --- a pserver job: 2 pservers, 3 GPU trainers, registry, deadline, TTL --------------------------
+
+CTR_UID = "f9e8d7c6-b5a4-4f3e-9d2c-1b0a09f8e7d6"
+CTR_ROOT_REF = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "ctr-f9e8d",
+                 "uid": ROOT_UID, "blockOwnerDeletion": True}]
+
+
+def ctr_labels(role: str) -> dict:
+    return {"app.kubernetes.io/managed-by": "paddlecloud", "app.kubernetes.io/component": role,
+            "app.kubernetes.io/instance": "ctr-f9e8d", "paddlecloud.org/job": "ctr",
+            "paddlecloud.org/job-uid": CTR_UID, "paddlecloud.org/role": role,
+            "paddlecloud.org/owner": "7"}
+
+
+PS = "ctr-f9e8d-ps.paddle-alice.svc"
+TR = "ctr-f9e8d-tr.paddle-alice.svc"
+CTR_OUTPUT = "/pfs/dc1/home/alice/jobs/ctr/output"
+CTR_SITE = "/pfs/dc1/home/alice/jobs/ctr/.site-packages-f9e8d"
+CTR_SETUP_ENV = [
+    {"name": "PADDLECLOUD_PACKAGE", "value": "/pfs/dc1/home/alice/ctr"},
+    {"name": "PADDLECLOUD_WORKSPACE", "value": "/workspace"},
+    {"name": "PADDLECLOUD_SITE_PACKAGES", "value": CTR_SITE},
+    {"name": "PADDLECLOUD_REQUIREMENTS_LOG", "value": f"{CTR_OUTPUT}/requirements.log"},
+]
+CTR_SHARED_ENV = [  # the same for pservers and trainers, after the index and POD_IP
+    {"name": "JOB_NAME", "value": "ctr"},
+    {"name": "JOB_NAMESPACE", "value": "paddle-alice"},
+    {"name": "PADDLE_CLOUD_CURRENT_DATACENTER", "value": "dc1"},
+    {"name": "TRAINERS", "value": "3"},
+    {"name": "PADDLE_TRAINERS_NUM", "value": "3"},
+    {"name": "PADDLE_INIT_NUM_GRADIENT_SERVERS", "value": "3"},
+    {"name": "PADDLE_NNODES", "value": "3"},
+    {"name": "PADDLE_INIT_NUM_PASSES", "value": "1"},
+    {"name": "PADDLE_INIT_USE_GPU", "value": "1"},
+    {"name": "PADDLE_PSERVERS_IP_PORT_LIST",
+     "value": f"ctr-f9e8d-ps-0.{PS}:6174,ctr-f9e8d-ps-1.{PS}:6174"},
+    {"name": "PADDLE_INIT_PSERVERS", "value": f"ctr-f9e8d-ps-0.{PS},ctr-f9e8d-ps-1.{PS}"},
+    {"name": "PADDLE_INIT_PORT", "value": "6174"},
+    {"name": "PADDLE_INIT_PORTS_NUM", "value": "1"},
+    {"name": "PADDLE_INIT_PORTS_NUM_FOR_SPARSE", "value": "0"},
+    {"name": "PADDLE_TRAINER_ENDPOINTS",
+     "value": f"ctr-f9e8d-tr-0.{TR}:6170,ctr-f9e8d-tr-1.{TR}:6170,ctr-f9e8d-tr-2.{TR}:6170"},
+]
+CTR_VOLUMES = [
+    {"name": "pfs", "nfs": {"server": "nfs.example.com", "path": "/exports/pfs"}},
+    {"name": "workspace", "emptyDir": {}},
+    {"name": "paddlecloud", "configMap": {"name": "ctr-f9e8d"}},
+]
+PS_RESOURCES = {"requests": {"cpu": "500m", "memory": "536870912"},
+                "limits": {"cpu": "500m", "memory": "536870912"}}
+TR_RESOURCES = {"requests": {"cpu": "2000m", "memory": "4294967296"},
+                "limits": {"cpu": "2000m", "memory": "4294967296", "nvidia.com/gpu": "1"}}
+
+CTR_PSERVERS_SERVICE = {
+    "apiVersion": "v1", "kind": "Service",
+    "metadata": {"name": "ctr-f9e8d-ps", "namespace": "paddle-alice",
+                 "labels": ctr_labels("pserver"), "ownerReferences": CTR_ROOT_REF},
+    "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+             "selector": {"paddlecloud.org/job-uid": CTR_UID, "paddlecloud.org/role": "pserver"},
+             "ports": [{"name": "paddle", "port": 6174}]},
+}
+CTR_PSERVERS = {
+    "apiVersion": "apps/v1", "kind": "StatefulSet",
+    "metadata": {"name": "ctr-f9e8d-ps", "namespace": "paddle-alice",
+                 "labels": ctr_labels("pserver"), "ownerReferences": CTR_ROOT_REF},
+    "spec": {
+        "serviceName": "ctr-f9e8d-ps",
+        "replicas": 2,
+        "podManagementPolicy": "Parallel",
+        "selector": {"matchLabels": {"paddlecloud.org/job-uid": CTR_UID,
+                                     "paddlecloud.org/role": "pserver"}},
+        "template": {
+            "metadata": {"labels": ctr_labels("pserver")},
+            "spec": {
+                "restartPolicy": "Always",
+                "enableServiceLinks": False,
+                "automountServiceAccountToken": False,
+                "imagePullSecrets": [{"name": "paddlecloud-registry-private"}],
+                "initContainers": [{
+                    "name": "setup", "image": "registry.example.com:5000/ctr:1",
+                    "command": ["/bin/sh", "/paddlecloud/init.sh"], "env": CTR_SETUP_ENV,
+                    "resources": PS_RESOURCES, "volumeMounts": ALICE_MOUNTS,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                }],
+                "containers": [{
+                    "name": "pserver", "image": "registry.example.com:5000/ctr:1",
+                    "command": ["/bin/sh", "/paddlecloud/run.sh", "python train.py --sparse"],
+                    "workingDir": "/workspace",
+                    "env": [
+                        {"name": "PADDLE_PSERVER_ID",
+                         "valueFrom": {"fieldRef": {"fieldPath": POD_INDEX_FIELD}}},
+                        {"name": "POD_IP",
+                         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        *CTR_SHARED_ENV,
+                        {"name": "PADDLE_CURRENT_ENDPOINT",
+                         "value": f"ctr-f9e8d-ps-$(PADDLE_PSERVER_ID).{PS}:6174"},
+                        {"name": "PADDLE_PORT", "value": "6174"},
+                        {"name": "PADDLE_OUTPUT_DIR", "value": CTR_OUTPUT},
+                        {"name": "PADDLE_PFS_HOME", "value": "/pfs/dc1/home/alice"},
+                        {"name": "PADDLE_PFS_PUBLIC", "value": "/pfs/dc1/public"},
+                        {"name": "PYTHONUNBUFFERED", "value": "1"},
+                        {"name": "TRAINING_ROLE", "value": "PSERVER"},
+                        {"name": "PYTHONPATH", "value": f"{CTR_SITE}:/workspace"},
+                        {"name": "PADDLECLOUD_LOG",
+                         "value": f"{CTR_OUTPUT}/node_$(PADDLE_PSERVER_ID)/server.log"},
+                    ],
+                    "ports": [{"name": "paddle", "containerPort": 6174}],
+                    "resources": PS_RESOURCES, "volumeMounts": ALICE_MOUNTS,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                }],
+                "volumes": CTR_VOLUMES,
+            },
+        },
+    },
+}
+CTR_TRAINERS_SERVICE = {
+    "apiVersion": "v1", "kind": "Service",
+    "metadata": {"name": "ctr-f9e8d-tr", "namespace": "paddle-alice",
+                 "labels": ctr_labels("trainer"), "ownerReferences": CTR_ROOT_REF},
+    "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+             "selector": {"paddlecloud.org/job-uid": CTR_UID, "paddlecloud.org/role": "trainer"},
+             "ports": [{"name": "paddle", "port": 6170}]},
+}
+CTR_TRAINERS = {
+    "apiVersion": "batch/v1", "kind": "Job",
+    "metadata": {"name": "ctr-f9e8d-tr", "namespace": "paddle-alice",
+                 "labels": ctr_labels("trainer"), "ownerReferences": CTR_ROOT_REF},
+    "spec": {
+        "completionMode": "Indexed", "completions": 3, "parallelism": 3,
+        "backoffLimitPerIndex": 2, "maxFailedIndexes": 0, "podReplacementPolicy": "Failed",
+        "activeDeadlineSeconds": 7200, "ttlSecondsAfterFinished": 600,
+        "template": {
+            "metadata": {"labels": ctr_labels("trainer")},
+            "spec": {
+                "restartPolicy": "Never",
+                "subdomain": "ctr-f9e8d-tr",
+                "enableServiceLinks": False,
+                "automountServiceAccountToken": False,
+                "imagePullSecrets": [{"name": "paddlecloud-registry-private"}],
+                "initContainers": [{
+                    "name": "setup", "image": "registry.example.com:5000/ctr:1",
+                    "command": ["/bin/sh", "/paddlecloud/init.sh"], "env": CTR_SETUP_ENV,
+                    "resources": TR_RESOURCES, "volumeMounts": ALICE_MOUNTS,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                }],
+                "containers": [{
+                    "name": "trainer", "image": "registry.example.com:5000/ctr:1",
+                    "command": ["/bin/sh", "/paddlecloud/run.sh", "python train.py --sparse"],
+                    "workingDir": "/workspace",
+                    "env": [
+                        {"name": "PADDLE_TRAINER_ID",
+                         "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}},
+                        {"name": "POD_IP",
+                         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        *CTR_SHARED_ENV,
+                        {"name": "PADDLE_CURRENT_ENDPOINT",
+                         "value": f"ctr-f9e8d-tr-$(PADDLE_TRAINER_ID).{TR}:6170"},
+                        {"name": "PADDLE_PORT", "value": "6170"},
+                        {"name": "PADDLE_OUTPUT_DIR", "value": CTR_OUTPUT},
+                        {"name": "PADDLE_PFS_HOME", "value": "/pfs/dc1/home/alice"},
+                        {"name": "PADDLE_PFS_PUBLIC", "value": "/pfs/dc1/public"},
+                        {"name": "PYTHONUNBUFFERED", "value": "1"},
+                        {"name": "TRAINING_ROLE", "value": "TRAINER"},
+                        {"name": "TRAINER_ID", "value": "$(PADDLE_TRAINER_ID)"},
+                        {"name": "PADDLE_INIT_TRAINER_ID", "value": "$(PADDLE_TRAINER_ID)"},
+                        {"name": "PYTHONPATH", "value": f"{CTR_SITE}:/workspace"},
+                        {"name": "PADDLECLOUD_LOG",
+                         "value": f"{CTR_OUTPUT}/node_$(PADDLE_TRAINER_ID)/train.log"},
+                    ],
+                    "ports": [{"name": "paddle", "containerPort": 6170}],
+                    "resources": TR_RESOURCES, "volumeMounts": ALICE_MOUNTS,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                }],
+                "volumes": CTR_VOLUMES,
+            },
+        },
+    },
+}
+
+
+def test_pserver_job_children():
+    """Pservers first (trainers look for them), each role with its headless Service."""
+    assert job_children(pserver_job(), NAMESPACE, ROOT_UID) == [
+        CTR_PSERVERS_SERVICE, CTR_PSERVERS, CTR_TRAINERS_SERVICE, CTR_TRAINERS]
+
+
+def test_pserver_job_root_names_its_registry():
+    spec = json.loads(job_root(pserver_job(), NAMESPACE)["data"]["job.json"])
+    assert (spec["registry"], spec["pservers"], spec["deadline_seconds"]) == ("private", 2, 7200)
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+@pytest.mark.parametrize("first", ["a", "9"])
+def test_names_of_a_40_character_job_fit(first):
+    job = pserver_job(name=first + "x" * 38 + "z", uid=uuid.uuid4(), trainers=1000,
+                      pservers=1000)
+    assert len(job.name) == 40
+    objects = job_objects(job, namespace=NAMESPACE, root_uid=ROOT_UID)
+    for obj in objects:
+        name = obj["metadata"]["name"]
+        assert DNS_1123_LABEL.match(name) and len(name) <= 63, name
+        if obj["kind"] in ("StatefulSet", "Job"):
+            assert len(name) <= 52, name  # room for controller-revision-hash / pod suffixes
+        if obj["kind"] == "Service":
+            assert DNS_1035_LABEL.match(name), name
+    last = 999
+    for host in (names.trainer_host(job, last), names.pserver_host(job, last),
+                 f"{names.trainer_host(job, last)}-abcde"):  # an Indexed Job's pod name
+        assert DNS_1123_LABEL.match(host) and len(host) <= 63, host
+    for endpoint in (names.trainer_endpoint(job, "n" * 63, last),
+                     names.pserver_endpoint(job, "n" * 63, last)):
+        host, _port = endpoint.rsplit(":", 1)
+        assert all(len(label) <= 63 for label in host.split(".")) and len(host) <= 253
+
+
+def test_a_job_of_the_same_name_never_shares_object_names():
+    first, again = collective_job(uid=uuid.uuid4()), collective_job(uid=uuid.uuid4())
+    first_names = {obj["metadata"]["name"] for obj in job_objects(first, namespace=NAMESPACE)}
+    again_names = {obj["metadata"]["name"] for obj in job_objects(again, namespace=NAMESPACE)}
+    assert not first_names & again_names
+
+
+def test_job_selector_picks_the_job_by_uid():
+    assert names.job_selector(collective_job()) == f"paddlecloud.org/job-uid={FIT_UID}"
+    for obj in job_objects(pserver_job(), namespace=NAMESPACE):
+        assert obj["metadata"]["labels"][names.JOB_UID_LABEL] == CTR_UID
+
+
+# --- volumes -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("source", [
+    {"cephfs": {"monitors": ["10.0.0.1:6789"], "user": "admin",
+                "secretRef": {"name": "ceph-secret"}, "path": "/"}},
+    {"nfs": {"server": "nfs.example.com", "path": "/pfs"}},
+    {"hostPath": {"path": "/mnt/pfs", "type": "Directory"}},
+    {"persistentVolumeClaim": {"claimName": "pfs"}},
+], ids=lambda source: next(iter(source)))
+def test_every_pod_mounts_the_datacenter_volume_as_given(source):
+    job = pserver_job(datacenter=datacenter(kube_volume=source))
+    for obj in job_children(job, NAMESPACE, ROOT_UID):
+        if obj["kind"] in ("StatefulSet", "Job"):
+            pod = obj["spec"]["template"]["spec"]
+            assert pod["volumes"][0] == {"name": "pfs", **source}
+            for container in pod["initContainers"] + pod["containers"]:
+                assert container["volumeMounts"] == ALICE_MOUNTS
+
+
+@pytest.mark.parametrize("kube_volume", [{}, None])
+def test_a_datacenter_without_a_pfs_volume_cannot_run_jobs(kube_volume):
+    job = collective_job(datacenter=datacenter(kube_volume={}))
+    job.datacenter.kube_volume = kube_volume
+    with pytest.raises(ManifestError, match=r"^datacenter dc1 has no PFS volume for pods: "
+                                            r"set its kube_volume"):
+        job_objects(job, namespace=NAMESPACE)
+
+
+def test_an_unusable_pfs_volume_is_named():
+    job = collective_job(datacenter=datacenter(kube_volume={"emptyDir": {}}))
+    with pytest.raises(ManifestError, match="datacenter dc1 has an unusable PFS volume"):
+        job_objects(job, namespace=NAMESPACE)
+
+
+def test_values_reach_the_replica_as_written():
+    """Kubernetes expands $(NAME) in env values and commands: a job's own $ are doubled."""
+    job = collective_job(entry='echo "$(date)" $HOME', env={"PATTERN": "a$(B)c$$"})
+    container = job_children(job, NAMESPACE, None)[1]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][2] == 'echo "$$(date)" $$HOME'
+    assert {"name": "PATTERN", "value": "a$$(B)c$$$$"} in container["env"]
+
+
+def test_the_job_may_set_its_own_pythonpath():
+    """As on the local backend, the job's own variables win over the defaults."""
+    job = collective_job(env={"PYTHONPATH": "/pfs/dc1/public/lib"})
+    container = job_children(job, NAMESPACE, None)[1]["spec"]["template"]["spec"]["containers"][0]
+    assert [e["value"] for e in container["env"] if e["name"] == "PYTHONPATH"] == [
+        "/pfs/dc1/public/lib"]
+
+
+# --- the namespace -------------------------------------------------------------------------------
+
+def test_namespace_objects_for_a_username_that_needs_a_hash():
+    """An e-mail address is no namespace name nor label value: the namespace gets a safe form
+    and a hash suffix, the labels the user's id, an annotation the username."""
+    labels = {"app.kubernetes.io/managed-by": "paddlecloud",
+              "app.kubernetes.io/component": "namespace", "paddlecloud.org/owner": "7"}
+    name = "paddle-alice-example-com-ff8d9819"
+    assert namespace_objects(datacenter(), alice("alice@example.com"), quota()) == [
+        {"apiVersion": "v1", "kind": "Namespace",
+         "metadata": {"name": name, "labels": labels,
+                      "annotations": {"paddlecloud.org/owner-name": "alice@example.com"}}},
+        {"apiVersion": "v1", "kind": "ResourceQuota",
+         "metadata": {"name": "paddlecloud", "namespace": name, "labels": labels},
+         "spec": {"hard": {"requests.cpu": "8000m", "limits.cpu": "8000m",
+                           "requests.memory": "17179869184", "limits.memory": "17179869184",
+                           "requests.nvidia.com/gpu": "2"}}},
+        {"apiVersion": "v1", "kind": "LimitRange",
+         "metadata": {"name": "paddlecloud", "namespace": name, "labels": labels},
+         "spec": {"limits": [{"type": "Container",
+                              "default": {"cpu": "1000m", "memory": "1073741824"},
+                              "defaultRequest": {"cpu": "1000m", "memory": "1073741824"},
+                              "max": {"cpu": "8000m", "memory": "17179869184"}}]}},
+    ]
+
+
+def test_a_small_quota_caps_the_container_defaults():
+    limit_range = namespace_objects(datacenter(), alice(), quota(cpu=500, memory=2**28))[2]
+    assert limit_range["spec"]["limits"][0]["default"] == {"cpu": "500m", "memory": "268435456"}
+
+
+# --- registry credentials ------------------------------------------------------------------------
+
+def test_pull_secret_carries_the_credential():
+    secret = pull_secret(NAMESPACE, private_registry(), "s3cret:pw")
+    data = secret.pop("data")
+    assert secret == {
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "paddlecloud-registry-private", "namespace": "paddle-alice",
+                     "labels": {"app.kubernetes.io/managed-by": "paddlecloud",
+                                "app.kubernetes.io/component": "registry",
+                                "paddlecloud.org/registry": "private",
+                                "paddlecloud.org/owner": "7"}},
+        "type": "kubernetes.io/dockerconfigjson",
+    }
+    assert "ownerReferences" not in secret["metadata"]  # it belongs to the credential
+    config = json.loads(base64.b64decode(data[".dockerconfigjson"]))
+    assert config == {"auths": {"registry.example.com:5000": {
+        "username": "bob", "password": "s3cret:pw",
+        "auth": base64.b64encode(b"bob:s3cret:pw").decode()}}}
+    assert base64.b64decode(config["auths"]["registry.example.com:5000"]["auth"]) == (
+        b"bob:s3cret:pw")
+
+
+def test_jobs_name_the_pull_secret_of_their_registry():
+    job = pserver_job()
+    secret = pull_secret(NAMESPACE, job.registry, "pw")
+    for obj in job_children(job, NAMESPACE, ROOT_UID)[1::2]:
+        assert obj["spec"]["template"]["spec"]["imagePullSecrets"] == [
+            {"name": secret["metadata"]["name"]}]
+
+
+# --- documents -----------------------------------------------------------------------------------
+
+def test_yaml_documents_read_back_as_the_objects():
+    objects = job_objects(pserver_job(), namespace=NAMESPACE, root_uid=ROOT_UID)
+    text = to_yaml(objects)
+    assert text.startswith("---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ctr-f9e8d\n")
+    assert text.count("\n---\n") == len(objects) - 1
+    assert list(yaml.safe_load_all(text)) == objects
+    assert "  init.sh: |\n    # paddlecloud init.sh" in text  # scripts stay readable
+    assert "&id" not in text and "*id" not in text  # no YAML aliases
+
+
+def test_documents_put_keys_in_kubectl_order():
+    shuffled = {"spec": {"a": 1}, "metadata": {"labels": {}, "name": "x"}, "kind": "Service",
+                "apiVersion": "v1"}
+    assert to_yaml([shuffled]) == (
+        "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: x\n  labels: {}\nspec:\n  a: 1\n")
+    listed = json.loads(to_json([shuffled]))
+    assert listed == {"apiVersion": "v1", "kind": "List", "items": [shuffled]}
+    assert list(listed["items"][0]) == ["apiVersion", "kind", "metadata", "spec"]
+
+
+def test_builders_are_json_serializable():
+    objects = [*job_objects(pserver_job(), namespace=NAMESPACE, root_uid=ROOT_UID),
+               *namespace_objects(datacenter(), alice(), quota()),
+               pull_secret(NAMESPACE, private_registry(), "pw")]
+    assert json.loads(json.dumps(objects)) == objects

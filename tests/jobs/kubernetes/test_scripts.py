@@ -1,0 +1,218 @@
+"""The pods' two scripts, run with /bin/sh here as the pods run them: paths from the
+environment (a temporary directory stands in for the PFS mount), no network."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from jobs.backends.kubernetes.scripts import INIT_SCRIPT, RUN_SCRIPT
+
+VENV_BIN = str(Path(sys.executable).parent)  # a python3 with pip
+# The pods' /bin/sh may be any of these; every one that is here runs the scripts.
+SHELLS = [shell for shell in ("/bin/dash", "/bin/bash", "/bin/busybox") if Path(shell).exists()]
+
+
+@pytest.fixture(params=SHELLS)
+def scripts(request, tmp_path) -> dict:
+    found = {"shell": [request.param, "sh"] if request.param.endswith("busybox")
+             else [request.param]}
+    for name, text in (("init", INIT_SCRIPT), ("run", RUN_SCRIPT)):
+        found[name] = tmp_path / f"{name}.sh"
+        found[name].write_text(text)
+    return found
+
+
+def tiny_wheel(directory: Path) -> str:
+    """A pure-Python wheel that pip installs without an index."""
+    name = "tinydep-1.0-py3-none-any.whl"
+    files = {
+        "tinydep/__init__.py": "VALUE = 42\n",
+        "tinydep-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinydep\nVersion: 1.0\n",
+        "tinydep-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\n"
+                                       "Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = ""
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record += f"{path},sha256={digest.decode()},{len(text.encode())}\n"
+    files["tinydep-1.0.dist-info/RECORD"] = record + "tinydep-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(directory / name, "w") as wheel:
+        for path, text in files.items():
+            wheel.writestr(path, text)
+    return name
+
+
+@pytest.fixture
+def package(tmp_path) -> Path:
+    """A trainer package in the owner's home, requiring a wheel that sits beside it."""
+    pkg = tmp_path / "pfs" / "home" / "alice" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "train.py").write_text("print('training')\n")
+    (pkg / "requirements.txt").write_text(f"./{tiny_wheel(pkg)}\n")
+    return pkg
+
+
+def job_dir(tmp_path) -> Path:
+    return tmp_path / "pfs" / "home" / "alice" / "jobs" / "x"
+
+
+def init_env(tmp_path, pod: str, package: Path, path: str = VENV_BIN) -> dict[str, str]:
+    workspace = tmp_path / pod / "workspace"  # the pod's emptyDir
+    workspace.mkdir(parents=True, exist_ok=True)
+    return {
+        "PATH": f"{path}:{os.environ['PATH']}", "HOME": str(tmp_path), "HOSTNAME": pod,
+        "PIP_NO_INDEX": "1", "PIP_NO_CACHE_DIR": "1",
+        "PADDLECLOUD_PACKAGE": str(package), "PADDLECLOUD_WORKSPACE": str(workspace),
+        "PADDLECLOUD_SITE_PACKAGES": str(job_dir(tmp_path) / ".site-packages-abcde"),
+        "PADDLECLOUD_REQUIREMENTS_LOG": str(job_dir(tmp_path) / "output" / "requirements.log"),
+    }
+
+
+def init(scripts, env) -> subprocess.Popen:
+    return subprocess.Popen([*scripts["shell"], str(scripts["init"])], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+# --- init.sh -------------------------------------------------------------------------------------
+
+def slow_python(tmp_path) -> str:
+    """A python3 that takes a second to start: the second pod surely comes while the first
+    installs."""
+    slow = tmp_path / "slowbin"
+    slow.mkdir()
+    (slow / "python3").write_text(f'#!/bin/sh\nsleep 1\nexec {VENV_BIN}/python3 "$@"\n')
+    (slow / "python3").chmod(0o755)
+    return str(slow)
+
+
+def test_requirements_are_installed_once_for_pods_starting_together(tmp_path, scripts, package):
+    slow = slow_python(tmp_path)
+    pods = [init(scripts, init_env(tmp_path, f"pod-{i}", package, path=slow)) for i in range(2)]
+    for pod in pods:
+        _, err = pod.communicate(timeout=120)
+        assert pod.returncode == 0, err
+    site = job_dir(tmp_path) / ".site-packages-abcde"
+    log = (job_dir(tmp_path) / "output" / "requirements.log").read_text()
+    assert log.count("installs requirements.txt") == 1, log
+    assert (site / "tinydep" / "__init__.py").is_file()
+    assert Path(f"{site}.done").exists() and not Path(f"{site}.tmp").exists()
+    for i in range(2):
+        workspace = tmp_path / f"pod-{i}" / "workspace"
+        assert (workspace / "train.py").read_text() == "print('training')\n"
+    imported = subprocess.run([sys.executable, "-c", "import tinydep; print(tinydep.VALUE)"],
+                              env={"PYTHONPATH": str(site)}, capture_output=True, text=True,
+                              check=True)
+    assert imported.stdout == "42\n"
+
+    again = init(scripts, init_env(tmp_path, "pod-2", package))  # a restarted pod
+    assert again.wait(timeout=60) == 0
+    assert log == (job_dir(tmp_path) / "output" / "requirements.log").read_text()
+
+
+def test_a_failing_install_fails_the_pod_with_pips_exit_code(tmp_path, scripts, package):
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "python3").write_text("#!/bin/sh\necho 'ERROR: no such package' >&2\nexit 3\n")
+    (fake / "python3").chmod(0o755)
+    pod = init(scripts, init_env(tmp_path, "pod-0", package, path=str(fake)))
+    _, err = pod.communicate(timeout=60)
+    assert pod.returncode == 3
+    assert "requirements.txt could not be installed (pip exited 3)" in err
+    log = (job_dir(tmp_path) / "output" / "requirements.log").read_text()
+    assert "ERROR: no such package" in log
+    site = job_dir(tmp_path) / ".site-packages-abcde"
+    assert not Path(f"{site}.done").exists()
+
+    retried = init(scripts, init_env(tmp_path, "pod-0", package))  # the lock was let go
+    assert retried.wait(timeout=120) == 0
+    assert (site / "tinydep").is_dir()
+
+
+def test_a_package_without_requirements_is_only_copied(tmp_path, scripts, package):
+    (package / "requirements.txt").unlink()
+    env = init_env(tmp_path, "pod-0", package)
+    assert init(scripts, env).wait(timeout=60) == 0
+    assert (Path(env["PADDLECLOUD_WORKSPACE"]) / "train.py").exists()
+    assert not job_dir(tmp_path).exists()
+
+
+def test_a_missing_package_is_named(tmp_path, scripts):
+    pod = init(scripts, init_env(tmp_path, "pod-0", tmp_path / "gone"))
+    _, err = pod.communicate(timeout=60)
+    assert pod.returncode == 1
+    assert f"the trainer package {tmp_path / 'gone'} is not a directory" in err
+
+
+# --- run.sh --------------------------------------------------------------------------------------
+
+def run(scripts, tmp_path, entry: str) -> subprocess.Popen:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir(exist_ok=True)
+    env = {"PATH": f"{VENV_BIN}:{os.environ['PATH']}", "TMPDIR": str(tmp_path),
+           "PADDLECLOUD_LOG": str(tmp_path / "output" / "node_1" / "train.log")}
+    return subprocess.Popen([*scripts["shell"], str(scripts["run"]), entry], cwd=workspace, env=env,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def train_log(tmp_path) -> str:
+    path = tmp_path / "output" / "node_1" / "train.log"
+    return path.read_text() if path.exists() else ""
+
+
+def test_output_goes_to_the_pod_log_and_the_archived_log(tmp_path, scripts):
+    replica = run(scripts, tmp_path, "echo out; echo err >&2; pwd; exit 7")
+    pod_log, _ = replica.communicate(timeout=30)
+    assert replica.returncode == 7
+    assert pod_log == f"out\nerr\n{tmp_path / 'workspace'}\n"
+    assert train_log(tmp_path) == pod_log
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("paddlecloud-run")] == []
+
+    restarted = run(scripts, tmp_path, "echo again")
+    assert restarted.communicate(timeout=30)[0] == "again\n"
+    assert restarted.returncode == 0
+    assert train_log(tmp_path) == pod_log + "\n--- restart ---\nagain\n"
+
+
+def test_sigterm_reaches_everything_the_entry_started(tmp_path, scripts):
+    entry = ("sleep 300 & echo $! > child.pid; "
+             "trap 'echo stopping; exit 42' TERM; echo ready; wait")
+    replica = run(scripts, tmp_path, entry)
+    deadline = time.monotonic() + 30
+    while "ready" not in train_log(tmp_path):
+        assert time.monotonic() < deadline, "the entry did not start"
+        time.sleep(0.05)
+    child = int((tmp_path / "workspace" / "child.pid").read_text())
+    replica.send_signal(signal.SIGTERM)
+    pod_log, _ = replica.communicate(timeout=30)
+    assert replica.returncode == 42
+    assert pod_log == "ready\nstopping\n"
+    assert train_log(tmp_path) == pod_log
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and "Z" not in _state(child):
+        assert time.monotonic() < deadline, "the entry's child outlived the SIGTERM"
+        time.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
+def test_an_entry_killed_by_a_signal_exits_128_plus_the_signal(tmp_path, scripts):
+    replica = run(scripts, tmp_path, "echo dying; kill -KILL $$")
+    pod_log, _ = replica.communicate(timeout=30)
+    assert replica.returncode == 128 + signal.SIGKILL
+    assert train_log(tmp_path) == "dying\n"
+    assert "dying\n" in pod_log  # and the shell's word on it, e.g. "Killed"
