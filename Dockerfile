@@ -13,15 +13,19 @@ COPY paddlecloud ./paddlecloud
 COPY accounts ./accounts
 COPY jobs ./jobs
 COPY pfs ./pfs
+COPY registries ./registries
+COPY paddlecloud_sdk ./paddlecloud_sdk
 COPY paddlectl ./paddlectl
 COPY templates ./templates
 COPY static ./static
 COPY manage.py ./
 RUN pip install -e . \
  && DEBUG=0 SECRET_KEY=only-for-collectstatic python manage.py collectstatic --no-input -v 0 \
- && useradd --system --home /var/lib/paddlecloud paddlecloud \
+ && useradd --system --uid 999 --home /var/lib/paddlecloud paddlecloud \
  && mkdir -p /var/lib/paddlecloud && chown paddlecloud /var/lib/paddlecloud
 
 USER paddlecloud
 EXPOSE 8000
-CMD ["paddlecloud", "runportal", "--host", "0.0.0.0", "--port", "8000", "--no-worker"]
+# The static files were collected above, into a directory the portal's user cannot write.
+CMD ["paddlecloud", "runportal", "--host", "0.0.0.0", "--port", "8000", "--no-worker", \
+     "--skip-collectstatic"]

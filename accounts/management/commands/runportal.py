@@ -26,13 +26,17 @@ class Command(BaseCommand):
                             help="serve only; Celery worker and beat run elsewhere")
         parser.add_argument("--concurrency", type=int, default=2,
                             help="threads of the embedded worker")
+        parser.add_argument("--skip-collectstatic", action="store_true",
+                            help="the static files were collected already (the image does "
+                                 "it when it is built)")
 
-    def handle(self, *args, host, port, no_worker, concurrency, **options):
+    def handle(self, *args, host, port, no_worker, concurrency, skip_collectstatic,
+               **options):
         executor = MigrationExecutor(connection)
         if executor.migration_plan(executor.loader.graph.leaf_nodes()):
             raise CommandError("the database has unapplied migrations: run "
                                "`paddlecloud migrate` (or ./manage.py migrate) first")
-        if not settings.DEBUG:
+        if not settings.DEBUG and not skip_collectstatic:
             call_command("collectstatic", interactive=False, verbosity=0)
         connection.close()  # the server and worker threads open their own
 
