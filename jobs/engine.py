@@ -167,7 +167,12 @@ def _stop(job, replicas, reason: str, final: str = ReplicaState.KILLED) -> None:
     replicas = [r for r in replicas if r.state not in FINAL_REPLICA_STATES]
     if not replicas:
         return
-    backend_for(job.datacenter).stop(job, replicas, STOP_GRACE_SECONDS)
+    try:
+        backend_for(job.datacenter).stop(job, replicas, STOP_GRACE_SECONDS)
+    except BackendError as exc:
+        # They may still run: left as they are, so the reconciler stops them once it can.
+        logger.warning("job %s: its replicas could not be stopped yet: %s", job.pk, exc)
+        return
     for replica in replicas:
         # A replica that never started cannot have succeeded.
         target = ReplicaState.KILLED if replica.state == ReplicaState.PENDING else final

@@ -19,7 +19,7 @@ import logging
 import shutil
 import time
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from paddlecloud.errors import ValidationError
 
@@ -279,19 +279,24 @@ class KubernetesBackend(Backend):
         return self._follow(job, replica, read)
 
     def _follow(self, job, replica, read):
-        """Follow the pod's log; while its container is being created (400), wait for it,
-        unless the replica ends first."""
+        """Follow the pod's log. Until its container has started (the log answers 400, or
+        nothing while the pod is unscheduled), wait for it, unless the replica ends first."""
         from jobs.models import Replica
         from jobs.states import FINAL_REPLICA_STATES
 
         while True:
+            received = False
             try:
-                yield from read(True)
-                return
+                for chunk in read(True):
+                    received = received or bool(chunk)
+                    yield chunk
             except KubeError as exc:
                 if exc.status != 400:
                     raise
+            if received:
+                return
             state = Replica.objects.filter(pk=replica.pk).values_list("state", flat=True).first()
+            connection.close()  # this runs on a worker thread of a streaming response
             if state is None or state in FINAL_REPLICA_STATES:
                 return
             time.sleep(LOG_RETRY_SECONDS)

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import urllib3
+import yaml
 from django.conf import settings
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -305,7 +306,7 @@ def _api_client(datacenter) -> k8s.ApiClient:
                 config_file=datacenter.kubeconfig or None,
                 context=datacenter.kube_context or None, client_configuration=configuration,
                 persist_config=False)
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
+    except (ConfigException, OSError, ValueError, TypeError, yaml.YAMLError) as exc:
         where = ("the in-cluster service account" if datacenter.kube_in_cluster else
                  f"kubeconfig {datacenter.kubeconfig or '~/.kube/config'}")
         raise KubeError(f"datacenter {datacenter.name}: cannot load {where}: {exc}") from None

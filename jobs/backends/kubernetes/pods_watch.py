@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 
+import urllib3
+
 from .client import Kube, KubeError, WatchExpired
 from .names import JOB_UID_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 
@@ -58,7 +60,7 @@ class PodCache:
             except WatchExpired:
                 logger.info("pods of %s: resourceVersion expired, listing again",
                             self.kube.name)
-            except (KubeError, ValueError, OSError) as exc:
+            except (KubeError, ValueError, OSError, urllib3.exceptions.HTTPError) as exc:
                 logger.warning("pods of %s: %s; listing again", self.kube.name, exc)
                 self._stop.wait(RETRY_SECONDS)
             self.relists += 1

@@ -1,0 +1,442 @@
+"""The Kubernetes backend against the fake API server (tests/k8s_api_server): jobs driven by
+a real Celery worker on Redis, replica states and logs from pods, why pods wait, kill and
+delete leaving nothing behind, names reused while old pods terminate, quota refusals,
+objects deleted behind our back, a broken or unreachable API server, dry runs, pull secrets,
+and the pod watch surviving 410 Gone and dropped streams."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from accounts.models import Datacenter
+from jobs import engine
+from jobs.backends import backend_for
+from jobs.backends.base import Status
+from jobs.backends.kubernetes.client import kube_for, kube_forget
+from jobs.backends.kubernetes.names import JOB_UID_LABEL, object_base
+from jobs.backends.kubernetes.pods_watch import pod_cache, pod_caches_stop
+from jobs.models import Job
+from jobs.services import job_kill, job_submit
+from jobs.tasks import jobs_reconcile
+from tests.conftest import assert_error
+
+NS = "paddle-alice"
+KUBECTL = shutil.which("kubectl")
+KINDS = ("configmaps", "services", "statefulsets.apps", "jobs.batch", "pods")
+
+
+@pytest.fixture
+def kube(k8s_api, datacenter, settings):
+    """datacenter1 on the fake API server, its PFS a hostPath in pods."""
+    settings.PADDLECLOUD_KUBE_TIMEOUT = 2
+    settings.PADDLECLOUD_KUBE_ATTEMPTS = 3
+    Datacenter.objects.filter(pk=datacenter.pk).update(
+        backend="kubernetes", kubeconfig=str(k8s_api.kubeconfig_path),
+        kube_volume={"hostPath": {"path": "/mnt/pfs/datacenter1"}})
+    datacenter.refresh_from_db()
+    yield k8s_api
+    pod_caches_stop()
+    kube_forget()
+
+
+@pytest.fixture
+def package(pfs_home) -> str:
+    (pfs_home / "pkg").mkdir()
+    (pfs_home / "pkg" / "train.py").write_text("print('hi')\n")
+    return "/pfs/datacenter1/home/alice/pkg"
+
+
+def submit(alice, datacenter, package, name="fit", **fields) -> Job:
+    return job_submit(alice, datacenter, {"name": name, "package": package,
+                                          "entry": "python train.py", **fields}).job
+
+
+def job_objects(k8s_api, job) -> dict[str, list[str]]:
+    """The job's objects on the server, by kind (its pods included)."""
+    found = {}
+    for kind in KINDS:
+        names = [o["metadata"]["name"] for o in k8s_api.store.list(kind, NS)
+                 if o["metadata"].get("labels", {}).get(JOB_UID_LABEL) == str(job.uid)]
+        if names:
+            found[kind] = sorted(names)
+    return found
+
+
+def wait(predicate, timeout=30.0, message="condition"):
+    deadline = time.monotonic() + timeout
+    while not (result := predicate()):
+        assert time.monotonic() < deadline, message
+        time.sleep(0.05)
+    return result
+
+
+def state(job) -> str:
+    job.refresh_from_db()
+    return job.state
+
+
+# -- end to end: a real worker, the API over HTTP, kubectl ---------------------------------------
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_runs_to_success_with_states_and_logs_from_pods(
+        live_portal, k8s_api, settings, celery_worker):
+    settings.PADDLECLOUD_KUBE_TIMEOUT = 2
+    datacenter = live_portal.datacenter
+    Datacenter.objects.filter(pk=datacenter.pk).update(
+        backend="kubernetes", kubeconfig=str(k8s_api.kubeconfig_path),
+        kube_volume={"hostPath": {"path": "/mnt/pfs/datacenter1"}})
+    (live_portal.home / "pkg").mkdir()
+    # Trainers print a line every 0.2 s for a while, then exit 0; the pserver serves.
+    lines = [f"step {i} loss {1 / (i + 1):.3f}" for i in range(15)]
+    k8s_api.controller.script_pods("*-tr-*", lines=lines, line_interval=0.2, exit_code=0)
+    session = live_portal.session()
+    try:
+        response = session.post(f"{live_portal.url}/api/v1/jobs/", json={
+            "name": "fit", "package": "/pfs/datacenter1/home/alice/pkg",
+            "entry": "python train.py", "trainers": 2, "pservers": 1})
+        assert response.status_code == 201, response.text
+        job = Job.objects.get(name="fit")
+        wait(lambda: state(job) == "running", message="the job to run")
+
+        # kubectl sees what the job made.
+        if KUBECTL:
+            shown = subprocess.run(
+                [KUBECTL, "--kubeconfig", str(k8s_api.kubeconfig_path), "get",
+                 "statefulsets,jobs,pods", "-n", NS], capture_output=True, text=True,
+                timeout=30, check=True).stdout
+            base = object_base(job)
+            assert f"statefulset.apps/{base}-ps" in shown and f"job.batch/{base}-tr" in shown
+            assert f"pod/{base}-ps-0" in shown and f"pod/{base}-tr-0-" in shown
+
+        # The log follows the pod while it runs: lines come before the trainer ends.
+        followed = session.get(f"{live_portal.url}/api/v1/jobs/fit/logs",
+                               params={"worker": "trainer-1", "follow": "1"}, stream=True,
+                               timeout=30)
+        received, first_at = [], None
+        for line in followed.iter_lines():
+            received.append(line.decode())
+            first_at = first_at or time.monotonic()
+        assert received == lines
+        wait(lambda: state(job) == "succeeded", message="the job to succeed")
+        assert time.monotonic() - first_at > 1  # streamed as written, not read at the end
+
+        events = [e["to_state"] for e in session.get(
+            f"{live_portal.url}/api/v1/jobs/fit/events").json() if e["worker"] is None]
+        assert events == ["pending", "starting", "running", "succeeded"]
+        workers = {w["name"]: w for w in session.get(
+            f"{live_portal.url}/api/v1/jobs/fit/workers").json()}
+        assert {n: w["state"] for n, w in workers.items()} == {
+            "pserver-0": "succeeded", "trainer-0": "succeeded", "trainer-1": "succeeded"}
+        assert workers["trainer-0"]["exit_code"] == 0 and workers["trainer-0"]["host"]
+        assert workers["trainer-1"]["endpoint"].startswith(f"{object_base(job)}-tr-1.")
+        # The job ended: its objects are deleted with their root.
+        wait(lambda: not job_objects(k8s_api, job), message="the job's objects to go")
+    finally:
+        pod_caches_stop()
+        kube_forget()
+
+
+# -- driven step by step (the engine, as the tasks call it) --------------------------------------
+
+@pytest.fixture
+def no_starts(monkeypatch):
+    monkeypatch.setattr("jobs.admission._queue_starts", lambda job_ids: None)
+    monkeypatch.setattr("jobs.tasks.job_stop.delay", lambda job_id: engine.job_halt(job_id))
+
+
+@pytest.mark.django_db
+def test_objects_the_job_owns_and_the_namespace(kube, alice, datacenter, package, no_starts):
+    job = submit(alice, datacenter, package, trainers=2, pservers=2, cpu="500m")
+    engine.job_launch(job.pk)
+    base = object_base(job)
+    assert job_objects(kube, job) | {"pods": []} == {
+        "configmaps": [base], "services": [f"{base}-ps", f"{base}-tr"],
+        "statefulsets.apps": [f"{base}-ps"], "jobs.batch": [f"{base}-tr"], "pods": []}
+    quota = kube.get("resourcequotas", NS, "paddlecloud")
+    assert quota["spec"]["hard"]["limits.cpu"] == "4000m"
+    root_uid = kube.get("configmaps", NS, base)["metadata"]["uid"]
+    for kind in ("services", "statefulsets.apps", "jobs.batch"):
+        for obj in kube.store.list(kind, NS):
+            assert obj["metadata"]["ownerReferences"][0]["uid"] == root_uid
+    engine.job_launch(job.pk)  # a retried start: everything exists with this uid already
+    wait(lambda: engine.job_sync(job.pk) and state(job) == "running")
+    replicas = {r.name: r for r in job.replicas.all()}
+    assert replicas["trainer-1"].host.startswith("node-") or replicas["trainer-1"].host
+
+
+@pytest.mark.django_db
+def test_why_a_pod_waits_is_shown_on_the_worker_and_the_job(kube, alice, datacenter, package,
+                                                              no_starts):
+    kube.controller.hold_pods("*-tr-0-*", reason="Unschedulable",
+                              message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    kube.controller.hold_pods("*-tr-1-*", reason="ErrImagePull")
+    job = submit(alice, datacenter, package, trainers=2)
+    engine.job_launch(job.pk)
+
+    def reasons():
+        engine.job_sync(job.pk)
+        found = dict(job.replicas.values_list("index", "reason"))
+        return found if "cannot pull" in found[1] and "scheduled" in found[0] else None
+
+    found = wait(reasons)
+    assert found[0] == ("cannot be scheduled: 0/3 nodes are available: 3 Insufficient "
+                        "nvidia.com/gpu.")
+    assert found[1].startswith("cannot pull its image: ")
+    job.refresh_from_db()
+    assert job.state == "starting" and job.state_reason.startswith("trainer-")
+
+
+@pytest.mark.django_db
+def test_a_failing_trainer_is_restarted_then_fails_the_job(kube, alice, datacenter, package,
+                                                            no_starts):
+    kube.controller.script_pods("*-tr-*", lines=["oops"], exit_code=3)
+    job = submit(alice, datacenter, package, restart_limit=1)
+    engine.job_launch(job.pk)
+    wait(lambda: not engine.job_sync(job.pk), message="the job to end")
+    job.refresh_from_db()
+    trainer = job.replicas.get()
+    assert (job.state, trainer.state, trainer.restarts, trainer.exit_code) == (
+        "failed", "failed", 1, 3)
+    assert job.state_reason == "trainer-0 failed: exited with code 3"
+
+
+@pytest.mark.django_db
+def test_kill_and_delete_leave_no_objects_and_the_name_is_reused_at_once(
+        kube, alice, datacenter, package, no_starts, django_capture_on_commit_callbacks):
+    kube.settings.pod_termination_seconds = 2.0  # old pods linger, terminating
+    job = submit(alice, datacenter, package, pservers=1)
+    engine.job_launch(job.pk)
+    wait(lambda: engine.job_sync(job.pk) and state(job) == "running")
+    with django_capture_on_commit_callbacks(execute=True):
+        job_kill(alice, datacenter, "fit")
+    from jobs.services import job_delete
+
+    job_delete(alice, datacenter, "fit")
+    terminating = [p for p in kube.store.list("pods", NS)
+                   if p["metadata"].get("deletionTimestamp")]
+    assert terminating  # still there, on their way out
+
+    again = submit(alice, datacenter, package, pservers=1)
+    engine.job_launch(again.pk)
+    assert object_base(again) != object_base(job)
+    wait(lambda: engine.job_sync(again.pk) and state(again) == "running")
+    wait(lambda: not job_objects(kube, job), message="the first job's objects to go")
+    assert job_objects(kube, again)
+
+
+@pytest.mark.django_db
+def test_a_pod_refused_by_a_resource_quota_fails_the_job_with_the_reason(
+        kube, alice, datacenter, package, no_starts):
+    with kube.api_client() as api:
+        from kubernetes import client
+
+        core = client.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": NS}})
+        core.create_namespaced_resource_quota(NS, {"metadata": {"name": "cluster-cap"},
+                                                   "spec": {"hard": {"limits.cpu": "500m"}}})
+    job = submit(alice, datacenter, package, cpu="1")
+    engine.job_launch(job.pk)
+    wait(lambda: not engine.job_sync(job.pk), message="the job to end")
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert "the cluster refused to create its pod: " in job.state_reason
+    assert "exceeded quota: cluster-cap" in job.state_reason
+
+
+@pytest.mark.django_db
+def test_objects_deleted_behind_our_back_fail_the_job(kube, alice, datacenter, package,
+                                                      no_starts):
+    job = submit(alice, datacenter, package)
+    engine.job_launch(job.pk)
+    wait(lambda: engine.job_sync(job.pk) and state(job) == "running")
+    kube_for(datacenter).delete("ConfigMap", NS, object_base(job), grace=0)
+    wait(lambda: not engine.job_sync(job.pk), message="the job to end")
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert "deleted outside PaddleCloud" in job.state_reason
+
+
+@pytest.mark.django_db
+def test_the_reconciler_deletes_objects_of_jobs_it_does_not_know(kube, alice, datacenter,
+                                                                  package, no_starts):
+    job = submit(alice, datacenter, package)
+    engine.job_launch(job.pk)
+    assert job_objects(kube, job)
+    Job.objects.filter(pk=job.pk).delete()  # the database forgot it (restored from backup)
+    assert jobs_reconcile()["orphans"] == 1
+    wait(lambda: not job_objects(kube, job), message="the orphan's objects to go")
+
+
+@pytest.mark.django_db
+def test_a_broken_kubeconfig_fails_the_job_saying_so(kube, alice, datacenter, package,
+                                                     no_starts, tmp_path):
+    broken = tmp_path / "broken-kubeconfig"
+    broken.write_text("this: [is not a kubeconfig\n")
+    Datacenter.objects.filter(pk=datacenter.pk).update(kubeconfig=str(broken))
+    datacenter.refresh_from_db()
+    job = submit(alice, datacenter, package)
+    engine.job_launch(job.pk)
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert f"cannot load kubeconfig {broken}" in job.state_reason
+
+
+@pytest.mark.django_db
+def test_an_unreachable_api_server_fails_the_job_within_the_retry_budget(
+        kube, alice, datacenter, package, no_starts, tmp_path, api, token_client):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens there
+    config = kube.kubeconfig_path.read_text().replace(kube.url, f"http://127.0.0.1:{port}")
+    (tmp_path / "gone").write_text(config)
+    Datacenter.objects.filter(pk=datacenter.pk).update(kubeconfig=str(tmp_path / "gone"))
+    datacenter.refresh_from_db()
+    job = submit(alice, datacenter, package)
+    started = time.monotonic()
+    engine.job_launch(job.pk)
+    assert time.monotonic() - started < 10
+    job.refresh_from_db()
+    assert job.state == "failed" and "cannot reach the API server" in job.state_reason
+    assert "(after 3 attempts)" in job.state_reason
+    assert token_client.get("/api/v1/jobs/fit/").json()["state"] == "failed"  # API answers
+
+
+@pytest.mark.django_db
+def test_server_errors_and_timeouts_are_retried(kube, alice, datacenter, package, no_starts,
+                                                settings):
+    settings.PADDLECLOUD_KUBE_TIMEOUT = 0.5
+    kube.fail_next(503, count=2, method="POST", path="configmaps")
+    kube.hang_next(1.5, count=1, method="POST", path="jobs")  # applied, answer too late
+    job = submit(alice, datacenter, package)
+    engine.job_launch(job.pk)
+    assert state(job) == "starting"
+    assert job_objects(kube, job)["jobs.batch"] == [f"{object_base(job)}-tr"]
+
+
+# -- dry runs and bad objects ---------------------------------------------------------------------
+
+@pytest.mark.django_db
+def test_a_dry_run_shows_the_objects(kube, token_client, package):
+    response = token_client.post("/api/v1/jobs/", {
+        "name": "probe", "package": package, "entry": "python train.py", "trainers": 2,
+        "dry_run": True}, format="json")
+    assert response.status_code == 200, response.content
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in response.json()["objects"]]
+    assert [k for k, _ in kinds] == ["Namespace", "ResourceQuota", "LimitRange", "ConfigMap",
+                                     "Service", "Job"]
+    assert kinds[0] == ("Namespace", NS)
+    assert not kube.store.list("configmaps", NS)  # nothing was created
+
+
+@pytest.mark.django_db
+def test_a_job_whose_objects_are_invalid_is_refused_with_the_schemas_message(
+        kube, token_client, datacenter, package):
+    Datacenter.objects.filter(pk=datacenter.pk).update(
+        kube_volume={"nfs": {"server": 5, "path": "/pfs"}})
+    body = assert_error(token_client.post("/api/v1/jobs/", {
+        "name": "bad", "package": package, "entry": "x"}, format="json"), 400,
+        "invalid_objects")
+    assert "nfs.server" in body["message"] and "is not of type 'string'" in body["message"]
+    assert not Job.objects.exists()
+
+
+# -- pull secrets ---------------------------------------------------------------------------------
+
+@pytest.mark.django_db
+def test_registry_credentials_become_pull_secrets_kept_in_sync(
+        kube, token_client, alice, datacenter, package, no_starts,
+        django_capture_on_commit_callbacks, monkeypatch):
+    from registries.tasks import pull_secret_remove, pull_secret_sync
+
+    monkeypatch.setattr("registries.tasks.pull_secret_sync.delay", pull_secret_sync)
+    monkeypatch.setattr("registries.tasks.pull_secret_remove.delay", pull_secret_remove)
+    url = "/api/v1/registries/"
+    with django_capture_on_commit_callbacks(execute=True):
+        assert token_client.post(url, {"name": "mine", "server": "registry.example.com:5000",
+                                       "username": "bob", "password": "first"},
+                                 format="json").status_code == 201
+
+    def config():
+        secret = kube.get("secrets", NS, "paddlecloud-registry-mine")
+        if secret is None:
+            return None
+        assert secret["type"] == "kubernetes.io/dockerconfigjson"
+        return json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+
+    auth = config()["auths"]["registry.example.com:5000"]
+    assert (auth["username"], auth["password"]) == ("bob", "first")
+    assert base64.b64decode(auth["auth"]) == b"bob:first"
+
+    with django_capture_on_commit_callbacks(execute=True):
+        token_client.patch(f"{url}mine/", {"password": "second"}, format="json")
+    assert config()["auths"]["registry.example.com:5000"]["password"] == "second"
+
+    job = submit(alice, datacenter, package, registry="mine",
+                 image="registry.example.com:5000/me/trainer:1")
+    engine.job_launch(job.pk)
+    template = kube.get("jobs.batch", NS, f"{object_base(job)}-tr")["spec"]["template"]
+    assert template["spec"]["imagePullSecrets"] == [{"name": "paddlecloud-registry-mine"}]
+
+    Job.objects.filter(pk=job.pk).update(state="killed")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert token_client.delete(f"{url}mine/").status_code == 204
+    assert config() is None
+
+
+# -- watching pods --------------------------------------------------------------------------------
+
+@pytest.mark.django_db
+def test_the_pod_watch_lists_again_after_410_and_dropped_streams(kube, alice, datacenter,
+                                                                 package, no_starts):
+    job = submit(alice, datacenter, package)
+    engine.job_launch(job.pk)
+    cache = pod_cache(kube_for(datacenter))
+    assert cache.synced(timeout=5)
+    wait(lambda: [p for p in cache.job_pods(str(job.uid))
+                  if p["status"].get("phase") == "Running"], message="the pod in the cache")
+    relists = cache.relists
+    kube.compact()
+    kube.drop_watches()
+    (pod,) = cache.job_pods(str(job.uid))
+    kube.controller.terminate_container(NS, pod["metadata"]["name"], exit_code=0)
+    wait(lambda: [p for p in cache.job_pods(str(job.uid))
+                  if p["status"].get("phase") == "Succeeded"], message="the change to arrive")
+    assert cache.relists > relists
+    backend = backend_for(datacenter)
+    assert backend.observe(job, job.replicas.get()).status == Status.EXITED
+
+
+@pytest.mark.django_db(transaction=True)  # the reader thread reads the replica's state
+def test_logs_of_a_pod_still_being_created_wait_for_it(kube, alice, datacenter, package,
+                                                       no_starts):
+    kube.controller.hold_pods("*", reason="ContainerCreating")
+    kube.controller.script_pods("*-tr-*", lines=["first", "second"], exit_code=0)
+    job = submit(alice, datacenter, package)
+    engine.job_launch(job.pk)
+    backend = backend_for(datacenter)
+    replica = job.replicas.get()
+    wait(lambda: backend._replica_pods(job, replica), message="the pod")
+    assert b"".join(backend.log_stream(job, replica, follow=False, tail=None)) == b""
+    chunks, errors = [], []
+
+    def follow():
+        try:
+            chunks.extend(backend.log_stream(job, replica, follow=True, tail=None))
+        except Exception as exc:  # shown by the assertion below
+            errors.append(exc)
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    time.sleep(0.5)
+    kube.controller.release_pods()
+    reader.join(20)
+    assert (b"".join(chunks), errors) == (b"first\nsecond\n", [])
+
