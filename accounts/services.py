@@ -113,7 +113,7 @@ def token_purge(*, older_than_days: int = 30) -> int:
 DATACENTER_FIELDS = {
     "description", "backend", "kube_in_cluster", "kubeconfig", "kube_context",
     "namespace_prefix", "pfs_root", "public_dir", "default_image",
-    "pfs_storage", "s3_bucket", "s3_endpoint_url", "s3_region",
+    "pfs_storage", "s3_bucket", "s3_endpoint_url", "s3_region", "kube_volume",
 }
 QUOTA_FIELDS = {"cpu", "memory", "gpu", "jobs", "storage"}
 

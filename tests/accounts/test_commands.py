@@ -84,6 +84,19 @@ def test_adddatacenter_with_an_s3_pfs(db):
         "s3", "team-pfs", "http://minio:9000", "eu-1")
 
 
+def test_adddatacenter_on_kubernetes_with_the_pfs_volume_of_pods(db):
+    run("adddatacenter", "k8s", "--backend", "kubernetes", "--in-cluster", "--kube-volume",
+        '{"nfs": {"server": "nfs.example.com", "path": "/exports/pfs/k8s"}}')
+    dc = Datacenter.objects.get(name="k8s")
+    assert (dc.backend, dc.kube_in_cluster, dc.kube_volume) == (
+        "kubernetes", True, {"nfs": {"server": "nfs.example.com", "path": "/exports/pfs/k8s"}})
+    with pytest.raises(CommandError, match="kube_volume: one volume source"):
+        run("adddatacenter", "k8s", "--kube-volume", '{"emptyDir": {}}')
+    with pytest.raises(CommandError, match="not JSON"):
+        run("adddatacenter", "k8s", "--kube-volume", "{nfs")
+    assert Datacenter.objects.get(name="k8s").kube_volume["nfs"]["server"] == "nfs.example.com"
+
+
 def test_adddatacenter_without_pfs_root_reports_the_default_one(db, settings, tmp_path):
     settings.PADDLECLOUD_PFS_ROOT = tmp_path / "pfs"
     settings.PADDLECLOUD_BACKEND = "local"

@@ -1,5 +1,8 @@
 """Create a datacenter, or update the settings given (running it again is safe)."""
 
+import argparse
+import json
+
 from django.core.management.base import BaseCommand
 
 from accounts.models import Datacenter
@@ -31,6 +34,10 @@ class Command(BaseCommand):
                             default=None, help="use the portal pod's service account")
         parser.add_argument("--no-in-cluster", dest="kube_in_cluster", action="store_false")
         parser.add_argument("--namespace-prefix", help="prefix of users' namespaces")
+        parser.add_argument("--kube-volume", type=_json_object, metavar="JSON",
+                            help='how pods mount the PFS root: one Kubernetes volume source, '
+                                 'e.g. \'{"nfs": {"server": "nfs.example.com", "path": '
+                                 '"/exports/pfs/dc1"}}\'')
 
     def handle(self, *args, name, **options):
         fields = {
@@ -47,6 +54,7 @@ class Command(BaseCommand):
             "kube_context": options["kube_context"],
             "kube_in_cluster": options["kube_in_cluster"],
             "namespace_prefix": options["namespace_prefix"],
+            "kube_volume": options["kube_volume"],
         }
         with user_errors():
             datacenter, created = datacenter_upsert(name, **fields)
@@ -55,3 +63,14 @@ class Command(BaseCommand):
                else f"PFS root {datacenter.pfs_root_path}")
         self.stdout.write(f"{verb} datacenter {datacenter.name} (backend {datacenter.backend}, "
                           f"{pfs})")
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(
+            'a JSON object, e.g. {"hostPath": {"path": "/mnt/pfs"}}')
+    return value
