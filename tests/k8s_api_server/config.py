@@ -1,0 +1,25 @@
+"""Knobs of the fake cluster. Tests may change them on a running server (``server.settings``):
+every component reads them at the moment it needs them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Settings:
+    """Timings are seconds of wall time; defaults keep a whole test suite fast."""
+
+    kubernetes_version: str = "1.31"  # schema version objects are validated against
+    history_size: int = 1000  # changes kept for watch replay; older ones answer 410 Expired
+    token: str = "fake-token"  # the bearer token requests must carry
+    field_validation: str = "Strict"  # when the request names none: Strict, Warn or Ignore
+    node_count: int = 3
+    pod_start_seconds: float = 0.05  # ContainerCreating -> Running
+    pod_termination_seconds: float = 0.0  # how long a deleted running pod stays Terminating
+    image_pull_backoff_seconds: float = 0.1  # ErrImagePull -> ImagePullBackOff
+    crash_backoff_seconds: float = 0.1  # a restarted container waits this long (CrashLoopBackOff)
+    create_retry_seconds: float = 0.2  # a controller retries a refused pod creation after this
+    tick_seconds: float = 0.01  # the controller loop's period when nothing wakes it
+    bookmark_seconds: float = 60.0  # BOOKMARK interval of watches that allow them
+    watch_timeout_seconds: float = 1800.0  # a watch without timeoutSeconds ends after this

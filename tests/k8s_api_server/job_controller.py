@@ -1,0 +1,341 @@
+"""The Job controller (batch/v1): pods per completion (Indexed or not) within parallelism,
+failure accounting against backoffLimit / backoffLimitPerIndex / maxFailedIndexes,
+activeDeadlineSeconds, suspend, the status and conditions a real controller writes, and the
+TTL-after-finished controller."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from . import resources
+from .api import DeleteOptions
+from .errors import ApiError
+from .objects import (
+    condition_true,
+    controller_uid,
+    now_iso,
+    owner_reference,
+    seconds_since,
+    set_condition,
+)
+
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-failure-count"
+_COMPONENT = "job-controller"
+
+
+@dataclass
+class _Tracking:
+    """What the controller remembers per Job (a real one keeps it in pod finalizers)."""
+
+    counted: set[str] = field(default_factory=set)  # pod uids already counted
+    failures: Counter = field(default_factory=Counter)  # failed pods per index (None: any)
+    retry_at: float = 0.0  # next pod creation attempt after a refusal
+    started_at: float | None = None  # monotonic status.startTime, for activeDeadlineSeconds
+    finished_at: float | None = None  # monotonic, for ttlSecondsAfterFinished
+
+
+class JobController:
+    def __init__(self, api):
+        self.api = api
+        self._tracking: dict[str, _Tracking] = {}
+
+    def sync(self) -> None:
+        jobs = self.api.store.list(resources.JOBS.key)
+        for job in jobs:
+            self._sync_job(job)
+        alive = {j["metadata"]["uid"] for j in jobs}
+        for uid in [u for u in self._tracking if u not in alive]:
+            del self._tracking[uid]
+
+    def _sync_job(self, job: dict) -> None:
+        tracking = self._tracking.setdefault(job["metadata"]["uid"], _Tracking())
+        if job["metadata"].get("deletionTimestamp"):
+            return
+        if condition_true(job, "Complete") or condition_true(job, "Failed"):
+            return self._expire(job, tracking)
+        original = copy.deepcopy(job)
+        pods = self._pods(job)
+        self._count_finished(job, pods, tracking)
+        active = [p for p in pods if _is_active(p)]
+        if job["spec"].get("suspend"):
+            self._suspend(job, active)
+        else:
+            self._resume(job)
+            self._progress(job, pods, active, tracking)
+        self._write_status(job, self._pods(job), original, tracking)
+
+    def _pods(self, job: dict) -> list[dict]:
+        uid = job["metadata"]["uid"]
+        return [p for p in self.api.store.list(resources.PODS.key, job["metadata"]["namespace"])
+                if controller_uid(p) == uid]
+
+    # --- accounting ----------------------------------------------------------------------
+
+    def _count_finished(self, job: dict, pods: list[dict], tracking: _Tracking) -> None:
+        status = job["status"]
+        for pod in pods:
+            uid, outcome = pod["metadata"]["uid"], _outcome(pod)
+            if outcome is None or uid in tracking.counted:
+                continue
+            tracking.counted.add(uid)
+            index = _index(pod)
+            if outcome == "Succeeded":
+                status["succeeded"] = status.get("succeeded", 0) + 1
+                if index is not None:
+                    done = _parse_indexes(status.get("completedIndexes")) | {index}
+                    status["completedIndexes"] = _format_indexes(done)
+            else:
+                status["failed"] = status.get("failed", 0) + 1
+                tracking.failures[index] += 1
+
+    def _failure_reason(self, job: dict, pods: list[dict], tracking: _Tracking):
+        """(reason, message) when the Job must fail now, else None."""
+        spec, status = job["spec"], job["status"]
+        deadline = spec.get("activeDeadlineSeconds")
+        if deadline is not None and time.monotonic() - tracking.started_at >= deadline:
+            return "DeadlineExceeded", "Job was active longer than specified deadline"
+        if spec.get("backoffLimitPerIndex") is not None:
+            failed = self._failed_indexes(job, tracking)
+            limit = spec.get("maxFailedIndexes")
+            if limit is not None and len(failed) > limit:
+                return "MaxFailedIndexesExceeded", ("Job has exceeded the specified maximal "
+                                                    "number of failed indexes")
+            return None
+        restarts = sum(s.get("restartCount", 0) for p in pods
+                       for s in (p.get("status") or {}).get("containerStatuses") or []) \
+            if spec["template"]["spec"].get("restartPolicy") == "OnFailure" else 0
+        if status.get("failed", 0) + restarts > spec.get("backoffLimit", 6):
+            return "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+        return None
+
+    def _failed_indexes(self, job: dict, tracking: _Tracking) -> set[int]:
+        limit = job["spec"]["backoffLimitPerIndex"]
+        return {i for i, n in tracking.failures.items() if i is not None and n > limit}
+
+    # --- progress ------------------------------------------------------------------------
+
+    def _progress(self, job: dict, pods: list[dict], active: list[dict],
+                  tracking: _Tracking) -> None:
+        status, spec = job["status"], job["spec"]
+        if "startTime" not in status:
+            status["startTime"] = now_iso()
+            tracking.started_at = time.monotonic()
+        elif tracking.started_at is None:
+            tracking.started_at = time.monotonic() - seconds_since(status["startTime"])
+        conditions = status.setdefault("conditions", [])
+        if condition_true(job, "FailureTarget") or condition_true(job, "SuccessCriteriaMet"):
+            return self._finish_when_idle(job, pods, tracking)
+        failure = self._failure_reason(job, pods, tracking)
+        if failure is None and spec["completionMode"] == "Indexed":
+            failure = self._indexed_outcome(job, tracking)
+        if failure:
+            set_condition(conditions, "FailureTarget", "True", reason=failure[0],
+                          message=failure[1])
+            self._delete_pods(job, active)
+            return self._finish_when_idle(job, self._pods(job), tracking)
+        if self._succeeded(job, active):
+            set_condition(conditions, "SuccessCriteriaMet", "True", reason="CompletionsReached",
+                          message="Reached expected number of succeeded pods")
+            self._delete_pods(job, active)
+            return self._finish_when_idle(job, self._pods(job), tracking)
+        self._create_pods(job, active, tracking)
+
+    def _indexed_outcome(self, job: dict, tracking: _Tracking):
+        """Every index finished but some failed (backoffLimitPerIndex): the Job fails."""
+        if job["spec"].get("backoffLimitPerIndex") is None:
+            return None
+        failed = self._failed_indexes(job, tracking)
+        done = _parse_indexes(job["status"].get("completedIndexes"))
+        if failed and len(failed | done) >= job["spec"]["completions"]:
+            return "FailedIndexes", "Job has failed indexes"
+        return None
+
+    def _succeeded(self, job: dict, active: list[dict]) -> bool:
+        spec, status = job["spec"], job["status"]
+        if spec["completionMode"] == "Indexed":
+            return len(_parse_indexes(status.get("completedIndexes"))) >= spec["completions"]
+        if spec.get("completions") is None:
+            return status.get("succeeded", 0) > 0 and not active
+        return status.get("succeeded", 0) >= spec["completions"]
+
+    def _finish_when_idle(self, job: dict, pods: list[dict], tracking: _Tracking) -> None:
+        """The terminal condition follows the interim one once no pod is left running."""
+        if any(_phase(p) not in ("Succeeded", "Failed") for p in pods):
+            return
+        conditions = job["status"]["conditions"]
+        interim = next(c for c in conditions if c["type"] in ("FailureTarget",
+                                                               "SuccessCriteriaMet"))
+        tracking.finished_at = time.monotonic()
+        if interim["type"] == "FailureTarget":
+            set_condition(conditions, "Failed", "True", reason=interim["reason"],
+                          message=interim["message"])
+            self._event(job, "Warning", interim["reason"], interim["message"])
+        else:
+            set_condition(conditions, "Complete", "True", reason=interim["reason"],
+                          message=interim["message"])
+            job["status"]["completionTime"] = now_iso()
+            self._event(job, "Normal", "Completed", "Job completed")
+
+    def _create_pods(self, job: dict, active: list[dict], tracking: _Tracking) -> None:
+        if time.monotonic() < tracking.retry_at:
+            return
+        for index in self._missing(job, active, tracking):
+            pod = self._pod_for(job, index, tracking)
+            try:
+                created = self.api.create(resources.PODS, job["metadata"]["namespace"], pod,
+                                          trusted=True)
+            except ApiError as exc:
+                self._event(job, "Warning", "FailedCreate", f"Error creating: {exc.message}")
+                tracking.retry_at = time.monotonic() + self.api.settings.create_retry_seconds
+                return
+            self._event(job, "Normal", "SuccessfulCreate",
+                        f"Created pod: {created['metadata']['name']}")
+
+    def _missing(self, job: dict, active: list[dict], tracking: _Tracking) -> list:
+        """Indexes (or None placeholders) of the pods to create now."""
+        spec, status = job["spec"], job["status"]
+        room = max(spec.get("parallelism", 1) - len(active), 0)
+        if spec["completionMode"] == "Indexed":
+            busy = {_index(p) for p in active}
+            done = _parse_indexes(status.get("completedIndexes"))
+            if spec.get("backoffLimitPerIndex") is not None:
+                done |= self._failed_indexes(job, tracking)
+            todo = [i for i in range(spec["completions"]) if i not in busy and i not in done]
+            return todo[:room]
+        if spec.get("completions") is None:
+            wanted = 0 if status.get("succeeded", 0) else spec.get("parallelism", 1)
+        else:
+            wanted = spec["completions"] - status.get("succeeded", 0)
+        return [None] * max(min(wanted, spec.get("parallelism", 1)) - len(active), 0)
+
+    def _pod_for(self, job: dict, index: int | None, tracking: _Tracking) -> dict:
+        name = job["metadata"]["name"]
+        template = copy.deepcopy(job["spec"]["template"])
+        meta, spec = template.setdefault("metadata", {}), template["spec"]
+        meta["generateName"] = f"{name}-{index}-" if index is not None else f"{name}-"
+        meta["ownerReferences"] = [owner_reference(resources.JOBS, job)]
+        if index is not None:
+            meta.setdefault("labels", {})[INDEX_KEY] = str(index)
+            annotations = meta.setdefault("annotations", {})
+            annotations[INDEX_KEY] = str(index)
+            if job["spec"].get("backoffLimitPerIndex") is not None:
+                annotations[FAILURE_COUNT_KEY] = str(tracking.failures[index])
+            spec.setdefault("hostname", f"{name}-{index}")
+            env = {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+                "apiVersion": "v1", "fieldPath": f"metadata.annotations['{INDEX_KEY}']"}}}
+            for container in (spec.get("initContainers") or []) + spec["containers"]:
+                container.setdefault("env", []).append(copy.deepcopy(env))
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+    def _delete_pods(self, job: dict, pods: list[dict]) -> None:
+        for pod in pods:
+            meta = pod["metadata"]
+            try:
+                self.api.delete(resources.PODS, meta["namespace"], meta["name"],
+                                DeleteOptions(propagation="Background"))
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
+                continue
+            self._event(job, "Normal", "SuccessfulDelete", f"Deleted pod: {meta['name']}")
+
+    # --- suspend, status, TTL -------------------------------------------------------------
+
+    def _suspend(self, job: dict, active: list[dict]) -> None:
+        conditions = job["status"].setdefault("conditions", [])
+        if not condition_true(job, "Suspended"):
+            set_condition(conditions, "Suspended", "True", reason="JobSuspended",
+                          message="Job suspended")
+            self._event(job, "Normal", "Suspended", "Job suspended")
+        job["status"].pop("startTime", None)
+        self._tracking[job["metadata"]["uid"]].started_at = None
+        self._delete_pods(job, active)
+
+    def _resume(self, job: dict) -> None:
+        if condition_true(job, "Suspended"):
+            set_condition(job["status"]["conditions"], "Suspended", "False", reason="JobResumed",
+                          message="Job resumed")
+            self._event(job, "Normal", "Resumed", "Job resumed")
+
+    def _write_status(self, job: dict, pods: list[dict], original: dict,
+                      tracking: _Tracking) -> None:
+        status = job["status"]
+        status["active"] = sum(1 for p in pods if _is_active(p))
+        status["ready"] = sum(1 for p in pods if _is_active(p) and condition_true(p, "Ready"))
+        status["terminating"] = sum(1 for p in pods if p["metadata"].get("deletionTimestamp")
+                                    and _phase(p) not in ("Succeeded", "Failed"))
+        status.setdefault("uncountedTerminatedPods", {})
+        if not status.get("conditions"):
+            status.pop("conditions", None)  # absent, not empty, until there is one
+        if job["spec"].get("backoffLimitPerIndex") is not None:
+            status["failedIndexes"] = _format_indexes(self._failed_indexes(job, tracking))
+        if status != (original.get("status") or {}):
+            self.api.update(resources.JOBS, job, subresource="status")
+
+    def _expire(self, job: dict, tracking: _Tracking) -> None:
+        """ttlSecondsAfterFinished: delete a finished Job (and, in the foreground, its pods)."""
+        ttl = job["spec"].get("ttlSecondsAfterFinished")
+        if ttl is None:
+            return
+        if tracking.finished_at is None:
+            tracking.finished_at = time.monotonic()
+        if time.monotonic() - tracking.finished_at >= ttl:
+            meta = job["metadata"]
+            self.api.delete(resources.JOBS, meta["namespace"], meta["name"],
+                            DeleteOptions(propagation="Foreground"))
+
+    def _event(self, job: dict, type_: str, reason: str, message: str) -> None:
+        self.api.recorder.record(resources.JOBS, job, type_, reason, message,
+                                 component=_COMPONENT)
+
+
+def _phase(pod: dict) -> str:
+    return (pod.get("status") or {}).get("phase", "Pending")
+
+
+def _is_active(pod: dict) -> bool:
+    return _outcome(pod) is None
+
+
+def _outcome(pod: dict) -> str | None:
+    """Succeeded, Failed or None (still active). With the default podReplacementPolicy a
+    terminating pod counts as failed, so its replacement starts at once."""
+    phase = _phase(pod)
+    if phase in ("Succeeded", "Failed"):
+        return phase
+    return "Failed" if pod["metadata"].get("deletionTimestamp") else None
+
+
+def _index(pod: dict) -> int | None:
+    value = (pod["metadata"].get("annotations") or {}).get(INDEX_KEY)
+    return int(value) if value is not None else None
+
+
+def _parse_indexes(text: str | None) -> set[int]:
+    """"0,2-4" -> {0, 2, 3, 4}"""
+    found: set[int] = set()
+    for part in (text or "").split(","):
+        if "-" in part:
+            low, high = part.split("-")
+            found.update(range(int(low), int(high) + 1))
+        elif part:
+            found.add(int(part))
+    return found
+
+
+def _format_indexes(indexes: set[int]) -> str:
+    """{0, 2, 3, 4} -> "0,2-4", as the controller compresses completedIndexes."""
+    parts, ordered = [], sorted(indexes)
+    start = previous = None
+    for i in [*ordered, None]:
+        if i is not None and previous is not None and i == previous + 1:
+            previous = i
+            continue
+        if start is not None:
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = i
+    return ",".join(parts)

@@ -1,0 +1,120 @@
+"""Container logs, kept per pod uid and container, the current run and the previous one
+(what ``previous=true`` reads after a restart). Appends wake followers through the
+store's condition."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass, field
+
+from .errors import bad_request
+
+
+@dataclass
+class ContainerLog:
+    current: list[tuple[float, str]] = field(default_factory=list)  # (epoch seconds, line)
+    previous: list[tuple[float, str]] = field(default_factory=list)
+
+
+class LogStore:
+    def __init__(self, store):
+        self.store = store
+        self._logs: dict[tuple[str, str], ContainerLog] = {}
+
+    def append(self, pod_uid: str, container: str, lines: list[str]) -> None:
+        with self.store.lock:
+            log = self._logs.setdefault((pod_uid, container), ContainerLog())
+            for line in lines:
+                log.current.append((time.time(), line))
+            self.store.notify()
+
+    def restart(self, pod_uid: str, container: str) -> None:
+        """A restarted container starts an empty log; the last run becomes ``previous``."""
+        with self.store.lock:
+            log = self._logs.setdefault((pod_uid, container), ContainerLog())
+            log.previous, log.current = log.current, []
+
+    def lines(self, pod_uid: str, container: str, *, previous: bool = False
+              ) -> list[tuple[float, str]]:
+        with self.store.lock:
+            log = self._logs.get((pod_uid, container), ContainerLog())
+            return list(log.previous if previous else log.current)
+
+    def forget(self, pod_uid: str) -> None:
+        with self.store.lock:
+            for key in [k for k in self._logs if k[0] == pod_uid]:
+                del self._logs[key]
+
+
+def container_state(pod: dict, container: str) -> dict | None:
+    status = pod.get("status") or {}
+    for entry in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses")
+                                                             or []):
+        if entry["name"] == container:
+            return entry
+    return None
+
+
+def pick_container(pod: dict, requested: str | None) -> str:
+    """The container a log request means; 400 as the server words it when ambiguous."""
+    spec, name = pod["spec"], pod["metadata"]["name"]
+    names = [c["name"] for c in spec.get("containers") or []]
+    init_names = [c["name"] for c in spec.get("initContainers") or []]
+    if not requested:
+        if len(names) == 1:
+            return names[0]
+        message = f"a container name must be specified for pod {name}, choose one of: " \
+                  f"[{' '.join(names)}]"
+        if init_names:
+            message += f" or one of the init containers: [{' '.join(init_names)}]"
+        raise bad_request(message)
+    if requested not in names + init_names:
+        raise bad_request(f"container {requested} is not valid for pod {name}")
+    return requested
+
+
+def log_run(pod: dict, container: str, previous: bool) -> str | None:
+    """Which run's log the kubelet serves ("current" or "previous"), None for an empty answer
+    (pod not scheduled yet), or the kubelet's 400 while the container cannot have logs."""
+    if not pod["spec"].get("nodeName"):
+        return None
+    pod_name, state = pod["metadata"]["name"], container_state(pod, container)
+    if state is None:
+        raise bad_request(f'container "{container}" in pod "{pod_name}" is not available')
+    current, last = state.get("state") or {}, state.get("lastState") or {}
+    if previous:
+        if "terminated" not in last:
+            raise bad_request(f'previous terminated container "{container}" in pod '
+                               f'"{pod_name}" not found')
+        return "previous"
+    if "running" in current or "terminated" in current:
+        return "current"
+    if "terminated" in last:
+        return "previous"
+    reason = (current.get("waiting") or {}).get("reason", "ContainerCreating")
+    why = {"ErrImagePull": "image can't be pulled",
+           "ImagePullBackOff": "trying and failing to pull image"}.get(reason, reason)
+    raise bad_request(f'container "{container}" in pod "{pod_name}" is waiting to start: {why}')
+
+
+def render(lines: list[tuple[float, str]], query: dict) -> bytes:
+    """Apply sinceSeconds, tailLines, timestamps and limitBytes to log lines."""
+    if query.get("sinceSeconds"):
+        cutoff = time.time() - float(query["sinceSeconds"])
+        lines = [entry for entry in lines if entry[0] >= cutoff]
+    if query.get("tailLines") not in (None, ""):
+        tail = int(query["tailLines"])
+        lines = lines[-tail:] if tail > 0 else []
+    stamped = query.get("timestamps") in ("true", "1")
+    text = "".join(f"{_rfc3339_nano(at)} {line}\n" if stamped else f"{line}\n"
+                   for at, line in lines)
+    data = text.encode()
+    if query.get("limitBytes"):
+        data = data[:int(query["limitBytes"])]
+    return data
+
+
+def _rfc3339_nano(at: float) -> str:
+    moment = datetime.datetime.fromtimestamp(at, datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f000Z")

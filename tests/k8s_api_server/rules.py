@@ -1,0 +1,204 @@
+"""Per-kind validation the real API server does beyond the schema (its ``validation.go``):
+names, labels, container names, requests within limits, Job and StatefulSet invariants and
+the fields an update may not change. Everything here answers 422 Invalid."""
+
+from __future__ import annotations
+
+from . import errors
+from .quantity import Quantity, QuantityError
+from .selectors import labels_match, selector_from_spec
+from .validation import (
+    check_config_keys,
+    check_labels,
+    check_name,
+    check_qualified_name,
+)
+
+POD_UPDATE_MESSAGE = (
+    "pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
+    "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set "
+    "to 1 if it was previously negative)")
+STATEFULSET_UPDATE_MESSAGE = (
+    "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', "
+    "'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are "
+    "forbidden")
+_STATEFULSET_MUTABLE = ("replicas", "ordinals", "template", "updateStrategy",
+                        "persistentVolumeClaimRetentionPolicy", "minReadySeconds")
+
+
+def validate(rt, obj: dict, old: dict | None = None) -> None:
+    """Raise 422 Invalid listing every problem with ``obj`` (``old`` set on updates)."""
+    causes = metadata_causes(rt, obj)
+    check = _KIND_CHECKS.get(rt.kind)
+    if check:
+        causes += check(obj, old)
+    if causes:
+        raise errors.invalid(rt, obj["metadata"].get("name", ""), causes)
+
+
+def metadata_causes(rt, obj: dict) -> list[dict]:
+    meta = obj["metadata"]
+    causes = check_name("metadata.name", meta["name"], rt.name_rule)
+    causes += check_labels("metadata.labels", meta.get("labels"))
+    for key in meta.get("annotations") or {}:
+        causes += check_qualified_name("metadata.annotations", key)
+    return causes
+
+
+def pod_spec_causes(spec: dict, path: str, claim_names: tuple[str, ...] = ()) -> list[dict]:
+    """``claim_names``: a StatefulSet's volumeClaimTemplates, which its pods get as volumes."""
+    causes, seen = [], set()
+    volumes = {v.get("name") for v in spec.get("volumes") or []} | set(claim_names)
+    for group in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(group) or []):
+            where = f"{path}.{group}[{i}]"
+            name = container.get("name", "")
+            causes += check_name(f"{where}.name", name, "label")
+            if name in seen:
+                causes.append(errors.duplicate(f"{where}.name", name))
+            seen.add(name)
+            if not container.get("image"):
+                causes.append(errors.required(f"{where}.image"))
+            causes += _resources_causes(container.get("resources") or {}, f"{where}.resources")
+            for j, mount in enumerate(container.get("volumeMounts") or []):
+                if mount.get("name") not in volumes:
+                    causes.append(errors.cause(
+                        f"{where}.volumeMounts[{j}].name", "FieldValueNotFound",
+                        f"Not found: {errors.go_repr(mount.get('name'))}"))
+    policy = spec.get("restartPolicy", "Always")
+    if policy not in ("Always", "OnFailure", "Never"):
+        causes.append(errors.unsupported_value(f"{path}.restartPolicy", policy,
+                                               ["Always", "OnFailure", "Never"]))
+    for field in ("hostname", "subdomain"):
+        if spec.get(field):
+            causes += check_name(f"{path}.{field}", spec[field], "label")
+    return causes
+
+
+def _resources_causes(resources: dict, path: str) -> list[dict]:
+    causes = []
+    limits = resources.get("limits") or {}
+    for name, request in (resources.get("requests") or {}).items():
+        if name in limits and parse_quantity(request).value > parse_quantity(limits[name]).value:
+            causes.append(errors.invalid_value(f"{path}.requests", str(request),
+                                               f"must be less than or equal to {name} limit of "
+                                               f"{limits[name]}"))
+    return causes
+
+
+def parse_quantity(text) -> Quantity:
+    try:
+        return Quantity.parse(text)
+    except QuantityError as exc:
+        raise errors.bad_request(f"quantities must match the regular expression "
+                                 f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {exc}") from exc
+
+
+def _pod(obj: dict, old: dict | None) -> list[dict]:
+    causes = pod_spec_causes(obj.get("spec") or {}, "spec")
+    if old is not None and _pod_spec_changed(old["spec"], obj["spec"]):
+        causes.append(errors.forbidden_field("spec", POD_UPDATE_MESSAGE))
+    return causes
+
+
+def _pod_spec_changed(old: dict, new: dict) -> bool:
+    """True when ``new`` changes a pod field that is immutable after creation."""
+    def frozen(spec: dict) -> dict:
+        spec = {k: v for k, v in spec.items() if k not in ("activeDeadlineSeconds",
+                                                             "tolerations")}
+        for group in ("containers", "initContainers"):
+            spec[group] = [{k: v for k, v in c.items() if k != "image"}
+                           for c in spec.get(group) or []]
+        return spec
+    return frozen(old) != frozen(new)
+
+
+def _job(obj: dict, old: dict | None) -> list[dict]:
+    spec, causes = obj.get("spec") or {}, []
+    template = spec.get("template") or {}
+    causes += pod_spec_causes(template.get("spec") or {}, "spec.template.spec")
+    policy = (template.get("spec") or {}).get("restartPolicy")
+    if policy not in ("OnFailure", "Never"):
+        causes.append(errors.unsupported_value("spec.template.spec.restartPolicy", policy,
+                                               ["OnFailure", "Never"]))
+    indexed = spec.get("completionMode") == "Indexed"
+    if indexed and spec.get("completions") is None:
+        causes.append(errors.required("spec.completions", "when completion mode is Indexed"))
+    if spec.get("backoffLimitPerIndex") is not None and not indexed:
+        causes.append(errors.forbidden_field("spec.backoffLimitPerIndex",
+                                             "requires indexed completion mode"))
+    if spec.get("maxFailedIndexes") is not None and spec.get("backoffLimitPerIndex") is None:
+        causes.append(errors.required("spec.backoffLimitPerIndex",
+                                      "when maxFailedIndexes is specified"))
+    causes += _selector_matches_template(spec)
+    if old is not None:
+        for field in ("template", "completions", "completionMode", "selector"):
+            if spec.get(field) != old["spec"].get(field):
+                causes.append(errors.invalid_value(f"spec.{field}", spec.get(field),
+                                                   "field is immutable"))
+    return causes
+
+
+def _selector_matches_template(spec: dict) -> list[dict]:
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    if not spec.get("selector"):
+        return [errors.required("spec.selector")]
+    if not labels_match(selector_from_spec(spec["selector"]), labels):
+        return [errors.invalid_value("spec.template.metadata.labels", labels,
+                                     "`selector` does not match template `labels`")]
+    return []
+
+
+def _statefulset(obj: dict, old: dict | None) -> list[dict]:
+    spec = obj.get("spec") or {}
+    template_spec = (spec.get("template") or {}).get("spec") or {}
+    claims = tuple(c.get("metadata", {}).get("name")
+                   for c in spec.get("volumeClaimTemplates") or [])
+    causes = pod_spec_causes(template_spec, "spec.template.spec", claims)
+    causes += _selector_matches_template(spec)
+    if template_spec.get("restartPolicy", "Always") != "Always":
+        causes.append(errors.unsupported_value("spec.template.spec.restartPolicy",
+                                               template_spec["restartPolicy"], ["Always"]))
+    if old is not None:
+        def frozen(s: dict) -> dict:
+            return {k: v for k, v in s.items() if k not in _STATEFULSET_MUTABLE}
+        if frozen(spec) != frozen(old["spec"]):
+            causes.append(errors.forbidden_field("spec", STATEFULSET_UPDATE_MESSAGE))
+    return causes
+
+
+def _service(obj: dict, old: dict | None) -> list[dict]:
+    spec, causes = obj.get("spec") or {}, []
+    ports = spec.get("ports") or []
+    for i, port in enumerate(ports):
+        if len(ports) > 1 and not port.get("name"):
+            causes.append(errors.required(f"spec.ports[{i}].name"))
+    causes += check_labels("spec.selector", spec.get("selector"))
+    if old is not None and spec.get("clusterIP") != old["spec"].get("clusterIP"):
+        causes.append(errors.invalid_value("spec.clusterIP", spec.get("clusterIP"),
+                                           "field is immutable"))
+    return causes
+
+
+def _config_data(obj: dict, old: dict | None) -> list[dict]:
+    causes = check_config_keys("data", obj.get("data"))
+    causes += check_config_keys("binaryData", obj.get("binaryData"))
+    if old is not None and old.get("immutable"):
+        why = "field is immutable when `immutable` is set"
+        for field in ("data", "binaryData", "immutable"):
+            if obj.get(field) != old.get(field):
+                causes.append(errors.forbidden_field(field, why))
+    return causes
+
+
+def _event(obj: dict, old: dict | None) -> list[dict]:
+    involved_ns = (obj.get("involvedObject") or {}).get("namespace")
+    if involved_ns and involved_ns != obj["metadata"].get("namespace"):
+        return [errors.invalid_value("involvedObject.namespace", involved_ns,
+                                     "does not match event.namespace")]
+    return []
+
+
+_KIND_CHECKS = {"Pod": _pod, "Job": _job, "StatefulSet": _statefulset, "Service": _service,
+                "ConfigMap": _config_data, "Secret": _config_data, "Event": _event}

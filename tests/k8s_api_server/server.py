@@ -1,0 +1,149 @@
+"""The fake API server as one object: HTTP on 127.0.0.1, the REST semantics, the controller
+thread, a kubeconfig file, and the handles tests use (fault injection, logs, events)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import tempfile
+import threading
+import time
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+from . import resources
+from .api import Api
+from .config import Settings
+from .controller import Controller
+from .faults import Faults
+from .handler import Handler
+from .kubeconfig import write_kubeconfig
+from .logs import LogStore
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(self, address, app):
+        self.app = app
+        super().__init__(address, Handler)
+
+
+class FakeKubernetes:
+    """``start()`` it, point a client at ``kubeconfig_path`` (or ``url``), ``stop()`` it."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
+                 settings: Settings | None = None, kubeconfig_path: Path | str | None = None):
+        self.settings = settings or Settings()
+        self.api = Api(self.settings)
+        self.store = self.api.store
+        self.logs = LogStore(self.store)
+        self.faults = Faults()
+        self.controller = Controller(self.api, self.logs)
+        self.request_log: list[tuple[str, str]] = []  # (method, path with query), in order
+        self.errors: list[str] = []  # tracebacks of requests the fake failed on (its bugs)
+        self.stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        self._httpd = _HttpServer((host, port), self)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,),
+                                        name="fake-k8s-http", daemon=True)
+        self._tmpdir = None
+        if kubeconfig_path is None:
+            self._tmpdir = tempfile.TemporaryDirectory(prefix="fake-k8s-")
+            kubeconfig_path = Path(self._tmpdir.name) / "kubeconfig"
+        self.kubeconfig_path = Path(kubeconfig_path)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeKubernetes:
+        write_kubeconfig(self.kubeconfig_path, self.url, self.settings.token)
+        self._thread.start()
+        self.controller.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; open watches and followed logs are cut, hung requests released."""
+        self.stopping.set()
+        self.store.notify()
+        self.controller.stop()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        with self._connections_lock:
+            for conn in list(self._connections):
+                _shutdown(conn)
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+
+    # --- used by the handler -------------------------------------------------------------
+
+    def connection_opened(self, conn: socket.socket) -> None:
+        with self._connections_lock:
+            self._connections.add(conn)
+
+    def connection_closed(self, conn: socket.socket) -> None:
+        with self._connections_lock:
+            self._connections.discard(conn)
+
+    # --- fault injection -------------------------------------------------------------------
+
+    def fail_next(self, status: int = 503, *, count: int = 1, method: str | None = None,
+                  path: str = "", retry_after: int | None = None):
+        """The next ``count`` requests whose path matches the regex ``path`` (and
+        ``method``, if given) answer ``status`` (500, 503, 504, 429…) with a Status body."""
+        return self.faults.add(count=count, method=method, path=path, status=status,
+                               retry_after=retry_after)
+
+    def hang_next(self, seconds: float, *, count: int = 1, method: str | None = None,
+                  path: str = ""):
+        """The next matching requests sleep ``seconds`` before being served (then served
+        normally: a client that timed out may still see its write applied, as in life)."""
+        return self.faults.add(count=count, method=method, path=path, hang_seconds=seconds)
+
+    def drop_watches(self) -> None:
+        """Cut every open watch (and followed log) stream without the final chunk."""
+        self.store.drop_watches()
+
+    def compact(self) -> None:
+        """Forget the change history: watches and exact lists from older versions get 410."""
+        self.store.compact()
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def events(self, namespace: str, *, involved_name: str | None = None,
+               reason: str | None = None) -> list[dict]:
+        """Events of a namespace, optionally about one object and/or with one reason."""
+        return [e for e in self.store.list(resources.EVENTS.key, namespace)
+                if involved_name in (None, e["involvedObject"]["name"])
+                and reason in (None, e["reason"])]
+
+    def get(self, rt_plural: str, namespace: str, name: str) -> dict | None:
+        """An object as stored (``rt_plural`` like "pods" or "jobs.batch"), or None."""
+        return self.store.get(rt_plural, namespace, name)
+
+    def api_client(self):
+        """A ``kubernetes.client.ApiClient`` configured from this server's kubeconfig."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig_path))
+
+    def wait_for(self, predicate, *, timeout: float = 5.0, interval: float = 0.01,
+                 message: str = "condition"):
+        """Poll ``predicate`` until it returns something truthy (returned), or fail."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = predicate()
+            if result:
+                return result
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+            time.sleep(interval)
+
+
+def _shutdown(conn: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_RDWR)
