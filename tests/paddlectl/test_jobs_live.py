@@ -370,7 +370,7 @@ def test_registry_credentials(live_cli, package):
     ok(live_cli("kill", "private"))
     deleted = ok(live_cli("delete", "registry", "mine"))
     assert deleted.stdout == "registry mine deleted\n"
-    assert ok(live_cli("get", "registry")).stdout == ""
+    assert ok(live_cli("get", "registry")).stdout == "no registries in datacenter datacenter1\n"
     fails(live_cli("delete", "registry", "mine"), 3, "no registry credentials named 'mine'")
 
 
