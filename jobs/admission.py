@@ -34,7 +34,7 @@ WAITING_STATES = (JobState.PENDING, JobState.QUEUED)
 COMPUTE = ("cpu", "memory", "gpu", "jobs")
 SHOWN = {"cpu": format_cpu, "memory": format_bytes, "gpu": str, "jobs": str,
          "storage": format_bytes}
-UNITS = {"cpu": " CPU", "memory": "", "gpu": " GPU", "jobs": " job"}
+UNITS = {"cpu": " CPU", "memory": "", "gpu": " GPU"}
 
 
 @dataclass(frozen=True)
@@ -48,9 +48,6 @@ class Request:
 
     def __add__(self, other: Request) -> Request:
         return Request(*(getattr(self, r) + getattr(other, r) for r in COMPUTE))
-
-
-NOTHING = Request(0, 0, 0, 0)
 
 
 def job_request(job) -> Request:
@@ -191,18 +188,20 @@ def admission_later(user_id: int, datacenter_id: int | None = None) -> None:
     transaction.on_commit(queue)
 
 
+def waiting_queues(**filters) -> list[tuple[int, int]]:
+    """The (owner id, datacenter id) of every queue with jobs waiting, among ``filters``."""
+    return list(Job.objects.filter(state__in=WAITING_STATES, **filters)
+                .values_list("owner_id", "datacenter_id").distinct())
+
+
 def quota_changed_admit(sender, user, datacenter, **kwargs) -> None:
     """A quota changed: admit what now fits, for the user or (a default changed) for everyone
     in the datacenter with jobs waiting. Runs after the change is committed."""
     from .tasks import jobs_admit
 
-    if user is not None:
-        jobs_admit.delay(user.pk, datacenter.pk)
-        return
-    waiting = (Job.objects.filter(datacenter=datacenter, state__in=WAITING_STATES)
-               .values_list("owner_id", flat=True).distinct())
-    for owner_id in waiting:
-        jobs_admit.delay(owner_id, datacenter.pk)
+    owners = {"owner": user} if user is not None else {}
+    for owner_id, datacenter_id in waiting_queues(datacenter=datacenter, **owners):
+        jobs_admit.delay(owner_id, datacenter_id)
 
 
 def jobs_ahead(owner, datacenter, created_at, pk):

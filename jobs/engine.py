@@ -30,8 +30,8 @@ def _replicas(job) -> list[Replica]:
 def job_launch(job_id: int) -> None:
     """Start every replica of an admitted (``starting``) job, or those a cut-off start left."""
     job = Job.objects.select_related("datacenter", "owner").get(pk=job_id)
-    if job.state in FINAL_JOB_STATES or job.state in (JobState.PENDING, JobState.QUEUED):
-        return  # ended, or not admitted (jobs.admission moves it to starting)
+    if job.state not in (JobState.STARTING, JobState.RUNNING):
+        return  # not admitted yet (jobs.admission moves it to starting), or ended
     backend = backend_for(job.datacenter)
     try:
         backend.prepare(job)

@@ -12,7 +12,7 @@ from django.utils import timezone
 from accounts.models import Datacenter
 
 from . import engine
-from .admission import WAITING_STATES, quota_admit
+from .admission import quota_admit, waiting_queues
 from .backends import backend_for
 from .models import Job
 from .states import FINAL_JOB_STATES, JobState
@@ -35,13 +35,9 @@ def job_start(job_id: int) -> None:
 def jobs_admit(user_id: int, datacenter_id: int | None = None) -> int:
     """Admit what the user's quota has room for now (in one datacenter, or in each where they
     have jobs waiting). Returns how many jobs were admitted."""
-    waiting = Job.objects.filter(owner_id=user_id, state__in=WAITING_STATES)
-    if datacenter_id is not None:
-        waiting = waiting.filter(datacenter_id=datacenter_id)
-    admitted = 0
-    for dc_id in set(waiting.values_list("datacenter_id", flat=True)):
-        admitted += len(quota_admit(user_id, dc_id))
-    return admitted
+    places = {"datacenter_id": datacenter_id} if datacenter_id is not None else {}
+    return sum(len(quota_admit(owner_id, dc_id))
+               for owner_id, dc_id in waiting_queues(owner_id=user_id, **places))
 
 
 @shared_task(name="jobs.tasks.job_watch", acks_late=True)
@@ -70,9 +66,7 @@ def jobs_reconcile() -> dict[str, int]:
     counts = {"admitted": 0, "restarted": 0, "synced": 0, "expired": 0, "orphans": 0}
     now = timezone.now()
     # Admission happens when jobs are submitted and end; this catches what a crash missed.
-    waiting = (Job.objects.filter(state__in=WAITING_STATES)
-               .values_list("owner_id", "datacenter_id").distinct())
-    for owner_id, datacenter_id in waiting:
+    for owner_id, datacenter_id in waiting_queues():
         counts["admitted"] += len(quota_admit(owner_id, datacenter_id))
     # A start that was lost, or died half way (replicas still pending under a starting job).
     stalled = Job.objects.filter(state=JobState.STARTING, replicas__state="pending",
