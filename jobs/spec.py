@@ -180,13 +180,12 @@ def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
 
     registry = check.text("registry", maximum=64)
     if registry:
-        from registries.models import Registry
+        from registries.services import registry_get
 
-        if not Registry.objects.filter(owner=user, datacenter=datacenter,
-                                       name=registry).exists():
-            check.fail("registry", f"you have no registry credentials named {registry!r} in "
-                                   f"datacenter {datacenter.name!r}; add them with paddlectl "
-                                   "registry -name NAME -server … -username … first")
+        try:
+            registry_get(user, datacenter, registry)
+        except PaddleCloudError as exc:
+            check.fail("registry", exc.fields["registry"][0])
 
     topology = check.text("topology", maximum=1024)
     if topology:

@@ -99,7 +99,8 @@ def registry_get(user, datacenter, name: str) -> Registry:
     if registry is None:
         raise NotFoundError.for_field(
             "registry", f"you have no registry credentials named {name!r} in datacenter "
-                        f"{datacenter.name!r} (paddlectl get registry lists them)")
+                        f"{datacenter.name!r} (paddlectl get registry lists them; paddlectl "
+                        "registry -name NAME -server … -username … adds some)")
     return registry
 
 
