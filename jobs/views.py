@@ -140,16 +140,16 @@ class JobLogsView(APIView):
         tail = request.query_params.get("tail")
         if tail is not None and (not tail.isdigit() or int(tail) > MAX_TAIL):
             raise ValidationError.for_field("tail", f"a whole number from 0 to {MAX_TAIL}")
+        tail = int(tail) if tail is not None else None
         follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
         backend = backend_for(job.datacenter)
-        live = backend.log_stream(job, replica, follow=follow,
-                                  tail=int(tail) if tail is not None else None)
+        live = backend.log_stream(job, replica, follow=follow, tail=tail)
         if live is not None:  # from where it runs (a pod), not the archive
             if not follow:
                 return HttpResponse(b"".join(live), content_type="text/plain; charset=utf-8")
             return _streaming(logs.from_sync(live))
         path = backend.log_path(job, replica)
-        offset = logs.tail_offset(path, int(tail)) if tail is not None else 0
+        offset = logs.tail_offset(path, tail) if tail is not None else 0
 
         if not follow:
             return HttpResponse(logs.read_from(path, offset),
