@@ -167,6 +167,16 @@ def pfs_home() -> Path | None:
     return Path(value) if value else None
 
 
+def dataset_dir(name: str) -> Path:
+    """Where a job keeps the dataset ``name`` it generates: in the owner's PFS home
+    (``datasets/<name>``, kept for later jobs), or in the job's output directory
+    (``data/<name>``) when there is no home (a run by hand)."""
+    home = pfs_home()
+    if home is not None:
+        return home / "datasets" / name
+    return output_dir() / "data" / name
+
+
 def pfs_public() -> Path | None:
     """The datacenter's public dataset directory as this replica sees it
     (``PADDLE_PFS_PUBLIC``)."""

@@ -43,15 +43,6 @@ def log(message: str) -> None:
 # --- the dataset -------------------------------------------------------------------------------
 
 
-def data_dir() -> Path:
-    """Where the dataset lives: the user's PFS home (kept for later jobs), or the job's output
-    directory when there is no home (a run by hand)."""
-    home = env.pfs_home()
-    if home is not None:
-        return home / "datasets" / "fit_a_line"
-    return env.output_dir() / "data" / "fit_a_line"
-
-
 def ensure_dataset(root: Path) -> None:
     """Generate the dataset into ``root`` unless it is there already (every trainer may call
     this at once: ``dataset.build_once`` makes one complete copy appear, atomically)."""
@@ -137,7 +128,7 @@ def main() -> int:
     if not env.is_trainer():
         raise SystemExit("fit_a_line is a collective job: it has trainers only, no pservers")
 
-    root = data_dir()
+    root = env.dataset_dir("fit_a_line")
     ensure_dataset(root)
     shards = my_shards(root, trainer_id, trainers)
     log(f"trainer {trainer_id}/{trainers} reads {len(shards)} shards: "

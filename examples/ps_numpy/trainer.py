@@ -39,14 +39,6 @@ PEERS_TIMEOUT = 3600.0  # how long trainer 0 waits for the other trainers to fin
 # --- the dataset -------------------------------------------------------------------------------
 
 
-def data_dir() -> Path:
-    """The user's PFS home (kept for later jobs), or the job's output directory by hand."""
-    home = env.pfs_home()
-    if home is not None:
-        return home / "datasets" / "ps_numpy"
-    return env.output_dir() / "data" / "ps_numpy"
-
-
 def ensure_dataset(root: Path) -> None:
     """Generate the dataset into ``root`` unless it is there already (every trainer may call
     this at once: ``dataset.build_once`` makes one complete copy appear, atomically)."""
@@ -189,7 +181,7 @@ def run() -> int:
     if not 0 <= trainer_id < trainers:
         raise SystemExit(f"trainer id {trainer_id} is not in 0..{trainers - 1}")
 
-    root = data_dir()
+    root = env.dataset_dir("ps_numpy")
     ensure_dataset(root)
     shards = my_shards(root, trainer_id, trainers)
     log(f"trainer {trainer_id}/{trainers} reads {len(shards)} shards: "

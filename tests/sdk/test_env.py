@@ -165,6 +165,14 @@ def test_pfs_paths_without_the_contract_are_left_alone():
     assert env.pfs_path("/pfs/dc1/home/alice/x") == Path("/pfs/dc1/home/alice/x")
 
 
+def test_generated_datasets_go_to_the_home_or_else_the_output(monkeypatch, tmp_path):
+    set_env(monkeypatch, contract_env("trainer", 0, tmp=tmp_path))
+    assert env.dataset_dir("uci") == tmp_path / "home" / "alice" / "datasets" / "uci"
+    monkeypatch.delenv("PADDLE_PFS_HOME")
+    monkeypatch.setenv("PADDLE_OUTPUT_DIR", str(tmp_path / "out"))
+    assert env.dataset_dir("uci") == tmp_path / "out" / "data" / "uci"
+
+
 def test_summary_is_plain_data(monkeypatch, tmp_path):
     import json
 
