@@ -136,11 +136,12 @@ def registry_create(user, datacenter, data: dict) -> Registry:
 def registry_update(user, datacenter, name: str, data: dict) -> Registry:
     """Change the server, username or password (any of them). Jobs that name the credential
     pull with the new one from then on."""
-    if isinstance(data, dict) and "name" in data and data["name"] != name:
+    if not isinstance(data, dict):
+        raise ValidationError("the registry must be a JSON object")
+    if "name" in data and data["name"] != name:
         raise ValidationError.for_field("name", "cannot be changed: add new credentials and "
                                                 "delete these")
-    given = [f for f in ("server", "username", "password") if isinstance(data, dict)
-             and f in data]
+    given = [f for f in ("server", "username", "password") if f in data]
     values = _check({k: v for k, v in data.items() if k != "name"}, given)
     with transaction.atomic():
         registry = Registry.objects.select_for_update().get(pk=registry_get(

@@ -97,6 +97,8 @@ def test_the_name_cannot_be_changed(token_client):
     add(token_client)
     assert_error(token_client.patch(f"{URL}mine/", {"name": "other"}, format="json"), 400,
                  "invalid", "name")
+    assert_error(token_client.patch(f"{URL}mine/", ["not", "an", "object"], format="json"),
+                 400, "invalid")
 
 
 def test_another_users_credentials_are_not_found(token_client, api, make_user, datacenter):
