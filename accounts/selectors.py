@@ -49,6 +49,11 @@ def request_datacenter(request) -> Datacenter:
                 code="wrong_datacenter",
             )
         return membership_get(user, token.datacenter.name).datacenter
+    return member_datacenter(user, asked)
+
+
+def member_datacenter(user, asked: str | None = None) -> Datacenter:
+    """The datacenter named ``asked`` (else the user's first) if the user is a member of it."""
     if asked:
         return membership_get(user, asked).datacenter
     membership = Membership.objects.select_related("datacenter").filter(user=user).first()

@@ -25,6 +25,7 @@ from accounts.selectors import quota_get
 from paddlecloud.errors import ValidationError
 from paddlecloud.quantity import format_bytes, format_cpu
 
+from .live import job_changed
 from .models import Job
 from .states import JobState
 from .transitions import job_transition
@@ -168,6 +169,7 @@ def _queue(job, reason: str) -> None:
         job_transition(job, JobState.QUEUED, reason)
     elif job.state_reason != reason:
         Job.objects.filter(pk=job.pk).update(state_reason=reason)
+        job_changed(job.pk)
 
 
 def _queue_starts(job_ids: list[int]) -> None:

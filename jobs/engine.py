@@ -14,6 +14,7 @@ from .backends import backend_for
 from .backends.base import BackendError, Status
 from .backends.processes import exit_reason
 from .contract import Topology, job_namespace, replica_env
+from .live import job_changed
 from .models import Job, Replica
 from .states import FINAL_JOB_STATES, FINAL_REPLICA_STATES, JobState, ReplicaState
 from .transitions import job_transition, replica_transition
@@ -149,6 +150,7 @@ def _waiting(job, replica, reason: str) -> None:
         if job.state == JobState.STARTING:
             Job.objects.filter(pk=job.pk, state=JobState.STARTING).update(
                 state_reason=f"{replica.name}: {reason}")
+        job_changed(job.pk)
 
 
 def job_fail(job, reason: str) -> None:

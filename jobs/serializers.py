@@ -90,6 +90,27 @@ class EventSerializer(serializers.ModelSerializer):
         return event.replica.name if event.replica_id else None
 
 
+class MetricRecordSerializer(serializers.Serializer):
+    """One ``paddlecloud_sdk.report`` call, as the worker's metrics file holds it."""
+
+    seq = serializers.IntegerField(help_text="the line's number in the file, from 0 (lines "
+                                             "that are not records are skipped but counted)")
+    step = serializers.IntegerField()
+    time = serializers.FloatField(allow_null=True, help_text="Unix time of the report")
+    metrics = serializers.DictField(
+        child=serializers.FloatField(allow_null=True),
+        help_text="name -> value; null for nan or an infinity")
+
+
+class JobMetricsSerializer(serializers.Serializer):
+    """What a worker reported with ``paddlecloud_sdk.report(step=…, **metrics)``."""
+
+    worker = serializers.CharField()
+    names = serializers.ListField(child=serializers.CharField(),
+                                  help_text="every metric name in the records, sorted")
+    records = MetricRecordSerializer(many=True, help_text="in the order they were reported")
+
+
 class PlannedReplicaSerializer(serializers.Serializer):
     name = serializers.CharField()
     role = serializers.CharField()

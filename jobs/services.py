@@ -15,6 +15,7 @@ from registries.services import registry_get
 
 from .admission import queue_ahead_annotation, quota_admit, quota_fit_check
 from .backends import backend_for
+from .live import job_changed, job_deleted
 from .models import Job, JobEvent, Replica
 from .spec import JobSpec, job_spec_validate, name_taken
 from .states import FINAL_JOB_STATES, JobState
@@ -77,6 +78,7 @@ def job_submit(user, datacenter, data: dict) -> Submission:
                          cpu=format_cpu(job.cpu), memory=format_bytes(job.memory),
                          gpu=job.gpu, image=job.image)
             quota_admit(user.pk, datacenter.pk)
+            job_changed(job.pk)
     except IntegrityError:
         raise ValidationError.for_field("name", name_taken(spec.name)) from None
     job.refresh_from_db(fields=["state", "state_reason", "started_at", "updated_at"])
@@ -91,6 +93,21 @@ def job_get(user, datacenter, name: str) -> Job:
     if job is None:
         raise NotFoundError(f"you have no job named {name!r} in datacenter {datacenter.name!r}")
     return job
+
+
+def job_worker(job, name: str | None) -> Replica:
+    """The job's worker named ``name`` (``trainer-0``, ``pserver-1``); by default its first
+    trainer (its first replica when it has none)."""
+    replicas = list(job.replicas.all())
+    if not name:
+        trainers = [r for r in replicas if r.role == Replica.Role.TRAINER]
+        return min(trainers or replicas, key=lambda r: (r.role, r.index))
+    for replica in replicas:
+        if replica.name == name:
+            return replica
+    names = ", ".join(sorted(r.name for r in replicas))
+    raise NotFoundError.for_field("worker", f"job {job.name!r} has no worker {name!r} "
+                                            f"(it has {names})")
 
 
 def job_list(user, datacenter, *, state: str | None = None, name: str | None = None):
@@ -141,6 +158,7 @@ def job_delete(user, datacenter, name: str) -> None:
     # know of them once the records are gone.
     job_halt(job.pk)
     backend_for(job.datacenter).cleanup(job)
+    job_deleted(job)
     job.delete()
     audit_record(user, AuditEntry.Action.JOB_DELETE, f"{user.username}/{name}",
                  datacenter=datacenter)

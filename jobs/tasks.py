@@ -14,6 +14,7 @@ from accounts.models import Datacenter
 from . import engine
 from .admission import quota_admit, waiting_queues
 from .backends import backend_for
+from .live import job_deleted
 from .models import Job
 from .states import FINAL_JOB_STATES, JobState
 
@@ -90,6 +91,7 @@ def jobs_reconcile() -> dict[str, int]:
                                   finished_at__isnull=False).select_related("datacenter"):
         if job.finished_at + timedelta(seconds=job.ttl_seconds_after_finished) < now:
             backend_for(job.datacenter).cleanup(job)
+            job_deleted(job)
             job.delete()
             counts["expired"] += 1
     return counts

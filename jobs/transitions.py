@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from .live import job_changed
 from .models import Job, JobEvent, Replica
 from .states import (
     FINAL_JOB_STATES,
@@ -42,6 +43,7 @@ def job_transition(job: Job, target: str, reason: str = "") -> bool:
     Job.objects.filter(pk=job.pk).update(**changes)
     JobEvent.objects.create(job=job, time=now, from_state=locked.state, to_state=target,
                             reason=reason)
+    job_changed(job.pk)
     if target in FINAL_JOB_STATES:
         # What it held (or the place in the queue it kept) is free: admit who waits.
         from .admission import admission_later
@@ -82,6 +84,7 @@ def replica_transition(replica: Replica, target: str, reason: str = "", *,
     Replica.objects.filter(pk=replica.pk).update(**changes)
     JobEvent.objects.create(job_id=locked.job_id, replica=replica, time=now,
                             from_state=locked.state, to_state=target, reason=reason)
+    job_changed(locked.job_id)
     for field, value in changes.items():
         setattr(replica, field, value)
     return True

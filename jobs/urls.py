@@ -9,5 +9,6 @@ urlpatterns = [
     path("jobs/<str:name>/workers", views.JobWorkersView.as_view(), name="api-job-workers"),
     path("jobs/<str:name>/events", views.JobEventsView.as_view(), name="api-job-events"),
     path("jobs/<str:name>/logs", views.JobLogsView.as_view(), name="api-job-logs"),
+    path("jobs/<str:name>/metrics", views.JobMetricsView.as_view(), name="api-job-metrics"),
     path("quota", views.QuotaView.as_view(), name="api-quota"),
 ]

@@ -13,15 +13,17 @@ from rest_framework.views import APIView
 
 from accounts.selectors import request_datacenter
 from accounts.serializers import ErrorSerializer
-from paddlecloud.errors import NotFoundError, ValidationError
+from paddlecloud.errors import ValidationError
 
 from . import logs, services
 from .admission import quota_report
 from .backends import backend_for
+from .metrics import metrics_get
 from .models import Replica
 from .serializers import (
     DryRunSerializer,
     EventSerializer,
+    JobMetricsSerializer,
     JobSerializer,
     JobSubmitSerializer,
     QuotaUseSerializer,
@@ -107,19 +109,6 @@ class JobEventsView(APIView):
         return Response(EventSerializer(events, many=True).data)
 
 
-def _worker(job, name: str | None) -> Replica:
-    replicas = list(job.replicas.all())
-    if not name:
-        trainers = [r for r in replicas if r.role == Replica.Role.TRAINER]
-        return min(trainers or replicas, key=lambda r: (r.role, r.index))
-    for replica in replicas:
-        if replica.name == name:
-            return replica
-    names = ", ".join(sorted(r.name for r in replicas))
-    raise NotFoundError.for_field("worker", f"job {job.name!r} has no worker {name!r} "
-                                            f"(it has {names})")
-
-
 class QuotaView(APIView):
     @extend_schema(responses={200: QuotaUseSerializer, **ERRORS},
                    summary="Your quota in this datacenter: each resource's limit and use")
@@ -136,7 +125,7 @@ class JobLogsView(APIView):
         summary="A worker's log (kept after the job ends)")
     def get(self, request, name: str):
         job = services.job_get(request.user, request_datacenter(request), name)
-        replica = _worker(job, request.query_params.get("worker"))
+        replica = services.job_worker(job, request.query_params.get("worker"))
         tail = request.query_params.get("tail")
         if tail is not None and (not tail.isdigit() or int(tail) > MAX_TAIL):
             raise ValidationError.for_field("tail", f"a whole number from 0 to {MAX_TAIL}")
@@ -161,6 +150,17 @@ class JobLogsView(APIView):
             return state is None or state in FINAL_REPLICA_STATES
 
         return _streaming(logs.follow(path, offset, finished))
+
+
+class JobMetricsView(APIView):
+    @extend_schema(parameters=[
+        OpenApiParameter("worker", str, description="e.g. trainer-0 (default), pserver-1")],
+        responses={200: JobMetricsSerializer, **ERRORS},
+        summary="What a worker reported with paddlecloud_sdk.report(step=…, **metrics)")
+    def get(self, request, name: str):
+        job = services.job_get(request.user, request_datacenter(request), name)
+        replica = services.job_worker(job, request.query_params.get("worker"))
+        return Response(metrics_get(job, replica))
 
 
 def _streaming(chunks) -> StreamingHttpResponse:

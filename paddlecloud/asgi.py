@@ -9,14 +9,29 @@ django_asgi_app = get_asgi_application()  # before importing anything that touch
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.security.websocket import OriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 
 from pfs.transfer import PfsTransferApp  # noqa: E402
 
 from .routing import websocket_urlpatterns  # noqa: E402
 
+
+class AllowedHostsOrigin(OriginValidator):
+    """A WebSocket is opened only from a page of this site: its Origin must be one of
+    ALLOWED_HOSTS (read on each connection, like Django's own host check). Others are refused
+    at the handshake (403)."""
+
+    def __init__(self, application):  # (no fixed list of origins, unlike the parent)
+        self.application = application
+
+    @property
+    def allowed_origins(self):
+        return settings.ALLOWED_HOSTS
+
+
 application = ProtocolTypeRouter({
     # PFS byte streams (uploads, downloads) are answered before Django, unbuffered.
     "http": PfsTransferApp(django_asgi_app),
-    "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    "websocket": AllowedHostsOrigin(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
 })

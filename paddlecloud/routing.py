@@ -1,3 +1,12 @@
-"""WebSocket routes. The apps add their consumers here (job state, log lines)."""
+"""WebSocket routes (the protocol is in jobs/consumers.py and the README)."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from jobs import consumers
+
+websocket_urlpatterns = [
+    path("ws/jobs/", consumers.JobListConsumer.as_asgi()),
+    path("ws/jobs/<str:name>/", consumers.JobConsumer.as_asgi()),
+    path("ws/jobs/<str:name>/logs/", consumers.LogConsumer.as_asgi()),
+    path("ws/jobs/<str:name>/metrics/", consumers.MetricsConsumer.as_asgi()),
+]

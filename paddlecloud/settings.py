@@ -128,7 +128,10 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": "paddlecloud"},
+            # A receive blocks up to 5 s (BZPOPMIN); redis-py 8's asyncio client gives up
+            # reading after 5 s by default, which killed idle WebSockets: allow longer.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                       "prefix": "paddlecloud"},
         }
     }
     CACHES = {
@@ -143,7 +146,7 @@ else:
     # The in-memory transport polls; its default second between polls would throttle starts.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.05}
     CELERY_RESULT_BACKEND = "cache+memory://"
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "paddlecloud.layers.InProcessChannelLayer"}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 CELERY_TASK_ACKS_LATE = True

@@ -8,10 +8,12 @@
 - ``paddlecloud_sdk.dataset``: ``split``, ``convert``, ``cluster_files_reader``,
   ``recordio_reader``, ``dist_reader``.
 - ``paddlecloud_sdk.recordio``: PaddlePaddle's RecordIO format, pure Python.
+- ``report(step=…, **metrics)`` (``paddlecloud_sdk.metrics``): append a line of training
+  metrics beside the replica's log, for the job's page to plot.
 - ``paddlecloud_sdk.errors``: what it raises (paddlectl's error classes).
 
-``env``, ``dataset`` and ``recordio`` need only the standard library, so a trainer can import
-them in any image; ``PaddleJob`` and ``dist_train`` are loaded on first use.
+``env``, ``dataset``, ``metrics`` and ``recordio`` need only the standard library, so a
+trainer can import them in any image; ``PaddleJob`` and ``dist_train`` are loaded on first use.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import dataset, env, recordio
+from . import dataset, env, metrics, recordio
+from .metrics import report
 
 _LAZY = {
     "PaddleJob": "job", "CephFSVolume": "job", "Connection": "job", "connect": "job",
@@ -27,7 +30,7 @@ _LAZY = {
 }
 
 __all__ = ["CephFSVolume", "Connection", "PaddleJob", "connect", "dataset", "dist_train",
-           "env", "errors", "recordio"]
+           "env", "errors", "metrics", "recordio", "report"]
 
 
 def __getattr__(name: str) -> Any:

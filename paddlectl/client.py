@@ -233,6 +233,12 @@ class ApiClient:
         return self.request("GET", _job_path(name, "logs"), params=params, stream=True,
                             wait=follow)
 
+    def job_metrics(self, name: str, *, worker: str | None = None) -> dict:
+        """What a worker reported with ``paddlecloud_sdk.report``: ``{"worker", "names",
+        "records"}``, each record ``{"seq", "step", "time", "metrics": {name: value}}``."""
+        return self.call("GET", _job_path(name, "metrics"),
+                         params={"worker": worker} if worker else None)
+
 
 def _job_path(name: str, what: str = "") -> str:
     return f"{JOBS}{quote(name, safe='')}/{what}"

@@ -215,10 +215,10 @@ def live_portal(transactional_db, settings, tmp_path):
     yield LivePortal(f"http://127.0.0.1:{port}", datacenter, user, home)
     server.should_exit = True
     thread.join(10)
-    _close_server_connections()
+    close_server_connections()
 
 
-def _close_server_connections():
+def close_server_connections():
     """Drop the connections the server's threads left open, so the test database can go."""
     from django.db import connection
 

@@ -48,7 +48,7 @@ def test_embedded_default_with_nothing_set(tmp_path):
     found = probe(tmp_path)
     assert found["vendor"] == "sqlite"
     assert found["db_name"] == str(tmp_path / "var" / "paddlecloud.sqlite3")
-    assert found["channel_layer"] == "channels.layers.InMemoryChannelLayer"
+    assert found["channel_layer"] == "paddlecloud.layers.InProcessChannelLayer"
     assert found["cache"].endswith("LocMemCache")
     assert found["broker"].startswith("memory://")
     assert found["backend"] == "local"

@@ -8,9 +8,9 @@ directory, with the environment contract (README.md), which it reads through the
     PADDLE_OUTPUT_DIR=/tmp/out python train.py          # one trainer, no distributed setup
 
 Each trainer reads only its own shards of the training set (shard ``i`` belongs to trainer
-``i % trainers``), prints the loss of every step, and trainer 0 appends the cross-trainer mean
-loss of every step to ``$PADDLE_OUTPUT_DIR/metrics.jsonl`` and saves the model in
-``$PADDLE_OUTPUT_DIR/model/``.
+``i % trainers``) and prints the loss of every step; trainer 0 reports the cross-trainer mean
+loss of every step with ``paddlecloud_sdk.report`` (``$PADDLE_OUTPUT_DIR/node_0/metrics.jsonl``,
+plotted on the job's page) and saves the model in ``$PADDLE_OUTPUT_DIR/model/``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paddlecloud_sdk import dataset, env
+from paddlecloud_sdk import dataset, env, report
 
 FEATURES = 13  # as in UCI housing
 SHARDS = 8  # training-set files: at most this many trainers
@@ -162,9 +162,6 @@ def main() -> int:
     if steps_per_pass == 0:
         raise SystemExit(f"trainer {trainer_id} has fewer than {BATCH_SIZE} rows")
 
-    metrics = output / "metrics.jsonl"
-    if trainer_id == 0:
-        output.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(SEED + trainer_id)
     step = 0
     for pass_id in range(passes):
@@ -190,9 +187,7 @@ def main() -> int:
                 shown += f" (mean over trainers {mean:.6f})"
             log(f"trainer {trainer_id} pass {pass_id} step {step} {shown}")
             if trainer_id == 0:
-                line = {"step": step, "loss": mean, "trainer": trainer_id, "pass": pass_id}
-                with metrics.open("a") as out:
-                    out.write(json.dumps(line) + "\n")
+                report(step=step, loss=mean)  # the job's page plots it
         log(f"trainer {trainer_id} pass {pass_id} done: mean loss {total / steps_per_pass:.6f}")
 
     if trainer_id == 0:

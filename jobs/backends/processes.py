@@ -47,6 +47,15 @@ def log_relpath(role: str, index: int) -> str:
     return f"node_{index}/{kind}.log"
 
 
+def metrics_relpath(role: str, index: int) -> str:
+    """What a replica reports with ``paddlecloud_sdk.report``, beside its log:
+    ``node_<index>/metrics.jsonl`` (trainers) or ``node_<index>/server-metrics.jsonl``
+    (pservers: trainer 0 and pserver 0 share ``node_0``). ``paddlecloud_sdk.metrics`` finds
+    the same file from the replica's environment."""
+    name = "metrics.jsonl" if role == "trainer" else "server-metrics.jsonl"
+    return f"{log_relpath(role, index).rsplit('/', 1)[0]}/{name}"
+
+
 def entry_argv(entry: str) -> list[str]:
     """The job's entry is a shell command."""
     return ["/bin/sh", "-c", entry]

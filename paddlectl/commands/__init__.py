@@ -61,6 +61,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
     Command("login", "log in to the current datacenter (a fresh API token)", "auth"),
     Command("logout", "log out of the current datacenter (revoke the API token)", "auth"),
     Command("logs", "print the logs of a job", "jobs"),
+    Command("metrics", "print the metrics a job reported", "jobs"),
     Command("registry", "add registry credentials for private images", "registry"),
     Command("submit", "submit a job to PaddlePaddle Cloud", "jobs"),
     Command("version", "print the client and server versions", "version"),

@@ -1,4 +1,5 @@
-"""The job commands of the seeds: ``submit``, ``get``, ``logs``, ``kill`` and ``delete``.
+"""The job commands of the seeds: ``submit``, ``get``, ``logs``, ``kill`` and ``delete``; and
+``metrics``, what a job's trainers reported with ``paddlecloud_sdk.report``.
 
 Every value of ``submit`` goes to the server as typed, so mistakes are reported by the server,
 all at once and each under its field. A local package directory is first checked with a dry
@@ -29,7 +30,13 @@ from paddlectl.jobs import (
     package_upload,
     topology_problem,
 )
-from paddlectl.output import JOB_COLUMNS, PLAN_COLUMNS, QUOTA_COLUMNS, WORKER_COLUMNS
+from paddlectl.output import (
+    JOB_COLUMNS,
+    PLAN_COLUMNS,
+    QUOTA_COLUMNS,
+    WORKER_COLUMNS,
+    Column,
+)
 
 FINAL_STATES = ("succeeded", "failed", "killed")
 KILL_WAIT = 60.0  # seconds kill -rm waits for the job to end
@@ -342,6 +349,38 @@ def _write_lines(ctx, lines: list[str], lock) -> None:
         with lock or contextlib.nullcontext():
             ctx.stdout.write("".join(lines))
             ctx.stdout.flush()
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+def setup_metrics(parser) -> None:
+    parser.description = ("Print what a job's worker reported with\n"
+                          "paddlecloud_sdk.report(step=..., **metrics): a row per report,\n"
+                          "a column per metric (-o json|yaml: the records as they are).")
+    parser.add_argument("job", metavar="JOB")
+    flag(parser, "w", "worker", metavar="WORKER",
+         help="the worker: trainer-0 (default), pserver-1, ... (see `paddlectl get workers`)")
+
+
+def _metric_value(value) -> str:
+    if value is None:
+        return "-"  # not reported in this step, or nan
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def run_metrics(ctx, args) -> None:
+    data = ctx.client.job_metrics(args.job, worker=args.worker)
+    if _machine_output(ctx):
+        ctx.emit(data)
+        return
+    if not data["records"]:
+        ctx.info(f"{data['worker']} of job {args.job} has reported no metrics yet "
+                 "(paddlecloud_sdk.report)")
+        return
+    columns = [Column("step", "step")] + [
+        Column(name, lambda row, name=name: _metric_value(row["metrics"].get(name)))
+        for name in data["names"]]
+    ctx.emit(data, data["records"], columns)
 
 
 # -- kill, delete -----------------------------------------------------------------------------

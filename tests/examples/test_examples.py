@@ -105,8 +105,10 @@ class Job:
         codes = {r.name: r.process.returncode for r in self.replicas}
         assert all(code == 0 for code in codes.values()), f"exit codes {codes}\n{self.logs()}"
 
-    def metrics(self) -> list[dict]:
-        path = self.output / "metrics.jsonl"
+    def metrics(self, relpath: str = "metrics.jsonl") -> list[dict]:
+        """The lines of a metrics file in the output: fit_a_line's trainer 0 reports into
+        ``node_0/metrics.jsonl`` (paddlecloud_sdk.report), ps_numpy writes ``metrics.jsonl``."""
+        path = self.output / relpath
         assert path.is_file(), f"no {path}\n{self.logs()}"
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -239,16 +241,37 @@ def assert_shards_split(job: Job, trainers: int) -> None:
         assert names == [n for i, n in enumerate(everything) if i % trainers == trainer_id]
 
 
-def assert_loss_went_down(job: Job) -> tuple[float, float]:
-    metrics = job.metrics()
-    assert metrics, f"metrics.jsonl is empty\n{job.logs()}"
+def assert_loss_went_down(job: Job, relpath: str = "metrics.jsonl",
+                          keys=("step", "loss", "trainer", "pass")) -> tuple[float, float]:
+    metrics = job.metrics(relpath)
+    assert metrics, f"{relpath} is empty\n{job.logs()}"
     for line in metrics:
-        assert set(line) == {"step", "loss", "trainer", "pass"}, line
+        assert set(line) == set(keys), line
     steps = [m["step"] for m in metrics]
     assert steps == sorted(steps) and len(set(steps)) == len(steps), steps
     first, last = metrics[0]["loss"], metrics[-1]["loss"]
     assert last < first, f"the loss went from {first} to {last}\n{job.logs()}"
     return first, last
+
+
+# fit_a_line's trainer 0 reports with paddlecloud_sdk.report, beside its log.
+REPORTED = ("node_0/metrics.jsonl", ("step", "time", "loss"))
+FINISHED = re.compile(r"^trainer 0 finished (\d+) passes, (\d+) steps", re.MULTILINE)
+
+
+def assert_reported_every_step(job: Job, passes: int) -> None:
+    """One line per step, steps 1, 2, … counting on across passes, at increasing times; only
+    trainer 0 reports."""
+    [trainer_0] = [r for r in job.trainers if r.index == 0]
+    [(done, steps)] = FINISHED.findall(trainer_0.output())
+    assert int(done) == passes
+    metrics = job.metrics(REPORTED[0])
+    assert [m["step"] for m in metrics] == list(range(1, int(steps) + 1))
+    times = [m["time"] for m in metrics]
+    assert times == sorted(times) and time.time() - 300 < times[0]
+    reported = sorted(p.relative_to(job.output).as_posix() for p in job.output.rglob("*")
+                      if "metrics" in p.name)
+    assert reported == ["node_0/metrics.jsonl"], reported
 
 
 @pytest.mark.timeout(120)
@@ -259,9 +282,9 @@ def test_fit_a_line_two_trainers(tmp_path, jobs):
     job.start()
     job.wait(timeout=90)
     job.assert_all_exited_0()
-    first, last = assert_loss_went_down(job)
+    first, last = assert_loss_went_down(job, *REPORTED)
     assert last < first / 10
-    assert job.metrics()[-1]["pass"] == 2
+    assert_reported_every_step(job, passes=3)
     assert_shards_split(job, trainers=2)
     model = job.output / "model"
     for name in ("fit_a_line.pdparams", "inference.json", "inference.pdiparams",
@@ -279,7 +302,8 @@ def test_fit_a_line_one_trainer(tmp_path, jobs):
     job.start()
     job.wait(timeout=90)
     job.assert_all_exited_0()
-    assert_loss_went_down(job)
+    assert_loss_went_down(job, *REPORTED)
+    assert_reported_every_step(job, passes=2)
     assert_shards_split(job, trainers=1)
     assert (job.output / "model" / "fit_a_line.pdparams").is_file()
 

@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+from rest_framework.test import APIClient
 
+from accounts.services import token_create
 from jobs.backends.files import output_dir
 from jobs.models import Job
 from jobs.services import job_submit
@@ -33,8 +35,19 @@ def run_example(alice, datacenter, pfs_home, example: str, timeout: float = 240)
 
 
 def losses(job: Job) -> list[float]:
+    """ps_numpy writes its own metrics.jsonl in the output directory."""
     lines = (output_dir(job) / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line)["loss"] for line in lines if line.strip()]
+
+
+def reported(job: Job, worker: str = "trainer-0") -> dict:
+    """What the job's page plots: GET /api/v1/jobs/{name}/metrics, as its owner."""
+    client = APIClient()
+    token = token_create(job.owner, datacenter_name=job.datacenter.name).raw
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    response = client.get(f"/api/v1/jobs/{job.name}/metrics", {"worker": worker})
+    assert response.status_code == 200, response.content
+    return response.json()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -44,9 +57,17 @@ def test_fit_a_line_trains_with_two_trainers(celery_worker, alice, datacenter, p
             for r in job.replicas.all()}
     assert job.state == "succeeded", (job.state_reason, logs)
     assert job.trainers == 2
-    loss = losses(job)
-    assert len(loss) >= 2
-    assert loss[-1] < loss[0], loss
+    # trainer 0 reports the mean loss of every step with paddlecloud_sdk.report
+    metrics = reported(job)
+    assert (metrics["worker"], metrics["names"]) == ("trainer-0", ["loss"])
+    records = metrics["records"]
+    assert len(records) >= 2
+    steps = [r["step"] for r in records]
+    assert steps == list(range(1, len(records) + 1)), steps
+    loss = [r["metrics"]["loss"] for r in records]
+    assert all(value is not None for value in loss), loss
+    assert loss[-1] < loss[0] / 10, loss
+    assert reported(job, "trainer-1")["records"] == []  # only trainer 0 reports
     assert any((output_dir(job) / "model").iterdir())
 
 

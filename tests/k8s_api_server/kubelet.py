@@ -8,12 +8,14 @@ from __future__ import annotations
 import copy
 import fnmatch
 import itertools
+import os
 import re
 import secrets
 import time
 from dataclasses import dataclass, field
 
 from . import resources
+from .env import pod_env, pod_fields
 from .objects import now_iso, set_condition
 
 HOLD_REASONS = ("Unschedulable", "ErrImagePull", "ContainerCreating")
@@ -212,8 +214,9 @@ class Kubelet:
             due = len(script.lines) if interval <= 0 else min(
                 len(script.lines), int((now - run.started_at) / interval))
             if due > run.lines_done:
-                self.logs.append(pod["metadata"]["uid"], name,
-                                 list(script.lines[run.lines_done:due]))
+                printed = list(script.lines[run.lines_done:due])
+                self.logs.append(pod["metadata"]["uid"], name, printed)
+                _tee(pod, name, printed)
                 run.lines_done = due
             ends_at = run.started_at + len(script.lines) * max(interval, 0) + script.run_seconds
             if run.lines_done == len(script.lines) and now >= ends_at:
@@ -362,3 +365,23 @@ def _pull_error(image: str) -> str:
     ref = ref if ":" in ref.rsplit("/", 1)[-1] else f"{ref}:latest"
     return (f'rpc error: code = NotFound desc = failed to pull and unpack image "{ref}": failed '
             f'to resolve reference "{ref}": {ref}: not found')
+
+
+def _tee(pod: dict, container: str, lines: list[str]) -> None:
+    """What the container's start script does with its output besides printing it: append it
+    to the file named by PADDLECLOUD_LOG, when that is on a hostPath volume that exists on
+    this machine (the tests' PFS)."""
+    spec = next(c for c in pod["spec"]["containers"] if c["name"] == container)
+    target = pod_env(spec, pod_fields(pod)).get("PADDLECLOUD_LOG")
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+    for mount in spec.get("volumeMounts") or []:
+        prefix = mount["mountPath"].rstrip("/") + "/"
+        host = (volumes.get(mount["name"]) or {}).get("hostPath", {}).get("path")
+        if not target or not host or not target.startswith(prefix) or \
+                not os.path.isdir(host):
+            continue
+        path = os.path.join(host, mount.get("subPath", ""), target[len(prefix):])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "a") as f:
+            f.write("".join(f"{line}\n" for line in lines))
+        return

@@ -10,48 +10,12 @@ from jobs.backends.kubernetes.manifests import job_children
 from jobs.backends.kubernetes.pods import paths, topology
 from jobs.backends.processes import log_relpath
 from jobs.contract import RESERVED_ENV, replica_env
+from tests.k8s_api_server.env import pod_env
 
 from .factories import NAMESPACE, collective_job, pserver_job
 
 # What the main container has beyond the contract (not compared with replica_env).
 RUNTIME_ENV = ("PYTHONPATH", "PADDLECLOUD_LOG")
-
-
-def expand(value: str, defined: dict[str, str]) -> str:
-    """Kubernetes' expansion of ``$(NAME)`` (k8s.io/kubernetes third_party/forked/golang/
-    expansion): ``$$`` is ``$``, a name defined earlier in the list is replaced, anything
-    else is left as it is."""
-    out, cursor = [], 0
-    while cursor < len(value):
-        char = value[cursor]
-        if char == "$" and cursor + 1 < len(value):
-            after = value[cursor + 1]
-            if after == "$":
-                out.append("$")
-                cursor += 2
-                continue
-            if after == "(":
-                end = value.find(")", cursor + 2)
-                if end != -1:
-                    name = value[cursor + 2:end]
-                    out.append(defined.get(name, f"$({name})"))
-                    cursor = end + 1
-                    continue
-        out.append(char)
-        cursor += 1
-    return "".join(out)
-
-
-def pod_env(container: dict, fields: dict[str, str]) -> dict[str, str]:
-    """The environment the kubelet gives the container, its downward-API fields being
-    ``fields`` (field path -> value)."""
-    env: dict[str, str] = {}
-    for item in container["env"]:
-        if "valueFrom" in item:
-            env[item["name"]] = fields[item["valueFrom"]["fieldRef"]["fieldPath"]]
-        else:
-            env[item["name"]] = expand(item["value"], env)
-    return env
 
 
 def containers(job) -> dict[str, dict]:

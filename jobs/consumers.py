@@ -1,0 +1,307 @@
+"""The dashboard's WebSockets: job states (the list and a job's page), and a worker's log
+lines and metrics as they are written.
+
+Authenticated by the session (``AuthMiddlewareStack``), origin-checked (``asgi.py``). A user
+sees only their own jobs: anything else is refused like a job that does not exist. A refusal
+is an ``{"type": "error", "code", "message"}`` message, then a close code of 4000 + the HTTP
+status the API would answer (4400, 4401, 4403, 4404), so a page can tell why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from accounts.selectors import member_datacenter
+from paddlecloud.errors import AuthenticationError, PaddleCloudError, ValidationError
+
+from . import lines, services
+from .backends import backend_for
+from .live import job_group, jobs_group
+from .metrics import metric_record, metrics_path
+from .models import Replica
+from .serializers import EventSerializer, JobSerializer, WorkerSerializer
+from .states import FINAL_REPLICA_STATES
+
+COALESCE_SECONDS = 0.05  # changes that come together are sent together
+WATCH_SECONDS = 5.0  # a follower checks the file itself this often (a lost message, no pump)
+MAX_LINE_NUMBER = 10**12
+
+
+class PortalConsumer(AsyncJsonWebsocketConsumer):
+    """Accept, then ``open()``; a PaddleCloudError from it is sent and closes the socket."""
+
+    async def connect(self):
+        self.joined: list[str] = []
+        self.tasks: list = []  # cancelled when the socket goes (tasks, Coalescing)
+        self.closed = False
+        await self.accept()
+        try:
+            if not self.scope["user"].is_authenticated:
+                raise AuthenticationError("log in again: your session has ended")
+            self.query = {k: v[-1] for k, v in
+                          parse_qs(self.scope["query_string"].decode("latin-1")).items()}
+            await self.open()
+        except PaddleCloudError as exc:
+            await self.refuse(exc)
+
+    async def refuse(self, exc: PaddleCloudError):
+        await self.send_json({"type": "error", "code": exc.code, "message": exc.message})
+        await self.close(code=4000 + exc.status)
+
+    async def close(self, code=None, reason=None):
+        self.closed = True
+        await super().close(code, reason)
+
+    async def join(self, group: str):
+        await self.channel_layer.group_add(group, self.channel_name)
+        self.joined.append(group)
+
+    async def disconnect(self, code):
+        self.closed = True
+        for task in self.tasks:
+            task.cancel()
+        for group in self.joined:
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def open(self):
+        raise NotImplementedError
+
+    @database_sync_to_async
+    def datacenter(self):
+        return member_datacenter(self.scope["user"], self.query.get("datacenter"))
+
+    @database_sync_to_async
+    def job(self, datacenter, name: str):
+        return services.job_get(self.scope["user"], datacenter, name)
+
+
+class Coalescing:
+    """Run ``flush(keys)`` once for the keys marked within COALESCE_SECONDS."""
+
+    def __init__(self, flush):
+        self.flush, self.keys, self.task = flush, set(), None
+
+    def mark(self, key) -> None:
+        self.keys.add(key)
+        if self.task is None or self.task.done():
+            self.task = asyncio.create_task(self._later())
+
+    async def _later(self):
+        await asyncio.sleep(COALESCE_SECONDS)
+        keys, self.keys = self.keys, set()
+        await self.flush(keys)
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+
+class JobListConsumer(PortalConsumer):
+    """``/ws/jobs/``: each of the user's jobs in the datacenter, whenever it changes."""
+
+    async def open(self):
+        self.dc = await self.datacenter()
+        self.changes = Coalescing(self.send_jobs)
+        self.tasks.append(self.changes)
+        await self.join(jobs_group(self.scope["user"].pk, self.dc.pk))
+
+    async def job_changed(self, event):
+        self.changes.mark(event["job_id"])
+
+    async def job_deleted(self, event):
+        await self.send_json({"type": "job_deleted", "name": event["name"]})
+
+    async def send_jobs(self, job_ids):
+        for job in await self.jobs_read(job_ids):
+            await self.send_json({"type": "job", "job": job})
+
+    @database_sync_to_async
+    def jobs_read(self, job_ids):
+        jobs = services.job_list(self.scope["user"], self.dc).filter(pk__in=job_ids)
+        return JobSerializer(jobs, many=True).data
+
+
+class JobConsumer(PortalConsumer):
+    """``/ws/jobs/<name>/``: the job, its workers and its events; then every change."""
+
+    async def open(self):
+        self.dc = await self.datacenter()
+        job = await self.job(self.dc, self.scope["url_route"]["kwargs"]["name"])
+        self.job_id, self.last_event = job.pk, 0
+        self.changes = Coalescing(lambda _: self.send_state(snapshot=False))
+        self.tasks.append(self.changes)
+        await self.join(job_group(job.pk))
+        await self.send_state(snapshot=True)  # after joining: no change falls in between
+
+    async def job_changed(self, event):
+        self.changes.mark(event["job_id"])
+
+    async def job_deleted(self, event):
+        if not self.closed:
+            await self.send_json({"type": "job_deleted", "name": event["name"]})
+            await self.close(code=4404)
+
+    async def send_state(self, *, snapshot: bool):
+        state = await self.state_read()
+        if self.closed:
+            return
+        if state is None:  # deleted while we looked
+            return await self.job_deleted({"name": self.scope["url_route"]["kwargs"]["name"]})
+        job, workers, events = state
+        await self.send_json({"type": "job", "job": job})
+        await self.send_json({"type": "workers", "workers": workers})
+        if snapshot:
+            await self.send_json({"type": "events", "events": events})
+        else:
+            for event in events:
+                await self.send_json({"type": "event", "event": event})
+
+    @database_sync_to_async
+    def state_read(self):
+        job = services.job_list(self.scope["user"], self.dc).filter(pk=self.job_id).first()
+        if job is None:
+            return None
+        events = list(job.events.select_related("replica").filter(pk__gt=self.last_event))
+        if events:
+            self.last_event = events[-1].pk
+        return (JobSerializer(job).data,
+                WorkerSerializer(job.replicas.order_by("role", "index"), many=True).data,
+                EventSerializer(events, many=True).data)
+
+
+class LinesConsumer(PortalConsumer):
+    """A worker's numbered lines: what the file holds from ``?from=`` on, then each batch the
+    pump publishes. Lines go out in order, once each: a batch that starts past what was sent
+    (a message was dropped) is refilled from the file first."""
+
+    kind = ""
+    source: lines.Source | None = None
+
+    async def open(self):
+        dc = await self.datacenter()
+        job = await self.job(dc, self.scope["url_route"]["kwargs"]["name"])
+        replica, path = await self.worker(job)
+        first = self.query.get("from", "0")
+        if not first.isdigit() or int(first) > MAX_LINE_NUMBER:
+            raise ValidationError.for_field("from", "the line number to start from: a whole "
+                                                    "number from 0")
+        self.next, self.cursor, self.lock = int(first), lines.Cursor(), asyncio.Lock()
+        self.replica_id = replica.pk
+        self.source = lines.Source(f"lines.{job.uid.hex}.{self.kind}.{replica.role}"
+                                   f"{replica.index}", path, self.ended)
+        await self.join(self.source.group)
+        lines.hub().follow(self.source)
+        await asyncio.to_thread(lines.lines_skip, path, self.cursor, self.next)
+        self.watch = asyncio.create_task(self._watch())
+        self.tasks.append(self.watch)
+
+    @database_sync_to_async
+    def worker(self, job):
+        replica = services.job_worker(job, self.query.get("worker"))
+        return replica, self.path(job, replica)
+
+    def path(self, job, replica):
+        raise NotImplementedError
+
+    @database_sync_to_async
+    def ended(self) -> bool:
+        state = Replica.objects.filter(pk=self.replica_id).values_list("state", flat=True)
+        return state.first() in (None, *FINAL_REPLICA_STATES)
+
+    async def disconnect(self, code):
+        if self.source is not None:
+            lines.hub().unfollow(self.source.group)
+        await super().disconnect(code)
+
+    async def _watch(self):
+        """Catch up from the file now, then every WATCH_SECONDS, and end when the worker has:
+        the follower never depends on a message arriving."""
+        with contextlib.suppress(asyncio.CancelledError):
+            while True:
+                async with self.lock:
+                    ended = await self.ended()  # before reading: nothing written after is lost
+                    await self.catch_up(ended=ended)
+                    if ended:
+                        return await self.finish()
+                await asyncio.sleep(WATCH_SECONDS)
+
+    async def catch_up(self, *, ended: bool = False):
+        """Send what the file holds past the cursor."""
+        while True:
+            first = self.cursor.line
+            batch = await asyncio.to_thread(lines.lines_read, self.source.path, self.cursor,
+                                            ended=ended)
+            if not batch:
+                return
+            await self.deliver(first, batch)
+
+    async def deliver(self, first: int, batch: list[str]):
+        """Send the lines of ``batch`` (line ``first`` onwards) the client has not had."""
+        skip = self.next - first
+        if skip >= len(batch) or self.closed:
+            return
+        new = batch[max(skip, 0):]
+        start = max(first, self.next)
+        self.next = start + len(new)
+        await self.send_json(self.message(start, new))
+
+    def message(self, first: int, batch: list[str]) -> dict:
+        raise NotImplementedError
+
+    async def finish(self):
+        if not self.closed:
+            await self.send_json({"type": "end", "next": self.next})
+            await self.close(code=1000)
+
+    async def lines_start(self, event):
+        """A pump started: it publishes from line ``next`` on; the file has what is before."""
+        async with self.lock:
+            if event["next"] > self.cursor.line:
+                await self.catch_up()
+
+    async def lines_batch(self, event):
+        async with self.lock:
+            if event["first"] > self.cursor.line:  # a batch was lost: the file has it
+                await self.catch_up()
+            if event["first"] <= self.cursor.line < event["first"] + len(event["lines"]):
+                await self.deliver(event["first"], event["lines"])
+                self.cursor = lines.Cursor(event["first"] + len(event["lines"]),
+                                           event["offset"])
+
+    async def lines_end(self, event):
+        async with self.lock:
+            await self.catch_up(ended=True)
+            await self.finish()
+
+
+class LogConsumer(LinesConsumer):
+    """``/ws/jobs/<name>/logs/?worker=trainer-0&from=N``"""
+
+    kind = "log"
+
+    def path(self, job, replica):
+        return backend_for(job.datacenter).log_path(job, replica)
+
+    def message(self, first, batch):
+        return {"type": "lines", "first": first, "next": first + len(batch), "lines": batch}
+
+
+class MetricsConsumer(LinesConsumer):
+    """``/ws/jobs/<name>/metrics/?worker=trainer-0&from=N``: the records the worker reported
+    with ``paddlecloud_sdk.report``."""
+
+    kind = "metrics"
+
+    def path(self, job, replica):
+        return metrics_path(job, replica)
+
+    def message(self, first, batch):
+        records = [r for seq, line in enumerate(batch, first)
+                   if (r := metric_record(seq, line)) is not None]
+        return {"type": "metrics", "first": first, "next": first + len(batch),
+                "records": records}

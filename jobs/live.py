@@ -1,0 +1,55 @@
+"""Telling the dashboards that a job changed: its owner's job list and the job's own page.
+
+The message carries ids only; each consumer reads what it shows from the database, so a
+message that is late, doubled or dropped never shows anything stale for long. Sent once the
+transaction that made the change commits, from wherever the change is made (API views, Celery
+tasks); a channel layer that is down never fails the change itself.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+
+def jobs_group(owner_id: int, datacenter_id: int) -> str:
+    """The group of everyone watching the owner's job list in a datacenter."""
+    return f"jobs.{owner_id}.{datacenter_id}"
+
+
+def job_group(job_id: int) -> str:
+    """The group of everyone watching one job's page."""
+    return f"job.{job_id}"
+
+
+def job_changed(job_id: int) -> None:
+    """The job's state, reason, workers or events changed (or it was created)."""
+    _after_commit({"type": "job.changed", "job_id": job_id}, job_id)
+
+
+def job_deleted(job) -> None:
+    _after_commit({"type": "job.deleted", "job_id": job.pk, "name": job.name}, job.pk,
+                  (job.owner_id, job.datacenter_id))
+
+
+def _after_commit(message: dict, job_id: int, owner: tuple[int, int] | None = None) -> None:
+    def send():
+        from .models import Job
+
+        layer = get_channel_layer()
+        where = owner or Job.objects.filter(pk=job_id).values_list(
+            "owner_id", "datacenter_id").first()
+        if layer is None or where is None:
+            return
+        try:
+            for group in (jobs_group(*where), job_group(job_id)):
+                async_to_sync(layer.group_send)(group, message)
+        except Exception:  # the dashboards catch up when they reconnect; the job goes on
+            log.warning("could not tell the dashboards about job %s", job_id, exc_info=True)
+
+    transaction.on_commit(send)

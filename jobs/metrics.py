@@ -1,0 +1,106 @@
+"""Training metrics: what a replica reported with ``paddlecloud_sdk.report(step=…, **metrics)``.
+
+The SDK appends one JSON line per call to ``node_<i>/metrics.jsonl`` beside the replica's log
+in the job's output directory (``paddlecloud_sdk/metrics.py``)::
+
+    {"step": 120, "time": 1763700000.5, "loss": 0.53}
+
+Here the portal reads them back as records, for the API (``GET /api/v1/jobs/{name}/metrics``),
+the WebSocket that streams them and the job page that plots them::
+
+    {"seq": 12, "step": 120, "time": 1763700000.5, "metrics": {"loss": 0.53}}
+
+``seq`` is the line's number in the file, from 0, counting every line — also those that are
+not valid records (skipped), so a reader that resumes from a line number never sees a record
+twice nor misses one. A last line without its newline is still being written: it is neither
+returned nor counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .backends.files import output_dir
+from .backends.processes import metrics_relpath
+
+RESERVED = ("step", "time")
+
+
+def metrics_path(job, replica) -> Path:
+    """The replica's metrics file: ``output/node_<i>/metrics.jsonl`` in the owner's home."""
+    return output_dir(job) / metrics_relpath(replica.role, replica.index)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _number(value) -> int | float | None:
+    """A metric's value as JSON can carry it: nan and infinities become None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def metric_record(seq: int, line: str | bytes) -> dict | None:
+    """Line ``seq`` of a metrics file as a record, or None when it is not one: not a JSON
+    object, no whole-number ``step`` >= 0, or no metric (a name other than step and time with
+    a number or null; other values are left out)."""
+    if isinstance(line, bytes):
+        try:
+            line = line.decode()
+        except UnicodeDecodeError:
+            return None
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):  # not JSON, a number too long, nested too deep
+        return None
+    if not isinstance(data, dict):
+        return None
+    step = data.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return None
+    moment = data.get("time")
+    try:
+        moment = _number(float(moment)) if _is_number(moment) else None
+    except OverflowError:
+        moment = None
+    metrics = {name: _number(value) for name, value in data.items()
+               if name not in RESERVED and (value is None or _is_number(value))}
+    if not metrics:
+        return None
+    return {"seq": seq, "step": step, "time": moment, "metrics": metrics}
+
+
+def metrics_read(path: Path, first: int = 0) -> tuple[list[dict], int]:
+    """The records of lines ``first`` on, and the number of the next line to read (``first``
+    when there is nothing new, or no file yet). Only complete lines are read."""
+    if first < 0:
+        raise ValueError(f"first must be >= 0, got {first}")
+    records: list[dict] = []
+    seq = 0
+    try:
+        with Path(path).open("rb") as file:
+            for line in file:
+                if not line.endswith(b"\n"):
+                    break  # still being written
+                if seq >= first and (record := metric_record(seq, line)) is not None:
+                    records.append(record)
+                seq += 1
+    except FileNotFoundError:  # nothing reported yet
+        pass
+    return records, max(seq, first)
+
+
+def metric_names(records: list[dict]) -> list[str]:
+    """Every metric name in ``records``, sorted."""
+    return sorted({name for record in records for name in record["metrics"]})
+
+
+def metrics_get(job, replica) -> dict:
+    """What the API answers for a worker: ``{"worker", "names", "records"}``, every record of
+    its metrics file (none before it reported anything)."""
+    records, _ = metrics_read(metrics_path(job, replica))
+    return {"worker": replica.name, "names": metric_names(records), "records": records}

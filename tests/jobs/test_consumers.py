@@ -1,0 +1,323 @@
+"""The dashboard's WebSockets, through the whole ASGI app (origin check, session auth, routing)
+on both channel layers: channels-redis on the real Redis, and the embedded default's
+in-process layer.
+
+Logs are followed from the worker's file in PFS, as both backends write it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import channel_layers
+from django.conf import settings as django_settings
+from django.test import Client
+
+from jobs import lines
+from jobs.backends.files import log_path
+from jobs.metrics import metrics_path
+from jobs.models import Job, Replica
+from jobs.services import job_delete
+from jobs.states import JobState, ReplicaState
+from jobs.transitions import job_transition, replica_transition
+from tests.conftest import close_server_connections
+from tests.ws import WebsocketCommunicator
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
+
+TIMEOUT = 10
+
+
+@pytest.fixture(params=["redis", "in-process"])
+def layer(request, settings):
+    """Each test runs on both channel layers."""
+    if request.param == "redis":
+        config = copy.deepcopy(django_settings.CHANNEL_LAYERS["default"])
+        assert config["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    else:
+        config = {"BACKEND": "paddlecloud.layers.InProcessChannelLayer"}
+    settings.CHANNEL_LAYERS = {"default": config}
+    channel_layers.backends.clear()
+    yield request.param
+    channel_layers.backends.clear()
+
+
+@pytest.fixture
+def app(layer, pfs_home, settings):
+    settings.ALLOWED_HOSTS = ["testserver"]
+    from paddlecloud.asgi import application
+
+    yield application
+    close_server_connections()  # the consumers' database threads
+
+
+def session_cookie(user) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def connect(app, path: str, user=None, origin: bytes = b"http://testserver"):
+    headers = [(b"origin", origin)]
+    if user is not None:
+        headers.append((b"cookie", await sync_to_async(session_cookie)(user)))
+    socket = WebsocketCommunicator(app, path, headers=headers)
+    connected, code = await socket.connect(timeout=TIMEOUT)
+    assert connected, f"refused at the handshake ({code})"
+    return socket
+
+
+async def receive(socket) -> dict:
+    return await socket.receive_json_from(timeout=TIMEOUT)
+
+
+async def refused(socket) -> tuple[dict, int]:
+    error = await receive(socket)
+    closed = await socket.receive_output(timeout=TIMEOUT)
+    assert closed["type"] == "websocket.close"
+    return error, closed["code"]
+
+
+def make_job(owner, datacenter, name="train", trainers=1, state=JobState.RUNNING) -> Job:
+    job = Job.objects.create(owner=owner, datacenter=datacenter, name=name,
+                             package=f"/pfs/{datacenter.name}/home/{owner.username}/pkg",
+                             entry="python train.py", image="paddle", trainers=trainers,
+                             state=state)
+    for index in range(trainers):
+        Replica.objects.create(job=job, role="trainer", index=index,
+                               state=ReplicaState.RUNNING)
+    return job
+
+
+def write(path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(text)
+
+
+async def collect_lines(socket, until: int) -> list[tuple[int, str]]:
+    """Numbered lines until line ``until`` has come; checks the numbering as it goes."""
+    got: list[tuple[int, str]] = []
+    while not got or got[-1][0] < until:
+        message = await receive(socket)
+        assert message["type"] == "lines", message
+        expected = got[-1][0] + 1 if got else message["first"]
+        assert message["first"] == expected, f"a gap or a repeat at {message['first']}"
+        assert message["next"] == message["first"] + len(message["lines"])
+        got.extend(enumerate(message["lines"], message["first"]))
+    return got
+
+
+async def test_someone_not_logged_in_is_told_to_log_in(app, alice, datacenter):
+    await sync_to_async(make_job)(alice, datacenter)
+    for path in ("/ws/jobs/", "/ws/jobs/train/", "/ws/jobs/train/logs/"):
+        socket = await connect(app, path)
+        error, code = await refused(socket)
+        assert code == 4401 and error["code"] == "not_authenticated"
+
+
+async def test_another_users_job_is_closed_as_not_found(app, alice, make_user, datacenter):
+    bob = await sync_to_async(make_user)("bob")
+    await sync_to_async(make_job)(alice, datacenter)
+    for path in ("/ws/jobs/train/", "/ws/jobs/train/logs/", "/ws/jobs/train/metrics/"):
+        socket = await connect(app, path, bob)
+        error, code = await refused(socket)
+        assert code == 4404
+        assert error == {"type": "error", "code": "not_found",
+                         "message": "you have no job named 'train' in datacenter 'datacenter1'"}
+
+
+async def test_bad_parameters_are_named(app, alice, datacenter, other_datacenter):
+    await sync_to_async(make_job)(alice, datacenter)
+    cases = [("/ws/jobs/train/logs/?worker=trainer-7", 4404, "worker 'trainer-7'"),
+             ("/ws/jobs/train/logs/?from=-1", 4400, "from"),
+             ("/ws/jobs/train/logs/?from=abc", 4400, "from"),
+             ("/ws/jobs/?datacenter=datacenter2", 4403, "datacenter2")]
+    for path, close_code, named in cases:
+        error, code = await refused(await connect(app, path, alice))
+        assert code == close_code and named in error["message"], (path, error)
+
+
+async def test_a_page_of_another_site_cannot_open_a_socket(app, alice):
+    socket = WebsocketCommunicator(app, "/ws/jobs/", headers=[
+        (b"origin", b"https://evil.example"),
+        (b"cookie", await sync_to_async(session_cookie)(alice))])
+    connected, _ = await socket.connect(timeout=TIMEOUT)
+    assert not connected
+
+
+async def test_log_lines_from_the_file_then_live_then_the_end(app, alice, datacenter):
+    job = await sync_to_async(make_job)(alice, datacenter)
+    replica = await sync_to_async(job.replicas.get)()
+    path = log_path(job, replica)
+    write(path, "".join(f"line {i}\n" for i in range(3)))
+    socket = await connect(app, "/ws/jobs/train/logs/?worker=trainer-0", alice)
+    assert await collect_lines(socket, 2) == [(0, "line 0"), (1, "line 1"), (2, "line 2")]
+
+    write(path, "line 3\nline 4 has no newline yet")
+    assert await collect_lines(socket, 3) == [(3, "line 3")]
+    write(path, "…but now it has\n")
+    assert await collect_lines(socket, 4) == [(4, "line 4 has no newline yet…but now it has")]
+
+    write(path, "last words, unfinished")
+    await sync_to_async(replica_transition)(replica, ReplicaState.SUCCEEDED, exit_code=0)
+    assert await collect_lines(socket, 5) == [(5, "last words, unfinished")]
+    assert await receive(socket) == {"type": "end", "next": 6}
+    closed = await socket.receive_output(timeout=TIMEOUT)
+    assert closed == {"type": "websocket.close", "code": 1000}
+
+
+async def test_a_reconnect_resumes_from_a_line_without_loss_or_repeat(app, alice, datacenter):
+    job = await sync_to_async(make_job)(alice, datacenter)
+    replica = await sync_to_async(job.replicas.get)()
+    path = log_path(job, replica)
+    write(path, "".join(f"line {i}\n" for i in range(10)))
+    first = await connect(app, "/ws/jobs/train/logs/", alice)
+    seen = await collect_lines(first, 9)
+    await first.disconnect()
+    write(path, "".join(f"line {i}\n" for i in range(10, 15)))  # written while away
+    again = await connect(app, f"/ws/jobs/train/logs/?from={seen[-1][0] + 1}", alice)
+    assert await collect_lines(again, 14) == [(i, f"line {i}") for i in range(10, 15)]
+    await again.disconnect()
+
+
+async def test_dropped_messages_are_refilled_from_the_file(app, alice, datacenter, settings,
+                                                           layer):
+    """A layer that holds 1 message per channel drops most batches; the follower still gets
+    every line once, in order."""
+    settings.CHANNEL_LAYERS["default"].setdefault("CONFIG", {})["capacity"] = 1
+    channel_layers.backends.clear()
+    job = await sync_to_async(make_job)(alice, datacenter)
+    replica = await sync_to_async(job.replicas.get)()
+    path = log_path(job, replica)
+    write(path, "")
+    followers = [await connect(app, "/ws/jobs/train/logs/", alice) for _ in range(3)]
+    total = 3000
+    for start in range(0, total, 100):  # 30 writes, faster than the pump publishes
+        write(path, "".join(f"line {i}\n" for i in range(start, start + 100)))
+        await asyncio.sleep(0.02)
+    for socket in followers:
+        assert await collect_lines(socket, total - 1) == [(i, f"line {i}")
+                                                          for i in range(total)]
+        await socket.disconnect()
+
+
+async def test_one_pump_serves_every_follower(app, alice, datacenter):
+    job = await sync_to_async(make_job)(alice, datacenter)
+    replica = await sync_to_async(job.replicas.get)()
+    followers = [await connect(app, "/ws/jobs/train/logs/", alice) for _ in range(5)]
+    write(log_path(job, replica), "hello\n")
+    for socket in followers:
+        assert await collect_lines(socket, 0) == [(0, "hello")]
+    pumps = [task for task in asyncio.all_tasks() if "Hub._pump" in repr(task.get_coro())]
+    assert len(pumps) == 1
+    for socket in followers:
+        await socket.disconnect()
+
+
+async def test_metrics_records_live(app, alice, datacenter):
+    job = await sync_to_async(make_job)(alice, datacenter)
+    replica = await sync_to_async(job.replicas.get)()
+    path = metrics_path(job, replica)
+    write(path, '{"step": 0, "time": 1.5, "loss": 2.0}\n')
+    socket = await connect(app, "/ws/jobs/train/metrics/", alice)
+    assert await receive(socket) == {"type": "metrics", "first": 0, "next": 1, "records": [
+        {"seq": 0, "step": 0, "time": 1.5, "metrics": {"loss": 2.0}}]}
+    write(path, 'not json\n{"step": 1, "time": 2.5, "loss": 1.0, "acc": 0.5}\n')
+    assert await receive(socket) == {"type": "metrics", "first": 1, "next": 3, "records": [
+        {"seq": 2, "step": 1, "time": 2.5, "metrics": {"loss": 1.0, "acc": 0.5}}]}
+    await socket.disconnect()
+
+
+def in_a_worker_thread(function, *args, **kwargs):
+    """As a Celery task does it: in a thread of its own, with no event loop."""
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(value=function(*args, **kwargs)))
+    thread.start()
+    thread.join(TIMEOUT)
+    return result.get("value")
+
+
+async def test_the_job_page_gets_a_snapshot_then_each_change(app, alice, datacenter):
+    job = await sync_to_async(make_job)(alice, datacenter, state=JobState.STARTING)
+    socket = await connect(app, "/ws/jobs/train/", alice)
+    snapshot = [await receive(socket) for _ in range(3)]
+    assert [m["type"] for m in snapshot] == ["job", "workers", "events"]
+    assert snapshot[0]["job"]["state"] == "starting"
+    assert [w["name"] for w in snapshot[1]["workers"]] == ["trainer-0"]
+
+    await sync_to_async(in_a_worker_thread)(job_transition, job, JobState.RUNNING, "all up")
+    job_message, workers, event = [await receive(socket) for _ in range(3)]
+    assert job_message["job"]["state"] == "running"
+    assert workers["type"] == "workers"
+    assert event["type"] == "event"
+    assert event["event"]["to_state"] == "running" and event["event"]["reason"] == "all up"
+
+    await sync_to_async(in_a_worker_thread)(job_transition, job, JobState.KILLED, "by alice")
+    messages = [await receive(socket) for _ in range(3)]
+    assert messages[0]["job"]["state"] == "killed"
+    await sync_to_async(job_delete)(alice, datacenter, "train")
+    assert await receive(socket) == {"type": "job_deleted", "name": "train"}
+    closed = await socket.receive_output(timeout=TIMEOUT)
+    assert closed["code"] == 4404
+
+
+async def test_the_job_list_hears_of_the_users_jobs_only(app, alice, make_user, datacenter):
+    bob = await sync_to_async(make_user)("bob")
+    socket = await connect(app, "/ws/jobs/", alice)
+    bobs = await sync_to_async(make_job)(bob, datacenter, name="bobs", state=JobState.STARTING)
+    job = await sync_to_async(make_job)(alice, datacenter, state=JobState.STARTING)
+    await sync_to_async(in_a_worker_thread)(job_transition, bobs, JobState.RUNNING)
+    await sync_to_async(in_a_worker_thread)(job_transition, job, JobState.RUNNING)
+    message = await receive(socket)
+    assert message["type"] == "job"
+    assert (message["job"]["name"], message["job"]["state"]) == ("train", "running")
+    assert await socket.receive_nothing(timeout=0.3)
+    await socket.disconnect()
+
+
+@pytest.mark.parametrize("layer", ["redis"], indirect=True)
+async def test_an_idle_socket_stays_open(app, alice, datacenter):
+    """Nothing happens for longer than channels-redis's blocking read (5 s); then a change
+    comes through."""
+    job = await sync_to_async(make_job)(alice, datacenter, state=JobState.STARTING)
+    socket = await connect(app, "/ws/jobs/", alice)
+    assert await socket.receive_nothing(timeout=6)
+    await sync_to_async(in_a_worker_thread)(job_transition, job, JobState.RUNNING)
+    assert (await receive(socket))["job"]["state"] == "running"
+    await socket.disconnect()
+
+
+def test_pump_lines_end_is_published_once_the_writer_ended(tmp_path, layer):
+    """The pump on its own: numbered batches with the byte offset after them, then the end."""
+    path = tmp_path / "log"
+    path.write_text("old\n")
+    done = {"value": False}
+
+    async def ended():
+        return done["value"]
+
+    async def run():
+        layer_ = channel_layers["default"]
+        channel = await layer_.new_channel()
+        await layer_.group_add("lines.test", channel)
+        task = asyncio.create_task(lines.pump(lines.Source("lines.test", path, ended)))
+        await asyncio.sleep(0.3)
+        write(path, "new\ntail")
+        done["value"] = True
+        assert await asyncio.wait_for(layer_.receive(channel), TIMEOUT) == {
+            "type": "lines.start", "next": 1}
+        messages = [await asyncio.wait_for(layer_.receive(channel), TIMEOUT)]
+        while messages[-1]["type"] != "lines.end":
+            messages.append(await asyncio.wait_for(layer_.receive(channel), TIMEOUT))
+        await asyncio.wait_for(task, TIMEOUT)
+        return messages
+
+    *batches, end = asyncio.run(run())
+    assert [line for batch in batches for line in batch["lines"]] == ["new", "tail"]
+    assert batches[0]["first"] == 1 and batches[-1]["offset"] == 12
+    assert end == {"type": "lines.end", "next": 3, "offset": 12}

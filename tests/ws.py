@@ -1,0 +1,36 @@
+"""A WebSocket client for an ASGI app in the test's own event loop (Channels' communicator
+lives in a package that needs daphne; this is the part the tests use)."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import unquote, urlparse
+
+from asgiref.testing import ApplicationCommunicator
+
+
+class WebsocketCommunicator(ApplicationCommunicator):
+    def __init__(self, application, path: str, headers=None):
+        parsed = urlparse(path)
+        super().__init__(application, {
+            "type": "websocket", "path": unquote(parsed.path),
+            "query_string": parsed.query.encode(), "headers": headers or [],
+            "subprotocols": []})
+
+    async def connect(self, timeout: float = 1) -> tuple[bool, int | None]:
+        """(True, None) when accepted, (False, close code) when refused at the handshake."""
+        await self.send_input({"type": "websocket.connect"})
+        response = await self.receive_output(timeout)
+        if response["type"] == "websocket.close":
+            return False, response.get("code", 1000)
+        assert response["type"] == "websocket.accept", response
+        return True, None
+
+    async def receive_json_from(self, timeout: float = 1):
+        response = await self.receive_output(timeout)
+        assert response["type"] == "websocket.send", response
+        return json.loads(response["text"])
+
+    async def disconnect(self, code: int = 1000, timeout: float = 1) -> None:
+        await self.send_input({"type": "websocket.disconnect", "code": code})
+        await self.wait(timeout)
