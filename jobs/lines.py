@@ -120,6 +120,7 @@ class Source:
 @dataclass
 class _Interest:
     followers: int = 0
+    ended: bool = False  # its pump saw the writer end: nothing more to publish
     keeper: asyncio.Task | None = None
     pump: asyncio.Task | None = field(default=None, repr=False)
 
@@ -142,28 +143,35 @@ class Hub:
         if interest is not None:
             interest.followers -= 1
 
+    def _forget_if_idle(self, group: str, interest: _Interest) -> None:
+        current = asyncio.current_task()
+        others = [t for t in (interest.keeper, interest.pump) if t is not current]
+        if self._groups.get(group) is interest and interest.followers <= 0 and \
+                all(t is None or t.done() for t in others):
+            del self._groups[group]
+
     async def _keep(self, source: Source, interest: _Interest) -> None:
         """While this process has followers: mark the group wanted, and run its pump here when
         no process holds the lease."""
         lease_key, wanted_key = f"lines:lease:{source.group}", f"lines:wanted:{source.group}"
         try:
-            while interest.followers > 0:
+            while interest.followers > 0 and not interest.ended:
                 await cache.aset(wanted_key, 1, WANTED_SECONDS)
                 if (interest.pump is None or interest.pump.done()) and \
                         await cache.aadd(lease_key, self._id, LEASE_SECONDS):
-                    interest.pump = asyncio.create_task(self._pump(source, lease_key,
-                                                                   wanted_key))
+                    interest.pump = asyncio.create_task(
+                        self._pump(source, interest, lease_key, wanted_key))
                 await asyncio.sleep(RENEW_SECONDS)
         except Exception:  # the cache is down: followers still read the file on their own
             log.exception("keeping the pump of %s", source.group)
         finally:
-            if self._groups.get(source.group) is interest and interest.followers <= 0 and \
-                    (interest.pump is None or interest.pump.done()):
-                del self._groups[source.group]
+            self._forget_if_idle(source.group, interest)
 
-    async def _pump(self, source: Source, lease_key: str, wanted_key: str) -> None:
+    async def _pump(self, source: Source, interest: _Interest, lease_key: str,
+                    wanted_key: str) -> None:
         try:
-            await pump(source, lease_key=lease_key, wanted_key=wanted_key, owner=self._id)
+            interest.ended = await pump(source, lease_key=lease_key, wanted_key=wanted_key,
+                                        owner=self._id)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -172,12 +180,13 @@ class Hub:
             with contextlib.suppress(Exception):
                 if await cache.aget(lease_key) == self._id:
                     await cache.adelete(lease_key)
+            self._forget_if_idle(source.group, interest)
 
 
 async def pump(source: Source, *, lease_key: str | None = None, wanted_key: str | None = None,
-               owner: str = "") -> None:
+               owner: str = "") -> bool:
     """Publish the lines written to ``source.path`` from now on, numbered, until the writer
-    has ended (then a ``lines.end`` message) or nobody wants them any more."""
+    has ended (then a ``lines.end`` message; True) or nobody wants them any more (False)."""
     layer = get_channel_layer()
     loop = asyncio.get_running_loop()
     cursor = await asyncio.to_thread(lines_end, source.path)
@@ -192,7 +201,7 @@ async def pump(source: Source, *, lease_key: str | None = None, wanted_key: str 
         if lease_key and now - renewed >= RENEW_SECONDS:
             renewed = now
             if wanted_key and not await cache.aget(wanted_key):
-                return  # nobody follows this file any more
+                return False  # nobody follows this file any more
             await cache.aset(lease_key, owner, LEASE_SECONDS)
         size = await asyncio.to_thread(_size, source.path)
         while size > cursor.offset:
@@ -206,7 +215,7 @@ async def pump(source: Source, *, lease_key: str | None = None, wanted_key: str 
         if ended:
             await layer.group_send(source.group, {"type": "lines.end", "next": cursor.line,
                                                   "offset": cursor.offset})
-            return
+            return True
         await asyncio.sleep(POLL_SECONDS)
 
 

@@ -169,6 +169,13 @@ async def test_log_lines_from_the_file_then_live_then_the_end(app, alice, datace
     assert await receive(socket) == {"type": "end", "next": 6}
     closed = await socket.receive_output(timeout=TIMEOUT)
     assert closed == {"type": "websocket.close", "code": 1000}
+    await socket.disconnect()
+    # Nothing is left running for a log that has ended and has no followers.
+    for _ in range(100):
+        if not lines.hub()._groups:
+            break
+        await asyncio.sleep(0.1)
+    assert lines.hub()._groups == {}
 
 
 async def test_a_reconnect_resumes_from_a_line_without_loss_or_repeat(app, alice, datacenter):
