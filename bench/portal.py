@@ -6,7 +6,8 @@
 (its ``PADDLECLOUD_VAR_DIR`` is ``tmp/var``), without the configuration a user's shell might
 carry, and stops it with SIGTERM (SIGKILL after STOP_TIMEOUT). A benchmark subclasses it for
 its own set-up: ``setup()`` runs the ``manage.py`` commands before the portal serves (the base
-one migrates), and ``extra_env()`` adds to the portal's environment. See bench/README.md.
+one migrates), ``extra_env()`` adds to the portal's environment, and ``serve_args`` to the
+``runportal`` command (``--no-worker``). See bench/README.md.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class Portal:
 
     config_vars: tuple[str, ...] = CONFIG_VARS  # left out of the portal's environment
     kept_vars: tuple[str, ...] = ()  # ... except these
+    serve_args: tuple[str, ...] = ()  # added to ``manage.py runportal`` (e.g. --no-worker)
 
     def __init__(self, port: int, *, keep: bool, prefix: str = "paddlecloud-bench-"):
         self.port = port
@@ -137,7 +139,7 @@ class Portal:
         with self.log_path.open("w") as out:
             self.process = subprocess.Popen(  # noqa: S603 - our own manage.py
                 [sys.executable, "manage.py", "runportal", "--host", HOST,
-                 "--port", str(self.port)],
+                 "--port", str(self.port), *self.serve_args],
                 cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True)  # we stop it, not Ctrl-C
         deadline = time.monotonic() + STARTUP_TIMEOUT

@@ -92,9 +92,10 @@ class Coalescing:
             self.task = asyncio.create_task(self._later())
 
     async def _later(self):
-        await asyncio.sleep(COALESCE_SECONDS)
-        keys, self.keys = self.keys, set()
-        await self.flush(keys)
+        while self.keys:  # marks that come while flushing are flushed next
+            await asyncio.sleep(COALESCE_SECONDS)
+            keys, self.keys = self.keys, set()
+            await self.flush(keys)
 
     def cancel(self) -> None:
         if self.task is not None:
@@ -223,8 +224,8 @@ class LinesConsumer(PortalConsumer):
         the follower never depends on a message arriving."""
         with contextlib.suppress(asyncio.CancelledError):
             while True:
-                async with self.lock:
-                    ended = await self.ended()  # before reading: nothing written after is lost
+                ended = await self.ended()  # before reading: nothing written after is lost
+                async with self.lock:  # (not held while the database answers)
                     await self.catch_up(ended=ended)
                     if ended:
                         return await self.finish()

@@ -8,7 +8,9 @@ tasks); a channel layer that is down never fails the change itself.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -46,10 +48,36 @@ def _after_commit(message: dict, job_id: int, owner: tuple[int, int] | None = No
             "owner_id", "datacenter_id").first()
         if layer is None or where is None:
             return
-        try:
+
+        async def send_all():
             for group in (jobs_group(*where), job_group(job_id)):
-                async_to_sync(layer.group_send)(group, message)
+                await layer.group_send(group, message)
+
+        try:
+            _run_async(send_all)
         except Exception:  # the dashboards catch up when they reconnect; the job goes on
             log.warning("could not tell the dashboards about job %s", job_id, exc_info=True)
 
     transaction.on_commit(send)
+
+
+def _run_async(function) -> None:
+    """Run a coroutine function to its end from sync code: here, or, if this thread runs an
+    event loop of its own (which ``async_to_sync`` refuses), in a short-lived thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return async_to_sync(function)()
+    failure = []
+
+    def run():
+        try:
+            async_to_sync(function)()
+        except Exception as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="dashboard-notify")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]

@@ -1,10 +1,15 @@
 """The ASGI app: Django for HTTP (PFS byte streams first), Channels for WebSockets."""
 
 import os
+import warnings
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paddlecloud.settings")
+# WhiteNoise answers static files with a synchronous iterator, which Django reads whole under
+# ASGI and warns about on every file: harmless for the pages' small assets (whitenoise#359).
+warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous",
+                        category=Warning, module="django.core.handlers.asgi")
 django_asgi_app = get_asgi_application()  # before importing anything that touches models
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

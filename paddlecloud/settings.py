@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "jobs",
     "pfs",
     "registries",
+    "dashboard",
 ]
 
 MIDDLEWARE = [
@@ -88,6 +89,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "dashboard.context.dashboard",
             ],
         },
     },
@@ -129,8 +131,11 @@ if REDIS_URL:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # A receive blocks up to 5 s (BZPOPMIN); redis-py 8's asyncio client gives up
-            # reading after 5 s by default, which killed idle WebSockets: allow longer.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            # reading after 5 s by default, which killed idle WebSockets: allow longer. Its
+            # pool refuses (rather than waits) past max_connections, which hundreds of
+            # sockets closing at once reached at the default of 100.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30,
+                                  "max_connections": 2000}],
                        "prefix": "paddlecloud"},
         }
     }

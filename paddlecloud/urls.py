@@ -16,6 +16,7 @@ urlpatterns = [
         name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("", include("dashboard.urls")),
     path("api/v1/", include("accounts.urls")),
     path("api/v1/", include("jobs.urls")),
     path("api/v1/", include("pfs.urls")),

@@ -3,20 +3,15 @@
 from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect
 from django.views.decorators.http import require_GET
-
-from accounts import selectors
 
 
 @login_required
 def home(request):
-    """Who you are, where you can run, your quota, and how to point paddlectl here."""
-    memberships = request.user.memberships.select_related("datacenter")
-    rows = [(m.datacenter, selectors.quota_get(request.user, m.datacenter).limits())
-            for m in memberships]
-    endpoint = request.build_absolute_uri("/").rstrip("/")
-    return render(request, "home.html", {"rows": rows, "endpoint": endpoint})
+    """The dashboard starts at the jobs list (quota and the paddlectl config have their own
+    pages)."""
+    return redirect("dashboard:jobs")
 
 
 @require_GET

@@ -164,7 +164,7 @@ def test_admin_is_not_for_anonymous_users(db):
 
 
 # ---------------------------------------------------------------------------------------------
-# Browser login and the home page
+# Browser login, the home page and the pages that took over what it showed
 
 
 def test_login_page_shows_a_form(db):
@@ -182,42 +182,54 @@ def test_anonymous_home_redirects_to_login(db):
     assert response["Location"] == "/login/?next=/"
 
 
-def test_login_then_home_shows_datacenters_quota_and_config(alice):
+def logged_in(client: Client) -> bool:
+    """Whether the client's session is logged in (a page that needs it is shown)."""
+    response = client.get("/quota/")
+    assert response.status_code in (200, 302)
+    return response.status_code == 200
+
+
+def test_login_then_home_leads_to_jobs_quota_and_config_have_pages(alice):
     client = Client()
     response = client.post("/login/", {"username": "alice", "password": PASSWORD})
     assert response.status_code == 302
     assert response["Location"] == "/"
 
     home = client.get("/")
-    assert home.status_code == 200
-    body = page(home)
-    assert "Welcome, alice" in body
-    assert "<td>datacenter1</td>" in body
-    assert "<td>4</td>" in body  # CPU
-    assert "<td>8Gi</td>" in body  # memory
-    assert "<td>10Gi</td>" in body  # storage
-    assert "<pre>datacenters:\n- name: datacenter1\n  username: alice\n" in body
-    assert "  endpoint: http://testserver\n" in body
-    assert "current-datacenter: datacenter1</pre>" in body
-    assert PASSWORD not in body
+    assert home.status_code == 302
+    assert home["Location"] == "/jobs/"
+
+    quota = page(client.get("/quota/"))
+    assert "<strong>datacenter1</strong>" in quota
+    assert '<td class="num">4</td>' in quota  # CPU
+    assert '<td class="num">8Gi</td>' in quota  # memory
+    assert '<td class="num">10Gi</td>' in quota  # storage
+
+    tokens = page(client.get("/tokens/"))
+    assert ('<pre id="snippet-config">datacenters:\n- name: datacenter1\n  username: alice\n'
+            in tokens)
+    assert "  endpoint: http://testserver\n" in tokens
+    assert "current-datacenter: datacenter1\n</pre>" in tokens
+    assert PASSWORD not in quota + tokens
 
 
-def test_home_shows_the_quota_set_by_an_administrator(alice):
+def test_the_quota_page_shows_the_quota_set_by_an_administrator(alice):
     Quota.objects.filter(user=alice).update(cpu=500, memory=16 * GiB, gpu=2, jobs=7)
     client = Client()
     client.force_login(alice)
-    body = page(client.get("/"))
-    assert "<td>500m</td><td>16Gi</td>" in body
-    assert "<td>2</td><td>7</td>" in body
+    body = page(client.get("/quota/"))
+    assert '<td class="num">500m</td><td class="num">16Gi</td><td class="num">2</td>' in body
+    assert '<td class="num">7</td>' in body
 
 
-def test_home_of_a_user_of_no_datacenter_says_so(db):
+def test_a_user_of_no_datacenter_is_told_so(db):
     bob = user_upsert("bob", password=PASSWORD)[0]
     client = Client()
     client.force_login(bob)
-    body = page(client.get("/"))
-    assert "not a member of any datacenter" in body
-    assert "~/.paddle/config" not in body
+    for path in ("/quota/", "/tokens/"):
+        body = page(client.get(path))
+        assert "not a member of any datacenter" in body
+        assert "snippet-config" not in body
 
 
 def test_login_with_a_wrong_password_is_refused(alice):
@@ -225,7 +237,7 @@ def test_login_with_a_wrong_password_is_refused(alice):
     response = client.post("/login/", {"username": "alice", "password": "wrong password"})
     assert response.status_code == 200
     assert 'role="alert"' in response.content.decode()
-    assert client.get("/").status_code == 302
+    assert not logged_in(client)
 
 
 def login_failures(client: Client, count: int) -> None:
@@ -240,7 +252,7 @@ def test_login_succeeds_below_the_failure_limit(alice):
     login_failures(client, django_settings.PADDLECLOUD_LOGIN_FAILURE_LIMIT - 1)
     response = client.post("/login/", {"username": "alice", "password": PASSWORD})
     assert response.status_code == 302
-    assert client.get("/").status_code == 200
+    assert logged_in(client)
 
 
 def test_too_many_failed_logins_refuse_even_the_right_password(alice):
@@ -252,7 +264,7 @@ def test_too_many_failed_logins_refuse_even_the_right_password(alice):
     body = page(response)
     assert "too many failed logins for this username" in body
     assert "try again in" in body
-    assert client.get("/").status_code == 302  # not logged in
+    assert not logged_in(client)
 
     # The API's token endpoint shares the counters.
     api = client.post("/api/v1/auth/token/", {"username": "alice", "password": PASSWORD},
@@ -281,11 +293,11 @@ def test_logout_ends_the_session(alice):
     response = client.post("/logout/")
     assert response.status_code == 302
     assert response["Location"] == "/login/"
-    assert client.get("/").status_code == 302
+    assert not logged_in(client)
 
 
 def test_staff_see_the_admin_link_and_others_do_not(admin_browser, alice):
-    assert 'href="/admin/"' in page(admin_browser.get("/"))
+    assert 'href="/admin/"' in page(admin_browser.get("/quota/"))
     client = Client()
     client.force_login(alice)
-    assert 'href="/admin/"' not in page(client.get("/"))
+    assert 'href="/admin/"' not in page(client.get("/quota/"))

@@ -46,8 +46,11 @@ def test_admins_kill_jobs_through_the_same_service(admin_browser, job,
     assert "Killed 1 job(s)." in response.content.decode()
     job.refresh_from_db()
     assert (job.state, job.state_reason) == ("killed", "killed by root")
-    # Once committed: its replicas are stopped, and the owner's waiting jobs may be admitted.
-    assert len(callbacks) == 2
+    # Once committed: its replicas are stopped, the owner's waiting jobs may be admitted, and
+    # the dashboards hear of it.
+    assert {c.__qualname__ for c in callbacks} == {
+        "job_kill.<locals>.queue_halt", "admission_later.<locals>.queue",
+        "_after_commit.<locals>.send"}
 
     again = admin_browser.post("/admin/jobs/job/", {
         "action": "kill", "_selected_action": [job.pk]}, follow=True)

@@ -15,6 +15,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import channel_layers
 from django.conf import settings as django_settings
+from django.db import connections
 from django.test import Client
 
 from jobs import lines
@@ -24,7 +25,6 @@ from jobs.models import Job, Replica
 from jobs.services import job_delete
 from jobs.states import JobState, ReplicaState
 from jobs.transitions import job_transition, replica_transition
-from tests.conftest import close_server_connections
 from tests.ws import WebsocketCommunicator
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -47,12 +47,15 @@ def layer(request, settings):
 
 
 @pytest.fixture
-def app(layer, pfs_home, settings):
+async def app(layer, pfs_home, settings):
     settings.ALLOWED_HOSTS = ["testserver"]
     from paddlecloud.asgi import application
 
+    # The consumers' database calls run in asgiref's one sync thread, whose connection lives
+    # from test to test (and may have been cut by a live server's clean-up): a fresh one.
+    await sync_to_async(connections.close_all)()
     yield application
-    close_server_connections()  # the consumers' database threads
+    await sync_to_async(connections.close_all)()
 
 
 def session_cookie(user) -> bytes:
@@ -148,6 +151,7 @@ async def test_a_page_of_another_site_cannot_open_a_socket(app, alice):
         (b"cookie", await sync_to_async(session_cookie)(alice))])
     connected, _ = await socket.connect(timeout=TIMEOUT)
     assert not connected
+    await socket.disconnect()
 
 
 async def test_log_lines_from_the_file_then_live_then_the_end(app, alice, datacenter):
@@ -273,6 +277,35 @@ async def test_the_job_page_gets_a_snapshot_then_each_change(app, alice, datacen
     assert closed["code"] == 4404
 
 
+async def test_a_burst_of_changes_all_reach_the_page(app, alice, datacenter):
+    """Changes that come while the page is being sent the last ones are sent too."""
+    job = await sync_to_async(make_job)(alice, datacenter, trainers=8, state=JobState.STARTING)
+    await sync_to_async(Replica.objects.filter(job=job).update)(state=ReplicaState.STARTING)
+    socket = await connect(app, "/ws/jobs/train/", alice)
+    assert [(await receive(socket))["type"] for _ in range(3)] == ["job", "workers", "events"]
+
+    def burst():
+        for replica in job.replicas.all():
+            replica_transition(replica, ReplicaState.RUNNING)
+        job_transition(job, JobState.RUNNING)
+        for replica in job.replicas.all():
+            replica_transition(replica, ReplicaState.SUCCEEDED, exit_code=0)
+        job_transition(job, JobState.SUCCEEDED, "every trainer exited 0")
+
+    await sync_to_async(in_a_worker_thread)(burst)
+    events, workers = [], None
+    while len(events) < 18:
+        message = await receive(socket)
+        if message["type"] == "event":
+            events.append(message["event"])
+        elif message["type"] == "workers":
+            workers = message["workers"]
+    assert events[-1]["to_state"] == "succeeded" and events[-1]["worker"] is None
+    assert len({(e["worker"], e["to_state"]) for e in events}) == 18  # each once
+    assert {w["state"] for w in workers} == {"succeeded"}
+    await socket.disconnect()
+
+
 async def test_the_job_list_hears_of_the_users_jobs_only(app, alice, make_user, datacenter):
     bob = await sync_to_async(make_user)("bob")
     socket = await connect(app, "/ws/jobs/", alice)
@@ -328,3 +361,22 @@ def test_pump_lines_end_is_published_once_the_writer_ended(tmp_path, layer):
     assert [line for batch in batches for line in batch["lines"]] == ["new", "tail"]
     assert batches[0]["first"] == 1 and batches[-1]["offset"] == 12
     assert end == {"type": "lines.end", "next": 3, "offset": 12}
+
+
+async def test_changes_marked_while_flushing_are_flushed_after():
+    from jobs.consumers import Coalescing
+
+    flushed, flushing = [], asyncio.Event()
+
+    async def flush(keys):
+        flushing.set()
+        await asyncio.sleep(0.2)  # a slow read of the database
+        flushed.append(sorted(keys))
+
+    changes = Coalescing(flush)
+    changes.mark(1)
+    changes.mark(2)
+    await flushing.wait()
+    changes.mark(3)  # while 1 and 2 are being sent
+    await asyncio.wait_for(changes.task, TIMEOUT)
+    assert flushed == [[1, 2], [3]]

@@ -1,0 +1,114 @@
+"""The submit form: every flag of ``paddlectl submit``, sent to ``jobs.services.job_submit`` as
+typed. The rules live in ``jobs.spec``; this form only collects the values, turns the env
+lines into a mapping, and puts the service's messages beside their fields."""
+
+from __future__ import annotations
+
+from django import forms
+
+from paddlecloud.errors import PaddleCloudError
+
+
+def _text(label: str, help_text: str = "", **attrs) -> forms.CharField:
+    return forms.CharField(label=label, required=False, help_text=help_text,
+                           widget=forms.TextInput(attrs=attrs))
+
+
+def _number(label: str, help_text: str = "", **attrs) -> forms.CharField:
+    # Kept as text: jobs.spec says what is wrong with a value, in the same words as the API.
+    return forms.CharField(label=label, required=False, help_text=help_text,
+                           widget=forms.NumberInput(attrs={"step": 1, **attrs}))
+
+
+class JobSubmitForm(forms.Form):
+    name = _text("Name", "lower-case letters, digits and '-', at most 40 characters",
+                 placeholder="fit-a-line", autocomplete="off", spellcheck="false")
+    package = _text("Trainer package", "a directory in PFS: pick one of your home or type "
+                    "a path", list="package-dirs", spellcheck="false")
+    entry = _text("Entry command", "what starts a replica", placeholder="python train.py",
+                  spellcheck="false")
+    image = _text("Image", "the runtime image; empty: the datacenter's", spellcheck="false")
+    registry = forms.ChoiceField(label="Registry credentials", required=False,
+                                 help_text="for a private image")
+    trainers = _number("Trainers", "the seeds' -parallelism (default 1)", min=1,
+                       placeholder="1")
+    cpu = _text("CPU per trainer", "1, 0.5 or 500m (default 1)", placeholder="1")
+    memory = _text("Memory per trainer", "1Gi, 512Mi (default 1Gi)", placeholder="1Gi")
+    gpu = _number("GPUs per trainer", "default 0", min=0, placeholder="0")
+    pservers = _number("Parameter servers", "none for collective jobs (default 0)", min=0,
+                       placeholder="0")
+    pscpu = _text("CPU per parameter server", "default 1", placeholder="1")
+    psmemory = _text("Memory per parameter server", "default 1Gi", placeholder="1Gi")
+    passes = _number("Passes", "given as PADDLE_INIT_NUM_PASSES (default 1)", min=1,
+                     placeholder="1")
+    env = forms.CharField(
+        label="Environment", required=False,
+        help_text="one KEY=VALUE a line, for every replica",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false",
+                                     "placeholder": "BATCH_SIZE=64"}))
+    restart_limit = _number("Restart limit", "how often a failed trainer is restarted "
+                            "(default 0)", min=0, placeholder="0")
+    deadline_seconds = _number("Deadline (seconds)", "fail the job if it runs longer", min=1)
+    ttl_seconds_after_finished = _number("Keep after finish (seconds)",
+                                         "delete the job this long after it ended", min=0)
+    topology = _text("Topology", "a PaddlePaddle v1 config file in the package (legacy)",
+                     spellcheck="false")
+
+    GROUPS = (
+        ("Job", ("name", "package", "entry")),
+        ("Trainers", ("trainers", "cpu", "memory", "gpu")),
+        ("Parameter servers", ("pservers", "pscpu", "psmemory")),
+        ("Runtime", ("image", "registry", "env", "passes", "restart_limit",
+                     "deadline_seconds", "ttl_seconds_after_finished", "topology")),
+    )
+
+    def __init__(self, *args, registries=(), default_image: str = "", **kwargs):
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+        self.fields["registry"].choices = [("", "none (a public image)")] + [
+            (name, name) for name in registries]
+        if default_image:
+            self.fields["image"].widget.attrs["placeholder"] = default_image
+
+    def groups(self):
+        """(legend, bound fields) for each fieldset of the page."""
+        return [(legend, [self[name] for name in names]) for legend, names in self.GROUPS]
+
+    def submission(self) -> dict | None:
+        """What ``job_submit`` takes: the values as typed, empty ones left out (the service's
+        defaults apply); None, with the errors on the form, when the env lines are malformed."""
+        if not self.is_valid():
+            return None
+        data = {key: value.strip() for key, value in self.cleaned_data.items()
+                if key != "env" and value and value.strip()}
+        env = self._env(self.cleaned_data.get("env", ""))
+        if env is None:
+            return None
+        if env:
+            data["env"] = env
+        return data
+
+    def _env(self, text: str) -> dict[str, str] | None:
+        env: dict[str, str] = {}
+        for number, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, sep, value = line.partition("=")
+            if not sep or not key.strip():
+                self.add_error("env", f"line {number}: write KEY=VALUE, not {line!r}")
+                return None
+            env[key.strip()] = value
+        return env
+
+    def add_service_error(self, exc: PaddleCloudError) -> None:
+        """The service's messages beside their fields (``env.KEY`` beside env); what names
+        no field of the form goes to the top."""
+        for field, messages in exc.fields.items():
+            name, _, key = field.partition(".")
+            target = name if name in self.fields else None
+            prefix = key if target else field
+            for message in messages:
+                self.add_error(target, f"{prefix}: {message}" if prefix else message)
+        if not exc.fields:
+            self.add_error(None, exc.message)

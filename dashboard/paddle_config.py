@@ -1,0 +1,36 @@
+"""What to paste to point ``paddlectl`` at this portal.
+
+``~/.paddle/config`` (``paddlectl.config``) names each datacenter's endpoint, username and
+password; it has no place for a token. ``paddlectl`` keeps its tokens beside it in
+``~/.paddle/tokens.json`` (``paddlectl.tokens``) and uses a token found there until it
+expires, logging in with the password only then. So a token created in the browser is used
+by pasting both: the config, and the token's entry in ``tokens.json``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from paddlectl.tokens import token_key
+
+PASSWORD_PLACEHOLDER = "YOUR-PASSWORD"  # noqa: S105 - what the user replaces
+
+
+def config_snippet(username: str, endpoint: str, datacenters, current: str | None) -> str:
+    """A whole ``~/.paddle/config`` for the user's datacenters at this portal."""
+    data = {"datacenters": [{"name": dc.name, "username": username,
+                             "password": PASSWORD_PLACEHOLDER, "endpoint": endpoint}
+                            for dc in datacenters],
+            "current-datacenter": current}
+    return yaml.safe_dump(data, default_flow_style=False, sort_keys=False)
+
+
+def tokens_snippet(endpoint: str, issued) -> str:
+    """``~/.paddle/tokens.json`` holding the token just issued."""
+    token = issued.token
+    key = token_key(endpoint, token.datacenter.name, token.user.username)
+    entry = {"token": issued.raw, "id": token.pk,
+             "expires_at": token.expires_at.isoformat().replace("+00:00", "Z")}
+    return json.dumps({key: entry}, indent=2) + "\n"

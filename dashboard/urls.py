@@ -1,0 +1,22 @@
+"""The dashboard's pages. Each page calls the same services as the API; the live parts (job
+states, log lines, metrics) come over the WebSockets in ``paddlecloud/routing.py``."""
+
+from django.urls import path
+
+from .views import account, files, jobs
+
+app_name = "dashboard"
+
+urlpatterns = [
+    path("jobs/", jobs.job_list, name="jobs"),
+    path("jobs/new/", jobs.job_submit, name="job-submit"),
+    path("jobs/<str:name>/", jobs.job_detail, name="job"),
+    path("jobs/<str:name>/kill", jobs.job_kill, name="job-kill"),
+    path("jobs/<str:name>/delete", jobs.job_delete, name="job-delete"),
+    path("jobs/<str:name>/logs/<str:worker>.log", jobs.job_log_download, name="job-log"),
+    path("files/", files.file_browse, name="files"),
+    path("registries/", account.registry_list, name="registries"),
+    path("quota/", account.quota, name="quota"),
+    path("tokens/", account.token_list, name="tokens"),
+    path("datacenter", account.datacenter_switch, name="datacenter"),
+]

@@ -1,0 +1,261 @@
+"""The account pages: registry credentials, quota, API tokens, and the datacenter switch.
+
+Each view checks a form, calls the service the API calls, and answers with the page:
+POST/redirect/GET with a message on success, the page again with errors beside the fields
+otherwise.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Q
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods, require_POST
+
+from accounts import selectors as account_selectors
+from accounts import services as account_services
+from accounts.models import ApiToken
+from jobs.admission import quota_report
+from jobs.states import FINAL_JOB_STATES
+from paddlecloud.errors import PaddleCloudError
+from registries import services as registry_services
+
+from ..confirm import confirm_page, confirmed
+from ..context import SESSION_KEY, dashboard_datacenter, dashboard_datacenters
+from ..forms_account import RegistryAddForm, RegistryChangeForm, TokenCreateForm
+from ..meters import meter
+from ..paddle_config import config_snippet, tokens_snippet
+from ..service_errors import form_error_add
+
+GET_POST = require_http_methods(["GET", "HEAD", "POST"])
+
+
+def _endpoint(request) -> str:
+    return request.build_absolute_uri("/").rstrip("/")
+
+
+# -- registries -------------------------------------------------------------------------------
+
+
+def _registry_rows(request, datacenter, failed: tuple[str, RegistryChangeForm] | None):
+    """Each credential, how many jobs that have not ended pull with it, and its change form:
+    open when asked for (``?change=NAME``), or bound with its errors when it failed."""
+    opened = request.GET.get("change")
+    registries = registry_services.registry_list(request.user, datacenter).annotate(
+        active_jobs=Count("jobs", filter=~Q(jobs__state__in=FINAL_JOB_STATES)))
+    rows = []
+    for registry in registries:
+        if failed is not None and failed[0] == registry.name:
+            form = failed[1]
+        else:
+            form = RegistryChangeForm(initial={"server": registry.server,
+                                               "username": registry.username},
+                                      auto_id=f"id_{registry.name}_%s")
+        rows.append({"registry": registry, "form": form,
+                     "open": registry.name in (failed and failed[0], opened)})
+    return rows
+
+
+@login_required
+@GET_POST
+def registry_list(request):
+    datacenter = dashboard_datacenter(request)
+    add_form, failed = RegistryAddForm(), None
+    if datacenter is not None and request.method == "POST":
+        action = request.POST.get("action")
+        if action == "add":
+            add_form = RegistryAddForm(request.POST)
+            if _registry_add(request, datacenter, add_form):
+                return redirect("dashboard:registries")
+        elif action == "change":
+            name = request.POST.get("name", "")
+            form = RegistryChangeForm(request.POST, auto_id=f"id_{name}_%s")
+            if _registry_change(request, datacenter, name, form):
+                return redirect("dashboard:registries")
+            failed = (name, form)
+        elif action == "delete":
+            return _registry_delete(request, datacenter, request.POST.get("name", ""))
+        else:
+            messages.error(request, "unknown action: nothing was changed")
+            return redirect("dashboard:registries")
+    rows = _registry_rows(request, datacenter, failed) if datacenter is not None else []
+    return render(request, "dashboard/registries.html",
+                  {"rows": rows, "add_form": add_form})
+
+
+def _registry_add(request, datacenter, form: RegistryAddForm) -> bool:
+    if not form.is_valid():
+        return False
+    try:
+        registry = registry_services.registry_create(request.user, datacenter,
+                                                     form.service_data())
+    except PaddleCloudError as exc:
+        form_error_add(form, exc)
+        return False
+    messages.success(request, f"Added registry credentials {registry.name!r} "
+                              f"({registry.username}@{registry.server}).")
+    return True
+
+
+def _registry_change(request, datacenter, name: str, form: RegistryChangeForm) -> bool:
+    if not form.is_valid():
+        return False
+    try:
+        registry_services.registry_update(request.user, datacenter, name, form.service_data())
+    except PaddleCloudError as exc:
+        if "registry" in exc.fields:  # gone meanwhile
+            messages.error(request, exc.message)
+            return True
+        form_error_add(form, exc)
+        return False
+    messages.success(request, f"Changed registry credentials {name!r}.")
+    return True
+
+
+def _registry_delete(request, datacenter, name: str):
+    if not confirmed(request):
+        return confirm_page(
+            request, title="Delete registry credentials?",
+            message=f"Jobs will no longer be able to pull images with {name!r}.",
+            button="Delete", cancel_url=reverse("dashboard:registries"))
+    try:
+        registry_services.registry_delete(request.user, datacenter, name)
+    except PaddleCloudError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Deleted registry credentials {name!r}.")
+    return redirect("dashboard:registries")
+
+
+# -- quota ------------------------------------------------------------------------------------
+
+METERS = (("cpu", "CPU"), ("memory", "Memory"), ("gpu", "GPUs"), ("jobs", "Running jobs"),
+          ("storage", "Storage"))
+
+
+def _meter(resource: str, label: str, figures: dict) -> dict:
+    return {"resource": resource, "label": label, "used": figures["used"],
+            "limit": figures["limit"], **meter(figures["used_value"], figures["limit_value"])}
+
+
+@login_required
+@require_http_methods(["GET", "HEAD"])
+def quota(request):
+    datacenters = dashboard_datacenters(request)
+    datacenter = dashboard_datacenter(request, datacenters)
+    meters = []
+    if datacenter is not None:
+        report = quota_report(request.user, datacenter)
+        meters = [_meter(resource, label, report[resource]) for resource, label in METERS]
+    rows = [(dc, account_selectors.quota_get(request.user, dc).limits()) for dc in datacenters]
+    return render(request, "dashboard/quota.html", {"meters": meters, "rows": rows})
+
+
+# -- tokens -----------------------------------------------------------------------------------
+
+SENT = "dashboard:tokens-sent"  # in the session: the token forms already sent (``once``)
+SENT_KEPT = 20
+
+
+@never_cache  # the page that shows a new token must not be kept by any cache
+@login_required
+@GET_POST
+def token_list(request):
+    datacenters = dashboard_datacenters(request)
+    current = dashboard_datacenter(request, datacenters)
+    form = TokenCreateForm(datacenters=datacenters, current=current)
+    issued = None
+    if request.method == "POST":
+        action = request.POST.get("action")
+        if action == "revoke":
+            return _token_revoke(request)
+        if action != "create":
+            messages.error(request, "unknown action: nothing was changed")
+            return redirect("dashboard:tokens")
+        form = TokenCreateForm(request.POST, datacenters=datacenters, current=current)
+        if form.is_valid() and form.cleaned_data["once"] in request.session.get(SENT, []):
+            messages.warning(request, "That form was sent already: its token was created and "
+                                      "shown once. Create another one if you did not copy it.")
+            return redirect("dashboard:tokens")
+        issued = _token_create(request, form)
+        if issued is not None:
+            form = TokenCreateForm(datacenters=datacenters, current=current)
+    tokens = list(ApiToken.objects.filter(user=request.user).select_related("datacenter"))
+    endpoint = _endpoint(request)
+    context = {"form": form, "issued": issued, "endpoint": endpoint,
+               "active": [t for t in tokens if t.state == "active"],
+               "inactive": [t for t in tokens if t.state != "active"]}
+    if datacenters:
+        shown = issued.token.datacenter if issued else current
+        context["config"] = config_snippet(request.user.username, endpoint, datacenters,
+                                           shown.name)
+    if issued:
+        context["tokens_json"] = tokens_snippet(endpoint, issued)
+    return render(request, "dashboard/tokens.html", context)
+
+
+def _token_create(request, form: TokenCreateForm):
+    """The token just issued (its raw value is shown on this answer only), or None."""
+    if not form.is_valid():
+        return None
+    data = form.cleaned_data
+    try:
+        issued = account_services.token_create(
+            request.user, datacenter_name=data["datacenter"], name=data["name"],
+            ttl_days=data["expires_in_days"])
+    except PaddleCloudError as exc:
+        form_error_add(form, exc)
+        return None
+    if data["once"]:
+        request.session[SENT] = [*request.session.get(SENT, [])[-(SENT_KEPT - 1):],
+                                 data["once"]]
+    return issued
+
+
+def _token_revoke(request):
+    token_id = request.POST.get("token", "")
+    if not token_id.isdigit():
+        messages.error(request, "token: which token to revoke is missing")
+        return redirect("dashboard:tokens")
+    if not confirmed(request):
+        return confirm_page(
+            request, title="Revoke this token?",
+            message="Scripts and paddlectl sessions using it will be refused from now on.",
+            button="Revoke", cancel_url=reverse("dashboard:tokens"))
+    try:
+        token = account_services.token_revoke(request.user, int(token_id))
+    except PaddleCloudError as exc:
+        messages.error(request, exc.message)
+    else:
+        label = f"{token.name} ({token.prefix}…)" if token.name else f"{token.prefix}…"
+        messages.success(request, f"Revoked token {label}.")
+    return redirect("dashboard:tokens")
+
+
+# -- datacenter -------------------------------------------------------------------------------
+
+
+def _safe_next(request) -> str:
+    target = request.POST.get("next", "")
+    if target.startswith("/") and url_has_allowed_host_and_scheme(
+            target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return target
+    return reverse("home")
+
+
+@login_required
+@require_POST
+def datacenter_switch(request):
+    """Act in another of the user's datacenters (kept in the session), then go back."""
+    name = request.POST.get("datacenter", "")
+    try:
+        account_selectors.membership_get(request.user, name)
+    except PaddleCloudError as exc:
+        messages.error(request, exc.message)
+    else:
+        request.session[SESSION_KEY] = name
+    return redirect(_safe_next(request))

@@ -1,0 +1,269 @@
+"""The job pages: list, submit, detail (workers, events, logs, training curves), kill and
+delete. Each view calls one of ``jobs.services``; the live parts come over the WebSockets of
+``jobs.consumers`` (``static/js/jobs.js`` and ``static/js/job.js``)."""
+
+from __future__ import annotations
+
+import asyncio
+from functools import wraps
+from pathlib import Path
+
+import yaml
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import prefetch_related_objects
+from django.http import Http404, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import content_disposition_header
+from django.views.decorators.http import require_http_methods
+
+from jobs import logs, services
+from jobs.admission import queue_position
+from jobs.backends import backend_for
+from jobs.serializers import JobSerializer
+from jobs.states import FINAL_JOB_STATES, JobState
+from paddlecloud.errors import ConflictError, NotFoundError, PaddleCloudError
+from pfs.services import pfs_list
+from registries.services import registry_list
+
+from ..context import dashboard_datacenter
+from ..forms import JobSubmitForm
+
+PAGE_SIZE = 50
+LOG_TAIL = 1000  # lines of a log the page is rendered with (before any script runs)
+LOG_KEEP = 20_000  # lines the log panel keeps; the script starts this far back
+PACKAGE_DIRS = 200  # directories of the home offered as packages
+PACKAGE_DEPTH = 3  # /home/u/jobs/NAME/pkg, where paddlectl uploads a local package
+PACKAGE_LISTINGS = 50  # directories listed to find them
+
+ACTIVE = [s for s in JobState.values if s not in FINAL_JOB_STATES]
+ENDED = [s for s in JobState.values if s in FINAL_JOB_STATES]
+STATE_FILTERS = {"all": [], "active": ACTIVE, "ended": ENDED,
+                 **{state: [state] for state in JobState.values}}
+
+
+def dashboard_page(view):
+    """Logged in (else to the login page and back), in the dashboard's datacenter (passed
+    to the view); a job that is not the user's is the normal 404 page."""
+
+    @login_required
+    @wraps(view)
+    def page(request, *args, **kwargs):
+        datacenter = dashboard_datacenter(request)
+        if datacenter is None:
+            return render(request, "dashboard/jobs/no_datacenter.html", status=403)
+        try:
+            return view(request, datacenter, *args, **kwargs)
+        except NotFoundError as exc:
+            raise Http404(exc.message) from None
+
+    return page
+
+
+def age(since, now=None) -> str:
+    """How long ago, as the list shows it (``static/js/jobs.js`` ticks it the same way)."""
+    seconds = max(0, int(((now or timezone.now()) - since).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+# -- list -------------------------------------------------------------------------------------
+
+@dashboard_page
+def job_list(request, datacenter):
+    chosen = request.GET.get("state") or "all"
+    search = request.GET.get("q", "").strip()
+    states = STATE_FILTERS.get(chosen)
+    if states is None:
+        messages.error(request, f"unknown state filter {chosen!r}: showing all jobs")
+        chosen, states = "all", []
+    jobs = services.job_list(request.user, datacenter, state=",".join(states), name=search)
+    page = Paginator(jobs, PAGE_SIZE).get_page(request.GET.get("page"))
+    now = timezone.now()
+    return render(request, "dashboard/jobs/list.html", {
+        "page": page,
+        "rows": [(job, age(job.created_at, now), queue_position(job)) for job in page],
+        "state": chosen, "states": states, "q": search,
+        "filters": [("all", "All"), ("active", "Active"), ("ended", "Ended")]
+        + [(state, state.capitalize()) for state in JobState.values],
+    })
+
+
+# -- submit -----------------------------------------------------------------------------------
+
+@dashboard_page
+def job_submit(request, datacenter):
+    form = JobSubmitForm(
+        request.POST or None, default_image=datacenter.image,
+        registries=registry_list(request.user, datacenter).values_list("name", flat=True))
+    plan, dry_run = None, "dry_run" in request.POST
+    if request.method == "POST" and (data := form.submission()) is not None:
+        try:
+            job, spec, objects = services.job_submit(request.user, datacenter,
+                                                     {**data, "dry_run": dry_run})
+        except PaddleCloudError as exc:
+            form.add_service_error(exc)
+        else:
+            if not dry_run:
+                messages.success(request, f"job {job.name} submitted")
+                return redirect("dashboard:job", name=job.name)
+            plan = {"job": services.job_spec_display(spec), "replicas": services.job_plan(spec),
+                    "objects": objects,
+                    "yaml": yaml.safe_dump_all(objects, default_flow_style=False,
+                                               sort_keys=False) if objects else ""}
+    return render(request, "dashboard/jobs/submit.html", {
+        "form": form, "plan": plan, "plan_asked": dry_run,
+        "package_dirs": package_dirs(request.user, datacenter),
+        "home": f"/pfs/{datacenter.name}/home/{request.user.username}",
+    })
+
+
+def package_dirs(user, datacenter) -> list[str]:
+    """Directories of the user's home that can be trainer packages, nearest first (job
+    outputs and hidden directories left out), within a bounded number of listings."""
+    try:
+        target, _, entries = pfs_list(user, datacenter,
+                                      f"/pfs/{datacenter.name}/home/{user.username}")
+    except (PaddleCloudError, OSError):
+        return []
+    storage, found, listings = target.storage, [], 1
+
+    def candidates(children):
+        return [e for e in children if e.type == "dir" and not e.name.startswith(".")
+                and e.name != "output" and not e.name.startswith("output-")]
+
+    queue = candidates(entries)
+    while queue and len(found) < PACKAGE_DIRS:
+        entry = queue.pop(0)
+        found.append(storage.display(entry.rel))
+        if len(entry.rel) < PACKAGE_DEPTH and listings < PACKAGE_LISTINGS:
+            listings += 1
+            try:
+                queue.extend(candidates(storage.listdir(entry.rel)))
+            except (PaddleCloudError, OSError):
+                continue
+    return found
+
+
+# -- detail -----------------------------------------------------------------------------------
+
+@dashboard_page
+def job_detail(request, datacenter, name: str):
+    job = services.job_get(request.user, datacenter, name)
+    prefetch_related_objects([job], "replicas")  # one query for the table and job_worker
+    workers = list(job.replicas.all())
+    try:
+        shown = services.job_worker(job, request.GET.get("worker"))
+    except NotFoundError:
+        shown = services.job_worker(job, None)
+    first, lines = log_tail(backend_for(job.datacenter).log_path(job, shown), LOG_TAIL)
+    return render(request, "dashboard/jobs/detail.html", {
+        "job": job, "spec": JobSerializer(job).data, "queue_position": queue_position(job),
+        "workers": workers, "events": job.events.select_related("replica"),
+        "active": job.state not in FINAL_JOB_STATES,
+        "questions": [question(job, "kill"), question(job, "delete")],
+        "log_worker": shown.name, "log_first": first, "log_lines": lines,
+        "log_from": max(0, first + len(lines) - LOG_KEEP),
+        "metrics_worker": services.job_worker(job, None).name,
+    })
+
+
+def log_tail(path: Path, count: int) -> tuple[int, list[str]]:
+    """The number of the first of the last ``count`` lines of a log (0-based), and them."""
+    offset = logs.tail_offset(path, count)
+    text = logs.read_from(path, offset).decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return _newlines(path, offset), lines
+
+
+def _newlines(path: Path, end: int) -> int:
+    counted = 0
+    try:
+        with path.open("rb") as f:
+            while end > 0 and (block := f.read(min(logs.BLOCK * 16, end))):
+                counted += block.count(b"\n")
+                end -= len(block)
+    except FileNotFoundError:
+        return 0
+    return counted
+
+
+# -- kill, delete, log download ---------------------------------------------------------------
+
+@require_http_methods(["GET", "POST"])
+@dashboard_page
+def job_kill(request, datacenter, name: str):
+    return _confirmed(request, datacenter, name, "kill")
+
+
+@require_http_methods(["GET", "POST"])
+@dashboard_page
+def job_delete(request, datacenter, name: str):
+    return _confirmed(request, datacenter, name, "delete")
+
+
+def _confirmed(request, datacenter, name: str, verb: str):
+    """GET: the confirmation page (without scripts; the job page asks in a dialog).
+    POST: do it; a job that has ended (kill) or not yet (delete) says why on the job page."""
+    job = services.job_get(request.user, datacenter, name)
+    if request.method == "GET":
+        return render(request, "dashboard/confirm_action.html", question(job, verb))
+    try:
+        if verb == "kill":
+            services.job_kill(request.user, datacenter, name)
+        else:
+            services.job_delete(request.user, datacenter, name)
+    except ConflictError as exc:
+        messages.error(request, exc.message)
+        return redirect("dashboard:job", name=name)
+    if verb == "kill":
+        messages.success(request, f"job {name} killed: its workers are being stopped")
+        return redirect("dashboard:job", name=name)
+    messages.success(request, f"job {name} deleted (its output stays in PFS)")
+    return redirect("dashboard:jobs")
+
+
+def question(job, verb: str) -> dict:
+    """What is asked before a kill or a delete: on the job page's dialog and on the
+    confirmation page (templates/dashboard/confirm_action.html)."""
+    output = f"/pfs/{job.datacenter.name}/home/{job.owner.username}/jobs/{job.name}/output"
+    if verb == "kill":
+        message = (f"Every worker is stopped and the job ends as killed. Its output and logs "
+                   f"stay in {output}.")
+    else:
+        message = (f"The job and its events are removed from your history. Its output and "
+                   f"logs stay in {output}.")
+    return {"verb": verb, "title": f"{verb.capitalize()} job {job.name}?", "message": message,
+            "button": f"{verb.capitalize()} {job.name}", "fields": [],
+            "action": reverse(f"dashboard:job-{verb}", args=[job.name]),
+            "cancel_url": reverse("dashboard:job", args=[job.name])}
+
+
+@dashboard_page
+def job_log_download(request, datacenter, name: str, worker: str):
+    """A worker's whole archived log as an attachment, streamed block by block (an async
+    iterator: the ASGI server would read a sync one into memory first)."""
+    job = services.job_get(request.user, datacenter, name)
+    replica = services.job_worker(job, worker)
+    path = backend_for(job.datacenter).log_path(job, replica)
+    response = StreamingHttpResponse(_blocks(path), content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = content_disposition_header(
+        as_attachment=True, filename=f"{job.name}-{replica.name}.log")
+    return response
+
+
+async def _blocks(path: Path):
+    try:
+        log = path.open("rb")
+    except FileNotFoundError:  # not started yet: nothing written
+        return
+    with log:
+        while block := await asyncio.to_thread(log.read, logs.BLOCK):
+            yield block

@@ -1,0 +1,121 @@
+// A small SVG line chart of one metric against the training step: axes with "nice" ticks,
+// the curve, and its points while there are few of them. No library.
+"use strict";
+
+(function () {
+  const SVG = "http://www.w3.org/2000/svg";
+  const WIDTH = 360;
+  const HEIGHT = 200;
+  const MARGIN = { top: 10, right: 14, bottom: 30, left: 54 };
+  const MAX_DRAWN = 1500; // points drawn at most: a long run is thinned evenly
+  const DOTS_UP_TO = 60; // points marked with a dot while there are at most this many
+
+  function el(name, attrs = {}, parent = null) {
+    const node = document.createElementNS(SVG, name);
+    for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+    if (parent) parent.appendChild(node);
+    return node;
+  }
+
+  // 1, 2 or 5 times a power of ten, near range / count.
+  function niceStep(range, count) {
+    const raw = range / Math.max(1, count);
+    const power = 10 ** Math.floor(Math.log10(raw));
+    const fraction = raw / power;
+    return (fraction <= 1 ? 1 : fraction <= 2 ? 2 : fraction <= 5 ? 5 : 10) * power;
+  }
+
+  // The domain widened to whole ticks, and the ticks in it.
+  function ticks(lo, hi, count, { integer = false } = {}) {
+    if (lo === hi) {
+      const pad = integer ? 1 : Math.abs(lo) * 0.1 || 1;
+      lo -= pad;
+      hi += pad;
+    }
+    let step = niceStep(hi - lo, count);
+    if (integer) step = Math.max(1, Math.round(step));
+    const start = Math.floor(lo / step) * step;
+    const end = Math.ceil(hi / step) * step;
+    const values = [];
+    for (let v = start; v <= end + step / 2; v += step) values.push(Number(v.toPrecision(12)));
+    return { lo: start, hi: end, values };
+  }
+
+  function format(value) {
+    const size = Math.abs(value);
+    if (value !== 0 && (size >= 1e5 || size < 1e-3)) return value.toExponential(1);
+    return String(Number(value.toPrecision(4)));
+  }
+
+  function thin(points) {
+    if (points.length <= MAX_DRAWN) return points;
+    const every = points.length / MAX_DRAWN;
+    const kept = [];
+    for (let i = 0; i < MAX_DRAWN; i++) kept.push(points[Math.floor(i * every)]);
+    kept.push(points[points.length - 1]);
+    return kept;
+  }
+
+  function extent(points, index) {
+    let lo = Infinity;
+    let hi = -Infinity;
+    for (const point of points) {
+      if (point[index] < lo) lo = point[index];
+      if (point[index] > hi) hi = point[index];
+    }
+    return [lo, hi];
+  }
+
+  // Draw `points` ([step, value], in the order reported) into `svg`, replacing what was there.
+  function draw(svg, name, points) {
+    svg.replaceChildren();
+    svg.setAttribute("viewBox", `0 0 ${WIDTH} ${HEIGHT}`);
+    svg.setAttribute("role", "img");
+    svg.dataset.points = String(points.length);
+    const last = points[points.length - 1];
+    el("title", {}, svg).textContent = name;
+    el("desc", {}, svg).textContent = points.length
+      ? `${name} against step: ${points.length} points, last ${format(last[1])} at step ${last[0]}`
+      : `${name}: no points yet`;
+    if (!points.length) return;
+
+    const [steps, values] = [extent(points, 0), extent(points, 1)];
+    const x = ticks(steps[0], steps[1], 5, { integer: true });
+    const y = ticks(values[0], values[1], 4);
+    const left = MARGIN.left;
+    const right = WIDTH - MARGIN.right;
+    const top = MARGIN.top;
+    const bottom = HEIGHT - MARGIN.bottom;
+    const sx = (v) => left + ((v - x.lo) / (x.hi - x.lo)) * (right - left);
+    const sy = (v) => bottom - ((v - y.lo) / (y.hi - y.lo)) * (bottom - top);
+
+    const axes = el("g", { class: "axes" }, svg);
+    for (const v of y.values) {
+      const py = sy(v).toFixed(1);
+      el("line", { class: "grid", x1: left, x2: right, y1: py, y2: py }, axes);
+      el("text", { class: "tick y", x: left - 6, y: py, "text-anchor": "end",
+        "dominant-baseline": "middle" }, axes).textContent = format(v);
+    }
+    for (const v of x.values) {
+      const px = sx(v).toFixed(1);
+      el("line", { class: "tick-mark", x1: px, x2: px, y1: bottom, y2: bottom + 4 }, axes);
+      el("text", { class: "tick x", x: px, y: bottom + 16, "text-anchor": "middle" }, axes)
+        .textContent = format(v);
+    }
+    el("line", { class: "axis", x1: left, x2: right, y1: bottom, y2: bottom }, axes);
+    el("line", { class: "axis", x1: left, x2: left, y1: top, y2: bottom }, axes);
+    el("text", { class: "label", x: right, y: HEIGHT - 2, "text-anchor": "end" }, axes)
+      .textContent = "step";
+
+    const drawn = thin(points);
+    const path = drawn.map(([s, v], i) => `${i ? "L" : "M"}${sx(s).toFixed(1)},${sy(v).toFixed(1)}`);
+    el("path", { class: "curve", d: path.join("") }, svg);
+    const dots = el("g", { class: "points" }, svg);
+    const marked = points.length <= DOTS_UP_TO ? points : [last];
+    for (const [s, v] of marked) {
+      el("circle", { cx: sx(s).toFixed(1), cy: sy(v).toFixed(1), r: 2.5 }, dots);
+    }
+  }
+
+  window.PaddleCloudChart = { draw, ticks, format };
+})();

@@ -1,0 +1,354 @@
+// The job page, live: state, workers and events from /ws/jobs/<name>/, a worker's log from
+// …/logs/ (follow or pause, search, at most LOG_KEEP lines kept), training curves from
+// …/metrics/, and the kill/delete confirmation dialogs.
+"use strict";
+
+document.addEventListener("DOMContentLoaded", () => {
+  const PC = window.PaddleCloud;
+  const { setTime, utc, fillState, FINAL } = PC.jobs;
+  const root = document.getElementById("job");
+  if (!root) return;
+  const byId = (id) => document.getElementById(id);
+  const base = `/ws/jobs/${encodeURIComponent(root.dataset.name)}/`;
+  const sockets = new Set();
+
+  function open(path, options) {
+    const socket = PC.live(path, { onGone: gone, ...options });
+    sockets.add(socket);
+    return socket;
+  }
+
+  function closeSocket(socket) {
+    if (!socket) return;
+    socket.close();
+    sockets.delete(socket);
+  }
+
+  // -- kill and delete: asked in a <dialog> (the links lead to a confirmation page) ----------
+
+  for (const trigger of document.querySelectorAll("[data-dialog]")) {
+    trigger.addEventListener("click", (event) => {
+      const dialog = byId(trigger.dataset.dialog);
+      if (!dialog || typeof dialog.showModal !== "function") return;
+      event.preventDefault();
+      dialog.showModal();
+    });
+  }
+  for (const button of document.querySelectorAll("dialog [data-close]")) {
+    button.addEventListener("click", () => button.closest("dialog").close());
+  }
+
+  // -- the job: state, workers, events -------------------------------------------------------
+
+  const gone = () => {
+    if (root.dataset.state === "gone") return;
+    root.dataset.state = "gone";
+    byId("job-gone").hidden = false;
+    byId("kill").hidden = true;
+    byId("delete").hidden = true;
+    for (const socket of [...sockets]) closeSocket(socket);
+  };
+
+  function showJob(job) {
+    root.dataset.state = job.state;
+    fillState(byId("job-state").querySelector('[data-field="state"]'), job);
+    for (const field of ["started_at", "finished_at"]) {
+      setTime(root.querySelector(`.spec time[data-field="${field}"]`), job[field],
+        { seconds: true });
+    }
+    const ended = FINAL.has(job.state);
+    byId("kill").hidden = ended;
+    byId("delete").hidden = !ended;
+    if (ended && byId("confirm-kill").open) byId("confirm-kill").close();
+  }
+
+  const clock = (iso) => (iso ? utc(iso, { seconds: true }).slice(11) : "");
+
+  function fill(node, field, text) {
+    const target = node.querySelector(`[data-field="${field}"]`);
+    target.textContent = text ?? "";
+    return target;
+  }
+
+  function workerRow(worker) {
+    const row = byId("worker-row").content.firstElementChild.cloneNode(true);
+    row.dataset.name = worker.name;
+    fill(row, "name", worker.name);
+    fill(row, "state", worker.state).className = `badge state-${worker.state}`;
+    const reason = fill(row, "reason", worker.reason);
+    reason.title = worker.reason || "";
+    reason.hidden = !worker.reason;
+    fill(row, "restarts", worker.restarts);
+    fill(row, "exit_code", worker.exit_code);
+    fill(row, "host", worker.host);
+    for (const field of ["started_at", "finished_at"]) {
+      const time = fill(row, field, clock(worker[field]));
+      time.dateTime = worker[field] || "";
+    }
+    return row;
+  }
+
+  function eventItem(event) {
+    const item = byId("event-item").content.firstElementChild.cloneNode(true);
+    item.className = `event to-${event.to_state}`;
+    const time = fill(item, "time", utc(event.time, { seconds: true }));
+    time.dateTime = event.time;
+    fill(item, "who", event.worker || "job");
+    fill(item, "from_state", event.from_state || "—");
+    fill(item, "to_state", event.to_state).className = `badge state-${event.to_state}`;
+    fill(item, "reason", event.reason);
+    return item;
+  }
+
+  // The timeline scrolls: its newest events stay in view unless the reader scrolled up.
+  function keepLatestInView(list, change, always = false) {
+    const atEnd = list.scrollHeight - list.scrollTop - list.clientHeight < 8;
+    change(list);
+    if (always || atEnd) list.scrollTop = list.scrollHeight;
+  }
+
+  open(base, {
+    onMessage(message) {
+      switch (message.type) {
+        case "job": showJob(message.job); break;
+        case "workers": byId("workers").tBodies[0].replaceChildren(
+          ...message.workers.map(workerRow)); break;
+        case "events": keepLatestInView(byId("events"), (list) =>
+          list.replaceChildren(...message.events.map(eventItem)), true); break;
+        case "event": keepLatestInView(byId("events"), (list) =>
+          list.append(eventItem(message.event))); break;
+        case "job_deleted": gone(); break;
+        default: break;
+      }
+    },
+  });
+
+  // -- logs ---------------------------------------------------------------------------------
+
+  const LOG_KEEP = 20_000;
+  const log = byId("log");
+  const logStatus = byId("log-status");
+  const follow = byId("log-follow");
+  const search = byId("log-search");
+  const workerPicker = byId("log-worker");
+  const download = byId("log-download");
+  const logState = { worker: root.dataset.logWorker, socket: null, paused: false, pending: [],
+    held: 0, stale: true, ended: false, query: "", connection: "live" };
+
+  // A line as it is, or, while searching, hidden unless it matches, its matches marked.
+  function applySearch(line) {
+    const text = line.textContent;
+    const query = logState.query;
+    const lower = query ? text.toLowerCase() : "";
+    let at = query ? lower.indexOf(query) : -1;
+    if (line.firstElementChild) line.textContent = text;
+    line.hidden = Boolean(query) && at < 0;
+    if (at < 0) return;
+    const parts = [];
+    let from = 0;
+    while (at >= 0) {
+      parts.push(text.slice(from, at));
+      const mark = document.createElement("mark");
+      mark.textContent = text.slice(at, at + query.length);
+      parts.push(mark);
+      from = at + query.length;
+      at = lower.indexOf(query, from);
+    }
+    parts.push(text.slice(from));
+    line.replaceChildren(...parts);
+  }
+
+  function showLogStatus() {
+    const lines = log.childElementCount;
+    const parts = [];
+    if (!lines) parts.push(`${logState.worker} has written nothing yet`);
+    else {
+      parts.push(`${logState.worker}: lines ${log.firstElementChild.dataset.n}–` +
+        `${log.lastElementChild.dataset.n}`);
+    }
+    if (logState.query) {
+      const matching = log.querySelectorAll(".line:not([hidden])").length;
+      parts.push(`${matching} matching “${search.value.trim()}”`);
+    }
+    if (logState.paused) parts.push(`paused, ${logState.held} new line${logState.held === 1 ? "" : "s"} held`);
+    if (logState.ended) parts.push("the worker has ended");
+    else if (logState.connection === "reconnecting") parts.push("reconnecting…");
+    logStatus.textContent = parts.join(" · ");
+  }
+
+  function appendLines(first, lines) {
+    if (lines.length > LOG_KEEP) {
+      first += lines.length - LOG_KEEP;
+      lines = lines.slice(-LOG_KEEP);
+    }
+    const fragment = document.createDocumentFragment();
+    lines.forEach((text, k) => {
+      const line = document.createElement("div");
+      line.className = "line";
+      line.dataset.n = String(first + k + 1);
+      line.textContent = text;
+      if (logState.query) applySearch(line);
+      fragment.appendChild(line);
+    });
+    log.appendChild(fragment);
+    for (let extra = log.childElementCount - LOG_KEEP; extra > 0; extra--) {
+      log.firstElementChild.remove();
+    }
+    log.scrollTop = log.scrollHeight;
+  }
+
+  function receiveLines(first, lines) {
+    if (logState.stale) {
+      // The lines the page came with: the socket sends them again, numbered the same. They
+      // are replaced, even while paused (then only up to the last line already shown).
+      const shown = Number(log.lastElementChild?.dataset.n || 0);
+      log.replaceChildren();
+      logState.stale = false;
+      if (logState.paused) {
+        const again = Math.max(0, Math.min(lines.length, shown - first));
+        appendLines(first, lines.slice(0, again));
+        first += again;
+        lines = lines.slice(again);
+      }
+    }
+    if (logState.paused) {
+      logState.pending.push([first, lines]);
+      logState.held += lines.length;
+      while (logState.held - logState.pending[0][1].length > LOG_KEEP) {
+        logState.held -= logState.pending.shift()[1].length;
+      }
+    } else {
+      appendLines(first, lines);
+    }
+    showLogStatus();
+  }
+
+  function startLog(worker, from, { keep = false } = {}) {
+    closeSocket(logState.socket);
+    Object.assign(logState, { worker, pending: [], held: 0, stale: keep, ended: false });
+    if (!keep) log.replaceChildren();
+    log.setAttribute("aria-label", `Log of ${worker}`);
+    download.href = root.dataset.logUrl.replace("__worker__", encodeURIComponent(worker));
+    download.textContent = `Download ${worker}.log`;
+    logState.socket = open(`${base}logs/`, {
+      params: { worker, from },
+      onMessage(message) {
+        if (message.type === "lines") receiveLines(message.first, message.lines);
+        else if (message.type === "end") {
+          if (logState.stale) receiveLines(message.next, []);
+          logState.ended = true;
+          showLogStatus();
+        }
+      },
+      onRefused(error) { logStatus.textContent = error?.message || "this log cannot be shown"; },
+      onStatus(connection) { logState.connection = connection; showLogStatus(); },
+    });
+    showLogStatus();
+  }
+
+  follow.hidden = false;
+  follow.addEventListener("click", () => {
+    logState.paused = !logState.paused;
+    follow.setAttribute("aria-pressed", String(!logState.paused));
+    if (!logState.paused) {
+      for (const [first, lines] of logState.pending) appendLines(first, lines);
+      logState.pending = [];
+      logState.held = 0;
+    }
+    showLogStatus();
+  });
+
+  search.disabled = false;
+  let searchTimer = null;
+  search.addEventListener("input", () => {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(() => {
+      logState.query = search.value.trim().toLowerCase();
+      for (const line of log.children) applySearch(line);
+      showLogStatus();
+    }, 150);
+  });
+  byId("log-tools").addEventListener("submit", (event) => event.preventDefault());
+
+  workerPicker.addEventListener("change", () => {
+    const url = new URL(location.href);
+    url.searchParams.set("worker", workerPicker.value);
+    history.replaceState(null, "", url);
+    startLog(workerPicker.value, 0);
+  });
+
+  startLog(logState.worker, Number(root.dataset.logFrom) || 0, { keep: true });
+
+  // -- training curves ----------------------------------------------------------------------
+
+  const charts = byId("charts");
+  const chartsEmpty = byId("charts-empty");
+  const metrics = { socket: null, series: new Map(), dirty: new Set(), frame: 0 };
+  const { draw, format } = window.PaddleCloudChart;
+
+  function seriesFor(name) {
+    let series = metrics.series.get(name);
+    if (series) return series;
+    const figure = document.createElement("figure");
+    figure.className = "chart";
+    figure.dataset.metric = name;
+    const caption = document.createElement("figcaption");
+    const title = document.createElement("span");
+    title.className = "name";
+    title.textContent = name;
+    const last = document.createElement("span");
+    last.className = "last";
+    caption.append(title, " ", last);
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    figure.append(caption, svg);
+    series = { points: [], svg, last };
+    metrics.series.set(name, series);
+    // "loss" first, then by name
+    const order = (n) => (n === "loss" ? "" : n);
+    const after = [...charts.children].find((f) => order(f.dataset.metric) > order(name));
+    charts.insertBefore(figure, after || null);
+    chartsEmpty.hidden = true;
+    return series;
+  }
+
+  function redraw() {
+    metrics.frame = 0;
+    for (const name of metrics.dirty) {
+      const series = metrics.series.get(name);
+      draw(series.svg, name, series.points);
+      const [step, value] = series.points[series.points.length - 1];
+      series.last.textContent = `${format(value)} at step ${step}`;
+    }
+    metrics.dirty.clear();
+  }
+
+  function receiveRecords(records) {
+    for (const record of records) {
+      if (!record || typeof record.step !== "number" || !record.metrics) continue;
+      for (const [name, value] of Object.entries(record.metrics)) {
+        if (typeof value !== "number" || !Number.isFinite(value)) continue;
+        seriesFor(name).points.push([record.step, value]);
+        metrics.dirty.add(name);
+      }
+    }
+    if (metrics.dirty.size && !metrics.frame) metrics.frame = requestAnimationFrame(redraw);
+  }
+
+  function startMetrics(worker) {
+    closeSocket(metrics.socket);
+    metrics.series.clear();
+    metrics.dirty.clear();
+    charts.replaceChildren();
+    chartsEmpty.hidden = false;
+    metrics.socket = open(`${base}metrics/`, {
+      params: { worker, from: 0 },
+      onMessage(message) {
+        if (message.type === "metrics") receiveRecords(message.records);
+      },
+      onRefused(error) { chartsEmpty.textContent = error?.message || "no metrics"; },
+    });
+  }
+
+  byId("metrics-worker")?.addEventListener("change", (event) => startMetrics(event.target.value));
+  startMetrics(root.dataset.metricsWorker);
+});

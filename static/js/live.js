@@ -1,0 +1,125 @@
+// The live parts of the job pages: a WebSocket of jobs/consumers.py that reconnects with
+// backoff and resumes where it stopped (`from` = the last `next`), and the helpers both pages
+// use to show a job's state, an age or a time the way the server renders them.
+"use strict";
+
+(function () {
+  const PC = window.PaddleCloud;
+
+  // Open `path` (e.g. /ws/jobs/) with `params`; call onMessage(msg) for each message.
+  // A message with `next` moves `from` on, so a reconnection neither loses nor repeats.
+  // Ends for good on {"type": "end"}, on close(), and on the portal's close codes:
+  // 4401 → the login page and back; 4404 → onGone(message); 4400/4403 → onRefused(message).
+  function live(path, { params = {}, onMessage, onGone, onRefused, onStatus = () => {} }) {
+    const query = { ...params };
+    let socket = null;
+    let stopped = false;
+    let attempt = 0;
+    let timer = null;
+    let lastError = null;
+
+    function url() {
+      const search = new URLSearchParams();
+      for (const [key, value] of Object.entries(query)) {
+        if (value !== undefined && value !== null && value !== "") search.set(key, value);
+      }
+      if (PC.datacenter()) search.set("datacenter", PC.datacenter());
+      const text = search.toString();
+      return PC.wsUrl(text ? `${path}?${text}` : path);
+    }
+
+    function connect() {
+      timer = null;
+      socket = new WebSocket(url());
+      socket.addEventListener("open", () => { attempt = 0; onStatus("live"); });
+      socket.addEventListener("message", (event) => {
+        let message;
+        try { message = JSON.parse(event.data); } catch (_) { return; }
+        if (typeof message.next === "number") query.from = message.next;
+        if (message.type === "error") { lastError = message; return; }
+        if (message.type === "end") stopped = true;
+        onMessage(message);
+      });
+      socket.addEventListener("close", (event) => {
+        socket = null;
+        if (stopped) return;
+        if (event.code === PC.WS_CLOSE.NOT_LOGGED_IN) {
+          stopped = true;
+          PC.loginAgain();
+        } else if (event.code === PC.WS_CLOSE.NOT_FOUND) {
+          stopped = true;
+          onGone?.(lastError);
+        } else if (event.code === PC.WS_CLOSE.BAD_REQUEST || event.code === 4403) {
+          stopped = true;
+          (onRefused || onGone)?.(lastError);
+        } else {
+          attempt += 1;
+          const delay = Math.min(30_000, 500 * 2 ** Math.min(attempt, 6));
+          onStatus("reconnecting", delay);
+          timer = setTimeout(connect, delay * (0.75 + Math.random() / 2));
+        }
+      });
+    }
+
+    // Reconnect at once (not after the backoff) when the browser is back online or the tab
+    // is shown again.
+    function hurry() {
+      if (!stopped && timer !== null) { clearTimeout(timer); connect(); }
+    }
+    const shown = () => { if (!document.hidden) hurry(); };
+    window.addEventListener("online", hurry);
+    document.addEventListener("visibilitychange", shown);
+
+    connect();
+    return {
+      close() {
+        stopped = true;
+        window.removeEventListener("online", hurry);
+        document.removeEventListener("visibilitychange", shown);
+        if (timer !== null) clearTimeout(timer);
+        if (socket && socket.readyState <= WebSocket.OPEN) socket.close(1000);
+      },
+      get ended() { return stopped; },
+    };
+  }
+
+  // "12s", "5m", "3h", "2d": as dashboard.views.jobs.age renders it.
+  function age(iso, now = Date.now()) {
+    const seconds = Math.max(0, Math.floor((now - Date.parse(iso)) / 1000));
+    for (const [unit, size] of [["d", 86400], ["h", 3600], ["m", 60]]) {
+      if (seconds >= size) return `${Math.floor(seconds / size)}${unit}`;
+    }
+    return `${seconds}s`;
+  }
+
+  // An API time (ISO 8601, UTC) as the templates render it: "2025-01-31 12:34" (+ ":56").
+  function utc(iso, { seconds = false } = {}) {
+    if (!iso) return "";
+    const text = new Date(iso).toISOString().replace("T", " ");
+    return text.slice(0, seconds ? 19 : 16);
+  }
+
+  function setTime(element, iso, options) {
+    element.dateTime = iso || "";
+    element.textContent = utc(iso, options);
+  }
+
+  // The state cell of templates/dashboard/jobs/_state.html, from an API job.
+  function fillState(cell, job) {
+    const label = cell.querySelector('[data-part="label"]');
+    label.textContent = job.state;
+    label.className = `badge state-${job.state}`;
+    const queue = cell.querySelector('[data-part="queue"]');
+    queue.textContent = job.queue_position ? `#${job.queue_position}` : "";
+    queue.hidden = !job.queue_position;
+    const reason = cell.querySelector('[data-part="reason"]');
+    reason.textContent = job.state_reason || "";
+    reason.title = job.state_reason || "";
+    reason.hidden = !job.state_reason;
+  }
+
+  const FINAL = new Set(["succeeded", "failed", "killed"]);
+
+  PC.live = live;
+  PC.jobs = { age, utc, setTime, fillState, FINAL };
+})();
