@@ -152,7 +152,7 @@ def test_submit_records_an_admitted_job_and_queues_one_start(
     assert len(starts) == 1
     queued = []
     monkeypatch.setattr("jobs.tasks.job_start.delay", queued.append)
-    callbacks[0]()
+    starts[0]()
     assert queued == [Job.objects.get(name="fit-a-line").pk]
 
 

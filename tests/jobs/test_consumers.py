@@ -33,7 +33,7 @@ TIMEOUT = 10
 
 
 @pytest.fixture(params=["redis", "in-process"])
-def layer(request, settings):
+async def layer(request, settings):
     """Each test runs on both channel layers."""
     if request.param == "redis":
         config = copy.deepcopy(django_settings.CHANNEL_LAYERS["default"])
@@ -43,6 +43,10 @@ def layer(request, settings):
     settings.CHANNEL_LAYERS = {"default": config}
     channel_layers.backends.clear()
     yield request.param
+    if request.param == "redis":
+        # Before the test's event loop ends: a channels-redis receive that is cancelled while
+        # its connection is open can keep waiting on Redis (redis-py 8) and hold up the loop.
+        await channel_layers["default"].close_pools()
     channel_layers.backends.clear()
 
 
