@@ -22,10 +22,9 @@ from paddlecloud.errors import AuthenticationError, PaddleCloudError, Validation
 from . import lines, services
 from .backends import backend_for
 from .live import job_group, jobs_group
-from .metrics import metric_record, metrics_path
-from .models import Replica
+from .metrics import metric_records, metrics_path
+from .models import replica_ended
 from .serializers import EventSerializer, JobSerializer, WorkerSerializer
-from .states import FINAL_REPLICA_STATES
 
 COALESCE_SECONDS = 0.05  # changes that come together are sent together
 WATCH_SECONDS = 5.0  # a follower checks the file itself this often (a lost message, no pump)
@@ -209,10 +208,8 @@ class LinesConsumer(PortalConsumer):
     def path(self, job, replica):
         raise NotImplementedError
 
-    @database_sync_to_async
-    def ended(self) -> bool:
-        state = Replica.objects.filter(pk=self.replica_id).values_list("state", flat=True)
-        return state.first() in (None, *FINAL_REPLICA_STATES)
+    async def ended(self) -> bool:
+        return await database_sync_to_async(replica_ended)(self.replica_id)
 
     async def disconnect(self, code):
         if self.source is not None:
@@ -302,7 +299,5 @@ class MetricsConsumer(LinesConsumer):
         return metrics_path(job, replica)
 
     def message(self, first, batch):
-        records = [r for seq, line in enumerate(batch, first)
-                   if (r := metric_record(seq, line)) is not None]
         return {"type": "metrics", "first": first, "next": first + len(batch),
-                "records": records}
+                "records": metric_records(first, batch)}

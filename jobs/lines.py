@@ -104,6 +104,21 @@ def lines_end(path: Path) -> Cursor:
     return cursor
 
 
+def lines_tail(path: Path, count: int) -> tuple[int, list[str]]:
+    """The last ``count`` lines of the file as it is now (a last one without its newline
+    counts), and the number of the first of them: what a page shows before it follows."""
+    if count <= 0:
+        return lines_end(path).line, []
+    end = lines_end(path)
+    unfinished = _size(path) > end.offset
+    cursor = Cursor()
+    lines_skip(path, cursor, max(0, end.line - count + unfinished))
+    first, tail = cursor.line, []
+    while len(tail) < count and (batch := lines_read(path, cursor, ended=True)):
+        tail += batch
+    return first, tail[:count]
+
+
 # ---------------------------------------------------------------------------------------------
 # Pumps: one per followed file, publishing what is written to the file's group.
 

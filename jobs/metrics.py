@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .backends.files import output_dir
 from .backends.processes import metrics_relpath
+from .lines import Cursor, lines_read, lines_skip
 
 RESERVED = ("step", "time")
 
@@ -74,24 +75,25 @@ def metric_record(seq: int, line: str | bytes) -> dict | None:
     return {"seq": seq, "step": step, "time": moment, "metrics": metrics}
 
 
+def metric_records(first: int, lines: list[str]) -> list[dict]:
+    """The records among ``lines``, which are lines ``first``, ``first + 1``, … of a file."""
+    return [record for seq, line in enumerate(lines, first)
+            if (record := metric_record(seq, line)) is not None]
+
+
 def metrics_read(path: Path, first: int = 0) -> tuple[list[dict], int]:
     """The records of lines ``first`` on, and the number of the next line to read (``first``
     when there is nothing new, or no file yet). Only complete lines are read."""
     if first < 0:
         raise ValueError(f"first must be >= 0, got {first}")
+    cursor = Cursor()
+    lines_skip(path, cursor, first)
+    if cursor.line < first:  # the file has fewer lines
+        return [], first
     records: list[dict] = []
-    seq = 0
-    try:
-        with Path(path).open("rb") as file:
-            for line in file:
-                if not line.endswith(b"\n"):
-                    break  # still being written
-                if seq >= first and (record := metric_record(seq, line)) is not None:
-                    records.append(record)
-                seq += 1
-    except FileNotFoundError:  # nothing reported yet
-        pass
-    return records, max(seq, first)
+    while batch := lines_read(path, cursor):
+        records += metric_records(cursor.line - len(batch), batch)
+    return records, cursor.line
 
 
 def metric_names(records: list[dict]) -> list[str]:

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from .states import JobState, ReplicaState
+from .states import FINAL_REPLICA_STATES, JobState, ReplicaState
 
 
 class Job(models.Model):
@@ -107,6 +107,13 @@ class Replica(models.Model):
     def name(self) -> str:
         """As users name workers: ``trainer-0``, ``pserver-1``."""
         return f"{self.role}-{self.index}"
+
+
+def replica_ended(replica_id: int) -> bool:
+    """Whether the replica will write no more: it is in a final state, or gone with its job.
+    (Asked by whoever follows its log, and before the last read, so nothing is missed.)"""
+    state = Replica.objects.filter(pk=replica_id).values_list("state", flat=True).first()
+    return state is None or state in FINAL_REPLICA_STATES
 
 
 class JobEvent(models.Model):

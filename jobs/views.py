@@ -19,7 +19,7 @@ from . import logs, services
 from .admission import quota_report
 from .backends import backend_for
 from .metrics import metrics_get
-from .models import Replica
+from .models import replica_ended
 from .serializers import (
     DryRunSerializer,
     EventSerializer,
@@ -30,7 +30,6 @@ from .serializers import (
     WorkerSerializer,
 )
 from .services import job_plan, job_spec_display
-from .states import FINAL_REPLICA_STATES
 
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409)}
 MAX_TAIL = 100_000
@@ -144,12 +143,8 @@ class JobLogsView(APIView):
             return HttpResponse(logs.read_from(path, offset),
                                 content_type="text/plain; charset=utf-8")
 
-        @sync_to_async
-        def finished() -> bool:
-            state = Replica.objects.filter(pk=replica.pk).values_list("state", flat=True).first()
-            return state is None or state in FINAL_REPLICA_STATES
-
-        return _streaming(logs.follow(path, offset, finished))
+        return _streaming(logs.follow(path, offset,
+                                      lambda: sync_to_async(replica_ended)(replica.pk)))
 
 
 class JobMetricsView(APIView):

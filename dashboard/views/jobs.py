@@ -23,6 +23,7 @@ from django.views.decorators.http import require_http_methods
 from jobs import logs, services
 from jobs.admission import queue_position
 from jobs.backends import backend_for
+from jobs.lines import lines_tail
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
 from paddlecloud.errors import ConflictError, NotFoundError, PaddleCloudError
@@ -161,7 +162,7 @@ def job_detail(request, datacenter, name: str):
         shown = services.job_worker(job, request.GET.get("worker"))
     except NotFoundError:
         shown = services.job_worker(job, None)
-    first, lines = log_tail(backend_for(job.datacenter).log_path(job, shown), LOG_TAIL)
+    first, lines = lines_tail(backend_for(job.datacenter).log_path(job, shown), LOG_TAIL)
     return render(request, "dashboard/jobs/detail.html", {
         "job": job, "spec": JobSerializer(job).data, "queue_position": queue_position(job),
         "workers": workers, "events": job.events.select_related("replica"),
@@ -171,28 +172,6 @@ def job_detail(request, datacenter, name: str):
         "log_from": max(0, first + len(lines) - LOG_KEEP),
         "metrics_worker": services.job_worker(job, None).name,
     })
-
-
-def log_tail(path: Path, count: int) -> tuple[int, list[str]]:
-    """The number of the first of the last ``count`` lines of a log (0-based), and them."""
-    offset = logs.tail_offset(path, count)
-    text = logs.read_from(path, offset).decode("utf-8", errors="replace")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return _newlines(path, offset), lines
-
-
-def _newlines(path: Path, end: int) -> int:
-    counted = 0
-    try:
-        with path.open("rb") as f:
-            while end > 0 and (block := f.read(min(logs.BLOCK * 16, end))):
-                counted += block.count(b"\n")
-                end -= len(block)
-    except FileNotFoundError:
-        return 0
-    return counted
 
 
 # -- kill, delete, log download ---------------------------------------------------------------

@@ -384,3 +384,14 @@ async def test_changes_marked_while_flushing_are_flushed_after():
     changes.mark(3)  # while 1 and 2 are being sent
     await asyncio.wait_for(changes.task, TIMEOUT)
     assert flushed == [[1, 2], [3]]
+
+
+def test_the_tail_of_a_log_and_the_number_of_its_first_line(tmp_path):
+    path = tmp_path / "log"
+    assert lines.lines_tail(path, 3) == (0, [])  # not written yet
+    path.write_text("".join(f"line {i}\n" for i in range(10)))
+    assert lines.lines_tail(path, 3) == (7, ["line 7", "line 8", "line 9"])
+    assert lines.lines_tail(path, 50) == (0, [f"line {i}" for i in range(10)])
+    write(path, "half a line")  # being written: shown, and it counts as one
+    assert lines.lines_tail(path, 2) == (9, ["line 9", "half a line"])
+    assert lines.lines_tail(path, 0) == (10, [])

@@ -281,8 +281,7 @@ class KubernetesBackend(Backend):
     def _follow(self, job, replica, read):
         """Follow the pod's log. Until its container has started (the log answers 400, or
         nothing while the pod is unscheduled), wait for it, unless the replica ends first."""
-        from jobs.models import Replica
-        from jobs.states import FINAL_REPLICA_STATES
+        from jobs.models import replica_ended
 
         while True:
             received = False
@@ -295,9 +294,9 @@ class KubernetesBackend(Backend):
                     raise
             if received:
                 return
-            state = Replica.objects.filter(pk=replica.pk).values_list("state", flat=True).first()
+            ended = replica_ended(replica.pk)
             connection.close()  # this runs on a worker thread of a streaming response
-            if state is None or state in FINAL_REPLICA_STATES:
+            if ended:
                 return
             time.sleep(LOG_RETRY_SECONDS)
 
