@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 
-import yaml
-
+from paddlectl.config import config_dump
 from paddlectl.tokens import token_key
 
 PASSWORD_PLACEHOLDER = "YOUR-PASSWORD"  # noqa: S105 - what the user replaces
@@ -20,11 +19,9 @@ PASSWORD_PLACEHOLDER = "YOUR-PASSWORD"  # noqa: S105 - what the user replaces
 
 def config_snippet(username: str, endpoint: str, datacenters, current: str | None) -> str:
     """A whole ``~/.paddle/config`` for the user's datacenters at this portal."""
-    data = {"datacenters": [{"name": dc.name, "username": username,
-                             "password": PASSWORD_PLACEHOLDER, "endpoint": endpoint}
-                            for dc in datacenters],
-            "current-datacenter": current}
-    return yaml.safe_dump(data, default_flow_style=False, sort_keys=False)
+    return config_dump([{"name": dc.name, "username": username,
+                         "password": PASSWORD_PLACEHOLDER, "endpoint": endpoint}
+                        for dc in datacenters], current)
 
 
 def tokens_snippet(endpoint: str, issued) -> str:

@@ -169,6 +169,15 @@ def _current_in(text: str, path: Path) -> str | None:
         return None
 
 
+def config_dump(datacenters: list[dict], current: str | None) -> str:
+    """A config file's text: ``datacenters`` (each with name, username, password, endpoint)
+    and the current one."""
+    return yaml.safe_dump({
+        "datacenters": [{key: entry[key] for key in ("name", "username", "password", "endpoint")}
+                        for entry in datacenters],
+        "current-datacenter": current}, default_flow_style=False, sort_keys=False)
+
+
 def private_write(path: Path, text: str) -> None:
     """Replace ``path`` atomically with a file only its owner can read (mode 0600)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

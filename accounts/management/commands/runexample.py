@@ -18,9 +18,10 @@ import subprocess
 import sys
 import time
 
-import yaml
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+
+from paddlectl.config import config_dump, private_write
 
 from .demo import DATACENTER, USERNAME
 
@@ -68,15 +69,9 @@ class Command(BaseCommand):
             raise CommandError(f"job {name} {state}")
 
     def _write_config(self, endpoint: str, password: str) -> None:
-        text = yaml.safe_dump({
-            "datacenters": [{"name": DATACENTER, "username": USERNAME, "password": password,
-                             "endpoint": endpoint}],
-            "current-datacenter": DATACENTER,
-        }, sort_keys=False)
-        fd = os.open(self.config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as file:
-            file.write(text)
-        os.chmod(self.config, 0o600)
+        private_write(self.config, config_dump([{
+            "name": DATACENTER, "username": USERNAME, "password": password,
+            "endpoint": endpoint}], DATACENTER))
 
     def _state(self, name: str) -> str:
         result = self.paddlectl("get", "jobs", name, "-o", "json", capture=True)
