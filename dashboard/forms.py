@@ -1,12 +1,11 @@
 """The submit form: every flag of ``paddlectl submit``, sent to ``jobs.services.job_submit`` as
-typed. The rules live in ``jobs.spec``; this form only collects the values, turns the env
-lines into a mapping, and puts the service's messages beside their fields."""
+typed. The rules live in ``jobs.spec``; this form only collects the values and turns the env
+lines into a mapping (``dashboard.service_errors`` puts the service's messages beside the
+fields)."""
 
 from __future__ import annotations
 
 from django import forms
-
-from paddlecloud.errors import PaddleCloudError
 
 
 def _text(label: str, help_text: str = "", **attrs) -> forms.CharField:
@@ -100,15 +99,3 @@ class JobSubmitForm(forms.Form):
                 return None
             env[key.strip()] = value
         return env
-
-    def add_service_error(self, exc: PaddleCloudError) -> None:
-        """The service's messages beside their fields (``env.KEY`` beside env); what names
-        no field of the form goes to the top."""
-        for field, messages in exc.fields.items():
-            name, _, key = field.partition(".")
-            target = name if name in self.fields else None
-            prefix = key if target else field
-            for message in messages:
-                self.add_error(target, f"{prefix}: {message}" if prefix else message)
-        if not exc.fields:
-            self.add_error(None, exc.message)

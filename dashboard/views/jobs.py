@@ -32,6 +32,7 @@ from registries.services import registry_list
 
 from ..context import dashboard_datacenter
 from ..forms import JobSubmitForm
+from ..service_errors import form_error_add
 
 PAGE_SIZE = 50
 LOG_TAIL = 1000  # lines of a log the page is rendered with (before any script runs)
@@ -108,7 +109,7 @@ def job_submit(request, datacenter):
             job, spec, objects = services.job_submit(request.user, datacenter,
                                                      {**data, "dry_run": dry_run})
         except PaddleCloudError as exc:
-            form.add_service_error(exc)
+            form_error_add(form, exc)
         else:
             if not dry_run:
                 messages.success(request, f"job {job.name} submitted")
