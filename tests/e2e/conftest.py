@@ -94,9 +94,11 @@ def pytest_runtest_makereport(item, call):
 
 
 def screenshot(page, name: str) -> Path:
-    """Save a full-page screenshot as a test artifact."""
+    """Save a full-page screenshot as a test artifact, taken from the top of the page (so the
+    sticky header is where it belongs)."""
     path = ARTIFACTS / "screenshots" / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
+    page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(path), full_page=True)
     return path
 

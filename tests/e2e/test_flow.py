@@ -48,7 +48,6 @@ def test_upload_fit_a_line_submit_it_and_watch_it_train(page, live_portal, celer
     chart = page.locator('#charts figure[data-metric="loss"] svg')
     expect(chart).to_have_attribute("data-points", re.compile(r"^([2-9]\d|\d{3,})$"),
                                     timeout=TRAINING)  # 20 points or more
-    page.evaluate("window.scrollTo(0, 0)")
     screenshot(page, "job-page-training")  # the README's picture: live logs and the curve
 
     expect(state).to_have_text("succeeded", timeout=TRAINING)

@@ -45,12 +45,6 @@ def submit(live_portal, **data):
     return job_submit(live_portal.user, live_portal.datacenter, data)
 
 
-def shot(page, name: str) -> None:
-    """A screenshot from the top of the page (the sticky header stays where it belongs)."""
-    page.evaluate("window.scrollTo(0, 0)")
-    screenshot(page, name)
-
-
 def state_of(page):
     return page.locator('#job-state [data-part="label"]')
 
@@ -62,7 +56,7 @@ def test_submit_a_job_and_watch_it_run_to_success(page, live_portal, celery_work
     page.get_by_label("Trainer package").fill(package)
     page.get_by_label("Entry command").fill("python train.py")
     page.get_by_label("Environment").fill("STEPS=40\nSLEEP=0.15")
-    shot(page, "job-submit")
+    screenshot(page, "job-submit")
     page.get_by_role("button", name="Submit job").click()
 
     page.wait_for_url("**/jobs/quick/")
@@ -101,7 +95,7 @@ def test_submit_a_job_and_watch_it_run_to_success(page, live_portal, celery_work
     download = page.request.get("/jobs/quick/logs/trainer-0.log")
     assert download.headers["content-disposition"] == 'attachment; filename="quick-trainer-0.log"'
     assert download.text().splitlines()[-2:] == ["step 39 of 40", "done"]
-    shot(page, "job-detail")
+    screenshot(page, "job-detail")
 
 
 def test_a_mistake_is_shown_beside_its_field_and_a_dry_run_shows_the_plan(page, live_portal,
@@ -119,7 +113,7 @@ def test_a_mistake_is_shown_beside_its_field_and_a_dry_run_shows_the_plan(page, 
     expect(page.locator("#id_name_error")).to_contain_text("'_' is not allowed")
     expect(page.locator("#error-summary")).to_contain_text("Trainers")
     expect(page.get_by_label("Entry command")).to_have_value("python train.py")  # kept
-    shot(page, "job-submit-error")
+    screenshot(page, "job-submit-error")
     assert not Job.objects.exists()
 
     page.get_by_label("Name", exact=True).fill("fine")
@@ -143,7 +137,7 @@ def test_the_list_updates_live_and_a_long_job_is_killed_through_the_dialog(
     expect(row).to_be_visible(timeout=WAIT)
     expect(row.locator('[data-part="label"]')).to_have_text("running", timeout=WAIT)
     expect(page.locator("#live-status")).to_contain_text("long is running")
-    shot(page, "jobs-list")
+    screenshot(page, "jobs-list")
 
     row.get_by_role("link", name="long").click()
     page.wait_for_url("**/jobs/long/")
