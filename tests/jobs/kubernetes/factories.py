@@ -11,6 +11,7 @@ from registries.models import Registry
 
 NFS = {"nfs": {"server": "nfs.example.com", "path": "/exports/pfs"}}
 NAMESPACE = "paddle-alice"
+ROOT_UID = "11111111-2222-4333-8444-555555555555"  # the root ConfigMap's, in the tests
 
 
 def alice(username: str = "alice") -> User:

@@ -25,6 +25,7 @@ from jobs.backends.kubernetes.scripts import INIT_SCRIPT, RUN_SCRIPT
 
 from .factories import (
     NAMESPACE,
+    ROOT_UID,
     alice,
     collective_job,
     datacenter,
@@ -33,7 +34,6 @@ from .factories import (
     quota,
 )
 
-ROOT_UID = "11111111-2222-4333-8444-555555555555"
 INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 POD_INDEX_FIELD = "metadata.labels['apps.kubernetes.io/pod-index']"
 

@@ -17,6 +17,7 @@ from jobs.backends.kubernetes.validation import (
 
 from .factories import (
     NAMESPACE,
+    ROOT_UID,
     alice,
     collective_job,
     datacenter,
@@ -25,7 +26,6 @@ from .factories import (
     quota,
 )
 
-ROOT_UID = "11111111-2222-4333-8444-555555555555"
 VOLUMES = [
     {"cephfs": {"monitors": ["10.0.0.1:6789"], "user": "admin",
                 "secretRef": {"name": "ceph-secret"}, "path": "/"}},
