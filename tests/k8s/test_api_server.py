@@ -36,7 +36,7 @@ RESOURCES = {
 
 
 @pytest.mark.parametrize("kind", RESOURCES)
-def test_each_namespaced_resource_supports_every_verb(kind, request, ns):
+def test_each_namespaced_resource_supports_every_verb(kind, request, ns, k8s_api):
     fixture, stem, body, patch = RESOURCES[kind]
     api = request.getfixturevalue(fixture)
     verb = {v: getattr(api, f"{v}_namespaced_{stem}") for v in
@@ -47,6 +47,8 @@ def test_each_namespaced_resource_supports_every_verb(kind, request, ns):
     assert created.metadata.namespace == ns
     assert [o.metadata.name for o in verb["list"](ns).items if o.metadata.name == name] == [name]
 
+    if kind == "pod":  # its spec changes once, when the scheduler binds it: read it after
+        k8s_api.wait_for(lambda: verb["read"](name, ns).spec.node_name)
     current = verb["read"](name, ns)
     current.metadata.labels = {**(current.metadata.labels or {}), "replaced": "yes"}
     current.metadata.resource_version = None  # unconditional: controllers write status too
