@@ -162,8 +162,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 from accounts.models import Datacenter
-from jobs.backends import backend_for
-from jobs.backends.files import output_prepare
+from jobs.backends.files import output_dir, output_prepare
+from jobs.backends.processes import log_relpath
 from jobs.models import Job, Replica
 
 user = get_user_model().objects.get(username=P["user"])
@@ -179,7 +179,7 @@ for name in P["names"]:
     replica = Replica.objects.create(job=job, role="trainer", index=0, state="running",
                                      started_at=now, backend_ref="bench")
     output_prepare(job)
-    path = backend_for(dc).log_path(job, replica)
+    path = output_dir(job) / log_relpath("trainer", 0)  # the bench writes it as a trainer
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"")
     jobs.append({"name": name, "path": str(path), "replica": replica.pk})

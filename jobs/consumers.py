@@ -17,18 +17,17 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from accounts.selectors import member_datacenter
-from paddlecloud.errors import AuthenticationError, PaddleCloudError, ValidationError
+from paddlecloud.errors import AuthenticationError, PaddleCloudError
 
 from . import lines, services
-from .backends import backend_for
+from .backends.files import JobFile, log_file, metrics_file
 from .live import job_group, jobs_group
-from .metrics import metric_records, metrics_path
+from .metrics import metric_records
 from .models import replica_ended
 from .serializers import EventSerializer, JobSerializer, WorkerSerializer
 
 COALESCE_SECONDS = 0.05  # changes that come together are sent together
 WATCH_SECONDS = 5.0  # a follower checks the file itself this often (a lost message, no pump)
-MAX_LINE_NUMBER = 10**12
 
 
 class PortalConsumer(AsyncJsonWebsocketConsumer):
@@ -185,27 +184,25 @@ class LinesConsumer(PortalConsumer):
     async def open(self):
         dc = await self.datacenter()
         job = await self.job(dc, self.scope["url_route"]["kwargs"]["name"])
-        replica, path = await self.worker(job)
-        first = self.query.get("from", "0")
-        if not first.isdigit() or int(first) > MAX_LINE_NUMBER:
-            raise ValidationError.for_field("from", "the line number to start from: a whole "
-                                                    "number from 0")
-        self.next, self.cursor, self.lock = int(first), lines.Cursor(), asyncio.Lock()
+        replica, file = await self.worker(job)
+        self.next = lines.line_number(self.query.get("from", "0"))
+        self.cursor, self.lock = lines.Cursor(), asyncio.Lock()
+        # A link or a FIFO where the file is: refused before anything is followed.
+        await asyncio.to_thread(lines.lines_skip, file, self.cursor, self.next)
         self.replica_id = replica.pk
         self.source = lines.Source(f"lines.{job.uid.hex}.{self.kind}.{replica.role}"
-                                   f"{replica.index}", path, self.ended)
+                                   f"{replica.index}", file, self.ended)
         await self.join(self.source.group)
         lines.hub().follow(self.source)
-        await asyncio.to_thread(lines.lines_skip, path, self.cursor, self.next)
         self.watch = asyncio.create_task(self._watch())
         self.tasks.append(self.watch)
 
     @database_sync_to_async
     def worker(self, job):
         replica = services.job_worker(job, self.query.get("worker"))
-        return replica, self.path(job, replica)
+        return replica, self.file(job, replica)
 
-    def path(self, job, replica):
+    def file(self, job, replica) -> JobFile:
         raise NotImplementedError
 
     async def ended(self) -> bool:
@@ -220,7 +217,7 @@ class LinesConsumer(PortalConsumer):
         """Catch up from the file now, then every WATCH_SECONDS, and end when the worker has:
         the follower never depends on a message arriving."""
         with contextlib.suppress(asyncio.CancelledError):
-            while True:
+            while not self.closed:
                 ended = await self.ended()  # before reading: nothing written after is lost
                 async with self.lock:  # (not held while the database answers)
                     await self.catch_up(ended=ended)
@@ -229,11 +226,15 @@ class LinesConsumer(PortalConsumer):
                 await asyncio.sleep(WATCH_SECONDS)
 
     async def catch_up(self, *, ended: bool = False):
-        """Send what the file holds past the cursor."""
-        while True:
+        """Send what the file holds past the cursor. If a job swapped a link (or anything but
+        a regular file) in for it, the follower is told and the socket closed."""
+        while not self.closed:
             first = self.cursor.line
-            batch = await asyncio.to_thread(lines.lines_read, self.source.path, self.cursor,
-                                            ended=ended)
+            try:
+                batch = await asyncio.to_thread(lines.lines_read, self.source.file,
+                                                self.cursor, ended=ended)
+            except PaddleCloudError as exc:
+                return await self.refuse(exc)
             if not batch:
                 return
             await self.deliver(first, batch)
@@ -282,8 +283,8 @@ class LogConsumer(LinesConsumer):
 
     kind = "log"
 
-    def path(self, job, replica):
-        return backend_for(job.datacenter).log_path(job, replica)
+    def file(self, job, replica):
+        return log_file(job, replica)
 
     def message(self, first, batch):
         return {"type": "lines", "first": first, "next": first + len(batch), "lines": batch}
@@ -295,8 +296,8 @@ class MetricsConsumer(LinesConsumer):
 
     kind = "metrics"
 
-    def path(self, job, replica):
-        return metrics_path(job, replica)
+    def file(self, job, replica):
+        return metrics_file(job, replica)
 
     def message(self, first, batch):
         return {"type": "metrics", "first": first, "next": first + len(batch),

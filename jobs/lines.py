@@ -18,24 +18,35 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from channels.layers import get_channel_layer
 from django.core.cache import cache
 
+from paddlecloud.errors import PaddleCloudError, ValidationError
+
+from .backends.files import JobFile
+
 log = logging.getLogger(__name__)
 
-BLOCK = 256 * 1024
+BLOCK = 256 * 1024  # read at a time when counting lines
+BATCH_BYTES = 1 << 20  # read at most this much of a file per batch: bounded messages
 BATCH_LINES = 1000  # per message, to browsers and over the channel layer
+# A line ends at "\n", "\r\n" or a lone "\r" (a progress bar redrawing itself), and one longer
+# than MAX_LINE bytes is split there, as container runtimes split log lines (16 KiB).
+MAX_LINE = 16 * 1024
 POLL_SECONDS = 0.1  # how often a pump looks for new lines (they reach followers within this)
 ENDED_CHECK_SECONDS = 1.0  # how often a pump asks whether its writer has ended
 LEASE_SECONDS = 10  # a pump's lease; renewed every RENEW_SECONDS
 RENEW_SECONDS = 3
 WANTED_SECONDS = 15  # a pump nobody has wanted for this long stops
+
+_END = re.compile(rb"[\r\n]")
+_ENDS = re.compile(rb"\r\n|\r|\n")
 
 
 @dataclass
@@ -46,77 +57,138 @@ class Cursor:
     offset: int = 0
 
 
+MAX_LINE_NUMBER = 10**12
+
+
+def line_number(text: str, field: str = "from") -> int:
+    """A line number a client asks to start from (``?from=``)."""
+    if not text.isdigit() or int(text) > MAX_LINE_NUMBER:
+        raise ValidationError.for_field(field, "the line number to start from: a whole number "
+                                               "from 0")
+    return int(text)
+
+
 def decode(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace").removesuffix("\r")
+    return raw.decode("utf-8", "replace")
 
 
-def lines_read(path: Path, cursor: Cursor, *, ended: bool = False,
+def line_end(data: bytes, start: int, final: bool) -> tuple[int, int] | None:
+    """Where the line that begins at ``data[start]`` ends: the end of its text and where the
+    next line begins; None while that cannot be told (the writer may add to it). ``final``:
+    ``data`` runs to the end of a file whose writer has ended."""
+    found = _END.search(data, start, start + MAX_LINE + 1)
+    if found is not None:
+        end = found.start()
+        if data[end] == 0x0A:
+            return end, end + 1
+        if end + 1 < len(data):  # "\r\n" is one line end
+            return end, end + (2 if data[end + 1] == 0x0A else 1)
+        return (end, end + 1) if final else None
+    if len(data) - start > MAX_LINE:
+        return start + MAX_LINE, start + MAX_LINE
+    if final and start < len(data):
+        return len(data), len(data)
+    return None
+
+
+def _whole_lines(chunk: bytes) -> int | None:
+    """How many lines ``chunk`` holds when it is whole lines ending in "\n" none of which is
+    split (counted at C speed), else None."""
+    count = chunk.count(b"\n")
+    if b"\r" in chunk:
+        count += chunk.count(b"\r") - chunk.count(b"\r\n")
+    if len(chunk) > MAX_LINE and max(map(len, _ENDS.split(chunk))) > MAX_LINE:
+        return None
+    return count
+
+
+def lines_read(file: JobFile, cursor: Cursor, *, ended: bool = False,
                limit: int = BATCH_LINES) -> list[str]:
-    """Up to ``limit`` whole lines from ``cursor`` on, advancing it. A last line without its
-    newline is returned only once the writer has ``ended`` (until then it is being written)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(cursor.offset)
-            data = f.read(BLOCK)
-            while data.count(b"\n") < limit and (more := f.read(BLOCK)):
-                data += more
-    except FileNotFoundError:
+    """Up to ``limit`` lines from ``cursor`` on (from at most BATCH_BYTES of the file),
+    advancing it. A last line without its end is returned only once the writer has ``ended``
+    (until then it is being written)."""
+    f = file.open()
+    if f is None:
         return []
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        data = os.pread(f.fileno(), BATCH_BYTES, cursor.offset)
+    final = ended and cursor.offset + len(data) >= size
     lines, start = [], 0
-    while len(lines) < limit and (newline := data.find(b"\n", start)) >= 0:
-        lines.append(data[start:newline])
-        start = newline + 1
-    if ended and len(lines) < limit and start < len(data):
-        lines.append(data[start:])  # all of the file was read: this is its true end
-        start = len(data)
+    while len(lines) < limit and (span := line_end(data, start, final)) is not None:
+        lines.append(data[start:span[0]])
+        start = span[1]
     cursor.line += len(lines)
     cursor.offset += start
     return [decode(line) for line in lines]
 
 
-def lines_skip(path: Path, cursor: Cursor, line: int) -> None:
+def lines_skip(file: JobFile, cursor: Cursor, line: int) -> None:
     """Move ``cursor`` forward to line number ``line``, or to the end of the whole lines
     written so far if there are fewer."""
-    try:
-        with open(path, "rb") as f:
-            position = cursor.offset
-            f.seek(position)
-            while cursor.line < line and (block := f.read(BLOCK)):
-                newlines = block.count(b"\n")
-                if newlines and cursor.line + newlines <= line:  # the whole block
-                    cursor.line += newlines
-                    cursor.offset = position + block.rfind(b"\n") + 1
-                else:
-                    start = 0
-                    while cursor.line < line and (newline := block.find(b"\n", start)) >= 0:
-                        start = newline + 1
-                        cursor.line += 1
-                        cursor.offset = position + start
-                position += len(block)
-    except FileNotFoundError:
+    f = file.open()
+    if f is None:
         return
+    with f:
+        while cursor.line < line and (data := os.pread(f.fileno(), BLOCK, cursor.offset)):
+            whole = data.rfind(b"\n") + 1
+            count = _whole_lines(data[:whole]) if whole else None
+            if count is not None and cursor.line + count <= line:
+                cursor.line += count
+                cursor.offset += whole
+                continue
+            start = 0
+            while cursor.line < line and (span := line_end(data, start, False)) is not None:
+                start = span[1]
+                cursor.line += 1
+            if not start:  # no whole line left: the rest is still being written
+                return
+            cursor.offset += start
 
 
-def lines_end(path: Path) -> Cursor:
+def lines_end(file: JobFile) -> Cursor:
     """Where the whole lines written so far end."""
     cursor = Cursor()
-    lines_skip(path, cursor, 1 << 62)
+    lines_skip(file, cursor, 1 << 62)
     return cursor
 
 
-def lines_tail(path: Path, count: int) -> tuple[int, list[str]]:
-    """The last ``count`` lines of the file as it is now (a last one without its newline
+def lines_tail(file: JobFile, count: int) -> tuple[int, list[str]]:
+    """The last ``count`` lines of the file as it is now (a last one without its end
     counts), and the number of the first of them: what a page shows before it follows."""
     if count <= 0:
-        return lines_end(path).line, []
-    end = lines_end(path)
-    unfinished = _size(path) > end.offset
+        return lines_end(file).line, []
+    end = lines_end(file)
+    unfinished = file.size() > end.offset
     cursor = Cursor()
-    lines_skip(path, cursor, max(0, end.line - count + unfinished))
+    lines_skip(file, cursor, max(0, end.line - count + unfinished))
     first, tail = cursor.line, []
-    while len(tail) < count and (batch := lines_read(path, cursor, ended=True)):
+    while len(tail) < count and (batch := lines_read(file, cursor, ended=True)):
         tail += batch
     return first, tail[:count]
+
+
+def tail_offset(file: JobFile, count: int) -> int:
+    """The byte offset where the last ``count`` lines of the file begin, reading no more of it
+    than ``count`` + 1 lines can span."""
+    size = file.size()
+    if count <= 0:
+        return size
+    start = max(0, size - (count + 1) * (MAX_LINE + 2))
+    if start:  # from the beginning of the first line that begins in that window
+        f = file.open()
+        if f is None:
+            return 0
+        with f:
+            data = os.pread(f.fileno(), MAX_LINE + 2, start)
+        if (found := _ENDS.search(data)) is not None:
+            start += found.end()
+    window = Cursor(offset=start)
+    lines_skip(file, window, 1 << 62)
+    lines = window.line + (size > window.offset)
+    cursor = Cursor(offset=start)
+    lines_skip(file, cursor, max(0, lines - count))
+    return cursor.offset
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,11 +196,11 @@ def lines_tail(path: Path, count: int) -> tuple[int, list[str]]:
 
 @dataclass
 class Source:
-    """A followed file: its ``group`` on the channel layer, its ``path``, and ``ended()``, true
+    """A followed file: its ``group`` on the channel layer, its ``file``, and ``ended()``, true
     once nothing more will be written (asked before the last read, so nothing is missed)."""
 
     group: str
-    path: Path
+    file: JobFile
     ended: Callable[[], Awaitable[bool]]
 
 
@@ -204,7 +276,11 @@ async def pump(source: Source, *, lease_key: str | None = None, wanted_key: str 
     has ended (then a ``lines.end`` message; True) or nobody wants them any more (False)."""
     layer = get_channel_layer()
     loop = asyncio.get_running_loop()
-    cursor = await asyncio.to_thread(lines_end, source.path)
+    try:
+        cursor = await asyncio.to_thread(lines_end, source.file)
+    except PaddleCloudError as exc:  # a link or a FIFO where the file was: nothing to read
+        log.warning("not following %s: %s", source.file, exc.message)
+        return True
     # Followers read what came before this from the file (they may have joined before it).
     await layer.group_send(source.group, {"type": "lines.start", "next": cursor.line})
     ended = False
@@ -218,27 +294,24 @@ async def pump(source: Source, *, lease_key: str | None = None, wanted_key: str 
             if wanted_key and not await cache.aget(wanted_key):
                 return False  # nobody follows this file any more
             await cache.aset(lease_key, owner, LEASE_SECONDS)
-        size = await asyncio.to_thread(_size, source.path)
-        while size > cursor.offset:
-            first = cursor.line
-            lines = await asyncio.to_thread(lines_read, source.path, cursor, ended=ended)
-            if not lines:
-                break
-            await layer.group_send(source.group, {
-                "type": "lines.batch", "first": first, "lines": lines,
-                "offset": cursor.offset})
+        try:
+            size = await asyncio.to_thread(source.file.size)
+            while size > cursor.offset:
+                first = cursor.line
+                lines = await asyncio.to_thread(lines_read, source.file, cursor, ended=ended)
+                if not lines:
+                    break
+                await layer.group_send(source.group, {
+                    "type": "lines.batch", "first": first, "lines": lines,
+                    "offset": cursor.offset})
+        except PaddleCloudError as exc:  # replaced by a link meanwhile: stop here
+            log.warning("stopped following %s: %s", source.file, exc.message)
+            ended = True
         if ended:
             await layer.group_send(source.group, {"type": "lines.end", "next": cursor.line,
                                                   "offset": cursor.offset})
             return True
         await asyncio.sleep(POLL_SECONDS)
-
-
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()

@@ -10,28 +10,23 @@ the WebSocket that streams them and the job page that plots them::
 
     {"seq": 12, "step": 120, "time": 1763700000.5, "metrics": {"loss": 0.53}}
 
-``seq`` is the line's number in the file, from 0, counting every line — also those that are
-not valid records (skipped), so a reader that resumes from a line number never sees a record
-twice nor misses one. A last line without its newline is still being written: it is neither
-returned nor counted.
+``seq`` is the line's number in the file, from 0, counting every line as ``jobs.lines`` does
+(also those that are not valid records, which are skipped), so a reader that resumes from a
+line number never sees a record twice nor misses one. A last line without its newline is
+still being written: it is neither returned nor counted. The API answers at most PAGE records
+at a time: ``next`` is where to go on from (``?from=``), ``more`` whether there is more.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
-from .backends.files import output_dir
-from .backends.processes import metrics_relpath
-from .lines import Cursor, lines_read, lines_skip
+from .backends.files import JobFile, metrics_file
+from .lines import BATCH_LINES, Cursor, lines_read, lines_skip
 
 RESERVED = ("step", "time")
-
-
-def metrics_path(job, replica) -> Path:
-    """The replica's metrics file: ``output/node_<i>/metrics.jsonl`` in the owner's home."""
-    return output_dir(job) / metrics_relpath(replica.role, replica.index)
+PAGE = 10_000  # records in one answer of the API
 
 
 def _is_number(value) -> bool:
@@ -81,19 +76,26 @@ def metric_records(first: int, lines: list[str]) -> list[dict]:
             if (record := metric_record(seq, line)) is not None]
 
 
-def metrics_read(path: Path, first: int = 0) -> tuple[list[dict], int]:
-    """The records of lines ``first`` on, and the number of the next line to read (``first``
-    when there is nothing new, or no file yet). Only complete lines are read."""
+def metrics_read(file: JobFile, first: int = 0, limit: int = PAGE
+                 ) -> tuple[list[dict], int, bool]:
+    """Up to ``limit`` records from line ``first`` on, the number of the next line to read
+    (``first`` when there is nothing new, or no file yet), and whether ``limit`` stopped the
+    reading. Only complete lines are read."""
     if first < 0:
         raise ValueError(f"first must be >= 0, got {first}")
     cursor = Cursor()
-    lines_skip(path, cursor, first)
+    lines_skip(file, cursor, first)
     if cursor.line < first:  # the file has fewer lines
-        return [], first
+        return [], first, False
     records: list[dict] = []
-    while batch := lines_read(path, cursor):
-        records += metric_records(cursor.line - len(batch), batch)
-    return records, cursor.line
+    while len(records) < limit:
+        first = cursor.line
+        # No more lines than records still wanted: each line is at most one record.
+        batch = lines_read(file, cursor, limit=min(BATCH_LINES, limit - len(records)))
+        if not batch:
+            return records, cursor.line, False
+        records += metric_records(first, batch)
+    return records, cursor.line, True
 
 
 def metric_names(records: list[dict]) -> list[str]:
@@ -101,8 +103,9 @@ def metric_names(records: list[dict]) -> list[str]:
     return sorted({name for record in records for name in record["metrics"]})
 
 
-def metrics_get(job, replica) -> dict:
-    """What the API answers for a worker: ``{"worker", "names", "records"}``, every record of
-    its metrics file (none before it reported anything)."""
-    records, _ = metrics_read(metrics_path(job, replica))
-    return {"worker": replica.name, "names": metric_names(records), "records": records}
+def metrics_get(job, replica, first: int = 0) -> dict:
+    """What the API answers for a worker: ``{"worker", "names", "records", "next", "more"}``,
+    the records of its metrics file from line ``first`` (none before it reported anything)."""
+    records, next_line, more = metrics_read(metrics_file(job, replica), first)
+    return {"worker": replica.name, "names": metric_names(records), "records": records,
+            "next": next_line, "more": more}

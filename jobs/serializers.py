@@ -109,6 +109,9 @@ class JobMetricsSerializer(serializers.Serializer):
     names = serializers.ListField(child=serializers.CharField(),
                                   help_text="every metric name in the records, sorted")
     records = MetricRecordSerializer(many=True, help_text="in the order they were reported")
+    next = serializers.IntegerField(help_text="the line to go on from (?from=)")
+    more = serializers.BooleanField(help_text="whether more records follow (at most "
+                                              "10 000 are answered at a time)")
 
 
 class PlannedReplicaSerializer(serializers.Serializer):

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from paddlecloud.errors import PaddleCloudError, ValidationError
+from paddlecloud.errors import NotFoundError, PaddleCloudError, ValidationError
 from paddlecloud.quantity import QuantityError, parse_bytes, parse_cpu
-from pfs.paths import pfs_path_parse, pfs_resolve
+from pfs.services import pfs_target
 
 from .contract import ENV_NAME_RE, RESERVED_ENV
 from .contract import JOB_NAME_MAX as MAX_NAME
@@ -138,6 +138,15 @@ class _Checker:
         return value.strip()
 
 
+def _is_file(target, relpath: str) -> bool:
+    """Whether ``relpath`` is a file in the package (links inside its area followed)."""
+    try:
+        entry = target.storage.stat((*target.rel, *relpath.split("/")), follow=True)
+    except PaddleCloudError:
+        return False
+    return entry.type == "file"
+
+
 def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
     """Check a submission against every rule; raise one ValidationError naming each field."""
     if not isinstance(data, dict):
@@ -163,20 +172,25 @@ def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
 
     package = check.text("package", required="required: the trainer package directory, e.g. "
                                              f"/pfs/{datacenter.name}/home/{user.username}/pkg")
-    package_dir = None
+    package_at = None  # the package's storage and path, read as the PFS reads it
     if package:
         try:
-            parsed = pfs_path_parse(package, field="package")
-            package_dir = pfs_resolve(user, datacenter, parsed, field="package")
-            package = str(parsed)
+            target = pfs_target(user, datacenter, package, field="package")
         except PaddleCloudError as exc:
             for msg in exc.fields.get("package", [exc.message]):
                 check.fail("package", msg)
         else:
-            if not package_dir.is_dir():
+            package = str(target.path)
+            try:
+                if target.storage.is_dir(target.rel):
+                    package_at = target
+                else:
+                    raise target.storage.not_a_dir(target.rel)
+            except NotFoundError:
                 check.fail("package", f"{package} is not a directory in PFS: upload the "
                                       "trainer package there first (paddlectl cp -r)")
-                package_dir = None
+            except PaddleCloudError as exc:  # not a directory, a link leading out …
+                check.fail("package", exc.fields.get("path", [exc.message])[0])
 
     registry = check.text("registry", maximum=64)
     if registry:
@@ -191,7 +205,7 @@ def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
     if topology:
         if topology.startswith("/") or ".." in topology.split("/"):
             check.fail("topology", "a path inside the package, without '..'")
-        elif package_dir is not None and not (package_dir / topology).is_file():
+        elif package_at is not None and not _is_file(package_at, topology):
             check.fail("topology", f"{topology} is not a file in the package")
 
     spec = dict(

@@ -83,7 +83,7 @@ def jobs_reconcile() -> dict[str, int]:
                   .filter(replicas__state__in=["pending", "starting", "running"]).distinct())
     for job_id in ended_live.values_list("pk", flat=True):
         engine.job_halt(job_id)
-    known = set(Job.objects.values_list("pk", flat=True))
+    known = {str(uid) for uid in Job.objects.values_list("uid", flat=True)}
     for backend in {backend_for(dc) for dc in Datacenter.objects.all()}:
         counts["orphans"] += backend.orphans_stop(known, engine.STOP_GRACE_SECONDS)
     for job in Job.objects.filter(state__in=FINAL_JOB_STATES,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
@@ -18,6 +18,8 @@ from paddlecloud.errors import ValidationError
 from . import logs, services
 from .admission import quota_report
 from .backends import backend_for
+from .backends.files import log_file
+from .lines import line_number, tail_offset
 from .metrics import metrics_get
 from .models import replica_ended
 from .serializers import (
@@ -130,32 +132,27 @@ class JobLogsView(APIView):
             raise ValidationError.for_field("tail", f"a whole number from 0 to {MAX_TAIL}")
         tail = int(tail) if tail is not None else None
         follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
-        backend = backend_for(job.datacenter)
-        live = backend.log_stream(job, replica, follow=follow, tail=tail)
+        live = backend_for(job.datacenter).log_stream(job, replica, follow=follow, tail=tail)
         if live is not None:  # from where it runs (a pod), not the archive
-            if not follow:
-                return HttpResponse(b"".join(live), content_type="text/plain; charset=utf-8")
             return _streaming(logs.from_sync(live))
-        path = backend.log_path(job, replica)
-        offset = logs.tail_offset(path, tail) if tail is not None else 0
-
-        if not follow:
-            return HttpResponse(logs.read_from(path, offset),
-                                content_type="text/plain; charset=utf-8")
-
-        return _streaming(logs.follow(path, offset,
-                                      lambda: sync_to_async(replica_ended)(replica.pk)))
+        file = log_file(job, replica)
+        file.size()  # a link or a FIFO in its place is refused now, before anything is sent
+        offset = tail_offset(file, tail) if tail is not None else 0
+        finished = (lambda: sync_to_async(replica_ended)(replica.pk)) if follow else None
+        return _streaming(logs.blocks(file, offset, finished))
 
 
 class JobMetricsView(APIView):
     @extend_schema(parameters=[
-        OpenApiParameter("worker", str, description="e.g. trainer-0 (default), pserver-1")],
+        OpenApiParameter("worker", str, description="e.g. trainer-0 (default), pserver-1"),
+        OpenApiParameter("from", int, description="the line to start from (an answer's next)")],
         responses={200: JobMetricsSerializer, **ERRORS},
         summary="What a worker reported with paddlecloud_sdk.report(step=…, **metrics)")
     def get(self, request, name: str):
         job = services.job_get(request.user, request_datacenter(request), name)
         replica = services.job_worker(job, request.query_params.get("worker"))
-        return Response(metrics_get(job, replica))
+        first = line_number(request.query_params.get("from", "0"))
+        return Response(metrics_get(job, replica, first))
 
 
 def _streaming(chunks) -> StreamingHttpResponse:

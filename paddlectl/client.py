@@ -235,9 +235,17 @@ class ApiClient:
 
     def job_metrics(self, name: str, *, worker: str | None = None) -> dict:
         """What a worker reported with ``paddlecloud_sdk.report``: ``{"worker", "names",
-        "records"}``, each record ``{"seq", "step", "time", "metrics": {name: value}}``."""
-        return self.call("GET", _job_path(name, "metrics"),
-                         params={"worker": worker} if worker else None)
+        "records"}``, each record ``{"seq", "step", "time", "metrics": {name: value}}``. Every
+        record, asked for page by page (the API answers a page at a time)."""
+        params = {"worker": worker} if worker else {}
+        page = self.call("GET", _job_path(name, "metrics"), params=params)
+        records, names = page["records"], set(page["names"])
+        while page.get("more"):
+            page = self.call("GET", _job_path(name, "metrics"),
+                             params={**params, "from": page["next"]})
+            records += page["records"]
+            names.update(page["names"])
+        return {"worker": page["worker"], "names": sorted(names), "records": records}
 
 
 def _job_path(name: str, what: str = "") -> str:

@@ -386,7 +386,6 @@ def plan_run(plan: Plan, *, docker: str | None, stdout: TextIO, stderr: TextIO,
         try:
             for replica in replicas:
                 replica.log.parent.mkdir(parents=True, exist_ok=True)
-                replica.log.write_bytes(b"")  # this run's log, not an earlier run's
                 if docker:
                     replica.container = container_name(plan, replica.role, replica.index,
                                                        run_id)
@@ -400,8 +399,9 @@ def plan_run(plan: Plan, *, docker: str | None, stdout: TextIO, stderr: TextIO,
                                   input_dir=str(plan.input), output_dir=str(plan.output)),
                         path=path, home=environ.get("HOME") or str(Path.home()),
                         pythonpath=pythonpath, base=base)
-                replica.pid = attempt_start(run_dir, replica.name, 0, replica.log, command,
-                                            cwd=plan.package, env=env)
+                with replica.log.open("wb") as log:  # this run's log, not an earlier run's
+                    replica.pid = attempt_start(run_dir, replica.name, 0, log.fileno(),
+                                                command, cwd=plan.package, env=env)
             return _watch(replicas, run_dir, output, docker, info)
         except KeyboardInterrupt:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C waits for this

@@ -4,14 +4,13 @@
     /pfs/{datacenter}/public/...        read-only, every member of the datacenter
 
 A path is parsed and checked before any I/O: no empty, ``.`` or ``..`` components, the
-datacenter the request acts in, the caller's own home. It is then mapped onto the
-datacenter's PFS root, and the result is checked to stay inside the area it names even when
-a component on disk is a symbolic link (a job can create links in its owner's home).
+datacenter the request acts in, the caller's own home. Its area is then mapped onto the
+datacenter's PFS root; what is below is walked by ``pfs.storage``, which never follows a
+symbolic link out of the area (a job can create links in its owner's home).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,23 +105,3 @@ def pfs_check_access(user, datacenter, path: PfsPath, *, write: bool = False,
     if path.public and write:
         raise ForbiddenError.for_field(field, f"{path}: /pfs/{datacenter.name}/public is "
                                               "read-only", code="read_only")
-
-
-def pfs_resolve(user, datacenter, path: PfsPath, *, write: bool = False,
-                field: str = "path") -> Path:
-    """Where ``path`` is on a POSIX PFS, if ``user`` may use it in ``datacenter``.
-
-    For the job backends, which hand the directory to processes; the file service itself goes
-    through ``pfs.storage``, which walks paths component by component.
-    """
-    pfs_check_access(user, datacenter, path, write=write, field=field)
-    root = pfs_area_root(datacenter, path)
-    target = root.joinpath(*path.parts)
-    # Links on disk must not lead out of the area (e.g. a link to another user's home).
-    real_root = os.path.realpath(root)
-    real_target = os.path.realpath(target)
-    if os.path.commonpath([real_root, real_target]) != real_root:
-        area = "the public directory" if path.public else "your home"
-        raise ForbiddenError.for_field(
-            field, f"{path} leads outside {area} through a symbolic link", code="outside_area")
-    return target

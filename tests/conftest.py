@@ -163,6 +163,18 @@ def assert_error(response, status: int, code: str, field: str | None = None) -> 
     return body
 
 
+def streamed(response) -> bytes:
+    """A streamed answer's bytes (logs stream an async iterator, as under ASGI)."""
+    from asgiref.sync import async_to_sync
+
+    assert response.streaming and response.is_async
+
+    async def read():
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    return async_to_sync(read)()
+
+
 class LivePortal:
     """The real ASGI app served by uvicorn on a free port, for tests that speak HTTP."""
 

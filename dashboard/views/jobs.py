@@ -4,16 +4,14 @@ delete. Each view calls one of ``jobs.services``; the live parts come over the W
 
 from __future__ import annotations
 
-import asyncio
 from functools import wraps
-from pathlib import Path
 
 import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import prefetch_related_objects
-from django.http import Http404, StreamingHttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -22,7 +20,7 @@ from django.views.decorators.http import require_http_methods
 
 from jobs import logs, services
 from jobs.admission import queue_position
-from jobs.backends import backend_for
+from jobs.backends.files import log_file
 from jobs.lines import lines_tail
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
@@ -163,13 +161,18 @@ def job_detail(request, datacenter, name: str):
         shown = services.job_worker(job, request.GET.get("worker"))
     except NotFoundError:
         shown = services.job_worker(job, None)
-    first, lines = lines_tail(backend_for(job.datacenter).log_path(job, shown), LOG_TAIL)
+    log_error = ""
+    try:
+        first, lines = lines_tail(log_file(job, shown), LOG_TAIL)
+    except PaddleCloudError as exc:  # a link or a FIFO where the log is: not read
+        first, lines, log_error = 0, [], exc.message
     return render(request, "dashboard/jobs/detail.html", {
         "job": job, "spec": JobSerializer(job).data, "queue_position": queue_position(job),
         "workers": workers, "events": job.events.select_related("replica"),
         "active": job.state not in FINAL_JOB_STATES,
         "questions": [question(job, "kill"), question(job, "delete")],
         "log_worker": shown.name, "log_first": first, "log_lines": lines,
+        "log_error": log_error,
         "log_from": max(0, first + len(lines) - LOG_KEEP),
         "metrics_worker": services.job_worker(job, None).name,
     })
@@ -232,18 +235,14 @@ def job_log_download(request, datacenter, name: str, worker: str):
     iterator: the ASGI server would read a sync one into memory first)."""
     job = services.job_get(request.user, datacenter, name)
     replica = services.job_worker(job, worker)
-    path = backend_for(job.datacenter).log_path(job, replica)
-    response = StreamingHttpResponse(_blocks(path), content_type="text/plain; charset=utf-8")
+    file = log_file(job, replica)
+    try:
+        file.size()  # a link or a FIFO in its place is refused before anything is sent
+    except PaddleCloudError as exc:
+        return HttpResponse(exc.message, status=exc.status,
+                            content_type="text/plain; charset=utf-8")
+    response = StreamingHttpResponse(logs.blocks(file),
+                                     content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = content_disposition_header(
         as_attachment=True, filename=f"{job.name}-{replica.name}.log")
     return response
-
-
-async def _blocks(path: Path):
-    try:
-        log = path.open("rb")
-    except FileNotFoundError:  # not started yet: nothing written
-        return
-    with log:
-        while block := await asyncio.to_thread(log.read, logs.BLOCK):
-            yield block

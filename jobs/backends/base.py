@@ -61,10 +61,6 @@ class Backend(abc.ABC):
     def stop(self, job, replicas, grace: float) -> None:
         """Stop the replicas: a polite signal, then a forced one after ``grace`` seconds."""
 
-    @abc.abstractmethod
-    def log_path(self, job, replica):
-        """The replica's log file, kept after the job ends."""
-
     def objects(self, job, quota=None) -> list[dict]:
         """What the backend would create for the (unsaved) job, for dry runs; raises
         ``paddlecloud.errors.ValidationError`` when that would be refused. Nothing on a
@@ -73,13 +69,15 @@ class Backend(abc.ABC):
 
     def log_stream(self, job, replica, *, follow: bool, tail: int | None):
         """The replica's log from where it runs (an iterator of bytes), or None when it is
-        read from ``log_path`` (the local backend; pods that are gone)."""
+        read from its file in the output (``files.log_file``: the local backend; pods that are
+        gone)."""
         return None
 
     @abc.abstractmethod
-    def orphans_stop(self, known_job_ids: set[int], grace: float) -> int:
+    def orphans_stop(self, known_uids: set[str], grace: float) -> int:
         """Stop and remove whatever the backend runs or keeps for jobs the database no longer
-        knows. Returns how many such jobs it found."""
+        knows (``known_uids``: the uids, as strings, of the jobs it knows). Returns how many
+        such jobs it found."""
 
     @abc.abstractmethod
     def cleanup(self, job) -> None:

@@ -1,50 +1,185 @@
-"""A job's files in its owner's PFS home, as the portal sees them (every backend): the output
-directory, with each replica's log in it, and the trainer package.
+"""A job's files in its owner's PFS home, as the portal reads and writes them (every backend):
+the output directory, each replica's log and metrics in it, and the trainer package.
 
 Replicas write ``jobs/<name>/output/`` in the owner's home: on the local backend as
 processes, on Kubernetes through the PFS volume mounted in their pods. Logs there outlive
 the replicas, so the portal reads them after the pods are gone.
+
+A job can plant anything in its owner's home — a link where its log was, a FIFO, a link
+in place of ``jobs/<name>`` — and the portal acts with its own privileges. So the portal never
+hands the kernel a path into a home: every byte it reads or writes there goes through
+``job_home``, a PFS storage that follows **no** symbolic link (not even one inside the home)
+and opens only regular files, one directory descriptor at a time (``pfs.storage.posix``).
+The trainer package, a directory the user chose, is read like any PFS path: links that stay
+inside its area are followed, none that leave it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from .processes import log_relpath
+from paddlecloud.errors import NotFoundError, PaddleCloudError
+from pfs.paths import pfs_path_parse
+from pfs.storage import Rel, storage_for
+from pfs.storage.posix import PosixStorage
 
-OUTPUT_MARKER = ".paddlecloud-job"
+from .base import BackendError
+from .processes import log_relpath, metrics_relpath
+
+OUTPUT_MARKER = ".paddlecloud-job"  # holds the uid of the job the output directory is for
 
 
 def home_dir(job) -> Path:
+    """The owner's home on disk (for the replicas' environment; the portal uses ``job_home``)."""
     return job.datacenter.pfs_root_path / "home" / job.owner.username
 
 
+def job_home(job) -> PosixStorage:
+    """The owner's home, as the portal may touch it for a job: no link followed."""
+    label = f"/pfs/{job.datacenter.name}/home/{job.owner.username}"
+    return PosixStorage(label, home_dir(job), links=False)
+
+
+def output_rel(job) -> Rel:
+    return ("jobs", job.name, "output")
+
+
 def output_dir(job) -> Path:
-    return home_dir(job) / "jobs" / job.name / "output"
+    """The output directory on disk, as replicas see it (``PADDLE_OUTPUT_DIR``)."""
+    return home_dir(job).joinpath(*output_rel(job))
 
 
-def log_path(job, replica) -> Path:
-    """The replica's log file (``output/node_<i>/train.log`` or ``server.log``)."""
-    return output_dir(job) / log_relpath(replica.role, replica.index)
+def _in_output(job, relpath: str) -> Rel:
+    return (*output_rel(job), *relpath.split("/"))
 
 
-def package_dir(job) -> Path:
-    """Where the trainer package is on disk (checked when the job was submitted)."""
-    from pfs.paths import pfs_area_root, pfs_path_parse
+@dataclass(frozen=True)
+class JobFile:
+    """A regular file in a job's output, opened the safe way each time it is read."""
 
+    home: PosixStorage
+    rel: Rel
+
+    def __str__(self) -> str:
+        return self.home.display(self.rel)
+
+    def open(self) -> io.BufferedReader | None:
+        """The file open for reading, or None if it does not exist (yet). A link, a FIFO or a
+        directory in its place is refused (``PaddleCloudError``)."""
+        try:
+            fd = self.home.open(self.rel)
+        except NotFoundError:
+            return None
+        return os.fdopen(fd, "rb")
+
+    def size(self) -> int:
+        """Its size now; 0 while it does not exist. Refused like ``open``."""
+        try:
+            entry = self.home.stat(self.rel)
+        except NotFoundError:
+            return 0
+        if entry.type == "link":
+            raise self.home.through_link(self.rel)
+        if entry.type != "file":
+            raise self.home.not_a_file(self.rel)
+        return entry.size
+
+
+def log_file(job, replica) -> JobFile:
+    """The replica's log (``output/node_<i>/train.log`` or ``server.log``)."""
+    return JobFile(job_home(job), _in_output(job, log_relpath(replica.role, replica.index)))
+
+
+def metrics_file(job, replica) -> JobFile:
+    """What the replica reported (``output/node_<i>/metrics.jsonl``; see ``jobs.metrics``)."""
+    return JobFile(job_home(job), _in_output(job, metrics_relpath(replica.role, replica.index)))
+
+
+def output_open(job, relpath: str) -> int:
+    """A file of the output opened for appending (created with its directory if missing),
+    e.g. a replica's log for its runner, or ``setup.log``. The caller closes it."""
+    home, rel = job_home(job), _in_output(job, relpath)
+    try:
+        home.mkdir(rel[:-1], parents=True)
+        return home.open(rel, append=True)
+    except PaddleCloudError as exc:
+        raise BackendError(f"cannot write {relpath} in its output: {exc.message}") from None
+
+
+def output_prepare(job) -> None:
+    """Make the job's output directory, keeping whatever had its place — an earlier job's
+    output of the same name, or anything else — beside it (``output-<its uid>``, else
+    ``output-<time>``). Idempotent for the same job."""
+    home, output = job_home(job), output_rel(job)
+    marker = (*output, OUTPUT_MARKER)
+    try:
+        try:
+            found = home.stat(output)
+        except NotFoundError:
+            found = None
+        if found is not None and _marker(home, marker) != str(job.uid):
+            earlier = found.type == "dir" and _marker(home, marker)
+            home.move(output, _aside(home, output, earlier or str(int(time.time()))))
+        home.mkdir(output, parents=True)
+        home.write_bytes(marker, str(job.uid).encode(), f"marker-{job.uid}")
+    except PaddleCloudError as exc:
+        raise BackendError(f"cannot prepare its output directory: {exc.message}") from None
+
+
+def _marker(home: PosixStorage, rel: Rel) -> str | None:
+    """The uid in an output's marker; None if there is none (or not a plain small file)."""
+    try:
+        data = b"".join(home.read(rel, 0, 64))
+    except PaddleCloudError:
+        return None
+    return data.decode("ascii", "replace").strip()
+
+
+def _aside(home: PosixStorage, output: Rel, suffix: str) -> Rel:
+    """A free name beside the output for what is in its place."""
+    name = f"{output[-1]}-{suffix}"[:200]
+    for attempt in range(100):
+        rel = (*output[:-1], name if not attempt else f"{name}-{attempt}")
+        try:
+            home.stat(rel)
+        except NotFoundError:
+            return rel
+    raise BackendError(f"too many earlier outputs beside {home.display(output)}")
+
+
+def package_copy(job, dest: Path) -> None:
+    """Copy the trainer package (a PFS directory) into the new directory ``dest``: files,
+    directories and links (as links). Read through the PFS storage, so nothing outside the
+    package's area is read whatever the job did to it since it was submitted."""
     path = pfs_path_parse(job.package, field="package")
-    return pfs_area_root(job.datacenter, path).joinpath(*path.parts)
+    storage = storage_for(job.datacenter, path)
+    try:
+        if not storage.is_dir(path.parts):
+            raise BackendError(f"the trainer package {job.package} is not a directory")
+        dest.mkdir()
+        for entry in storage.walk(path.parts):
+            target = dest.joinpath(*entry.rel[len(path.parts):])
+            if entry.type == "dir":
+                target.mkdir()
+            elif entry.type == "link":
+                target.symlink_to(entry.target)
+            elif entry.type == "file":
+                with target.open("xb") as out:
+                    for chunk in storage.read(entry.rel):
+                        out.write(chunk)
+    except NotFoundError:
+        raise BackendError(f"the trainer package {job.package} is gone") from None
+    except PaddleCloudError as exc:
+        raise BackendError(f"cannot copy the trainer package: {exc.message}") from None
 
 
-def output_prepare(job) -> Path:
-    """Make the job's output directory, keeping an earlier job's output of the same name
-    beside it (``output-<its id>``). Idempotent for the same job."""
-    output = output_dir(job)
-    marker = output / OUTPUT_MARKER
-    if output.exists() and (not marker.exists() or marker.read_text() != str(job.pk)):
-        earlier = marker.read_text() if marker.exists() else str(int(time.time()))
-        output.rename(output.with_name(f"output-{earlier}"))
-    output.mkdir(parents=True, exist_ok=True)
-    marker.write_text(str(job.pk))
-    return output
+def home_remove(job, relpath: str) -> None:
+    """Remove a file or directory tree the portal made in the owner's home (nothing if
+    missing); a link in its place is removed, never followed."""
+    with contextlib.suppress(NotFoundError):
+        job_home(job).remove(tuple(relpath.split("/")), recursive=True)

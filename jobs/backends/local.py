@@ -1,10 +1,12 @@
 """The local backend: each replica is a child process on the portal's machine.
 
-Per job, privately under ``var/jobs/<id>/``: a copy of the trainer package (``pkg/``), the
-packages of its ``requirements.txt`` (``site-packages/``), and the runners' pid and exit files
-(``run/``). In the owner's PFS home: ``jobs/<name>/output/``, with each replica's log in
+Per job, privately under ``var/jobs/<uid>/`` (the job's uid, never its database id, which a
+new database gives out again): a copy of the trainer package (``pkg/``), the packages of its
+``requirements.txt`` (``site-packages/``), and the runners' pid and exit files (``run/``).
+In the owner's PFS home: ``jobs/<name>/output/``, with each replica's log in
 ``node_<index>/train.log`` (trainers) or ``node_<index>/server.log`` (pservers), as the seeds
-show. Replicas run with the portal's Python first on PATH. CPU and memory requests are not
+show; the portal opens each log (``files.output_open``) and hands the runner the descriptor.
+Replicas run with the portal's Python first on PATH. CPU and memory requests are not
 enforced on this backend. Starting, observing and stopping the processes is
 ``processes.py``, which ``paddlectl local train`` uses too.
 """
@@ -23,7 +25,7 @@ from django.db import transaction
 
 from ..contract import Paths, Topology
 from .base import Backend, BackendError, Observation
-from .files import home_dir, log_path, output_dir, output_prepare, package_dir
+from .files import home_dir, output_dir, output_open, output_prepare, package_copy
 from .processes import (
     attempt_files,
     attempt_observe,
@@ -31,6 +33,7 @@ from .processes import (
     entry_argv,
     free_endpoint,
     groups_stop,
+    log_relpath,
     process_env,
     read_json,
 )
@@ -38,7 +41,11 @@ from .processes import runner_alive as runner_alive  # the tests' and callers' n
 
 
 def job_dir(job) -> Path:
-    return settings.VAR_DIR / "jobs" / str(job.pk)
+    return jobs_root() / str(job.uid)
+
+
+def jobs_root() -> Path:
+    return settings.VAR_DIR / "jobs"
 
 
 class LocalBackend(Backend):
@@ -55,25 +62,21 @@ class LocalBackend(Backend):
             self._prepare(job, private)
 
     def _prepare(self, job, private: Path) -> None:
-        output = output_prepare(job)
+        output_prepare(job)
 
         pkg = private / "pkg"
         if not pkg.exists():
-            source = package_dir(job)
-            if not source.is_dir():
-                raise BackendError(f"the trainer package {job.package} is gone")
             tmp = private / "pkg.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(source, tmp, symlinks=True)
+            package_copy(job, tmp)
             tmp.rename(pkg)
 
         requirements = pkg / "requirements.txt"
         site = private / "site-packages"
-        if requirements.exists() and not site.exists():
-            log = output / "setup.log"
+        if requirements.is_file() and not site.exists():
             tmp = private / "site-packages.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
-            with log.open("ab") as out:
+            with os.fdopen(output_open(job, "setup.log"), "ab") as out:
                 out.write(b"installing requirements.txt\n")
                 out.flush()
                 result = subprocess.run(  # noqa: S603 - pip on the user's own requirements
@@ -89,19 +92,16 @@ class LocalBackend(Backend):
         return Paths(output=str(output_dir(job)), pfs_home=str(home_dir(job)),
                      pfs_public=str(job.datacenter.public_path))
 
-    def log_path(self, job, replica) -> Path:
-        return log_path(job, replica)
-
     def cleanup(self, job) -> None:
         shutil.rmtree(job_dir(job), ignore_errors=True)
 
-    def orphans_stop(self, known_job_ids: set[int], grace: float) -> int:
-        root = settings.VAR_DIR / "jobs"
+    def orphans_stop(self, known_uids: set[str], grace: float) -> int:
+        root = jobs_root()
         if not root.is_dir():
             return 0
         found = 0
         for private in root.iterdir():
-            if not private.name.isdigit() or int(private.name) in known_job_ids:
+            if private.name in known_uids:
                 continue
             found += 1
             started = [read_json(pid_file) for pid_file in (private / "run").glob("*.pid")]
@@ -142,9 +142,12 @@ class LocalBackend(Backend):
         path = f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '/usr/bin:/bin')}"
         full_env = process_env(env, path=path, home=str(home_dir(job)),
                                pythonpath=(str(site) if site.exists() else "", str(pkg)))
-        pid = attempt_start(pid_file.parent, replica.name, replica.restarts,
-                            self.log_path(job, replica), entry_argv(job.entry),
-                            cwd=pkg, env=full_env)
+        log = output_open(job, log_relpath(replica.role, replica.index))
+        try:
+            pid = attempt_start(pid_file.parent, replica.name, replica.restarts, log,
+                                entry_argv(job.entry), cwd=pkg, env=full_env)
+        finally:
+            os.close(log)
         return f"pid:{pid}"
 
     def observe(self, job, replica) -> Observation:

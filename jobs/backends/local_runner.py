@@ -1,13 +1,14 @@
 """Runs one replica attempt on the local backend and records how it ended.
 
     python local_runner.py --state DIR --name trainer-0 --attempt 0 \
-        --log OUT/node_0/train.log -- sh -c "python train.py"
+        --log-fd 3 -- sh -c "python train.py"
 
 The backend starts it in a new session, so the runner and the command share one process
 group and a signal to the group reaches both; the backend records the runner's pid in
-``NAME.pid``. The runner writes ``NAME.exit`` (the command's exit code, or minus the signal
-that ended it) when the command ends, so the portal can tell what happened even if it was not
-running at that moment.
+``NAME.pid``. The replica's log comes open (``--log-fd``, opened for appending by whoever
+started the runner): the runner never resolves a path in a user's home. The runner writes
+``NAME.exit`` (the command's exit code, or minus the signal that ended it) when the command
+ends, so the portal can tell what happened even if it was not running at that moment.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", required=True, type=Path)
     parser.add_argument("--name", required=True)
     parser.add_argument("--attempt", required=True, type=int)
-    parser.add_argument("--log", required=True, type=Path)
+    parser.add_argument("--log-fd", required=True, type=int)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -73,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: None)
     signal.signal(signal.SIGINT, lambda *_: None)
     become_subreaper()
-    args.log.parent.mkdir(parents=True, exist_ok=True)
-    with args.log.open("ab") as log:
+    with os.fdopen(args.log_fd, "ab") as log:
         if args.attempt:
             log.write(f"\n--- restart {args.attempt} ---\n".encode())
             log.flush()

@@ -3,7 +3,8 @@
 
 Each attempt of a replica runs under ``local_runner.py`` in a new session, so the runner and
 everything the command starts share one process group; the runner writes the command's output
-to the replica's log and its exit code to ``NAME.exit`` in a run directory, beside the
+to the replica's log (a descriptor it is given: it never opens a path in a user's home) and
+its exit code to ``NAME.exit`` in a run directory, beside the
 ``NAME.pid`` written here. Stopping is per process group: SIGTERM, then SIGKILL after a grace
 period. Endpoints are free ports on 127.0.0.1.
 """
@@ -91,20 +92,21 @@ def attempt_files(run_dir: Path, name: str) -> tuple[Path, Path]:
     return run_dir / f"{name}.pid", run_dir / f"{name}.exit"
 
 
-def attempt_start(run_dir: Path, name: str, attempt: int, log: Path, command: Sequence[str],
+def attempt_start(run_dir: Path, name: str, attempt: int, log: int, command: Sequence[str],
                   *, cwd: Path | str, env: Mapping[str, str]) -> int:
-    """Start ``command`` under the runner in a new session; returns the runner's pid, which is
-    also the process group's id. The runner's own complaints (not the replica's output) go to
-    ``run_dir/NAME.runner.log``."""
+    """Start ``command`` under the runner in a new session, its output appended to the open
+    file ``log`` (a descriptor the caller opened, and still owns); returns the runner's pid,
+    which is also the process group's id. The runner's own complaints (not the replica's
+    output) go to ``run_dir/NAME.runner.log``."""
     pid_file, exit_file = attempt_files(run_dir, name)
     if exit_file.exists():
         exit_file.unlink()
     with (run_dir / f"{name}.runner.log").open("ab") as runner_log:
         process = subprocess.Popen(  # noqa: S603 - running the user's entry is the point
             [sys.executable, str(RUNNER), "--state", str(run_dir), "--name", name,
-             "--attempt", str(attempt), "--log", str(log), "--", *command],
+             "--attempt", str(attempt), "--log-fd", str(log), "--", *command],
             cwd=cwd, env=dict(env), start_new_session=True, stdin=subprocess.DEVNULL,
-            stdout=runner_log, stderr=runner_log)
+            stdout=runner_log, stderr=runner_log, pass_fds=(log,))
     # Recorded at once, so that a retried start finds this attempt already running.
     write_json(pid_file, {"pid": process.pid, "attempt": attempt, "started": time.time()})
     return process.pid

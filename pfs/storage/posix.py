@@ -6,6 +6,10 @@ directory descriptor with ``O_NOFOLLOW``; a link met on the way is read and reso
 and only while it stays inside the area (like ``openat2(RESOLVE_BENEATH)``). Every operation
 then acts on ``(directory fd, name)`` without following the last component, so a link swapped
 in between two steps is seen as a link, never followed out of the area.
+
+A storage made with ``links=False`` follows no link at all (like ``RESOLVE_NO_SYMLINKS``): the
+portal's own way into a job's files (``jobs.backends.files``), where every path is one the
+portal made and a link can only be something a job planted.
 """
 
 from __future__ import annotations
@@ -19,12 +23,15 @@ import stat as stat_mod
 from collections.abc import Iterator
 from pathlib import Path
 
-from paddlecloud.errors import ValidationError
+from paddlecloud.errors import ForbiddenError, ValidationError
 
 from .base import CHUNK, TEMP_PREFIX, Entry, Rel, Storage, Upload
 
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO a job left where a file is expected must not hang the open (it is then
+# refused as not a regular file); regular files ignore the flag.
+O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+O_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 MAX_LINKS = 40  # as the kernel's limit on links followed in one lookup
 
 
@@ -100,9 +107,21 @@ class _Location:
 
 
 class PosixStorage(Storage):
-    def __init__(self, label: str, root: Path, *, read_only: bool = False):
+    def __init__(self, label: str, root: Path, *, read_only: bool = False, links: bool = True):
         super().__init__(label, read_only=read_only)
         self.root = Path(root)
+        self.links = links  # False: no link is followed, even one that stays inside
+
+    def through_link(self, rel: Rel):
+        if self.links:
+            return super().through_link(rel)
+        return ForbiddenError.for_field(
+            "path", f"{self.display(rel)} is, or lies under, a symbolic link; the portal "
+                    "follows no links in a job's files (remove the link)", code="link_refused")
+
+    def not_a_file(self, rel: Rel) -> ValidationError:
+        return ValidationError.for_field("path", f"{self.display(rel)} is not a regular file",
+                                         code="not_a_file")
 
     # -- walking ----------------------------------------------------------------------------
 
@@ -148,6 +167,8 @@ class PosixStorage(Storage):
                     continue
                 target = _readlink(fds[-1], name) if todo or follow_last else None
                 if target is not None:
+                    if not self.links:
+                        raise self.through_link(rel)
                     links += 1
                     if links > MAX_LINKS:
                         raise ValidationError.for_field(
@@ -195,12 +216,12 @@ class PosixStorage(Storage):
             raise self.not_found(loc.rel) from None
 
     @contextlib.contextmanager
-    def _open(self, loc: _Location, flags: int) -> Iterator[int]:
+    def _open(self, loc: _Location, flags: int, mode: int = 0o777) -> Iterator[int]:
         if loc.name is None:
             fd = os.dup(loc.fd)
         else:
             try:
-                fd = os.open(loc.name, flags, dir_fd=loc.fd)
+                fd = os.open(loc.name, flags, mode, dir_fd=loc.fd)
             except FileNotFoundError:
                 raise self.not_found(loc.rel) from None
             except OSError as exc:
@@ -208,6 +229,8 @@ class PosixStorage(Storage):
                     raise self.not_a_dir(loc.rel) from None
                 if exc.errno == errno.ELOOP:
                     raise self.through_link(loc.rel) from None
+                if exc.errno == errno.ENXIO:  # a FIFO nobody reads, opened to write
+                    raise self.not_a_file(loc.rel) from None
                 raise
         try:
             yield fd
@@ -243,11 +266,29 @@ class PosixStorage(Storage):
     def read(self, rel: Rel, start: int = 0, end: int | None = None) -> Iterator[bytes]:
         # Opened now, so a missing file or a directory is an error before any byte is sent.
         with self._locate(rel, follow_last=True) as loc, self._open(loc, O_FILE) as fd:
-            st = os.fstat(fd)
-            if stat_mod.S_ISDIR(st.st_mode):
-                raise self.is_a_dir(rel)
+            st = self._regular(fd, rel)
             end = st.st_size if end is None else min(end, st.st_size)
             return _chunks(os.dup(fd), start, end)
+
+    def _regular(self, fd: int, rel: Rel) -> os.stat_result:
+        st = os.fstat(fd)
+        if stat_mod.S_ISDIR(st.st_mode):
+            raise self.is_a_dir(rel)
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise self.not_a_file(rel)
+        return st
+
+    @_os_errors
+    def open(self, rel: Rel, *, append: bool = False) -> int:
+        """A descriptor of the regular file ``rel``: for reading, or (``append``) for appending,
+        created if missing. The caller closes it. Anything but a regular file is refused."""
+        if append:
+            self.check_writable(rel)
+        with self._locate(rel, follow_last=not append) as loc, \
+                self._open(loc, O_APPEND if append else O_FILE, 0o664) as fd:
+            self._regular(fd, rel)
+            os.set_blocking(fd, True)
+            return os.dup(fd)
 
     # -- writing ----------------------------------------------------------------------------
 

@@ -8,13 +8,12 @@ import html
 from html.parser import HTMLParser
 
 import pytest
-from asgiref.sync import async_to_sync
 from django.test import Client
 
-from jobs.backends import backend_for
 from jobs.models import Job
 from jobs.services import job_submit
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, streamed
+from tests.jobs.files import log_path
 
 pytestmark = pytest.mark.django_db
 
@@ -297,19 +296,10 @@ def test_a_dry_run_on_kubernetes_shows_the_objects_as_yaml(browser, package, mon
 
 # -- detail -----------------------------------------------------------------------------------
 
-def body(response) -> bytes:
-    """A streamed answer's bytes (the download streams an async iterator, as under ASGI)."""
-    assert response.streaming and response.is_async
-
-    async def read():
-        return b"".join([chunk async for chunk in response.streaming_content])
-
-    return async_to_sync(read)()
-
 
 def write_log(job, worker: str, lines: list[str]):
     replica = next(r for r in job.replicas.all() if r.name == worker)
-    path = backend_for(job.datacenter).log_path(job, replica)
+    path = log_path(job, replica)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(f"{line}\n" for line in lines))
     return path
@@ -406,14 +396,14 @@ def test_the_log_download_is_the_whole_log_as_an_attachment(browser, submit):
     assert response.status_code == 200
     assert response["Content-Disposition"] == 'attachment; filename="fit-trainer-0.log"'
     assert response["Content-Type"].startswith("text/plain")
-    assert body(response).decode().splitlines() == [f"line {i}" for i in range(3000)]
+    assert streamed(response).decode().splitlines() == [f"line {i}" for i in range(3000)]
 
 
 def test_the_log_download_of_a_worker_not_started_is_empty(browser, submit):
     submit("fit")
     response = browser.get("/jobs/fit/logs/trainer-0.log")
     assert response.status_code == 200
-    assert body(response) == b""
+    assert streamed(response) == b""
 
 
 def test_the_log_download_of_an_unknown_worker_is_404(browser, submit):

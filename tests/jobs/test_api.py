@@ -24,7 +24,7 @@ from jobs import engine, tasks
 from jobs.backends import backend_for
 from jobs.backends.local import job_dir
 from jobs.models import Job, JobEvent, Replica
-from tests.conftest import assert_error
+from tests.conftest import assert_error, streamed
 
 pytestmark = pytest.mark.django_db
 
@@ -374,11 +374,11 @@ def test_a_two_trainer_job_runs_and_keeps_its_logs(token_client, submit, pfs_hom
     response = token_client.get(job_url("fit-a-line", "logs"), {"worker": "trainer-1"})
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
-    assert response.content.decode() == expected
+    assert streamed(response).decode() == expected
     default = token_client.get(job_url("fit-a-line", "logs"))
-    assert default.content.decode().startswith("trainer 0 line 0\n")
+    assert streamed(default).decode().startswith("trainer 0 line 0\n")
     tail = token_client.get(job_url("fit-a-line", "logs"), {"worker": "trainer-1", "tail": 2})
-    assert tail.content.decode() == "trainer 1 line 3\ntrainer 1 line 4\n"
+    assert streamed(tail).decode() == "trainer 1 line 3\ntrainer 1 line 4\n"
 
     body = assert_error(token_client.get(job_url("fit-a-line", "logs"), {"worker": "nope"}),
                         404, "not_found", field="worker")
@@ -408,7 +408,7 @@ def test_a_missing_entry_command_fails_the_job(token_client, submit):
     assert "command not found" in events[-1]["reason"]
     assert any(e["worker"] == "trainer-0" and "command not found" in e["reason"]
                for e in events)
-    log = token_client.get(job_url("typo", "logs")).content.decode()
+    log = streamed(token_client.get(job_url("typo", "logs"))).decode()
     assert "no-such-command" in log and "not found" in log
 
 

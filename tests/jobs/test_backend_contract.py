@@ -11,6 +11,7 @@ from jobs.backends import backend_for
 from jobs.backends.base import Backend, Observation, Status
 from jobs.contract import job_namespace, replica_env
 from jobs.models import Job, Replica
+from tests.jobs.files import log_path
 
 pytestmark = pytest.mark.django_db
 
@@ -90,7 +91,7 @@ def test_start_observe_exit_code_and_log(backend, make_job):
     start(backend, job, replica)
     assert settle(backend, job, replica) == Observation(Status.EXITED, 3)
     deadline = time.monotonic() + 5
-    while "hello from TRAINER 0" not in backend.log_path(job, replica).read_text():
+    while "hello from TRAINER 0" not in log_path(job, replica).read_text():
         assert time.monotonic() < deadline
         time.sleep(0.05)
 
@@ -102,7 +103,7 @@ def test_starting_the_same_attempt_twice_starts_it_once(backend, make_job):
     assert start(backend, job, replica) == first
     assert backend.observe(job, replica).status == Status.RUNNING
     backend.stop(job, [replica], grace=5)
-    log = backend.log_path(job, replica)  # none if it was stopped before it could write
+    log = log_path(job, replica)  # none if it was stopped before it could write
     assert (log.read_text() if log.exists() else "").count("hello from TRAINER 0") <= 1
 
 
@@ -116,7 +117,7 @@ def test_a_new_attempt_is_a_new_start(backend, make_job):
     assert backend.observe(job, replica).status == Status.NOT_STARTED  # attempt 1 has not run
     start(backend, job, replica)
     assert settle(backend, job, replica).exit_code == 1
-    assert backend.log_path(job, replica).read_text().count("hello from TRAINER 0") == 2
+    assert log_path(job, replica).read_text().count("hello from TRAINER 0") == 2
 
 
 def test_stop_ends_running_replicas(backend, make_job):
@@ -149,7 +150,7 @@ def test_orphans_are_stopped_and_removed(backend, make_job):
     job = make_job(SLEEP=60)
     replica = job.replicas.get()
     start(backend, job, replica)
-    assert backend.orphans_stop({job.pk}, grace=2) == 0  # known: left alone
+    assert backend.orphans_stop({str(job.uid)}, grace=2) == 0  # known: left alone
     assert backend.observe(job, replica).status == Status.RUNNING
     assert backend.orphans_stop(set(), grace=2) == 1
     assert backend.observe(job, replica).status != Status.RUNNING

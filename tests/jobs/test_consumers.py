@@ -19,12 +19,11 @@ from django.db import connections
 from django.test import Client
 
 from jobs import lines
-from jobs.backends.files import log_path
-from jobs.metrics import metrics_path
 from jobs.models import Job, Replica
 from jobs.services import job_delete
 from jobs.states import JobState, ReplicaState
 from jobs.transitions import job_transition, replica_transition
+from tests.jobs.files import file_at, log_path, metrics_path
 from tests.ws import WebsocketCommunicator
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -349,7 +348,8 @@ def test_pump_lines_end_is_published_once_the_writer_ended(tmp_path, layer):
         layer_ = channel_layers["default"]
         channel = await layer_.new_channel()
         await layer_.group_add("lines.test", channel)
-        task = asyncio.create_task(lines.pump(lines.Source("lines.test", path, ended)))
+        task = asyncio.create_task(lines.pump(lines.Source("lines.test", file_at(path),
+                                                             ended)))
         await asyncio.sleep(0.3)
         write(path, "new\ntail")
         done["value"] = True
@@ -388,10 +388,11 @@ async def test_changes_marked_while_flushing_are_flushed_after():
 
 def test_the_tail_of_a_log_and_the_number_of_its_first_line(tmp_path):
     path = tmp_path / "log"
-    assert lines.lines_tail(path, 3) == (0, [])  # not written yet
+    log = file_at(path)
+    assert lines.lines_tail(log, 3) == (0, [])  # not written yet
     path.write_text("".join(f"line {i}\n" for i in range(10)))
-    assert lines.lines_tail(path, 3) == (7, ["line 7", "line 8", "line 9"])
-    assert lines.lines_tail(path, 50) == (0, [f"line {i}" for i in range(10)])
+    assert lines.lines_tail(log, 3) == (7, ["line 7", "line 8", "line 9"])
+    assert lines.lines_tail(log, 50) == (0, [f"line {i}" for i in range(10)])
     write(path, "half a line")  # being written: shown, and it counts as one
-    assert lines.lines_tail(path, 2) == (9, ["line 9", "half a line"])
-    assert lines.lines_tail(path, 0) == (10, [])
+    assert lines.lines_tail(log, 2) == (9, ["line 9", "half a line"])
+    assert lines.lines_tail(log, 0) == (10, [])

@@ -22,6 +22,7 @@ from jobs.backends.kubernetes.pods_watch import pod_caches_stop
 from jobs.models import Job
 from jobs.services import job_kill, job_submit
 from jobs.tasks import jobs_reconcile
+from tests.jobs.files import log_path
 
 pytestmark = pytest.mark.django_db
 
@@ -53,7 +54,7 @@ class Driver:
                         "CODE": str(exit_code)}}
 
     def log(self, job, replica) -> str:
-        path = backend_for(job.datacenter).log_path(job, replica)
+        path = log_path(job, replica)
         return path.read_text() if path.exists() else ""
 
 

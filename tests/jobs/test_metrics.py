@@ -15,9 +15,10 @@ from rest_framework.test import APIClient
 from accounts.services import token_create
 from jobs import engine
 from jobs.backends import backend_for
-from jobs.metrics import metric_names, metric_record, metrics_path, metrics_read
+from jobs.metrics import metric_names, metric_record, metrics_read
 from jobs.models import Job, Replica
 from tests.conftest import PASSWORD, assert_error
+from tests.jobs.files import file_at, metrics_path
 
 URL = "/api/v1/jobs/"
 
@@ -90,32 +91,40 @@ def test_reading_numbers_every_line_and_skips_the_bad_ones(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text(line(1, loss=3.0) + "garbage\n" + line(2, loss=2.0) + "\n"
                     + line(3, loss=1.0) + '{"step": 4, "lo')
-    records, next_line = metrics_read(path)
+    file = file_at(path)
+    records, next_line, more = metrics_read(file)
     assert [(r["seq"], r["step"], r["metrics"]) for r in records] == [
         (0, 1, {"loss": 3.0}), (2, 2, {"loss": 2.0}), (4, 3, {"loss": 1.0})]
-    assert next_line == 5  # the partial last line is not counted yet
+    assert (next_line, more) == (5, False)  # the partial last line is not counted yet
     assert metric_names(records) == ["loss"]
 
     # Resuming from a line number: no record twice, none missed.
-    assert metrics_read(path, 5) == ([], 5)
-    assert [r["seq"] for r in metrics_read(path, 1)[0]] == [2, 4]
-    assert [r["seq"] for r in metrics_read(path, 3)[0]] == [4]
+    assert metrics_read(file, 5) == ([], 5, False)
+    assert [r["seq"] for r in metrics_read(file, 1)[0]] == [2, 4]
+    assert [r["seq"] for r in metrics_read(file, 3)[0]] == [4]
     with path.open("a") as f:
         f.write('ss": 0.5}\n' + line(5, loss=0.25, acc=0.9))
-    records, next_line = metrics_read(path, 5)
+    records, next_line, _ = metrics_read(file, 5)
     assert [(r["seq"], r["step"]) for r in records] == [(5, 4), (6, 5)]
     assert next_line == 7
-    assert metric_names(metrics_read(path)[0]) == ["acc", "loss"]
+    assert metric_names(metrics_read(file)[0]) == ["acc", "loss"]
+
+    # At most ``limit`` records at a time, and where to go on from.
+    records, next_line, more = metrics_read(file, 0, limit=2)
+    assert ([r["seq"] for r in records], next_line, more) == ([0, 2], 3, True)
+    records, next_line, more = metrics_read(file, next_line, limit=2)
+    assert ([r["seq"] for r in records], next_line, more) == ([4, 5], 6, True)
+    assert metrics_read(file, next_line, limit=2) == ([metrics_read(file, 6)[0][0]], 7, False)
 
 
 def test_reading_a_file_that_is_not_there_or_shorter(tmp_path):
-    assert metrics_read(tmp_path / "none.jsonl") == ([], 0)
-    assert metrics_read(tmp_path / "none.jsonl", 7) == ([], 7)
+    assert metrics_read(file_at(tmp_path / "none.jsonl")) == ([], 0, False)
+    assert metrics_read(file_at(tmp_path / "none.jsonl"), 7) == ([], 7, False)
     path = tmp_path / "metrics.jsonl"
     path.write_text(line(1, loss=1.0))
-    assert metrics_read(path, 10) == ([], 10)
+    assert metrics_read(file_at(path), 10) == ([], 10, False)
     with pytest.raises(ValueError, match="first must be >= 0"):
-        metrics_read(path, -1)
+        metrics_read(file_at(path), -1)
 
 
 # --- the API --------------------------------------------------------------------------------
@@ -141,7 +150,7 @@ def test_the_api_serves_a_workers_records_and_metric_names(token_client, alice, 
             {"seq": 0, "step": 1, "time": 1763700001.0, "metrics": {"loss": 4.0}},
             {"seq": 2, "step": 2, "time": 1763700002.0, "metrics": {"loss": 2.0, "acc": 0.5}},
             {"seq": 3, "step": 3, "time": 1763700003.0, "metrics": {"loss": None}},
-        ]}
+        ], "next": 4, "more": False}
     assert token_client.get(metrics_url("fit-a-line"), {"worker": "trainer-0"}).json() == \
         response.json()
 
@@ -158,7 +167,8 @@ def test_a_worker_that_reported_nothing_has_no_records(token_client, alice, data
     make_job(alice, datacenter, "quiet")
     response = token_client.get(metrics_url("quiet"))
     assert response.status_code == 200, response.content
-    assert response.json() == {"worker": "trainer-0", "names": [], "records": []}
+    assert response.json() == {"worker": "trainer-0", "names": [], "records": [], "next": 0,
+                               "more": False}
 
 
 @pytest.mark.django_db

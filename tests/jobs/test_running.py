@@ -294,7 +294,7 @@ def test_files_that_cannot_be_prepared_fail_the_job(submit, monkeypatch):
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("jobs.backends.local.shutil.copytree", disk_full)
+    monkeypatch.setattr("jobs.backends.local.package_copy", disk_full)
     engine.job_launch(job.pk)
     job.refresh_from_db()
     assert job.state == "failed"

@@ -77,8 +77,8 @@ def test_metrics_prints_a_row_per_report_and_a_column_per_metric(live_cli, repor
 
 
 def test_a_worker_that_reported_nothing(live_cli, reported_job):
-    from jobs.metrics import metrics_path
     from jobs.models import Job
+    from tests.jobs.files import metrics_path
 
     job = Job.objects.get(name=reported_job)
     metrics_path(job, job.replicas.get(index=0)).unlink()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
 
 from paddlecloud.errors import ForbiddenError, NotFoundError, ValidationError
-from pfs.paths import MAX_COMPONENT, MAX_PATH, PfsPath, pfs_path_parse, pfs_resolve
+from pfs.paths import MAX_COMPONENT, MAX_PATH, PfsPath, pfs_area_root, pfs_path_parse
+from pfs.services import pfs_target
 
 # ---------------------------------------------------------------------------------------------
 # pfs_path_parse: accepted paths
@@ -162,7 +164,7 @@ def test_long_path_fixture_is_really_too_long_with_short_components():
 
 
 # ---------------------------------------------------------------------------------------------
-# pfs_resolve
+# Where paths are on disk, and who may use them (as the file service and the jobs check them)
 
 
 @pytest.fixture
@@ -176,8 +178,13 @@ def pfs_root(tmp_path, datacenter):
     return root
 
 
-def resolve(user, datacenter, text, **kwargs):
-    return pfs_resolve(user, datacenter, pfs_path_parse(text), **kwargs)
+def resolve(user, datacenter, text, *, write=False, field="path"):
+    """Where ``text`` is on disk once the caller's access is checked and the storage has
+    walked it (refusing links that lead out of the area); it need not exist."""
+    target = pfs_target(user, datacenter, text, write=write, field=field)
+    with contextlib.suppress(NotFoundError):
+        target.storage.stat(target.rel, follow=True)
+    return pfs_area_root(datacenter, target.path).joinpath(*target.rel)
 
 
 def test_resolve_own_home(alice, datacenter, pfs_root):

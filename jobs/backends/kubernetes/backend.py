@@ -10,22 +10,21 @@ Indexed Job (trainers) in the owner's namespace, all owned by one root ConfigMap
   cluster refused to create (its ResourceQuota) from the controller's ``FailedCreate`` events.
 - ``stop`` and ``cleanup`` delete the root: the garbage collector deletes the rest.
 - Logs come from the pods while they exist, else from the copy each pod writes to the job's
-  output in PFS (``files.log_path``).
+  output in PFS (``files.log_file``).
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 
 from django.db import connection, transaction
 
-from paddlecloud.errors import ValidationError
+from paddlecloud.errors import PaddleCloudError, ValidationError
 
 from ...contract import Paths, Topology, job_namespace
 from ..base import Backend, BackendError, Observation, Status
-from ..files import home_dir, log_path, output_prepare
+from ..files import home_remove, output_prepare
 from . import manifests, pods
 from .client import KubeError, kube_for
 from .names import (
@@ -209,11 +208,10 @@ class KubernetesBackend(Backend):
         self._delete_job(job, 0)
         site = pods.site_packages_dir(job).removeprefix(pods.pfs_home(job) + "/")
         for leftover in (site, f"{site}.tmp", f"{site}.done", f"{site}.lock"):
-            path = home_dir(job) / leftover
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            elif path.exists():
-                path.unlink(missing_ok=True)
+            try:
+                home_remove(job, leftover)
+            except PaddleCloudError as exc:  # e.g. a link a job put on the way: left alone
+                logger.warning("job %s: %s left in place: %s", job.pk, leftover, exc.message)
 
     def _delete_job(self, job, grace: float) -> None:
         kube = kube_for(job.datacenter)
@@ -226,14 +224,11 @@ class KubernetesBackend(Backend):
             for obj in found:
                 kube.delete(kind, namespace, obj["metadata"]["name"], grace=grace)
 
-    def orphans_stop(self, known_job_ids: set[int], grace: float) -> int:
+    def orphans_stop(self, known_uids: set[str], grace: float) -> int:
         """Delete the objects of jobs the database no longer knows, in every datacenter on
         this backend (their roots: the rest follows)."""
         from accounts.models import Datacenter
-        from jobs.models import Job
 
-        known = {str(uid) for uid in Job.objects.filter(pk__in=known_job_ids)
-                 .values_list("uid", flat=True)}
         found = 0
         for datacenter in Datacenter.objects.filter(backend=self.name):
             try:
@@ -244,15 +239,12 @@ class KubernetesBackend(Backend):
                 continue
             for root in roots:
                 meta = root["metadata"]
-                if meta.get("labels", {}).get(JOB_UID_LABEL) not in known:
+                if meta.get("labels", {}).get(JOB_UID_LABEL) not in known_uids:
                     kube.delete("ConfigMap", meta["namespace"], meta["name"], grace=grace)
                     found += 1
         return found
 
     # -- logs -------------------------------------------------------------------------------
-
-    def log_path(self, job, replica):
-        return log_path(job, replica)
 
     def log_stream(self, job, replica, *, follow: bool, tail: int | None):
         """The current pod's log while it exists (following it), else None: the archive."""

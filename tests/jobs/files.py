@@ -1,0 +1,23 @@
+"""A job's files on disk, for tests that write or read them as a replica would (the portal
+itself reaches them only through ``jobs.backends.files``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobs.backends.files import JobFile, output_dir
+from jobs.backends.processes import log_relpath, metrics_relpath
+from pfs.storage.posix import PosixStorage
+
+
+def log_path(job, replica) -> Path:
+    return output_dir(job) / log_relpath(replica.role, replica.index)
+
+
+def metrics_path(job, replica) -> Path:
+    return output_dir(job) / metrics_relpath(replica.role, replica.index)
+
+
+def file_at(path: Path) -> JobFile:
+    """Any file on disk as the portal reads a job's files (no link followed)."""
+    return JobFile(PosixStorage("/test", path.parent, links=False), (path.name,))
