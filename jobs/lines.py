@@ -170,7 +170,8 @@ def lines_tail(file: JobFile, count: int) -> tuple[int, list[str]]:
 
 def tail_offset(file: JobFile, count: int) -> int:
     """The byte offset where the last ``count`` lines of the file begin, reading no more of it
-    than ``count`` + 1 lines can span."""
+    than ``count`` + 1 lines can span. (Inside a line longer than that, where it is split is
+    counted from there, so it may differ from how ``lines_read`` splits it from its start.)"""
     size = file.size()
     if count <= 0:
         return size

@@ -1,1 +1,42 @@
+"""The jobs tests' fixtures: the fake API server, and the WebSocket app on both channel
+layers."""
+
+import copy
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import channel_layers
+from django.conf import settings as django_settings
+from django.db import connections
+
 from tests.k8s_api_server.fixtures import k8s_api  # noqa: F401 - the fake API server fixture
+
+
+@pytest.fixture(params=["redis", "in-process"])
+async def layer(request, settings):
+    """Each test runs on both channel layers."""
+    if request.param == "redis":
+        config = copy.deepcopy(django_settings.CHANNEL_LAYERS["default"])
+        assert config["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    else:
+        config = {"BACKEND": "paddlecloud.layers.InProcessChannelLayer"}
+    settings.CHANNEL_LAYERS = {"default": config}
+    channel_layers.backends.clear()
+    yield request.param
+    if request.param == "redis":
+        # Before the test's event loop ends: a channels-redis receive that is cancelled while
+        # its connection is open can keep waiting on Redis (redis-py 8) and hold up the loop.
+        await channel_layers["default"].close_pools()
+    channel_layers.backends.clear()
+
+
+@pytest.fixture
+async def app(layer, pfs_home, settings):
+    settings.ALLOWED_HOSTS = ["testserver"]
+    from paddlecloud.asgi import application
+
+    # The consumers' database calls run in asgiref's one sync thread, whose connection lives
+    # from test to test (and may have been cut by a live server's clean-up): a fresh one.
+    await sync_to_async(connections.close_all)()
+    yield application
+    await sync_to_async(connections.close_all)()

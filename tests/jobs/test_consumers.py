@@ -8,14 +8,11 @@ Logs are followed from the worker's file in PFS, as both backends write it.
 from __future__ import annotations
 
 import asyncio
-import copy
 import threading
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import channel_layers
-from django.conf import settings as django_settings
-from django.db import connections
 from django.test import Client
 
 from jobs import lines
@@ -29,36 +26,6 @@ from tests.ws import WebsocketCommunicator
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
 TIMEOUT = 10
-
-
-@pytest.fixture(params=["redis", "in-process"])
-async def layer(request, settings):
-    """Each test runs on both channel layers."""
-    if request.param == "redis":
-        config = copy.deepcopy(django_settings.CHANNEL_LAYERS["default"])
-        assert config["BACKEND"] == "channels_redis.core.RedisChannelLayer"
-    else:
-        config = {"BACKEND": "paddlecloud.layers.InProcessChannelLayer"}
-    settings.CHANNEL_LAYERS = {"default": config}
-    channel_layers.backends.clear()
-    yield request.param
-    if request.param == "redis":
-        # Before the test's event loop ends: a channels-redis receive that is cancelled while
-        # its connection is open can keep waiting on Redis (redis-py 8) and hold up the loop.
-        await channel_layers["default"].close_pools()
-    channel_layers.backends.clear()
-
-
-@pytest.fixture
-async def app(layer, pfs_home, settings):
-    settings.ALLOWED_HOSTS = ["testserver"]
-    from paddlecloud.asgi import application
-
-    # The consumers' database calls run in asgiref's one sync thread, whose connection lives
-    # from test to test (and may have been cut by a live server's clean-up): a fresh one.
-    await sync_to_async(connections.close_all)()
-    yield application
-    await sync_to_async(connections.close_all)()
 
 
 def session_cookie(user) -> bytes:

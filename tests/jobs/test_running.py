@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from jobs import engine
 from jobs.backends import backend_for
@@ -299,3 +300,36 @@ def test_files_that_cannot_be_prepared_fail_the_job(submit, monkeypatch):
     job.refresh_from_db()
     assert job.state == "failed"
     assert "No space left on device" in job.state_reason
+
+
+@transactional
+def test_a_new_database_over_an_old_var_does_not_take_an_old_jobs_files(submit, pfs_home):
+    """A job's private directory was keyed by its database id: over an existing var/, a
+    fresh database's job 1 took old job 1's package copy, pid and exit files, and was reported
+    ended without running. It is keyed by the job's uid."""
+    old = submit("old", env={"SLEEP": "0"})
+    engine.job_launch(old.pk)
+    wait_for_engine(old)
+    assert old.state == "succeeded"
+    old_pk = old.pk
+    Job.objects.filter(pk=old_pk).delete()  # the database is new, var/ is not
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s, false)",
+                       [Job._meta.db_table, old_pk])
+    (pfs_home / "pkg" / "train.py").write_text(
+        "print('the new job ran', flush=True)\nimport sys; sys.exit(3)\n")
+    new = submit("new")
+    assert new.pk == old_pk
+    engine.job_launch(new.pk)
+    wait_for_engine(new)
+    assert new.state == "failed" and new.state_reason == "trainer-0 failed: exited with code 3"
+    assert "the new job ran" in (output_dir(new) / "node_0" / "train.log").read_text()
+    assert job_dir(new) != job_dir(old)
+
+
+def wait_for_engine(job: Job, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while engine.job_sync(job.pk):
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.1)
+    job.refresh_from_db()

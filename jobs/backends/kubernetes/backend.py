@@ -15,6 +15,7 @@ Indexed Job (trainers) in the owner's namespace, all owned by one root ConfigMap
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 
@@ -261,13 +262,17 @@ class KubernetesBackend(Backend):
             return kube.pod_log(pod["namespace"], pod["name"], container=replica.role,
                                 follow=follow, tail_lines=tail)
 
-        if not follow:
+        if not follow:  # streamed as it comes, never read whole
+            chunks = read(False)
             try:
-                return iter([b"".join(read(False))])
+                first = next(chunks, b"")
             except KubeError as exc:
+                if exc.status == 404:  # the pod went meanwhile: its log is in the archive
+                    return None
                 if exc.status != 400:  # 400: its container is still being created
                     raise
                 return iter([b""])
+            return itertools.chain([first], chunks)
         return self._follow(job, replica, read)
 
     def _follow(self, job, replica, read):
