@@ -10,14 +10,16 @@ What a sandboxed process sees (``sandbox_argv``):
 - the portal's Python, read-only (``sys.base_prefix``, ``sys.prefix``, and the directory of
   ``paddlecloud_sdk``, which trainers import: ``sdk_dir``);
 - its own ``/proc`` (its own pid namespace: only its own processes), a minimal ``/dev``, a
-  private ``/tmp``;
+  private ``/tmp``, and an ``/etc/hosts`` of its own, where its hostname is 127.0.0.1 (gloo,
+  paddle.distributed's, looks its hostname up); the rest of its root is a tmpfs of its own;
 - the caller's binds, each at its own host path, so that the paths in its environment hold;
 - nothing else: no ``var/``, no other home, no ``/root``, no source tree.
 
 It runs as uid and gid 65534 (nobody, in every passwd) in a user namespace of its own, mapped
 to the portal's uid outside (so what it writes in a home is owned like what the portal writes),
-with no capabilities, unable to make further user namespaces, with its own ipc, uts (its
-hostname) and cgroup namespaces, and exactly the environment variables given.
+with no capabilities, unable to make further user namespaces (bubblewrap 0.8 or later), with
+its own ipc, uts (its hostname) and cgroup namespaces, and exactly the environment variables
+given.
 
 Its network (``Sandbox.network``): ``"none"``, a namespace of its own with only ``lo``;
 ``"host"``, the machine's (for ``pip download``, which needs PyPI — it reaches 127.0.0.1 too,
@@ -32,8 +34,8 @@ How it behaves as a process (bubblewrap 0.8.0; ``tests/jobs/test_sandbox.py`` ho
   pid 1 starts the command as pid 2, still in that group: a signal to the group reaches it.
 - The command's exit status comes back as its own; a death by signal as 128 + the signal
   (137 SIGKILL, 143 SIGTERM), as a shell reports it. bwrap exits 1 when it cannot set the
-  sandbox up (saying why on stderr); ``NETNS_CHECK_FAILED`` (125) means the sandbox was not in
-  the job's network, and the command was not run.
+  sandbox up (saying why on stderr); ``SETUP_FAILED`` (125) that its own setup inside failed
+  (not in the job's network, or no ``/etc/hosts``), and the command was not run.
 - A SIGTERM would kill bwrap's outer process (default action), and ``--die-with-parent`` would
   then SIGKILL the sandbox: no graceful shutdown. So bwrap starts with SIGTERM and SIGINT
   ignored (``env --ignore-signal``) and the command with them back at their defaults (``env
@@ -58,6 +60,7 @@ import functools
 import importlib.util
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -73,13 +76,14 @@ SANDBOX_UID = SANDBOX_GID = 65534  # nobody / nogroup
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # What programs read in /etc; each is bound only if the world may read it.
-ETC = ("alternatives", "debian_version", "gai.conf", "group", "host.conf", "hosts",
+ETC = ("alternatives", "debian_version", "gai.conf", "group", "host.conf",
        "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "mime.types", "networks",
        "nsswitch.conf", "os-release", "passwd", "protocols", "resolv.conf", "services",
        "ssl/certs", "ssl/openssl.cnf", "timezone")
 PRIVATE_TMP = "/tmp"  # noqa: S108 - a tmpfs of the sandbox's own
 HOSTNAME_MAX = 64
-NETNS_CHECK_FAILED = 125
+HOSTNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
+SETUP_FAILED = 125
 NETNS_MARKER = "paddlecloud-netns"
 
 
@@ -120,7 +124,8 @@ class Netns:
 class Sandbox:
     """What one sandboxed process sees besides the system: ``binds``, exactly the variables
     of ``env`` (and PWD, which bwrap sets to ``cwd``), ``cwd``, its ``network`` (``"none"``,
-    ``"host"`` or a job's ``Netns``) and its ``hostname`` (cut to 64 characters)."""
+    ``"host"`` or a job's ``Netns``) and its ``hostname`` (cut to 64 characters; its
+    ``/etc/hosts`` gives it 127.0.0.1, as gloo needs)."""
 
     binds: Sequence[Bind] = ()
     env: Mapping[str, str] = field(default_factory=dict)
@@ -249,18 +254,23 @@ def _bind_mounts(binds: Sequence[Bind]) -> list[tuple[str, list[str]]]:
     return mounts
 
 
-# A sandbox joined to a job's network checks, before running the command, that it is in the
-# namespace the job's holder made: a holder that died and whose pid was reused in between
-# cannot put a job on the host's network.
-NETNS_CHECK = ('[ "$("$1" /proc/self/ns/net)" = "net:[$2]" ] || { echo "sandbox: not in '
-               f'the job\'s network namespace" >&2; exit {NETNS_CHECK_FAILED}; }}; '
-               'shift 2; exec "$@"')
+# Run in the sandbox before the command: a sandbox joined to a job's network checks that it
+# is in the namespace the job's holder made (a holder that died and whose pid was reused in
+# between cannot put a job on the host's network); then it writes its own /etc/hosts (in its
+# own tmpfs), so that its hostname resolves to 127.0.0.1 — gloo looks it up.
+PRELUDE = (
+    'if [ -n "$2" ] && [ "$("$1" /proc/self/ns/net)" != "net:[$2]" ]; then '
+    f'echo "sandbox: not in the job\'s network namespace" >&2; exit {SETUP_FAILED}; fi; '
+    'printf "127.0.0.1\\tlocalhost %s\\n::1\\tlocalhost ip6-localhost ip6-loopback\\n" "$3" '
+    f'> /etc/hosts || exit {SETUP_FAILED}; '
+    'shift 3; exec "$@"')
 
 
 def sandbox_argv(sandbox: Sandbox, command: Sequence[str]) -> list[str]:
     """The argv that runs ``command`` in ``sandbox``: ``env`` (signals, see above), then
-    ``nsenter`` into the job's network when it has one, then ``bwrap``. It needs nothing from
-    the environment it is started with; start it with a minimal one."""
+    ``nsenter`` into the job's network when it has one, then ``bwrap``, then ``PRELUDE`` and
+    ``env`` inside. It needs nothing from the environment it is started with: start it with a
+    minimal one."""
     tools = _tools()
     if not command or "=" in command[0]:
         raise SandboxError(f"command {list(command)!r}: empty, or its program has a '='")
@@ -270,9 +280,12 @@ def sandbox_argv(sandbox: Sandbox, command: Sequence[str]) -> list[str]:
     cwd = os.fspath(sandbox.cwd)
     if not cwd.startswith("/"):
         raise SandboxError(f"cwd {cwd!r}: must be an absolute path")
+    hostname = sandbox.hostname[:HOSTNAME_MAX]
+    if not HOSTNAME_RE.fullmatch(hostname):
+        raise SandboxError(f"hostname {hostname!r}: letters, digits, '.' and '-' only")
 
     outer = [tools.env, "--ignore-signal=TERM,INT"]
-    inner = [tools.env, "--default-signal=TERM,INT", "--", *command]
+    inode = ""
     network = sandbox.network
     if isinstance(network, Netns):
         if not netns_alive(network):
@@ -283,8 +296,7 @@ def sandbox_argv(sandbox: Sandbox, command: Sequence[str]) -> list[str]:
         outer += [tools.nsenter, "--preserve-credentials",
                   f"--user=/proc/{network.pid}/ns/user", f"--net=/proc/{network.pid}/ns/net",
                   "--"]
-        inner = [tools.sh, "-c", NETNS_CHECK, "sandbox", tools.readlink, str(network.inode),
-                 *inner]
+        inode = str(network.inode)
     elif network not in ("none", "host"):
         raise SandboxError(f"network {network!r}: must be 'none', 'host' or a job's Netns")
 
@@ -295,13 +307,15 @@ def sandbox_argv(sandbox: Sandbox, command: Sequence[str]) -> list[str]:
             *(["--disable-userns"] if tools.disable_userns else []),
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             *(["--unshare-net"] if network == "none" else []),
-            "--hostname", sandbox.hostname[:HOSTNAME_MAX], "--cap-drop", "ALL"]
+            "--hostname", hostname, "--cap-drop", "ALL"]
     for _, args in mounts:
         argv += args
     argv.append("--clearenv")
     for name, value in sandbox.env.items():
         argv += ["--setenv", name, value]
     argv += ["--chdir", cwd, "--"]
+    inner = [tools.sh, "-c", PRELUDE, "sandbox", tools.readlink, inode, hostname,
+             tools.env, "--default-signal=TERM,INT", "--", *command]
     return outer + argv + inner
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from jobs.backends.sandbox import (
-    NETNS_CHECK_FAILED,
+    SETUP_FAILED,
     Bind,
     Netns,
     Sandbox,
@@ -173,7 +173,10 @@ def test_a_replica_lists_no_other_home_and_nothing_of_var(tree, netns):
 def test_a_replica_sees_only_its_own_processes(tree, netns, spawned):
     marker = f"portal-secret-{uuid.uuid4().hex}"
     portal = spawned(["sleep", "60"], env={**OUTSIDE_ENV, "SECRET_KEY": marker})
-    assert marker.encode() in Path(f"/proc/{portal.pid}/environ").read_bytes()  # outside
+    deadline = time.monotonic() + 10  # readable outside, once it has exec'd
+    while marker.encode() not in Path(f"/proc/{portal.pid}/environ").read_bytes():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     result = python(replica(tree, netns), f"""
         import os
         pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
@@ -236,6 +239,16 @@ def test_the_venv_python_runs_and_imports_the_sdk(tree, netns):
 
 
 # --- network -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("network", ["job", "none", "host"])
+def test_its_hostname_resolves_to_its_loopback(tree, netns, network):
+    """As gloo (paddle.distributed) needs: it looks its own hostname up and listens there."""
+    result = python(replica(tree, netns if network == "job" else network), """
+        import socket
+        print(socket.gethostname(), socket.gethostbyname(socket.gethostname()))
+        """)
+    assert result.stdout.split() == ["trainer-0", "127.0.0.1"], result.stderr
+
 
 @pytest.fixture
 def host_listener():
@@ -305,7 +318,7 @@ def test_a_sandbox_refuses_to_run_in_another_network(tree, netns):
     argv = sandbox_argv(replica(tree, netns), ["sh", "-c", "echo ran"])
     argv[argv.index(str(netns.inode))] = "1"  # as if the holder's pid now named another
     result = subprocess.run(argv, env=OUTSIDE_ENV, capture_output=True, text=True, timeout=60)
-    assert (result.returncode, result.stdout) == (NETNS_CHECK_FAILED, "")
+    assert (result.returncode, result.stdout) == (SETUP_FAILED, "")
     assert "not in the job's network namespace" in result.stderr
 
 
@@ -430,3 +443,5 @@ def test_binds_that_would_undo_the_sandbox_are_refused(tree, netns):
         sandbox_argv(Sandbox(env={"A=B": "1"}), ["true"])
     with pytest.raises(SandboxError, match="network"):
         sandbox_argv(Sandbox(network="bridge"), ["true"])
+    with pytest.raises(SandboxError, match="hostname"):
+        sandbox_argv(Sandbox(hostname="a\n1.2.3.4 pypi.org"), ["true"])
