@@ -196,7 +196,8 @@ def test_a_replica_sees_only_its_own_processes(tree, netns, spawned):
 def test_the_environment_is_exactly_what_was_given(tree, netns, monkeypatch):
     monkeypatch.setenv("SECRET_KEY", "the portal's")
     sandbox = replica(tree, netns, EXTRA="x y")
-    result = run(sandbox, ["/usr/bin/env", "-0"])
+    result = subprocess.run(sandbox_argv(sandbox, ["/usr/bin/env", "-0"]),  # all of ours
+                            env=dict(os.environ), capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     seen = dict(line.split("=", 1) for line in result.stdout.split("\0") if line)
     assert seen == {**sandbox.env, "PWD": sandbox.cwd}  # bwrap sets PWD to the cwd
