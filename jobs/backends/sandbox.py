@@ -1,0 +1,448 @@
+"""Sandboxes for the local backend's replicas, made with bubblewrap (``bwrap``, Debian's
+``bubblewrap``). Standard library only: the runner and ``paddlectl`` import it without Django.
+
+What a sandboxed process sees (``sandbox_argv``):
+
+- the system, read-only: ``/usr``, the usrmerge links (or directories) ``/bin``, ``/lib``…, and
+  the short list of world-readable ``/etc`` entries in ``ETC`` — never all of ``/etc``: the
+  portal runs as root, and inside a user namespace mapped to root the owner bits of root's files
+  still apply (``/etc/shadow`` would be readable);
+- the portal's Python, read-only (``sys.base_prefix``, ``sys.prefix``, and the directory of
+  ``paddlecloud_sdk``, which trainers import: ``sdk_dir``);
+- its own ``/proc`` (its own pid namespace: only its own processes), a minimal ``/dev``, a
+  private ``/tmp``, and an ``/etc/hosts`` of its own, where its hostname is 127.0.0.1 (gloo,
+  paddle.distributed's, looks its hostname up); the rest of its root is a tmpfs of its own;
+- the caller's binds, each at its own host path, so that the paths in its environment hold;
+- nothing else: no ``var/``, no other home, no ``/root``, no source tree.
+
+It runs as uid and gid 65534 (nobody, in every passwd) in a user namespace of its own, mapped
+to the portal's uid outside (so what it writes in a home is owned like what the portal writes),
+with no capabilities, unable to make further user namespaces (bubblewrap 0.8 or later), with
+its own ipc, uts (its hostname) and cgroup namespaces, and exactly the environment variables
+given.
+
+Its network (``Sandbox.network``): ``"none"``, a namespace of its own with only ``lo``;
+``"host"``, the machine's (for ``pip download``, which needs PyPI — it reaches 127.0.0.1 too,
+so PostgreSQL and Redis: never for a job's own code); or a job's ``Netns``, one namespace per
+job held by a small process (``netns_start``), so that the replicas of a job reach each other
+on 127.0.0.1 and nothing on the host's loopback (PostgreSQL, Redis, the portal).
+
+How it behaves as a process (bubblewrap 0.8.0; ``tests/jobs/test_sandbox.py`` holds each point):
+
+- bwrap stays in the caller's process group (no ``--new-session``: the runner has no
+  controlling terminal, so there is none to inject input into). In the sandbox bwrap's own
+  pid 1 starts the command as pid 2, still in that group: a signal to the group reaches it.
+- The command's exit status comes back as its own; a death by signal as 128 + the signal
+  (137 SIGKILL, 143 SIGTERM), as a shell reports it. bwrap exits 1 when it cannot set the
+  sandbox up (saying why on stderr); ``SETUP_FAILED`` (125) that its own setup inside failed
+  (not in the job's network, or no ``/etc/hosts``), and the command was not run.
+- A SIGTERM would kill bwrap's outer process (default action), and ``--die-with-parent`` would
+  then SIGKILL the sandbox: no graceful shutdown. So bwrap starts with SIGTERM and SIGINT
+  ignored (``env --ignore-signal``) and the command with them back at their defaults (``env
+  --default-signal``: an ignored signal is inherited across exec, and a shell cannot even trap
+  a signal it was started with ignored). bwrap's pid 1 ignores them anyway (a namespace's
+  init gets only the signals it handles, SIGKILL aside).
+- ``--die-with-parent``: when the command exits, the outer bwrap exits at once with its status
+  and the kernel kills its pid 1, and with it everything left in the pid namespace — also what
+  left the process group with ``setsid``. Without it pid 1 would wait for those, and the outer
+  bwrap would be the only one to exit. It also ends the sandbox if the runner is killed.
+- The environment is given on bwrap's command line (``--clearenv``, ``--setenv``), never
+  through the environment of the processes outside the sandbox: ``LD_PRELOAD`` or
+  ``PYTHONPATH`` there would act outside it, as root. Host users can read that command line
+  with ``ps``; jobs cannot (their own ``/proc``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import importlib.util
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SANDBOX_UID = SANDBOX_GID = 65534  # nobody / nogroup
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# What programs read in /etc; each is bound only if the world may read it.
+ETC = ("alternatives", "debian_version", "gai.conf", "group", "host.conf",
+       "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "mime.types", "networks",
+       "nsswitch.conf", "os-release", "passwd", "protocols", "resolv.conf", "services",
+       "ssl/certs", "ssl/openssl.cnf", "timezone")
+PRIVATE_TMP = "/tmp"  # noqa: S108 - a tmpfs of the sandbox's own
+HOSTNAME_MAX = 64
+HOSTNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
+SETUP_FAILED = 125
+NETNS_MARKER = "paddlecloud-netns"
+
+
+class SandboxError(Exception):
+    """A sandbox cannot be made as asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A host path seen in the sandbox, at ``dst`` (its own path when None). ``src`` must not
+    be a link, and nothing may be bound inside a writable bind."""
+
+    src: str
+    dst: str | None = None
+    writable: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "src", os.fspath(self.src))
+        if self.dst is not None:
+            object.__setattr__(self, "dst", os.fspath(self.dst))
+
+    @property
+    def target(self) -> str:
+        return self.dst or self.src
+
+
+@dataclass(frozen=True)
+class Netns:
+    """A job's network namespace and the process holding it: its pid, its start time (clock
+    ticks since boot, against a reused pid) and the namespace's inode."""
+
+    pid: int
+    start: int
+    inode: int
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """What one sandboxed process sees besides the system: ``binds``, exactly the variables
+    of ``env`` (and PWD, which bwrap sets to ``cwd``), ``cwd``, its ``network`` (``"none"``,
+    ``"host"`` or a job's ``Netns``) and its ``hostname`` (cut to 64 characters; its
+    ``/etc/hosts`` gives it 127.0.0.1, as gloo needs)."""
+
+    binds: Sequence[Bind] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str = "/"
+    network: str | Netns = "none"
+    hostname: str = "sandbox"
+
+
+# --- the tools -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Tools:
+    bwrap: str
+    nsenter: str
+    env: str  # also run inside: under /usr or a top-level link, like sh and readlink
+    sh: str
+    readlink: str
+    disable_userns: bool  # bubblewrap >= 0.8
+
+
+@functools.cache
+def _tools() -> _Tools:
+    outside = os.pathsep.join(p for p in (os.environ.get("PATH", ""), SYSTEM_PATH) if p)
+    found = {name: shutil.which(name, path=outside) for name in ("bwrap", "nsenter")}
+    found |= {name: shutil.which(name, path=SYSTEM_PATH) for name in ("env", "sh", "readlink")}
+    if not found["bwrap"]:
+        raise SandboxError("bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+    missing = [name for name, path in found.items() if not path]
+    if missing:
+        raise SandboxError(f"{', '.join(missing)} not found (util-linux, coreutils)")
+    usage = subprocess.run([found["bwrap"], "--help"], capture_output=True, text=True,  # noqa: S603
+                           timeout=30, check=False).stdout
+    return _Tools(**found, disable_userns="--disable-userns" in usage)
+
+
+@functools.cache
+def sandbox_problem() -> str | None:
+    """None when sandboxes work on this machine, else why not. Probed once per process by
+    running the portal's Python in a sandbox of each kind a replica uses."""
+    try:
+        _tools()
+        with tempfile.TemporaryDirectory(prefix="paddlecloud-sandbox-probe-") as tmp:
+            pid_file = Path(tmp) / "netns.pid"
+            try:
+                for network in ("none", netns_start(pid_file, "probe")):
+                    result = subprocess.run(  # noqa: S603 - our own probe
+                        sandbox_argv(Sandbox(network=network, hostname="probe"),
+                                     [sys.executable, "-I", "-S", "-c", "pass"]),
+                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                        check=False)
+                    if result.returncode != 0:
+                        why = (result.stderr.strip().splitlines() or ["no message"])[-1]
+                        return (f"bubblewrap cannot make a sandbox here "
+                                f"(exit {result.returncode}): {why}")
+            finally:
+                netns_stop(pid_file)
+    except SandboxError as exc:
+        return str(exc)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bubblewrap cannot make a sandbox here: {exc}"
+    return None
+
+
+# --- what the sandbox sees -------------------------------------------------------------------
+
+def sdk_dir() -> Path | None:
+    """The directory of ``paddlecloud_sdk`` as this process imports it (bound read-only in
+    every sandbox). Callers put its parent on the sandbox's PYTHONPATH when the sandboxed
+    Python might look elsewhere (an editable install of another checkout)."""
+    try:
+        spec = importlib.util.find_spec("paddlecloud_sdk")
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None
+
+
+def _inside(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def _world_readable(path: str) -> bool:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return bool(mode & stat.S_IROTH) and (not stat.S_ISDIR(mode) or bool(mode & stat.S_IXOTH))
+
+
+def _system_mounts() -> list[tuple[str, list[str]]]:
+    """(where, bwrap arguments) of the system view."""
+    mounts = [("/usr", ["--ro-bind", "/usr", "/usr"])]
+    for name in TOP_LEVEL:
+        path = f"/{name}"
+        if os.path.islink(path):
+            mounts.append((path, ["--symlink", os.readlink(path), path]))
+        elif os.path.isdir(path):
+            mounts.append((path, ["--ro-bind", path, path]))
+    for name in ETC:
+        path = f"/etc/{name}"
+        if _world_readable(path):
+            mounts.append((path, ["--ro-bind", path, path]))
+    sdk = sdk_dir()
+    for path in dict.fromkeys((sys.base_prefix, sys.prefix, str(sdk) if sdk else "")):
+        if path and path != "/" and not any(_inside(path, p) for p, _ in mounts):
+            mounts.append((path, ["--ro-bind", path, path]))
+    mounts += [("/proc", ["--proc", "/proc"]), ("/dev", ["--dev", "/dev"]),
+               (PRIVATE_TMP, ["--tmpfs", PRIVATE_TMP])]
+    return mounts
+
+
+def _bind_mounts(binds: Sequence[Bind]) -> list[tuple[str, list[str]]]:
+    writable = [bind.target for bind in binds if bind.writable]
+    mounts = []
+    for bind in binds:
+        for path in (bind.src, bind.target):
+            if not path.startswith("/") or os.path.normpath(path) != path or path == "/":
+                raise SandboxError(f"bind {path!r}: must be an absolute, normal path below /")
+        if os.path.islink(bind.src) or not os.path.exists(bind.src):
+            raise SandboxError(f"bind {bind.src}: not there, or a link")
+        # bwrap would make the mount point through a directory the sandbox can write.
+        if any(_inside(bind.target, w) and bind.target != w for w in writable):
+            raise SandboxError(f"bind {bind.target}: inside a writable bind")
+        mounts.append((bind.target, ["--bind" if bind.writable else "--ro-bind",
+                                     bind.src, bind.target]))
+    return mounts
+
+
+# Run in the sandbox before the command: a sandbox joined to a job's network checks that it
+# is in the namespace the job's holder made (a holder that died and whose pid was reused in
+# between cannot put a job on the host's network); then it writes its own /etc/hosts (in its
+# own tmpfs), so that its hostname resolves to 127.0.0.1 — gloo looks it up.
+PRELUDE = (
+    'if [ -n "$2" ] && [ "$("$1" /proc/self/ns/net)" != "net:[$2]" ]; then '
+    f'echo "sandbox: not in the job\'s network namespace" >&2; exit {SETUP_FAILED}; fi; '
+    'printf "127.0.0.1\\tlocalhost %s\\n::1\\tlocalhost ip6-localhost ip6-loopback\\n" "$3" '
+    f'> /etc/hosts || exit {SETUP_FAILED}; '
+    'shift 3; exec "$@"')
+
+
+def sandbox_argv(sandbox: Sandbox, command: Sequence[str]) -> list[str]:
+    """The argv that runs ``command`` in ``sandbox``: ``env`` (signals, see above), then
+    ``nsenter`` into the job's network when it has one, then ``bwrap``, then ``PRELUDE`` and
+    ``env`` inside. It needs nothing from the environment it is started with: start it with a
+    minimal one."""
+    tools = _tools()
+    if not command or "=" in command[0]:
+        raise SandboxError(f"command {list(command)!r}: empty, or its program has a '='")
+    for name, value in sandbox.env.items():
+        if not name or "=" in name or "\0" in name + value:
+            raise SandboxError(f"environment variable {name!r}: not a valid name or value")
+    cwd = os.fspath(sandbox.cwd)
+    if not cwd.startswith("/"):
+        raise SandboxError(f"cwd {cwd!r}: must be an absolute path")
+    hostname = sandbox.hostname[:HOSTNAME_MAX]
+    if not HOSTNAME_RE.fullmatch(hostname):
+        raise SandboxError(f"hostname {hostname!r}: letters, digits, '.' and '-' only")
+
+    outer = [tools.env, "--ignore-signal=TERM,INT"]
+    inode = ""
+    network = sandbox.network
+    if isinstance(network, Netns):
+        if not netns_alive(network):
+            raise SandboxError(f"the job's network is gone (its holder, pid {network.pid}, "
+                               "is not running)")
+        # --preserve-credentials: the holder denied setgroups in its user namespace (which
+        # an unprivileged portal must), so nsenter's own setgroups would fail there.
+        outer += [tools.nsenter, "--preserve-credentials",
+                  f"--user=/proc/{network.pid}/ns/user", f"--net=/proc/{network.pid}/ns/net",
+                  "--"]
+        inode = str(network.inode)
+    elif network not in ("none", "host"):
+        raise SandboxError(f"network {network!r}: must be 'none', 'host' or a job's Netns")
+
+    mounts = sorted(_system_mounts() + _bind_mounts(sandbox.binds),
+                    key=lambda mount: Path(mount[0]).parts)  # parents before children
+    argv = [tools.bwrap, "--die-with-parent",
+            "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
+            *(["--disable-userns"] if tools.disable_userns else []),
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            *(["--unshare-net"] if network == "none" else []),
+            "--hostname", hostname, "--cap-drop", "ALL"]
+    for _, args in mounts:
+        argv += args
+    argv.append("--clearenv")
+    for name, value in sandbox.env.items():
+        argv += ["--setenv", name, value]
+    argv += ["--chdir", cwd, "--"]
+    inner = [tools.sh, "-c", PRELUDE, "sandbox", tools.readlink, inode, hostname,
+             tools.env, "--default-signal=TERM,INT", "--", *command]
+    return outer + argv + inner
+
+
+# --- a job's network -------------------------------------------------------------------------
+
+# Run as ``python -I -S -c HOLDER paddlecloud-netns LABEL``: forks (the first process exits,
+# so the holder is not the portal's child and init reaps it), makes a user namespace (which
+# an unprivileged portal needs to make a network namespace) and a network namespace, brings
+# ``lo`` up, prints "pid start inode" and sleeps until killed.
+HOLDER = r"""
+import ctypes, fcntl, os, signal, socket, struct, sys
+if os.fork():
+    os._exit(0)
+try:
+    uid, gid = os.getuid(), os.getgid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x10000000 | 0x40000000) != 0:  # CLONE_NEWUSER | CLONE_NEWNET
+        raise OSError(ctypes.get_errno(), "unshare: " + os.strerror(ctypes.get_errno()))
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"),
+                       ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s, 0x8913, request))[1]  # SIOCGIFFLAGS
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", flags | 1))  # SIOCSIFFLAGS IFF_UP
+    with open("/proc/self/stat") as f:
+        start = f.read().rsplit(")", 1)[1].split()[19]
+    print(os.getpid(), start, os.stat("/proc/self/ns/net").st_ino, flush=True)
+except Exception as exc:
+    print(exc, file=sys.stderr, flush=True)
+    os._exit(1)
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+os.chdir("/")
+while True:
+    signal.pause()
+"""
+
+
+@contextlib.contextmanager
+def _dir_locked(directory: Path) -> Iterator[None]:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _netns_recorded(pid_file: Path) -> Netns | None:
+    try:
+        data = json.loads(Path(pid_file).read_text())
+        return Netns(pid=int(data["pid"]), start=int(data["start"]), inode=int(data["inode"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def netns_alive(netns: Netns) -> bool:
+    """Whether the holder still runs: the same process (start time), not a zombie, in the
+    same namespace."""
+    try:
+        fields = Path(f"/proc/{netns.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        inode = os.stat(f"/proc/{netns.pid}/ns/net").st_ino
+    except (OSError, IndexError):
+        return False
+    return fields[0] != "Z" and int(fields[19]) == netns.start and inode == netns.inode
+
+
+def netns_read(pid_file: Path) -> Netns | None:
+    """The job's network recorded in ``pid_file``, if its holder still runs."""
+    netns = _netns_recorded(pid_file)
+    return netns if netns and netns_alive(netns) else None
+
+
+def netns_start(pid_file: Path, label: str = "") -> Netns:
+    """The job's network: the one recorded in ``pid_file`` (in an existing directory) if its
+    holder runs, else a new one, recorded there. The holder runs in a session of its own, so
+    it outlives a restart of the portal; ``label`` names it in ``ps``. Starts and stops take
+    turns with an flock on the pid file's directory."""
+    pid_file = Path(pid_file)
+    with _dir_locked(pid_file.parent):
+        running = netns_read(pid_file)
+        if running:
+            return running
+        result = subprocess.run(  # noqa: S603 - our own holder
+            [sys.executable, "-I", "-S", "-c", HOLDER, NETNS_MARKER, label],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, cwd="/",
+            start_new_session=True, check=False)
+        try:
+            pid, start, inode = (int(word) for word in result.stdout.split())
+        except ValueError:
+            why = result.stderr.strip() or result.stdout.strip() or "no message"
+            raise SandboxError(f"the job's network could not be made: {why}") from None
+        netns = Netns(pid=pid, start=start, inode=inode)
+        if inode == os.stat("/proc/self/ns/net").st_ino:  # never the portal's own network
+            _netns_kill(netns)
+            raise SandboxError("the job's network could not be made: it is the host's")
+        tmp = pid_file.with_name(pid_file.name + ".tmp")
+        tmp.write_text(json.dumps({"pid": pid, "start": start, "inode": inode}))
+        os.replace(tmp, pid_file)
+        return netns
+
+
+def _netns_kill(netns: Netns, timeout: float = 5.0) -> None:
+    try:
+        pidfd = os.pidfd_open(netns.pid)
+    except ProcessLookupError:
+        return
+    try:
+        if netns_alive(netns):  # checked after opening the pidfd: it is this very process
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            select.select([pidfd], [], [], timeout)  # readable once it has exited
+    finally:
+        os.close(pidfd)
+
+
+def netns_stop(pid_file: Path) -> None:
+    """Stop the job's network holder recorded in ``pid_file`` (it has nothing to save: killed
+    at once), wait until it has exited, and remove ``pid_file``. Replicas still in the network
+    keep it until they end."""
+    pid_file = Path(pid_file)
+    if not pid_file.parent.is_dir():
+        return
+    with _dir_locked(pid_file.parent):
+        netns = _netns_recorded(pid_file)
+        if netns:
+            _netns_kill(netns)
+        pid_file.unlink(missing_ok=True)
