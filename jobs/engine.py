@@ -165,17 +165,19 @@ def job_halt(job_id: int) -> None:
 
 
 def _stop(job, replicas, reason: str, final: str = ReplicaState.KILLED) -> None:
-    """Stop those of ``replicas`` that have not ended, and record why."""
+    """The job has ended: stop those of ``replicas`` that have not, record why, and let the
+    backend release what the job held while it ran."""
+    backend = backend_for(job.datacenter)
     replicas = [r for r in replicas if r.state not in FINAL_REPLICA_STATES]
-    if not replicas:
-        return
-    try:
-        backend_for(job.datacenter).stop(job, replicas, STOP_GRACE_SECONDS)
-    except BackendError as exc:
-        # They may still run: left as they are, so the reconciler stops them once it can.
-        logger.warning("job %s: its replicas could not be stopped yet: %s", job.pk, exc)
-        return
-    for replica in replicas:
-        # A replica that never started cannot have succeeded.
-        target = ReplicaState.KILLED if replica.state == ReplicaState.PENDING else final
-        replica_transition(replica, target, reason)
+    if replicas:
+        try:
+            backend.stop(job, replicas, STOP_GRACE_SECONDS)
+        except BackendError as exc:
+            # They may still run: left as they are, so the reconciler stops them once it can.
+            logger.warning("job %s: its replicas could not be stopped yet: %s", job.pk, exc)
+            return
+        for replica in replicas:
+            # A replica that never started cannot have succeeded.
+            target = ReplicaState.KILLED if replica.state == ReplicaState.PENDING else final
+            replica_transition(replica, target, reason)
+    backend.release(job)

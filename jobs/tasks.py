@@ -6,6 +6,7 @@ import logging
 from datetime import timedelta
 
 from celery import shared_task
+from celery.signals import worker_ready
 from django.core.exceptions import ObjectDoesNotExist
 from django.utils import timezone
 
@@ -95,3 +96,13 @@ def jobs_reconcile() -> dict[str, int]:
             job.delete()
             counts["expired"] += 1
     return counts
+
+
+@worker_ready.connect
+def isolation_say(**kwargs) -> None:
+    """A worker that starts says whether the local backend's jobs are sandboxed."""
+    if Datacenter.objects.filter(backend="local").exists():
+        from .backends.local import isolation_notice
+
+        isolated, notice = isolation_notice()
+        (logger.info if isolated else logger.warning)(notice)

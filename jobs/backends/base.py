@@ -53,6 +53,10 @@ class Backend(abc.ABC):
         """Start attempt ``replica.restarts`` of the replica, unless it was started already
         (then return the same reference). Returns the backend's handle for it."""
 
+    def release(self, job) -> None:  # noqa: B027 - optional: most backends hold nothing
+        """The job has ended (its replicas are stopped): let go of what the backend held for
+        it while it ran (the local backend: its network). Its files stay until ``cleanup``."""
+
     @abc.abstractmethod
     def observe(self, job, replica) -> Observation:
         """What has become of the replica's current attempt."""

@@ -9,6 +9,17 @@ show; the portal opens each log (``files.output_open``) and hands the runner the
 Replicas run with the portal's Python first on PATH. CPU and memory requests are not
 enforced on this backend. Starting, observing and stopping the processes is
 ``processes.py``, which ``paddlectl local train`` uses too.
+
+Each replica runs in a sandbox (``sandbox.py``, bubblewrap) when the machine can make one
+(``PADDLECLOUD_LOCAL_SANDBOX``: ``auto``, the default; ``bwrap`` to refuse to run without;
+``off``): it sees the system and the portal's Python read-only, its package and requirements
+read-only, its owner's home read-write and the public directory read-only — no ``var/``, no
+other home, no portal environment, no other process — and a network of its job's own, where
+its job's replicas reach each other on 127.0.0.1 and nothing else. ``requirements.txt`` is
+fetched as wheels only, by pip in a sandbox on the machine's network (no code of the user's
+runs there), then installed by pip in a sandbox with no network. Without a sandbox every
+replica runs as the portal's user and can read everything the portal can: for mutually
+trusting users only, as the portal says when it starts.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import sys
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 from ..contract import Paths, Topology
@@ -38,6 +50,22 @@ from .processes import (
     read_json,
 )
 from .processes import runner_alive as runner_alive  # the tests' and callers' name
+from .sandbox import (
+    PRIVATE_TMP,
+    SYSTEM_PATH,
+    Bind,
+    Sandbox,
+    SandboxError,
+    netns_start,
+    netns_stop,
+    sandbox_argv,
+    sandbox_problem,
+    sdk_dir,
+)
+
+SANDBOX_MODES = ("auto", "bwrap", "off")
+PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input")
+PIP_CONFIG = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf")  # the machine's, for the sandboxed pip
 
 
 def job_dir(job) -> Path:
@@ -46,6 +74,53 @@ def job_dir(job) -> Path:
 
 def jobs_root() -> Path:
     return settings.VAR_DIR / "jobs"
+
+
+def _pip(out, argv: list[str], *, cwd: Path, env: dict[str, str], hint: str = "") -> None:
+    result = subprocess.run(  # noqa: S603 - pip on the user's own requirements
+        argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
+        env=env, timeout=1800, check=False)
+    if result.returncode != 0:
+        raise BackendError(f"requirements.txt could not be installed (pip exited "
+                           f"{result.returncode}{'; ' + hint if hint else ''}); see "
+                           "output/setup.log")
+
+
+def _runner_env() -> dict[str, str]:
+    """What a process outside the sandbox that starts one (the runner, bwrap) gets: nothing of
+    the job's (it is given on bwrap's command line), nothing of the portal's."""
+    return {"PATH": SYSTEM_PATH, "LANG": os.environ.get("LANG", "C.UTF-8")}
+
+
+def sandboxing() -> str | None:
+    """Why replicas run without a sandbox (None: they run in one). Raises when a sandbox is
+    required (``PADDLECLOUD_LOCAL_SANDBOX=bwrap``) and cannot be made."""
+    mode = settings.PADDLECLOUD_LOCAL_SANDBOX
+    if mode not in SANDBOX_MODES:
+        raise ImproperlyConfigured(f"PADDLECLOUD_LOCAL_SANDBOX={mode!r}: expected one of "
+                                   f"{', '.join(SANDBOX_MODES)}")
+    if mode == "off":
+        return "PADDLECLOUD_LOCAL_SANDBOX is off"
+    problem = sandbox_problem()
+    if problem and mode == "bwrap":
+        raise BackendError(f"local jobs must run in a sandbox (PADDLECLOUD_LOCAL_SANDBOX="
+                           f"bwrap), and none can be made here: {problem}")
+    return problem
+
+
+def isolation_notice() -> tuple[bool, str]:
+    """What the portal says when it starts about local jobs: (isolated, the sentence)."""
+    try:
+        problem = sandboxing()
+    except BackendError as exc:
+        return False, f"Local jobs will not start: {exc}"
+    if problem is None:
+        return True, ("Local jobs run in bubblewrap sandboxes: each sees only its package, its "
+                      "owner's home and the public directory, and its job's own network")
+    return False, ("WARNING: local jobs are not sandboxed (" + problem + "): they run as this "
+                   "portal's user and can read everything it can, other users' homes and the "
+                   "portal's secrets included. Use the local backend only for mutually "
+                   "trusting users, or install bubblewrap (see the README's Security model)")
 
 
 class LocalBackend(Backend):
@@ -79,21 +154,55 @@ class LocalBackend(Backend):
             with os.fdopen(output_open(job, "setup.log"), "ab") as out:
                 out.write(b"installing requirements.txt\n")
                 out.flush()
-                result = subprocess.run(  # noqa: S603 - pip on the user's own requirements
-                    [sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
-                     "--no-input", "--target", str(tmp), "-r", str(requirements)],
-                    stdout=out, stderr=subprocess.STDOUT, cwd=pkg, timeout=1800, check=False)
-            if result.returncode != 0:
-                raise BackendError("requirements.txt could not be installed "
-                                   f"(pip exited {result.returncode}); see output/setup.log")
+                if sandboxing() is None:
+                    self._pip_sandboxed(private, tmp, out)
+                else:
+                    _pip(out, [*PIP, "install", "--target", str(tmp), "-r", str(requirements)],
+                         cwd=pkg, env=dict(os.environ))
             tmp.rename(site)
+
+    def _pip_sandboxed(self, private: Path, target: Path, out) -> None:
+        """pip in two sandboxes: on the machine's network it fetches wheels only (no code of
+        the user's runs there, where 127.0.0.1 is the portal's), then with no network it
+        installs them."""
+        pkg, wheels = private / "pkg", private / "wheels"
+        shutil.rmtree(wheels, ignore_errors=True)
+        wheels.mkdir()
+        target.mkdir()
+        env = {"PATH": f"{os.path.dirname(sys.executable)}:{SYSTEM_PATH}", "HOME": PRIVATE_TMP,
+               "LANG": os.environ.get("LANG", "C.UTF-8"),
+               # The machine's pip configuration (its index, certificates) applies here too.
+               **{k: v for k, v in os.environ.items() if k.startswith("PIP_")}}
+        config = [Bind(path) for path in PIP_CONFIG if os.path.isfile(path)]
+        fetch = Sandbox(binds=[Bind(str(pkg)), Bind(str(wheels), writable=True), *config],
+                        env=env, cwd=str(pkg), network="host", hostname="pip")
+        _pip(out, sandbox_argv(fetch, [*PIP, "download", "--only-binary=:all:", "--dest",
+                                       str(wheels), "-r", "requirements.txt"]),
+             cwd=pkg, env=_runner_env(),
+             hint="on the local backend requirements come as wheels only (pip download "
+                  "--only-binary=:all:)")
+        found = sorted(str(wheel) for wheel in wheels.glob("*.whl"))
+        if found:
+            install = Sandbox(binds=[Bind(str(wheels)), Bind(str(target), writable=True)],
+                              env=env, cwd=str(wheels), network="none", hostname="pip")
+            _pip(out, sandbox_argv(install, [*PIP, "install", "--no-index", "--no-deps",
+                                             "--target", str(target), *found]),
+                 cwd=pkg, env=_runner_env())
+        shutil.rmtree(wheels, ignore_errors=True)
 
     def paths(self, job) -> Paths:
         return Paths(output=str(output_dir(job)), pfs_home=str(home_dir(job)),
                      pfs_public=str(job.datacenter.public_path))
 
     def cleanup(self, job) -> None:
+        netns_stop(self._netns_file(job))
         shutil.rmtree(job_dir(job), ignore_errors=True)
+
+    def release(self, job) -> None:
+        netns_stop(self._netns_file(job))
+
+    def _netns_file(self, job) -> Path:
+        return job_dir(job) / "run" / "netns.pid"
 
     def orphans_stop(self, known_uids: set[str], grace: float) -> int:
         root = jobs_root()
@@ -104,8 +213,10 @@ class LocalBackend(Backend):
             if private.name in known_uids:
                 continue
             found += 1
-            started = [read_json(pid_file) for pid_file in (private / "run").glob("*.pid")]
+            started = [read_json(pid_file) for pid_file in (private / "run").glob("*.pid")
+                       if pid_file.name != "netns.pid"]
             groups_stop([s["pid"] for s in started if s], grace)
+            netns_stop(private / "run" / "netns.pid")
             shutil.rmtree(private, ignore_errors=True)
         return found
 
@@ -139,16 +250,46 @@ class LocalBackend(Backend):
             return f"pid:{started['pid']}"  # this attempt is running or has run: not twice
         pkg = job_dir(job) / "pkg"
         site = job_dir(job) / "site-packages"
-        path = f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-        full_env = process_env(env, path=path, home=str(home_dir(job)),
-                               pythonpath=(str(site) if site.exists() else "", str(pkg)))
+        pythonpath = [str(site) if site.exists() else "", str(pkg)]
+        try:
+            problem = sandboxing()
+            if problem is None:
+                sdk = sdk_dir()
+                full_env = process_env(
+                    env, path=f"{os.path.dirname(sys.executable)}:{SYSTEM_PATH}",
+                    home=str(home_dir(job)),
+                    pythonpath=[*pythonpath, str(sdk.parent) if sdk else ""])
+                command = sandbox_argv(self._sandbox(job, replica, full_env),
+                                       entry_argv(job.entry))
+                runner_env = _runner_env()
+            else:
+                path = f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', SYSTEM_PATH)}"
+                runner_env = process_env(env, path=path, home=str(home_dir(job)),
+                                         pythonpath=pythonpath)
+                command = entry_argv(job.entry)
+        except SandboxError as exc:
+            raise BackendError(f"cannot make its sandbox: {exc}") from None
         log = output_open(job, log_relpath(replica.role, replica.index))
         try:
-            pid = attempt_start(pid_file.parent, replica.name, replica.restarts, log,
-                                entry_argv(job.entry), cwd=pkg, env=full_env)
+            pid = attempt_start(pid_file.parent, replica.name, replica.restarts, log, command,
+                                cwd=pkg, env=runner_env)
         finally:
             os.close(log)
         return f"pid:{pid}"
+
+    def _sandbox(self, job, replica, env: dict[str, str]) -> Sandbox:
+        """What a replica sees: its package and requirements read-only, its owner's home
+        read-write, the public directory read-only; its job's network."""
+        private = job_dir(job)
+        binds = [Bind(str(private / "pkg")), Bind(str(home_dir(job)), writable=True)]
+        if (private / "site-packages").is_dir():
+            binds.append(Bind(str(private / "site-packages")))
+        public = job.datacenter.public_path
+        if public.is_dir() and not public.is_symlink():
+            binds.append(Bind(str(public)))
+        return Sandbox(binds=binds, env=env, cwd=str(private / "pkg"),
+                       network=netns_start(self._netns_file(job), f"job-{job.uid}"),
+                       hostname=replica.name)
 
     def observe(self, job, replica) -> Observation:
         return attempt_observe(job_dir(job) / "run", replica.name, replica.restarts)

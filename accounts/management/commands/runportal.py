@@ -10,6 +10,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from accounts.models import Datacenter
+from jobs.backends.local import isolation_notice
 from paddlecloud.worker import EmbeddedWorker
 
 logger = logging.getLogger(__name__)
@@ -38,6 +40,8 @@ class Command(BaseCommand):
                                "`paddlecloud migrate` (or ./manage.py migrate) first")
         if not settings.DEBUG and not skip_collectstatic:
             call_command("collectstatic", interactive=False, verbosity=0)
+        if not no_worker and Datacenter.objects.filter(backend="local").exists():
+            self.stdout.write(isolation_notice()[1])  # what local jobs can reach
         connection.close()  # the server and worker threads open their own
 
         worker = None
