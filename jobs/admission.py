@@ -9,12 +9,17 @@ of the same user.
 ``quota_admit`` is the one place jobs are admitted. It runs under a lock on the user's row, so
 two submissions racing for the last free CPU are admitted one after the other and the second
 sees the first's (on PostgreSQL, a ``SELECT … FOR UPDATE``; SQLite has one writer anyway). It
-is called by a submission, when a job ends, when a quota changes, and by the reconciler.
+is called by a submission, when a job ends, when a quota changes, and by the reconciler, so
+its cost is bounded by what changed, not by how many jobs wait: it reads the queue only up to
+the first job that does not fit, and touches the jobs behind it in a few bulk statements, only
+where their state or reason changes.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from functools import reduce
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -25,10 +30,10 @@ from accounts.selectors import quota_get
 from paddlecloud.errors import ValidationError
 from paddlecloud.quantity import format_bytes, format_cpu
 
-from .live import job_changed
+from .live import jobs_changed
 from .models import Job
 from .states import JobState
-from .transitions import job_transition
+from .transitions import job_transition, jobs_transition
 
 ACTIVE_STATES = (JobState.STARTING, JobState.RUNNING)
 WAITING_STATES = (JobState.PENDING, JobState.QUEUED)
@@ -36,6 +41,11 @@ COMPUTE = ("cpu", "memory", "gpu", "jobs")
 SHOWN = {"cpu": format_cpu, "memory": format_bytes, "gpu": str, "jobs": str,
          "storage": format_bytes}
 UNITS = {"cpu": " CPU", "memory": "", "gpu": " GPU"}
+HEAD_BATCH = 20  # waiting jobs read at once while looking for the first that does not fit
+# A job's request in SQL, as ``job_request`` computes it in Python (jobs: one each).
+ASKED = {"cpu": F("trainers") * F("cpu") + F("pservers") * F("pscpu"),
+         "memory": F("trainers") * F("memory") + F("pservers") * F("psmemory"),
+         "gpu": F("trainers") * F("gpu")}
 
 
 @dataclass(frozen=True)
@@ -106,10 +116,7 @@ def quota_used(user_id: int, datacenter_id: int) -> Request:
     """What the user's active jobs in the datacenter hold now (one query)."""
     totals = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
                                 state__in=ACTIVE_STATES).aggregate(
-        cpu=Sum(F("trainers") * F("cpu") + F("pservers") * F("pscpu")),
-        memory=Sum(F("trainers") * F("memory") + F("pservers") * F("psmemory")),
-        gpu=Sum(F("trainers") * F("gpu")),
-        jobs=Count("id"))
+        **{r: Sum(ASKED[r]) for r in ASKED}, jobs=Count("id"))
     return Request(**{r: totals[r] or 0 for r in COMPUTE})
 
 
@@ -135,32 +142,70 @@ def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
     """Admit the user's waiting jobs in the datacenter, oldest first, while they fit; queue
     the first that does not (and so everything after it). Returns the ids admitted, whose
     start is queued once this commits. A waiting job that can no longer ever fit (its quota
-    was lowered) fails with the reason rather than block the queue forever."""
+    was lowered) fails with the reason rather than block the queue forever.
+
+    A fixed number of queries however many jobs wait (a few more only when many are admitted
+    at once, or fail with different reasons)."""
     user = get_user_model().objects.select_for_update().get(pk=user_id)
     datacenter = Datacenter.objects.get(pk=datacenter_id)
     quota = quota_get(user, datacenter)
+    waiting = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
+                                 state__in=WAITING_STATES)
+    _fail_never_fitting(waiting, quota)
     used = quota_used(user_id, datacenter_id)
-    admitted: list[int] = []
-    blocked_by = None  # the first job that does not fit: everything after it waits too
-    waiting = (Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
-                                  state__in=WAITING_STATES).order_by("created_at", "id"))
-    for job in waiting:
+    # Each job admitted takes one of the free jobs, so the first that does not fit is among
+    # the first free + 1.
+    free_jobs = max(quota.jobs - used.jobs, 0)
+    admitted: list[Job] = []
+    blocker = None  # the first job that does not fit: everything after it waits too
+    for job in _queue_head(waiting, free_jobs + 1):
         asked = job_request(job)
-        if problems := quota_problems(job, quota):
-            job_transition(job, JobState.FAILED, "can never start: " + "; ".join(
-                f"{k}: {v}" for k, v in problems.items()))
-        elif blocked_by is None and _fits(used + asked, quota):
-            job_transition(job, JobState.STARTING, "admitted: its quota is free")
-            used = used + asked
-            admitted.append(job.pk)
-        else:
-            reason = (f"waiting for quota: {_short_of(used, asked, quota)}"
-                      if blocked_by is None else f"waiting behind job {blocked_by}")
-            blocked_by = blocked_by or job.name
-            _queue(job, reason)
-    if admitted:
-        transaction.on_commit(lambda: _queue_starts(admitted))
-    return admitted
+        if not _fits(used + asked, quota):
+            blocker = job
+            break
+        used = used + asked
+        admitted.append(job)
+    jobs_transition(admitted, JobState.STARTING,
+                    dict.fromkeys((job.pk for job in admitted), "admitted: its quota is free"))
+    if blocker is not None:
+        _queue(blocker, f"waiting for quota: {_short_of(used, job_request(blocker), quota)}")
+        _queue_behind(blocker, waiting)
+    ids = [job.pk for job in admitted]
+    if ids:
+        transaction.on_commit(lambda: _queue_starts(ids))
+    return ids
+
+
+def _behind(job) -> Q:
+    """The jobs submitted after ``job`` (the queue's order: time, then id)."""
+    return Q(created_at__gt=job.created_at) | Q(created_at=job.created_at, id__gt=job.pk)
+
+
+def _queue_head(waiting, most: int):
+    """The first ``most`` waiting jobs, oldest first, read a few at a time: the walk stops at
+    the first that does not fit, and what is behind it is never read. Locked, so a kill
+    racing admission waits for it (and finds the job admitted) rather than be overwritten."""
+    ordered = waiting.select_for_update().order_by("created_at", "id")
+    while most > 0:
+        batch = list(ordered[:min(HEAD_BATCH, most)])
+        yield from batch
+        if len(batch) < min(HEAD_BATCH, most):
+            return
+        most -= len(batch)
+        ordered = ordered.filter(_behind(batch[-1]))
+
+
+def _fail_never_fitting(waiting, quota) -> None:
+    """Fail the waiting jobs that ask for more than the whole quota (it was lowered): found
+    with one query, whatever the length of the queue."""
+    never = Q()  # a quota of no jobs: every one
+    if quota.jobs >= 1:
+        never = reduce(operator.or_, (Q(**{f"asked_{r}__gt": getattr(quota, r)}) for r in ASKED))
+    doomed = list(waiting.alias(**{f"asked_{r}": e for r, e in ASKED.items()})
+                  .filter(never).select_for_update())
+    reasons = {job.pk: "can never start: " + "; ".join(
+        f"{k}: {v}" for k, v in quota_problems(job, quota).items()) for job in doomed}
+    jobs_transition(doomed, JobState.FAILED, reasons)
 
 
 def _queue(job, reason: str) -> None:
@@ -169,7 +214,23 @@ def _queue(job, reason: str) -> None:
         job_transition(job, JobState.QUEUED, reason)
     elif job.state_reason != reason:
         Job.objects.filter(pk=job.pk).update(state_reason=reason)
-        job_changed(job.pk)
+        jobs_changed(job.owner_id, job.datacenter_id, [job.pk])
+
+
+def _queue_behind(blocker, waiting) -> None:
+    """Everything behind the first job that does not fit waits behind it: jobs still pending
+    are queued (one event each), queued jobs get the reason if they had another. Only the
+    jobs that change are touched, in one statement each."""
+    reason = f"waiting behind job {blocker.name}"
+    stale = list(waiting.filter(_behind(blocker))
+                 .filter(Q(state=JobState.PENDING) | ~Q(state_reason=reason))
+                 .select_for_update().only("id", "state", "owner_id", "datacenter_id"))
+    pending = [job for job in stale if job.state == JobState.PENDING]
+    jobs_transition(pending, JobState.QUEUED, dict.fromkeys((j.pk for j in pending), reason))
+    requeued = [job.pk for job in stale if job.state != JobState.PENDING]
+    if requeued:
+        Job.objects.filter(pk__in=requeued).update(state_reason=reason)
+        jobs_changed(blocker.owner_id, blocker.datacenter_id, requeued)
 
 
 def _queue_starts(job_ids: list[int]) -> None:
@@ -191,8 +252,9 @@ def admission_later(user_id: int, datacenter_id: int | None = None) -> None:
 
 
 def waiting_queues(**filters) -> list[tuple[int, int]]:
-    """The (owner id, datacenter id) of every queue with jobs waiting, among ``filters``."""
-    return list(Job.objects.filter(state__in=WAITING_STATES, **filters)
+    """The (owner id, datacenter id) of every queue with jobs waiting, among ``filters``.
+    (Unordered: with the jobs' default order, DISTINCT would give one row per job.)"""
+    return list(Job.objects.filter(state__in=WAITING_STATES, **filters).order_by()
                 .values_list("owner_id", "datacenter_id").distinct())
 
 
