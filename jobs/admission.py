@@ -4,7 +4,8 @@ A job's request is what all its replicas ask for together (trainers x cpu + pser
 and so on) plus one concurrent job. Jobs that are ``starting`` or ``running`` hold their
 request; the rest of the quota is free. Each user's waiting jobs (``pending``, ``queued``) are
 admitted strictly in the order they were submitted, so a small job never overtakes a big one
-of the same user.
+of the same user. At most ``queued`` of them may wait: a submission that would wait beyond
+that is refused.
 
 ``quota_admit`` is the one place jobs are admitted. It runs under a lock on the user's row, so
 two submissions racing for the last free CPU are admitted one after the other and the second
@@ -25,10 +26,9 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Count, F, OuterRef, Q, Subquery, Sum
 
-from accounts.models import QUOTA_RESOURCES, Datacenter
+from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter
 from accounts.selectors import quota_get
 from paddlecloud.errors import ValidationError
-from paddlecloud.quantity import format_bytes, format_cpu
 
 from .live import jobs_changed
 from .models import Job
@@ -38,8 +38,7 @@ from .transitions import job_transition, jobs_transition
 ACTIVE_STATES = (JobState.STARTING, JobState.RUNNING)
 WAITING_STATES = (JobState.PENDING, JobState.QUEUED)
 COMPUTE = ("cpu", "memory", "gpu", "jobs")
-SHOWN = {"cpu": format_cpu, "memory": format_bytes, "gpu": str, "jobs": str,
-         "storage": format_bytes}
+SHOWN = QUOTA_FORMATS
 UNITS = {"cpu": " CPU", "memory": "", "gpu": " GPU"}
 HEAD_BATCH = 20  # waiting jobs read at once while looking for the first that does not fit
 # A job's request in SQL, as ``job_request`` computes it in Python (jobs: one each).
@@ -110,6 +109,30 @@ def quota_fit_check(user, datacenter, job) -> None:
         raise ValidationError("; ".join(f"{k}: {v}" for k, v in problems.items()),
                               fields={k: [v] for k, v in problems.items()},
                               code="over_quota")
+
+
+def quota_queue_check(user, datacenter, job, *, lock: bool = False) -> None:
+    """Refuse at submission a job that would wait while the user's ``queued`` quota of jobs
+    already waits (with a quota of 0, a job that cannot start at once). With ``lock`` (in the
+    submission's transaction) under the user's row lock, so racing submissions cannot all
+    slip under the cap."""
+    if lock:
+        get_user_model().objects.select_for_update().only("pk").get(pk=user.pk)
+    quota = quota_get(user, datacenter)
+    waiting = Job.objects.filter(owner=user, datacenter=datacenter,
+                                 state__in=WAITING_STATES).count()
+    if waiting < quota.queued:
+        return
+    if not waiting and _fits(quota_used(user.pk, datacenter.pk) + job_request(job), quota):
+        return  # it starts at once: it never waits
+    if quota.queued:
+        message = (f"{waiting} of your jobs already wait in datacenter "
+                   f"{datacenter.name!r}, and your quota lets {quota.queued} wait at once; "
+                   "submit it once some have started, or kill some")
+    else:
+        message = (f"your quota lets no job wait in datacenter {datacenter.name!r}, and this "
+                   "one would: submit it once your running jobs leave room for it")
+    raise ValidationError.for_field("queued", message, code="too_many_queued")
 
 
 def quota_used(user_id: int, datacenter_id: int) -> Request:
@@ -291,13 +314,15 @@ def queue_position(job) -> int | None:
 
 
 def quota_report(user, datacenter) -> dict[str, dict]:
-    """Every resource's limit and what is used of it (storage from the PFS), for the API and
-    ``paddlectl get quota``."""
+    """Every resource's limit and what is used of it (``queued``: the jobs that wait; storage
+    from the PFS), for the API and ``paddlectl get quota``."""
     from pfs.services import usage_get
 
     quota = quota_get(user, datacenter)
     used = quota_used(user.pk, datacenter.pk)
     used_values = {r: getattr(used, r) for r in COMPUTE}
+    used_values["queued"] = Job.objects.filter(owner=user, datacenter=datacenter,
+                                               state__in=WAITING_STATES).count()
     used_values["storage"] = max(usage_get(user, datacenter).used, 0)
     report = {}
     for resource in QUOTA_RESOURCES:

@@ -1,7 +1,7 @@
 """Quota admission: refusal of jobs that can never fit, the FIFO queue per user, admission as
 soon as room appears (a job ends, a quota is raised), quotas lowered below use, and two
-submissions racing for the last free CPU on PostgreSQL. Admission and the reconciler costing
-the same however many jobs wait; one reconcile at a time."""
+submissions racing for the last free CPU on PostgreSQL. The cap on queued jobs; admission and
+the reconciler costing the same however many jobs wait; one reconcile at a time."""
 
 from __future__ import annotations
 
@@ -277,6 +277,92 @@ def test_admins_see_everyones_running_and_queued_jobs(admin_browser, submit, ali
     log = admin_browser.get("/admin/accounts/auditentry/").content.decode()
     for action in ("job.submit", "job.kill"):
         assert action in log
+
+
+# -- the cap on queued jobs --------------------------------------------------------------------
+
+@pytest.mark.django_db
+def test_a_job_that_would_wait_beyond_the_queued_cap_is_refused(token_client, alice,
+                                                                 datacenter, package,
+                                                                 no_starts):
+    quota_set(None, datacenter, alice, jobs=1, queued=2)
+    body = {"package": package, "entry": "python train.py"}
+    for name in ("runs", "waits-1", "waits-2"):
+        assert token_client.post("/api/v1/jobs/", {**body, "name": name},
+                                 format="json").status_code == 201
+    for dry_run in (True, False):
+        error = assert_error(token_client.post("/api/v1/jobs/", {
+            **body, "name": "one-too-many", "dry_run": dry_run}, format="json"),
+            400, "too_many_queued", "queued")
+        assert error["message"] == (
+            "queued: 2 of your jobs already wait in datacenter 'datacenter1', and your quota "
+            "lets 2 wait at once; submit it once some have started, or kill some")
+    assert not Job.objects.filter(name="one-too-many").exists()
+    assert not JobEvent.objects.filter(job__name="one-too-many").exists()
+    assert token_client.get("/api/v1/quota").json()["queued"] == {
+        "limit": "2", "limit_value": 2, "used": "2", "used_value": 2}
+    job_kill(alice, datacenter, "waits-2")  # a place in the queue is free again
+    assert token_client.post("/api/v1/jobs/", {**body, "name": "one-too-many"},
+                             format="json").json()["state"] == "queued"
+
+
+@pytest.mark.django_db
+def test_with_no_queue_allowed_a_job_starts_at_once_or_is_refused(submit, alice, datacenter,
+                                                                  no_starts):
+    quota_set(None, datacenter, alice, jobs=1, queued=0)
+    assert submit("first").state == "starting"
+    with pytest.raises(ValidationError) as refused:
+        submit("second")
+    assert (refused.value.code, refused.value.fields) == ("too_many_queued", {"queued": [
+        "your quota lets no job wait in datacenter 'datacenter1', and this one would: submit "
+        "it once your running jobs leave room for it"]})
+
+
+@pytest.mark.django_db
+def test_the_cap_is_the_datacenters_default_unless_the_user_has_one(submit, alice, datacenter,
+                                                                    no_starts):
+    assert quota_report(alice, datacenter)["queued"]["limit_value"] == 100  # built in
+    quota_set(None, datacenter, None, jobs=1, queued=1)
+    submit("runs")
+    submit("waits")
+    with pytest.raises(ValidationError, match="quota lets 1 wait at once"):
+        submit("refused")
+    quota_set(None, datacenter, alice, queued=2)
+    assert submit("waits-too").state == "queued"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_submissions_racing_for_the_last_place_in_the_queue_are_not_both_queued(
+        submit, alice, datacenter, monkeypatch, no_starts):
+    """Each submission counts the jobs that wait, then records its own. Here the count is
+    slowed down, so without the lock both would see one place left and both be queued."""
+    quota_set(None, datacenter, alice, jobs=1, queued=1)
+    submit("runs")
+    real_quota_get = admission.quota_get
+
+    def slow_quota_get(*args):
+        quota = real_quota_get(*args)
+        time.sleep(0.3)
+        return quota
+
+    monkeypatch.setattr("jobs.admission.quota_get", slow_quota_get)
+    barrier, outcomes = threading.Barrier(2), {}
+
+    def race(name):
+        try:
+            barrier.wait()
+            outcomes[name] = submit(name).state
+        except ValidationError as exc:
+            outcomes[name] = exc.code
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=race, args=(n,)) for n in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(outcomes.values()) == ["queued", "too_many_queued"]
 
 
 # -- cost bounded by what changed, not by how many jobs wait -----------------------------------
