@@ -40,7 +40,7 @@ class QuotaForm(forms.ModelForm):
 
     class Meta:
         model = Quota
-        fields = ["user", "datacenter", "cpu", "memory", "gpu", "jobs", "storage"]
+        fields = ["user", "datacenter", "cpu", "memory", "gpu", "jobs", "queued", "storage"]
 
 
 def _values(data) -> dict:
@@ -91,7 +91,7 @@ class DefaultQuotaInline(admin.TabularInline):
 
     model = Quota
     form = QuotaForm
-    fields = ["cpu", "memory", "gpu", "jobs", "storage"]
+    fields = ["cpu", "memory", "gpu", "jobs", "queued", "storage"]
     max_num = 1
     extra = 1
     verbose_name = verbose_name_plural = "default quota of its users"
@@ -131,7 +131,7 @@ class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
 class QuotaAdmin(QuotaAuditMixin, admin.ModelAdmin):
     form = QuotaForm
     list_display = ["user", "datacenter", "cpu_display", "memory_display", "gpu", "jobs",
-                    "storage_display"]
+                    "queued", "storage_display"]
     list_filter = ["datacenter"]
     list_select_related = ["user", "datacenter"]
     search_fields = ["user__username"]

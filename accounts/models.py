@@ -158,13 +158,18 @@ class Membership(models.Model):
         return f"{self.user} in {self.datacenter}"
 
 
-QUOTA_RESOURCES = ("cpu", "memory", "gpu", "jobs", "storage")
+QUOTA_RESOURCES = ("cpu", "memory", "gpu", "jobs", "queued", "storage")
 # What a user may use where neither their own quota nor their datacenter's default says.
-BUILTIN_QUOTA = {"cpu": 4000, "memory": 8 * GiB, "gpu": 0, "jobs": 2, "storage": 10 * GiB}
+BUILTIN_QUOTA = {"cpu": 4000, "memory": 8 * GiB, "gpu": 0, "jobs": 2, "queued": 100,
+                 "storage": 10 * GiB}
+# Each resource as users write it.
+QUOTA_FORMATS = {"cpu": format_cpu, "memory": format_bytes, "gpu": str, "jobs": str,
+                 "queued": str, "storage": format_bytes}
 
 
 class Quota(models.Model):
-    """What one user may use in one datacenter at once (enforced at job admission).
+    """What one user may use in one datacenter at once (enforced at job admission), and how
+    many of their jobs may wait for it (enforced at submission).
 
     The row without a user is the datacenter's default. In a user's row, a resource left
     empty takes the datacenter's default, so raising a default raises it for everyone who has
@@ -181,6 +186,9 @@ class Quota(models.Model):
     memory = models.PositiveBigIntegerField("memory (bytes)", null=True, blank=True)
     gpu = models.PositiveIntegerField("GPUs", null=True, blank=True)
     jobs = models.PositiveIntegerField("concurrent jobs", null=True, blank=True)
+    queued = models.PositiveIntegerField(
+        "queued jobs", null=True, blank=True,
+        help_text="How many jobs may wait for the quota at once; more are refused.")
     storage = models.PositiveBigIntegerField("storage (bytes)", null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -193,15 +201,13 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         who = self.user if self.user_id else "default"
-        return (f"{who} in {self.datacenter}: cpu {_shown(self.cpu, format_cpu)}, "
-                f"memory {_shown(self.memory, format_bytes)}, gpu {_shown(self.gpu, str)}, "
-                f"jobs {_shown(self.jobs, str)}, storage {_shown(self.storage, format_bytes)}")
+        return f"{who} in {self.datacenter}: " + ", ".join(
+            f"{name} {_shown(getattr(self, name), QUOTA_FORMATS[name])}"
+            for name in QUOTA_RESOURCES)
 
     def limits(self) -> dict[str, dict]:
         """Each resource's limit, as written by users and as a number."""
-        shown = {"cpu": format_cpu, "memory": format_bytes, "gpu": str, "jobs": str,
-                 "storage": format_bytes}
-        return {name: {"limit": shown[name](getattr(self, name)),
+        return {name: {"limit": QUOTA_FORMATS[name](getattr(self, name)),
                        "limit_value": getattr(self, name)} for name in QUOTA_RESOURCES}
 
 

@@ -69,6 +69,7 @@ class QuotaSerializer(serializers.Serializer):
     memory = QuotaResourceSerializer()
     gpu = QuotaResourceSerializer()
     jobs = QuotaResourceSerializer()
+    queued = QuotaResourceSerializer(help_text="how many of your jobs may wait at once")
     storage = QuotaResourceSerializer()
 
 

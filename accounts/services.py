@@ -21,7 +21,7 @@ from paddlecloud.errors import (
 )
 
 from .audit import audit_record
-from .models import ApiToken, AuditEntry, Datacenter, Membership, Quota
+from .models import QUOTA_RESOURCES, ApiToken, AuditEntry, Datacenter, Membership, Quota
 from .selectors import membership_get
 from .signals import quota_changed
 from .throttling import login_failure_record, login_success_record, login_throttle_check
@@ -115,7 +115,7 @@ DATACENTER_FIELDS = {
     "namespace_prefix", "pfs_root", "public_dir", "default_image",
     "pfs_storage", "s3_bucket", "s3_endpoint_url", "s3_region", "kube_volume",
 }
-QUOTA_FIELDS = {"cpu", "memory", "gpu", "jobs", "storage"}
+QUOTA_FIELDS = set(QUOTA_RESOURCES)
 
 
 def _full_clean(instance, **kwargs) -> None:
@@ -151,7 +151,7 @@ def user_upsert(username: str, *, password: str | None = None,
                 staff: bool | None = None, superuser: bool | None = None) -> tuple[User, bool]:
     """Create the user or update what is given; add them to the datacenters, set the quota.
 
-    ``quota`` (cpu in millicores, memory and storage in bytes, gpu, jobs) applies in every
+    ``quota`` (cpu in millicores, memory and storage in bytes, gpu, jobs, queued) applies in every
     datacenter named; resources not given keep their value (defaults for a new membership).
     """
     quota = quota or {}

@@ -4,38 +4,47 @@ A job's request is what all its replicas ask for together (trainers x cpu + pser
 and so on) plus one concurrent job. Jobs that are ``starting`` or ``running`` hold their
 request; the rest of the quota is free. Each user's waiting jobs (``pending``, ``queued``) are
 admitted strictly in the order they were submitted, so a small job never overtakes a big one
-of the same user.
+of the same user. At most ``queued`` of them may wait: a submission that would wait beyond
+that is refused.
 
 ``quota_admit`` is the one place jobs are admitted. It runs under a lock on the user's row, so
 two submissions racing for the last free CPU are admitted one after the other and the second
 sees the first's (on PostgreSQL, a ``SELECT … FOR UPDATE``; SQLite has one writer anyway). It
-is called by a submission, when a job ends, when a quota changes, and by the reconciler.
+is called by a submission, when a job ends, when a quota changes, and by the reconciler, so
+its cost is bounded by what changed, not by how many jobs wait: it reads the queue only up to
+the first job that does not fit, and touches the jobs behind it in a few bulk statements, only
+where their state or reason changes.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from functools import reduce
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Count, F, OuterRef, Q, Subquery, Sum
 
-from accounts.models import QUOTA_RESOURCES, Datacenter
+from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter
 from accounts.selectors import quota_get
 from paddlecloud.errors import ValidationError
-from paddlecloud.quantity import format_bytes, format_cpu
 
-from .live import job_changed
+from .live import jobs_changed
 from .models import Job
 from .states import JobState
-from .transitions import job_transition
+from .transitions import job_transition, jobs_transition
 
 ACTIVE_STATES = (JobState.STARTING, JobState.RUNNING)
 WAITING_STATES = (JobState.PENDING, JobState.QUEUED)
 COMPUTE = ("cpu", "memory", "gpu", "jobs")
-SHOWN = {"cpu": format_cpu, "memory": format_bytes, "gpu": str, "jobs": str,
-         "storage": format_bytes}
+SHOWN = QUOTA_FORMATS
 UNITS = {"cpu": " CPU", "memory": "", "gpu": " GPU"}
+HEAD_BATCH = 20  # waiting jobs read at once while looking for the first that does not fit
+# A job's request in SQL, as ``job_request`` computes it in Python (jobs: one each).
+ASKED = {"cpu": F("trainers") * F("cpu") + F("pservers") * F("pscpu"),
+         "memory": F("trainers") * F("memory") + F("pservers") * F("psmemory"),
+         "gpu": F("trainers") * F("gpu")}
 
 
 @dataclass(frozen=True)
@@ -102,14 +111,35 @@ def quota_fit_check(user, datacenter, job) -> None:
                               code="over_quota")
 
 
+def quota_queue_check(user, datacenter, job, *, lock: bool = False) -> None:
+    """Refuse at submission a job that would wait while the user's ``queued`` quota of jobs
+    already waits (with a quota of 0, a job that cannot start at once). With ``lock`` (in the
+    submission's transaction) under the user's row lock, so racing submissions cannot all
+    slip under the cap."""
+    if lock:
+        get_user_model().objects.select_for_update().only("pk").get(pk=user.pk)
+    quota = quota_get(user, datacenter)
+    waiting = Job.objects.filter(owner=user, datacenter=datacenter,
+                                 state__in=WAITING_STATES).count()
+    if waiting < quota.queued:
+        return
+    if not waiting and _fits(quota_used(user.pk, datacenter.pk) + job_request(job), quota):
+        return  # it starts at once: it never waits
+    if quota.queued:
+        message = (f"{waiting} of your jobs already wait in datacenter "
+                   f"{datacenter.name!r}, and your quota lets {quota.queued} wait at once; "
+                   "submit it once some have started, or kill some")
+    else:
+        message = (f"your quota lets no job wait in datacenter {datacenter.name!r}, and this "
+                   "one would: submit it once your running jobs leave room for it")
+    raise ValidationError.for_field("queued", message, code="too_many_queued")
+
+
 def quota_used(user_id: int, datacenter_id: int) -> Request:
     """What the user's active jobs in the datacenter hold now (one query)."""
     totals = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
                                 state__in=ACTIVE_STATES).aggregate(
-        cpu=Sum(F("trainers") * F("cpu") + F("pservers") * F("pscpu")),
-        memory=Sum(F("trainers") * F("memory") + F("pservers") * F("psmemory")),
-        gpu=Sum(F("trainers") * F("gpu")),
-        jobs=Count("id"))
+        **{r: Sum(ASKED[r]) for r in ASKED}, jobs=Count("id"))
     return Request(**{r: totals[r] or 0 for r in COMPUTE})
 
 
@@ -135,32 +165,70 @@ def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
     """Admit the user's waiting jobs in the datacenter, oldest first, while they fit; queue
     the first that does not (and so everything after it). Returns the ids admitted, whose
     start is queued once this commits. A waiting job that can no longer ever fit (its quota
-    was lowered) fails with the reason rather than block the queue forever."""
+    was lowered) fails with the reason rather than block the queue forever.
+
+    A fixed number of queries however many jobs wait (a few more only when many are admitted
+    at once, or fail with different reasons)."""
     user = get_user_model().objects.select_for_update().get(pk=user_id)
     datacenter = Datacenter.objects.get(pk=datacenter_id)
     quota = quota_get(user, datacenter)
+    waiting = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
+                                 state__in=WAITING_STATES)
+    _fail_never_fitting(waiting, quota)
     used = quota_used(user_id, datacenter_id)
-    admitted: list[int] = []
-    blocked_by = None  # the first job that does not fit: everything after it waits too
-    waiting = (Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
-                                  state__in=WAITING_STATES).order_by("created_at", "id"))
-    for job in waiting:
+    # Each job admitted takes one of the free jobs, so the first that does not fit is among
+    # the first free + 1.
+    free_jobs = max(quota.jobs - used.jobs, 0)
+    admitted: list[Job] = []
+    blocker = None  # the first job that does not fit: everything after it waits too
+    for job in _queue_head(waiting, free_jobs + 1):
         asked = job_request(job)
-        if problems := quota_problems(job, quota):
-            job_transition(job, JobState.FAILED, "can never start: " + "; ".join(
-                f"{k}: {v}" for k, v in problems.items()))
-        elif blocked_by is None and _fits(used + asked, quota):
-            job_transition(job, JobState.STARTING, "admitted: its quota is free")
-            used = used + asked
-            admitted.append(job.pk)
-        else:
-            reason = (f"waiting for quota: {_short_of(used, asked, quota)}"
-                      if blocked_by is None else f"waiting behind job {blocked_by}")
-            blocked_by = blocked_by or job.name
-            _queue(job, reason)
-    if admitted:
-        transaction.on_commit(lambda: _queue_starts(admitted))
-    return admitted
+        if not _fits(used + asked, quota):
+            blocker = job
+            break
+        used = used + asked
+        admitted.append(job)
+    jobs_transition(admitted, JobState.STARTING,
+                    dict.fromkeys((job.pk for job in admitted), "admitted: its quota is free"))
+    if blocker is not None:
+        _queue(blocker, f"waiting for quota: {_short_of(used, job_request(blocker), quota)}")
+        _queue_behind(blocker, waiting)
+    ids = [job.pk for job in admitted]
+    if ids:
+        transaction.on_commit(lambda: _queue_starts(ids))
+    return ids
+
+
+def _behind(job) -> Q:
+    """The jobs submitted after ``job`` (the queue's order: time, then id)."""
+    return Q(created_at__gt=job.created_at) | Q(created_at=job.created_at, id__gt=job.pk)
+
+
+def _queue_head(waiting, most: int):
+    """The first ``most`` waiting jobs, oldest first, read a few at a time: the walk stops at
+    the first that does not fit, and what is behind it is never read. Locked, so a kill
+    racing admission waits for it (and finds the job admitted) rather than be overwritten."""
+    ordered = waiting.select_for_update().order_by("created_at", "id")
+    while most > 0:
+        batch = list(ordered[:min(HEAD_BATCH, most)])
+        yield from batch
+        if len(batch) < min(HEAD_BATCH, most):
+            return
+        most -= len(batch)
+        ordered = ordered.filter(_behind(batch[-1]))
+
+
+def _fail_never_fitting(waiting, quota) -> None:
+    """Fail the waiting jobs that ask for more than the whole quota (it was lowered): found
+    with one query, whatever the length of the queue."""
+    never = Q()  # a quota of no jobs: every one
+    if quota.jobs >= 1:
+        never = reduce(operator.or_, (Q(**{f"asked_{r}__gt": getattr(quota, r)}) for r in ASKED))
+    doomed = list(waiting.alias(**{f"asked_{r}": e for r, e in ASKED.items()})
+                  .filter(never).select_for_update())
+    reasons = {job.pk: "can never start: " + "; ".join(
+        f"{k}: {v}" for k, v in quota_problems(job, quota).items()) for job in doomed}
+    jobs_transition(doomed, JobState.FAILED, reasons)
 
 
 def _queue(job, reason: str) -> None:
@@ -169,7 +237,23 @@ def _queue(job, reason: str) -> None:
         job_transition(job, JobState.QUEUED, reason)
     elif job.state_reason != reason:
         Job.objects.filter(pk=job.pk).update(state_reason=reason)
-        job_changed(job.pk)
+        jobs_changed(job.owner_id, job.datacenter_id, [job.pk])
+
+
+def _queue_behind(blocker, waiting) -> None:
+    """Everything behind the first job that does not fit waits behind it: jobs still pending
+    are queued (one event each), queued jobs get the reason if they had another. Only the
+    jobs that change are touched, in one statement each."""
+    reason = f"waiting behind job {blocker.name}"
+    stale = list(waiting.filter(_behind(blocker))
+                 .filter(Q(state=JobState.PENDING) | ~Q(state_reason=reason))
+                 .select_for_update().only("id", "state", "owner_id", "datacenter_id"))
+    pending = [job for job in stale if job.state == JobState.PENDING]
+    jobs_transition(pending, JobState.QUEUED, dict.fromkeys((j.pk for j in pending), reason))
+    requeued = [job.pk for job in stale if job.state != JobState.PENDING]
+    if requeued:
+        Job.objects.filter(pk__in=requeued).update(state_reason=reason)
+        jobs_changed(blocker.owner_id, blocker.datacenter_id, requeued)
 
 
 def _queue_starts(job_ids: list[int]) -> None:
@@ -191,8 +275,9 @@ def admission_later(user_id: int, datacenter_id: int | None = None) -> None:
 
 
 def waiting_queues(**filters) -> list[tuple[int, int]]:
-    """The (owner id, datacenter id) of every queue with jobs waiting, among ``filters``."""
-    return list(Job.objects.filter(state__in=WAITING_STATES, **filters)
+    """The (owner id, datacenter id) of every queue with jobs waiting, among ``filters``.
+    (Unordered: with the jobs' default order, DISTINCT would give one row per job.)"""
+    return list(Job.objects.filter(state__in=WAITING_STATES, **filters).order_by()
                 .values_list("owner_id", "datacenter_id").distinct())
 
 
@@ -229,13 +314,15 @@ def queue_position(job) -> int | None:
 
 
 def quota_report(user, datacenter) -> dict[str, dict]:
-    """Every resource's limit and what is used of it (storage from the PFS), for the API and
-    ``paddlectl get quota``."""
+    """Every resource's limit and what is used of it (``queued``: the jobs that wait; storage
+    from the PFS), for the API and ``paddlectl get quota``."""
     from pfs.services import usage_get
 
     quota = quota_get(user, datacenter)
     used = quota_used(user.pk, datacenter.pk)
     used_values = {r: getattr(used, r) for r in COMPUTE}
+    used_values["queued"] = Job.objects.filter(owner=user, datacenter=datacenter,
+                                               state__in=WAITING_STATES).count()
     used_values["storage"] = max(usage_get(user, datacenter).used, 0)
     report = {}
     for resource in QUOTA_RESOURCES:

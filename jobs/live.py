@@ -31,32 +31,42 @@ def job_group(job_id: int) -> str:
 
 def job_changed(job_id: int) -> None:
     """The job's state, reason, workers or events changed (or it was created)."""
-    _after_commit({"type": "job.changed", "job_id": job_id}, job_id)
+    _after_commit([{"type": "job.changed", "job_id": job_id}])
+
+
+def jobs_changed(owner_id: int, datacenter_id: int, job_ids: list[int]) -> None:
+    """Several jobs of one owner changed together (admission moved their queue): sent in one
+    go, with no look-up per job."""
+    if job_ids:
+        _after_commit([{"type": "job.changed", "job_id": job_id} for job_id in job_ids],
+                      (owner_id, datacenter_id))
 
 
 def job_deleted(job) -> None:
-    _after_commit({"type": "job.deleted", "job_id": job.pk, "name": job.name}, job.pk,
+    _after_commit([{"type": "job.deleted", "job_id": job.pk, "name": job.name}],
                   (job.owner_id, job.datacenter_id))
 
 
-def _after_commit(message: dict, job_id: int, owner: tuple[int, int] | None = None) -> None:
+def _after_commit(messages: list[dict], owner: tuple[int, int] | None = None) -> None:
     def send():
         from .models import Job
 
         layer = get_channel_layer()
-        where = owner or Job.objects.filter(pk=job_id).values_list(
+        where = owner or Job.objects.filter(pk=messages[0]["job_id"]).values_list(
             "owner_id", "datacenter_id").first()
         if layer is None or where is None:
             return
 
         async def send_all():
-            for group in (jobs_group(*where), job_group(job_id)):
-                await layer.group_send(group, message)
+            for message in messages:
+                for group in (jobs_group(*where), job_group(message["job_id"])):
+                    await layer.group_send(group, message)
 
         try:
             _run_async(send_all)
         except Exception:  # the dashboards catch up when they reconnect; the job goes on
-            log.warning("could not tell the dashboards about job %s", job_id, exc_info=True)
+            log.warning("could not tell the dashboards about job %s",
+                        ", ".join(str(m["job_id"]) for m in messages), exc_info=True)
 
     transaction.on_commit(send)
 

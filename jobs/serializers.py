@@ -140,10 +140,12 @@ class QuotaUseEntrySerializer(QuotaResourceSerializer):
 
 
 class QuotaUseSerializer(serializers.Serializer):
-    """Jobs that are starting or running use cpu, memory, gpu and jobs; storage is the PFS."""
+    """Jobs that are starting or running use cpu, memory, gpu and jobs; jobs that wait use
+    queued; storage is the PFS."""
 
     cpu = QuotaUseEntrySerializer()
     memory = QuotaUseEntrySerializer()
     gpu = QuotaUseEntrySerializer()
     jobs = QuotaUseEntrySerializer()
+    queued = QuotaUseEntrySerializer(help_text="your jobs that wait (pending or queued)")
     storage = QuotaUseEntrySerializer()

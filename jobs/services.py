@@ -13,7 +13,7 @@ from paddlecloud.errors import ConflictError, NotFoundError, ValidationError
 from paddlecloud.quantity import format_bytes, format_cpu
 from registries.services import registry_get
 
-from .admission import queue_ahead_annotation, quota_admit, quota_fit_check
+from .admission import queue_ahead_annotation, quota_admit, quota_fit_check, quota_queue_check
 from .backends import backend_for
 from .live import job_changed, job_deleted
 from .models import Job, JobEvent, Replica
@@ -50,8 +50,9 @@ class Submission(NamedTuple):
 
 def job_submit(user, datacenter, data: dict) -> Submission:
     """Validate and record a job, and admit it (it starts once the record is committed) or
-    queue it behind the user's quota. A job that can never fit the quota, or whose objects
-    the cluster's schemas would refuse, is refused.
+    queue it behind the user's quota. A job that can never fit the quota, that would wait
+    while the user's ``queued`` quota of jobs already waits, or whose objects the cluster's
+    schemas would refuse, is refused.
 
     With ``dry_run`` in ``data`` nothing is recorded or started (``job`` is None).
     """
@@ -64,9 +65,11 @@ def job_submit(user, datacenter, data: dict) -> Submission:
     unsaved = Job(owner=user, datacenter=datacenter, registry=registry, **fields)
     objects = backend_for(datacenter).objects(unsaved)
     if dry_run:
+        quota_queue_check(user, datacenter, spec)
         return Submission(None, spec, objects)
     try:
         with transaction.atomic():
+            quota_queue_check(user, datacenter, spec, lock=True)
             job = Job.objects.create(owner=user, datacenter=datacenter, registry=registry,
                                      uid=unsaved.uid, **fields)
             Replica.objects.bulk_create(

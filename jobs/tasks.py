@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
+import uuid
 from datetime import timedelta
 
 from celery import shared_task
 from celery.signals import worker_ready
+from django.core.cache import cache
 from django.core.exceptions import ObjectDoesNotExist
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, IntegerField, Value
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from accounts.models import Datacenter
@@ -23,6 +29,14 @@ logger = logging.getLogger(__name__)
 
 SYNC_INTERVAL = 1.0  # seconds between two looks at a running job
 LOST_START_AFTER = timedelta(seconds=30)
+# A job its watch looked at this recently is not looked at again by the reconciler.
+WATCHED_SECONDS = 5 * SYNC_INTERVAL
+RECONCILE_LEASE = "jobs:reconcile:lease"
+RECONCILE_LEASE_SECONDS = 120  # renewed while a run works; how long a dead run blocks others
+
+
+def _watched_key(job_id: int) -> str:
+    return f"jobs:watched:{job_id}"
 
 
 @shared_task(name="jobs.tasks.job_start", acks_late=True)
@@ -48,6 +62,7 @@ def job_watch(job_id: int) -> None:
     if not Job.objects.filter(pk=job_id).exists():
         return
     if engine.job_sync(job_id):
+        cache.set(_watched_key(job_id), 1, WATCHED_SECONDS)
         job_watch.apply_async((job_id,), countdown=SYNC_INTERVAL)
 
 
@@ -59,43 +74,110 @@ def job_stop(job_id: int) -> None:
         logger.info("job %s was deleted while being stopped", job_id)
 
 
+class Lease:
+    """A lease in the cache (Redis; in-process on the embedded default): one holder at a time,
+    renewed while it works, released at the end, and expiring by itself if its holder dies."""
+
+    def __init__(self, key: str, seconds: float):
+        self.key, self.seconds, self.token = key, seconds, uuid.uuid4().hex
+        self.renewed = 0.0
+
+    def take(self) -> bool:
+        self.renewed = time.monotonic()
+        return cache.add(self.key, self.token, self.seconds)
+
+    def renew(self) -> None:
+        """Keep it, at most a few times per lease (a run that lost it goes on: at worst two
+        runs overlap once, and every step of a run may run twice)."""
+        if time.monotonic() - self.renewed >= self.seconds / 4:
+            self.renewed = time.monotonic()
+            if cache.get(self.key) == self.token:
+                cache.touch(self.key, self.seconds)
+
+    def release(self) -> None:
+        if cache.get(self.key) == self.token:  # not another's, taken after ours ran out
+            cache.delete(self.key)
+
+
 @shared_task(name="jobs.tasks.jobs_reconcile")
-def jobs_reconcile() -> dict[str, int]:
+def jobs_reconcile() -> dict[str, int] | None:
     """Bring the database and the processes back in line (celery beat, every 15 s): admit
     jobs the quota has room for, start jobs whose start was lost, look at every job that runs
-    (replicas that vanished while the portal was down are marked, deadlines enforced), stop
-    what is left of ended jobs, delete ended jobs past their TTL."""
+    and that its watch has not looked at lately (replicas that vanished while the portal was
+    down are marked, deadlines enforced), stop what is left of ended jobs, delete ended jobs
+    past their TTL. Returns None, doing nothing, while another run holds the lease.
+
+    Beat queues a run every 15 s whether or not the last one has finished. Without the lease
+    a slow run (a long queue, a slow API server) and the ones queued behind it would take
+    every worker slot, and everyone's starts, watches and admissions would wait behind them.
+    With it, runs never overlap and a run that finds the lease held returns at once, so
+    reconciling takes at most one slot; the lease expires if its worker dies, so the next
+    run after that takes over."""
+    lease = Lease(RECONCILE_LEASE, RECONCILE_LEASE_SECONDS)
+    if not lease.take():
+        return None
+    try:
+        return _reconcile(lease)
+    finally:
+        lease.release()
+
+
+def _reconcile(lease: Lease) -> dict[str, int]:
     counts = {"admitted": 0, "restarted": 0, "synced": 0, "expired": 0, "orphans": 0}
     now = timezone.now()
     # Admission happens when jobs are submitted and end; this catches what a crash missed.
+    # One call per queue, each a fixed number of queries however long its queue.
     for owner_id, datacenter_id in waiting_queues():
         counts["admitted"] += len(quota_admit(owner_id, datacenter_id))
+        lease.renew()
     # A start that was lost, or died half way (replicas still pending under a starting job).
     stalled = Job.objects.filter(state=JobState.STARTING, replicas__state="pending",
                                  updated_at__lt=now - LOST_START_AFTER).distinct()
     for job_id in stalled.values_list("pk", flat=True):
         job_start.delay(job_id)
         counts["restarted"] += 1
-    active = Job.objects.filter(state__in=[JobState.STARTING, JobState.RUNNING])
-    for job_id in active.values_list("pk", flat=True):
-        engine.job_sync(job_id)
-        counts["synced"] += 1
+    # Jobs that run are watched every second (job_watch); only those whose watch is lost
+    # (a worker died, the portal restarted) are looked at here.
+    active = list(Job.objects.filter(state__in=[JobState.STARTING, JobState.RUNNING])
+                  .values_list("pk", flat=True))
+    watched = cache.get_many([_watched_key(job_id) for job_id in active])
+    for job_id in active:
+        if _watched_key(job_id) not in watched:
+            engine.job_sync(job_id)
+            counts["synced"] += 1
+            lease.renew()
     ended_live = (Job.objects.filter(state__in=FINAL_JOB_STATES)
                   .filter(replicas__state__in=["pending", "starting", "running"]).distinct())
     for job_id in ended_live.values_list("pk", flat=True):
         engine.job_halt(job_id)
-    known = {str(uid) for uid in Job.objects.values_list("uid", flat=True)}
     for backend in {backend_for(dc) for dc in Datacenter.objects.all()}:
-        counts["orphans"] += backend.orphans_stop(known, engine.STOP_GRACE_SECONDS)
+        counts["orphans"] += backend.orphans_stop(jobs_known, engine.STOP_GRACE_SECONDS)
     for job in Job.objects.filter(state__in=FINAL_JOB_STATES,
                                   ttl_seconds_after_finished__isnull=False,
-                                  finished_at__isnull=False).select_related("datacenter"):
-        if job.finished_at + timedelta(seconds=job.ttl_seconds_after_finished) < now:
-            backend_for(job.datacenter).cleanup(job)
-            job_deleted(job)
-            job.delete()
-            counts["expired"] += 1
+                                  finished_at__lt=_ttl_cutoff(now)
+                                  ).select_related("datacenter"):
+        backend_for(job.datacenter).cleanup(job)
+        job_deleted(job)
+        job.delete()
+        counts["expired"] += 1
     return counts
+
+
+def jobs_known(uids: set[str]) -> set[str]:
+    """Which of these job uids the database knows (one query, for what a backend found)."""
+    valid = set()
+    for uid in uids:
+        with contextlib.suppress(ValueError):
+            valid.add(uuid.UUID(uid))
+    return {str(uid) for uid in Job.objects.filter(uid__in=valid).values_list("uid", flat=True)}
+
+
+def _ttl_cutoff(now):
+    """``now`` minus each job's TTL, in SQL: a job that ended before it is past its TTL (the
+    database picks those out, rather than every ended job being looked at here)."""
+    ttl = ExpressionWrapper(Cast("ttl_seconds_after_finished", IntegerField())
+                            * Value(timedelta(seconds=1)), output_field=DurationField())
+    return ExpressionWrapper(Value(now) - ttl, output_field=DateTimeField())
 
 
 @worker_ready.connect

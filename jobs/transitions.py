@@ -8,9 +8,11 @@ the reconciler and a kill racing for the same job see one order of events), and 
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import DateTimeField, F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from .live import job_changed
+from .live import job_changed, jobs_changed
 from .models import Job, JobEvent, Replica
 from .states import (
     FINAL_JOB_STATES,
@@ -33,25 +35,61 @@ def job_transition(job: Job, target: str, reason: str = "") -> bool:
     if locked.state == target:
         job.state = locked.state
         return False
-    transition_check("job", JOB_TRANSITIONS, locked.state, target)
+    _jobs_move([(job, locked)], target, {job.pk: reason})
+    return True
+
+
+@transaction.atomic
+def jobs_transition(jobs: list[Job], target: str, reasons: dict[int, str]) -> list[Job]:
+    """Move several jobs to ``target`` at once, each with its reason (by id), as
+    ``job_transition`` moves one, in a number of queries that does not grow with the number
+    of jobs (admission moves a whole queue). Jobs already there are left out (those gone
+    too); returns the jobs moved."""
+    locked = (Job.objects.select_for_update()
+              .only("state", "started_at", "owner_id", "datacenter_id")
+              .in_bulk([job.pk for job in jobs]))
+    moves = [(job, locked[job.pk]) for job in jobs
+             if job.pk in locked and locked[job.pk].state != target]
+    _jobs_move(moves, target, reasons)
+    return [job for job, _ in moves]
+
+
+def _jobs_move(moves: list[tuple[Job, Job]], target: str, reasons: dict[int, str]) -> None:
+    """Apply moves (each job with its locked row): one UPDATE per distinct reason, one event
+    per job (all in one INSERT), one message to the dashboards per job."""
+    for _, current in moves:
+        transition_check("job", JOB_TRANSITIONS, current.state, target)
+    if not moves:
+        return
     now = timezone.now()
-    changes = {"state": target, "state_reason": reason, "updated_at": now}
-    if target in (JobState.STARTING, JobState.RUNNING) and locked.started_at is None:
-        changes["started_at"] = now  # its replicas are being started
+    changes = {"state": target, "updated_at": now}
+    if target in (JobState.STARTING, JobState.RUNNING):
+        # its replicas are being started (kept from an earlier start if it had one)
+        changes["started_at"] = Coalesce(F("started_at"), Value(now, DateTimeField()))
     if target in FINAL_JOB_STATES:
         changes["finished_at"] = now
-    Job.objects.filter(pk=job.pk).update(**changes)
-    JobEvent.objects.create(job=job, time=now, from_state=locked.state, to_state=target,
-                            reason=reason)
-    job_changed(job.pk)
+    for reason in {reasons[job.pk] for job, _ in moves}:
+        Job.objects.filter(pk__in=[job.pk for job, _ in moves if reasons[job.pk] == reason]
+                           ).update(state_reason=reason, **changes)
+    JobEvent.objects.bulk_create(
+        JobEvent(job_id=job.pk, time=now, from_state=current.state, to_state=target,
+                 reason=reasons[job.pk]) for job, current in moves)
+    owners = {(current.owner_id, current.datacenter_id) for _, current in moves}
+    for owner in owners:
+        jobs_changed(*owner, [job.pk for job, current in moves
+                              if (current.owner_id, current.datacenter_id) == owner])
     if target in FINAL_JOB_STATES:
-        # What it held (or the place in the queue it kept) is free: admit who waits.
+        # What they held (or the places in the queue they kept) is free: admit who waits.
         from .admission import admission_later
 
-        admission_later(locked.owner_id, locked.datacenter_id)
-    for field, value in changes.items():
-        setattr(job, field, value)
-    return True
+        for owner in owners:
+            admission_later(*owner)
+    for job, current in moves:
+        job.state, job.state_reason, job.updated_at = target, reasons[job.pk], now
+        if "started_at" in changes:
+            job.started_at = current.started_at or now
+        if "finished_at" in changes:
+            job.finished_at = now
 
 
 @transaction.atomic

@@ -134,7 +134,7 @@ def _registry_delete(request, datacenter, name: str):
 # -- quota ------------------------------------------------------------------------------------
 
 METERS = (("cpu", "CPU"), ("memory", "Memory"), ("gpu", "GPUs"), ("jobs", "Running jobs"),
-          ("storage", "Storage"))
+          ("queued", "Queued jobs"), ("storage", "Storage"))
 
 
 def _meter(resource: str, label: str, figures: dict) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..contract import Paths, Topology
@@ -78,10 +79,11 @@ class Backend(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def orphans_stop(self, known_uids: set[str], grace: float) -> int:
+    def orphans_stop(self, known: Callable[[set[str]], set[str]], grace: float) -> int:
         """Stop and remove whatever the backend runs or keeps for jobs the database no longer
-        knows (``known_uids``: the uids, as strings, of the jobs it knows). Returns how many
-        such jobs it found."""
+        knows: ``known(uids)`` says which of the job uids it found the database knows (one
+        query for all, so the cost is what the backend holds, not the jobs ever run).
+        Returns how many unknown jobs it found."""
 
     @abc.abstractmethod
     def cleanup(self, job) -> None:

@@ -204,13 +204,15 @@ class LocalBackend(Backend):
     def _netns_file(self, job) -> Path:
         return job_dir(job) / "run" / "netns.pid"
 
-    def orphans_stop(self, known_uids: set[str], grace: float) -> int:
+    def orphans_stop(self, known, grace: float) -> int:
         root = jobs_root()
         if not root.is_dir():
             return 0
+        privates = list(root.iterdir())
+        kept = known({private.name for private in privates})
         found = 0
-        for private in root.iterdir():
-            if private.name in known_uids:
+        for private in privates:
+            if private.name in kept:
                 continue
             found += 1
             started = [read_json(pid_file) for pid_file in (private / "run").glob("*.pid")

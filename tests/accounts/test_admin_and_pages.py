@@ -68,7 +68,7 @@ def test_admin_user_page_has_membership_and_quota_inlines(admin_browser, alice):
 
 def quota_post(user, datacenter, **changes) -> dict:
     data = {"user": user.pk, "datacenter": datacenter.pk, "cpu": "4", "memory": "8Gi",
-            "gpu": "0", "jobs": "2", "storage": "10Gi"}
+            "gpu": "0", "jobs": "2", "queued": "", "storage": "10Gi"}
     data.update(changes)
     return data
 
@@ -89,6 +89,36 @@ def test_admin_quota_form_reads_quantities(admin_browser, datacenter):
     change = page(admin_browser.get(f"/admin/accounts/quota/{quota.pk}/change/"))
     assert 'name="cpu" value="500m"' in change
     assert 'name="memory" value="8Gi"' in change
+
+
+def test_admin_sets_the_queued_jobs_cap_on_the_user_page_and_as_the_default(
+        admin_browser, alice, datacenter):
+    own = Quota.objects.get(user=alice, datacenter=datacenter)
+    user_page = page(admin_browser.get(f"/admin/accounts/user/{alice.pk}/change/"))
+    assert 'name="quotas-0-queued"' in user_page
+    form = {"username": "alice", "date_joined_0": "2026-01-01", "date_joined_1": "00:00:00",
+            "is_active": "on",
+            "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0",
+            "quotas-TOTAL_FORMS": "1", "quotas-INITIAL_FORMS": "1",
+            "quotas-0-id": own.pk, "quotas-0-user": alice.pk,
+            "quotas-0-datacenter": datacenter.pk, "quotas-0-queued": "5"}
+    response = admin_browser.post(f"/admin/accounts/user/{alice.pk}/change/", form)
+    assert response.status_code == 302, page(response)
+    own.refresh_from_db()
+    assert own.queued == 5
+
+    dc_page = page(admin_browser.get(f"/admin/accounts/datacenter/{datacenter.pk}/change/"))
+    assert 'name="quotas-0-queued"' in dc_page
+    response = admin_browser.post(f"/admin/accounts/datacenter/{datacenter.pk}/change/", {
+        "name": "datacenter1", "backend": "local", "namespace_prefix": "paddle-",
+        "pfs_storage": "posix", "quotas-TOTAL_FORMS": "1", "quotas-INITIAL_FORMS": "0",
+        "quotas-0-queued": "40"})
+    assert response.status_code == 302, page(response)
+    assert Quota.objects.get(user=None, datacenter=datacenter).queued == 40
+    listing = page(admin_browser.get("/admin/accounts/quota/"))
+    assert '<td class="field-queued">5</td>' in listing
+    log = page(admin_browser.get("/admin/accounts/auditentry/"))
+    assert "queued" in log
 
 
 def test_admin_quota_form_edits_an_existing_quota(admin_browser, alice, datacenter):
@@ -214,12 +244,14 @@ def test_login_then_home_leads_to_jobs_quota_and_config_have_pages(alice):
 
 
 def test_the_quota_page_shows_the_quota_set_by_an_administrator(alice):
-    Quota.objects.filter(user=alice).update(cpu=500, memory=16 * GiB, gpu=2, jobs=7)
+    Quota.objects.filter(user=alice).update(cpu=500, memory=16 * GiB, gpu=2, jobs=7,
+                                            queued=30)
     client = Client()
     client.force_login(alice)
     body = page(client.get("/quota/"))
     assert '<td class="num">500m</td><td class="num">16Gi</td><td class="num">2</td>' in body
-    assert '<td class="num">7</td>' in body
+    assert '<td class="num">7</td><td class="num">30</td>' in body
+    assert "0 of 30" in body  # the queued jobs' meter: none waits
 
 
 def test_a_user_of_no_datacenter_is_told_so(db):

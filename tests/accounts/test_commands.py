@@ -134,7 +134,8 @@ def quota_of(username: str, datacenter: str = "datacenter1") -> Quota:
 def test_adduser_creates_a_member_with_a_quota(datacenter):
     out = run("adduser", "bob@example.com", "--password", PASSWORD, "--email",
               "bob@example.com", "--datacenter", "datacenter1", "--cpu", "500m",
-              "--memory", "16Gi", "--gpu", "2", "--jobs", "3", "--storage", "100Gi")
+              "--memory", "16Gi", "--gpu", "2", "--jobs", "3", "--queued", "20",
+              "--storage", "100Gi")
     assert out.strip() == "Created user bob@example.com (member of datacenter1)"
 
     user = User.objects.get(username="bob@example.com")
@@ -144,8 +145,8 @@ def test_adduser_creates_a_member_with_a_quota(datacenter):
     assert not user.is_superuser
     assert Membership.objects.filter(user=user, datacenter=datacenter).exists()
     quota = quota_of("bob@example.com")
-    assert (quota.cpu, quota.memory, quota.gpu, quota.jobs, quota.storage) == (
-        500, 16 * GiB, 2, 3, 100 * GiB)
+    assert (quota.cpu, quota.memory, quota.gpu, quota.jobs, quota.queued, quota.storage) == (
+        500, 16 * GiB, 2, 3, 20, 100 * GiB)
     assert authenticate(username="bob@example.com", password=PASSWORD) == user
 
 

@@ -76,7 +76,7 @@ def test_me_shows_datacenters_and_the_quota_of_the_current_one(make_user, other_
                                                                  api):
     carol = make_user("carol", datacenters=("datacenter1", "datacenter2"))
     Quota.objects.filter(user=carol, datacenter__name="datacenter2").update(
-        cpu=500, memory=3 * 2**30, gpu=2, jobs=7, storage=5 * 2**40)
+        cpu=500, memory=3 * 2**30, gpu=2, jobs=7, queued=25, storage=5 * 2**40)
     raw = token_create(carol, datacenter_name="datacenter2").raw
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     body = api.get("/api/v1/me").json()
@@ -89,6 +89,7 @@ def test_me_shows_datacenters_and_the_quota_of_the_current_one(make_user, other_
         "memory": {"limit": "3Gi", "limit_value": 3 * 2**30},
         "gpu": {"limit": "2", "limit_value": 2},
         "jobs": {"limit": "7", "limit_value": 7},
+        "queued": {"limit": "25", "limit_value": 25},
         "storage": {"limit": "5Ti", "limit_value": 5 * 2**40},
     }
 

@@ -237,7 +237,8 @@ def test_quota_shows_a_bar_per_resource_red_when_full(browser, alice, datacenter
     body = text(browser.get("/quota/"))
     meters = {name: full for full, name in re.findall(
         r'<div class="meter( full)?" id="quota-(\w+)"', body)}
-    assert meters == {"cpu": "", "memory": "", "gpu": "", "jobs": "", "storage": " full"}
+    assert meters == {"cpu": "", "memory": "", "gpu": "", "jobs": "", "queued": "",
+                      "storage": " full"}
     assert "0 of 4" in body  # CPU
     assert "0 of 8Gi" in body  # memory
     assert "1000 of 1000" in body  # storage, bytes

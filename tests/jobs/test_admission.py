@@ -1,21 +1,26 @@
 """Quota admission: refusal of jobs that can never fit, the FIFO queue per user, admission as
 soon as room appears (a job ends, a quota is raised), quotas lowered below use, and two
-submissions racing for the last free CPU on PostgreSQL."""
+submissions racing for the last free CPU on PostgreSQL. The cap on queued jobs; admission and
+the reconciler costing the same however many jobs wait; one reconcile at a time."""
 
 from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from accounts.models import AuditEntry, Quota
 from accounts.services import quota_set
-from jobs import admission
-from jobs.admission import quota_report
-from jobs.models import Job
+from jobs import admission, tasks
+from jobs.admission import quota_admit, quota_report
+from jobs.models import Job, JobEvent, Replica
 from jobs.services import job_kill, job_submit
+from jobs.tasks import jobs_admit, jobs_reconcile
 from paddlecloud.errors import ValidationError
 from tests.conftest import assert_error
 
@@ -38,8 +43,6 @@ def no_starts(monkeypatch):
 @pytest.fixture
 def admit_now(monkeypatch, no_starts):
     """Admission queued after a commit runs at once, here, instead of on a worker."""
-    from jobs.tasks import jobs_admit
-
     monkeypatch.setattr("jobs.tasks.jobs_admit.delay",
                         lambda user_id, dc_id=None: jobs_admit(user_id, dc_id))
 
@@ -274,3 +277,274 @@ def test_admins_see_everyones_running_and_queued_jobs(admin_browser, submit, ali
     log = admin_browser.get("/admin/accounts/auditentry/").content.decode()
     for action in ("job.submit", "job.kill"):
         assert action in log
+
+
+# -- the cap on queued jobs --------------------------------------------------------------------
+
+@pytest.mark.django_db
+def test_a_job_that_would_wait_beyond_the_queued_cap_is_refused(token_client, alice,
+                                                                 datacenter, package,
+                                                                 no_starts):
+    quota_set(None, datacenter, alice, jobs=1, queued=2)
+    body = {"package": package, "entry": "python train.py"}
+    for name in ("runs", "waits-1", "waits-2"):
+        assert token_client.post("/api/v1/jobs/", {**body, "name": name},
+                                 format="json").status_code == 201
+    for dry_run in (True, False):
+        error = assert_error(token_client.post("/api/v1/jobs/", {
+            **body, "name": "one-too-many", "dry_run": dry_run}, format="json"),
+            400, "too_many_queued", "queued")
+        assert error["message"] == (
+            "queued: 2 of your jobs already wait in datacenter 'datacenter1', and your quota "
+            "lets 2 wait at once; submit it once some have started, or kill some")
+    assert not Job.objects.filter(name="one-too-many").exists()
+    assert not JobEvent.objects.filter(job__name="one-too-many").exists()
+    assert token_client.get("/api/v1/quota").json()["queued"] == {
+        "limit": "2", "limit_value": 2, "used": "2", "used_value": 2}
+    job_kill(alice, datacenter, "waits-2")  # a place in the queue is free again
+    assert token_client.post("/api/v1/jobs/", {**body, "name": "one-too-many"},
+                             format="json").json()["state"] == "queued"
+
+
+@pytest.mark.django_db
+def test_with_no_queue_allowed_a_job_starts_at_once_or_is_refused(submit, alice, datacenter,
+                                                                  no_starts):
+    quota_set(None, datacenter, alice, jobs=1, queued=0)
+    assert submit("first").state == "starting"
+    with pytest.raises(ValidationError) as refused:
+        submit("second")
+    assert (refused.value.code, refused.value.fields) == ("too_many_queued", {"queued": [
+        "your quota lets no job wait in datacenter 'datacenter1', and this one would: submit "
+        "it once your running jobs leave room for it"]})
+
+
+@pytest.mark.django_db
+def test_the_cap_is_the_datacenters_default_unless_the_user_has_one(submit, alice, datacenter,
+                                                                    no_starts):
+    assert quota_report(alice, datacenter)["queued"]["limit_value"] == 100  # built in
+    quota_set(None, datacenter, None, jobs=1, queued=1)
+    submit("runs")
+    submit("waits")
+    with pytest.raises(ValidationError, match="quota lets 1 wait at once"):
+        submit("refused")
+    quota_set(None, datacenter, alice, queued=2)
+    assert submit("waits-too").state == "queued"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_submissions_racing_for_the_last_place_in_the_queue_are_not_both_queued(
+        submit, alice, datacenter, monkeypatch, no_starts):
+    """Each submission counts the jobs that wait, then records its own. Here the count is
+    slowed down, so without the lock both would see one place left and both be queued."""
+    quota_set(None, datacenter, alice, jobs=1, queued=1)
+    submit("runs")
+    real_quota_get = admission.quota_get
+
+    def slow_quota_get(*args):
+        quota = real_quota_get(*args)
+        time.sleep(0.3)
+        return quota
+
+    monkeypatch.setattr("jobs.admission.quota_get", slow_quota_get)
+    barrier, outcomes = threading.Barrier(2), {}
+
+    def race(name):
+        try:
+            barrier.wait()
+            outcomes[name] = submit(name).state
+        except ValidationError as exc:
+            outcomes[name] = exc.code
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=race, args=(n,)) for n in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(outcomes.values()) == ["queued", "too_many_queued"]
+
+
+# -- cost bounded by what changed, not by how many jobs wait -----------------------------------
+
+def long_queue(owner, datacenter, count: int) -> list[Job]:
+    """``count`` jobs of ``owner`` waiting behind a running one that holds their only job slot,
+    in the order they were submitted, still ``pending`` (their submissions' admission was cut
+    off). Made in bulk: submitting 800 would take long."""
+    quota_set(None, datacenter, owner, jobs=1)
+    start = timezone.now() - timedelta(hours=1)
+    fields = {"owner": owner, "datacenter": datacenter, "entry": "python train.py",
+              "image": "paddle", "package": f"/pfs/datacenter1/home/{owner.username}/pkg"}
+    holder = Job.objects.create(name="holder", state="running", created_at=start, **fields)
+    Replica.objects.create(job=holder, role="trainer", index=0, state="running")
+    jobs = Job.objects.bulk_create(
+        Job(name=f"w{i}", created_at=start + timedelta(seconds=i + 1), **fields)
+        for i in range(count))
+    Replica.objects.bulk_create(Replica(job=job, role="trainer", index=0) for job in jobs)
+    return jobs
+
+
+def queries(function, *args) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        function(*args)
+    return len(captured)
+
+
+def reasons(owner) -> dict[str, list[str]]:
+    """Each waiting job's state and reason, with the names of the jobs in it."""
+    seen: dict[str, list[str]] = {}
+    for name, state, reason in (Job.objects.filter(owner=owner).exclude(name="holder")
+                                .order_by("created_at").values_list("name", "state",
+                                                                    "state_reason")):
+        seen.setdefault(f"{state}: {reason}", []).append(name)
+    return seen
+
+
+@pytest.mark.django_db
+def test_admission_takes_as_many_queries_for_800_waiting_jobs_as_for_10(
+        alice, make_user, datacenter, no_starts, django_capture_on_commit_callbacks):
+    bob = make_user("bob")
+    long_queue(alice, datacenter, 10)
+    long_queue(bob, datacenter, 800)
+    counts = {}
+    for user in (alice, bob):
+        # Their submissions' admission was lost: each is queued, with one event.
+        first = queries(quota_admit, user.pk, datacenter.pk)
+        # Nothing changed: nothing is written, nobody is told; nor by the task a job's end
+        # queues (once per queue, not once per job waiting in it).
+        with django_capture_on_commit_callbacks() as callbacks:
+            again = queries(quota_admit, user.pk, datacenter.pk)
+            task = queries(jobs_admit, user.pk)
+        assert callbacks == []
+        # The running job ends: the first admitted, the next one blocks the rest.
+        Job.objects.filter(owner=user, name="holder").update(state="succeeded")
+        moved = queries(quota_admit, user.pk, datacenter.pk)
+        counts[user.username] = (first, again, task, moved)
+    assert counts["bob"] == counts["alice"]
+    assert reasons(bob) == {
+        "starting: admitted: its quota is free": ["w0"],
+        "queued: waiting for quota: jobs 1 asked, 0 of 1 free": ["w1"],
+        "queued: waiting behind job w1": [f"w{i}" for i in range(2, 800)]}
+    events = list(JobEvent.objects.filter(job__owner=bob).values_list("to_state", flat=True))
+    assert (len(events), events.count("queued"), events.count("starting")) == (801, 800, 1)
+
+
+@pytest.mark.django_db
+def test_a_raised_quota_admits_many_in_the_order_they_were_submitted(alice, datacenter,
+                                                                     no_starts):
+    long_queue(alice, datacenter, 30)
+    quota_set(None, datacenter, alice, jobs=26, cpu=100_000, memory=100 * GiB)  # 25 more
+    admitted = quota_admit(alice.pk, datacenter.pk)
+    assert admitted == [job.pk for job in Job.objects.filter(owner=alice).exclude(
+        name="holder").order_by("created_at")[:25]]
+    assert reasons(alice) == {
+        "starting: admitted: its quota is free": [f"w{i}" for i in range(25)],
+        "queued: waiting for quota: jobs 1 asked, 0 of 26 free": ["w25"],
+        "queued: waiting behind job w25": ["w26", "w27", "w28", "w29"]}
+
+
+@pytest.mark.django_db
+def test_a_lowered_quota_fails_every_waiting_job_that_can_never_fit_at_once(
+        alice, make_user, datacenter, no_starts):
+    bob = make_user("bob")
+    counts = {}
+    for user, count in ((alice, 10), (bob, 800)):
+        long_queue(user, datacenter, count)
+        quota_admit(user.pk, datacenter.pk)
+        Quota.objects.filter(user=user).update(cpu=500)  # each job asks for 1 CPU
+        counts[user.username] = queries(quota_admit, user.pk, datacenter.pk)
+    assert counts["bob"] == counts["alice"]
+    assert reasons(bob) == {
+        "failed: can never start: cpu: the job asks for 1 CPU in all (1 trainer x 1), 500m "
+        "more than your quota of 500m in datacenter 'datacenter1'":
+            [f"w{i}" for i in range(800)]}
+    assert JobEvent.objects.filter(job__owner=bob, to_state="failed").count() == 800
+
+
+@pytest.mark.django_db
+def test_a_reconcile_takes_as_many_queries_for_800_waiting_jobs_as_for_10(
+        alice, make_user, datacenter, no_starts):
+    """The running job ended but the admission it queued was lost: the reconciler admits."""
+    counts = []
+    for user, count in ((alice, 10), (make_user("bob"), 800)):
+        long_queue(user, datacenter, count)
+        quota_admit(user.pk, datacenter.pk)
+        Job.objects.filter(owner=user, name="holder").update(state="succeeded")
+        Replica.objects.filter(job__owner=user, job__name="holder").update(state="succeeded")
+        first = queries(jobs_reconcile)
+        counts.append((first, queries(jobs_reconcile)))
+        assert reasons(user)["starting: admitted: its quota is free"] == ["w0"]
+        Job.objects.filter(owner=user).delete()  # the next user's queue alone
+    assert counts[1] == counts[0]
+
+
+@pytest.mark.django_db
+def test_the_reconciler_looks_only_at_jobs_their_watch_has_not_looked_at_lately(
+        submit, alice, datacenter, no_starts, monkeypatch):
+    quota_set(None, datacenter, alice, jobs=2)
+    watched, lost = submit("watched"), submit("lost")
+    monkeypatch.setattr("jobs.tasks.job_watch.apply_async", lambda *args, **kwargs: None)
+    tasks.job_watch(watched.pk)  # its watch looks at it every second
+    looked_at = []
+    real_job_sync = tasks.engine.job_sync
+    monkeypatch.setattr("jobs.engine.job_sync",
+                        lambda job_id: looked_at.append(job_id) or real_job_sync(job_id))
+    assert jobs_reconcile()["synced"] == 1
+    assert looked_at == [lost.pk]
+
+
+@pytest.mark.django_db
+def test_the_reconciler_deletes_ended_jobs_past_their_ttl_only(submit, alice, datacenter,
+                                                               no_starts):
+    quota_set(None, datacenter, alice, jobs=3)
+    for name, ttl in (("past", 60), ("within", 3600), ("kept", None)):
+        submit(name, ttl_seconds_after_finished=ttl)
+        job_kill(alice, datacenter, name)
+    Job.objects.update(finished_at=timezone.now() - timedelta(minutes=10))
+    assert jobs_reconcile()["expired"] == 1
+    assert sorted(Job.objects.values_list("name", flat=True)) == ["kept", "within"]
+
+
+# -- one reconcile at a time ---------------------------------------------------------------------
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reconcile_while_another_runs_returns_at_once(datacenter, monkeypatch):
+    entered, release = threading.Event(), threading.Event()
+    real_waiting_queues = tasks.waiting_queues
+
+    def slow_waiting_queues(**filters):
+        entered.set()
+        release.wait(30)
+        return real_waiting_queues(**filters)
+
+    monkeypatch.setattr("jobs.tasks.waiting_queues", slow_waiting_queues)
+    results = []
+
+    def first():
+        try:
+            results.append(jobs_reconcile())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert entered.wait(10)
+        began = time.monotonic()
+        assert jobs_reconcile() is None  # the first holds the lease: nothing done
+        assert time.monotonic() - began < 1
+    finally:
+        release.set()
+        thread.join(30)
+    assert results and results[0]["admitted"] == 0
+    entered.clear()
+    release.set()
+    assert jobs_reconcile() is not None  # released at the end: the next one runs
+
+
+@pytest.mark.django_db
+def test_a_reconcile_whose_worker_died_holds_the_lease_only_until_it_expires(datacenter):
+    assert tasks.Lease(tasks.RECONCILE_LEASE, 1).take()  # and its worker dies
+    assert jobs_reconcile() is None
+    time.sleep(1.2)
+    assert jobs_reconcile() is not None

@@ -150,7 +150,8 @@ def test_orphans_are_stopped_and_removed(backend, make_job):
     job = make_job(SLEEP=60)
     replica = job.replicas.get()
     start(backend, job, replica)
-    assert backend.orphans_stop({str(job.uid)}, grace=2) == 0  # known: left alone
+    known = {str(job.uid)}
+    assert backend.orphans_stop(lambda uids: uids & known, grace=2) == 0  # known: left alone
     assert backend.observe(job, replica).status == Status.RUNNING
-    assert backend.orphans_stop(set(), grace=2) == 1
+    assert backend.orphans_stop(lambda uids: set(), grace=2) == 1
     assert backend.observe(job, replica).status != Status.RUNNING

@@ -320,7 +320,8 @@ def test_get_quota_shows_what_is_used_of_each_limit(live_cli, package):
                 "2", "-cpu", "750m", "-memory", "1Gi", package))
     rows = table(ok(live_cli("get", "quota")).stdout)
     assert rows == [["RESOURCE", "LIMIT", "USED"], ["cpu", "4", "1500m"], ["memory", "8Gi", "2Gi"],
-                    ["gpu", "0", "0"], ["jobs", "2", "1"], ["storage", "10Gi", rows[5][2]]]
+                    ["gpu", "0", "0"], ["jobs", "2", "1"], ["queued", "100", "0"],
+                    ["storage", "10Gi", rows[6][2]]]
     assert table(ok(live_cli("get", "quota", "-o", "wide")).stdout)[1] == \
         ["cpu", "4", "1500m", "4000", "1500"]
     data = json.loads(ok(live_cli("get", "quota", "-o", "json")).stdout)
@@ -343,6 +344,18 @@ def test_jobs_over_the_free_quota_wait_in_line(live_cli, package):
     fails(live_cli("submit", "-jobname", "huge", "-entry", "python train.py", "-parallelism",
                    "3", "-cpu", "2", package), 1,
           "cpu: the job asks for 6 CPU in all (3 trainers x 2), 2 more than your quota of 4")
+
+
+def test_a_job_that_would_wait_beyond_the_queued_cap_is_refused(live_cli, package):
+    from accounts.services import quota_set
+
+    quota_set(None, live_cli.portal.datacenter, live_cli.portal.user, jobs=1, queued=1)
+    ok(live_cli("submit", "-jobname", "runs", "-entry", "python train.py", package))
+    ok(live_cli("submit", "-jobname", "waits", "-entry", "python train.py", package))
+    fails(live_cli("submit", "-jobname", "refused", "-entry", "python train.py", package), 1,
+          "queued: 1 of your jobs already wait in datacenter 'datacenter1', and your quota "
+          "lets 1 wait at once; submit it once some have started, or kill some")
+    assert table(ok(live_cli("get", "quota")).stdout)[5] == ["queued", "1", "1"]
 
 
 def test_registry_credentials(live_cli, package):

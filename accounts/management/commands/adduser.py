@@ -6,6 +6,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
+from accounts.models import QUOTA_RESOURCES
 from accounts.services import user_upsert
 from paddlecloud.quantity import QuantityError, parse_bytes, parse_cpu
 
@@ -44,6 +45,7 @@ class Command(BaseCommand):
         parser.add_argument("--memory", type=_quantity(parse_bytes), help="memory quota: 16Gi")
         parser.add_argument("--gpu", type=int, help="GPU quota")
         parser.add_argument("--jobs", type=int, help="concurrent jobs quota")
+        parser.add_argument("--queued", type=int, help="how many jobs may wait at once")
         parser.add_argument("--storage", type=_quantity(parse_bytes),
                             help="PFS storage quota: 100Gi")
         staff = parser.add_mutually_exclusive_group()
@@ -60,8 +62,7 @@ class Command(BaseCommand):
             password = os.environ.get(options["password_env"])
             if password is None:
                 raise CommandError(f"--password-env: {options['password_env']} is not set")
-        quota = {key: options[key] for key in ("cpu", "memory", "gpu", "jobs", "storage")
-                 if options[key] is not None}
+        quota = {key: options[key] for key in QUOTA_RESOURCES if options[key] is not None}
         if quota and not options["datacenter"]:
             raise CommandError("quota options need --datacenter: quotas are per datacenter")
         with user_errors():

@@ -225,7 +225,7 @@ class KubernetesBackend(Backend):
             for obj in found:
                 kube.delete(kind, namespace, obj["metadata"]["name"], grace=grace)
 
-    def orphans_stop(self, known_uids: set[str], grace: float) -> int:
+    def orphans_stop(self, known, grace: float) -> int:
         """Delete the objects of jobs the database no longer knows, in every datacenter on
         this backend (their roots: the rest follows)."""
         from accounts.models import Datacenter
@@ -238,9 +238,11 @@ class KubernetesBackend(Backend):
             except KubeError as exc:
                 logger.warning("orphans in %s: %s", datacenter.name, exc)
                 continue
+            kept = known({root["metadata"].get("labels", {}).get(JOB_UID_LABEL, "")
+                          for root in roots})
             for root in roots:
                 meta = root["metadata"]
-                if meta.get("labels", {}).get(JOB_UID_LABEL) not in known_uids:
+                if meta.get("labels", {}).get(JOB_UID_LABEL) not in kept:
                     kube.delete("ConfigMap", meta["namespace"], meta["name"], grace=grace)
                     found += 1
         return found
