@@ -221,6 +221,27 @@ def storage_reserve(session: UploadSession, *, replacing: int = 0) -> None:
         session.save()
 
 
+RESERVE_STEP = 64 << 20  # a tar being unpacked reserves this much ahead, as far as it fits
+
+
+def upload_reserve(session: UploadSession, total: int) -> int:
+    """A tar being unpacked needs room for ``total`` bytes: reserve them (and a step ahead,
+    as far as the quota goes, so that not every file asks) or refuse. Returns the bytes now
+    reserved."""
+    with transaction.atomic():
+        quota, used, reserved = _storage_locked(session.owner, session.datacenter,
+                                                exclude=session)
+        if used + reserved + total > quota:
+            raise _over_quota("tar", f"unpacking this tar to more than {format_bytes(total)}",
+                              used + reserved + total, quota, used, reserved,
+                              "; nothing was stored")
+        granted = max(min(total + RESERVE_STEP, quota - used - reserved), session.size)
+        if not UploadSession.objects.filter(pk=session.pk, completed_at__isnull=True).update(
+                reserved=granted):
+            raise _upload_gone(session.pk)
+    return granted
+
+
 # -- uploads --------------------------------------------------------------------------------
 
 
@@ -393,17 +414,22 @@ def upload_checksum(session: UploadSession, sha256: str | None) -> None:
     session.sha256 = sha256.lower()
 
 
-def upload_complete(session: UploadSession, upload: Upload) -> dict:
+def upload_complete(session: UploadSession, upload: Upload, *, database=_here) -> dict:
     """All bytes are in: check the checksum, then move the file into place (or unpack the
     tar) and count it in place of what the upload reserved. On any refusal nothing is stored
-    and the upload is gone."""
+    and the upload is gone.
+
+    The file work (a tar may take minutes to unpack) is done on the calling thread; each
+    database step goes through ``database``, so the transfer runs this on a worker thread and
+    only those steps on the one thread every transfer's database work shares.
+    """
     try:
-        result, delta = _upload_store(session, upload)
+        result, delta = _upload_store(session, upload, database)
     except BaseException:
-        _upload_forget(session)
+        database(_upload_forget, session)
         raise
-    if _upload_done(session, delta, result):
-        usage_measure(session.owner, session.datacenter)
+    if database(_upload_done, session, delta, result):
+        usage_measure(session.owner, session.datacenter, database=database)
     return result
 
 
@@ -420,7 +446,7 @@ def _upload_done(session: UploadSession, delta: int, result: dict) -> bool:
     return stale
 
 
-def _upload_store(session: UploadSession, upload: Upload) -> tuple[dict, int]:
+def _upload_store(session: UploadSession, upload: Upload, database) -> tuple[dict, int]:
     """Store what was received; the answer, and the bytes the home grew by."""
     digest = upload.finish()
     if digest != session.sha256:
@@ -437,8 +463,25 @@ def _upload_store(session: UploadSession, upload: Upload) -> tuple[dict, int]:
         return {"entry": entry_json(str(path), entry), "path": str(path)}, entry.size - replaced
     staged = _committed(upload, overwrite=True)
     files, written, replaced = tar.tar_extract(storage, staged.rel, path.parts,
-                                               str(session.pk))
+                                               str(session.pk),
+                                               account=_unpacking(session, database))
     return {"path": str(path), "files": files, "bytes": written}, written - replaced
+
+
+def _unpacking(session: UploadSession, database):
+    """What a tar may unpack: counted before each file is written, against the size limit and
+    (reserving as it goes) the quota."""
+    granted = session.reserved
+
+    def account(total: int) -> None:
+        nonlocal granted
+        if total > settings.PADDLECLOUD_PFS_MAX_UPLOAD:
+            raise _over_limit("tar", f"unpacking this tar to more than {format_bytes(total)}",
+                              "; nothing was stored")
+        if total > granted:
+            granted = database(upload_reserve, session, total)
+
+    return account
 
 
 def _committed(upload: Upload, *, overwrite: bool) -> Entry:

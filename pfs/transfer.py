@@ -57,7 +57,7 @@ database = sync_to_async  # thread_sensitive: the one thread Django's database c
 
 def _on_database():
     """For work done on a worker thread: run one database step on the database thread (and
-    wait for it)."""
+    wait for it), so that only those steps, never the long file work, hold that thread."""
     loop = asyncio.get_running_loop()
 
     def run(function, *args, **kwargs):
@@ -284,7 +284,8 @@ class PfsTransferApp:
             await asyncio.to_thread(services.upload_discard, session, upload,
                                     database=_on_database())
             raise
-        result = await database(services.upload_complete)(session, upload)
+        result = await asyncio.to_thread(services.upload_complete, session, upload,
+                                         database=_on_database())
         await exchange.json(201, result.get("entry") or result)
 
     async def patch(self, exchange: _Exchange):
@@ -338,7 +339,8 @@ class PfsTransferApp:
                 services.upload_park(session, upload)
                 await exchange.json(200, {"id": key, "offset": upload.offset})
                 return
-            result = await database(services.upload_complete)(session, upload)
+            result = await asyncio.to_thread(services.upload_complete, session, upload,
+                                             database=_on_database())
             await exchange.json(201, {"id": key, "offset": upload.offset, "complete": True,
                                       **result})
         finally:
