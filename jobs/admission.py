@@ -315,18 +315,22 @@ def queue_position(job) -> int | None:
 
 def quota_report(user, datacenter) -> dict[str, dict]:
     """Every resource's limit and what is used of it (``queued``: the jobs that wait; storage
-    from the PFS), for the API and ``paddlectl get quota``."""
-    from pfs.services import usage_get
+    from the PFS, with what uploads in progress reserve), for the API and ``paddlectl get
+    quota``."""
+    from pfs.services import usage_report
 
     quota = quota_get(user, datacenter)
     used = quota_used(user.pk, datacenter.pk)
     used_values = {r: getattr(used, r) for r in COMPUTE}
     used_values["queued"] = Job.objects.filter(owner=user, datacenter=datacenter,
                                                state__in=WAITING_STATES).count()
-    used_values["storage"] = max(usage_get(user, datacenter).used, 0)
+    storage = usage_report(user, datacenter)
+    used_values["storage"] = storage.used
     report = {}
     for resource in QUOTA_RESOURCES:
         limit, value = getattr(quota, resource), used_values[resource]
         report[resource] = {"limit": SHOWN[resource](limit), "limit_value": limit,
                             "used": SHOWN[resource](value), "used_value": value}
+    report["storage"].update(reserved=SHOWN["storage"](storage.reserved),
+                             reserved_value=storage.reserved)
     return report

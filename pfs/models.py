@@ -1,4 +1,5 @@
-"""What the file service keeps in the database: uploads in progress and each home's usage."""
+"""What the file service keeps in the database: uploads in progress (each reserving room in
+its owner's storage quota) and each home's usage."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ from django.db import models
 
 
 class UploadSession(models.Model):
-    """A resumable upload: the bytes so far sit in a hidden temporary beside the target."""
+    """An upload in progress: the bytes so far sit in a hidden temporary beside the target.
+
+    Until it completes it reserves ``reserved`` bytes of its owner's storage quota (its declared
+    size; more while a tar unpacks), so uploads accepted together cannot overrun the quota.
+    A single-request upload has one too (not ``resumable``: no other request may send to it).
+    """
 
     class Kind(models.TextChoices):
         FILE = "file", "a file"
@@ -27,6 +33,8 @@ class UploadSession(models.Model):
     sha256 = models.CharField(max_length=64, blank=True)
     overwrite = models.BooleanField(default=True)
     offset = models.PositiveBigIntegerField(default=0)
+    reserved = models.PositiveBigIntegerField(default=0)
+    resumable = models.BooleanField(default=True)
     # Kept a while after the last byte, so a client whose final response was lost learns
     # that the upload is stored (and what was stored) instead of "not found".
     completed_at = models.DateTimeField(null=True, blank=True)
@@ -42,8 +50,9 @@ class UploadSession(models.Model):
 
 
 class Usage(models.Model):
-    """Bytes in one user's home: kept current by every write through the file service, and
-    measured again by a periodic walk (jobs write into homes directly)."""
+    """Bytes in one user's home (apparent sizes, as ``du --apparent-size``): kept current by
+    every write through the file service, and measured again by a periodic walk (jobs write
+    into homes directly). Never below zero."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                              related_name="pfs_usage")
@@ -56,6 +65,7 @@ class Usage(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["user", "datacenter"], name="unique_pfs_usage"),
+            models.CheckConstraint(condition=models.Q(used__gte=0), name="pfs_usage_not_negative"),
         ]
 
     def __str__(self) -> str:

@@ -11,9 +11,12 @@ import threading
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
-from django.db.models import F
+from django.db import transaction
+from django.db.models import F, Sum
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from accounts.selectors import quota_get
@@ -90,11 +93,22 @@ def pfs_mkdir(user, datacenter, text: str, *, parents: bool = False) -> tuple[Ta
 def pfs_remove(user, datacenter, text: str, *, recursive: bool = False) -> tuple[Target, int]:
     target = pfs_target(user, datacenter, text, write=True)
     freed = target.storage.remove(target.rel, recursive=recursive)
-    usage_add(user, datacenter, -freed)
+    if usage_add(user, datacenter, -freed):
+        usage_measure(user, datacenter)
     return target, freed
 
 
 # -- usage and the storage quota ------------------------------------------------------------
+#
+# Usage is the apparent size of the files in a home (st_size: what ``ls -l`` and
+# ``du --apparent-size`` show, and how CephFS quotas and S3 count), upload temporaries left
+# out: an upload in progress is counted by the room it reserves instead (its UploadSession).
+# A home may not grow past its quota: used + reserved + incoming <= quota.
+
+
+def _here(function, *args, **kwargs):
+    """Run a database step on the calling thread (callers that do not mind blocking it)."""
+    return function(*args, **kwargs)
 
 
 def _home(user, datacenter) -> PfsPath:
@@ -107,39 +121,125 @@ def usage_get(user, datacenter) -> Usage:
     return usage if usage is not None else usage_measure(user, datacenter)
 
 
-def usage_measure(user, datacenter) -> Usage:
-    """Walk the whole home and record what it holds (the periodic reconciler calls this)."""
+def usage_measure(user, datacenter, *, database=_here) -> Usage:
+    """Walk the whole home and record what it holds (the periodic reconciler calls this).
+
+    The walk is done on the calling thread, the recording through ``database``."""
     used = storage_for(datacenter, _home(user, datacenter)).usage()
+    return database(_usage_record, user, datacenter, used)
+
+
+def _usage_record(user, datacenter, used: int) -> Usage:
     usage, _ = Usage.objects.update_or_create(
         user=user, datacenter=datacenter,
         defaults={"used": used, "measured_at": timezone.now()})
     return usage
 
 
-def usage_add(user, datacenter, delta: int) -> None:
-    if delta:
-        updated = Usage.objects.filter(user=user, datacenter=datacenter).update(
-            used=F("used") + delta)
-        if not updated:
-            usage_measure(user, datacenter)
+def usage_add(user, datacenter, delta: int) -> bool:
+    """Count ``delta`` bytes more (or fewer) in the home, atomically and never below zero.
+
+    True when the home must be measured again: there was no figure, or ``delta`` takes more
+    than it holds, so the figure was stale (a job wrote there behind the file service's back,
+    e.g. a sparse file of 10 GiB; usage is then 0 until measured)."""
+    if not delta:
+        return False
+    with transaction.atomic():
+        rows = Usage.objects.filter(user=user, datacenter=datacenter)
+        used = rows.select_for_update().values_list("used", flat=True).first()
+        if used is None:
+            return True
+        rows.update(used=Greatest(F("used") + delta, 0))
+    return used + delta < 0
 
 
-def storage_admit(user, datacenter, incoming: int, *, replacing: int = 0) -> None:
-    """Refuse, before any byte is stored, an upload over the size limit or the quota."""
+def uploads_reserved(user, datacenter, *, exclude: UploadSession | None = None) -> int:
+    """The bytes the user's uploads in progress reserve (all but ``exclude``)."""
+    sessions = UploadSession.objects.filter(owner=user, datacenter=datacenter,
+                                            completed_at__isnull=True)
+    if exclude is not None:
+        sessions = sessions.exclude(pk=exclude.pk)
+    return sessions.aggregate(total=Sum("reserved"))["total"] or 0
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    used: int
+    reserved: int
+    limit: int
+    measured_at: datetime | None
+
+
+def usage_report(user, datacenter) -> UsageReport:
+    """What the home holds, what uploads in progress reserve, and the quota."""
+    usage = usage_get(user, datacenter)
+    return UsageReport(used=usage.used, reserved=uploads_reserved(user, datacenter),
+                       limit=quota_get(user, datacenter).storage,
+                       measured_at=usage.measured_at)
+
+
+def _storage_locked(user, datacenter, *, exclude: UploadSession | None = None
+                    ) -> tuple[int, int, int]:
+    """In a transaction: lock the home's usage, so that one user's checks and reservations
+    happen one at a time, and answer the quota, the bytes used and those reserved."""
+    used = Usage.objects.select_for_update().filter(
+        user=user, datacenter=datacenter).values_list("used", flat=True).get()
+    return (quota_get(user, datacenter).storage, used,
+            uploads_reserved(user, datacenter, exclude=exclude))
+
+
+def _over_quota(field: str, what: str, after: int, quota: int, used: int, reserved: int,
+                then: str = "") -> ForbiddenError:
+    return ForbiddenError.for_field(
+        field, f"{what} would bring your home to {format_bytes(after)}, over your storage "
+               f"quota of {format_bytes(quota)} ({format_bytes(used)} used, "
+               f"{format_bytes(reserved)} reserved by uploads in progress){then}; remove "
+               "files or ask an administrator", code="quota_exceeded")
+
+
+def _over_limit(field: str, what: str, then: str = "") -> TooLargeError:
     limit = settings.PADDLECLOUD_PFS_MAX_UPLOAD
-    if incoming > limit:
-        raise TooLargeError.for_field(
-            "size", f"{format_bytes(incoming)} is over the largest upload this portal accepts "
-                    f"({format_bytes(limit)})")
-    quota = quota_get(user, datacenter).storage
-    used = usage_get(user, datacenter).used
-    after = used - replacing + incoming
-    if incoming > replacing and after > quota:
-        raise ForbiddenError.for_field(
-            "size", f"this upload of {format_bytes(incoming)} would bring your home to "
-                    f"{format_bytes(after)}, over your storage quota of {format_bytes(quota)} "
-                    f"({format_bytes(used)} used); remove files or ask an administrator",
-            code="quota_exceeded")
+    return TooLargeError.for_field(
+        field, f"{what} is over the largest upload this portal accepts "
+               f"({format_bytes(limit)}){then}")
+
+
+def storage_reserve(session: UploadSession, *, replacing: int = 0) -> None:
+    """Refuse, before any byte is stored, an upload over the size limit or the quota; else
+    save ``session``, which reserves its size until it completes, is aborted or expires."""
+    user, datacenter, incoming = session.owner, session.datacenter, session.size
+    if incoming > settings.PADDLECLOUD_PFS_MAX_UPLOAD:
+        raise _over_limit("size", format_bytes(incoming))
+    usage_get(user, datacenter)  # a first walk, before the lock
+    with transaction.atomic():
+        quota, used, reserved = _storage_locked(user, datacenter)
+        after = used + reserved - replacing + incoming
+        if incoming > replacing and after > quota:
+            raise _over_quota("size", f"this upload of {format_bytes(incoming)}", after, quota,
+                              used, reserved)
+        session.reserved = incoming
+        session.save()
+
+
+RESERVE_STEP = 64 << 20  # a tar being unpacked reserves this much ahead, as far as it fits
+
+
+def upload_reserve(session: UploadSession, total: int) -> int:
+    """A tar being unpacked needs room for ``total`` bytes: reserve them (and a step ahead,
+    as far as the quota goes, so that not every file asks) or refuse. Returns the bytes now
+    reserved."""
+    with transaction.atomic():
+        quota, used, reserved = _storage_locked(session.owner, session.datacenter,
+                                                exclude=session)
+        if used + reserved + total > quota:
+            raise _over_quota("tar", f"unpacking this tar to more than {format_bytes(total)}",
+                              used + reserved + total, quota, used, reserved,
+                              "; nothing was stored")
+        granted = max(min(total + RESERVE_STEP, quota - used - reserved), session.size)
+        if not UploadSession.objects.filter(pk=session.pk, completed_at__isnull=True).update(
+                reserved=granted):
+            raise _upload_gone(session.pk)
+    return granted
 
 
 # -- uploads --------------------------------------------------------------------------------
@@ -147,8 +247,9 @@ def storage_admit(user, datacenter, incoming: int, *, replacing: int = 0) -> Non
 
 def upload_prepare(user, datacenter, *, path: str, size: int, sha256: str = "",
                    kind: str = "file", overwrite: bool = True, parents: bool = False,
-                   checksum_later: bool = False) -> UploadSession:
-    """Check an upload before any byte is received; an unsaved session describing it.
+                   checksum_later: bool = False, resumable: bool = False) -> UploadSession:
+    """Check an upload before any byte is received; the session describing it, saved: it
+    reserves the upload's size in the user's storage quota.
 
     The parent directory must exist (or ``parents`` creates it). A file must not land on a
     directory, nor on a file when ``overwrite`` is off; a tar is unpacked into a directory,
@@ -184,11 +285,17 @@ def upload_prepare(user, datacenter, *, path: str, size: int, sha256: str = "",
             raise storage.exists(rel)
         if kind == "file" and not overwrite:
             raise storage.exists(rel)
-    storage_admit(user, datacenter, size, replacing=existing.size if existing else 0)
+    session = UploadSession(owner=user, datacenter=datacenter, path=str(target.path),
+                            kind=kind, size=size, sha256=sha256.lower(), overwrite=overwrite,
+                            resumable=resumable)
+    storage_reserve(session, replacing=existing.size if existing else 0)
     if not parent_exists:  # only once the upload is admitted
-        storage.mkdir(parent, parents=True)
-    return UploadSession(owner=user, datacenter=datacenter, path=str(target.path), kind=kind,
-                         size=size, sha256=sha256.lower(), overwrite=overwrite)
+        try:
+            storage.mkdir(parent, parents=True)
+        except BaseException:
+            _upload_forget(session)
+            raise
+    return session
 
 
 def _stat_or_none(storage: Storage, rel: Rel) -> Entry | None:
@@ -204,9 +311,7 @@ def checksum_valid(sha256) -> bool:
 
 def upload_create(user, datacenter, **spec) -> UploadSession:
     """A resumable upload; its checksum may come now or with the last chunk."""
-    session = upload_prepare(user, datacenter, checksum_later=True, **spec)
-    session.save()
-    return session
+    return upload_prepare(user, datacenter, checksum_later=True, resumable=True, **spec)
 
 
 def upload_get(user, datacenter, upload_id) -> UploadSession:
@@ -218,19 +323,36 @@ def upload_get(user, datacenter, upload_id) -> UploadSession:
         # With its owner and datacenter: the transfer opens the upload on a worker thread,
         # which must not query the database.
         session = UploadSession.objects.select_related("owner", "datacenter").filter(
-            pk=upload_id, owner=user, datacenter=datacenter).first()
+            pk=upload_id, owner=user, datacenter=datacenter, resumable=True).first()
     if session is None:
-        raise NotFoundError.for_field("upload", f"no upload {upload_id} in progress: it "
-                                                "finished, failed or expired; start again")
+        raise _upload_gone(upload_id)
     return session
 
 
+def _upload_gone(upload_id) -> NotFoundError:
+    return NotFoundError.for_field("upload", f"no upload {upload_id} in progress: it "
+                                             "finished, failed or expired; start again")
+
+
 def upload_abort(session: UploadSession) -> None:
-    """Throw away what an upload received (a completed one is only forgotten)."""
+    """Throw away what an upload received (a completed one is only forgotten), and release
+    what it reserved."""
     if session.completed_at is None:
         upload_open(session).abort()
-    if _saved(session):
-        session.delete()
+    _upload_forget(session)
+
+
+def upload_discard(session: UploadSession, upload: Upload | None, *, database=_here) -> None:
+    """An upload that failed while its bytes came: throw them away, release its room."""
+    try:
+        if upload is not None:
+            upload.abort()
+    finally:
+        database(_upload_forget, session)
+
+
+def _upload_forget(session: UploadSession) -> None:
+    UploadSession.objects.filter(pk=session.pk).delete()
 
 
 # Uploads being received stay open between the requests of one client, so the bytes already
@@ -270,9 +392,8 @@ def upload_park(session: UploadSession, upload: Upload) -> None:
 def upload_progress(session: UploadSession, offset: int) -> None:
     if session.offset != offset:
         session.offset = offset
-        if _saved(session):
-            UploadSession.objects.filter(pk=session.pk).update(
-                offset=offset, updated_at=timezone.now())
+        UploadSession.objects.filter(pk=session.pk).update(
+            offset=offset, updated_at=timezone.now())
 
 
 def upload_checksum(session: UploadSession, sha256: str | None) -> None:
@@ -293,26 +414,40 @@ def upload_checksum(session: UploadSession, sha256: str | None) -> None:
     session.sha256 = sha256.lower()
 
 
-def upload_complete(session: UploadSession, upload: Upload) -> dict:
+def upload_complete(session: UploadSession, upload: Upload, *, database=_here) -> dict:
     """All bytes are in: check the checksum, then move the file into place (or unpack the
-    tar). On a mismatch nothing is stored and the upload is gone."""
+    tar) and count it in place of what the upload reserved. On any refusal nothing is stored
+    and the upload is gone.
+
+    The file work (a tar may take minutes to unpack) is done on the calling thread; each
+    database step goes through ``database``, so the transfer runs this on a worker thread and
+    only those steps on the one thread every transfer's database work shares.
+    """
     try:
-        result = _upload_store(session, upload)
+        result, delta = _upload_store(session, upload, database)
     except BaseException:
-        if _saved(session):
-            UploadSession.objects.filter(pk=session.pk).delete()
+        database(_upload_forget, session)
         raise
-    if _saved(session):
-        UploadSession.objects.filter(pk=session.pk).update(
-            offset=session.size, completed_at=timezone.now(), result=result)
+    if database(_upload_done, session, delta, result):
+        usage_measure(session.owner, session.datacenter, database=database)
     return result
 
 
-def _saved(session: UploadSession) -> bool:
-    return not session._state.adding
+def _upload_done(session: UploadSession, delta: int, result: dict) -> bool:
+    """Count what was stored and release the reservation, at once; True when the usage must
+    be measured again (see ``usage_add``)."""
+    with transaction.atomic():
+        stale = usage_add(session.owner, session.datacenter, delta)
+        sessions = UploadSession.objects.filter(pk=session.pk)
+        if session.resumable:  # kept a while, for a client whose last answer was lost
+            sessions.update(offset=session.size, completed_at=timezone.now(), result=result)
+        else:
+            sessions.delete()
+    return stale
 
 
-def _upload_store(session: UploadSession, upload: Upload) -> dict:
+def _upload_store(session: UploadSession, upload: Upload, database) -> tuple[dict, int]:
+    """Store what was received; the answer, and the bytes the home grew by."""
     digest = upload.finish()
     if digest != session.sha256:
         upload.abort()
@@ -325,13 +460,28 @@ def _upload_store(session: UploadSession, upload: Upload) -> dict:
     if session.kind == "file":
         replaced = getattr(_stat_or_none(storage, path.parts), "size", 0)
         entry = _committed(upload, overwrite=session.overwrite)
-        usage_add(session.owner, session.datacenter, entry.size - replaced)
-        return {"entry": entry_json(str(path), entry), "path": str(path)}
+        return {"entry": entry_json(str(path), entry), "path": str(path)}, entry.size - replaced
     staged = _committed(upload, overwrite=True)
     files, written, replaced = tar.tar_extract(storage, staged.rel, path.parts,
-                                               str(session.pk))
-    usage_add(session.owner, session.datacenter, written - replaced)
-    return {"path": str(path), "files": files, "bytes": written}
+                                               str(session.pk),
+                                               account=_unpacking(session, database))
+    return {"path": str(path), "files": files, "bytes": written}, written - replaced
+
+
+def _unpacking(session: UploadSession, database):
+    """What a tar may unpack: counted before each file is written, against the size limit and
+    (reserving as it goes) the quota."""
+    granted = session.reserved
+
+    def account(total: int) -> None:
+        nonlocal granted
+        if total > settings.PADDLECLOUD_PFS_MAX_UPLOAD:
+            raise _over_limit("tar", f"unpacking this tar to more than {format_bytes(total)}",
+                              "; nothing was stored")
+        if total > granted:
+            granted = database(upload_reserve, session, total)
+
+    return account
 
 
 def _committed(upload: Upload, *, overwrite: bool) -> Entry:

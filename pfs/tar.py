@@ -5,6 +5,12 @@ absolute names, no ``..``, no NUL, no over-long names), only files, directories 
 stay inside the unpacked tree are accepted, and members are written through the storage, which
 never follows a link out of the user's area. The tree is unpacked into a hidden directory and
 moved into place only when all of it is in, so a bad member leaves nothing behind.
+
+A tar may be compressed (gzip, bzip2, xz), so its size says little about what it unpacks: the
+caller is told what each file will bring the total to *before* its bytes are written (and
+refuses what is over the quota or the size limit), and the number of members and what the
+stream expands to against its own size are capped here (the settings
+``PADDLECLOUD_PFS_TAR_MAX_MEMBERS``, ``…_MAX_RATIO`` and ``…_RATIO_FLOOR``).
 """
 
 from __future__ import annotations
@@ -12,15 +18,18 @@ from __future__ import annotations
 import contextlib
 import io
 import tarfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
-from paddlecloud.errors import NotFoundError, PaddleCloudError, ValidationError
+from django.conf import settings
+
+from paddlecloud.errors import NotFoundError, PaddleCloudError, TooLargeError, ValidationError
+from paddlecloud.quantity import format_bytes
 
 from .paths import MAX_COMPONENT, MAX_PATH
 from .storage import CHUNK, TEMP_PREFIX, Rel, Storage
 
-MAX_MEMBERS = 1_000_000
 BLOCK = tarfile.BLOCKSIZE
+MAX_HEADER = 1 << 20  # the most a PAX or GNU long-name header may hold (names are 4096 at most)
 
 
 class _Chunks(io.RawIOBase):
@@ -47,6 +56,30 @@ class _Chunks(io.RawIOBase):
 def _unsafe(name: str, why: str) -> ValidationError:
     return ValidationError.for_field("tar", f"member {name!r}: {why}; nothing was stored",
                                      code="unsafe_tar")
+
+
+def _too_large(why: str) -> TooLargeError:
+    return TooLargeError.for_field("tar", f"{why}; nothing was stored")
+
+
+class _Header(tarfile.TarInfo):
+    """A member's header, refusing what tarfile would read into memory without bound before
+    the member is even seen: a long PAX or GNU long-name header, or a sparse file's map."""
+
+    def _proc_member(self, archive):
+        if self.type in (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE,
+                         tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK) \
+                and self.size > MAX_HEADER:
+            raise _unsafe(self.name, f"a header of {self.size} bytes, over the {MAX_HEADER} "
+                                     "a header may hold")
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            self._sparse()
+        return super()._proc_member(archive)
+
+    def _sparse(self, *args):
+        raise _unsafe(self.name, "sparse files are not accepted")
+
+    _proc_gnusparse_00 = _proc_gnusparse_01 = _proc_gnusparse_10 = _sparse
 
 
 def _outside(name: str, target: str) -> ValidationError:
@@ -97,21 +130,37 @@ def _leads_out(links: dict[Rel, str], rel: Rel) -> bool:
     return False
 
 
-def tar_extract(storage: Storage, tar_rel: Rel, dest: Rel,
-                upload_id: str) -> tuple[int, int, int]:
+def tar_extract(storage: Storage, tar_rel: Rel, dest: Rel, upload_id: str, *,
+                account: Callable[[int], None]) -> tuple[int, int, int]:
     """Unpack the tar at ``tar_rel`` into the directory ``dest`` (created, or merged into);
     the tar is removed afterwards. Returns (files, bytes) written and the bytes of the files
-    it replaced."""
+    it replaced.
+
+    ``account(total)`` is called before each file's bytes are written, with the bytes the
+    files will come to with it; it raises to refuse them (quota, size limit), and the refusal
+    leaves nothing behind, like any other.
+    """
     staging = (*dest[:-1], f"{TEMP_PREFIX}{upload_id}.d")
     files = written = 0
+    max_members = settings.PADDLECLOUD_PFS_TAR_MAX_MEMBERS
+    ratio, floor = settings.PADDLECLOUD_PFS_TAR_MAX_RATIO, settings.PADDLECLOUD_PFS_TAR_RATIO_FLOOR
     try:
+        compressed = storage.stat(tar_rel).size
         storage.mkdir(staging)
         made: set[Rel] = {()}
         links: dict[Rel, str] = {}
-        with tarfile.open(fileobj=_Chunks(storage.read(tar_rel)), mode="r|*") as archive:
+        with tarfile.open(fileobj=_Chunks(storage.read(tar_rel)), mode="r|*",
+                          tarinfo=_Header) as archive:
             for count, member in enumerate(archive, 1):
-                if count > MAX_MEMBERS:
-                    raise _unsafe(member.name, f"more than {MAX_MEMBERS} members")
+                if count > max_members:
+                    raise _too_large(f"holds more than {max_members} members, the most a tar "
+                                     "upload may hold")
+                # The stream as unpacked so far, this member's bytes included.
+                expanded = archive.fileobj.tell() + (member.size if member.isreg() else 0)
+                if expanded > floor and expanded > ratio * compressed:
+                    raise _too_large(
+                        f"unpacks to more than {ratio} times its own {format_bytes(compressed)}"
+                        f" (past {format_bytes(floor)}), the most a tar upload may expand")
                 parts = member_parts(member.name)
                 if not parts:
                     continue
@@ -122,6 +171,7 @@ def tar_extract(storage: Storage, tar_rel: Rel, dest: Rel,
                 if member.isdir():
                     _make_dirs(storage, staging, parts, made)
                 elif member.isreg():
+                    account(written + member.size)
                     source = archive.extractfile(member)
                     storage.write_bytes(rel, iter(lambda s=source: s.read(CHUNK), b""),
                                         f"{upload_id}-{count}")

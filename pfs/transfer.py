@@ -55,6 +55,18 @@ TRUE = ("1", "true", "yes", "on")
 database = sync_to_async  # thread_sensitive: the one thread Django's database code runs in
 
 
+def _on_database():
+    """For work done on a worker thread: run one database step on the database thread (and
+    wait for it), so that only those steps, never the long file work, hold that thread."""
+    loop = asyncio.get_running_loop()
+
+    def run(function, *args, **kwargs):
+        return asyncio.run_coroutine_threadsafe(
+            database(function)(*args, **kwargs), loop).result()
+
+    return run
+
+
 class ClientGone(Exception):
     """The client went away before the body was complete."""
 
@@ -260,17 +272,20 @@ class PfsTransferApp:
             sha256=exchange.header("x-checksum-sha256") or query.get("sha256", ""),
             overwrite=query.get("overwrite", "1").lower() in TRUE,
             parents=query.get("parents", "").lower() in TRUE)
-        upload = await asyncio.to_thread(services.upload_open, session)
+        upload = None
         try:
+            upload = await asyncio.to_thread(services.upload_open, session)
             await exchange.body_into(upload, size)
             if upload.offset != size:
                 raise ValidationError.for_field(
                     "body", f"{upload.offset} bytes received of the {size} declared",
                     code="incomplete")
-            result = await database(services.upload_complete)(session, upload)
         except BaseException:
-            await asyncio.to_thread(upload.abort)
+            await asyncio.to_thread(services.upload_discard, session, upload,
+                                    database=_on_database())
             raise
+        result = await asyncio.to_thread(services.upload_complete, session, upload,
+                                         database=_on_database())
         await exchange.json(201, result.get("entry") or result)
 
     async def patch(self, exchange: _Exchange):
@@ -324,7 +339,8 @@ class PfsTransferApp:
                 services.upload_park(session, upload)
                 await exchange.json(200, {"id": key, "offset": upload.offset})
                 return
-            result = await database(services.upload_complete)(session, upload)
+            result = await asyncio.to_thread(services.upload_complete, session, upload,
+                                             database=_on_database())
             await exchange.json(201, {"id": key, "offset": upload.offset, "complete": True,
                                       **result})
         finally:

@@ -8,7 +8,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.selectors import quota_get, request_datacenter
+from accounts.selectors import request_datacenter
 from accounts.serializers import ErrorSerializer
 from paddlecloud.errors import ValidationError
 from paddlecloud.quantity import format_bytes
@@ -47,9 +47,12 @@ class RemovedSerializer(serializers.Serializer):
 
 
 class UsageSerializer(serializers.Serializer):
-    used = serializers.IntegerField()
+    used = serializers.IntegerField(help_text="bytes the files of your home hold (apparent "
+                                              "sizes, as du --apparent-size)")
+    reserved = serializers.IntegerField(help_text="bytes reserved by your uploads in progress")
     limit = serializers.IntegerField()
     used_display = serializers.CharField()
+    reserved_display = serializers.CharField()
     limit_display = serializers.CharField()
     measured_at = serializers.DateTimeField(allow_null=True)
 
@@ -150,14 +153,14 @@ class MkdirView(APIView):
 
 class UsageView(APIView):
     @extend_schema(responses={200: UsageSerializer, **ERRORS},
-                   summary="Bytes in your home against your storage quota")
+                   summary="Bytes in your home and reserved by uploads, against your storage "
+                           "quota")
     def get(self, request):
-        datacenter = request_datacenter(request)
-        usage = services.usage_get(request.user, datacenter)
-        limit = quota_get(request.user, datacenter).storage
-        return Response({"used": usage.used, "limit": limit,
-                         "used_display": format_bytes(max(usage.used, 0)),
-                         "limit_display": format_bytes(limit),
+        usage = services.usage_report(request.user, request_datacenter(request))
+        return Response({"used": usage.used, "reserved": usage.reserved, "limit": usage.limit,
+                         "used_display": format_bytes(usage.used),
+                         "reserved_display": format_bytes(usage.reserved),
+                         "limit_display": format_bytes(usage.limit),
                          "measured_at": usage.measured_at})
 
 

@@ -138,8 +138,11 @@ METERS = (("cpu", "CPU"), ("memory", "Memory"), ("gpu", "GPUs"), ("jobs", "Runni
 
 
 def _meter(resource: str, label: str, figures: dict) -> dict:
+    """Storage's bar also shows what uploads in progress have reserved."""
+    reserved = figures.get("reserved_value", 0)
     return {"resource": resource, "label": label, "used": figures["used"],
-            "limit": figures["limit"], **meter(figures["used_value"], figures["limit_value"])}
+            "limit": figures["limit"], "reserved": figures["reserved"] if reserved else "",
+            **meter(figures["used_value"] + reserved, figures["limit_value"])}
 
 
 @login_required

@@ -18,7 +18,6 @@ from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from accounts.selectors import quota_get
 from paddlecloud.errors import PaddleCloudError
 from pfs import services
 
@@ -117,9 +116,11 @@ def _rows(entries, datacenter, here: str) -> list[dict]:
 
 
 def _storage(user, datacenter) -> dict:
-    used = max(services.usage_get(user, datacenter).used, 0)
-    limit = quota_get(user, datacenter).storage
-    return {"used": filesizeformat(used), "limit": filesizeformat(limit), **meter(used, limit)}
+    """The home's usage; the bar also shows what uploads in progress have reserved."""
+    usage = services.usage_report(user, datacenter)
+    return {"used": filesizeformat(usage.used), "limit": filesizeformat(usage.limit),
+            "reserved": filesizeformat(usage.reserved) if usage.reserved else "",
+            **meter(usage.used + usage.reserved, usage.limit)}
 
 
 # -- changes ----------------------------------------------------------------------------------

@@ -168,7 +168,8 @@ class Storage(ABC):
         """The bytes ``[start, end)`` of the file ``rel``, in chunks of at most ``CHUNK``."""
 
     def usage(self) -> int:
-        """Bytes held by the files of the whole area (a full walk: for the reconciler)."""
+        """Bytes held by the files of the whole area (a full walk: for the reconciler): their
+        apparent sizes, upload temporaries left out (uploads reserve their room instead)."""
         return sum(entry.size for entry in self.walk(()) if entry.type == "file")
 
     # -- writing ----------------------------------------------------------------------------
@@ -182,7 +183,8 @@ class Storage(ABC):
 
     @abstractmethod
     def remove(self, rel: Rel, *, recursive: bool = False) -> int:
-        """Remove the file, link or directory ``rel`` and return the bytes freed.
+        """Remove the file, link or directory ``rel`` and return the bytes freed, counted as
+        ``usage`` counts them.
 
         A non-empty directory needs ``recursive``. A link is removed, never its target.
         """

@@ -334,7 +334,8 @@ class PosixStorage(Storage):
 
     def _tree_size(self, loc: _Location) -> int:
         total = 0
-        for _dirpath, _dirs, files, dir_fd in os.fwalk(loc.name, dir_fd=loc.fd):
+        for _dirpath, dirs, files, dir_fd in os.fwalk(loc.name, dir_fd=loc.fd):
+            dirs[:] = [name for name in dirs if not name.startswith(TEMP_PREFIX)]
             for name in files:
                 if name.startswith(TEMP_PREFIX):  # not counted in usage either
                     continue

@@ -266,13 +266,16 @@ class S3Storage(Storage):
             body.close()
 
     def usage(self) -> int:
-        """Bytes of every object of the area (temporaries included), plus the parts of the
-        uploads in progress: everything the area holds in the bucket."""
-        total = sum(obj["Size"] for obj in self._objects(self._base)
-                    if not obj["Key"].endswith("/"))
-        for upload in self._uploads(self._base):
-            total += sum(part["Size"] for part in self._parts(upload["Key"], upload["UploadId"]))
-        return total
+        """Bytes of every object of the area but markers and upload temporaries (uploads in
+        progress, their parts included, are counted by the room they reserve)."""
+        return sum(obj["Size"] for obj in self._objects(self._base)
+                   if self._counted(obj["Key"][len(self._base):]))
+
+    @staticmethod
+    def _counted(name: str) -> bool:
+        """Whether the object at ``name`` (below some prefix) is a file usage counts."""
+        return not name.endswith("/") and not any(
+            part.startswith(TEMP_PREFIX) for part in name.split("/"))
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -325,7 +328,7 @@ class S3Storage(Storage):
         self._abort_uploads(list(self._uploads(prefix)))
         self._delete([obj["Key"] for obj in objects])
         self._keep_dir(rel[:-1])
-        return sum(obj["Size"] for obj in objects)
+        return sum(obj["Size"] for obj in objects if self._counted(obj["Key"][len(prefix):]))
 
     def upload(self, rel: Rel, upload_id: str) -> S3Upload:
         self.check_writable(rel)

@@ -176,6 +176,16 @@ def _member(name: str, kind=tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
     return info
 
 
+def _pax(name: str, value: str, *, key: str = "comment") -> tarfile.TarInfo:
+    info = _member(name)
+    info.pax_headers = {key: value}
+    return info
+
+
+def _unlimited(total: int) -> None:
+    """Accounts for nothing: these tests are about what a tar may hold, not its size."""
+
+
 @pytest.mark.parametrize("members, rule", [
     ([(_member("../escape"), b"x")], "'..'"),
     ([(_member("/etc/passwd"), b"x")], "absolute"),
@@ -192,6 +202,10 @@ def _member(name: str, kind=tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
     ([(_member("fifo", tarfile.FIFOTYPE), None)], "special files"),
     ([(_member("dev", tarfile.CHRTYPE), None)], "special files"),
     ([(_member(".pfs-upload-x"), b"x")], "reserved"),
+    # What tarfile would read into memory before the member is seen: a header of any length.
+    ([(_pax("big-header", "x" * (2 << 20)), b"x")], "a header of 2097169 bytes"),
+    ([(_member("sparse", tarfile.GNUTYPE_SPARSE), b"x")], "sparse"),
+    ([(_pax("pax-sparse", "1", key="GNU.sparse.size"), b"x")], "sparse"),
 ])
 def test_a_hostile_tar_is_refused_and_leaves_nothing(homes, members, rule):
     alice, bob = homes
@@ -201,7 +215,7 @@ def test_a_hostile_tar_is_refused_and_leaves_nothing(homes, members, rule):
     storage.write_bytes(("up.tar",), _tar((_member("good.txt"), b"fine"), *members), "t1")
     before_alice = _tree(alice)
     with pytest.raises(PaddleCloudError) as info:
-        tar_extract(storage, ("up.tar",), ("dest",), "t1")
+        tar_extract(storage, ("up.tar",), ("dest",), "t1", account=_unlimited)
     assert info.value.code == "unsafe_tar"
     assert rule in info.value.message
     del before_alice["up.tar"]  # the uploaded tar is consumed either way
@@ -216,7 +230,8 @@ def test_a_tar_unpacks_into_place_with_inside_links(homes):
                 (_member("pkg/data/part-0"), b"0" * 10),
                 (_member("pkg/latest", tarfile.SYMTYPE, "data/part-0"), None))
     storage.write_bytes(("up.tar",), data, "t2")
-    assert tar_extract(storage, ("up.tar",), ("d", "unpacked"), "t2") == (2, 18, 0)
+    assert tar_extract(storage, ("up.tar",), ("d", "unpacked"), "t2",
+                       account=_unlimited) == (2, 18, 0)
     root = alice / "d" / "unpacked" / "pkg"
     assert (root / "train.py").read_bytes() == b"print(1)"
     assert os.readlink(root / "latest") == "data/part-0"
