@@ -183,6 +183,11 @@ PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
 # them (else it warns, at start, that jobs can read what the portal can), "bwrap" to refuse to
 # run jobs without, "off" (see jobs/backends/local.py and the README's Security model).
 PADDLECLOUD_LOCAL_SANDBOX = env_str("PADDLECLOUD_LOCAL_SANDBOX", "auto")
+if PADDLECLOUD_LOCAL_SANDBOX not in ("auto", "bwrap", "off"):
+    raise ImproperlyConfigured(
+        f"PADDLECLOUD_LOCAL_SANDBOX={PADDLECLOUD_LOCAL_SANDBOX!r}: expected 'auto', 'bwrap' "
+        "or 'off'"
+    )
 # Kubernetes datacenters: seconds before an API call gives up, and how often one is tried
 # (5xx answers and network errors are retried with backoff: 0.2 s, 0.4 s, …).
 PADDLECLOUD_KUBE_TIMEOUT = float(env_int("PADDLECLOUD_KUBE_TIMEOUT", 10))

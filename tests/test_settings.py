@@ -89,6 +89,7 @@ def test_backend_and_pfs_root(tmp_path):
 
 @pytest.mark.parametrize(("env", "names"), [
     ({"PADDLECLOUD_BACKEND": "docker"}, "PADDLECLOUD_BACKEND"),
+    ({"PADDLECLOUD_LOCAL_SANDBOX": "yes"}, "PADDLECLOUD_LOCAL_SANDBOX"),
     ({"DEBUG": "maybe"}, "DEBUG"),
     ({"DEBUG": "0"}, "SECRET_KEY"),
     ({"DATABASE_URL": "nonsense://x"}, "DATABASE_URL"),
