@@ -106,6 +106,8 @@ def test_embedded_portal_serves_the_api_with_its_worker(var_dir):
     output = log.read_text()
     assert "embedded worker ready" in output
     assert "beat on" in output
+    # It says what local jobs can reach (this machine makes sandboxes: ./dev installs bwrap).
+    assert "Local jobs run in bubblewrap sandboxes" in output
     assert portal.returncode == 0, output
     assert "Traceback" not in output
     assert output.rstrip().endswith("PaddleCloud stopped")

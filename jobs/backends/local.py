@@ -55,11 +55,11 @@ from .sandbox import (
     Bind,
     Sandbox,
     SandboxError,
+    client_dirs,
     netns_start,
     netns_stop,
     sandbox_argv,
     sandbox_problem,
-    sdk_dir,
 )
 
 PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input")
@@ -251,11 +251,11 @@ class LocalBackend(Backend):
         try:
             problem = sandboxing()
             if problem is None:
-                sdk = sdk_dir()
                 full_env = process_env(
                     env, path=f"{os.path.dirname(sys.executable)}:{SYSTEM_PATH}",
                     home=str(home_dir(job)),
-                    pythonpath=[*pythonpath, str(sdk.parent) if sdk else ""])
+                    pythonpath=[*pythonpath, *dict.fromkeys(str(d.parent)
+                                                            for d in client_dirs())])
                 command = sandbox_argv(self._sandbox(job, replica, full_env),
                                        entry_argv(job.entry))
                 runner_env = _runner_env()

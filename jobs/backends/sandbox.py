@@ -7,8 +7,9 @@ What a sandboxed process sees (``sandbox_argv``):
   the short list of world-readable ``/etc`` entries in ``ETC`` — never all of ``/etc``: the
   portal runs as root, and inside a user namespace mapped to root the owner bits of root's files
   still apply (``/etc/shadow`` would be readable);
-- the portal's Python, read-only (``sys.base_prefix``, ``sys.prefix``, and the directory of
-  ``paddlecloud_sdk``, which trainers import: ``sdk_dir``);
+- the portal's Python, read-only (``sys.base_prefix``, ``sys.prefix``, and the directories of
+  the client packages trainers import — ``paddlecloud_sdk`` and what it imports, the
+  Django-free ``paddlectl`` and ``jobs.contract``: ``client_dirs``);
 - its own ``/proc`` (its own pid namespace: only its own processes), a minimal ``/dev``, a
   private ``/tmp``, and an ``/etc/hosts`` of its own, where its hostname is 127.0.0.1 (gloo,
   paddle.distributed's, looks its hostname up); the rest of its root is a tmpfs of its own;
@@ -191,16 +192,24 @@ def sandbox_problem() -> str | None:
 
 # --- what the sandbox sees -------------------------------------------------------------------
 
-def sdk_dir() -> Path | None:
-    """The directory of ``paddlecloud_sdk`` as this process imports it (bound read-only in
-    every sandbox). Callers put its parent on the sandbox's PYTHONPATH when the sandboxed
-    Python might look elsewhere (an editable install of another checkout)."""
-    try:
-        spec = importlib.util.find_spec("paddlecloud_sdk")
-    except (ImportError, ValueError):
-        return None
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    return Path(locations[0]) if locations else None
+CLIENT_PACKAGES = ("paddlecloud_sdk", "paddlectl", "jobs")  # what a trainer may import of ours
+
+
+def client_dirs() -> list[Path]:
+    """The directories of CLIENT_PACKAGES as this process imports them (bound read-only in
+    every sandbox: source code, no secrets). Callers put their parents on the sandbox's
+    PYTHONPATH when the sandboxed Python might look elsewhere (an editable install of another
+    checkout)."""
+    found = []
+    for name in CLIENT_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        if locations:
+            found.append(Path(locations[0]))
+    return found
 
 
 def _inside(path: str, parent: str) -> bool:
@@ -228,8 +237,7 @@ def _system_mounts() -> list[tuple[str, list[str]]]:
         path = f"/etc/{name}"
         if _world_readable(path):
             mounts.append((path, ["--ro-bind", path, path]))
-    sdk = sdk_dir()
-    for path in dict.fromkeys((sys.base_prefix, sys.prefix, str(sdk) if sdk else "")):
+    for path in dict.fromkeys((sys.base_prefix, sys.prefix, *map(str, client_dirs()))):
         if path and path != "/" and not any(_inside(path, p) for p, _ in mounts):
             mounts.append((path, ["--ro-bind", path, path]))
     mounts += [("/proc", ["--proc", "/proc"]), ("/dev", ["--dev", "/dev"]),

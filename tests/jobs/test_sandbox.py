@@ -25,13 +25,13 @@ from jobs.backends.sandbox import (
     Netns,
     Sandbox,
     SandboxError,
+    client_dirs,
     netns_alive,
     netns_read,
     netns_start,
     netns_stop,
     sandbox_argv,
     sandbox_problem,
-    sdk_dir,
 )
 
 VENV_BIN = str(Path(sys.executable).parent)
@@ -63,7 +63,8 @@ def tree(tmp_path):
 
 def replica(tree, network, **env) -> Sandbox:
     """A sandbox built as the local backend builds a replica's."""
-    pythonpath = [str(tree["site"]), str(tree["pkg"]), str(sdk_dir().parent)]
+    pythonpath = [str(tree["site"]), str(tree["pkg"]),
+                  *dict.fromkeys(str(d.parent) for d in client_dirs())]
     return Sandbox(
         binds=[Bind(str(tree["pkg"])), Bind(str(tree["site"])),
                Bind(str(tree["alice"]), writable=True), Bind(str(tree["public"]))],
@@ -206,7 +207,7 @@ def test_the_environment_is_exactly_what_was_given(tree, netns, monkeypatch):
 def test_writes_to_the_home_land_on_the_host_and_the_rest_is_read_only(tree, netns):
     name = f"written-{uuid.uuid4().hex}"
     refused = [tree["pkg"], tree["site"], tree["public"], Path("/usr"), Path(sys.prefix),
-               sdk_dir()]
+               *client_dirs()]
     targets = [tree["alice"] / name] + [path / name for path in refused]
     try:
         result = python(replica(tree, netns), f"""
@@ -230,13 +231,15 @@ def test_writes_to_the_home_land_on_the_host_and_the_rest_is_read_only(tree, net
 
 
 def test_the_venv_python_runs_and_imports_the_sdk(tree, netns):
+    """All of it: ``PaddleJob`` too, which a trainer using ``dist_train`` imports."""
     result = python(replica(tree, netns), """
         import sys, paddlecloud_sdk
-        from paddlecloud_sdk import env
+        from paddlecloud_sdk import PaddleJob, env
         print(sys.prefix, paddlecloud_sdk.__file__, env.trainer_id())
         """)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [sys.prefix, str(sdk_dir() / "__init__.py"), "0"]
+    sdk = next(d for d in client_dirs() if d.name == "paddlecloud_sdk")
+    assert result.stdout.split() == [sys.prefix, str(sdk / "__init__.py"), "0"]
 
 
 # --- network -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from jobs.models import Replica
 from paddlecloud_sdk import PaddleJob
 from paddlecloud_sdk.errors import ApiError, JobTimeoutError
 
@@ -34,13 +35,8 @@ sys.exit(0)
 """
 
 SLEEP = """\
-import os
 import time
 
-from paddlecloud_sdk import env
-
-env.output_dir().mkdir(parents=True, exist_ok=True)
-(env.output_dir() / "pid").write_text(str(os.getpid()))
 print("sleeping", flush=True)
 time.sleep(600)
 """
@@ -80,9 +76,9 @@ def package(tmp_path, name: str, files: dict[str, str]):
     return root
 
 
-def process_alive(pid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     return True
@@ -151,8 +147,9 @@ def test_kill_a_long_job(live_portal, sdk_config, celery_worker, tmp_path):
     assert job.wait(timeout=30) == "killed"
     wait_for(lambda: job.workers()[0]["state"] == "killed", what="killed worker")
     assert job.kill() == "killed"  # again: nothing to do
-    pid = int((live_portal.home / "jobs" / "sleeper" / "output" / "pid").read_text())
-    wait_for(lambda: not process_alive(pid), what="end of the trainer's process")
+    # The replica's process group on this machine (its runner's pid): empty once it is killed.
+    group = int(Replica.objects.get(job__name="sleeper").backend_ref.removeprefix("pid:"))
+    wait_for(lambda: not group_alive(group), what="end of the trainer's processes")
 
 
 def test_mistakes_cost_no_upload(live_portal, sdk_config, celery_worker, tmp_path):
