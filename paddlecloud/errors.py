@@ -15,11 +15,15 @@ from __future__ import annotations
 import logging
 import uuid
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404, JsonResponse
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpResponse, JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
+
+from .quantity import format_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +110,14 @@ class ThrottledError(PaddleCloudError):
         self.retry_after = retry_after
 
 
+def body_too_large() -> TooLargeError:
+    """A request body over DATA_UPLOAD_MAX_MEMORY_SIZE, the most the portal reads whole (the
+    PFS byte streams, which it does not, have limits of their own)."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return TooLargeError.for_field(
+        "body", f"the request body is over the limit of {limit} bytes ({format_bytes(limit)})")
+
+
 def error_body(code: str, message: str, fields: dict | None = None) -> dict:
     return {"code": code, "message": message, "fields": fields or {}}
 
@@ -153,6 +165,8 @@ def render_error(exc, context=None) -> tuple[int, dict, dict[str, str]]:
     """Any exception as (status, body, headers) in the one shape; unexpected ones are logged
     with a reference and answered without details."""
     headers: dict[str, str] = {}
+    if isinstance(exc, RequestDataTooBig):
+        exc = body_too_large()
     if isinstance(exc, PaddleCloudError):
         body = error_body(exc.code, exc.message, exc.fields)
         status = exc.status
@@ -229,6 +243,20 @@ def handler500(request):
     from django.views.defaults import server_error
 
     return server_error(request)
+
+
+def request_too_large(request):
+    """The answer to a body over the limit (paddlecloud.security refuses it before any view)."""
+    error = body_too_large()
+    if _is_api(request):
+        return JsonResponse(error_body(error.code, error.message, error.fields), status=413)
+    from django.views.defaults import ERROR_PAGE_TEMPLATE
+
+    rule = error.fields["body"][0]
+    return HttpResponse(ERROR_PAGE_TEMPLATE % {
+        "title": "Request Entity Too Large (413)",
+        "details": f"{rule[0].upper()}{rule[1:]}: go back and send less at once.",
+    }, status=413)
 
 
 def csrf_failure(request, reason=""):
