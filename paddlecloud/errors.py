@@ -16,8 +16,8 @@ import logging
 import uuid
 
 from django.conf import settings
+from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpResponse, JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
@@ -167,6 +167,9 @@ def render_error(exc, context=None) -> tuple[int, dict, dict[str, str]]:
     headers: dict[str, str] = {}
     if isinstance(exc, RequestDataTooBig):
         exc = body_too_large()
+    elif isinstance(exc, DisallowedHost):
+        exc = ValidationError.for_field(
+            "Host", "not a name this portal answers to (ALLOWED_HOSTS)", code="disallowed_host")
     if isinstance(exc, PaddleCloudError):
         body = error_body(exc.code, exc.message, exc.fields)
         status = exc.status
@@ -220,12 +223,24 @@ def _view_name(context) -> str:
     return type(view).__name__ if view is not None else "?"
 
 
-# Django-level handlers, for URLs no API view answers (404) and failures outside DRF (500).
-# Under /api/ they answer in the JSON shape; elsewhere Django's pages.
+# Django-level handlers, for requests Django refuses (400: a Host not in ALLOWED_HOSTS, say),
+# URLs no API view answers (404) and failures outside DRF (500). Under /api/ they answer in
+# the JSON shape; elsewhere Django's pages.
 
 
 def _is_api(request) -> bool:
     return request.path.startswith("/api/")
+
+
+def handler400(request, exception=None):
+    if _is_api(request):
+        if isinstance(exception, DisallowedHost | RequestDataTooBig):
+            status, body, _headers = render_error(exception)
+            return JsonResponse(body, status=status)
+        return JsonResponse(error_body("bad_request", "bad request"), status=400)
+    from django.views.defaults import bad_request
+
+    return bad_request(request, exception)
 
 
 def handler404(request, exception=None):

@@ -1,5 +1,9 @@
 """HTTP hardening that Django does not do by itself.
 
+- ``ContentSecurityPolicyMiddleware``: the pages' Content-Security-Policy (settings), on
+  every HTML answer.
+- ``security_headers``: what Django's security middlewares add to an answer, for the answers
+  made before Django (the PFS byte streams), so that both send the same.
 - ``BodyLimitMiddleware``: a request body over DATA_UPLOAD_MAX_MEMORY_SIZE is refused (413)
   before anything reads it, where Django would answer 400 and log an error.
 - ``websocket_origin_allowed``: a WebSocket handshake is judged by its Origin as Django's
@@ -12,7 +16,10 @@ import io
 
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpResponse
+from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.csrf import CsrfViewMiddleware
+from django.middleware.security import SecurityMiddleware
 from django.utils.deprecation import MiddlewareMixin
 
 from .errors import request_too_large
@@ -42,6 +49,46 @@ def websocket_origin_allowed(scope) -> bool:
     if "HTTP_ORIGIN" not in request.META:
         return False
     return CsrfViewMiddleware(_nothing)._origin_verified(request)
+
+
+def content_security_policy(path: str) -> str:
+    """The policy of the page at ``path``: PADDLECLOUD_CSP, with the directives of the
+    PADDLECLOUD_CSP_EXCEPTIONS entry whose path prefix it starts with in their stead."""
+    policy = dict(settings.PADDLECLOUD_CSP)
+    for prefix, directives in settings.PADDLECLOUD_CSP_EXCEPTIONS.items():
+        if path.startswith(prefix):
+            policy.update(directives)
+    return "; ".join(f"{name} {value}" for name, value in policy.items())
+
+
+class ContentSecurityPolicyMiddleware(MiddlewareMixin):
+    """Every HTML answer gets its page's policy, unless it has one of its own. (With DEBUG on,
+    error answers go without: Django's debug pages are made of inline styles and scripts.)"""
+
+    def process_response(self, request, response):
+        if (response.get("Content-Type", "").startswith("text/html")
+                and "Content-Security-Policy" not in response
+                and not (settings.DEBUG and response.status_code >= 400)):
+            response["Content-Security-Policy"] = content_security_policy(request.path)
+        return response
+
+
+def security_headers(request) -> dict[str, str]:
+    """The headers Django's SecurityMiddleware and XFrameOptionsMiddleware give an answer to
+    ``request`` (X-Content-Type-Options, Referrer-Policy, Cross-Origin-Opener-Policy,
+    X-Frame-Options; Strict-Transport-Security over HTTPS), asked of them: one source of
+    truth for the answers Django makes and those made before it."""
+    response = HttpResponse()
+    del response["Content-Type"]
+    SecurityMiddleware(_nothing).process_response(request, response)
+    XFrameOptionsMiddleware(_nothing).process_response(request, response)
+    return dict(response.items())
+
+
+def https_redirect(request) -> HttpResponse | None:
+    """The redirect to HTTPS that Django's SecurityMiddleware answers (SECURE_SSL_REDIRECT), if
+    this request gets one."""
+    return SecurityMiddleware(_nothing).process_request(request)
 
 
 class BodyLimitMiddleware(MiddlewareMixin):
