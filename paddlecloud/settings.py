@@ -66,7 +66,6 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "paddlecloud.security.ContentSecurityPolicyMiddleware",
-    "paddlecloud.security.BodyLimitMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -74,6 +73,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, so its 413 gets every header above; still before any view or the CSRF check
+    # reads a body.
+    "paddlecloud.security.BodyLimitMiddleware",
 ]
 
 ROOT_URLCONF = "paddlecloud.urls"

@@ -168,6 +168,8 @@ def test_a_form_over_the_limit_is_a_413_page(alice, settings, caplog, path):
     assert response.status_code == 413, response.content[:300]
     assert response["Content-Type"].startswith("text/html")
     assert "2560Ki" in response.content.decode()
+    assert response["X-Frame-Options"] == "DENY"  # a page like any other
+    assert "Content-Security-Policy" in response
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
