@@ -158,7 +158,7 @@ def directives(policy: str) -> dict[str, str]:
 
 
 @pytest.mark.django_db
-def test_every_page_sends_the_policy(alice):
+def test_every_page_sends_the_policy(alice, pfs_home):
     client = Client()
     pages = {"/login/": client.get("/login/")}
     client.force_login(alice)
@@ -219,7 +219,7 @@ def test_no_template_has_anything_inline(template):
 
 
 @pytest.mark.django_db
-def test_the_bars_are_drawn_without_a_style_attribute(alice):
+def test_the_bars_are_drawn_without_a_style_attribute(alice, pfs_home):
     from accounts.models import Quota
     from pfs.models import Usage
 
