@@ -5,26 +5,19 @@ from django.contrib.auth.forms import AuthenticationForm
 
 from paddlecloud.errors import ThrottledError
 
-from .throttling import (
-    client_address,
-    login_failure_record,
-    login_success_record,
-    login_throttle_check,
-)
+from .throttling import client_address, login_attempt_reserve, login_success_record
 
 
 class ThrottledAuthenticationForm(AuthenticationForm):
     def clean(self):
-        username = self.cleaned_data.get("username") or ""
+        username = self.cleaned_data.get("username")
+        if username is None or not self.cleaned_data.get("password"):
+            return super().clean()  # a field is missing: no password is checked
         address = client_address(self.request)
         try:
-            login_throttle_check(username, address)
+            login_attempt_reserve(username, address)
         except ThrottledError as exc:
             raise forms.ValidationError(exc.message, code="throttled") from None
-        try:
-            cleaned = super().clean()
-        except forms.ValidationError:
-            login_failure_record(username, address)
-            raise
+        cleaned = super().clean()  # a wrong password raises: the attempt stays counted
         login_success_record(username, address)
         return cleaned

@@ -24,7 +24,7 @@ from .audit import audit_record
 from .models import QUOTA_RESOURCES, ApiToken, AuditEntry, Datacenter, Membership, Quota
 from .selectors import membership_get
 from .signals import quota_changed
-from .throttling import login_failure_record, login_success_record, login_throttle_check
+from .throttling import login_attempt_reserve, login_success_record
 
 User = get_user_model()
 
@@ -76,10 +76,9 @@ def token_create(user, *, datacenter_name: str | None = None, name: str = "",
 def token_issue(*, username: str, password: str, address: str,
                 datacenter_name: str | None = None, name: str = "") -> IssuedToken:
     """Exchange a username and password for a token (``paddlectl login``)."""
-    login_throttle_check(username, address)
+    login_attempt_reserve(username, address)  # counted as a failure until it proves right
     user = authenticate(username=username, password=password)
     if user is None:
-        login_failure_record(username, address)
         raise AuthenticationError(
             "username or password is incorrect", code="invalid_credentials"
         )

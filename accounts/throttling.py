@@ -3,8 +3,12 @@
 Failures are counted in the cache over a fixed window that starts with the first failure:
 per (username, address) pair — so one user's password cannot be guessed from one place — and
 per address across every username — so one place cannot spray passwords over many users.
-A successful login clears its pair's count. Someone else failing against your username from
-another address does not lock you out.
+Someone else failing against your username from another address does not lock you out.
+
+Each attempt is counted *before* its password is checked (an atomic increment in the cache:
+Redis, or the embedded default's in-process cache), so parallel attempts cannot all pass a
+check that none of them has yet recorded. An attempt over the limit is refused unchecked and
+counts nothing; a successful login clears its pair's count and gives back its address count.
 """
 
 from __future__ import annotations
@@ -32,36 +36,53 @@ def _counters(username: str, address: str):
     )
 
 
-def login_throttle_check(username: str, address: str) -> None:
-    """Raise ThrottledError if this username/address has failed too often lately."""
+def _take(count_key: str, since_key: str, window: int) -> int:
+    """Add one to a counter atomically; the count including this one."""
+    while True:
+        cache.add(count_key, 0, timeout=window)
+        try:
+            count = cache.incr(count_key)
+        except ValueError:  # expired between add() and incr(): start again
+            continue
+        if count == 1:  # the first of a window (touch: incr() may have made the key anew)
+            cache.touch(count_key, window)
+            cache.set(since_key, time.time(), timeout=window)
+        return count
+
+
+def _give_back(count_key: str, window: int) -> None:
+    try:
+        if cache.decr(count_key) < 1:
+            cache.touch(count_key, window)  # decr() may have made the key anew
+    except ValueError:  # expired or cleared meanwhile: nothing to give back
+        pass
+
+
+def login_attempt_reserve(username: str, address: str) -> None:
+    """Count a login attempt as a failure before its password is checked; raise ThrottledError
+    (counting nothing) when that would be one failure too many. Call login_success_record
+    once the password is right."""
     window = settings.PADDLECLOUD_LOGIN_FAILURE_WINDOW
+    taken: list[str] = []
     for (count_key, since_key), limit, what in _counters(username, address):
-        count = cache.get(count_key, 0)
-        if count >= limit:
+        if _take(count_key, since_key, window) > limit:
+            for key in (*taken, count_key):
+                _give_back(key, window)
             since = cache.get(since_key) or time.time()
             retry_after = max(1, int(since + window - time.time()))
             raise ThrottledError(
                 f"too many failed logins {what}; try again in {retry_after} seconds",
                 retry_after=retry_after,
             )
-
-
-def login_failure_record(username: str, address: str) -> None:
-    window = settings.PADDLECLOUD_LOGIN_FAILURE_WINDOW
-    for (count_key, since_key), _limit, _what in _counters(username, address):
-        if cache.add(count_key, 1, timeout=window):
-            cache.set(since_key, time.time(), timeout=window)
-        else:
-            try:
-                cache.incr(count_key)
-            except ValueError:  # expired between add() and incr()
-                cache.set(count_key, 1, timeout=window)
-                cache.set(since_key, time.time(), timeout=window)
+        taken.append(count_key)
 
 
 def login_success_record(username: str, address: str) -> None:
-    (pair_keys, _limit, _what), _address = _counters(username, address)
-    cache.delete_many(list(pair_keys))
+    """The password was right: clear the pair's failures, give back the address's count."""
+    window = settings.PADDLECLOUD_LOGIN_FAILURE_WINDOW
+    ((pair_count, pair_since), _, _), ((address_count, _), _, _) = _counters(username, address)
+    cache.delete_many([pair_count, pair_since])
+    _give_back(address_count, window)
 
 
 def client_address(request) -> str:

@@ -14,29 +14,32 @@ django_asgi_app = get_asgi_application()  # before importing anything that touch
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import OriginValidator  # noqa: E402
-from django.conf import settings  # noqa: E402
 
 from pfs.transfer import PfsTransferApp  # noqa: E402
 
 from .routing import websocket_urlpatterns  # noqa: E402
+from .security import websocket_origin_allowed  # noqa: E402
 
 
-class AllowedHostsOrigin(OriginValidator):
-    """A WebSocket is opened only from a page of this site: its Origin must be one of
-    ALLOWED_HOSTS (read on each connection, like Django's own host check). Others are refused
-    at the handshake (403)."""
+class SameOrigin:
+    """A WebSocket is opened only from a page of this site (its own scheme, host and port) or
+    of CSRF_TRUSTED_ORIGINS (paddlecloud.security; read on each handshake, like Django's own
+    checks). Others are refused at the handshake (403), before any consumer or channel is
+    made for them."""
 
-    def __init__(self, application):  # (no fixed list of origins, unlike the parent)
+    def __init__(self, application):
         self.application = application
 
-    @property
-    def allowed_origins(self):
-        return settings.ALLOWED_HOSTS
+    async def __call__(self, scope, receive, send):
+        if websocket_origin_allowed(scope):
+            return await self.application(scope, receive, send)
+        if (await receive())["type"] == "websocket.connect":
+            await send({"type": "websocket.close"})  # closed before accepted: a 403
+        return None
 
 
 application = ProtocolTypeRouter({
     # PFS byte streams (uploads, downloads) are answered before Django, unbuffered.
     "http": PfsTransferApp(django_asgi_app),
-    "websocket": AllowedHostsOrigin(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    "websocket": SameOrigin(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
 })

@@ -15,11 +15,15 @@ from __future__ import annotations
 import logging
 import uuid
 
+from django.conf import settings
+from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
+
+from .quantity import format_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +110,14 @@ class ThrottledError(PaddleCloudError):
         self.retry_after = retry_after
 
 
+def body_too_large() -> TooLargeError:
+    """A request body over DATA_UPLOAD_MAX_MEMORY_SIZE, the most the portal reads whole (the
+    PFS byte streams, which it does not, have limits of their own)."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return TooLargeError.for_field(
+        "body", f"the request body is over the limit of {limit} bytes ({format_bytes(limit)})")
+
+
 def error_body(code: str, message: str, fields: dict | None = None) -> dict:
     return {"code": code, "message": message, "fields": fields or {}}
 
@@ -153,6 +165,11 @@ def render_error(exc, context=None) -> tuple[int, dict, dict[str, str]]:
     """Any exception as (status, body, headers) in the one shape; unexpected ones are logged
     with a reference and answered without details."""
     headers: dict[str, str] = {}
+    if isinstance(exc, RequestDataTooBig):
+        exc = body_too_large()
+    elif isinstance(exc, DisallowedHost):
+        exc = ValidationError.for_field(
+            "Host", "not a name this portal answers to (ALLOWED_HOSTS)", code="disallowed_host")
     if isinstance(exc, PaddleCloudError):
         body = error_body(exc.code, exc.message, exc.fields)
         status = exc.status
@@ -206,12 +223,24 @@ def _view_name(context) -> str:
     return type(view).__name__ if view is not None else "?"
 
 
-# Django-level handlers, for URLs no API view answers (404) and failures outside DRF (500).
-# Under /api/ they answer in the JSON shape; elsewhere Django's pages.
+# Django-level handlers, for requests Django refuses (400: a Host not in ALLOWED_HOSTS, say),
+# URLs no API view answers (404) and failures outside DRF (500). Under /api/ they answer in
+# the JSON shape; elsewhere Django's pages.
 
 
 def _is_api(request) -> bool:
     return request.path.startswith("/api/")
+
+
+def handler400(request, exception=None):
+    if _is_api(request):
+        if isinstance(exception, DisallowedHost | RequestDataTooBig):
+            status, body, _headers = render_error(exception)
+            return JsonResponse(body, status=status)
+        return JsonResponse(error_body("bad_request", "bad request"), status=400)
+    from django.views.defaults import bad_request
+
+    return bad_request(request, exception)
 
 
 def handler404(request, exception=None):
@@ -229,6 +258,20 @@ def handler500(request):
     from django.views.defaults import server_error
 
     return server_error(request)
+
+
+def request_too_large(request):
+    """The answer to a body over the limit (paddlecloud.security refuses it before any view)."""
+    error = body_too_large()
+    if _is_api(request):
+        return JsonResponse(error_body(error.code, error.message, error.fields), status=413)
+    from django.views.defaults import ERROR_PAGE_TEMPLATE
+
+    rule = error.fields["body"][0]
+    return HttpResponse(ERROR_PAGE_TEMPLATE % {
+        "title": "Request Entity Too Large (413)",
+        "details": f"{rule[0].upper()}{rule[1:]}: go back and send less at once.",
+    }, status=413)
 
 
 def csrf_failure(request, reason=""):

@@ -65,6 +65,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "paddlecloud.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -72,6 +73,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, so its 413 gets every header above; still before any view or the CSRF check
+    # reads a body.
+    "paddlecloud.security.BodyLimitMiddleware",
 ]
 
 ROOT_URLCONF = "paddlecloud.urls"
@@ -235,7 +239,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["paddlecloud.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "paddlecloud.errors.exception_handler",
     "NUM_PROXIES": TRUSTED_PROXIES or None,
@@ -291,6 +295,36 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not 
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+
+# The pages' Content-Security-Policy (paddlecloud/security.py sets it on every HTML answer):
+# scripts, styles, images and sockets from the portal itself only; nothing inline (no
+# <script> or <style> in a page, no style="" or onclick="" attributes); no plugins, no
+# framing; forms post here only.
+PADDLECLOUD_CSP = {
+    "default-src": "'self'",
+    "script-src": "'self'",
+    "style-src": "'self'",
+    "img-src": "'self'",
+    "connect-src": "'self'",
+    "object-src": "'none'",
+    "base-uri": "'none'",
+    "form-action": "'self'",
+    "frame-ancestors": "'none'",
+}
+# Pages that cannot do with it, by path prefix, and the directives they get instead; still no
+# inline script anywhere. Swagger UI draws its icons from data: URLs; ReDoc styles itself with
+# <style> elements it makes as it runs and searches in a worker it makes from a blob: (its
+# logo from its makers' site is refused, and hides itself); Django's admin has an inline
+# <style> in change lists without actions. (Inline styles run no code.)
+PADDLECLOUD_CSP_EXCEPTIONS = {
+    "/api/docs/": {"img-src": "'self' data:"},
+    "/api/redoc/": {"style-src": "'self' 'unsafe-inline'", "img-src": "'self' data:",
+                    "worker-src": "blob:"},
+    "/admin/": {"style-src": "'self' 'unsafe-inline'"},
+}
+# What a user's file is downloaded with (pfs/transfer.py), should a browser show it at all:
+# in a sandbox of its own origin, allowed to load nothing.
+PADDLECLOUD_CSP_USER_FILES = "sandbox; default-src 'none'"
 
 # ---------------------------------------------------------------------------------------------
 # Static files (served by WhiteNoise; `manage.py collectstatic` fills STATIC_ROOT)

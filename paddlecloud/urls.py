@@ -2,7 +2,11 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerSplitView,
+)
 
 from accounts.forms import ThrottledAuthenticationForm
 
@@ -22,12 +26,14 @@ urlpatterns = [
     path("api/v1/", include("pfs.urls")),
     path("api/v1/", include("registries.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    # (Split: Swagger UI's settings come as a script of their own, not inline; see the CSP.)
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     # Anything else under /api/ is a JSON 404, with DEBUG on or off.
     # (CSRF-exempt: a POST to a path that does not exist is a 404, whoever sends it.)
     re_path(r"^api/", csrf_exempt(errors.handler404)),
 ]
 
+handler400 = "paddlecloud.errors.handler400"
 handler404 = "paddlecloud.errors.handler404"
 handler500 = "paddlecloud.errors.handler500"

@@ -25,6 +25,7 @@ import urllib.parse
 from collections.abc import Iterator
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
 from django.core import signals
@@ -42,6 +43,7 @@ from paddlecloud.errors import (
     ValidationError,
     render_error,
 )
+from paddlecloud.security import asgi_request, https_redirect, security_headers
 
 from . import services, tar
 
@@ -229,9 +231,19 @@ class PfsTransferApp:
         if handler is None:
             await self.app(scope, receive, send)
             return
+        # What Django's middleware does for every other answer: the Host checked against
+        # ALLOWED_HOSTS, plain HTTP sent to HTTPS (SECURE_SSL_REDIRECT), the security headers.
+        request = asgi_request(scope)
+        send = _with_headers(send, security_headers(request))
         exchange = _Exchange(scope, receive, send)
         await database(signals.request_started.send)(sender=type(self), scope=scope)
         try:
+            request.get_host()  # raises DisallowedHost: a 400
+            redirect = https_redirect(request)
+            if redirect is not None:
+                await exchange.start(redirect.status_code, dict(redirect.items()))
+                await exchange.send({"type": "http.response.body", "body": b""})
+                return
             await handler(exchange)
         except ClientGone:
             pass
@@ -357,7 +369,8 @@ class PfsTransferApp:
         name = rel[-1] if rel else target.path.area_label.rsplit("/", 1)[-1]
         if entry.type == "dir":
             headers = {"Content-Type": "application/x-tar",
-                       "Content-Disposition": _attachment(f"{name}.tar")}
+                       "Content-Disposition": _attachment(f"{name}.tar"),
+                       "Content-Security-Policy": settings.PADDLECLOUD_CSP_USER_FILES}
             await exchange.stream(200, headers, tar.tar_stream(storage, rel), head=head)
             return
         if entry.type != "file":
@@ -368,9 +381,10 @@ class PfsTransferApp:
             asked = None  # a unit we do not know is ignored (RFC 9110 14.2)
         start, end = _range(asked, entry.size)
         headers = {
-            "Content-Type": mimetypes.guess_type(name)[0] or "application/octet-stream",
+            "Content-Type": _content_type(name),
             "Content-Length": str(end - start),
             "Content-Disposition": _attachment(name),
+            "Content-Security-Policy": settings.PADDLECLOUD_CSP_USER_FILES,
             "Accept-Ranges": "bytes",
             "ETag": f'"{entry.size:x}-{int(entry.mtime * 1e6):x}"',
         }
@@ -386,6 +400,33 @@ class PfsTransferApp:
 
 def _attachment(name: str) -> str:
     return f"attachment; filename*=UTF-8''{urllib.parse.quote(name)}"
+
+
+# Types a browser would run or render as a document (HTML, SVG, XML and its kin, scripts):
+# a user's file of such a type goes out as plain bytes.
+ACTIVE_TYPE = re.compile(r"html|xml|javascript|ecmascript|xsl", re.IGNORECASE)
+
+
+def _content_type(name: str) -> str:
+    """The type a user's file is downloaded as: guessed from its name, but never active."""
+    guessed = mimetypes.guess_type(name)[0]
+    if guessed is None or ACTIVE_TYPE.search(guessed):
+        return "application/octet-stream"
+    return guessed
+
+
+def _with_headers(send, headers: dict[str, str]):
+    """``send``, adding ``headers`` to the answer's own (where it has none of that name)."""
+    extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+    async def sending(message):
+        if message["type"] == "http.response.start":
+            own = {name for name, _value in message["headers"]}
+            message = {**message, "headers": [
+                *message["headers"], *((k, v) for k, v in extra if k not in own)]}
+        await send(message)
+
+    return sending
 
 
 def _range(header: str | None, size: int) -> tuple[int, int]:

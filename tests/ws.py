@@ -12,9 +12,12 @@ from asgiref.testing import ApplicationCommunicator
 class WebsocketCommunicator(ApplicationCommunicator):
     def __init__(self, application, path: str, headers=None):
         parsed = urlparse(path)
+        headers = list(headers or [])
+        if not any(name == b"host" for name, _value in headers):  # as a browser sends it
+            headers.append((b"host", b"testserver"))
         super().__init__(application, {
             "type": "websocket", "path": unquote(parsed.path),
-            "query_string": parsed.query.encode(), "headers": headers or [],
+            "query_string": parsed.query.encode(), "headers": headers,
             "subprotocols": []})
 
     async def connect(self, timeout: float = 1) -> tuple[bool, int | None]:

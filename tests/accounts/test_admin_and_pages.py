@@ -16,6 +16,12 @@ from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
 
+
+@pytest.fixture(autouse=True)
+def _pfs_root(settings, tmp_path):
+    """Pages that show a user's files make their home: under the test's own directory."""
+    settings.PADDLECLOUD_PFS_ROOT = tmp_path / "pfs"
+
 GiB = 2**30
 
 

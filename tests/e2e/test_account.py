@@ -118,9 +118,11 @@ def test_quota_bars_with_numbers_red_when_full(page, live_portal):
     expect(page.locator("#quota-storage")).to_contain_text("2Ki of 2Ki")
     expect(page.locator("#quota-storage")).to_have_class(re.compile(r"\bfull\b"))
     expect(page.locator("#quota-storage .bar")).to_have_attribute("aria-valuenow", "100")
-    color = page.locator("#quota-storage .bar > span").evaluate(
-        "bar => getComputedStyle(bar).backgroundColor")
+    fill = page.locator("#quota-storage .bar rect")  # (an SVG rect: no style="" in a page)
+    color = fill.evaluate("rect => getComputedStyle(rect).fill")
     assert color == "rgb(192, 38, 45)"  # --danger
+    assert fill.bounding_box()["width"] == page.locator("#quota-storage .bar").bounding_box()[
+        "width"]  # all of it
     expect(page.locator("#quota-cpu")).not_to_have_class(re.compile(r"\bfull\b"))
     expect(page.get_by_role("cell", name="datacenter1 current")).to_be_visible()
     screenshot(page, "quota")

@@ -1,0 +1,77 @@
+"""A WebSocket is opened only from a page of the site itself — the same scheme, host and port
+as the handshake, judged as Django's CSRF check judges an Origin — or of a trusted origin.
+Real handshakes with the live portal, carrying a logged-in user's session cookie."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from channels.layers import channel_layers
+from django.test import Client
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+
+def open_socket(portal, origin: str, *, host: str | None = None, headers=None) -> int:
+    """101 when the handshake is accepted, else the status it was refused with."""
+    client = Client()
+    client.force_login(portal.user)
+    port = portal.url.rsplit(":", 1)[1]
+    with socket.create_connection(("127.0.0.1", int(port)), timeout=10) as sock:
+        uri = f"ws://{host or f'127.0.0.1:{port}'}/ws/jobs/"
+        try:
+            with connect(uri, sock=sock, open_timeout=10, additional_headers={
+                    "Cookie": f"sessionid={client.cookies['sessionid'].value}",
+                    "Origin": origin, **(headers or {})}):
+                return 101
+        except InvalidStatus as exc:
+            return exc.response.status_code
+
+
+@pytest.fixture
+def portal(live_portal, settings):
+    settings.ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+    live_portal.port = live_portal.url.rsplit(":", 1)[1]
+    # A channel layer is bound to the event loop that first used it: each test's server
+    # runs its own loop, so it gets its own layer.
+    channel_layers.backends.clear()
+    yield live_portal
+    channel_layers.backends.clear()
+
+
+def test_a_page_of_the_site_itself_opens_a_socket(portal):
+    assert open_socket(portal, f"http://127.0.0.1:{portal.port}") == 101
+
+
+@pytest.mark.parametrize("origin", [
+    pytest.param("http://127.0.0.1:9999", id="other-port"),
+    pytest.param("https://127.0.0.1:{port}", id="other-scheme"),
+    pytest.param("http://localhost:{port}", id="other-host-also-allowed"),
+    pytest.param("http://evil.example:{port}", id="other-host"),
+    pytest.param("http://127.0.0.1", id="no-port"),
+    pytest.param("null", id="opaque"),
+])
+def test_a_page_of_another_origin_is_refused(portal, origin):
+    assert open_socket(portal, origin.format(port=portal.port)) == 403
+
+
+def test_a_host_not_allowed_is_refused_even_from_its_own_origin(portal):
+    assert open_socket(portal, f"http://evil.example:{portal.port}",
+                       host=f"evil.example:{portal.port}") == 403
+
+
+def test_a_trusted_origin_opens_a_socket(portal, settings):
+    settings.CSRF_TRUSTED_ORIGINS = ["https://portal.example.com", "https://*.example.org"]
+    assert open_socket(portal, "https://portal.example.com") == 101
+    assert open_socket(portal, "https://dashboards.example.org") == 101
+    assert open_socket(portal, "http://portal.example.com") == 403  # not that scheme
+
+
+def test_behind_a_tls_proxy_the_site_is_https(portal, settings):
+    settings.TRUSTED_PROXIES = 1
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    https = {"X-Forwarded-Proto": "https"}
+    assert open_socket(portal, f"https://127.0.0.1:{portal.port}", headers=https) == 101
+    assert open_socket(portal, f"http://127.0.0.1:{portal.port}", headers=https) == 403
+    assert open_socket(portal, f"http://127.0.0.1:{portal.port}") == 101
