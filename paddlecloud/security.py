@@ -25,7 +25,8 @@ from django.utils.deprecation import MiddlewareMixin
 from .errors import request_too_large
 
 
-def _nothing(request):  # the middlewares below are used for one method each
+def no_view(request):
+    """The ``get_response`` of a Django middleware used for one of its methods alone."""
     return None
 
 
@@ -48,7 +49,7 @@ def websocket_origin_allowed(scope) -> bool:
     request = asgi_request(scope)
     if "HTTP_ORIGIN" not in request.META:
         return False
-    return CsrfViewMiddleware(_nothing)._origin_verified(request)
+    return CsrfViewMiddleware(no_view)._origin_verified(request)
 
 
 def content_security_policy(path: str) -> str:
@@ -80,15 +81,15 @@ def security_headers(request) -> dict[str, str]:
     truth for the answers Django makes and those made before it."""
     response = HttpResponse()
     del response["Content-Type"]
-    SecurityMiddleware(_nothing).process_response(request, response)
-    XFrameOptionsMiddleware(_nothing).process_response(request, response)
+    SecurityMiddleware(no_view).process_response(request, response)
+    XFrameOptionsMiddleware(no_view).process_response(request, response)
     return dict(response.items())
 
 
 def https_redirect(request) -> HttpResponse | None:
     """The redirect to HTTPS that Django's SecurityMiddleware answers (SECURE_SSL_REDIRECT), if
     this request gets one."""
-    return SecurityMiddleware(_nothing).process_request(request)
+    return SecurityMiddleware(no_view).process_request(request)
 
 
 class BodyLimitMiddleware(MiddlewareMixin):

@@ -16,7 +16,6 @@ authentication, the checks and the error answers are the API's own (same functio
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import logging
 import mimetypes
@@ -29,7 +28,6 @@ from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
 from django.core import signals
-from django.core.handlers.asgi import ASGIRequest
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 
@@ -43,7 +41,7 @@ from paddlecloud.errors import (
     ValidationError,
     render_error,
 )
-from paddlecloud.security import asgi_request, https_redirect, security_headers
+from paddlecloud.security import asgi_request, https_redirect, no_view, security_headers
 
 from . import services, tar
 
@@ -73,15 +71,11 @@ class ClientGone(Exception):
     """The client went away before the body was complete."""
 
 
-def _nothing(request):  # the middlewares below are used for their process_request only
-    return None
-
-
 def _authenticate(scope):
     """The API's own authentication (token, or session + CSRF) and datacenter, for a scope."""
-    request = ASGIRequest(scope, io.BytesIO())
-    SessionMiddleware(_nothing).process_request(request)
-    AuthenticationMiddleware(_nothing).process_request(request)
+    request = asgi_request(scope)
+    SessionMiddleware(no_view).process_request(request)
+    AuthenticationMiddleware(no_view).process_request(request)
     api_request = Request(request, authenticators=[ApiTokenAuthentication(),
                                                    SessionAuthentication()])
     if not api_request.user.is_authenticated:

@@ -113,8 +113,9 @@ def test_quota_bars_with_numbers_red_when_full(page, live_portal):
                                    defaults={"used": 2048})
     login(page, next_path="/quota/")
     bars = page.get_by_role("progressbar")
-    expect(bars).to_have_count(5)
+    expect(bars).to_have_count(6)  # cpu, memory, gpu, jobs, queued, storage
     expect(page.locator("#quota-cpu")).to_contain_text("0 of 4")
+    expect(page.locator("#quota-queued")).to_contain_text("0 of 100")
     expect(page.locator("#quota-storage")).to_contain_text("2Ki of 2Ki")
     expect(page.locator("#quota-storage")).to_have_class(re.compile(r"\bfull\b"))
     expect(page.locator("#quota-storage .bar")).to_have_attribute("aria-valuenow", "100")
