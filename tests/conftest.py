@@ -5,6 +5,7 @@ quietly falls back to SQLite or skips the service-backed tests."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from cryptography.fernet import Fernet
@@ -62,6 +63,19 @@ def _credential_keys(settings):
 def _fast_password_hashing(settings):
     """PBKDF2 is slow on purpose; the tests hash hundreds of passwords."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _no_local_job_left(settings, tmp_path_factory):
+    """Whatever a test's outcome, no process of a local job it started — replicas, their
+    sandboxes, a job's network — outlives it: what the reconciler does to jobs the database
+    forgot, done to every job in the test's own var/ (never a real one)."""
+    yield
+    var = Path(settings.VAR_DIR)
+    if var.is_relative_to(tmp_path_factory.getbasetemp()) and (var / "jobs").is_dir():
+        from jobs.backends.local import LocalBackend
+
+        LocalBackend().orphans_stop(lambda uids: set(), grace=1)
 
 
 @pytest.fixture(autouse=True)

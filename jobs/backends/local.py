@@ -292,9 +292,12 @@ class LocalBackend(Backend):
         return attempt_observe(job_dir(job) / "run", replica.name, replica.restarts)
 
     def stop(self, job, replicas, grace: float) -> None:
+        """Stop the replicas, then let the job's network go (replicas are stopped only when
+        their job ends; one still running keeps the network until it exits)."""
         groups = []
         for replica in replicas:
             started = read_json(self._files(job, replica)[0])
             if started:
                 groups.append(started["pid"])
         groups_stop(groups, grace)
+        self.release(job)
