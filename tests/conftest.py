@@ -66,7 +66,15 @@ def _fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
-def _no_local_job_left(settings, tmp_path_factory):
+def _var_in_tmp(settings, tmp_path):
+    """The portal's var/ and PFS of every test are its own, never the checkout's (tests that
+    need them somewhere in particular set them after this)."""
+    settings.VAR_DIR = tmp_path / "var"
+    settings.PADDLECLOUD_PFS_ROOT = tmp_path / "var" / "pfs"
+
+
+@pytest.fixture(autouse=True)
+def _no_local_job_left(_var_in_tmp, settings, tmp_path_factory):
     """Whatever a test's outcome, no process of a local job it started — replicas, their
     sandboxes, a job's network — outlives it: what the reconciler does to jobs the database
     forgot, done to every job in the test's own var/ (never a real one)."""
