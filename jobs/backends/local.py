@@ -74,6 +74,11 @@ def jobs_root() -> Path:
     return settings.VAR_DIR / "jobs"
 
 
+def netns_file(private: Path) -> Path:
+    """Where a job's network holder is recorded, in its private directory."""
+    return private / "run" / "netns.pid"
+
+
 def _pip(out, argv: list[str], *, cwd: Path, env: dict[str, str], hint: str = "") -> None:
     result = subprocess.run(  # noqa: S603 - pip on the user's own requirements
         argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
@@ -190,14 +195,11 @@ class LocalBackend(Backend):
                      pfs_public=str(job.datacenter.public_path))
 
     def cleanup(self, job) -> None:
-        netns_stop(self._netns_file(job))
+        self.release(job)
         shutil.rmtree(job_dir(job), ignore_errors=True)
 
     def release(self, job) -> None:
-        netns_stop(self._netns_file(job))
-
-    def _netns_file(self, job) -> Path:
-        return job_dir(job) / "run" / "netns.pid"
+        netns_stop(netns_file(job_dir(job)))
 
     def orphans_stop(self, known, grace: float) -> int:
         root = jobs_root()
@@ -211,9 +213,9 @@ class LocalBackend(Backend):
                 continue
             found += 1
             started = [read_json(pid_file) for pid_file in (private / "run").glob("*.pid")
-                       if pid_file.name != "netns.pid"]
+                       if pid_file != netns_file(private)]
             groups_stop([s["pid"] for s in started if s], grace)
-            netns_stop(private / "run" / "netns.pid")
+            netns_stop(netns_file(private))
             shutil.rmtree(private, ignore_errors=True)
         return found
 
@@ -285,7 +287,7 @@ class LocalBackend(Backend):
         if public.is_dir() and not public.is_symlink():
             binds.append(Bind(str(public)))
         return Sandbox(binds=binds, env=env, cwd=str(private / "pkg"),
-                       network=netns_start(self._netns_file(job), f"job-{job.uid}"),
+                       network=netns_start(netns_file(private), f"job-{job.uid}"),
                        hostname=replica.name)
 
     def observe(self, job, replica) -> Observation:
