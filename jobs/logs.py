@@ -18,30 +18,23 @@ BLOCK = 64 * 1024
 FOLLOW_POLL = 0.2
 
 
-def read_block(file: JobFile, offset: int) -> bytes:
-    """Up to BLOCK bytes of the file from ``offset`` (nothing past its end, or if it is gone)."""
-    f = file.open()
-    if f is None:
-        return b""
-    with f:
-        return os.pread(f.fileno(), BLOCK, offset)
-
-
 async def blocks(file: JobFile, offset: int = 0,
                  finished: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[bytes]:
     """What the file holds from ``offset`` on, block by block; with ``finished``, also what is
     written to it after, until ``finished()`` and all is read. Polls the file (it may live on a
-    shared file system where inotify sees nothing). A link swapped in for the file ends it."""
+    shared file system where inotify sees nothing), opening it again each time (a restarted
+    replica's log may be a new file). A link swapped in for the file ends it."""
     try:
         while True:
             done = finished is None or await finished()  # asked before reading: nothing missed
-            size = await asyncio.to_thread(file.size)
-            while size > offset:
-                chunk = await asyncio.to_thread(read_block, file, offset)
-                if not chunk:
-                    break
-                offset += len(chunk)
-                yield chunk
+            f = await asyncio.to_thread(file.open)
+            if f is not None:
+                with f:
+                    size = os.fstat(f.fileno()).st_size
+                    while offset < size and (chunk := await asyncio.to_thread(
+                            os.pread, f.fileno(), BLOCK, offset)):
+                        offset += len(chunk)
+                        yield chunk
             if done:
                 return
             await asyncio.sleep(FOLLOW_POLL)
