@@ -203,20 +203,23 @@ def test_the_quota_api_shows_use_against_every_limit(token_client, submit, alice
 
 # -- the race ------------------------------------------------------------------------------------
 
+def slowed(function, seconds: float = 0.3):
+    """``function``, answering ``seconds`` late: a read that a racing writer overtakes."""
+    def slow(*args):
+        answer = function(*args)
+        time.sleep(seconds)
+        return answer
+
+    return slow
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_submissions_racing_for_the_last_cpu_are_not_both_admitted(
         submit, alice, datacenter, monkeypatch, no_starts):
     """Each admission reads what is in use, then admits. Here the read is slowed down, so
     without the lock both would read "all free" and both be admitted."""
     quota_set(None, datacenter, alice, cpu=1000, jobs=10)
-    real_quota_used = admission.quota_used
-
-    def slow_quota_used(*args):
-        used = real_quota_used(*args)
-        time.sleep(0.3)
-        return used
-
-    monkeypatch.setattr("jobs.admission.quota_used", slow_quota_used)
+    monkeypatch.setattr("jobs.admission.quota_used", slowed(admission.quota_used))
     for round_ in range(3):
         barrier = threading.Barrier(2)
         failures = []
@@ -338,14 +341,7 @@ def test_submissions_racing_for_the_last_place_in_the_queue_are_not_both_queued(
     slowed down, so without the lock both would see one place left and both be queued."""
     quota_set(None, datacenter, alice, jobs=1, queued=1)
     submit("runs")
-    real_quota_get = admission.quota_get
-
-    def slow_quota_get(*args):
-        quota = real_quota_get(*args)
-        time.sleep(0.3)
-        return quota
-
-    monkeypatch.setattr("jobs.admission.quota_get", slow_quota_get)
+    monkeypatch.setattr("jobs.admission.quota_get", slowed(admission.quota_get))
     barrier, outcomes = threading.Barrier(2), {}
 
     def race(name):
