@@ -4,7 +4,13 @@ from django import forms
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 
-from paddlecloud.quantity import QuantityError, format_bytes, format_cpu, parse_bytes, parse_cpu
+from paddlecloud_core.quantity import (
+    QuantityError,
+    format_bytes,
+    format_cpu,
+    parse_bytes,
+    parse_cpu,
+)
 
 from .models import QUOTA_RESOURCES, ApiToken, AuditEntry, Datacenter, Membership, Quota, User
 from .services import quota_change_record

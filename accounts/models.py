@@ -12,7 +12,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
-from paddlecloud.quantity import format_bytes, format_cpu
+from paddlecloud_core.quantity import format_bytes, format_cpu
 
 GiB = 2**30
 

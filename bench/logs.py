@@ -163,7 +163,7 @@ from django.test import Client
 from django.utils import timezone
 from accounts.models import Datacenter
 from jobs.backends.files import output_dir, output_prepare
-from jobs.backends.processes import log_relpath
+from paddlecloud_core.layout import log_relpath
 from jobs.models import Job, Replica
 
 user = get_user_model().objects.get(username=P["user"])

@@ -192,7 +192,7 @@ class Portal:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if b"local_runner.py" in cmdline and str(self.var).encode() in cmdline:
+            if b"replica_runner.py" in cmdline and str(self.var).encode() in cmdline:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
 

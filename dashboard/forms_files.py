@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
-from pfs.paths import MAX_COMPONENT
+from paddlecloud_core.layout import MAX_COMPONENT
 
 
 class MkdirForm(forms.Form):

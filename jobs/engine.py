@@ -10,10 +10,11 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from paddlecloud_core.contract import Topology, job_namespace, replica_env
+from paddlecloud_core.processes import exit_reason
+
 from .backends import backend_for
 from .backends.base import BackendError, Status
-from .backends.processes import exit_reason
-from .contract import Topology, job_namespace, replica_env
 from .live import job_changed
 from .models import Job, Replica
 from .states import FINAL_JOB_STATES, FINAL_REPLICA_STATES, JobState, ReplicaState

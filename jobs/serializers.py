@@ -5,7 +5,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounts.serializers import QuotaResourceSerializer
-from paddlecloud.quantity import format_bytes, format_cpu
+from paddlecloud_core.quantity import format_bytes, format_cpu
 
 from .admission import queue_position
 from .models import Job, JobEvent, Replica

@@ -10,14 +10,15 @@ from django.db import IntegrityError, transaction
 from accounts.audit import audit_record
 from accounts.models import AuditEntry
 from paddlecloud.errors import ConflictError, NotFoundError, ValidationError
-from paddlecloud.quantity import format_bytes, format_cpu
+from paddlecloud_core.quantity import format_bytes, format_cpu
+from paddlecloud_core.spec import name_taken
 from registries.services import registry_get
 
 from .admission import queue_ahead_annotation, quota_admit, quota_fit_check, quota_queue_check
 from .backends import backend_for
 from .live import job_changed, job_deleted
 from .models import Job, JobEvent, Replica
-from .spec import JobSpec, job_spec_validate, name_taken
+from .spec import JobSpec, job_spec_validate
 from .states import FINAL_JOB_STATES, JobState
 from .transitions import job_transition
 

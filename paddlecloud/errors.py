@@ -23,7 +23,7 @@ from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from .quantity import format_bytes
+from paddlecloud_core.quantity import format_bytes
 
 logger = logging.getLogger(__name__)
 

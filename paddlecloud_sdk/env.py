@@ -1,5 +1,5 @@
 """What a replica knows about its job: the environment contract (README.md, "The environment
-of a replica"; ``jobs/contract.py`` builds it).
+of a replica"; ``paddlecloud_core/contract.py`` builds it).
 
 Every helper reads today's Paddle (fleet) variable first, then the seeds' legacy ones, and
 has a sensible answer outside a job: trainer 0 of 1, role ``TRAINER``, output in

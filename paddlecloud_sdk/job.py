@@ -25,7 +25,6 @@ from __future__ import annotations
 import codecs
 import io
 import os
-import re
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs.contract import ENV_NAME_RE
+from paddlecloud_core import layout, spec
 from paddlectl import __version__, jobs
 from paddlectl.client import ApiClient
 from paddlectl.config import Config, Datacenter, config_load, config_path
@@ -44,8 +43,6 @@ from paddlectl.tokens import FILENAME, TokenCache
 from .errors import ApiError, JobSpecError, JobTimeoutError, NetworkError, UsageError
 
 FINAL_STATES = frozenset({"succeeded", "failed", "killed"})
-CPU_RE = re.compile(r"^\s*\d+(\.\d+)?\s*m?\s*$")
-BYTES_RE = re.compile(r"^\s*\d+(\.\d+)?\s*([KMGTPE]i|[kKMGTPE])?[bB]?\s*$")
 LOG_RECONNECTS = 3  # lost log streams in a row, without a byte in between, before giving up
 LOG_RECONNECT_PAUSE = 1.0  # seconds
 
@@ -229,8 +226,8 @@ class PaddleJob:
         name = self.job_name
         if not isinstance(name, str):
             fail("job_name", "required: a name for the job, e.g. fit-a-line")
-        elif (problem := jobs.name_problem(name)) is not None:
-            fail("job_name", problem.replace("-jobname fit-a-line", "job_name='fit-a-line'"))
+        elif (problem := spec.name_problem(name)) is not None:
+            fail("job_name", f"{name!r}: {problem}")
 
         if not isinstance(self.entry_point, str) or not self.entry_point.strip():
             fail("entry_point", 'required: the command that starts a replica, e.g. '
@@ -243,34 +240,33 @@ class PaddleJob:
         elif not isinstance(package, str | os.PathLike):
             fail("trainer_package", "a path")
 
-        for field, value, required in (("cpu_nums", self.cpu_nums, True),
-                                       ("pscpu", self.pscpu, False)):
+        # The portal's rules (paddlecloud_core.spec), under PaddleJob's names.
+        for field, api, value, required in (
+                ("cpu_nums", "cpu", self.cpu_nums, True), ("pscpu", "pscpu", self.pscpu, False),
+                ("memory", "memory", self.memory, True),
+                ("psmemory", "psmemory", self.psmemory, False)):
             if value is None and not required:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int | float | str) \
-                    or not CPU_RE.match(str(value)) or float(str(value).rstrip("m ")) <= 0:
-                fail(field, f"{value!r} is not a CPU amount: cores (1, 0.5) or millicores "
-                            "('500m'), more than 0")
-        for field, value, required in (("memory", self.memory, True),
-                                       ("psmemory", self.psmemory, False)):
-            if value is None and not required:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | str) \
-                    or not BYTES_RE.match(str(value)):
-                fail(field, f"{value!r} is not an amount of memory: e.g. '512Mi', '2Gi', '1G'")
+            if isinstance(value, bool) or not isinstance(value, int | float | str) or value == "":
+                value = repr(value)  # refused by the parser, in its own words
+            if (problem := spec.quantity(api, value)[1]) is not None:
+                fail(field, problem)
 
-        for field, value, minimum, required in (
-                ("gpu_nums", self.gpu_nums, 0, True), ("pservers", self.pservers, 0, True),
-                ("trainers", self.trainers, 1, True), ("passes", self.passes, 1, False),
-                ("restart_limit", self.restart_limit, 0, False),
-                ("deadline_seconds", self.deadline_seconds, 1, False),
-                ("ttl_seconds_after_finished", self.ttl_seconds_after_finished, 0, False)):
+        for field, api, value, required in (
+                ("gpu_nums", "gpu", self.gpu_nums, True),
+                ("pservers", "pservers", self.pservers, True),
+                ("trainers", "trainers", self.trainers, True),
+                ("passes", "passes", self.passes, False),
+                ("restart_limit", "restart_limit", self.restart_limit, False),
+                ("deadline_seconds", "deadline_seconds", self.deadline_seconds, False),
+                ("ttl_seconds_after_finished", "ttl_seconds_after_finished",
+                 self.ttl_seconds_after_finished, False)):
             if value is None and not required:
                 continue
             if not _is_int(value):
                 fail(field, f"{value!r} is not a whole number")
-            elif value < minimum:
-                fail(field, f"must be at least {minimum}, not {value}")
+            elif (problem := spec.integer_problem(api, value)) is not None:
+                fail(field, problem)
 
         for field in ("runtime_image", "registry", "topology", "datacenter"):
             value = getattr(self, field)
@@ -282,8 +278,8 @@ class PaddleJob:
                 fail("env", 'a mapping of NAME: "value"')
                 return
             for key, value in env.items():
-                if not isinstance(key, str) or not ENV_NAME_RE.match(key):
-                    fail(f"env.{key}", "not a valid variable name")
+                if (problem := spec.env_name_problem(key)) is not None:
+                    fail(f"env.{key}", problem)
                 elif isinstance(value, bool) or not isinstance(value, str | int | float):
                     fail(f"env.{key}", f"a string or a number, not {type(value).__name__}")
                 else:
@@ -319,7 +315,7 @@ class PaddleJob:
     @property
     def output_path(self) -> str:
         """The job's output directory in PFS (model, metrics, ``node_N/train.log``)."""
-        return jobs.output_path(self.connection.home, self.job_name)
+        return layout.output_path(self.connection.home, self.job_name)
 
     @property
     def state(self) -> str | None:

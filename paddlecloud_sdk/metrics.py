@@ -40,7 +40,7 @@ RESERVED = ("step", "time")
 def metrics_file() -> Path:
     """Where this replica's ``report`` calls go, beside its log: ``node_<trainer id>/
     metrics.jsonl`` for a trainer, ``node_<pserver id>/server-metrics.jsonl`` for a pserver
-    (as ``jobs.backends.processes.metrics_relpath``, where the portal looks)."""
+    (as ``paddlecloud_core.layout.metrics_relpath``, where the portal looks)."""
     if env.is_pserver():
         index = env.pserver_id()
         if index is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobs.contract import JOB_NAME_MAX, JOB_NAME_RE  # the portal's rule (pure, no Django)
+from paddlecloud_core import layout, spec
 from paddlectl import transfer
 from paddlectl.client import ApiClient
 from paddlectl.errors import ApiError
@@ -19,37 +19,23 @@ from paddlectl.progress import Progress
 
 
 def name_problem(name: str | None) -> str | None:
-    """Why ``name`` cannot be a job name (the server's rule), or None."""
+    """Why ``name`` cannot be a job name (the portal's rule), or None."""
     if not name:
         return "required: a unique name for the job, e.g. -jobname fit-a-line"
-    if "_" in name or "." in name:
-        return f"{name!r}: '_' and '.' are not allowed (Kubernetes names cannot carry them); " \
-               "use '-'"
-    if name != name.lower():
-        return f"{name!r}: use lower-case letters"
-    if len(name) > JOB_NAME_MAX:
-        return f"{name!r}: at most {JOB_NAME_MAX} characters"
-    if not JOB_NAME_RE.match(name):
-        return (f"{name!r}: only lower-case letters, digits and '-', starting and ending with "
-                "a letter or digit")
-    return None
+    problem = spec.name_problem(name)
+    return None if problem is None else f"{name!r}: {problem}"
 
 
 def package_path(home: str, name: str, local: Path) -> str:
     """Where the local package ``local`` of job ``name`` is uploaded, below ``home``."""
-    dirname = Path(local).expanduser().resolve().name
-    if dirname in ("", "output"):  # jobs/NAME/output is the job's output directory
-        dirname = "package"
-    return f"{home}/jobs/{name}/{dirname}"
-
-
-def output_path(home: str, name: str) -> str:
-    return f"{home}/jobs/{name}/output"
+    return layout.package_path(home, name, Path(local).expanduser().resolve().name)
 
 
 def topology_problem(topology: str, local: Path) -> str | None:
-    if topology.startswith("/") or ".." in topology.split("/"):
-        return "a path inside the package, without '..'"
+    """Why ``topology`` is not a file of the local package ``local`` (the portal's rule, then
+    the file itself), or None."""
+    if (problem := spec.topology_problem(topology)) is not None:
+        return problem
     if not (Path(local) / topology).is_file():
         return f"{topology} is not a file in the package {local}"
     return None

@@ -2,8 +2,8 @@
 
 With a Docker engine, each replica is a ``docker run`` as the seed shows; without one, each is
 a local process started, watched and stopped as the portal's local backend does it
-(``jobs.backends.processes``: the same runner, process groups, log files and exit records),
-with the same environment (``jobs.contract.replica_env``). Nothing here needs Django, a
+(``paddlecloud_core.processes``: the same runner, process groups, log files and exit records),
+with the same environment (``paddlecloud_core.contract.replica_env``). Nothing here needs Django, a
 database or a config file.
 
 Built in two steps: ``plan_build`` checks the arguments and says what will run (pure, but for
@@ -29,23 +29,23 @@ from pathlib import Path
 from typing import TextIO
 
 from jobs.backends.base import Status
-from jobs.backends.processes import (
-    attempt_observe,
-    attempt_start,
-    entry_argv,
-    exit_reason,
-    free_endpoint,
-    groups_stop,
-    log_relpath,
-    process_env,
-)
-from jobs.contract import (
+from paddlecloud_core.contract import (
     ENV_NAME_RE,
     JOB_NAME_RE,
     RESERVED_ENV,
     Paths,
     Topology,
     replica_env,
+)
+from paddlecloud_core.layout import log_relpath
+from paddlecloud_core.processes import (
+    attempt_observe,
+    attempt_start,
+    entry_argv,
+    exit_reason,
+    free_endpoint,
+    groups_stop,
+    process_env,
 )
 from paddlectl.errors import PaddlectlError, UsageError
 

@@ -27,7 +27,7 @@ from paddlecloud.errors import (
     TooLargeError,
     ValidationError,
 )
-from paddlecloud.quantity import format_bytes
+from paddlecloud_core.quantity import format_bytes
 
 from . import tar
 from .models import UploadSession, Usage

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Iterator
 from django.conf import settings
 
 from paddlecloud.errors import NotFoundError, PaddleCloudError, TooLargeError, ValidationError
-from paddlecloud.quantity import format_bytes
+from paddlecloud_core.layout import MAX_COMPONENT, MAX_PATH
+from paddlecloud_core.quantity import format_bytes
 
-from .paths import MAX_COMPONENT, MAX_PATH
 from .storage import CHUNK, TEMP_PREFIX, Rel, Storage
 
 BLOCK = tarfile.BLOCKSIZE

@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 from accounts.selectors import request_datacenter
 from accounts.serializers import ErrorSerializer
 from paddlecloud.errors import ValidationError
-from paddlecloud.quantity import format_bytes
+from paddlecloud_core.quantity import format_bytes
 
 from . import services
 

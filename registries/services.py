@@ -9,8 +9,8 @@ from django.db import IntegrityError, transaction
 
 from accounts.audit import audit_record
 from accounts.models import AuditEntry
-from jobs.contract import JOB_NAME_RE
 from paddlecloud.errors import ConflictError, NotFoundError, ValidationError
+from paddlecloud_core.contract import JOB_NAME_RE
 
 from . import crypto
 from .models import Registry

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from paddlecloud.quantity import (
+from paddlecloud_core.quantity import (
     QuantityError,
     format_bytes,
     format_cpu,

@@ -4,28 +4,12 @@ and tasks use nothing else, and the same contract tests run against both."""
 from __future__ import annotations
 
 import abc
-import enum
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from ..contract import Paths, Topology
+from paddlecloud_core.contract import Paths, Topology
+from paddlecloud_core.status import Observation, Status
 
-
-class Status(enum.Enum):
-    NOT_STARTED = "not started"  # nothing was ever started for this attempt
-    WAITING = "waiting"  # started, not running yet (a pod pending: ``reason`` says why)
-    RUNNING = "running"
-    EXITED = "exited"
-    LOST = "lost"  # was started, is gone, and left no exit status
-    REFUSED = "refused"  # can never run as asked (the cluster refused it): no restart
-
-
-@dataclass(frozen=True)
-class Observation:
-    status: Status
-    exit_code: int | None = None
-    reason: str = ""  # why it waits, is lost or was refused, in words for the user
-    host: str = ""  # where it runs, when the backend knows
+__all__ = ["Backend", "BackendError", "Observation", "Status"]
 
 
 class BackendError(Exception):

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paddlecloud.errors import NotFoundError, PaddleCloudError
+from paddlecloud_core.layout import log_relpath, metrics_relpath
 from pfs.paths import pfs_path_parse
 from pfs.storage import Rel, storage_for
 from pfs.storage.posix import PosixStorage
 
 from .base import BackendError
-from .processes import log_relpath, metrics_relpath
 
 OUTPUT_MARKER = ".paddlecloud-job"  # holds the uid of the job the output directory is for
 

@@ -34,21 +34,22 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 
-from ..contract import Paths, Topology
-from .base import Backend, BackendError, Observation
-from .files import home_dir, output_dir, output_open, output_prepare, package_copy
-from .processes import (
+from paddlecloud_core.contract import Paths, Topology
+from paddlecloud_core.layout import log_relpath
+from paddlecloud_core.processes import (
     attempt_files,
     attempt_observe,
     attempt_start,
     entry_argv,
     free_endpoint,
     groups_stop,
-    log_relpath,
     process_env,
     read_json,
 )
-from .processes import runner_alive as runner_alive  # the tests' and callers' name
+from paddlecloud_core.processes import runner_alive as runner_alive  # the tests' name
+
+from .base import Backend, BackendError, Observation
+from .files import home_dir, output_dir, output_open, output_prepare, package_copy
 from .sandbox import (
     PRIVATE_TMP,
     SYSTEM_PATH,

@@ -1,5 +1,5 @@
 """Sandboxes for the local backend's replicas, made with bubblewrap (``bwrap``, Debian's
-``bubblewrap``). Standard library only: the runner and ``paddlectl`` import it without Django.
+``bubblewrap``). Standard library only.
 
 What a sandboxed process sees (``sandbox_argv``):
 
@@ -8,8 +8,9 @@ What a sandboxed process sees (``sandbox_argv``):
   portal runs as root, and inside a user namespace mapped to root the owner bits of root's files
   still apply (``/etc/shadow`` would be readable);
 - the portal's Python, read-only (``sys.base_prefix``, ``sys.prefix``, and the directories of
-  the client packages trainers import — ``paddlecloud_sdk`` and what it imports, the
-  Django-free ``paddlectl`` and ``jobs.contract``: ``client_dirs``);
+  the client packages trainers import — ``paddlecloud_sdk`` and what it imports: the
+  Django-free ``paddlecloud_core`` (whose runner starts every replica) and ``paddlectl``:
+  ``client_dirs``);
 - its own ``/proc`` (its own pid namespace: only its own processes), a minimal ``/dev``, a
   private ``/tmp``, and an ``/etc/hosts`` of its own, where its hostname is 127.0.0.1 (gloo,
   paddle.distributed's, looks its hostname up); the rest of its root is a tmpfs of its own;
@@ -192,7 +193,8 @@ def sandbox_problem() -> str | None:
 
 # --- what the sandbox sees -------------------------------------------------------------------
 
-CLIENT_PACKAGES = ("paddlecloud_sdk", "paddlectl", "jobs")  # what a trainer may import of ours
+# What a trainer may import of ours (and the runner every replica starts under).
+CLIENT_PACKAGES = ("paddlecloud_core", "paddlecloud_sdk", "paddlectl")
 
 
 def client_dirs() -> list[Path]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from paddlecloud_core.layout import output_path
 from paddlectl import pfspath
 from paddlectl.args import flag
 from paddlectl.commands.registry import registry_delete, registry_get
@@ -25,7 +26,6 @@ from paddlectl.errors import ApiError, PaddlectlError, UsageError
 from paddlectl.jobs import (
     job_probe,
     name_problem,
-    output_path,
     package_path,
     package_upload,
     topology_problem,

@@ -26,11 +26,11 @@ from paddlecloud.errors import (
     UnprocessableError,
     ValidationError,
 )
-from pfs.paths import RESERVED_PREFIX
+from paddlecloud_core.layout import UPLOAD_PREFIX
 
 Rel = tuple[str, ...]
 
-TEMP_PREFIX = RESERVED_PREFIX
+TEMP_PREFIX = UPLOAD_PREFIX
 CHUNK = 1 << 20  # bytes read or written at a time
 
 

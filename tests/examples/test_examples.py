@@ -1,6 +1,7 @@
 """The example trainer packages in examples/, run for real the way the local backend runs them:
 one process per replica, ``sh -c ENTRY`` in a copy of the package, with the environment
-contract (jobs/contract.py) on free 127.0.0.1 ports and nothing else of the test run's own."""
+contract (paddlecloud_core/contract.py) on free 127.0.0.1 ports and nothing else of the test
+run's own."""
 
 from __future__ import annotations
 
@@ -353,9 +354,9 @@ def test_ps_numpy_pserver_exits_0_on_sigterm(tmp_path, jobs):
 
 
 def test_the_helper_builds_the_portals_environment(tmp_path):
-    """The environment these tests give the examples is the one jobs/contract.py gives
+    """The environment these tests give the examples is the one paddlecloud_core/contract.py gives
     replicas, so the examples rely on nothing the portal does not set."""
-    from jobs.contract import Paths, Topology, replica_env
+    from paddlecloud_core.contract import Paths, Topology, replica_env
 
     envs = replica_envs(2, 2, 3, tmp_path / "out", tmp_path / "home", tmp_path / "public",
                         job_name="ps-numpy")

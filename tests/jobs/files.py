@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobs.backends.files import JobFile, output_dir
-from jobs.backends.processes import log_relpath, metrics_relpath
+from paddlecloud_core.layout import log_relpath, metrics_relpath
 from pfs.storage.posix import PosixStorage
 
 

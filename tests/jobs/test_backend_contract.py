@@ -9,8 +9,8 @@ import pytest
 
 from jobs.backends import backend_for
 from jobs.backends.base import Backend, Observation, Status
-from jobs.contract import job_namespace, replica_env
 from jobs.models import Job, Replica
+from paddlecloud_core.contract import job_namespace, replica_env
 from tests.jobs.files import log_path
 
 pytestmark = pytest.mark.django_db

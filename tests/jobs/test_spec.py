@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from jobs.models import Job
-from jobs.spec import MAX_NAME, job_spec_validate
+from jobs.spec import job_spec_validate
 from paddlecloud.errors import ValidationError
+from paddlecloud_core.contract import JOB_NAME_MAX as MAX_NAME
 
 pytestmark = pytest.mark.django_db
 

@@ -282,7 +282,7 @@ def test_mistakes_are_the_servers_messages_with_exit_codes(live_cli, package, lo
 
     # A local package: the name is checked here and the rest by the server, before uploading.
     fails(live_cli("submit", "-jobname", "Bad_Name", "-entry", "x", "mypkg"), 1,
-          "jobname:", "'_' and '.' are not allowed")
+          "jobname:", "'_' is not allowed")
     fails(live_cli("submit", "-jobname", "bad", "-entry", "x", "-memory", "lots", "mypkg"), 1,
           "memory:")
     fails(live_cli("submit", "-jobname", "bad", "-entry", "x", "-topology", "v1.py", "mypkg"),

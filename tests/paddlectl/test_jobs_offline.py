@@ -46,7 +46,7 @@ def test_env_without_a_value_comes_from_here(monkeypatch):
 
 @pytest.mark.parametrize(("name", "problem"), [
     ("fit-a-line", None), ("a", None), ("x" * 40, None), (None, "required"),
-    ("fit_a_line", "'_' and '.' are not allowed"), ("fit.a", "'_' and '.' are not allowed"),
+    ("fit_a_line", "'_' is not allowed"), ("fit.a", "'.' is not allowed"),
     ("Fit", "lower-case"), ("x" * 41, "at most 40"), ("-x", "starting and ending"),
     ("x-", "starting and ending"), ("a b", "only lower-case letters"),
 ])
@@ -59,7 +59,7 @@ def test_a_local_package_is_checked_before_any_request(offline_cli):
     (offline_cli.cwd / "pkg").mkdir()
     # The endpoint refuses connections: each of these fails before it is needed.
     for args, message in [
-        (("-jobname", "Bad_Name", "pkg"), "submit: jobname: 'Bad_Name': '_' and '.'"),
+        (("-jobname", "Bad_Name", "pkg"), "submit: jobname: 'Bad_Name': '_' is not allowed"),
         (("-jobname", "ok", "missing"), "submit: missing does not exist"),
         (("-jobname", "ok", "-topology", "../v1.py", "pkg"), "submit: topology: a path inside"),
         (("-jobname", "ok", "-topology", "v1.py", "pkg"), "submit: topology: v1.py is not a file"),

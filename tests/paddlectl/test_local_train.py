@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobs.contract import RESERVED_ENV, Paths, Topology, replica_env
+from paddlecloud_core.contract import RESERVED_ENV, Paths, Topology, replica_env
 from paddlectl.local import docker_argv, module_resolve, plan_build
 
 from .conftest import paddlectl_path
@@ -125,7 +125,7 @@ def seen(dirs, name: str) -> dict:
 
 def contract_env(role: str, index: int, env: dict, dirs, trainers: int, pservers: int,
                  extra: dict, name: str = "demo") -> dict:
-    """What jobs.contract gives the replica for the topology it was given."""
+    """What paddlecloud_core.contract gives the replica for the topology it was given."""
     topology = Topology(
         pservers=tuple(e for e in env["PADDLE_PSERVERS_IP_PORT_LIST"].split(",") if e),
         trainers=tuple(env["PADDLE_TRAINER_ENDPOINTS"].split(",")),
@@ -160,7 +160,7 @@ def group_empty(pgid: int) -> bool:
 
 
 def runners_of(output: Path) -> list[int]:
-    """local_runner processes still running for this output directory."""
+    """replica_runner processes still running for this output directory."""
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
@@ -168,7 +168,7 @@ def runners_of(output: Path) -> list[int]:
                 cmdline = (proc / "cmdline").read_bytes()
             except OSError:
                 continue
-            if b"local_runner.py" in cmdline and str(output).encode() in cmdline:
+            if b"replica_runner.py" in cmdline and str(output).encode() in cmdline:
                 found.append(int(proc.name))
     return found
 
@@ -470,7 +470,7 @@ def test_docker_command_line_of_a_pserver_and_of_an_entry(dirs):
     assert (env["TRAINING_ROLE"], env["PADDLE_PSERVER_ID"], env["PADDLE_CURRENT_ENDPOINT"],
             env["JOB_NAME"]) == ("PSERVER", "0", "127.0.0.1:7000", "fit")
     assert "PADDLE_TRAINER_ID" not in env and "PADDLE_MASTER" not in env
-    # Collective: trainer 0's PADDLE_MASTER, as jobs.contract gives it.
+    # Collective: trainer 0's PADDLE_MASTER, as paddlecloud_core.contract gives it.
     plan = plan_build(package=str(dirs.pkg), module="train", entry=None,
                       input_dir=str(dirs.input), output_dir=str(dirs.output))
     topology = Topology(pservers=(), trainers=("127.0.0.1:7001",), master="127.0.0.1:7009")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from jobs.contract import RESERVED_ENV
+from paddlecloud_core.contract import RESERVED_ENV
 from tests.conftest import PASSWORD
 
 CONTRACT = sorted(RESERVED_ENV | {"PADDLE_NOTEBOOK"})

@@ -8,14 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobs.contract import Paths, Topology, replica_env
+from paddlecloud_core.contract import Paths, Topology, replica_env
 from paddlecloud_sdk import env
 from tests.sdk.conftest import set_env
 
 
 def contract_env(role: str, index: int, *, trainers=3, pservers=2, passes=4, gpu=0,
                  tmp=Path("/tmp/x")) -> dict[str, str]:
-    """What jobs/contract.py gives a replica of a job."""
+    """What paddlecloud_core/contract.py gives a replica of a job."""
     job = SimpleNamespace(env={"EXTRA": "1"}, name="fit-a-line", trainers=trainers,
                           passes=passes, gpu=gpu, datacenter=SimpleNamespace(name="dc1"))
     topology = Topology(

@@ -14,7 +14,7 @@ import pytest
 
 from jobs.models import Replica
 from paddlecloud_sdk import PaddleJob
-from paddlecloud_sdk.errors import ApiError, JobTimeoutError
+from paddlecloud_sdk.errors import ApiError, JobSpecError, JobTimeoutError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -167,7 +167,8 @@ def test_mistakes_cost_no_upload(live_portal, sdk_config, celery_worker, tmp_pat
     assert not (uploaded.parent / "second").exists()
     assert sorted(p.name for p in uploaded.iterdir()) == ["train.py"]  # untouched
 
-    with pytest.raises(ApiError) as caught:
+    # The portal's rules are applied before anything is sent (paddlecloud_core.spec).
+    with pytest.raises(JobSpecError) as caught:
         PaddleJob(job_name="reserved", entry_point="python train.py", trainer_package=first,
                   env={"TRAINER_ID": "3"}).submit()
     assert set(caught.value.fields) == {"env.TRAINER_ID"}

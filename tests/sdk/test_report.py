@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import paddlecloud_sdk
-from jobs.backends.processes import log_relpath, metrics_relpath
 from jobs.metrics import metrics_read
+from paddlecloud_core.layout import log_relpath, metrics_relpath
 from paddlecloud_sdk import report
 from paddlecloud_sdk.metrics import metrics_file
 from tests.jobs.files import file_at
@@ -71,7 +71,7 @@ def test_thousands_of_reports_are_thousands_of_whole_lines(output):
     ("trainer", 3, "node_3/metrics.jsonl"), ("pserver", 1, "node_1/server-metrics.jsonl")])
 def test_a_replica_writes_beside_its_own_log(tmp_path, monkeypatch, role, index, relpath):
     """With the environment the portal gives replica ``index`` of ``role``, the file lands
-    where the portal looks: jobs.backends.processes.metrics_relpath, beside the log."""
+    where the portal looks: paddlecloud_core.layout.metrics_relpath, beside the log."""
     set_env(monkeypatch, contract_env(role, index, trainers=4, pservers=2, tmp=tmp_path))
     output = tmp_path / "out"
     report(step=7, loss=0.5)

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounts.models import QUOTA_RESOURCES
 from accounts.services import user_upsert
-from paddlecloud.quantity import QuantityError, parse_bytes, parse_cpu
+from paddlecloud_core.quantity import QuantityError, parse_bytes, parse_cpu
 
 from ._errors import user_errors
 

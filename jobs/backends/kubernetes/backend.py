@@ -22,8 +22,8 @@ import time
 from django.db import connection, transaction
 
 from paddlecloud.errors import PaddleCloudError, ValidationError
+from paddlecloud_core.contract import Paths, Topology, job_namespace
 
-from ...contract import Paths, Topology, job_namespace
 from ..base import Backend, BackendError, Observation, Status
 from ..files import home_remove, output_prepare
 from . import manifests, pods
@@ -364,7 +364,7 @@ def pod_observation(pod: dict, role: str) -> Observation:
 
 
 def _exit_reason(code: int, reason: str) -> str:
-    from ..processes import exit_reason
+    from paddlecloud_core.processes import exit_reason
 
     if reason == "OOMKilled":
         return f"killed for using more memory than it asked for (OOMKilled, exit {code})"

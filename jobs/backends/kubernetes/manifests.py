@@ -28,8 +28,8 @@ import base64
 import dataclasses
 import json
 
-from jobs.contract import job_namespace
-from jobs.spec import JobSpec
+from paddlecloud_core.contract import job_namespace
+from paddlecloud_core.spec import JobSpec
 
 from .names import (
     COMPONENT_LABEL,

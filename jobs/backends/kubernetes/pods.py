@@ -1,8 +1,8 @@
 """A job's pods as Kubernetes sees them: where the replicas listen and find their files, their
 environment written once for every index, the PFS volume, and the pod template of a role.
 
-A replica's environment is ``jobs.contract.replica_env``, the same as on the local backend;
-one pod template serves every index of a role, so a value that differs by index is written
+A replica's environment is ``paddlecloud_core.contract.replica_env``, the same as on the local
+backend; one pod template serves every index of a role, so a value that differs by index is written
 with ``$(PADDLE_TRAINER_ID)`` or ``$(PADDLE_PSERVER_ID)``, which Kubernetes expands from the
 first variable of the list: the index, from the downward API. Every other ``$`` is doubled, so
 Kubernetes leaves the values (and the entry command) as they were written.
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import copy
 
-from jobs.contract import Paths, Topology, replica_env
+from paddlecloud_core.contract import Paths, Topology, replica_env
+from paddlecloud_core.layout import log_relpath
 
-from ..processes import log_relpath
 from .names import (
     PSERVER,
     PSERVER_PORT,

@@ -8,8 +8,8 @@ import pytest
 
 from jobs.backends.kubernetes.manifests import job_children
 from jobs.backends.kubernetes.pods import paths, topology
-from jobs.backends.processes import log_relpath
-from jobs.contract import RESERVED_ENV, replica_env
+from paddlecloud_core.contract import RESERVED_ENV, replica_env
+from paddlecloud_core.layout import log_relpath
 from tests.k8s_api_server.env import pod_env
 
 from .factories import NAMESPACE, collective_job, pserver_job

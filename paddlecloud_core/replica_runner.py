@@ -1,6 +1,6 @@
 """Runs one replica attempt on the local backend and records how it ended.
 
-    python local_runner.py --state DIR --name trainer-0 --attempt 0 \
+    python replica_runner.py --state DIR --name trainer-0 --attempt 0 \
         --log-fd 3 -- sh -c "python train.py"
 
 The backend starts it in a new session, so the runner and the command share one process
@@ -61,7 +61,7 @@ def clear_group() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="local_runner")
+    parser = argparse.ArgumentParser(prog="replica_runner")
     parser.add_argument("--state", required=True, type=Path)
     parser.add_argument("--name", required=True)
     parser.add_argument("--attempt", required=True, type=int)

@@ -1,7 +1,7 @@
-"""Replicas as local processes, without Django: what the portal's local backend and
-``paddlectl local train`` share.
+"""Replicas as local processes: what the portal's local backend and ``paddlectl local train``
+share.
 
-Each attempt of a replica runs under ``local_runner.py`` in a new session, so the runner and
+Each attempt of a replica runs under ``replica_runner.py`` in a new session, so the runner and
 everything the command starts share one process group; the runner writes the command's output
 to the replica's log (a descriptor it is given: it never opens a path in a user's home) and
 its exit code to ``NAME.exit`` in a run directory, beside the
@@ -22,11 +22,11 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .base import Observation, Status
-from .local_runner import write_json
+from .replica_runner import write_json
+from .status import Observation, Status
 
 LOCAL_HOST = "127.0.0.1"
-RUNNER = Path(__file__).with_name("local_runner.py")
+RUNNER = Path(__file__).with_name("replica_runner.py")
 
 
 # --- endpoints, logs, commands, environment ----------------------------------------------------
@@ -39,22 +39,6 @@ def free_port() -> int:
 
 def free_endpoint() -> str:
     return f"{LOCAL_HOST}:{free_port()}"
-
-
-def log_relpath(role: str, index: int) -> str:
-    """A replica's log under the job's output directory, as the seeds show:
-    ``node_<index>/train.log`` (trainers) or ``node_<index>/server.log`` (pservers)."""
-    kind = "train" if role == "trainer" else "server"
-    return f"node_{index}/{kind}.log"
-
-
-def metrics_relpath(role: str, index: int) -> str:
-    """What a replica reports with ``paddlecloud_sdk.report``, beside its log:
-    ``node_<index>/metrics.jsonl`` (trainers) or ``node_<index>/server-metrics.jsonl``
-    (pservers: trainer 0 and pserver 0 share ``node_0``). ``paddlecloud_sdk.metrics`` finds
-    the same file from the replica's environment."""
-    name = "metrics.jsonl" if role == "trainer" else "server-metrics.jsonl"
-    return f"{log_relpath(role, index).rsplit('/', 1)[0]}/{name}"
 
 
 def entry_argv(entry: str) -> list[str]:
@@ -182,7 +166,7 @@ def runner_alive(pid: int) -> bool:
         except (OSError, IndexError):
             return True
         return state != "Z"
-    return b"local_runner.py" in cmdline  # not a process that took over a recycled pid
+    return RUNNER.name.encode() in cmdline  # not a process that took over a recycled pid
 
 
 def group_live(pgid: int) -> bool:

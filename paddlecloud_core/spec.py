@@ -1,0 +1,278 @@
+"""A job as users submit it, and every rule on its fields that needs nothing but the fields.
+
+``spec_check`` applies them all and names each field's problem at once: the portal runs it
+before its own checks (is the name free, is the package a directory in PFS, does the registry
+exist), and ``paddlectl`` and the SDK run the same rules before anything is uploaded. The
+field names are the API's; the seeds' flag names (``jobname``, ``parallelism`` …) are accepted
+beside them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .contract import ENV_NAME_RE, JOB_NAME_MAX, JOB_NAME_RE, RESERVED_ENV
+from .quantity import QuantityError, parse_bytes, parse_cpu
+
+IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/:@]*$")
+MAX_REPLICAS = 1000
+MAX_GPU = 64
+MAX_PASSES = 100_000
+MAX_RESTARTS = 100
+MAX_ENV = 100
+MAX_ENV_VALUE = 32 * 1024
+MAX_DEADLINE = 30 * 24 * 3600
+MAX_TEXT = 4096
+MAX_IMAGE = 512
+MAX_REGISTRY = 64
+MAX_TOPOLOGY = 1024
+
+# The seeds' flag names, accepted as aliases.
+ALIASES = {"jobname": "name", "parallelism": "trainers", "package_path": "package"}
+
+# Whole-number fields: (default, minimum, maximum).
+INTEGERS: dict[str, tuple[int | None, int, int]] = {
+    "trainers": (1, 1, MAX_REPLICAS),
+    "pservers": (0, 0, MAX_REPLICAS),
+    "gpu": (0, 0, MAX_GPU),
+    "passes": (1, 1, MAX_PASSES),
+    "restart_limit": (0, 0, MAX_RESTARTS),
+    "deadline_seconds": (None, 1, MAX_DEADLINE),
+    "ttl_seconds_after_finished": (None, 0, MAX_DEADLINE),
+}
+# Quantities: (default, parser) — CPU in millicores, memory in bytes.
+QUANTITIES: dict[str, tuple[int, Callable[[Any], int]]] = {
+    "cpu": (1000, parse_cpu),
+    "memory": (2**30, parse_bytes),
+    "pscpu": (1000, parse_cpu),
+    "psmemory": (2**30, parse_bytes),
+}
+
+ENTRY_REQUIRED = 'required: the command that starts a trainer, e.g. "python train.py"'
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    package: str
+    entry: str
+    image: str
+    topology: str = ""
+    registry: str = ""
+    trainers: int = 1
+    cpu: int = 1000
+    memory: int = 2**30
+    gpu: int = 0
+    pservers: int = 0
+    pscpu: int = 1000
+    psmemory: int = 2**30
+    passes: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+    restart_limit: int = 0
+    deadline_seconds: int | None = None
+    ttl_seconds_after_finished: int | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+FIELDS = frozenset(JobSpec.__dataclass_fields__)
+
+
+# --- one field at a time -----------------------------------------------------------------------
+
+def name_problem(name: Any) -> str | None:
+    """Why ``name`` cannot be a job name, or None."""
+    if not isinstance(name, str) or not name:
+        return "required: a unique name for the job, e.g. fit-a-line"
+    if "_" in name:
+        return "'_' is not allowed (Kubernetes object names cannot contain it); use '-'"
+    if "." in name:
+        return "'.' is not allowed: it breaks the Kubernetes service names of the job; use '-'"
+    if name != name.lower():
+        return "use lower-case letters"
+    if len(name) > JOB_NAME_MAX:
+        return (f"at most {JOB_NAME_MAX} characters, so that the names derived from it "
+                "(<name>-trainer-N, …) fit Kubernetes' 63")
+    if not JOB_NAME_RE.match(name):
+        return ("only lower-case letters, digits and '-', starting and ending with a letter "
+                "or digit")
+    return None
+
+
+def name_taken(name: str, datacenter_name: str | None = None) -> str:
+    """The answer to a name the user already gave another job (in another datacenter)."""
+    where = f" in datacenter {datacenter_name!r}" if datacenter_name else ""
+    return (f"you already have a job named {name!r}{where}: delete it first "
+            f"(paddlectl delete job {name}) or pick another name")
+
+
+def topology_problem(topology: str) -> str | None:
+    """Why ``topology`` cannot name a file in the package (whether it is one is the caller's
+    to check, where the package is), or None."""
+    if topology.startswith("/") or ".." in topology.split("/"):
+        return "a path inside the package, without '..'"
+    return None
+
+
+def env_name_problem(key: Any) -> str | None:
+    """Why ``key`` cannot be an extra variable of a job, or None."""
+    if not isinstance(key, str) or not ENV_NAME_RE.match(key):
+        return "not a valid variable name (letters, digits and '_', not starting with a digit)"
+    if key in RESERVED_ENV:
+        return "reserved: PaddleCloud sets it for every replica"
+    return None
+
+
+def integer_problem(name: str, value: int) -> str | None:
+    """Why the whole number ``value`` is out of range for field ``name`` (``INTEGERS``)."""
+    _, minimum, maximum = INTEGERS[name]
+    if not minimum <= value <= maximum:
+        return f"must be between {minimum} and {maximum}, not {value}"
+    return None
+
+
+def quantity(name: str, value: Any) -> tuple[int, str | None]:
+    """The quantity field ``name`` (cpu, memory, pscpu, psmemory) as a number (CPU in
+    millicores, bytes), or its default and why ``value`` cannot be it."""
+    default, parse = QUANTITIES[name]
+    if value is None or value == "":
+        return default, None
+    try:
+        amount = parse(str(value) if isinstance(value, bool) else value)
+    except QuantityError as exc:
+        return default, str(exc)
+    if amount <= 0:
+        return default, "must be more than 0"
+    return amount, None
+
+
+# --- a whole submission --------------------------------------------------------------------------
+
+class _Checker:
+    """Collects one message per field, so a user fixes everything in one go."""
+
+    def __init__(self, data: Mapping[str, Any]):
+        self.data = {ALIASES.get(key, key): value for key, value in data.items()}
+        self.errors: dict[str, list[str]] = {}
+
+    def fail(self, name: str, message: str) -> None:
+        self.errors.setdefault(name, []).append(message)
+
+    def integer(self, name: str) -> int | None:
+        default = INTEGERS[name][0]
+        value = self.data.get(name, default)
+        if value is None or value == "":
+            return default
+        if isinstance(value, bool) or not (isinstance(value, int) or
+                                           (isinstance(value, str) and value.strip().isdigit())):
+            self.fail(name, f"{value!r} is not a whole number")
+            return default
+        value = int(value)
+        if (problem := integer_problem(name, value)) is not None:
+            self.fail(name, problem)
+            return default
+        return value
+
+    def quantity(self, name: str) -> int:
+        amount, problem = quantity(name, self.data.get(name))
+        if problem:
+            self.fail(name, problem)
+        return amount
+
+    def text(self, name: str, *, required: str | None = None, maximum: int = MAX_TEXT) -> str:
+        value = self.data.get(name)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            if required:
+                self.fail(name, required)
+            return ""
+        if not isinstance(value, str):
+            self.fail(name, "must be a string")
+            return ""
+        if len(value) > maximum:
+            self.fail(name, f"at most {maximum} characters")
+            return ""
+        return value.strip()
+
+    def env(self) -> dict[str, str]:
+        env = self.data.get("env") or {}
+        if not isinstance(env, Mapping):
+            self.fail("env", 'an object of NAME: "value" pairs')
+            return {}
+        if len(env) > MAX_ENV:
+            self.fail("env", f"at most {MAX_ENV} variables")
+        for key, value in env.items():
+            where = f"env.{key}"
+            if (problem := env_name_problem(key)) is not None:
+                self.fail(where, problem)
+            elif not isinstance(value, str):
+                self.fail(where, 'values are strings: write "4", not 4')
+            elif len(value) > MAX_ENV_VALUE:
+                self.fail(where, f"at most {MAX_ENV_VALUE} characters")
+        return dict(env)
+
+
+@dataclass
+class SpecCheck:
+    """What ``spec_check`` made of a submission: normalized values, and each field's
+    problems (empty when there are none)."""
+
+    values: dict[str, Any]
+    errors: dict[str, list[str]]
+
+    def fail(self, name: str, message: str) -> None:
+        self.errors.setdefault(name, []).append(message)
+
+    def ordered(self) -> dict[str, list[str]]:
+        """The problems in the order of the form: unknown fields, then the fields as
+        ``ORDER`` lists them (each ``env.NAME`` where ``env`` is)."""
+        def rank(name: str) -> int:
+            base = "env" if name.startswith("env.") else name
+            return ORDER.index(base) + 1 if base in ORDER else 0
+        return dict(sorted(self.errors.items(), key=lambda item: rank(item[0])))
+
+    def message(self) -> str:
+        """One line naming every field's first problem."""
+        return "; ".join(f"{name}: {msgs[0]}" for name, msgs in self.ordered().items())
+
+
+ORDER = ("name", "entry", "image", "package", "registry", "topology", *INTEGERS, *QUANTITIES,
+         "env")
+
+
+def spec_check(data: Mapping[str, Any], *, default_image: str,
+               package_example: str = "/pfs/{datacenter}/home/{user}/pkg",
+               extra_fields: frozenset[str] = frozenset()) -> SpecCheck:
+    """Apply every rule that needs only the submission ``data``. ``values`` holds what a
+    ``JobSpec`` is made of (a field with a problem keeps its default, so callers can go on
+    checking the rest); ``package`` is the text as given, for the caller to resolve."""
+    check = _Checker(data)
+    known = FIELDS | set(ALIASES) | extra_fields
+    for unknown in sorted(set(data) - known):
+        check.fail(unknown, "unknown field")
+
+    name = check.data.get("name")
+    if (problem := name_problem(name)) is not None:
+        check.fail("name", problem)
+
+    entry = check.text("entry", required=ENTRY_REQUIRED)
+    image = check.text("image", maximum=MAX_IMAGE) or default_image
+    if not IMAGE_RE.match(image):
+        check.fail("image", f"{image!r} is not an image reference like "
+                            "paddlepaddle/paddle:2.6.1")
+    package = check.text("package", required="required: the trainer package directory, "
+                                             f"e.g. {package_example}")
+    registry = check.text("registry", maximum=MAX_REGISTRY)
+    topology = check.text("topology", maximum=MAX_TOPOLOGY)
+    if topology and (problem := topology_problem(topology)) is not None:
+        check.fail("topology", problem)
+
+    values: dict[str, Any] = dict(name=name, entry=entry, image=image, package=package,
+                                  registry=registry, topology=topology)
+    values.update({key: check.integer(key) for key in INTEGERS})
+    values.update({key: check.quantity(key) for key in QUANTITIES})
+    values["env"] = check.env()
+    return SpecCheck(values, check.errors)

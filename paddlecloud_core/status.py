@@ -1,0 +1,24 @@
+"""What a backend can say about one attempt of a replica: the words the engine, the local
+backend, the Kubernetes backend and ``paddlectl local train`` share."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Status(enum.Enum):
+    NOT_STARTED = "not started"  # nothing was ever started for this attempt
+    WAITING = "waiting"  # started, not running yet (a pod pending: ``reason`` says why)
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"  # was started, is gone, and left no exit status
+    REFUSED = "refused"  # can never run as asked (the cluster refused it): no restart
+
+
+@dataclass(frozen=True)
+class Observation:
+    status: Status
+    exit_code: int | None = None
+    reason: str = ""  # why it waits, is lost or was refused, in words for the user
+    host: str = ""  # where it runs, when the backend knows
