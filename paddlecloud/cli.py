@@ -9,8 +9,13 @@
 import os
 import sys
 
+from paddlecloud import celery_app
+
 
 def main(argv: list[str] | None = None) -> None:
+    if celery_app is None:
+        sys.exit("paddlecloud: the portal is not installed here (this is the client: paddlectl "
+                 "and the SDK); install it with: pip install 'paddlecloud[server]'")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paddlecloud.settings")
     from django.core.management import execute_from_command_line
 
