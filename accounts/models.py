@@ -15,6 +15,20 @@ from django.utils import timezone
 from paddlecloud_core.quantity import format_bytes, format_cpu
 
 GiB = 2**30
+# What a datacenter's ``kube_volume`` may be: one Kubernetes volume source of these kinds,
+# mounted as its PFS root in every pod (the in-tree cephfs plugin is gone from Kubernetes 1.31:
+# use a PersistentVolumeClaim of the CephFS CSI driver there).
+KUBE_VOLUME_SOURCES = ("cephfs", "nfs", "hostPath", "persistentVolumeClaim")
+
+
+def kube_volume_problem(source) -> str | None:
+    """Why ``source`` cannot be a datacenter's ``kube_volume``, or None."""
+    if (not isinstance(source, dict) or len(source) != 1
+            or next(iter(source)) not in KUBE_VOLUME_SOURCES
+            or not isinstance(next(iter(source.values())), dict)):
+        return ("one volume source: an object with one key, "
+                + ", ".join(KUBE_VOLUME_SOURCES) + ", holding its settings")
+    return None
 
 dns_label_validator = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
@@ -115,14 +129,8 @@ class Datacenter(models.Model):
     def clean(self):
         if self.pfs_storage == self.PfsStorage.S3 and not self.s3_bucket:
             raise DjangoValidationError({"s3_bucket": "required when PFS storage is S3"})
-        if self.kube_volume:
-            sources = ("cephfs", "nfs", "hostPath", "persistentVolumeClaim")
-            if (not isinstance(self.kube_volume, dict) or len(self.kube_volume) != 1
-                    or next(iter(self.kube_volume)) not in sources
-                    or not isinstance(next(iter(self.kube_volume.values())), dict)):
-                raise DjangoValidationError({"kube_volume": (
-                    "one volume source: an object with one key, "
-                    + ", ".join(sources) + ", holding its settings")})
+        if self.kube_volume and (problem := kube_volume_problem(self.kube_volume)):
+            raise DjangoValidationError({"kube_volume": problem})
 
     @property
     def pfs_root_path(self) -> Path:

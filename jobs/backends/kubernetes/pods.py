@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 
+from accounts.models import KUBE_VOLUME_SOURCES, kube_volume_problem
 from paddlecloud_core.contract import Paths, Topology, replica_env
 from paddlecloud_core.layout import log_relpath
 
@@ -48,7 +49,6 @@ WORKSPACE = "/workspace"
 PFS_VOLUME = "pfs"
 WORKSPACE_VOLUME = "workspace"
 SCRIPTS_VOLUME = "paddlecloud"
-VOLUME_SOURCES = ("cephfs", "nfs", "hostPath", "persistentVolumeClaim")
 
 # Which replica a pod is: the first variable of its environment, from the downward API.
 ID_VARIABLE = {TRAINER: "PADDLE_TRAINER_ID", PSERVER: "PADDLE_PSERVER_ID"}
@@ -166,10 +166,10 @@ def pfs_volume(datacenter) -> dict:
     of the CephFS CSI driver."""
     source = datacenter.kube_volume
     hint = ("set its kube_volume: one Kubernetes volume source, "
-            + ", ".join(VOLUME_SOURCES) + ", e.g. {\"nfs\": {\"server\": …, \"path\": …}}")
+            + ", ".join(KUBE_VOLUME_SOURCES) + ", e.g. {\"nfs\": {\"server\": …, \"path\": …}}")
     if not source:
         raise ManifestError(f"datacenter {datacenter.name} has no PFS volume for pods: {hint}")
-    if not isinstance(source, dict) or len(source) != 1 or next(iter(source)) not in VOLUME_SOURCES:
+    if kube_volume_problem(source) is not None:
         raise ManifestError(f"datacenter {datacenter.name} has an unusable PFS volume: {hint}")
     return {"name": PFS_VOLUME, **copy.deepcopy(source)}
 
