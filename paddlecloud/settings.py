@@ -12,6 +12,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from paddlecloud_core.spec import DEFAULT_IMAGE
+
 from .env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -196,7 +198,7 @@ if PADDLECLOUD_LOCAL_SANDBOX not in ("auto", "bwrap", "off"):
 # (5xx answers and network errors are retried with backoff: 0.2 s, 0.4 s, …).
 PADDLECLOUD_KUBE_TIMEOUT = float(env_int("PADDLECLOUD_KUBE_TIMEOUT", 10))
 PADDLECLOUD_KUBE_ATTEMPTS = env_int("PADDLECLOUD_KUBE_ATTEMPTS", 4)
-PADDLECLOUD_DEFAULT_IMAGE = env_str("PADDLECLOUD_DEFAULT_IMAGE", "paddlepaddle/paddle:2.6.1")
+PADDLECLOUD_DEFAULT_IMAGE = env_str("PADDLECLOUD_DEFAULT_IMAGE", DEFAULT_IMAGE)
 
 # PFS, the file service: the largest upload accepted (beside each user's storage quota), the
 # chunk size clients are told to use for resumable uploads, how long an unfinished upload is

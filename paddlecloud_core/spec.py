@@ -17,6 +17,8 @@ from typing import Any
 from .contract import ENV_NAME_RE, JOB_NAME_MAX, JOB_NAME_RE, RESERVED_ENV
 from .quantity import QuantityError, parse_bytes, parse_cpu
 
+# The image a job runs in when neither it nor its datacenter names one.
+DEFAULT_IMAGE = "paddlepaddle/paddle:2.6.1"
 IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/:@]*$")
 MAX_REPLICAS = 1000
 MAX_GPU = 64
@@ -262,7 +264,7 @@ def spec_check(data: Mapping[str, Any], *, default_image: str,
     image = check.text("image", maximum=MAX_IMAGE) or default_image
     if not IMAGE_RE.match(image):
         check.fail("image", f"{image!r} is not an image reference like "
-                            "paddlepaddle/paddle:2.6.1")
+                            f"{DEFAULT_IMAGE}")
     package = check.text("package", required="required: the trainer package directory, "
                                              f"e.g. {package_example}")
     registry = check.text("registry", maximum=MAX_REGISTRY)

@@ -28,10 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from jobs.backends.base import Status
 from paddlecloud_core.contract import (
     ENV_NAME_RE,
-    JOB_NAME_RE,
+    JOB_NAME_MAX,
     RESERVED_ENV,
     Paths,
     Topology,
@@ -47,10 +46,11 @@ from paddlecloud_core.processes import (
     groups_stop,
     process_env,
 )
+from paddlecloud_core.spec import DEFAULT_IMAGE, name_problem
+from paddlecloud_core.status import Status
 from paddlectl.errors import PaddlectlError, UsageError
 
 DATACENTER = "local"  # PADDLE_CLOUD_CURRENT_DATACENTER and JOB_NAMESPACE of a local training
-DEFAULT_IMAGE = "paddlepaddle/paddle:2.6.1"  # the portal's default image
 INPUT_VARIABLE = "PADDLE_INPUT_DIR"  # --input, as the replicas see it (local trainings only)
 RESERVED = RESERVED_ENV | {INPUT_VARIABLE}
 STOP_GRACE_SECONDS = 10.0  # as the portal: SIGTERM, then SIGKILL after this long
@@ -128,7 +128,7 @@ def module_resolve(package: Path, module: str) -> str:
 
 
 def _job_name(package: Path) -> str:
-    name = re.sub(r"[^a-z0-9-]+", "-", package.name.lower()).strip("-")[:40].strip("-")
+    name = re.sub(r"[^a-z0-9-]+", "-", package.name.lower()).strip("-")[:JOB_NAME_MAX].strip("-")
     return name or "local"
 
 
@@ -187,9 +187,8 @@ def plan_build(*, package: str | None, module: str | None, entry: str | None,
         raise UsageError(f"local train: at most {MAX_REPLICAS} replicas on one machine")
     if passes < 1:
         raise UsageError(f"local train: --passes {passes}: at least 1")
-    if jobname is not None and not JOB_NAME_RE.match(jobname):
-        raise UsageError(f"local train: --jobname {jobname}: lower-case letters, digits and "
-                         "'-', starting and ending with a letter or digit")
+    if jobname is not None and (problem := name_problem(jobname)) is not None:
+        raise UsageError(f"local train: --jobname {jobname}: {problem}")
     job = LocalJob(name=jobname or _job_name(pkg), trainers=trainers, pservers=pservers,
                    passes=passes, env=env_parse(env or []))
     return Plan(job=job, package=pkg, input=input_path, output=output_path, module=module,

@@ -357,8 +357,8 @@ def test_ctrl_c_stops_every_replica(cli, dirs, no_engine):
      "local: argument --trainers/-trainers: invalid int value: 'two' "
      "(see `paddlectl help local`)"),
     (["--package-path", "{pkg}", "--module", "train", "--jobname", "Big_Job"],
-     "local train: --jobname Big_Job: lower-case letters, digits and '-', starting and "
-     "ending with a letter or digit"),
+     "local train: --jobname Big_Job: '_' is not allowed (Kubernetes object names cannot "
+     "contain it); use '-'"),
 ])
 def test_mistakes_are_one_line_and_start_nothing(cli, dirs, no_engine, args, message):
     where = {"root": dirs.root, "pkg": dirs.pkg}
