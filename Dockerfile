@@ -9,11 +9,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY paddlecloud_core ./paddlecloud_core
 COPY paddlecloud ./paddlecloud
 COPY accounts ./accounts
 COPY jobs ./jobs
 COPY pfs ./pfs
 COPY registries ./registries
+COPY dashboard ./dashboard
 COPY paddlecloud_sdk ./paddlecloud_sdk
 COPY paddlectl ./paddlectl
 COPY templates ./templates

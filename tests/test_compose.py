@@ -1,14 +1,22 @@
 """docker-compose.yml describes the full stack. (No Docker engine runs in CI, so this checks
-what can be checked without one: the services, and that every command they run exists.)"""
+what can be checked without one: the services, that every command they run exists, and that
+the image built by the Dockerfile holds every package and file the project is made of.)"""
 
 from __future__ import annotations
 
+import fnmatch
+import json
+import posixpath
+import re
+import tomllib
 from pathlib import Path
 
 import yaml
 from django.core.management import get_commands
 
 ROOT = Path(__file__).resolve().parent.parent
+# Beside the packages: what the portal reads at run time, and what ``pip install`` reads.
+NEEDED_FILES = ("templates", "static", "manage.py", "pyproject.toml", "README.md")
 
 
 def load() -> dict:
@@ -36,6 +44,100 @@ def test_commands_name_things_that_exist():
     assert "--no-worker" in web  # the worker and beat services do that work
     assert services["worker"]["command"].startswith("celery -A paddlecloud worker")
     assert services["beat"]["command"].startswith("celery -A paddlecloud beat")
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    for path in ("paddlecloud", "accounts", "paddlectl", "templates", "static", "manage.py"):
-        assert f"COPY {path} " in dockerfile, path
+
+
+def packages() -> list[str]:
+    """The top-level packages of the distribution: the directories with an ``__init__.py`` at
+    the root that pyproject.toml's ``[tool.setuptools.packages.find]`` takes."""
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"]["find"]
+    return sorted(
+        path.name for path in ROOT.iterdir() if (path / "__init__.py").is_file()
+        and any(fnmatch.fnmatchcase(path.name, p) for p in find.get("include", ["*"]))
+        and not any(fnmatch.fnmatchcase(path.name, p) for p in find.get("exclude", [])))
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """A Dockerfile's instructions as (keyword, arguments): continued lines joined, comments
+    and blank lines dropped."""
+    found, pending = [], ""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        keyword, _, arguments = (pending + line).partition(" ")
+        found.append((keyword.upper(), arguments.strip()))
+        pending = ""
+    return found
+
+
+def image_copies(text: str) -> tuple[dict[str, str], str]:
+    """Where the build context lands in the image: {path in the context: path in the image}
+    for every COPY or ADD from the context (a directory's contents land at its destination),
+    and the final WORKDIR, where the portal is installed and runs."""
+    copies, workdir = {}, "/"
+    for keyword, arguments in instructions(text):
+        if keyword == "WORKDIR":
+            workdir = posixpath.join(workdir, arguments)
+        if keyword not in ("COPY", "ADD"):
+            continue
+        flags, words = re.fullmatch(r"((?:--\S+\s+)*)(.*)", arguments).groups()
+        if any(flag.startswith("--from=") for flag in flags.split()):
+            continue  # from another stage or image, not from the context
+        *sources, dest = json.loads(words) if words.startswith("[") else words.split()
+        target = posixpath.normpath(posixpath.join(workdir, dest))
+        into = dest.endswith("/") or len(sources) > 1 or target == posixpath.normpath(workdir)
+        for source in sources:
+            source = posixpath.normpath(source.lstrip("/") or ".")
+            for rel in ([p.relative_to(ROOT).as_posix() for p in sorted(ROOT.glob(source))]
+                        if re.search(r"[*?[]", source) else [source]):
+                # A file copied into a directory keeps its name; a directory's contents land
+                # at the destination itself.
+                copies[rel] = (posixpath.join(target, posixpath.basename(rel))
+                               if into and (ROOT / rel).is_file() else target)
+    return copies, posixpath.normpath(workdir)
+
+
+def dockerignored(path: str) -> bool:
+    """Whether .dockerignore keeps ``path`` out of the build context: as Docker decides, by
+    the last pattern that matches the path or a directory above it (``!`` lets it back in)."""
+    ignore = ROOT / ".dockerignore"
+    lines = ignore.read_text().splitlines() if ignore.is_file() else []
+    parts = path.split("/")
+    above = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    ignored = False
+    for line in (line.strip() for line in lines):
+        if not line or line.startswith("#"):
+            continue
+        keep = line.startswith("!")
+        pattern = posixpath.normpath(line.lstrip("!").strip().lstrip("/"))
+        regex = "".join({"**/": "(.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}.get(
+            token, re.escape(token)) for token in re.split(r"(\*\*/|\*\*|\*|\?)", pattern))
+        if any(re.fullmatch(regex, candidate) for candidate in above):
+            ignored = not keep
+    return ignored
+
+
+def lands(path: str, copies: dict[str, str]) -> str | None:
+    """Where ``path`` of the context lands in the image (None: it is not copied)."""
+    for source, dest in copies.items():
+        if source == ".":
+            return posixpath.join(dest, path)
+        if path == source or path.startswith(source + "/"):
+            return posixpath.join(dest, path[len(source):].lstrip("/")).rstrip("/")
+    return None
+
+
+def test_the_image_holds_every_package_and_file_of_the_project():
+    """pip installs the project in the image from what the Dockerfile copied: a package or
+    file it leaves out is missing from the image (as dashboard/ once was)."""
+    needed = [*packages(), *NEEDED_FILES]
+    assert {"paddlecloud", "jobs", "paddlectl"} <= set(needed)  # pyproject.toml was read
+    assert [path for path in needed if not (ROOT / path).exists()] == []
+    assert [path for path in needed if dockerignored(path)] == [], "kept out by .dockerignore"
+    copies, workdir = image_copies((ROOT / "Dockerfile").read_text())
+    missing = [path for path in needed if lands(path, copies) != posixpath.join(workdir, path)]
+    assert missing == [], f"the Dockerfile does not copy these to {workdir}/: {missing}"

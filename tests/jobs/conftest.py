@@ -1,5 +1,5 @@
-"""The jobs tests' fixtures: the fake API server, and the WebSocket app on both channel
-layers."""
+"""The jobs tests' fixtures: the fake API server and a datacenter on it, and the WebSocket app
+on both channel layers."""
 
 import copy
 
@@ -9,7 +9,27 @@ from channels.layers import channel_layers
 from django.conf import settings as django_settings
 from django.db import connections
 
-from tests.k8s_api_server.fixtures import k8s_api  # noqa: F401 - the fake API server fixture
+from accounts.models import Datacenter
+from jobs.backends.kubernetes.client import kube_forget
+from jobs.backends.kubernetes.pods_watch import pod_caches_stop
+from tests.k8s_api_server import fixtures
+
+k8s_api = fixtures.k8s_api  # the fake API server, a fixture
+
+
+@pytest.fixture
+def kube_datacenter(k8s_api, datacenter, settings):
+    """datacenter1 on the Kubernetes backend, its cluster the fake API server and its PFS a
+    hostPath in pods; the backend's cached clients and pod watches go with the test."""
+    settings.PADDLECLOUD_KUBE_TIMEOUT = 2
+    settings.PADDLECLOUD_KUBE_ATTEMPTS = 3
+    Datacenter.objects.filter(pk=datacenter.pk).update(
+        backend="kubernetes", kubeconfig=str(k8s_api.kubeconfig_path),
+        kube_volume={"hostPath": {"path": "/mnt/pfs"}})
+    datacenter.refresh_from_db()
+    yield datacenter
+    pod_caches_stop()
+    kube_forget()
 
 
 @pytest.fixture(params=["redis", "in-process"])

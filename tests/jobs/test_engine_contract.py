@@ -84,21 +84,18 @@ def driver(request, datacenter, settings, pfs_home, monkeypatch):
     if request.param == "local":
         yield Driver("local")
         return
+    if request.param == "kubernetes":
+        request.getfixturevalue("kube_datacenter")
+        yield FakeKubernetesDriver(request.getfixturevalue("k8s_api"))
+        return
     settings.PADDLECLOUD_KUBE_TIMEOUT = 2
     settings.PADDLECLOUD_KUBE_ATTEMPTS = 3
-    if request.param == "kubernetes":
-        k8s_api = request.getfixturevalue("k8s_api")
-        kubeconfig, volume = str(k8s_api.kubeconfig_path), {"hostPath": {"path": "/mnt/pfs"}}
-        made = FakeKubernetesDriver(k8s_api)
-    else:
-        kubeconfig = REAL_KUBECONFIG
-        volume = {"hostPath": {"path": os.environ.get("PADDLECLOUD_TEST_KUBE_PFS",
-                                                      str(pfs_home.parents[2]))}}
-        made = Driver("kubernetes")
+    volume = {"hostPath": {"path": os.environ.get("PADDLECLOUD_TEST_KUBE_PFS",
+                                                  str(pfs_home.parents[2]))}}
     Datacenter.objects.filter(pk=datacenter.pk).update(
-        backend="kubernetes", kubeconfig=kubeconfig, kube_volume=volume)
+        backend="kubernetes", kubeconfig=REAL_KUBECONFIG, kube_volume=volume)
     datacenter.refresh_from_db()
-    yield made
+    yield Driver("kubernetes")
     pod_caches_stop()
     kube_forget()
 
