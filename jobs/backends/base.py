@@ -44,7 +44,9 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def observe(self, job, replica) -> Observation:
-        """What has become of the replica's current attempt."""
+        """What has become of the replica's current attempt. ``NOT_STARTED`` only where
+        replicas start one by one (local); on Kubernetes ``prepare`` makes the controllers
+        that start every pod, so a prepared replica is already waiting or running."""
 
     @abc.abstractmethod
     def stop(self, job, replicas, grace: float) -> None:
