@@ -21,7 +21,7 @@ COPY paddlectl ./paddlectl
 COPY templates ./templates
 COPY static ./static
 COPY manage.py ./
-RUN pip install -e . \
+RUN pip install -e ".[server]" \
  && DEBUG=0 SECRET_KEY=only-for-collectstatic python manage.py collectstatic --no-input -v 0 \
  && useradd --system --uid 999 --home /var/lib/paddlecloud paddlecloud \
  && mkdir -p /var/lib/paddlecloud && chown paddlecloud /var/lib/paddlecloud

@@ -141,3 +141,14 @@ def test_the_image_holds_every_package_and_file_of_the_project():
     copies, workdir = image_copies((ROOT / "Dockerfile").read_text())
     missing = [path for path in needed if lands(path, copies) != posixpath.join(workdir, path)]
     assert missing == [], f"the Dockerfile does not copy these to {workdir}/: {missing}"
+
+
+def test_the_image_installs_the_portal_not_only_the_client():
+    """``pip install .`` is the client (paddlectl, the SDK); the portal is the ``server``
+    extra, which the image must ask for."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not any(dep.lower().startswith("django") for dep in project["dependencies"])
+    assert any(dep.lower().startswith("django") for dep in project["optional-dependencies"]
+               ["server"])
+    installs = re.findall(r"pip install\s+(?:-\S+\s+)*(\S+)", (ROOT / "Dockerfile").read_text())
+    assert installs and all(target.strip("\"'") == ".[server]" for target in installs), installs
