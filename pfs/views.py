@@ -4,7 +4,7 @@ service, serialize."""
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import serializers, status
+from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -14,80 +14,20 @@ from paddlecloud.errors import ValidationError
 from paddlecloud_core.quantity import format_bytes
 
 from . import services
+from .serializers import (
+    EntrySerializer,
+    ListingSerializer,
+    MkdirSerializer,
+    RemovedSerializer,
+    UploadCreateSerializer,
+    UploadSerializer,
+    UsageSerializer,
+)
 
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409, 413)}
 TRUE = ("1", "true", "yes", "on")
 PATH = OpenApiParameter("path", str, required=True,
                         description="/pfs/{datacenter}/home/{user}/… or /pfs/{datacenter}/public/…")
-
-
-class EntrySerializer(serializers.Serializer):
-    name = serializers.CharField()
-    path = serializers.CharField()
-    type = serializers.ChoiceField(["file", "dir", "link", "other"])
-    size = serializers.IntegerField()
-    mtime = serializers.DateTimeField()
-    target = serializers.CharField(allow_null=True)
-
-
-class ListingSerializer(serializers.Serializer):
-    path = serializers.CharField()
-    type = serializers.CharField()
-    entries = EntrySerializer(many=True)
-
-
-class MkdirSerializer(serializers.Serializer):
-    path = serializers.CharField(max_length=4096, trim_whitespace=False)
-    parents = serializers.BooleanField(default=False)
-
-
-class RemovedSerializer(serializers.Serializer):
-    path = serializers.CharField()
-    freed = serializers.IntegerField()
-
-
-class UsageSerializer(serializers.Serializer):
-    used = serializers.IntegerField(help_text="bytes the files of your home hold (apparent "
-                                              "sizes, as du --apparent-size)")
-    reserved = serializers.IntegerField(help_text="bytes reserved by your uploads in progress")
-    limit = serializers.IntegerField()
-    used_display = serializers.CharField()
-    reserved_display = serializers.CharField()
-    limit_display = serializers.CharField()
-    measured_at = serializers.DateTimeField(allow_null=True)
-
-
-class UploadCreateSerializer(serializers.Serializer):
-    path = serializers.CharField(max_length=4096, trim_whitespace=False)
-    size = serializers.IntegerField(min_value=0)
-    sha256 = serializers.CharField(
-        max_length=64, min_length=64, required=False,
-        help_text="SHA-256 of the whole upload; or send it as X-Checksum-Sha256 with the "
-                  "last chunk")
-    kind = serializers.ChoiceField(["file", "tar"], default="file")
-    overwrite = serializers.BooleanField(default=True)
-    parents = serializers.BooleanField(default=False)
-
-
-class UploadSerializer(serializers.Serializer):
-    id = serializers.UUIDField()
-    path = serializers.CharField()
-    kind = serializers.CharField()
-    size = serializers.IntegerField()
-    offset = serializers.IntegerField()
-    chunk_size = serializers.SerializerMethodField()
-    complete = serializers.SerializerMethodField()
-    result = serializers.JSONField(
-        allow_null=True, help_text="once complete: what was stored (entry, or files/bytes)")
-    created_at = serializers.DateTimeField()
-
-    def get_complete(self, session) -> bool:
-        return session.completed_at is not None
-
-    def get_chunk_size(self, session) -> int:
-        from django.conf import settings
-
-        return settings.PADDLECLOUD_PFS_CHUNK_SIZE
 
 
 def _query_path(request) -> str:
