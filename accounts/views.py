@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 
 from paddlecloud import __version__
 from paddlecloud.errors import ValidationError
+from paddlecloud.views import DatacenterAPIView
 
 from . import selectors, services
 from .models import ApiToken
@@ -115,12 +116,11 @@ class TokenDetailView(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class MeView(APIView):
+class MeView(DatacenterAPIView):
     @extend_schema(responses={200: MeSerializer, **ERRORS},
                    summary="You, your datacenters and your quota in the current one")
     def get(self, request):
-        datacenter = selectors.request_datacenter(request)
-        user = request.user
+        datacenter, user = self.datacenter, request.user
         return Response({
             "username": user.username,
             "email": user.email,

@@ -9,11 +9,10 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from accounts.selectors import request_datacenter
 from accounts.serializers import ErrorSerializer
 from paddlecloud.errors import ValidationError
+from paddlecloud.views import DatacenterAPIView
 
 from . import logs, services
 from .admission import quota_report
@@ -44,14 +43,14 @@ class JobCursor(CursorPagination):
     max_page_size = 500
 
 
-class JobListView(APIView):
+class JobListView(DatacenterAPIView):
     @extend_schema(parameters=[
         OpenApiParameter("state", str, description="comma-separated states"),
         OpenApiParameter("name", str, description="part of the name"),
         OpenApiParameter("limit", int), OpenApiParameter("cursor", str)],
         responses={200: JobSerializer(many=True), **ERRORS}, summary="Your jobs, newest first")
     def get(self, request):
-        jobs = services.job_list(request.user, request_datacenter(request),
+        jobs = services.job_list(request.user, self.datacenter,
                                  state=request.query_params.get("state"),
                                  name=request.query_params.get("name"))
         paginator = JobCursor()
@@ -64,7 +63,7 @@ class JobListView(APIView):
     def post(self, request):
         if not isinstance(request.data, dict):
             raise ValidationError("the job must be a JSON object")
-        job, spec, objects = services.job_submit(request.user, request_datacenter(request),
+        job, spec, objects = services.job_submit(request.user, self.datacenter,
                                                  request.data)
         if job is None:
             return Response({"dry_run": True, "job": job_spec_display(spec),
@@ -72,52 +71,52 @@ class JobListView(APIView):
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
 
-class JobDetailView(APIView):
+class JobDetailView(DatacenterAPIView):
     @extend_schema(responses={200: JobSerializer, **ERRORS}, summary="One job")
     def get(self, request, name: str):
-        job = services.job_get(request.user, request_datacenter(request), name)
+        job = services.job_get(request.user, self.datacenter, name)
         return Response(JobSerializer(job).data)
 
     @extend_schema(responses={204: None, **ERRORS},
                    summary="Delete an ended job from history (its output stays in PFS)")
     def delete(self, request, name: str):
-        services.job_delete(request.user, request_datacenter(request), name)
+        services.job_delete(request.user, self.datacenter, name)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class JobKillView(APIView):
+class JobKillView(DatacenterAPIView):
     @extend_schema(request=None, responses={200: JobSerializer, **ERRORS},
                    summary="Kill a job: every replica is stopped")
     def post(self, request, name: str):
-        job = services.job_kill(request.user, request_datacenter(request), name)
+        job = services.job_kill(request.user, self.datacenter, name)
         return Response(JobSerializer(job).data)
 
 
-class JobWorkersView(APIView):
+class JobWorkersView(DatacenterAPIView):
     @extend_schema(responses={200: WorkerSerializer(many=True), **ERRORS},
                    summary="The job's workers (parameter servers and trainers)")
     def get(self, request, name: str):
-        job = services.job_get(request.user, request_datacenter(request), name)
+        job = services.job_get(request.user, self.datacenter, name)
         return Response(WorkerSerializer(job.replicas.order_by("role", "index"), many=True).data)
 
 
-class JobEventsView(APIView):
+class JobEventsView(DatacenterAPIView):
     @extend_schema(responses={200: EventSerializer(many=True), **ERRORS},
                    summary="Every state change of the job and its workers, oldest first")
     def get(self, request, name: str):
-        job = services.job_get(request.user, request_datacenter(request), name)
+        job = services.job_get(request.user, self.datacenter, name)
         events = job.events.select_related("replica")
         return Response(EventSerializer(events, many=True).data)
 
 
-class QuotaView(APIView):
+class QuotaView(DatacenterAPIView):
     @extend_schema(responses={200: QuotaUseSerializer, **ERRORS},
                    summary="Your quota in this datacenter: each resource's limit and use")
     def get(self, request):
-        return Response(quota_report(request.user, request_datacenter(request)))
+        return Response(quota_report(request.user, self.datacenter))
 
 
-class JobLogsView(APIView):
+class JobLogsView(DatacenterAPIView):
     @extend_schema(parameters=[
         OpenApiParameter("worker", str, description="e.g. trainer-0 (default), pserver-1"),
         OpenApiParameter("tail", int, description="only the last N lines"),
@@ -125,7 +124,7 @@ class JobLogsView(APIView):
         responses={(200, "text/plain"): OpenApiTypes.STR, **ERRORS},
         summary="A worker's log (kept after the job ends)")
     def get(self, request, name: str):
-        job = services.job_get(request.user, request_datacenter(request), name)
+        job = services.job_get(request.user, self.datacenter, name)
         replica = services.job_worker(job, request.query_params.get("worker"))
         tail = request.query_params.get("tail")
         if tail is not None and (not tail.isdigit() or int(tail) > MAX_TAIL):
@@ -142,14 +141,14 @@ class JobLogsView(APIView):
         return _streaming(logs.blocks(file, offset, finished))
 
 
-class JobMetricsView(APIView):
+class JobMetricsView(DatacenterAPIView):
     @extend_schema(parameters=[
         OpenApiParameter("worker", str, description="e.g. trainer-0 (default), pserver-1"),
         OpenApiParameter("from", int, description="the line to start from (an answer's next)")],
         responses={200: JobMetricsSerializer, **ERRORS},
         summary="What a worker reported with paddlecloud_sdk.report(step=…, **metrics)")
     def get(self, request, name: str):
-        job = services.job_get(request.user, request_datacenter(request), name)
+        job = services.job_get(request.user, self.datacenter, name)
         replica = services.job_worker(job, request.query_params.get("worker"))
         first = line_number(request.query_params.get("from", "0"))
         return Response(metrics_get(job, replica, first))

@@ -1,10 +1,17 @@
-"""The few pages the project itself serves: the home page and the health check."""
+"""The few pages the project itself serves (the home page and the health check), and what
+every app's API views build on: ``DatacenterAPIView`` for a view that acts in a datacenter."""
+
+from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET
+from rest_framework.views import APIView
+
+from accounts.models import Datacenter
+from accounts.selectors import request_datacenter
 
 
 @login_required
@@ -23,4 +30,21 @@ def healthz(request):
     except Exception as exc:  # any database failure means "not healthy"
         return JsonResponse({"status": "unhealthy", "database": str(exc)}, status=503)
     return JsonResponse({"status": "ok"})
+
+
+class DatacenterAPIView(APIView):
+    """An API view that acts in one datacenter: ``self.datacenter``, resolved once a request
+    by ``accounts.selectors.request_datacenter`` (the token's datacenter, else the one the
+    request names, checked against the user's memberships).
+
+    It is resolved after authentication and the permission checks, before the handler: a
+    request without credentials is still a 401, and a user who is not a member gets the 403
+    that names the datacenter before anything else is looked at.
+    """
+
+    datacenter: Datacenter
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        self.datacenter = request_datacenter(request)
 

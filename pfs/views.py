@@ -6,11 +6,10 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from accounts.selectors import request_datacenter
 from accounts.serializers import ErrorSerializer
 from paddlecloud.errors import ValidationError
+from paddlecloud.views import DatacenterAPIView
 from paddlecloud_core.quantity import format_bytes
 
 from . import services
@@ -48,13 +47,13 @@ def _validated(serializer_class, request) -> dict:
     return serializer.validated_data
 
 
-class FilesView(APIView):
+class FilesView(DatacenterAPIView):
     @extend_schema(parameters=[PATH, OpenApiParameter("recursive", bool)],
                    responses={200: ListingSerializer, **ERRORS},
                    summary="List a directory (or show a file), like ls")
     def get(self, request):
         target, entry, entries = services.pfs_list(
-            request.user, request_datacenter(request), _query_path(request),
+            request.user, self.datacenter, _query_path(request),
             recursive=_flag(request, "recursive"))
         base = len(target.rel)
         listing = [services.entry_json(target.child(e.rel), e, name="/".join(e.rel[base:])
@@ -66,37 +65,37 @@ class FilesView(APIView):
                    summary="Remove a file, link or directory (recursive only when asked)")
     def delete(self, request):
         target, freed = services.pfs_remove(
-            request.user, request_datacenter(request), _query_path(request),
+            request.user, self.datacenter, _query_path(request),
             recursive=_flag(request, "recursive"))
         return Response({"path": str(target.path), "freed": freed})
 
 
-class StatView(APIView):
+class StatView(DatacenterAPIView):
     @extend_schema(parameters=[PATH], responses={200: EntrySerializer, **ERRORS},
                    summary="One file's or directory's type, size and time")
     def get(self, request):
-        target, entry = services.pfs_stat(request.user, request_datacenter(request),
+        target, entry = services.pfs_stat(request.user, self.datacenter,
                                           _query_path(request))
         return Response(services.entry_json(str(target.path), entry))
 
 
-class MkdirView(APIView):
+class MkdirView(DatacenterAPIView):
     @extend_schema(request=MkdirSerializer, responses={201: EntrySerializer, **ERRORS},
                    summary="Create a directory (and its parents when asked)")
     def post(self, request):
         data = _validated(MkdirSerializer, request)
-        target, entry = services.pfs_mkdir(request.user, request_datacenter(request),
+        target, entry = services.pfs_mkdir(request.user, self.datacenter,
                                            data["path"], parents=data["parents"])
         return Response(services.entry_json(str(target.path), entry),
                         status=status.HTTP_201_CREATED)
 
 
-class UsageView(APIView):
+class UsageView(DatacenterAPIView):
     @extend_schema(responses={200: UsageSerializer, **ERRORS},
                    summary="Bytes in your home and reserved by uploads, against your storage "
                            "quota")
     def get(self, request):
-        usage = services.usage_report(request.user, request_datacenter(request))
+        usage = services.usage_report(request.user, self.datacenter)
         return Response({"used": usage.used, "reserved": usage.reserved, "limit": usage.limit,
                          "used_display": format_bytes(usage.used),
                          "reserved_display": format_bytes(usage.reserved),
@@ -104,24 +103,24 @@ class UsageView(APIView):
                          "measured_at": usage.measured_at})
 
 
-class UploadListView(APIView):
+class UploadListView(DatacenterAPIView):
     @extend_schema(request=UploadCreateSerializer, responses={201: UploadSerializer, **ERRORS},
                    summary="Start a resumable upload (then PATCH its bytes in chunks)")
     def post(self, request):
         data = _validated(UploadCreateSerializer, request)
-        session = services.upload_create(request.user, request_datacenter(request), **data)
+        session = services.upload_create(request.user, self.datacenter, **data)
         return Response(UploadSerializer(session).data, status=status.HTTP_201_CREATED)
 
 
-class UploadDetailView(APIView):
+class UploadDetailView(DatacenterAPIView):
     @extend_schema(responses={200: UploadSerializer, **ERRORS},
                    summary="An upload in progress: how many bytes the server has")
     def get(self, request, upload_id):
-        session = services.upload_get(request.user, request_datacenter(request), upload_id)
+        session = services.upload_get(request.user, self.datacenter, upload_id)
         return Response(UploadSerializer(session).data)
 
     @extend_schema(responses={204: None, **ERRORS}, summary="Abandon an upload")
     def delete(self, request, upload_id):
-        session = services.upload_get(request.user, request_datacenter(request), upload_id)
+        session = services.upload_get(request.user, self.datacenter, upload_id)
         services.upload_abort(session)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -2,13 +2,69 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+from django.urls import URLResolver, get_resolver, reverse
+from django.urls.converters import IntConverter, UUIDConverter
 
 from accounts.models import Membership, Quota
 from accounts.services import token_create
+from paddlecloud.views import DatacenterAPIView
 from tests.conftest import PASSWORD, assert_error
 
 pytestmark = pytest.mark.django_db
+
+
+def datacenter_endpoints(patterns=None) -> list[tuple[str, str]]:
+    """(method, URL) of every API view that acts in a datacenter, found in the URLconf."""
+    found = []
+    for pattern in get_resolver().url_patterns if patterns is None else patterns:
+        if isinstance(pattern, URLResolver):
+            found += datacenter_endpoints(pattern.url_patterns)
+            continue
+        view = getattr(pattern.callback, "view_class", None)
+        if view is None or not issubclass(view, DatacenterAPIView):
+            continue
+        kwargs = {name: 7 if isinstance(converter, IntConverter)
+                  else uuid.UUID(int=7) if isinstance(converter, UUIDConverter) else "x"
+                  for name, converter in pattern.pattern.converters.items()}
+        url = reverse(pattern.name, kwargs=kwargs)
+        found += [(method, url) for method in ("get", "post", "patch", "put", "delete")
+                  if hasattr(view, method)]
+    return found
+
+
+ENDPOINTS = datacenter_endpoints()
+
+
+def test_every_api_view_of_a_datacenter_is_found():
+    urls = {url for _method, url in ENDPOINTS}
+    assert {"/api/v1/me", "/api/v1/jobs/", "/api/v1/jobs/x/logs", "/api/v1/pfs/files",
+            "/api/v1/registries/x/", "/api/v1/quota"} <= urls
+    assert len(ENDPOINTS) >= 20
+
+
+@pytest.mark.parametrize(("method", "url"), ENDPOINTS)
+def test_without_credentials_every_datacenter_endpoint_is_a_401(api, alice, method, url):
+    assert_error(getattr(api, method)(url, {}, format="json"), 401, "not_authenticated")
+
+
+@pytest.mark.parametrize(("method", "url"), ENDPOINTS)
+def test_a_removed_member_is_refused_by_every_datacenter_endpoint(token_client, alice, method,
+                                                                  url):
+    Membership.objects.filter(user=alice).delete()
+    body = assert_error(getattr(token_client, method)(url, {}, format="json"), 403,
+                        "not_a_member", field="datacenter")
+    assert "'datacenter1'" in body["message"]
+
+
+@pytest.mark.parametrize(("method", "url"), ENDPOINTS)
+def test_a_token_is_refused_in_another_datacenter_by_every_endpoint(
+        token_client, other_datacenter, method, url):
+    response = getattr(token_client, method)(url, {}, format="json",
+                                             HTTP_X_PADDLE_DATACENTER="datacenter2")
+    assert_error(response, 403, "wrong_datacenter", field="datacenter")
 
 
 def test_login_to_a_datacenter_you_do_not_belong_to(api, alice, other_datacenter):
