@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from accounts.serializers import ErrorSerializer
 from paddlecloud.errors import ValidationError
-from paddlecloud.views import DatacenterAPIView
+from paddlecloud.views import DatacenterAPIView, flag_parameter, query_flag
 
 from . import logs, services
 from .admission import quota_report
@@ -120,7 +120,7 @@ class JobLogsView(DatacenterAPIView):
     @extend_schema(parameters=[
         OpenApiParameter("worker", str, description="e.g. trainer-0 (default), pserver-1"),
         OpenApiParameter("tail", int, description="only the last N lines"),
-        OpenApiParameter("follow", bool, description="keep streaming until the worker ends")],
+        flag_parameter("follow", "keep streaming until the worker ends")],
         responses={(200, "text/plain"): OpenApiTypes.STR, **ERRORS},
         summary="A worker's log (kept after the job ends)")
     def get(self, request, name: str):
@@ -130,7 +130,7 @@ class JobLogsView(DatacenterAPIView):
         if tail is not None and (not tail.isdigit() or int(tail) > MAX_TAIL):
             raise ValidationError.for_field("tail", f"a whole number from 0 to {MAX_TAIL}")
         tail = int(tail) if tail is not None else None
-        follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
+        follow = query_flag(request, "follow")
         live = backend_for(job.datacenter).log_stream(job, replica, follow=follow, tail=tail)
         if live is not None:  # from where it runs (a pod), not the archive
             return _streaming(logs.from_sync(live))

@@ -1,5 +1,6 @@
 """The few pages the project itself serves (the home page and the health check), and what
-every app's API views build on: ``DatacenterAPIView`` for a view that acts in a datacenter."""
+every app's API views build on: ``DatacenterAPIView`` for a view that acts in a datacenter,
+``query_flag`` for a boolean query parameter."""
 
 from __future__ import annotations
 
@@ -8,10 +9,18 @@ from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework.views import APIView
 
 from accounts.models import Datacenter
 from accounts.selectors import request_datacenter
+
+from .errors import ValidationError
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+FLAG_RULE = (f"a boolean: {', '.join(TRUE_WORDS[:-1])} or {TRUE_WORDS[-1]} for true; "
+             f"{', '.join(FALSE_WORDS[:-1])} or {FALSE_WORDS[-1]} for false (any case)")
 
 
 @login_required
@@ -48,3 +57,22 @@ class DatacenterAPIView(APIView):
         super().initial(request, *args, **kwargs)
         self.datacenter = request_datacenter(request)
 
+
+def query_flag(request, name: str, default: bool = False) -> bool:
+    """The boolean query parameter ``name``: ``default`` when absent; else one of
+    ``TRUE_WORDS`` or ``FALSE_WORDS`` in any case; anything else (an empty value too) is a
+    400 that names the parameter and the rule. For DRF's requests and Django's alike."""
+    value = request.GET.get(name)
+    if value is None:
+        return default
+    word = value.lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ValidationError.for_field(name, FLAG_RULE)
+
+
+def flag_parameter(name: str, description: str) -> OpenApiParameter:
+    """A boolean query parameter read with ``query_flag``, for ``extend_schema``."""
+    return OpenApiParameter(name, bool, description=f"{description}; {FLAG_RULE}")

@@ -6,6 +6,8 @@ postprocessing hook describes them beside the rest of the PFS API.
 
 from __future__ import annotations
 
+from paddlecloud.views import FLAG_RULE
+
 ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
 ENTRY = {"application/json": {"schema": {"$ref": "#/components/schemas/Entry"}}}
 BINARY = {"schema": {"type": "string", "format": "binary"}}
@@ -19,7 +21,7 @@ def _errors(*codes: int) -> dict:
 
 def _flag(name: str, description: str) -> dict:
     return {"name": name, "in": "query", "schema": {"type": "boolean"},
-            "description": description}
+            "description": f"{description}; {FLAG_RULE}"}
 
 
 def _header(name: str, description: str, *, required: bool = True, kind="string") -> dict:

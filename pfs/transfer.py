@@ -42,6 +42,7 @@ from paddlecloud.errors import (
     render_error,
 )
 from paddlecloud.security import asgi_request, https_redirect, no_view, security_headers
+from paddlecloud.views import query_flag
 
 from . import services, tar
 
@@ -50,7 +51,6 @@ logger = logging.getLogger(__name__)
 CONTENT_RE = re.compile(r"^/api/v1/pfs/content/?$")
 UPLOAD_RE = re.compile(r"^/api/v1/pfs/uploads/(?P<id>[0-9a-fA-F-]{32,36})/?$")
 BUFFER = 1 << 20
-TRUE = ("1", "true", "yes", "on")
 
 database = sync_to_async  # thread_sensitive: the one thread Django's database code runs in
 
@@ -276,8 +276,8 @@ class PfsTransferApp:
         session = await database(services.upload_prepare)(
             user, datacenter, path=query.get("path", ""), size=size, kind=kind,
             sha256=exchange.header("x-checksum-sha256") or query.get("sha256", ""),
-            overwrite=query.get("overwrite", "1").lower() in TRUE,
-            parents=query.get("parents", "").lower() in TRUE)
+            overwrite=query_flag(request, "overwrite", default=True),
+            parents=query_flag(request, "parents"))
         upload = None
         try:
             upload = await asyncio.to_thread(services.upload_open, session)

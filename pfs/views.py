@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from accounts.serializers import ErrorSerializer
 from paddlecloud.errors import ValidationError
-from paddlecloud.views import DatacenterAPIView
+from paddlecloud.views import DatacenterAPIView, flag_parameter, query_flag
 from paddlecloud_core.quantity import format_bytes
 
 from . import services
@@ -24,7 +24,6 @@ from .serializers import (
 )
 
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409, 413)}
-TRUE = ("1", "true", "yes", "on")
 PATH = OpenApiParameter("path", str, required=True,
                         description="/pfs/{datacenter}/home/{user}/… or /pfs/{datacenter}/public/…")
 
@@ -37,10 +36,6 @@ def _query_path(request) -> str:
     return path
 
 
-def _flag(request, name: str) -> bool:
-    return request.query_params.get(name, "").lower() in TRUE
-
-
 def _validated(serializer_class, request) -> dict:
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
@@ -48,25 +43,27 @@ def _validated(serializer_class, request) -> dict:
 
 
 class FilesView(DatacenterAPIView):
-    @extend_schema(parameters=[PATH, OpenApiParameter("recursive", bool)],
+    @extend_schema(parameters=[PATH, flag_parameter("recursive", "every entry below, not "
+                                                                 "only the children")],
                    responses={200: ListingSerializer, **ERRORS},
                    summary="List a directory (or show a file), like ls")
     def get(self, request):
         target, entry, entries = services.pfs_list(
             request.user, self.datacenter, _query_path(request),
-            recursive=_flag(request, "recursive"))
+            recursive=query_flag(request, "recursive"))
         base = len(target.rel)
         listing = [services.entry_json(target.child(e.rel), e, name="/".join(e.rel[base:])
                                        or e.name) for e in entries]
         return Response({"path": str(target.path), "type": entry.type, "entries": listing})
 
-    @extend_schema(parameters=[PATH, OpenApiParameter("recursive", bool)],
+    @extend_schema(parameters=[PATH, flag_parameter("recursive", "a directory with all it "
+                                                                 "holds")],
                    responses={200: RemovedSerializer, **ERRORS},
                    summary="Remove a file, link or directory (recursive only when asked)")
     def delete(self, request):
         target, freed = services.pfs_remove(
             request.user, self.datacenter, _query_path(request),
-            recursive=_flag(request, "recursive"))
+            recursive=query_flag(request, "recursive"))
         return Response({"path": str(target.path), "freed": freed})
 
 

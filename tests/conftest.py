@@ -260,3 +260,10 @@ def close_server_connections():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                            "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
+# Every spelling of a boolean query parameter the API takes (``follow``, ``recursive``,
+# ``parents``, ``overwrite``), with what it means; anything else is a 400 naming the parameter.
+FLAG_SPELLINGS = [("1", True), ("true", True), ("True", True), ("YES", True), ("on", True),
+                  ("0", False), ("false", False), ("FALSE", False), ("no", False), ("Off", False)]
+BAD_FLAGS = ["", "2", "y", "enabled", "true "]

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -24,7 +24,8 @@ from jobs import engine, tasks
 from jobs.backends import backend_for
 from jobs.backends.local import job_dir
 from jobs.models import Job, JobEvent, Replica
-from tests.conftest import assert_error, streamed
+from tests.conftest import BAD_FLAGS, FLAG_SPELLINGS, assert_error, streamed
+from tests.jobs.files import log_path
 
 pytestmark = pytest.mark.django_db
 
@@ -437,6 +438,39 @@ def test_following_a_log_streams_it_until_the_trainer_ends(celery_worker, token_
     while (state := token_client.get(job_url("follow-me")).json()["state"]) != "succeeded":
         assert time.monotonic() < deadline, f"the job stayed {state}"
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize(("value", "follows"), FLAG_SPELLINGS)
+def test_follow_takes_every_spelling_of_a_boolean(token_client, alice, datacenter, pfs_home,
+                                                  value, follows):
+    job = make_job(alice, datacenter, "fit", state="running")
+    replica = Replica.objects.create(job=job, role="trainer", index=0, state="running")
+    log = log_path(job, replica)
+    log.parent.mkdir(parents=True)
+    log.write_bytes(b"line 0\n")
+    response = token_client.get(job_url("fit", "logs"), {"follow": value})
+    assert response.status_code == 200, response.content
+
+    async def read() -> bytes:
+        chunks = aiter(response.streaming_content)
+        got = [await anext(chunks)]
+        # Followed, the log stays open while the worker runs and ends when it does.
+        with log.open("ab") as f:
+            f.write(b"line 1\n")
+        await sync_to_async(Replica.objects.filter(pk=replica.pk).update)(state="succeeded")
+        return b"".join(got + [chunk async for chunk in chunks])
+
+    assert async_to_sync(read)() == (b"line 0\nline 1\n" if follows else b"line 0\n")
+
+
+@pytest.mark.parametrize("value", BAD_FLAGS)
+def test_follow_is_a_boolean_or_a_400_naming_it(token_client, alice, datacenter, value):
+    job = make_job(alice, datacenter, "fit")
+    Replica.objects.create(job=job, role="trainer", index=0)
+    body = assert_error(token_client.get(job_url("fit", "logs"), {"follow": value}), 400,
+                        "invalid", field="follow")
+    assert body["fields"]["follow"] == [
+        "a boolean: 1, true, yes or on for true; 0, false, no or off for false (any case)"]
 
 
 # --- kill and delete --------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import pytest
 from accounts.models import Quota
 from accounts.services import user_upsert
 from pfs import services
-from tests.conftest import PASSWORD
+from tests.conftest import BAD_FLAGS, FLAG_SPELLINGS, PASSWORD
 
 API = "/api/v1/pfs"
 DC = "datacenter1"
@@ -424,6 +424,62 @@ def test_rm_a_non_empty_directory_only_recursively(pfs, home):
     response = pfs.rm("d", recursive=True)
     assert response.json() == {"path": f"{HOME}/d", "freed": 7}
     assert not (home / "d").exists()
+
+
+@pytest.mark.parametrize(("value", "recursive"), FLAG_SPELLINGS)
+def test_recursive_takes_every_spelling_of_a_boolean(pfs, home, value, recursive):
+    plant(home, {"d/a.txt": b"123", "d/sub/b.txt": b"4567"})
+    params = {"path": pfs.path("d"), "recursive": value}
+
+    listing = pfs.http.get(f"{pfs.base}/files", params=params)
+
+    assert listing.status_code == 200, listing.text
+    assert [e["name"] for e in listing.json()["entries"]] == (
+        ["a.txt", "sub", "sub/b.txt"] if recursive else ["a.txt", "sub"])
+    removed = pfs.http.delete(f"{pfs.base}/files", params=params)
+    if recursive:
+        assert removed.json() == {"path": f"{HOME}/d", "freed": 7}
+        assert not (home / "d").exists()
+    else:
+        check_error(removed, 400, "not_empty", "path")
+        assert (home / "d/sub/b.txt").read_bytes() == b"4567"
+
+
+@pytest.mark.parametrize(("value", "flag"), FLAG_SPELLINGS)
+def test_put_flags_take_every_spelling_of_a_boolean(pfs, home, value, flag):
+    plant(home, {"f.txt": b"old"})
+    params = {"path": pfs.path("f.txt"), "overwrite": value}
+    headers = {"X-Checksum-Sha256": sha(b"new")}
+
+    replaced = pfs.http.put(f"{pfs.base}/content", params=params, data=b"new", headers=headers)
+    made = pfs.http.put(f"{pfs.base}/content", params={"path": pfs.path("a/b/f.txt"),
+                                                         "parents": value},
+                        data=b"new", headers=headers)
+
+    if flag:
+        assert (replaced.status_code, made.status_code) == (201, 201), (replaced.text, made.text)
+        assert on_disk(home) == {"f.txt": b"new", "a": "dir", "a/b": "dir", "a/b/f.txt": b"new"}
+    else:
+        check_error(replaced, 409, "exists", "path")
+        check_error(made, 404, "not_found", "path")
+        assert on_disk(home) == {"f.txt": b"old"}
+
+
+@pytest.mark.parametrize("value", BAD_FLAGS)
+@pytest.mark.parametrize("flag", ["recursive", "overwrite", "parents"])
+def test_a_flag_that_is_not_a_boolean_is_a_400_naming_it(pfs, home, flag, value):
+    plant(home, {"d/a.txt": b"123"})
+    params = {"path": pfs.path("d/a.txt"), flag: value}
+    if flag == "recursive":
+        responses = [pfs.http.get(f"{pfs.base}/files", params=params),
+                     pfs.http.delete(f"{pfs.base}/files", params=params)]
+    else:
+        responses = [pfs.http.put(f"{pfs.base}/content", params=params, data=b"new",
+                                  headers={"X-Checksum-Sha256": sha(b"new")})]
+    for response in responses:
+        body = check_error(response, 400, "invalid", flag)
+        assert "1, true, yes or on" in body["message"]
+    assert on_disk(home) == {"d": "dir", "d/a.txt": b"123"}
 
 
 def test_rm_a_link_removes_the_link_not_its_target(pfs, home):
