@@ -11,7 +11,9 @@ import pytest
 from cryptography.fernet import Fernet
 from django.conf import settings
 from django.core.cache import cache
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from accounts.services import datacenter_upsert, token_create, user_upsert
@@ -168,6 +170,27 @@ def token_client(alice):
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.raw}")
     client.issued = issued
     return client
+
+
+@pytest.fixture
+def assert_queries_flat(django_assert_num_queries):
+    """``assert_queries_flat(get, grow)``: ``get()`` (a request to a list endpoint) takes
+    exactly as many queries after ``grow()`` has added rows as before, so a query per row (an
+    N+1) fails. Returns both answers (each must be a 200), for the test to check that the rows
+    were really listed."""
+    def check(get, grow):
+        get()  # a token's last use is recorded once a minute, not on each request
+        with CaptureQueriesContext(connection) as before:
+            small = get()
+        count = len(before.captured_queries)  # now: the next request clears the log
+        grow()
+        with django_assert_num_queries(count):
+            large = get()
+        for response in (small, large):
+            assert response.status_code == 200, response.content
+        return small, large
+
+    return check
 
 
 def assert_error(response, status: int, code: str, field: str | None = None) -> dict:

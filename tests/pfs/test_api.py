@@ -2,9 +2,10 @@
 
 Everything goes through ``live_portal`` (uvicorn serving the real ASGI app): the byte streams
 (``PUT``/``GET /pfs/content``, ``PATCH /pfs/uploads/{id}``) are answered before Django, so
-Django's test client cannot reach them. Each test checks what a user would notice: the status,
-the error's code and field, the PFS path in the message, and what is on disk afterwards, above
-all that nothing partial or hidden is left behind.
+Django's test client cannot reach them. (Only the listing's query count is taken in-process:
+what is counted is the test's own connection.) Each test checks what a user would notice: the
+status, the error's code and field, the PFS path in the message, and what is on disk
+afterwards, above all that nothing partial or hidden is left behind.
 """
 
 from __future__ import annotations
@@ -345,6 +346,20 @@ def test_list_recursively_names_entries_relative_to_the_directory(pfs, home):
     assert [e["name"] for e in entries] == ["a", "a/b.txt", "a/c", "a/c/d.txt", "e.txt"]
     assert [e["path"] for e in entries][:2] == [f"{HOME}/proj/a", f"{HOME}/proj/a/b.txt"]
     assert pfs.names("proj") == ["a", "e.txt"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("recursive", ["0", "1"])
+def test_a_listing_takes_as_many_queries_for_9_entries_as_for_1(token_client, pfs_home,
+                                                                assert_queries_flat, recursive):
+    plant(pfs_home, {"d/f0": b"0"})
+
+    one, nine = assert_queries_flat(
+        lambda: token_client.get(f"{API}/files", {"path": f"{HOME}/d", "recursive": recursive}),
+        lambda: plant(pfs_home, {f"d/s{i}/f{i}": b"x" for i in range(1, 5)}))
+
+    assert [e["name"] for e in one.json()["entries"]] == ["f0"]
+    assert len(nine.json()["entries"]) == (9 if recursive == "1" else 5)
 
 
 def test_a_file_lists_itself_and_stat_shows_one_entry(pfs, home):
