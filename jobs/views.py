@@ -63,8 +63,7 @@ class JobListView(DatacenterAPIView):
     def post(self, request):
         if not isinstance(request.data, dict):
             raise ValidationError("the job must be a JSON object")
-        job, spec, objects = services.job_submit(request.user, self.datacenter,
-                                                 request.data)
+        job, spec, objects = services.job_submit(request.user, self.datacenter, request.data)
         if job is None:
             return Response({"dry_run": True, "job": job_spec_display(spec),
                              "replicas": job_plan(spec), "objects": objects})

@@ -71,8 +71,7 @@ class StatView(DatacenterAPIView):
     @extend_schema(parameters=[PATH], responses={200: EntrySerializer, **ERRORS},
                    summary="One file's or directory's type, size and time")
     def get(self, request):
-        target, entry = services.pfs_stat(request.user, self.datacenter,
-                                          _query_path(request))
+        target, entry = services.pfs_stat(request.user, self.datacenter, _query_path(request))
         return Response(services.entry_json(str(target.path), entry))
 
 

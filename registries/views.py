@@ -27,8 +27,7 @@ class RegistryListView(DatacenterAPIView):
                    responses={201: RegistrySerializer, **ERRORS},
                    summary="Add registry credentials (paddlectl registry)")
     def post(self, request):
-        registry = services.registry_create(request.user, self.datacenter,
-                                            request.data)
+        registry = services.registry_create(request.user, self.datacenter, request.data)
         return Response(RegistrySerializer(registry).data, status=status.HTTP_201_CREATED)
 
 
@@ -42,8 +41,7 @@ class RegistryDetailView(DatacenterAPIView):
                    responses={200: RegistrySerializer, **ERRORS},
                    summary="Change the server, username or password")
     def patch(self, request, name: str):
-        registry = services.registry_update(request.user, self.datacenter, name,
-                                            request.data)
+        registry = services.registry_update(request.user, self.datacenter, name, request.data)
         return Response(RegistrySerializer(registry).data)
 
     @extend_schema(responses={204: None, **ERRORS},
