@@ -132,6 +132,10 @@ class DryRunSerializer(serializers.Serializer):
     objects = serializers.ListField(
         child=serializers.DictField(),
         help_text="On a Kubernetes datacenter, the objects that would be created, in order")
+    yaml = serializers.CharField(
+        allow_blank=True,
+        help_text="The same objects as ---separated YAML documents, as `kubectl apply -f` takes "
+                  "them (empty when there are none)")
 
 
 class QuotaUseEntrySerializer(QuotaResourceSerializer):

@@ -18,6 +18,7 @@ from . import logs, services
 from .admission import quota_report
 from .backends import backend_for
 from .backends.files import log_file
+from .documents import to_yaml
 from .lines import line_number, tail_offset
 from .metrics import metrics_get
 from .models import replica_ended
@@ -66,7 +67,8 @@ class JobListView(DatacenterAPIView):
         job, spec, objects = services.job_submit(request.user, self.datacenter, request.data)
         if job is None:
             return Response({"dry_run": True, "job": job_spec_display(spec),
-                             "replicas": job_plan(spec), "objects": objects})
+                             "replicas": job_plan(spec), "objects": objects,
+                             "yaml": to_yaml(objects) if objects else ""})
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
 

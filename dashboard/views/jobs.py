@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from functools import wraps
 
-import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -21,6 +20,7 @@ from django.views.decorators.http import require_http_methods
 from jobs import logs, services
 from jobs.admission import queue_position
 from jobs.backends.files import log_file
+from jobs.documents import to_yaml
 from jobs.lines import lines_tail
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
@@ -114,8 +114,7 @@ def job_submit(request, datacenter):
                 return redirect("dashboard:job", name=job.name)
             plan = {"job": services.job_spec_display(spec), "replicas": services.job_plan(spec),
                     "objects": objects,
-                    "yaml": yaml.safe_dump_all(objects, default_flow_style=False,
-                                               sort_keys=False) if objects else ""}
+                    "yaml": to_yaml(objects) if objects else ""}
     return render(request, "dashboard/jobs/submit.html", {
         "form": form, "plan": plan, "plan_asked": dry_run,
         "package_dirs": package_dirs(request.user, datacenter),

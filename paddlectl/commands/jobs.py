@@ -16,8 +16,6 @@ import threading
 import time
 from pathlib import Path
 
-import yaml
-
 from paddlecloud_core.layout import output_path
 from paddlectl import pfspath
 from paddlectl.args import flag
@@ -149,10 +147,9 @@ def _upload(ctx, local: Path, remote: str) -> None:
 
 
 def _show_plan(ctx, plan: dict, upload: tuple[Path, str] | None) -> None:
-    objects = plan.get("objects") or []
-    if ctx.output_format() == "yaml" and objects:
-        # The Kubernetes objects alone, as documents `kubectl apply -f` would take.
-        ctx.stdout.write(yaml.safe_dump_all(objects, default_flow_style=False, sort_keys=False))
+    if ctx.output_format() == "yaml" and plan.get("yaml"):
+        # The Kubernetes objects alone, as the portal writes them for `kubectl apply -f`.
+        ctx.stdout.write(plan["yaml"])
         return
     if _machine_output(ctx):
         ctx.emit(plan)
@@ -174,7 +171,7 @@ def _show_plan(ctx, plan: dict, upload: tuple[Path, str] | None) -> None:
         out.write("The server could not check it without the package; this is what would be "
                   "sent:\n")
         ctx.emit(plan, [job], [c for c in PLAN_COLUMNS if c.header != "role"])
-    if objects:
+    if objects := plan.get("objects"):
         kinds = ", ".join(sorted({o.get("kind", "?") for o in objects}))
         ctx.info(f"{len(objects)} Kubernetes objects would be created ({kinds}): "
                  "see them with --dry-run -o yaml")

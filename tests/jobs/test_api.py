@@ -166,8 +166,8 @@ def test_dry_run_shows_the_plan_and_creates_nothing(
             "psmemory": "512Mi", "dry_run": True}, format="json")
     assert response.status_code == 200, response.content
     body = response.json()
-    assert set(body) == {"dry_run", "job", "replicas", "objects"}
-    assert body["objects"] == []  # a local datacenter creates no cluster objects
+    assert set(body) == {"dry_run", "job", "replicas", "objects", "yaml"}
+    assert (body["objects"], body["yaml"]) == ([], "")  # a local datacenter creates none
     assert body["dry_run"] is True
     job = body["job"]
     assert (job["name"], job["package"], job["entry"]) == ("probe", PACKAGE, "python train.py")

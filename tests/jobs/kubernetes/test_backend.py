@@ -15,6 +15,7 @@ import threading
 import time
 
 import pytest
+import yaml
 
 from accounts.models import Datacenter
 from jobs import engine
@@ -333,6 +334,10 @@ def test_a_dry_run_shows_the_objects(kube, token_client, package):
     assert [k for k, _ in kinds] == ["Namespace", "ResourceQuota", "LimitRange", "ConfigMap",
                                      "Service", "Job"]
     assert kinds[0] == ("Namespace", NS)
+    # The same objects as documents for `kubectl apply -f`, keys in kubectl's order.
+    documents = response.json()["yaml"]
+    assert documents.startswith("---\napiVersion: v1\nkind: Namespace\nmetadata:\n")
+    assert list(yaml.safe_load_all(documents)) == response.json()["objects"]
     assert not kube.store.list("configmaps", NS)  # nothing was created
 
 

@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from jobs.backends.kubernetes import names
-from jobs.backends.kubernetes.documents import to_json, to_yaml
 from jobs.backends.kubernetes.manifests import (
     ManifestError,
     job_children,
@@ -22,6 +21,7 @@ from jobs.backends.kubernetes.manifests import (
     pull_secret,
 )
 from jobs.backends.kubernetes.scripts import INIT_SCRIPT, RUN_SCRIPT
+from jobs.documents import to_json, to_yaml
 
 from .factories import (
     NAMESPACE,
