@@ -1,0 +1,34 @@
+"""Queueing work for the Celery workers once a transaction commits: the one module that does.
+
+Services, admission and the signal receivers ask for work — start these jobs, admit that
+queue, stop a deleted job's replicas, sync a pull secret — from below the layer of the tasks
+that do it, so they cannot import those tasks. They name them instead (``TASKS``), and the
+work is sent when the transaction that asked for it commits: a worker never looks for a row
+that is not there yet, and a rolled-back request queues nothing.
+
+    task_later(JOB_START, job.pk)
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from .celery import app
+
+# Every task queued from below the tasks' layer, by its registered name.
+JOB_START = "jobs.tasks.job_start"
+JOB_STOP = "jobs.tasks.job_stop"
+JOBS_ADMIT = "jobs.tasks.jobs_admit"
+JOB_REMAINS_REMOVE = "jobs.tasks.job_remains_remove"
+PULL_SECRET_SYNC = "registries.tasks.pull_secret_sync"
+PULL_SECRET_REMOVE = "registries.tasks.pull_secret_remove"
+TASKS = frozenset({JOB_START, JOB_STOP, JOBS_ADMIT, JOB_REMAINS_REMOVE, PULL_SECRET_SYNC,
+                   PULL_SECRET_REMOVE})
+
+
+def task_later(name: str, *args) -> None:
+    """Queue task ``name`` with ``args`` when the current transaction commits (at once
+    outside one)."""
+    if name not in TASKS:
+        raise ValueError(f"{name!r} is not a task queued through paddlecloud.queue")
+    transaction.on_commit(lambda: app.send_task(name, args=args))
