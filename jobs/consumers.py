@@ -20,7 +20,7 @@ from accounts.selectors import member_datacenter
 from paddlecloud.errors import AuthenticationError, PaddleCloudError
 
 from . import lines, services
-from .backends.files import JobFile, log_file, metrics_file
+from .files import JobFile, log_file, metrics_file
 from .live import job_group, jobs_group
 from .metrics import metric_records
 from .models import replica_ended

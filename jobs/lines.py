@@ -29,7 +29,7 @@ from django.core.cache import cache
 
 from paddlecloud.errors import PaddleCloudError, ValidationError
 
-from .backends.files import JobFile
+from .files import JobFile
 
 log = logging.getLogger(__name__)
 

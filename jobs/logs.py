@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from paddlecloud.errors import PaddleCloudError
 
-from .backends.files import JobFile
+from .files import JobFile
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 
-from .backends.files import JobFile, metrics_file
+from .files import JobFile, metrics_file
 from .lines import BATCH_LINES, Cursor, lines_read, lines_skip
 
 RESERVED = ("step", "time")

@@ -18,7 +18,7 @@ from paddlecloud.errors import ValidationError
 from . import logs, services
 from .admission import quota_report
 from .backends import backend_for
-from .backends.files import log_file
+from .files import log_file
 from .lines import line_number, tail_offset
 from .metrics import metrics_get
 from .models import replica_ended

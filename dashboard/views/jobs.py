@@ -20,7 +20,7 @@ from django.views.decorators.http import require_http_methods
 
 from jobs import logs, services
 from jobs.admission import queue_position
-from jobs.backends.files import log_file
+from jobs.files import log_file
 from jobs.lines import lines_tail
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
