@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 import math
 
+from paddlecloud_core.layout import METRICS_RESERVED
+
 from .files import JobFile, metrics_file
 from .lines import BATCH_LINES, Cursor, lines_read, lines_skip
 
-RESERVED = ("step", "time")
 PAGE = 10_000  # records in one answer of the API
 
 
@@ -64,7 +65,7 @@ def metric_record(seq: int, line: str | bytes) -> dict | None:
     except OverflowError:
         moment = None
     metrics = {name: _number(value) for name, value in data.items()
-               if name not in RESERVED and (value is None or _is_number(value))}
+               if name not in METRICS_RESERVED and (value is None or _is_number(value))}
     if not metrics:
         return None
     return {"seq": seq, "step": step, "time": moment, "metrics": metrics}

@@ -25,6 +25,7 @@ from jobs.lines import lines_tail
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
 from paddlecloud.errors import ConflictError, NotFoundError, PaddleCloudError
+from paddlecloud_core.layout import is_output, output_path, pfs_home
 from pfs.services import pfs_list
 from registries.services import registry_list
 
@@ -119,7 +120,7 @@ def job_submit(request, datacenter):
     return render(request, "dashboard/jobs/submit.html", {
         "form": form, "plan": plan, "plan_asked": dry_run,
         "package_dirs": package_dirs(request.user, datacenter),
-        "home": f"/pfs/{datacenter.name}/home/{request.user.username}",
+        "home": pfs_home(datacenter.name, request.user.username),
     })
 
 
@@ -127,15 +128,14 @@ def package_dirs(user, datacenter) -> list[str]:
     """Directories of the user's home that can be trainer packages, nearest first (job
     outputs and hidden directories left out), within a bounded number of listings."""
     try:
-        target, _, entries = pfs_list(user, datacenter,
-                                      f"/pfs/{datacenter.name}/home/{user.username}")
+        target, _, entries = pfs_list(user, datacenter, pfs_home(datacenter.name, user.username))
     except (PaddleCloudError, OSError):
         return []
     storage, found, listings = target.storage, [], 1
 
     def candidates(children):
         return [e for e in children if e.type == "dir" and not e.name.startswith(".")
-                and e.name != "output" and not e.name.startswith("output-")]
+                and not is_output(e.name)]
 
     queue = candidates(entries)
     while queue and len(found) < PACKAGE_DIRS:
@@ -216,7 +216,7 @@ def _confirmed(request, datacenter, name: str, verb: str):
 def question(job, verb: str) -> dict:
     """What is asked before a kill or a delete: on the job page's dialog and on the
     confirmation page (templates/dashboard/confirm_action.html)."""
-    output = f"/pfs/{job.datacenter.name}/home/{job.owner.username}/jobs/{job.name}/output"
+    output = output_path(pfs_home(job.datacenter.name, job.owner.username), job.name)
     if verb == "kill":
         message = (f"Every worker is stopped and the job ends as killed. Its output and logs "
                    f"stay in {output}.")

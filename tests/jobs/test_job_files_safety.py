@@ -165,7 +165,7 @@ def write_everything(job: Job) -> None:
         output_prepare(again)
     with contextlib.suppress(BackendError):
         os.close(output_open(again, "node_0/train.log"))
-    site = pods.site_packages_dir(job).removeprefix(pods.pfs_home(job) + "/")
+    site = "/".join(pods.site_packages_rel(job))
     with contextlib.suppress(PaddleCloudError):
         home_remove(job, site)
 
@@ -196,7 +196,7 @@ def job_paths(home: Path, job: Job) -> list[Path]:
     paths = [home / "jobs", home / "jobs" / "fit"]
     for dirpath, dirnames, filenames in os.walk(home / "jobs" / "fit"):
         paths += [Path(dirpath) / name for name in sorted(dirnames + filenames)]
-    site = pods.site_packages_dir(job).removeprefix(pods.pfs_home(job) + "/")
+    site = "/".join(pods.site_packages_rel(job))
     return [*dict.fromkeys([*paths, home / site])]
 
 

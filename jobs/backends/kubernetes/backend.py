@@ -207,7 +207,7 @@ class KubernetesBackend(Backend):
     def cleanup(self, job) -> None:
         """Delete the job's objects, and the requirements its pods installed in PFS."""
         self._delete_job(job, 0)
-        site = pods.site_packages_dir(job).removeprefix(pods.pfs_home(job) + "/")
+        site = "/".join(pods.site_packages_rel(job))
         for leftover in (site, f"{site}.tmp", f"{site}.done", f"{site}.lock"):
             try:
                 home_remove(job, leftover)
