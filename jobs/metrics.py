@@ -10,7 +10,7 @@ the WebSocket that streams them and the job page that plots them::
 
     {"seq": 12, "step": 120, "time": 1763700000.5, "metrics": {"loss": 0.53}}
 
-``seq`` is the line's number in the file, from 0, counting every line as ``jobs.lines`` does
+``seq`` is the line's number in the file, from 0, counting every line as ``jobs.logs.lines`` does
 (also those that are not valid records, which are skipped), so a reader that resumes from a
 line number never sees a record twice nor misses one. A last line without its newline is
 still being written: it is neither returned nor counted. The API answers at most PAGE records
@@ -25,7 +25,7 @@ import math
 from paddlecloud_core.layout import METRICS_RESERVED
 
 from .files import JobFile, metrics_file
-from .lines import BATCH_LINES, Cursor, lines_read, lines_skip
+from .logs.lines import BATCH_LINES, Cursor, lines_read, lines_skip
 
 PAGE = 10_000  # records in one answer of the API
 

@@ -18,10 +18,11 @@ from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_http_methods
 
-from jobs import logs, services
+from jobs import services
 from jobs.admission import queue_position
 from jobs.files import log_file
-from jobs.lines import lines_tail
+from jobs.logs import stream
+from jobs.logs.lines import lines_tail
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
 from paddlecloud.errors import ConflictError, NotFoundError, PaddleCloudError
@@ -241,7 +242,7 @@ def job_log_download(request, datacenter, name: str, worker: str):
     except PaddleCloudError as exc:
         return HttpResponse(exc.message, status=exc.status,
                             content_type="text/plain; charset=utf-8")
-    response = StreamingHttpResponse(logs.blocks(file),
+    response = StreamingHttpResponse(stream.blocks(file),
                                      content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = content_disposition_header(
         as_attachment=True, filename=f"{job.name}-{replica.name}.log")
