@@ -21,10 +21,10 @@ from paddlecloud.errors import AuthenticationError, PaddleCloudError
 
 from . import services
 from .files import JobFile, log_file, metrics_file
-from .live import job_group, jobs_group
 from .logs import lines, pumps
 from .metrics import metric_records
 from .models import replica_ended
+from .notify import job_group, jobs_group
 from .serializers import EventSerializer, JobSerializer, WorkerSerializer
 
 COALESCE_SECONDS = 0.05  # changes that come together are sent together

@@ -15,8 +15,8 @@ from paddlecloud_core.processes import exit_reason
 
 from .backends import backend_for
 from .backends.base import BackendError, Status
-from .live import job_changed
 from .models import Job, Replica
+from .notify import job_changed
 from .states import FINAL_JOB_STATES, FINAL_REPLICA_STATES, JobState, ReplicaState
 from .transitions import job_transition, replica_transition
 

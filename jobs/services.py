@@ -16,8 +16,8 @@ from registries.services import registry_get
 
 from .admission import queue_ahead_annotation, quota_admit, quota_fit_check, quota_queue_check
 from .backends import backend_for
-from .live import job_changed, job_deleted
 from .models import Job, JobEvent, Replica
+from .notify import job_changed, job_deleted
 from .spec import JobSpec, job_spec_validate
 from .states import FINAL_JOB_STATES, JobState
 from .transitions import job_transition

@@ -21,8 +21,8 @@ from accounts.models import Datacenter
 from . import engine
 from .admission import quota_admit, waiting_queues
 from .backends import backend_for
-from .live import job_deleted
 from .models import Job
+from .notify import job_deleted
 from .states import FINAL_JOB_STATES, JobState
 
 logger = logging.getLogger(__name__)
