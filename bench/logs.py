@@ -162,7 +162,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 from accounts.models import Datacenter
-from jobs.backends.files import output_dir, output_prepare
+from jobs.files import output_dir, output_prepare
 from paddlecloud_core.layout import log_relpath
 from jobs.models import Job, Replica
 

@@ -30,8 +30,8 @@ from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter
 from accounts.selectors import quota_get
 from paddlecloud.errors import ValidationError
 
-from .live import jobs_changed
 from .models import Job
+from .notify import jobs_changed
 from .states import JobState
 from .transitions import job_transition, jobs_transition
 

@@ -19,11 +19,12 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from accounts.selectors import member_datacenter
 from paddlecloud.errors import AuthenticationError, PaddleCloudError
 
-from . import lines, services
-from .backends.files import JobFile, log_file, metrics_file
-from .live import job_group, jobs_group
+from . import services
+from .files import JobFile, log_file, metrics_file
+from .logs import lines, pumps
 from .metrics import metric_records
 from .models import replica_ended
+from .notify import job_group, jobs_group
 from .serializers import EventSerializer, JobSerializer, WorkerSerializer
 
 COALESCE_SECONDS = 0.05  # changes that come together are sent together
@@ -179,7 +180,7 @@ class LinesConsumer(PortalConsumer):
     (a message was dropped) is refilled from the file first."""
 
     kind = ""
-    source: lines.Source | None = None
+    source: pumps.Source | None = None
 
     async def open(self):
         dc = await self.datacenter()
@@ -190,10 +191,10 @@ class LinesConsumer(PortalConsumer):
         # A link or a FIFO where the file is: refused before anything is followed.
         await asyncio.to_thread(lines.lines_skip, file, self.cursor, self.next)
         self.replica_id = replica.pk
-        self.source = lines.Source(f"lines.{job.uid.hex}.{self.kind}.{replica.role}"
+        self.source = pumps.Source(f"lines.{job.uid.hex}.{self.kind}.{replica.role}"
                                    f"{replica.index}", file, self.ended)
         await self.join(self.source.group)
-        lines.hub().follow(self.source)
+        pumps.hub().follow(self.source)
         self.watch = asyncio.create_task(self._watch())
         self.tasks.append(self.watch)
 
@@ -210,7 +211,7 @@ class LinesConsumer(PortalConsumer):
 
     async def disconnect(self, code):
         if self.source is not None:
-            lines.hub().unfollow(self.source.group)
+            pumps.hub().unfollow(self.source.group)
         await super().disconnect(code)
 
     async def _watch(self):

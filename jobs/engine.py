@@ -1,22 +1,27 @@
-"""Driving jobs on their backend: launch, observe and advance, stop. Called by the Celery
-tasks (and by nothing that serves a request). Every step is idempotent: it may run twice, or
-be cut off half way and run again, and each replica attempt is still started exactly once."""
+"""Driving jobs on their backend: launch, observe and advance, stop, and clear away what is
+left of a deleted job. Called by the Celery tasks (and by nothing that serves a request).
+Every step is idempotent: it may run twice, or be cut off half way and run again, and each
+replica attempt is still started exactly once."""
 
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import timedelta
 
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
 from django.utils import timezone
 
+from accounts.models import Datacenter
 from paddlecloud_core.contract import Topology, job_namespace, replica_env
 from paddlecloud_core.processes import exit_reason
 
 from .backends import backend_for
 from .backends.base import BackendError, Status
-from .live import job_changed
 from .models import Job, Replica
+from .notify import job_changed
 from .states import FINAL_JOB_STATES, FINAL_REPLICA_STATES, JobState, ReplicaState
 from .transitions import job_transition, replica_transition
 
@@ -163,6 +168,39 @@ def job_halt(job_id: int) -> None:
     """Stop every replica of a job that has ended (a kill, a failure)."""
     job = Job.objects.select_related("datacenter", "owner").get(pk=job_id)
     _stop(job, _replicas(job), f"stopped: the job was {job.state}")
+
+
+def job_remains(job) -> dict:
+    """What a worker needs to stop and clear away a job once its records are deleted (a task's
+    argument, so JSON): which job it was, and those of its replicas that may still run."""
+    return {"id": job.pk, "uid": str(job.uid), "name": job.name,
+            "datacenter_id": job.datacenter_id, "owner_id": job.owner_id,
+            "replicas": [[r.role, r.index] for r in _replicas(job)
+                         if r.state not in FINAL_REPLICA_STATES]}
+
+
+def job_remains_remove(remains: dict) -> None:
+    """Stop the replicas of a deleted job that may still run (it was killed, and its stop has
+    not run yet) and remove what its backend keeps for it privately; its output stays. The
+    records are gone, so the job is rebuilt from ``job_remains``, never saved. May run twice;
+    what it cannot do (a cluster that is down) the reconciler's sweep of orphans does."""
+    try:
+        datacenter = Datacenter.objects.get(pk=remains["datacenter_id"])
+        owner = get_user_model().objects.get(pk=remains["owner_id"])
+    except ObjectDoesNotExist:  # deleted since: the reconciler's sweep ends what still ran
+        logger.info("deleted job %s: its owner or datacenter is gone too", remains["id"])
+        return
+    job = Job(pk=remains["id"], uid=uuid.UUID(remains["uid"]), name=remains["name"],
+              datacenter=datacenter, owner=owner)
+    backend = backend_for(datacenter)
+    replicas = [Replica(job=job, role=role, index=index) for role, index in remains["replicas"]]
+    if replicas:
+        try:
+            backend.stop(job, replicas, STOP_GRACE_SECONDS)
+        except BackendError as exc:
+            logger.warning("deleted job %s: its replicas could not be stopped yet: %s",
+                           job.pk, exc)
+    backend.cleanup(job)
 
 
 def _stop(job, replicas, reason: str, final: str = ReplicaState.KILLED) -> None:

@@ -10,7 +10,7 @@ the WebSocket that streams them and the job page that plots them::
 
     {"seq": 12, "step": 120, "time": 1763700000.5, "metrics": {"loss": 0.53}}
 
-``seq`` is the line's number in the file, from 0, counting every line as ``jobs.lines`` does
+``seq`` is the line's number in the file, from 0, counting every line as ``jobs.logs.lines`` does
 (also those that are not valid records, which are skipped), so a reader that resumes from a
 line number never sees a record twice nor misses one. A last line without its newline is
 still being written: it is neither returned nor counted. The API answers at most PAGE records
@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 import math
 
-from .backends.files import JobFile, metrics_file
-from .lines import BATCH_LINES, Cursor, lines_read, lines_skip
+from paddlecloud_core.layout import METRICS_RESERVED
 
-RESERVED = ("step", "time")
+from .files import JobFile, metrics_file
+from .logs.lines import BATCH_LINES, Cursor, lines_read, lines_skip
+
 PAGE = 10_000  # records in one answer of the API
 
 
@@ -64,7 +65,7 @@ def metric_record(seq: int, line: str | bytes) -> dict | None:
     except OverflowError:
         moment = None
     metrics = {name: _number(value) for name, value in data.items()
-               if name not in RESERVED and (value is None or _is_number(value))}
+               if name not in METRICS_RESERVED and (value is None or _is_number(value))}
     if not metrics:
         return None
     return {"seq": seq, "step": step, "time": moment, "metrics": metrics}

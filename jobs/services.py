@@ -16,8 +16,9 @@ from registries.services import registry_get
 
 from .admission import queue_ahead_annotation, quota_admit, quota_fit_check, quota_queue_check
 from .backends import backend_for
-from .live import job_changed, job_deleted
+from .engine import job_remains
 from .models import Job, JobEvent, Replica
+from .notify import job_changed, job_deleted
 from .spec import JobSpec, job_spec_validate
 from .states import FINAL_JOB_STATES, JobState
 from .transitions import job_transition
@@ -155,14 +156,27 @@ def job_delete(user, datacenter, name: str) -> None:
     if job.state not in FINAL_JOB_STATES:
         raise ConflictError(f"job {name!r} is {job.state}: kill it first "
                             f"(paddlectl kill {name}), then delete it", code="job_not_ended")
-    from .backends import backend_for
-    from .engine import job_halt
+    job_remove(job, by=user)
 
-    # A job just killed may still have replicas stopping: stop them here, or nothing would
-    # know of them once the records are gone.
-    job_halt(job.pk)
-    backend_for(job.datacenter).cleanup(job)
-    job_deleted(job)
-    job.delete()
-    audit_record(user, AuditEntry.Action.JOB_DELETE, f"{user.username}/{name}",
-                 datacenter=datacenter)
+
+def job_remove(job: Job, *, by=None, **details) -> None:
+    """Remove an ended job from history, audited: who (``by``; None is the system, when its
+    TTL has passed) and why (``details``). The one way out, for a delete and a TTL.
+
+    Its records go now: it is no longer listed and its name is free again. What may still run
+    or be kept for it — the replicas of a job just killed, whose stop has not run yet, and what
+    the backend keeps privately — a task stops and removes (``tasks.job_remains_remove``), so
+    nobody waits for replicas to stop. Its output stays in PFS."""
+    remains = job_remains(job)
+
+    def queue_removal():
+        from .tasks import job_remains_remove
+
+        job_remains_remove.delay(remains)
+
+    with transaction.atomic():
+        job_deleted(job)
+        job.delete()
+        audit_record(by, AuditEntry.Action.JOB_DELETE, f"{job.owner.username}/{job.name}",
+                     datacenter=job.datacenter, **details)
+        transaction.on_commit(queue_removal)

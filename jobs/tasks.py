@@ -21,8 +21,8 @@ from accounts.models import Datacenter
 from . import engine
 from .admission import quota_admit, waiting_queues
 from .backends import backend_for
-from .live import job_deleted
 from .models import Job
+from .services import job_remove
 from .states import FINAL_JOB_STATES, JobState
 
 logger = logging.getLogger(__name__)
@@ -70,8 +70,15 @@ def job_watch(job_id: int) -> None:
 def job_stop(job_id: int) -> None:
     try:
         engine.job_halt(job_id)
-    except ObjectDoesNotExist:  # the job (and its replicas) was deleted meanwhile: all done
+    except ObjectDoesNotExist:  # deleted meanwhile: its removal stops the replicas
         logger.info("job %s was deleted while being stopped", job_id)
+
+
+@shared_task(name="jobs.tasks.job_remains_remove", acks_late=True)
+def job_remains_remove(remains: dict) -> None:
+    """Stop what still runs of a deleted job and remove what its backend keeps for it
+    (queued by ``services.job_remove``; ``remains`` is ``engine.job_remains``)."""
+    engine.job_remains_remove(remains)
 
 
 class Lease:
@@ -155,10 +162,8 @@ def _reconcile(lease: Lease) -> dict[str, int]:
     for job in Job.objects.filter(state__in=FINAL_JOB_STATES,
                                   ttl_seconds_after_finished__isnull=False,
                                   finished_at__lt=_ttl_cutoff(now)
-                                  ).select_related("datacenter"):
-        backend_for(job.datacenter).cleanup(job)
-        job_deleted(job)
-        job.delete()
+                                  ).select_related("datacenter", "owner"):
+        job_remove(job, reason="ttl", ttl_seconds_after_finished=job.ttl_seconds_after_finished)
         counts["expired"] += 1
     return counts
 

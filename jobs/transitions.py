@@ -12,8 +12,8 @@ from django.db.models import DateTimeField, F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from .live import job_changed, jobs_changed
 from .models import Job, JobEvent, Replica
+from .notify import job_changed, jobs_changed
 from .states import (
     FINAL_JOB_STATES,
     FINAL_REPLICA_STATES,

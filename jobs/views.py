@@ -14,12 +14,13 @@ from accounts.serializers import ErrorSerializer
 from paddlecloud.errors import ValidationError
 from paddlecloud.views import DatacenterAPIView, flag_parameter, query_flag
 
-from . import logs, services
+from . import services
 from .admission import quota_report
 from .backends import backend_for
-from .backends.files import log_file
 from .documents import to_yaml
-from .lines import line_number, tail_offset
+from .files import log_file
+from .logs import stream
+from .logs.lines import line_number, tail_offset
 from .metrics import metrics_get
 from .models import replica_ended
 from .serializers import (
@@ -134,12 +135,12 @@ class JobLogsView(DatacenterAPIView):
         follow = query_flag(request, "follow")
         live = backend_for(job.datacenter).log_stream(job, replica, follow=follow, tail=tail)
         if live is not None:  # from where it runs (a pod), not the archive
-            return _streaming(logs.from_sync(live))
+            return _streaming(stream.from_sync(live))
         file = log_file(job, replica)
         file.size()  # a link or a FIFO in its place is refused now, before anything is sent
         offset = tail_offset(file, tail) if tail is not None else 0
         finished = (lambda: sync_to_async(replica_ended)(replica.pk)) if follow else None
-        return _streaming(logs.blocks(file, offset, finished))
+        return _streaming(stream.blocks(file, offset, finished))
 
 
 class JobMetricsView(DatacenterAPIView):

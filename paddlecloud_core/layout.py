@@ -4,10 +4,12 @@
     /pfs/{datacenter}/public/...        read-only, every member of the datacenter
 
     {home}/jobs/{name}/output/                     the job's output (PADDLE_OUTPUT_DIR)
+    {home}/jobs/{name}/output-{uid or time}/       an earlier output of that name, kept aside
     {home}/jobs/{name}/output/node_{i}/train.log   trainer i's log (the seeds' layout)
     {home}/jobs/{name}/output/node_{i}/server.log  pserver i's log
     {home}/jobs/{name}/output/node_{i}/metrics.jsonl, server-metrics.jsonl
     {home}/jobs/{name}/{dirname}/                  a local package uploaded by paddlectl/SDK
+    {home}/jobs/{name}/.site-packages-{key}/       its requirements, installed by its pods
 
 The portal (which maps these onto disk and checks who may touch them), ``paddlectl``, the SDK
 and the replicas all place and find files with these functions; nobody spells them again.
@@ -26,6 +28,7 @@ UPLOAD_PREFIX = ".pfs-upload-"
 JOBS_DIR = "jobs"
 OUTPUT_DIR = "output"
 OUTPUT_MARKER = ".paddlecloud-job"  # in the output directory: the uid of the job it is for
+SITE_PACKAGES_PREFIX = ".site-packages-"
 METRICS_FILE = "metrics.jsonl"
 PSERVER_METRICS_FILE = "server-metrics.jsonl"  # trainer 0 and pserver 0 share node_0
 # Keys of a metrics record that are not metrics.
@@ -122,6 +125,23 @@ def output_rel(name: str) -> Rel:
 def output_path(home: str, name: str) -> str:
     """The output directory below ``home`` (a PFS path, or a mount point as replicas see it)."""
     return "/".join((home, *output_rel(name)))
+
+
+def output_aside(suffix: str) -> str:
+    """The name an earlier output is kept under beside the new one: ``output-{suffix}``."""
+    return f"{OUTPUT_DIR}-{suffix}"
+
+
+def is_output(dirname: str) -> bool:
+    """Whether a directory of that name is a job's output, or an earlier one kept aside."""
+    return dirname == OUTPUT_DIR or dirname.startswith(output_aside(""))
+
+
+def site_packages_rel(name: str, key: str) -> Rel:
+    """Where the pods of job ``name`` install its ``requirements.txt``, once for all of them:
+    ``jobs/{name}/.site-packages-{key}``, ``key`` telling this job from an earlier one of the
+    same name that may still run with its own."""
+    return (*job_rel(name), f"{SITE_PACKAGES_PREFIX}{key}")
 
 
 def package_dirname(local_dirname: str) -> str:

@@ -12,8 +12,9 @@
   metrics beside the replica's log, for the job's page to plot.
 - ``paddlecloud_sdk.errors``: what it raises (paddlectl's error classes).
 
-``env``, ``dataset``, ``metrics`` and ``recordio`` need only the standard library, so a
-trainer can import them in any image; ``PaddleJob`` and ``dist_train`` are loaded on first use.
+``env``, ``dataset``, ``metrics`` and ``recordio`` need only the standard library (and
+``paddlecloud_core``, which does too), so a trainer can import them in any image; ``PaddleJob``
+and ``dist_train`` are loaded on first use.
 """
 
 from __future__ import annotations

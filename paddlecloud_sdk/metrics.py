@@ -17,7 +17,8 @@ against ``step``, live while the job runs. Report from the replica whose numbers
 see (usually trainer 0, with the loss averaged over the trainers).
 
 Outside a job it writes ``./output/node_0/metrics.jsonl`` (``PADDLE_OUTPUT_DIR`` moves it).
-Standard library only: a trainer image needs nothing else to import this module.
+Standard library and ``paddlecloud_core`` (itself standard library only): a trainer image needs
+nothing else to import this module.
 """
 
 from __future__ import annotations
@@ -30,11 +31,9 @@ import os
 import time
 from pathlib import Path
 
-from . import env
+from paddlecloud_core.layout import METRICS_RESERVED, metrics_relpath
 
-FILENAME = "metrics.jsonl"
-PSERVER_FILENAME = "server-metrics.jsonl"  # trainer 0 and pserver 0 share node_0
-RESERVED = ("step", "time")
+from . import env
 
 
 def metrics_file() -> Path:
@@ -46,8 +45,8 @@ def metrics_file() -> Path:
         if index is None:
             raise ValueError("TRAINING_ROLE=PSERVER but PADDLE_PSERVER_ID is not set: "
                              "report() cannot tell which node_<i> directory is this pserver's")
-        return env.output_dir() / f"node_{index}" / PSERVER_FILENAME
-    return env.output_dir() / f"node_{env.trainer_id()}" / FILENAME
+        return env.output_dir() / metrics_relpath("pserver", index)
+    return env.output_dir() / metrics_relpath("trainer", env.trainer_id())
 
 
 def report(step: int, **metrics) -> None:
@@ -86,9 +85,9 @@ def _step(step) -> int:
 
 
 def _name(name: str) -> str:
-    if not name.isidentifier() or name in RESERVED:
+    if not name.isidentifier() or name in METRICS_RESERVED:
         raise ValueError(f"metric name {name!r}: a metric is named like a Python identifier "
-                         f"(letters, digits, '_'), other than {' or '.join(RESERVED)}")
+                         f"(letters, digits, '_'), other than {' or '.join(METRICS_RESERVED)}")
     return name
 
 

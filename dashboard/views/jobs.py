@@ -17,14 +17,16 @@ from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_http_methods
 
-from jobs import logs, services
+from jobs import services
 from jobs.admission import queue_position
-from jobs.backends.files import log_file
 from jobs.documents import to_yaml
-from jobs.lines import lines_tail
+from jobs.files import log_file
+from jobs.logs import stream
+from jobs.logs.lines import lines_tail
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
 from paddlecloud.errors import ConflictError, NotFoundError, PaddleCloudError
+from paddlecloud_core.layout import is_output, output_path, pfs_home
 from pfs.services import pfs_list
 from registries.services import registry_list
 
@@ -118,7 +120,7 @@ def job_submit(request, datacenter):
     return render(request, "dashboard/jobs/submit.html", {
         "form": form, "plan": plan, "plan_asked": dry_run,
         "package_dirs": package_dirs(request.user, datacenter),
-        "home": f"/pfs/{datacenter.name}/home/{request.user.username}",
+        "home": pfs_home(datacenter.name, request.user.username),
     })
 
 
@@ -126,15 +128,14 @@ def package_dirs(user, datacenter) -> list[str]:
     """Directories of the user's home that can be trainer packages, nearest first (job
     outputs and hidden directories left out), within a bounded number of listings."""
     try:
-        target, _, entries = pfs_list(user, datacenter,
-                                      f"/pfs/{datacenter.name}/home/{user.username}")
+        target, _, entries = pfs_list(user, datacenter, pfs_home(datacenter.name, user.username))
     except (PaddleCloudError, OSError):
         return []
     storage, found, listings = target.storage, [], 1
 
     def candidates(children):
         return [e for e in children if e.type == "dir" and not e.name.startswith(".")
-                and e.name != "output" and not e.name.startswith("output-")]
+                and not is_output(e.name)]
 
     queue = candidates(entries)
     while queue and len(found) < PACKAGE_DIRS:
@@ -215,7 +216,7 @@ def _confirmed(request, datacenter, name: str, verb: str):
 def question(job, verb: str) -> dict:
     """What is asked before a kill or a delete: on the job page's dialog and on the
     confirmation page (templates/dashboard/confirm_action.html)."""
-    output = f"/pfs/{job.datacenter.name}/home/{job.owner.username}/jobs/{job.name}/output"
+    output = output_path(pfs_home(job.datacenter.name, job.owner.username), job.name)
     if verb == "kill":
         message = (f"Every worker is stopped and the job ends as killed. Its output and logs "
                    f"stay in {output}.")
@@ -240,7 +241,7 @@ def job_log_download(request, datacenter, name: str, worker: str):
     except PaddleCloudError as exc:
         return HttpResponse(exc.message, status=exc.status,
                             content_type="text/plain; charset=utf-8")
-    response = StreamingHttpResponse(logs.blocks(file),
+    response = StreamingHttpResponse(stream.blocks(file),
                                      content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = content_disposition_header(
         as_attachment=True, filename=f"{job.name}-{replica.name}.log")

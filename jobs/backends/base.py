@@ -60,8 +60,8 @@ class Backend(abc.ABC):
 
     def log_stream(self, job, replica, *, follow: bool, tail: int | None):
         """The replica's log from where it runs (an iterator of bytes), or None when it is
-        read from its file in the output (``files.log_file``: the local backend; pods that are
-        gone)."""
+        read from its file in the output (``jobs.files.log_file``: the local backend; pods
+        that are gone)."""
         return None
 
     @abc.abstractmethod

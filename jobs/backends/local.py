@@ -5,7 +5,8 @@ new database gives out again): a copy of the trainer package (``pkg/``), the pac
 ``requirements.txt`` (``site-packages/``), and the runners' pid and exit files (``run/``).
 In the owner's PFS home: ``jobs/<name>/output/``, with each replica's log in
 ``node_<index>/train.log`` (trainers) or ``node_<index>/server.log`` (pservers), as the seeds
-show; the portal opens each log (``files.output_open``) and hands the runner the descriptor.
+show; the portal opens each log (``jobs.files.output_open``) and hands the runner the
+descriptor.
 Replicas run with the portal's Python first on PATH. CPU and memory requests are not
 enforced on this backend. Starting, observing and stopping the processes is
 ``processes.py``, which ``paddlectl local train`` uses too.
@@ -48,8 +49,8 @@ from paddlecloud_core.processes import (
 )
 from paddlecloud_core.processes import runner_alive as runner_alive  # the tests' name
 
+from ..files import home_dir, output_dir, output_open, output_prepare, package_copy
 from .base import Backend, BackendError, Observation
-from .files import home_dir, output_dir, output_open, output_prepare, package_copy
 from .sandbox import (
     PRIVATE_TMP,
     SYSTEM_PATH,

@@ -8,7 +8,7 @@ then acts on ``(directory fd, name)`` without following the last component, so a
 in between two steps is seen as a link, never followed out of the area.
 
 A storage made with ``links=False`` follows no link at all (like ``RESOLVE_NO_SYMLINKS``): the
-portal's own way into a job's files (``jobs.backends.files``), where every path is one the
+portal's own way into a job's files (``jobs.files``), where every path is one the
 portal made and a link can only be something a job planted.
 """
 

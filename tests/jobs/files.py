@@ -1,11 +1,11 @@
 """A job's files on disk, for tests that write or read them as a replica would (the portal
-itself reaches them only through ``jobs.backends.files``)."""
+itself reaches them only through ``jobs.files``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from jobs.backends.files import JobFile, output_dir
+from jobs.files import JobFile, output_dir
 from paddlecloud_core.layout import log_relpath, metrics_relpath
 from pfs.storage.posix import PosixStorage
 

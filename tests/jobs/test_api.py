@@ -12,16 +12,21 @@ import os
 import re
 import signal
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from django.utils import timezone
 
+from accounts.models import AuditEntry
 from accounts.services import quota_set
 from jobs import engine, tasks
 from jobs.backends import backend_for
 from jobs.backends.local import job_dir
+from jobs.files import output_dir
 from jobs.models import Job, JobEvent, Replica
+from paddlecloud_core.layout import log_relpath
 from registries.services import registry_create
 from tests.conftest import BAD_FLAGS, FLAG_SPELLINGS, assert_error, streamed
 from tests.jobs.files import log_path
@@ -33,9 +38,12 @@ PACKAGE = "/pfs/datacenter1/home/alice/pkg"
 DRIVE_TIMEOUT = 15.0
 
 # A trainer (or pserver) that prints LINES lines, one every EVERY seconds, then sleeps SLEEP
-# seconds and exits CODE.
+# seconds and exits CODE. With STUBBORN set it ignores SIGTERM, and run as STUBBORN runs it
+# (not under a shell, which SIGTERM would end) only SIGKILL ends it.
 TRAINER = """\
-import os, sys, time
+import os, signal, sys, time
+if os.environ.get("STUBBORN"):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 tid = os.environ.get("TRAINER_ID") or "ps" + os.environ["PADDLE_PSERVER_ID"]
 for i in range(int(os.environ.get("LINES", "3"))):
     print(f"trainer {tid} line {i}", flush=True)
@@ -537,7 +545,9 @@ def test_killing_a_running_job_stops_every_replica(token_client, submit, monkeyp
     assert_error(token_client.post(job_url("sleeper", "kill")), 409, "job_ended")
 
 
-def test_delete_only_ended_jobs_and_keep_their_output(token_client, submit, pfs_home):
+def test_delete_only_ended_jobs_and_keep_their_output(token_client, submit, pfs_home,
+                                                      monkeypatch,
+                                                      django_capture_on_commit_callbacks):
     submit("sleeper", env={"LINES": "1", "SLEEP": "60"})
     job = drive("sleeper", until="running")
     assert job.state == "running"
@@ -553,10 +563,15 @@ def test_delete_only_ended_jobs_and_keep_their_output(token_client, submit, pfs_
 
     assert token_client.post(job_url("sleeper", "kill")).status_code == 200
     engine.job_halt(job.pk)
-    response = token_client.delete(job_url("sleeper"))
+    removals = []
+    monkeypatch.setattr("jobs.tasks.job_remains_remove.delay", removals.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = token_client.delete(job_url("sleeper"))
     assert response.status_code == 204, response.content
     assert_error(token_client.get(job_url("sleeper")), 404, "not_found")
     assert names(token_client.get(URL)) == []
+    assert len(removals) == 1  # what is left of it is removed on the worker
+    tasks.job_remains_remove(*removals)
     assert log.read_text() == "trainer 0 line 0\n"
     assert not job_dir(job).exists()  # the private copy of the package is gone
 
@@ -570,6 +585,112 @@ def test_delete_only_ended_jobs_and_keep_their_output(token_client, submit, pfs_
     assert [e["to_state"] for e in events] == ["pending", "starting"]
 
 
+STUBBORN = {"entry": "exec python train.py",
+            "env": {"LINES": "1", "SLEEP": "60", "STUBBORN": "1"}}
+
+
+def stubborn_pids(job: Job) -> list[int]:
+    """The runners of a running job's STUBBORN trainers, once each has written its line (and
+    so ignores SIGTERM)."""
+    deadline = time.monotonic() + DRIVE_TIMEOUT
+    logs = [output_dir(job) / log_relpath("trainer", i) for i in range(job.trainers)]
+    while not all(log.exists() and log.read_text() for log in logs):
+        assert time.monotonic() < deadline, "the trainers wrote nothing"
+        time.sleep(0.05)
+    return runner_pids(job)
+
+
+def test_a_delete_leaves_stopping_the_replicas_to_its_removal_task(
+        token_client, submit, monkeypatch, django_capture_on_commit_callbacks):
+    monkeypatch.setattr("jobs.engine.STOP_GRACE_SECONDS", 3.0)
+    submit("stubborn", trainers=2, **STUBBORN)
+    job = drive("stubborn", until="running")
+    assert job.state == "running"
+    pids = stubborn_pids(job)
+    stops, removals = [], []
+    monkeypatch.setattr("jobs.tasks.job_stop.delay", stops.append)
+    monkeypatch.setattr("jobs.tasks.job_remains_remove.delay", removals.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert token_client.post(job_url("stubborn", "kill")).status_code == 200
+    with django_capture_on_commit_callbacks(execute=True):
+        started = time.monotonic()
+        response = token_client.delete(job_url("stubborn"))
+        took = time.monotonic() - started
+    assert response.status_code == 204, response.content
+    assert took < 1.5, f"the delete took {took:.1f}s"  # stopping them takes the 3 s grace
+    assert_error(token_client.get(job_url("stubborn")), 404, "not_found")
+    assert [pid for pid in pids if alive(pid)] == pids  # the request stopped nothing
+    entry = AuditEntry.objects.get(action="job.delete")
+    assert (entry.actor_name, entry.target, entry.details) == ("alice", "alice/stubborn", {})
+
+    # The kill's stop finds the job gone; the removal the delete queued (once) stops them.
+    assert stops == [job.pk]
+    tasks.job_stop(*stops)
+    assert [pid for pid in pids if alive(pid)] == pids
+    assert removals == [{"id": job.pk, "uid": str(job.uid), "name": "stubborn",
+                         "datacenter_id": job.datacenter_id, "owner_id": job.owner_id,
+                         "replicas": [["trainer", 0], ["trainer", 1]]}]
+    started = time.monotonic()
+    tasks.job_remains_remove(*removals)
+    assert 3.0 <= time.monotonic() - started < 13  # SIGTERM, the grace, then SIGKILL
+    assert [pid for pid in pids if alive(pid)] == []
+    assert not job_dir(job).exists()
+    tasks.job_remains_remove(*removals)  # a second run finds nothing left to do
+
+
+@pytest.mark.django_db(transaction=True)
+def test_kill_then_delete_answers_at_once_and_the_worker_stops_the_replicas(
+        celery_worker, token_client, submit, monkeypatch):
+    """`paddlectl kill` and at once `paddlectl delete job` while the replicas take their grace
+    to stop: the delete does not wait for them; the worker stops them."""
+    monkeypatch.setattr("jobs.engine.STOP_GRACE_SECONDS", 3.0)
+    submit("stubborn", **STUBBORN)
+    deadline = time.monotonic() + DRIVE_TIMEOUT
+    while token_client.get(job_url("stubborn")).json()["state"] != "running":
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.1)
+    job = Job.objects.get(name="stubborn")
+    pids = stubborn_pids(job)
+    assert token_client.post(job_url("stubborn", "kill")).status_code == 200
+    started = time.monotonic()
+    response = token_client.delete(job_url("stubborn"))
+    took = time.monotonic() - started
+    assert response.status_code == 204, response.content
+    assert took < 1.5, f"the delete took {took:.1f}s"  # stopping the trainer takes 3 s
+    assert names(token_client.get(URL)) == []
+    deadline = time.monotonic() + 3.0 + 10
+    while [pid for pid in pids if alive(pid)]:
+        assert time.monotonic() < deadline, "the trainer still runs"
+        time.sleep(0.1)
+    while job_dir(job).exists():
+        assert time.monotonic() < deadline, "what the job kept is still there"
+        time.sleep(0.1)
+
+
+def test_a_job_past_its_ttl_is_removed_as_a_delete_is_by_the_system(
+        token_client, submit, monkeypatch, django_capture_on_commit_callbacks):
+    submit("brief", ttl_seconds_after_finished=60, env={"LINES": "1"})
+    job = drive("brief")
+    assert job.state == "succeeded"
+    assert job_dir(job).exists()
+    removals = []
+    monkeypatch.setattr("jobs.tasks.job_remains_remove.delay", removals.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert tasks.jobs_reconcile()["expired"] == 0  # not yet
+    Job.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timedelta(seconds=61))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert tasks.jobs_reconcile()["expired"] == 1
+    assert_error(token_client.get(job_url("brief")), 404, "not_found")
+    entry = AuditEntry.objects.get(action="job.delete")
+    assert (entry.actor, entry.actor_name, entry.target, entry.datacenter, entry.details) == (
+        None, "system", "alice/brief", "datacenter1",
+        {"reason": "ttl", "ttl_seconds_after_finished": 60})
+    assert len(removals) == 1  # the same removal as a delete's, on the worker
+    tasks.job_remains_remove(*removals)
+    assert not job_dir(job).exists()
+    assert (output_dir(job) / log_relpath("trainer", 0)).read_text() == "trainer 0 line 0\n"
+
+
 def test_deleting_a_just_killed_job_leaves_no_process_running(token_client, submit):
     submit("sleeper", trainers=2, env={"LINES": "1", "SLEEP": "60"})
     job = drive("sleeper", until="running")
@@ -580,8 +701,10 @@ def test_deleting_a_just_killed_job_leaves_no_process_running(token_client, subm
         # kill queued has not run yet when the delete arrives.
         assert token_client.post(job_url("sleeper", "kill")).status_code == 200
         assert token_client.delete(job_url("sleeper")).status_code == 204
-        tasks.job_stop(job.pk)  # the queued stop now runs on the worker
-        tasks.jobs_reconcile()  # and the reconciler comes by
+        tasks.job_stop(job.pk)  # the queued stop now runs on the worker: the job is gone
+        # The removal the delete queued is lost here (it never runs): the reconciler's sweep
+        # of orphans ends what is left.
+        tasks.jobs_reconcile()
         time.sleep(0.5)
         assert [pid for pid in pids if alive(pid)] == []
     finally:

@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import channel_layers
 from django.test import Client
 
-from jobs import lines
+from jobs.logs import lines, pumps
 from jobs.models import Job, Replica
 from jobs.services import job_delete
 from jobs.states import JobState, ReplicaState
@@ -146,10 +146,10 @@ async def test_log_lines_from_the_file_then_live_then_the_end(app, alice, datace
     await socket.disconnect()
     # Nothing is left running for a log that has ended and has no followers.
     for _ in range(100):
-        if not lines.hub()._groups:
+        if not pumps.hub()._groups:
             break
         await asyncio.sleep(0.1)
-    assert lines.hub()._groups == {}
+    assert pumps.hub()._groups == {}
 
 
 async def test_a_reconnect_resumes_from_a_line_without_loss_or_repeat(app, alice, datacenter):
@@ -315,7 +315,7 @@ def test_pump_lines_end_is_published_once_the_writer_ended(tmp_path, layer):
         layer_ = channel_layers["default"]
         channel = await layer_.new_channel()
         await layer_.group_add("lines.test", channel)
-        task = asyncio.create_task(lines.pump(lines.Source("lines.test", file_at(path),
+        task = asyncio.create_task(pumps.pump(pumps.Source("lines.test", file_at(path),
                                                              ended)))
         await asyncio.sleep(0.3)
         write(path, "new\ntail")

@@ -12,7 +12,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from accounts.services import token_create
-from jobs.backends.files import output_dir
+from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_submit
 

@@ -8,7 +8,7 @@ so it must never follow any of them. Two tests hold that for every path of a job
 - the portal's own file operations, watched with an audit hook through a job's whole life
   (submitted over HTTP, run by a Celery worker, its logs and metrics read through the API,
   the WebSockets, the job page and the download), never name a path inside a home: every one
-  goes through ``jobs.backends.files`` (directory descriptors, no link followed);
+  goes through ``jobs.files`` (directory descriptors, no link followed);
 - at every path a job run leaves (found by walking it, not listed by hand), links to another
   user's files, to the portal's key file and to ``/proc/self/environ`` are planted in turn,
   and every way the portal reads and writes a job's files is exercised: no secret comes back
@@ -36,8 +36,8 @@ from websockets.sync.client import connect
 from accounts.models import Datacenter
 from jobs.backends import backend_for
 from jobs.backends.base import BackendError
-from jobs.backends.files import home_remove, output_open, output_prepare
 from jobs.backends.kubernetes import pods
+from jobs.files import home_remove, output_open, output_prepare
 from jobs.models import Job
 from paddlecloud.errors import PaddleCloudError
 from tests.jobs.kubernetes.test_backend import wait
@@ -165,7 +165,7 @@ def write_everything(job: Job) -> None:
         output_prepare(again)
     with contextlib.suppress(BackendError):
         os.close(output_open(again, "node_0/train.log"))
-    site = pods.site_packages_dir(job).removeprefix(pods.pfs_home(job) + "/")
+    site = "/".join(pods.site_packages_rel(job))
     with contextlib.suppress(PaddleCloudError):
         home_remove(job, site)
 
@@ -196,7 +196,7 @@ def job_paths(home: Path, job: Job) -> list[Path]:
     paths = [home / "jobs", home / "jobs" / "fit"]
     for dirpath, dirnames, filenames in os.walk(home / "jobs" / "fit"):
         paths += [Path(dirpath) / name for name in sorted(dirnames + filenames)]
-    site = pods.site_packages_dir(job).removeprefix(pods.pfs_home(job) + "/")
+    site = "/".join(pods.site_packages_rel(job))
     return [*dict.fromkeys([*paths, home / site])]
 
 
@@ -284,7 +284,7 @@ def unwatched():
 
 def test_the_portal_names_no_path_inside_a_home(live_portal, celery_worker, backend, secrets):
     """Through a job's whole life every file operation of the portal in the home goes
-    through directory descriptors (``jobs.backends.files``); none hands the kernel a path
+    through directory descriptors (``jobs.files``); none hands the kernel a path
     that a planted link could redirect."""
     home = live_portal.home
     package(live_portal)

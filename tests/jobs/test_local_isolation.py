@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from jobs.backends import local
-from jobs.backends.files import output_dir
 from jobs.backends.local import job_dir
 from jobs.backends.sandbox import netns_read
+from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_submit
 from tests.jobs.kubernetes.test_backend import wait

@@ -14,8 +14,8 @@ import tracemalloc
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 
-from jobs import lines
-from jobs.lines import MAX_LINE, Cursor, lines_end, lines_read, lines_skip, lines_tail
+from jobs.logs import lines
+from jobs.logs.lines import MAX_LINE, Cursor, lines_end, lines_read, lines_skip, lines_tail
 from tests.jobs.files import file_at, log_path
 from tests.jobs.test_consumers import connect, make_job, receive
 

@@ -13,9 +13,9 @@ from django.db import connection
 
 from jobs import engine
 from jobs.backends import backend_for
-from jobs.backends.files import output_dir
 from jobs.backends.local import LocalBackend, job_dir, runner_alive
 from jobs.engine import exit_reason
+from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_kill, job_submit
 from jobs.tasks import jobs_reconcile

@@ -21,6 +21,7 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from paddlecloud_core.layout import output_path, pfs_home
 from paddlectl.config import config_dump, private_write
 
 from .demo import DATACENTER, USERNAME
@@ -62,7 +63,7 @@ class Command(BaseCommand):
                 raise CommandError(f"job {name} is still {state} after {timeout:.0f}s")
             time.sleep(0.5)
         self.paddlectl("get", "workers", name)
-        self.paddlectl("ls", f"/pfs/{DATACENTER}/home/{USERNAME}/jobs/{name}/output")
+        self.paddlectl("ls", output_path(pfs_home(DATACENTER, USERNAME), name))
         self.stdout.write(f"Job {name} {state}. Use paddlectl yourself with "
                           f"PADDLE_CONFIG={self.config}")
         if state != "succeeded":

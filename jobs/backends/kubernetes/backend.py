@@ -10,7 +10,7 @@ Indexed Job (trainers) in the owner's namespace, all owned by one root ConfigMap
   cluster refused to create (its ResourceQuota) from the controller's ``FailedCreate`` events.
 - ``stop`` and ``cleanup`` delete the root: the garbage collector deletes the rest.
 - Logs come from the pods while they exist, else from the copy each pod writes to the job's
-  output in PFS (``files.log_file``).
+  output in PFS (``jobs.files.log_file``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from django.db import connection, transaction
 from paddlecloud.errors import PaddleCloudError, ValidationError
 from paddlecloud_core.contract import Paths, Topology, job_namespace
 
+from ...files import home_remove, output_prepare
 from ..base import Backend, BackendError, Observation, Status
-from ..files import home_remove, output_prepare
 from . import manifests, pods
 from .client import KubeError, kube_for
 from .names import (
@@ -207,7 +207,7 @@ class KubernetesBackend(Backend):
     def cleanup(self, job) -> None:
         """Delete the job's objects, and the requirements its pods installed in PFS."""
         self._delete_job(job, 0)
-        site = pods.site_packages_dir(job).removeprefix(pods.pfs_home(job) + "/")
+        site = "/".join(pods.site_packages_rel(job))
         for leftover in (site, f"{site}.tmp", f"{site}.done", f"{site}.lock"):
             try:
                 home_remove(job, leftover)

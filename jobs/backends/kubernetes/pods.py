@@ -13,8 +13,8 @@ from __future__ import annotations
 import copy
 
 from accounts.models import KUBE_VOLUME_SOURCES, kube_volume_problem
+from paddlecloud_core import layout
 from paddlecloud_core.contract import Paths, Topology, replica_env
-from paddlecloud_core.layout import log_relpath
 
 from .names import (
     PSERVER,
@@ -62,20 +62,25 @@ PORT = {TRAINER: TRAINER_PORT, PSERVER: PSERVER_PORT}
 # --- where replicas listen and find their files --------------------------------------------------
 
 def pfs_home(job) -> str:
-    return f"/pfs/{job.datacenter.name}/home/{job.owner.username}"
+    return layout.pfs_home(job.datacenter.name, job.owner.username)
 
 
 def paths(job) -> Paths:
     """As on the local backend, under the mounts: output in the owner's home."""
     home = pfs_home(job)
-    return Paths(output=f"{home}/jobs/{job.name}/output", pfs_home=home,
-                 pfs_public=f"/pfs/{job.datacenter.name}/public")
+    return Paths(output=layout.output_path(home, job.name), pfs_home=home,
+                 pfs_public=layout.pfs_public(job.datacenter.name))
+
+
+def site_packages_rel(job) -> layout.Rel:
+    """Where the job's requirements.txt is installed, once for all its pods, in its owner's
+    home; per uid, as an earlier job of the same name may still be running with its own."""
+    return layout.site_packages_rel(job.name, uid_short(job))
 
 
 def site_packages_dir(job) -> str:
-    """Where the job's requirements.txt is installed, once for all its pods; per uid, as an
-    earlier job of the same name may still be running with its own."""
-    return f"{pfs_home(job)}/jobs/{job.name}/.site-packages-{uid_short(job)}"
+    """``site_packages_rel`` as the pods see it, under the PFS mount."""
+    return "/".join((pfs_home(job), *site_packages_rel(job)))
 
 
 def topology(job, namespace: str) -> Topology:
@@ -153,8 +158,8 @@ def _with_defaults(env: list[dict], defaults: dict[str, str]) -> list[dict]:
 
 
 def log_template(job, role: str) -> str:
-    """The replica's archived log, as ``processes.log_relpath`` places it in the output."""
-    first, second = (f"{paths(job).output}/{log_relpath(role, i)}" for i in (0, 1))
+    """The replica's archived log, as ``layout.log_relpath`` places it in the output."""
+    first, second = (f"{paths(job).output}/{layout.log_relpath(role, i)}" for i in (0, 1))
     return index_template(first, second, ID_VARIABLE[role])
 
 

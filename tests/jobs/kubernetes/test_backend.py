@@ -18,14 +18,14 @@ import pytest
 import yaml
 
 from accounts.models import Datacenter
-from jobs import engine
+from jobs import engine, tasks
 from jobs.backends import backend_for
 from jobs.backends.base import Status
 from jobs.backends.kubernetes.client import kube_for, kube_forget
 from jobs.backends.kubernetes.names import JOB_UID_LABEL, object_base
 from jobs.backends.kubernetes.pods_watch import pod_cache, pod_caches_stop
 from jobs.models import Job
-from jobs.services import job_kill, job_submit
+from jobs.services import job_delete, job_kill, job_submit
 from jobs.tasks import jobs_reconcile
 from tests.conftest import assert_error
 
@@ -211,16 +211,19 @@ def test_a_failing_trainer_is_restarted_then_fails_the_job(kube, alice, datacent
 
 @pytest.mark.django_db
 def test_kill_and_delete_leave_no_objects_and_the_name_is_reused_at_once(
-        kube, alice, datacenter, package, no_starts, django_capture_on_commit_callbacks):
+        kube, alice, datacenter, package, no_starts, monkeypatch,
+        django_capture_on_commit_callbacks):
     kube.settings.pod_termination_seconds = 2.0  # old pods linger, terminating
     job = submit(alice, datacenter, package, pservers=1)
     engine.job_launch(job.pk)
     wait(lambda: engine.job_sync(job.pk) and state(job) == "running")
     with django_capture_on_commit_callbacks(execute=True):
         job_kill(alice, datacenter, "fit")
-    from jobs.services import job_delete
-
-    job_delete(alice, datacenter, "fit")
+    removals = []
+    monkeypatch.setattr("jobs.tasks.job_remains_remove.delay", removals.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        job_delete(alice, datacenter, "fit")
+    tasks.job_remains_remove(*removals)  # what the worker does once the delete commits
     terminating = [p for p in kube.store.list("pods", NS)
                    if p["metadata"].get("deletionTimestamp")]
     assert terminating  # still there, on their way out

@@ -1,5 +1,6 @@
-"""Serving replica logs over HTTP: the whole log or its last lines, and following a log while
-its replica runs. Always in blocks: memory stays flat whatever a job writes."""
+"""A replica's log as a stream of bytes, for HTTP: the whole log or from an offset (its last
+lines: ``lines.tail_offset``), followed while its replica runs, or a pod's log as the cluster
+serves it. Always in blocks: memory stays flat whatever a job writes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from paddlecloud.errors import PaddleCloudError
 
-from .backends.files import JobFile
+from ..files import JobFile
 
 log = logging.getLogger(__name__)
 

@@ -24,38 +24,44 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paddlecloud.errors import NotFoundError, PaddleCloudError
-from paddlecloud_core.layout import log_relpath, metrics_relpath
-from pfs.paths import pfs_path_parse
+from paddlecloud_core.layout import (
+    OUTPUT_MARKER,
+    PfsPath,
+    log_relpath,
+    metrics_relpath,
+    output_aside,
+    output_rel,
+    pfs_home,
+)
+from pfs.paths import pfs_area_root, pfs_path_parse
 from pfs.storage import Rel, storage_for
 from pfs.storage.posix import PosixStorage
 
-from .base import BackendError
+from .backends.base import BackendError
 
-OUTPUT_MARKER = ".paddlecloud-job"  # holds the uid of the job the output directory is for
+
+def _home(job) -> PfsPath:
+    return PfsPath(job.datacenter.name, "home", job.owner.username, ())
 
 
 def home_dir(job) -> Path:
     """The owner's home on disk (for the replicas' environment; the portal uses ``job_home``)."""
-    return job.datacenter.pfs_root_path / "home" / job.owner.username
+    return pfs_area_root(job.datacenter, _home(job))
 
 
 def job_home(job) -> PosixStorage:
     """The owner's home, as the portal may touch it for a job: no link followed."""
-    label = f"/pfs/{job.datacenter.name}/home/{job.owner.username}"
+    label = pfs_home(job.datacenter.name, job.owner.username)
     return PosixStorage(label, home_dir(job), links=False)
-
-
-def output_rel(job) -> Rel:
-    return ("jobs", job.name, "output")
 
 
 def output_dir(job) -> Path:
     """The output directory on disk, as replicas see it (``PADDLE_OUTPUT_DIR``)."""
-    return home_dir(job).joinpath(*output_rel(job))
+    return home_dir(job).joinpath(*output_rel(job.name))
 
 
 def _in_output(job, relpath: str) -> Rel:
-    return (*output_rel(job), *relpath.split("/"))
+    return (*output_rel(job.name), *relpath.split("/"))
 
 
 @dataclass(frozen=True)
@@ -115,7 +121,7 @@ def output_prepare(job) -> None:
     """Make the job's output directory, keeping whatever had its place — an earlier job's
     output of the same name, or anything else — beside it (``output-<its uid>``, else
     ``output-<time>``). Idempotent for the same job."""
-    home, output = job_home(job), output_rel(job)
+    home, output = job_home(job), output_rel(job.name)
     marker = (*output, OUTPUT_MARKER)
     try:
         try:
@@ -142,7 +148,7 @@ def _marker(home: PosixStorage, rel: Rel) -> str | None:
 
 def _aside(home: PosixStorage, output: Rel, suffix: str) -> Rel:
     """A free name beside the output for what is in its place."""
-    name = f"{output[-1]}-{suffix}"[:200]
+    name = output_aside(suffix)[:200]
     for attempt in range(100):
         rel = (*output[:-1], name if not attempt else f"{name}-{attempt}")
         try:
