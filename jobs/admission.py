@@ -29,6 +29,7 @@ from django.db.models import Count, F, OuterRef, Q, Subquery, Sum
 from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter
 from accounts.selectors import quota_get
 from paddlecloud.errors import ValidationError
+from paddlecloud.queue import JOB_START, JOBS_ADMIT, task_later
 
 from .models import Job
 from .notify import jobs_changed
@@ -194,8 +195,8 @@ def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
         _queue(blocker, f"waiting for quota: {_short_of(used, job_request(blocker), quota)}")
         _queue_behind(blocker, waiting)
     ids = [job.pk for job in admitted]
-    if ids:
-        transaction.on_commit(lambda: _queue_starts(ids))
+    for job_id in ids:
+        task_later(JOB_START, job_id)
     return ids
 
 
@@ -256,24 +257,6 @@ def _queue_behind(blocker, waiting) -> None:
         jobs_changed(blocker.owner_id, blocker.datacenter_id, requeued)
 
 
-def _queue_starts(job_ids: list[int]) -> None:
-    from .tasks import job_start
-
-    for job_id in job_ids:
-        job_start.delay(job_id)
-
-
-def admission_later(user_id: int, datacenter_id: int | None = None) -> None:
-    """Run admission for the user (in one datacenter, or all) once the current transaction
-    commits: a job ended, or a quota changed."""
-    def queue():
-        from .tasks import jobs_admit
-
-        jobs_admit.delay(user_id, datacenter_id)
-
-    transaction.on_commit(queue)
-
-
 def waiting_queues(**filters) -> list[tuple[int, int]]:
     """The (owner id, datacenter id) of every queue with jobs waiting, among ``filters``.
     (Unordered: with the jobs' default order, DISTINCT would give one row per job.)"""
@@ -281,14 +264,18 @@ def waiting_queues(**filters) -> list[tuple[int, int]]:
                 .values_list("owner_id", "datacenter_id").distinct())
 
 
+def job_ended_admit(sender, owner_id: int, datacenter_id: int, **kwargs) -> None:
+    """Jobs ended (``signals.job_ended``): what they held, or their places in the queue, is
+    free — admit the owner's waiting jobs once that is committed."""
+    task_later(JOBS_ADMIT, owner_id, datacenter_id)
+
+
 def quota_changed_admit(sender, user, datacenter, **kwargs) -> None:
     """A quota changed: admit what now fits, for the user or (a default changed) for everyone
     in the datacenter with jobs waiting. Runs after the change is committed."""
-    from .tasks import jobs_admit
-
     owners = {"owner": user} if user is not None else {}
     for owner_id, datacenter_id in waiting_queues(datacenter=datacenter, **owners):
-        jobs_admit.delay(owner_id, datacenter_id)
+        task_later(JOBS_ADMIT, owner_id, datacenter_id)
 
 
 def jobs_ahead(owner, datacenter, created_at, pk):

@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from accounts.audit import audit_record
 from accounts.models import AuditEntry
 from paddlecloud.errors import ConflictError, NotFoundError, ValidationError
+from paddlecloud.queue import JOB_REMAINS_REMOVE, JOB_STOP, task_later
 from paddlecloud_core.quantity import format_bytes, format_cpu
 from paddlecloud_core.spec import name_taken
 from registries.services import registry_get
@@ -141,12 +142,7 @@ def job_kill(user, datacenter, name: str, *, by=None) -> Job:
     audit_record(by or user, AuditEntry.Action.JOB_KILL, f"{user.username}/{name}",
                  datacenter=datacenter)
 
-    def queue_halt():
-        from .tasks import job_stop
-
-        job_stop.delay(job.pk)
-
-    transaction.on_commit(queue_halt)
+    task_later(JOB_STOP, job.pk)
     return job
 
 
@@ -168,15 +164,9 @@ def job_remove(job: Job, *, by=None, **details) -> None:
     the backend keeps privately — a task stops and removes (``tasks.job_remains_remove``), so
     nobody waits for replicas to stop. Its output stays in PFS."""
     remains = job_remains(job)
-
-    def queue_removal():
-        from .tasks import job_remains_remove
-
-        job_remains_remove.delay(remains)
-
     with transaction.atomic():
         job_deleted(job)
         job.delete()
         audit_record(by, AuditEntry.Action.JOB_DELETE, f"{job.owner.username}/{job.name}",
                      datacenter=job.datacenter, **details)
-        transaction.on_commit(queue_removal)
+        task_later(JOB_REMAINS_REMOVE, remains)

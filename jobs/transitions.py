@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from .models import Job, JobEvent, Replica
 from .notify import job_changed, jobs_changed
+from .signals import job_ended
 from .states import (
     FINAL_JOB_STATES,
     FINAL_REPLICA_STATES,
@@ -79,11 +80,11 @@ def _jobs_move(moves: list[tuple[Job, Job]], target: str, reasons: dict[int, str
         jobs_changed(*owner, [job.pk for job, current in moves
                               if (current.owner_id, current.datacenter_id) == owner])
     if target in FINAL_JOB_STATES:
-        # What they held (or the places in the queue they kept) is free: admit who waits.
-        from .admission import admission_later
-
-        for owner in owners:
-            admission_later(*owner)
+        for owner_id, datacenter_id in owners:
+            job_ended.send(Job, owner_id=owner_id, datacenter_id=datacenter_id,
+                           job_ids=[job.pk for job, current in moves
+                                    if (current.owner_id, current.datacenter_id)
+                                    == (owner_id, datacenter_id)])
     for job, current in moves:
         job.state, job.state_reason, job.updated_at = target, reasons[job.pk], now
         if "started_at" in changes:

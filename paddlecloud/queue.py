@@ -20,8 +20,8 @@ JOB_START = "jobs.tasks.job_start"
 JOB_STOP = "jobs.tasks.job_stop"
 JOBS_ADMIT = "jobs.tasks.jobs_admit"
 JOB_REMAINS_REMOVE = "jobs.tasks.job_remains_remove"
-PULL_SECRET_SYNC = "registries.tasks.pull_secret_sync"
-PULL_SECRET_REMOVE = "registries.tasks.pull_secret_remove"
+PULL_SECRET_SYNC = "registries.tasks.pull_secret_sync"  # noqa: S105 - a task's name
+PULL_SECRET_REMOVE = "registries.tasks.pull_secret_remove"  # noqa: S105
 TASKS = frozenset({JOB_START, JOB_STOP, JOBS_ADMIT, JOB_REMAINS_REMOVE, PULL_SECRET_SYNC,
                    PULL_SECRET_REMOVE})
 
@@ -31,4 +31,8 @@ def task_later(name: str, *args) -> None:
     outside one)."""
     if name not in TASKS:
         raise ValueError(f"{name!r} is not a task queued through paddlecloud.queue")
-    transaction.on_commit(lambda: app.send_task(name, args=args))
+    transaction.on_commit(lambda: _send(name, args))
+
+
+def _send(name: str, args: tuple) -> None:
+    app.send_task(name, args=args)

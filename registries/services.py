@@ -9,7 +9,9 @@ from django.db import IntegrityError, transaction
 
 from accounts.audit import audit_record
 from accounts.models import AuditEntry
+from jobs.states import FINAL_JOB_STATES
 from paddlecloud.errors import ConflictError, NotFoundError, ValidationError
+from paddlecloud.queue import PULL_SECRET_REMOVE, PULL_SECRET_SYNC, task_later
 from paddlecloud_core.contract import JOB_NAME_RE
 
 from . import crypto
@@ -109,12 +111,6 @@ def registry_password(registry: Registry) -> str:
     return crypto.decrypt(registry.password_encrypted)
 
 
-def _sync_later(registry: Registry) -> None:
-    from .tasks import pull_secret_sync
-
-    transaction.on_commit(lambda: pull_secret_sync.delay(registry.pk))
-
-
 def registry_create(user, datacenter, data: dict) -> Registry:
     values = _check(data, ("name", "server", "username", "password"),
                     taken=registry_list(user, datacenter))
@@ -127,7 +123,7 @@ def registry_create(user, datacenter, data: dict) -> Registry:
             audit_record(user, AuditEntry.Action.REGISTRY_CREATE,
                          f"{user.username}/{registry.name}", datacenter=datacenter,
                          server=registry.server, username=registry.username)
-            _sync_later(registry)
+            task_later(PULL_SECRET_SYNC, registry.pk)
     except IntegrityError:  # made by a request racing this one
         raise ValidationError.for_field("name", _duplicate(values["name"])) from None
     return registry
@@ -158,7 +154,7 @@ def registry_update(user, datacenter, name: str, data: dict) -> Registry:
             registry.save()
             audit_record(user, AuditEntry.Action.REGISTRY_UPDATE, f"{user.username}/{name}",
                          datacenter=datacenter, changed=changed)
-            _sync_later(registry)
+            task_later(PULL_SECRET_SYNC, registry.pk)
     return registry
 
 
@@ -166,8 +162,6 @@ def registry_delete(user, datacenter, name: str, *, by=None) -> None:
     """Delete the credential and, on Kubernetes, its pull secret. Refused while a job that
     has not ended pulls with it (its pods may still need to pull). ``by`` is who deletes it
     when that is not its owner (an admin)."""
-    from jobs.states import FINAL_JOB_STATES
-
     registry = registry_get(user, datacenter, name)
     using = (registry.jobs.exclude(state__in=FINAL_JOB_STATES)
              .values_list("name", flat=True).first())
@@ -180,13 +174,7 @@ def registry_delete(user, datacenter, name: str, *, by=None) -> None:
         registry.delete()
         audit_record(by or user, AuditEntry.Action.REGISTRY_DELETE, f"{user.username}/{name}",
                      datacenter=datacenter)
-
-        def remove_secret():
-            from .tasks import pull_secret_remove
-
-            pull_secret_remove.delay(datacenter_id, owner_id, name)
-
-        transaction.on_commit(remove_secret)
+        task_later(PULL_SECRET_REMOVE, datacenter_id, owner_id, name)
 
 
 def registry_rotate_keys() -> int:

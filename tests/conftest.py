@@ -5,6 +5,7 @@ quietly falls back to SQLite or skips the service-backed tests."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,40 @@ def _clear_cache():
     cache.clear()
     yield
     cache.clear()
+
+
+class HeldTasks:
+    """The work queued through ``paddlecloud.queue``, held here instead of sent to a worker:
+    a test sees what was asked for (``sent``, ``of``) and may have some of it done at once, in
+    its own process (``run``); the rest is dropped, as a lost message would be."""
+
+    def __init__(self):
+        self.sent: list[tuple[str, tuple]] = []
+        self.inline: dict[str, Callable] = {}
+
+    def run(self, name: str, function: Callable | None = None) -> None:
+        """Do task ``name`` (or ``function`` in its place) as soon as it is sent."""
+        from paddlecloud.celery import app
+
+        self.inline[name] = function or app.tasks[name]
+
+    def of(self, name: str) -> list[tuple]:
+        """The arguments of each ``name`` sent, in order."""
+        return [args for sent, args in self.sent if sent == name]
+
+    def send(self, name: str, args: tuple) -> None:
+        self.sent.append((name, args))
+        if name in self.inline:
+            self.inline[name](*args)
+
+
+@pytest.fixture
+def held_tasks(monkeypatch) -> HeldTasks:
+    """No queued task reaches a worker (one left running by an earlier test would pick it
+    up): for tests that drive the engine themselves."""
+    held = HeldTasks()
+    monkeypatch.setattr("paddlecloud.queue._send", held.send)
+    return held
 
 
 @pytest.fixture

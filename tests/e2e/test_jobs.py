@@ -176,8 +176,8 @@ def test_the_list_updates_live_and_a_long_job_is_killed_through_the_dialog(
     assert not Job.objects.filter(name="long").exists()
 
 
-def test_another_user_cannot_see_the_job(page, live_portal, package, monkeypatch):
-    monkeypatch.setattr("jobs.admission._queue_starts", lambda job_ids: None)  # not run
+def test_another_user_cannot_see_the_job(page, live_portal, package, held_tasks):
+    # held_tasks: the job is not run
     submit(live_portal, name="secret", package=package, entry="python train.py")
     user_upsert("bob", password=PASSWORD, datacenter_names=["datacenter1"])
     login(page, "bob", next_path="/jobs/")
@@ -203,8 +203,8 @@ def test_an_expired_session_goes_to_the_login_page_and_back(page, live_portal):
     expect(page.get_by_role("heading", name="Submit a job")).to_be_visible()
 
 
-def test_submit_and_kill_work_without_javascript(browser, live_portal, package, monkeypatch):
-    monkeypatch.setattr("jobs.admission._queue_starts", lambda job_ids: None)  # not run
+def test_submit_and_kill_work_without_javascript(browser, live_portal, package, held_tasks):
+    # held_tasks: the job is not run
     context = browser.new_context(base_url=live_portal.url, java_script_enabled=False)
     try:
         page = context.new_page()

@@ -38,7 +38,7 @@ def test_jobs_are_not_edited_by_hand(admin_browser, job):
     assert job.state == "starting"
 
 
-def test_admins_kill_jobs_through_the_same_service(admin_browser, job,
+def test_admins_kill_jobs_through_the_same_service(admin_browser, job, held_tasks,
                                                    django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks() as callbacks:
         response = admin_browser.post("/admin/jobs/job/", {
@@ -48,9 +48,13 @@ def test_admins_kill_jobs_through_the_same_service(admin_browser, job,
     assert (job.state, job.state_reason) == ("killed", "killed by root")
     # Once committed: its replicas are stopped, the owner's waiting jobs may be admitted, and
     # the dashboards hear of it.
-    assert {c.__qualname__ for c in callbacks} == {
-        "job_kill.<locals>.queue_halt", "admission_later.<locals>.queue",
-        "_after_commit.<locals>.send"}
+    assert held_tasks.sent == []  # not before the commit
+    for callback in callbacks:
+        callback()
+    assert sorted(held_tasks.sent) == [("jobs.tasks.job_stop", (job.pk,)),
+                                       ("jobs.tasks.jobs_admit", (job.owner_id,
+                                                                  job.datacenter_id))]
+    assert "_after_commit.<locals>.send" in {c.__qualname__ for c in callbacks}
 
     again = admin_browser.post("/admin/jobs/job/", {
         "action": "kill", "_selected_action": [job.pk]}, follow=True)

@@ -35,16 +35,15 @@ def package(pfs_home) -> str:
 
 
 @pytest.fixture
-def no_starts(monkeypatch):
+def no_starts(held_tasks):
     """Admitted jobs are not started: these tests are about admission alone."""
-    monkeypatch.setattr("jobs.admission._queue_starts", lambda job_ids: None)
+    return held_tasks
 
 
 @pytest.fixture
-def admit_now(monkeypatch, no_starts):
+def admit_now(no_starts):
     """Admission queued after a commit runs at once, here, instead of on a worker."""
-    monkeypatch.setattr("jobs.tasks.jobs_admit.delay",
-                        lambda user_id, dc_id=None: jobs_admit(user_id, dc_id))
+    no_starts.run("jobs.tasks.jobs_admit", jobs_admit)
 
 
 @pytest.fixture

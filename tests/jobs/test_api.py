@@ -130,7 +130,7 @@ def names(response) -> list[str]:
 
 
 def test_submit_records_an_admitted_job_and_queues_one_start(
-        token_client, package, reaper, django_capture_on_commit_callbacks, monkeypatch):
+        token_client, package, reaper, django_capture_on_commit_callbacks, held_tasks):
     with django_capture_on_commit_callbacks() as callbacks:
         response = token_client.post(URL, {
             "jobname": "fit-a-line", "parallelism": 2, "package": package,
@@ -158,10 +158,8 @@ def test_submit_records_an_admitted_job_and_queues_one_start(
     # dashboards).
     starts = [c for c in callbacks if c.__qualname__ != "_after_commit.<locals>.send"]
     assert len(starts) == 1
-    queued = []
-    monkeypatch.setattr("jobs.tasks.job_start.delay", queued.append)
     starts[0]()
-    assert queued == [Job.objects.get(name="fit-a-line").pk]
+    assert held_tasks.sent == [("jobs.tasks.job_start", (Job.objects.get(name="fit-a-line").pk,))]
 
 
 def test_dry_run_shows_the_plan_and_creates_nothing(
@@ -513,7 +511,7 @@ def test_follow_is_a_boolean_or_a_400_naming_it(token_client, alice, datacenter,
 
 
 def test_killing_a_running_job_stops_every_replica(token_client, submit, monkeypatch,
-                                                   django_capture_on_commit_callbacks):
+                                                   django_capture_on_commit_callbacks, held_tasks):
     submit("sleeper", trainers=2, pservers=1, env={"LINES": "1", "SLEEP": "60"})
     job = drive("sleeper", until="running")
     assert job.state == "running"
@@ -523,7 +521,7 @@ def test_killing_a_running_job_stops_every_replica(token_client, submit, monkeyp
         os.kill(pid, 0)  # running
 
     stops = []
-    monkeypatch.setattr("jobs.tasks.job_stop.delay", stops.append)
+    held_tasks.run("jobs.tasks.job_stop", stops.append)
     with django_capture_on_commit_callbacks(execute=True):
         response = token_client.post(job_url("sleeper", "kill"))
     assert response.status_code == 200, response.content
@@ -546,7 +544,7 @@ def test_killing_a_running_job_stops_every_replica(token_client, submit, monkeyp
 
 
 def test_delete_only_ended_jobs_and_keep_their_output(token_client, submit, pfs_home,
-                                                      monkeypatch,
+                                                      monkeypatch, held_tasks,
                                                       django_capture_on_commit_callbacks):
     submit("sleeper", env={"LINES": "1", "SLEEP": "60"})
     job = drive("sleeper", until="running")
@@ -564,7 +562,7 @@ def test_delete_only_ended_jobs_and_keep_their_output(token_client, submit, pfs_
     assert token_client.post(job_url("sleeper", "kill")).status_code == 200
     engine.job_halt(job.pk)
     removals = []
-    monkeypatch.setattr("jobs.tasks.job_remains_remove.delay", removals.append)
+    held_tasks.run("jobs.tasks.job_remains_remove", removals.append)
     with django_capture_on_commit_callbacks(execute=True):
         response = token_client.delete(job_url("sleeper"))
     assert response.status_code == 204, response.content
@@ -601,15 +599,15 @@ def stubborn_pids(job: Job) -> list[int]:
 
 
 def test_a_delete_leaves_stopping_the_replicas_to_its_removal_task(
-        token_client, submit, monkeypatch, django_capture_on_commit_callbacks):
+        token_client, submit, monkeypatch, django_capture_on_commit_callbacks, held_tasks):
     monkeypatch.setattr("jobs.engine.STOP_GRACE_SECONDS", 3.0)
     submit("stubborn", trainers=2, **STUBBORN)
     job = drive("stubborn", until="running")
     assert job.state == "running"
     pids = stubborn_pids(job)
     stops, removals = [], []
-    monkeypatch.setattr("jobs.tasks.job_stop.delay", stops.append)
-    monkeypatch.setattr("jobs.tasks.job_remains_remove.delay", removals.append)
+    held_tasks.run("jobs.tasks.job_stop", stops.append)
+    held_tasks.run("jobs.tasks.job_remains_remove", removals.append)
     with django_capture_on_commit_callbacks(execute=True):
         assert token_client.post(job_url("stubborn", "kill")).status_code == 200
     with django_capture_on_commit_callbacks(execute=True):
@@ -668,13 +666,13 @@ def test_kill_then_delete_answers_at_once_and_the_worker_stops_the_replicas(
 
 
 def test_a_job_past_its_ttl_is_removed_as_a_delete_is_by_the_system(
-        token_client, submit, monkeypatch, django_capture_on_commit_callbacks):
+        token_client, submit, monkeypatch, django_capture_on_commit_callbacks, held_tasks):
     submit("brief", ttl_seconds_after_finished=60, env={"LINES": "1"})
     job = drive("brief")
     assert job.state == "succeeded"
     assert job_dir(job).exists()
     removals = []
-    monkeypatch.setattr("jobs.tasks.job_remains_remove.delay", removals.append)
+    held_tasks.run("jobs.tasks.job_remains_remove", removals.append)
     with django_capture_on_commit_callbacks(execute=True):
         assert tasks.jobs_reconcile()["expired"] == 0  # not yet
     Job.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timedelta(seconds=61))

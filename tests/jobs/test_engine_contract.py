@@ -76,9 +76,8 @@ class FakeKubernetesDriver(Driver):
 
 
 @pytest.fixture(params=BACKENDS)
-def driver(request, datacenter, settings, pfs_home, monkeypatch):
-    monkeypatch.setattr("jobs.admission._queue_starts", lambda job_ids: None)
-    monkeypatch.setattr("jobs.tasks.job_stop.delay", lambda job_id: engine.job_halt(job_id))
+def driver(request, datacenter, settings, pfs_home, monkeypatch, held_tasks):
+    held_tasks.run("jobs.tasks.job_stop", engine.job_halt)  # starts are held: never sent
     (pfs_home / "pkg").mkdir()
     (pfs_home / "pkg" / "train.py").write_text(TRAINER)
     if request.param == "local":

@@ -148,9 +148,10 @@ def test_a_job_runs_to_success_with_states_and_logs_from_pods(
 # -- driven step by step (the engine, as the tasks call it) --------------------------------------
 
 @pytest.fixture
-def no_starts(monkeypatch):
-    monkeypatch.setattr("jobs.admission._queue_starts", lambda job_ids: None)
-    monkeypatch.setattr("jobs.tasks.job_stop.delay", lambda job_id: engine.job_halt(job_id))
+def no_starts(held_tasks):
+    """Starts are held (never sent): the tests drive the engine; a kill's stop runs here."""
+    held_tasks.run("jobs.tasks.job_stop", engine.job_halt)
+    return held_tasks
 
 
 @pytest.mark.django_db
@@ -220,7 +221,7 @@ def test_kill_and_delete_leave_no_objects_and_the_name_is_reused_at_once(
     with django_capture_on_commit_callbacks(execute=True):
         job_kill(alice, datacenter, "fit")
     removals = []
-    monkeypatch.setattr("jobs.tasks.job_remains_remove.delay", removals.append)
+    no_starts.run("jobs.tasks.job_remains_remove", removals.append)
     with django_capture_on_commit_callbacks(execute=True):
         job_delete(alice, datacenter, "fit")
     tasks.job_remains_remove(*removals)  # what the worker does once the delete commits
@@ -362,10 +363,8 @@ def test_a_job_whose_objects_are_invalid_is_refused_with_the_schemas_message(
 def test_registry_credentials_become_pull_secrets_kept_in_sync(
         kube, token_client, alice, datacenter, package, no_starts,
         django_capture_on_commit_callbacks, monkeypatch):
-    from registries.tasks import pull_secret_remove, pull_secret_sync
-
-    monkeypatch.setattr("registries.tasks.pull_secret_sync.delay", pull_secret_sync)
-    monkeypatch.setattr("registries.tasks.pull_secret_remove.delay", pull_secret_remove)
+    no_starts.run("registries.tasks.pull_secret_sync")  # on a worker, done here
+    no_starts.run("registries.tasks.pull_secret_remove")
     url = "/api/v1/registries/"
     with django_capture_on_commit_callbacks(execute=True):
         assert token_client.post(url, {"name": "mine", "server": "registry.example.com:5000",
