@@ -30,6 +30,7 @@ from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter
 from accounts.selectors import quota_get
 from paddlecloud.errors import ValidationError
 from paddlecloud.queue import JOB_START, JOBS_ADMIT, task_later
+from pfs.services import usage_report
 
 from .models import Job
 from .notify import jobs_changed
@@ -304,8 +305,6 @@ def quota_report(user, datacenter) -> dict[str, dict]:
     """Every resource's limit and what is used of it (``queued``: the jobs that wait; storage
     from the PFS, with what uploads in progress reserve), for the API and ``paddlectl get
     quota``."""
-    from pfs.services import usage_report
-
     quota = quota_get(user, datacenter)
     used = quota_used(user.pk, datacenter.pk)
     used_values = {r: getattr(used, r) for r in COMPUTE}

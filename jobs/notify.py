@@ -16,6 +16,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from .models import Job
+
 log = logging.getLogger(__name__)
 
 
@@ -49,8 +51,6 @@ def job_deleted(job) -> None:
 
 def _after_commit(messages: list[dict], owner: tuple[int, int] | None = None) -> None:
     def send():
-        from .models import Job
-
         layer = get_channel_layer()
         where = owner or Job.objects.filter(pk=messages[0]["job_id"]).values_list(
             "owner_id", "datacenter_id").first()

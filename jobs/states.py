@@ -39,6 +39,7 @@ class ReplicaState(models.TextChoices):
 FINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED})
 FINAL_REPLICA_STATES = frozenset({ReplicaState.SUCCEEDED, ReplicaState.FAILED,
                                   ReplicaState.KILLED})
+LIVE_REPLICA_STATES = frozenset(ReplicaState) - FINAL_REPLICA_STATES  # may have a process
 
 _ENDINGS = {JobState.FAILED, JobState.KILLED}
 

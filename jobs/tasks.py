@@ -21,9 +21,10 @@ from accounts.models import Datacenter
 from . import engine
 from .admission import quota_admit, waiting_queues
 from .backends import backend_for
+from .backends.local import isolation_notice
 from .models import Job
 from .services import job_remove
-from .states import FINAL_JOB_STATES, JobState
+from .states import FINAL_JOB_STATES, LIVE_REPLICA_STATES, JobState, ReplicaState
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ def _reconcile(lease: Lease) -> dict[str, int]:
         counts["admitted"] += len(quota_admit(owner_id, datacenter_id))
         lease.renew()
     # A start that was lost, or died half way (replicas still pending under a starting job).
-    stalled = Job.objects.filter(state=JobState.STARTING, replicas__state="pending",
+    stalled = Job.objects.filter(state=JobState.STARTING, replicas__state=ReplicaState.PENDING,
                                  updated_at__lt=now - LOST_START_AFTER).distinct()
     for job_id in stalled.values_list("pk", flat=True):
         job_start.delay(job_id)
@@ -154,7 +155,7 @@ def _reconcile(lease: Lease) -> dict[str, int]:
             counts["synced"] += 1
             lease.renew()
     ended_live = (Job.objects.filter(state__in=FINAL_JOB_STATES)
-                  .filter(replicas__state__in=["pending", "starting", "running"]).distinct())
+                  .filter(replicas__state__in=LIVE_REPLICA_STATES).distinct())
     for job_id in ended_live.values_list("pk", flat=True):
         engine.job_halt(job_id)
     for backend in {backend_for(dc) for dc in Datacenter.objects.all()}:
@@ -189,7 +190,5 @@ def _ttl_cutoff(now):
 def isolation_say(**kwargs) -> None:
     """A worker that starts says whether the local backend's jobs are sandboxed."""
     if Datacenter.objects.filter(backend="local").exists():
-        from .backends.local import isolation_notice
-
         isolated, notice = isolation_notice()
         (logger.info if isolated else logger.warning)(notice)

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("paddlecloud: the portal is not installed here (this is the client: paddlectl "
                  "and the SDK); install it with: pip install 'paddlecloud[server]'")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paddlecloud.settings")
-    from django.core.management import execute_from_command_line
+    from django.core.management import execute_from_command_line  # the client has no Django
 
     execute_from_command_line(["paddlecloud", *(sys.argv[1:] if argv is None else argv)])
 

@@ -19,6 +19,8 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, HttpResponse, JsonResponse
+from django.views.csrf import csrf_failure as django_csrf_failure
+from django.views.defaults import ERROR_PAGE_TEMPLATE, bad_request, page_not_found, server_error
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
@@ -238,8 +240,6 @@ def handler400(request, exception=None):
             status, body, _headers = render_error(exception)
             return JsonResponse(body, status=status)
         return JsonResponse(error_body("bad_request", "bad request"), status=400)
-    from django.views.defaults import bad_request
-
     return bad_request(request, exception)
 
 
@@ -247,16 +247,12 @@ def handler404(request, exception=None):
     if _is_api(request):
         return JsonResponse(error_body("not_found", f"no API endpoint at {request.path}"),
                             status=404)
-    from django.views.defaults import page_not_found
-
     return page_not_found(request, exception)
 
 
 def handler500(request):
     if _is_api(request):
         return JsonResponse(error_body("server_error", "internal error"), status=500)
-    from django.views.defaults import server_error
-
     return server_error(request)
 
 
@@ -265,8 +261,6 @@ def request_too_large(request):
     error = body_too_large()
     if _is_api(request):
         return JsonResponse(error_body(error.code, error.message, error.fields), status=413)
-    from django.views.defaults import ERROR_PAGE_TEMPLATE
-
     rule = error.fields["body"][0]
     return HttpResponse(ERROR_PAGE_TEMPLATE % {
         "title": "Request Entity Too Large (413)",
@@ -281,6 +275,4 @@ def csrf_failure(request, reason=""):
                        "or authenticate with a token"),
             status=403,
         )
-    from django.views.csrf import csrf_failure as default
-
-    return default(request, reason)
+    return django_csrf_failure(request, reason)

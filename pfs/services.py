@@ -11,7 +11,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import transaction
@@ -511,8 +511,6 @@ def uploads_purge() -> int:
 
 
 def entry_json(path: str, entry: Entry, *, name: str | None = None) -> dict:
-    from datetime import UTC, datetime
-
     return {
         "name": entry.name if name is None else name,
         "path": path,

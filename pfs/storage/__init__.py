@@ -7,6 +7,7 @@ from django.conf import settings
 from pfs.paths import PfsPath, pfs_area_root
 
 from .base import CHUNK, TEMP_PREFIX, ChecksumError, Entry, Rel, Storage, Upload
+from .posix import PosixStorage
 
 __all__ = ["CHUNK", "TEMP_PREFIX", "ChecksumError", "Entry", "Rel", "Storage", "Upload",
            "storage_for"]
@@ -15,7 +16,7 @@ __all__ = ["CHUNK", "TEMP_PREFIX", "ChecksumError", "Entry", "Rel", "Storage", "
 def storage_for(datacenter, path: PfsPath) -> Storage:
     """The storage of the area ``path`` is in (a home is created on first use)."""
     if datacenter.pfs_storage == "s3":
-        from .s3 import S3Storage
+        from .s3 import S3Storage  # here: boto3 is loaded only where a datacenter uses S3
 
         prefix = path.area_label.removeprefix("/pfs/")
         return S3Storage(
@@ -26,8 +27,6 @@ def storage_for(datacenter, path: PfsPath) -> Storage:
             secret_key=settings.PADDLECLOUD_S3_SECRET_ACCESS_KEY,
             read_only=path.public,
         )
-    from .posix import PosixStorage
-
     root = pfs_area_root(datacenter, path)
     root.mkdir(parents=True, exist_ok=True)
     return PosixStorage(path.area_label, root, read_only=path.public)

@@ -21,8 +21,14 @@ import time
 
 from django.db import connection, transaction
 
+from accounts.models import Datacenter
+from accounts.selectors import quota_get
+from jobs.models import replica_ended
 from paddlecloud.errors import PaddleCloudError, ValidationError
 from paddlecloud_core.contract import Paths, Topology, job_namespace
+from paddlecloud_core.processes import exit_reason
+from registries.models import Registry
+from registries.services import registry_password
 
 from ...files import home_remove, output_prepare
 from ..base import Backend, BackendError, Observation, Status
@@ -73,8 +79,6 @@ class KubernetesBackend(Backend):
     def objects(self, job, quota=None) -> list[dict]:
         """The namespace objects and the job's, as a dry run shows them; a job whose
         objects the Kubernetes schemas refuse is refused with the schema's message."""
-        from accounts.selectors import quota_get
-
         quota = quota or quota_get(job.owner, job.datacenter)
         try:
             objects = [*manifests.namespace_objects(job.datacenter, job.owner, quota),
@@ -107,8 +111,6 @@ class KubernetesBackend(Backend):
             raise BackendError(f"the cluster refused the job's objects: {exc}") from None
 
     def _namespace_ensure(self, kube, datacenter, user) -> None:
-        from accounts.selectors import quota_get
-
         for obj in manifests.namespace_objects(datacenter, user, quota_get(user, datacenter)):
             kube.apply(obj)
 
@@ -228,8 +230,6 @@ class KubernetesBackend(Backend):
     def orphans_stop(self, known, grace: float) -> int:
         """Delete the objects of jobs the database no longer knows, in every datacenter on
         this backend (their roots: the rest follows)."""
-        from accounts.models import Datacenter
-
         found = 0
         for datacenter in Datacenter.objects.filter(backend=self.name):
             try:
@@ -280,8 +280,6 @@ class KubernetesBackend(Backend):
     def _follow(self, job, replica, read):
         """Follow the pod's log. Until its container has started (the log answers 400, or
         nothing while the pod is unscheduled), wait for it, unless the replica ends first."""
-        from jobs.models import replica_ended
-
         while True:
             received = False
             try:
@@ -305,15 +303,11 @@ class KubernetesBackend(Backend):
         self._pull_secret_write(kube_for(registry.datacenter), registry)
 
     def _pull_secret_write(self, kube, registry) -> None:
-        from registries.services import registry_password
-
         self._namespace_ensure(kube, registry.datacenter, registry.owner)
         namespace = job_namespace(registry.datacenter, registry.owner.username)
         kube.apply(manifests.pull_secret(namespace, registry, registry_password(registry)))
 
     def pull_secret_delete(self, datacenter, owner, name: str) -> None:
-        from registries.models import Registry
-
         namespace = job_namespace(datacenter, owner.username)
         kube_for(datacenter).delete("Secret", namespace,
                                     pull_secret_name(Registry(name=name)))
@@ -364,8 +358,6 @@ def pod_observation(pod: dict, role: str) -> Observation:
 
 
 def _exit_reason(code: int, reason: str) -> str:
-    from paddlecloud_core.processes import exit_reason
-
     if reason == "OOMKilled":
         return f"killed for using more memory than it asked for (OOMKilled, exit {code})"
     return "" if code == 0 else exit_reason(code)
