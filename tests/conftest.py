@@ -4,6 +4,7 @@ quietly falls back to SQLite or skips the service-backed tests."""
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -110,7 +111,10 @@ class HeldTasks:
         """Do task ``name`` (or ``function`` in its place) as soon as it is sent."""
         from paddlecloud.celery import app
 
-        self.inline[name] = function or app.tasks[name]
+        if function is None:
+            importlib.import_module(name.rsplit(".", 1)[0])  # registers the app's tasks
+            function = app.tasks[name]
+        self.inline[name] = function
 
     def of(self, name: str) -> list[tuple]:
         """The arguments of each ``name`` sent, in order."""

@@ -35,17 +35,9 @@ KINDS = ("configmaps", "services", "statefulsets.apps", "jobs.batch", "pods")
 
 
 @pytest.fixture
-def kube(k8s_api, datacenter, settings):
-    """datacenter1 on the fake API server, its PFS a hostPath in pods."""
-    settings.PADDLECLOUD_KUBE_TIMEOUT = 2
-    settings.PADDLECLOUD_KUBE_ATTEMPTS = 3
-    Datacenter.objects.filter(pk=datacenter.pk).update(
-        backend="kubernetes", kubeconfig=str(k8s_api.kubeconfig_path),
-        kube_volume={"hostPath": {"path": "/mnt/pfs/datacenter1"}})
-    datacenter.refresh_from_db()
-    yield k8s_api
-    pod_caches_stop()
-    kube_forget()
+def kube(k8s_api, kube_datacenter):
+    """datacenter1 on the fake API server (``kube_datacenter``); the server, for the tests."""
+    return k8s_api
 
 
 @pytest.fixture
