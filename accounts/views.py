@@ -86,7 +86,7 @@ class TokenListView(APIView):
     @extend_schema(responses={200: ApiTokenSerializer(many=True), **ERRORS},
                    summary="Your API tokens")
     def get(self, request):
-        tokens = ApiToken.objects.filter(user=request.user).select_related("datacenter")
+        tokens = selectors.token_list(request.user)
         return Response(ApiTokenSerializer(tokens, many=True, context={"request": request}).data)
 
     @extend_schema(request=TokenCreateSerializer,
