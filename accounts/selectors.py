@@ -1,4 +1,4 @@
-"""Reads about accounts: memberships, the datacenter a request acts in, quotas."""
+"""Reads about accounts: memberships, the datacenter a request acts in, quotas, tokens."""
 
 from __future__ import annotations
 
@@ -80,6 +80,12 @@ def quota_get(user, datacenter: Datacenter) -> Quota:
         else:
             setattr(effective, name, BUILTIN_QUOTA[name])
     return effective
+
+
+def token_list(user):
+    """The user's API tokens, newest first, revoked and expired ones too (until purged),
+    each with its datacenter."""
+    return ApiToken.objects.filter(user=user).select_related("datacenter")
 
 
 def user_datacenters(user) -> list[Datacenter]:

@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from paddlecloud import __version__
 from paddlecloud.errors import ValidationError
-from paddlecloud.views import DatacenterAPIView
+from paddlecloud.views import DatacenterAPIView, validated
 
 from . import selectors, services
 from .models import ApiToken
@@ -31,12 +31,6 @@ ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 429)}
 
 def _issued(issued: services.IssuedToken, request) -> dict:
     return IssuedTokenSerializer(issued.token, context={"request": request, "raw": issued.raw}).data
-
-
-def _validated(serializer_class, request):
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
 
 
 class VersionView(APIView):
@@ -67,7 +61,7 @@ class TokenView(APIView):
                    responses={201: IssuedTokenSerializer, **ERRORS},
                    summary="Exchange username and password for an API token")
     def post(self, request):
-        data = _validated(TokenRequestSerializer, request)
+        data = validated(TokenRequestSerializer, request)
         issued = services.token_issue(
             username=data["username"],
             password=data["password"],
@@ -92,14 +86,14 @@ class TokenListView(APIView):
     @extend_schema(responses={200: ApiTokenSerializer(many=True), **ERRORS},
                    summary="Your API tokens")
     def get(self, request):
-        tokens = ApiToken.objects.filter(user=request.user).select_related("datacenter")
+        tokens = selectors.token_list(request.user)
         return Response(ApiTokenSerializer(tokens, many=True, context={"request": request}).data)
 
     @extend_schema(request=TokenCreateSerializer,
                    responses={201: IssuedTokenSerializer, **ERRORS},
                    summary="Create another API token (for scripts, CI, …)")
     def post(self, request):
-        data = _validated(TokenCreateSerializer, request)
+        data = validated(TokenCreateSerializer, request)
         issued = services.token_create(
             request.user,
             datacenter_name=data.get("datacenter") or None,

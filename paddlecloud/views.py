@@ -1,6 +1,6 @@
 """The few pages the project itself serves (the home page and the health check), and what
 every app's API views build on: ``DatacenterAPIView`` for a view that acts in a datacenter,
-``query_flag`` for a boolean query parameter."""
+``validated`` for a request's body, ``query_flag`` for a boolean query parameter."""
 
 from __future__ import annotations
 
@@ -56,6 +56,14 @@ class DatacenterAPIView(APIView):
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
         self.datacenter = request_datacenter(request)
+
+
+def validated(serializer_class, request) -> dict:
+    """The request's body as ``serializer_class`` validates it; else the 400 that names each
+    field and its rule."""
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
 
 
 def query_flag(request, name: str, default: bool = False) -> bool:

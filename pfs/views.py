@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from accounts.serializers import ErrorSerializer
 from paddlecloud.errors import ValidationError
-from paddlecloud.views import DatacenterAPIView, flag_parameter, query_flag
+from paddlecloud.views import DatacenterAPIView, flag_parameter, query_flag, validated
 from paddlecloud_core.quantity import format_bytes
 
 from . import services
@@ -34,12 +34,6 @@ def _query_path(request) -> str:
         raise ValidationError.for_field("path", "required: a PFS path such as "
                                                 "/pfs/datacenter1/home/alice/data")
     return path
-
-
-def _validated(serializer_class, request) -> dict:
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
 
 
 class FilesView(DatacenterAPIView):
@@ -79,7 +73,7 @@ class MkdirView(DatacenterAPIView):
     @extend_schema(request=MkdirSerializer, responses={201: EntrySerializer, **ERRORS},
                    summary="Create a directory (and its parents when asked)")
     def post(self, request):
-        data = _validated(MkdirSerializer, request)
+        data = validated(MkdirSerializer, request)
         target, entry = services.pfs_mkdir(request.user, self.datacenter,
                                            data["path"], parents=data["parents"])
         return Response(services.entry_json(str(target.path), entry),
@@ -103,7 +97,7 @@ class UploadListView(DatacenterAPIView):
     @extend_schema(request=UploadCreateSerializer, responses={201: UploadSerializer, **ERRORS},
                    summary="Start a resumable upload (then PATCH its bytes in chunks)")
     def post(self, request):
-        data = _validated(UploadCreateSerializer, request)
+        data = validated(UploadCreateSerializer, request)
         session = services.upload_create(request.user, self.datacenter, **data)
         return Response(UploadSerializer(session).data, status=status.HTTP_201_CREATED)
 
