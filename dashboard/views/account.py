@@ -18,7 +18,6 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts import selectors as account_selectors
 from accounts import services as account_services
-from accounts.models import ApiToken
 from jobs.admission import quota_report
 from jobs.states import FINAL_JOB_STATES
 from paddlecloud.errors import PaddleCloudError
@@ -187,7 +186,7 @@ def token_list(request):
         issued = _token_create(request, form)
         if issued is not None:
             form = TokenCreateForm(datacenters=datacenters, current=current)
-    tokens = list(ApiToken.objects.filter(user=request.user).select_related("datacenter"))
+    tokens = list(account_selectors.token_list(request.user))
     endpoint = _endpoint(request)
     context = {"form": form, "issued": issued, "endpoint": endpoint,
                "active": [t for t in tokens if t.state == "active"],
