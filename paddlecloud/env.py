@@ -4,8 +4,9 @@ import os
 
 from django.core.exceptions import ImproperlyConfigured
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+# How a yes or no is written, in the environment and in the API's query parameters (any case).
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
 
 
 def env_str(name: str, default: str | None = None) -> str | None:
@@ -18,9 +19,9 @@ def env_bool(name: str, default: bool) -> bool:
     if value is None:
         return default
     lowered = value.strip().lower()
-    if lowered in _TRUE:
+    if lowered in TRUE_WORDS:
         return True
-    if lowered in _FALSE:
+    if lowered in FALSE_WORDS or not lowered:  # set but empty: off
         return False
     raise ImproperlyConfigured(f"{name}={value!r}: expected one of 1/0, true/false, yes/no, on/off")
 

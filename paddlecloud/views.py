@@ -15,10 +15,9 @@ from rest_framework.views import APIView
 from accounts.models import Datacenter
 from accounts.selectors import request_datacenter
 
+from .env import FALSE_WORDS, TRUE_WORDS
 from .errors import ValidationError
 
-TRUE_WORDS = ("1", "true", "yes", "on")
-FALSE_WORDS = ("0", "false", "no", "off")
 FLAG_RULE = (f"a boolean: {', '.join(TRUE_WORDS[:-1])} or {TRUE_WORDS[-1]} for true; "
              f"{', '.join(FALSE_WORDS[:-1])} or {FALSE_WORDS[-1]} for false (any case)")
 
