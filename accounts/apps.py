@@ -6,4 +6,6 @@ class AccountsConfig(AppConfig):
     verbose_name = "Accounts"
 
     def ready(self):
+        # In ready(), where Django wants imports that register something: this module is
+        # imported while the apps are still loading.
         from . import schema  # noqa: F401  (registers the OpenAPI extension)

@@ -38,6 +38,8 @@ def become_subreaper() -> None:
     """Orphaned descendants of the command are re-parented to us (not to pid 1, which in a
     container may never reap them), so we can reap them."""
     try:
+        # Here, not at the top: the portal imports this module too (``processes``), and only
+        # the runner's own process needs ctypes.
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
