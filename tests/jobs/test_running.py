@@ -236,6 +236,21 @@ def test_exit_codes_are_explained(code, says):
 
 
 @transactional
+def test_the_reconciler_stops_what_runs_of_a_killed_job_whose_stop_was_lost(
+        submit, alice, datacenter, held_tasks):
+    job = submit(trainers=2, env={"SLEEP": "60"})
+    engine.job_launch(job.pk)
+    pids = [int(r.backend_ref.removeprefix("pid:")) for r in job.replicas.all()]
+    job_kill(alice, datacenter, job.name)  # its stop is held: the message is lost
+    assert held_tasks.of("jobs.tasks.job_stop") == [(job.pk,)]
+    assert all(runner_alive(pid) for pid in pids)
+    jobs_reconcile()
+    assert set(job.replicas.values_list("state", flat=True)) == {"killed"}
+    for pid in pids:
+        assert not runner_alive(pid)
+
+
+@transactional
 def test_the_reconciler_stops_processes_of_jobs_it_does_not_know(submit):
     """E.g. a database restored from a backup: the processes must not run on unseen."""
     job = submit(env={"SLEEP": "60"})
