@@ -29,6 +29,8 @@ BAD_IMPORTS = [
      "paddlecloud_sdk.job -> paddlecloud.celery"),
     ("kubernetes", "jobs/engine.py", "from kubernetes import client",
      "jobs.engine -> kubernetes"),
+    ("tasks", "registries/services.py", "from .tasks import pull_secret_sync",
+     "registries.services -> registries.tasks"),
     ("manifests", "jobs/backends/kubernetes/manifests.py", "from .client import kube_for",
      "jobs.backends.kubernetes.manifests -> jobs.backends.kubernetes.client"),
     ("jobs-layers", "jobs/transitions.py", "from .admission import quota_admit",
