@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -88,6 +89,19 @@ def _no_local_job_left(_var_in_tmp, settings, tmp_path_factory):
         from jobs.backends.local import LocalBackend
 
         LocalBackend().orphans_stop(lambda uids: set(), grace=1)
+
+
+@pytest.fixture(autouse=True)
+def _no_pod_watch_left():
+    """A test that watched a cluster's pods stops the watch (it would poll a fake API server
+    that is gone, for the rest of the run)."""
+    yield
+    left = [t.name for t in threading.enumerate() if t.name.startswith("pods-")]
+    if left:
+        from jobs.backends.kubernetes.pods_watch import pod_caches_stop
+
+        pod_caches_stop()
+        pytest.fail(f"pod watches left running: {left}")
 
 
 @pytest.fixture(autouse=True)

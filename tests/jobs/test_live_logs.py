@@ -12,6 +12,8 @@ from django.test import Client
 from websockets.sync.client import connect
 
 from accounts.models import Datacenter
+from jobs.backends.kubernetes.client import kube_forget
+from jobs.backends.kubernetes.pods_watch import pod_caches_stop
 from jobs.models import Job, Replica
 from jobs.states import ReplicaState
 from tests.jobs.kubernetes.test_backend import wait
@@ -93,8 +95,12 @@ def test_log_lines_of_a_kubernetes_job_come_while_it_runs(live_portal, k8s_api, 
         kube_volume={"hostPath": {"path": str(pfs)}})
     k8s_api.controller.script_pods("*-tr-*", lines=[f"step {i}" for i in range(LINES)],
                                    line_interval=0.1, exit_code=0)
-    job = submit(live_portal)
-    follow_while_it_runs(live_portal, job)
+    try:
+        job = submit(live_portal)
+        follow_while_it_runs(live_portal, job)
+    finally:
+        pod_caches_stop()
+        kube_forget()
 
 
 def test_the_job_page_socket_follows_states_to_the_end(live_portal, celery_worker):
