@@ -15,6 +15,7 @@ from __future__ import annotations
 from django.db import models
 
 from paddlecloud.errors import ConflictError
+from paddlecloud_core.status import FINAL_STATES
 
 
 class JobState(models.TextChoices):
@@ -36,9 +37,8 @@ class ReplicaState(models.TextChoices):
     KILLED = "killed"
 
 
-FINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED})
-FINAL_REPLICA_STATES = frozenset({ReplicaState.SUCCEEDED, ReplicaState.FAILED,
-                                  ReplicaState.KILLED})
+FINAL_JOB_STATES = frozenset(JobState(state) for state in FINAL_STATES)
+FINAL_REPLICA_STATES = frozenset(ReplicaState(state) for state in FINAL_STATES)
 LIVE_REPLICA_STATES = frozenset(ReplicaState) - FINAL_REPLICA_STATES  # may have a process
 
 _ENDINGS = {JobState.FAILED, JobState.KILLED}

@@ -1,10 +1,14 @@
 """What a backend can say about one attempt of a replica: the words the engine, the local
-backend, the Kubernetes backend and ``paddlectl local train`` share."""
+backend, the Kubernetes backend and ``paddlectl local train`` share; and which of the states
+the API shows for a job or a replica are final."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+# A job or a replica in one of these has ended for good (``jobs.states`` has the others).
+FINAL_STATES = ("succeeded", "failed", "killed")
 
 
 class Status(enum.Enum):

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from paddlecloud_core import layout, spec
+from paddlecloud_core.status import FINAL_STATES
 from paddlectl import __version__, jobs
 from paddlectl.client import ApiClient
 from paddlectl.config import Config, Datacenter, config_load, config_path
@@ -42,7 +43,6 @@ from paddlectl.tokens import FILENAME, TokenCache
 
 from .errors import ApiError, JobSpecError, JobTimeoutError, NetworkError, UsageError
 
-FINAL_STATES = frozenset({"succeeded", "failed", "killed"})
 LOG_RECONNECTS = 3  # lost log streams in a row, without a byte in between, before giving up
 LOG_RECONNECT_PAUSE = 1.0  # seconds
 

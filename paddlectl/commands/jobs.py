@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from paddlecloud_core.layout import output_path
+from paddlecloud_core.status import FINAL_STATES
 from paddlectl import pfspath
 from paddlectl.args import flag
 from paddlectl.commands.registry import registry_delete, registry_get
@@ -36,7 +37,6 @@ from paddlectl.output import (
     Column,
 )
 
-FINAL_STATES = ("succeeded", "failed", "killed")
 KILL_WAIT = 60.0  # seconds kill -rm waits for the job to end
 POLL = 0.25
 
