@@ -94,12 +94,11 @@ def _no_local_job_left(_var_in_tmp, settings, tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _no_pod_watch_left():
     """A test that watched a cluster's pods stops the watch (it would poll a fake API server
-    that is gone, for the rest of the run)."""
-    yield
-    left = [t.name for t in threading.enumerate() if t.name.startswith("pods-")]
-    if left:
-        from jobs.backends.kubernetes.pods_watch import pod_caches_stop
+    that is gone, for the rest of the run). A stopped watch's thread ends with its stream."""
+    from jobs.backends.kubernetes.pods_watch import pod_caches_stop, pod_caches_watching
 
+    yield
+    if left := pod_caches_watching():
         pod_caches_stop()
         pytest.fail(f"pod watches left running: {left}")
 

@@ -106,6 +106,12 @@ def pod_cache(kube: Kube) -> PodCache:
         return cache
 
 
+def pod_caches_watching() -> list[str]:
+    """The clusters whose pods are watched (caches not stopped), by name."""
+    with _caches_lock:
+        return [cache.kube.name for cache in _caches.values()]
+
+
 def pod_caches_stop() -> None:
     """Stop every cache's thread (tests; a worker shutting down)."""
     with _caches_lock:
