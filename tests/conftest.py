@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
