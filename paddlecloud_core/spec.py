@@ -155,14 +155,12 @@ def quantity(name: str, value: Any) -> tuple[int, str | None]:
 # --- a whole submission --------------------------------------------------------------------------
 
 class _Checker:
-    """Collects one message per field, so a user fixes everything in one go."""
+    """Reads a submission field by field, reporting each problem to ``result``, so a user
+    fixes everything in one go."""
 
-    def __init__(self, data: Mapping[str, Any]):
+    def __init__(self, data: Mapping[str, Any], result: SpecCheck):
         self.data = {ALIASES.get(key, key): value for key, value in data.items()}
-        self.errors: dict[str, list[str]] = {}
-
-    def fail(self, name: str, message: str) -> None:
-        self.errors.setdefault(name, []).append(message)
+        self.fail = result.fail
 
     def integer(self, name: str) -> int | None:
         default = INTEGERS[name][0]
@@ -251,7 +249,8 @@ def spec_check(data: Mapping[str, Any], *, default_image: str,
     """Apply every rule that needs only the submission ``data``. ``values`` holds what a
     ``JobSpec`` is made of (a field with a problem keeps its default, so callers can go on
     checking the rest); ``package`` is the text as given, for the caller to resolve."""
-    check = _Checker(data)
+    result = SpecCheck({}, {})
+    check = _Checker(data, result)
     known = FIELDS | set(ALIASES) | extra_fields
     for unknown in sorted(set(data) - known):
         check.fail(unknown, "unknown field")
@@ -277,4 +276,5 @@ def spec_check(data: Mapping[str, Any], *, default_image: str,
     values.update({key: check.integer(key) for key in INTEGERS})
     values.update({key: check.quantity(key) for key in QUANTITIES})
     values["env"] = check.env()
-    return SpecCheck(values, check.errors)
+    result.values = values
+    return result
