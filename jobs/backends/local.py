@@ -47,7 +47,6 @@ from paddlecloud_core.processes import (
     process_env,
     read_json,
 )
-from paddlecloud_core.processes import runner_alive as runner_alive  # the tests' name
 
 from ..files import home_dir, output_dir, output_open, output_prepare, package_copy
 from .base import Backend, BackendError, Observation

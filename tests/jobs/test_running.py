@@ -13,12 +13,13 @@ from django.db import connection
 
 from jobs import engine
 from jobs.backends import backend_for
-from jobs.backends.local import LocalBackend, job_dir, runner_alive
+from jobs.backends.local import LocalBackend, job_dir
 from jobs.engine import exit_reason
 from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_kill, job_submit
 from jobs.tasks import jobs_reconcile
+from paddlecloud_core.processes import runner_alive
 
 transactional = pytest.mark.django_db(transaction=True)
 
