@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -164,12 +166,30 @@ def celery_worker():
     celery_app.control.purge()
 
 
+# A directory a real cluster's nodes also see, at the same path (kind: an extraMount): the
+# PFS roots of tests against a real cluster go there, so that its pods find their files.
+KUBE_PFS = os.environ.get("PADDLECLOUD_TEST_KUBE_PFS")
+
+
 @pytest.fixture
-def pfs_home(settings, tmp_path, datacenter):
+def fresh_pfs_root(tmp_path) -> Path:
+    """A fresh PFS root: in the test's tmp_path, or under PADDLECLOUD_TEST_KUBE_PFS (removed
+    after the test) when that names one."""
+    if not KUBE_PFS:
+        yield tmp_path / "pfs"
+        return
+    root = Path(tempfile.mkdtemp(prefix=f"{tmp_path.name}-", dir=KUBE_PFS))
+    os.chmod(root, 0o755)  # noqa: S103 (pods of any user read their way down to the homes)
+    yield root / "pfs"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pfs_home(settings, tmp_path, fresh_pfs_root, datacenter):
     """alice's PFS home on disk, under a fresh PFS root."""
-    settings.PADDLECLOUD_PFS_ROOT = tmp_path / "pfs"
+    settings.PADDLECLOUD_PFS_ROOT = fresh_pfs_root
     settings.VAR_DIR = tmp_path / "var"
-    home = tmp_path / "pfs" / "datacenter1" / "home" / "alice"
+    home = fresh_pfs_root / "datacenter1" / "home" / "alice"
     home.mkdir(parents=True)
     return home
 
@@ -298,6 +318,7 @@ def live_portal(transactional_db, settings, tmp_path):
     import time
 
     import uvicorn
+    from channels.layers import channel_layers
 
     settings.PADDLECLOUD_PFS_ROOT = tmp_path / "pfs"
     settings.VAR_DIR = tmp_path / "var"
@@ -322,7 +343,14 @@ def live_portal(transactional_db, settings, tmp_path):
         time.sleep(0.01)
     yield LivePortal(f"http://127.0.0.1:{port}", datacenter, user, home)
     server.should_exit = True
-    thread.join(10)
+    thread.join(5)
+    if thread.is_alive():  # a WebSocket still open (a browser page outlives the portal)
+        server.force_exit = True
+        thread.join(5)
+    # The channel layer remembers the event loop its receives run on; one left on this
+    # server's loop would make every consumer of the next live portal fail ("Two event loops
+    # are trying to receive() on one channel layer at once!"). The next portal gets a new one.
+    channel_layers.backends.clear()
     close_server_connections()
 
 

@@ -9,27 +9,29 @@ from channels.layers import channel_layers
 from django.conf import settings as django_settings
 from django.db import connections
 
-from accounts.models import Datacenter
-from jobs.backends.kubernetes.client import kube_forget
-from jobs.backends.kubernetes.pods_watch import pod_caches_stop
 from tests.k8s_api_server import fixtures
+from tests.kube import on_kubernetes, pfs_volume
 
 k8s_api = fixtures.k8s_api  # the fake API server, a fixture
+k8s_cluster = fixtures.k8s_cluster  # the same, its pods really running
 
 
 @pytest.fixture
 def kube_datacenter(k8s_api, datacenter, settings):
-    """datacenter1 on the Kubernetes backend, its cluster the fake API server and its PFS a
-    hostPath in pods; the backend's cached clients and pod watches go with the test."""
-    settings.PADDLECLOUD_KUBE_TIMEOUT = 2
-    settings.PADDLECLOUD_KUBE_ATTEMPTS = 3
-    Datacenter.objects.filter(pk=datacenter.pk).update(
-        backend="kubernetes", kubeconfig=str(k8s_api.kubeconfig_path),
-        kube_volume={"hostPath": {"path": "/mnt/pfs"}})
-    datacenter.refresh_from_db()
-    yield datacenter
-    pod_caches_stop()
-    kube_forget()
+    """datacenter1 on the Kubernetes backend, its cluster the fake API server (scripted pods)
+    and its PFS a hostPath in pods."""
+    with on_kubernetes(datacenter, settings, k8s_api.kubeconfig_path,
+                       {"hostPath": {"path": "/mnt/pfs"}}) as on:
+        yield on
+
+
+@pytest.fixture
+def kube_pods_datacenter(k8s_cluster, datacenter, pfs_home, settings):
+    """datacenter1 on the Kubernetes backend of a fake cluster whose pods really run, with the
+    test's PFS root mounted in them."""
+    with on_kubernetes(datacenter, settings, k8s_cluster.kubeconfig_path,
+                       pfs_volume(pfs_home.parents[1]), timeout=5) as on:
+        yield on
 
 
 @pytest.fixture(params=["redis", "in-process"])

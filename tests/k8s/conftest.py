@@ -38,11 +38,13 @@ def apps(api_client):
 
 @pytest.fixture
 def ns(k8s_api, core):
-    """A new namespace, once the controller has published its kube-root-ca.crt."""
+    """A new namespace, once the controllers have published its kube-root-ca.crt and made
+    its default ServiceAccount (pods cannot be created before)."""
     name = f"test-{next(_namespaces)}"
     core.create_namespace({"metadata": {"name": name}})
-    k8s_api.wait_for(lambda: k8s_api.store.get("configmaps", name, "kube-root-ca.crt"),
-                     message="the namespace's root CA ConfigMap")
+    k8s_api.wait_for(lambda: k8s_api.store.get("configmaps", name, "kube-root-ca.crt") and
+                     k8s_api.store.get("serviceaccounts", name, "default"),
+                     message="the namespace's root CA ConfigMap and default ServiceAccount")
     return name
 
 

@@ -1,5 +1,6 @@
-"""``python -m tests.k8s_api_server --port 8001 [--kubeconfig PATH]``: serve until Ctrl-C,
-with the controller moving pods to Running by themselves."""
+"""``python -m tests.k8s_api_server --port 8001 [--kubeconfig PATH] [--kubelet process]``:
+serve until Ctrl-C, with the controller moving pods to Running by themselves (scripted), or
+running them for real on this machine (``--kubelet process``, as root)."""
 
 from __future__ import annotations
 
@@ -20,12 +21,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kubeconfig", type=Path, default=Path("var/fake-k8s/kubeconfig"))
     parser.add_argument("--kubernetes-version", default=Settings.kubernetes_version)
     parser.add_argument("--pod-start-seconds", type=float, default=1.0,
-                        help="how long pods stay ContainerCreating (default: 1)")
+                        help="how long scripted pods stay ContainerCreating (default: 1)")
+    parser.add_argument("--kubelet", choices=("scripted", "process"), default="scripted",
+                        help="scripted: pods pretend to run; process: they run on this "
+                             "machine, in network namespaces of their own (needs root)")
     args = parser.parse_args(argv)
     settings = Settings(kubernetes_version=args.kubernetes_version,
                         pod_start_seconds=args.pod_start_seconds)
     server = FakeKubernetes(host=args.host, port=args.port, settings=settings,
-                            kubeconfig_path=args.kubeconfig.resolve()).start()
+                            kubeconfig_path=args.kubeconfig.resolve(),
+                            kubelet=args.kubelet).start()
     print(f"fake Kubernetes API server: {server.url}", flush=True)
     print(f"kubeconfig: {server.kubeconfig_path}", flush=True)
     print(f"try: kubectl --kubeconfig {server.kubeconfig_path} get ns", flush=True)

@@ -1,9 +1,10 @@
 """Admission the real server runs on create: NamespaceLifecycle (no content in missing or
-terminating namespaces), LimitRanger (container defaults, min/max) and ResourceQuota."""
+terminating namespaces), ServiceAccount (a pod's account must exist), LimitRanger (container
+defaults, min/max) and ResourceQuota."""
 
 from __future__ import annotations
 
-from . import errors, quota, resources
+from . import errors, quota, resources, storage
 from .quantity import Quantity
 from .rules import parse_quantity
 
@@ -24,6 +25,7 @@ def validate_create(store, rt, obj: dict) -> None:
         return
     _namespace_lifecycle(store, rt, obj)
     if rt is resources.PODS:
+        storage.admit_pod(store, obj)
         _limit_bounds(store, obj)
     quota.admit(store, rt, obj)
 

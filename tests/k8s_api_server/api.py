@@ -10,13 +10,14 @@ import binascii
 import copy
 import itertools
 import json
+import math
 import time
 from dataclasses import dataclass
 
 from . import admission, defaults, errors, patch, resources, rules, schemas, validation
 from .config import Settings
 from .events import EventRecorder
-from .objects import iso_in, new_uid, now_iso, random_suffix
+from .objects import iso_in, new_uid, now_iso, random_suffix, set_condition
 from .selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
 from .store import Expired, Store
 
@@ -46,9 +47,14 @@ class Api:
         self.store = Store(settings.history_size)
         self.recorder = EventRecorder(self)
         self.pod_removal_due: dict[str, float] = {}  # terminating pod uid -> monotonic deadline
+        # True with the process kubelet: a deleted pod on a node terminates for real, and the
+        # kubelet removes it once its processes have ended (no deadline here).
+        self.kubelet_stops_pods = False
         self._cluster_ips = itertools.count(10)
         for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.create(resources.NAMESPACES, "", {"metadata": {"name": name}}, trusted=True)
+            self.create(resources.SERVICEACCOUNTS, name, {"metadata": {"name": "default"}},
+                        trusted=True)
 
     # --- reads -------------------------------------------------------------------------
 
@@ -282,7 +288,7 @@ class Api:
                 return 200, self._mark_deleting(rt, obj, 0)
             graceful = rt is resources.PODS and self._terminates_gracefully(obj, options)
             if graceful and meta.get("deletionTimestamp"):
-                return 200, obj
+                return 200, self._shorten_grace(obj, options)
             if policy == "Foreground" and "foregroundDeletion" not in meta.get("finalizers", []):
                 meta.setdefault("finalizers", []).append("foregroundDeletion")
             if graceful:
@@ -293,6 +299,39 @@ class Api:
                 return code, self._mark_deleting(rt, obj, 0)
             gone = self.store.remove(rt.key, meta.get("namespace", ""), name)
             return 200, gone if rt.return_deleted_object else _success(rt, gone)
+
+    def evict(self, namespace: str, name: str, options: DeleteOptions) -> dict:
+        """The eviction subresource (no PodDisruptionBudgets here, so always allowed): a pod
+        that may still run is marked ``DisruptionTarget`` and deleted gracefully."""
+        with self.store.lock:
+            pod = self.get(resources.PODS, namespace, name)
+            if pod["status"].get("phase") not in _TERMINAL:
+                set_condition(pod["status"].setdefault("conditions", []), "DisruptionTarget",
+                              "True", reason="EvictionByEvictionAPI",
+                              message="Eviction API: evicting")
+                self.store.write(resources.PODS.key, pod)
+            self.delete(resources.PODS, namespace, name, options)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "code": 201}
+
+    def lose_node(self, node: str) -> None:
+        """The node stops answering: the node lifecycle controller marks its pods for deletion
+        (``DisruptionTarget``, ``DeletionByTaintManager``) and they stay Terminating, as no
+        kubelet is left to confirm they stopped; only a force delete removes them."""
+        with self.store.lock:
+            for pod in self.store.list(resources.PODS.key):
+                if pod["spec"].get("nodeName") != node or \
+                        pod["status"].get("phase") in _TERMINAL:
+                    continue
+                conditions = pod["status"].setdefault("conditions", [])
+                set_condition(conditions, "DisruptionTarget", "True",
+                              reason="DeletionByTaintManager",
+                              message="Taint manager: deleting due to NoExecute taint")
+                set_condition(conditions, "Ready", "False", reason="NodeLost",
+                              message=f"Node {node} is unreachable")
+                self.pod_removal_due[pod["metadata"]["uid"]] = math.inf
+                self._mark_deleting(resources.PODS, self.store.write(resources.PODS.key, pod),
+                                    pod["spec"].get("terminationGracePeriodSeconds", 30))
 
     def delete_collection(self, rt, namespace: str | None, query: dict,
                           options: DeleteOptions) -> dict:
@@ -334,7 +373,8 @@ class Api:
         grace = options.grace_seconds
         if grace is None:
             grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
-        return (grace > 0 and self.settings.pod_termination_seconds > 0
+        return (grace > 0
+                and (self.kubelet_stops_pods or self.settings.pod_termination_seconds > 0)
                 and bool(pod["spec"].get("nodeName"))
                 and pod.get("status", {}).get("phase") not in _TERMINAL)
 
@@ -342,9 +382,23 @@ class Api:
         grace = options.grace_seconds
         if grace is None:
             grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
-        self.pod_removal_due[pod["metadata"]["uid"]] = (
-            time.monotonic() + self.settings.pod_termination_seconds)
+        self.pod_removal_due[pod["metadata"]["uid"]] = math.inf if self.kubelet_stops_pods \
+            else time.monotonic() + self.settings.pod_termination_seconds
         return self._mark_deleting(resources.PODS, pod, grace)
+
+    def _shorten_grace(self, pod: dict, options: DeleteOptions) -> dict:
+        """A terminating pod deleted again with a shorter grace period gets that one, as the
+        API server allows (never a longer one)."""
+        meta, grace = pod["metadata"], options.grace_seconds
+        if grace is None or grace >= meta.get("deletionGracePeriodSeconds", 0):
+            return pod
+        meta["deletionTimestamp"] = iso_in(grace)
+        meta["deletionGracePeriodSeconds"] = grace
+        if not self.kubelet_stops_pods:
+            self.pod_removal_due[meta["uid"]] = min(
+                self.pod_removal_due.get(meta["uid"], math.inf),
+                time.monotonic() + self.settings.pod_termination_seconds)
+        return self.store.write(resources.PODS.key, pod)
 
     def _mark_deleting(self, rt, obj: dict, grace: int) -> dict:
         meta = obj["metadata"]

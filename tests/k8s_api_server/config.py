@@ -3,7 +3,7 @@ every component reads them at the moment it needs them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -20,6 +20,12 @@ class Settings:
     image_pull_backoff_seconds: float = 0.1  # ErrImagePull -> ImagePullBackOff
     crash_backoff_seconds: float = 0.1  # a restarted container waits this long (CrashLoopBackOff)
     create_retry_seconds: float = 0.2  # a controller retries a refused pod creation after this
+    job_backoff_seconds: float = 0.05  # a Job's first retry of a failed pod (real: 10 s),
+    # doubling with each failure of the index (or of the Job), at most 36 times this (6 min)
+    service_account_delay_seconds: float = 0.05  # a new namespace's "default" ServiceAccount
     tick_seconds: float = 0.01  # the controller loop's period when nothing wakes it
     bookmark_seconds: float = 60.0  # BOOKMARK interval of watches that allow them
     watch_timeout_seconds: float = 1800.0  # a watch without timeoutSeconds ends after this
+    # The process kubelet's nfs volumes: "server:/path" -> the directory on this machine that
+    # stands for that export (an unmapped export fails to mount, as an unreachable server).
+    nfs_exports: dict[str, str] = field(default_factory=dict)

@@ -15,14 +15,16 @@ from .kubelet import HOLD_REASONS, Kubelet, PodPlan, Script
 from .logs import pick_container
 from .namespaces import NamespaceController
 from .statefulset_controller import StatefulSetController
+from .storage import ServiceAccountController, VolumeBinder
 
 
 class Controller:
-    def __init__(self, api, logs):
+    def __init__(self, api, logs, kubelet_class=Kubelet):
         self.api = api
         self.logs = logs
-        self.kubelet = Kubelet(api, logs)
+        self.kubelet = kubelet_class(api, logs)
         self._loops = [GarbageCollector(api).sync, NamespaceController(api).sync,
+                       ServiceAccountController(api).sync, VolumeBinder(api).sync,
                        lambda: quota.sync_status(api), StatefulSetController(api).sync,
                        JobController(api).sync, self.kubelet.sync]
         self.errors: list[str] = []  # tracebacks of failed passes (the fixture reports them)
@@ -40,6 +42,9 @@ class Controller:
         self._stopping.set()
         self.api.store.notify()
         self._thread.join(timeout=5)
+        close = getattr(self.kubelet, "close", None)
+        if close is not None:  # the process kubelet: its pods, network and files go
+            close()
 
     def pause(self) -> None:
         """Stop reconciling in the background; ``sync()`` then runs single passes."""
@@ -114,6 +119,21 @@ class Controller:
             for name in names:
                 self.kubelet.terminate(obj, name, exit_code, reason)
             self.api.store.write(resources.PODS.key, obj)
+
+    def signal_container(self, namespace: str, pod: str, signum: int, *,
+                         container: str | None = None) -> None:
+        """Send ``signum`` to the container's PID 1 (every running container's when None);
+        process kubelet only: its pods are processes."""
+        with self.api.store.lock:
+            self.kubelet.signal_container(self._pod(namespace, pod), container, signum)
+
+    def lose_node(self, node: str) -> None:
+        """``node`` (``fake-node-N``) stops answering: its pods get ``DisruptionTarget`` and stay
+        Terminating until force-deleted; nothing more is scheduled there."""
+        with self.api.store.lock:
+            self.kubelet.lost_nodes.add(node)
+            self.api.lose_node(node)
+            self.api.store.notify()
 
     def set_pod_phase(self, namespace: str, pod: str, phase: str, *, reason: str | None = None,
                       message: str | None = None) -> None:

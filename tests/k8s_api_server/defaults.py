@@ -32,6 +32,13 @@ def prepare_create(rt, obj: dict) -> None:
     elif rt.kind in ("StatefulSet", "Service", "ResourceQuota"):
         obj["status"] = {"Service": {"loadBalancer": {}}, "StatefulSet": {
             "replicas": 0, "availableReplicas": 0}}.get(rt.kind, {})
+    elif rt.kind == "PersistentVolumeClaim":
+        obj["spec"].setdefault("volumeMode", "Filesystem")
+        obj["status"] = {"phase": "Pending"}
+    elif rt.kind == "PersistentVolume":
+        obj["spec"].setdefault("persistentVolumeReclaimPolicy", "Retain")
+        obj["spec"].setdefault("volumeMode", "Filesystem")
+        obj["status"] = {"phase": "Available"}
     elif rt.kind == "Namespace":
         finalizers = obj["spec"]["finalizers"]
         if "kubernetes" not in finalizers:

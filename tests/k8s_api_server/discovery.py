@@ -10,7 +10,7 @@ from . import resources
 
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 _SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "log": ["get"],
-                      "finalize": ["update"]}
+                      "finalize": ["update"], "eviction": ["create"]}
 
 
 def version(kubernetes_version: str) -> dict:

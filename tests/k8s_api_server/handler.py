@@ -137,6 +137,9 @@ class Handler(BaseHTTPRequestHandler):
         if method == "GET":
             obj = api.get(rt, namespace, name)
             return self._send_listing(rt, {"items": [obj], "metadata": {}}, single=obj)
+        if method == "POST" and name and subresource == "eviction":
+            options = _delete_options({}, (body or {}).get("deleteOptions"))
+            return self._send_json(201, api.evict(namespace, name, options))
         if method == "POST" and name is None and (namespace is not None or not rt.namespaced):
             obj = api.create(rt, namespace or "", body or {}, **options)
             return self._send_json(201, obj, _warning_headers(warnings))

@@ -34,6 +34,7 @@ class _Tracking:
     counted: set[str] = field(default_factory=set)  # pod uids already counted
     failures: Counter = field(default_factory=Counter)  # failed pods per index (None: any)
     retry_at: float = 0.0  # next pod creation attempt after a refusal
+    backoff_until: dict = field(default_factory=dict)  # index (None: any) -> monotonic
     started_at: float | None = None  # monotonic status.startTime, for activeDeadlineSeconds
     finished_at: float | None = None  # monotonic, for ttlSecondsAfterFinished
 
@@ -60,7 +61,7 @@ class JobController:
         original = copy.deepcopy(job)
         pods = self._pods(job)
         self._count_finished(job, pods, tracking)
-        active = [p for p in pods if _is_active(p)]
+        active = [p for p in pods if _is_active(job, p)]
         if job["spec"].get("suspend"):
             self._suspend(job, active)
         else:
@@ -78,7 +79,7 @@ class JobController:
     def _count_finished(self, job: dict, pods: list[dict], tracking: _Tracking) -> None:
         status = job["status"]
         for pod in pods:
-            uid, outcome = pod["metadata"]["uid"], _outcome(pod)
+            uid, outcome = pod["metadata"]["uid"], _outcome(job, pod)
             if outcome is None or uid in tracking.counted:
                 continue
             tracking.counted.add(uid)
@@ -91,6 +92,13 @@ class JobController:
             else:
                 status["failed"] = status.get("failed", 0) + 1
                 tracking.failures[index] += 1
+                # The next pod for it waits: 10 s, doubling per failure, at most 6 min (scaled).
+                base = self.api.settings.job_backoff_seconds
+                failures = tracking.failures[index] if job["spec"].get(
+                    "backoffLimitPerIndex") is not None else status["failed"]
+                key = index if job["spec"].get("backoffLimitPerIndex") is not None else None
+                tracking.backoff_until[key] = time.monotonic() + min(
+                    base * 2 ** (failures - 1), base * 36)
 
     def _failure_reason(self, job: dict, pods: list[dict], tracking: _Tracking):
         """(reason, message) when the Job must fail now, else None."""
@@ -199,18 +207,27 @@ class JobController:
         """Indexes (or None placeholders) of the pods to create now."""
         spec, status = job["spec"], job["status"]
         room = max(spec.get("parallelism", 1) - len(active), 0)
+        now = time.monotonic()
+        # podReplacementPolicy Failed: a pod still terminating is not replaced yet.
+        waiting = [p for p in self._pods(job) if _terminating(p) and _outcome(job, p) is None]
         if spec["completionMode"] == "Indexed":
-            busy = {_index(p) for p in active}
+            busy = {_index(p) for p in active + waiting}
             done = _parse_indexes(status.get("completedIndexes"))
             if spec.get("backoffLimitPerIndex") is not None:
                 done |= self._failed_indexes(job, tracking)
+                busy |= {i for i, until in tracking.backoff_until.items() if now < until}
+            elif now < tracking.backoff_until.get(None, 0):
+                return []
             todo = [i for i in range(spec["completions"]) if i not in busy and i not in done]
             return todo[:room]
+        if now < tracking.backoff_until.get(None, 0):
+            return []
+        room = max(room - len(waiting), 0)
         if spec.get("completions") is None:
             wanted = 0 if status.get("succeeded", 0) else spec.get("parallelism", 1)
         else:
             wanted = spec["completions"] - status.get("succeeded", 0)
-        return [None] * max(min(wanted, spec.get("parallelism", 1)) - len(active), 0)
+        return [None] * min(max(min(wanted, spec.get("parallelism", 1)) - len(active), 0), room)
 
     def _pod_for(self, job: dict, index: int | None, tracking: _Tracking) -> dict:
         name = job["metadata"]["name"]
@@ -264,8 +281,8 @@ class JobController:
     def _write_status(self, job: dict, pods: list[dict], original: dict,
                       tracking: _Tracking) -> None:
         status = job["status"]
-        status["active"] = sum(1 for p in pods if _is_active(p))
-        status["ready"] = sum(1 for p in pods if _is_active(p) and condition_true(p, "Ready"))
+        status["active"] = sum(1 for p in pods if _is_active(job, p))
+        status["ready"] = sum(1 for p in pods if _is_active(job, p) and condition_true(p, "Ready"))
         status["terminating"] = sum(1 for p in pods if p["metadata"].get("deletionTimestamp")
                                     and _phase(p) not in ("Succeeded", "Failed"))
         status.setdefault("uncountedTerminatedPods", {})
@@ -297,17 +314,25 @@ def _phase(pod: dict) -> str:
     return (pod.get("status") or {}).get("phase", "Pending")
 
 
-def _is_active(pod: dict) -> bool:
-    return _outcome(pod) is None
+def _is_active(job: dict, pod: dict) -> bool:
+    return _outcome(job, pod) is None and not _terminating(pod)
 
 
-def _outcome(pod: dict) -> str | None:
-    """Succeeded, Failed or None (still active). With the default podReplacementPolicy a
-    terminating pod counts as failed, so its replacement starts at once."""
+def _terminating(pod: dict) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp")) and \
+        _phase(pod) not in ("Succeeded", "Failed")
+
+
+def _outcome(job: dict, pod: dict) -> str | None:
+    """Succeeded, Failed or None (not finished). With the default podReplacementPolicy,
+    TerminatingOrFailed, a terminating pod counts as failed, so its replacement starts at
+    once; with Failed, only once it has failed (and the replacement waits until then)."""
     phase = _phase(pod)
     if phase in ("Succeeded", "Failed"):
         return phase
-    return "Failed" if pod["metadata"].get("deletionTimestamp") else None
+    if _terminating(pod) and job["spec"].get("podReplacementPolicy") != "Failed":
+        return "Failed"
+    return None
 
 
 def _index(pod: dict) -> int | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from . import resources
 from .env import pod_env, pod_fields
 from .objects import now_iso, set_condition
+from .storage import claim_problem
 
 HOLD_REASONS = ("Unschedulable", "ErrImagePull", "ContainerCreating")
 _TERMINAL = ("Succeeded", "Failed")
@@ -75,6 +76,7 @@ class Kubelet:
         self._runtimes: dict[str, _PodRuntime] = {}
         self._binds = itertools.count()
         self._ips = itertools.count(2)
+        self.lost_nodes: set[str] = set()  # nodes whose kubelet is gone (``lose_node``)
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -92,25 +94,45 @@ class Kubelet:
     def _sync_pod(self, pod: dict) -> bool:
         """Advance one pod; False when it was removed instead."""
         uid = pod["metadata"]["uid"]
-        due = self.api.pod_removal_due.get(uid)
-        if due is not None and time.monotonic() >= due:
-            self.api.remove_terminated_pod(pod)
-            return False
+        if pod["spec"].get("nodeName") in self.lost_nodes:
+            return True  # nobody there to run it, or to confirm it stopped
+        kept = self._sync_termination(pod)
+        if kept is not None:
+            return kept
         if pod["status"].get("phase") in _TERMINAL:
+            self._finished(pod)
             return True
         if not pod["spec"].get("nodeName"):
             self._schedule(pod)
         if pod["spec"].get("nodeName") and uid not in self._runtimes:
             self._accept(pod)
         runtime = self._runtimes.get(uid)
-        if runtime is None:
+        if runtime is not None:
+            self._run(pod, runtime)
+        return True
+
+    def _sync_termination(self, pod: dict) -> bool | None:
+        """A terminating pod whose time is up fails, then goes (False once removed); None for
+        a pod that is not done terminating."""
+        due = self.api.pod_removal_due.get(pod["metadata"]["uid"])
+        if due is None or time.monotonic() < due:
+            return None
+        if pod["status"].get("phase") not in _TERMINAL:  # its containers were stopped:
+            self.set_phase(pod, "Failed", None, None)  # the pod fails first, as for real
             return True
+        self.api.remove_terminated_pod(pod)
+        return False
+
+    def _finished(self, pod: dict) -> None:
+        """A pod that has succeeded or failed (nothing to do for scripted pods)."""
+
+    def _run(self, pod: dict, runtime: _PodRuntime) -> None:
+        """A pod on this kubelet's node: start it, play its scripts, restart its containers."""
         if pod["status"]["phase"] == "Pending":
             self._start(pod, runtime)
         if pod["status"]["phase"] == "Running":
             self._run_scripts(pod, runtime)
             self._restart_backed_off(pod, runtime)
-        return True
 
     # --- scheduling ----------------------------------------------------------------------
 
@@ -119,9 +141,13 @@ class Kubelet:
         conditions = status.setdefault("conditions", [])
         plan = self.hold_for(pod)
         nodes = self.api.settings.node_count
-        if plan and plan.hold == "Unschedulable":
-            message = plan.message or (f"0/{nodes} nodes are available: {nodes} Insufficient "
-                                       f"nvidia.com/gpu.")
+        claims = claim_problem(self.api.store, pod)
+        if claims or (plan and plan.hold == "Unschedulable"):
+            message = (f"0/{nodes} nodes are available: {claims}. preemption: 0/{nodes} nodes "
+                       f"are available: {nodes} Preemption is not helpful for scheduling."
+                       if claims else plan.message or (
+                           f"0/{nodes} nodes are available: {nodes} Insufficient "
+                           f"nvidia.com/gpu."))
             already = any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
                           and c.get("message") == message for c in conditions)
             set_condition(conditions, "PodScheduled", "False", reason="Unschedulable",
@@ -130,7 +156,10 @@ class Kubelet:
                 self.api.recorder.record(resources.PODS, pod, "Warning", "FailedScheduling",
                                          message, component=_SCHEDULER)
             return
-        node = f"fake-node-{next(self._binds) % nodes}"
+        live = [f"fake-node-{n}" for n in range(nodes) if f"fake-node-{n}" not in self.lost_nodes]
+        node = live[next(self._binds) % len(live)] if live else None
+        if node is None:
+            return
         pod["spec"]["nodeName"] = node
         set_condition(conditions, "PodScheduled", "True")
         meta = pod["metadata"]
@@ -146,13 +175,19 @@ class Kubelet:
         status.update(hostIP=ip, hostIPs=[{"ip": ip}], startTime=now_iso())
         conditions = status.setdefault("conditions", [])
         set_condition(conditions, "PodScheduled", "True")
-        set_condition(conditions, "Initialized", "True")
-        self._set_not_ready(pod, "ContainersNotReady")
-        status["containerStatuses"] = [_waiting_status(c, "ContainerCreating")
-                                       for c in pod["spec"]["containers"]]
-        if pod["spec"].get("initContainers"):
+        inits = pod["spec"].get("initContainers") or []
+        if inits:  # the containers wait for them: PodInitializing, the pod not initialized
+            set_condition(conditions, "Initialized", "False", reason="ContainersNotInitialized",
+                          message=f"containers with incomplete status: "
+                                  f"[{' '.join(c['name'] for c in inits)}]")
             status["initContainerStatuses"] = [_waiting_status(c, "PodInitializing")
-                                               for c in pod["spec"]["initContainers"]]
+                                               for c in inits]
+        else:
+            set_condition(conditions, "Initialized", "True")
+        self._set_not_ready(pod, "ContainersNotReady")
+        status["containerStatuses"] = [_waiting_status(c, "PodInitializing" if inits
+                                                       else "ContainerCreating")
+                                       for c in pod["spec"]["containers"]]
         self._runtimes[pod["metadata"]["uid"]] = _PodRuntime(time.monotonic())
 
     # --- starting ------------------------------------------------------------------------
@@ -269,6 +304,9 @@ class Kubelet:
             self._event(pod, "Normal", "Started", f"Started container {name}", name)
         if due:
             self._settle(pod)
+
+    def signal_container(self, pod: dict, container: str | None, number: int) -> None:
+        raise ValueError("the scripted kubelet runs no processes: use terminate_container")
 
     def set_phase(self, pod: dict, phase: str, reason: str | None, message: str | None) -> None:
         """Force a pod's phase; containers still alive end (exit 0 for Succeeded, else 137)."""

@@ -51,7 +51,7 @@ NAMESPACES = ResourceType(
     subresources=("status", "finalize"))
 PODS = ResourceType(
     "pods", "pod", "Pod", "", "v1", short_names=("po",), categories=("all",), has_status=True,
-    return_deleted_object=True, subresources=("status", "log"),
+    return_deleted_object=True, subresources=("status", "log", "eviction"),
     field_selectors=_fields(**{f: f for f in (
         "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
         "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName")}))
@@ -72,6 +72,14 @@ EVENTS = ResourceType(
         "kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")},
         reason="reason", reportingComponent="reportingComponent", source="source.component",
         type="type"))
+SERVICEACCOUNTS = ResourceType("serviceaccounts", "serviceaccount", "ServiceAccount", "", "v1",
+                               short_names=("sa",))
+PERSISTENTVOLUMECLAIMS = ResourceType(
+    "persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", "", "v1",
+    short_names=("pvc",), has_status=True, return_deleted_object=True, subresources=("status",))
+PERSISTENTVOLUMES = ResourceType(
+    "persistentvolumes", "persistentvolume", "PersistentVolume", "", "v1", namespaced=False,
+    short_names=("pv",), has_status=True, return_deleted_object=True, subresources=("status",))
 STATEFULSETS = ResourceType("statefulsets", "statefulset", "StatefulSet", "apps", "v1",
                             short_names=("sts",), categories=("all",), has_status=True,
                             has_generation=True, subresources=("status",))
@@ -80,7 +88,7 @@ JOBS = ResourceType("jobs", "job", "Job", "batch", "v1", categories=("all",), ha
                     field_selectors=_fields(**{"status.successful": "status.succeeded"}))
 
 ALL = (NAMESPACES, PODS, SERVICES, CONFIGMAPS, SECRETS, RESOURCEQUOTAS, LIMITRANGES, EVENTS,
-       STATEFULSETS, JOBS)
+       SERVICEACCOUNTS, PERSISTENTVOLUMECLAIMS, PERSISTENTVOLUMES, STATEFULSETS, JOBS)
 _BY_PATH = {(rt.group, rt.version, rt.plural): rt for rt in ALL}
 
 

@@ -18,7 +18,17 @@ from .controller import Controller
 from .faults import Faults
 from .handler import Handler
 from .kubeconfig import write_kubeconfig
+from .kubelet import Kubelet
 from .logs import LogStore
+
+
+def _process_kubelet():
+    from .runtime.kubelet import ProcessKubelet  # Linux namespaces: only when asked for
+
+    return ProcessKubelet
+
+
+KUBELETS = {"scripted": lambda: Kubelet, "process": _process_kubelet}
 
 
 class _HttpServer(ThreadingHTTPServer):
@@ -31,16 +41,22 @@ class _HttpServer(ThreadingHTTPServer):
 
 
 class FakeKubernetes:
-    """``start()`` it, point a client at ``kubeconfig_path`` (or ``url``), ``stop()`` it."""
+    """``start()`` it, point a client at ``kubeconfig_path`` (or ``url``), ``stop()`` it.
+
+    ``kubelet`` is ``"scripted"`` (pods pretend to run, as tests script them) or ``"process"``
+    (pods really run on this machine: ``runtime/``; needs root, ``ip`` and ``bwrap``)."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
-                 settings: Settings | None = None, kubeconfig_path: Path | str | None = None):
+                 settings: Settings | None = None, kubeconfig_path: Path | str | None = None,
+                 kubelet: str = "scripted"):
+        if kubelet not in KUBELETS:
+            raise ValueError(f"kubelet must be one of {', '.join(KUBELETS)}")
         self.settings = settings or Settings()
         self.api = Api(self.settings)
         self.store = self.api.store
         self.logs = LogStore(self.store)
         self.faults = Faults()
-        self.controller = Controller(self.api, self.logs)
+        self.controller = Controller(self.api, self.logs, KUBELETS[kubelet]())
         self.request_log: list[tuple[str, str]] = []  # (method, path with query), in order
         self.errors: list[str] = []  # tracebacks of requests the fake failed on (its bugs)
         self.stopping = threading.Event()

@@ -43,6 +43,20 @@ def pod_status_text(pod: dict) -> str:
     """The STATUS column: the phase, or the reason a container waits or ended."""
     status = pod.get("status") or {}
     reason = status.get("reason") or status.get("phase") or "Pending"
+    inits = status.get("initContainerStatuses") or []
+    done = sum(1 for e in inits if (e.get("state") or {}).get("terminated", {}).get(
+        "exitCode") == 0)
+    if inits and done < len(inits):  # kubectl's Init:N/M, or why an init container stopped
+        entry = inits[done]
+        state = entry.get("state") or {}
+        waiting = (state.get("waiting") or {}).get("reason")
+        if "terminated" in state:
+            ended = state["terminated"]
+            return "Init:" + (ended.get("reason") or f"ExitCode:{ended.get('exitCode')}")
+        if waiting and waiting != "PodInitializing":
+            return f"Init:{waiting}"
+        return "Terminating" if pod["metadata"].get("deletionTimestamp") else \
+            f"Init:{done}/{len(inits)}"
     for entry in reversed(status.get("containerStatuses") or []):
         state = entry.get("state") or {}
         if (state.get("waiting") or {}).get("reason"):

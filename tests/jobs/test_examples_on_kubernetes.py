@@ -1,0 +1,288 @@
+"""The examples trained through the portal, its real Celery worker and the Kubernetes backend,
+on a cluster whose pods really run: the fake API server with its process kubelet (every pod a
+process tree in its own network namespace, with cluster DNS and its volumes), or a real
+cluster when ``PADDLECLOUD_TEST_KUBECONFIG`` names one (``real_kubernetes``; the pods then run
+``PADDLECLOUD_TEST_IMAGE`` and see the PFS at ``PADDLECLOUD_TEST_KUBE_PFS``).
+
+The objects are the ones the backend makes for a real cluster; nothing here changes them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from jobs.files import output_dir
+from jobs.models import Job
+from jobs.services import job_kill, job_submit
+from paddlecloud_core.contract import job_namespace
+from tests.kube import on_kubernetes, pfs_volume
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+REAL_KUBECONFIG = os.environ.get("PADDLECLOUD_TEST_KUBECONFIG")
+CLUSTERS = ["process-kubelet",
+            pytest.param("real-kubernetes", marks=[
+                pytest.mark.real_kubernetes,
+                pytest.mark.skipif(not REAL_KUBECONFIG, reason="no PADDLECLOUD_TEST_KUBECONFIG")])]
+FINAL = ("succeeded", "failed", "killed")
+
+
+class Cluster:
+    """Where the job's pods run, and how a test reaches them."""
+
+    def __init__(self, kubeconfig: str, image: str | None, fake=None):
+        self.kubeconfig = kubeconfig
+        self.image = image
+        self.fake = fake  # the FakeKubernetes, when it is the fake
+
+    def core(self) -> client.CoreV1Api:
+        from kubernetes import config
+
+        return client.CoreV1Api(config.new_client_from_config(config_file=self.kubeconfig))
+
+
+@pytest.fixture(params=CLUSTERS)
+def cluster(request, datacenter, pfs_home, settings):
+    """datacenter1 on the Kubernetes backend of a cluster whose pods run, with the test's PFS
+    root mounted in them."""
+    if request.param == "process-kubelet":
+        request.getfixturevalue("kube_pods_datacenter")
+        fake = request.getfixturevalue("k8s_cluster")
+        yield Cluster(str(fake.kubeconfig_path), None, fake)
+        return
+    # The real cluster's nodes see the test's PFS root at the same path (PADDLECLOUD_TEST_KUBE_PFS
+    # puts it under a directory they mount).
+    with on_kubernetes(datacenter, settings, REAL_KUBECONFIG, pfs_volume(pfs_home.parents[1]),
+                       timeout=5):
+        yield Cluster(REAL_KUBECONFIG, os.environ.get("PADDLECLOUD_TEST_IMAGE"))
+
+
+def submit(cluster: Cluster, alice, datacenter, pfs_home, example: str, **fields) -> Job:
+    shutil.copytree(EXAMPLES / example, pfs_home / example,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    spec = json.loads((EXAMPLES / example / "job.json").read_text())
+    spec["package"] = f"/pfs/datacenter1/home/alice/{example}"
+    if cluster.image:
+        spec["image"] = cluster.image
+    spec.update(fields)
+    return job_submit(alice, datacenter, spec).job
+
+
+def wait_for(job: Job, states, timeout: float = 240) -> Job:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job.refresh_from_db()
+        if job.state in states:
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"{job.name} still {job.state} after {timeout}s: {logs_of(job)}")
+
+
+def logs_of(job: Job) -> dict[str, str]:
+    """Every replica's archived log (run.sh tees the pod's output into PFS)."""
+    found = {}
+    for path in sorted(output_dir(job).glob("node_*/*.log")):
+        found[str(path.relative_to(output_dir(job)))] = path.read_text()[-3000:]
+    return found
+
+
+def pod_logs(cluster: Cluster, job: Job) -> dict[str, str]:
+    """What ``kubectl logs`` says of each of the job's pods that is still there."""
+    core, namespace = cluster.core(), job_namespace(job.datacenter, job.owner.username)
+    found = {}
+    for pod in core.list_namespaced_pod(namespace, label_selector=f"paddlecloud.org/job-uid="
+                                                                  f"{job.uid}").items:
+        name = pod.metadata.name
+        containers = [c.name for c in pod.spec.containers]
+        found[name] = core.read_namespaced_pod_log(name, namespace, container=containers[0])
+    return found
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fit_a_line_trains_through_paddle_distributed_launch(cluster, celery_worker, alice,
+                                                             datacenter, pfs_home):
+    """Two trainers started the way users start Paddle today; the loss goes down."""
+    job = submit(cluster, alice, datacenter, pfs_home, "fit_a_line",
+                 entry="python -m paddle.distributed.launch train.py", passes=3)
+    wait_for(job, FINAL)
+    logs = logs_of(job)
+    assert job.state == "succeeded", (job.state_reason, logs)
+    assert [(r.role, r.state) for r in job.replicas.order_by("index")] == \
+        [("trainer", "succeeded")] * 2
+    records = [json.loads(line) for line in (output_dir(job) / "node_0" / "metrics.jsonl")
+               .read_text().splitlines() if line.strip()]
+    losses = [r["loss"] for r in records]
+    assert len(losses) >= 4 and losses[-1] < losses[0] / 10, losses
+    summary = json.loads((output_dir(job) / "model" / "summary.json").read_text())
+    assert summary["test_loss"] < 0.1, summary
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_parameter_server_example_trains_with_two_pservers_and_three_trainers(
+        cluster, celery_worker, alice, datacenter, pfs_home):
+    job = submit(cluster, alice, datacenter, pfs_home, "ps_numpy", pservers=2, trainers=3,
+                 passes=3, cpu="500m", pscpu="500m")
+    wait_for(job, FINAL)
+    assert job.state == "succeeded", (job.state_reason, logs_of(job))
+    states = sorted(job.replicas.values_list("role", "index", "state"))
+    assert states == [("pserver", 0, "succeeded"), ("pserver", 1, "succeeded"),
+                      ("trainer", 0, "succeeded"), ("trainer", 1, "succeeded"),
+                      ("trainer", 2, "succeeded")], states
+    losses = [json.loads(line)["loss"] for line in
+              (output_dir(job) / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert losses[-1] < losses[0] / 10, losses
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("cluster", ["process-kubelet"], indirect=True)
+def test_trainers_wait_for_pservers_that_start_late(cluster, celery_worker, alice, datacenter,
+                                                    pfs_home):
+    """A pserver's DNS name exists only once its pod has an IP: the trainers wait for it (their
+    logs say so) instead of failing on a name that does not resolve yet."""
+    cluster.fake.controller.hold_pods("ps-numpy-*-ps-*", reason="ContainerCreating")
+    job = submit(cluster, alice, datacenter, pfs_home, "ps_numpy", pservers=1, trainers=2,
+                 passes=2, cpu="500m", pscpu="500m")
+    wait_for_line(job, "to have an address")
+    time.sleep(2)  # the trainers keep waiting while the pserver has no IP
+    assert Job.objects.get(pk=job.pk).state in ("starting", "running")
+    cluster.fake.controller.release_pods("ps-numpy-*-ps-*")
+    wait_for(job, FINAL)
+    assert job.state == "succeeded", (job.state_reason, logs_of(job))
+    log = (output_dir(job) / "node_0" / "train.log").read_text()
+    assert log.startswith(f"paddlecloud: waiting for ps-numpy-{str(job.uid)[:5]}-ps-0.")
+
+
+# Prints "attempt <restarts> step <i>" every STEP_SECONDS for STEPS steps, then exits 0.
+STEPPER = """\
+import os, sys, time
+steps, pause = int(os.environ.get("STEPS", "40")), float(os.environ.get("STEP_SECONDS", "0.2"))
+marker = os.path.join(os.environ["PADDLE_OUTPUT_DIR"], "attempts")
+os.makedirs(os.environ["PADDLE_OUTPUT_DIR"], exist_ok=True)
+with open(marker, "a") as f:
+    f.write(os.environ["HOSTNAME"] + "\\n")
+for i in range(steps):
+    print("step", i, "on", os.environ["POD_IP"], flush=True)
+    time.sleep(pause)
+print("done", flush=True)
+"""
+
+
+def stepper(cluster: Cluster, alice, datacenter, pfs_home, **fields) -> Job:
+    (pfs_home / "stepper").mkdir()
+    (pfs_home / "stepper" / "train.py").write_text(STEPPER)
+    spec = {"name": "stepper", "package": "/pfs/datacenter1/home/alice/stepper",
+            "entry": "python train.py", "trainers": 1, "cpu": "500m", "pscpu": "500m",
+            **fields}
+    if cluster.image:
+        spec["image"] = cluster.image
+    return job_submit(alice, datacenter, spec).job
+
+
+def wait_for_line(job: Job, text: str, worker: str = "node_0/train.log",
+                  timeout: float = 60) -> None:
+    path = output_dir(job) / worker
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and text in path.read_text()):
+        assert time.monotonic() < deadline, f"no {text!r} in {path}: {logs_of(job)}"
+        time.sleep(0.1)
+
+
+def trainer_pod(cluster: Cluster, job: Job, index: int = 0) -> client.V1Pod:
+    core, namespace = cluster.core(), job_namespace(job.datacenter, job.owner.username)
+    pods = core.list_namespaced_pod(namespace, label_selector=f"paddlecloud.org/job-uid="
+                                                              f"{job.uid}").items
+    return next(p for p in pods if p.metadata.annotations.get(
+        "batch.kubernetes.io/job-completion-index") == str(index)
+        and p.status.phase == "Running")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_trainer_killed_mid_run_is_restarted_within_its_limit(cluster, celery_worker, alice,
+                                                                 datacenter, pfs_home):
+    job = stepper(cluster, alice, datacenter, pfs_home, restart_limit=1, env={"STEPS": "25"})
+    wait_for_line(job, "step 3 ")
+    pod = trainer_pod(cluster, job)
+    if cluster.fake is not None:  # the trainer's processes are killed, as by the OOM killer
+        cluster.fake.controller.signal_container(pod.metadata.namespace, pod.metadata.name,
+                                                 signal.SIGKILL)
+    else:  # a real cluster: the pod is deleted at once
+        cluster.core().delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                             grace_period_seconds=0)
+    wait_for(job, FINAL, timeout=120)
+    trainer = job.replicas.get()
+    assert (job.state, trainer.state, trainer.restarts) == ("succeeded", "succeeded", 1), \
+        (job.state_reason, logs_of(job))
+    attempts = (output_dir(job) / "attempts").read_text().split()
+    assert len(attempts) == 2  # the same hostname: stepper-…-tr-0, a new pod
+    assert attempts[0] == attempts[1]
+    log = (output_dir(job) / "node_0" / "train.log").read_text()
+    assert "--- restart ---" in log and log.rstrip().endswith("done")
+
+
+def _descendants(pid: int) -> set[int]:
+    """``pid`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        found.add(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("cluster", ["process-kubelet"], indirect=True)
+def test_a_killed_job_leaves_no_process_behind(cluster, celery_worker, alice, datacenter,
+                                               pfs_home):
+    job = stepper(cluster, alice, datacenter, pfs_home, trainers=2, pservers=1,
+                  entry="python train.py", env={"STEPS": "600"})
+    wait_for_line(job, "step 2 ")
+    wait_for_line(job, "step 2 ", "node_1/train.log")
+    kubelet = cluster.fake.controller.kubelet
+    with cluster.fake.store.lock:
+        roots = [run.container.process.pid for sandbox in kubelet.sandboxes.values()
+                 for run in sandbox.runs.values()]
+    processes = set().union(*(_descendants(pid) for pid in roots))
+    assert len(roots) == 3 and len(processes) >= 3 * 3  # bwrap, run.sh, tee, python…
+    job_kill(alice, datacenter, "stepper")
+    wait_for(job, {"killed"}, timeout=60)
+    deadline = time.monotonic() + 60
+    while cluster.core().list_namespaced_pod(job_namespace(datacenter, "alice")).items:
+        assert time.monotonic() < deadline, "the job's pods are still there"
+        time.sleep(0.2)
+    assert [pid for pid in processes if _alive(pid)] == []
+    assert kubelet.sandboxes == {}
+    assert kubelet.network.namespaces() == [kubelet.network.node_ns]
+
+
+def test_pfs_roots_go_where_a_real_clusters_nodes_see_them(request, monkeypatch, tmp_path):
+    """With PADDLECLOUD_TEST_KUBE_PFS (a directory kind mounts into its node at the same path),
+    each test's PFS root is a fresh directory under it, so the cluster's pods find the files."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    monkeypatch.setattr("tests.conftest.KUBE_PFS", str(shared))
+    root = request.getfixturevalue("fresh_pfs_root")
+    assert root.name == "pfs" and root.parent.parent == shared
+    assert oct(root.parent.stat().st_mode & 0o777) == "0o755"
