@@ -25,6 +25,11 @@ FLEET_VARIABLES = (
 PADDLECLOUD_VARIABLES = ("PADDLE_PSERVER_ID", "PADDLE_OUTPUT_DIR", "PADDLE_PFS_HOME",
                          "PADDLE_PFS_PUBLIC")
 RESERVED_ENV = frozenset(LEGACY_VARIABLES + FLEET_VARIABLES + PADDLECLOUD_VARIABLES)
+# The variables that name replicas by host (``host:port`` lists, or hosts): where replicas have
+# DNS names (Kubernetes), the pods write them with addresses before the entry starts, since
+# PaddlePaddle compares them with POD_IP.
+ENDPOINT_VARIABLES = ("PADDLE_PSERVERS_IP_PORT_LIST", "PADDLE_INIT_PSERVERS",
+                      "PADDLE_TRAINER_ENDPOINTS", "PADDLE_CURRENT_ENDPOINT", "PADDLE_MASTER")
 
 # What a job's name and its extra variables may be, wherever they are checked (the portal, and
 # paddlectl and the SDK before anything is sent). Object names are derived from the job's

@@ -1,14 +1,13 @@
 """What every execution backend must do, tested through the interface
 (jobs/backends/base.py) and by what each leaves where a user would find it (the job's output,
 the local backend's private directory, the cluster's objects), on ``local`` (real processes)
-and ``kubernetes`` (the fake API server of tests/k8s_api_server, whose pods run but run
-nothing).
+and ``kubernetes`` (the fake API server of tests/k8s_api_server, whose pods are scripted).
 
 Prepare, start handles, stop, clean-up, the orphan sweep and topology are tested on both. The
-tests whose replica must run its command and exit run on ``local`` only (``REPLICAS_RUN``)
-until the process kubelet of issue 16 runs pods' commands. A prepared replica is never "not
-started" on Kubernetes (its controllers start pods at once): there that test is an expected
-failure, strict, so the mark goes when the backend changes."""
+tests whose replica must run its command and exit (``REPLICAS_RUN``) run on ``local`` and on
+``kubernetes-pods``: the fake API server with its process kubelet, whose pods really run. A
+prepared replica is never "not started" on Kubernetes (its controllers start pods at once):
+there that test is an expected failure, strict, so the mark goes when the backend changes."""
 
 from __future__ import annotations
 
@@ -32,10 +31,8 @@ from tests.jobs.files import log_path
 pytestmark = pytest.mark.django_db
 
 BACKENDS = ["local", "kubernetes"]
-# For the tests whose replica must run its command and exit (the fake cluster's pods do not).
-REPLICAS_RUN = pytest.mark.parametrize("backend", [
-    "local", pytest.param("kubernetes", marks=pytest.mark.skip(
-        reason="needs the process kubelet, issue 16"))], indirect=True)
+# For the tests whose replica must run its command and exit (scripted pods do not).
+REPLICAS_RUN = pytest.mark.parametrize("backend", ["local", "kubernetes-pods"], indirect=True)
 # What the Kubernetes backend makes for a job (its pods are the controllers').
 KUBE_KINDS = ("configmaps", "services", "statefulsets.apps", "jobs.batch")
 # How long after ``stop``, ``orphans_stop`` or ``cleanup`` returns what they stopped may take
@@ -44,7 +41,9 @@ KUBE_KINDS = ("configmaps", "services", "statefulsets.apps", "jobs.batch")
 SETTLES_WITHIN = {"local": 0.0, "kubernetes": 10.0}
 
 TRAINER = """\
-import os, sys, time
+import os, signal, sys, time
+if os.environ.get("IGNORE_TERM"):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print("hello from", os.environ["TRAINING_ROLE"], os.environ.get("TRAINER_ID"), flush=True)
 time.sleep(float(os.environ.get("SLEEP", "0")))
 sys.exit(int(os.environ.get("CODE", "0")))
@@ -55,6 +54,8 @@ sys.exit(int(os.environ.get("CODE", "0")))
 def backend(request, datacenter) -> Backend:
     if request.param == "kubernetes":
         request.getfixturevalue("kube_datacenter")
+    elif request.param == "kubernetes-pods":
+        request.getfixturevalue("kube_pods_datacenter")
     else:
         datacenter.backend = request.param
         datacenter.save()
@@ -201,7 +202,8 @@ def test_start_observe_exit_code_and_log(backend, make_job):
     job = make_job(CODE=3)
     replica = job.replicas.get()
     start(backend, job, replica)
-    assert settle(backend, job, replica) == Observation(Status.EXITED, 3)
+    seen = settle(backend, job, replica)
+    assert (seen.status, seen.exit_code) == (Status.EXITED, 3)
     deadline = time.monotonic() + 5
     while "hello from TRAINER 0" not in log_path(job, replica).read_text():
         assert time.monotonic() < deadline
@@ -219,8 +221,10 @@ def test_starting_the_same_attempt_twice_starts_it_once(backend, make_job):
     assert (log.read_text() if log.exists() else "").count("hello from TRAINER 0") <= 1
 
 
-@REPLICAS_RUN
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
 def test_a_new_attempt_is_a_new_start(backend, make_job):
+    """The engine starts each attempt on the local backend; on Kubernetes the trainers' Job
+    makes the retries itself (test_examples_on_kubernetes.py kills a trainer mid-run)."""
     job = make_job(CODE=1)
     replica = job.replicas.get()
     start(backend, job, replica)
@@ -243,6 +247,27 @@ def test_stop_ends_running_replicas(backend, make_job):
     backend.stop(job, replicas, grace=5)
     assert time.monotonic() - started < 5  # SIGTERM was enough
     eventually(backend, lambda: ended(backend, job, replicas), "a stopped replica still runs")
+
+
+@pytest.mark.parametrize("backend", ["kubernetes-pods"], indirect=True)
+def test_a_replica_that_ignores_sigterm_is_killed_after_the_grace(backend, make_job):
+    """``stop(grace)`` gives the pods ``grace`` seconds, not their own
+    terminationGracePeriodSeconds (30), which deleting their owners would."""
+    job = make_job(SLEEP=120, IGNORE_TERM=1)
+    replica = job.replicas.get()
+    start(backend, job, replica)
+    assert running(backend, job, replica).status == Status.RUNNING
+    deadline = time.monotonic() + 10
+    log = log_path(job, replica)
+    while not log.exists() or "hello from" not in log.read_text():  # its handler is set
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    started = time.monotonic()
+    backend.stop(job, [replica], grace=2)
+    while not ended(backend, job, [replica]):
+        assert time.monotonic() - started < 2 + 5, "the replica outlived its grace"
+        time.sleep(0.05)
+    assert time.monotonic() - started >= 1.5  # it was given its grace first
 
 
 def test_cleanup_leaves_nothing_but_the_output(request, backend, make_job):

@@ -14,15 +14,13 @@ import time
 
 import pytest
 
-from accounts.models import Datacenter
 from jobs import engine
 from jobs.backends import backend_for
-from jobs.backends.kubernetes.client import kube_forget
-from jobs.backends.kubernetes.pods_watch import pod_caches_stop
 from jobs.models import Job
 from jobs.services import job_kill, job_submit
 from jobs.tasks import jobs_reconcile
 from tests.jobs.files import log_path
+from tests.kube import on_kubernetes, pfs_volume
 
 pytestmark = pytest.mark.django_db
 
@@ -35,7 +33,7 @@ time.sleep(float(os.environ.get("SECONDS", "0")))
 sys.exit(int(os.environ.get("CODE", "0")))
 """
 REAL_KUBECONFIG = os.environ.get("PADDLECLOUD_TEST_KUBECONFIG")
-BACKENDS = ["local", "kubernetes",
+BACKENDS = ["local", "kubernetes", "kubernetes-pods",
             pytest.param("real-kubernetes", marks=[pytest.mark.real_kubernetes,
                                                    pytest.mark.skipif(
                                                        not REAL_KUBECONFIG,
@@ -87,22 +85,22 @@ def driver(request, datacenter, settings, pfs_home, monkeypatch, held_tasks):
         request.getfixturevalue("kube_datacenter")
         yield FakeKubernetesDriver(request.getfixturevalue("k8s_api"))
         return
-    settings.PADDLECLOUD_KUBE_TIMEOUT = 2
-    settings.PADDLECLOUD_KUBE_ATTEMPTS = 3
-    volume = {"hostPath": {"path": os.environ.get("PADDLECLOUD_TEST_KUBE_PFS",
-                                                  str(pfs_home.parents[2]))}}
-    Datacenter.objects.filter(pk=datacenter.pk).update(
-        backend="kubernetes", kubeconfig=REAL_KUBECONFIG, kube_volume=volume)
-    datacenter.refresh_from_db()
-    yield Driver("kubernetes")
-    pod_caches_stop()
-    kube_forget()
+    if request.param == "kubernetes-pods":  # the fake cluster's pods run the program
+        request.getfixturevalue("kube_pods_datacenter")
+        yield Driver("kubernetes")
+        return
+    # The cluster's nodes see the test's PFS root at the same path (PADDLECLOUD_TEST_KUBE_PFS
+    # puts it under a directory they mount).
+    with on_kubernetes(datacenter, settings, REAL_KUBECONFIG, pfs_volume(pfs_home.parents[1]),
+                       timeout=5):
+        yield Driver("kubernetes")
 
 
 def submit(driver, alice, datacenter, program: dict, **fields) -> Job:
     job = job_submit(alice, datacenter, {"name": "contract", "entry": "python train.py",
                                          "package": "/pfs/datacenter1/home/alice/pkg",
-                                         "image": "python:3.11-slim", **program,
+                                         "image": os.environ.get("PADDLECLOUD_TEST_IMAGE",
+                                                                 "python:3.11-slim"), **program,
                                          **fields}).job
     engine.job_launch(job.pk)
     return job

@@ -205,6 +205,14 @@ class KubernetesBackend(Backend):
         """Delete the job's root: its pods get ``grace`` seconds, then the rest goes with
         them (garbage collection). Replicas that ended keep their logs in the output."""
         self._delete_job(job, grace)
+        # The garbage collector would give the pods their own terminationGracePeriodSeconds
+        # (30 s), not ``grace``: delete them by name too (a second delete with a shorter grace
+        # period shortens it), once their controllers are gone and make no new ones.
+        kube = kube_for(job.datacenter)
+        namespace = _namespace(job)
+        found, _ = kube.list("Pod", namespace, selector=f"{JOB_UID_LABEL}={job.uid}")
+        for pod in found:
+            kube.delete("Pod", namespace, pod["metadata"]["name"], grace=max(grace, 1))
 
     def cleanup(self, job) -> None:
         """Delete the job's objects, and the requirements its pods installed in PFS."""

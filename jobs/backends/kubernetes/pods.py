@@ -33,6 +33,7 @@ from .scripts import (
     INIT_SCRIPT_NAME,
     LOG_ENV,
     PACKAGE_ENV,
+    PEERS_ENV,
     REQUIREMENTS_LOG_ENV,
     RUN_SCRIPT_NAME,
     SCRIPTS_DIR,
@@ -157,6 +158,16 @@ def _with_defaults(env: list[dict], defaults: dict[str, str]) -> list[dict]:
                   if name not in named]
 
 
+def peers_template(job, role: str, namespace: str) -> str:
+    """``PADDLECLOUD_PEERS``: the replicas ``run.sh`` waits for before the entry starts, this
+    one first. Pservers and the trainers of a pserver job need the pservers; a collective job's
+    trainers need each other. A trainer of a pserver job does not wait for the other trainers,
+    which may have finished (and left DNS) by the time it is retried."""
+    job_topology = topology(job, namespace)
+    peers = job_topology.pservers if job.pservers else job_topology.trainers
+    return ",".join(["$(PADDLE_CURRENT_ENDPOINT)", *(literal(p) for p in peers)])
+
+
 def log_template(job, role: str) -> str:
     """The replica's archived log, as ``layout.log_relpath`` places it in the output."""
     first, second = (f"{paths(job).output}/{layout.log_relpath(role, i)}" for i in (0, 1))
@@ -233,7 +244,8 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str) -> dic
         "command": ["/bin/sh", f"{SCRIPTS_DIR}/{RUN_SCRIPT_NAME}", literal(job.entry)],
         "workingDir": WORKSPACE,
         "env": _with_defaults(role_env(job, role, namespace), {
-            "PYTHONPATH": literal(f"{site}:{WORKSPACE}"), LOG_ENV: log_template(job, role)}),
+            "PYTHONPATH": literal(f"{site}:{WORKSPACE}"), LOG_ENV: log_template(job, role),
+            PEERS_ENV: peers_template(job, role, namespace)}),
         "ports": [{"name": "paddle", "containerPort": PORT[role]}],
         "resources": _role_resources(job, role),
         "volumeMounts": _mounts(job),

@@ -3,12 +3,14 @@
 They are shipped in the job's root ConfigMap and mounted at ``/paddlecloud`` (so Kubernetes
 never expands ``$(…)`` in them) and take everything from environment variables that the pod
 spec sets, which is also how the tests run them on a plain machine. Besides a POSIX shell they
-need ``cp``, ``mkfifo``, ``tee`` (coreutils), ``flock`` and ``setsid`` (util-linux): Debian-
-and Ubuntu-based images, PaddlePaddle's among them, have all of them (busybox has them as
-applets, but the tests run the scripts with dash and bash only).
+need ``cp``, ``mkfifo``, ``tee``, ``date`` (coreutils), ``flock`` and ``setsid`` (util-linux)
+and ``getent`` (libc-bin): Debian- and Ubuntu-based images, PaddlePaddle's among them, have all
+of them (busybox has them as applets, but the tests run the scripts with dash and bash only).
 """
 
 from __future__ import annotations
+
+from paddlecloud_core.contract import ENDPOINT_VARIABLES
 
 SCRIPTS_DIR = "/paddlecloud"
 INIT_SCRIPT_NAME = "init.sh"
@@ -21,6 +23,7 @@ SITE_PACKAGES_ENV = "PADDLECLOUD_SITE_PACKAGES"
 REQUIREMENTS_LOG_ENV = "PADDLECLOUD_REQUIREMENTS_LOG"
 # run.sh's environment (its one argument is the job's entry command).
 LOG_ENV = "PADDLECLOUD_LOG"
+PEERS_ENV = "PADDLECLOUD_PEERS"
 
 INIT_SCRIPT = r"""# paddlecloud init.sh: prepares the workspace (every pod's init container).
 #
@@ -73,14 +76,27 @@ fi
 
 RUN_SCRIPT = r"""# paddlecloud run.sh: runs the job's entry (every pod's main container).
 #
-#   $1               the job's entry, a shell command, run in the current directory
-#   PADDLECLOUD_LOG  the replica's log in PFS, appended to (it outlives the pod)
+#   $1                         the job's entry, a shell command, run in the current directory
+#   PADDLECLOUD_LOG            the replica's log in PFS, appended to (it outlives the pod)
+#   PADDLECLOUD_PEERS          host:port,… of the replicas this one talks to (itself included)
+#   PADDLECLOUD_PEERS_TIMEOUT  how long to wait for them to have addresses (default 600 s)
+#
+# Peers first. A replica's DNS name exists only once its pod has an IP, and PaddlePaddle looks a
+# name up once and fails: so the entry starts when every peer's name resolves (or this script
+# fails, after PADDLECLOUD_PEERS_TIMEOUT seconds, naming the peer). Then the variables that name
+# replicas (@ENDPOINT_VARIABLES@) are written with the peers'
+# addresses, as PaddlePaddle compares them with POD_IP, the pod's IP: a pserver finds its own
+# POD_IP:PADDLE_PORT in PADDLE_PSERVERS_IP_PORT_LIST, and `python -m paddle.distributed.launch`
+# starts the rendezvous on the pod whose IP is PADDLE_MASTER's host.
 #
 # The entry's output goes both to the pod's log (stdout) and to PADDLECLOUD_LOG: through a FIFO
 # to tee, as POSIX sh has no pipefail. The entry runs in a session of its own, and SIGTERM or
 # SIGINT (Kubernetes stopping the pod) is passed on to all of it, so it can save its work
 # within the grace period. This script exits with the entry's exit code (128+N when signal N
 # ended it).
+#
+# Everything is in functions, called once the whole script has been read: bash may misparse a
+# command it is still reading when a trap runs, and the traps are set from the start.
 set -eu
 : "${PADDLECLOUD_LOG:?}"
 [ "$#" -eq 1 ] || { echo "usage: run.sh ENTRY" >&2; exit 2; }
@@ -88,41 +104,120 @@ set -eu
 entry=
 stopping=
 signalled=
-# Pass signal $1 on to the entry's process group (or to the entry alone, if it has not made its
-# group yet); a signal that comes before the entry started is passed on once it has.
+# Pass signal $1 on to the entry's process group; a signal that comes before the entry started
+# is passed on once it has. Until setsid has made the group, a signal sent to the entry may be
+# lost (the shell that forks it still has this script's handlers for a moment): so wait for the
+# group (at most a second: an entry that died first never makes one), then signal it all.
 stop() {
     stopping=$1
     signalled=yes
     [ -n "$entry" ] || return 0
+    tries=100
+    while [ "$tries" -gt 0 ] && ! kill -0 -"$entry" 2>/dev/null; do
+        tries=$((tries - 1))
+        sleep 0.01
+    done
     kill -"$1" -"$entry" 2>/dev/null || kill -"$1" "$entry" 2>/dev/null || :
 }
-trap 'stop TERM' TERM
-trap 'stop INT' INT
 
-mkdir -p "${PADDLECLOUD_LOG%/*}"
-[ -s "$PADDLECLOUD_LOG" ] && printf '\n--- restart ---\n' >>"$PADDLECLOUD_LOG"
-fifo="${TMPDIR:-/tmp}/paddlecloud-run.$$"
-rm -f "$fifo"
-mkfifo "$fifo"
-tee -a "$PADDLECLOUD_LOG" <"$fifo" &
-tee_pid=$!
-setsid /bin/sh -c "$1" <"/dev/null" >"$fifo" 2>&1 &
-entry=$!  # also the id of its process group, once setsid has made it
-[ -z "$stopping" ] || stop "$stopping"
+say() {  # to the pod's log and the replica's
+    echo "paddlecloud: $*" | tee -a "$PADDLECLOUD_LOG" >&2
+}
 
-# A trapped signal ends wait early (status > 128) and the entry's status is still to be had
-# from another wait; once it has been had, wait answers 127.
-set +e
-code=
-while :; do
-    signalled=
-    wait "$entry"
-    status=$?
-    if [ -n "$code" ] && [ "$status" -eq 127 ]; then break; fi
-    code=$status
-    if [ "$code" -le 128 ] || [ -z "$signalled" ]; then break; fi
-done
-wait "$tee_pid"
-rm -f "$fifo"
-exit "$code"
+# The address of host $1 (an IP is its own), or nothing while it has none.
+address_of() {
+    case $1 in
+    *[!0-9.]*) getent hosts "$1" | { read -r address _ && printf '%s' "$address"; } ;;
+    *) printf '%s' "$1" ;;
+    esac
+}
+
+# Wait until every peer of PADDLECLOUD_PEERS has an address; peer_hosts lists them.
+wait_for_peers() {
+    timeout=${PADDLECLOUD_PEERS_TIMEOUT:-600}
+    deadline=$(($(date +%s) + timeout))
+    peer_hosts=,
+    rest=${PADDLECLOUD_PEERS:-}
+    while [ -n "$rest" ]; do
+        item=${rest%%,*}
+        case $rest in *,*) rest=${rest#*,} ;; *) rest= ;; esac
+        host=${item%:*}
+        case $peer_hosts in *",$host,"*) continue ;; esac
+        waited=
+        while [ -z "$(address_of "$host")" ]; do
+            case $stopping in TERM) exit 143 ;; INT) exit 130 ;; esac  # stopped meanwhile
+            if [ "$(date +%s)" -ge "$deadline" ]; then
+                say "$host has no address after ${timeout}s: is its pod running?"
+                exit 1
+            fi
+            [ -n "$waited" ] || say "waiting for $host to have an address"
+            waited=yes
+            sleep 1
+        done
+        peer_hosts="$peer_hosts$host,"
+    done
+}
+
+# $1 (host[:port],…) with every peer's name replaced by its address.
+with_addresses() {
+    result=
+    rest=$1
+    while [ -n "$rest" ]; do
+        item=${rest%%,*}
+        case $rest in *,*) rest=${rest#*,} ;; *) rest= ;; esac
+        host=${item%:*}
+        port=${item#"$host"}
+        case $peer_hosts in *",$host,"*) host=$(address_of "$host" || :) ;; esac
+        result="${result:+$result,}$host$port"
+    done
+    printf '%s' "$result"
+}
+
+# Run the entry $1, its output to the pod's log and the replica's; exit with its status.
+run_entry() {
+    fifo="${TMPDIR:-/tmp}/paddlecloud-run.$$"
+    rm -f "$fifo"
+    mkfifo "$fifo"
+    tee -a "$PADDLECLOUD_LOG" <"$fifo" &
+    tee_pid=$!
+    setsid /bin/sh -c "$1" <"/dev/null" >"$fifo" 2>&1 &
+    entry=$!  # also the id of its process group, once setsid has made it
+    [ -z "$stopping" ] || stop "$stopping"
+
+    # A trapped signal ends wait early (status > 128) and the entry's status is still to be
+    # had from another wait; once it has been had, wait answers 127.
+    set +e
+    code=
+    while :; do
+        signalled=
+        wait "$entry"
+        status=$?
+        if [ -n "$code" ] && [ "$status" -eq 127 ]; then break; fi
+        code=$status
+        if [ "$code" -le 128 ] || [ -z "$signalled" ]; then break; fi
+    done
+    # If the entry died before it opened the FIFO (stopped at once), tee still waits to open
+    # it: opening it read-write does not block, and lets tee open it and see its end.
+    exec 8<>"$fifo"
+    exec 8>&-
+    wait "$tee_pid"
+    rm -f "$fifo"
+    exit "$code"
+}
+
+main() {
+    trap 'stop TERM' TERM
+    trap 'stop INT' INT
+    mkdir -p "${PADDLECLOUD_LOG%/*}"
+    [ -s "$PADDLECLOUD_LOG" ] && printf '\n--- restart ---\n' >>"$PADDLECLOUD_LOG"
+    wait_for_peers
+    for variable in @ENDPOINT_VARIABLES@; do
+        eval "value=\${$variable:-}"
+        [ -z "$value" ] || export "$variable=$(with_addresses "$value")"
+    done
+    run_entry "$1"
+}
+
+main "$@"
 """
+RUN_SCRIPT = RUN_SCRIPT.replace("@ENDPOINT_VARIABLES@", " ".join(ENDPOINT_VARIABLES))

@@ -15,7 +15,7 @@ from tests.k8s_api_server.env import pod_env
 from .factories import NAMESPACE, collective_job, pserver_job
 
 # What the main container has beyond the contract (not compared with replica_env).
-RUNTIME_ENV = ("PYTHONPATH", "PADDLECLOUD_LOG")
+RUNTIME_ENV = ("PYTHONPATH", "PADDLECLOUD_LOG", "PADDLECLOUD_PEERS")
 
 
 def containers(job) -> dict[str, dict]:
@@ -67,6 +67,10 @@ def test_every_index_gets_the_contract_environment(make_job):
             assert env == expected, (role, index)
             assert runtime["PADDLECLOUD_LOG"] == (
                 f"{job_paths.output}/{log_relpath(role, index)}")
+            # run.sh waits for itself and the pservers, or a collective job's trainers.
+            peers = job_topology.pservers if job.pservers else job_topology.trainers
+            assert runtime["PADDLECLOUD_PEERS"].split(",") == [
+                expected["PADDLE_CURRENT_ENDPOINT"], *peers]
 
 
 def test_the_index_comes_first_so_that_later_values_may_use_it():

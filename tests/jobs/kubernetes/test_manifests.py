@@ -147,6 +147,9 @@ FIT_TRAINERS_JOB = {
                         {"name": "PADDLECLOUD_LOG",
                          "value": "/pfs/dc1/home/alice/jobs/fit-a-line/output/"
                                   "node_$(PADDLE_TRAINER_ID)/train.log"},
+                        {"name": "PADDLECLOUD_PEERS",  # itself, then the trainers
+                         "value": f"$(PADDLE_CURRENT_ENDPOINT),fit-a-line-0a1b2-tr-0.{FIT_HOSTS}"
+                                  f":6170,fit-a-line-0a1b2-tr-1.{FIT_HOSTS}:6170"},
                     ],
                     "ports": [{"name": "paddle", "containerPort": 6170}],
                     "resources": FIT_RESOURCES,
@@ -259,6 +262,10 @@ CTR_SHARED_ENV = [  # the same for pservers and trainers, after the index and PO
     {"name": "PADDLE_TRAINER_ENDPOINTS",
      "value": f"ctr-f9e8d-tr-0.{TR}:6170,ctr-f9e8d-tr-1.{TR}:6170,ctr-f9e8d-tr-2.{TR}:6170"},
 ]
+# What run.sh waits for before the entry: itself and the pservers (for both roles).
+CTR_PEERS = {"name": "PADDLECLOUD_PEERS",
+             "value": f"$(PADDLE_CURRENT_ENDPOINT),ctr-f9e8d-ps-0.{PS}:6174,"
+                      f"ctr-f9e8d-ps-1.{PS}:6174"}
 CTR_VOLUMES = [
     {"name": "pfs", "nfs": {"server": "nfs.example.com", "path": "/exports/pfs"}},
     {"name": "workspace", "emptyDir": {}},
@@ -321,6 +328,7 @@ CTR_PSERVERS = {
                         {"name": "PYTHONPATH", "value": f"{CTR_SITE}:/workspace"},
                         {"name": "PADDLECLOUD_LOG",
                          "value": f"{CTR_OUTPUT}/node_$(PADDLE_PSERVER_ID)/server.log"},
+                        CTR_PEERS,
                     ],
                     "ports": [{"name": "paddle", "containerPort": 6174}],
                     "resources": PS_RESOURCES, "volumeMounts": ALICE_MOUNTS,
@@ -384,6 +392,7 @@ CTR_TRAINERS = {
                         {"name": "PYTHONPATH", "value": f"{CTR_SITE}:/workspace"},
                         {"name": "PADDLECLOUD_LOG",
                          "value": f"{CTR_OUTPUT}/node_$(PADDLE_TRAINER_ID)/train.log"},
+                        CTR_PEERS,  # the pservers, not the other trainers
                     ],
                     "ports": [{"name": "paddle", "containerPort": 6170}],
                     "resources": TR_RESOURCES, "volumeMounts": ALICE_MOUNTS,

@@ -155,11 +155,11 @@ def test_a_missing_package_is_named(tmp_path, scripts):
 
 # --- run.sh --------------------------------------------------------------------------------------
 
-def run(scripts, tmp_path, entry: str) -> subprocess.Popen:
+def run(scripts, tmp_path, entry: str, **extra: str) -> subprocess.Popen:
     workspace = tmp_path / "workspace"
     workspace.mkdir(exist_ok=True)
     env = {"PATH": f"{VENV_BIN}:{os.environ['PATH']}", "TMPDIR": str(tmp_path),
-           "PADDLECLOUD_LOG": str(tmp_path / "output" / "node_1" / "train.log")}
+           "PADDLECLOUD_LOG": str(tmp_path / "output" / "node_1" / "train.log"), **extra}
     return subprocess.Popen([*scripts["shell"], str(scripts["run"]), entry], cwd=workspace, env=env,
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -216,3 +216,62 @@ def test_an_entry_killed_by_a_signal_exits_128_plus_the_signal(tmp_path, scripts
     assert replica.returncode == 128 + signal.SIGKILL
     assert train_log(tmp_path) == "dying\n"
     assert "dying\n" in pod_log  # and the shell's word on it, e.g. "Killed"
+
+
+def test_a_sigterm_at_any_moment_of_the_start_stops_everything(tmp_path, scripts):
+    """However early SIGTERM comes — before the entry started, while it makes its session,
+    before it opened its output — run.sh passes it on and ends, and nothing of the entry is
+    left (the process kubelet caught pods that ran on: a signal lost in the forking shell, and
+    tee waiting for ever on a FIFO the entry never opened)."""
+    seconds = 700 + os.getpid() % 200  # this test's entries, told apart from any other sleep
+    for attempt in range(40):
+        replica = run(scripts, tmp_path, f"sleep {seconds}")
+        time.sleep(attempt % 20 / 1000)
+        replica.send_signal(signal.SIGTERM)
+        try:
+            said, _ = replica.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            replica.kill()
+            raise AssertionError(f"run.sh ran on after a SIGTERM {attempt % 20} ms in") from None
+        # Killed before it set its trap (not PID 1 here), or stopped the entry and exited 143
+        # (bash once misparsed the script when the trap ran as it read a $(…): exit 2).
+        assert replica.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM), said
+    deadline = time.monotonic() + 10
+    while left := [pid for pid in os.listdir("/proc") if pid.isdigit()
+                   and _cmdline(pid) == f"sleep\0{seconds}\0"]:
+        if time.monotonic() > deadline:
+            for pid in left:
+                os.kill(int(pid), signal.SIGKILL)
+            raise AssertionError(f"{len(left)} entries outlived their SIGTERM")
+        time.sleep(0.05)
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return ""
+
+
+def test_the_entry_starts_once_its_peers_resolve_and_sees_their_addresses(tmp_path, scripts):
+    """Peers named by DNS are handed to the entry as addresses (PaddlePaddle compares them with
+    POD_IP); names that are no peer's, and addresses, are left as they are."""
+    entry = "echo $PADDLE_PSERVERS_IP_PORT_LIST $PADDLE_INIT_PSERVERS $PADDLE_CURRENT_ENDPOINT"
+    replica = run(scripts, tmp_path, entry, PADDLECLOUD_PEERS="localhost:6170,localhost:6171",
+                  PADDLE_PSERVERS_IP_PORT_LIST="localhost:6170,10.1.2.3:6171",
+                  PADDLE_INIT_PSERVERS="localhost,10.1.2.3",
+                  PADDLE_CURRENT_ENDPOINT="other.invalid:6170")
+    pod_log, _ = replica.communicate(timeout=30)
+    assert replica.returncode == 0, pod_log
+    assert pod_log == "127.0.0.1:6170,10.1.2.3:6171 127.0.0.1,10.1.2.3 other.invalid:6170\n"
+
+
+def test_a_peer_that_never_resolves_fails_the_pod_naming_it(tmp_path, scripts):
+    replica = run(scripts, tmp_path, "echo started", PADDLECLOUD_PEERS="ps-0.nowhere.invalid:1",
+                  PADDLECLOUD_PEERS_TIMEOUT="2")
+    pod_log, _ = replica.communicate(timeout=30)
+    assert replica.returncode == 1
+    assert pod_log == ("paddlecloud: waiting for ps-0.nowhere.invalid to have an address\n"
+                       "paddlecloud: ps-0.nowhere.invalid has no address after 2s: is its pod "
+                       "running?\n")
+    assert train_log(tmp_path) == pod_log  # the archived log says why, too
