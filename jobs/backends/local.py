@@ -25,6 +25,8 @@ trusting users only, as the portal says when it starts.
 
 from __future__ import annotations
 
+import configparser
+import contextlib
 import fcntl
 import os
 import shutil
@@ -61,6 +63,8 @@ from .sandbox import (
     netns_stop,
     sandbox_argv,
     sandbox_problem,
+    sandbox_shows,
+    world_readable,
 )
 
 PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input")
@@ -78,6 +82,31 @@ def jobs_root() -> Path:
 def netns_file(private: Path) -> Path:
     """Where a job's network holder is recorded, in its private directory."""
     return private / "run" / "netns.pid"
+
+
+def _pip_config_binds(env: dict[str, str]) -> list[Bind]:
+    """The machine's pip configuration files, and the files and directories they and the
+    ``PIP_*`` variables of ``env`` name (a constraints file, find-links), as the sandboxed pip
+    needs them: read-only, those the world may read and the sandbox does not show already."""
+    values = [value for name, value in env.items() if name.startswith("PIP_")]
+    binds = []
+    for path in PIP_CONFIG:
+        if not os.path.isfile(path):
+            continue
+        binds.append(Bind(path))
+        parser = configparser.ConfigParser(interpolation=None)
+        with contextlib.suppress(configparser.Error, OSError, UnicodeDecodeError):
+            parser.read(path)
+            values += [value for section in parser.sections()
+                       for value in parser[section].values()]
+    named = {os.path.normpath(item) for value in values for item in value.split()
+             if item.startswith("/")}
+    shown = {bind.src for bind in binds}
+    for path in sorted(named):
+        if path not in shown and not sandbox_shows(path) and world_readable(path):
+            binds.append(Bind(path))
+            shown.add(path)
+    return binds
 
 
 def _pip(out, argv: list[str], *, cwd: Path, env: dict[str, str], hint: str = "") -> None:
@@ -174,7 +203,7 @@ class LocalBackend(Backend):
                "LANG": os.environ.get("LANG", "C.UTF-8"),
                # The machine's pip configuration (its index, certificates) applies here too.
                **{k: v for k, v in os.environ.items() if k.startswith("PIP_")}}
-        config = [Bind(path) for path in PIP_CONFIG if os.path.isfile(path)]
+        config = _pip_config_binds(env)
         fetch = Sandbox(binds=[Bind(str(pkg)), Bind(str(wheels), writable=True), *config],
                         env=env, cwd=str(pkg), network="host", hostname="pip")
         _pip(out, sandbox_argv(fetch, [*PIP, "download", "--only-binary=:all:", "--dest",

@@ -218,7 +218,7 @@ def _inside(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
-def _world_readable(path: str) -> bool:
+def world_readable(path: str) -> bool:
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -237,7 +237,7 @@ def _system_mounts() -> list[tuple[str, list[str]]]:
             mounts.append((path, ["--ro-bind", path, path]))
     for name in ETC:
         path = f"/etc/{name}"
-        if _world_readable(path):
+        if world_readable(path):
             mounts.append((path, ["--ro-bind", path, path]))
     for path in dict.fromkeys((sys.base_prefix, sys.prefix, *map(str, client_dirs()))):
         if path and path != "/" and not any(_inside(path, p) for p, _ in mounts):
@@ -245,6 +245,13 @@ def _system_mounts() -> list[tuple[str, list[str]]]:
     mounts += [("/proc", ["--proc", "/proc"]), ("/dev", ["--dev", "/dev"]),
                (PRIVATE_TMP, ["--tmpfs", PRIVATE_TMP])]
     return mounts
+
+
+def sandbox_shows(path: str) -> bool:
+    """Whether every sandbox shows ``path`` already (the system view: /usr, /etc's entries,
+    Python's prefixes)."""
+    return any(_inside(path, where) for where, args in _system_mounts()
+               if args[0] == "--ro-bind")
 
 
 def _bind_mounts(binds: Sequence[Bind]) -> list[tuple[str, list[str]]]:

@@ -234,3 +234,25 @@ def test_a_sandbox_required_but_unavailable_fails_jobs_with_the_reason(
     assert job.state == "failed"
     assert "must run in a sandbox" in job.state_reason
     assert "bwrap is not installed" in job.state_reason
+
+
+def test_the_sandboxed_pip_sees_the_files_the_machines_pip_configuration_names(
+        tmp_path, monkeypatch):
+    """A pip.conf naming a constraints file (or find-links) works in the sandbox as outside:
+    pip fails on a file it cannot open."""
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("torch<=2.14.1\n")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("x")
+    secret.chmod(0o600)
+    config = tmp_path / "pip.conf"
+    config.write_text(f"[global]\nconstraint = {constraints}\nextra = {secret}\n"
+                      "cert = /usr/share/ca-certificates\n")
+    tmp_path.chmod(0o755)
+    monkeypatch.setattr(local, "PIP_CONFIG", (str(config), str(tmp_path / "absent.conf")))
+    binds = local._pip_config_binds({"PIP_FIND_LINKS": str(wheels), "OTHER": "/opt"})
+    # Its files, read-only; not those the world may not read, nor what sandboxes show anyway.
+    assert [(b.src, b.writable) for b in binds] == [
+        (str(config), False), (str(constraints), False), (str(wheels), False)]

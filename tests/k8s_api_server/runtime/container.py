@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,14 @@ def _root_args(host_dir: str, targets: list[str]) -> list[str]:
     return args
 
 
+def _hidden_prefixes() -> list[str]:
+    """The Python this harness runs with (a virtualenv in a checkout under /tmp, say), when a
+    directory the container has its own of (``_OWN``) would hide it: it is part of the image
+    the pods run, as ``python`` on their PATH."""
+    return [prefix for prefix in dict.fromkeys((sys.prefix, sys.base_prefix))
+            if prefix.strip("/").split("/")[0] in _OWN]
+
+
 def bwrap_argv(spec: ContainerSpec, cgroup: Cgroup | None, info_fd: int) -> list[str]:
     targets = [m.target.rstrip("/") or "/" for m in spec.mounts]
     if spec.working_dir:
@@ -90,6 +99,14 @@ def bwrap_argv(spec: ContainerSpec, cgroup: Cgroup | None, info_fd: int) -> list
     args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys",
              "--perms", "1777", "--tmpfs", "/tmp", "--perms", "0755", "--tmpfs", "/run"]
     made = set()
+    for prefix in _hidden_prefixes():  # the "image"'s Python, where its own /tmp would hide it
+        parts = prefix.strip("/").split("/")[:-1]
+        for depth in range(2, len(parts) + 1):
+            parent = "/" + "/".join(parts[:depth])
+            if parent not in made:
+                args += ["--perms", "0755", "--dir", parent]
+                made.add(parent)
+        args += ["--ro-bind", prefix, prefix]
     for target in targets:  # the directories on the way to each mount (bwrap makes 0700 ones)
         parts = target.strip("/").split("/")[:-1]
         for depth in range(1, len(parts) + 1):
