@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Datacenter
-from paddlecloud_core.contract import Topology, job_namespace, replica_env
+from paddlecloud_core.contract import STOP_GRACE_SECONDS, Topology, job_namespace, replica_env
 from paddlecloud_core.processes import exit_reason
 
 from .backends import backend_for
@@ -26,8 +26,6 @@ from .states import FINAL_JOB_STATES, FINAL_REPLICA_STATES, JobState, ReplicaSta
 from .transitions import job_transition, replica_transition
 
 logger = logging.getLogger(__name__)
-
-STOP_GRACE_SECONDS = 10.0
 
 
 def _replicas(job) -> list[Replica]:

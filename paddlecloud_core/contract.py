@@ -25,6 +25,10 @@ FLEET_VARIABLES = (
 PADDLECLOUD_VARIABLES = ("PADDLE_PSERVER_ID", "PADDLE_OUTPUT_DIR", "PADDLE_PFS_HOME",
                          "PADDLE_PFS_PUBLIC")
 RESERVED_ENV = frozenset(LEGACY_VARIABLES + FLEET_VARIABLES + PADDLECLOUD_VARIABLES)
+# A replica being stopped (a kill, a failed job, the pservers of a finished one) gets SIGTERM, then
+# SIGKILL this many seconds later to save its work: on every backend (a pod's
+# terminationGracePeriodSeconds) and in paddlectl's local runs.
+STOP_GRACE_SECONDS = 10
 # The variables that name replicas by host (``host:port`` lists, or hosts): where replicas have
 # DNS names (Kubernetes), the pods write them with addresses before the entry starts, since
 # PaddlePaddle compares them with POD_IP.

@@ -32,6 +32,7 @@ from paddlecloud_core.contract import (
     ENV_NAME_RE,
     JOB_NAME_MAX,
     RESERVED_ENV,
+    STOP_GRACE_SECONDS,
     Paths,
     Topology,
     replica_env,
@@ -53,7 +54,6 @@ from paddlectl.errors import PaddlectlError, UsageError
 DATACENTER = "local"  # PADDLE_CLOUD_CURRENT_DATACENTER and JOB_NAMESPACE of a local training
 INPUT_VARIABLE = "PADDLE_INPUT_DIR"  # --input, as the replicas see it (local trainings only)
 RESERVED = RESERVED_ENV | {INPUT_VARIABLE}
-STOP_GRACE_SECONDS = 10.0  # as the portal: SIGTERM, then SIGKILL after this long
 POLL_SECONDS = 0.1
 MAX_REPLICAS = 256
 

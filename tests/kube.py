@@ -7,9 +7,28 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import yaml
+
 from accounts.models import Datacenter
 from jobs.backends.kubernetes.client import kube_forget
 from jobs.backends.kubernetes.pods_watch import pod_caches_stop
+
+RBAC = Path(__file__).resolve().parent.parent / "deploy" / "rbac.yaml"
+
+
+def portal_rules() -> list[dict]:
+    """The rules deploy/rbac.yaml grants the portal (its ClusterRole's)."""
+    roles = [doc for doc in yaml.safe_load_all(RBAC.read_text())
+             if doc and doc["kind"] == "ClusterRole"]
+    assert len(roles) == 1, "deploy/rbac.yaml has one ClusterRole"
+    return roles[0]["rules"]
+
+
+def portal_kubeconfig(fake) -> Path:
+    """The kubeconfig the portal uses on the fake API server ``fake``: its requests are held
+    to deploy/rbac.yaml, as in a cluster (403 for anything it does not grant)."""
+    fake.settings.portal_rules = portal_rules()
+    return fake.portal_kubeconfig_path
 
 
 def pfs_volume(pfs_root: Path | str) -> dict:

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from jobs.services import job_submit
 from tests.e2e.conftest import login
 from tests.k8s_api_server import fixtures
-from tests.kube import on_kubernetes, pfs_volume
+from tests.kube import on_kubernetes, pfs_volume, portal_kubeconfig
 
 k8s_cluster = fixtures.k8s_cluster
 
@@ -27,7 +27,7 @@ print("done", flush=True)
 
 @pytest.fixture
 def kube_portal(live_portal, k8s_cluster, settings):
-    with on_kubernetes(live_portal.datacenter, settings, k8s_cluster.kubeconfig_path,
+    with on_kubernetes(live_portal.datacenter, settings, portal_kubeconfig(k8s_cluster),
                        pfs_volume(live_portal.home.parents[1]), timeout=5):
         yield live_portal
 

@@ -10,7 +10,7 @@ from django.conf import settings as django_settings
 from django.db import connections
 
 from tests.k8s_api_server import fixtures
-from tests.kube import on_kubernetes, pfs_volume
+from tests.kube import on_kubernetes, pfs_volume, portal_kubeconfig
 
 k8s_api = fixtures.k8s_api  # the fake API server, a fixture
 k8s_cluster = fixtures.k8s_cluster  # the same, its pods really running
@@ -20,7 +20,7 @@ k8s_cluster = fixtures.k8s_cluster  # the same, its pods really running
 def kube_datacenter(k8s_api, datacenter, settings):
     """datacenter1 on the Kubernetes backend, its cluster the fake API server (scripted pods)
     and its PFS a hostPath in pods."""
-    with on_kubernetes(datacenter, settings, k8s_api.kubeconfig_path,
+    with on_kubernetes(datacenter, settings, portal_kubeconfig(k8s_api),
                        {"hostPath": {"path": "/mnt/pfs"}}) as on:
         yield on
 
@@ -29,7 +29,7 @@ def kube_datacenter(k8s_api, datacenter, settings):
 def kube_pods_datacenter(k8s_cluster, datacenter, pfs_home, settings):
     """datacenter1 on the Kubernetes backend of a fake cluster whose pods really run, with the
     test's PFS root mounted in them."""
-    with on_kubernetes(datacenter, settings, k8s_cluster.kubeconfig_path,
+    with on_kubernetes(datacenter, settings, portal_kubeconfig(k8s_cluster),
                        pfs_volume(pfs_home.parents[1]), timeout=5) as on:
         yield on
 

@@ -250,9 +250,12 @@ def test_stop_ends_running_replicas(backend, make_job):
 
 
 @pytest.mark.parametrize("backend", ["kubernetes-pods"], indirect=True)
-def test_a_replica_that_ignores_sigterm_is_killed_after_the_grace(backend, make_job):
-    """``stop(grace)`` gives the pods ``grace`` seconds, not their own
-    terminationGracePeriodSeconds (30), which deleting their owners would."""
+def test_a_replica_that_ignores_sigterm_is_killed_after_the_grace(backend, make_job,
+                                                                  monkeypatch):
+    """``stop`` gives the pods the portal's grace period, not Kubernetes' default 30 s: it is
+    their terminationGracePeriodSeconds, which the garbage collector honours when it deletes
+    them with their owners (the portal may not delete pods itself)."""
+    monkeypatch.setattr("jobs.backends.kubernetes.pods.STOP_GRACE_SECONDS", 2)
     job = make_job(SLEEP=120, IGNORE_TERM=1)
     replica = job.replicas.get()
     start(backend, job, replica)

@@ -41,6 +41,7 @@ from jobs.files import home_remove, output_open, output_prepare
 from jobs.models import Job
 from paddlecloud.errors import PaddleCloudError
 from tests.jobs.kubernetes.test_backend import wait
+from tests.kube import portal_kubeconfig
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -66,7 +67,7 @@ def backend(request, live_portal, settings):
         settings.PADDLECLOUD_KUBE_TIMEOUT = 2
         pfs = settings.PADDLECLOUD_PFS_ROOT / "datacenter1"
         Datacenter.objects.filter(pk=live_portal.datacenter.pk).update(
-            backend="kubernetes", kubeconfig=str(k8s_api.kubeconfig_path),
+            backend="kubernetes", kubeconfig=str(portal_kubeconfig(k8s_api)),
             kube_volume={"hostPath": {"path": str(pfs)}})
         k8s_api.controller.script_pods("*-tr-*", lines=[f"step {i}" for i in range(3)],
                                        exit_code=0)

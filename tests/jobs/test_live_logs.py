@@ -17,6 +17,7 @@ from jobs.backends.kubernetes.pods_watch import pod_caches_stop
 from jobs.models import Job, Replica
 from jobs.states import ReplicaState
 from tests.jobs.kubernetes.test_backend import wait
+from tests.kube import portal_kubeconfig
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -91,7 +92,7 @@ def test_log_lines_of_a_kubernetes_job_come_while_it_runs(live_portal, k8s_api, 
     settings.PADDLECLOUD_KUBE_TIMEOUT = 2
     pfs = settings.PADDLECLOUD_PFS_ROOT / "datacenter1"
     Datacenter.objects.filter(pk=live_portal.datacenter.pk).update(
-        backend="kubernetes", kubeconfig=str(k8s_api.kubeconfig_path),
+        backend="kubernetes", kubeconfig=str(portal_kubeconfig(k8s_api)),
         kube_volume={"hostPath": {"path": str(pfs)}})
     k8s_api.controller.script_pods("*-tr-*", lines=[f"step {i}" for i in range(LINES)],
                                    line_interval=0.1, exit_code=0)

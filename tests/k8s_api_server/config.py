@@ -13,6 +13,10 @@ class Settings:
     kubernetes_version: str = "1.31"  # schema version objects are validated against
     history_size: int = 1000  # changes kept for watch replay; older ones answer 410 Expired
     token: str = "fake-token"  # the bearer token requests must carry
+    # The portal's bearer token (``FakeKubernetes.portal_kubeconfig_path``): its requests are
+    # allowed only by these RBAC rules (a ClusterRole's), when they are set (rbac.py).
+    portal_token: str = "portal-token"
+    portal_rules: list[dict] | None = None
     field_validation: str = "Strict"  # when the request names none: Strict, Warn or Ignore
     node_count: int = 3
     pod_start_seconds: float = 0.05  # ContainerCreating -> Running

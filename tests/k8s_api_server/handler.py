@@ -12,7 +12,7 @@ import traceback
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
-from . import discovery, errors, logs, resources, tables
+from . import discovery, errors, logs, rbac, resources, tables
 from .api import DeleteOptions
 from .errors import ApiError
 from .watch import WatchDropped, watch_events
@@ -59,8 +59,9 @@ class Handler(BaseHTTPRequestHandler):
                 app.stopping.wait(fault.hang_seconds)
             if fault and fault.status:
                 raise fault.error()
+            self.portal = False
             if path not in _PUBLIC_PATHS:
-                self._authenticate(app.settings.token)
+                self._authenticate(app.settings)
             self._route(app, path, query, body)
         except ApiError as exc:
             self._send_json(exc.code, exc.status(), exc.headers)
@@ -83,11 +84,14 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             raise errors.bad_request(f"error decoding request body: {exc}") from exc
 
-    def _authenticate(self, token: str) -> None:
+    def _authenticate(self, settings) -> None:
         """A wrong token is refused. No token at all is let in, like the old insecure port:
-        kubectl never sends a bearer token over plain http."""
+        kubectl never sends a bearer token over plain http. The portal's token is let in,
+        its requests authorized by its rules (when they are set)."""
         sent = self.headers.get("Authorization")
-        if sent is not None and sent != f"Bearer {token}":
+        if sent == f"Bearer {settings.portal_token}":
+            self.portal = settings.portal_rules is not None
+        elif sent is not None and sent != f"Bearer {settings.token}":
             raise ApiError(401, "Unauthorized", "Unauthorized")
 
     def _route(self, app, path: str, query: dict, body) -> None:
@@ -125,6 +129,11 @@ class Handler(BaseHTTPRequestHandler):
     def _resource(self, app, query: dict, body, rt, namespace, name, subresource,
                   watch_path: bool) -> None:
         api, method = app.api, self.command
+        if self.portal:
+            watch = watch_path or query.get("watch") in ("true", "1")
+            rbac.authorize(app.settings.portal_rules,
+                           rbac.verb(method, named=name is not None, watch=watch),
+                           rt, namespace, name, subresource)
         warnings: list[str] = []
         options = {"field_validation": query.get("fieldValidation"),
                    "dry_run": query.get("dryRun") == "All", "warnings": warnings}

@@ -41,7 +41,8 @@ class _HttpServer(ThreadingHTTPServer):
 
 
 class FakeKubernetes:
-    """``start()`` it, point a client at ``kubeconfig_path`` (or ``url``), ``stop()`` it.
+    """``start()`` it, point a client at ``kubeconfig_path`` (or ``url``), ``stop()`` it;
+    ``portal_kubeconfig_path`` is an account held to ``settings.portal_rules``.
 
     ``kubelet`` is ``"scripted"`` (pods pretend to run, as tests script them) or ``"process"``
     (pods really run on this machine: ``runtime/``; needs root, ``ip`` and ``bwrap``)."""
@@ -70,6 +71,9 @@ class FakeKubernetes:
             self._tmpdir = tempfile.TemporaryDirectory(prefix="fake-k8s-")
             kubeconfig_path = Path(self._tmpdir.name) / "kubeconfig"
         self.kubeconfig_path = Path(kubeconfig_path)
+        # The portal's: its requests are held to ``settings.portal_rules`` (rbac.py).
+        self.portal_kubeconfig_path = self.kubeconfig_path.with_name(
+            f"{self.kubeconfig_path.name}-portal")
 
     @property
     def url(self) -> str:
@@ -78,6 +82,7 @@ class FakeKubernetes:
 
     def start(self) -> FakeKubernetes:
         write_kubeconfig(self.kubeconfig_path, self.url, self.settings.token)
+        write_kubeconfig(self.portal_kubeconfig_path, self.url, self.settings.portal_token)
         self._thread.start()
         self.controller.start()
         return self

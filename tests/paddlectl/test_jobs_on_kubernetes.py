@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests.k8s_api_server import fixtures
-from tests.kube import on_kubernetes, pfs_volume
+from tests.kube import on_kubernetes, pfs_volume, portal_kubeconfig
 
 pytestmark = pytest.mark.django_db(transaction=True)
 k8s_cluster = fixtures.k8s_cluster
@@ -27,7 +27,7 @@ def test_logs_follow_what_the_pods_print(live_cli, celery_worker, k8s_cluster, s
     portal = live_cli.portal
     (portal.home / "where").mkdir()
     (portal.home / "where" / "train.py").write_text(TRAINER)
-    with on_kubernetes(portal.datacenter, settings, k8s_cluster.kubeconfig_path,
+    with on_kubernetes(portal.datacenter, settings, portal_kubeconfig(k8s_cluster),
                        pfs_volume(portal.home.parents[1]), timeout=5):
         submitted = live_cli("submit", "-jobname", "where", "-parallelism", "2", "-cpu", "1",
                              "-memory", "1Gi", "-entry", "python train.py",

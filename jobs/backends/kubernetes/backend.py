@@ -8,7 +8,8 @@ Indexed Job (trainers) in the owner's namespace, all owned by one root ConfigMap
 - ``observe`` reads the pods (``pods_watch``): phases, exit codes, and why a pod still waits
   (unschedulable, image pull failures) from its conditions and container states; a pod the
   cluster refused to create (its ResourceQuota) from the controller's ``FailedCreate`` events.
-- ``stop`` and ``cleanup`` delete the root: the garbage collector deletes the rest.
+- ``stop``, ``release`` (the job ended) and ``cleanup`` delete the root: the garbage
+  collector deletes the rest, the pods with the portal's grace period.
 - Logs come from the pods while they exist, else from the copy each pod writes to the job's
   output in PFS (``jobs.files.log_file``).
 """
@@ -202,17 +203,19 @@ class KubernetesBackend(Backend):
     # -- stopping ---------------------------------------------------------------------------
 
     def stop(self, job, replicas, grace: float) -> None:
-        """Delete the job's root: its pods get ``grace`` seconds, then the rest goes with
-        them (garbage collection). Replicas that ended keep their logs in the output."""
+        """Delete the job's root: the garbage collector deletes the rest, the pods with their
+        terminationGracePeriodSeconds (the portal's ``STOP_GRACE_SECONDS``; the portal may
+        not delete pods itself). Replicas that ended keep their logs in the output."""
         self._delete_job(job, grace)
-        # The garbage collector would give the pods their own terminationGracePeriodSeconds
-        # (30 s), not ``grace``: delete them by name too (a second delete with a shorter grace
-        # period shortens it), once their controllers are gone and make no new ones.
-        kube = kube_for(job.datacenter)
-        namespace = _namespace(job)
-        found, _ = kube.list("Pod", namespace, selector=f"{JOB_UID_LABEL}={job.uid}")
-        for pod in found:
-            kube.delete("Pod", namespace, pod["metadata"]["name"], grace=max(grace, 1))
+
+    def release(self, job) -> None:
+        """The job has ended: its objects go (a job whose trainers all succeeded had nothing
+        to stop). Its logs are in its output, its events in the portal. A cluster that
+        cannot be reached now leaves them to ``cleanup`` (the job's TTL, or its deletion)."""
+        try:
+            kube_for(job.datacenter).delete("ConfigMap", _namespace(job), object_base(job))
+        except KubeError as exc:
+            logger.warning("job %s: its objects could not be deleted yet: %s", job.pk, exc)
 
     def cleanup(self, job) -> None:
         """Delete the job's objects, and the requirements its pods installed in PFS."""

@@ -14,7 +14,7 @@ import copy
 
 from accounts.models import KUBE_VOLUME_SOURCES, kube_volume_problem
 from paddlecloud_core import layout
-from paddlecloud_core.contract import Paths, Topology, replica_env
+from paddlecloud_core.contract import STOP_GRACE_SECONDS, Paths, Topology, replica_env
 
 from .names import (
     PSERVER,
@@ -255,6 +255,9 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str) -> dic
     if role == TRAINER:
         spec["subdomain"] = trainer_name(job)
     spec.update({
+        # What the portal means by stopping a replica politely (a kill, a failed job): the
+        # garbage collector deletes the pods of a deleted root with their own grace period.
+        "terminationGracePeriodSeconds": STOP_GRACE_SECONDS,
         "enableServiceLinks": False,  # no variables for every Service of the namespace
         "automountServiceAccountToken": False,  # trainers have no business with the API
     })

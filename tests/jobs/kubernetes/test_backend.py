@@ -27,7 +27,9 @@ from jobs.backends.kubernetes.pods_watch import pod_cache, pod_caches_stop
 from jobs.models import Job
 from jobs.services import job_delete, job_kill, job_submit
 from jobs.tasks import jobs_reconcile
+from paddlecloud_core.contract import STOP_GRACE_SECONDS
 from tests.conftest import assert_error
+from tests.kube import portal_kubeconfig
 
 NS = "paddle-alice"
 KUBECTL = shutil.which("kubectl")
@@ -84,7 +86,7 @@ def test_a_job_runs_to_success_with_states_and_logs_from_pods(
     settings.PADDLECLOUD_KUBE_TIMEOUT = 2
     datacenter = live_portal.datacenter
     Datacenter.objects.filter(pk=datacenter.pk).update(
-        backend="kubernetes", kubeconfig=str(k8s_api.kubeconfig_path),
+        backend="kubernetes", kubeconfig=str(portal_kubeconfig(k8s_api)),
         kube_volume={"hostPath": {"path": "/mnt/pfs/datacenter1"}})
     (live_portal.home / "pkg").mkdir()
     # Trainers print a line every 0.2 s for a while, then exit 0; the pserver serves.
@@ -227,6 +229,38 @@ def test_kill_and_delete_leave_no_objects_and_the_name_is_reused_at_once(
     wait(lambda: engine.job_sync(again.pk) and state(again) == "running")
     wait(lambda: not job_objects(kube, job), message="the first job's objects to go")
     assert job_objects(kube, again)
+
+
+@pytest.mark.django_db
+def test_a_killed_jobs_pods_get_the_portals_grace_period(kube, alice, datacenter, package,
+                                                          no_starts,
+                                                          django_capture_on_commit_callbacks):
+    kube.settings.pod_termination_seconds = 2.0  # pods take a while to go: their grace shows
+    job = submit(alice, datacenter, package, trainers=2, pservers=1)
+    engine.job_launch(job.pk)
+    wait(lambda: engine.job_sync(job.pk) and state(job) == "running")
+    with django_capture_on_commit_callbacks(execute=True):
+        job_kill(alice, datacenter, "fit")
+    # The garbage collector deletes the pods with their own grace period: the portal's, not
+    # Kubernetes' default 30 s.
+    graces = wait(lambda: {p["metadata"]["name"]: p["metadata"].get("deletionGracePeriodSeconds")
+                           for p in kube.store.list("pods", NS)
+                           if p["metadata"].get("deletionTimestamp")} or None)
+    assert len(graces) == 3 and set(graces.values()) == {STOP_GRACE_SECONDS}
+
+
+@pytest.mark.django_db
+def test_a_finished_collective_jobs_objects_go_as_a_pserver_jobs_do(kube, alice, datacenter,
+                                                                     package, no_starts):
+    kube.controller.script_pods("*-tr-*", lines=["done"], exit_code=0)
+    collective = submit(alice, datacenter, package, name="ring", trainers=2)
+    with_pservers = submit(alice, datacenter, package, name="ps", trainers=1, pservers=1)
+    for job in (collective, with_pservers):
+        engine.job_launch(job.pk)
+        wait(lambda job=job: not engine.job_sync(job.pk), message=f"{job.name} to end")
+        assert state(job) == "succeeded"
+        # Its logs stay in its output; nothing of it stays in the cluster.
+        wait(lambda job=job: not job_objects(kube, job), message=f"{job.name}'s objects to go")
 
 
 @pytest.mark.django_db

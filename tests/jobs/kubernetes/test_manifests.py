@@ -82,6 +82,7 @@ FIT_TRAINERS_JOB = {
             "spec": {
                 "restartPolicy": "Never",
                 "subdomain": "fit-a-line-0a1b2-tr",
+                "terminationGracePeriodSeconds": 10,  # the portal's grace
                 "enableServiceLinks": False,
                 "automountServiceAccountToken": False,
                 "initContainers": [{
@@ -298,6 +299,7 @@ CTR_PSERVERS = {
             "metadata": {"labels": ctr_labels("pserver")},
             "spec": {
                 "restartPolicy": "Always",
+                "terminationGracePeriodSeconds": 10,  # the portal's grace
                 "enableServiceLinks": False,
                 "automountServiceAccountToken": False,
                 "imagePullSecrets": [{"name": "paddlecloud-registry-private"}],
@@ -360,6 +362,7 @@ CTR_TRAINERS = {
             "spec": {
                 "restartPolicy": "Never",
                 "subdomain": "ctr-f9e8d-tr",
+                "terminationGracePeriodSeconds": 10,  # the portal's grace
                 "enableServiceLinks": False,
                 "automountServiceAccountToken": False,
                 "imagePullSecrets": [{"name": "paddlecloud-registry-private"}],
