@@ -126,8 +126,9 @@ def _full_clean(instance, **kwargs) -> None:
         raise ValidationError(f"{first[0]}: {first[1][0]}", fields=fields) from None
 
 
-def datacenter_upsert(name: str, **changes) -> tuple[Datacenter, bool]:
-    """Create the datacenter, or update the fields given. Returns (datacenter, created)."""
+def datacenter_upsert(name: str, *, check=None, **changes) -> tuple[Datacenter, bool]:
+    """Create the datacenter, or update the fields given. Returns (datacenter, created).
+    ``check(datacenter)``, if given, sees it valid and not yet saved, and may refuse it."""
     unknown = set(changes) - DATACENTER_FIELDS
     if unknown:
         raise ValueError(f"unknown datacenter fields: {sorted(unknown)}")
@@ -139,6 +140,8 @@ def datacenter_upsert(name: str, **changes) -> tuple[Datacenter, bool]:
         if value is not None:
             setattr(datacenter, field, value)
     _full_clean(datacenter, validate_unique=created)
+    if check is not None:
+        check(datacenter)
     datacenter.save()
     return datacenter, created
 

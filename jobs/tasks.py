@@ -21,6 +21,7 @@ from accounts.models import Datacenter
 from . import engine
 from .admission import quota_admit, waiting_queues
 from .backends import backend_for
+from .backends.base import BackendError
 from .backends.local import isolation_notice
 from .models import Job
 from .services import job_remove
@@ -113,7 +114,8 @@ def jobs_reconcile() -> dict[str, int] | None:
     jobs the quota has room for, start jobs whose start was lost, look at every job that runs
     and that its watch has not looked at lately (replicas that vanished while the portal was
     down are marked, deadlines enforced), stop what is left of ended jobs, delete ended jobs
-    past their TTL. Returns None, doing nothing, while another run holds the lease.
+    past their TTL, ask each cluster its version again. Returns None, doing nothing, while
+    another run holds the lease.
 
     Beat queues a run every 15 s whether or not the last one has finished. Without the lease
     a slow run (a long queue, a slow API server) and the ones queued behind it would take
@@ -131,8 +133,17 @@ def jobs_reconcile() -> dict[str, int] | None:
 
 
 def _reconcile(lease: Lease) -> dict[str, int]:
-    counts = {"admitted": 0, "restarted": 0, "synced": 0, "expired": 0, "orphans": 0}
+    counts = {"admitted": 0, "restarted": 0, "synced": 0, "expired": 0, "orphans": 0,
+              "unfit": 0}
     now = timezone.now()
+    # A cluster upgraded (or rolled back) since: asked again, so jobs started there meet
+    # what it is now; one it cannot run on is logged here and fails the jobs that try.
+    for datacenter in Datacenter.objects.all():
+        try:
+            backend_for(datacenter).datacenter_check(datacenter)
+        except BackendError as exc:
+            logger.error("datacenter %s cannot run jobs: %s", datacenter.name, exc)
+            counts["unfit"] += 1
     # Admission happens when jobs are submitted and end; this catches what a crash missed.
     # One call per queue, each a fixed number of queries however long its queue.
     for owner_id, datacenter_id in waiting_queues():

@@ -38,6 +38,11 @@ class Backend(abc.ABC):
         """Start attempt ``replica.restarts`` of the replica, unless it was started already
         (then return the same reference). Returns the backend's handle for it."""
 
+    def datacenter_check(self, datacenter) -> str:
+        """Whether the datacenter can run jobs on this backend (e.g. its cluster is recent
+        enough): what was found, for the admin, or ``BackendError`` saying what is wrong."""
+        return ""
+
     def release(self, job) -> None:  # noqa: B027 - optional: most backends hold nothing
         """The job has ended (its replicas are stopped): let go of what the backend held for
         it while it ran (the local backend: its network). Its files stay until ``cleanup``."""

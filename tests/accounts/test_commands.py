@@ -15,6 +15,9 @@ from django.core.management.base import CommandError
 from accounts.models import Datacenter, Membership, Quota, User
 from accounts.selectors import quota_get
 from tests.conftest import PASSWORD
+from tests.k8s_api_server import fixtures
+
+k8s_api = fixtures.k8s_api  # the fake API server, a fixture
 
 pytestmark = pytest.mark.django_db
 
@@ -35,7 +38,8 @@ def run(*args: str) -> str:
 def test_adddatacenter_creates_a_datacenter(db):
     out = run("adddatacenter", "gpu-east", "--description", "GPUs in the east",
               "--backend", "kubernetes", "--pfs-root", "/srv/pfs/east", "--in-cluster",
-              "--namespace-prefix", "pc-", "--default-image", "paddle:gpu")
+              "--namespace-prefix", "pc-", "--default-image", "paddle:gpu",
+              "--skip-cluster-check")  # no cluster here: its own test below
     assert out.strip() == ("Created datacenter gpu-east (backend kubernetes, "
                            "PFS root /srv/pfs/east)")
     dc = Datacenter.objects.get(name="gpu-east")
@@ -49,22 +53,23 @@ def test_adddatacenter_creates_a_datacenter(db):
 
 def test_adddatacenter_again_changes_only_the_options_given(db):
     run("adddatacenter", "gpu-east", "--description", "first", "--backend", "kubernetes",
-        "--pfs-root", "/srv/pfs/east", "--in-cluster", "--kube-context", "prod")
+        "--pfs-root", "/srv/pfs/east", "--in-cluster", "--kube-context", "prod",
+        "--skip-cluster-check")
 
-    out = run("adddatacenter", "gpu-east", "--description", "second")
+    out = run("adddatacenter", "gpu-east", "--description", "second", "--skip-cluster-check")
     assert out.startswith("Updated datacenter gpu-east (backend kubernetes, ")
     dc = Datacenter.objects.get(name="gpu-east")
     assert (dc.description, dc.backend, dc.pfs_root, dc.kube_in_cluster, dc.kube_context) == (
         "second", "kubernetes", "/srv/pfs/east", True, "prod")
 
-    run("adddatacenter", "gpu-east", "--no-in-cluster")
+    run("adddatacenter", "gpu-east", "--no-in-cluster", "--skip-cluster-check")
     dc.refresh_from_db()
     assert dc.kube_in_cluster is False
     assert (dc.description, dc.backend, dc.pfs_root, dc.kube_context) == (
         "second", "kubernetes", "/srv/pfs/east", "prod")
 
     # No options at all: nothing changes, and there is still just one of it.
-    run("adddatacenter", "gpu-east")
+    run("adddatacenter", "gpu-east", "--skip-cluster-check")
     dc.refresh_from_db()
     assert (dc.description, dc.backend, dc.pfs_root, dc.kube_in_cluster) == (
         "second", "kubernetes", "/srv/pfs/east", False)
@@ -84,17 +89,40 @@ def test_adddatacenter_with_an_s3_pfs(db):
         "s3", "team-pfs", "http://minio:9000", "eu-1")
 
 
-def test_adddatacenter_on_kubernetes_with_the_pfs_volume_of_pods(db):
-    run("adddatacenter", "k8s", "--backend", "kubernetes", "--in-cluster", "--kube-volume",
-        '{"nfs": {"server": "nfs.example.com", "path": "/exports/pfs/k8s"}}')
+def test_adddatacenter_on_kubernetes_with_the_pfs_volume_of_pods(db, k8s_api):
+    out = run("adddatacenter", "k8s", "--backend", "kubernetes", "--kubeconfig",
+              str(k8s_api.kubeconfig_path), "--kube-volume",
+              '{"nfs": {"server": "nfs.example.com", "path": "/exports/pfs/k8s"}}')
+    assert "(backend kubernetes, Kubernetes 1.31, PFS root " in out  # the cluster was asked
     dc = Datacenter.objects.get(name="k8s")
-    assert (dc.backend, dc.kube_in_cluster, dc.kube_volume) == (
-        "kubernetes", True, {"nfs": {"server": "nfs.example.com", "path": "/exports/pfs/k8s"}})
+    assert (dc.backend, dc.kubeconfig, dc.kube_volume) == (
+        "kubernetes", str(k8s_api.kubeconfig_path),
+        {"nfs": {"server": "nfs.example.com", "path": "/exports/pfs/k8s"}})
     with pytest.raises(CommandError, match="kube_volume: one volume source"):
         run("adddatacenter", "k8s", "--kube-volume", '{"emptyDir": {}}')
     with pytest.raises(CommandError, match="not JSON"):
         run("adddatacenter", "k8s", "--kube-volume", "{nfs")
     assert Datacenter.objects.get(name="k8s").kube_volume["nfs"]["server"] == "nfs.example.com"
+
+
+def test_adddatacenter_refuses_a_cluster_too_old_or_out_of_reach_unless_told(db, k8s_api,
+                                                                              tmp_path):
+    k8s_api.settings.kubernetes_version = "1.28"
+    with pytest.raises(CommandError) as refused:
+        run("adddatacenter", "old", "--backend", "kubernetes", "--kubeconfig",
+            str(k8s_api.kubeconfig_path))
+    assert str(refused.value) == (
+        "datacenter old: its cluster runs Kubernetes 1.28, older than PaddleCloud needs "
+        "(1.29 or newer: the trainers' indexed Job uses backoffLimitPerIndex and "
+        "podReplacementPolicy); upgrade the cluster (--skip-cluster-check saves it anyway)")
+    assert not Datacenter.objects.exists()  # nothing half-made
+    missing = tmp_path / "nowhere"
+    with pytest.raises(CommandError, match=f"cannot load kubeconfig {missing}"):
+        run("adddatacenter", "old", "--backend", "kubernetes", "--kubeconfig", str(missing))
+    assert not Datacenter.objects.exists()
+    out = run("adddatacenter", "old", "--backend", "kubernetes", "--kubeconfig",
+              str(missing), "--skip-cluster-check")
+    assert out.startswith("Created datacenter old (backend kubernetes, PFS root ")
 
 
 def test_adddatacenter_without_pfs_root_reports_the_default_one(db, settings, tmp_path):

@@ -7,6 +7,9 @@ from django.core.management.base import BaseCommand
 
 from accounts.models import Datacenter
 from accounts.services import datacenter_upsert
+from jobs.backends import backend_for
+from jobs.backends.base import BackendError
+from paddlecloud.errors import ValidationError
 
 from ._errors import user_errors
 
@@ -39,7 +42,11 @@ class Command(BaseCommand):
                                  'e.g. \'{"nfs": {"server": "nfs.example.com", "path": '
                                  '"/exports/pfs/dc1"}}\'')
 
-    def handle(self, *args, name, **options):
+        parser.add_argument("--skip-cluster-check", action="store_true",
+                            help="save it even if its cluster cannot be reached (or is too "
+                                 "old) now")
+
+    def handle(self, *args, name, skip_cluster_check, **options):
         fields = {
             "description": options["description"],
             "backend": options["backend"],
@@ -56,13 +63,24 @@ class Command(BaseCommand):
             "namespace_prefix": options["namespace_prefix"],
             "kube_volume": options["kube_volume"],
         }
+        found = []
+
+        def cluster_check(datacenter):
+            """Its backend can run jobs (its cluster answers, and is recent enough)."""
+            try:
+                found.append(backend_for(datacenter).datacenter_check(datacenter))
+            except BackendError as exc:
+                raise ValidationError(f"{exc} (--skip-cluster-check saves it anyway)",
+                                      fields={"backend": [str(exc)]}) from None
+
         with user_errors():
-            datacenter, created = datacenter_upsert(name, **fields)
+            datacenter, created = datacenter_upsert(
+                name, check=None if skip_cluster_check else cluster_check, **fields)
         verb = "Created" if created else "Updated"
         pfs = (f"PFS s3://{datacenter.s3_bucket}" if datacenter.pfs_storage == "s3"
                else f"PFS root {datacenter.pfs_root_path}")
-        self.stdout.write(f"{verb} datacenter {datacenter.name} (backend {datacenter.backend}, "
-                          f"{pfs})")
+        backend = ", ".join(filter(None, [f"backend {datacenter.backend}", *found]))
+        self.stdout.write(f"{verb} datacenter {datacenter.name} ({backend}, {pfs})")
 
 
 def _json_object(text: str) -> dict:

@@ -93,8 +93,12 @@ class KubernetesBackend(Backend):
                                   code="invalid_objects")
         return objects
 
+    def datacenter_check(self, datacenter) -> str:
+        return f"Kubernetes {kube_for(datacenter).version_check(fresh=True)}"
+
     def prepare(self, job) -> None:
         kube = kube_for(job.datacenter)
+        kube.version_check()
         namespace = _namespace(job)
         if job.datacenter.pfs_root_path.is_dir():  # the portal's own mount of the PFS
             output_prepare(job)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
 from ..base import BackendError
+from .validation import SUPPORTED_VERSIONS
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +54,10 @@ RESOURCES = {
 }
 
 RETRIED_STATUSES = frozenset({500, 502, 503, 504})
+# The oldest Kubernetes whose API has every field of the job objects (the oldest they are
+# validated against), and how long a server's version is taken as known.
+MIN_VERSION = tuple(int(part) for part in SUPPORTED_VERSIONS[0].split("."))
+VERSION_CHECK_SECONDS = 600.0
 NETWORK_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 
 
@@ -85,6 +91,7 @@ class Kube:
         self.name = name
         self.timeout = settings.PADDLECLOUD_KUBE_TIMEOUT
         self.attempts = settings.PADDLECLOUD_KUBE_ATTEMPTS
+        self._version: tuple[tuple[int, int], float] | None = None  # (version, when asked)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -132,6 +139,33 @@ class Kube:
             time.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
+
+    # -- the server -------------------------------------------------------------------------
+
+    def version(self) -> tuple[int, int]:
+        """The server's (major, minor) version, from /version (some clouds say "30+")."""
+        info = self.request("GET", "/version")
+        try:
+            return int(info["major"]), int(re.match(r"\d+", info["minor"]).group())
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise KubeError(f"Kubernetes ({self.name}) answered /version with {info!r}, "
+                            "not a version") from None
+
+    def version_check(self, *, fresh: bool = False) -> str:
+        """The server's version ("1.31"), if it is ``MIN_VERSION`` or newer; else
+        ``KubeError`` saying so. Asked again after ``VERSION_CHECK_SECONDS`` (or if
+        ``fresh``): clusters are upgraded, and rolled back."""
+        now = time.monotonic()
+        if fresh or self._version is None or now - self._version[1] > VERSION_CHECK_SECONDS:
+            self._version = (self.version(), now)
+        found = self._version[0]
+        shown, needed = ".".join(map(str, found)), ".".join(map(str, MIN_VERSION))
+        if found < MIN_VERSION:
+            raise KubeError(
+                f"datacenter {self.name}: its cluster runs Kubernetes {shown}, older than "
+                f"PaddleCloud needs ({needed} or newer: the trainers' indexed Job uses "
+                "backoffLimitPerIndex and podReplacementPolicy); upgrade the cluster")
+        return shown
 
     # -- objects ----------------------------------------------------------------------------
 

@@ -307,6 +307,28 @@ def test_the_reconciler_deletes_objects_of_jobs_it_does_not_know(kube, alice, da
 
 
 @pytest.mark.django_db
+def test_a_cluster_too_old_for_the_objects_fails_the_job_and_the_reconciler_says_so(
+        kube, alice, datacenter, package, no_starts, caplog):
+    kube.settings.kubernetes_version = "1.28"
+    job = submit(alice, datacenter, package)
+    engine.job_launch(job.pk)
+    job.refresh_from_db()
+    assert (job.state, job.state_reason) == ("failed", (
+        "datacenter datacenter1: its cluster runs Kubernetes 1.28, older than PaddleCloud "
+        "needs (1.29 or newer: the trainers' indexed Job uses backoffLimitPerIndex and "
+        "podReplacementPolicy); upgrade the cluster"))
+    assert not job_objects(kube, job) and kube.get("namespaces", "", NS) is None
+    assert jobs_reconcile()["unfit"] == 1
+    assert "datacenter datacenter1 cannot run jobs: datacenter datacenter1: its cluster runs " \
+           "Kubernetes 1.28" in caplog.text
+    kube.settings.kubernetes_version = "1.29"  # upgraded: the reconciler sees it
+    assert jobs_reconcile()["unfit"] == 0
+    again = submit(alice, datacenter, package, name="again")
+    engine.job_launch(again.pk)
+    assert state(again) == "starting" and job_objects(kube, again)
+
+
+@pytest.mark.django_db
 def test_a_broken_kubeconfig_fails_the_job_saying_so(kube, alice, datacenter, package,
                                                      no_starts, tmp_path):
     broken = tmp_path / "broken-kubeconfig"
