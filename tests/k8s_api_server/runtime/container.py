@@ -80,11 +80,20 @@ def _root_args(host_dir: str, targets: list[str]) -> list[str]:
 
 
 def _hidden_prefixes() -> list[str]:
-    """The Python this harness runs with (a virtualenv in a checkout under /tmp, say), when a
-    directory the container has its own of (``_OWN``) would hide it: it is part of the image
-    the pods run, as ``python`` on their PATH."""
-    return [prefix for prefix in dict.fromkeys((sys.prefix, sys.base_prefix))
-            if prefix.strip("/").split("/")[0] in _OWN]
+    """The Python this harness runs with and what it imports (a virtualenv, and the checkout
+    an editable install points into, under /tmp say), where a directory the container has its
+    own of (``_OWN``) would hide them: they are part of the image the pods run (``python`` on
+    their PATH, and the packages it finds)."""
+    roots = [sys.prefix, sys.base_prefix, *(p for p in sys.path if p)]
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if file and "." not in name.strip("."):  # a top-level module: its root is its dir
+            path = Path(file)
+            roots.append(str(path.parents[1] if path.name == "__init__.py" else path.parent))
+    hidden = sorted({os.path.abspath(root) for root in roots
+                     if root.strip("/").split("/")[0] in _OWN and os.path.isdir(root)})
+    return [root for root in hidden  # the outermost of nested ones
+            if not any(root.startswith(other + "/") for other in hidden)]
 
 
 def bwrap_argv(spec: ContainerSpec, cgroup: Cgroup | None, info_fd: int) -> list[str]:
