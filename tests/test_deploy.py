@@ -26,8 +26,8 @@ NAMESPACE = "paddlecloud"
 # The oldest and newest Kubernetes the job manifests are validated for
 # (jobs/backends/kubernetes/validation.py); the portal's own objects follow them.
 VERSIONS = ("1.30", "1.33")
-KUSTOMIZED = ["namespace.yaml", "rbac.yaml", "config.yaml", "pfs.yaml", "web.yaml",
-              "worker.yaml", "beat.yaml"]
+KUSTOMIZED = ["namespace.yaml", "rbac.yaml", "admission-policy.yaml", "config.yaml", "pfs.yaml",
+              "web.yaml", "worker.yaml", "beat.yaml"]
 PORTAL = {"paddlecloud-web", "paddlecloud-worker", "paddlecloud-beat"}
 WORKLOADS = ("Deployment", "StatefulSet")
 
@@ -122,7 +122,8 @@ def test_every_object_is_valid_kubernetes(version):
 
 
 def test_namespaced_objects_name_the_portal_namespace():
-    cluster_wide = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume"}
+    cluster_wide = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume",
+                    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     for path, obj in objects():
         if obj["kind"] not in cluster_wide:
             assert obj["metadata"].get("namespace") == NAMESPACE, (path, obj["kind"])

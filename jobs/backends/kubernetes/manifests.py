@@ -54,6 +54,8 @@ from .pods import pod_template
 from .scripts import INIT_SCRIPT, INIT_SCRIPT_NAME, RUN_SCRIPT, RUN_SCRIPT_NAME
 
 QUOTA_NAME = "paddlecloud"
+POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
+POD_SECURITY_VERSION = "pod-security.kubernetes.io/enforce-version"
 # What a container that asks for nothing gets, at most the quota.
 DEFAULT_CONTAINER_CPU = 1000
 DEFAULT_CONTAINER_MEMORY = 2**30
@@ -72,19 +74,29 @@ def _metadata(name: str, namespace: str, labels: dict, *, annotations: dict | No
 
 # --- the user's namespace ------------------------------------------------------------------------
 
+def pod_security_level(datacenter) -> str:
+    """The Pod Security Standard a user's namespace enforces: ``baseline`` (the job's pods ask
+    for no host namespace, privilege or added capability), but ``privileged`` where the PFS
+    volume is a hostPath, which only that level allows (single-node trials and test clusters;
+    deploy/admission-policy.yaml refuses such namespaces)."""
+    return "privileged" if "hostPath" in (datacenter.kube_volume or {}) else "baseline"
+
+
 def namespace_objects(datacenter, user, quota) -> list[dict]:
-    """The user's Namespace, a ResourceQuota mirroring their quota, and a LimitRange that
-    gives a container asking for nothing a default (so that the quota admits it) and caps a
-    container at the quota."""
+    """The user's Namespace (labelled with its Pod Security level), a ResourceQuota mirroring
+    their quota, and a LimitRange that gives a container asking for nothing a default (so
+    that the quota admits it) and caps a container at the quota."""
     name = job_namespace(datacenter, user.username)
     labels = {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "namespace",
               OWNER_LABEL: str(user.pk)}
+    pod_security = {POD_SECURITY_ENFORCE: pod_security_level(datacenter),
+                    POD_SECURITY_VERSION: "latest"}
     cpu, memory = f"{quota.cpu}m", str(quota.memory)
     default = {"cpu": f"{min(DEFAULT_CONTAINER_CPU, quota.cpu)}m",
                "memory": str(min(DEFAULT_CONTAINER_MEMORY, quota.memory))}
     return [
         {"apiVersion": "v1", "kind": "Namespace",
-         "metadata": {"name": name, "labels": labels,
+         "metadata": {"name": name, "labels": {**labels, **pod_security},
                       "annotations": {OWNER_NAME_ANNOTATION: user.username}}},
         {"apiVersion": "v1", "kind": "ResourceQuota",
          "metadata": _metadata(QUOTA_NAME, name, labels),

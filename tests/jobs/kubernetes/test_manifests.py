@@ -521,7 +521,9 @@ def test_namespace_objects_for_a_username_that_needs_a_hash():
     name = "paddle-alice-example-com-ff8d9819"
     assert namespace_objects(datacenter(), alice("alice@example.com"), quota()) == [
         {"apiVersion": "v1", "kind": "Namespace",
-         "metadata": {"name": name, "labels": labels,
+         "metadata": {"name": name, "labels": {
+             **labels, "pod-security.kubernetes.io/enforce": "baseline",
+             "pod-security.kubernetes.io/enforce-version": "latest"},
                       "annotations": {"paddlecloud.org/owner-name": "alice@example.com"}}},
         {"apiVersion": "v1", "kind": "ResourceQuota",
          "metadata": {"name": "paddlecloud", "namespace": name, "labels": labels},
@@ -535,6 +537,16 @@ def test_namespace_objects_for_a_username_that_needs_a_hash():
                               "defaultRequest": {"cpu": "1000m", "memory": "1073741824"},
                               "max": {"cpu": "8000m", "memory": "17179869184"}}]}},
     ]
+
+
+@pytest.mark.parametrize(("volume", "level"), [
+    (None, "baseline"),  # NFS
+    ({"persistentVolumeClaim": {"claimName": "pfs"}}, "baseline"),
+    ({"hostPath": {"path": "/mnt/pfs"}}, "privileged"),  # which baseline refuses
+])
+def test_the_namespace_enforces_the_strictest_pod_security_its_pods_pass(volume, level):
+    namespace = namespace_objects(datacenter(volume), alice(), quota())[0]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == level
 
 
 def test_a_small_quota_caps_the_container_defaults():
