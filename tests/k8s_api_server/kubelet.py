@@ -192,12 +192,17 @@ class Kubelet:
 
     # --- starting ------------------------------------------------------------------------
 
-    def _start(self, pod: dict, runtime: _PodRuntime) -> None:
+    def _held(self, pod: dict, runtime: _PodRuntime) -> bool:
+        """Whether a test holds the pod before its containers start (``hold_pods``): still
+        being created, or failing to pull its image (which this reports)."""
         plan = self.hold_for(pod)
-        if plan and plan.hold == "ContainerCreating":
-            return
         if plan and plan.hold == "ErrImagePull":
-            return self._fail_pull(pod, runtime, plan)
+            self._fail_pull(pod, runtime, plan)
+        return bool(plan) and plan.hold in ("ContainerCreating", "ErrImagePull")
+
+    def _start(self, pod: dict, runtime: _PodRuntime) -> None:
+        if self._held(pod, runtime):
+            return
         if time.monotonic() - runtime.scheduled_at < self.api.settings.pod_start_seconds:
             return
         status, now = pod["status"], time.monotonic()

@@ -145,11 +145,8 @@ class ProcessKubelet(Kubelet):
     # --- starting ------------------------------------------------------------------------
 
     def _start(self, pod: dict, runtime: _PodRuntime) -> None:
-        plan = self.hold_for(pod)
-        if plan and plan.hold == "ContainerCreating":
+        if self._held(pod, runtime):
             return
-        if plan and plan.hold == "ErrImagePull":
-            return self._fail_pull(pod, runtime, plan)
         uid = pod["metadata"]["uid"]
         sandbox = self.sandboxes.get(uid) or self._make_sandbox(pod)
         if sandbox is None:
