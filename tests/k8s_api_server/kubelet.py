@@ -279,19 +279,25 @@ class Kubelet:
         entry.update(ready=False, started=False)
         if policy == "Always" or (policy == "OnFailure" and exit_code != 0):
             meta = pod["metadata"]
-            entry["lastState"] = {"terminated": ended}
-            entry["state"] = {"waiting": {
-                "reason": "CrashLoopBackOff",
-                "message": f"back-off 10s restarting failed container={container} "
-                           f"pod={meta['name']}_{meta['namespace']}({meta['uid']})"}}
-            runtime.restart_at[container] = \
-                time.monotonic() + self.api.settings.crash_backoff_seconds
+            self._back_off(pod, entry, ended)
             self._event(pod, "Warning", "BackOff", f"Back-off restarting failed container "
                         f"{container} in pod {meta['name']}_{meta['namespace']}({meta['uid']})",
                         container)
         else:
             entry["state"] = {"terminated": ended}
         self._settle(pod)
+
+    def _back_off(self, pod: dict, entry: dict, ended: dict) -> None:
+        """The container of status ``entry`` ended (``ended``, its terminated state) and will
+        run again: CrashLoopBackOff until its back-off is over (``_restart_backed_off``)."""
+        meta = pod["metadata"]
+        entry["lastState"] = {"terminated": ended}
+        entry["state"] = {"waiting": {
+            "reason": "CrashLoopBackOff",
+            "message": f"back-off 10s restarting failed container={entry['name']} "
+                       f"pod={meta['name']}_{meta['namespace']}({meta['uid']})"}}
+        self._runtimes[meta["uid"]].restart_at[entry["name"]] = \
+            time.monotonic() + self.api.settings.crash_backoff_seconds
 
     def _restart_backed_off(self, pod: dict, runtime: _PodRuntime) -> None:
         """Containers whose CrashLoopBackOff is over run again (a fresh log, restartCount+1)."""

@@ -452,15 +452,8 @@ class ProcessKubelet(Kubelet):
             pod["status"]["phase"] = "Failed"
             self._settle(pod)
             return
-        meta = pod["metadata"]
-        entry["lastState"] = {"terminated": ended}
-        entry["state"] = {"waiting": {
-            "reason": "CrashLoopBackOff",
-            "message": f"back-off 10s restarting failed container={name} "
-                       f"pod={meta['name']}_{meta['namespace']}({meta['uid']})"}}
         entry["restartCount"] = entry.get("restartCount", 0) + 1
-        self._runtimes[meta["uid"]].restart_at[name] = \
-            time.monotonic() + self.api.settings.crash_backoff_seconds
+        self._back_off(pod, entry, ended)
 
     def _stopped(self, pod: dict, name: str, code: int, reason: str, run: _Run) -> None:
         """A container of a pod being deleted (or already finished) ended: it stays ended."""
