@@ -1,10 +1,11 @@
 """Admission the real server runs on create: NamespaceLifecycle (no content in missing or
 terminating namespaces), ServiceAccount (a pod's account must exist), LimitRanger (container
-defaults, min/max) and ResourceQuota."""
+defaults, min/max), PodSecurity (pod_security.py: a pod must meet the Pod Security Standard
+its namespace enforces; a namespace's pod-security labels must be valid) and ResourceQuota."""
 
 from __future__ import annotations
 
-from . import errors, quota, resources, storage
+from . import errors, pod_security, quota, resources, storage
 from .quantity import Quantity
 from .rules import parse_quantity
 
@@ -20,13 +21,18 @@ def mutate_create(store, rt, obj: dict) -> None:
 
 
 def validate_create(store, rt, obj: dict) -> None:
-    """Validating admission, after validation: the refusals a real cluster gives (403/404)."""
+    """Validating admission, after validation: the refusals a real cluster gives (403/404,
+    422 for a namespace's pod-security labels), in the order of the server's plugins."""
+    if rt is resources.NAMESPACES:
+        pod_security.admit_namespace(obj)
     if not rt.namespaced:
         return
     _namespace_lifecycle(store, rt, obj)
     if rt is resources.PODS:
         storage.admit_pod(store, obj)
         _limit_bounds(store, obj)
+        pod_security.admit_pod(
+            store.get(resources.NAMESPACES.key, "", obj["metadata"]["namespace"]), obj)
     quota.admit(store, rt, obj)
 
 
