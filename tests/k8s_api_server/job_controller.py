@@ -1,13 +1,13 @@
 """The Job controller (batch/v1): pods per completion (Indexed or not) within parallelism,
-failure accounting against backoffLimit / backoffLimitPerIndex / maxFailedIndexes,
-activeDeadlineSeconds, suspend, the status and conditions a real controller writes, and the
-TTL-after-finished controller."""
+failure accounting against backoffLimit / backoffLimitPerIndex / maxFailedIndexes and
+podFailurePolicy, activeDeadlineSeconds, suspend, the status and conditions a real controller
+writes, and the TTL-after-finished controller."""
 
 from __future__ import annotations
 
 import copy
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from . import resources
@@ -21,9 +21,11 @@ from .objects import (
     seconds_since,
     set_condition,
 )
+from .store import Expired
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-failure-count"
+IGNORED_FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-ignored-failure-count"
 _COMPONENT = "job-controller"
 
 
@@ -33,6 +35,11 @@ class _Tracking:
 
     counted: set[str] = field(default_factory=set)  # pod uids already counted
     failures: Counter = field(default_factory=Counter)  # failed pods per index (None: any)
+    ignored: Counter = field(default_factory=Counter)  # failures an Ignore rule matched, likewise
+    failed_by_policy: set[int] = field(default_factory=set)  # indexes a FailIndex rule failed
+    fail_job: str | None = None  # the message of the first failure a FailJob rule matched
+    seen: dict = field(default_factory=dict)  # uid -> last state of each pod not counted yet
+    deleted: set[str] = field(default_factory=set)  # pods this controller deleted
     retry_at: float = 0.0  # next pod creation attempt after a refusal
     backoff_until: dict = field(default_factory=dict)  # index (None: any) -> monotonic
     started_at: float | None = None  # monotonic status.startTime, for activeDeadlineSeconds
@@ -43,16 +50,34 @@ class JobController:
     def __init__(self, api):
         self.api = api
         self._tracking: dict[str, _Tracking] = {}
+        self._cursor = api.store.rv  # the store's history is read from here on (pod removals)
 
     def sync(self) -> None:
+        removed = self._removed_pods()
         jobs = self.api.store.list(resources.JOBS.key)
         for job in jobs:
-            self._sync_job(job)
+            self._sync_job(job, removed.get(job["metadata"]["uid"], {}))
         alive = {j["metadata"]["uid"] for j in jobs}
         for uid in [u for u in self._tracking if u not in alive]:
             del self._tracking[uid]
 
-    def _sync_job(self, job: dict) -> None:
+    def _removed_pods(self) -> dict[str, dict[str, dict]]:
+        """Pods removed since the last pass, in their last state, by owning Job uid: what a real
+        controller's informer delivers (and its job-tracking finalizer makes sure it sees)."""
+        store, removed = self.api.store, defaultdict(dict)
+        try:
+            changes = store.changes_after(self._cursor)
+        except Expired:  # history compacted: the states seen by earlier passes stand in
+            changes = []
+        self._cursor = store.rv
+        for change in changes:
+            if change.resource == resources.PODS.key and change.type == "DELETED":
+                owner = controller_uid(change.obj)
+                if owner:
+                    removed[owner][change.obj["metadata"]["uid"]] = change.obj
+        return removed
+
+    def _sync_job(self, job: dict, removed: dict[str, dict]) -> None:
         tracking = self._tracking.setdefault(job["metadata"]["uid"], _Tracking())
         if job["metadata"].get("deletionTimestamp"):
             return
@@ -60,7 +85,9 @@ class JobController:
             return self._expire(job, tracking)
         original = copy.deepcopy(job)
         pods = self._pods(job)
-        self._count_finished(job, pods, tracking)
+        self._count_finished(job, pods, self._gone(job, pods, removed, tracking), tracking)
+        tracking.seen = {p["metadata"]["uid"]: p for p in pods
+                         if p["metadata"]["uid"] not in tracking.counted}
         active = [p for p in pods if _is_active(job, p)]
         if job["spec"].get("suspend"):
             self._suspend(job, active)
@@ -76,10 +103,26 @@ class JobController:
 
     # --- accounting ----------------------------------------------------------------------
 
-    def _count_finished(self, job: dict, pods: list[dict], tracking: _Tracking) -> None:
+    def _gone(self, job: dict, pods: list[dict], removed: dict[str, dict],
+              tracking: _Tracking) -> list[dict]:
+        """Pods of the Job removed before they were counted, as they last were. A real pod
+        keeps the job-tracking finalizer until the controller has counted it; here a pod this
+        controller did not delete itself counts once gone (as Failed unless it had finished)."""
+        namespace = job["metadata"]["namespace"]
+        present = {p["metadata"]["uid"] for p in self.api.store.list(resources.PODS.key,
+                                                                     namespace)}
+        last = {**tracking.seen, **removed}
+        return [pod for uid, pod in last.items() if uid not in present
+                and uid not in tracking.counted and uid not in tracking.deleted]
+
+    def _count_finished(self, job: dict, pods: list[dict], gone: list[dict],
+                        tracking: _Tracking) -> None:
         status = job["status"]
-        for pod in pods:
-            uid, outcome = pod["metadata"]["uid"], _outcome(job, pod)
+        finished = [(p, _outcome(job, p)) for p in pods]
+        finished += [(p, _phase(p) if _phase(p) in ("Succeeded", "Failed") else "Failed")
+                     for p in gone]
+        for pod, outcome in finished:
+            uid = pod["metadata"]["uid"]
             if outcome is None or uid in tracking.counted:
                 continue
             tracking.counted.add(uid)
@@ -90,19 +133,40 @@ class JobController:
                     done = _parse_indexes(status.get("completedIndexes")) | {index}
                     status["completedIndexes"] = _format_indexes(done)
             else:
-                status["failed"] = status.get("failed", 0) + 1
-                tracking.failures[index] += 1
-                # The next pod for it waits: 10 s, doubling per failure, at most 6 min (scaled).
-                base = self.api.settings.job_backoff_seconds
-                failures = tracking.failures[index] if job["spec"].get(
-                    "backoffLimitPerIndex") is not None else status["failed"]
-                key = index if job["spec"].get("backoffLimitPerIndex") is not None else None
-                tracking.backoff_until[key] = time.monotonic() + min(
-                    base * 2 ** (failures - 1), base * 36)
+                self._count_failure(job, pod, index, tracking)
+
+    def _count_failure(self, job: dict, pod: dict, index: int | None,
+                       tracking: _Tracking) -> None:
+        """A failed pod, as podFailurePolicy (if any) says: counted towards backoffLimit and
+        backoffLimitPerIndex (no rule matched, Count, FailIndex, FailJob) or not (Ignore)."""
+        spec, status = job["spec"], job["status"]
+        message, counts, action = match_pod_failure_policy(spec.get("podFailurePolicy"), pod)
+        per_index = spec.get("backoffLimitPerIndex") is not None
+        if counts:
+            status["failed"] = status.get("failed", 0) + 1
+            tracking.failures[index] += 1
+        else:
+            tracking.ignored[index] += 1
+        if action == "FailJob" and tracking.fail_job is None:
+            tracking.fail_job = message
+        if action == "FailIndex" and per_index and index is not None:
+            tracking.failed_by_policy.add(index)
+        # The next pod for it waits: 10 s, doubling per failure, at most 6 min (scaled); ignored
+        # failures back off too, as for real.
+        if per_index:
+            failures = tracking.failures[index] + tracking.ignored[index]
+        else:
+            failures = status.get("failed", 0) + sum(tracking.ignored.values())
+        key = index if per_index else None
+        base = self.api.settings.job_backoff_seconds
+        tracking.backoff_until[key] = time.monotonic() + min(
+            base * 2 ** (failures - 1), base * 36)
 
     def _failure_reason(self, job: dict, pods: list[dict], tracking: _Tracking):
         """(reason, message) when the Job must fail now, else None."""
         spec, status = job["spec"], job["status"]
+        if tracking.fail_job is not None:
+            return "PodFailurePolicy", tracking.fail_job
         deadline = spec.get("activeDeadlineSeconds")
         if deadline is not None and time.monotonic() - tracking.started_at >= deadline:
             return "DeadlineExceeded", "Job was active longer than specified deadline"
@@ -122,7 +186,8 @@ class JobController:
 
     def _failed_indexes(self, job: dict, tracking: _Tracking) -> set[int]:
         limit = job["spec"]["backoffLimitPerIndex"]
-        return {i for i, n in tracking.failures.items() if i is not None and n > limit}
+        return {i for i, n in tracking.failures.items() if i is not None and n > limit} | \
+            tracking.failed_by_policy
 
     # --- progress ------------------------------------------------------------------------
 
@@ -241,6 +306,8 @@ class JobController:
             annotations[INDEX_KEY] = str(index)
             if job["spec"].get("backoffLimitPerIndex") is not None:
                 annotations[FAILURE_COUNT_KEY] = str(tracking.failures[index])
+                if tracking.ignored[index]:
+                    annotations[IGNORED_FAILURE_COUNT_KEY] = str(tracking.ignored[index])
             spec.setdefault("hostname", f"{name}-{index}")
             env = {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
                 "apiVersion": "v1", "fieldPath": f"metadata.annotations['{INDEX_KEY}']"}}}
@@ -249,8 +316,10 @@ class JobController:
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
     def _delete_pods(self, job: dict, pods: list[dict]) -> None:
+        deleted = self._tracking[job["metadata"]["uid"]].deleted
         for pod in pods:
             meta = pod["metadata"]
+            deleted.add(meta["uid"])
             try:
                 self.api.delete(resources.PODS, meta["namespace"], meta["name"],
                                 DeleteOptions(propagation="Background"))
@@ -326,12 +395,82 @@ def _terminating(pod: dict) -> bool:
 def _outcome(job: dict, pod: dict) -> str | None:
     """Succeeded, Failed or None (not finished). With the default podReplacementPolicy,
     TerminatingOrFailed, a terminating pod counts as failed, so its replacement starts at
-    once; with Failed, only once it has failed (and the replacement waits until then)."""
+    once; with Failed, or with a podFailurePolicy, only once it has failed (and the
+    replacement waits until then)."""
     phase = _phase(pod)
     if phase in ("Succeeded", "Failed"):
         return phase
-    if _terminating(pod) and job["spec"].get("podReplacementPolicy") != "Failed":
+    if _terminating(pod) and not _only_replaces_failed(job):
         return "Failed"
+    return None
+
+
+def _only_replaces_failed(job: dict) -> bool:
+    spec = job["spec"]
+    return spec.get("podReplacementPolicy") == "Failed" or \
+        spec.get("podFailurePolicy") is not None
+
+
+def match_pod_failure_policy(policy: dict | None, pod: dict):
+    """(FailJob message or None, whether the failure counts, the matched action or None):
+    the rules in order, the first that matches wins; a rule with an unknown action is
+    skipped, and when none matches the failure counts."""
+    if policy is None:
+        return None, True, None
+    meta = pod["metadata"]
+    status = pod.get("status") or {}
+    for number, rule in enumerate(policy.get("rules") or []):
+        action = rule.get("action")
+        if rule.get("onExitCodes") is not None:
+            container = _exit_code_match(status, rule["onExitCodes"])
+            if container is None:
+                continue
+            code = container["state"]["terminated"]["exitCode"]
+            message = (f"Container {container['name']} for pod {meta['namespace']}/"
+                       f"{meta['name']} failed with exit code {code} matching {action} rule at "
+                       f"index {number}")
+        elif rule.get("onPodConditions") is not None:
+            found = _condition_match(status, rule["onPodConditions"])
+            if found is None:
+                continue
+            message = (f"Pod {meta['namespace']}/{meta['name']} has condition {found['type']} "
+                       f"matching {action} rule at index {number}")
+        else:
+            continue
+        if action == "Ignore":
+            return None, False, action
+        if action in ("Count", "FailIndex"):
+            return None, True, action
+        if action == "FailJob":
+            return message, True, action
+    return None, True, None
+
+
+def _exit_code_match(status: dict, requirement: dict) -> dict | None:
+    """The first terminated container (then init container) with a non-zero exit code the
+    requirement matches: exit code 0 never matches, not even NotIn."""
+    name, values = requirement.get("containerName"), requirement.get("values") or []
+    for entry in (status.get("containerStatuses") or []) + \
+            (status.get("initContainerStatuses") or []):
+        terminated = (entry.get("state") or {}).get("terminated")
+        if terminated is None or name not in (None, entry.get("name")):
+            continue
+        code = terminated.get("exitCode", 0)
+        if code == 0:
+            continue
+        if (requirement.get("operator") == "In" and code in values) or \
+                (requirement.get("operator") == "NotIn" and code not in values):
+            return entry
+    return None
+
+
+def _condition_match(status: dict, patterns: list[dict]) -> dict | None:
+    """The first pod condition some pattern names (its status defaults to True)."""
+    for found in status.get("conditions") or []:
+        for pattern in patterns:
+            if found.get("type") == pattern.get("type") and \
+                    found.get("status") == pattern.get("status", "True"):
+                return found
     return None
 
 

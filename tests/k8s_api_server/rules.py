@@ -4,6 +4,8 @@ the fields an update may not change. Everything here answers 422 Invalid."""
 
 from __future__ import annotations
 
+import itertools
+
 from . import errors
 from .quantity import Quantity, QuantityError
 from .selectors import labels_match, selector_from_spec
@@ -122,6 +124,10 @@ def _job(obj: dict, old: dict | None) -> list[dict]:
     if policy not in ("OnFailure", "Never"):
         causes.append(errors.unsupported_value("spec.template.spec.restartPolicy", policy,
                                                ["OnFailure", "Never"]))
+    elif spec.get("podFailurePolicy") is not None and policy != "Never":
+        causes.append(errors.invalid_value("spec.template.spec.restartPolicy", policy,
+                                           'only "Never" is supported when podFailurePolicy is '
+                                           'specified'))
     indexed = spec.get("completionMode") == "Indexed"
     if indexed and spec.get("completions") is None:
         causes.append(errors.required("spec.completions", "when completion mode is Indexed"))
@@ -131,6 +137,16 @@ def _job(obj: dict, old: dict | None) -> list[dict]:
     if spec.get("maxFailedIndexes") is not None and spec.get("backoffLimitPerIndex") is None:
         causes.append(errors.required("spec.backoffLimitPerIndex",
                                       "when maxFailedIndexes is specified"))
+    if spec.get("podFailurePolicy") is not None:
+        causes += _pod_failure_policy_causes(spec, "spec.podFailurePolicy")
+    replacement = spec.get("podReplacementPolicy")
+    if replacement is not None and spec.get("podFailurePolicy") is not None and \
+            replacement != "Failed":
+        causes.append(errors.unsupported_value("spec.podReplacementPolicy", replacement,
+                                               ["Failed"]))
+    elif replacement not in (None, "Failed", "TerminatingOrFailed"):
+        causes.append(errors.unsupported_value("spec.podReplacementPolicy", replacement,
+                                               ["Failed", "TerminatingOrFailed"]))
     causes += _selector_matches_template(spec)
     if old is not None:
         for field in ("template", "completions", "completionMode", "selector"):
@@ -138,6 +154,98 @@ def _job(obj: dict, old: dict | None) -> list[dict]:
                 causes.append(errors.invalid_value(f"spec.{field}", spec.get(field),
                                                    "field is immutable"))
     return causes
+
+
+def _pod_failure_policy_causes(spec: dict, path: str) -> list[dict]:
+    """validatePodFailurePolicy: at most 20 rules, each with a known action (FailIndex only
+    with backoffLimitPerIndex) and exactly one of onExitCodes and onPodConditions."""
+    causes, rules = [], (spec["podFailurePolicy"] or {}).get("rules") or []
+    if len(rules) > 20:
+        causes.append(_too_many(f"{path}.rules", len(rules), 20))
+    template = (spec.get("template") or {}).get("spec") or {}
+    names = {c.get("name") for c in (template.get("containers") or []) +
+             (template.get("initContainers") or [])}
+    for i, rule in enumerate(rules):
+        where = f"{path}.rules[{i}]"
+        action = rule.get("action") or ""
+        if not action:
+            causes.append(errors.required(f"{where}.action", 'valid values: ["Count" "FailIndex" '
+                                                             '"FailJob" "Ignore"]'))
+        elif action == "FailIndex":
+            if spec.get("backoffLimitPerIndex") is None:
+                causes.append(errors.invalid_value(f"{where}.action", action,
+                                                   "requires the backoffLimitPerIndex to be set"))
+        elif action not in ("Count", "FailJob", "Ignore"):
+            causes.append(errors.unsupported_value(f"{where}.action", action,
+                                                   ["Count", "FailIndex", "FailJob", "Ignore"]))
+        on_exit, on_conditions = rule.get("onExitCodes"), rule.get("onPodConditions") or []
+        if on_exit is not None:
+            causes += _on_exit_codes_causes(on_exit, f"{where}.onExitCodes", names)
+        if on_conditions:
+            causes += _on_pod_conditions_causes(on_conditions, f"{where}.onPodConditions")
+        if on_exit is not None and on_conditions:
+            causes.append(errors.cause(where, "FieldValueInvalid", "Invalid value: specifying "
+                                       "both OnExitCodes and OnPodConditions is not supported"))
+        if on_exit is None and not on_conditions:
+            causes.append(errors.cause(where, "FieldValueInvalid", "Invalid value: specifying "
+                                       "one of OnExitCodes and OnPodConditions is required"))
+    return causes
+
+
+def _on_exit_codes_causes(requirement: dict, path: str, names: set) -> list[dict]:
+    causes, operator = [], requirement.get("operator") or ""
+    if not operator:
+        causes.append(errors.required(f"{path}.operator", 'valid values: ["In" "NotIn"]'))
+    elif operator not in ("In", "NotIn"):
+        causes.append(errors.unsupported_value(f"{path}.operator", operator, ["In", "NotIn"]))
+    name = requirement.get("containerName")
+    if name is not None and name not in names:
+        causes.append(errors.invalid_value(f"{path}.containerName", name, "must be one of the "
+                                           "container or initContainer names in the pod "
+                                           "template"))
+    values = requirement.get("values") or []
+    if not values:
+        causes.append(errors.cause(f"{path}.values", "FieldValueInvalid",
+                                   f"Invalid value: {_go_ints(requirement.get('values'))}: at "
+                                   f"least one value is required"))
+    elif len(values) > 255:
+        causes.append(_too_many(f"{path}.values", len(values), 255))
+    seen = set()
+    for j, value in enumerate(values):
+        if operator == "In" and value == 0:
+            causes.append(errors.invalid_value(f"{path}.values[{j}]", value,
+                                               "must not be 0 for the In operator"))
+        if value in seen:
+            causes.append(errors.duplicate(f"{path}.values[{j}]", value))
+        seen.add(value)
+    if any(a > b for a, b in itertools.pairwise(values)):
+        causes.append(errors.cause(f"{path}.values", "FieldValueInvalid",
+                                   f"Invalid value: {_go_ints(values)}: must be ordered"))
+    return causes
+
+
+def _go_ints(values: list | None) -> str:
+    """A []int32 as Go's %#v prints it."""
+    return "[]int32(nil)" if values is None else \
+        "[]int32{" + ", ".join(str(v) for v in values) + "}"
+
+
+def _on_pod_conditions_causes(patterns: list[dict], path: str) -> list[dict]:
+    causes = []
+    if len(patterns) > 20:
+        causes.append(_too_many(path, len(patterns), 20))
+    for j, pattern in enumerate(patterns):
+        causes += check_qualified_name(f"{path}[{j}].type", pattern.get("type") or "")
+        status = pattern.get("status", "True")  # the server defaults it to True
+        if status not in ("False", "True", "Unknown"):
+            causes.append(errors.unsupported_value(f"{path}[{j}].status", status,
+                                                   ["False", "True", "Unknown"]))
+    return causes
+
+
+def _too_many(field: str, actual: int, limit: int) -> dict:
+    return errors.cause(field, "FieldValueTooMany",
+                        f"Too many: {actual}: must have at most {limit} items")
 
 
 def _selector_matches_template(spec: dict) -> list[dict]:

@@ -61,6 +61,8 @@ def check_schema(version: str, rt, obj: dict, field_validation: str) -> list[str
     resolved = schemas.resolve_version(version)
     unknown, undecodable, invalid = [], [], []
     for error in schemas.validator(resolved, rt.api_version, rt.kind).iter_errors(obj):
+        if _defaulted(error):
+            continue
         if error.validator == "additionalProperties":
             unknown.extend((error, name) for name in _unexpected(error))
         elif error.validator in ("type", "oneOf", "anyOf"):
@@ -84,6 +86,15 @@ def check_schema(version: str, rt, obj: dict, field_validation: str) -> list[str
     if field_validation == "Warn":
         return [f'unknown field "{path_text([*e.absolute_path, n])}"' for e, n in unknown]
     return []
+
+
+def _defaulted(error) -> bool:
+    """A required field the server defaults before validating: podFailurePolicy
+    ``onPodConditions[*].status`` (True)."""
+    path = list(error.absolute_path)
+    return error.validator == "required" and "'status' is a required property" in \
+        error.message and len(path) >= 2 and path[-2] == "onPodConditions" and \
+        isinstance(path[-1], int)
 
 
 def _document_order(value, path: tuple = (), order: dict | None = None) -> dict:
