@@ -25,9 +25,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kubelet", choices=("scripted", "process"), default="scripted",
                         help="scripted: pods pretend to run; process: they run on this "
                              "machine, in network namespaces of their own (needs root)")
+    parser.add_argument("--addons", default="",
+                        help="comma-separated add-ons to install: kueue, volcano")
     args = parser.parse_args(argv)
     settings = Settings(kubernetes_version=args.kubernetes_version,
-                        pod_start_seconds=args.pod_start_seconds)
+                        pod_start_seconds=args.pod_start_seconds,
+                        addons=tuple(a for a in args.addons.split(",") if a))
     server = FakeKubernetes(host=args.host, port=args.port, settings=settings,
                             kubeconfig_path=args.kubeconfig.resolve(),
                             kubelet=args.kubelet).start()

@@ -14,7 +14,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from . import admission, defaults, errors, patch, resources, rules, schemas, validation
+from . import admission, crds, defaults, errors, patch, resources, rules, schemas, validation
 from .config import Settings
 from .events import EventRecorder
 from .objects import iso_in, new_uid, now_iso, random_suffix, set_condition
@@ -50,11 +50,22 @@ class Api:
         # True with the process kubelet: a deleted pod on a node terminates for real, and the
         # kubelet removes it once its processes have ended (no deadline here).
         self.kubelet_stops_pods = False
+        # The resource types served: the built-in ones, then the custom resources of the
+        # add-ons installed (addons.py); and the add-ons' admission webhooks, called on
+        # every write (``mutate(rt, obj, old)``, ``validate(rt, obj, old)``, ``old`` None on
+        # create; ``validate_delete(rt, obj)``), the controllers' writes too.
+        self.types: tuple[resources.ResourceType, ...] = resources.ALL
+        self.webhooks: list = []
         self._cluster_ips = itertools.count(10)
         for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.create(resources.NAMESPACES, "", {"metadata": {"name": name}}, trusted=True)
             self.create(resources.SERVICEACCOUNTS, name, {"metadata": {"name": "default"}},
                         trusted=True)
+
+    def lookup(self, group: str, version: str, plural: str):
+        """The served resource type at /apis/<group>/<version>/<plural>, or None."""
+        return next((rt for rt in self.types if (rt.group, rt.version, rt.plural) ==
+                     (group, version, plural)), None)
 
     # --- reads -------------------------------------------------------------------------
 
@@ -142,11 +153,21 @@ class Api:
             if rt.has_generation:
                 meta["generation"] = 1
             defaults.prepare_create(rt, obj)
+            if isinstance(rt, crds.CustomType) and rt.has_status:
+                obj.pop("status", None)  # set only through /status
             if rt is resources.SERVICES:
                 self._allocate_cluster_ip(obj["spec"])
             admission.mutate_create(self.store, rt, obj)
+            self._call_webhooks("mutate", rt, obj, None)
+            if rt is resources.PODS and obj["spec"].get("schedulingGates"):
+                set_condition(obj["status"].setdefault("conditions", []), "PodScheduled",
+                              "False", reason="SchedulingGated",
+                              message="Scheduling is blocked due to non-empty scheduling gates")
+            if isinstance(rt, crds.CustomType) and not trusted:
+                crds.check(rt, obj)
             rules.validate(rt, obj)
             admission.validate_create(self.store, rt, obj)
+            self._call_webhooks("validate", rt, obj, None)
             if self.store.get(rt.key, meta.get("namespace", ""), meta["name"]) is not None:
                 raise errors.already_exists(rt, meta["name"])
             return obj if dry_run else self.store.write(rt.key, obj)
@@ -155,7 +176,8 @@ class Api:
                 field_validation: str | None = None, dry_run: bool = False,
                 warnings: list | None = None) -> dict:
         new = self._decode(rt, namespace, body, field_validation, warnings, trusted=False)
-        return self._update(rt, namespace, name, new, subresource=subresource, dry_run=dry_run)
+        return self._update(rt, namespace, name, new, subresource=subresource, dry_run=dry_run,
+                            trusted=False)
 
     def patch(self, rt, namespace: str, name: str, body, content_type: str, *,
               subresource: str | None = None, field_validation: str | None = None,
@@ -163,13 +185,19 @@ class Api:
         version = schemas.resolve_version(self.settings.kubernetes_version)
         with self.store.lock:
             old = self.get(rt, namespace, name)
-            patched = patch.apply(content_type, version,
-                                  schemas.kind_schema(version, rt.api_version, rt.kind), old, body)
+            if isinstance(rt, crds.CustomType) and content_type == patch.STRATEGIC:
+                raise errors.ApiError(415, "UnsupportedMediaType", "the body of the request was "
+                                      "in an unknown format - accepted media types include: "
+                                      f"{patch.JSON_PATCH}, {patch.MERGE}, "
+                                      "application/apply-patch+yaml")
+            kind_schema = {} if isinstance(rt, crds.CustomType) else \
+                schemas.kind_schema(version, rt.api_version, rt.kind)
+            patched = patch.apply(content_type, version, kind_schema, old, body)
             if not isinstance(patched, dict):
                 raise errors.bad_request("the patched object is not a JSON object")
             new = self._decode(rt, namespace, patched, field_validation, warnings, trusted=False)
             return self._update(rt, namespace, name, new, subresource=subresource,
-                                dry_run=dry_run)
+                                dry_run=dry_run, trusted=False)
 
     def update(self, rt, obj: dict, *, subresource: str | None = None) -> dict:
         """A controller's write of an object it just read (trusted: no schema check)."""
@@ -199,16 +227,20 @@ class Api:
             meta["namespace"] = namespace
         else:
             meta.pop("namespace", None)
-        if not trusted:
-            mode = field_validation or self.settings.field_validation
+        mode = field_validation or self.settings.field_validation
+        if isinstance(rt, crds.CustomType):  # the CRD's schema: pruning, defaults
+            found = crds.decode(rt, obj, "Ignore" if trusted else mode)
+        elif not trusted:
             found = validation.check_schema(self.settings.kubernetes_version, rt, obj, mode)
-            if warnings is not None:
-                warnings.extend(found)
+        else:
+            found = []
+        if warnings is not None:
+            warnings.extend(found)
         defaults.apply(rt, obj)
         return obj
 
     def _update(self, rt, namespace: str, name: str, new: dict, *, subresource: str | None,
-                dry_run: bool = False) -> dict:
+                dry_run: bool = False, trusted: bool = True) -> dict:
         with self.store.lock:
             old = self.get(rt, namespace, name)
             meta = new["metadata"]
@@ -220,7 +252,12 @@ class Api:
                 raise errors.conflict(rt, name)
             new = self._merge_update(rt, old, new, subresource)
             if subresource is None:
-                rules.validate(rt, new, old)
+                self._call_webhooks("mutate", rt, new, old)
+            if isinstance(rt, crds.CustomType) and not trusted:
+                crds.check(rt, new, old)
+            if subresource is None:
+                rules.validate(rt, new, _ungated(rt, old, new))
+                self._call_webhooks("validate", rt, new, old)
             if _same(old, new):
                 return old
             if dry_run:
@@ -280,6 +317,7 @@ class Api:
             if policy not in ("Orphan", "Background", "Foreground"):
                 raise errors.invalid(rt, name, [errors.unsupported_value(
                     "propagationPolicy", policy, ["Foreground", "Background", "Orphan"])])
+            self._call_webhooks("validate_delete", rt, obj)
             if options.dry_run:
                 return 200, obj
             if policy == "Orphan":
@@ -410,13 +448,19 @@ class Api:
         return self._remove_if_released(rt, self.store.write(rt.key, obj))
 
     def _orphan_dependents(self, owner_uid: str) -> None:
-        for rt in resources.ALL:
+        for rt in self.types:
             for obj in self.store.list(rt.key):
                 refs = obj["metadata"].get("ownerReferences") or []
                 kept = [r for r in refs if r.get("uid") != owner_uid]
                 if len(kept) != len(refs):
                     obj["metadata"]["ownerReferences"] = kept
                     self.store.write(rt.key, obj)
+
+    def _call_webhooks(self, stage: str, rt, *args) -> None:
+        for webhook in self.webhooks:
+            call = getattr(webhook, stage, None)
+            if call is not None:
+                call(rt, *args)
 
     def _generate_name(self, rt, namespace: str, prefix: str) -> str:
         prefix = prefix[:63 - 5] if rt.name_rule != "subdomain" else prefix[:253 - 5]
@@ -430,6 +474,25 @@ class Api:
             number = next(self._cluster_ips)
             spec["clusterIP"] = f"10.96.{number // 256}.{number % 256}"
         spec["clusterIPs"] = [spec["clusterIP"]]
+
+
+def _ungated(rt, old: dict, new: dict) -> dict:
+    """A pod's scheduling gates may be removed, never added: the old pod with the new gates,
+    for the check that nothing else changed (as the server's ValidatePodUpdate does)."""
+    if rt is not resources.PODS:
+        return old
+    before = [g.get("name") for g in old["spec"].get("schedulingGates") or []]
+    added = [g.get("name") for g in new["spec"].get("schedulingGates") or []
+             if g.get("name") not in before]
+    if added:
+        raise errors.invalid(rt, new["metadata"]["name"], [errors.forbidden_field(
+            "spec.schedulingGates", f"only deletion is allowed, but found new scheduling gate "
+                                    f"'{added[0]}'")])
+    munged = copy.deepcopy(old)
+    munged["spec"].pop("schedulingGates", None)
+    if "schedulingGates" in new["spec"]:
+        munged["spec"]["schedulingGates"] = copy.deepcopy(new["spec"]["schedulingGates"])
+    return munged
 
 
 def _same(old: dict, new: dict) -> bool:

@@ -33,3 +33,6 @@ class Settings:
     # The process kubelet's nfs volumes: "server:/path" -> the directory on this machine that
     # stands for that export (an unmapped export fails to mount, as an unreachable server).
     nfs_exports: dict[str, str] = field(default_factory=dict)
+    # Add-ons installed when the server is made: "kueue", "volcano" (addons.py); a running
+    # server takes more with ``FakeKubernetes.install(...)``.
+    addons: tuple[str, ...] = ()

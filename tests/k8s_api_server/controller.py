@@ -46,6 +46,13 @@ class Controller:
         if close is not None:  # the process kubelet: its pods, network and files go
             close()
 
+    def add_loop(self, loop) -> None:
+        """An add-on's controller (addons.py): from now on it runs in every pass, before the
+        scheduler and kubelets."""
+        with self.api.store.lock:
+            self._loops.insert(len(self._loops) - 1, loop)
+            self.api.store.notify()
+
     def pause(self) -> None:
         """Stop reconciling in the background; ``sync()`` then runs single passes."""
         with self.api.store.lock:

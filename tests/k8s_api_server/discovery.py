@@ -10,7 +10,8 @@ from . import resources
 
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 _SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "log": ["get"],
-                      "finalize": ["update"], "eviction": ["create"]}
+                      "finalize": ["update"], "eviction": ["create"],
+                      "pendingworkloads": ["get"]}  # Kueue's visibility API (kueue_scheduler.py)
 
 
 def version(kubernetes_version: str) -> dict:
@@ -26,27 +27,28 @@ def api_versions(server_address: str) -> dict:
                                             "serverAddress": server_address}]}
 
 
-def api_group(group: str) -> dict:
+def api_group(group: str, types: tuple = resources.ALL) -> dict:
     versions = [{"groupVersion": f"{group}/{v}", "version": v}
-                for v in resources.groups()[group]]
+                for v in resources.groups(types)[group]]
     return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": versions,
             "preferredVersion": versions[0]}
 
 
-def api_group_list() -> dict:
-    groups = [api_group(g) for g in resources.groups()]
+def api_group_list(types: tuple = resources.ALL) -> dict:
+    groups = [api_group(g, types) for g in resources.groups(types)]
     for g in groups:
         del g["kind"], g["apiVersion"]
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
-def api_resource_list(group: str, version_name: str) -> dict | None:
-    served = [rt for rt in resources.ALL if (rt.group, rt.version) == (group, version_name)]
+def api_resource_list(group: str, version_name: str, types: tuple = resources.ALL
+                      ) -> dict | None:
+    served = [rt for rt in types if (rt.group, rt.version) == (group, version_name)]
     if not served:
         return None
     entries = []
     for rt in served:
-        entries.append(_entry(rt, rt.plural, _VERBS))
+        entries.append(_entry(rt, rt.plural, list(getattr(rt, "verbs", _VERBS))))
         entries.extend(_entry(rt, f"{rt.plural}/{sub}", _SUBRESOURCE_VERBS[sub])
                        for sub in rt.subresources)
     group_version = f"{group}/{version_name}" if group else version_name
@@ -67,25 +69,25 @@ def _entry(rt, name: str, verbs: list[str]) -> dict:
     return entry
 
 
-def openapi_v3_root() -> dict:
+def openapi_v3_root(types: tuple = resources.ALL) -> dict:
     """``/openapi/v3``: where each group version's document is. kubectl reads it to learn
     that the server validates fields itself (so ``kubectl apply`` needs no client schema)."""
     paths = {_gv_path(group, version): {"serverRelativeURL": f"/openapi/v3/"
                                                             f"{_gv_path(group, version)}"}
-             for group, version in _group_versions()}
+             for group, version in _group_versions(types)}
     return {"paths": paths}
 
 
-def openapi_v3_document(gv_path: str) -> dict | None:
+def openapi_v3_document(gv_path: str, types: tuple = resources.ALL) -> dict | None:
     """A minimal OpenAPI v3 document: one PATCH operation per kind, tagged with its
     group-version-kind and the ``fieldValidation`` parameter, and no schemas."""
-    match = [(g, v) for g, v in _group_versions() if _gv_path(g, v) == gv_path]
+    match = [(g, v) for g, v in _group_versions(types) if _gv_path(g, v) == gv_path]
     if not match:
         return None
     group, version = match[0]
     paths = {}
-    for rt in resources.ALL:
-        if (rt.group, rt.version) != (group, version):
+    for rt in types:
+        if (rt.group, rt.version) != (group, version) or getattr(rt, "verbs", None) == ():
             continue
         scope = "/namespaces/{namespace}" if rt.namespaced else ""
         paths[f"/{gv_path}{scope}/{rt.plural}/{{name}}"] = {"patch": {
@@ -98,8 +100,8 @@ def openapi_v3_document(gv_path: str) -> dict | None:
             "paths": paths}
 
 
-def _group_versions() -> list[tuple[str, str]]:
-    return [("", "v1")] + [(g, v) for g, versions in resources.groups().items()
+def _group_versions(types: tuple = resources.ALL) -> list[tuple[str, str]]:
+    return [("", "v1")] + [(g, v) for g, versions in resources.groups(types).items()
                            for v in versions]
 
 

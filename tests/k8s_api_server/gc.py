@@ -4,7 +4,6 @@ dropped; foreground deletion waits for the dependents before removing the owner.
 
 from __future__ import annotations
 
-from . import resources
 from .api import DeleteOptions
 from .errors import ApiError
 
@@ -16,7 +15,7 @@ class GarbageCollector:
         self.api = api
 
     def sync(self) -> None:
-        objects = [(rt, obj) for rt in resources.ALL for obj in self.api.store.list(rt.key)]
+        objects = [(rt, obj) for rt in self.api.types for obj in self.api.store.list(rt.key)]
         by_uid = {obj["metadata"]["uid"]: obj for _, obj in objects}
         owned: set[str] = set()
         for rt, obj in objects:

@@ -10,9 +10,9 @@ import logging
 import socket
 import traceback
 from http.server import BaseHTTPRequestHandler
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import discovery, errors, logs, rbac, resources, tables
+from . import crds, discovery, errors, logs, rbac, resources, tables
 from .api import DeleteOptions
 from .errors import ApiError
 from .watch import WatchDropped, watch_events
@@ -48,8 +48,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def _serve(self):
         app = self.server.app
+        self.deprecation = None  # the Warning of a deprecated custom resource version
         url = urlsplit(self.path)
-        path = url.path.rstrip("/") or "/"
+        # Decoded, as Go's URL.Path the real server splits: a client that escapes a "/" in a
+        # name ("lq%2Fpendingworkloads") reaches the subresource.
+        path = unquote(url.path).rstrip("/") or "/"
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         app.request_log.append((self.command, self.path))
         try:
@@ -101,18 +104,19 @@ class Handler(BaseHTTPRequestHandler):
             return self._send_json(200, discovery.version(app.settings.kubernetes_version))
         if path == "/api":
             return self._send_json(200, discovery.api_versions(self.headers.get("Host", "")))
+        types = app.api.types
         if path == "/apis":
-            return self._send_json(200, discovery.api_group_list())
+            return self._send_json(200, discovery.api_group_list(types))
         if path == "/openapi/v3":
-            return self._send_json(200, discovery.openapi_v3_root())
+            return self._send_json(200, discovery.openapi_v3_root(types))
         if path.startswith("/openapi/v3/"):
-            document = discovery.openapi_v3_document(path.removeprefix("/openapi/v3/"))
+            document = discovery.openapi_v3_document(path.removeprefix("/openapi/v3/"), types)
             if document is None:
                 raise _no_such_path()
             return self._send_json(200, document)
         parts = [p for p in path.split("/") if p]
-        if parts[:1] == ["apis"] and len(parts) == 2 and parts[1] in resources.groups():
-            return self._send_json(200, discovery.api_group(parts[1]))
+        if parts[:1] == ["apis"] and len(parts) == 2 and parts[1] in resources.groups(types):
+            return self._send_json(200, discovery.api_group(parts[1], types))
         if parts[:2] == ["api", "v1"]:
             group, version, rest = "", "v1", parts[2:]
         elif parts[:1] == ["apis"] and len(parts) >= 3:
@@ -120,11 +124,12 @@ class Handler(BaseHTTPRequestHandler):
         else:
             raise _no_such_path()
         if not rest:
-            listing = discovery.api_resource_list(group, version)
+            listing = discovery.api_resource_list(group, version, types)
             if listing is None:
                 raise _no_such_path()
             return self._send_json(200, listing)
-        return self._resource(app, query, body, *_parse_target(group, version, rest))
+        return self._resource(app, query, body,
+                              *_parse_target(app.api.lookup, group, version, rest))
 
     def _resource(self, app, query: dict, body, rt, namespace, name, subresource,
                   watch_path: bool) -> None:
@@ -134,6 +139,11 @@ class Handler(BaseHTTPRequestHandler):
             rbac.authorize(app.settings.portal_rules,
                            rbac.verb(method, named=name is not None, watch=watch),
                            rt, namespace, name, subresource)
+        self.deprecation = getattr(rt, "deprecation", None)
+        if getattr(rt, "serve", None) is not None:  # an aggregated API: Kueue's visibility
+            if method != "GET":
+                raise errors.method_not_allowed(method.lower())
+            return self._send_json(200, rt.serve(namespace, name, subresource, query))
         warnings: list[str] = []
         options = {"field_validation": query.get("fieldValidation"),
                    "dry_run": query.get("dryRun") == "All", "warnings": warnings}
@@ -172,7 +182,7 @@ class Handler(BaseHTTPRequestHandler):
     def _send_listing(self, rt, listing: dict, single: dict | None = None) -> None:
         """Plain JSON, or a Table when kubectl asks for one."""
         if "as=Table" in (self.headers.get("Accept") or ""):
-            return self._send_json(200, tables.table(rt, listing))
+            return self._send_json(200, _table(rt, listing))
         return self._send_json(200, single if single is not None else listing)
 
     # --- streams -----------------------------------------------------------------------
@@ -184,7 +194,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             for event in events:
                 if as_table and event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                    event = {**event, "object": tables.table(rt, {
+                    event = {**event, "object": _table(rt, {
                         "items": [event["object"]], "metadata": {
                             "resourceVersion": event["object"]["metadata"]["resourceVersion"]}})}
                 self._write_chunk(_json_line(event))
@@ -239,6 +249,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _start_stream(self, content_type: str) -> None:
         self.send_response(200)
+        for key, value in self._with_deprecation({}).items():
+            self.send_header(key, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
@@ -269,21 +281,31 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
-        for key, value in (headers or {}).items():
+        for key, value in self._with_deprecation(headers or {}).items():
             self.send_header(key, value)
         self.end_headers()
         self.wfile.write(data)
 
+    def _with_deprecation(self, headers: dict) -> dict:
+        """Every request to a deprecated version gets its warning (kubectl prints it)."""
+        if not getattr(self, "deprecation", None):
+            return headers
+        warning = _warning_headers([self.deprecation])["Warning"]
+        if headers.get("Warning"):
+            warning = f"{warning}, {headers['Warning']}"
+        return {**headers, "Warning": warning}
 
-def _parse_target(group: str, version: str, rest: list[str]):
-    """(resource type, namespace, name, subresource, legacy /watch/ path) of a resource path."""
+
+def _parse_target(lookup, group: str, version: str, rest: list[str]):
+    """(resource type, namespace, name, subresource, legacy /watch/ path) of a resource path;
+    ``lookup(group, version, plural)`` finds the served types (``Api.lookup``)."""
     watch_path = rest[0] == "watch"
     rest = rest[1:] if watch_path else rest
     namespace = None
-    nested = resources.lookup(group, version, rest[2]) if len(rest) >= 3 else None
+    nested = lookup(group, version, rest[2]) if len(rest) >= 3 else None
     if rest and rest[0] == "namespaces" and nested is not None and nested.namespaced:
         namespace, rest = rest[1], rest[2:]
-    rt = resources.lookup(group, version, rest[0]) if rest else None
+    rt = lookup(group, version, rest[0]) if rest else None
     if rt is None or len(rest) > 3 or (rt.namespaced and namespace is None and len(rest) > 1):
         raise _no_such_path()
     name = rest[1] if len(rest) > 1 else None
@@ -291,6 +313,11 @@ def _parse_target(group: str, version: str, rest: list[str]):
     if subresource is not None and subresource not in rt.subresources:
         raise _no_such_path()
     return rt, namespace, name, subresource, watch_path
+
+
+def _table(rt, listing: dict) -> dict:
+    return crds.table(rt, listing) if isinstance(rt, crds.CustomType) else \
+        tables.table(rt, listing)
 
 
 def _delete_options(query: dict, body) -> DeleteOptions:

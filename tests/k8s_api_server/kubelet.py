@@ -137,35 +137,56 @@ class Kubelet:
     # --- scheduling ----------------------------------------------------------------------
 
     def _schedule(self, pod: dict) -> None:
-        status = pod["status"]
-        conditions = status.setdefault("conditions", [])
+        if pod["spec"].get("schedulingGates"):
+            return  # SchedulingGated (the API server says so at creation) until they are gone
+        if pod["spec"].get("schedulerName", _SCHEDULER) != _SCHEDULER:
+            return  # another scheduler's pod: never bound here (volcano.py binds Volcano's)
+        message = self.unschedulable(pod)
+        if message is not None:
+            self.report_unschedulable(pod, message)
+        else:
+            self.bind(pod)
+
+    def unschedulable(self, pod: dict) -> str | None:
+        """Why no node can take the pod (its claims, or a test's ``Unschedulable`` hold), as
+        the scheduler words it; None when a node can."""
         plan = self.hold_for(pod)
         nodes = self.api.settings.node_count
         claims = claim_problem(self.api.store, pod)
-        if claims or (plan and plan.hold == "Unschedulable"):
-            message = (f"0/{nodes} nodes are available: {claims}. preemption: 0/{nodes} nodes "
-                       f"are available: {nodes} Preemption is not helpful for scheduling."
-                       if claims else plan.message or (
-                           f"0/{nodes} nodes are available: {nodes} Insufficient "
-                           f"nvidia.com/gpu."))
-            already = any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
-                          and c.get("message") == message for c in conditions)
-            set_condition(conditions, "PodScheduled", "False", reason="Unschedulable",
-                          message=message)
-            if not already:
-                self.api.recorder.record(resources.PODS, pod, "Warning", "FailedScheduling",
-                                         message, component=_SCHEDULER)
-            return
+        if not claims and not (plan and plan.hold == "Unschedulable"):
+            return None
+        return (f"0/{nodes} nodes are available: {claims}. preemption: 0/{nodes} nodes "
+                f"are available: {nodes} Preemption is not helpful for scheduling."
+                if claims else plan.message or (
+                    f"0/{nodes} nodes are available: {nodes} Insufficient nvidia.com/gpu."))
+
+    def report_unschedulable(self, pod: dict, message: str, *,
+                             component: str = _SCHEDULER) -> None:
+        """PodScheduled False (Unschedulable), and a FailedScheduling event when new."""
+        conditions = pod["status"].setdefault("conditions", [])
+        already = any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+                      and c.get("message") == message for c in conditions)
+        set_condition(conditions, "PodScheduled", "False", reason="Unschedulable",
+                      message=message)
+        if not already:
+            self.api.recorder.record(resources.PODS, pod, "Warning", "FailedScheduling",
+                                     message, component=component)
+
+    def bind(self, pod: dict, *, component: str = _SCHEDULER) -> bool:
+        """Give the pod a live node (round robin), PodScheduled True and a Scheduled event;
+        False when every node is lost. The caller writes the pod."""
+        nodes = self.api.settings.node_count
         live = [f"fake-node-{n}" for n in range(nodes) if f"fake-node-{n}" not in self.lost_nodes]
         node = live[next(self._binds) % len(live)] if live else None
         if node is None:
-            return
+            return False
         pod["spec"]["nodeName"] = node
-        set_condition(conditions, "PodScheduled", "True")
+        set_condition(pod["status"].setdefault("conditions", []), "PodScheduled", "True")
         meta = pod["metadata"]
         self.api.recorder.record(resources.PODS, pod, "Normal", "Scheduled",
                                  f"Successfully assigned {meta['namespace']}/{meta['name']} to "
-                                 f"{node}", component=_SCHEDULER)
+                                 f"{node}", component=component)
+        return True
 
     def _accept(self, pod: dict) -> None:
         """The node's kubelet takes the pod: containers wait in ContainerCreating."""

@@ -26,7 +26,7 @@ class NamespaceController:
 
     def _empty(self, namespace: dict) -> None:
         name = namespace["metadata"]["name"]
-        content = [(rt, obj) for rt in resources.ALL if rt.namespaced
+        content = [(rt, obj) for rt in self.api.types if rt.namespaced
                    for obj in self.api.store.list(rt.key, name)]
         for rt, obj in content:
             if not obj["metadata"].get("deletionTimestamp"):

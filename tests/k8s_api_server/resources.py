@@ -96,10 +96,11 @@ def lookup(group: str, version: str, plural: str) -> ResourceType | None:
     return _BY_PATH.get((group, version, plural))
 
 
-def groups() -> dict[str, list[str]]:
-    """Named API groups and their versions (the core group is served under /api)."""
+def groups(types: tuple = ALL) -> dict[str, list[str]]:
+    """Named API groups and their versions (the core group is served under /api) of
+    ``types`` (a server's: ``Api.types``)."""
     found: dict[str, list[str]] = {}
-    for rt in ALL:
+    for rt in types:
         if rt.group and rt.version not in found.setdefault(rt.group, []):
             found[rt.group].append(rt.version)
     return found

@@ -11,7 +11,7 @@ import time
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from . import resources
+from . import addons, resources
 from .api import Api
 from .config import Settings
 from .controller import Controller
@@ -74,6 +74,9 @@ class FakeKubernetes:
         # The portal's: its requests are held to ``settings.portal_rules`` (rbac.py).
         self.portal_kubeconfig_path = self.kubeconfig_path.with_name(
             f"{self.kubeconfig_path.name}-portal")
+        self.addons: dict[str, object] = {}  # name -> its controllers (addons.py)
+        for name in self.settings.addons:
+            self.install(name)
 
     @property
     def url(self) -> str:
@@ -109,6 +112,17 @@ class FakeKubernetes:
     def connection_closed(self, conn: socket.socket) -> None:
         with self._connections_lock:
             self._connections.discard(conn)
+
+    # --- add-ons -------------------------------------------------------------------------------
+
+    def install(self, *names: str, controllers: bool = True):
+        """Install Kueue and/or Volcano (``"kueue"``, ``"volcano"``) as an admin would: their
+        CRDs served, webhooks and controllers running (only the CRDs with
+        ``controllers=False``). Returns the last one's controller object."""
+        installed = None
+        for name in names:
+            installed = addons.install(self, name, controllers=controllers)
+        return installed
 
     # --- fault injection -------------------------------------------------------------------
 
