@@ -126,9 +126,12 @@ class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
     list_display = ["name", "backend", "description", "pfs_root_path"]
     search_fields = ["name", "description"]
     fieldsets = [
-        (None, {"fields": ["name", "description", "backend", "default_image"]}),
+        (None, {"fields": ["name", "description", "backend", "default_image",
+                           "start_timeout", "start_tries"]}),
         ("Kubernetes", {"fields": ["kube_in_cluster", "kubeconfig", "kube_context",
-                                   "namespace_prefix", "kube_volume"]}),
+                                   "namespace_prefix", "kube_volume", "kube_scheduler",
+                                   "kube_queue", "kube_run_as_user", "kube_run_as_group",
+                                   "kube_gpu_tolerations", "kube_gpu_node_selector"]}),
         ("PFS", {"fields": ["pfs_storage", "pfs_root", "public_dir", "s3_bucket",
                             "s3_endpoint_url", "s3_region"]}),
     ]

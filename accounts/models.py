@@ -15,20 +15,45 @@ from django.utils import timezone
 from paddlecloud_core.quantity import format_bytes, format_cpu
 
 GiB = 2**30
-# What a datacenter's ``kube_volume`` may be: one Kubernetes volume source of these kinds,
-# mounted as its PFS root in every pod (the in-tree cephfs plugin is gone from Kubernetes 1.31:
-# use a PersistentVolumeClaim of the CephFS CSI driver there).
-KUBE_VOLUME_SOURCES = ("cephfs", "nfs", "hostPath", "persistentVolumeClaim")
+# What a datacenter's ``kube_volume`` may be: one volume source of these kinds, whose root holds
+# home/ and public/. Each but ``persistentVolume`` is put in every pod as it is given; a
+# ``persistentVolume`` holds a PersistentVolume's source (the way for CSI drivers such as
+# CephFS's, whose volumes are not inline): the portal makes a PersistentVolume and a claim bound
+# to it in each user namespace, as a claim is seen in its own namespace only.
+KUBE_VOLUME_SOURCES = ("nfs", "cephfs", "csi", "hostPath", "persistentVolume")
+PERSISTENT_VOLUME_SOURCES = ("csi", "nfs", "cephfs", "hostPath", "local")
+KUBE_VOLUME_CLAIM_HINT = (
+    "a persistentVolumeClaim is seen in its own namespace only, and jobs run in each user's: "
+    'give the volume instead, as {"persistentVolume": {"csi": {…}}}, and the portal makes a '
+    "PersistentVolume and a claim bound to it in each user namespace")
 
 
 def kube_volume_problem(source) -> str | None:
     """Why ``source`` cannot be a datacenter's ``kube_volume``, or None."""
+    if isinstance(source, dict) and "persistentVolumeClaim" in source:
+        return KUBE_VOLUME_CLAIM_HINT
     if (not isinstance(source, dict) or len(source) != 1
             or next(iter(source)) not in KUBE_VOLUME_SOURCES
             or not isinstance(next(iter(source.values())), dict)):
         return ("one volume source: an object with one key, "
                 + ", ".join(KUBE_VOLUME_SOURCES) + ", holding its settings")
+    kind, settings_ = next(iter(source.items()))
+    if kind == "persistentVolume" and (
+            len(settings_) != 1 or next(iter(settings_)) not in PERSISTENT_VOLUME_SOURCES
+            or not isinstance(next(iter(settings_.values())), dict)):
+        return ("persistentVolume holds one PersistentVolume source: "
+                + ", ".join(PERSISTENT_VOLUME_SOURCES)
+                + ', e.g. {"persistentVolume": {"csi": {"driver": "cephfs.csi.ceph.com", …}}}')
+    if kind == "csi" and not isinstance(settings_.get("driver"), str):
+        return "a csi volume names its driver"
     return None
+
+
+def json_list_problem(value, what: str) -> str | None:
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        return f"a JSON list of {what} objects"
+    return None
+
 
 dns_label_validator = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
@@ -79,6 +104,35 @@ class Datacenter(models.Model):
                   '{"hostPath": {"path": "/mnt/pfs"}} or '
                   '{"persistentVolumeClaim": {"claimName": "pfs"}}.',
     )
+    class Scheduler(models.TextChoices):
+        DEFAULT = "default", "Kubernetes' own scheduler (the start timeout guards against deadlock)"
+        KUEUE = "kueue", "Kueue: jobs wait suspended until a ClusterQueue admits them whole"
+        VOLCANO = "volcano", "Volcano: a PodGroup schedules all of a job's pods or none"
+
+    kube_scheduler = models.CharField(
+        "gang scheduler", max_length=16, choices=Scheduler.choices, default=Scheduler.DEFAULT,
+        help_text="Who decides that a job's pods start together. Kueue and Volcano must be "
+                  "installed in the cluster (README, Kubernetes).")
+    kube_queue = models.CharField(
+        "scheduler queue", max_length=253, blank=True, validators=[RegexValidator(
+            r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "a Kubernetes object name")],
+        help_text="Kueue: the ClusterQueue each user's LocalQueue feeds (required). Volcano: "
+                  "the Queue of the jobs' PodGroups; empty means \"default\".")
+    kube_run_as_user = models.PositiveIntegerField(
+        "pods' user id", null=True, blank=True,
+        help_text="The uid every container of a job runs as, and so the owner of what jobs "
+                  "write in PFS. Empty means the portal's own uid, so that the portal can "
+                  "clear away what jobs leave and users can delete their output.")
+    kube_run_as_group = models.PositiveIntegerField(
+        "pods' group id", null=True, blank=True, help_text="Empty means the portal's gid.")
+    kube_gpu_tolerations = models.JSONField(
+        "GPU tolerations", default=list, blank=True,
+        help_text='Tolerations of the pods of replicas that ask for GPUs, e.g. [{"key": '
+                  '"nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}].')
+    kube_gpu_node_selector = models.JSONField(
+        "GPU node selector", default=dict, blank=True,
+        help_text='Node labels the pods of GPU replicas need, e.g. '
+                  '{"nvidia.com/gpu.present": "true"}.')
     namespace_prefix = models.CharField(
         max_length=20, default="paddle-", validators=[RegexValidator(
             r"^[a-z0-9]([-a-z0-9]*)?$", "lower-case letters, digits and '-'")],
@@ -113,6 +167,14 @@ class Datacenter(models.Model):
         max_length=512, blank=True,
         help_text="Image for jobs that name none; empty means PADDLECLOUD_DEFAULT_IMAGE.",
     )
+    start_timeout = models.PositiveIntegerField(
+        "start timeout (seconds)", default=300,
+        help_text="A job whose replicas are not all running this long after it was admitted "
+                  "(the cluster has no room for all of them) is stopped, its pods released, "
+                  "and it goes back to the head of its queue; 0 means it waits for ever.")
+    start_tries = models.PositiveIntegerField(
+        "start tries", default=3, validators=[MinValueValidator(1)],
+        help_text="How many starts that time out a job gets before it fails.")
 
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="datacenters"
@@ -129,8 +191,18 @@ class Datacenter(models.Model):
     def clean(self):
         if self.pfs_storage == self.PfsStorage.S3 and not self.s3_bucket:
             raise DjangoValidationError({"s3_bucket": "required when PFS storage is S3"})
+        problems = {}
         if self.kube_volume and (problem := kube_volume_problem(self.kube_volume)):
-            raise DjangoValidationError({"kube_volume": problem})
+            problems["kube_volume"] = problem
+        if problem := json_list_problem(self.kube_gpu_tolerations, "toleration"):
+            problems["kube_gpu_tolerations"] = problem
+        if not isinstance(self.kube_gpu_node_selector, dict) or not all(
+                isinstance(v, str) for v in self.kube_gpu_node_selector.values()):
+            problems["kube_gpu_node_selector"] = 'an object of node labels, e.g. {"gpu": "true"}'
+        if self.kube_scheduler == self.Scheduler.KUEUE and not self.kube_queue:
+            problems["kube_queue"] = "required with Kueue: the ClusterQueue users' jobs go to"
+        if problems:
+            raise DjangoValidationError(problems)
 
     @property
     def pfs_root_path(self) -> Path:

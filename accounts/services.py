@@ -113,6 +113,8 @@ DATACENTER_FIELDS = {
     "description", "backend", "kube_in_cluster", "kubeconfig", "kube_context",
     "namespace_prefix", "pfs_root", "public_dir", "default_image",
     "pfs_storage", "s3_bucket", "s3_endpoint_url", "s3_region", "kube_volume",
+    "kube_scheduler", "kube_queue", "kube_run_as_user", "kube_run_as_group",
+    "kube_gpu_tolerations", "kube_gpu_node_selector", "start_timeout", "start_tries",
 }
 QUOTA_FIELDS = set(QUOTA_RESOURCES)
 

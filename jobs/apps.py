@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 from accounts.signals import quota_changed
 
-from .signals import job_ended
+from .signals import job_ended, job_requeued
 
 
 class JobsConfig(AppConfig):
@@ -16,3 +16,6 @@ class JobsConfig(AppConfig):
 
         quota_changed.connect(quota_changed_admit, dispatch_uid="jobs.quota_changed_admit")
         job_ended.connect(job_ended_admit, dispatch_uid="jobs.job_ended_admit")
+        # A requeued job is admitted again as ended jobs' queues are: at its place, its
+        # first (its submission time is kept).
+        job_requeued.connect(job_ended_admit, dispatch_uid="jobs.job_requeued_admit")

@@ -12,16 +12,24 @@ from datetime import timedelta
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from accounts.models import Datacenter
-from paddlecloud_core.contract import STOP_GRACE_SECONDS, Topology, job_namespace, replica_env
+from paddlecloud_core.contract import (
+    STOP_GRACE_SECONDS,
+    Topology,
+    job_namespace,
+    replica_env,
+    trainers_restart_together,
+)
 from paddlecloud_core.processes import exit_reason
 
 from .backends import backend_for
 from .backends.base import BackendError, Status
 from .models import Job, Replica
 from .notify import job_changed
+from .signals import job_requeued
 from .states import FINAL_JOB_STATES, FINAL_REPLICA_STATES, JobState, ReplicaState
 from .transitions import job_transition, replica_transition
 
@@ -87,8 +95,10 @@ def job_sync(job_id: int) -> bool:
         return True  # job_launch has not run yet
 
     for replica in replicas:
-        if replica.state in (ReplicaState.STARTING, ReplicaState.RUNNING):
-            _observe(job, backend, replica)
+        if replica.state in (ReplicaState.STARTING, ReplicaState.RUNNING) and _observe(
+                job, backend, replica):  # all the trainers restarted: the rest is stale
+            break
+    replicas = _replicas(job)
 
     trainers = [r for r in replicas if r.role == Replica.Role.TRAINER]
     failed = next((r for r in replicas if r.state == ReplicaState.FAILED), None)
@@ -107,42 +117,133 @@ def job_sync(job_id: int) -> bool:
     if job.state == JobState.STARTING and all(
             r.state in (ReplicaState.RUNNING, ReplicaState.SUCCEEDED) for r in replicas):
         job_transition(job, JobState.RUNNING, "every replica is running")
+    elif job.state == JobState.STARTING and _start_timed_out(job):
+        _requeue(job, backend, replicas)
     return True
 
 
-def _observe(job, backend, replica) -> None:
+def _observe(job, backend, replica) -> bool:
+    """Apply what became of the replica. True when that restarted all the trainers (the
+    replicas the caller holds are stale)."""
     seen = backend.observe(job, replica)
     if seen.status == Status.RUNNING:
         if replica.state == ReplicaState.STARTING:
             replica_transition(replica, ReplicaState.RUNNING, "running",
-                               **({"host": seen.host} if seen.host else {}))
-        return
+                               **({"host": seen.host} if seen.host else {}),
+                               **({"backend_ref": seen.ref} if seen.ref else {}))
+        return False
     if seen.status == Status.WAITING:
         _waiting(job, replica, seen.reason)
-        return
+        return False
     if seen.status == Status.NOT_STARTED:
         # A restart was recorded but its start was cut off: start it now.
         _start(job, backend, replica, ReplicaState.STARTING)
-        return
+        return False
     if seen.status == Status.REFUSED:
         replica_transition(replica, ReplicaState.FAILED, seen.reason)
-        return
+        return False
     if seen.status == Status.EXITED and seen.exit_code == 0:
         replica_transition(replica, ReplicaState.SUCCEEDED, "exited 0", exit_code=0)
-        return
+        return False
     reason = seen.reason or (
         exit_reason(seen.exit_code) if seen.status == Status.EXITED else
         "the process vanished without an exit status (was the machine restarted?)")
-    may_restart = (replica.role == Replica.Role.TRAINER
-                   and replica.restarts < job.restart_limit)
-    if not may_restart:
+    if replica.role != Replica.Role.TRAINER:
+        # A pserver is never restarted: a new one would hold none of the parameters, and
+        # the trainers would train on against it.
         replica_transition(replica, ReplicaState.FAILED, reason, exit_code=seen.exit_code)
-        return
+        return False
+    if trainers_restart_together(job):
+        return _restart_together(job, backend, replica, seen, reason)
+    if seen.disrupted:
+        note = f"{reason}; restarted (not counted against its restart limit)"
+    elif replica.restarts < job.restart_limit:
+        note = f"{reason}; restart {replica.restarts + 1} of {job.restart_limit}"
+    else:
+        replica_transition(replica, ReplicaState.FAILED, reason, exit_code=seen.exit_code)
+        return False
     # The restart is recorded first; if what follows is cut off, the next sync starts it.
-    replica_transition(replica, ReplicaState.STARTING,
-                       f"{reason}; restart {replica.restarts + 1} of {job.restart_limit}",
-                       restart=True, exit_code=seen.exit_code)
+    replica_transition(replica, ReplicaState.STARTING, note, restart=True,
+                       counted=not seen.disrupted, exit_code=seen.exit_code)
     _start(job, backend, replica, ReplicaState.STARTING)
+    return False
+
+
+def _restart_together(job, backend, failed, seen, reason: str) -> bool:
+    """A collective job's trainer ended: all its trainers restart, in a new attempt (a
+    communicator cannot take back one rank), counted against the restart limit unless the
+    cluster took the pod away. Returns True once they have."""
+    if not seen.disrupted and failed.restarts >= job.restart_limit:
+        replica_transition(failed, ReplicaState.FAILED, reason, exit_code=seen.exit_code)
+        return False
+    trainers = [r for r in _replicas(job) if r.role == Replica.Role.TRAINER
+                and r.state in (ReplicaState.STARTING, ReplicaState.RUNNING)]
+    try:
+        backend.stop_for_restart(job, [r for r in trainers if r.pk != failed.pk],
+                                 STOP_GRACE_SECONDS)
+    except BackendError as exc:  # tried again at the next sync
+        logger.warning("job %s: its trainers could not be stopped to restart: %s", job.pk, exc)
+        return False
+    if seen.disrupted:
+        note = f"{failed.name} {reason}; all trainers restart (not counted)"
+    else:
+        note = (f"{failed.name} {reason}; all trainers restart "
+                f"({failed.restarts + 1} of {job.restart_limit})")
+    attempt = max(r.attempt for r in trainers) + 1
+    with transaction.atomic():
+        for trainer in trainers:
+            replica_transition(trainer, ReplicaState.STARTING, note, restart=True,
+                               counted=not seen.disrupted, attempt=attempt,
+                               exit_code=seen.exit_code if trainer.pk == failed.pk else None)
+    for trainer in trainers:
+        _start(job, backend, trainer, ReplicaState.STARTING)
+    return True
+
+
+def _start_timed_out(job) -> bool:
+    """Whether the job has been starting for longer than its datacenter allows."""
+    timeout = job.datacenter.start_timeout
+    since = job.admitted_at or job.started_at
+    return bool(timeout) and since is not None and (
+        timezone.now() - since > timedelta(seconds=timeout))
+
+
+def _requeue(job, backend, replicas) -> None:
+    """The job's replicas did not all run within the start timeout (the cluster has no room
+    for all of them: the pods that did start would hold their share while the rest wait,
+    and two such jobs could wait on each other for ever). Stop it, release every pod, and put
+    it back at the head of its queue; after ``start_tries`` such starts, fail it."""
+    datacenter = job.datacenter
+    stuck = [r for r in replicas if r.state not in (ReplicaState.RUNNING,
+                                                    ReplicaState.SUCCEEDED)]
+    why = "; ".join(f"{r.name}: {r.reason or r.state}" for r in stuck[:3])
+    tries = job.requeues + 1
+    if tries >= datacenter.start_tries:
+        job_fail(job, f"its replicas were not all running within {datacenter.start_timeout} s "
+                      f"of its start, {tries} times ({why})")
+        return
+    live = [r for r in replicas if r.state not in FINAL_REPLICA_STATES]
+    try:
+        backend.stop(job, live, STOP_GRACE_SECONDS)
+    except BackendError as exc:  # tried again at the next sync
+        logger.warning("job %s: its replicas could not be stopped to requeue: %s", job.pk, exc)
+        return
+    backend.release(job)
+    attempt = max((r.attempt for r in replicas), default=0) + 1
+    with transaction.atomic():
+        for replica in live:
+            if replica.state != ReplicaState.PENDING:
+                replica_transition(replica, ReplicaState.PENDING,
+                                   "stopped: its job went back to its queue", attempt=attempt)
+            else:
+                Replica.objects.filter(pk=replica.pk).update(attempt=attempt)
+        Job.objects.filter(pk=job.pk).update(requeues=F("requeues") + 1)
+        job_transition(job, JobState.QUEUED, (
+            f"requeued at the head of its queue, start {tries + 1} of {datacenter.start_tries} "
+            f"next: its replicas were not all running after {datacenter.start_timeout} s "
+            f"({why}); every pod was released"))
+        job_requeued.send(Job, owner_id=job.owner_id, datacenter_id=job.datacenter_id,
+                          job_ids=[job.pk])
 
 
 def _waiting(job, replica, reason: str) -> None:

@@ -56,6 +56,11 @@ class Job(models.Model):
 
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
+    admitted_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its current start began (its start timeout runs "
+                                         "from here).")
+    requeues = models.PositiveIntegerField(
+        default=0, help_text="How often a start timed out and it went back to its queue.")
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -85,7 +90,14 @@ class Replica(models.Model):
     state = models.CharField(max_length=16, choices=ReplicaState.choices,
                              default=ReplicaState.PENDING)
     reason = models.TextField(blank=True)
-    restarts = models.PositiveIntegerField(default=0)
+    restarts = models.PositiveIntegerField(
+        default=0, help_text="Restarts after failures, counted against the job's limit.")
+    disruptions = models.PositiveIntegerField(
+        default=0, help_text="Restarts after the cluster took its pod away (eviction, "
+                             "preemption, a node lost): not counted against the limit.")
+    attempt = models.PositiveIntegerField(
+        default=0, help_text="Which run of the replica this is: grows with every restart, "
+                             "counted or not, and every start of the job.")
     exit_code = models.IntegerField(null=True, blank=True)
     host = models.CharField(max_length=253, blank=True)
     endpoint = models.CharField(max_length=300, blank=True, help_text="host:port")

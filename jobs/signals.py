@@ -4,8 +4,12 @@
 ``failed``, ``killed``): sent by ``transitions`` inside the transaction that ended them, with
 ``owner_id``, ``datacenter_id`` and ``job_ids``. Admission listens: what they held (or their
 places in the queue) is free, so the owner's waiting jobs may start.
+
+``job_requeued`` — a job's start timed out and it went back to its queue (``engine``), with the
+same arguments: its place, and what it held, are free again.
 """
 
 from django.dispatch import Signal
 
 job_ended = Signal()
+job_requeued = Signal()

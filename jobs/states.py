@@ -7,7 +7,9 @@
 A job waits in ``queued`` while its quota is in use; ``starting`` while its replicas are being
 created; it is ``running`` once they all run. ``succeeded``, ``failed`` and ``killed`` are final.
 A replica that fails and may restart goes back from ``running`` (or ``starting``) to
-``starting``.
+``starting``. A start that times out (the replicas are not all running within the datacenter's
+start timeout: the cluster has no room for all of them) puts the job back from ``starting`` to
+``queued``, at the head of its queue, and its replicas back to ``pending``.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ JOB_TRANSITIONS: dict[str, frozenset[str]] = {
     JobState.PENDING: frozenset({JobState.QUEUED, JobState.STARTING, *_ENDINGS}),
     JobState.QUEUED: frozenset({JobState.STARTING, *_ENDINGS}),
     # A short job can end before it is ever seen running.
-    JobState.STARTING: frozenset({JobState.RUNNING, JobState.SUCCEEDED, *_ENDINGS}),
+    # A start that timed out puts it back in its queue.
+    JobState.STARTING: frozenset({JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED,
+                                  *_ENDINGS}),
     JobState.RUNNING: frozenset({JobState.SUCCEEDED, *_ENDINGS}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
@@ -58,10 +62,13 @@ REPLICA_TRANSITIONS: dict[str, frozenset[str]] = {
     ReplicaState.PENDING: frozenset({ReplicaState.STARTING, ReplicaState.FAILED,
                                      ReplicaState.KILLED}),
     # starting -> starting and running -> starting are restarts.
-    ReplicaState.STARTING: frozenset({ReplicaState.STARTING, ReplicaState.RUNNING,
+    # starting -> pending and running -> pending: its job went back to its queue.
+    ReplicaState.STARTING: frozenset({ReplicaState.PENDING, ReplicaState.STARTING,
+                                      ReplicaState.RUNNING,
                                       ReplicaState.SUCCEEDED, ReplicaState.FAILED,
                                       ReplicaState.KILLED}),
-    ReplicaState.RUNNING: frozenset({ReplicaState.STARTING, ReplicaState.SUCCEEDED,
+    ReplicaState.RUNNING: frozenset({ReplicaState.PENDING, ReplicaState.STARTING,
+                                     ReplicaState.SUCCEEDED,
                                      ReplicaState.FAILED, ReplicaState.KILLED}),
     ReplicaState.SUCCEEDED: frozenset(),
     ReplicaState.FAILED: frozenset(),

@@ -67,6 +67,8 @@ def _jobs_move(moves: list[tuple[Job, Job]], target: str, reasons: dict[int, str
     if target in (JobState.STARTING, JobState.RUNNING):
         # its replicas are being started (kept from an earlier start if it had one)
         changes["started_at"] = Coalesce(F("started_at"), Value(now, DateTimeField()))
+    if target == JobState.STARTING:
+        changes["admitted_at"] = now
     if target in FINAL_JOB_STATES:
         changes["finished_at"] = now
     for reason in {reasons[job.pk] for job, _ in moves}:
@@ -89,14 +91,19 @@ def _jobs_move(moves: list[tuple[Job, Job]], target: str, reasons: dict[int, str
         job.state, job.state_reason, job.updated_at = target, reasons[job.pk], now
         if "started_at" in changes:
             job.started_at = current.started_at or now
+        if "admitted_at" in changes:
+            job.admitted_at = now
         if "finished_at" in changes:
             job.finished_at = now
 
 
 @transaction.atomic
 def replica_transition(replica: Replica, target: str, reason: str = "", *,
-                       restart: bool = False, exit_code: int | None = None, **fields) -> bool:
-    """Move ``replica`` to ``target``; ``restart=True`` marks a restart (counted, recorded).
+                       restart: bool = False, counted: bool = True, attempt: int | None = None,
+                       exit_code: int | None = None, **fields) -> bool:
+    """Move ``replica`` to ``target``; ``restart=True`` marks a restart (recorded, and counted
+    in ``restarts`` or, ``counted=False``, in ``disruptions``). A restart, and a return to
+    ``pending`` (its job was requeued), begin a new attempt: ``attempt``, or the next.
 
     Without ``restart``, moving to the state it is already in changes nothing and returns
     False. ``fields`` (host, endpoint, backend_ref) are saved with the change.
@@ -112,8 +119,12 @@ def replica_transition(replica: Replica, target: str, reason: str = "", *,
     transition_check("replica", REPLICA_TRANSITIONS, locked.state, target)
     now = timezone.now()
     changes = {"state": target, "reason": reason, **fields}
-    if restart:  # the next run gets times of its own
-        changes.update(restarts=locked.restarts + 1, started_at=None, finished_at=None)
+    if restart or target == ReplicaState.PENDING:  # the next run gets times of its own
+        changes.update(started_at=None, finished_at=None,
+                       attempt=locked.attempt + 1 if attempt is None else attempt)
+    if restart:
+        counter = "restarts" if counted else "disruptions"
+        changes[counter] = getattr(locked, counter) + 1
     if exit_code is not None:
         changes["exit_code"] = exit_code
     if target in (ReplicaState.STARTING, ReplicaState.RUNNING) and locked.started_at is None:

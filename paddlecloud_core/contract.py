@@ -61,6 +61,14 @@ class Paths:
     pfs_public: str
 
 
+def trainers_restart_together(job) -> bool:
+    """A collective job (trainers only, more than one) cannot take back one restarted rank:
+    its communicator is made once, by all of them. So when one trainer fails, all restart
+    (as JobSet's maxRestarts or Volcano's RestartJob do); a pserver job's trainers restart
+    one by one."""
+    return job.pservers == 0 and job.trainers > 1
+
+
 def job_namespace(datacenter, username: str) -> str:
     """The user's namespace in a datacenter: a DNS-1123 label from the prefix and username,
     cut short with a hash suffix when too long or when the username had to be changed."""

@@ -26,3 +26,7 @@ class Observation:
     exit_code: int | None = None
     reason: str = ""  # why it waits, is lost or was refused, in words for the user
     host: str = ""  # where it runs, when the backend knows
+    ref: str = ""  # the backend's name for what it saw (a pod), kept on the replica
+    # It ended because the cluster took it away (evicted, preempted, its node lost), not for
+    # anything it did: its restart is not counted against the job's limit.
+    disrupted: bool = False

@@ -46,7 +46,14 @@ RESOURCES = {
     "LimitRange": ("", "limitranges"), "Secret": ("", "secrets"),
     "ConfigMap": ("", "configmaps"), "Service": ("", "services"), "Pod": ("", "pods"),
     "StatefulSet": ("apps", "statefulsets"), "Job": ("batch", "jobs"),
+    "PersistentVolume": ("", "persistentvolumes"),
+    "PersistentVolumeClaim": ("", "persistentvolumeclaims"),
+    "LocalQueue": ("kueue.x-k8s.io", "localqueues"),
+    "PodGroup": ("scheduling.volcano.sh", "podgroups"),
 }
+# Kinds whose schema is a CRD's: the type checker knows Kubernetes' own kinds only (the
+# rules name no field of these beyond their metadata).
+CUSTOM_KINDS = ("LocalQueue", "PodGroup")
 WORKLOAD_KINDS = ("Job", "StatefulSet")
 
 
@@ -132,19 +139,23 @@ def request(operation: str, obj: dict | None = None, *, old: dict | None = None,
         # namespaceObject.
         assert namespace is None
         request_namespace, namespace_object = name, None
+    elif kind == "PersistentVolume":  # cluster-scoped: no namespace at all
+        assert namespace is None
+        request_namespace, namespace_object = "", None
     else:
         assert namespace is not None and namespace["metadata"]["name"] == (
             target["metadata"]["namespace"]), "a namespaced object needs its namespace"
         request_namespace, namespace_object = namespace["metadata"]["name"], stored(namespace)
-    gvk = {"group": group, "version": "v1", "kind": kind}
-    gvr = {"group": group, "version": "v1", "resource": resource}
+    version = "v1beta1" if kind in CUSTOM_KINDS else "v1"
+    gvk = {"group": group, "version": version, "kind": kind}
+    gvr = {"group": group, "version": version, "resource": resource}
     admission_request = {
         "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
         "name": name, "namespace": request_namespace, "operation": operation,
         "userInfo": {"username": user, "groups": ["system:authenticated"]}, "dryRun": False,
     }
     spec = policy()["spec"]
-    if not any(group in rule["apiGroups"] and "v1" in rule["apiVersions"]
+    if not any(group in rule["apiGroups"] and version in rule["apiVersions"]
                and resource in rule["resources"] and operation in rule["operations"]
                for rule in spec["matchConstraints"]["resourceRules"]):
         return Decision(matched=False, refused=[], errors=[])
@@ -271,7 +282,8 @@ def test_the_policy_covers_every_write_the_cluster_role_allows():
     matched = set()
     for rule in policy()["spec"]["matchConstraints"]["resourceRules"]:
         assert rule["operations"] == ["CREATE", "UPDATE", "DELETE"]
-        assert rule["apiVersions"] == ["v1"]
+        custom = rule["apiGroups"][0].endswith((".x-k8s.io", ".volcano.sh"))
+        assert rule["apiVersions"] == (["v1beta1"] if custom else ["v1"])
         matched |= {(group, resource) for group in rule["apiGroups"]
                     for resource in rule["resources"]}
     assert matched == writable
@@ -458,7 +470,7 @@ class TypeChecker:
             return ("dyn", None)
         types = {}
         for version in VERSIONS:
-            for kind in sorted(matched_kinds()):
+            for kind in sorted(matched_kinds() - set(CUSTOM_KINDS)):
                 found = object_type(version, kind, fields)
                 if found is not None:
                     types.setdefault(found, set()).add(kind)
@@ -551,8 +563,10 @@ def test_every_expression_type_checks(where, expression):
     checker = TypeChecker(expression)
     assert checker.problems == []
     for fields, kinds in checker.object_paths.items():
-        # The rules read a Namespace (its labels) or the pod template of both workload kinds.
-        assert set(WORKLOAD_KINDS) <= kinds or "Namespace" in kinds, (fields, kinds)
+        # The rules read a Namespace (its labels), the pod template of both workload kinds or a
+        # PersistentVolume's source.
+        assert (set(WORKLOAD_KINDS) <= kinds or "Namespace" in kinds
+                or "PersistentVolume" in kinds), (fields, kinds)
 
 
 @pytest.mark.parametrize("expression", [
@@ -781,3 +795,56 @@ def test_the_portal_is_matched_for_its_writes_only():
            "metadata": {"name": "p", "namespace": "kube-system"}, "spec": {"hostNetwork": True}}
     assert not request("CREATE", pod, namespace=KUBE_SYSTEM).matched
     assert request("CREATE", moved(a_job(), KUBE_SYSTEM), namespace=KUBE_SYSTEM).matched
+
+
+# --- a PFS volume per user namespace -------------------------------------------------------------
+
+PV_DATACENTER = {"kube_volume": {"persistentVolume": {"csi": {
+    "driver": "cephfs.csi.ceph.com", "volumeHandle": "pfs"}}}}
+
+
+def pfs_pair() -> tuple[dict, dict]:
+    found = {o["kind"]: o for o in namespace_objects(datacenter(**PV_DATACENTER), alice(),
+                                                      quota())}
+    return found["PersistentVolume"], found["PersistentVolumeClaim"]
+
+
+def test_the_pfs_volume_and_claim_are_admitted():
+    volume, claim = pfs_pair()
+    assert_admitted(request("CREATE", volume))
+    assert_admitted(request("CREATE", claim, namespace=portal_namespace()))
+
+
+@pytest.mark.parametrize(("change", "what"), [
+    (lambda v: v["metadata"].update(name="other-volume"), "named"),
+    (lambda v: v["metadata"]["labels"].pop(MANAGED_BY_LABEL), "labelled"),
+    (lambda v: v["spec"]["claimRef"].update(name="someone-elses"), "claim"),
+    (lambda v: (v["spec"].pop("csi"), v["spec"].update(hostPath={"path": "/"})), "hostPath"),
+    (lambda v: (v["spec"].pop("csi"), v["spec"].update(local={"path": "/var"})), "local"),
+], ids=["name", "label", "claim", "hostPath", "local"])
+def test_a_volume_the_portal_did_not_mean_is_refused(change, what):
+    volume, _ = pfs_pair()
+    change(volume)
+    decision = request("CREATE", volume)
+    assert decision.refused == ["pfs-volume"] and decision.errors == [], what
+
+
+def test_the_portal_deletes_no_volume():
+    volume, _ = pfs_pair()
+    decision = request("DELETE", old=volume)
+    assert decision.refused == ["pfs-volume"] and decision.errors == []
+
+
+@pytest.mark.parametrize("kind", ["PersistentVolumeClaim", "LocalQueue", "PodGroup"])
+def test_no_claim_queue_or_gang_outside_the_managed_namespaces(kind):
+    objects = {"PersistentVolumeClaim": pfs_pair()[1],
+               "LocalQueue": {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+                              "metadata": {"name": "paddlecloud", "namespace": "x"},
+                              "spec": {"clusterQueue": "all"}},
+               "PodGroup": {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                            "metadata": {"name": "g", "namespace": "x"},
+                            "spec": {"minMember": 1}}}
+    assert_admitted(request("CREATE", moved(objects[kind], portal_namespace()),
+                            namespace=portal_namespace()))
+    decision = request("CREATE", moved(objects[kind], KUBE_SYSTEM), namespace=KUBE_SYSTEM)
+    assert decision.refused == ["managed-namespace"] and decision.errors == []

@@ -34,7 +34,7 @@ WORKLOADS = ("Deployment", "StatefulSet")
 # What the portal may do, by (API group, resource): the verbs its kubernetes client calls
 # (jobs/backends/kubernetes/), nothing more. Changing this is changing the portal's rights.
 RBAC = {
-    ("", "namespaces"): {"create", "get"},
+    ("", "namespaces"): {"create", "get", "update"},
     ("", "resourcequotas"): {"create", "get", "update"},
     ("", "limitranges"): {"create", "get", "update"},
     ("", "secrets"): {"create", "get", "update", "delete"},
@@ -45,6 +45,12 @@ RBAC = {
     ("", "pods"): {"list", "watch"},
     ("", "pods/log"): {"get"},
     ("", "events"): {"list"},
+    ("", "persistentvolumes"): {"create", "get"},
+    ("", "persistentvolumeclaims"): {"create", "get"},
+    ("kueue.x-k8s.io", "localqueues"): {"create", "get"},
+    ("kueue.x-k8s.io", "workloads"): {"list"},
+    ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads"): {"get"},
+    ("scheduling.volcano.sh", "podgroups"): {"create", "get"},
 }
 
 
@@ -170,7 +176,8 @@ def test_rbac_covers_every_resource_the_client_addresses():
     """A kind added to the client without a rule would fail in the cluster only (403)."""
     groups = {"/api/v1": ""} | {r.api: r.api.split("/")[2] for r in RESOURCES.values()
                                  if r.api.startswith("/apis/")}
-    addressed = {(groups[r.api], r.plural) for r in RESOURCES.values()} | {("", "pods/log")}
+    addressed = {(groups[r.api], r.plural) for r in RESOURCES.values()} | {
+        ("", "pods/log"), ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads")}
     assert addressed == set(RBAC)
 
 

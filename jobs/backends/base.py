@@ -35,7 +35,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def start(self, job, replica, env: dict[str, str]) -> str:
-        """Start attempt ``replica.restarts`` of the replica, unless it was started already
+        """Start attempt ``replica.attempt`` of the replica, unless it was started already
         (then return the same reference). Returns the backend's handle for it."""
 
     def datacenter_check(self, datacenter) -> str:
@@ -56,6 +56,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def stop(self, job, replicas, grace: float) -> None:
         """Stop the replicas: a polite signal, then a forced one after ``grace`` seconds."""
+
+    def stop_for_restart(self, job, replicas, grace: float) -> None:
+        """Stop the replicas because they restart together (a collective job's trainers): as
+        ``stop``, but the job goes on, with what it holds; ``start`` starts each again."""
+        self.stop(job, replicas, grace)
 
     def objects(self, job, quota=None) -> list[dict]:
         """What the backend would create for the (unsaved) job, for dry runs; raises

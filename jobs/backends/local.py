@@ -275,7 +275,7 @@ class LocalBackend(Backend):
     def start(self, job, replica, env: dict[str, str]) -> str:
         pid_file, _ = self._files(job, replica)
         started = read_json(pid_file)
-        if started and started.get("attempt") == replica.restarts:
+        if started and started.get("attempt") == replica.attempt:
             return f"pid:{started['pid']}"  # this attempt is running or has run: not twice
         pkg = job_dir(job) / "pkg"
         site = job_dir(job) / "site-packages"
@@ -300,7 +300,7 @@ class LocalBackend(Backend):
             raise BackendError(f"cannot make its sandbox: {exc}") from None
         log = output_open(job, log_relpath(replica.role, replica.index))
         try:
-            pid = attempt_start(pid_file.parent, replica.name, replica.restarts, log, command,
+            pid = attempt_start(pid_file.parent, replica.name, replica.attempt, log, command,
                                 cwd=pkg, env=runner_env)
         finally:
             os.close(log)
@@ -321,15 +321,18 @@ class LocalBackend(Backend):
                        hostname=replica.name)
 
     def observe(self, job, replica) -> Observation:
-        return attempt_observe(job_dir(job) / "run", replica.name, replica.restarts)
+        return attempt_observe(job_dir(job) / "run", replica.name, replica.attempt)
 
     def stop(self, job, replicas, grace: float) -> None:
         """Stop the replicas, then let the job's network go (replicas are stopped only when
         their job ends; one still running keeps the network until it exits)."""
+        self.stop_for_restart(job, replicas, grace)
+        self.release(job)
+
+    def stop_for_restart(self, job, replicas, grace: float) -> None:
         groups = []
         for replica in replicas:
             started = read_json(self._files(job, replica)[0])
             if started:
                 groups.append(started["pid"])
         groups_stop(groups, grace)
-        self.release(job)

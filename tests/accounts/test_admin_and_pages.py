@@ -97,6 +97,42 @@ def test_admin_quota_form_reads_quantities(admin_browser, datacenter):
     assert 'name="memory" value="8Gi"' in change
 
 
+DATACENTER_FORM = {"name": "datacenter1", "backend": "local", "namespace_prefix": "paddle-",
+                   "pfs_storage": "posix", "kube_scheduler": "default", "start_timeout": "300",
+                   "start_tries": "3", "kube_gpu_tolerations": "[]",
+                   "kube_gpu_node_selector": "{}"}
+
+
+def test_admin_sets_a_datacenters_cluster_choices(admin_browser, datacenter):
+    """Scheduler, volume, uid, GPU nodes and the start timeout are the admin's to choose; a
+    choice that cannot work is refused, naming the field."""
+    url = f"/admin/accounts/datacenter/{datacenter.pk}/change/"
+    shown = page(admin_browser.get(url))
+    for choice in ('value="kueue"', 'value="volcano"', 'name="kube_run_as_user"',
+                   'name="kube_gpu_tolerations"', 'name="start_timeout"'):
+        assert choice in shown, choice
+    form = {**DATACENTER_FORM, "backend": "kubernetes", "quotas-TOTAL_FORMS": "0",
+            "quotas-INITIAL_FORMS": "0"}
+    claim = '{"persistentVolumeClaim": {"claimName": "pfs"}}'
+    refused = admin_browser.post(url, {**form, "kube_scheduler": "kueue", "kube_volume": claim})
+    assert refused.status_code == 200
+    text = page(refused)
+    assert "required with Kueue" in text and "seen in its own namespace only" in text
+    response = admin_browser.post(url, {
+        **form, "kube_scheduler": "volcano", "kube_queue": "research",
+        "kube_run_as_user": "2000", "kube_run_as_group": "2000", "start_timeout": "600",
+        "kube_volume": '{"persistentVolume": {"csi": {"driver": "cephfs.csi.ceph.com", '
+                       '"volumeHandle": "pfs"}}}',
+        "kube_gpu_tolerations": '[{"key": "nvidia.com/gpu", "operator": "Exists"}]',
+        "kube_gpu_node_selector": '{"gpu": "true"}'})
+    assert response.status_code == 302, page(response)
+    datacenter.refresh_from_db()
+    assert (datacenter.kube_scheduler, datacenter.kube_queue, datacenter.kube_run_as_user,
+            datacenter.start_timeout) == ("volcano", "research", 2000, 600)
+    assert datacenter.kube_gpu_tolerations == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert datacenter.kube_volume["persistentVolume"]["csi"]["driver"] == "cephfs.csi.ceph.com"
+
+
 def test_admin_sets_the_queued_jobs_cap_on_the_user_page_and_as_the_default(
         admin_browser, alice, datacenter):
     own = Quota.objects.get(user=alice, datacenter=datacenter)
@@ -116,8 +152,7 @@ def test_admin_sets_the_queued_jobs_cap_on_the_user_page_and_as_the_default(
     dc_page = page(admin_browser.get(f"/admin/accounts/datacenter/{datacenter.pk}/change/"))
     assert 'name="quotas-0-queued"' in dc_page
     response = admin_browser.post(f"/admin/accounts/datacenter/{datacenter.pk}/change/", {
-        "name": "datacenter1", "backend": "local", "namespace_prefix": "paddle-",
-        "pfs_storage": "posix", "quotas-TOTAL_FORMS": "1", "quotas-INITIAL_FORMS": "0",
+        **DATACENTER_FORM, "quotas-TOTAL_FORMS": "1", "quotas-INITIAL_FORMS": "0",
         "quotas-0-queued": "40"})
     assert response.status_code == 302, page(response)
     assert Quota.objects.get(user=None, datacenter=datacenter).queued == 40

@@ -105,6 +105,36 @@ def test_adddatacenter_on_kubernetes_with_the_pfs_volume_of_pods(db, k8s_api):
     assert Datacenter.objects.get(name="k8s").kube_volume["nfs"]["server"] == "nfs.example.com"
 
 
+def test_adddatacenter_sets_the_clusters_choices(db, k8s_api):
+    """Scheduler, queue, uid, GPU nodes, start timeout: given as flags, kept when not given;
+    a choice that cannot work is refused and nothing is saved."""
+    run("adddatacenter", "gpus", "--backend", "kubernetes", "--kubeconfig",
+        str(k8s_api.kubeconfig_path), "--kube-volume",
+        '{"persistentVolume": {"csi": {"driver": "cephfs.csi.ceph.com", "volumeHandle": "p"}}}',
+        "--scheduler", "kueue", "--queue", "gpu-team", "--run-as-user", "2000",
+        "--run-as-group", "2000", "--gpu-tolerations",
+        '[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]',
+        "--gpu-node-selector", '{"gpu": "a100"}', "--start-timeout", "900",
+        "--start-tries", "5")
+    dc = Datacenter.objects.get(name="gpus")
+    assert (dc.kube_scheduler, dc.kube_queue, dc.kube_run_as_user, dc.kube_run_as_group,
+            dc.kube_gpu_node_selector, dc.start_timeout, dc.start_tries) == (
+        "kueue", "gpu-team", 2000, 2000, {"gpu": "a100"}, 900, 5)
+    assert dc.kube_gpu_tolerations[0]["key"] == "nvidia.com/gpu"
+    with pytest.raises(CommandError, match="kube_queue: required with Kueue"):
+        run("adddatacenter", "other", "--backend", "kubernetes", "--kubeconfig",
+            str(k8s_api.kubeconfig_path), "--scheduler", "kueue")
+    with pytest.raises(CommandError, match="seen in its own namespace only"):
+        run("adddatacenter", "gpus", "--kube-volume",
+            '{"persistentVolumeClaim": {"claimName": "pfs"}}')
+    with pytest.raises(CommandError, match="start_tries"):
+        run("adddatacenter", "gpus", "--start-tries", "0")
+    with pytest.raises(CommandError, match="a JSON list"):
+        run("adddatacenter", "gpus", "--gpu-tolerations", '{"key": "x"}')
+    assert not Datacenter.objects.filter(name="other").exists()
+    assert Datacenter.objects.get(name="gpus").start_tries == 5
+
+
 def test_adddatacenter_refuses_a_cluster_too_old_or_out_of_reach_unless_told(db, k8s_api,
                                                                               tmp_path):
     k8s_api.settings.kubernetes_version = "1.28"

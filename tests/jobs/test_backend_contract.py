@@ -229,7 +229,7 @@ def test_a_new_attempt_is_a_new_start(backend, make_job):
     replica = job.replicas.get()
     start(backend, job, replica)
     assert settle(backend, job, replica).exit_code == 1
-    Replica.objects.filter(pk=replica.pk).update(restarts=1)
+    Replica.objects.filter(pk=replica.pk).update(restarts=1, attempt=1)
     replica.refresh_from_db()
     assert backend.observe(job, replica).status == Status.NOT_STARTED  # attempt 1 has not run
     start(backend, job, replica)

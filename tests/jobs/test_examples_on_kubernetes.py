@@ -158,10 +158,15 @@ def test_trainers_wait_for_pservers_that_start_late(cluster, celery_worker, alic
     assert log.startswith(f"paddlecloud: waiting for ps-numpy-{str(job.uid)[:5]}-ps-0.")
 
 
-# Prints "attempt <restarts> step <i>" every STEP_SECONDS for STEPS steps, then exits 0.
+# Prints "step <i> on <ip>" every STEP_SECONDS for STEPS steps, then exits 0. As a pserver it
+# listens on its port, as PaddlePaddle's does, after LISTEN_AFTER seconds.
 STEPPER = """\
-import os, sys, time
+import os, socket, sys, time
 steps, pause = int(os.environ.get("STEPS", "40")), float(os.environ.get("STEP_SECONDS", "0.2"))
+if os.environ.get("TRAINING_ROLE") == "PSERVER":
+    time.sleep(float(os.environ.get("LISTEN_AFTER", "0")))
+    server = socket.create_server(("", int(os.environ["PADDLE_PORT"])))
+    print("listening", flush=True)
 marker = os.path.join(os.environ["PADDLE_OUTPUT_DIR"], "attempts")
 os.makedirs(os.environ["PADDLE_OUTPUT_DIR"], exist_ok=True)
 with open(marker, "a") as f:
@@ -200,6 +205,29 @@ def trainer_pod(cluster: Cluster, job: Job, index: int = 0) -> client.V1Pod:
     return next(p for p in pods if p.metadata.annotations.get(
         "batch.kubernetes.io/job-completion-index") == str(index)
         and p.status.phase == "Running")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("cluster", ["process-kubelet"], indirect=True)
+def test_trainers_wait_until_their_pservers_accept_connections(cluster, celery_worker, alice,
+                                                               datacenter, pfs_home):
+    """A pserver with an address may not listen yet (loading its model): the trainers' pods
+    wait in their init phase, saying so, and start once it accepts connections."""
+    job = stepper(cluster, alice, datacenter, pfs_home, trainers=1, pservers=1,
+                  env={"STEPS": "5", "LISTEN_AFTER": "4"})
+    wait_for_line(job, "to accept connections")
+    trainer = job.replicas.get(role="trainer")
+    deadline = time.monotonic() + 30
+    while not trainer.reason.startswith("waiting for its peers to have addresses and accept"):
+        assert time.monotonic() < deadline, trainer.reason  # shown as why it is not running
+        time.sleep(0.1)
+        trainer.refresh_from_db()
+    assert trainer.state == "starting"
+    wait_for(job, FINAL, timeout=120)
+    assert job.state == "succeeded", (job.state_reason, logs_of(job))
+    log = (output_dir(job) / "node_0" / "train.log").read_text()
+    assert log.startswith(f"paddlecloud: waiting for stepper-{str(job.uid)[:5]}-ps-0.")
+    assert ":6174 to accept connections\n" in log and "step 4 " in log
 
 
 @pytest.mark.django_db(transaction=True)

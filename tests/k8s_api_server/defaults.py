@@ -108,6 +108,11 @@ def _job(obj: dict) -> None:
     spec.setdefault("suspend", False)
     if not spec.get("podFailurePolicy"):
         spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    else:  # with a policy only Failed is allowed, and a condition's status defaults to True
+        spec.setdefault("podReplacementPolicy", "Failed")
+        for rule in spec["podFailurePolicy"].get("rules") or []:
+            for condition in rule.get("onPodConditions") or []:
+                condition.setdefault("status", "True")
     _template(obj)
     labels = spec["template"]["metadata"].get("labels")
     if labels and not obj["metadata"].get("labels"):

@@ -40,7 +40,30 @@ class Command(BaseCommand):
         parser.add_argument("--kube-volume", type=_json_object, metavar="JSON",
                             help='how pods mount the PFS root: one Kubernetes volume source, '
                                  'e.g. \'{"nfs": {"server": "nfs.example.com", "path": '
-                                 '"/exports/pfs/dc1"}}\'')
+                                 '"/exports/pfs/dc1"}}\', or {"persistentVolume": '
+                                 '{"csi": {…}}} for a volume the portal makes a '
+                                 'PersistentVolume and claim of in each user namespace')
+        parser.add_argument("--scheduler", dest="kube_scheduler",
+                            choices=[c.value for c in Datacenter.Scheduler],
+                            help="who starts a job's pods together (default: Kubernetes')")
+        parser.add_argument("--queue", dest="kube_queue",
+                            help="Kueue's ClusterQueue, or Volcano's Queue, of the jobs")
+        parser.add_argument("--run-as-user", dest="kube_run_as_user", type=int, metavar="UID",
+                            help="uid of the jobs' containers (default: the portal's)")
+        parser.add_argument("--run-as-group", dest="kube_run_as_group", type=int,
+                            metavar="GID", help="gid of the jobs' containers (default: the "
+                                                "portal's)")
+        parser.add_argument("--gpu-tolerations", dest="kube_gpu_tolerations",
+                            type=_json_list, metavar="JSON",
+                            help="tolerations of GPU replicas' pods, a JSON list")
+        parser.add_argument("--gpu-node-selector", dest="kube_gpu_node_selector",
+                            type=_json_object, metavar="JSON",
+                            help="node labels GPU replicas' pods need, a JSON object")
+        parser.add_argument("--start-timeout", type=int, metavar="SECONDS",
+                            help="requeue a job whose replicas do not all run by then "
+                                 "(0: never; default 300)")
+        parser.add_argument("--start-tries", type=int, metavar="N",
+                            help="fail a job after N starts that timed out (default 3)")
 
         parser.add_argument("--skip-cluster-check", action="store_true",
                             help="save it even if its cluster cannot be reached (or is too "
@@ -62,6 +85,14 @@ class Command(BaseCommand):
             "kube_in_cluster": options["kube_in_cluster"],
             "namespace_prefix": options["namespace_prefix"],
             "kube_volume": options["kube_volume"],
+            "kube_scheduler": options["kube_scheduler"],
+            "kube_queue": options["kube_queue"],
+            "kube_run_as_user": options["kube_run_as_user"],
+            "kube_run_as_group": options["kube_run_as_group"],
+            "kube_gpu_tolerations": options["kube_gpu_tolerations"],
+            "kube_gpu_node_selector": options["kube_gpu_node_selector"],
+            "start_timeout": options["start_timeout"],
+            "start_tries": options["start_tries"],
         }
         found = []
 
@@ -91,4 +122,15 @@ def _json_object(text: str) -> dict:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(
             'a JSON object, e.g. {"hostPath": {"path": "/mnt/pfs"}}')
+    return value
+
+
+def _json_list(text: str) -> list:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, list):
+        raise argparse.ArgumentTypeError(
+            'a JSON list, e.g. [{"key": "nvidia.com/gpu", "operator": "Exists"}]')
     return value

@@ -6,8 +6,13 @@ Indexed Job (trainers) in the owner's namespace, all owned by one root ConfigMap
   object already there with this job's uid is taken as made.
 - ``start`` creates nothing: the controllers start the pods. It names the replica's pods.
 - ``observe`` reads the pods (``pods_watch``): phases, exit codes, and why a pod still waits
-  (unschedulable, image pull failures) from its conditions and container states; a pod the
-  cluster refused to create (its ResourceQuota) from the controller's ``FailedCreate`` events.
+  (unschedulable, image pull failures, its peers, Kueue or Volcano) from its conditions and
+  container states; a pod the cluster took away (``DisruptionTarget``, or gone before it
+  ended) as a disruption; a pserver whose pod its StatefulSet replaced as lost; a pod the
+  cluster refuses to create (``FailedCreate``) as a wait for its quota, else a refusal once
+  it persists. A trainer's pods are told apart by attempt (``pod_attempt``).
+- ``stop_for_restart`` deletes a collective job's trainers' Job, and ``start`` makes the one
+  of the new attempt once the old is gone.
 - ``stop``, ``release`` (the job ended) and ``cleanup`` delete the root: the garbage
   collector deletes the rest, the pods with the portal's grace period.
 - Logs come from the pods while they exist, else from the copy each pod writes to the job's
@@ -19,14 +24,23 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from datetime import datetime
 
+from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Max
 
 from accounts.models import Datacenter
 from accounts.selectors import quota_get
-from jobs.models import replica_ended
+from jobs.models import Replica, replica_ended
 from paddlecloud.errors import PaddleCloudError, ValidationError
-from paddlecloud_core.contract import Paths, Topology, job_namespace
+from paddlecloud_core.contract import (
+    STOP_GRACE_SECONDS,
+    Paths,
+    Topology,
+    job_namespace,
+    trainers_restart_together,
+)
 from paddlecloud_core.processes import exit_reason
 from registries.models import Registry
 from registries.services import registry_password
@@ -37,7 +51,9 @@ from . import manifests, pods
 from .client import KubeError, kube_for
 from .names import (
     COMPONENT_LABEL,
+    FIRST_ATTEMPT_LABEL,
     JOB_UID_LABEL,
+    LOCAL_QUEUE,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     PSERVER,
@@ -56,7 +72,11 @@ logger = logging.getLogger(__name__)
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 POD_INDEX = "apps.kubernetes.io/pod-index"
+FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
+IGNORED_COUNT = "batch.kubernetes.io/job-index-ignored-failure-count"
 LOG_RETRY_SECONDS = 0.5
+# How long ``prepare`` waits for the objects of an earlier start (a requeued job's) to go.
+EARLIER_OBJECTS_SECONDS = 3 * STOP_GRACE_SECONDS
 ROOTS = f"{MANAGED_BY_LABEL}={MANAGED_BY},{COMPONENT_LABEL}=job"
 WAITING_REASONS = {  # container waiting reasons worth telling the user, with a lead-in
     "ErrImagePull": "cannot pull its image",
@@ -70,6 +90,24 @@ WAITING_REASONS = {  # container waiting reasons worth telling the user, with a 
 
 def _namespace(job) -> str:
     return job_namespace(job.datacenter, job.owner.username)
+
+
+def _first_attempt(job) -> int:
+    """The attempt the trainers' Job starts with: its trainers' (the engine keeps them the
+    same whenever the Job is made anew); 0 for a job not saved (a dry run)."""
+    if job.pk is None:
+        return 0
+    found = Replica.objects.filter(job_id=job.pk, role=TRAINER).aggregate(most=Max("attempt"))
+    return found["most"] or 0
+
+
+def pod_attempt(pod: dict) -> int:
+    """Which attempt of its replica a trainer's pod is: its Job's first, plus the failures the
+    Job counted or ignored for the index before it."""
+    meta = pod["metadata"]
+    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+    return sum(int(value) if str(value).isdigit() else 0 for value in (
+        labels.get(FIRST_ATTEMPT_LABEL), notes.get(FAILURE_COUNT), notes.get(IGNORED_COUNT)))
 
 
 class KubernetesBackend(Backend):
@@ -107,13 +145,28 @@ class KubernetesBackend(Backend):
             self._pull_secret_write(kube, job.registry)
         same = (JOB_UID_LABEL, str(job.uid))
         try:
+            self._earlier_gone(kube, job, namespace)
             root = kube.create(manifests.job_root(job, namespace), same_if=same)
-            for obj in manifests.job_children(job, namespace, root["metadata"]["uid"]):
+            for obj in manifests.job_children(job, namespace, root["metadata"]["uid"],
+                                              _first_attempt(job)):
                 kube.create(obj, same_if=same)
         except manifests.ManifestError as exc:
             raise BackendError(str(exc)) from None
         except KubeError as exc:
             raise BackendError(f"the cluster refused the job's objects: {exc}") from None
+
+    def _earlier_gone(self, kube, job, namespace: str) -> None:
+        """Wait for the objects of the job's earlier start (it was requeued: its root is being
+        deleted, its pods are ending) to be gone, so that this start makes its own."""
+        deadline = time.monotonic() + EARLIER_OBJECTS_SECONDS
+        while True:
+            root = kube.get("ConfigMap", namespace, object_base(job))
+            if root is None or not root["metadata"].get("deletionTimestamp"):
+                return
+            if time.monotonic() > deadline:
+                raise KubeError(f"the objects of its earlier start are still being deleted "
+                                f"after {EARLIER_OBJECTS_SECONDS} s")
+            time.sleep(0.2)
 
     def _namespace_ensure(self, kube, datacenter, user) -> None:
         for obj in manifests.namespace_objects(datacenter, user, quota_get(user, datacenter)):
@@ -135,10 +188,42 @@ class KubernetesBackend(Backend):
 
     def start(self, job, replica, env: dict[str, str]) -> str:
         # The Job and StatefulSet controllers start (and restart) the pods; the environment
-        # is in their pod templates (built from the same contract).
+        # is in their pod templates (built from the same contract). Only a collective job's
+        # trainers, which restart together, need their Job made again for the attempt.
         if replica.role == TRAINER:
+            if trainers_restart_together(job) and replica.attempt:
+                self._trainers_ensure(job, replica.attempt)
             return f"{trainer_name(job)}-{replica.index}"
         return pserver_host(job, replica.index)
+
+    def _trainers_ensure(self, job, attempt: int) -> dict | None:
+        """The trainers' Job of ``attempt``: an earlier attempt's is deleted (its pods first:
+        Foreground), and once it is gone the new one is made. None until then."""
+        kube = kube_for(job.datacenter)
+        namespace = _namespace(job)
+        found = kube.get("Job", namespace, trainer_name(job))
+        if found is not None:
+            if found["metadata"].get("labels", {}).get(FIRST_ATTEMPT_LABEL) == str(attempt):
+                return found
+            if not found["metadata"].get("deletionTimestamp"):
+                kube.delete("Job", namespace, trainer_name(job), propagation="Foreground")
+            return None
+        root = kube.get("ConfigMap", namespace, object_base(job))
+        if root is None or root["metadata"].get("deletionTimestamp"):
+            return None  # the job is ending
+        try:
+            made = manifests.trainers_job(job, namespace, manifests.owner_reference(
+                job, root["metadata"]["uid"]), attempt)
+        except manifests.ManifestError as exc:
+            raise BackendError(str(exc)) from None
+        return kube.create(made, same_if=(FIRST_ATTEMPT_LABEL, str(attempt)))
+
+    def stop_for_restart(self, job, replicas, grace: float) -> None:
+        """A collective job's trainers restart together: their Job (failed at the first
+        failure) goes, its pods with their grace; ``start`` makes the next."""
+        kube = kube_for(job.datacenter)
+        kube.delete("Job", _namespace(job), trainer_name(job), grace=grace,
+                    propagation="Foreground")
 
     # -- observing --------------------------------------------------------------------------
 
@@ -173,21 +258,80 @@ class KubernetesBackend(Backend):
         except KubeError as exc:
             return Observation(Status.WAITING, reason=f"cannot see its pod: {exc}")
         if replica.role == TRAINER:  # the Job controller makes a new pod per attempt
-            pod = mine[replica.restarts] if len(mine) > replica.restarts else None
+            current = [pod for pod in mine if pod_attempt(pod) == replica.attempt]
+            pod = current[-1] if current else None
+            if pod is None and any(pod_attempt(p) > replica.attempt for p in mine):
+                # Its pod went before it was seen to end, and the Job made the next: a
+                # failed pod stays, so this one was deleted (evicted, preempted, its node
+                # lost, or by someone), which is not the job's fault.
+                return Observation(Status.LOST, disrupted=True, reason=(
+                    "the cluster took its pod away (it was deleted before it ended: "
+                    "evicted, preempted or its node lost)"))
         else:
             pod = mine[-1] if mine else None
         if pod is None:
             return self._no_pod(job, replica)
-        return pod_observation(pod, replica.role)
+        seen = pod_observation(pod, replica.role)
+        if (replica.role == PSERVER and replica.state == "running" and replica.backend_ref
+                and replica.backend_ref != pod["metadata"].get("uid")):
+            # Its StatefulSet made it a new pod (evicted, its node lost): a new, empty
+            # pserver. The trainers would train on against it: the pserver has failed.
+            return Observation(Status.LOST, host=seen.host, disrupted=True, reason=(
+                "its pod was replaced (evicted, preempted or its node lost): the "
+                "parameters it held are gone"))
+        if (seen.status in (Status.EXITED, Status.LOST) and seen.exit_code != 0
+                and replica.role == TRAINER and trainers_restart_together(job)
+                and not seen.disrupted and self._trainers_disrupted(job)):
+            seen = Observation(seen.status, exit_code=seen.exit_code, host=seen.host,
+                               ref=seen.ref, disrupted=True, reason=seen.reason)
+        if seen.status == Status.WAITING and job.datacenter.kube_scheduler == "volcano":
+            return self._waiting_why(job, pod, seen)
+        return seen
+
+    def _trainers_disrupted(self, job) -> bool:
+        """Whether a collective job's trainers' Job failed because the cluster took one of
+        its pods away (its FailJob rule on DisruptionTarget), not for a trainer's fault."""
+        found = kube_for(job.datacenter).get("Job", _namespace(job), trainer_name(job))
+        for condition in ((found or {}).get("status") or {}).get("conditions") or []:
+            if (condition.get("type") == "Failed" and condition.get("status") == "True"
+                    and condition.get("reason") == "PodFailurePolicy"
+                    and "DisruptionTarget" in (condition.get("message") or "")):
+                return True
+        return False
+
+    def _waiting_why(self, job, pod: dict, seen: Observation) -> Observation:
+        """A pending pod of a job whose gang scheduler holds it: what that scheduler says."""
+        if job.datacenter.kube_scheduler != "volcano" or (pod.get("spec") or {}).get(
+                "nodeName"):
+            return seen
+        try:
+            group = kube_for(job.datacenter).get("PodGroup", _namespace(job), object_base(job))
+        except KubeError:
+            return seen
+        status = (group or {}).get("status") or {}
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "Unschedulable" and condition.get("status") == "True":
+                return Observation(Status.WAITING, host=seen.host, reason=(
+                    f"waiting for Volcano to schedule all the job's pods at once "
+                    f"({status.get('phase', 'Pending')}): {condition.get('message', '')}"
+                ).rstrip(": "))
+        return seen
 
     def _no_pod(self, job, replica) -> Observation:
-        """Why there is no pod for the replica: not made yet, refused, or deleted."""
+        """Why there is no pod for the replica: not made yet, refused, held by a queue, or
+        deleted."""
         kube = kube_for(job.datacenter)
         namespace = _namespace(job)
         kind, name = (("Job", trainer_name(job)) if replica.role == TRAINER
                       else ("StatefulSet", pserver_name(job)))
         try:
-            owner = kube.get(kind, namespace, name)
+            if kind == "Job" and trainers_restart_together(job) and replica.attempt:
+                owner = self._trainers_ensure(job, replica.attempt)
+                if owner is None and kube.get("ConfigMap", namespace, object_base(job)):
+                    return Observation(Status.WAITING, reason=(
+                        "waiting for the trainers of its last attempt to stop"))
+            else:
+                owner = kube.get(kind, namespace, name)
             if owner is None:
                 if kube.get("ConfigMap", namespace, object_base(job)) is None:
                     return Observation(Status.LOST, reason=(
@@ -195,14 +339,71 @@ class KubernetesBackend(Backend):
                         f"{name} in namespace {namespace} is gone)"))
                 return Observation(Status.LOST, reason=f"its {kind} {name} was deleted "
                                                        "outside PaddleCloud")
-            for event in kube.events_for(namespace, owner["metadata"]["uid"]):
-                if event.get("reason") == "FailedCreate" and "exceeded quota" in (
-                        event.get("message") or ""):
-                    return Observation(Status.REFUSED, reason=(
-                        "the cluster refused to create its pod: " + event["message"]))
+            if replica.role == PSERVER and replica.state == "running":
+                return Observation(Status.LOST, disrupted=True, reason=(
+                    "its pod is gone (evicted, preempted or its node lost): the parameters it "
+                    "held are gone"))
+            refused = self._refusal(kube.events_for(namespace, owner["metadata"]["uid"]))
+            if refused is not None:
+                return refused
+            if (owner.get("spec") or {}).get("suspend"):
+                return self._queued(kube, owner)
         except KubeError as exc:
             return Observation(Status.WAITING, reason=f"cannot see its pod: {exc}")
         return Observation(Status.WAITING, reason="waiting for its pod to be created")
+
+    def _refusal(self, events: list[dict]) -> Observation | None:
+        """What the cluster said when it refused to create the pod (``FailedCreate``), if it
+        did. A ResourceQuota's refusal is a wait: the pods of a job that just ended still
+        count until they are gone. Any other (Pod Security, a LimitRange, a webhook) fails
+        the replica once it has gone on for ``PADDLECLOUD_KUBE_REFUSED_SECONDS``."""
+        made = max((e.get("lastTimestamp") or "" for e in events
+                    if e.get("reason") == "SuccessfulCreate"), default="")
+        # Only what came after the last pod it made (timestamps are to the second: a refusal
+        # in the same second as a success is taken as over).
+        refusals = [e for e in events if e.get("reason") == "FailedCreate"
+                    and (e.get("lastTimestamp") or "") > made]
+        if not refusals:
+            return None
+        last = max(refusals, key=lambda e: e.get("lastTimestamp") or "")
+        message = last.get("message") or ""
+        if "exceeded quota" in message:
+            return Observation(Status.WAITING, reason=(
+                "waiting for the namespace's quota (pods that are ending still count): "
+                + message))
+        # Each retry names a new pod, so each refusal may be an Event of its own: how long
+        # they have gone on is from the first one's first time to the last one's last.
+        others = [e for e in refusals if "exceeded quota" not in (e.get("message") or "")]
+        lasted = _seconds_between(min(e.get("firstTimestamp") or "" for e in others),
+                                  last.get("lastTimestamp"))
+        if lasted >= settings.PADDLECLOUD_KUBE_REFUSED_SECONDS:
+            return Observation(Status.REFUSED, reason=(
+                "the cluster refused to create its pod: " + message))
+        return Observation(Status.WAITING, reason=(
+            "the cluster refuses to create its pod (retrying): " + message))
+
+    def _queued(self, kube, owner: dict) -> Observation:
+        """A suspended Job: Kueue has not admitted it. Its Workload says why, and Kueue's
+        visibility API where it stands in its ClusterQueue."""
+        meta = owner["metadata"]
+        try:
+            workloads, _ = kube.list("Workload", meta["namespace"],
+                                     selector=f"kueue.x-k8s.io/job-uid={meta['uid']}")
+        except KubeError as exc:
+            return Observation(Status.WAITING, reason=f"waiting for Kueue to admit it ({exc})")
+        if not workloads:
+            return Observation(Status.WAITING, reason=(
+                "waiting for Kueue to see it (is Kueue installed, and its LocalQueue there?)"))
+        workload = workloads[0]
+        why = ""
+        for condition in (workload.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "QuotaReserved" and condition.get("status") == "False":
+                why = condition.get("message") or condition.get("reason") or ""
+        position = kube.queue_position(meta["namespace"], LOCAL_QUEUE,
+                                       workload["metadata"]["name"])
+        where = "" if position is None else f", position {position + 1} in its ClusterQueue"
+        return Observation(Status.WAITING, reason=(
+            f"waiting for Kueue to admit it{where}" + (f": {why}" if why else "")))
 
     # -- stopping ---------------------------------------------------------------------------
 
@@ -217,7 +418,8 @@ class KubernetesBackend(Backend):
         to stop). Its logs are in its output, its events in the portal. A cluster that
         cannot be reached now leaves them to ``cleanup`` (the job's TTL, or its deletion)."""
         try:
-            kube_for(job.datacenter).delete("ConfigMap", _namespace(job), object_base(job))
+            kube_for(job.datacenter).delete("ConfigMap", _namespace(job), object_base(job),
+                                            propagation="Foreground")
         except KubeError as exc:
             logger.warning("job %s: its objects could not be deleted yet: %s", job.pk, exc)
 
@@ -234,7 +436,10 @@ class KubernetesBackend(Backend):
     def _delete_job(self, job, grace: float) -> None:
         kube = kube_for(job.datacenter)
         namespace = _namespace(job)
-        kube.delete("ConfigMap", namespace, object_base(job), grace=grace)
+        # Foreground: the root stays until its children are gone, so a requeued job's next
+        # start (``_earlier_gone``) knows when it may make them again.
+        kube.delete("ConfigMap", namespace, object_base(job), grace=grace,
+                    propagation="Foreground")
         # Children made before their root's uid was known (never, unless created by hand)
         # and pods terminating: delete by label too, so nothing of the job is left.
         for kind in ("Job", "StatefulSet", "Service"):
@@ -334,42 +539,73 @@ def _container(statuses: list[dict] | None, name: str) -> dict:
     return next((s for s in statuses or [] if s.get("name") == name), {})
 
 
+def _disrupted(status: dict) -> bool:
+    """The cluster took the pod away (evicted, preempted, its node lost): ``DisruptionTarget``."""
+    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+               for c in status.get("conditions") or [])
+
+
 def pod_observation(pod: dict, role: str) -> Observation:
     status = pod.get("status") or {}
     phase = status.get("phase", "Pending")
     host = (pod.get("spec") or {}).get("nodeName", "")
+    # A trainer's handle is its pod's name; a pserver's, its pod's uid: its StatefulSet gives a
+    # new pod the old one's name.
+    ref = pod["metadata"].get("name", "") if role == TRAINER else pod["metadata"].get("uid", "")
     main = _container(status.get("containerStatuses"), role)
     terminated = (main.get("state") or {}).get("terminated")
     if phase == "Succeeded":
-        return Observation(Status.EXITED, exit_code=0, host=host)
-    if phase == "Failed":
-        setup = (_container(status.get("initContainerStatuses"), "setup").get("state")
-                 or {}).get("terminated")
-        if terminated is None and setup and setup.get("exitCode"):
-            return Observation(Status.EXITED, exit_code=setup["exitCode"], host=host, reason=(
-                f"preparing the workspace failed (exit {setup['exitCode']}): see "
-                "output/requirements.log"))
+        return Observation(Status.EXITED, exit_code=0, host=host, ref=ref)
+    if phase == "Failed" or (_disrupted(status) and pod["metadata"].get("deletionTimestamp")):
+        disrupted = _disrupted(status)
+        for init, what in (("setup", "preparing the workspace failed"),
+                           ("peers", "its peers could not be reached")):
+            ended = (_container(status.get("initContainerStatuses"), init).get("state")
+                     or {}).get("terminated")
+            if terminated is None and ended and ended.get("exitCode"):
+                detail = ("see output/requirements.log" if init == "setup" else
+                          (ended.get("message") or "").strip() or "see the replica's log")
+                return Observation(Status.EXITED, exit_code=ended["exitCode"], host=host,
+                                   ref=ref, disrupted=disrupted, reason=(
+                                       f"{what} (exit {ended['exitCode']}): {detail}"))
         code = (terminated or {}).get("exitCode")
         reason = status.get("reason") or (terminated or {}).get("reason") or ""
-        if code is None:
-            return Observation(Status.LOST, host=host, reason=(
-                f"its pod failed: {reason or 'no exit status'} {status.get('message', '')}"
-            ).strip())
-        return Observation(Status.EXITED, exit_code=code, host=host,
+        if disrupted:
+            condition = next(c for c in status["conditions"] if c["type"] == "DisruptionTarget")
+            reason = (f"the cluster took its pod away ({condition.get('reason') or reason}: "
+                      f"{condition.get('message') or status.get('message', '')})").strip()
+        if code is None or disrupted:
+            return Observation(Status.LOST, host=host, ref=ref, disrupted=disrupted,
+                               exit_code=code, reason=reason if disrupted else (
+                                   f"its pod failed: {reason or 'no exit status'} "
+                                   f"{status.get('message', '')}").strip())
+        return Observation(Status.EXITED, exit_code=code, host=host, ref=ref,
                            reason=_exit_reason(code, reason))
     if phase == "Running":
         last = (main.get("lastState") or {}).get("terminated")
         if role == PSERVER and (terminated or last):  # restarted in place by the kubelet
             ended = terminated or last
             return Observation(Status.EXITED, exit_code=ended.get("exitCode", 1), host=host,
-                               reason=_exit_reason(ended.get("exitCode", 1),
-                                                   ended.get("reason", "")))
+                               ref=ref, reason=_exit_reason(ended.get("exitCode", 1),
+                                                            ended.get("reason", "")))
         if terminated is not None:  # its container ended, the pod not yet
             return Observation(Status.EXITED, exit_code=terminated.get("exitCode", 1),
-                               host=host, reason=_exit_reason(terminated.get("exitCode", 1),
-                                                              terminated.get("reason", "")))
-        return Observation(Status.RUNNING, host=host)
-    return Observation(Status.WAITING, host=host, reason=_pending_reason(status))
+                               host=host, ref=ref,
+                               reason=_exit_reason(terminated.get("exitCode", 1),
+                                                   terminated.get("reason", "")))
+        return Observation(Status.RUNNING, host=host, ref=ref)
+    return Observation(Status.WAITING, host=host, ref=ref, reason=_pending_reason(status))
+
+
+def _seconds_between(first: str | None, last: str | None) -> float:
+    """Seconds from one RFC 3339 timestamp of an Event to another (0 if one is missing)."""
+    if not first or not last:
+        return 0.0
+    try:
+        return (datetime.fromisoformat(last.replace("Z", "+00:00"))
+                - datetime.fromisoformat(first.replace("Z", "+00:00"))).total_seconds()
+    except ValueError:
+        return 0.0
 
 
 def _exit_reason(code: int, reason: str) -> str:
@@ -391,5 +627,8 @@ def _pending_reason(status: dict) -> str:
                 return f"{lead}: {waiting.get('message') or waiting['reason']}"
     for container in status.get("initContainerStatuses") or []:
         if (container.get("state") or {}).get("running"):
+            if container.get("name") == "peers":
+                return ("waiting for its peers to have addresses and accept connections "
+                        "(its log says which)")
             return "preparing its workspace (copying the package, installing requirements)"
     return "its pod is being created"

@@ -51,7 +51,15 @@ RESOURCES = {
     "Event": Resource("/api/v1", "events"),
     "StatefulSet": Resource("/apis/apps/v1", "statefulsets"),
     "Job": Resource("/apis/batch/v1", "jobs"),
+    "PersistentVolume": Resource("/api/v1", "persistentvolumes", namespaced=False),
+    "PersistentVolumeClaim": Resource("/api/v1", "persistentvolumeclaims"),
+    "LocalQueue": Resource("/apis/kueue.x-k8s.io/v1beta1", "localqueues"),
+    "Workload": Resource("/apis/kueue.x-k8s.io/v1beta1", "workloads"),
+    "PodGroup": Resource("/apis/scheduling.volcano.sh/v1beta1", "podgroups"),
 }
+# Made once and left as they are: their specs cannot change (a volume and its claim, a
+# LocalQueue's ClusterQueue). A namespace gets only its labels brought up to date.
+CREATED_ONCE = frozenset({"PersistentVolume", "PersistentVolumeClaim", "LocalQueue"})
 
 RETRIED_STATUSES = frozenset({500, 502, 503, 504})
 # The oldest Kubernetes whose API has every field of the job objects (the oldest they are
@@ -205,7 +213,8 @@ class Kube:
                         reason="AlreadyExists")
 
     def apply(self, obj: dict) -> dict:
-        """Create ``obj``, or replace what is there with it (namespace objects, secrets)."""
+        """Create ``obj``, or replace what is there with it (namespace objects, secrets; a
+        Namespace's labels only; ``CREATED_ONCE`` kinds never)."""
         kind, meta = obj["kind"], obj["metadata"]
         for _ in range(3):  # a concurrent change makes the replace conflict: read again
             existing = self.get(kind, meta.get("namespace"), meta["name"])
@@ -217,10 +226,19 @@ class Kube:
                     if exc.reason != "AlreadyExists":
                         raise
                     continue
+            if kind in CREATED_ONCE:
+                return existing
             if kind == "Namespace":
-                return existing  # nothing of ours to change on it
-            replacement = {**obj, "metadata": {
-                **meta, "resourceVersion": existing["metadata"]["resourceVersion"]}}
+                # Only its labels are ours to change (its Pod Security level, when the
+                # datacenter's volume or uid changed); others' labels and its finalizers stay.
+                labels = existing["metadata"].get("labels") or {}
+                if all(labels.get(k) == v for k, v in meta.get("labels", {}).items()):
+                    return existing
+                replacement = {**existing, "metadata": {
+                    **existing["metadata"], "labels": {**labels, **meta.get("labels", {})}}}
+            else:
+                replacement = {**obj, "metadata": {
+                    **meta, "resourceVersion": existing["metadata"]["resourceVersion"]}}
             try:
                 return self.request("PUT", self.path(kind, meta.get("namespace"),
                                                      meta["name"]), body=replacement)
@@ -281,6 +299,24 @@ class Kube:
                 yield event
         finally:
             response.response.release_conn()
+
+    # -- Kueue ------------------------------------------------------------------------------
+
+    def queue_position(self, namespace: str, local_queue: str, workload: str) -> int | None:
+        """The workload's position in its ClusterQueue (0: next), from Kueue's visibility
+        API; None where Kueue does not list it (admitted, or no visibility API)."""
+        path = (f"/apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/{namespace}/localqueues/"
+                f"{local_queue}/pendingworkloads")
+        try:
+            answer = self.request("GET", path)
+        except KubeError as exc:
+            if exc.status in (403, 404, 503):
+                return None
+            raise
+        for item in answer.get("items") or []:
+            if (item.get("metadata") or {}).get("name") == workload:
+                return item.get("positionInClusterQueue")
+        return None
 
     # -- pods -------------------------------------------------------------------------------
 

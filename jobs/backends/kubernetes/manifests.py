@@ -8,10 +8,13 @@ the pods' scripts), which the backend creates first; every other object (``job_c
 names the root in an ownerReference with the uid the API server gave it, so deleting the root
 deletes the job. In creation order:
 
+- Volcano's PodGroup of all the job's pods (datacenters that use Volcano),
 - the pservers' headless Service and their StatefulSet (jobs with pservers only),
 - the trainers' headless Service (the DNS names of ``PADDLE_TRAINER_ENDPOINTS``),
-- the trainers' Indexed Job: an index per trainer, ``restart_limit`` retries per index, and
-  the job fails as soon as one index has no retries left.
+- the trainers' Indexed Job (``trainers_job``): an index per trainer; a pserver job's are
+  retried ``restart_limit`` times each, a pod the cluster took away replaced without counting;
+  a collective job's fails at the first failure and is made again (all its trainers restart).
+  Suspended, in Kueue's queue, where the datacenter uses Kueue.
 
 ``job_objects`` is all of them, for dry runs and validation; without the root's uid (nothing
 was created yet) the children carry no ownerReference, so its output stays safe to apply by
@@ -20,23 +23,31 @@ hand: an ownerReference to a made-up uid would have the garbage collector delete
 Pservers restart in place (their StatefulSet's pods are restarted by the kubelet without
 limit); a deadline and the TTL after finishing are the trainers' Job's: the backend deletes the
 root, and with it the pservers, when the job ends.
+
+A user's namespace (``namespace_objects``) comes with its ResourceQuota and LimitRange, its PFS
+volume and claim (``pfs_claim_objects``) and Kueue's LocalQueue where the datacenter needs them.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import json
 
-from paddlecloud_core.contract import job_namespace
+from paddlecloud_core.contract import job_namespace, trainers_restart_together
 from paddlecloud_core.spec import JobSpec
 
 from .names import (
     COMPONENT_LABEL,
+    FIRST_ATTEMPT_LABEL,
+    KUEUE_QUEUE_LABEL,
+    LOCAL_QUEUE,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     OWNER_LABEL,
     OWNER_NAME_ANNOTATION,
+    PFS_CLAIM,
     PSERVER,
     PSERVER_PORT,
     REGISTRY_LABEL,
@@ -44,13 +55,14 @@ from .names import (
     TRAINER_PORT,
     job_labels,
     object_base,
+    pfs_volume_name,
     pserver_name,
     pull_secret_name,
     role_selector,
     trainer_name,
 )
 from .pods import ManifestError as ManifestError  # raised by the builders; callers catch it here
-from .pods import pod_template
+from .pods import pod_template, run_as
 from .scripts import INIT_SCRIPT, INIT_SCRIPT_NAME, RUN_SCRIPT, RUN_SCRIPT_NAME
 
 QUOTA_NAME = "paddlecloud"
@@ -60,6 +72,12 @@ POD_SECURITY_VERSION = "pod-security.kubernetes.io/enforce-version"
 DEFAULT_CONTAINER_CPU = 1000
 DEFAULT_CONTAINER_MEMORY = 2**30
 JOB_SPEC_KEY = "job.json"
+# The volume types the "restricted" Pod Security Standard allows (of those kube_volume offers).
+RESTRICTED_VOLUMES = ("csi", "persistentVolume")
+# Pods the cluster took away (evicted, preempted, their node lost) carry this condition.
+DISRUPTED = {"type": "DisruptionTarget", "status": "True"}
+KUEUE_API = "kueue.x-k8s.io/v1beta1"
+VOLCANO_API = "scheduling.volcano.sh/v1beta1"
 
 
 def _metadata(name: str, namespace: str, labels: dict, *, annotations: dict | None = None,
@@ -75,17 +93,49 @@ def _metadata(name: str, namespace: str, labels: dict, *, annotations: dict | No
 # --- the user's namespace ------------------------------------------------------------------------
 
 def pod_security_level(datacenter) -> str:
-    """The Pod Security Standard a user's namespace enforces: ``baseline`` (the job's pods ask
-    for no host namespace, privilege or added capability), but ``privileged`` where the PFS
-    volume is a hostPath, which only that level allows (single-node trials and test clusters;
-    deploy/admission-policy.yaml refuses such namespaces)."""
-    return "privileged" if "hostPath" in (datacenter.kube_volume or {}) else "baseline"
+    """The Pod Security Standard a user's namespace enforces: ``restricted`` where the job's
+    pods can meet it (a CSI or PersistentVolume PFS, and a uid that is not root); else
+    ``baseline`` (an inline nfs or cephfs volume, which restricted forbids, or containers run
+    as root: still no host namespace, privilege or added capability); ``privileged`` where the
+    PFS volume is a hostPath, which only that level allows (single-node trials and test
+    clusters; deploy/admission-policy.yaml refuses such namespaces)."""
+    volume = datacenter.kube_volume or {}
+    if "hostPath" in volume:
+        return "privileged"
+    if any(kind in volume for kind in RESTRICTED_VOLUMES) and run_as(datacenter)[0] != 0:
+        return "restricted"
+    return "baseline"
+
+
+def pfs_claim_objects(datacenter, namespace: str, labels: dict) -> list[dict]:
+    """For a ``persistentVolume`` kube_volume: a PersistentVolume of that source reserved for
+    the namespace's claim, and the claim, bound to each other (a claim is seen only in its
+    namespace, and a volume binds one claim). Retained when the claim goes: the files are the
+    users'. A CSI volume's handle gets the namespace, as a driver takes one handle for one
+    volume."""
+    source = copy.deepcopy(datacenter.kube_volume["persistentVolume"])
+    if "csi" in source:
+        source["csi"]["volumeHandle"] = "-".join(
+            filter(None, [source["csi"].get("volumeHandle", "paddlecloud-pfs"), namespace]))
+    size = {"storage": "1Ti"}  # a static volume's capacity binds the claim; it limits nothing
+    return [
+        {"apiVersion": "v1", "kind": "PersistentVolume",
+         "metadata": {"name": pfs_volume_name(namespace), "labels": labels},
+         "spec": {"capacity": size, "accessModes": ["ReadWriteMany"],
+                  "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                  "claimRef": {"namespace": namespace, "name": PFS_CLAIM}, **source}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+         "metadata": _metadata(PFS_CLAIM, namespace, labels),
+         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                  "volumeName": pfs_volume_name(namespace), "resources": {"requests": size}}},
+    ]
 
 
 def namespace_objects(datacenter, user, quota) -> list[dict]:
     """The user's Namespace (labelled with its Pod Security level), a ResourceQuota mirroring
     their quota, and a LimitRange that gives a container asking for nothing a default (so
-    that the quota admits it) and caps a container at the quota."""
+    that the quota admits it) and caps a container at the quota; the PFS claim where the
+    datacenter's volume is a ``persistentVolume``, and Kueue's LocalQueue where it uses Kueue."""
     name = job_namespace(datacenter, user.username)
     labels = {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "namespace",
               OWNER_LABEL: str(user.pk)}
@@ -94,7 +144,7 @@ def namespace_objects(datacenter, user, quota) -> list[dict]:
     cpu, memory = f"{quota.cpu}m", str(quota.memory)
     default = {"cpu": f"{min(DEFAULT_CONTAINER_CPU, quota.cpu)}m",
                "memory": str(min(DEFAULT_CONTAINER_MEMORY, quota.memory))}
-    return [
+    objects = [
         {"apiVersion": "v1", "kind": "Namespace",
          "metadata": {"name": name, "labels": {**labels, **pod_security},
                       "annotations": {OWNER_NAME_ANNOTATION: user.username}}},
@@ -108,6 +158,13 @@ def namespace_objects(datacenter, user, quota) -> list[dict]:
                               "defaultRequest": default,
                               "max": {"cpu": cpu, "memory": memory}}]}},
     ]
+    if "persistentVolume" in (datacenter.kube_volume or {}):
+        objects += pfs_claim_objects(datacenter, name, labels)
+    if datacenter.kube_scheduler == "kueue":
+        objects.append({"apiVersion": KUEUE_API, "kind": "LocalQueue",
+                        "metadata": _metadata(LOCAL_QUEUE, name, labels),
+                        "spec": {"clusterQueue": datacenter.kube_queue}})
+    return objects
 
 
 # --- a job ---------------------------------------------------------------------------------------
@@ -134,7 +191,7 @@ def job_root(job, namespace: str) -> dict:
     }
 
 
-def _owner_reference(job, root_uid: str) -> dict:
+def owner_reference(job, root_uid: str) -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap", "name": object_base(job), "uid": root_uid,
             "blockOwnerDeletion": True}
 
@@ -151,11 +208,19 @@ def _headless_service(job, namespace: str, role: str, name: str, port: int,
     }
 
 
+def _queued(job, labels: dict) -> dict:
+    """An object's labels, with Kueue's queue where the datacenter uses Kueue."""
+    if job.datacenter.kube_scheduler == "kueue":
+        return {**labels, KUEUE_QUEUE_LABEL: LOCAL_QUEUE}
+    return labels
+
+
 def _pserver_objects(job, namespace: str, root: dict | None) -> list[dict]:
     name = pserver_name(job)
     statefulset = {
         "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": _metadata(name, namespace, job_labels(job, PSERVER), root=root),
+        "metadata": _metadata(name, namespace, _queued(job, job_labels(job, PSERVER)),
+                              root=root),
         "spec": {
             "serviceName": name,
             "replicas": job.pservers,
@@ -167,37 +232,66 @@ def _pserver_objects(job, namespace: str, root: dict | None) -> list[dict]:
     return [_headless_service(job, namespace, PSERVER, name, PSERVER_PORT, root), statefulset]
 
 
-def _trainer_objects(job, namespace: str, root: dict | None) -> list[dict]:
+def trainers_job(job, namespace: str, root: dict | None, first_attempt: int = 0) -> dict:
+    """The trainers' Indexed Job. A pserver job's trainers are retried one by one, each index
+    ``restart_limit`` times, and a pod the cluster took away (``DisruptionTarget``: evicted,
+    preempted, its node lost) is replaced without counting. A collective job's trainers
+    restart together: its Job fails at the first failure (its other pods are stopped) and the
+    portal makes it again, ``first_attempt`` on its pods telling the attempts apart; a
+    disruption fails it too, saying so, and that restart is not counted."""
     name = trainer_name(job)
+    together = trainers_restart_together(job)
     spec = {
         "completionMode": "Indexed",
         "completions": job.trainers,
         "parallelism": job.trainers,
-        "backoffLimitPerIndex": job.restart_limit,
+        "backoffLimitPerIndex": 0 if together else job.restart_limit,
         "maxFailedIndexes": 0,
         # A retry starts once the failed pod is gone: never two pods of an index at once,
         # writing one log under one hostname.
         "podReplacementPolicy": "Failed",
+        "podFailurePolicy": {"rules": [{"action": "FailJob" if together else "Ignore",
+                                        "onPodConditions": [dict(DISRUPTED)]}]},
     }
+    if job.datacenter.kube_scheduler == "kueue":
+        spec["suspend"] = True  # until Kueue admits it
     if job.deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = job.deadline_seconds
     if job.ttl_seconds_after_finished is not None:
         spec["ttlSecondsAfterFinished"] = job.ttl_seconds_after_finished
-    spec["template"] = pod_template(job, TRAINER, namespace, object_base(job))
-    indexed_job = {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": _metadata(name, namespace, job_labels(job, TRAINER), root=root),
-        "spec": spec,
-    }
-    return [_headless_service(job, namespace, TRAINER, name, TRAINER_PORT, root), indexed_job]
+    spec["template"] = pod_template(job, TRAINER, namespace, object_base(job),
+                                    first_attempt=first_attempt)
+    labels = _queued(job, job_labels(job, TRAINER))
+    labels[FIRST_ATTEMPT_LABEL] = str(first_attempt)
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": _metadata(name, namespace, labels, root=root), "spec": spec}
 
 
-def job_children(job, namespace: str, root_uid: str | None) -> list[dict]:
+def _pod_group(job, namespace: str, root: dict | None) -> dict:
+    """Volcano's gang: all of the job's pods are scheduled at once, or none."""
+    cpu = job.trainers * job.cpu + job.pservers * job.pscpu
+    memory = job.trainers * job.memory + job.pservers * job.psmemory
+    minimum = {"cpu": f"{cpu}m", "memory": str(memory)}
+    if job.gpu:
+        minimum["nvidia.com/gpu"] = str(job.trainers * job.gpu)
+    return {"apiVersion": VOLCANO_API, "kind": "PodGroup",
+            "metadata": _metadata(object_base(job), namespace, job_labels(job, "job"),
+                                  root=root),
+            "spec": {"minMember": job.trainers + job.pservers,
+                     "queue": job.datacenter.kube_queue or "default",
+                     "minResources": minimum}}
+
+
+def job_children(job, namespace: str, root_uid: str | None, first_attempt: int = 0
+                 ) -> list[dict]:
     """Everything of the job but its root, in creation order, owned by the root with uid
     ``root_uid`` (None: no ownerReferences, for dry runs)."""
-    root = None if root_uid is None else _owner_reference(job, root_uid)
+    root = None if root_uid is None else owner_reference(job, root_uid)
+    group = [_pod_group(job, namespace, root)] if job.datacenter.kube_scheduler == "volcano" else []
     pservers = _pserver_objects(job, namespace, root) if job.pservers else []
-    return [*pservers, *_trainer_objects(job, namespace, root)]
+    return [*group, *pservers,
+            _headless_service(job, namespace, TRAINER, trainer_name(job), TRAINER_PORT, root),
+            trainers_job(job, namespace, root, first_attempt)]
 
 
 def job_objects(job, *, namespace: str, root_uid: str | None = None) -> list[dict]:

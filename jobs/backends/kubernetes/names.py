@@ -20,6 +20,17 @@ JOB_UID_LABEL = "paddlecloud.org/job-uid"
 ROLE_LABEL = "paddlecloud.org/role"
 OWNER_LABEL = "paddlecloud.org/owner"
 REGISTRY_LABEL = "paddlecloud.org/registry"
+# The first attempt of each replica that the trainers' Job makes (a collective job's Job is made
+# again for every restart of all its trainers; a job requeued after a start timeout gets new
+# objects): a pod's attempt is this plus the failures its Job counted or ignored before it.
+FIRST_ATTEMPT_LABEL = "paddlecloud.org/first-attempt"
+# The claim of the PFS volume in a user namespace (a ``persistentVolume`` kube_volume), and its
+# PersistentVolume, one per namespace.
+PFS_CLAIM = "paddlecloud-pfs"
+# Kueue and Volcano.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+LOCAL_QUEUE = "paddlecloud"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 # Usernames may be e-mail addresses, which are no label values: labels carry the user's id.
 OWNER_NAME_ANNOTATION = "paddlecloud.org/owner-name"
 MANAGED_BY = "paddlecloud"
@@ -78,6 +89,12 @@ def pserver_endpoint(job, namespace: str, index: int) -> str:
 
 def master_endpoint(job, namespace: str) -> str:
     return f"{trainer_host(job, 0)}.{trainer_name(job)}.{namespace}.svc:{MASTER_PORT}"
+
+
+def pfs_volume_name(namespace: str) -> str:
+    """The PersistentVolume of a user namespace's PFS claim (cluster-wide, so named after the
+    namespace: at most 63 + 16 characters, within a volume name's 253)."""
+    return f"paddlecloud-pfs-{namespace}"
 
 
 def pull_secret_name(registry) -> str:

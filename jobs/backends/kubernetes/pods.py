@@ -11,18 +11,23 @@ Kubernetes leaves the values (and the entry command) as they were written.
 from __future__ import annotations
 
 import copy
+import os
 
 from accounts.models import KUBE_VOLUME_SOURCES, kube_volume_problem
 from paddlecloud_core import layout
 from paddlecloud_core.contract import STOP_GRACE_SECONDS, Paths, Topology, replica_env
 
 from .names import (
+    FIRST_ATTEMPT_LABEL,
+    PFS_CLAIM,
     PSERVER,
     PSERVER_PORT,
     TRAINER,
     TRAINER_PORT,
+    VOLCANO_GROUP_ANNOTATION,
     job_labels,
     master_endpoint,
+    object_base,
     pserver_endpoint,
     pull_secret_name,
     trainer_endpoint,
@@ -33,7 +38,9 @@ from .scripts import (
     INIT_SCRIPT_NAME,
     LOG_ENV,
     PACKAGE_ENV,
+    PEERS_ARGUMENT,
     PEERS_ENV,
+    PEERS_LISTENING_ENV,
     REQUIREMENTS_LOG_ENV,
     RUN_SCRIPT_NAME,
     SCRIPTS_DIR,
@@ -50,6 +57,9 @@ WORKSPACE = "/workspace"
 PFS_VOLUME = "pfs"
 WORKSPACE_VOLUME = "workspace"
 SCRIPTS_VOLUME = "paddlecloud"
+SHM_VOLUME = "dshm"
+# Every container: no way to gain privileges or capabilities (Pod Security "restricted").
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 # Which replica a pod is: the first variable of its environment, from the downward API.
 ID_VARIABLE = {TRAINER: "PADDLE_TRAINER_ID", PSERVER: "PADDLE_PSERVER_ID"}
@@ -177,17 +187,39 @@ def log_template(job, role: str) -> str:
 # --- volumes and resources -----------------------------------------------------------------------
 
 def pfs_volume(datacenter) -> dict:
-    """The datacenter's PFS root (holding ``home/`` and ``public/``), as its admin gave it.
-    The in-tree cephfs plugin is gone from Kubernetes 1.31: there, use a PersistentVolumeClaim
-    of the CephFS CSI driver."""
+    """The datacenter's PFS root (holding ``home/`` and ``public/``), as its admin gave it, or
+    the namespace's claim of it (a ``persistentVolume``: ``manifests.pfs_claim_objects``). The
+    in-tree cephfs plugin is gone from Kubernetes 1.31: there, give the CephFS CSI driver's
+    volume as a ``persistentVolume``."""
     source = datacenter.kube_volume
     hint = ("set its kube_volume: one Kubernetes volume source, "
             + ", ".join(KUBE_VOLUME_SOURCES) + ", e.g. {\"nfs\": {\"server\": …, \"path\": …}}")
     if not source:
         raise ManifestError(f"datacenter {datacenter.name} has no PFS volume for pods: {hint}")
-    if kube_volume_problem(source) is not None:
-        raise ManifestError(f"datacenter {datacenter.name} has an unusable PFS volume: {hint}")
+    if (problem := kube_volume_problem(source)) is not None:
+        raise ManifestError(f"datacenter {datacenter.name} has an unusable PFS volume: "
+                            f"{problem}")
+    if "persistentVolume" in source:
+        return {"name": PFS_VOLUME, "persistentVolumeClaim": {"claimName": PFS_CLAIM}}
     return {"name": PFS_VOLUME, **copy.deepcopy(source)}
+
+
+def run_as(datacenter) -> tuple[int, int]:
+    """The uid and gid of a job's containers: the datacenter's, else the portal's own, so
+    that the portal can clear away what jobs write and users can delete their output."""
+    uid, gid = datacenter.kube_run_as_user, datacenter.kube_run_as_group
+    return (os.getuid() if uid is None else uid, os.getgid() if gid is None else gid)
+
+
+def pod_security_context(datacenter) -> dict:
+    """As the ``restricted`` Pod Security Standard asks (``runAsNonRoot`` only where the uid
+    is not root: a datacenter that runs jobs as root gets ``baseline`` namespaces)."""
+    uid, gid = run_as(datacenter)
+    context = {"runAsUser": uid, "runAsGroup": gid}
+    if uid != 0:
+        context["runAsNonRoot"] = True
+    context["seccompProfile"] = {"type": "RuntimeDefault"}
+    return context
 
 
 def pfs_mounts(job) -> list[dict]:
@@ -220,13 +252,35 @@ def _mounts(job) -> list[dict]:
             {"name": SCRIPTS_VOLUME, "mountPath": SCRIPTS_DIR, "readOnly": True}]
 
 
+def shm_volume(job) -> dict:
+    """A trainer's /dev/shm (a container runtime's default is 64 MiB, too small for data
+    loaders' shared memory): in memory, which counts against the container's memory limit,
+    so at most half of the trainer's memory."""
+    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory",
+                                             "sizeLimit": str(job.memory // 2)}}
+
+
 # --- the pod template ----------------------------------------------------------------------------
 
-def pod_template(job, role: str, namespace: str, scripts_config_map: str) -> dict:
-    """A pod of ``role``: an init container (``init.sh``) copies the package into the
-    workspace and installs its requirements; the main container runs the entry under
-    ``run.sh``. Both run ``/bin/sh`` with the scripts of the job's root ConfigMap."""
+def peers_listening(job, role: str, namespace: str) -> str:
+    """``PADDLECLOUD_PEERS_LISTENING``: the peers that listen before this replica starts, so
+    that it waits until they accept connections: a pserver job's trainers wait for the
+    pservers. A collective job's trainers listen only once they all run (trainer 0's
+    rendezvous is started by the launch itself), and pservers wait for no one."""
+    if role != TRAINER or not job.pservers:
+        return ""
+    return ",".join(literal(p) for p in topology(job, namespace).pservers)
+
+
+def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
+                 first_attempt: int = 0) -> dict:
+    """A pod of ``role``: two init containers, ``setup`` (``init.sh``: the package copied
+    into the workspace, its requirements installed) and ``peers`` (``run.sh --peers``: until the
+    replicas it talks to have addresses and accept connections); then the main container runs
+    the entry under ``run.sh``. All run ``/bin/sh`` with the scripts of the job's root
+    ConfigMap, as the datacenter's uid, without privileges."""
     site = site_packages_dir(job)
+    datacenter = job.datacenter
     setup = {
         "name": "setup",
         "image": job.image,
@@ -237,19 +291,37 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str) -> dic
         "resources": _role_resources(job, role),
         "volumeMounts": _mounts(job),
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY),
     }
+    defaults = {"PYTHONPATH": literal(f"{site}:{WORKSPACE}"), LOG_ENV: log_template(job, role),
+                PEERS_ENV: peers_template(job, role, namespace)}
+    if listening := peers_listening(job, role, namespace):
+        defaults[PEERS_LISTENING_ENV] = listening
+    env = _with_defaults(role_env(job, role, namespace), defaults)
+    peers = {
+        "name": "peers",
+        "image": job.image,
+        "command": ["/bin/sh", f"{SCRIPTS_DIR}/{RUN_SCRIPT_NAME}", PEERS_ARGUMENT],
+        "env": copy.deepcopy(env),
+        "resources": resources(100, 64 * 2**20),
+        "volumeMounts": _mounts(job),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY),
+    }
+    mounts = _mounts(job)
+    if role == TRAINER:
+        mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})  # noqa: S108 - a mount
     main = {
         "name": role,
         "image": job.image,
         "command": ["/bin/sh", f"{SCRIPTS_DIR}/{RUN_SCRIPT_NAME}", literal(job.entry)],
         "workingDir": WORKSPACE,
-        "env": _with_defaults(role_env(job, role, namespace), {
-            "PYTHONPATH": literal(f"{site}:{WORKSPACE}"), LOG_ENV: log_template(job, role),
-            PEERS_ENV: peers_template(job, role, namespace)}),
+        "env": env,
         "ports": [{"name": "paddle", "containerPort": PORT[role]}],
         "resources": _role_resources(job, role),
-        "volumeMounts": _mounts(job),
+        "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY),
     }
     spec = {"restartPolicy": "Never" if role == TRAINER else "Always"}
     if role == TRAINER:
@@ -260,13 +332,24 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str) -> dic
         "terminationGracePeriodSeconds": STOP_GRACE_SECONDS,
         "enableServiceLinks": False,  # no variables for every Service of the namespace
         "automountServiceAccountToken": False,  # trainers have no business with the API
+        "securityContext": pod_security_context(datacenter),
     })
     if job.registry is not None:
         spec["imagePullSecrets"] = [{"name": pull_secret_name(job.registry)}]
-    spec.update({
-        "initContainers": [setup],
-        "containers": [main],
-        "volumes": [pfs_volume(job.datacenter), {"name": WORKSPACE_VOLUME, "emptyDir": {}},
-                    {"name": SCRIPTS_VOLUME, "configMap": {"name": scripts_config_map}}],
-    })
-    return {"metadata": {"labels": job_labels(job, role)}, "spec": spec}
+    if role == TRAINER and job.gpu:
+        if datacenter.kube_gpu_node_selector:
+            spec["nodeSelector"] = dict(datacenter.kube_gpu_node_selector)
+        if datacenter.kube_gpu_tolerations:
+            spec["tolerations"] = copy.deepcopy(datacenter.kube_gpu_tolerations)
+    metadata = {"labels": job_labels(job, role)}
+    if role == TRAINER:
+        metadata["labels"][FIRST_ATTEMPT_LABEL] = str(first_attempt)
+    if datacenter.kube_scheduler == "volcano":
+        spec["schedulerName"] = "volcano"
+        metadata["annotations"] = {VOLCANO_GROUP_ANNOTATION: object_base(job)}
+    volumes = [pfs_volume(datacenter), {"name": WORKSPACE_VOLUME, "emptyDir": {}},
+               {"name": SCRIPTS_VOLUME, "configMap": {"name": scripts_config_map}}]
+    if role == TRAINER:
+        volumes.append(shm_volume(job))
+    spec.update({"initContainers": [setup, peers], "containers": [main], "volumes": volumes})
+    return {"metadata": metadata, "spec": spec}

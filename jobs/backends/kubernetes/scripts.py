@@ -24,6 +24,9 @@ REQUIREMENTS_LOG_ENV = "PADDLECLOUD_REQUIREMENTS_LOG"
 # run.sh's environment (its one argument is the job's entry command).
 LOG_ENV = "PADDLECLOUD_LOG"
 PEERS_ENV = "PADDLECLOUD_PEERS"
+PEERS_LISTENING_ENV = "PADDLECLOUD_PEERS_LISTENING"
+# The init container that waits for the peers runs ``run.sh`` with this one argument.
+PEERS_ARGUMENT = "--peers"
 
 INIT_SCRIPT = r"""# paddlecloud init.sh: prepares the workspace (every pod's init container).
 #
@@ -74,16 +77,23 @@ if [ ! -e "$site.done" ]; then
 fi
 """
 
-RUN_SCRIPT = r"""# paddlecloud run.sh: runs the job's entry (every pod's main container).
+RUN_SCRIPT = r"""# paddlecloud run.sh: runs the job's entry (every pod's main container), or, as
+# `run.sh --peers` (every pod's init container "peers"), waits until its peers can be reached.
 #
-#   $1                         the job's entry, a shell command, run in the current directory
+#   $1                         the job's entry, a shell command, run in the current directory;
+#                              or --peers
 #   PADDLECLOUD_LOG            the replica's log in PFS, appended to (it outlives the pod)
 #   PADDLECLOUD_PEERS          host:port,… of the replicas this one talks to (itself included)
-#   PADDLECLOUD_PEERS_TIMEOUT  how long to wait for them to have addresses (default 600 s)
+#   PADDLECLOUD_PEERS_LISTENING  host:port,… of those that listen before this one starts
+#   PADDLECLOUD_PEERS_TIMEOUT  how long to wait for them (default 600 s)
 #
 # Peers first. A replica's DNS name exists only once its pod has an IP, and PaddlePaddle looks a
-# name up once and fails: so the entry starts when every peer's name resolves (or this script
-# fails, after PADDLECLOUD_PEERS_TIMEOUT seconds, naming the peer). Then the variables that name
+# name up once and fails, and a trainer that cannot reach its pservers at once gives up: so the
+# init container waits until every peer's name resolves and every listening peer accepts a
+# connection (or fails, after PADDLECLOUD_PEERS_TIMEOUT seconds, naming the peer), saying what
+# it waits for in the replica's log; the pod stays in its init phase meanwhile, which the portal
+# shows. The main container waits for the addresses again (at once, unless a peer's pod was
+# replaced meanwhile). Then the variables that name
 # replicas (@ENDPOINT_VARIABLES@) are written with the peers'
 # addresses, as PaddlePaddle compares them with POD_IP, the pod's IP: a pserver finds its own
 # POD_IP:PADDLE_PORT in PADDLE_PSERVERS_IP_PORT_LIST, and `python -m paddle.distributed.launch`
@@ -158,6 +168,41 @@ wait_for_peers() {
     done
 }
 
+# Whether host $1 accepts a TCP connection on port $2 (python's socket, bash's /dev/tcp; with
+# neither, yes: the entry's own retries must do).
+accepts() {
+    if [ -n "$python" ]; then
+        "$python" -c 'import socket, sys
+socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2).close()' "$1" "$2" \
+            2>/dev/null
+    elif [ -x /bin/bash ]; then
+        /bin/bash -c 'exec 3<>"/dev/tcp/$1/$2"' accepts "$1" "$2" 2>/dev/null
+    fi
+}
+
+# Wait until every peer of PADDLECLOUD_PEERS_LISTENING accepts connections.
+wait_for_listening() {
+    python=$(command -v python3 || command -v python || :)
+    rest=${PADDLECLOUD_PEERS_LISTENING:-}
+    while [ -n "$rest" ]; do
+        item=${rest%%,*}
+        case $rest in *,*) rest=${rest#*,} ;; *) rest= ;; esac
+        host=${item%:*}
+        port=${item##*:}
+        waited=
+        until accepts "$(address_of "$host")" "$port"; do
+            case $stopping in TERM) exit 143 ;; INT) exit 130 ;; esac
+            if [ "$(date +%s)" -ge "$deadline" ]; then
+                say "$host:$port accepts no connections after ${timeout}s: is it running?"
+                exit 1
+            fi
+            [ -n "$waited" ] || say "waiting for $host:$port to accept connections"
+            waited=yes
+            sleep 1
+        done
+    done
+}
+
 # $1 (host[:port],…) with every peer's name replaced by its address.
 with_addresses() {
     result=
@@ -209,6 +254,11 @@ main() {
     trap 'stop TERM' TERM
     trap 'stop INT' INT
     mkdir -p "${PADDLECLOUD_LOG%/*}"
+    if [ "$1" = @PEERS_ARGUMENT@ ]; then
+        wait_for_peers
+        wait_for_listening
+        exit 0
+    fi
     [ -s "$PADDLECLOUD_LOG" ] && printf '\n--- restart ---\n' >>"$PADDLECLOUD_LOG"
     wait_for_peers
     for variable in @ENDPOINT_VARIABLES@; do
@@ -220,4 +270,5 @@ main() {
 
 main "$@"
 """
-RUN_SCRIPT = RUN_SCRIPT.replace("@ENDPOINT_VARIABLES@", " ".join(ENDPOINT_VARIABLES))
+RUN_SCRIPT = (RUN_SCRIPT.replace("@ENDPOINT_VARIABLES@", " ".join(ENDPOINT_VARIABLES))
+              .replace("@PEERS_ARGUMENT@", PEERS_ARGUMENT))

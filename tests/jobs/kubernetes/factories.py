@@ -18,9 +18,12 @@ def alice(username: str = "alice") -> User:
     return User(id=7, username=username)
 
 
-def datacenter(kube_volume: dict | None = None) -> Datacenter:
+def datacenter(kube_volume: dict | None = None, **fields) -> Datacenter:
+    """Jobs run as uid and gid 1000 (not the test's root, which no restricted namespace
+    admits)."""
     return Datacenter(name="dc1", namespace_prefix="paddle-",
-                      kube_volume=NFS if kube_volume is None else kube_volume)
+                      kube_volume=NFS if kube_volume is None else kube_volume,
+                      **{"kube_run_as_user": 1000, "kube_run_as_group": 1000, **fields})
 
 
 def collective_job(**fields) -> Job:

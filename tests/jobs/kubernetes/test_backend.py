@@ -204,6 +204,102 @@ def test_a_failing_trainer_is_restarted_then_fails_the_job(kube, alice, datacent
     assert job.state_reason == "trainer-0 failed: exited with code 3"
 
 
+def evict(kube, pod_name: str) -> None:
+    """What a node drain or a preemption does: the pod marked ``DisruptionTarget``, then
+    deleted with its grace."""
+    from kubernetes import client
+
+    with kube.api_client() as api:
+        client.CoreV1Api(api).create_namespaced_pod_eviction(
+            pod_name, NS, {"metadata": {"name": pod_name, "namespace": NS}})
+
+
+def pods_of(kube, job, role: str) -> list[dict]:
+    return [p for p in kube.store.list("pods", NS)
+            if p["metadata"]["labels"].get(JOB_UID_LABEL) == str(job.uid)
+            and p["metadata"]["labels"].get("paddlecloud.org/role") == role]
+
+
+def running_pod(kube, job, role: str, index: int = 0) -> dict | None:
+    for pod in pods_of(kube, job, role):
+        if (pod["metadata"]["name"].startswith(f"{object_base(job)}-{role[:2]}-{index}")
+                and not pod["metadata"].get("deletionTimestamp")
+                and pod.get("status", {}).get("phase") == "Running"):
+            return pod
+    return None
+
+
+@pytest.mark.django_db
+def test_an_evicted_trainer_restarts_without_counting_against_its_limit(
+        kube, alice, datacenter, package, no_starts):
+    """Preemption, a drain, a lost node are not the job's fault: with no restarts allowed,
+    an evicted trainer still comes back, and the job does not fail."""
+    job = submit(alice, datacenter, package, pservers=1, restart_limit=0)
+    engine.job_launch(job.pk)
+    wait(lambda: engine.job_sync(job.pk) and state(job) == "running")
+    first = running_pod(kube, job, "trainer")
+    evict(kube, first["metadata"]["name"])
+    trainer = job.replicas.get(role="trainer")
+
+    def back():
+        engine.job_sync(job.pk)
+        trainer.refresh_from_db()
+        return trainer.state == "running" and trainer.attempt == 1
+
+    wait(back, message="the trainer to run again")
+    assert (trainer.restarts, trainer.disruptions) == (0, 1)
+    assert state(job) == "running"
+    restarted = job.events.filter(replica=trainer, to_state="starting").last().reason
+    assert "the cluster took its pod away" in restarted
+    assert restarted.endswith("restarted (not counted against its restart limit)")
+    assert trainer.backend_ref != first["metadata"]["name"]  # its new pod
+
+
+@pytest.mark.django_db
+def test_a_failed_trainer_of_a_collective_job_restarts_all_trainers(
+        kube, alice, datacenter, package, no_starts):
+    """A communicator cannot take back one rank: trainer 1 fails, both restart (a new
+    trainers' Job), within the limit; then the job fails."""
+    job = submit(alice, datacenter, package, trainers=2, restart_limit=1)
+    kube.controller.script_pods(f"{object_base(job)}-tr-1-*", lines=["diverged"],
+                                exit_code=5, run_seconds=0.5)
+    engine.job_launch(job.pk)
+    trainers = {r.index: r for r in job.replicas.all()}
+    wait(lambda: engine.job_sync(job.pk) and job.replicas.filter(attempt=1).count() == 2,
+         message="the trainers to restart together")
+
+    def second_attempt():  # a trainers' Job of its own, with pods of both indexes
+        engine.job_sync(job.pk)
+        return {p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+                for p in pods_of(kube, job, "trainer")
+                if p["metadata"]["labels"]["paddlecloud.org/first-attempt"] == "1"} == {"0", "1"}
+
+    wait(second_attempt, message="the second attempt's pods")
+    wait(lambda: not engine.job_sync(job.pk), message="the job to end")
+    assert state(job) == "failed"
+    assert job.state_reason == "trainer-1 failed: exited with code 5"
+    for trainer in trainers.values():
+        trainer.refresh_from_db()
+        assert (trainer.restarts, trainer.attempt) == (1, 1)
+        restart = job.events.filter(replica=trainer, to_state="starting").last().reason
+        assert restart == "trainer-1 exited with code 5; all trainers restart (1 of 1)"
+
+
+@pytest.mark.django_db
+def test_a_pserver_replaced_by_its_statefulset_fails_the_job(
+        kube, alice, datacenter, package, no_starts):
+    """A new pserver pod holds none of the parameters: the job must not train on."""
+    job = submit(alice, datacenter, package, pservers=1, restart_limit=3)
+    engine.job_launch(job.pk)
+    wait(lambda: engine.job_sync(job.pk) and state(job) == "running")
+    evict(kube, f"{object_base(job)}-ps-0")
+    wait(lambda: not engine.job_sync(job.pk), message="the job to end")
+    assert state(job) == "failed"
+    assert job.state_reason.startswith("pserver-0 failed: ")
+    assert "the parameters it held are gone" in job.state_reason or (
+        "the cluster took its pod away" in job.state_reason)
+
+
 @pytest.mark.django_db
 def test_kill_and_delete_leave_no_objects_and_the_name_is_reused_at_once(
         kube, alice, datacenter, package, no_starts, monkeypatch,
@@ -263,23 +359,95 @@ def test_a_finished_collective_jobs_objects_go_as_a_pserver_jobs_do(kube, alice,
         wait(lambda job=job: not job_objects(kube, job), message=f"{job.name}'s objects to go")
 
 
-@pytest.mark.django_db
-def test_a_pod_refused_by_a_resource_quota_fails_the_job_with_the_reason(
-        kube, alice, datacenter, package, no_starts):
-    with kube.api_client() as api:
-        from kubernetes import client
+def _namespace_with(kube, make) -> None:
+    """The user's namespace, made beforehand with what a cluster admin put there."""
+    from kubernetes import client
 
+    with kube.api_client() as api:
         core = client.CoreV1Api(api)
         core.create_namespace({"metadata": {"name": NS}})
-        core.create_namespaced_resource_quota(NS, {"metadata": {"name": "cluster-cap"},
-                                                   "spec": {"hard": {"limits.cpu": "500m"}}})
+        make(core)
+
+
+@pytest.mark.django_db
+def test_a_pod_refused_by_a_resource_quota_waits_for_it(
+        kube, alice, datacenter, package, no_starts):
+    """Right after a job ends its pods still count against the namespace's quota until they
+    are gone: a refusal for "exceeded quota" is a wait, shown, not a failure."""
+    _namespace_with(kube, lambda core: core.create_namespaced_resource_quota(NS, {
+        "metadata": {"name": "cluster-cap"}, "spec": {"hard": {"limits.cpu": "500m"}}}))
     job = submit(alice, datacenter, package, cpu="1")
     engine.job_launch(job.pk)
-    wait(lambda: not engine.job_sync(job.pk), message="the job to end")
-    job.refresh_from_db()
-    assert job.state == "failed"
-    assert "the cluster refused to create its pod: " in job.state_reason
+    trainer = job.replicas.get(role="trainer")
+    wait(lambda: engine.job_sync(job.pk) and "exceeded quota" in reason(trainer),
+         message="the refusal to show")
+    assert state(job) == "starting"
+    assert reason(trainer).startswith("waiting for the namespace's quota")
     assert "exceeded quota: cluster-cap" in job.state_reason
+    with kube.api_client() as api:  # the ending pods are gone
+        from kubernetes import client
+
+        client.CoreV1Api(api).delete_namespaced_resource_quota("cluster-cap", NS)
+    wait(lambda: engine.job_sync(job.pk) and state(job) == "running", message="the job to run")
+
+
+@pytest.mark.django_db
+def test_another_refusal_is_shown_then_fails_the_job_when_it_persists(
+        kube, alice, datacenter, package, no_starts, settings):
+    """Pod Security, a LimitRange, a webhook: the cluster will refuse the pod every time."""
+    settings.PADDLECLOUD_KUBE_REFUSED_SECONDS = 1
+    _namespace_with(kube, lambda core: core.create_namespaced_limit_range(NS, {
+        "metadata": {"name": "cluster-max"},
+        "spec": {"limits": [{"type": "Container", "max": {"cpu": "500m"}}]}}))
+    job = submit(alice, datacenter, package, cpu="1")
+    engine.job_launch(job.pk)
+    trainer = job.replicas.get(role="trainer")
+    wait(lambda: engine.job_sync(job.pk) and "refuses" in reason(trainer),
+         message="the refusal to show")
+    assert "maximum cpu usage per Container is 500m" in reason(trainer)
+    wait(lambda: not engine.job_sync(job.pk), message="the job to end")
+    assert state(job) == "failed"
+    assert "the cluster refused to create its pod: " in job.state_reason
+    assert "maximum cpu usage per Container is 500m" in job.state_reason
+
+
+def reason(replica) -> str:
+    replica.refresh_from_db()
+    return replica.reason
+
+
+@pytest.mark.django_db
+def test_a_job_whose_pods_do_not_all_start_in_time_is_requeued_then_fails(
+        kube, alice, datacenter, package, no_starts, django_capture_on_commit_callbacks):
+    """2 of 3 trainers run, the third cannot be scheduled: after the start timeout every pod
+    is released and the job goes back to the head of its queue; after its tries, it fails."""
+    Datacenter.objects.filter(pk=datacenter.pk).update(start_timeout=1, start_tries=2)
+    job = submit(alice, datacenter, package, trainers=3, cpu="500m")
+    kube.controller.hold_pods(f"{object_base(job)}-tr-2-*", namespace=NS,
+                              message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    engine.job_launch(job.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        wait(lambda: engine.job_sync(job.pk) and state(job) == "queued", message="the requeue")
+    job.refresh_from_db()
+    assert job.requeues == 1
+    assert job.state_reason.startswith("requeued at the head of its queue, start 2 of 2 next: "
+                                       "its replicas were not all running after 1 s")
+    assert "trainer-2: cannot be scheduled: 0/3 nodes are available" in job.state_reason
+    assert set(job.replicas.values_list("state", flat=True)) == {"pending"}
+    assert set(job.replicas.values_list("attempt", flat=True)) == {1}
+    # Every pod released; the admission is asked to start it again, at its place.
+    wait(lambda: not job_objects(kube, job), message="the pods to be released")
+    assert no_starts.of("jobs.tasks.jobs_admit")[-1] == (alice.pk, datacenter.pk)
+    from jobs.admission import quota_admit
+
+    assert quota_admit(alice.pk, datacenter.pk) == [job.pk]
+    engine.job_launch(job.pk)
+    trainers = sorted(p["metadata"]["name"] for p in kube.store.list("pods", NS))
+    assert len(trainers) == 3  # its new start's pods
+    wait(lambda: not engine.job_sync(job.pk), message="the job to fail")
+    assert state(job) == "failed"
+    assert job.state_reason.startswith("its replicas were not all running within 1 s of its "
+                                       "start, 2 times (trainer-2: cannot be scheduled")
 
 
 @pytest.mark.django_db

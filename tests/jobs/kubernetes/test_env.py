@@ -64,6 +64,7 @@ def test_every_index_gets_the_contract_environment(make_job):
             assert env.pop("POD_IP") == fields["status.podIP"]
             expected.pop("POD_IP")
             runtime = {name: env.pop(name) for name in RUNTIME_ENV}
+            listening = env.pop("PADDLECLOUD_PEERS_LISTENING", "")
             assert env == expected, (role, index)
             assert runtime["PADDLECLOUD_LOG"] == (
                 f"{job_paths.output}/{log_relpath(role, index)}")
@@ -71,6 +72,9 @@ def test_every_index_gets_the_contract_environment(make_job):
             peers = job_topology.pservers if job.pservers else job_topology.trainers
             assert runtime["PADDLECLOUD_PEERS"].split(",") == [
                 expected["PADDLE_CURRENT_ENDPOINT"], *peers]
+            # ... and until a pserver job's trainers can connect to the pservers.
+            waits = job.pservers and role == "trainer"
+            assert listening.split(",") == (list(job_topology.pservers) if waits else [""])
 
 
 def test_the_index_comes_first_so_that_later_values_may_use_it():

@@ -62,6 +62,57 @@ FIT_HOSTS = "fit-a-line-0a1b2-tr.paddle-alice.svc"
 FIT_RESOURCES = {"requests": {"cpu": "1500m", "memory": "1073741824"},
                  "limits": {"cpu": "1500m", "memory": "1073741824"}}
 
+FIT_TRAINER_ENV = [
+        {"name": "PADDLE_TRAINER_ID",
+         "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}},
+        {"name": "POD_IP",
+         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "NUM_PASS", "value": "3"},
+        {"name": "JOB_NAME", "value": "fit-a-line"},
+        {"name": "JOB_NAMESPACE", "value": "paddle-alice"},
+        {"name": "PADDLE_CLOUD_CURRENT_DATACENTER", "value": "dc1"},
+        {"name": "TRAINERS", "value": "2"},
+        {"name": "PADDLE_TRAINERS_NUM", "value": "2"},
+        {"name": "PADDLE_INIT_NUM_GRADIENT_SERVERS", "value": "2"},
+        {"name": "PADDLE_NNODES", "value": "2"},
+        {"name": "PADDLE_INIT_NUM_PASSES", "value": "3"},
+        {"name": "PADDLE_INIT_USE_GPU", "value": "0"},
+        {"name": "PADDLE_PSERVERS_IP_PORT_LIST", "value": ""},
+        {"name": "PADDLE_INIT_PSERVERS", "value": ""},
+        {"name": "PADDLE_INIT_PORT", "value": "6170"},
+        {"name": "PADDLE_INIT_PORTS_NUM", "value": "1"},
+        {"name": "PADDLE_INIT_PORTS_NUM_FOR_SPARSE", "value": "0"},
+        {"name": "PADDLE_TRAINER_ENDPOINTS",
+         "value": f"fit-a-line-0a1b2-tr-0.{FIT_HOSTS}:6170,"
+                  f"fit-a-line-0a1b2-tr-1.{FIT_HOSTS}:6170"},
+        {"name": "PADDLE_CURRENT_ENDPOINT",
+         "value": f"fit-a-line-0a1b2-tr-$(PADDLE_TRAINER_ID).{FIT_HOSTS}:6170"},
+        {"name": "PADDLE_PORT", "value": "6170"},
+        {"name": "PADDLE_OUTPUT_DIR",
+         "value": "/pfs/dc1/home/alice/jobs/fit-a-line/output"},
+        {"name": "PADDLE_PFS_HOME", "value": "/pfs/dc1/home/alice"},
+        {"name": "PADDLE_PFS_PUBLIC", "value": "/pfs/dc1/public"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "TRAINING_ROLE", "value": "TRAINER"},
+        {"name": "TRAINER_ID", "value": "$(PADDLE_TRAINER_ID)"},
+        {"name": "PADDLE_INIT_TRAINER_ID", "value": "$(PADDLE_TRAINER_ID)"},
+        {"name": "PADDLE_MASTER",
+         "value": f"fit-a-line-0a1b2-tr-0.{FIT_HOSTS}:6171"},
+        {"name": "PYTHONPATH",
+         "value": "/pfs/dc1/home/alice/jobs/fit-a-line/.site-packages-0a1b2"
+                  ":/workspace"},
+        {"name": "PADDLECLOUD_LOG",
+         "value": "/pfs/dc1/home/alice/jobs/fit-a-line/output/"
+                  "node_$(PADDLE_TRAINER_ID)/train.log"},
+        {"name": "PADDLECLOUD_PEERS",  # itself, then the trainers
+         "value": f"$(PADDLE_CURRENT_ENDPOINT),fit-a-line-0a1b2-tr-0.{FIT_HOSTS}"
+                  f":6170,fit-a-line-0a1b2-tr-1.{FIT_HOSTS}:6170"},
+]
+FIT_POD_SECURITY = {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True,
+                    "seccompProfile": {"type": "RuntimeDefault"}}
+LOCKED_DOWN = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+FIT_ATTEMPT_LABELS = {**FIT_TRAINER_LABELS, "paddlecloud.org/first-attempt": "0"}
+
 FIT_TRAINERS_SERVICE = {
     "apiVersion": "v1", "kind": "Service",
     "metadata": {"name": "fit-a-line-0a1b2-tr", "namespace": "paddle-alice",
@@ -73,18 +124,24 @@ FIT_TRAINERS_SERVICE = {
 FIT_TRAINERS_JOB = {
     "apiVersion": "batch/v1", "kind": "Job",
     "metadata": {"name": "fit-a-line-0a1b2-tr", "namespace": "paddle-alice",
-                 "labels": FIT_TRAINER_LABELS, "ownerReferences": FIT_ROOT_REF},
+                 "labels": FIT_ATTEMPT_LABELS, "ownerReferences": FIT_ROOT_REF},
     "spec": {
         "completionMode": "Indexed", "completions": 2, "parallelism": 2,
+        # A collective job's trainers restart together: the Job fails at the first failure
+        # (a disruption says so), and the portal makes it again.
         "backoffLimitPerIndex": 0, "maxFailedIndexes": 0, "podReplacementPolicy": "Failed",
+        "podFailurePolicy": {"rules": [{
+            "action": "FailJob",
+            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
         "template": {
-            "metadata": {"labels": FIT_TRAINER_LABELS},
+            "metadata": {"labels": FIT_ATTEMPT_LABELS},
             "spec": {
                 "restartPolicy": "Never",
                 "subdomain": "fit-a-line-0a1b2-tr",
                 "terminationGracePeriodSeconds": 10,  # the portal's grace
                 "enableServiceLinks": False,
                 "automountServiceAccountToken": False,
+                "securityContext": FIT_POD_SECURITY,
                 "initContainers": [{
                     "name": "setup",
                     "image": "paddlepaddle/paddle:2.6.1",
@@ -100,67 +157,36 @@ FIT_TRAINERS_JOB = {
                     "resources": FIT_RESOURCES,
                     "volumeMounts": ALICE_MOUNTS,
                     "terminationMessagePolicy": "FallbackToLogsOnError",
+                    "securityContext": LOCKED_DOWN,
+                }, {
+                    "name": "peers",  # until the other trainers have addresses
+                    "image": "paddlepaddle/paddle:2.6.1",
+                    "command": ["/bin/sh", "/paddlecloud/run.sh", "--peers"],
+                    "env": FIT_TRAINER_ENV,
+                    "resources": {"requests": {"cpu": "100m", "memory": "67108864"},
+                                  "limits": {"cpu": "100m", "memory": "67108864"}},
+                    "volumeMounts": ALICE_MOUNTS,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                    "securityContext": LOCKED_DOWN,
                 }],
                 "containers": [{
                     "name": "trainer",
                     "image": "paddlepaddle/paddle:2.6.1",
                     "command": ["/bin/sh", "/paddlecloud/run.sh", "python train.py"],
                     "workingDir": "/workspace",
-                    "env": [
-                        {"name": "PADDLE_TRAINER_ID",
-                         "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}},
-                        {"name": "POD_IP",
-                         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                        {"name": "NUM_PASS", "value": "3"},
-                        {"name": "JOB_NAME", "value": "fit-a-line"},
-                        {"name": "JOB_NAMESPACE", "value": "paddle-alice"},
-                        {"name": "PADDLE_CLOUD_CURRENT_DATACENTER", "value": "dc1"},
-                        {"name": "TRAINERS", "value": "2"},
-                        {"name": "PADDLE_TRAINERS_NUM", "value": "2"},
-                        {"name": "PADDLE_INIT_NUM_GRADIENT_SERVERS", "value": "2"},
-                        {"name": "PADDLE_NNODES", "value": "2"},
-                        {"name": "PADDLE_INIT_NUM_PASSES", "value": "3"},
-                        {"name": "PADDLE_INIT_USE_GPU", "value": "0"},
-                        {"name": "PADDLE_PSERVERS_IP_PORT_LIST", "value": ""},
-                        {"name": "PADDLE_INIT_PSERVERS", "value": ""},
-                        {"name": "PADDLE_INIT_PORT", "value": "6170"},
-                        {"name": "PADDLE_INIT_PORTS_NUM", "value": "1"},
-                        {"name": "PADDLE_INIT_PORTS_NUM_FOR_SPARSE", "value": "0"},
-                        {"name": "PADDLE_TRAINER_ENDPOINTS",
-                         "value": f"fit-a-line-0a1b2-tr-0.{FIT_HOSTS}:6170,"
-                                  f"fit-a-line-0a1b2-tr-1.{FIT_HOSTS}:6170"},
-                        {"name": "PADDLE_CURRENT_ENDPOINT",
-                         "value": f"fit-a-line-0a1b2-tr-$(PADDLE_TRAINER_ID).{FIT_HOSTS}:6170"},
-                        {"name": "PADDLE_PORT", "value": "6170"},
-                        {"name": "PADDLE_OUTPUT_DIR",
-                         "value": "/pfs/dc1/home/alice/jobs/fit-a-line/output"},
-                        {"name": "PADDLE_PFS_HOME", "value": "/pfs/dc1/home/alice"},
-                        {"name": "PADDLE_PFS_PUBLIC", "value": "/pfs/dc1/public"},
-                        {"name": "PYTHONUNBUFFERED", "value": "1"},
-                        {"name": "TRAINING_ROLE", "value": "TRAINER"},
-                        {"name": "TRAINER_ID", "value": "$(PADDLE_TRAINER_ID)"},
-                        {"name": "PADDLE_INIT_TRAINER_ID", "value": "$(PADDLE_TRAINER_ID)"},
-                        {"name": "PADDLE_MASTER",
-                         "value": f"fit-a-line-0a1b2-tr-0.{FIT_HOSTS}:6171"},
-                        {"name": "PYTHONPATH",
-                         "value": "/pfs/dc1/home/alice/jobs/fit-a-line/.site-packages-0a1b2"
-                                  ":/workspace"},
-                        {"name": "PADDLECLOUD_LOG",
-                         "value": "/pfs/dc1/home/alice/jobs/fit-a-line/output/"
-                                  "node_$(PADDLE_TRAINER_ID)/train.log"},
-                        {"name": "PADDLECLOUD_PEERS",  # itself, then the trainers
-                         "value": f"$(PADDLE_CURRENT_ENDPOINT),fit-a-line-0a1b2-tr-0.{FIT_HOSTS}"
-                                  f":6170,fit-a-line-0a1b2-tr-1.{FIT_HOSTS}:6170"},
-                    ],
+                    "env": FIT_TRAINER_ENV,
                     "ports": [{"name": "paddle", "containerPort": 6170}],
                     "resources": FIT_RESOURCES,
-                    "volumeMounts": ALICE_MOUNTS,
+                    "volumeMounts": [*ALICE_MOUNTS, {"name": "dshm", "mountPath": "/dev/shm"}],
                     "terminationMessagePolicy": "FallbackToLogsOnError",
+                    "securityContext": LOCKED_DOWN,
                 }],
                 "volumes": [
                     {"name": "pfs", "nfs": {"server": "nfs.example.com", "path": "/exports/pfs"}},
                     {"name": "workspace", "emptyDir": {}},
                     {"name": "paddlecloud", "configMap": {"name": "fit-a-line-0a1b2"}},
+                    # half the trainer's 1 GiB of memory
+                    {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "536870912"}},
                 ],
             },
         },
@@ -272,6 +298,67 @@ CTR_VOLUMES = [
     {"name": "workspace", "emptyDir": {}},
     {"name": "paddlecloud", "configMap": {"name": "ctr-f9e8d"}},
 ]
+CTR_PSERVER_ENV = [
+        {"name": "PADDLE_PSERVER_ID",
+         "valueFrom": {"fieldRef": {"fieldPath": POD_INDEX_FIELD}}},
+        {"name": "POD_IP",
+         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        *CTR_SHARED_ENV,
+        {"name": "PADDLE_CURRENT_ENDPOINT",
+         "value": f"ctr-f9e8d-ps-$(PADDLE_PSERVER_ID).{PS}:6174"},
+        {"name": "PADDLE_PORT", "value": "6174"},
+        {"name": "PADDLE_OUTPUT_DIR", "value": CTR_OUTPUT},
+        {"name": "PADDLE_PFS_HOME", "value": "/pfs/dc1/home/alice"},
+        {"name": "PADDLE_PFS_PUBLIC", "value": "/pfs/dc1/public"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "TRAINING_ROLE", "value": "PSERVER"},
+        {"name": "PYTHONPATH", "value": f"{CTR_SITE}:/workspace"},
+        {"name": "PADDLECLOUD_LOG",
+         "value": f"{CTR_OUTPUT}/node_$(PADDLE_PSERVER_ID)/server.log"},
+        CTR_PEERS,
+]
+CTR_TRAINER_ENV = [
+        {"name": "PADDLE_TRAINER_ID",
+         "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}},
+        {"name": "POD_IP",
+         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        *CTR_SHARED_ENV,
+        {"name": "PADDLE_CURRENT_ENDPOINT",
+         "value": f"ctr-f9e8d-tr-$(PADDLE_TRAINER_ID).{TR}:6170"},
+        {"name": "PADDLE_PORT", "value": "6170"},
+        {"name": "PADDLE_OUTPUT_DIR", "value": CTR_OUTPUT},
+        {"name": "PADDLE_PFS_HOME", "value": "/pfs/dc1/home/alice"},
+        {"name": "PADDLE_PFS_PUBLIC", "value": "/pfs/dc1/public"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "TRAINING_ROLE", "value": "TRAINER"},
+        {"name": "TRAINER_ID", "value": "$(PADDLE_TRAINER_ID)"},
+        {"name": "PADDLE_INIT_TRAINER_ID", "value": "$(PADDLE_TRAINER_ID)"},
+        {"name": "PYTHONPATH", "value": f"{CTR_SITE}:/workspace"},
+        {"name": "PADDLECLOUD_LOG",
+         "value": f"{CTR_OUTPUT}/node_$(PADDLE_TRAINER_ID)/train.log"},
+        CTR_PEERS,  # the pservers, not the other trainers
+    # ... and until they accept connections
+    {"name": "PADDLECLOUD_PEERS_LISTENING",
+     "value": f"ctr-f9e8d-ps-0.{PS}:6174,ctr-f9e8d-ps-1.{PS}:6174"},
+]
+PEERS_RESOURCES = {"requests": {"cpu": "100m", "memory": "67108864"},
+                   "limits": {"cpu": "100m", "memory": "67108864"}}
+
+
+def ctr_init_containers(resources: dict, env: list[dict]) -> list[dict]:
+    return [{
+        "name": "setup", "image": "registry.example.com:5000/ctr:1",
+        "command": ["/bin/sh", "/paddlecloud/init.sh"], "env": CTR_SETUP_ENV,
+        "resources": resources, "volumeMounts": ALICE_MOUNTS,
+        "terminationMessagePolicy": "FallbackToLogsOnError", "securityContext": LOCKED_DOWN,
+    }, {
+        "name": "peers", "image": "registry.example.com:5000/ctr:1",
+        "command": ["/bin/sh", "/paddlecloud/run.sh", "--peers"], "env": env,
+        "resources": PEERS_RESOURCES, "volumeMounts": ALICE_MOUNTS,
+        "terminationMessagePolicy": "FallbackToLogsOnError", "securityContext": LOCKED_DOWN,
+    }]
+
+
 PS_RESOURCES = {"requests": {"cpu": "500m", "memory": "536870912"},
                 "limits": {"cpu": "500m", "memory": "536870912"}}
 TR_RESOURCES = {"requests": {"cpu": "2000m", "memory": "4294967296"},
@@ -302,39 +389,18 @@ CTR_PSERVERS = {
                 "terminationGracePeriodSeconds": 10,  # the portal's grace
                 "enableServiceLinks": False,
                 "automountServiceAccountToken": False,
+                "securityContext": FIT_POD_SECURITY,
                 "imagePullSecrets": [{"name": "paddlecloud-registry-private"}],
-                "initContainers": [{
-                    "name": "setup", "image": "registry.example.com:5000/ctr:1",
-                    "command": ["/bin/sh", "/paddlecloud/init.sh"], "env": CTR_SETUP_ENV,
-                    "resources": PS_RESOURCES, "volumeMounts": ALICE_MOUNTS,
-                    "terminationMessagePolicy": "FallbackToLogsOnError",
-                }],
+                "initContainers": ctr_init_containers(PS_RESOURCES, CTR_PSERVER_ENV),
                 "containers": [{
                     "name": "pserver", "image": "registry.example.com:5000/ctr:1",
                     "command": ["/bin/sh", "/paddlecloud/run.sh", "python train.py --sparse"],
                     "workingDir": "/workspace",
-                    "env": [
-                        {"name": "PADDLE_PSERVER_ID",
-                         "valueFrom": {"fieldRef": {"fieldPath": POD_INDEX_FIELD}}},
-                        {"name": "POD_IP",
-                         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                        *CTR_SHARED_ENV,
-                        {"name": "PADDLE_CURRENT_ENDPOINT",
-                         "value": f"ctr-f9e8d-ps-$(PADDLE_PSERVER_ID).{PS}:6174"},
-                        {"name": "PADDLE_PORT", "value": "6174"},
-                        {"name": "PADDLE_OUTPUT_DIR", "value": CTR_OUTPUT},
-                        {"name": "PADDLE_PFS_HOME", "value": "/pfs/dc1/home/alice"},
-                        {"name": "PADDLE_PFS_PUBLIC", "value": "/pfs/dc1/public"},
-                        {"name": "PYTHONUNBUFFERED", "value": "1"},
-                        {"name": "TRAINING_ROLE", "value": "PSERVER"},
-                        {"name": "PYTHONPATH", "value": f"{CTR_SITE}:/workspace"},
-                        {"name": "PADDLECLOUD_LOG",
-                         "value": f"{CTR_OUTPUT}/node_$(PADDLE_PSERVER_ID)/server.log"},
-                        CTR_PEERS,
-                    ],
+                    "env": CTR_PSERVER_ENV,
                     "ports": [{"name": "paddle", "containerPort": 6174}],
                     "resources": PS_RESOURCES, "volumeMounts": ALICE_MOUNTS,
                     "terminationMessagePolicy": "FallbackToLogsOnError",
+                    "securityContext": LOCKED_DOWN,
                 }],
                 "volumes": CTR_VOLUMES,
             },
@@ -349,59 +415,43 @@ CTR_TRAINERS_SERVICE = {
              "selector": {"paddlecloud.org/job-uid": CTR_UID, "paddlecloud.org/role": "trainer"},
              "ports": [{"name": "paddle", "port": 6170}]},
 }
+CTR_TRAINER_LABELS = {**ctr_labels("trainer"), "paddlecloud.org/first-attempt": "0"}
 CTR_TRAINERS = {
     "apiVersion": "batch/v1", "kind": "Job",
     "metadata": {"name": "ctr-f9e8d-tr", "namespace": "paddle-alice",
-                 "labels": ctr_labels("trainer"), "ownerReferences": CTR_ROOT_REF},
+                 "labels": CTR_TRAINER_LABELS, "ownerReferences": CTR_ROOT_REF},
     "spec": {
         "completionMode": "Indexed", "completions": 3, "parallelism": 3,
         "backoffLimitPerIndex": 2, "maxFailedIndexes": 0, "podReplacementPolicy": "Failed",
+        # A pod the cluster took away is replaced without counting against the limit.
+        "podFailurePolicy": {"rules": [{
+            "action": "Ignore",
+            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
         "activeDeadlineSeconds": 7200, "ttlSecondsAfterFinished": 600,
         "template": {
-            "metadata": {"labels": ctr_labels("trainer")},
+            "metadata": {"labels": CTR_TRAINER_LABELS},
             "spec": {
                 "restartPolicy": "Never",
                 "subdomain": "ctr-f9e8d-tr",
                 "terminationGracePeriodSeconds": 10,  # the portal's grace
                 "enableServiceLinks": False,
                 "automountServiceAccountToken": False,
+                "securityContext": FIT_POD_SECURITY,
                 "imagePullSecrets": [{"name": "paddlecloud-registry-private"}],
-                "initContainers": [{
-                    "name": "setup", "image": "registry.example.com:5000/ctr:1",
-                    "command": ["/bin/sh", "/paddlecloud/init.sh"], "env": CTR_SETUP_ENV,
-                    "resources": TR_RESOURCES, "volumeMounts": ALICE_MOUNTS,
-                    "terminationMessagePolicy": "FallbackToLogsOnError",
-                }],
+                "initContainers": ctr_init_containers(TR_RESOURCES, CTR_TRAINER_ENV),
                 "containers": [{
                     "name": "trainer", "image": "registry.example.com:5000/ctr:1",
                     "command": ["/bin/sh", "/paddlecloud/run.sh", "python train.py --sparse"],
                     "workingDir": "/workspace",
-                    "env": [
-                        {"name": "PADDLE_TRAINER_ID",
-                         "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}},
-                        {"name": "POD_IP",
-                         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                        *CTR_SHARED_ENV,
-                        {"name": "PADDLE_CURRENT_ENDPOINT",
-                         "value": f"ctr-f9e8d-tr-$(PADDLE_TRAINER_ID).{TR}:6170"},
-                        {"name": "PADDLE_PORT", "value": "6170"},
-                        {"name": "PADDLE_OUTPUT_DIR", "value": CTR_OUTPUT},
-                        {"name": "PADDLE_PFS_HOME", "value": "/pfs/dc1/home/alice"},
-                        {"name": "PADDLE_PFS_PUBLIC", "value": "/pfs/dc1/public"},
-                        {"name": "PYTHONUNBUFFERED", "value": "1"},
-                        {"name": "TRAINING_ROLE", "value": "TRAINER"},
-                        {"name": "TRAINER_ID", "value": "$(PADDLE_TRAINER_ID)"},
-                        {"name": "PADDLE_INIT_TRAINER_ID", "value": "$(PADDLE_TRAINER_ID)"},
-                        {"name": "PYTHONPATH", "value": f"{CTR_SITE}:/workspace"},
-                        {"name": "PADDLECLOUD_LOG",
-                         "value": f"{CTR_OUTPUT}/node_$(PADDLE_TRAINER_ID)/train.log"},
-                        CTR_PEERS,  # the pservers, not the other trainers
-                    ],
+                    "env": CTR_TRAINER_ENV,
                     "ports": [{"name": "paddle", "containerPort": 6170}],
-                    "resources": TR_RESOURCES, "volumeMounts": ALICE_MOUNTS,
+                    "resources": TR_RESOURCES,
+                    "volumeMounts": [*ALICE_MOUNTS, {"name": "dshm", "mountPath": "/dev/shm"}],
                     "terminationMessagePolicy": "FallbackToLogsOnError",
+                    "securityContext": LOCKED_DOWN,
                 }],
-                "volumes": CTR_VOLUMES,
+                "volumes": [*CTR_VOLUMES, {"name": "dshm", "emptyDir": {
+                    "medium": "Memory", "sizeLimit": "2147483648"}}],
             },
         },
     },
@@ -468,7 +518,7 @@ def test_job_selector_picks_the_job_by_uid():
                 "secretRef": {"name": "ceph-secret"}, "path": "/"}},
     {"nfs": {"server": "nfs.example.com", "path": "/pfs"}},
     {"hostPath": {"path": "/mnt/pfs", "type": "Directory"}},
-    {"persistentVolumeClaim": {"claimName": "pfs"}},
+    {"csi": {"driver": "nfs.csi.k8s.io", "volumeAttributes": {"server": "nfs", "share": "/"}}},
 ], ids=lambda source: next(iter(source)))
 def test_every_pod_mounts_the_datacenter_volume_as_given(source):
     job = pserver_job(datacenter=datacenter(kube_volume=source))
@@ -477,7 +527,128 @@ def test_every_pod_mounts_the_datacenter_volume_as_given(source):
             pod = obj["spec"]["template"]["spec"]
             assert pod["volumes"][0] == {"name": "pfs", **source}
             for container in pod["initContainers"] + pod["containers"]:
-                assert container["volumeMounts"] == ALICE_MOUNTS
+                assert container["volumeMounts"][:len(ALICE_MOUNTS)] == ALICE_MOUNTS
+
+
+PV_CSI = {"driver": "cephfs.csi.ceph.com", "volumeHandle": "pfs",
+          "volumeAttributes": {"clusterID": "ceph", "fsName": "cephfs", "staticVolume": "true",
+                               "rootPath": "/volumes/pfs"},
+          "nodeStageSecretRef": {"name": "csi-cephfs", "namespace": "ceph-csi"}}
+
+
+def test_a_persistent_volume_becomes_a_volume_and_claim_in_each_user_namespace():
+    """A claim is seen only in its namespace, and a volume binds one claim: each user
+    namespace gets a PersistentVolume of the datacenter's source and its claim, bound to each
+    other; the pods mount the claim."""
+    dc = datacenter(kube_volume={"persistentVolume": {"csi": PV_CSI}})
+    found = {o["kind"]: o for o in namespace_objects(dc, alice(), quota())}
+    volume, claim = found["PersistentVolume"], found["PersistentVolumeClaim"]
+    assert volume["metadata"]["name"] == "paddlecloud-pfs-paddle-alice"
+    assert volume["spec"] == {
+        "capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteMany"],
+        "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+        "claimRef": {"namespace": "paddle-alice", "name": "paddlecloud-pfs"},
+        # a CSI driver takes one handle for one volume: the namespace's own
+        "csi": {**PV_CSI, "volumeHandle": "pfs-paddle-alice"}}
+    assert claim["metadata"]["namespace"] == "paddle-alice"
+    assert claim["spec"] == {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                             "volumeName": "paddlecloud-pfs-paddle-alice",
+                             "resources": {"requests": {"storage": "1Ti"}}}
+    job = pserver_job(datacenter=dc)
+    for obj in job_children(job, NAMESPACE, ROOT_UID):
+        if obj["kind"] in ("StatefulSet", "Job"):
+            assert obj["spec"]["template"]["spec"]["volumes"][0] == {
+                "name": "pfs", "persistentVolumeClaim": {"claimName": "paddlecloud-pfs"}}
+    assert PV_CSI["volumeHandle"] == "pfs"  # the datacenter's setting is left as it was
+
+
+def test_a_claim_named_as_the_pfs_volume_is_refused_with_the_way_that_works():
+    job = collective_job(datacenter=datacenter(
+        kube_volume={"persistentVolumeClaim": {"claimName": "pfs"}}))
+    with pytest.raises(ManifestError, match=r"seen in its own namespace only.*persistentVolume"):
+        job_objects(job, namespace=NAMESPACE)
+
+
+def _pod_specs(job) -> list[dict]:
+    return [o["spec"]["template"]["spec"] for o in job_children(job, NAMESPACE, ROOT_UID)
+            if o["kind"] in ("StatefulSet", "Job")]
+
+
+@pytest.mark.parametrize(("uid", "gid"), [(1000, 1000), (999, 50)])
+def test_pods_run_as_the_datacenters_user_without_privileges(uid, gid):
+    job = pserver_job(datacenter=datacenter(kube_run_as_user=uid, kube_run_as_group=gid))
+    for pod in _pod_specs(job):
+        assert pod["securityContext"] == {"runAsUser": uid, "runAsGroup": gid,
+                                          "runAsNonRoot": True,
+                                          "seccompProfile": {"type": "RuntimeDefault"}}
+        for container in pod["initContainers"] + pod["containers"]:
+            assert container["securityContext"] == LOCKED_DOWN
+
+
+def test_pods_run_as_the_portals_own_user_by_default():
+    import os
+
+    job = collective_job(datacenter=datacenter(kube_run_as_user=None, kube_run_as_group=None))
+    context = _pod_specs(job)[0]["securityContext"]
+    assert (context["runAsUser"], context["runAsGroup"]) == (os.getuid(), os.getgid())
+    # root (this test's user) cannot be runAsNonRoot, nor its namespace restricted
+    assert context.get("runAsNonRoot") is (True if os.getuid() else None)
+
+
+def test_gpu_trainers_get_the_datacenters_tolerations_and_node_selector():
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    dc = datacenter(kube_gpu_tolerations=tolerations,
+                    kube_gpu_node_selector={"nvidia.com/gpu.present": "true"})
+    pservers, trainers = _pod_specs(pserver_job(datacenter=dc))  # trainers with 1 GPU each
+    assert (trainers["tolerations"], trainers["nodeSelector"]) == (
+        tolerations, {"nvidia.com/gpu.present": "true"})
+    assert "tolerations" not in pservers and "nodeSelector" not in pservers
+    cpu_only = _pod_specs(collective_job(datacenter=dc))[0]
+    assert "tolerations" not in cpu_only and "nodeSelector" not in cpu_only
+
+
+def test_a_collective_jobs_trainers_job_is_made_anew_for_each_attempt():
+    """Its pods say which attempt they begin (and the Job too, so the portal can tell an
+    earlier attempt's Job)."""
+    from jobs.backends.kubernetes.manifests import trainers_job
+
+    made = trainers_job(collective_job(), NAMESPACE, None, first_attempt=3)
+    assert made["metadata"]["labels"]["paddlecloud.org/first-attempt"] == "3"
+    assert made["spec"]["template"]["metadata"]["labels"]["paddlecloud.org/first-attempt"] == "3"
+
+
+def test_volcano_gets_a_pod_group_of_every_pod_of_the_job():
+    dc = datacenter(kube_scheduler="volcano", kube_queue="research")
+    job = pserver_job(datacenter=dc)  # 2 pservers, 3 trainers with 1 GPU
+    group, *rest = job_children(job, NAMESPACE, ROOT_UID)
+    assert group == {
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "ctr-f9e8d", "namespace": "paddle-alice",
+                     "labels": {k: v for k, v in ctr_labels("job").items()
+                                if k != "paddlecloud.org/role"},
+                     "ownerReferences": CTR_ROOT_REF},
+        "spec": {"minMember": 5, "queue": "research",
+                 "minResources": {"cpu": "7000m", "memory": "13958643712",
+                                  "nvidia.com/gpu": "3"}}}
+    for obj in rest:
+        if obj["kind"] in ("StatefulSet", "Job"):
+            template = obj["spec"]["template"]
+            assert template["spec"]["schedulerName"] == "volcano"
+            assert template["metadata"]["annotations"] == {
+                "scheduling.k8s.io/group-name": "ctr-f9e8d"}
+
+
+def test_kueue_queues_the_objects_suspended_and_each_namespace_gets_a_local_queue():
+    dc = datacenter(kube_scheduler="kueue", kube_queue="gpu-cluster")
+    children = {o["kind"]: o for o in job_children(pserver_job(datacenter=dc), NAMESPACE,
+                                                     ROOT_UID)}
+    for kind in ("StatefulSet", "Job"):
+        assert children[kind]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "paddlecloud"
+    assert children["Job"]["spec"]["suspend"] is True
+    local_queue = namespace_objects(dc, alice(), quota())[-1]
+    assert local_queue["kind"] == "LocalQueue"
+    assert (local_queue["metadata"]["name"], local_queue["spec"]) == (
+        "paddlecloud", {"clusterQueue": "gpu-cluster"})
 
 
 @pytest.mark.parametrize("kube_volume", [{}, None])
@@ -540,8 +711,9 @@ def test_namespace_objects_for_a_username_that_needs_a_hash():
 
 
 @pytest.mark.parametrize(("volume", "level"), [
-    (None, "baseline"),  # NFS
-    ({"persistentVolumeClaim": {"claimName": "pfs"}}, "baseline"),
+    (None, "baseline"),  # NFS, which restricted refuses
+    ({"persistentVolume": {"nfs": {"server": "nfs", "path": "/"}}}, "restricted"),
+    ({"csi": {"driver": "nfs.csi.k8s.io"}}, "restricted"),
     ({"hostPath": {"path": "/mnt/pfs"}}, "privileged"),  # which baseline refuses
 ])
 def test_the_namespace_enforces_the_strictest_pod_security_its_pods_pass(volume, level):

@@ -31,7 +31,11 @@ VOLUMES = [
                 "secretRef": {"name": "ceph-secret"}, "path": "/"}},
     {"nfs": {"server": "nfs.example.com", "path": "/pfs"}},
     {"hostPath": {"path": "/mnt/pfs", "type": "Directory"}},
-    {"persistentVolumeClaim": {"claimName": "pfs"}},
+    {"csi": {"driver": "nfs.csi.k8s.io", "volumeAttributes": {"server": "nfs", "share": "/"}}},
+    {"persistentVolume": {"csi": {"driver": "cephfs.csi.ceph.com", "volumeHandle": "pfs",
+                                  "volumeAttributes": {"clusterID": "c", "fsName": "cephfs",
+                                                       "staticVolume": "true", "rootPath": "/"},
+                                  "nodeStageSecretRef": {"name": "ceph", "namespace": "ceph"}}}},
 ]
 
 
@@ -46,6 +50,7 @@ def every_object() -> list[dict]:
     for source in VOLUMES:
         objects += job_objects(pserver_job(datacenter=datacenter(kube_volume=source)),
                                namespace=NAMESPACE)[1:]
+        objects += namespace_objects(datacenter(kube_volume=source), alice(), quota())[3:]
     return objects
 
 
@@ -112,3 +117,22 @@ def test_validating_a_job_is_cheap():
         assert validate_objects(objects) == []
     per_job = (time.perf_counter() - started) / 5
     assert per_job < 0.1, f"{per_job * 1000:.1f} ms per job"
+
+
+@pytest.mark.parametrize("scheduler", ["kueue", "volcano"])
+def test_the_gang_schedulers_objects_pass_their_projects_crd_schemas(scheduler):
+    """Kueue's LocalQueue and Volcano's PodGroup, held to the CRDs those projects install
+    (vendored in tests/k8s_api_server/crds/), as the cluster would hold them."""
+    from tests.k8s_api_server import crds
+
+    dc = datacenter(kube_scheduler=scheduler, kube_queue="team")
+    objects = [*namespace_objects(dc, alice(), quota()),
+               *job_objects(pserver_job(datacenter=dc), namespace=NAMESPACE,
+                            root_uid=ROOT_UID)]
+    custom = [o for o in objects if "/" in o["apiVersion"]
+              and o["apiVersion"].split("/")[0] in ("kueue.x-k8s.io", "scheduling.volcano.sh")]
+    assert [o["kind"] for o in custom] == ["LocalQueue" if scheduler == "kueue" else "PodGroup"]
+    for obj in custom:
+        assert crds.problems(obj) == []
+    broken = {**custom[0], "spec": {**custom[0]["spec"], "surprise": 1}}
+    assert crds.problems(broken)
