@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import time
 from datetime import datetime
 
@@ -72,6 +73,8 @@ logger = logging.getLogger(__name__)
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 POD_INDEX = "apps.kubernetes.io/pod-index"
+# A pserver's handle once it ran: its pod's uid (before, its pod's name).
+UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 IGNORED_COUNT = "batch.kubernetes.io/job-index-ignored-failure-count"
 LOG_RETRY_SECONDS = 0.5
@@ -272,7 +275,8 @@ class KubernetesBackend(Backend):
         if pod is None:
             return self._no_pod(job, replica)
         seen = pod_observation(pod, replica.role)
-        if (replica.role == PSERVER and replica.state == "running" and replica.backend_ref
+        if (replica.role == PSERVER and replica.state == "running"
+                and UID.match(replica.backend_ref)
                 and replica.backend_ref != pod["metadata"].get("uid")):
             # Its StatefulSet made it a new pod (evicted, its node lost): a new, empty
             # pserver. The trainers would train on against it: the pserver has failed.

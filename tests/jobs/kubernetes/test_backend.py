@@ -301,6 +301,21 @@ def test_a_pserver_replaced_by_its_statefulset_fails_the_job(
 
 
 @pytest.mark.django_db
+def test_a_running_pserver_is_known_by_its_pods_uid(kube, alice, datacenter, package,
+                                                   no_starts):
+    """Its handle once it runs; a handle from before (a pod name, as an earlier version
+    kept) is not taken for a replaced pod."""
+    job = submit(alice, datacenter, package, pservers=1)
+    engine.job_launch(job.pk)
+    wait(lambda: engine.job_sync(job.pk) and state(job) == "running")
+    pserver = job.replicas.get(role="pserver")
+    pod = kube.store.get("pods", NS, f"{object_base(job)}-ps-0")
+    assert pserver.backend_ref == pod["metadata"]["uid"]
+    job.replicas.filter(pk=pserver.pk).update(backend_ref=f"{object_base(job)}-ps-0")
+    assert engine.job_sync(job.pk) and state(job) == "running"
+
+
+@pytest.mark.django_db
 def test_kill_and_delete_leave_no_objects_and_the_name_is_reused_at_once(
         kube, alice, datacenter, package, no_starts, monkeypatch,
         django_capture_on_commit_callbacks):
