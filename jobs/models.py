@@ -54,6 +54,14 @@ class Job(models.Model):
     ttl_seconds_after_finished = models.PositiveIntegerField(
         null=True, blank=True, help_text="Delete the job this long after it ends.")
 
+    # The data its master dispatches to the trainers, task by task (jobs.master).
+    dataset = models.CharField(max_length=4096, blank=True,
+                               help_text="A glob of files in PFS; empty: no master.")
+    dataset_unit = models.CharField(max_length=16, blank=True,
+                                    help_text="file, chunk (RecordIO) or records.")
+    task_records = models.PositiveIntegerField(null=True, blank=True,
+                                               help_text="Records per task (unit records).")
+
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     admitted_at = models.DateTimeField(
@@ -146,3 +154,39 @@ class JobEvent(models.Model):
     def __str__(self) -> str:
         who = f"{self.replica.name} " if self.replica_id else ""
         return f"{self.job.name}: {who}{self.from_state} -> {self.to_state} ({self.reason})"
+
+
+class Task(models.Model):
+    """A piece of a job's dataset in one pass, as its master dispatches it: waiting, leased to
+    a trainer until ``lease_expires``, done, or set aside after failing too often."""
+
+    class State(models.TextChoices):
+        WAITING = "waiting"
+        LEASED = "leased"
+        DONE = "done"
+        SET_ASIDE = "set_aside"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tasks")
+    pass_no = models.PositiveIntegerField()
+    index = models.PositiveIntegerField()
+    spans = models.JSONField(help_text="What to read: [{path, kind, offset|start, count}].")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.WAITING)
+    trainer = models.PositiveIntegerField(null=True, blank=True,
+                                          help_text="The trainer holding it, or that did it.")
+    lease = models.CharField(max_length=32, blank=True,
+                             help_text="Names the current lease: a stale holder's calls fail.")
+    lease_expires = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0, help_text="Leases given.")
+    failures = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["job", "pass_no", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "pass_no", "index"], name="unique_task"),
+        ]
+        indexes = [models.Index(fields=["job", "pass_no", "state", "index"],
+                                name="task_dispatch")]
+
+    def __str__(self) -> str:
+        return f"{self.job.name} pass {self.pass_no} task {self.index} ({self.state})"

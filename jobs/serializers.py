@@ -38,8 +38,8 @@ class JobSerializer(serializers.ModelSerializer):
         fields = ["name", "state", "state_reason", "queue_position", "datacenter", "package",
                   "entry", "topology", "image", "registry", "trainers", "cpu", "memory", "gpu",
                   "pservers", "pscpu", "psmemory", "passes", "env", "restart_limit",
-                  "deadline_seconds", "ttl_seconds_after_finished", "created_at", "started_at",
-                  "finished_at"]
+                  "deadline_seconds", "ttl_seconds_after_finished", "dataset", "dataset_unit",
+                  "task_records", "created_at", "started_at", "finished_at"]
 
 
     def get_queue_position(self, job) -> int | None:
@@ -69,6 +69,13 @@ class JobSubmitSerializer(serializers.Serializer):
     restart_limit = serializers.IntegerField(required=False)
     deadline_seconds = serializers.IntegerField(required=False)
     ttl_seconds_after_finished = serializers.IntegerField(required=False)
+    dataset = serializers.CharField(required=False, help_text=(
+        "a glob of files in PFS that the job's master dispatches to its trainers, e.g. "
+        "/pfs/{dc}/home/{user}/data/part-*.recordio (docs/master.md)"))
+    dataset_unit = serializers.ChoiceField(["file", "chunk", "records"], required=False,
+                                           help_text="a task is a file, a RecordIO chunk, or "
+                                                     "task_records records")
+    task_records = serializers.IntegerField(required=False)
     dry_run = serializers.BooleanField(required=False)
 
 

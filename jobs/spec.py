@@ -5,7 +5,8 @@ send it and returns a ``JobSpec`` with normalized values (CPU in millicores, mem
 or raises one ValidationError that lists each field's problem. The rules on the fields
 themselves are the core's (``paddlecloud_core.spec``, which ``paddlectl`` and the SDK apply
 too); here are the ones that need the portal: the name is free, the package is a directory
-in PFS, the registry exists, the topology file is in the package.
+in PFS, the registry exists, the topology file is in the package, the dataset matches files
+the user may read.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from paddlecloud_core.spec import JobSpec, name_taken, spec_check
 from pfs.services import pfs_target
 from registries.services import registry_get
 
+from .master import dataset_problem
 from .models import Job
 
 __all__ = ["JobSpec", "job_spec_validate"]
@@ -74,6 +76,10 @@ def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
     if topology and "topology" not in check.errors and package_at is not None \
             and not _is_file(package_at, topology):
         check.fail("topology", f"{topology} is not a file in the package")
+
+    if values["dataset"] and "dataset" not in check.errors and (
+            problem := dataset_problem(user, datacenter, values["dataset"])) is not None:
+        check.fail("dataset", problem)
 
     if check.errors:
         raise ValidationError(check.message(), fields=check.ordered())

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from . import views
 
@@ -10,5 +10,10 @@ urlpatterns = [
     path("jobs/<str:name>/events", views.JobEventsView.as_view(), name="api-job-events"),
     path("jobs/<str:name>/logs", views.JobLogsView.as_view(), name="api-job-logs"),
     path("jobs/<str:name>/metrics", views.JobMetricsView.as_view(), name="api-job-metrics"),
+    path("jobs/<str:name>/tasks", views.JobTasksView.as_view(), name="api-job-tasks"),
+    path("master/<uuid:uid>/next", views.MasterNextView.as_view(), name="api-master-next"),
+    re_path(r"^master/(?P<uid>[0-9a-f-]{36})/tasks/(?P<task_id>[0-9]+)/"
+            r"(?P<action>renew|done|failed)$", views.MasterTaskView.as_view(),
+            name="api-master-task"),
     path("quota", views.QuotaView.as_view(), name="api-quota"),
 ]

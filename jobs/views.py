@@ -8,13 +8,15 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.pagination import CursorPagination
+from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from accounts.serializers import ErrorSerializer
 from paddlecloud.errors import ValidationError
 from paddlecloud.views import DatacenterAPIView, flag_parameter, query_flag
 
-from . import services
+from . import master, services
 from .admission import quota_report
 from .backends import backend_for
 from .documents import to_yaml
@@ -154,6 +156,78 @@ class JobMetricsView(DatacenterAPIView):
         replica = services.job_worker(job, request.query_params.get("worker"))
         first = line_number(request.query_params.get("from", "0"))
         return Response(metrics_get(job, replica, first))
+
+
+class JobTasksView(DatacenterAPIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **ERRORS},
+                   summary="The job's master: each pass's tasks by state, and the tasks of "
+                           "the current (or last) pass with who holds them")
+    def get(self, request, name: str):
+        job = services.job_get(request.user, self.datacenter, name)
+        progress = master.tasks_progress(job)
+        shown = progress["current_pass"]
+        if shown is None and progress["passes"]:
+            shown = progress["passes"][-1]["pass"]
+        tasks = job.tasks.filter(pass_no=shown).order_by("index") if shown is not None else []
+        progress["tasks"] = [
+            {"id": t.pk, "pass": t.pass_no, "index": t.index, "state": t.state,
+             "trainer": t.trainer, "attempts": t.attempts, "failures": t.failures,
+             "lease_expires": t.lease_expires} for t in tasks]
+        return Response(progress)
+
+
+# --- the master's calls: a job's trainers, with the job's master token --------------------------
+
+class MasterView(APIView):
+    """Called by a job's replicas with its master token (``Authorization: Bearer``), not by
+    users: no session, no user token, no throttling (a job's trainers call often)."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    throttle_classes: list = []
+
+    def job(self, request, uid):
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        token = header[7:].strip() if header.startswith("Bearer ") else ""
+        return master.master_job(uid, token)
+
+    @staticmethod
+    def trainer(request) -> int:
+        value = request.data.get("trainer") if isinstance(request.data, dict) else None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValidationError.for_field("trainer", "the caller's PADDLE_TRAINER_ID, a "
+                                                       "whole number from 0")
+        return value
+
+    @staticmethod
+    def lease(request) -> str:
+        value = request.data.get("lease")
+        if not isinstance(value, str) or not value:
+            raise ValidationError.for_field("lease", "the lease of the task, as /next gave it")
+        return value
+
+
+class MasterNextView(MasterView):
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, **ERRORS},
+                   summary="A trainer's next task (docs/master.md)")
+    def post(self, request, uid):
+        job = self.job(request, uid)
+        return Response(master.task_next(job, self.trainer(request)))
+
+
+class MasterTaskView(MasterView):
+    ACTIONS = {"renew": master.task_renew, "done": master.task_done}
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, **ERRORS},
+                   summary="Renew a task's lease, or report it done or failed")
+    def post(self, request, uid, task_id: int, action: str):
+        job = self.job(request, uid)
+        trainer, lease = self.trainer(request), self.lease(request)
+        if action == "failed":
+            reason = request.data.get("reason", "")
+            return Response(master.task_failed(job, task_id, trainer, lease,
+                                               reason if isinstance(reason, str) else ""))
+        return Response(self.ACTIONS[action](job, task_id, trainer, lease))
 
 
 def _streaming(chunks) -> StreamingHttpResponse:

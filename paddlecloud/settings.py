@@ -201,6 +201,9 @@ PADDLECLOUD_KUBE_ATTEMPTS = env_int("PADDLECLOUD_KUBE_ATTEMPTS", 4)
 # How long the cluster may go on refusing to create a job's pod (Pod Security, a LimitRange, a
 # webhook: not its ResourceQuota, which is waited for) before the job fails with its reason.
 PADDLECLOUD_KUBE_REFUSED_SECONDS = env_int("PADDLECLOUD_KUBE_REFUSED_SECONDS", 60)
+# A job master's lease on a task (docs/master.md): a trainer renews it while it reads the task;
+# one that stops renewing loses the task to another trainer this long after.
+PADDLECLOUD_MASTER_LEASE_SECONDS = env_int("PADDLECLOUD_MASTER_LEASE_SECONDS", 30)
 PADDLECLOUD_DEFAULT_IMAGE = env_str("PADDLECLOUD_DEFAULT_IMAGE", DEFAULT_IMAGE)
 
 # PFS, the file service: the largest upload accepted (beside each user's storage quota), the

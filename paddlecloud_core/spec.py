@@ -31,6 +31,10 @@ MAX_TEXT = 4096
 MAX_IMAGE = 512
 MAX_REGISTRY = 64
 MAX_TOPOLOGY = 1024
+MAX_TASK_RECORDS = 10**9
+# How a job's dataset is cut into the master's tasks: a whole file each, a RecordIO chunk each,
+# or ``task_records`` records each (of RecordIO files, or lines of text files).
+DATASET_UNITS = ("file", "chunk", "records")
 
 # The seeds' flag names, accepted as aliases.
 ALIASES = {"jobname": "name", "parallelism": "trainers", "package_path": "package"}
@@ -44,6 +48,7 @@ INTEGERS: dict[str, tuple[int | None, int, int]] = {
     "restart_limit": (0, 0, MAX_RESTARTS),
     "deadline_seconds": (None, 1, MAX_DEADLINE),
     "ttl_seconds_after_finished": (None, 0, MAX_DEADLINE),
+    "task_records": (None, 1, MAX_TASK_RECORDS),
 }
 # Quantities: (default, parser) — CPU in millicores, memory in bytes.
 QUANTITIES: dict[str, tuple[int, Callable[[Any], int]]] = {
@@ -76,6 +81,10 @@ class JobSpec:
     restart_limit: int = 0
     deadline_seconds: int | None = None
     ttl_seconds_after_finished: int | None = None
+    # The data the job's master dispatches to its trainers, task by task (empty: none).
+    dataset: str = ""
+    dataset_unit: str = ""
+    task_records: int | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -240,7 +249,7 @@ class SpecCheck:
 
 
 ORDER = ("name", "entry", "image", "package", "registry", "topology", *INTEGERS, *QUANTITIES,
-         "env")
+         "env", "dataset", "dataset_unit")
 
 
 def spec_check(data: Mapping[str, Any], *, default_image: str,
@@ -276,5 +285,32 @@ def spec_check(data: Mapping[str, Any], *, default_image: str,
     values.update({key: check.integer(key) for key in INTEGERS})
     values.update({key: check.quantity(key) for key in QUANTITIES})
     values["env"] = check.env()
+    values.update(_dataset(check, values["task_records"]))
     result.values = values
     return result
+
+
+def _dataset(check: _Checker, task_records: int | None) -> dict[str, Any]:
+    """The dataset the master dispatches: a glob of files in PFS (which it matches, and that
+    it is the user's to read, is the portal's to check), how it is cut, and the task size."""
+    dataset = check.text("dataset")
+    unit = check.text("dataset_unit", maximum=16)
+    if dataset and not dataset.startswith("/pfs/"):
+        check.fail("dataset", "a glob of files in PFS, e.g. /pfs/{datacenter}/home/{user}/"
+                              "data/part-*.recordio")
+    if unit and unit not in DATASET_UNITS:
+        check.fail("dataset_unit", f"one of {', '.join(DATASET_UNITS)}, not {unit!r}")
+        unit = ""
+    if not dataset:
+        if unit or task_records is not None:
+            check.fail("dataset", "required with dataset_unit or task_records: the files to "
+                                  "cut into tasks")
+        return {"dataset": "", "dataset_unit": "", "task_records": None}
+    unit = unit or ("records" if task_records is not None else "file")
+    if unit == "records" and task_records is None:
+        check.fail("task_records", "required with dataset_unit records: how many records a "
+                                   "task holds, e.g. 20")
+    if unit != "records" and task_records is not None:
+        check.fail("task_records", f"only with dataset_unit records (a task is a whole "
+                                   f"{unit} here)")
+    return {"dataset": dataset, "dataset_unit": unit, "task_records": task_records}

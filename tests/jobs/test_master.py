@@ -1,0 +1,293 @@
+"""A job's master, the portal's side (docs/master.md): the dataset checked at submission and cut
+into tasks, leases, done and failed, passes, trainers that die or restart, many trainers at
+once on PostgreSQL, and the calls over HTTP with the job's token."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from jobs import master
+from jobs.models import Job, JobEvent, Replica, Task
+from jobs.services import job_submit
+from paddlecloud.errors import ValidationError
+from paddlecloud_sdk import recordio
+
+PACKAGE = "/pfs/datacenter1/home/alice/pkg"
+DATA = "/pfs/datacenter1/home/alice/data"
+
+
+@pytest.fixture
+def package(pfs_home):
+    (pfs_home / "pkg").mkdir()
+    (pfs_home / "pkg" / "train.py").write_text("print('hi')\n")
+    return PACKAGE
+
+
+@pytest.fixture
+def dataset(pfs_home):
+    """1000 records in 4 RecordIO files of 2 chunks each (250 records a file), and a text
+    file of 7 lines."""
+    data = pfs_home / "data"
+    data.mkdir()
+    number = 0
+    for part in range(4):
+        # 125 records of 11 bytes a chunk
+        with recordio.Writer(data / f"part-{part}.recordio", max_chunk_size=125 * 11) as w:
+            for _ in range(250):
+                w.write(f"record-{number:04d}".encode())
+                number += 1
+    (data / "notes.txt").write_text("".join(f"line {i}\n" for i in range(7)))
+    return data
+
+
+def submit(alice, datacenter, **fields) -> Job:
+    spec = {"name": "reader", "package": PACKAGE, "entry": "python train.py", **fields}
+    return job_submit(alice, datacenter, spec).job
+
+
+def trainers(job, count: int) -> None:
+    """The job's trainer replicas, running (the engine's rows, without processes)."""
+    Replica.objects.filter(job=job).delete()
+    for index in range(count):
+        Replica.objects.create(job=job, role="trainer", index=index, state="running")
+
+
+def read_all(job, trainer: int = 0) -> list[dict]:
+    """Every task the trainer gets, reported done at once, until the master says done."""
+    got = []
+    while True:
+        answer = master.task_next(job, trainer)
+        if answer.get("done"):
+            return got
+        assert "task" in answer, answer
+        got.append(answer["task"])
+        master.task_done(job, answer["task"]["id"], trainer, answer["task"]["lease"])
+
+
+# --- the dataset at submission -----------------------------------------------------------------
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("fields", "field", "message"), [
+    ({"dataset": f"{DATA}/none-*.recordio"}, "dataset", "matches no file"),
+    ({"dataset": "/pfs/datacenter1/home/bob/data/*.recordio"}, "dataset", ""),
+    ({"dataset": "/pfs/datacenter1/home/alice/*/part-0.recordio"}, "dataset",
+     "only the last part of the path"),
+    ({"dataset": "data/*.recordio"}, "dataset", "a glob of files in PFS"),
+    ({"dataset": f"{DATA}/*.recordio", "task_records": 0}, "task_records", "between 1"),
+    ({"dataset": f"{DATA}/*.recordio", "dataset_unit": "records"}, "task_records", "required"),
+    ({"dataset": f"{DATA}/*.recordio", "dataset_unit": "pages"}, "dataset_unit", "one of"),
+    ({"task_records": 20}, "dataset", "required with"),
+])
+def test_a_dataset_that_cannot_be_read_is_refused_naming_the_field(
+        alice, datacenter, package, dataset, fields, field, message):
+    with pytest.raises(ValidationError) as refused:
+        submit(alice, datacenter, **fields)
+    assert message in refused.value.fields[field][0]
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_dataset_is_kept_with_its_unit(alice, datacenter, package, dataset):
+    job = submit(alice, datacenter, dataset=f"{DATA}/part-*.recordio", task_records=20)
+    assert (job.dataset, job.dataset_unit, job.task_records) == (
+        f"{DATA}/part-*.recordio", "records", 20)
+    assert submit(alice, datacenter, name="files",
+                  dataset=f"{DATA}/part-[01].recordio").dataset_unit == "file"
+
+
+# --- cutting it --------------------------------------------------------------------------------
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("glob", "unit", "size", "tasks", "first"), [
+    ("part-*.recordio", "file", None, 4, {"path": f"{DATA}/part-0.recordio", "kind": "file"}),
+    ("part-*.recordio", "chunk", None, 8, {"path": f"{DATA}/part-0.recordio", "kind": "chunk",
+                                           "offset": 0}),
+    ("part-*.recordio", "records", 20, 52, {"path": f"{DATA}/part-0.recordio",
+                                            "kind": "records", "start": 0, "count": 20}),
+    ("notes.txt", "records", 3, 3, {"path": f"{DATA}/notes.txt", "kind": "records",
+                                     "start": 0, "count": 3}),
+], ids=["file", "chunk", "records", "lines"])
+def test_the_dataset_is_cut_as_asked(alice, datacenter, package, dataset, glob, unit, size,
+                                     tasks, first):
+    job = submit(alice, datacenter, dataset=f"{DATA}/{glob}", dataset_unit=unit,
+                 task_records=size)
+    spans = master.dataset_spans(job)
+    assert len(spans) == tasks and spans[0] == [first]
+    if unit == "records":  # every record once, a file's last task the rest of it
+        counts = [s[0]["count"] for s in spans]
+        assert sum(counts) == (1000 if glob.endswith("recordio") else 7)
+    if unit == "chunk":  # each chunk where its header is
+        chunks = recordio.load_index(dataset / "part-1.recordio")
+        assert [s[0]["offset"] for s in spans if s[0]["path"].endswith("part-1.recordio")] \
+            == [c.offset for c in chunks]
+
+
+# --- leases, passes, failures ------------------------------------------------------------------
+
+@pytest.mark.django_db
+def test_each_task_is_done_once_a_pass_then_the_trainers_are_told_it_is_over(
+        alice, datacenter, package, dataset):
+    job = submit(alice, datacenter, dataset=f"{DATA}/part-*.recordio", dataset_unit="chunk",
+                 passes=2)
+    trainers(job, 2)
+    got = read_all(job, 0)
+    assert [(t["pass"], t["index"]) for t in got] == [(p, i) for p in range(2) for i in range(8)]
+    assert master.task_next(job, 1) == {"done": True}
+    progress = master.tasks_progress(job)
+    assert [(p["pass"], p["done"], p["total"]) for p in progress["passes"]] == [(0, 8, 8),
+                                                                                (1, 8, 8)]
+    assert progress["current_pass"] is None
+
+
+@pytest.mark.django_db
+def test_the_next_pass_waits_for_every_task_of_this_one(alice, datacenter, package, dataset):
+    job = submit(alice, datacenter, dataset=f"{DATA}/part-[01].recordio", passes=2)
+    trainers(job, 2)
+    first = master.task_next(job, 0)["task"]
+    second = master.task_next(job, 1)["task"]
+    assert master.task_next(job, 0) != {"done": True}  # gives first back: trainer 0 restarted
+    third = master.task_next(job, 0)
+    assert third["task"]["index"] == first["index"] and third["task"]["pass"] == 0
+    master.task_done(job, third["task"]["id"], 0, third["task"]["lease"])
+    assert master.task_next(job, 0) == {"wait": master.WAIT_SECONDS}  # trainer 1 holds one
+    master.task_done(job, second["id"], 1, second["lease"])
+    assert master.task_next(job, 0)["task"]["pass"] == 1
+
+
+@pytest.mark.django_db
+def test_a_stale_lease_changes_nothing(alice, datacenter, package, dataset, settings):
+    job = submit(alice, datacenter, dataset=f"{DATA}/part-0.recordio")
+    trainers(job, 2)
+    task = master.task_next(job, 0)["task"]
+    Task.objects.filter(pk=task["id"]).update(
+        lease_expires=timezone.now() - timedelta(seconds=1))  # trainer 0 stalled
+    again = master.task_next(job, 1)["task"]
+    assert again["id"] == task["id"] and again["lease"] != task["lease"]
+    for call in (master.task_renew, master.task_done):
+        with pytest.raises(master.LeaseLost):
+            call(job, task["id"], 0, task["lease"])
+    with pytest.raises(master.LeaseLost):
+        master.task_failed(job, task["id"], 0, task["lease"], "late")
+    assert Task.objects.get(pk=task["id"]).state == "leased"  # still trainer 1's
+    assert master.task_done(job, again["id"], 1, again["lease"]) == {"done": True}
+    events = list(JobEvent.objects.filter(job=job, to_state="waiting")
+                  .values_list("reason", flat=True))
+    assert events == ["task 0 of pass 1 dispatched again: trainer-0 let its lease expire"]
+
+
+@pytest.mark.django_db
+def test_a_trainer_that_ended_gives_its_task_back_at_once(alice, datacenter, package,
+                                                          dataset):
+    job = submit(alice, datacenter, dataset=f"{DATA}/part-0.recordio")
+    trainers(job, 2)
+    task = master.task_next(job, 0)["task"]
+    assert master.task_next(job, 1) == {"wait": master.WAIT_SECONDS}
+    Replica.objects.filter(job=job, index=0).update(state="failed")
+    assert master.task_next(job, 1)["task"]["id"] == task["id"]
+
+
+@pytest.mark.django_db
+def test_a_task_failing_everywhere_is_set_aside(alice, datacenter, package, dataset):
+    job = submit(alice, datacenter, dataset=f"{DATA}/part-0.recordio")
+    trainers(job, 3)
+    answers = []
+    for trainer in range(master.TASK_FAILURES):
+        task = master.task_next(job, trainer)["task"]
+        answers.append(master.task_failed(job, task["id"], trainer, task["lease"],
+                                          "ValueError: bad record"))
+    assert answers == [{"retried": True}] * (master.TASK_FAILURES - 1) + [{"set_aside": True}]
+    assert master.task_next(job, 0) == {"done": True}  # the pass is over without it
+    reason = JobEvent.objects.filter(job=job, to_state="set_aside").get().reason
+    assert reason == ("task 0 of pass 1 set aside: it failed 3 times, last on trainer-2: "
+                      "ValueError: bad record")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_many_trainers_at_once_never_share_a_task(alice, datacenter, package, dataset):
+    """16 trainers on PostgreSQL take the 52 tasks of 2 passes concurrently (SKIP LOCKED):
+    each task is handed out and done exactly once a pass."""
+    job = submit(alice, datacenter, dataset=f"{DATA}/part-*.recordio", task_records=20,
+                 passes=2)
+    trainers(job, 16)
+    done: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def trainer(index: int) -> None:
+        try:
+            while True:
+                answer = master.task_next(job, index)
+                if answer.get("done"):
+                    return
+                if "wait" in answer:
+                    continue
+                task = answer["task"]
+                master.task_done(job, task["id"], index, task["lease"])
+                with lock:
+                    done.append((task["pass"], task["index"]))
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=trainer, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    assert sorted(done) == [(p, i) for p in range(2) for i in range(52)]
+    assert not Task.objects.filter(job=job, attempts__gt=1).exists()
+
+
+# --- over HTTP ---------------------------------------------------------------------------------
+
+@pytest.mark.django_db
+def test_the_calls_need_the_jobs_own_token(alice, datacenter, package, dataset):
+    job = submit(alice, datacenter, dataset=f"{DATA}/part-0.recordio")
+    other = submit(alice, datacenter, name="other", dataset=f"{DATA}/part-1.recordio")
+    trainers(job, 1)
+    client = APIClient()
+    url = f"/api/v1/master/{job.uid}/next"
+    for token in ("", "pcm_nope", master.master_token(other)):
+        response = client.post(url, {"trainer": 0}, format="json",
+                               HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert response.status_code == 404, response.content
+        assert response.json()["code"] == "not_found"
+    assert master.master_token(job) != master.master_token(other)
+    bearer = {"HTTP_AUTHORIZATION": f"Bearer {master.master_token(job)}"}
+    bad = client.post(url, {"trainer": "zero"}, format="json", **bearer)
+    assert bad.status_code == 400 and "trainer" in bad.json()["fields"]
+    task = client.post(url, {"trainer": 0}, format="json", **bearer).json()["task"]
+    assert task["spans"] == [{"path": f"{DATA}/part-0.recordio", "kind": "file"}]
+    base = f"/api/v1/master/{job.uid}/tasks/{task['id']}"
+    renewed = client.post(f"{base}/renew", {"trainer": 0, "lease": task["lease"]},
+                          format="json", **bearer)
+    assert renewed.json() == {"lease_seconds": 30}
+    lost = client.post(f"{base}/done", {"trainer": 0, "lease": "someone-elses"},
+                       format="json", **bearer)
+    assert lost.status_code == 409 and lost.json()["code"] == "lease_lost"
+    ok = client.post(f"{base}/done", {"trainer": 0, "lease": task["lease"]}, format="json",
+                     **bearer)
+    assert ok.json() == {"done": True}
+    assert client.post(url, {"trainer": 0}, format="json", **bearer).json() == {"done": True}
+
+
+@pytest.mark.django_db
+def test_the_owner_sees_each_pass_and_who_holds_what(alice, datacenter, package, dataset,
+                                                     token_client):
+    job = submit(alice, datacenter, dataset=f"{DATA}/part-*.recordio", passes=2)
+    trainers(job, 2)
+    task = master.task_next(job, 1)["task"]
+    answer = token_client.get("/api/v1/jobs/reader/tasks").json()
+    assert answer["passes"] == [{"pass": 0, "waiting": 3, "leased": 1, "done": 0,
+                                 "set_aside": 0, "total": 4}]
+    assert answer["current_pass"] == 0 and answer["total_passes"] == 2
+    held = [t for t in answer["tasks"] if t["state"] == "leased"]
+    assert [(t["index"], t["trainer"]) for t in held] == [(task["index"], 1)]
