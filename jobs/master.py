@@ -289,6 +289,21 @@ def task_failed(job, task_id: int, trainer: int, lease: str, reason: str) -> dic
 
 # --- what users see ------------------------------------------------------------------------------
 
+def tasks_report(job) -> dict:
+    """``tasks_progress`` and the tasks of the current pass (or the last, once over), with
+    who holds them: what the API and the job's page show."""
+    progress = tasks_progress(job)
+    shown = progress["current_pass"]
+    if shown is None and progress["passes"]:
+        shown = progress["passes"][-1]["pass"]
+    tasks = job.tasks.filter(pass_no=shown).order_by("index") if shown is not None else []
+    progress["tasks"] = [
+        {"id": t.pk, "pass": t.pass_no, "index": t.index, "state": t.state,
+         "trainer": t.trainer, "attempts": t.attempts, "failures": t.failures,
+         "lease_expires": t.lease_expires} for t in tasks]
+    return progress
+
+
 def tasks_progress(job) -> dict:
     """Each pass's tasks by state, and the current pass (None: not started, or over)."""
     counts = (Task.objects.filter(job=job).values("pass_no", "state")

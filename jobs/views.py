@@ -164,16 +164,7 @@ class JobTasksView(DatacenterAPIView):
                            "the current (or last) pass with who holds them")
     def get(self, request, name: str):
         job = services.job_get(request.user, self.datacenter, name)
-        progress = master.tasks_progress(job)
-        shown = progress["current_pass"]
-        if shown is None and progress["passes"]:
-            shown = progress["passes"][-1]["pass"]
-        tasks = job.tasks.filter(pass_no=shown).order_by("index") if shown is not None else []
-        progress["tasks"] = [
-            {"id": t.pk, "pass": t.pass_no, "index": t.index, "state": t.state,
-             "trainer": t.trainer, "attempts": t.attempts, "failures": t.failures,
-             "lease_expires": t.lease_expires} for t in tasks]
-        return Response(progress)
+        return Response(master.tasks_report(job))
 
 
 # --- the master's calls: a job's trainers, with the job's master token --------------------------

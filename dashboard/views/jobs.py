@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_http_methods
 
-from jobs import services
+from jobs import master, services
 from jobs.admission import queue_position
 from jobs.documents import to_yaml
 from jobs.files import log_file
@@ -175,6 +175,7 @@ def job_detail(request, datacenter, name: str):
         "log_error": log_error,
         "log_from": max(0, first + len(lines) - LOG_KEEP),
         "metrics_worker": services.job_worker(job, None).name,
+        "dataset": master.tasks_report(job) if job.dataset else None,
     })
 
 

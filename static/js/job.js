@@ -351,4 +351,43 @@ document.addEventListener("DOMContentLoaded", () => {
 
   byId("metrics-worker")?.addEventListener("change", (event) => startMetrics(event.target.value));
   startMetrics(root.dataset.metricsWorker);
+
+  // -- the dataset: each pass's tasks, refreshed while the job runs ----------------------------
+
+  const dataset = byId("dataset");
+  function showPasses(report) {
+    const rows = report.passes.map((pass) => {
+      const row = document.createElement("tr");
+      row.dataset.pass = pass.pass;
+      const progress = document.createElement("progress");
+      progress.max = pass.total;
+      progress.value = pass.done;
+      progress.textContent = `${pass.done} of ${pass.total}`;
+      const cells = [`${pass.pass + 1} of ${report.total_passes}`, progress,
+        pass.done, pass.leased, pass.waiting, pass.set_aside];
+      cells.forEach((value, i) => {
+        const cell = document.createElement("td");
+        if (i >= 2) cell.className = "num";
+        if (value instanceof Node) cell.append(value); else cell.textContent = value;
+        row.append(cell);
+      });
+      return row;
+    });
+    if (rows.length) byId("passes").replaceChildren(...rows);
+    byId("held").replaceChildren(...report.tasks.filter((t) => t.state === "leased").map((t) => {
+      const tag = document.createElement("span");
+      tag.className = "tag";
+      tag.textContent = `trainer-${t.trainer}: task ${t.index}`;
+      return tag;
+    }));
+  }
+  async function refreshPasses() {
+    if (!dataset || root.dataset.state === "gone") return;
+    try {
+      const response = await fetch(dataset.dataset.tasksUrl, { credentials: "same-origin" });
+      if (response.ok) showPasses(await response.json());
+    } catch (error) { /* the next round tries again */ }
+    if (!FINAL.has(root.dataset.state)) setTimeout(refreshPasses, 2000);
+  }
+  if (dataset && !FINAL.has(root.dataset.state)) setTimeout(refreshPasses, 2000);
 });

@@ -331,6 +331,34 @@ def test_the_job_page_shows_spec_workers_events_and_the_log(browser, submit):
     assert "Kill job fit?" in element(response, "confirm-kill")[1]
 
 
+def test_the_job_page_shows_each_pass_of_the_dataset_and_who_holds_what(
+        browser, submit, pfs_home):
+    from jobs import master
+
+    data = pfs_home / "data"
+    data.mkdir()
+    for part in range(3):
+        (data / f"part-{part}.txt").write_text("a\nb\n")
+    job = submit("reader", trainers=2, passes=2,
+                 dataset="/pfs/datacenter1/home/alice/data/part-*.txt")
+    assert "No task dispatched yet" in element(browser.get("/jobs/reader/"), "dataset")[1]
+    held = master.task_next(job, 1)["task"]
+    response = browser.get("/jobs/reader/")
+    attrs, shown = element(response, "dataset")
+    assert attrs["data-tasks-url"] == "/api/v1/jobs/reader/tasks?datacenter=datacenter1"
+    assert "1 of 2" in shown and "0 of 3" in shown  # pass 1 of 2; none of its 3 tasks done
+    assert f"trainer-1: task {held['index']}" in element(response, "held")[1]
+    assert "/pfs/datacenter1/home/alice/data/part-*.txt" in text(response)
+    # What the page's script asks for, with the browser's session.
+    report = browser.get(attrs["data-tasks-url"]).json()
+    assert report["passes"][0]["leased"] == 1
+
+
+def test_a_job_without_a_dataset_has_no_dataset_card(browser, submit):
+    submit("fit")
+    assert 'id="dataset"' not in text(browser.get("/jobs/fit/"))
+
+
 def test_the_job_page_shows_another_worker_log_when_asked(browser, submit):
     job = submit("fit", trainers=2)
     write_log(job, "trainer-1", ["from one"])
