@@ -52,6 +52,17 @@ class JobSubmitForm(forms.Form):
                                          "delete the job this long after it ended", min=0)
     topology = _text("Topology", "a PaddlePaddle v1 config file in the package (legacy)",
                      spellcheck="false")
+    dataset = _text("Dataset", "files in PFS the job's master hands to the trainers task by "
+                    "task (paddlecloud_sdk.master.reader()); empty: no master",
+                    placeholder="/pfs/{dc}/home/{user}/data/part-*.recordio",
+                    autocomplete="off", spellcheck="false")
+    dataset_unit = forms.ChoiceField(
+        label="A task is", required=False,
+        choices=[("", "default: a file (records with a task size)"), ("file", "a file"),
+                 ("chunk", "a RecordIO chunk"), ("records", "a number of records")],
+        help_text="how the dataset is cut into tasks")
+    task_records = _number("Records a task", "records (or lines of a text file) a task "
+                           "holds, for a number of records", min=1)
 
     GROUPS = (
         ("Job", ("name", "package", "entry")),
@@ -59,6 +70,7 @@ class JobSubmitForm(forms.Form):
         ("Parameter servers", ("pservers", "pscpu", "psmemory")),
         ("Runtime", ("image", "registry", "env", "passes", "restart_limit",
                      "deadline_seconds", "ttl_seconds_after_finished", "topology")),
+        ("Data", ("dataset", "dataset_unit", "task_records")),
     )
 
     def __init__(self, *args, registries=(), default_image: str = "", **kwargs):

@@ -259,10 +259,26 @@ def task_renew(job, task_id: int, trainer: int, lease: str) -> dict:
 
 
 def task_done(job, task_id: int, trainer: int, lease: str) -> dict:
-    if not _held(job, task_id, trainer, lease).update(state=Task.State.DONE, lease="",
-                                                      lease_expires=None):
+    """Done, once. The lease stays on the task, so the same ``done`` sent again (its answer
+    was lost) is answered the same, and any other is refused."""
+    done_now = _held(job, task_id, trainer, lease).update(state=Task.State.DONE,
+                                                           lease_expires=None)
+    if not done_now and not Task.objects.filter(
+            pk=task_id, job=job, state=Task.State.DONE, trainer=trainer,
+            lease=lease or "-").exists():
         raise _lost(task_id)
     return {"done": True}
+
+
+@transaction.atomic
+def task_release(job, task_id: int, trainer: int, lease: str, reason: str) -> dict:
+    """The trainer gives the task back unread or half read (it stopped early): dispatched
+    again, not counted as a failure."""
+    task = _held(job, task_id, trainer, lease).select_for_update().first()
+    if task is None:
+        raise _lost(task_id)
+    _release(job, [task], f"gave it back ({(reason or 'no reason given').strip()[:500]})")
+    return {"released": True}
 
 
 @transaction.atomic

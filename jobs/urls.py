@@ -13,7 +13,7 @@ urlpatterns = [
     path("jobs/<str:name>/tasks", views.JobTasksView.as_view(), name="api-job-tasks"),
     path("master/<uuid:uid>/next", views.MasterNextView.as_view(), name="api-master-next"),
     re_path(r"^master/(?P<uid>[0-9a-f-]{36})/tasks/(?P<task_id>[0-9]+)/"
-            r"(?P<action>renew|done|failed)$", views.MasterTaskView.as_view(),
+            r"(?P<action>renew|done|failed|release)$", views.MasterTaskView.as_view(),
             name="api-master-task"),
     path("quota", views.QuotaView.as_view(), name="api-quota"),
 ]

@@ -210,14 +210,15 @@ class MasterTaskView(MasterView):
     ACTIONS = {"renew": master.task_renew, "done": master.task_done}
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, **ERRORS},
-                   summary="Renew a task's lease, or report it done or failed")
+                   summary="Renew a task's lease, report it done or failed, or give it back")
     def post(self, request, uid, task_id: int, action: str):
         job = self.job(request, uid)
         trainer, lease = self.trainer(request), self.lease(request)
-        if action == "failed":
+        if action in ("failed", "release"):
             reason = request.data.get("reason", "")
-            return Response(master.task_failed(job, task_id, trainer, lease,
-                                               reason if isinstance(reason, str) else ""))
+            report = master.task_failed if action == "failed" else master.task_release
+            return Response(report(job, task_id, trainer, lease,
+                                   reason if isinstance(reason, str) else ""))
         return Response(self.ACTIONS[action](job, task_id, trainer, lease))
 
 

@@ -8,11 +8,13 @@
 - ``paddlecloud_sdk.dataset``: ``split``, ``convert``, ``cluster_files_reader``,
   ``recordio_reader``, ``dist_reader``.
 - ``paddlecloud_sdk.recordio``: PaddlePaddle's RecordIO format, pure Python.
+- ``paddlecloud_sdk.master``: a trainer's share of a job's dataset, task by task, from the job's
+  master (``master.reader()``, ``master.tasks()``; docs/master.md).
 - ``report(step=…, **metrics)`` (``paddlecloud_sdk.metrics``): append a line of training
   metrics beside the replica's log, for the job's page to plot.
 - ``paddlecloud_sdk.errors``: what it raises (paddlectl's error classes).
 
-``env``, ``dataset``, ``metrics`` and ``recordio`` need only the standard library (and
+``env``, ``dataset``, ``master``, ``metrics`` and ``recordio`` need only the standard library (and
 ``paddlecloud_core``, which does too), so a trainer can import them in any image; ``PaddleJob``
 and ``dist_train`` are loaded on first use.
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import dataset, env, metrics, recordio
+from . import dataset, env, master, metrics, recordio
 from .metrics import report
 
 _LAZY = {
@@ -31,7 +33,7 @@ _LAZY = {
 }
 
 __all__ = ["CephFSVolume", "Connection", "PaddleJob", "connect", "dataset", "dist_train",
-           "env", "errors", "metrics", "recordio", "report"]
+           "env", "errors", "master", "metrics", "recordio", "report"]
 
 
 def __getattr__(name: str) -> Any:

@@ -135,6 +135,13 @@ class PaddleJob:
     strings). ``config``/``datacenter`` pick the config file and datacenter; ``connection`` a
     ``Connection`` to share between jobs.
 
+    ``dataset`` (a glob of files in PFS: ``/pfs/{dc}/home/{user}/data/part-*.recordio``) gives
+    the job a master that hands the files to the trainers task by task, pass after pass
+    (``paddlecloud_sdk.master.reader()`` in the trainer reads them); ``dataset_unit`` says what
+    a task is — ``"file"``, ``"chunk"`` (a RecordIO chunk) or ``"records"``, ``task_records``
+    records (or lines of a text file) — by default a file, or ``records`` when
+    ``task_records`` is given.
+
     The seeds' names are accepted too: ``trainer_package_path``, ``cpu_num``, ``gpu_num``,
     ``use_gpu`` (one GPU when true and ``gpu_nums`` is not given), ``base_image``/``image``,
     ``parallelism``, ``name``/``jobname``, ``entry``. ``cephfs_volume`` and ``namespace`` are
@@ -152,7 +159,8 @@ class PaddleJob:
                  config: str | os.PathLike | Config | None = None,
                  pscpu: int | float | str | None = None, psmemory: str | int | None = None, *,
                  restart_limit: int | None = None, deadline_seconds: int | None = None,
-                 ttl_seconds_after_finished: int | None = None,
+                 ttl_seconds_after_finished: int | None = None, dataset: str | None = None,
+                 dataset_unit: str | None = None, task_records: int | None = None,
                  connection: Connection | None = None, **aliases: Any):
         values = {
             "job_name": job_name, "entry_point": entry_point, "trainer_package": trainer_package,
@@ -211,6 +219,9 @@ class PaddleJob:
         self.restart_limit = restart_limit
         self.deadline_seconds = deadline_seconds
         self.ttl_seconds_after_finished = ttl_seconds_after_finished
+        self.dataset = dataset
+        self.dataset_unit = dataset_unit
+        self.task_records = task_records
         self.env: dict[str, str] = {}
         self.datacenter = datacenter
         self._config = config
@@ -260,13 +271,16 @@ class PaddleJob:
                 ("restart_limit", "restart_limit", self.restart_limit, False),
                 ("deadline_seconds", "deadline_seconds", self.deadline_seconds, False),
                 ("ttl_seconds_after_finished", "ttl_seconds_after_finished",
-                 self.ttl_seconds_after_finished, False)):
+                 self.ttl_seconds_after_finished, False),
+                ("task_records", "task_records", self.task_records, False)):
             if value is None and not required:
                 continue
             if not _is_int(value):
                 fail(field, f"{value!r} is not a whole number")
             elif (problem := spec.integer_problem(api, value)) is not None:
                 fail(field, problem)
+
+        self._check_dataset(fail)
 
         for field in ("runtime_image", "registry", "topology", "datacenter"):
             value = getattr(self, field)
@@ -284,6 +298,32 @@ class PaddleJob:
                     fail(f"env.{key}", f"a string or a number, not {type(value).__name__}")
                 else:
                     self.env[key] = str(value)
+
+    def _check_dataset(self, fail) -> None:
+        """The core's rules on ``dataset``, ``dataset_unit`` and ``task_records`` together
+        (whether the glob matches files the user may read is the portal's to say)."""
+        data: dict[str, Any] = {}
+        for field in ("dataset", "dataset_unit"):
+            value = getattr(self, field)
+            if value is None:
+                continue
+            if not isinstance(value, str) or not value.strip():
+                fail(field, "a non-empty string")
+                return
+            data[field] = value
+        task_records_ok = self.task_records is None or (
+            _is_int(self.task_records)
+            and spec.integer_problem("task_records", self.task_records) is None)
+        if task_records_ok:
+            data["task_records"] = self.task_records
+        if not data or data == {"task_records": None}:
+            return
+        errors = spec.spec_check(data, default_image=spec.DEFAULT_IMAGE).errors
+        for field in ("dataset", "dataset_unit", "task_records"):
+            if field == "task_records" and not task_records_ok:
+                continue  # its own problem is named already
+            for problem in errors.get(field, []):
+                fail(field, problem)
 
     # -- where things are ---------------------------------------------------------------------
 
@@ -338,6 +378,8 @@ class PaddleJob:
             "psmemory": None if self.psmemory is None else str(self.psmemory),
             "restart_limit": self.restart_limit, "deadline_seconds": self.deadline_seconds,
             "ttl_seconds_after_finished": self.ttl_seconds_after_finished,
+            "dataset": self.dataset, "dataset_unit": self.dataset_unit,
+            "task_records": self.task_records,
         }
         body.update({key: value for key, value in optional.items() if value is not None})
         if self.env:
@@ -382,6 +424,10 @@ class PaddleJob:
                   restart_limit=info.get("restart_limit"),
                   deadline_seconds=info.get("deadline_seconds"),
                   ttl_seconds_after_finished=info.get("ttl_seconds_after_finished"),
+                  dataset=info.get("dataset") or None,
+                  dataset_unit=(info.get("dataset_unit") or None) if info.get("dataset")
+                  else None,
+                  task_records=info.get("task_records"),
                   datacenter=connection.datacenter.name, connection=connection)
         job.info = info
         return job

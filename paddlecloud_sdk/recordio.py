@@ -250,6 +250,28 @@ def num_records(path: str | os.PathLike) -> int:
     return sum(chunk.num_records for chunk in load_index(path))
 
 
+MAGIC_BYTES = MAGIC.to_bytes(4, "little")
+
+
+def is_recordio(path: str | os.PathLike) -> bool:
+    """Whether the file starts with a RecordIO chunk's magic number (an empty file does not)."""
+    with open(path, "rb") as file:
+        return file.read(len(MAGIC_BYTES)) == MAGIC_BYTES
+
+
+def read_chunk(path: str | os.PathLike, offset: int) -> list[bytes]:
+    """The records of the chunk at byte ``offset`` of a file (as ``load_index`` finds it),
+    checksum checked; a ``RecordIOError`` when no chunk starts there."""
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ValueError(f"a chunk's offset is a byte position, not {offset!r}")
+    with open(path, "rb") as file:
+        file.seek(offset)
+        info = _read_header(file, str(path))
+        if info is None:
+            raise RecordIOError(f"{path}: no chunk at byte {offset}: the file ends there")
+        return decode_chunk(info, file.read(info.stored_size), str(path))
+
+
 def _expand(paths) -> list[str]:
     """A path, a glob pattern or a list of them, as the files to read in order."""
     if isinstance(paths, str | os.PathLike):

@@ -233,6 +233,12 @@ class ApiClient:
         return self.request("GET", _job_path(name, "logs"), params=params, stream=True,
                             wait=follow)
 
+    def job_tasks(self, name: str) -> dict:
+        """What the job's master has done: ``{"passes": [{"pass", "waiting", "leased",
+        "done", "set_aside", "total"}], "current_pass", "total_passes", "tasks": [...]}``
+        (the tasks of the current pass, or the last)."""
+        return self.call("GET", _job_path(name, "tasks"))
+
     def job_metrics(self, name: str, *, worker: str | None = None) -> dict:
         """What a worker reported with ``paddlecloud_sdk.report``: ``{"worker", "names",
         "records"}``, each record ``{"seq", "step", "time", "metrics": {name: value}}``. Every

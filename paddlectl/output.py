@@ -158,6 +158,38 @@ WORKER_COLUMNS = [
     Column("reason", "reason", wide_only=True),
 ]
 
+def _pass_state(row: dict) -> str:
+    if row.get("made") is False:
+        return "to come"
+    if not row.get("waiting") and not row.get("leased"):
+        return "over"
+    return "current" if row.get("current") else "waiting"
+
+
+def _percent(part: int | None, whole: int | None) -> str | None:
+    if part is None or not whole:
+        return None
+    return f"{100 * part // whole}%"
+
+
+# ``get tasks``: a row per pass of the job's master (numbered from 1, as its events say) …
+TASK_PASS_COLUMNS = [
+    Column("pass", lambda row: row["pass"] + 1), Column("state", _pass_state),
+    Column("done", "done"), Column("leased", "leased"), Column("waiting", "waiting"),
+    Column("set aside", "set_aside"), Column("total", "total"),
+    Column("progress", lambda row: _percent(row.get("done"), row.get("total"))),
+]
+
+# … and with -o wide the tasks of the current (or last) pass.
+TASK_COLUMNS = [
+    Column("id", "id"), Column("pass", lambda row: row["pass"] + 1), Column("index", "index"),
+    Column("state", "state"),
+    Column("trainer", lambda row: None if row.get("trainer") is None
+           else f"trainer-{row['trainer']}"),
+    Column("attempts", "attempts"), Column("failures", "failures"),
+    Column("lease expires", "lease_expires", "time"),
+]
+
 # A dry run's plan: the replicas a job would start.
 PLAN_COLUMNS = [Column("name", "name"), Column("role", "role"), Column("cpu", "cpu"),
                 Column("memory", "memory"), Column("gpu", "gpu")]

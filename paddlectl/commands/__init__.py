@@ -54,7 +54,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
     Command("delete", "delete a job or a registry", "jobs"),
     Command("file", "upload files into your PFS home (the seeds' rules)", "files"),
     Command("flags", "list the top-level flags", "help"),
-    Command("get", "print jobs, workers, registries and quota", "jobs"),
+    Command("get", "print jobs, workers, tasks, registries and quota", "jobs"),
     Command("help", "describe subcommands and their syntax", "help"),
     Command("kill", "stop a job; -rm also removes it from the history", "jobs"),
     Command("local", "run a training on this machine", "local"),

@@ -33,6 +33,8 @@ from paddlectl.output import (
     JOB_COLUMNS,
     PLAN_COLUMNS,
     QUOTA_COLUMNS,
+    TASK_COLUMNS,
+    TASK_PASS_COLUMNS,
     WORKER_COLUMNS,
     Column,
 )
@@ -63,6 +65,8 @@ SUBMIT_FIELDS = (
     ("topology", "topology", False), ("image", "image", False),
     ("registry", "registry", False), ("restart_limit", "restart_limit", True),
     ("deadline", "deadline_seconds", True), ("ttl", "ttl_seconds_after_finished", True),
+    ("dataset", "dataset", False), ("dataset_unit", "dataset_unit", False),
+    ("task_records", "task_records", True),
 )
 
 SUBMIT_HELP = """\
@@ -98,6 +102,15 @@ def setup_submit(parser) -> None:
          help="how often a failed trainer is restarted (default 0)")
     flag(parser, "deadline", metavar="SECONDS", help="fail the job if it runs longer")
     flag(parser, "ttl", metavar="SECONDS", help="delete the job this long after it ended")
+    flag(parser, "dataset", metavar="GLOB",
+         help="files in PFS the job's master hands to the trainers task by task, e.g. "
+              "'/pfs/{dc}/home/{user}/data/part-*.recordio' (quoted: the server matches it); "
+              "trainers read them with paddlecloud_sdk.master.reader()")
+    flag(parser, "dataset-unit", dest="dataset_unit", metavar="UNIT",
+         help="what a task is: file, chunk (a RecordIO chunk) or records (-task-records of "
+              "them; lines of a text file) (default file, or records with -task-records)")
+    flag(parser, "task-records", dest="task_records", metavar="N",
+         help="records (or lines) a task holds, for -dataset-unit records")
     flag(parser, "dry-run", dest="dry_run", action="store_true",
          help="check everything and show what would be started; start nothing, upload "
               "nothing (-o yaml: the whole job)")
@@ -219,6 +232,7 @@ def run_submit(ctx, args) -> None:
 # -- get --------------------------------------------------------------------------------------
 
 RESOURCES = {"jobs": "jobs", "job": "jobs", "workers": "workers", "worker": "workers",
+             "tasks": "tasks", "task": "tasks",
              "registry": "registry", "registries": "registry", "quota": "quota"}
 
 
@@ -226,9 +240,12 @@ def setup_get(parser) -> None:
     parser.description = (
         "get jobs [NAME...]     your jobs in this datacenter, newest first\n"
         "get workers JOB        the job's workers (parameter servers and trainers)\n"
+        "get tasks JOB          what the job's master has handed out, pass by pass\n"
+        "                       (-o wide: and each task of the current pass)\n"
         "get registry           your registry credentials\n"
         "get quota              your quota in this datacenter: each resource's limit and use")
-    parser.add_argument("resource", metavar="RESOURCE", help="jobs, workers, registry or quota")
+    parser.add_argument("resource", metavar="RESOURCE",
+                        help="jobs, workers, tasks, registry or quota")
     parser.add_argument("names", nargs="*", metavar="NAME")
     flag(parser, "state", metavar="STATES",
          help="jobs only in these states, comma-separated (running,failed)")
@@ -253,6 +270,35 @@ def _get_workers(ctx, args) -> None:
     ctx.emit(workers, workers, WORKER_COLUMNS)
 
 
+def _get_tasks(ctx, args) -> None:
+    if len(args.names) != 1:
+        raise UsageError("get tasks: name one job: paddlectl get tasks JOB")
+    name = args.names[0]
+    data = ctx.client.job_tasks(name)
+    if _machine_output(ctx):
+        ctx.emit(data)
+        return
+    passes = data.get("passes") or []
+    if not passes:
+        job = ctx.client.job_get(name)
+        if not job.get("dataset"):
+            ctx.info(f"job {name} has no dataset, so no master and no tasks (submit it with "
+                     "-dataset GLOB)")
+        else:
+            ctx.info(f"job {name} has no tasks yet: its master cuts {job['dataset']} into "
+                     "tasks when a trainer first asks for one")
+        return
+    current = data.get("current_pass")
+    rows = [{**entry, "current": entry["pass"] == current} for entry in passes]
+    made = {entry["pass"] for entry in passes}
+    total = data.get("total_passes") or 0
+    rows += [{"pass": number, "made": False} for number in range(total) if number not in made]
+    ctx.emit(data, rows, TASK_PASS_COLUMNS)
+    if ctx.output_format() == "wide" and data.get("tasks"):
+        ctx.stdout.write("\n")
+        ctx.emit(data, data["tasks"], TASK_COLUMNS)
+
+
 def _get_quota(ctx, args) -> None:
     quota = ctx.client.quota()
     if _machine_output(ctx):
@@ -266,12 +312,12 @@ def run_get(ctx, args) -> None:
     resource = RESOURCES.get(args.resource)
     if resource is None:
         raise UsageError(f"get: unknown resource {args.resource!r}: use jobs, workers JOB, "
-                         "registry or quota")
+                         "tasks JOB, registry or quota")
     if args.state and resource != "jobs":
         raise UsageError("get: -state is for get jobs")
     if resource == "quota" and args.names:
         raise UsageError("get quota takes no names")
-    {"jobs": _get_jobs, "workers": _get_workers, "quota": _get_quota,
+    {"jobs": _get_jobs, "workers": _get_workers, "tasks": _get_tasks, "quota": _get_quota,
      "registry": lambda ctx, args: registry_get(ctx, args.names)}[resource](ctx, args)
 
 

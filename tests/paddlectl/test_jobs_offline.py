@@ -69,8 +69,8 @@ def test_a_local_package_is_checked_before_any_request(offline_cli):
         assert result.stderr.startswith(f"paddlectl: {message}"), result.stderr
     result = offline_cli("get", "frobs")
     assert (result.returncode, result.stderr) == (
-        1, "paddlectl: get: unknown resource 'frobs': use jobs, workers JOB, registry or "
-           "quota\n")
+        1, "paddlectl: get: unknown resource 'frobs': use jobs, workers JOB, tasks JOB, "
+           "registry or quota\n")
     assert offline_cli("get", "quota", "x").returncode == 1
 
 
@@ -86,3 +86,22 @@ def test_ages_and_durations():
                            (started + timedelta(seconds=90)).isoformat()}) == "1m"
     assert duration.value({"started_at": started.isoformat()}) == "5m"
     assert duration.value({"started_at": None}) is None
+
+
+def test_the_dataset_flags_become_the_apis_fields():
+    dataset = "/pfs/dc/home/u/data/part-*.recordio"
+    assert submission("--dataset", dataset, "--dataset-unit", "records", "--task-records",
+                      "40") == {"dataset": dataset, "dataset_unit": "records",
+                                "task_records": 40}
+    assert submission("-dataset", dataset, "-dataset-unit", "chunk") == {
+        "dataset": dataset, "dataset_unit": "chunk"}
+    # As typed: the server names the mistake (a unit it does not know, a size that is not one).
+    assert submission("-dataset", dataset, "-dataset-unit", "pages", "-task-records", "x") == {
+        "dataset": dataset, "dataset_unit": "pages", "task_records": "x"}
+
+
+def test_get_tasks_names_one_job(offline_cli):
+    for args in (("get", "tasks"), ("get", "tasks", "a", "b")):
+        result = offline_cli(*args)
+        assert (result.returncode, result.stderr) == (
+            1, "paddlectl: get tasks: name one job: paddlectl get tasks JOB\n")

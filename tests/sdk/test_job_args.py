@@ -357,3 +357,33 @@ def test_logs_without_follow_do_not_retry():
 def test_logs_tail_is_a_number_of_lines(tail):
     with pytest.raises(ValueError, match="tail"):
         job().logs(tail=tail)
+
+
+def test_a_dataset_reaches_the_api():
+    data = "/pfs/datacenter1/home/alice/data/part-*.recordio"
+    assert job(dataset=data, task_records=40).spec() == {
+        **job().spec(), "dataset": data, "task_records": 40}
+    assert job(dataset=data, dataset_unit="chunk").spec() == {
+        **job().spec(), "dataset": data, "dataset_unit": "chunk"}
+    assert "dataset" not in job().spec()
+
+
+@pytest.mark.parametrize(("kwargs", "field", "words"), [
+    ({"dataset": "data/part-*"}, "dataset", "a glob of files in PFS"),
+    ({"dataset": ""}, "dataset", "a non-empty string"),
+    ({"dataset": ["/pfs/a"]}, "dataset", "a non-empty string"),
+    ({"task_records": 20}, "dataset", "required with dataset_unit or task_records"),
+    ({"dataset_unit": "file"}, "dataset", "required with dataset_unit or task_records"),
+    ({"dataset": "/pfs/dc/x/*", "dataset_unit": "pages"}, "dataset_unit",
+     "one of file, chunk, records"),
+    ({"dataset": "/pfs/dc/x/*", "dataset_unit": "records"}, "task_records", "required"),
+    ({"dataset": "/pfs/dc/x/*", "dataset_unit": "chunk", "task_records": 5}, "task_records",
+     "only with dataset_unit records"),
+    ({"dataset": "/pfs/dc/x/*", "task_records": 0}, "task_records", "between 1 and"),
+    ({"dataset": "/pfs/dc/x/*", "task_records": "20"}, "task_records", "not a whole number"),
+])
+def test_dataset_mistakes_are_named(kwargs, field, words):
+    with pytest.raises(JobSpecError) as caught:
+        job(**kwargs)
+    assert list(caught.value.fields) == [field], caught.value.fields
+    assert words in caught.value.fields[field][0]
