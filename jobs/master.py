@@ -17,7 +17,6 @@ tasks again; after the last, trainers are told there is nothing more.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import hmac
 import secrets
 import struct
@@ -29,6 +28,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from paddlecloud.errors import ConflictError, NotFoundError, PaddleCloudError, ValidationError
+from paddlecloud_core.contract import master_token as contract_master_token
 from pfs.services import pfs_target
 
 from .models import Job, JobEvent, Replica, Task
@@ -49,11 +49,9 @@ class LeaseLost(ConflictError):
 # --- who may call --------------------------------------------------------------------------------
 
 def master_token(job) -> str:
-    """The job's token for its task calls: derived from the portal's secret and the job's uid,
-    so it is never stored, and good for this job only."""
-    digest = hmac.new(settings.SECRET_KEY.encode(), f"paddlecloud-master:{job.uid}".encode(),
-                      hashlib.sha256).hexdigest()
-    return f"pcm_{digest}"
+    """The job's token for its task calls (``contract.master_token``): derived from the
+    portal's secret and the job's uid, so it is never stored, and good for this job only."""
+    return contract_master_token(settings.SECRET_KEY, job.uid)
 
 
 def master_job(uid, token: str) -> Job:

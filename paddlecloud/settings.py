@@ -204,6 +204,29 @@ PADDLECLOUD_KUBE_REFUSED_SECONDS = env_int("PADDLECLOUD_KUBE_REFUSED_SECONDS", 6
 # A job master's lease on a task (docs/master.md): a trainer renews it while it reads the task;
 # one that stops renewing loses the task to another trainer this long after.
 PADDLECLOUD_MASTER_LEASE_SECONDS = env_int("PADDLECLOUD_MASTER_LEASE_SECONDS", 30)
+
+
+def _base_url(name: str, default: str) -> str:
+    """An http(s) URL of the portal, without a trailing slash (paths are added to it)."""
+    value = (env_str(name) or default).strip().rstrip("/")
+    scheme, _, rest = value.partition("://")
+    if scheme not in ("http", "https") or not rest or rest.startswith("/") or any(
+            c in value for c in "?# "):
+        raise ImproperlyConfigured(f"{name}={value!r}: expected an http or https URL such as "
+                                   f"{default}")
+    return value
+
+
+# Where the replicas of jobs with a dataset call their master (docs/master.md).
+# PADDLECLOUD_PORTAL_URL: the portal as this machine reaches it, in plain HTTP (runportal's
+# --host and --port; `./dev up` serves on 127.0.0.1:8000 unless HOST or PORT say otherwise):
+# local replicas call it, sandboxed ones through their job's relay (jobs/backends/relay.py).
+# PADDLECLOUD_MASTER_BASE_URL: the portal as pods reach it (in a cluster, its Service:
+# deploy/config.yaml). Their hosts must be in ALLOWED_HOSTS, and 127.0.0.1 too (the relay's).
+PADDLECLOUD_PORTAL_URL = _base_url("PADDLECLOUD_PORTAL_URL", "http://127.0.0.1:8000")
+PADDLECLOUD_MASTER_BASE_URL = _base_url("PADDLECLOUD_MASTER_BASE_URL",
+                                        "http://paddlecloud.paddlecloud.svc")
+
 PADDLECLOUD_DEFAULT_IMAGE = env_str("PADDLECLOUD_DEFAULT_IMAGE", DEFAULT_IMAGE)
 
 # PFS, the file service: the largest upload accepted (beside each user's storage quota), the
@@ -295,7 +318,9 @@ LOGOUT_REDIRECT_URL = "login"
 if TRUSTED_PROXIES:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# Plain HTTP from inside: the kubelet's probes, and trainers calling their job's master through
+# the portal's Service (PADDLECLOUD_MASTER_BASE_URL), which never passes the TLS proxy.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^api/v1/master/"]
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)

@@ -2,13 +2,16 @@
 
 ``replica_env`` is the one place it is built: the local backend passes it to processes, the
 Kubernetes backend writes it into pod specs. A job's extra ``env`` may not set these names.
+Those of ``SECRET_ENV`` are secrets: never logged nor shown (in dry runs, events, the API);
+pods read them from a Secret.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 LEGACY_VARIABLES = (
     "PADDLE_INIT_TRAINER_ID", "PADDLE_INIT_NUM_GRADIENT_SERVERS", "PADDLE_INIT_PSERVERS",
@@ -24,7 +27,16 @@ FLEET_VARIABLES = (
 # Ours: which pserver this is, and where the job's files are as the replica sees them.
 PADDLECLOUD_VARIABLES = ("PADDLE_PSERVER_ID", "PADDLE_OUTPUT_DIR", "PADDLE_PFS_HOME",
                          "PADDLE_PFS_PUBLIC")
-RESERVED_ENV = frozenset(LEGACY_VARIABLES + FLEET_VARIABLES + PADDLECLOUD_VARIABLES)
+# A job with a dataset: where its master answers, and the token its task calls carry
+# (docs/master.md).
+MASTER_URL_VARIABLE = "PADDLECLOUD_MASTER_URL"
+MASTER_TOKEN_VARIABLE = "PADDLECLOUD_MASTER_TOKEN"  # noqa: S105 - its name
+MASTER_VARIABLES = (MASTER_URL_VARIABLE, MASTER_TOKEN_VARIABLE)
+RESERVED_ENV = frozenset(LEGACY_VARIABLES + FLEET_VARIABLES + PADDLECLOUD_VARIABLES
+                         + MASTER_VARIABLES)
+# The variables whose values are secrets: never written to a log, an event, a dry run or
+# anything the API shows; Kubernetes pods take them from a Secret (not their pod spec).
+SECRET_ENV = frozenset({MASTER_TOKEN_VARIABLE})
 # A replica being stopped (a kill, a failed job, the pservers of a finished one) gets SIGTERM, then
 # SIGKILL this many seconds later to save its work: on every backend (a pod's
 # terminationGracePeriodSeconds) and in paddlectl's local runs.
@@ -44,12 +56,24 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
+class TaskMaster:
+    """Where a job's replicas reach its master (the portal's, docs/master.md): the URL as they
+    see it (it depends on the backend) and the job's token (the portal's to make)."""
+
+    url: str
+    token: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class Topology:
-    """Where every replica of a job listens (``host:port``, in index order)."""
+    """Where every replica of a job listens (``host:port``, in index order), and where they
+    reach the job's master: a job with a dataset has one, on every backend; none elsewhere
+    (``paddlectl local train``)."""
 
     pservers: tuple[str, ...]
     trainers: tuple[str, ...]
     master: str | None  # collective jobs: trainer 0's rendezvous endpoint
+    task_master: TaskMaster | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +102,22 @@ def job_namespace(datacenter, username: str) -> str:
         digest = hashlib.sha256(username.encode()).hexdigest()[:8]
         name = f"{name[: 63 - 9].rstrip('-')}-{digest}"
     return name
+
+
+def master_url(portal: str, job_uid) -> str:
+    """Where a job's master answers, below ``portal`` (the portal's URL as the replicas reach
+    it, which depends on the backend)."""
+    return f"{portal.rstrip('/')}/api/v1/master/{job_uid}"
+
+
+def master_token(secret: str, job_uid) -> str:
+    """The token of a job's master calls: an HMAC of the job's uid with the portal's secret
+    (``SECRET_KEY``), so it is never stored and is good for that job only. The backends give
+    it to the replicas; ``jobs.master.master_token``, which the portal checks calls against,
+    must make the same (tests/jobs/test_master_access.py holds it)."""
+    digest = hmac.new(secret.encode(), f"paddlecloud-master:{job_uid}".encode(),
+                      "sha256").hexdigest()
+    return f"pcm_{digest}"
 
 
 def _host(endpoint: str) -> str:
@@ -129,4 +169,7 @@ def replica_env(job, role: str, index: int, topology: Topology, paths: Paths,
             env["PADDLE_MASTER"] = topology.master
     else:
         env.update({"TRAINING_ROLE": "PSERVER", "PADDLE_PSERVER_ID": str(index)})
+    if topology.task_master:
+        env.update({MASTER_URL_VARIABLE: topology.task_master.url,
+                    MASTER_TOKEN_VARIABLE: topology.task_master.token})
     return env

@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
             child = subprocess.Popen(  # noqa: S603 - the job's own entry command
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         except OSError as exc:
-            log.write(f"cannot start {command!r}: {exc}\n".encode())
+            # The program only: its arguments may carry the replica's environment (a sandbox's
+            # --setenv), secrets included.
+            log.write(f"cannot start {command[0] if command else ''!r}: {exc}\n".encode())
             code = 127
         else:
             code = child.wait()

@@ -206,7 +206,8 @@ def topology_new(plan: Plan) -> Topology:
     pservers = tuple(endpoints[:plan.job.pservers])
     trainers = tuple(endpoints[plan.job.pservers:plan.job.pservers + plan.job.trainers])
     master = None if plan.job.pservers else endpoints[-1]
-    return Topology(pservers=pservers, trainers=trainers, master=master)
+    # No portal here, so no job master (a dataset is the portal's): no PADDLECLOUD_MASTER_*.
+    return Topology(pservers=pservers, trainers=trainers, master=master, task_master=None)
 
 
 def local_env(plan: Plan, role: str, index: int, topology: Topology, *,

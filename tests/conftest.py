@@ -333,6 +333,7 @@ def live_portal(transactional_db, settings, tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    settings.PADDLECLOUD_PORTAL_URL = f"http://127.0.0.1:{port}"  # where local replicas reach it
     server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port,
                                            lifespan="off", log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -11,6 +11,11 @@ Replicas run with the portal's Python first on PATH. CPU and memory requests are
 enforced on this backend. Starting, observing and stopping the processes is
 ``processes.py``, which ``paddlectl local train`` uses too.
 
+A job with a dataset has a master, the portal's (docs/master.md): its replicas reach it at
+``PADDLECLOUD_PORTAL_URL``, or, in a sandbox, through the job's relay (``relay.py``): a process
+that listens on 127.0.0.1:80 in the job's network and forwards to the portal, started with the
+job's first sandboxed replica and gone with the job's network.
+
 Each replica runs in a sandbox (``sandbox.py``, bubblewrap) when the machine can make one
 (``PADDLECLOUD_LOCAL_SANDBOX``: ``auto``, the default; ``bwrap`` to refuse to run without;
 ``off``): it sees the system and the portal's Python read-only, its package and requirements
@@ -33,11 +38,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
 
-from paddlecloud_core.contract import Paths, Topology
+from paddlecloud_core.contract import Paths, TaskMaster, Topology, master_token, master_url
 from paddlecloud_core.layout import log_relpath
 from paddlecloud_core.processes import (
     attempt_files,
@@ -52,6 +58,7 @@ from paddlecloud_core.processes import (
 
 from ..files import home_dir, output_dir, output_open, output_prepare, package_copy
 from .base import Backend, BackendError, Observation
+from .relay import RELAY_PORT, RelayError, relay_start, relay_stop
 from .sandbox import (
     PRIVATE_TMP,
     SYSTEM_PATH,
@@ -82,6 +89,40 @@ def jobs_root() -> Path:
 def netns_file(private: Path) -> Path:
     """Where a job's network holder is recorded, in its private directory."""
     return private / "run" / "netns.pid"
+
+
+def relay_file(private: Path) -> Path:
+    """Where the relay from a job's network to the portal is recorded."""
+    return private / "run" / "relay.pid"
+
+
+def portal_address() -> tuple[str, int]:
+    """The portal's host and port on this machine (``PADDLECLOUD_PORTAL_URL``), where the
+    relays forward to."""
+    url = urlsplit(settings.PADDLECLOUD_PORTAL_URL)
+    return url.hostname or "127.0.0.1", url.port or (443 if url.scheme == "https" else 80)
+
+
+def _sandboxed() -> bool:
+    """Whether replicas start in a sandbox (where one is required and cannot be made, they
+    do not start at all: as if they did)."""
+    try:
+        return sandboxing() is None
+    except BackendError:
+        return True
+
+
+def master_access(job) -> TaskMaster | None:
+    """Where the job's replicas reach its master: the portal's own URL, or in a sandbox the
+    job's relay, at the same path; None for a job without a dataset."""
+    if not job.dataset:
+        return None
+    portal = settings.PADDLECLOUD_PORTAL_URL
+    if _sandboxed():
+        url = urlsplit(portal)
+        portal = f"{url.scheme}://127.0.0.1:{RELAY_PORT}{url.path}"
+    return TaskMaster(url=master_url(portal, job.uid),
+                      token=master_token(settings.SECRET_KEY, job.uid))
 
 
 def _pip_config_binds(env: dict[str, str]) -> list[Bind]:
@@ -229,7 +270,9 @@ class LocalBackend(Backend):
         shutil.rmtree(job_dir(job), ignore_errors=True)
 
     def release(self, job) -> None:
-        netns_stop(netns_file(job_dir(job)))
+        private = job_dir(job)
+        netns_stop(netns_file(private))
+        relay_stop(relay_file(private))  # it ends with the network: this waits for it
 
     def orphans_stop(self, known, grace: float) -> int:
         root = jobs_root()
@@ -243,9 +286,10 @@ class LocalBackend(Backend):
                 continue
             found += 1
             started = [read_json(pid_file) for pid_file in (private / "run").glob("*.pid")
-                       if pid_file != netns_file(private)]
+                       if pid_file not in (netns_file(private), relay_file(private))]
             groups_stop([s["pid"] for s in started if s], grace)
             netns_stop(netns_file(private))
+            relay_stop(relay_file(private))
             shutil.rmtree(private, ignore_errors=True)
         return found
 
@@ -267,7 +311,8 @@ class LocalBackend(Backend):
                 master_file.parent.mkdir(parents=True, exist_ok=True)
                 master_file.write_text(free_endpoint())
             master = master_file.read_text()
-        return Topology(pservers=pservers, trainers=trainers, master=master)
+        return Topology(pservers=pservers, trainers=trainers, master=master,
+                        task_master=master_access(job))
 
     def _files(self, job, replica) -> tuple[Path, Path]:
         return attempt_files(job_dir(job) / "run", replica.name)
@@ -296,7 +341,7 @@ class LocalBackend(Backend):
                 runner_env = process_env(env, path=path, home=str(home_dir(job)),
                                          pythonpath=pythonpath)
                 command = entry_argv(job.entry)
-        except SandboxError as exc:
+        except (SandboxError, RelayError) as exc:
             raise BackendError(f"cannot make its sandbox: {exc}") from None
         log = output_open(job, log_relpath(replica.role, replica.index))
         try:
@@ -308,7 +353,8 @@ class LocalBackend(Backend):
 
     def _sandbox(self, job, replica, env: dict[str, str]) -> Sandbox:
         """What a replica sees: its package and requirements read-only, its owner's home
-        read-write, the public directory read-only; its job's network."""
+        read-write, the public directory read-only; its job's network, with the relay to the
+        portal in it when the job has a master."""
         private = job_dir(job)
         binds = [Bind(str(private / "pkg")), Bind(str(home_dir(job)), writable=True)]
         if (private / "site-packages").is_dir():
@@ -316,8 +362,10 @@ class LocalBackend(Backend):
         public = job.datacenter.public_path
         if public.is_dir() and not public.is_symlink():
             binds.append(Bind(str(public)))
-        return Sandbox(binds=binds, env=env, cwd=str(private / "pkg"),
-                       network=netns_start(netns_file(private), f"job-{job.uid}"),
+        network = netns_start(netns_file(private), f"job-{job.uid}")
+        if job.dataset:
+            relay_start(relay_file(private), network, portal_address(), f"job-{job.uid}")
+        return Sandbox(binds=binds, env=env, cwd=str(private / "pkg"), network=network,
                        hostname=replica.name)
 
     def observe(self, job, replica) -> Observation:

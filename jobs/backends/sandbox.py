@@ -27,7 +27,9 @@ Its network (``Sandbox.network``): ``"none"``, a namespace of its own with only 
 ``"host"``, the machine's (for ``pip download``, which needs PyPI — it reaches 127.0.0.1 too,
 so PostgreSQL and Redis: never for a job's own code); or a job's ``Netns``, one namespace per
 job held by a small process (``netns_start``), so that the replicas of a job reach each other
-on 127.0.0.1 and nothing on the host's loopback (PostgreSQL, Redis, the portal).
+on 127.0.0.1 and nothing on the host's loopback (PostgreSQL, Redis, the portal). A job with a
+master (a dataset) has one way out: its relay (``relay.py``), on 127.0.0.1:80 in the job's
+network, forwards to the portal, and ends with the holder.
 
 How it behaves as a process (bubblewrap 0.8.0; ``tests/jobs/test_sandbox.py`` holds each point):
 

@@ -8,6 +8,8 @@ the pods' scripts), which the backend creates first; every other object (``job_c
 names the root in an ownerReference with the uid the API server gave it, so deleting the root
 deletes the job. In creation order:
 
+- the job's Secret (``job_secret``: its replicas' secret variables, a master's token, which the
+  pods reference; jobs with a dataset only),
 - Volcano's PodGroup of all the job's pods (datacenters that use Volcano),
 - the pservers' headless Service and their StatefulSet (jobs with pservers only),
 - the trainers' headless Service (the DNS names of ``PADDLE_TRAINER_ENDPOINTS``),
@@ -19,6 +21,7 @@ deletes the job. In creation order:
 ``job_objects`` is all of them, for dry runs and validation; without the root's uid (nothing
 was created yet) the children carry no ownerReference, so its output stays safe to apply by
 hand: an ownerReference to a made-up uid would have the garbage collector delete the object.
+Nor does the Secret carry its values then: a dry run never shows a secret.
 
 Pservers restart in place (their StatefulSet's pods are restarted by the kubelet without
 limit); a deadline and the TTL after finishing are the trainers' Job's: the backend deletes the
@@ -62,7 +65,7 @@ from .names import (
     trainer_name,
 )
 from .pods import ManifestError as ManifestError  # raised by the builders; callers catch it here
-from .pods import pod_template, run_as
+from .pods import job_secret_name, pod_template, run_as, secret_env
 from .scripts import INIT_SCRIPT, INIT_SCRIPT_NAME, RUN_SCRIPT, RUN_SCRIPT_NAME
 
 QUOTA_NAME = "paddlecloud"
@@ -78,6 +81,8 @@ RESTRICTED_VOLUMES = ("csi", "persistentVolume")
 DISRUPTED = {"type": "DisruptionTarget", "status": "True"}
 KUEUE_API = "kueue.x-k8s.io/v1beta1"
 VOLCANO_API = "scheduling.volcano.sh/v1beta1"
+# What a dry run shows for each value of the job's Secret.
+SECRET_HIDDEN = "(secret: made when the job starts)"  # noqa: S105 - a placeholder
 
 
 def _metadata(name: str, namespace: str, labels: dict, *, annotations: dict | None = None,
@@ -267,6 +272,24 @@ def trainers_job(job, namespace: str, root: dict | None, first_attempt: int = 0)
             "metadata": _metadata(name, namespace, labels, root=root), "spec": spec}
 
 
+def job_secret(job, namespace: str, root: dict | None) -> dict | None:
+    """The job's secret variables, which its pods read by reference (``pods.role_env``): None
+    for a job that has none. Without a root (a dry run) its values are not written."""
+    values = secret_env(job, namespace)
+    if not values:
+        return None
+    secret = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": _metadata(job_secret_name(job), namespace, job_labels(job, "secret"),
+                                    root=root),
+              "type": "Opaque", "immutable": True}
+    if root is None:
+        secret["stringData"] = dict.fromkeys(values, SECRET_HIDDEN)
+    else:
+        secret["data"] = {name: base64.b64encode(value.encode()).decode()
+                          for name, value in values.items()}
+    return secret
+
+
 def _pod_group(job, namespace: str, root: dict | None) -> dict:
     """Volcano's gang: all of the job's pods are scheduled at once, or none."""
     cpu = job.trainers * job.cpu + job.pservers * job.pscpu
@@ -287,9 +310,10 @@ def job_children(job, namespace: str, root_uid: str | None, first_attempt: int =
     """Everything of the job but its root, in creation order, owned by the root with uid
     ``root_uid`` (None: no ownerReferences, for dry runs)."""
     root = None if root_uid is None else owner_reference(job, root_uid)
+    secret = job_secret(job, namespace, root)
     group = [_pod_group(job, namespace, root)] if job.datacenter.kube_scheduler == "volcano" else []
     pservers = _pserver_objects(job, namespace, root) if job.pservers else []
-    return [*group, *pservers,
+    return [*([secret] if secret else []), *group, *pservers,
             _headless_service(job, namespace, TRAINER, trainer_name(job), TRAINER_PORT, root),
             trainers_job(job, namespace, root, first_attempt)]
 

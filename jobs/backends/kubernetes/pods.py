@@ -5,7 +5,10 @@ A replica's environment is ``paddlecloud_core.contract.replica_env``, the same a
 backend; one pod template serves every index of a role, so a value that differs by index is written
 with ``$(PADDLE_TRAINER_ID)`` or ``$(PADDLE_PSERVER_ID)``, which Kubernetes expands from the
 first variable of the list: the index, from the downward API. Every other ``$`` is doubled, so
-Kubernetes leaves the values (and the entry command) as they were written.
+Kubernetes leaves the values (and the entry command) as they were written. The contract's secret
+variables (``SECRET_ENV``: a job master's token) are never written in a pod template: the pods
+read them from the job's Secret (``job_secret``, made by ``manifests``), so a dry run shows only
+the reference.
 """
 
 from __future__ import annotations
@@ -13,9 +16,20 @@ from __future__ import annotations
 import copy
 import os
 
+from django.conf import settings
+
 from accounts.models import KUBE_VOLUME_SOURCES, kube_volume_problem
 from paddlecloud_core import layout
-from paddlecloud_core.contract import STOP_GRACE_SECONDS, Paths, Topology, replica_env
+from paddlecloud_core.contract import (
+    SECRET_ENV,
+    STOP_GRACE_SECONDS,
+    Paths,
+    TaskMaster,
+    Topology,
+    master_token,
+    master_url,
+    replica_env,
+)
 
 from .names import (
     FIRST_ATTEMPT_LABEL,
@@ -96,7 +110,8 @@ def site_packages_dir(job) -> str:
 
 def topology(job, namespace: str) -> Topology:
     """Stable DNS names: trainers through their headless Service, pservers through their
-    StatefulSet's; a collective job's rendezvous on trainer 0."""
+    StatefulSet's; a collective job's rendezvous on trainer 0; a job with a dataset's master
+    through the portal's Service."""
     return _topology(job, namespace, job.trainers, job.pservers)
 
 
@@ -105,7 +120,36 @@ def _topology(job, namespace: str, trainers: int, pservers: int) -> Topology:
         pservers=tuple(pserver_endpoint(job, namespace, i) for i in range(pservers)),
         trainers=tuple(trainer_endpoint(job, namespace, i) for i in range(trainers)),
         master=None if pservers else master_endpoint(job, namespace),
+        task_master=master_access(job),
     )
+
+
+def master_access(job) -> TaskMaster | None:
+    """Where the job's pods reach its master: ``PADDLECLOUD_MASTER_BASE_URL`` (the portal as
+    the cluster sees it); None for a job without a dataset."""
+    if not job.dataset:
+        return None
+    return TaskMaster(url=master_url(settings.PADDLECLOUD_MASTER_BASE_URL, job.uid),
+                      token=master_token(settings.SECRET_KEY, job.uid))
+
+
+# --- the job's Secret ----------------------------------------------------------------------------
+
+def job_secret_name(job) -> str:
+    """The Secret that holds the job's secret variables (at most 49 + 4 characters)."""
+    return f"{object_base(job)}-env"
+
+
+def secret_env(job, namespace: str) -> dict[str, str]:
+    """The contract's secret variables of the job's replicas (the same in every one), and
+    their values: what the job's Secret holds; none for a job without a dataset."""
+    env = replica_env(job, TRAINER, 0, topology(job, namespace), paths(job), namespace)
+    return {name: value for name, value in sorted(env.items()) if name in SECRET_ENV}
+
+
+def _secret_env_ref(job, name: str) -> dict:
+    return {"name": name,
+            "valueFrom": {"secretKeyRef": {"name": job_secret_name(job), "key": name}}}
 
 
 # --- environment ---------------------------------------------------------------------------------
@@ -151,6 +195,9 @@ def role_env(job, role: str, namespace: str) -> list[dict]:
     env = [_field_env(variable, ID_FIELD[role]), _field_env("POD_IP", "status.podIP")]
     for name, value in actual.items():
         if name in (variable, "POD_IP"):
+            continue
+        if name in SECRET_ENV:
+            env.append(_secret_env_ref(job, name))
             continue
         if first[name] != second[name]:
             value = index_template(first[name], second[name], variable)

@@ -1,6 +1,7 @@
 """One pod template per role, yet every replica's environment is the contract's: expanded as
 Kubernetes expands it for index i, it is ``replica_env`` for i (the local backend's), save
-POD_IP, which is the pod's IP."""
+POD_IP, which is the pod's IP. The secret ones (a job master's token) come from the job's Secret,
+never from the template."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import pytest
 
 from jobs.backends.kubernetes.manifests import job_children
 from jobs.backends.kubernetes.pods import paths, topology
-from paddlecloud_core.contract import RESERVED_ENV, replica_env
+from paddlecloud_core.contract import RESERVED_ENV, SECRET_ENV, replica_env
 from paddlecloud_core.layout import log_relpath
-from tests.k8s_api_server.env import pod_env
+from tests.k8s_api_server.env import Sources, pod_env
 
-from .factories import NAMESPACE, collective_job, pserver_job
+from .factories import NAMESPACE, ROOT_UID, collective_job, pserver_job
 
 # What the main container has beyond the contract (not compared with replica_env).
 RUNTIME_ENV = ("PYTHONPATH", "PADDLECLOUD_LOG", "PADDLECLOUD_PEERS")
@@ -25,6 +26,13 @@ def containers(job) -> dict[str, dict]:
             container = obj["spec"]["template"]["spec"]["containers"][0]
             found[container["name"]] = container
     return found
+
+
+def secrets(job) -> Sources:
+    """The job's Secrets as the kubelet reads them (as made, with the root's uid)."""
+    made = {obj["metadata"]["name"]: obj for obj in job_children(job, NAMESPACE, ROOT_UID)
+            if obj["kind"] == "Secret"}
+    return Sources(lambda kind, name: made.get(name) if kind == "Secret" else None)
 
 
 def index_fields(role: str, index: int) -> dict[str, str]:
@@ -45,6 +53,10 @@ JOBS = {
     "pservers 11+10": lambda: pserver_job(trainers=10, pservers=11),
     "odd env": lambda: collective_job(env={"X": "$(PADDLE_TRAINER_ID)", "Y": "$$ and $",
                                            "Z": "$("}),
+    "dataset 2": lambda: collective_job(dataset="/pfs/dc1/home/alice/data/*",
+                                        dataset_unit="file"),
+    "dataset pservers 2+3": lambda: pserver_job(dataset="/pfs/dc1/home/alice/data/*",
+                                                dataset_unit="file"),
 }
 
 
@@ -59,7 +71,7 @@ def test_every_index_gets_the_contract_environment(make_job):
             continue
         for index in range(count):
             fields = index_fields(role, index)
-            env = pod_env(pods[role], fields)
+            env = pod_env(pods[role], fields, secrets(job))
             expected = replica_env(job, role, index, job_topology, job_paths, NAMESPACE)
             assert env.pop("POD_IP") == fields["status.podIP"]
             expected.pop("POD_IP")
@@ -94,3 +106,17 @@ def test_the_pods_set_every_contract_variable_they_are_given():
                                    NAMESPACE))
         assert contract <= set(names)
         assert contract <= RESERVED_ENV | {"PYTHONUNBUFFERED"} | set(job.env)
+
+
+def test_secret_variables_are_references_to_the_jobs_secret_only():
+    job = pserver_job(dataset="/pfs/dc1/home/alice/data/*", dataset_unit="file")
+    token = replica_env(job, "trainer", 0, topology(job, NAMESPACE), paths(job),
+                        NAMESPACE)["PADDLECLOUD_MASTER_TOKEN"]
+    for container in containers(job).values():
+        for item in container["env"]:
+            if item["name"] in SECRET_ENV:
+                assert "value" not in item and "secretKeyRef" in item["valueFrom"]
+            assert token not in item.get("value", "")
+    for role in ("trainer", "pserver"):
+        assert "PADDLECLOUD_MASTER_TOKEN" not in {item["name"] for item in containers(
+            pserver_job())[role]["env"]}
