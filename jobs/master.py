@@ -57,7 +57,9 @@ def master_token(job) -> str:
 def master_job(uid, token: str) -> Job:
     """The job whose master ``token`` is for; 404 for anything else (a wrong token does not
     tell whether the job exists)."""
-    job = Job.objects.filter(uid=uid).exclude(dataset="").first()
+    job = (Job.objects.filter(uid=uid).exclude(dataset="")
+           .only("id", "uid", "name", "passes", "dataset", "dataset_unit", "task_records",
+                 "owner_id", "datacenter_id").first())
     if job is None or not hmac.compare_digest(master_token(job), token or ""):
         raise NotFoundError("no such job master")
     return job
@@ -158,10 +160,15 @@ def _pass_make(job, pass_no: int) -> None:
 
 
 def _current_pass(job) -> int | None:
-    """The first pass with tasks not yet done or set aside; None when every made pass is
-    over (then the caller makes the next)."""
-    return (Task.objects.filter(job=job, state__in=(Task.State.WAITING, Task.State.LEASED))
-            .order_by("pass_no").values_list("pass_no", flat=True).first())
+    """The pass with tasks not yet done or set aside — only the last pass made can have
+    them — or None when every pass made is over (then the caller makes the next). Two index
+    lookups, however many tasks the pass holds."""
+    last = (Task.objects.filter(job=job).order_by("-pass_no")
+            .values_list("pass_no", flat=True).first())
+    if last is None or not Task.objects.filter(
+            job=job, pass_no=last, state__in=(Task.State.WAITING, Task.State.LEASED)).exists():
+        return None
+    return last
 
 
 # --- leases --------------------------------------------------------------------------------------
@@ -185,17 +192,22 @@ def _release(job, tasks: list[Task], why: str) -> None:
 def _reclaim(job, trainer: int) -> None:
     """Leases that are over: the asking trainer's own (it was restarted, or gave up), those of
     trainers whose replica has ended, and expired ones."""
-    leased = Task.objects.filter(job=job, state=Task.State.LEASED)
-    _release(job, list(leased.filter(trainer=trainer).select_for_update(skip_locked=True)),
+    # Unordered (no join for Meta.ordering), and locking the tasks only: a lock on the job's
+    # row (a pass being made) must not hide every task from SKIP LOCKED.
+    leased = Task.objects.filter(job=job, state=Task.State.LEASED).order_by()
+
+    def locked(rows):
+        return list(rows.select_for_update(skip_locked=True, of=("self",)))
+
+    _release(job, locked(leased.filter(trainer=trainer)),
              "asked for another task (it was restarted)")
     ended = list(Replica.objects.filter(job=job, role=Replica.Role.TRAINER,
-                                        state__in=FINAL_REPLICA_STATES)
+                                        state__in=FINAL_REPLICA_STATES).order_by()
                  .values_list("index", flat=True))
     if ended:
-        _release(job, list(leased.filter(trainer__in=ended).select_for_update(skip_locked=True)),
-                 "has ended")
-    _release(job, list(leased.filter(lease_expires__lt=timezone.now())
-                       .select_for_update(skip_locked=True)), "let its lease expire")
+        _release(job, locked(leased.filter(trainer__in=ended)), "has ended")
+    _release(job, locked(leased.filter(lease_expires__lt=timezone.now())),
+             "let its lease expire")
 
 
 def _lease_seconds() -> int:
@@ -209,7 +221,7 @@ def task_next(job, trainer: int) -> dict:
             _reclaim(job, trainer)
             current = _current_pass(job)
             if current is not None:
-                task = (Task.objects.select_for_update(skip_locked=True)
+                task = (Task.objects.select_for_update(skip_locked=True, of=("self",))
                         .filter(job=job, pass_no=current, state=Task.State.WAITING)
                         .order_by("index").first())
                 if task is not None:

@@ -186,7 +186,10 @@ class Task(models.Model):
             models.UniqueConstraint(fields=["job", "pass_no", "index"], name="unique_task"),
         ]
         indexes = [models.Index(fields=["job", "pass_no", "state", "index"],
-                                name="task_dispatch")]
+                                name="task_dispatch"),
+                   # The leases to take back: at most one a trainer.
+                   models.Index(fields=["job", "trainer"], name="task_leased",
+                                condition=models.Q(state="leased"))]
 
     def __str__(self) -> str:
         return f"{self.job.name} pass {self.pass_no} task {self.index} ({self.state})"
