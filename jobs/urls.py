@@ -1,4 +1,4 @@
-from django.urls import path, re_path
+from django.urls import path
 
 from . import views
 
@@ -12,8 +12,7 @@ urlpatterns = [
     path("jobs/<str:name>/metrics", views.JobMetricsView.as_view(), name="api-job-metrics"),
     path("jobs/<str:name>/tasks", views.JobTasksView.as_view(), name="api-job-tasks"),
     path("master/<uuid:uid>/next", views.MasterNextView.as_view(), name="api-master-next"),
-    re_path(r"^master/(?P<uid>[0-9a-f-]{36})/tasks/(?P<task_id>[0-9]+)/"
-            r"(?P<action>renew|done|failed|release)$", views.MasterTaskView.as_view(),
-            name="api-master-task"),
+    path("master/<uuid:uid>/tasks/<int:task_id>/<str:action>", views.MasterTaskView.as_view(),
+         name="api-master-task"),
     path("quota", views.QuotaView.as_view(), name="api-quota"),
 ]

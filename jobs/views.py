@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.serializers import ErrorSerializer
-from paddlecloud.errors import ValidationError
+from paddlecloud.errors import NotFoundError, ValidationError
 from paddlecloud.views import DatacenterAPIView, flag_parameter, query_flag
 
 from . import master, services
@@ -212,6 +212,8 @@ class MasterTaskView(MasterView):
     @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, **ERRORS},
                    summary="Renew a task's lease, report it done or failed, or give it back")
     def post(self, request, uid, task_id: int, action: str):
+        if action not in ("renew", "done", "failed", "release"):
+            raise NotFoundError(f"no such task call {action!r}: renew, done, failed or release")
         job = self.job(request, uid)
         trainer, lease = self.trainer(request), self.lease(request)
         if action in ("failed", "release"):

@@ -121,6 +121,19 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+# PostgreSQL: a bounded pool of connections per process (DATABASE_POOL_MAX_SIZE; 0, the default,
+# opens one per request). Many trainers calling a job's master at once would otherwise take
+# more connections than the server allows (bench/master.py).
+DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 0)
+if DATABASE_POOL_MAX_SIZE:
+    if _database["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured("DATABASE_POOL_MAX_SIZE: a pool is for PostgreSQL "
+                                   "(DATABASE_URL postgres://…)")
+    if _database.get("CONN_MAX_AGE"):
+        raise ImproperlyConfigured("DATABASE_POOL_MAX_SIZE and DATABASE_CONN_MAX_AGE: a pool "
+                                   "keeps the connections; leave DATABASE_CONN_MAX_AGE unset")
+    _database.setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1, "max_size": DATABASE_POOL_MAX_SIZE, "timeout": 30}
 DATABASES = {"default": _database}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

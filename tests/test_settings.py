@@ -73,6 +73,21 @@ def test_database_url_switches_to_postgresql(tmp_path):
     assert found["db_name"] == "postgres"
 
 
+def test_a_bounded_connection_pool_on_postgresql(tmp_path):
+    db = test_settings.DATABASES["default"]
+    url = f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 5432}/postgres"
+    pooled = PROBE.replace('"debug": settings.DEBUG,', '"debug": settings.DEBUG, "pool": '
+                           'settings.DATABASES["default"]["OPTIONS"].get("pool"),')
+    result = run(["-c", pooled], tmp_path, DATABASE_URL=url, DATABASE_POOL_MAX_SIZE="12")
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["vendor"] == "postgresql"  # a connection came from the pool
+    assert found["pool"] == {"min_size": 1, "max_size": 12, "timeout": 30}
+    both = run(["-c", PROBE], tmp_path, DATABASE_URL=url, DATABASE_POOL_MAX_SIZE="12",
+               DATABASE_CONN_MAX_AGE="60")
+    assert both.returncode != 0 and "DATABASE_CONN_MAX_AGE" in both.stderr
+
+
 def test_redis_url_switches_broker_channel_layer_and_cache(tmp_path):
     found = probe(tmp_path, REDIS_URL=test_settings.REDIS_URL)
     assert found["broker"] == test_settings.REDIS_URL
@@ -93,6 +108,7 @@ def test_backend_and_pfs_root(tmp_path):
     ({"DEBUG": "maybe"}, "DEBUG"),
     ({"DEBUG": "0"}, "SECRET_KEY"),
     ({"DATABASE_URL": "nonsense://x"}, "DATABASE_URL"),
+    ({"DATABASE_POOL_MAX_SIZE": "10"}, "DATABASE_POOL_MAX_SIZE"),  # SQLite
 ])
 def test_bad_configuration_names_the_variable(tmp_path, env, names):
     result = run(["-c", PROBE], tmp_path, **env)

@@ -270,6 +270,10 @@ def test_the_calls_need_the_jobs_own_token(alice, datacenter, package, dataset):
     renewed = client.post(f"{base}/renew", {"trainer": 0, "lease": task["lease"]},
                           format="json", **bearer)
     assert renewed.json() == {"lease_seconds": 30}
+    unknown = client.post(f"{base}/finish", {"trainer": 0, "lease": task["lease"]},
+                          format="json", **bearer)
+    assert unknown.status_code == 404 and "renew, done, failed or release" in unknown.json()[
+        "message"]
     lost = client.post(f"{base}/done", {"trainer": 0, "lease": "someone-elses"},
                        format="json", **bearer)
     assert lost.status_code == 409 and lost.json()["code"] == "lease_lost"
