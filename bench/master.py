@@ -63,7 +63,15 @@ import redis
 BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:  # portal.py, submit.py, when not run as bench/master.py
     sys.path.insert(0, str(BENCH))
-from portal import HOST, BenchError, Stopped, free_port, handle_signals, log  # noqa: E402
+from portal import (  # noqa: E402
+    HOST,
+    BenchError,
+    KeepAlive,
+    Stopped,
+    free_port,
+    handle_signals,
+    log,
+)
 from submit import DATACENTER, USERNAME, Client, DemoPortal, login, percentile  # noqa: E402
 
 PACKAGE = f"/pfs/{DATACENTER}/home/{USERNAME}/bench"
@@ -429,47 +437,19 @@ class Window:
         return self.stop.is_set() or time.perf_counter() >= self.end
 
 
-class Trainer:
+class Trainer(KeepAlive):
     """One trainer's keep-alive HTTP connection to the master."""
 
     def __init__(self, port: int, uid: str, token: str, index: int):
-        self.port = port
+        super().__init__(HOST, port, REQUEST_TIMEOUT)
         self.index = index
         self.base = f"/api/v1/master/{uid}"
         self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
                         "Accept": "application/json"}
-        self.conn: http.client.HTTPConnection | None = None
 
     def post(self, path: str, body: dict) -> tuple[int, object]:
-        data = json.dumps(body).encode()
-        for attempt in (1, 2):
-            reused = self.conn is not None
-            if self.conn is None:
-                self.conn = http.client.HTTPConnection(HOST, self.port, timeout=REQUEST_TIMEOUT)
-            try:
-                self.conn.request("POST", self.base + path, body=data, headers=self.headers)
-                response = self.conn.getresponse()
-                raw = response.read()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                self.close()
-                if reused and attempt == 1:
-                    continue  # the server closed an idle keep-alive connection: once more
-                raise
-            except BaseException:
-                self.close()
-                raise
-            if response.will_close:
-                self.close()
-            try:
-                return response.status, json.loads(raw) if raw else None
-            except ValueError:
-                return response.status, raw.decode(errors="replace")[:300]
-        raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        return self.send("POST", self.base + path, json.dumps(body).encode(), self.headers,
+                         limit=300)
 
     # one cycle: next, then done (or obey a wait)
 

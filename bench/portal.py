@@ -85,6 +85,48 @@ def handle_signals() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+class KeepAlive:
+    """One keep-alive HTTP connection (one per thread): a request that meets a connection the
+    server closed while idle is sent once more on a new one."""
+
+    def __init__(self, host: str, port: int, timeout: float):
+        self.host, self.port, self.timeout = host, port, timeout
+        self.conn: http.client.HTTPConnection | None = None
+
+    def send(self, method: str, path: str, data: bytes | None, headers: dict,
+             limit: int | None = None) -> tuple[int, object]:
+        """The answer's status and its JSON (or its text, cut at ``limit``)."""
+        for attempt in (1, 2):
+            reused = self.conn is not None
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(self.host, self.port,
+                                                       timeout=self.timeout)
+            try:
+                self.conn.request(method, path, body=data, headers=headers)
+                response = self.conn.getresponse()
+                raw = response.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.close()
+                if reused and attempt == 1:
+                    continue  # the server closed an idle keep-alive connection: once more
+                raise
+            except BaseException:
+                self.close()
+                raise
+            if response.will_close:
+                self.close()
+            try:
+                return response.status, json.loads(raw) if raw else None
+            except ValueError:
+                return response.status, raw.decode(errors="replace")[:limit]
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
 class Portal:
     """The portal in a subprocess, with its own temporary var directory in ``tmp``."""
 

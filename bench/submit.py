@@ -18,7 +18,6 @@ error answer, a failed job, or a timeout). See bench/README.md.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import sys
@@ -32,7 +31,15 @@ from urllib.parse import urlencode, urlsplit
 BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:  # portal.py, when this script is not run as bench/submit.py
     sys.path.insert(0, str(BENCH))
-from portal import BenchError, Portal, Stopped, free_port, handle_signals, log  # noqa: E402
+from portal import (  # noqa: E402
+    BenchError,
+    KeepAlive,
+    Portal,
+    Stopped,
+    free_port,
+    handle_signals,
+    log,
+)
 
 DATACENTER = "datacenter1"
 USERNAME = "demo"
@@ -70,13 +77,12 @@ class DemoPortal(Portal):
 # --- HTTP --------------------------------------------------------------------------------------
 
 
-class Client:
+class Client(KeepAlive):
     """One keep-alive connection to the portal (one per thread)."""
 
     def __init__(self, base: str, token: str | None = None):
-        self.host, self.port = urlsplit(base).hostname, urlsplit(base).port
+        super().__init__(urlsplit(base).hostname, urlsplit(base).port, REQUEST_TIMEOUT)
         self.token = token
-        self.conn: http.client.HTTPConnection | None = None
 
     def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
         headers = {"Accept": "application/json"}
@@ -86,35 +92,7 @@ class Client:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        for attempt in (1, 2):
-            reused = self.conn is not None
-            if self.conn is None:
-                self.conn = http.client.HTTPConnection(self.host, self.port,
-                                                       timeout=REQUEST_TIMEOUT)
-            try:
-                self.conn.request(method, path, body=data, headers=headers)
-                response = self.conn.getresponse()
-                raw = response.read()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                self.close()
-                if reused and attempt == 1:
-                    continue  # the server closed an idle keep-alive connection: once more
-                raise
-            except BaseException:
-                self.close()
-                raise
-            if response.will_close:
-                self.close()
-            try:
-                return response.status, json.loads(raw) if raw else None
-            except ValueError:
-                return response.status, raw.decode(errors="replace")
-        raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        return self.send(method, path, data, headers)
 
 
 def list_jobs(client: Client, **query: str) -> list[dict]:

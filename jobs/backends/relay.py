@@ -27,19 +27,16 @@ the portal's whole HTTP interface, as its owner does, not only the master's call
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import select
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sandbox import Netns, netns_alive
+from .sandbox import Netns, dir_locked, netns_alive
 
 RELAY_PORT = 80
 MAX_CONNECTIONS = 64
@@ -282,16 +279,6 @@ sys.exit(0)
 """
 
 
-@contextlib.contextmanager
-def _dir_locked(directory: Path) -> Iterator[None]:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def _recorded(record: Path) -> Relay | None:
     try:
         data = json.loads(Path(record).read_text())
@@ -325,7 +312,7 @@ def relay_start(record: Path, netns: Netns, target: tuple[str, int], label: str 
     stops take turns with an flock on the record's directory; ``label`` names it in ``ps``."""
     record = Path(record)
     target = (target[0], int(target[1]))
-    with _dir_locked(record.parent):
+    with dir_locked(record.parent):
         running = relay_read(record)
         if running and running.netns == netns.inode and running.target == target:
             return running
@@ -378,7 +365,7 @@ def relay_stop(record: Path) -> None:
     record = Path(record)
     if not record.parent.is_dir():
         return
-    with _dir_locked(record.parent):
+    with dir_locked(record.parent):
         relay = _recorded(record)
         if relay:
             _relay_kill(relay)

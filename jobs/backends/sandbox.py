@@ -377,7 +377,9 @@ while True:
 
 
 @contextlib.contextmanager
-def _dir_locked(directory: Path) -> Iterator[None]:
+def dir_locked(directory: Path) -> Iterator[None]:
+    """An exclusive flock on ``directory`` for the block: starts and stops of what a job's
+    ``run/`` records (its network, its relay) take turns."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -417,7 +419,7 @@ def netns_start(pid_file: Path, label: str = "") -> Netns:
     it outlives a restart of the portal; ``label`` names it in ``ps``. Starts and stops take
     turns with an flock on the pid file's directory."""
     pid_file = Path(pid_file)
-    with _dir_locked(pid_file.parent):
+    with dir_locked(pid_file.parent):
         running = netns_read(pid_file)
         if running:
             return running
@@ -460,7 +462,7 @@ def netns_stop(pid_file: Path) -> None:
     pid_file = Path(pid_file)
     if not pid_file.parent.is_dir():
         return
-    with _dir_locked(pid_file.parent):
+    with dir_locked(pid_file.parent):
         netns = _netns_recorded(pid_file)
         if netns:
             _netns_kill(netns)

@@ -114,23 +114,19 @@ class Command(BaseCommand):
         self.stdout.write(f"{verb} datacenter {datacenter.name} ({backend}, {pfs})")
 
 
-def _json_object(text: str) -> dict:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(
-            'a JSON object, e.g. {"hostPath": {"path": "/mnt/pfs"}}')
-    return value
+def _json_of(kind: type, example: str):
+    """An argparse type: the text as JSON of ``kind`` (a dict, a list), else what to write."""
+    def parse(text: str):
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+        if not isinstance(value, kind):
+            raise argparse.ArgumentTypeError(example)
+        return value
+    return parse
 
 
-def _json_list(text: str) -> list:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
-    if not isinstance(value, list):
-        raise argparse.ArgumentTypeError(
-            'a JSON list, e.g. [{"key": "nvidia.com/gpu", "operator": "Exists"}]')
-    return value
+_json_object = _json_of(dict, 'a JSON object, e.g. {"hostPath": {"path": "/mnt/pfs"}}')
+_json_list = _json_of(list, 'a JSON list, e.g. [{"key": "nvidia.com/gpu", "operator": '
+                            '"Exists"}]')
