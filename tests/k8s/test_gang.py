@@ -544,7 +544,9 @@ def test_volcano_binds_a_gang_only_once_it_is_complete(k8s_api, volcano, core, c
     custom.create_namespaced_custom_object(VOLCANO, V1BETA1, ns, "podgroups", pod_group())
     for name in ("w-0", "w-1"):
         core.create_namespaced_pod(ns, gang_pod(name))
-    k8s_api.wait_for(lambda: _unschedulable(_group(custom, ns)), message="the gang condition")
+    # Written as each member comes: wait for the one that has seen both.
+    k8s_api.wait_for(lambda: "2 Pending" in (_unschedulable(_group(custom, ns)) or ""),
+                     message="the gang condition")
     group = _group(custom, ns)
     assert group["status"]["phase"] == "Inqueue"
     assert _unschedulable(group) == ("3/2 tasks in gang unschedulable: pod group is not ready, "
