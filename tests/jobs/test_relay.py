@@ -213,7 +213,8 @@ def test_the_relay_is_found_again_and_goes_with_the_jobs_network(portal, job_net
     # A network made anew gets a relay of its own; one for a network that is gone is refused.
     again = netns_start(run / "netns.pid", label)
     fresh = relay_start(record, again, target, label)
-    assert fresh.pid != relay.pid and fresh.netns == again.inode != netns.inode
+    # A new relay, in the new network (the kernel may give a namespace a freed inode again).
+    assert fresh.pid != relay.pid and fresh.netns == again.inode and again.pid != netns.pid
     # A portal that moved (restarted on another port) gets a relay that forwards there, on the
     # same port in the job's network: the URL the replicas have still holds.
     moved = relay_start(record, again, ("127.0.0.1", target[1] + 1), label)
