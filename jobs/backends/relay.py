@@ -36,7 +36,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sandbox import Netns, dir_locked, netns_alive
+from .sandbox import Netns, dir_locked, netns_alive, recorded_stop
 
 RELAY_PORT = 80
 MAX_CONNECTIONS = 64
@@ -362,11 +362,4 @@ def _relay_kill(relay: Relay, timeout: float = STOP_SECONDS) -> None:
 def relay_stop(record: Path) -> None:
     """Stop the relay recorded in ``record`` (it ends by itself once its job's network holder
     has: this waits for that, or makes it so) and remove ``record``."""
-    record = Path(record)
-    if not record.parent.is_dir():
-        return
-    with dir_locked(record.parent):
-        relay = _recorded(record)
-        if relay:
-            _relay_kill(relay)
-        record.unlink(missing_ok=True)
+    recorded_stop(record, _recorded, _relay_kill)

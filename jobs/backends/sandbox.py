@@ -459,11 +459,17 @@ def netns_stop(pid_file: Path) -> None:
     """Stop the job's network holder recorded in ``pid_file`` (it has nothing to save: killed
     at once), wait until it has exited, and remove ``pid_file``. Replicas still in the network
     keep it until they end."""
-    pid_file = Path(pid_file)
-    if not pid_file.parent.is_dir():
+    recorded_stop(pid_file, _netns_recorded, _netns_kill)
+
+
+def recorded_stop(record: Path, read, kill) -> None:
+    """Under the lock of its directory: ``kill`` what ``read`` finds recorded in ``record``
+    (a job's network holder, its relay), then remove ``record``."""
+    record = Path(record)
+    if not record.parent.is_dir():
         return
-    with dir_locked(pid_file.parent):
-        netns = _netns_recorded(pid_file)
-        if netns:
-            _netns_kill(netns)
-        pid_file.unlink(missing_ok=True)
+    with dir_locked(record.parent):
+        found = read(record)
+        if found:
+            kill(found)
+        record.unlink(missing_ok=True)
