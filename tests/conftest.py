@@ -164,6 +164,11 @@ def celery_worker():
     yield worker
     worker.stop()
     celery_app.control.purge()
+    # A task still running as the test ended (a job's clean-up, say) may have watched a
+    # cluster's pods again after the test stopped its watches: they end with the worker.
+    from jobs.backends.kubernetes.pods_watch import pod_caches_stop
+
+    pod_caches_stop()
 
 
 # A directory a real cluster's nodes also see, at the same path (kind: an extraMount): the
