@@ -52,7 +52,9 @@ A job submitted with a ``dataset`` gives its replicas ``PADDLECLOUD_MASTER_URL``
 - a lease the master took back (409 ``lease_lost``: the trainer stalled past its lease, and the
   task went to another trainer) is logged as a warning (``logging``, to stderr unless logging
   is configured), and the reader goes on with the next task without reading the rest;
-- ``{"wait": s}``: it sleeps ``s`` seconds and asks again; ``{"done": true}`` ends it.
+- ``{"wait": s}``: it sleeps ``s`` seconds and asks again (``tasks(block=False)``: it yields
+  ``None`` at once instead, for a trainer that must keep stepping with the others while it has
+  no task, as collective training does: ``examples/fit_a_line``); ``{"done": true}`` ends it.
 
 Connections refused or lost, timeouts and 429/502/503/504 answers are retried with backoff for
 up to a minute (``retry_seconds``), then ``MasterUnavailable`` is raised; a lease renewal that
@@ -662,9 +664,10 @@ def _reason(exc: BaseException) -> str:
 
 # --- the iterators -------------------------------------------------------------------------------
 
-def _dispatched(master: Master, decode, on_error: str,
-                auto_done: bool = True) -> Iterator[Task]:
-    """Every task the master gives, until it says done."""
+def _dispatched(master: Master, decode, on_error: str, auto_done: bool = True,
+                block: bool = True) -> Iterator[Task | None]:
+    """Every task the master gives, until it says done; where it says wait: a pause, or
+    (``block`` False) ``None``."""
     while True:
         answer = master.next()
         if answer.get("done"):
@@ -683,6 +686,9 @@ def _dispatched(master: Master, decode, on_error: str,
         if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
             raise MasterError(f"the master answered {answer!r}: neither a task, a wait nor "
                               "done")
+        if not block:
+            yield None  # nothing for now: the caller asks again when it likes
+            continue
         time.sleep(min(float(wait), MAX_WAIT))
 
 
@@ -738,7 +744,8 @@ class Reader(_Reading):
 
 
 class Tasks(_Reading):
-    """What ``tasks()`` returns: an iterator of ``Task``, and a context manager."""
+    """What ``tasks()`` returns: an iterator of ``Task`` (and, ``block=False``, of ``None``
+    while there is none to have), and a context manager."""
 
     def __repr__(self) -> str:
         return f"<master.Tasks {self.master.url} trainer {self.master.trainer}>"
@@ -768,15 +775,22 @@ def reader(url: str | None = None, token: str | None = None, trainer: int | None
 
 def tasks(url: str | None = None, token: str | None = None, trainer: int | None = None, *,
           decode: Callable[[bytes], Any] | None = None, on_error: str = "raise",
-          auto_done: bool = True, retry_seconds: float = RETRY_SECONDS) -> Tasks:
+          auto_done: bool = True, block: bool = True,
+          retry_seconds: float = RETRY_SECONDS) -> Tasks:
     """``reader()`` task by task: each ``Task`` yields its records (read lazily); once they are
     all read it is reported done when the next task is asked for; one not read to its end then
     (or when the iterator is closed) is given back (failed). A trainer that reads a task's
     ``spans`` itself, or passes ``auto_done=False`` to decide when its work on a task is
-    safe, calls ``task.done()`` (False when the lease was lost)."""
+    safe, calls ``task.done()`` (False when the lease was lost).
+
+    ``block=False``: when the master says to wait (every task of the pass is held by another
+    trainer; the next pass starts once they are done), ``None`` is yielded at once instead of
+    sleeping, and the master is asked again only when the caller asks for the next item (the
+    master suggests waiting a second or so between tries). For trainers that must keep in
+    step with the others while they have no task, as in collective (all-reduce) training."""
     _check_on_error(on_error)
     master = Master(url, token, trainer, retry_seconds=retry_seconds)
-    return Tasks(master, _dispatched(master, decode, on_error, auto_done))
+    return Tasks(master, _dispatched(master, decode, on_error, auto_done, block))
 
 
 __all__ = ["LeaseLost", "Master", "MasterError", "MasterUnavailable", "NoMasterError",

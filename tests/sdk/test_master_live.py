@@ -232,6 +232,31 @@ def test_a_trainer_may_say_when_a_task_is_done(live_portal, dataset):
     assert lease_threads() == []
 
 
+def test_a_trainer_that_must_not_block_is_given_none_while_others_hold_the_pass(
+        live_portal, dataset):
+    """tasks(block=False), as a collective trainer reads: where the master says wait, None at
+    once (the trainer steps on with the others), the master asked again at the next next()."""
+    url, token = submit(live_portal, dataset=f"{DATA}/part-[01].recordio", passes=2)
+    ones = master.tasks(url, token, 0, auto_done=False, block=False)
+    twos = master.tasks(url, token, 1, auto_done=False, block=False)
+    first, second = next(ones), next(twos)
+    assert (first["pass"], first["index"], second["pass"], second["index"]) == (0, 0, 0, 1)
+    assert list(first) == FIRST and first.done()
+    began = time.monotonic()
+    assert [next(ones), next(ones)] == [None, None]  # pass 0's last task is trainer 1's
+    assert time.monotonic() - began < 0.9  # not the master's 1 s wait, twice
+    assert list(second) == SECOND and second.done()
+    third = next(ones)  # the next pass, as soon as it is asked for
+    assert (third["pass"], third["index"]) == (1, 0) and third.state == "held"
+    fourth = next(twos)
+    assert (fourth["pass"], fourth["index"]) == (1, 1)
+    assert list(third) == FIRST and third.done() and list(fourth) == SECOND and fourth.done()
+    assert list(ones) == [] and list(twos) == []  # every pass over: the iterators end
+    assert [(t.pass_no, t.state, t.attempts) for t in tasks_of()] == [
+        (0, "done", 1), (0, "done", 1), (1, "done", 1), (1, "done", 1)]
+    assert lease_threads() == []
+
+
 def test_a_lease_is_renewed_while_the_trainer_reads(live_portal, dataset, settings, caplog):
     settings.PADDLECLOUD_MASTER_LEASE_SECONDS = 2  # renewed every 2/3 s
     url, token = submit(live_portal, dataset=f"{DATA}/part-[01].recordio")
