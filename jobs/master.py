@@ -17,13 +17,19 @@ tasks again; after the last, trainers are told there is nothing more.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hmac
+import json
 import secrets
 import struct
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -54,15 +60,54 @@ def master_token(job) -> str:
     return contract_master_token(settings.SECRET_KEY, job.uid)
 
 
-def master_job(uid, token: str) -> Job:
+@dataclass(frozen=True)
+class MasterJob:
+    """What the master's calls need of a job; none of it ever changes."""
+
+    pk: int
+    uid: str
+    passes: int
+
+
+KNOWN_JOBS = 4096  # jobs a process remembers, the most recently called
+_known: OrderedDict[str, MasterJob] = OrderedDict()
+_known_lock = threading.Lock()
+
+
+def master_job(uid, token: str) -> MasterJob:
     """The job whose master ``token`` is for; 404 for anything else (a wrong token does not
-    tell whether the job exists)."""
-    job = (Job.objects.filter(uid=uid).exclude(dataset="")
-           .only("id", "uid", "name", "passes", "dataset", "dataset_unit", "task_records",
-                 "owner_id", "datacenter_id").first())
-    if job is None or not hmac.compare_digest(master_token(job), token or ""):
+    tell whether the job exists). The token is checked before anything is read, and a job
+    once found is remembered: a task call reads nothing but the tasks."""
+    uid = str(uid)
+    if not hmac.compare_digest(contract_master_token(settings.SECRET_KEY, uid), token or ""):
         raise NotFoundError("no such job master")
+    with _known_lock:
+        job = _known.get(uid)
+        if job is not None:
+            _known.move_to_end(uid)
+            return job
+    row = Job.objects.filter(uid=uid).exclude(dataset="").values_list("pk", "passes").first()
+    if row is None:
+        raise NotFoundError("no such job master")
+    job = MasterJob(pk=row[0], uid=uid, passes=row[1])
+    with _known_lock:
+        _known[uid] = job
+        while len(_known) > KNOWN_JOBS:
+            _known.popitem(last=False)
     return job
+
+
+def _forget(job) -> NotFoundError:
+    """The job is gone (deleted while its trainers still call): forget it; the 404 to raise."""
+    with _known_lock:
+        _known.pop(str(job.uid), None)
+    return NotFoundError("no such job master")
+
+
+def bearer(header: str | None) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header ("" without one)."""
+    header = header or ""
+    return header[7:].strip() if header.startswith("Bearer ") else ""
 
 
 # --- the dataset ---------------------------------------------------------------------------------
@@ -143,12 +188,72 @@ def dataset_spans(job) -> list[list[dict]]:
     return tasks
 
 
+# --- the statements --------------------------------------------------------------------------
+#
+# A trainer's calls are the master's hot path: a ``next`` is one statement (two when a lease
+# must come back first), a ``done`` or a ``renew`` one, on the tasks' indexes alone; written in
+# SQL so that each is one round trip and costs no query building. ``{lock}`` marks where rows
+# are locked: ``FOR UPDATE SKIP LOCKED`` on PostgreSQL (a row another call is taking is
+# skipped, not waited for); nothing on SQLite, which runs one writer at a time.
+
+TASKS, REPLICAS = Task._meta.db_table, Replica._meta.db_table
+_FINAL = tuple(sorted(FINAL_REPLICA_STATES))
+
+# The tasks of the pass being dispatched: only the last pass made can have tasks not yet done
+# or set aside, because a pass is made only once every earlier one is over.
+_LAST_PASS = f"(SELECT MAX(pass_no) FROM {TASKS} WHERE job_id = %s)"
+
+# The leases that are over, with why each comes back: the one the asking trainer still holds
+# (it was restarted: an index probe, every call); with ``{sweep}``, expired ones and those of
+# trainers whose replica has ended (every leased task of the job: once a second, or before a
+# trainer is told to wait).
+_OVER = (f"SELECT id, pass_no, \"index\", trainer, CASE WHEN trainer = %s THEN 'own' "
+         f"WHEN lease_expires < %s THEN 'expired' ELSE 'ended' END FROM {TASKS} "
+         f"WHERE job_id = %s AND state = 'leased' AND (trainer = %s{{sweep}}) {{lock}}")
+_SWEEP = (f" OR lease_expires < %s OR trainer IN (SELECT \"index\" FROM {REPLICAS} "
+          f"WHERE job_id = %s AND role = 'trainer' "
+          f"AND state IN ({', '.join(['%s'] * len(_FINAL))}))")
+SWEEP_SECONDS = 1.0
+_GIVE_BACK = (f"UPDATE {TASKS} SET state = 'waiting', lease = '', lease_expires = NULL, "
+              f"updated_at = %s WHERE state = 'leased' AND id IN ({{ids}})")
+_TAKE = (f"UPDATE {TASKS} SET state = 'leased', trainer = %s, lease = %s, lease_expires = %s, "
+         f"attempts = attempts + 1, updated_at = %s WHERE id = (SELECT id FROM {TASKS} "
+         f"WHERE job_id = %s AND pass_no = {_LAST_PASS} AND state = 'waiting' "
+         f"ORDER BY \"index\" LIMIT 1 {{lock}}) RETURNING id, pass_no, \"index\", spans")
+_PENDING = (f"SELECT 1 FROM {TASKS} WHERE job_id = %s AND pass_no = {_LAST_PASS} "
+            f"AND state IN ('waiting', 'leased') LIMIT 1")
+_WAITING = (f"SELECT 1 FROM {TASKS} WHERE job_id = %s AND pass_no = {_LAST_PASS} "
+            f"AND state = 'waiting' LIMIT 1")
+# The task as the trainer's lease names it, while it still holds it.
+_HELD = ("id = %s AND job_id = %s AND state = 'leased' AND trainer = %s AND lease = %s")
+_RENEW = f"UPDATE {TASKS} SET lease_expires = %s, updated_at = %s WHERE {_HELD}"
+_DONE = f"UPDATE {TASKS} SET state = 'done', lease_expires = NULL, updated_at = %s WHERE {_HELD}"
+_DONE_BEFORE = (f"SELECT 1 FROM {TASKS} WHERE id = %s AND job_id = %s AND state = 'done' "
+                f"AND trainer = %s AND lease = %s")
+
+
+@functools.cache
+def _for(vendor: str, statement: str, lock: str) -> str:
+    return statement.replace("{lock}", lock if vendor == "postgresql" else "")
+
+
+def _run(statement: str, params, *, lock: str = "FOR UPDATE SKIP LOCKED", rows: bool = True):
+    """Run a statement of this module: its rows (``rows``) or how many rows it changed."""
+    with connection.cursor() as cursor:
+        cursor.execute(_for(connection.vendor, statement, lock), params)
+        return cursor.fetchall() if rows else cursor.rowcount
+
+
+def _when(moment) -> object:
+    return connection.ops.adapt_datetimefield_value(moment)
+
+
 # --- passes --------------------------------------------------------------------------------------
 
-def _pass_make(job, pass_no: int) -> None:
-    """Make pass ``pass_no``'s tasks (once: the caller holds the job's row lock)."""
+def _pass_make(job, pass_no: int) -> int:
+    """Make pass ``pass_no``'s tasks (once: the caller holds the job's row lock); how many."""
     if Task.objects.filter(job=job, pass_no=pass_no).exists():
-        return
+        return -1
     if pass_no == 0:
         spans = dataset_spans(job)
     else:
@@ -156,104 +261,123 @@ def _pass_make(job, pass_no: int) -> None:
                      .values_list("spans", flat=True))
     Task.objects.bulk_create(Task(job=job, pass_no=pass_no, index=i, spans=s)
                              for i, s in enumerate(spans))
-    _event(job, "pass", "started", f"pass {pass_no + 1} of {job.passes}: {len(spans)} tasks")
+    _event(job.pk, "pass", "started", f"pass {pass_no + 1} of {job.passes}: {len(spans)} tasks")
+    return len(spans)
 
 
 def _current_pass(job) -> int | None:
-    """The pass with tasks not yet done or set aside — only the last pass made can have
-    them — or None when every pass made is over (then the caller makes the next). Two index
-    lookups, however many tasks the pass holds."""
-    last = (Task.objects.filter(job=job).order_by("-pass_no")
-            .values_list("pass_no", flat=True).first())
-    if last is None or not Task.objects.filter(
-            job=job, pass_no=last, state__in=(Task.State.WAITING, Task.State.LEASED)).exists():
+    """The pass with tasks not yet done or set aside, or None when every pass made is over
+    (then the next is made). Two index lookups, however many tasks the pass holds."""
+    if not _run(_PENDING, [job.pk, job.pk]):
         return None
-    return last
+    return _run(_LAST_PASS[1:-1], [job.pk])[0][0]
+
+
+def _pass_next(job) -> bool:
+    """Every pass made is over: make the next (under the job's row lock, so once), unless that
+    was the last or the dataset has no task. Whether there is a pass to dispatch."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().select_related(
+            "owner", "datacenter").filter(pk=job.pk).first()
+        if locked is None:
+            raise _forget(job)
+        if _current_pass(job) is not None:
+            return True  # another call made it meanwhile
+        made = (Task.objects.filter(job=job.pk).order_by("-pass_no")
+                .values_list("pass_no", flat=True).first())
+        following = 0 if made is None else made + 1
+        if following >= locked.passes or _pass_make(locked, following) == 0:
+            return False
+    job_changed(job.pk)
+    return True
 
 
 # --- leases --------------------------------------------------------------------------------------
 
-def _event(job, from_state: str, to_state: str, reason: str) -> None:
-    JobEvent.objects.create(job=job, from_state=from_state, to_state=to_state, reason=reason)
+def _event(job_id: int, from_state: str, to_state: str, reason: str) -> None:
+    JobEvent.objects.create(job_id=job_id, from_state=from_state, to_state=to_state,
+                            reason=reason)
 
 
-def _release(job, tasks: list[Task], why: str) -> None:
-    """Put leased tasks back in the queue, each with an event."""
-    if not tasks:
-        return
-    Task.objects.filter(pk__in=[t.pk for t in tasks], state=Task.State.LEASED).update(
-        state=Task.State.WAITING, lease="", lease_expires=None)
-    JobEvent.objects.bulk_create(
-        JobEvent(job=job, from_state="leased", to_state="waiting", reason=(
-            f"task {t.index} of pass {t.pass_no + 1} dispatched again: trainer-{t.trainer} "
-            f"{why}")) for t in tasks)
+WHY_BACK = {"own": "asked for another task (it was restarted)", "ended": "has ended",
+            "expired": "let its lease expire"}
 
 
-def _reclaim(job, trainer: int) -> None:
-    """Leases that are over: the asking trainer's own (it was restarted, or gave up), those of
-    trainers whose replica has ended, and expired ones."""
-    # Unordered (no join for Meta.ordering), and locking the tasks only: a lock on the job's
-    # row (a pass being made) must not hide every task from SKIP LOCKED.
-    leased = Task.objects.filter(job=job, state=Task.State.LEASED).order_by()
+_swept: OrderedDict[int, float] = OrderedDict()  # job → when this process last swept it
 
-    def locked(rows):
-        return list(rows.select_for_update(skip_locked=True, of=("self",)))
 
-    _release(job, locked(leased.filter(trainer=trainer)),
-             "asked for another task (it was restarted)")
-    ended = list(Replica.objects.filter(job=job, role=Replica.Role.TRAINER,
-                                        state__in=FINAL_REPLICA_STATES).order_by()
-                 .values_list("index", flat=True))
-    if ended:
-        _release(job, locked(leased.filter(trainer__in=ended)), "has ended")
-    _release(job, locked(leased.filter(lease_expires__lt=timezone.now())),
-             "let its lease expire")
+def _sweep_due(job) -> bool:
+    now = time.monotonic()
+    with _known_lock:
+        if now - _swept.get(job.pk, -SWEEP_SECONDS) < SWEEP_SECONDS:
+            return False
+        _swept[job.pk] = now
+        _swept.move_to_end(job.pk)
+        while len(_swept) > KNOWN_JOBS:
+            _swept.popitem(last=False)
+    return True
+
+
+def _reclaim(job, trainer: int, *, sweep: bool) -> int:
+    """Put the leases that are over back in the queue, each with an event (``_OVER``); how
+    many. Looked for without a lock (usually there is none), taken back under one."""
+    now = _when(timezone.now())
+    params = [trainer, now, job.pk, trainer]
+    statement = _OVER.replace("{sweep}", _SWEEP if sweep else "")
+    if sweep:
+        params += [now, job.pk, *_FINAL]
+    if not _run(statement, params, lock=""):
+        return 0
+    with transaction.atomic():
+        over = _run(statement, params)
+        if not over:
+            return 0
+        _run(_GIVE_BACK.replace("{ids}", ", ".join(["%s"] * len(over))),
+             [now, *(row[0] for row in over)], rows=False)
+        JobEvent.objects.bulk_create(
+            JobEvent(job_id=job.pk, from_state="leased", to_state="waiting", reason=(
+                f"task {index} of pass {pass_no + 1} dispatched again: trainer-{holder} "
+                f"{WHY_BACK[why]}")) for _id, pass_no, index, holder, why in over)
+    return len(over)
 
 
 def _lease_seconds() -> int:
     return settings.PADDLECLOUD_MASTER_LEASE_SECONDS
 
 
+def _take(job, trainer: int) -> dict | None:
+    """Lease the pass's next waiting task to ``trainer``: one statement."""
+    now = timezone.now()
+    lease = secrets.token_hex(8)
+    expires = now + timedelta(seconds=_lease_seconds())
+    taken = _run(_TAKE, [trainer, lease, _when(expires), _when(now), job.pk, job.pk])
+    if not taken:
+        return None
+    task_id, pass_no, index, spans = taken[0]
+    return {"task": {"id": task_id, "pass": pass_no, "index": index, "lease": lease,
+                     "lease_seconds": _lease_seconds(),
+                     "spans": json.loads(spans) if isinstance(spans, str | bytes) else spans}}
+
+
 def task_next(job, trainer: int) -> dict:
     """The trainer's next task, or ``{"wait": s}``, or ``{"done": True}`` (docs/master.md)."""
-    for _ in range(job.passes + 1):
-        with transaction.atomic():
-            _reclaim(job, trainer)
-            current = _current_pass(job)
-            if current is not None:
-                task = (Task.objects.select_for_update(skip_locked=True, of=("self",))
-                        .filter(job=job, pass_no=current, state=Task.State.WAITING)
-                        .order_by("index").first())
-                if task is not None:
-                    return _lease(job, task, trainer)
-                return {"wait": WAIT_SECONDS}
-            # Every pass made is over: make the next, once (under the job's lock).
-            locked = Job.objects.select_for_update().get(pk=job.pk)
-            made = Task.objects.filter(job=job).order_by("-pass_no").values_list(
-                "pass_no", flat=True).first()
-            following = 0 if made is None else made + 1
-            if following >= locked.passes:
-                return {"done": True}
-            if _current_pass(job) is None:
-                _pass_make(job, following)
-        job_changed(job.pk)
+    swept = _sweep_due(job)
+    _reclaim(job, trainer, sweep=swept)
+    for _ in range(4):  # again once leases came back, or a pass was made
+        leased = _take(job, trainer)
+        if leased is not None:
+            return leased
+        if not swept:  # before the trainer is told to wait, leases that are over come back
+            swept = True
+            if _reclaim(job, trainer, sweep=True):
+                continue
+        if _current_pass(job) is not None:
+            if _run(_WAITING, [job.pk, job.pk]):
+                continue  # made, or given back, since the take: take again
+            return {"wait": WAIT_SECONDS}  # the pass's last tasks are held by others
+        if not _pass_next(job):
+            return {"done": True}
     return {"wait": WAIT_SECONDS}
-
-
-def _lease(job, task: Task, trainer: int) -> dict:
-    task.state, task.trainer, task.lease = Task.State.LEASED, trainer, secrets.token_hex(8)
-    task.lease_expires = timezone.now() + timedelta(seconds=_lease_seconds())
-    task.attempts += 1
-    task.save(update_fields=["state", "trainer", "lease", "lease_expires", "attempts",
-                             "updated_at"])
-    return {"task": {"id": task.pk, "pass": task.pass_no, "index": task.index,
-                     "lease": task.lease, "lease_seconds": _lease_seconds(),
-                     "spans": task.spans}}
-
-
-def _held(job, task_id: int, trainer: int, lease: str):
-    return Task.objects.filter(pk=task_id, job=job, state=Task.State.LEASED, trainer=trainer,
-                               lease=lease or "-")
 
 
 def _lost(task_id: int) -> LeaseLost:
@@ -261,9 +385,15 @@ def _lost(task_id: int) -> LeaseLost:
                      "another trainer; ask for the next task")
 
 
+def _held(job, task_id: int, trainer: int, lease: str) -> list:
+    return [task_id, job.pk, trainer, lease or "-"]
+
+
 def task_renew(job, task_id: int, trainer: int, lease: str) -> dict:
-    if not _held(job, task_id, trainer, lease).update(
-            lease_expires=timezone.now() + timedelta(seconds=_lease_seconds())):
+    now = timezone.now()
+    expires = now + timedelta(seconds=_lease_seconds())
+    if not _run(_RENEW, [_when(expires), _when(now), *_held(job, task_id, trainer, lease)],
+                rows=False):
         raise _lost(task_id)
     return {"lease_seconds": _lease_seconds()}
 
@@ -271,46 +401,92 @@ def task_renew(job, task_id: int, trainer: int, lease: str) -> dict:
 def task_done(job, task_id: int, trainer: int, lease: str) -> dict:
     """Done, once. The lease stays on the task, so the same ``done`` sent again (its answer
     was lost) is answered the same, and any other is refused."""
-    done_now = _held(job, task_id, trainer, lease).update(state=Task.State.DONE,
-                                                           lease_expires=None)
-    if not done_now and not Task.objects.filter(
-            pk=task_id, job=job, state=Task.State.DONE, trainer=trainer,
-            lease=lease or "-").exists():
+    held = _held(job, task_id, trainer, lease)
+    if not _run(_DONE, [_when(timezone.now()), *held], rows=False) and not _run(
+            _DONE_BEFORE, held):
         raise _lost(task_id)
     return {"done": True}
+
+
+def _held_locked(job, task_id: int, trainer: int, lease: str) -> Task:
+    """The task the lease names, locked, or LeaseLost (inside a transaction)."""
+    task = next(iter(Task.objects.raw(
+        _for(connection.vendor, f"SELECT * FROM {TASKS} WHERE {_HELD} {{lock}}", "FOR UPDATE"),
+        _held(job, task_id, trainer, lease))), None)
+    if task is None:
+        raise _lost(task_id)
+    return task
 
 
 @transaction.atomic
 def task_release(job, task_id: int, trainer: int, lease: str, reason: str) -> dict:
     """The trainer gives the task back unread or half read (it stopped early): dispatched
     again, not counted as a failure."""
-    task = _held(job, task_id, trainer, lease).select_for_update().first()
-    if task is None:
-        raise _lost(task_id)
-    _release(job, [task], f"gave it back ({(reason or 'no reason given').strip()[:500]})")
+    task = _held_locked(job, task_id, trainer, lease)
+    task.state, task.lease, task.lease_expires = Task.State.WAITING, "", None
+    task.save(update_fields=["state", "lease", "lease_expires", "updated_at"])
+    _event(job.pk, "leased", "waiting", (
+        f"task {task.index} of pass {task.pass_no + 1} dispatched again: trainer-{trainer} "
+        f"gave it back ({(reason or 'no reason given').strip()[:500]})"))
     return {"released": True}
 
 
 @transaction.atomic
 def task_failed(job, task_id: int, trainer: int, lease: str, reason: str) -> dict:
-    task = _held(job, task_id, trainer, lease).select_for_update().first()
-    if task is None:
-        raise _lost(task_id)
+    task = _held_locked(job, task_id, trainer, lease)
     task.failures += 1
     task.lease, task.lease_expires = "", None
     why = (reason or "no reason given").strip()[:500]
     if task.failures >= TASK_FAILURES:
         task.state = Task.State.SET_ASIDE
-        _event(job, "leased", "set_aside", (
+        _event(job.pk, "leased", "set_aside", (
             f"task {task.index} of pass {task.pass_no + 1} set aside: it failed "
             f"{task.failures} times, last on trainer-{trainer}: {why}"))
     else:
         task.state = Task.State.WAITING
-        _event(job, "leased", "waiting", (
+        _event(job.pk, "leased", "waiting", (
             f"task {task.index} of pass {task.pass_no + 1} failed on trainer-{trainer} "
             f"({why}); dispatched again"))
     task.save(update_fields=["state", "lease", "lease_expires", "failures", "updated_at"])
     return {"set_aside": True} if task.state == Task.State.SET_ASIDE else {"retried": True}
+
+
+# --- the calls, as both transports take them ----------------------------------------------
+
+TASK_ACTIONS = ("renew", "done", "failed", "release")
+
+
+def _trainer(data: dict) -> int:
+    value = data.get("trainer")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError.for_field("trainer", "the caller's PADDLE_TRAINER_ID, a whole "
+                                                   "number from 0")
+    return value
+
+
+def _lease_of(data: dict) -> str:
+    value = data.get("lease")
+    if not isinstance(value, str) or not value:
+        raise ValidationError.for_field("lease", "the lease of the task, as /next gave it")
+    return value
+
+
+def master_call(uid, token: str, action: str, task_id: int | None, data) -> dict:
+    """One call of docs/master.md: ``next``, or one of TASK_ACTIONS on ``task_id``, with its
+    JSON body ``data``: what both the API view and the ASGI fast path (``master_app``) run."""
+    if action != "next" and action not in TASK_ACTIONS:
+        raise NotFoundError(f"no such task call {action!r}: renew, done, failed or release")
+    job = master_job(uid, token)
+    data = data if isinstance(data, dict) else {}
+    trainer = _trainer(data)
+    if action == "next":
+        return task_next(job, trainer)
+    lease = _lease_of(data)
+    if action in ("failed", "release"):
+        reason = data.get("reason", "")
+        report = task_failed if action == "failed" else task_release
+        return report(job, task_id, trainer, lease, reason if isinstance(reason, str) else "")
+    return (task_renew if action == "renew" else task_done)(job, task_id, trainer, lease)
 
 
 # --- what users see ------------------------------------------------------------------------------

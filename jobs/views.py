@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.serializers import ErrorSerializer
-from paddlecloud.errors import NotFoundError, ValidationError
+from paddlecloud.errors import ValidationError
 from paddlecloud.views import DatacenterAPIView, flag_parameter, query_flag
 
 from . import master, services
@@ -171,57 +171,31 @@ class JobTasksView(DatacenterAPIView):
 
 class MasterView(APIView):
     """Called by a job's replicas with its master token (``Authorization: Bearer``), not by
-    users: no session, no user token, no throttling (a job's trainers call often)."""
+    users: no session, no user token, no throttling (a job's trainers call often). Under the
+    ASGI app ``jobs.master_app`` answers these paths before Django; these views answer them
+    elsewhere (WSGI, the test client), with the same ``master.master_call``."""
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
     throttle_classes: list = []
 
-    def job(self, request, uid):
-        header = request.META.get("HTTP_AUTHORIZATION", "")
-        token = header[7:].strip() if header.startswith("Bearer ") else ""
-        return master.master_job(uid, token)
-
-    @staticmethod
-    def trainer(request) -> int:
-        value = request.data.get("trainer") if isinstance(request.data, dict) else None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValidationError.for_field("trainer", "the caller's PADDLE_TRAINER_ID, a "
-                                                       "whole number from 0")
-        return value
-
-    @staticmethod
-    def lease(request) -> str:
-        value = request.data.get("lease")
-        if not isinstance(value, str) or not value:
-            raise ValidationError.for_field("lease", "the lease of the task, as /next gave it")
-        return value
+    def call(self, request, uid, action: str, task_id: int | None = None) -> Response:
+        token = master.bearer(request.META.get("HTTP_AUTHORIZATION"))
+        return Response(master.master_call(uid, token, action, task_id, request.data))
 
 
 class MasterNextView(MasterView):
     @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, **ERRORS},
                    summary="A trainer's next task (docs/master.md)")
     def post(self, request, uid):
-        job = self.job(request, uid)
-        return Response(master.task_next(job, self.trainer(request)))
+        return self.call(request, uid, "next")
 
 
 class MasterTaskView(MasterView):
-    ACTIONS = {"renew": master.task_renew, "done": master.task_done}
-
     @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, **ERRORS},
                    summary="Renew a task's lease, report it done or failed, or give it back")
     def post(self, request, uid, task_id: int, action: str):
-        if action not in ("renew", "done", "failed", "release"):
-            raise NotFoundError(f"no such task call {action!r}: renew, done, failed or release")
-        job = self.job(request, uid)
-        trainer, lease = self.trainer(request), self.lease(request)
-        if action in ("failed", "release"):
-            reason = request.data.get("reason", "")
-            report = master.task_failed if action == "failed" else master.task_release
-            return Response(report(job, task_id, trainer, lease,
-                                   reason if isinstance(reason, str) else ""))
-        return Response(self.ACTIONS[action](job, task_id, trainer, lease))
+        return self.call(request, uid, action, task_id)
 
 
 def _streaming(chunks) -> StreamingHttpResponse:

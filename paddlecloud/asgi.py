@@ -1,5 +1,7 @@
-"""The ASGI app: Django for HTTP (PFS byte streams first), Channels for WebSockets."""
+"""The ASGI app: Django for HTTP (jobs' master calls and PFS byte streams first), Channels for
+WebSockets."""
 
+import asyncio
 import os
 import warnings
 
@@ -15,6 +17,7 @@ django_asgi_app = get_asgi_application()  # before importing anything that touch
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from jobs.master_app import MasterApp  # noqa: E402
 from pfs.transfer import PfsTransferApp  # noqa: E402
 
 from .routing import websocket_urlpatterns  # noqa: E402
@@ -38,8 +41,26 @@ class SameOrigin:
         return None
 
 
+# Jobs' master calls (a trainer's next task) and PFS byte streams (uploads, downloads,
+# unbuffered) are answered before Django.
+http = MasterApp(PfsTransferApp(django_asgi_app))
+
+
+async def lifespan(scope, receive, send):
+    """The server's start and stop: at the stop, the master's threads close their database
+    connections."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await asyncio.to_thread(http.threads.stop)
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 application = ProtocolTypeRouter({
-    # PFS byte streams (uploads, downloads) are answered before Django, unbuffered.
-    "http": PfsTransferApp(django_asgi_app),
+    "http": http,
+    "lifespan": lifespan,
     "websocket": SameOrigin(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
 })

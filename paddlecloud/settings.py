@@ -217,6 +217,16 @@ PADDLECLOUD_KUBE_REFUSED_SECONDS = env_int("PADDLECLOUD_KUBE_REFUSED_SECONDS", 6
 # A job master's lease on a task (docs/master.md): a trainer renews it while it reads the task;
 # one that stops renewing loses the task to another trainer this long after.
 PADDLECLOUD_MASTER_LEASE_SECONDS = env_int("PADDLECLOUD_MASTER_LEASE_SECONDS", 30)
+# The threads a portal process answers master calls on (jobs/master_app.py), each keeping a
+# database connection open (from the pool, with DATABASE_POOL_MAX_SIZE, which must be larger).
+PADDLECLOUD_MASTER_THREADS = env_int("PADDLECLOUD_MASTER_THREADS", 4)
+if PADDLECLOUD_MASTER_THREADS < 1:
+    raise ImproperlyConfigured("PADDLECLOUD_MASTER_THREADS: at least 1")
+if DATABASE_POOL_MAX_SIZE and DATABASE_POOL_MAX_SIZE <= PADDLECLOUD_MASTER_THREADS:
+    raise ImproperlyConfigured(
+        f"DATABASE_POOL_MAX_SIZE={DATABASE_POOL_MAX_SIZE}: more than PADDLECLOUD_MASTER_THREADS "
+        f"({PADDLECLOUD_MASTER_THREADS}), whose connections the pool holds, and room for the "
+        "requests besides")
 
 
 def _base_url(name: str, default: str) -> str:

@@ -16,32 +16,28 @@ authentication, the checks and the error answers are the API's own (same functio
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import mimetypes
 import re
 import urllib.parse
-from collections.abc import Iterator
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
-from django.core import signals
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 
 from accounts.authentication import ApiTokenAuthentication
 from accounts.selectors import request_datacenter
+from paddlecloud.before_django import BUFFER, BeforeDjango, ClientGone, Exchange, is_number
 from paddlecloud.errors import (
     AuthenticationError,
     ConflictError,
-    LengthRequiredError,
     RangeNotSatisfiableError,
     ValidationError,
-    render_error,
 )
-from paddlecloud.security import asgi_request, https_redirect, no_view, security_headers
+from paddlecloud.security import asgi_request, no_view
 from paddlecloud.views import query_flag
 
 from . import services, tar
@@ -50,7 +46,6 @@ logger = logging.getLogger(__name__)
 
 CONTENT_RE = re.compile(r"^/api/v1/pfs/content/?$")
 UPLOAD_RE = re.compile(r"^/api/v1/pfs/uploads/(?P<id>[0-9a-fA-F-]{32,36})/?$")
-BUFFER = 1 << 20
 
 database = sync_to_async  # thread_sensitive: the one thread Django's database code runs in
 
@@ -67,10 +62,6 @@ def _on_database():
     return run
 
 
-class ClientGone(Exception):
-    """The client went away before the body was complete."""
-
-
 def _authenticate(scope):
     """The API's own authentication (token, or session + CSRF) and datacenter, for a scope."""
     request = asgi_request(scope)
@@ -85,52 +76,8 @@ def _authenticate(scope):
     return request, api_request.user, request_datacenter(api_request)
 
 
-class _Exchange:
-    """One HTTP request/response on the raw ASGI interface."""
-
-    def __init__(self, scope, receive, send):
-        self.scope, self.receive, self.send = scope, receive, send
-        self.started = False
-        self.headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                        for k, v in scope.get("headers", [])}
-
-    def header(self, name: str) -> str | None:
-        return self.headers.get(name)
-
-    def length(self) -> int:
-        text = self.header("content-length")
-        if not _is_number(text):
-            raise LengthRequiredError.for_field("Content-Length", "required: the size of the body")
-        return int(text)
-
-    async def start(self, status: int, headers: dict[str, str]) -> None:
-        self.started = True
-        await self.send({"type": "http.response.start", "status": status, "headers": [
-            (k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in headers.items()
-        ]})
-
-    async def json(self, status: int, body: dict, headers: dict[str, str] | None = None):
-        data = json.dumps(body).encode()
-        await self.start(status, {"Content-Type": "application/json",
-                                  "Content-Length": str(len(data)), **(headers or {})})
-        await self.send({"type": "http.response.body", "body": data})
-
-    async def stream(self, status: int, headers: dict[str, str], chunks: Iterator[bytes],
-                     *, head: bool = False) -> None:
-        """Send what a (blocking) iterator yields, read on a worker thread in ~1 MiB pieces."""
-        await self.start(status, headers)
-        if head:
-            await self.send({"type": "http.response.body", "body": b""})
-            return
-        try:
-            while piece := await asyncio.to_thread(_gather, chunks):
-                await self.send({"type": "http.response.body", "body": piece,
-                                 "more_body": True})
-        finally:
-            close = getattr(chunks, "close", None)
-            if close:
-                await asyncio.to_thread(close)
-        await self.send({"type": "http.response.body", "body": b""})
+class _Exchange(Exchange):
+    """An exchange that can write its body to an upload as it arrives."""
 
     async def body_into(self, upload, limit: int) -> None:
         """Write the request body to ``upload`` as it arrives; no more than ``limit`` bytes.
@@ -197,60 +144,21 @@ class _Writer:
         await self.task
 
 
-def _is_number(text: str | None) -> bool:
-    return text is not None and text.isascii() and text.isdigit()
-
-
-def _gather(chunks: Iterator[bytes]) -> bytes:
-    """The next ~1 MiB of a stream of (possibly tiny) chunks; b"" at the end."""
-    parts: list[bytes] = []
-    size = 0
-    for chunk in chunks:
-        parts.append(chunk)
-        size += len(chunk)
-        if size >= BUFFER:
-            break
-    return b"".join(parts)
-
-
-class PfsTransferApp:
+class PfsTransferApp(BeforeDjango):
     """ASGI middleware: the PFS byte streams here, everything else to ``app``."""
 
+    exchange_class = _Exchange
+
     def __init__(self, app):
-        self.app = app
+        super().__init__(app)
         self._busy: set[str] = set()
 
-    async def __call__(self, scope, receive, send):
-        handler = self._route(scope) if scope["type"] == "http" else None
-        if handler is None:
-            await self.app(scope, receive, send)
-            return
-        # What Django's middleware does for every other answer: the Host checked against
-        # ALLOWED_HOSTS, plain HTTP sent to HTTPS (SECURE_SSL_REDIRECT), the security headers.
-        request = asgi_request(scope)
-        send = _with_headers(send, security_headers(request))
-        exchange = _Exchange(scope, receive, send)
-        await database(signals.request_started.send)(sender=type(self), scope=scope)
-        try:
-            request.get_host()  # raises DisallowedHost: a 400
-            redirect = https_redirect(request)
-            if redirect is not None:
-                await exchange.start(redirect.status_code, dict(redirect.items()))
-                await exchange.send({"type": "http.response.body", "body": b""})
-                return
-            await handler(exchange)
-        except ClientGone:
-            pass
-        except Exception as exc:  # every error in the API's one shape
-            status, body, headers = render_error(exc, "pfs.transfer")
-            if isinstance(exc, ConflictError) and hasattr(exc, "offset"):
-                body["offset"] = exc.offset
-            if not exchange.started:
-                await exchange.json(status, body, headers)
-        finally:
-            await database(signals.request_finished.send)(sender=type(self))
+    def error_body(self, exc: Exception, body: dict) -> dict:
+        if isinstance(exc, ConflictError) and hasattr(exc, "offset"):
+            body["offset"] = exc.offset  # where a resumable upload goes on from
+        return body
 
-    def _route(self, scope):
+    def route(self, scope):
         path, method = scope["path"], scope["method"]
         if CONTENT_RE.match(path):
             return {"GET": self.download, "HEAD": self.download, "PUT": self.put}.get(
@@ -299,7 +207,7 @@ class PfsTransferApp:
         _request, user, datacenter = await database(_authenticate)(exchange.scope)
         session = await database(services.upload_get)(user, datacenter, upload_id)
         offset_text = exchange.header("upload-offset")
-        if not _is_number(offset_text):
+        if not is_number(offset_text):
             raise ValidationError.for_field(
                 "Upload-Offset", "required: the offset these bytes start at (GET the upload "
                                  "for the offset the server has)")
@@ -407,20 +315,6 @@ def _content_type(name: str) -> str:
     if guessed is None or ACTIVE_TYPE.search(guessed):
         return "application/octet-stream"
     return guessed
-
-
-def _with_headers(send, headers: dict[str, str]):
-    """``send``, adding ``headers`` to the answer's own (where it has none of that name)."""
-    extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-
-    async def sending(message):
-        if message["type"] == "http.response.start":
-            own = {name for name, _value in message["headers"]}
-            message = {**message, "headers": [
-                *message["headers"], *((k, v) for k, v in extra if k not in own)]}
-        await send(message)
-
-    return sending
 
 
 def _range(header: str | None, size: int) -> tuple[int, int]:

@@ -4,6 +4,7 @@ once on PostgreSQL, and the calls over HTTP with the job's token."""
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 
@@ -17,6 +18,7 @@ from jobs.models import Job, JobEvent, Replica, Task
 from jobs.services import job_submit
 from paddlecloud.errors import ValidationError
 from paddlecloud_sdk import recordio
+from tests.processes import run_python
 
 PACKAGE = "/pfs/datacenter1/home/alice/pkg"
 DATA = "/pfs/datacenter1/home/alice/data"
@@ -246,6 +248,41 @@ def test_many_trainers_at_once_never_share_a_task(alice, datacenter, package, da
     assert not Task.objects.filter(job=job, attempts__gt=1).exists()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_trainers_asking_together_as_a_pass_ends_both_go_on_to_the_next(
+        alice, datacenter, package, dataset):
+    """Two trainers finish a pass together and ask at the same moment: one makes the next
+    pass, the other takes a task of it (it is not told the job is over a pass early)."""
+    passes = 5
+    job = submit(alice, datacenter, dataset=f"{DATA}/part-[01].recordio", passes=passes)
+    trainers(job, 2)
+    together = threading.Barrier(2)
+    answers: dict[int, list[dict]] = {0: [], 1: []}
+
+    def trainer(index: int) -> None:
+        try:
+            for _ in range(passes + 1):
+                together.wait(30)
+                answer = master.task_next(job, index)
+                answers[index].append(answer)
+                if "task" in answer:
+                    master.task_done(job, answer["task"]["id"], index, answer["task"]["lease"])
+                together.wait(30)  # both have reported their task done: the pass is over
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=trainer, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for index in (0, 1):
+        assert [sorted(a) for a in answers[index]] == [["task"]] * passes + [["done"]], answers
+    for pass_no in range(passes):
+        assert sorted(answers[i][pass_no]["task"]["index"] for i in (0, 1)) == [0, 1]
+        assert {answers[i][pass_no]["task"]["pass"] for i in (0, 1)} == {pass_no}
+
+
 # --- over HTTP ---------------------------------------------------------------------------------
 
 @pytest.mark.django_db
@@ -295,3 +332,69 @@ def test_the_owner_sees_each_pass_and_who_holds_what(alice, datacenter, package,
     assert answer["current_pass"] == 0 and answer["total_passes"] == 2
     held = [t for t in answer["tasks"] if t["state"] == "leased"]
     assert [(t["index"], t["trainer"]) for t in held] == [(task["index"], 1)]
+
+
+# --- on SQLite ----------------------------------------------------------------------------------
+
+ON_SQLITE = """
+import json, threading, django
+django.setup()
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+from accounts.services import datacenter_upsert, user_upsert
+from jobs import master
+from jobs.models import Replica, Task
+from jobs.services import job_submit
+
+call_command("migrate", verbosity=0)
+datacenter = datacenter_upsert("datacenter1")[0]
+alice = user_upsert("alice", password="a-long-password-1", datacenter_names=["datacenter1"])[0]
+home = settings.PADDLECLOUD_PFS_ROOT / "datacenter1" / "home" / "alice"
+(home / "pkg").mkdir(parents=True)
+(home / "pkg" / "train.py").write_text("")
+(home / "lines.txt").write_text("".join(f"line {i}\\n" for i in range(60)))
+job = job_submit(alice, datacenter, {
+    "name": "lite", "package": "/pfs/datacenter1/home/alice/pkg", "entry": "python train.py",
+    "dataset": "/pfs/datacenter1/home/alice/lines.txt", "task_records": 5, "passes": 2,
+    "trainers": 4}).job
+Replica.objects.filter(job=job).update(state="running")
+held = master.task_next(job, 0)["task"]
+again = master.task_next(job, 0)["task"]  # trainer 0 restarted: its task came back first
+done, lock = [], threading.Lock()
+master.task_done(job, again["id"], 0, again["lease"])
+done.append((again["pass"], again["index"]))
+
+def trainer(index):
+    try:
+        while "done" not in (answer := master.task_next(job, index)):
+            if "task" in answer:
+                task = answer["task"]
+                master.task_done(job, task["id"], index, task["lease"])
+                with lock:
+                    done.append((task["pass"], task["index"]))
+    finally:
+        connection.close()
+
+threads = [threading.Thread(target=trainer, args=(i,)) for i in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join(60)
+print(json.dumps({"vendor": connection.vendor, "first": [held["index"], again["index"]],
+                  "done": sorted(done), "attempts": sorted(Task.objects.values_list(
+                      "attempts", flat=True))}))
+"""
+
+
+def test_on_sqlite_each_task_is_done_once_a_pass(tmp_path):
+    """The embedded default's SQLite (one writer at a time, no SKIP LOCKED) keeps the same
+    promise: 4 trainers at once, 2 passes of 12 tasks, each task done once a pass; a trainer
+    that asks again gets the task it held back first."""
+    result = run_python(["-c", ON_SQLITE], tmp_path / "var")
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["vendor"] == "sqlite"
+    assert found["first"] == [0, 0]
+    assert found["done"] == [[p, i] for p in range(2) for i in range(12)]
+    assert found["attempts"] == [1] * 23 + [2]

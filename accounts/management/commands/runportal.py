@@ -53,7 +53,7 @@ class Command(BaseCommand):
         self.stdout.write(f"PaddleCloud is serving on http://{host}:{port}/ (Ctrl-C stops it)")
         self.stdout.flush()
         config = uvicorn.Config(
-            "paddlecloud.asgi:application", host=host, port=port, lifespan="off",
+            "paddlecloud.asgi:application", host=host, port=port, lifespan="on",
             log_level=settings.LOGGING["root"]["level"].lower(),
             proxy_headers=bool(settings.TRUSTED_PROXIES),
         )

@@ -1,0 +1,173 @@
+"""Answering some HTTP requests on the raw ASGI interface, before Django.
+
+Two kinds of request are: the PFS byte streams (``pfs.transfer``), which Django would spool or
+collect whole, and a job master's task calls (``jobs.master_app``), which come many times a
+second from every trainer and need none of Django's middleware. ``BeforeDjango`` does for them
+what Django's middleware does for every other answer — the Host checked against ALLOWED_HOSTS,
+plain HTTP sent to HTTPS (SECURE_SSL_REDIRECT), the security headers, every error in the API's
+one shape — and hands everything else to Django.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterator
+
+from asgiref.sync import sync_to_async
+from django.core import signals
+
+from paddlecloud.errors import LengthRequiredError, ValidationError, render_error
+from paddlecloud.security import asgi_request, https_redirect, security_headers
+
+BUFFER = 1 << 20
+
+
+class ClientGone(Exception):
+    """The client went away before the body was complete."""
+
+
+def is_number(text: str | None) -> bool:
+    return text is not None and text.isascii() and text.isdigit()
+
+
+class Exchange:
+    """One HTTP request/response on the raw ASGI interface."""
+
+    def __init__(self, scope, receive, send):
+        self.scope, self.receive, self.send = scope, receive, send
+        self.started = False
+        self.headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                        for k, v in scope.get("headers", [])}
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name)
+
+    def length(self) -> int:
+        text = self.header("content-length")
+        if not is_number(text):
+            raise LengthRequiredError.for_field("Content-Length", "required: the size of the body")
+        return int(text)
+
+    async def body(self, limit: int) -> bytes:
+        """The whole (small) request body; more than ``limit`` bytes is refused."""
+        parts, size, more = [], 0, True
+        while more:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            data = message.get("body", b"")
+            more = message.get("more_body", False)
+            size += len(data)
+            if size > limit:
+                raise ValidationError.for_field("body", f"longer than {limit} bytes",
+                                                code="too_long")
+            parts.append(data)
+        return b"".join(parts)
+
+    async def start(self, status: int, headers: dict[str, str]) -> None:
+        self.started = True
+        await self.send({"type": "http.response.start", "status": status, "headers": [
+            (k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in headers.items()
+        ]})
+
+    async def json(self, status: int, body: dict, headers: dict[str, str] | None = None):
+        data = json.dumps(body, default=str).encode()
+        await self.start(status, {"Content-Type": "application/json",
+                                  "Content-Length": str(len(data)), **(headers or {})})
+        await self.send({"type": "http.response.body", "body": data})
+
+    async def stream(self, status: int, headers: dict[str, str], chunks: Iterator[bytes],
+                     *, head: bool = False) -> None:
+        """Send what a (blocking) iterator yields, read on a worker thread in ~1 MiB pieces."""
+        await self.start(status, headers)
+        if head:
+            await self.send({"type": "http.response.body", "body": b""})
+            return
+        try:
+            while piece := await asyncio.to_thread(_gather, chunks):
+                await self.send({"type": "http.response.body", "body": piece,
+                                 "more_body": True})
+        finally:
+            close = getattr(chunks, "close", None)
+            if close:
+                await asyncio.to_thread(close)
+        await self.send({"type": "http.response.body", "body": b""})
+
+
+def _gather(chunks: Iterator[bytes]) -> bytes:
+    """The next ~1 MiB of a stream of (possibly tiny) chunks; b"" at the end."""
+    parts: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= BUFFER:
+            break
+    return b"".join(parts)
+
+
+def _with_headers(send, headers: dict[str, str]):
+    """``send``, adding ``headers`` to the answer's own (where it has none of that name)."""
+    extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+    async def sending(message):
+        if message["type"] == "http.response.start":
+            own = {name for name, _value in message["headers"]}
+            message = {**message, "headers": [
+                *message["headers"], *((k, v) for k, v in extra if k not in own)]}
+        await send(message)
+
+    return sending
+
+
+Handler = Callable[[Exchange], Awaitable[None]]
+
+
+class BeforeDjango:
+    """ASGI middleware: the requests ``route`` gives a handler are answered here, everything
+    else goes on to ``app`` (Django)."""
+
+    exchange_class: type[Exchange] = Exchange
+    # Send Django's request_started/request_finished around each answer (on Django's database
+    # thread): what closes the request's database connections. A subclass whose handlers keep
+    # connections of their own, on threads of their own, turns it off.
+    request_signals = True
+
+    def __init__(self, app):
+        self.app = app
+
+    def route(self, scope) -> Handler | None:
+        raise NotImplementedError
+
+    def error_body(self, exc: Exception, body: dict) -> dict:
+        """The error answer's body for ``exc`` (a subclass may add to it)."""
+        return body
+
+    async def __call__(self, scope, receive, send):
+        handler = self.route(scope) if scope["type"] == "http" else None
+        if handler is None:
+            await self.app(scope, receive, send)
+            return
+        request = asgi_request(scope)
+        send = _with_headers(send, security_headers(request))
+        exchange = self.exchange_class(scope, receive, send)
+        if self.request_signals:
+            await sync_to_async(signals.request_started.send)(sender=type(self), scope=scope)
+        try:
+            request.get_host()  # raises DisallowedHost: a 400
+            redirect = https_redirect(request)
+            if redirect is not None:
+                await exchange.start(redirect.status_code, dict(redirect.items()))
+                await exchange.send({"type": "http.response.body", "body": b""})
+                return
+            await handler(exchange)
+        except ClientGone:
+            pass
+        except Exception as exc:  # every error in the API's one shape
+            status, body, headers = render_error(exc, type(self).__module__)
+            if not exchange.started:
+                await exchange.json(status, self.error_body(exc, body), headers)
+        finally:
+            if self.request_signals:
+                await sync_to_async(signals.request_finished.send)(sender=type(self))

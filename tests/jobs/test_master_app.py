@@ -1,0 +1,110 @@
+"""The master's calls over real HTTP, answered before Django (jobs/master_app.py): the API's
+error shape, naming the field; the token checked before anything else; the security headers
+Django's answers carry; and the threads that keep database connections stop with the server."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from urllib.parse import urlsplit
+
+import pytest
+
+from jobs.master import master_token
+from jobs.models import Task
+from jobs.services import job_submit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def call(portal, path: str, body: bytes | str, token: str = "") -> tuple[int, dict, object]:
+    where = urlsplit(portal.url)
+    connection = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
+    try:
+        connection.request("POST", path, body=body, headers={
+            "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read()), response.headers
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def job(live_portal):
+    home = live_portal.home
+    (home / "pkg").mkdir()
+    (home / "pkg" / "train.py").write_text("")
+    (home / "lines.txt").write_text("".join(f"line {i}\n" for i in range(10)))
+    return job_submit(live_portal.user, live_portal.datacenter, {
+        "name": "fast", "package": "/pfs/datacenter1/home/alice/pkg", "entry": "python train.py",
+        "dataset": "/pfs/datacenter1/home/alice/lines.txt", "task_records": 5}).job
+
+
+def master_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("master-db-")]
+
+
+def test_a_trainer_takes_and_completes_tasks_over_http(live_portal, job):
+    base, token = f"/api/v1/master/{job.uid}", master_token(job)
+    status, answer, headers = call(live_portal, f"{base}/next", '{"trainer": 0}', token)
+    assert status == 200, answer
+    task = answer["task"]
+    assert (task["pass"], task["index"], task["spans"]) == (0, 0, [
+        {"path": "/pfs/datacenter1/home/alice/lines.txt", "kind": "records", "start": 0,
+         "count": 5}])
+    assert headers["X-Content-Type-Options"] == "nosniff"  # Django's security headers
+    assert headers["X-Frame-Options"] == "DENY"
+    status, answer, _ = call(live_portal, f"{base}/tasks/{task['id']}/done",
+                             json.dumps({"trainer": 0, "lease": task["lease"]}), token)
+    assert (status, answer) == (200, {"done": True})
+    assert Task.objects.get(pk=task["id"]).state == "done"
+    assert master_threads()  # the calls ran on the master's threads
+
+
+def test_the_master_threads_close_their_connections_when_stopped(live_portal, job):
+    from django.db import connection
+
+    from paddlecloud.asgi import http
+
+    def backends() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                           "current_database() AND pid <> pg_backend_pid()")
+            return cursor.fetchone()[0]
+
+    before = backends()
+    for trainer in range(8):  # enough calls at once for every thread to open its connection
+        call(live_portal, f"/api/v1/master/{job.uid}/next", json.dumps({"trainer": trainer}),
+             master_token(job))
+    assert len(master_threads()) == http.threads.size
+    http.threads.stop()
+    assert master_threads() == []
+    assert backends() <= before
+
+
+@pytest.mark.parametrize(("path", "body", "token", "status", "field"), [
+    ("next", '{"trainer": 0}', "pcm_wrong", 404, None),
+    ("next", '{"trainer": 0}', "", 404, None),
+    ("next", '{"trainer": ', "mine", 400, "body"),
+    ("next", '{"trainer": -1}', "mine", 400, "trainer"),
+    ("next", '[1, 2]', "mine", 400, "trainer"),
+    ("tasks/1/done", '{"trainer": 0}', "mine", 400, "lease"),
+    ("tasks/1/finish", '{"trainer": 0, "lease": "x"}', "mine", 404, None),
+])
+def test_bad_calls_get_the_apis_errors_and_change_nothing(live_portal, job, path, body, token,
+                                                          status, field):
+    token = master_token(job) if token == "mine" else token
+    got, answer, _ = call(live_portal, f"/api/v1/master/{job.uid}/{path}", body, token)
+    assert got == status, answer
+    assert set(answer) == {"code", "message", "fields"}
+    if field:
+        assert field in answer["fields"], answer
+    assert not Task.objects.filter(job=job).exclude(state="waiting").exists()
+
+
+def test_a_body_too_large_is_refused(live_portal, job):
+    body = json.dumps({"trainer": 0, "lease": "x", "reason": "x" * 70_000})
+    status, answer, _ = call(live_portal, f"/api/v1/master/{job.uid}/tasks/1/failed", body,
+                             master_token(job))
+    assert status == 400 and answer["code"] == "too_long" and "body" in answer["fields"]
