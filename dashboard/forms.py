@@ -29,8 +29,17 @@ class JobSubmitForm(forms.Form):
     image = _text("Image", "the runtime image; empty: the datacenter's", spellcheck="false")
     registry = forms.ChoiceField(label="Registry credentials", required=False,
                                  help_text="for a private image")
-    trainers = _number("Trainers", "the seeds' -parallelism (default 1)", min=1,
-                       placeholder="1")
+    trainers = _text("Trainers", "how many (the seeds' -parallelism, default 1), or a "
+                     "range MIN:MAX for elastic trainers: added as your quota has room, "
+                     "replaced when lost (with parameter servers and a dataset)",
+                     placeholder="1 or 2:4", inputmode="text", spellcheck="false",
+                     autocomplete="off")
+    trainers_lost_limit = _number("Trainers lost at most", "elastic trainers: how many the job "
+                                  "may lose (each replaced) before it fails; default MAX",
+                                  min=0)
+    trainers_below_min_seconds = _number("Below MIN at most (seconds)", "elastic trainers: how "
+                                         "long it may run with fewer than MIN before it fails "
+                                         "(default 300)", min=1)
     cpu = _text("CPU per trainer", "1, 0.5 or 500m (default 1)", placeholder="1")
     memory = _text("Memory per trainer", "1Gi, 512Mi (default 1Gi)", placeholder="1Gi")
     gpu = _number("GPUs per trainer", "default 0", min=0, placeholder="0")
@@ -66,7 +75,8 @@ class JobSubmitForm(forms.Form):
 
     GROUPS = (
         ("Job", ("name", "package", "entry")),
-        ("Trainers", ("trainers", "cpu", "memory", "gpu")),
+        ("Trainers", ("trainers", "cpu", "memory", "gpu", "trainers_lost_limit",
+                      "trainers_below_min_seconds")),
         ("Parameter servers", ("pservers", "pscpu", "psmemory")),
         ("Runtime", ("image", "registry", "env", "passes", "restart_limit",
                      "deadline_seconds", "ttl_seconds_after_finished", "topology")),

@@ -14,6 +14,14 @@ is called by a submission, when a job ends, when a quota changes, and by the rec
 its cost is bounded by what changed, not by how many jobs wait: it reads the queue only up to
 the first job that does not fit, and touches the jobs behind it in a few bulk statements, only
 where their state or reason changes.
+
+**Elastic jobs** (``trainers`` MIN:MAX, docs/elastic.md) wait for, and are admitted with, MIN
+trainers; once the queue is through, ``quota_admit`` gives the user's running elastic jobs
+(oldest first) as many more trainers as the free quota has room for, up to MAX each (a lost
+trainer's place is given back the same way, so replacing one is growing again). It does so
+only while none of the user's jobs waits: trainers are never taken back from a running job,
+so room given to one would keep a waiting job waiting. A job's ``trainers_held`` is what it
+holds (the engine starts that many), and what quota counts of an elastic job.
 """
 
 from __future__ import annotations
@@ -24,17 +32,19 @@ from functools import reduce
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Count, F, OuterRef, Q, Subquery, Sum
+from django.db.models import Case, Count, Exists, F, OuterRef, Q, Subquery, Sum, When
+from django.db.models.functions import Coalesce, Least
 
 from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter
 from accounts.selectors import quota_get
 from paddlecloud.errors import ValidationError
 from paddlecloud.queue import JOB_START, JOBS_ADMIT, task_later
+from paddlecloud_core.contract import trainers_elastic, trainers_least
 from pfs.services import usage_report
 
-from .models import Job
+from .models import Job, Replica
 from .notify import jobs_changed
-from .states import JobState
+from .states import JobState, ReplicaState
 from .transitions import job_transition, jobs_transition
 
 ACTIVE_STATES = (JobState.STARTING, JobState.RUNNING)
@@ -43,10 +53,23 @@ COMPUTE = ("cpu", "memory", "gpu", "jobs")
 SHOWN = QUOTA_FORMATS
 UNITS = {"cpu": " CPU", "memory": "", "gpu": " GPU"}
 HEAD_BATCH = 20  # waiting jobs read at once while looking for the first that does not fit
-# A job's request in SQL, as ``job_request`` computes it in Python (jobs: one each).
-ASKED = {"cpu": F("trainers") * F("cpu") + F("pservers") * F("pscpu"),
-         "memory": F("trainers") * F("memory") + F("pservers") * F("psmemory"),
-         "gpu": F("trainers") * F("gpu")}
+# The trainers a waiting job needs to start (an elastic job's MIN), and those an active job
+# holds (an elastic job's ``trainers_held``; a fixed job holds them all).
+LEAST = Coalesce(F("trainers_min"), F("trainers"))
+ELASTIC = Q(trainers_min__isnull=False, trainers_min__lt=F("trainers"))
+HELD = Case(When(ELASTIC, then=F("trainers_held")), default=F("trainers"))
+
+
+def _request_sql(trainers) -> dict:
+    return {"cpu": trainers * F("cpu") + F("pservers") * F("pscpu"),
+            "memory": trainers * F("memory") + F("pservers") * F("psmemory"),
+            "gpu": trainers * F("gpu")}
+
+
+# A waiting job's request in SQL, as ``job_request`` computes it in Python (jobs: one each),
+# and what an active job holds.
+ASKED = _request_sql(LEAST)
+HOLDS = _request_sql(HELD)
 
 
 @dataclass(frozen=True)
@@ -63,10 +86,12 @@ class Request:
 
 
 def job_request(job) -> Request:
-    """A job's (or a spec's) request; the two have the same fields."""
-    return Request(cpu=job.trainers * job.cpu + job.pservers * job.pscpu,
-                   memory=job.trainers * job.memory + job.pservers * job.psmemory,
-                   gpu=job.trainers * job.gpu)
+    """A job's (or a spec's) request to start: with an elastic job's MIN trainers. The two
+    have the same fields."""
+    trainers = trainers_least(job)
+    return Request(cpu=trainers * job.cpu + job.pservers * job.pscpu,
+                   memory=trainers * job.memory + job.pservers * job.psmemory,
+                   gpu=trainers * job.gpu)
 
 
 def _breakdown(job, resource: str) -> str:
@@ -74,7 +99,9 @@ def _breakdown(job, resource: str) -> str:
     if resource == "jobs":
         return ""
     per_trainer = getattr(job, resource)
-    parts = [f"{job.trainers} trainer{'s' if job.trainers != 1 else ''} x "
+    trainers = trainers_least(job)
+    least = "at least " if trainers_elastic(job) else ""
+    parts = [f"{least}{trainers} trainer{'s' if trainers != 1 else ''} x "
              f"{SHOWN[resource](per_trainer)}"]
     if job.pservers and resource != "gpu":
         per_ps = job.pscpu if resource == "cpu" else job.psmemory
@@ -141,7 +168,7 @@ def quota_used(user_id: int, datacenter_id: int) -> Request:
     """What the user's active jobs in the datacenter hold now (one query)."""
     totals = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
                                 state__in=ACTIVE_STATES).aggregate(
-        **{r: Sum(ASKED[r]) for r in ASKED}, jobs=Count("id"))
+        **{r: Sum(HOLDS[r]) for r in HOLDS}, jobs=Count("id"))
     return Request(**{r: totals[r] or 0 for r in COMPUTE})
 
 
@@ -192,13 +219,51 @@ def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
         admitted.append(job)
     jobs_transition(admitted, JobState.STARTING,
                     dict.fromkeys((job.pk for job in admitted), "admitted: its quota is free"))
+    if admitted:
+        Job.objects.filter(pk__in=[job.pk for job in admitted]).update(trainers_held=LEAST)
     if blocker is not None:
         _queue(blocker, f"waiting for quota: {_short_of(used, job_request(blocker), quota)}")
         _queue_behind(blocker, waiting)
+    else:
+        _grow(user_id, datacenter_id, used, quota)
     ids = [job.pk for job in admitted]
     for job_id in ids:
         task_later(JOB_START, job_id)
     return ids
+
+
+def _growing(**filters):
+    """Active elastic jobs that hold fewer trainers than their MAX and may take more: none of
+    their trainers has finished (the master has nothing more to hand out)."""
+    finished = Replica.objects.filter(job=OuterRef("pk"), role=Replica.Role.TRAINER,
+                                      state=ReplicaState.SUCCEEDED)
+    return (Job.objects.filter(ELASTIC, state__in=ACTIVE_STATES,
+                               trainers_held__lt=F("trainers"), **filters)
+            .exclude(Exists(finished)))
+
+
+def _grow(user_id: int, datacenter_id: int, used: Request, quota) -> None:
+    """Give the user's growing elastic jobs, oldest first, as many trainers as the free quota
+    has room for, up to each one's MAX. The engine starts them (a job's next sync)."""
+    grown = []
+    for job in (_growing(owner_id=user_id, datacenter_id=datacenter_id)
+                .select_for_update(of=("self",)).order_by("created_at", "id")
+                .only("id", "trainers", "trainers_held", "cpu", "memory", "gpu")):
+        room = job.trainers - job.trainers_held
+        for resource in ("cpu", "memory", "gpu"):
+            each = getattr(job, resource)
+            if each:
+                free = getattr(quota, resource) - getattr(used, resource)
+                room = min(room, max(free, 0) // each)
+        if room <= 0:
+            continue
+        Job.objects.filter(pk=job.pk).update(
+            trainers_held=Least(F("trainers_held") + room, F("trainers")))
+        used = used + Request(cpu=room * job.cpu, memory=room * job.memory,
+                              gpu=room * job.gpu, jobs=0)
+        grown.append(job.pk)
+    if grown:
+        jobs_changed(user_id, datacenter_id, grown)
 
 
 def _behind(job) -> Q:
@@ -259,10 +324,13 @@ def _queue_behind(blocker, waiting) -> None:
 
 
 def waiting_queues(**filters) -> list[tuple[int, int]]:
-    """The (owner id, datacenter id) of every queue with jobs waiting, among ``filters``.
-    (Unordered: with the jobs' default order, DISTINCT would give one row per job.)"""
-    return list(Job.objects.filter(state__in=WAITING_STATES, **filters).order_by()
-                .values_list("owner_id", "datacenter_id").distinct())
+    """The (owner id, datacenter id) of every queue with jobs waiting, or with elastic jobs
+    that may grow, among ``filters``: those ``quota_admit`` may have work for. (Unordered:
+    with the jobs' default order, DISTINCT would give one row per job.)"""
+    waiting = Job.objects.filter(state__in=WAITING_STATES, **filters)
+    return list(waiting.order_by().values_list("owner_id", "datacenter_id")
+                .union(_growing(**filters).order_by()
+                       .values_list("owner_id", "datacenter_id")))
 
 
 def job_ended_admit(sender, owner_id: int, datacenter_id: int, **kwargs) -> None:

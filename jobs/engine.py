@@ -1,7 +1,18 @@
 """Driving jobs on their backend: launch, observe and advance, stop, and clear away what is
 left of a deleted job. Called by the Celery tasks (and by nothing that serves a request).
 Every step is idempotent: it may run twice, or be cut off half way and run again, and each
-replica attempt is still started exactly once."""
+replica attempt is still started exactly once.
+
+An **elastic** job (``trainers`` MIN:MAX, docs/elastic.md) runs as many trainers as it holds
+(``trainers_held``, which admission sets and grows): ``_trainers_place`` starts its trainers
+that were never started, lowest index first, and past its MAX rows new ones with the next
+index, so a Kubernetes Indexed Job only ever grows by its next indexes. Once it runs, a trainer
+that ends for good (it failed beyond its restarts) is *lost*: the job goes on, gives back the
+lost trainer's place (admission gives it to the job again when there is room, which replaces
+it), and fails only when it loses more than ``trainers_lost_limit`` trainers or runs with
+fewer than MIN for longer than ``trainers_below_min_seconds``. It succeeds once its master has
+handed out everything and none of its trainers still runs. Losses count while it starts too;
+a start that times out after a loss fails it rather than requeue it."""
 
 from __future__ import annotations
 
@@ -13,21 +24,27 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
 from django.db.models import F
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from accounts.models import Datacenter
+from paddlecloud.queue import JOBS_ADMIT, task_later
 from paddlecloud_core.contract import (
     STOP_GRACE_SECONDS,
     Topology,
     job_namespace,
     replica_env,
+    trainers_elastic,
+    trainers_least,
     trainers_restart_together,
 )
 from paddlecloud_core.processes import exit_reason
+from paddlecloud_core.spec import trainers_shown
 
 from .backends import backend_for
 from .backends.base import BackendError, Status
-from .models import Job, Replica
+from .master import tasks_left
+from .models import Job, JobEvent, Replica
 from .notify import job_changed
 from .signals import job_requeued
 from .states import FINAL_JOB_STATES, FINAL_REPLICA_STATES, JobState, ReplicaState
@@ -56,11 +73,16 @@ def job_launch(job_id: int) -> None:
         return
     replicas = _replicas(job)
     topology = backend.topology(job, replicas)
+    elastic = trainers_elastic(job)
     for replica in replicas:
-        _start(job, backend, replica, ReplicaState.PENDING, topology)
+        if not (elastic and replica.role == Replica.Role.TRAINER):
+            _start(job, backend, replica, ReplicaState.PENDING, topology)
+    if elastic:
+        _trainers_place(job, backend)
 
 
-def _start(job, backend, replica, expected: str, topology: Topology | None = None) -> None:
+def _start(job, backend, replica, expected: str, topology: Topology | None = None,
+           reason: str = "process started") -> None:
     """Start the replica's current attempt if it is still in the ``expected`` state: pending
     (its first start), or starting (a restart). Under the replica's row lock, so two tasks
     cannot both start it."""
@@ -77,8 +99,7 @@ def _start(job, backend, replica, expected: str, topology: Topology | None = Non
             replica_transition(locked, ReplicaState.FAILED, str(exc))
             return
         if expected == ReplicaState.PENDING:
-            replica_transition(locked, ReplicaState.STARTING, "process started",
-                               backend_ref=ref)
+            replica_transition(locked, ReplicaState.STARTING, reason, backend_ref=ref)
         else:
             Replica.objects.filter(pk=replica.pk).update(backend_ref=ref)
 
@@ -101,11 +122,18 @@ def job_sync(job_id: int) -> bool:
     replicas = _replicas(job)
 
     trainers = [r for r in replicas if r.role == Replica.Role.TRAINER]
-    failed = next((r for r in replicas if r.state == ReplicaState.FAILED), None)
+    # An elastic job loses trainers rather than fail with them.
+    elastic = trainers_elastic(job)
+    failed = next((r for r in replicas if r.state == ReplicaState.FAILED
+                   and not (elastic and r.role == Replica.Role.TRAINER)), None)
     if failed is not None:
         job_fail(job, f"{failed.name} failed: {failed.reason}")
         return False
-    if trainers and all(r.state == ReplicaState.SUCCEEDED for r in trainers):
+    if elastic:
+        ended = _elastic_sync(job, backend, replicas, trainers)
+        if ended is not None:
+            return ended
+    elif trainers and all(r.state == ReplicaState.SUCCEEDED for r in trainers):
         _stop(job, replicas, "stopped: the trainers finished", final=ReplicaState.SUCCEEDED)
         job_transition(job, JobState.SUCCEEDED, "every trainer exited 0")
         return False
@@ -114,12 +142,171 @@ def job_sync(job_id: int) -> bool:
         if timezone.now() - since > timedelta(seconds=job.deadline_seconds):
             job_fail(job, f"ran past its deadline of {job.deadline_seconds} seconds")
             return False
-    if job.state == JobState.STARTING and all(
-            r.state in (ReplicaState.RUNNING, ReplicaState.SUCCEEDED) for r in replicas):
-        job_transition(job, JobState.RUNNING, "every replica is running")
+    if job.state == JobState.STARTING and _runs(job, replicas):
+        job_transition(job, JobState.RUNNING, "every replica is running"
+                       if not trainers_elastic(job) else
+                       f"its parameter servers and {_running(trainers)} trainers are running "
+                       f"(at least {trainers_least(job)})")
     elif job.state == JobState.STARTING and _start_timed_out(job):
         _requeue(job, backend, replicas)
     return True
+
+
+def _running(trainers) -> int:
+    return sum(1 for r in trainers if r.state == ReplicaState.RUNNING)
+
+
+def _runs(job, replicas) -> bool:
+    """Whether a starting job now runs: its pservers and trainers do (at least MIN of an
+    elastic job's trainers); one that already finished counts."""
+    trainers = [r for r in replicas if r.role == Replica.Role.TRAINER]
+    ran = (ReplicaState.RUNNING, ReplicaState.SUCCEEDED)
+    return all(r.state in ran for r in replicas if r.role != Replica.Role.TRAINER) and sum(
+        1 for r in trainers if r.state in ran) >= trainers_least(job)
+
+
+# --- elastic trainers ------------------------------------------------------------------------
+
+def _elastic_sync(job, backend, replicas, trainers) -> bool | None:
+    """An elastic job's trainers: account for the lost ones, end it when it is done or has
+    lost too much, watch its count against MIN once it runs (while it starts, its start
+    timeout does), and start those it holds. Returns False once it has ended, else None."""
+    if not _losses(job, trainers):
+        return False
+    live = [r for r in trainers if r.state in (ReplicaState.STARTING, ReplicaState.RUNNING)]
+    finished = any(r.state == ReplicaState.SUCCEEDED for r in trainers)
+    if finished and not any(r.state == ReplicaState.RUNNING for r in live):
+        left = tasks_left(job)
+        if not left:
+            lost = job.trainers_lost
+            _stop(job, replicas, "stopped: the trainers finished", final=ReplicaState.SUCCEEDED)
+            job_transition(job, JobState.SUCCEEDED, (
+                "its master handed out every task and its trainers exited 0"
+                + (f" ({lost} trainer{'s' if lost != 1 else ''} lost on the way: their tasks "
+                   "went to the others)" if lost else "")))
+            return False
+        if not live:
+            job_fail(job, f"its trainers exited 0, but its master still has {left} task"
+                          f"{'s' if left != 1 else ''} to hand out: trainers must read until "
+                          "the master says there is nothing more")
+            return False
+    if not finished and job.state == JobState.RUNNING and not _short_check(job, trainers):
+        return False
+    if not finished and job.trainers_held > len(live):  # admission gave it more
+        _trainers_place(job, backend)
+    return None
+
+
+def _losses(job, trainers) -> bool:
+    """Account for the trainers lost since the last look (each failed for good): give back
+    their places, say so, and ask admission for replacements; fail the job once it has lost
+    more than ``trainers_lost_limit``. Returns False when the job failed."""
+    lost = sorted((r for r in trainers if r.state == ReplicaState.FAILED),
+                  key=lambda r: (r.finished_at or timezone.now(), r.index))
+    new = len(lost) - job.trainers_lost
+    if new <= 0:
+        return True
+    limit = job.trainers_lost_limit or 0
+    if len(lost) > limit:
+        last = lost[-1]
+        job_fail(job, f"lost {len(lost)} trainer{'s' if len(lost) != 1 else ''}, more than "
+                      f"its limit of {limit} "
+                      f"(trainers_lost_limit); the last, {last.name}: {last.reason}")
+        return False
+    with transaction.atomic():
+        if not Job.objects.filter(pk=job.pk, trainers_lost=job.trainers_lost).update(
+                trainers_lost=len(lost),
+                trainers_held=Greatest(F("trainers_held") - new, 0)):
+            return True  # another look accounted for them
+        job.refresh_from_db(fields=["trainers_lost", "trainers_held"])
+        running = _running(trainers)
+        for number, replica in enumerate(lost[-new:], len(lost) - new + 1):
+            JobEvent.objects.create(
+                job=job, replica=replica, from_state=ReplicaState.FAILED, to_state="lost",
+                reason=(f"{replica.name} lost ({replica.reason or 'failed'}); the job goes "
+                        f"on with {running} running trainers of "
+                        f"{trainers_shown(None, job.trainers_min, job.trainers)}; another "
+                        f"replaces it when there is room (lost {number} of at most "
+                        f"{limit})"))
+        task_later(JOBS_ADMIT, job.owner_id, job.datacenter_id)
+    job_changed(job.pk)
+    return True
+
+
+def _short_check(job, trainers) -> bool:
+    """Watch how many trainers run against MIN: note when it falls below and when it is back;
+    fail the job once it has been below for longer than ``trainers_below_min_seconds``.
+    Returns False when the job failed."""
+    running, least = _running(trainers), trainers_least(job)
+    now = timezone.now()
+    limit = job.trainers_below_min_seconds or 0
+    if running >= least:
+        if job.trainers_short_since is not None and Job.objects.filter(
+                pk=job.pk, trainers_short_since__isnull=False).update(
+                trainers_short_since=None):
+            job.trainers_short_since = None
+            JobEvent.objects.create(job=job, from_state=job.state, to_state=job.state, reason=(
+                f"{running} trainers run again (at least {least})"))
+            job_changed(job.pk)
+        return True
+    if job.trainers_short_since is None:
+        if Job.objects.filter(pk=job.pk, trainers_short_since__isnull=True).update(
+                trainers_short_since=now):
+            job.trainers_short_since = now
+            JobEvent.objects.create(job=job, from_state=job.state, to_state=job.state, reason=(
+                f"fewer trainers run than its least: {running} of at least {least}; it fails "
+                f"if that lasts {limit} s (trainers_below_min_seconds)"))
+            job_changed(job.pk)
+        return True
+    if now - job.trainers_short_since > timedelta(seconds=limit):
+        lost = [r for r in trainers if r.state == ReplicaState.FAILED]
+        why = "; ".join(f"{r.name} lost: {r.reason}" for r in lost[-3:])
+        job_fail(job, f"fewer than {least} trainers (trainers_min) ran for longer than "
+                      f"{limit} s (trainers_below_min_seconds): {running} running"
+                      + (f"; {why}" if why else ""))
+        return False
+    return True
+
+
+def _trainers_place(job, backend) -> None:
+    """Start trainers of an elastic job until as many are starting or running as it holds:
+    those never started first, lowest index first, then new ones with the next indexes (past
+    its MAX: replacements of lost trainers). None once a trainer has finished (the master
+    has nothing more to hand out)."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)  # one placer at a time
+        if locked.state not in (JobState.STARTING, JobState.RUNNING):
+            return
+        trainers = list(Replica.objects.filter(job=job, role=Replica.Role.TRAINER)
+                        .order_by("index"))
+        if any(r.state == ReplicaState.SUCCEEDED for r in trainers):
+            return
+        live = sum(1 for r in trainers
+                   if r.state in (ReplicaState.STARTING, ReplicaState.RUNNING))
+        want = locked.trainers_held - live
+        if want <= 0:
+            return
+        chosen = [r for r in trainers if r.state == ReplicaState.PENDING][:want]
+        following = max((r.index for r in trainers), default=-1) + 1
+        if len(chosen) < want:
+            try:
+                attempt = backend.trainer_first_attempt(job, trainers)
+            except BackendError as exc:  # tried again at the next look
+                logger.warning("job %s: no trainer can be added yet: %s", job.pk, exc)
+                want = len(chosen)
+        while len(chosen) < want:
+            chosen.append(Replica.objects.create(job=job, role=Replica.Role.TRAINER,
+                                                 index=following, attempt=attempt))
+            following += 1
+    job.trainers_held = locked.trainers_held
+    if not chosen:
+        return
+    topology = backend.topology(job, _replicas(job))
+    held = trainers_shown(locked.trainers_held, job.trainers_min, job.trainers)
+    for replica in chosen:
+        _start(job, backend, replica, ReplicaState.PENDING, topology,
+               reason=f"{'added' if job.state == JobState.RUNNING else 'started'}: the job "
+                      f"holds {held} trainers")
 
 
 def _observe(job, backend, replica) -> bool:
@@ -215,9 +402,17 @@ def _requeue(job, backend, replicas) -> None:
     it back at the head of its queue; after ``start_tries`` such starts, fail it."""
     datacenter = job.datacenter
     stuck = [r for r in replicas if r.state not in (ReplicaState.RUNNING,
-                                                    ReplicaState.SUCCEEDED)]
+                                                    ReplicaState.SUCCEEDED)
+             and not (r.role == Replica.Role.TRAINER and r.state == ReplicaState.PENDING
+                      and trainers_elastic(job))]
     why = "; ".join(f"{r.name}: {r.reason or r.state}" for r in stuck[:3])
     tries = job.requeues + 1
+    if job.trainers_lost:
+        # Its lost trainers keep their indexes (a Kubernetes Job would run them again).
+        job_fail(job, f"its replicas were not all running within {datacenter.start_timeout} s "
+                      f"of its start, and it lost {job.trainers_lost} trainers meanwhile "
+                      f"({why})")
+        return
     if tries >= datacenter.start_tries:
         job_fail(job, f"its replicas were not all running within {datacenter.start_timeout} s "
                       f"of its start, {tries} times ({why})")
@@ -237,7 +432,7 @@ def _requeue(job, backend, replicas) -> None:
                                    "stopped: its job went back to its queue", attempt=attempt)
             else:
                 Replica.objects.filter(pk=replica.pk).update(attempt=attempt)
-        Job.objects.filter(pk=job.pk).update(requeues=F("requeues") + 1)
+        Job.objects.filter(pk=job.pk).update(requeues=F("requeues") + 1, trainers_held=0)
         job_transition(job, JobState.QUEUED, (
             f"requeued at the head of its queue, start {tries + 1} of {datacenter.start_tries} "
             f"next: its replicas were not all running after {datacenter.start_timeout} s "
@@ -315,7 +510,10 @@ def _stop(job, replicas, reason: str, final: str = ReplicaState.KILLED) -> None:
             logger.warning("job %s: its replicas could not be stopped yet: %s", job.pk, exc)
             return
         for replica in replicas:
-            # A replica that never started cannot have succeeded.
-            target = ReplicaState.KILLED if replica.state == ReplicaState.PENDING else final
+            # A replica that never started cannot have succeeded, nor a trainer that never
+            # ran (an elastic job's, stopped once its master had nothing more).
+            never_ran = replica.state == ReplicaState.PENDING or (
+                replica.role == Replica.Role.TRAINER and replica.state == ReplicaState.STARTING)
+            target = ReplicaState.KILLED if never_ran else final
             replica_transition(replica, target, reason)
     backend.release(job)

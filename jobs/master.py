@@ -518,3 +518,16 @@ def tasks_progress(job) -> dict:
         entry["total"] += row["n"]
     return {"passes": list(passes.values()), "current_pass": _current_pass(job),
             "total_passes": job.passes}
+
+
+def tasks_left(job) -> int:
+    """How many tasks the master still has to hand out or hear back about: the open tasks of
+    the current pass, and one more while a pass is still to come. 0 once every pass made is
+    over and none is to come (or no trainer has asked yet)."""
+    last = (Task.objects.filter(job=job).order_by("-pass_no")
+            .values_list("pass_no", flat=True).first())
+    if last is None:
+        return 0
+    open_tasks = Task.objects.filter(job=job, pass_no=last, state__in=(
+        Task.State.WAITING, Task.State.LEASED)).count()
+    return open_tasks + (1 if last < job.passes - 1 else 0)

@@ -8,6 +8,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from paddlecloud_core.spec import trainers_shown
+
 from .states import FINAL_REPLICA_STATES, JobState, ReplicaState
 
 
@@ -35,7 +37,26 @@ class Job(models.Model):
         related_name="jobs", help_text="The credential its images are pulled with.")
 
     # Trainers, each with these resources.
-    trainers = models.PositiveIntegerField(default=1)
+    trainers = models.PositiveIntegerField(
+        default=1, help_text="How many trainers; of an elastic job, the most at once (MAX).")
+    # Elastic trainers (trainers given as MIN:MAX; docs/elastic.md): None for a fixed number.
+    trainers_min = models.PositiveIntegerField(
+        null=True, blank=True, help_text="An elastic job's fewest trainers (MIN); empty: "
+                                         "a fixed number.")
+    trainers_lost_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="How many trainers an elastic job may lose (each "
+                                         "replaced when there is room) before it fails.")
+    trainers_below_min_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="How long an elastic job may run with fewer than "
+                                         "MIN trainers before it fails.")
+    trainers_held = models.PositiveIntegerField(
+        default=0, help_text="The trainers it holds now (running, or started or to be started "
+                             "by the engine): what its quota counts of an elastic job.")
+    trainers_lost = models.PositiveIntegerField(
+        default=0, help_text="The trainers an elastic job has lost so far.")
+    trainers_short_since = models.DateTimeField(
+        null=True, blank=True, help_text="Since when an elastic job runs with fewer than MIN "
+                                         "trainers (empty: it does not).")
     cpu = models.PositiveIntegerField("CPU per trainer (millicores)", default=1000)
     memory = models.PositiveBigIntegerField("memory per trainer (bytes)", default=2**30)
     gpu = models.PositiveIntegerField("GPUs per trainer", default=0)
@@ -84,6 +105,19 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.owner}, {self.state})"
+
+    @property
+    def trainers_now(self) -> int | None:
+        """The trainers it holds while it starts or runs (of a fixed job: all); else None."""
+        if self.state not in (JobState.STARTING, JobState.RUNNING):
+            return None
+        return self.trainers_held if self.trainers_min is not None else self.trainers
+
+    @property
+    def trainers_shown(self) -> str:
+        """Its trainers as people read them: ``2``, or for an elastic job ``3 (2-4)`` (with
+        an en dash)."""
+        return trainers_shown(self.trainers_now, self.trainers_min, self.trainers)
 
 
 class Replica(models.Model):

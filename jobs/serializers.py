@@ -32,11 +32,25 @@ class JobSerializer(serializers.ModelSerializer):
     registry = serializers.CharField(source="registry.name", default=None, allow_null=True)
     queue_position = serializers.SerializerMethodField(
         help_text="While queued: 1 for the next of your jobs to start, 2 behind it, …")
+    trainers_held = serializers.IntegerField(
+        source="trainers_now", read_only=True, allow_null=True,
+        help_text="The trainers it holds now (running, or being started), which your quota "
+                  "counts; null unless it is starting or running")
+    trainers_shown = serializers.CharField(
+        read_only=True, help_text='Its trainers as people read them: "2", or of an elastic '
+                                  'job how many it holds and its range, "3 (2\u20134)"')
+    trainers_below_min_since = serializers.DateTimeField(
+        source="trainers_short_since", read_only=True, allow_null=True,
+        help_text="Since when an elastic job runs with fewer than trainers_min trainers "
+                  "(it fails after trainers_below_min_seconds); null: it does not")
 
     class Meta:
         model = Job
         fields = ["name", "state", "state_reason", "queue_position", "datacenter", "package",
-                  "entry", "topology", "image", "registry", "trainers", "cpu", "memory", "gpu",
+                  "entry", "topology", "image", "registry", "trainers", "trainers_min",
+                  "trainers_held", "trainers_shown", "trainers_lost", "trainers_lost_limit",
+                  "trainers_below_min_seconds", "trainers_below_min_since", "cpu", "memory",
+                  "gpu",
                   "pservers", "pscpu", "psmemory", "passes", "env", "restart_limit",
                   "deadline_seconds", "ttl_seconds_after_finished", "dataset", "dataset_unit",
                   "task_records", "created_at", "started_at", "finished_at"]
@@ -57,7 +71,18 @@ class JobSubmitSerializer(serializers.Serializer):
     topology = serializers.CharField(required=False)
     registry = serializers.CharField(required=False,
                                      help_text="your registry credentials for a private image")
-    trainers = serializers.IntegerField(required=False, help_text="the seeds' `parallelism`")
+    trainers = serializers.CharField(required=False, help_text=(
+        "how many trainers (the seeds' `parallelism`): a number, or a range `MIN:MAX` for "
+        "elastic trainers (a job with pservers and a dataset; docs/elastic.md)"))
+    trainers_min = serializers.IntegerField(required=False, help_text=(
+        "the fewest trainers an elastic job runs with (the MIN of `trainers` MIN:MAX, which "
+        "is then its MAX)"))
+    trainers_lost_limit = serializers.IntegerField(required=False, help_text=(
+        "elastic jobs: how many trainers it may lose, each replaced when there is room, "
+        "before it fails (default: trainers)"))
+    trainers_below_min_seconds = serializers.IntegerField(required=False, help_text=(
+        "elastic jobs: how long it may run with fewer than trainers_min trainers before it "
+        "fails (default 300)"))
     cpu = serializers.CharField(required=False, help_text="1, 0.5 or 500m")
     memory = serializers.CharField(required=False, help_text="1Gi, 512Mi, 2G")
     gpu = serializers.IntegerField(required=False)

@@ -87,7 +87,8 @@ def job_submit(user, datacenter, data: dict) -> Submission:
             job_changed(job.pk)
     except IntegrityError:
         raise ValidationError.for_field("name", name_taken(spec.name)) from None
-    job.refresh_from_db(fields=["state", "state_reason", "started_at", "updated_at"])
+    job.refresh_from_db(fields=["state", "state_reason", "started_at", "updated_at",
+                                "trainers_held"])
     return Submission(job, spec, objects)
 
 

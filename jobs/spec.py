@@ -6,7 +6,7 @@ or raises one ValidationError that lists each field's problem. The rules on the 
 themselves are the core's (``paddlecloud_core.spec``, which ``paddlectl`` and the SDK apply
 too); here are the ones that need the portal: the name is free, the package is a directory
 in PFS, the registry exists, the topology file is in the package, the dataset matches files
-the user may read.
+the user may read, a range of trainers is offered in the datacenter.
 """
 
 from __future__ import annotations
@@ -80,6 +80,12 @@ def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
     if values["dataset"] and "dataset" not in check.errors and (
             problem := dataset_problem(user, datacenter, values["dataset"])) is not None:
         check.fail("dataset", problem)
+
+    if values["trainers_min"] is not None and datacenter.backend == "kubernetes" \
+            and datacenter.kube_scheduler == "kueue":
+        check.fail("trainers", f"a range ({values['trainers_min']}:{values['trainers']}) is "
+                               f"not offered in datacenter {datacenter.name!r}: Kueue admits "
+                               "its jobs at one size; give a number")
 
     if check.errors:
         raise ValidationError(check.message(), fields=check.ordered())

@@ -12,7 +12,14 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.core.cache import cache
 from django.core.exceptions import ObjectDoesNotExist
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, IntegerField, Value
+from django.db.models import (
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    IntegerField,
+    Q,
+    Value,
+)
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -149,9 +156,11 @@ def _reconcile(lease: Lease) -> dict[str, int]:
     for owner_id, datacenter_id in waiting_queues():
         counts["admitted"] += len(quota_admit(owner_id, datacenter_id))
         lease.renew()
-    # A start that was lost, or died half way (replicas still pending under a starting job).
-    stalled = Job.objects.filter(state=JobState.STARTING, replicas__state=ReplicaState.PENDING,
-                                 updated_at__lt=now - LOST_START_AFTER).distinct()
+    # A start that was lost, or died half way (replicas still pending under a starting job;
+    # an elastic job's trainers may wait pending for room: its watch starts them).
+    stalled = Job.objects.filter(
+        Q(replicas__role="pserver") | Q(trainers_min__isnull=True), state=JobState.STARTING,
+        replicas__state=ReplicaState.PENDING, updated_at__lt=now - LOST_START_AFTER).distinct()
     for job_id in stalled.values_list("pk", flat=True):
         job_start.delay(job_id)
         counts["restarted"] += 1

@@ -93,6 +93,17 @@ def trainers_restart_together(job) -> bool:
     return job.pservers == 0 and job.trainers > 1
 
 
+def trainers_elastic(job) -> bool:
+    """Whether the job's trainers may come and go (``trainers`` given as MIN:MAX): it runs
+    with at least ``trainers_min`` of them and at most ``trainers``."""
+    return job.trainers_min is not None and job.trainers_min < job.trainers
+
+
+def trainers_least(job) -> int:
+    """The fewest trainers the job runs with: ``trainers_min``, or all for a fixed job."""
+    return job.trainers_min if trainers_elastic(job) else job.trainers
+
+
 def job_namespace(datacenter, username: str) -> str:
     """The user's namespace in a datacenter: a DNS-1123 label from the prefix and username,
     cut short with a hash suffix when too long or when the username had to be changed."""
@@ -131,7 +142,12 @@ def _port(endpoint: str) -> str:
 def replica_env(job, role: str, index: int, topology: Topology, paths: Paths,
                 namespace: str) -> dict[str, str]:
     """The environment of one replica (``role`` ``trainer`` or ``pserver``), extra env first
-    so that the contract always wins."""
+    so that the contract always wins.
+
+    An elastic job's counts (``TRAINERS``, ``PADDLE_TRAINERS_NUM`` …) are the most trainers
+    that run at once (``trainers``, its MAX), and ``PADDLE_TRAINER_ENDPOINTS`` lists those
+    first ones: a trainer that replaces a lost one has an index of its own beyond them
+    (``topology.trainers`` holds every trainer's endpoint), which the others never need."""
     own = (topology.trainers if role == "trainer" else topology.pservers)[index]
     env = dict(job.env)
     env.update({
@@ -149,7 +165,7 @@ def replica_env(job, role: str, index: int, topology: Topology, paths: Paths,
         "PADDLE_INIT_PORT": _port(topology.pservers[0]) if topology.pservers else _port(own),
         "PADDLE_INIT_PORTS_NUM": "1",
         "PADDLE_INIT_PORTS_NUM_FOR_SPARSE": "0",
-        "PADDLE_TRAINER_ENDPOINTS": ",".join(topology.trainers),
+        "PADDLE_TRAINER_ENDPOINTS": ",".join(topology.trainers[:job.trainers]),
         "PADDLE_CURRENT_ENDPOINT": own,
         "POD_IP": _host(own),
         "PADDLE_PORT": _port(own),

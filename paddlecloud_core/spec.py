@@ -32,6 +32,9 @@ MAX_IMAGE = 512
 MAX_REGISTRY = 64
 MAX_TOPOLOGY = 1024
 MAX_TASK_RECORDS = 10**9
+# An elastic job (``trainers`` a range MIN:MAX) may run below MIN this long before it fails,
+# unless it says otherwise (``trainers_below_min_seconds``).
+BELOW_MIN_SECONDS = 300
 # How a job's dataset is cut into the master's tasks: a whole file each, a RecordIO chunk each,
 # or ``task_records`` records each (of RecordIO files, or lines of text files).
 DATASET_UNITS = ("file", "chunk", "records")
@@ -49,6 +52,12 @@ INTEGERS: dict[str, tuple[int | None, int, int]] = {
     "deadline_seconds": (None, 1, MAX_DEADLINE),
     "ttl_seconds_after_finished": (None, 0, MAX_DEADLINE),
     "task_records": (None, 1, MAX_TASK_RECORDS),
+    # Elastic trainers (``trainers`` given as MIN:MAX): the fewest it runs with, how many
+    # trainers it may lose (and replace) over its life, and how long it may run with fewer
+    # than MIN. Defaults are applied by ``_trainers_range``.
+    "trainers_min": (None, 1, MAX_REPLICAS),
+    "trainers_lost_limit": (None, 0, MAX_REPLICAS),
+    "trainers_below_min_seconds": (None, 1, MAX_DEADLINE),
 }
 # Quantities: (default, parser) — CPU in millicores, memory in bytes.
 QUANTITIES: dict[str, tuple[int, Callable[[Any], int]]] = {
@@ -85,6 +94,10 @@ class JobSpec:
     dataset: str = ""
     dataset_unit: str = ""
     task_records: int | None = None
+    # Elastic trainers: ``trainers`` is then the most that run at once (None: a fixed number).
+    trainers_min: int | None = None
+    trainers_lost_limit: int | None = None
+    trainers_below_min_seconds: int | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -144,6 +157,42 @@ def integer_problem(name: str, value: int) -> str | None:
     if not minimum <= value <= maximum:
         return f"must be between {minimum} and {maximum}, not {value}"
     return None
+
+
+def trainers_range(value: Any) -> tuple[int, int] | str | None:
+    """``trainers`` given as a range, ``"MIN:MAX"`` (or a pair ``(MIN, MAX)``): the two
+    numbers, or why it is not a range of trainers; None when ``value`` is not written as a
+    range (a plain number, checked as one)."""
+    if isinstance(value, (tuple, list)):
+        parts = list(value)
+    elif isinstance(value, str) and ":" in value:
+        parts = [part.strip() for part in value.split(":")]
+    else:
+        return None
+    shown = ":".join(str(part) for part in parts)
+    if len(parts) != 2 or not all(
+            (isinstance(p, int) and not isinstance(p, bool)) or (isinstance(p, str)
+                                                                 and p.isdigit())
+            for p in parts):
+        return (f"{shown!r} is neither a whole number nor a range MIN:MAX of them, "
+                "e.g. 2:4")
+    low, high = (int(part) for part in parts)
+    if low < 1:
+        return f"MIN must be at least 1, not {low} (in {low}:{high})"
+    if low > high:
+        return f"MIN must be at most MAX, not {low}:{high}"
+    if high > MAX_REPLICAS:
+        return f"MAX must be at most {MAX_REPLICAS}, not {high}"
+    return low, high
+
+
+def trainers_shown(count: int | None, minimum: int | None, maximum: int) -> str:
+    """How a job's trainers are shown: ``2`` for a fixed number; for a range, how many it
+    holds now and the range, ``3 (2-4)`` with an en dash (``2-4`` before it holds any)."""
+    if minimum is None or minimum >= maximum:
+        return str(maximum)
+    span = f"{minimum}\u2013{maximum}"
+    return f"{count} ({span})" if count is not None else span
 
 
 def quantity(name: str, value: Any) -> tuple[int, str | None]:
@@ -282,12 +331,73 @@ def spec_check(data: Mapping[str, Any], *, default_image: str,
 
     values: dict[str, Any] = dict(name=name, entry=entry, image=image, package=package,
                                   registry=registry, topology=topology)
+    ranged = _trainers_written(check)
     values.update({key: check.integer(key) for key in INTEGERS})
     values.update({key: check.quantity(key) for key in QUANTITIES})
     values["env"] = check.env()
     values.update(_dataset(check, values["task_records"]))
+    values.update(_trainers_range(check, values, ranged))
     result.values = values
     return result
+
+
+def _trainers_written(check: _Checker) -> bool:
+    """``trainers`` written as a range MIN:MAX becomes ``trainers`` MAX and ``trainers_min``
+    MIN (checked as those fields from here on). Whether it was written as one."""
+    found = trainers_range(check.data.get("trainers"))
+    if found is None:
+        return False
+    check.data["trainers"] = None  # checked here: not again as a number
+    if isinstance(found, str):
+        check.fail("trainers", found)
+        return True
+    low, high = found
+    given = check.data.get("trainers_min")
+    if given not in (None, "") and str(given).strip() != str(low):
+        check.fail("trainers_min", f"given twice: as {given!r} and as MIN of trainers "
+                                   f"{low}:{high}; give one")
+    check.data["trainers"], check.data["trainers_min"] = high, low
+    return True
+
+
+ELASTIC_ONLY = "only with a range of trainers (trainers MIN:MAX)"
+
+
+def _trainers_range(check: _Checker, values: dict[str, Any], ranged: bool) -> dict[str, Any]:
+    """Elastic trainers: ``trainers_min`` below ``trainers`` makes the job elastic. Only a
+    parameter-server job can be (a collective job's trainers form a communicator of a fixed
+    size), and only with a dataset: its master hands records to whichever trainer asks, so a
+    trainer lost or added loses or repeats nothing, where trainers that split the data by
+    their index and count would. ``trainers_lost_limit`` (default: as many as ``trainers``)
+    and ``trainers_below_min_seconds`` (default ``BELOW_MIN_SECONDS``) only with a range."""
+    fixed = {"trainers_min": None, "trainers_lost_limit": None,
+             "trainers_below_min_seconds": None}
+    low, high = values["trainers_min"], values["trainers"]
+    if ranged and check.data["trainers"] is None:
+        return fixed  # the range itself was refused
+    if low is not None and low > high:
+        check.fail("trainers_min", f"at most trainers ({high}), not {low}")
+        return fixed
+    if low is None or low == high:
+        for name in ("trainers_lost_limit", "trainers_below_min_seconds"):
+            if values[name] is not None:
+                check.fail(name, ELASTIC_ONLY)
+        return fixed
+    written = f"{low}:{high}"
+    if not values["pservers"]:
+        check.fail("trainers", f"a range ({written}) needs parameter servers (pservers of 1 "
+                               "or more): a collective job's trainers form a communicator of "
+                               "a fixed size; give a number")
+    if not values["dataset"]:
+        check.fail("trainers", f"a range ({written}) needs a dataset: the job's master hands "
+                               "records to whichever trainer asks, so none is lost or read "
+                               "twice as trainers come and go")
+    return {"trainers_min": low,
+            "trainers_lost_limit": (high if values["trainers_lost_limit"] is None
+                                    else values["trainers_lost_limit"]),
+            "trainers_below_min_seconds": (BELOW_MIN_SECONDS
+                                           if values["trainers_below_min_seconds"] is None
+                                           else values["trainers_below_min_seconds"])}
 
 
 def _dataset(check: _Checker, task_records: int | None) -> dict[str, Any]:

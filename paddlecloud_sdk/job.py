@@ -135,6 +135,12 @@ class PaddleJob:
     strings). ``config``/``datacenter`` pick the config file and datacenter; ``connection`` a
     ``Connection`` to share between jobs.
 
+    ``trainers`` is a number, or a range for **elastic trainers**: ``(2, 4)`` or ``"2:4"``
+    — the job starts once 2 fit your quota, runs as many as fit up to 4, replaces trainers it
+    loses, and fails only with fewer than 2 for longer than ``trainers_below_min_seconds``
+    (default 300) or once it has lost more than ``trainers_lost_limit`` (default: 4). Only a
+    job with ``pservers`` and a ``dataset`` may have a range (docs/elastic.md).
+
     ``dataset`` (a glob of files in PFS: ``/pfs/{dc}/home/{user}/data/part-*.recordio``) gives
     the job a master that hands the files to the trainers task by task, pass after pass
     (``paddlecloud_sdk.master.reader()`` in the trainer reads them); ``dataset_unit`` says what
@@ -161,6 +167,8 @@ class PaddleJob:
                  restart_limit: int | None = None, deadline_seconds: int | None = None,
                  ttl_seconds_after_finished: int | None = None, dataset: str | None = None,
                  dataset_unit: str | None = None, task_records: int | None = None,
+                 trainers_lost_limit: int | None = None,
+                 trainers_below_min_seconds: int | None = None,
                  connection: Connection | None = None, **aliases: Any):
         values = {
             "job_name": job_name, "entry_point": entry_point, "trainer_package": trainer_package,
@@ -222,18 +230,20 @@ class PaddleJob:
         self.dataset = dataset
         self.dataset_unit = dataset_unit
         self.task_records = task_records
+        self.trainers_lost_limit = trainers_lost_limit
+        self.trainers_below_min_seconds = trainers_below_min_seconds
         self.env: dict[str, str] = {}
         self.datacenter = datacenter
         self._config = config
         self._connection = connection
         self.info: dict | None = None
-        self._check(env, fail)
+        self._check(env, fail, problems)
         if problems:
             raise JobSpecError(problems)
 
     # -- checking -------------------------------------------------------------------------------
 
-    def _check(self, env: Mapping[str, Any] | None, fail) -> None:
+    def _check(self, env: Mapping[str, Any] | None, fail, problems: dict) -> None:
         name = self.job_name
         if not isinstance(name, str):
             fail("job_name", "required: a name for the job, e.g. fit-a-line")
@@ -268,6 +278,9 @@ class PaddleJob:
                 ("pservers", "pservers", self.pservers, True),
                 ("trainers", "trainers", self.trainers, True),
                 ("passes", "passes", self.passes, False),
+                ("trainers_lost_limit", "trainers_lost_limit", self.trainers_lost_limit, False),
+                ("trainers_below_min_seconds", "trainers_below_min_seconds",
+                 self.trainers_below_min_seconds, False),
                 ("restart_limit", "restart_limit", self.restart_limit, False),
                 ("deadline_seconds", "deadline_seconds", self.deadline_seconds, False),
                 ("ttl_seconds_after_finished", "ttl_seconds_after_finished",
@@ -275,12 +288,19 @@ class PaddleJob:
                 ("task_records", "task_records", self.task_records, False)):
             if value is None and not required:
                 continue
+            if field == "trainers" and (found := spec.trainers_range(value)) is not None:
+                if isinstance(found, str):
+                    fail(field, found)
+                else:
+                    self.trainers = found
+                continue
             if not _is_int(value):
                 fail(field, f"{value!r} is not a whole number")
             elif (problem := spec.integer_problem(api, value)) is not None:
                 fail(field, problem)
 
         self._check_dataset(fail)
+        self._check_elastic(fail, problems)
 
         for field in ("runtime_image", "registry", "topology", "datacenter"):
             value = getattr(self, field)
@@ -325,6 +345,27 @@ class PaddleJob:
             for problem in errors.get(field, []):
                 fail(field, problem)
 
+    def _check_elastic(self, fail, problems: dict) -> None:
+        """The core's rules on a range of trainers: with pservers and a dataset; its limits
+        only with a range (each field's own problem is named already)."""
+        fields = ("trainers", "pservers", "trainers_lost_limit", "trainers_below_min_seconds")
+        if any(field in problems for field in (*fields, "dataset")):
+            return
+        data = {"trainers": self._trainers_sent(), "pservers": self.pservers,
+                "dataset": self.dataset, "trainers_lost_limit": self.trainers_lost_limit,
+                "trainers_below_min_seconds": self.trainers_below_min_seconds}
+        errors = spec.spec_check({k: v for k, v in data.items() if v is not None},
+                                 default_image=spec.DEFAULT_IMAGE).errors
+        for field in fields:
+            for problem in errors.get(field, []):
+                fail(field, problem)
+
+    def _trainers_sent(self):
+        """``trainers`` as the API takes it: a number, or ``"MIN:MAX"``."""
+        if isinstance(self.trainers, tuple):
+            return f"{self.trainers[0]}:{self.trainers[1]}"
+        return self.trainers
+
     # -- where things are ---------------------------------------------------------------------
 
     @property
@@ -368,7 +409,8 @@ class PaddleJob:
         """The job as the API takes it (``POST /api/v1/jobs/``)."""
         body: dict[str, Any] = {
             "name": self.job_name, "package": self.package_path, "entry": self.entry_point,
-            "trainers": self.trainers, "pservers": self.pservers, "cpu": str(self.cpu_nums),
+            "trainers": self._trainers_sent(), "pservers": self.pservers,
+            "cpu": str(self.cpu_nums),
             "memory": str(self.memory), "gpu": self.gpu_nums,
         }
         optional = {
@@ -380,6 +422,8 @@ class PaddleJob:
             "ttl_seconds_after_finished": self.ttl_seconds_after_finished,
             "dataset": self.dataset, "dataset_unit": self.dataset_unit,
             "task_records": self.task_records,
+            "trainers_lost_limit": self.trainers_lost_limit,
+            "trainers_below_min_seconds": self.trainers_below_min_seconds,
         }
         body.update({key: value for key, value in optional.items() if value is not None})
         if self.env:
@@ -418,7 +462,11 @@ class PaddleJob:
         job = cls(job_name=info["name"], entry_point=info["entry"],
                   trainer_package=info["package"], memory=info["memory"],
                   cpu_nums=info["cpu"], gpu_nums=info["gpu"], runtime_image=info["image"],
-                  pservers=info["pservers"], trainers=info["trainers"], passes=info["passes"],
+                  pservers=info["pservers"], passes=info["passes"],
+                  trainers=(info["trainers"] if info.get("trainers_min") is None
+                            else (info["trainers_min"], info["trainers"])),
+                  trainers_lost_limit=info.get("trainers_lost_limit"),
+                  trainers_below_min_seconds=info.get("trainers_below_min_seconds"),
                   env=info.get("env") or None, topology=info.get("topology") or None,
                   pscpu=info["pscpu"], psmemory=info["psmemory"],
                   restart_limit=info.get("restart_limit"),

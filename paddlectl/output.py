@@ -138,8 +138,13 @@ def _job_state(job: dict) -> str | None:
     return f"{job.get('state')} #{position}" if position else job.get("state")
 
 
+def _job_trainers(job: dict):
+    """``2``, or of an elastic job how many it holds and its range: ``3 (2-4)`` (an en dash)."""
+    return job.get("trainers_shown") or job.get("trainers")
+
+
 JOB_COLUMNS = [
-    Column("name", "name"), Column("state", _job_state), Column("trainers", "trainers"),
+    Column("name", "name"), Column("state", _job_state), Column("trainers", _job_trainers),
     Column("pservers", "pservers"), Column("start", "started_at", "time"),
     Column("age", "created_at", "age"),
     Column("duration", _job_duration, wide_only=True),

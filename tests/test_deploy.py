@@ -41,7 +41,7 @@ RBAC = {
     ("", "configmaps"): {"create", "get", "list", "delete"},
     ("", "services"): {"create", "get", "list", "delete"},
     ("apps", "statefulsets"): {"create", "get", "list", "delete"},
-    ("batch", "jobs"): {"create", "get", "list", "delete"},
+    ("batch", "jobs"): {"create", "get", "list", "update", "delete"},  # update: elastic jobs
     ("", "pods"): {"list", "watch"},
     ("", "pods/log"): {"get"},
     ("", "events"): {"list"},

@@ -57,6 +57,12 @@ class Backend(abc.ABC):
     def stop(self, job, replicas, grace: float) -> None:
         """Stop the replicas: a polite signal, then a forced one after ``grace`` seconds."""
 
+    def trainer_first_attempt(self, job, trainers) -> int:
+        """The attempt a trainer added to a running job begins with (an elastic job's new
+        trainer, past the indexes it was submitted with): what tells its runs apart from
+        others'. ``trainers`` are the job's trainers so far."""
+        return max((r.attempt for r in trainers), default=0)
+
     def stop_for_restart(self, job, replicas, grace: float) -> None:
         """Stop the replicas because they restart together (a collective job's trainers): as
         ``stop``, but the job goes on, with what it holds; ``start`` starts each again."""

@@ -67,6 +67,8 @@ SUBMIT_FIELDS = (
     ("deadline", "deadline_seconds", True), ("ttl", "ttl_seconds_after_finished", True),
     ("dataset", "dataset", False), ("dataset_unit", "dataset_unit", False),
     ("task_records", "task_records", True),
+    ("trainers_lost_limit", "trainers_lost_limit", True),
+    ("trainers_below_min_seconds", "trainers_below_min_seconds", True),
 )
 
 SUBMIT_HELP = """\
@@ -81,8 +83,16 @@ def setup_submit(parser) -> None:
     flag(parser, "jobname", "name", dest="jobname", metavar="NAME",
          help="the job's name: lower-case letters, digits and '-', at most 40 characters")
     flag(parser, "entry", metavar="COMMAND", help='what starts a replica, e.g. "python train.py"')
-    flag(parser, "parallelism", "trainers", dest="parallelism", metavar="N",
-         help="the number of trainers (default 1)")
+    flag(parser, "parallelism", "trainers", dest="parallelism", metavar="N|MIN:MAX",
+         help="the number of trainers (default 1), or a range MIN:MAX: elastic trainers, "
+              "added as your quota has room and replaced when lost (a job with -pservers "
+              "and a -dataset)")
+    flag(parser, "trainers-lost-limit", dest="trainers_lost_limit", metavar="N",
+         help="elastic trainers: how many the job may lose, each replaced when there is "
+              "room, before it fails (default: MAX)")
+    flag(parser, "trainers-below-min-seconds", dest="trainers_below_min_seconds",
+         metavar="SECONDS", help="elastic trainers: how long the job may run with fewer "
+                                 "than MIN before it fails (default 300)")
     flag(parser, "cpu", metavar="CPU", help="CPU per trainer: 1, 0.5 or 500m (default 1)")
     flag(parser, "gpu", metavar="N", help="GPUs per trainer (default 0)")
     flag(parser, "memory", metavar="SIZE", help="memory per trainer: 1Gi, 512Mi (default 1Gi)")

@@ -56,6 +56,7 @@ document.addEventListener("DOMContentLoaded", () => {
       setTime(root.querySelector(`.spec time[data-field="${field}"]`), job[field],
         { seconds: true });
     }
+    byId("trainers-shown").textContent = job.trainers_shown || job.trainers;
     const ended = FINAL.has(job.state);
     byId("kill").hidden = ended;
     byId("delete").hidden = !ended;

@@ -25,9 +25,9 @@ document.addEventListener("DOMContentLoaded", () => {
     link.textContent = job.name;
     link.href = table.dataset.jobUrl.replace("__name__", encodeURIComponent(job.name));
     fillState(row.querySelector('[data-field="state"]'), job);
-    for (const field of ["trainers", "pservers"]) {
-      row.querySelector(`[data-field="${field}"]`).textContent = job[field];
-    }
+    // An elastic job's trainers: how many it holds, and its range ("3 (2–4)").
+    row.querySelector('[data-field="trainers"]').textContent = job.trainers_shown || job.trainers;
+    row.querySelector('[data-field="pservers"]').textContent = job.pservers;
     const ageCell = row.querySelector('[data-field="age"]');
     ageCell.dateTime = job.created_at;
     ageCell.textContent = age(job.created_at);

@@ -1,7 +1,10 @@
 """The Job controller (batch/v1): pods per completion (Indexed or not) within parallelism,
 failure accounting against backoffLimit / backoffLimitPerIndex / maxFailedIndexes and
 podFailurePolicy, activeDeadlineSeconds, suspend, the status and conditions a real controller
-writes, and the TTL-after-finished controller."""
+writes, and the TTL-after-finished controller. An Indexed Job scales (elastic Indexed Jobs:
+completions and parallelism changed together): new indexes get pods; when it shrinks, pods of
+indexes past completions are deleted, their failures not counted, and completed or failed
+indexes past it forgotten, as the real controller does."""
 
 from __future__ import annotations
 
@@ -127,6 +130,8 @@ class JobController:
                 continue
             tracking.counted.add(uid)
             index = _index(pod)
+            if _out_of_range(job, index):
+                continue  # a pod of an index the Job no longer has counts for nothing
             if outcome == "Succeeded":
                 status["succeeded"] = status.get("succeeded", 0) + 1
                 if index is not None:
@@ -186,8 +191,9 @@ class JobController:
 
     def _failed_indexes(self, job: dict, tracking: _Tracking) -> set[int]:
         limit = job["spec"]["backoffLimitPerIndex"]
-        return {i for i, n in tracking.failures.items() if i is not None and n > limit} | \
+        failed = {i for i, n in tracking.failures.items() if i is not None and n > limit} | \
             tracking.failed_by_policy
+        return {i for i in failed if not _out_of_range(job, i)}
 
     # --- progress ------------------------------------------------------------------------
 
@@ -210,6 +216,16 @@ class JobController:
                           message=failure[1])
             self._delete_pods(job, active)
             return self._finish_when_idle(job, self._pods(job), tracking)
+        if spec["completionMode"] == "Indexed":  # it shrank: what is past it goes
+            status["completedIndexes"] = _format_indexes(
+                {i for i in _parse_indexes(status.get("completedIndexes"))
+                 if not _out_of_range(job, i)})
+            if not status["completedIndexes"]:
+                status.pop("completedIndexes")
+            beyond = [p for p in active if _out_of_range(job, _index(p))]
+            if beyond:
+                self._delete_pods(job, beyond)
+                active = [p for p in active if p not in beyond]
         if self._succeeded(job, active):
             set_condition(conditions, "SuccessCriteriaMet", "True", reason="CompletionsReached",
                           message="Reached expected number of succeeded pods")
@@ -472,6 +488,13 @@ def _condition_match(status: dict, patterns: list[dict]) -> dict | None:
                     found.get("status") == pattern.get("status", "True"):
                 return found
     return None
+
+
+def _out_of_range(job: dict, index: int | None) -> bool:
+    """An index past an Indexed Job's completions (it was scaled down)."""
+    spec = job["spec"]
+    return spec.get("completionMode") == "Indexed" and index is not None and \
+        index >= (spec.get("completions") or 0)
 
 
 def _index(pod: dict) -> int | None:

@@ -4,6 +4,7 @@ the fields an update may not change. Everything here answers 422 Invalid."""
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 
 from . import errors
@@ -149,11 +150,29 @@ def _job(obj: dict, old: dict | None) -> list[dict]:
                                                ["Failed", "TerminatingOrFailed"]))
     causes += _selector_matches_template(spec)
     if old is not None:
-        for field in ("template", "completions", "completionMode", "selector"):
+        for field in ("template", "completionMode", "selector"):
             if spec.get(field) != old["spec"].get(field):
                 causes.append(errors.invalid_value(f"spec.{field}", spec.get(field),
                                                    "field is immutable"))
+        causes += _completions_update_causes(spec, old["spec"])
     return causes
+
+
+def _completions_update_causes(spec: dict, old: dict) -> list[dict]:
+    """validateCompletions: completions is immutable, except for an Indexed Job (an elastic
+    Indexed Job, GA in 1.31), whose completions may change in tandem with parallelism: to the
+    same value."""
+    if spec.get("completionMode") != "Indexed" or old.get("completionMode") != "Indexed":
+        if spec.get("completions") != old.get("completions"):
+            return [errors.invalid_value("spec.completions", spec.get("completions"),
+                                         "field is immutable")]
+        return []
+    if spec.get("completions") == old.get("completions") or spec.get("completions") is None:
+        return []  # an Indexed Job without completions is refused already
+    if spec.get("completions") != spec.get("parallelism"):
+        return [errors.invalid_value("spec.completions", spec.get("completions"),
+                                     "can only be modified in tandem with spec.parallelism")]
+    return []
 
 
 def _pod_failure_policy_causes(spec: dict, path: str) -> list[dict]:
@@ -308,5 +327,34 @@ def _event(obj: dict, old: dict | None) -> list[dict]:
     return []
 
 
+def _endpointslice(obj: dict, old: dict | None) -> list[dict]:
+    """The address type and the addresses (one an endpoint, of that type); the type may not
+    change."""
+    address_type, causes = obj.get("addressType"), []
+    if address_type not in ("IPv4", "IPv6", "FQDN"):
+        causes.append(errors.unsupported_value("addressType", address_type,
+                                               ["FQDN", "IPv4", "IPv6"]))
+    for i, endpoint in enumerate(obj.get("endpoints") or []):
+        addresses = endpoint.get("addresses") or []
+        if not addresses:
+            causes.append(errors.required(f"endpoints[{i}].addresses",
+                                          "must contain at least 1 address"))
+        for j, address in enumerate(addresses):
+            if address_type == "IPv4" and not _ipv4(address):
+                causes.append(errors.invalid_value(f"endpoints[{i}].addresses[{j}]", address,
+                                                   "must be a valid IPv4 address"))
+    if old is not None and address_type != old.get("addressType"):
+        causes.append(errors.invalid_value("addressType", address_type, "field is immutable"))
+    return causes
+
+
+def _ipv4(address: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(address), ipaddress.IPv4Address)
+    except ValueError:
+        return False
+
+
 _KIND_CHECKS = {"Pod": _pod, "Job": _job, "StatefulSet": _statefulset, "Service": _service,
-                "ConfigMap": _config_data, "Secret": _config_data, "Event": _event}
+                "ConfigMap": _config_data, "Secret": _config_data, "Event": _event,
+                "EndpointSlice": _endpointslice}

@@ -13,6 +13,9 @@ Indexed Job (trainers) in the owner's namespace, all owned by one root ConfigMap
   it persists. A trainer's pods are told apart by attempt (``pod_attempt``).
 - ``stop_for_restart`` deletes a collective job's trainers' Job, and ``start`` makes the one
   of the new attempt once the old is gone.
+- An elastic job's trainers' Job is an elastic Indexed Job: it is made with MIN indexes, and
+  ``start`` of a trainer past them grows ``completions`` and ``parallelism`` together to
+  include its index (a lost trainer's index stays a failed one; its replacement is the next).
 - ``stop``, ``release`` (the job ended) and ``cleanup`` delete the root: the garbage
   collector deletes the rest, the pods with the portal's grace period.
 - Logs come from the pods while they exist, else from the copy each pod writes to the job's
@@ -40,6 +43,7 @@ from paddlecloud_core.contract import (
     Paths,
     Topology,
     job_namespace,
+    trainers_elastic,
     trainers_restart_together,
 )
 from paddlecloud_core.processes import exit_reason
@@ -179,7 +183,8 @@ class KubernetesBackend(Backend):
         return pods.paths(job)
 
     def topology(self, job, replicas) -> Topology:
-        topology = pods.topology(job, _namespace(job))
+        topology = pods.topology(job, _namespace(job), trainers=max(
+            (r.index + 1 for r in replicas if r.role == TRAINER), default=0))
         with transaction.atomic():
             for replica in replicas:
                 endpoint = (topology.trainers if replica.role == TRAINER
@@ -196,8 +201,49 @@ class KubernetesBackend(Backend):
         if replica.role == TRAINER:
             if trainers_restart_together(job) and replica.attempt:
                 self._trainers_ensure(job, replica.attempt)
+            elif trainers_elastic(job):
+                self._trainers_grow(job, replica.index + 1)
             return f"{trainer_name(job)}-{replica.index}"
         return pserver_host(job, replica.index)
+
+    def _trainers_grow(self, job, count: int) -> None:
+        """An elastic job's trainers' Job runs at least ``count`` indexes: its completions and
+        parallelism grow together (an elastic Indexed Job), never shrink. It is replaced as
+        read, with its resourceVersion: a change made meanwhile (another start, the Job
+        controller's status) makes that conflict, and it is read again."""
+        kube = kube_for(job.datacenter)
+        namespace, name = _namespace(job), trainer_name(job)
+        try:
+            for _ in range(5):
+                found = kube.get("Job", namespace, name)
+                if found is None:
+                    raise BackendError(f"its trainers' Job {name} is gone")
+                if (found["spec"].get("completions") or 0) >= count:
+                    return
+                found["spec"].update(completions=count, parallelism=count)
+                try:
+                    kube.request("PUT", kube.path("Job", namespace, name), body=found)
+                    return
+                except KubeError as exc:
+                    if exc.status != 409:
+                        raise
+        except KubeError as exc:
+            raise BackendError(f"its trainers' Job could not grow to {count} trainers: "
+                               f"{exc}") from None
+        raise BackendError(f"its trainers' Job {name} keeps changing; it did not grow to "
+                           f"{count} trainers")
+
+    def trainer_first_attempt(self, job, trainers) -> int:
+        """A trainer past the Job's first indexes is told apart by the Job's first attempt,
+        as every index's first pod is (``pod_attempt``)."""
+        try:
+            found = kube_for(job.datacenter).get("Job", _namespace(job), trainer_name(job))
+        except KubeError as exc:
+            raise BackendError(f"cannot see its trainers' Job: {exc}") from None
+        label = ((found or {}).get("metadata", {}).get("labels") or {}).get(FIRST_ATTEMPT_LABEL)
+        if label is None or not str(label).isdigit():
+            raise BackendError(f"its trainers' Job {trainer_name(job)} is gone")
+        return int(label)
 
     def _trainers_ensure(self, job, attempt: int) -> dict | None:
         """The trainers' Job of ``attempt``: an earlier attempt's is deleted (its pods first:

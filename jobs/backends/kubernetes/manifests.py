@@ -38,7 +38,12 @@ import copy
 import dataclasses
 import json
 
-from paddlecloud_core.contract import job_namespace, trainers_restart_together
+from paddlecloud_core.contract import (
+    job_namespace,
+    trainers_elastic,
+    trainers_least,
+    trainers_restart_together,
+)
 from paddlecloud_core.spec import JobSpec
 
 from .names import (
@@ -246,18 +251,24 @@ def trainers_job(job, namespace: str, root: dict | None, first_attempt: int = 0)
     disruption fails it too, saying so, and that restart is not counted."""
     name = trainer_name(job)
     together = trainers_restart_together(job)
+    elastic = trainers_elastic(job)
     spec = {
         "completionMode": "Indexed",
-        "completions": job.trainers,
-        "parallelism": job.trainers,
+        # An elastic job's starts with its MIN and grows (completions and parallelism
+        # together, an elastic Indexed Job) as the backend adds trainers.
+        "completions": trainers_least(job),
+        "parallelism": trainers_least(job),
         "backoffLimitPerIndex": 0 if together else job.restart_limit,
-        "maxFailedIndexes": 0,
         # A retry starts once the failed pod is gone: never two pods of an index at once,
         # writing one log under one hostname.
         "podReplacementPolicy": "Failed",
         "podFailurePolicy": {"rules": [{"action": "FailJob" if together else "Ignore",
                                         "onPodConditions": [dict(DISRUPTED)]}]},
     }
+    if not elastic:
+        # A failed index fails the Job. An elastic job's lost trainer is a failed index that
+        # stays failed while the others go on (no maxFailedIndexes).
+        spec["maxFailedIndexes"] = 0
     if job.datacenter.kube_scheduler == "kueue":
         spec["suspend"] = True  # until Kueue admits it
     if job.deadline_seconds is not None:
@@ -292,15 +303,16 @@ def job_secret(job, namespace: str, root: dict | None) -> dict | None:
 
 def _pod_group(job, namespace: str, root: dict | None) -> dict:
     """Volcano's gang: all of the job's pods are scheduled at once, or none."""
-    cpu = job.trainers * job.cpu + job.pservers * job.pscpu
-    memory = job.trainers * job.memory + job.pservers * job.psmemory
+    trainers = trainers_least(job)  # an elastic job's MIN: more are scheduled as they fit
+    cpu = trainers * job.cpu + job.pservers * job.pscpu
+    memory = trainers * job.memory + job.pservers * job.psmemory
     minimum = {"cpu": f"{cpu}m", "memory": str(memory)}
     if job.gpu:
-        minimum["nvidia.com/gpu"] = str(job.trainers * job.gpu)
+        minimum["nvidia.com/gpu"] = str(trainers * job.gpu)
     return {"apiVersion": VOLCANO_API, "kind": "PodGroup",
             "metadata": _metadata(object_base(job), namespace, job_labels(job, "job"),
                                   root=root),
-            "spec": {"minMember": job.trainers + job.pservers,
+            "spec": {"minMember": trainers + job.pservers,
                      "queue": job.datacenter.kube_queue or "default",
                      "minResources": minimum}}
 

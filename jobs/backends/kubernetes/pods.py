@@ -108,11 +108,12 @@ def site_packages_dir(job) -> str:
     return "/".join((pfs_home(job), *site_packages_rel(job)))
 
 
-def topology(job, namespace: str) -> Topology:
+def topology(job, namespace: str, trainers: int | None = None) -> Topology:
     """Stable DNS names: trainers through their headless Service, pservers through their
     StatefulSet's; a collective job's rendezvous on trainer 0; a job with a dataset's master
-    through the portal's Service."""
-    return _topology(job, namespace, job.trainers, job.pservers)
+    through the portal's Service. ``trainers``: how many to name, when an elastic job has
+    more than its MAX (replacements of lost ones, with indexes of their own)."""
+    return _topology(job, namespace, max(job.trainers, trainers or 0), job.pservers)
 
 
 def _topology(job, namespace: str, trainers: int, pservers: int) -> Topology:

@@ -220,7 +220,8 @@ def test_collective_job_root():
         "pservers": 0, "pscpu": 1000, "psmemory": 1073741824, "passes": 3,
         "env": {"NUM_PASS": "3"}, "restart_limit": 0, "deadline_seconds": None,
         "ttl_seconds_after_finished": None, "dataset": "", "dataset_unit": "",
-        "task_records": None,
+        "task_records": None, "trainers_min": None, "trainers_lost_limit": None,
+        "trainers_below_min_seconds": None,
     }
 
 
