@@ -203,13 +203,14 @@ _FINAL = tuple(sorted(FINAL_REPLICA_STATES))
 # or set aside, because a pass is made only once every earlier one is over.
 _LAST_PASS = f"(SELECT MAX(pass_no) FROM {TASKS} WHERE job_id = %s)"
 
-# The leases that are over, with why each comes back: the one the asking trainer still holds
-# (it was restarted: an index probe, every call); with ``{sweep}``, expired ones and those of
-# trainers whose replica has ended (every leased task of the job: once a second, or before a
-# trainer is told to wait).
+# The leases that are over, with why each comes back: those the asking trainer still holds
+# besides the one it was just given (it was restarted); with ``{sweep}``, expired ones and
+# those of trainers whose replica has ended (every leased task of the job: once a second, or
+# before a trainer is told to wait).
 _OVER = (f"SELECT id, pass_no, \"index\", trainer, CASE WHEN trainer = %s THEN 'own' "
          f"WHEN lease_expires < %s THEN 'expired' ELSE 'ended' END FROM {TASKS} "
-         f"WHERE job_id = %s AND state = 'leased' AND (trainer = %s{{sweep}}) {{lock}}")
+         f"WHERE job_id = %s AND state = 'leased' AND id <> %s AND (trainer = %s{{sweep}}) "
+         f"{{lock}}")
 _SWEEP = (f" OR lease_expires < %s OR trainer IN (SELECT \"index\" FROM {REPLICAS} "
           f"WHERE job_id = %s AND role = 'trainer' "
           f"AND state IN ({', '.join(['%s'] * len(_FINAL))}))")
@@ -219,7 +220,10 @@ _GIVE_BACK = (f"UPDATE {TASKS} SET state = 'waiting', lease = '', lease_expires 
 _TAKE = (f"UPDATE {TASKS} SET state = 'leased', trainer = %s, lease = %s, lease_expires = %s, "
          f"attempts = attempts + 1, updated_at = %s WHERE id = (SELECT id FROM {TASKS} "
          f"WHERE job_id = %s AND pass_no = {_LAST_PASS} AND state = 'waiting' "
-         f"ORDER BY \"index\" LIMIT 1 {{lock}}) RETURNING id, pass_no, \"index\", spans")
+         f"ORDER BY \"index\" LIMIT 1 {{lock}}) RETURNING id, pass_no, \"index\", spans, "
+         # Whether the trainer holds another lease still (it was restarted): rarely.
+         f"(SELECT COUNT(*) FROM {TASKS} AS held WHERE held.job_id = %s "
+         f"AND held.state = 'leased' AND held.trainer = %s AND held.id <> {TASKS}.id)")
 _PENDING = (f"SELECT 1 FROM {TASKS} WHERE job_id = %s AND pass_no = {_LAST_PASS} "
             f"AND state IN ('waiting', 'leased') LIMIT 1")
 _WAITING = (f"SELECT 1 FROM {TASKS} WHERE job_id = %s AND pass_no = {_LAST_PASS} "
@@ -318,11 +322,12 @@ def _sweep_due(job) -> bool:
     return True
 
 
-def _reclaim(job, trainer: int, *, sweep: bool) -> int:
-    """Put the leases that are over back in the queue, each with an event (``_OVER``); how
-    many. Looked for without a lock (usually there is none), taken back under one."""
+def _reclaim(job, trainer: int, *, sweep: bool, keep: int = 0) -> int:
+    """Put the leases that are over back in the queue, each with an event (``_OVER``), but
+    the task ``keep``; how many. Looked for without a lock (usually there is none), taken
+    back under one."""
     now = _when(timezone.now())
-    params = [trainer, now, job.pk, trainer]
+    params = [trainer, now, job.pk, keep, trainer]
     statement = _OVER.replace("{sweep}", _SWEEP if sweep else "")
     if sweep:
         params += [now, job.pk, *_FINAL]
@@ -346,14 +351,18 @@ def _lease_seconds() -> int:
 
 
 def _take(job, trainer: int) -> dict | None:
-    """Lease the pass's next waiting task to ``trainer``: one statement."""
+    """Lease the pass's next waiting task to ``trainer``, in one statement; what the trainer
+    held before (it was restarted) goes back to the queue."""
     now = timezone.now()
     lease = secrets.token_hex(8)
     expires = now + timedelta(seconds=_lease_seconds())
-    taken = _run(_TAKE, [trainer, lease, _when(expires), _when(now), job.pk, job.pk])
+    taken = _run(_TAKE, [trainer, lease, _when(expires), _when(now), job.pk, job.pk, job.pk,
+                         trainer])
     if not taken:
         return None
-    task_id, pass_no, index, spans = taken[0]
+    task_id, pass_no, index, spans, held_before = taken[0]
+    if held_before:
+        _reclaim(job, trainer, sweep=False, keep=task_id)
     return {"task": {"id": task_id, "pass": pass_no, "index": index, "lease": lease,
                      "lease_seconds": _lease_seconds(),
                      "spans": json.loads(spans) if isinstance(spans, str | bytes) else spans}}
@@ -362,7 +371,8 @@ def _take(job, trainer: int) -> dict | None:
 def task_next(job, trainer: int) -> dict:
     """The trainer's next task, or ``{"wait": s}``, or ``{"done": True}`` (docs/master.md)."""
     swept = _sweep_due(job)
-    _reclaim(job, trainer, sweep=swept)
+    if swept:
+        _reclaim(job, trainer, sweep=True)
     for _ in range(4):  # again once leases came back, or a pass was made
         leased = _take(job, trainer)
         if leased is not None:

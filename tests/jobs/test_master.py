@@ -360,7 +360,7 @@ job = job_submit(alice, datacenter, {
     "trainers": 4}).job
 Replica.objects.filter(job=job).update(state="running")
 held = master.task_next(job, 0)["task"]
-again = master.task_next(job, 0)["task"]  # trainer 0 restarted: its task came back first
+again = master.task_next(job, 0)["task"]  # trainer 0 restarted: its task goes back
 done, lock = [], threading.Lock()
 master.task_done(job, again["id"], 0, again["lease"])
 done.append((again["pass"], again["index"]))
@@ -390,11 +390,11 @@ print(json.dumps({"vendor": connection.vendor, "first": [held["index"], again["i
 def test_on_sqlite_each_task_is_done_once_a_pass(tmp_path):
     """The embedded default's SQLite (one writer at a time, no SKIP LOCKED) keeps the same
     promise: 4 trainers at once, 2 passes of 12 tasks, each task done once a pass; a trainer
-    that asks again gets the task it held back first."""
+    that asks again while holding a task gets the next, and its first goes to another."""
     result = run_python(["-c", ON_SQLITE], tmp_path / "var")
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert found["vendor"] == "sqlite"
-    assert found["first"] == [0, 0]
+    assert found["first"] == [0, 1]
     assert found["done"] == [[p, i] for p in range(2) for i in range(12)]
     assert found["attempts"] == [1] * 23 + [2]
