@@ -5,13 +5,17 @@ Each attempt of a replica runs under ``replica_runner.py`` in a new session, so 
 everything the command starts share one process group; the runner writes the command's output
 to the replica's log (a descriptor it is given: it never opens a path in a user's home) and
 its exit code to ``NAME.exit`` in a run directory, beside the
-``NAME.pid`` written here. Stopping is per process group: SIGTERM, then SIGKILL after a grace
-period. Endpoints are free ports on 127.0.0.1.
+``NAME.pid`` written here. What the command reads on its stdin (a sandbox's bwrap: the
+replica's environment, secrets included) is handed over in memory (``memory_fd``), never on a
+command line — any user of the host can read those in ``/proc`` — nor in a file. Stopping is
+per process group: SIGTERM, then SIGKILL after a grace period. Endpoints are free ports on
+127.0.0.1.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -64,6 +68,25 @@ def process_env(env: Mapping[str, str], *, path: str, home: str, pythonpath: Seq
 
 # --- starting and observing attempts -------------------------------------------------------------
 
+def memory_fd(data: bytes) -> int:
+    """A new descriptor (close-on-exec) open on a copy of ``data`` held in memory only (a
+    sealed memfd, read from its start): how a child is given bytes that must be in no file
+    and on no command line. Readers see the end of ``data`` as an end of file: nothing waits
+    on a writer. The caller closes it."""
+    fd = os.memfd_create("paddlecloud-stdin", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK
+                    | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
@@ -77,20 +100,29 @@ def attempt_files(run_dir: Path, name: str) -> tuple[Path, Path]:
 
 
 def attempt_start(run_dir: Path, name: str, attempt: int, log: int, command: Sequence[str],
-                  *, cwd: Path | str, env: Mapping[str, str]) -> int:
+                  *, cwd: Path | str, env: Mapping[str, str], stdin: bytes | None = None) -> int:
     """Start ``command`` under the runner in a new session, its output appended to the open
     file ``log`` (a descriptor the caller opened, and still owns); returns the runner's pid,
-    which is also the process group's id. The runner's own complaints (not the replica's
-    output) go to ``run_dir/NAME.runner.log``."""
+    which is also the process group's id. The command reads ``stdin`` on its stdin (a
+    sandbox's bwrap, its arguments that must not be on a command line: the environment), else
+    ``/dev/null``; the runner gets it on a descriptor (``memory_fd``) and passes it on. The
+    runner's own complaints (not the replica's output) go to ``run_dir/NAME.runner.log``."""
     pid_file, exit_file = attempt_files(run_dir, name)
     if exit_file.exists():
         exit_file.unlink()
-    with (run_dir / f"{name}.runner.log").open("ab") as runner_log:
-        process = subprocess.Popen(  # noqa: S603 - running the user's entry is the point
-            [sys.executable, str(RUNNER), "--state", str(run_dir), "--name", name,
-             "--attempt", str(attempt), "--log-fd", str(log), "--", *command],
-            cwd=cwd, env=dict(env), start_new_session=True, stdin=subprocess.DEVNULL,
-            stdout=runner_log, stderr=runner_log, pass_fds=(log,))
+    given = memory_fd(stdin) if stdin is not None else None
+    try:
+        with (run_dir / f"{name}.runner.log").open("ab") as runner_log:
+            process = subprocess.Popen(  # noqa: S603 - running the user's entry is the point
+                [sys.executable, str(RUNNER), "--state", str(run_dir), "--name", name,
+                 "--attempt", str(attempt), "--log-fd", str(log),
+                 *(["--stdin-fd", str(given)] if given is not None else []), "--", *command],
+                cwd=cwd, env=dict(env), start_new_session=True, stdin=subprocess.DEVNULL,
+                stdout=runner_log, stderr=runner_log,
+                pass_fds=(log,) if given is None else (log, given))
+    finally:
+        if given is not None:
+            os.close(given)  # the runner has its own
     # Recorded at once, so that a retried start finds this attempt already running.
     write_json(pid_file, {"pid": process.pid, "attempt": attempt, "started": time.time()})
     return process.pid

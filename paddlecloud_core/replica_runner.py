@@ -1,14 +1,17 @@
 """Runs one replica attempt on the local backend and records how it ended.
 
     python replica_runner.py --state DIR --name trainer-0 --attempt 0 \
-        --log-fd 3 -- sh -c "python train.py"
+        --log-fd 3 [--stdin-fd 4] -- sh -c "python train.py"
 
 The backend starts it in a new session, so the runner and the command share one process
 group and a signal to the group reaches both; the backend records the runner's pid in
 ``NAME.pid``. The replica's log comes open (``--log-fd``, opened for appending by whoever
-started the runner): the runner never resolves a path in a user's home. The runner writes
-``NAME.exit`` (the command's exit code, or minus the signal that ended it) when the command
-ends, so the portal can tell what happened even if it was not running at that moment.
+started the runner): the runner never resolves a path in a user's home. The command's stdin is
+``/dev/null``, or what ``--stdin-fd`` is open on (a memfd: a sandbox's bwrap reads the
+replica's environment there, which must not be on a command line), which the runner closes
+as soon as the command has it. The runner writes ``NAME.exit`` (the command's exit code, or
+minus the signal that ended it) when the command ends, so the portal can tell what happened
+even if it was not running at that moment.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", required=True)
     parser.add_argument("--attempt", required=True, type=int)
     parser.add_argument("--log-fd", required=True, type=int)
+    parser.add_argument("--stdin-fd", type=int)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -80,16 +84,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.attempt:
             log.write(f"\n--- restart {args.attempt} ---\n".encode())
             log.flush()
+        stdin = subprocess.DEVNULL if args.stdin_fd is None else args.stdin_fd
         try:
             child = subprocess.Popen(  # noqa: S603 - the job's own entry command
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=stdin)
         except OSError as exc:
-            # The program only: its arguments may carry the replica's environment (a sandbox's
-            # --setenv), secrets included.
+            child = None
             log.write(f"cannot start {command[0] if command else ''!r}: {exc}\n".encode())
-            code = 127
-        else:
-            code = child.wait()
+        finally:
+            if args.stdin_fd is not None:
+                os.close(args.stdin_fd)  # the command has its own copy: keep nothing of it
+        code = child.wait() if child else 127
     write_json(args.state / f"{args.name}.exit",
                {"attempt": args.attempt, "code": code, "ended": time.time()})
     clear_group()

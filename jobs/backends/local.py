@@ -64,11 +64,12 @@ from .sandbox import (
     SYSTEM_PATH,
     Bind,
     Sandbox,
+    SandboxCommand,
     SandboxError,
     client_dirs,
     netns_start,
     netns_stop,
-    sandbox_argv,
+    sandbox_command,
     sandbox_problem,
     sandbox_shows,
     world_readable,
@@ -150,10 +151,16 @@ def _pip_config_binds(env: dict[str, str]) -> list[Bind]:
     return binds
 
 
-def _pip(out, argv: list[str], *, cwd: Path, env: dict[str, str], hint: str = "") -> None:
-    result = subprocess.run(  # noqa: S603 - pip on the user's own requirements
-        argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
-        env=env, timeout=1800, check=False)
+def _pip(out, command: SandboxCommand | list[str], *, cwd: Path, env: dict[str, str],
+         hint: str = "") -> None:
+    """pip, sandboxed (``command`` a ``SandboxCommand``, fed its arguments) or not."""
+    run = dict(stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env, timeout=1800,
+               check=False)
+    if isinstance(command, SandboxCommand):
+        result = command.run(**run)
+    else:
+        result = subprocess.run(  # noqa: S603 - pip on the user's own requirements
+            command, stdin=subprocess.DEVNULL, **run)
     if result.returncode != 0:
         raise BackendError(f"requirements.txt could not be installed (pip exited "
                            f"{result.returncode}{'; ' + hint if hint else ''}); see "
@@ -162,7 +169,7 @@ def _pip(out, argv: list[str], *, cwd: Path, env: dict[str, str], hint: str = ""
 
 def _runner_env() -> dict[str, str]:
     """What a process outside the sandbox that starts one (the runner, bwrap) gets: nothing of
-    the job's (it is given on bwrap's command line), nothing of the portal's."""
+    the job's (bwrap reads it from its stdin, fed from memory), nothing of the portal's."""
     return {"PATH": SYSTEM_PATH, "LANG": os.environ.get("LANG", "C.UTF-8")}
 
 
@@ -247,8 +254,8 @@ class LocalBackend(Backend):
         config = _pip_config_binds(env)
         fetch = Sandbox(binds=[Bind(str(pkg)), Bind(str(wheels), writable=True), *config],
                         env=env, cwd=str(pkg), network="host", hostname="pip")
-        _pip(out, sandbox_argv(fetch, [*PIP, "download", "--only-binary=:all:", "--dest",
-                                       str(wheels), "-r", "requirements.txt"]),
+        _pip(out, sandbox_command(fetch, [*PIP, "download", "--only-binary=:all:", "--dest",
+                                          str(wheels), "-r", "requirements.txt"]),
              cwd=pkg, env=_runner_env(),
              hint="on the local backend requirements come as wheels only (pip download "
                   "--only-binary=:all:)")
@@ -256,8 +263,8 @@ class LocalBackend(Backend):
         if found:
             install = Sandbox(binds=[Bind(str(wheels)), Bind(str(target), writable=True)],
                               env=env, cwd=str(wheels), network="none", hostname="pip")
-            _pip(out, sandbox_argv(install, [*PIP, "install", "--no-index", "--no-deps",
-                                             "--target", str(target), *found]),
+            _pip(out, sandbox_command(install, [*PIP, "install", "--no-index", "--no-deps",
+                                                "--target", str(target), *found]),
                  cwd=pkg, env=_runner_env())
         shutil.rmtree(wheels, ignore_errors=True)
 
@@ -333,20 +340,22 @@ class LocalBackend(Backend):
                     home=str(home_dir(job)),
                     pythonpath=[*pythonpath, *dict.fromkeys(str(d.parent)
                                                             for d in client_dirs())])
-                command = sandbox_argv(self._sandbox(job, replica, full_env),
-                                       entry_argv(job.entry))
+                sandboxed = sandbox_command(self._sandbox(job, replica, full_env),
+                                            entry_argv(job.entry))
+                # Its environment goes in on bwrap's stdin, never on a command line.
+                command, stdin = list(sandboxed.argv), sandboxed.args
                 runner_env = _runner_env()
             else:
                 path = f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', SYSTEM_PATH)}"
                 runner_env = process_env(env, path=path, home=str(home_dir(job)),
                                          pythonpath=pythonpath)
-                command = entry_argv(job.entry)
+                command, stdin = entry_argv(job.entry), None
         except (SandboxError, RelayError) as exc:
             raise BackendError(f"cannot make its sandbox: {exc}") from None
         log = output_open(job, log_relpath(replica.role, replica.index))
         try:
             pid = attempt_start(pid_file.parent, replica.name, replica.attempt, log, command,
-                                cwd=pkg, env=runner_env)
+                                cwd=pkg, env=runner_env, stdin=stdin)
         finally:
             os.close(log)
         return f"pid:{pid}"

@@ -1,7 +1,7 @@
 """Sandboxes for the local backend's replicas, made with bubblewrap (``bwrap``, Debian's
 ``bubblewrap``). Standard library only.
 
-What a sandboxed process sees (``sandbox_argv``):
+What a sandboxed process sees (``sandbox_command``):
 
 - the system, read-only: ``/usr``, the usrmerge links (or directories) ``/bin``, ``/lib``…, and
   the short list of world-readable ``/etc`` entries in ``ETC`` — never all of ``/etc``: the
@@ -50,10 +50,15 @@ How it behaves as a process (bubblewrap 0.8.0; ``tests/jobs/test_sandbox.py`` ho
   and the kernel kills its pid 1, and with it everything left in the pid namespace — also what
   left the process group with ``setsid``. Without it pid 1 would wait for those, and the outer
   bwrap would be the only one to exit. It also ends the sandbox if the runner is killed.
-- The environment is given on bwrap's command line (``--clearenv``, ``--setenv``), never
+- The environment is given as bwrap arguments (``--clearenv``, ``--setenv``) that bwrap reads
+  from its stdin (``--args 0``), never on its command line — any user of the host can read
+  every process's with ``ps``, and the environment holds secrets (a job master's token) — nor
   through the environment of the processes outside the sandbox: ``LD_PRELOAD`` or
-  ``PYTHONPATH`` there would act outside it, as root. Host users can read that command line
-  with ``ps``; jobs cannot (their own ``/proc``).
+  ``PYTHONPATH`` there would act outside it, as root. ``sandbox_command`` gives the command
+  line and those arguments apart (``SandboxCommand``); the caller feeds them from memory (a
+  memfd: ``SandboxCommand.stdin``, or the runner's ``--stdin-fd``), never from a file.
+  bwrap reads them to their end and closes its stdin; the command gets ``/dev/null`` there,
+  as it would outside.
 """
 
 from __future__ import annotations
@@ -75,6 +80,8 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from paddlecloud_core.processes import memory_fd
 
 SANDBOX_UID = SANDBOX_GID = 65534  # nobody / nogroup
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -129,10 +136,11 @@ class Sandbox:
     """What one sandboxed process sees besides the system: ``binds``, exactly the variables
     of ``env`` (and PWD, which bwrap sets to ``cwd``), ``cwd``, its ``network`` (``"none"``,
     ``"host"`` or a job's ``Netns``) and its ``hostname`` (cut to 64 characters; its
-    ``/etc/hosts`` gives it 127.0.0.1, as gloo needs)."""
+    ``/etc/hosts`` gives it 127.0.0.1, as gloo needs). Its repr leaves ``env`` out: it holds
+    secrets."""
 
     binds: Sequence[Bind] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
     cwd: str = "/"
     network: str | Netns = "none"
     hostname: str = "sandbox"
@@ -175,11 +183,10 @@ def sandbox_problem() -> str | None:
             pid_file = Path(tmp) / "netns.pid"
             try:
                 for network in ("none", netns_start(pid_file, "probe")):
-                    result = subprocess.run(  # noqa: S603 - our own probe
-                        sandbox_argv(Sandbox(network=network, hostname="probe"),
-                                     [sys.executable, "-I", "-S", "-c", "pass"]),
-                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
-                        check=False)
+                    result = sandbox_command(
+                        Sandbox(network=network, hostname="probe"),
+                        [sys.executable, "-I", "-S", "-c", "pass"],
+                    ).run(capture_output=True, text=True, timeout=60, check=False)
                     if result.returncode != 0:
                         why = (result.stderr.strip().splitlines() or ["no message"])[-1]
                         return (f"bubblewrap cannot make a sandbox here "
@@ -273,11 +280,13 @@ def _bind_mounts(binds: Sequence[Bind]) -> list[tuple[str, list[str]]]:
     return mounts
 
 
-# Run in the sandbox before the command: a sandbox joined to a job's network checks that it
-# is in the namespace the job's holder made (a holder that died and whose pid was reused in
-# between cannot put a job on the host's network); then it writes its own /etc/hosts (in its
-# own tmpfs), so that its hostname resolves to 127.0.0.1 — gloo looks it up.
+# Run in the sandbox before the command: it opens /dev/null as the command's stdin (bwrap read
+# its arguments there and closed it); a sandbox joined to a job's network checks that it is in
+# the namespace the job's holder made (a holder that died and whose pid was reused in between
+# cannot put a job on the host's network); then it writes its own /etc/hosts (in its own
+# tmpfs), so that its hostname resolves to 127.0.0.1 — gloo looks it up.
 PRELUDE = (
+    f'exec < /dev/null || exit {SETUP_FAILED}; '
     'if [ -n "$2" ] && [ "$("$1" /proc/self/ns/net)" != "net:[$2]" ]; then '
     f'echo "sandbox: not in the job\'s network namespace" >&2; exit {SETUP_FAILED}; fi; '
     'printf "127.0.0.1\\tlocalhost %s\\n::1\\tlocalhost ip6-localhost ip6-loopback\\n" "$3" '
@@ -285,11 +294,45 @@ PRELUDE = (
     'shift 3; exec "$@"')
 
 
-def sandbox_argv(sandbox: Sandbox, command: Sequence[str]) -> list[str]:
-    """The argv that runs ``command`` in ``sandbox``: ``env`` (signals, see above), then
-    ``nsenter`` into the job's network when it has one, then ``bwrap``, then ``PRELUDE`` and
-    ``env`` inside. It needs nothing from the environment it is started with: start it with a
-    minimal one."""
+@dataclass(frozen=True)
+class SandboxCommand:
+    """How to run a command in a sandbox. ``argv`` is the command line, with nothing secret
+    in it; ``args`` are the rest of bwrap's arguments, NUL-terminated: ``--clearenv`` and a
+    ``--setenv NAME VALUE`` for each variable, which bwrap reads from its stdin (``--args
+    0``) and which must be fed from memory: ``stdin()``, or ``attempt_start(stdin=args)``
+    for a replica; ``run`` and ``popen`` are ``subprocess``'s, fed so. ``args`` is never
+    shown in a repr."""
+
+    argv: tuple[str, ...]
+    args: bytes = field(repr=False)
+
+    @contextlib.contextmanager
+    def stdin(self) -> Iterator[int]:
+        """A descriptor to give the command as its stdin (a memfd holding ``args``), closed
+        at the end of the block: once a child has it, it has its own copy."""
+        fd = memory_fd(self.args)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def run(self, **kwargs) -> subprocess.CompletedProcess:
+        """``subprocess.run`` of the command, fed its arguments (so no ``stdin`` or
+        ``input`` of the caller's)."""
+        with self.stdin() as fd:
+            return subprocess.run(self.argv, stdin=fd, **kwargs)  # noqa: S603
+
+    def popen(self, **kwargs) -> subprocess.Popen:
+        """``subprocess.Popen`` of the command, fed its arguments."""
+        with self.stdin() as fd:
+            return subprocess.Popen(self.argv, stdin=fd, **kwargs)  # noqa: S603
+
+
+def sandbox_command(sandbox: Sandbox, command: Sequence[str]) -> SandboxCommand:
+    """What runs ``command`` in ``sandbox``: ``env`` (signals, see above), then ``nsenter``
+    into the job's network when it has one, then ``bwrap`` (reading its ``--args`` on its
+    stdin), then ``PRELUDE`` and ``env`` inside. It needs nothing from the environment it is
+    started with: start it with a minimal one."""
     tools = _tools()
     if not command or "=" in command[0]:
         raise SandboxError(f"command {list(command)!r}: empty, or its program has a '='")
@@ -329,13 +372,15 @@ def sandbox_argv(sandbox: Sandbox, command: Sequence[str]) -> list[str]:
             "--hostname", hostname, "--cap-drop", "ALL"]
     for _, args in mounts:
         argv += args
-    argv.append("--clearenv")
+    # The environment: never on the command line (see above), read from bwrap's stdin.
+    argv += ["--args", "0", "--chdir", cwd, "--"]
+    given = ["--clearenv"]
     for name, value in sandbox.env.items():
-        argv += ["--setenv", name, value]
-    argv += ["--chdir", cwd, "--"]
+        given += ["--setenv", name, value]
     inner = [tools.sh, "-c", PRELUDE, "sandbox", tools.readlink, inode, hostname,
              tools.env, "--default-signal=TERM,INT", "--", *command]
-    return outer + argv + inner
+    return SandboxCommand(argv=(*outer, *argv, *inner),
+                          args=b"".join(os.fsencode(arg) + b"\0" for arg in given))
 
 
 # --- a job's network -------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from jobs.backends.sandbox import (
     client_dirs,
     netns_start,
     netns_stop,
-    sandbox_argv,
+    sandbox_command,
     sandbox_problem,
 )
 
@@ -135,9 +135,8 @@ def in_network(netns, code: str, timeout: float = 60) -> subprocess.CompletedPro
     pythonpath = os.pathsep.join(dict.fromkeys(str(d.parent) for d in client_dirs()))
     sandbox = Sandbox(env={"PATH": f"{VENV_BIN}:/usr/bin:/bin", "PYTHONPATH": pythonpath},
                       network=netns, hostname="trainer-0")
-    return subprocess.run(sandbox_argv(sandbox, ["python", "-c", textwrap.dedent(code)]),
-                          env=OUTSIDE_ENV, stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=timeout)
+    return sandbox_command(sandbox, ["python", "-c", textwrap.dedent(code)]).run(
+        env=OUTSIDE_ENV, capture_output=True, text=True, timeout=timeout)
 
 
 def cpu_ticks(pid: int) -> int:
@@ -249,17 +248,16 @@ def test_the_relay_sleeps_while_idle_and_ends_cleanly_on_sigterm(portal, job_net
                         label)
     # An idle connection held open from the job's side, and another to a portal that then
     # goes away, keep nothing busy.
-    holder = subprocess.Popen(
-        sandbox_argv(Sandbox(env={"PATH": f"{VENV_BIN}:/usr/bin:/bin"}, network=netns,
-                             hostname="trainer-0"),
-                     ["python", "-c", textwrap.dedent(f"""
-                         import socket, sys, time
-                         s = socket.create_connection(("127.0.0.1", {RELAY_PORT}))
-                         print("connected", flush=True)
-                         time.sleep(60)
-                         """)]),
-        env=OUTSIDE_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
-        start_new_session=True)
+    holder = sandbox_command(
+        Sandbox(env={"PATH": f"{VENV_BIN}:/usr/bin:/bin"}, network=netns,
+                hostname="trainer-0"),
+        ["python", "-c", textwrap.dedent(f"""
+            import socket, sys, time
+            s = socket.create_connection(("127.0.0.1", {RELAY_PORT}))
+            print("connected", flush=True)
+            time.sleep(60)
+            """)],
+    ).popen(env=OUTSIDE_ENV, stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert holder.stdout.readline().strip() == "connected"
         time.sleep(0.2)

@@ -24,13 +24,14 @@ from jobs.backends.sandbox import (
     Bind,
     Netns,
     Sandbox,
+    SandboxCommand,
     SandboxError,
     client_dirs,
     netns_alive,
     netns_read,
     netns_start,
     netns_stop,
-    sandbox_argv,
+    sandbox_command,
     sandbox_problem,
 )
 
@@ -86,12 +87,17 @@ def netns(tree):
 
 @pytest.fixture
 def spawned():
-    """Sandboxes started in a process group of their own, as the runner's; killed at the end."""
+    """Sandboxes (a ``SandboxCommand``, fed its arguments) or other commands (an argv, stdin
+    ``/dev/null`` unless given) started in a process group of their own, as the runner's;
+    killed at the end."""
     processes: list[subprocess.Popen] = []
 
-    def spawn(argv, env=OUTSIDE_ENV, **kwargs) -> subprocess.Popen:
-        process = subprocess.Popen(argv, start_new_session=True, env=env,
-                                   stdin=subprocess.DEVNULL, **kwargs)
+    def spawn(command, env=OUTSIDE_ENV, **kwargs) -> subprocess.Popen:
+        if isinstance(command, SandboxCommand):
+            process = command.popen(start_new_session=True, env=env, **kwargs)
+        else:
+            kwargs.setdefault("stdin", subprocess.DEVNULL)
+            process = subprocess.Popen(command, start_new_session=True, env=env, **kwargs)
         processes.append(process)
         return process
 
@@ -103,8 +109,8 @@ def spawned():
 
 
 def run(sandbox: Sandbox, command: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(sandbox_argv(sandbox, command), env=OUTSIDE_ENV,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    return sandbox_command(sandbox, command).run(env=OUTSIDE_ENV, capture_output=True,
+                                                 text=True, timeout=60)
 
 
 def python(sandbox: Sandbox, code: str) -> subprocess.CompletedProcess:
@@ -194,14 +200,44 @@ def test_a_replica_sees_only_its_own_processes(tree, netns, spawned):
     assert result.stdout.split("\n")[0] == "[1, 2] 2 []"
 
 
+# Values as a job may give them; each must arrive as it is. BIG is more than a pipe holds:
+# the arguments bwrap reads on its stdin never wait on a writer.
+AWKWARD = {"EXTRA": "x y", "LINES": "one\ntwo\n", "EQUALS": "a=b==c", "UNICODE": "é ☃ 雪",
+           "EMPTY": "", "DASHES": "--setenv", "SPACES": "  ", "BIG": "b" * 100_000}
+
+
 def test_the_environment_is_exactly_what_was_given(tree, netns, monkeypatch):
     monkeypatch.setenv("SECRET_KEY", "the portal's")
-    sandbox = replica(tree, netns, EXTRA="x y")
-    result = subprocess.run(sandbox_argv(sandbox, ["/usr/bin/env", "-0"]),  # all of ours
-                            env=dict(os.environ), capture_output=True, text=True, timeout=60)
+    sandbox = replica(tree, netns, **AWKWARD)
+    result = sandbox_command(sandbox, ["/usr/bin/env", "-0"]).run(  # all of ours
+        env=dict(os.environ), capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     seen = dict(line.split("=", 1) for line in result.stdout.split("\0") if line)
     assert seen == {**sandbox.env, "PWD": sandbox.cwd}  # bwrap sets PWD to the cwd
+
+
+def test_the_environment_is_on_no_command_line(tree, netns):
+    """Any user of the host reads every command line (``ps``): the environment (secrets
+    included) goes in on bwrap's stdin, not in ``argv``, and is shown in no repr."""
+    secret = f"secret-{uuid.uuid4().hex}"
+    sandbox = replica(tree, netns, TOKEN=f"a {secret}\n")
+    command = sandbox_command(sandbox, ["true"])
+    assert not [arg for arg in command.argv if secret in arg or arg == "--setenv"]
+    assert command.argv[command.argv.index("--args") + 1] == "0"
+    assert secret not in repr(command) and secret not in repr(sandbox)
+    assert secret.encode() in command.args  # given apart
+
+
+def test_the_command_reads_dev_null_on_its_stdin(tree, netns):
+    """bwrap reads its arguments to their end and closes its stdin: the command gets
+    /dev/null there, as outside, and nothing waits."""
+    result = run(replica(tree, netns, TOKEN="secret"), ["sh", "-c", """
+        readlink /proc/self/fd/0; cat; echo "read $?"; python -c 'import sys; print(sys.stdin)'
+        """])
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["/dev/null", "read 0"]
+    assert "name='<stdin>'" in lines[2]
 
 
 def test_writes_to_the_home_land_on_the_host_and_the_rest_is_read_only(tree, netns):
@@ -309,8 +345,8 @@ for _ in range(100):
 def test_replicas_of_a_job_talk_over_its_loopback(tree, netns, host_listener, spawned):
     # The first replica listens on the very port the host's server has: another loopback.
     trainer = replica(tree, netns)
-    server = spawned(sandbox_argv(dataclasses.replace(trainer, hostname="pserver-0"),
-                                  ["python", "-c", SERVE, str(host_listener)]),
+    server = spawned(sandbox_command(dataclasses.replace(trainer, hostname="pserver-0"),
+                                     ["python", "-c", SERVE, str(host_listener)]),
                      stdout=subprocess.PIPE, text=True)
     assert server.stdout.readline().strip() == "listening"
     result = run(trainer, ["python", "-c", GREET, str(host_listener)])
@@ -319,9 +355,11 @@ def test_replicas_of_a_job_talk_over_its_loopback(tree, netns, host_listener, sp
 
 
 def test_a_sandbox_refuses_to_run_in_another_network(tree, netns):
-    argv = sandbox_argv(replica(tree, netns), ["sh", "-c", "echo ran"])
+    command = sandbox_command(replica(tree, netns), ["sh", "-c", "echo ran"])
+    argv = list(command.argv)
     argv[argv.index(str(netns.inode))] = "1"  # as if the holder's pid now named another
-    result = subprocess.run(argv, env=OUTSIDE_ENV, capture_output=True, text=True, timeout=60)
+    result = dataclasses.replace(command, argv=tuple(argv)).run(
+        env=OUTSIDE_ENV, capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stdout) == (SETUP_FAILED, "")
     assert "not in the job's network namespace" in result.stderr
 
@@ -339,7 +377,7 @@ def test_the_holder_is_shared_runs_in_its_own_session_and_stops(tree):
         netns_stop(pid_file)
     assert not netns_alive(held) and netns_read(pid_file) is None and not pid_file.exists()
     with pytest.raises(SandboxError, match="the job's network is gone"):
-        sandbox_argv(replica(tree, held), ["true"])
+        sandbox_command(replica(tree, held), ["true"])
     netns_stop(pid_file)  # again: nothing to do
 
 
@@ -367,7 +405,7 @@ def wait_for(path: Path) -> None:
 
 def test_sigterm_to_the_group_reaches_a_command_that_traps_it(tree, netns, spawned):
     home = tree["alice"]
-    process = spawned(sandbox_argv(replica(tree, netns), ["sh", "-c", """
+    process = spawned(sandbox_command(replica(tree, netns), ["sh", "-c", """
         trap 'sleep 0.3; echo cleaned up > "$HOME/trapped"; exit 7' TERM
         touch "$HOME/ready"
         while :; do sleep 0.05; done"""]))
@@ -378,7 +416,7 @@ def test_sigterm_to_the_group_reaches_a_command_that_traps_it(tree, netns, spawn
 
 
 def test_sigterm_to_the_group_ends_a_command_that_does_not_trap_it(tree, netns, spawned):
-    process = spawned(sandbox_argv(replica(tree, netns), ["sh", "-c", """
+    process = spawned(sandbox_command(replica(tree, netns), ["sh", "-c", """
         touch "$HOME/ready"; exec python -c 'import time; time.sleep(60)'"""]))
     wait_for(tree["alice"] / "ready")
     os.killpg(process.pid, signal.SIGTERM)
@@ -413,10 +451,12 @@ def test_nothing_the_command_started_survives_it(tree, netns):
 
 def test_the_sandbox_ends_when_its_runner_is_killed(tree, netns, spawned):
     marker = f"orphan-{uuid.uuid4().hex}"
-    argv = sandbox_argv(replica(tree, netns), ["sh", "-c", f"""
+    command = sandbox_command(replica(tree, netns), ["sh", "-c", f"""
         touch "$HOME/ready"; exec python -c 'import time; time.sleep(60)' {marker}"""])
-    runner = spawned([sys.executable, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])",
-                      *argv])
+    with command.stdin() as stdin:  # the runner's stdin, which its child inherits
+        runner = spawned([sys.executable, "-c",
+                          "import subprocess, sys; subprocess.run(sys.argv[1:])",
+                          *command.argv], stdin=stdin)
     wait_for(tree["alice"] / "ready")
     assert host_processes_with(marker)
     os.kill(runner.pid, signal.SIGKILL)  # the runner alone, not its group
@@ -441,11 +481,13 @@ def test_binds_that_would_undo_the_sandbox_are_refused(tree, netns):
         ([Bind(str(tree["pkg"]) + "/../../..")], "absolute, normal path"),
     ]:
         with pytest.raises(SandboxError, match=why):
-            sandbox_argv(Sandbox(binds=binds, network=netns), ["true"])
+            sandbox_command(Sandbox(binds=binds, network=netns), ["true"])
     assert list(tree["alice"].iterdir()) == []  # no mount point made in the home
     with pytest.raises(SandboxError, match="not a valid name"):
-        sandbox_argv(Sandbox(env={"A=B": "1"}), ["true"])
+        sandbox_command(Sandbox(env={"A=B": "1"}), ["true"])
+    with pytest.raises(SandboxError, match="not a valid name or value"):
+        sandbox_command(Sandbox(env={"A": "1\0--setenv"}), ["true"])
     with pytest.raises(SandboxError, match="network"):
-        sandbox_argv(Sandbox(network="bridge"), ["true"])
+        sandbox_command(Sandbox(network="bridge"), ["true"])
     with pytest.raises(SandboxError, match="hostname"):
-        sandbox_argv(Sandbox(hostname="a\n1.2.3.4 pypi.org"), ["true"])
+        sandbox_command(Sandbox(hostname="a\n1.2.3.4 pypi.org"), ["true"])
