@@ -28,6 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
 
+import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count
@@ -242,9 +243,21 @@ def _for(vendor: str, statement: str, lock: str) -> str:
 
 
 def _run(statement: str, params, *, lock: str = "FOR UPDATE SKIP LOCKED", rows: bool = True):
-    """Run a statement of this module: its rows (``rows``) or how many rows it changed."""
-    with connection.cursor() as cursor:
-        cursor.execute(_for(connection.vendor, statement, lock), params)
+    """Run a statement of this module: its rows (``rows``) or how many rows it changed.
+
+    On PostgreSQL it is a prepared statement (once per connection: the server parses and plans
+    it once, not on every call), on a cursor of the connection's own: Django's bind the
+    parameters on the client. Behind PgBouncer this needs its protocol-level prepared
+    statements (``max_prepared_statements``, PgBouncer 1.21), as Django's
+    ``server_side_binding`` does."""
+    sql = _for(connection.vendor, statement, lock)
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if rows else cursor.rowcount
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
         return cursor.fetchall() if rows else cursor.rowcount
 
 
