@@ -104,10 +104,10 @@ def test_a_mistake_is_shown_beside_its_field_and_a_dry_run_shows_the_plan(page, 
     page.get_by_label("Name", exact=True).fill("Bad_Name")
     page.get_by_label("Trainer package").fill(package)
     page.get_by_label("Entry command").fill("python train.py")
-    page.get_by_label("Trainers").fill("0")
+    page.get_by_label("Trainers", exact=True).fill("0")
     page.get_by_role("button", name="Submit job").click()
 
-    trainers = page.get_by_label("Trainers")
+    trainers = page.get_by_label("Trainers", exact=True)
     expect(trainers).to_have_attribute("aria-invalid", "true")
     expect(page.locator("#id_trainers_error")).to_have_text("must be between 1 and 1000, not 0")
     expect(page.locator("#id_name_error")).to_contain_text("'_' is not allowed")
@@ -122,7 +122,7 @@ def test_a_mistake_is_shown_beside_its_field_and_a_dry_run_shows_the_plan(page, 
     plan = page.locator("#plan")
     expect(plan).to_contain_text("Dry run: nothing was created")
     expect(plan.get_by_role("cell", name="trainer-1")).to_be_visible()
-    expect(page.get_by_label("Trainers")).to_have_value("2")
+    expect(page.get_by_label("Trainers", exact=True)).to_have_value("2")
     assert not Job.objects.exists()
 
 
