@@ -1,152 +1,38 @@
 """The master with real processes: a job's trainers (local backend, sandboxed, Celery worker)
 read a dataset through ``paddlecloud_sdk.master`` from the portal over HTTP, one of them is
 killed mid-task and restarted, the portal's worker is restarted mid-pass — and every record is
-delivered by a task completed exactly once per pass."""
+delivered by a task completed exactly once per pass (the scenario: master_scenario.py; on
+Kubernetes: test_master_on_kubernetes.py)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import time
-from collections import Counter
 
 import pytest
 
-from jobs.files import output_dir
-from jobs.models import Job, JobEvent, Task
-from jobs.services import job_submit
-from paddlecloud_sdk import recordio
-
-# Each trainer: for every task it is given, note it (taken), read its records (SLOW seconds
-# each for trainer SLOW_TRAINER), and once the master has the task done, write the records it
-# read (committed): output/node_N/tasks.txt, a line a task.
-TRAINER = """\
-import os, time
-from paddlecloud_sdk import master
-
-me = int(os.environ["PADDLE_TRAINER_ID"])
-slow = float(os.environ.get("SLOW", "0")) if me == int(os.environ.get("SLOW_TRAINER", -1)) else 0
-out = os.path.join(os.environ["PADDLE_OUTPUT_DIR"], f"node_{me}")
-os.makedirs(out, exist_ok=True)
-with open(os.path.join(out, "tasks.txt"), "a") as log:
-    for task in master.tasks():
-        print("taken", task["pass"], task["index"], flush=True)
-        records = []
-        for record in task:
-            records.append(record.decode())
-            time.sleep(slow)
-        log.write(f"{task['pass']} {task['index']} {' '.join(records)}\\n")
-        log.flush()
-print("no more tasks", flush=True)
-"""
+from .master_scenario import dataset_job, trainer_killed_mid_task, worker_restarted_mid_pass
 
 
 @pytest.fixture
 def job_with_dataset(live_portal, settings):
     """1000 records in 5 RecordIO files, cut into 50 tasks of 20, 2 passes, 3 trainers."""
     settings.PADDLECLOUD_PORTAL_URL = live_portal.url
-    home = live_portal.home
-    (home / "pkg").mkdir()
-    (home / "pkg" / "train.py").write_text(TRAINER)
-    (home / "data").mkdir()
-    for part in range(5):
-        with recordio.Writer(home / "data" / f"part-{part}.recordio") as writer:
-            for number in range(part * 200, part * 200 + 200):
-                writer.write(f"r{number}".encode())
-
-    def submit(**env) -> Job:
-        return job_submit(live_portal.user, live_portal.datacenter, {
-            "name": "reader", "package": "/pfs/datacenter1/home/alice/pkg",
-            "entry": "python train.py", "trainers": 3, "passes": 2, "restart_limit": 1,
-            "dataset": "/pfs/datacenter1/home/alice/data/part-*.recordio",
-            "task_records": 20, "env": env}).job
-
-    return submit
-
-
-def wait_for(predicate, timeout: float, message: str):
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        assert time.monotonic() < deadline, message
-        time.sleep(0.1)
-    return result
-
-
-def taken(job, trainer: int) -> list[str]:
-    log = output_dir(job) / f"node_{trainer}" / "train.log"
-    return [line for line in (log.read_text().splitlines() if log.exists() else [])
-            if line.startswith("taken ")]
-
-
-def committed(job) -> dict[int, Counter]:
-    """Records of the tasks the trainers finished, by pass: each record with its count. A
-    trainer stopped after writing a task's line but before the master heard it was done has
-    the task read again by another (delivery is at least once): its line is then written
-    twice, with the same records, and counts once — what the docs ask of a trainer that
-    commits per task (keyed by pass and index)."""
-    lines: dict[tuple[int, int], list[str]] = {}
-    for path in output_dir(job).glob("node_*/tasks.txt"):
-        for line in path.read_text().splitlines():
-            pass_no, index, *records = line.split()
-            key = (int(pass_no), int(index))
-            assert lines.setdefault(key, records) == records, key  # the same task, the same
-    seen: dict[int, Counter] = {0: Counter(), 1: Counter()}
-    for (pass_no, _), records in lines.items():
-        seen[pass_no].update(records)
-    return seen
-
-
-def state(job) -> str:
-    job.refresh_from_db()
-    return job.state
-
-
-def assert_exactly_once(job) -> None:
-    assert state(job) == "succeeded", (job.state_reason, list(job.events.values_list(
-        "reason", flat=True)))
-    tasks = Task.objects.filter(job=job)
-    assert tasks.count() == 100 and set(tasks.values_list("state", flat=True)) == {"done"}
-    expected = Counter(f"r{n}" for n in range(1000))
-    for pass_no, seen in committed(job).items():
-        assert seen == expected, (pass_no, len(seen), sum(seen.values()))
+    return dataset_job(live_portal)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_trainer_killed_mid_task_loses_no_record(job_with_dataset, celery_worker):
     job = job_with_dataset(SLOW_TRAINER="1", SLOW="0.05")  # trainer 1: 1 s a task
-    wait_for(lambda: taken(job, 1), 60, "trainer 1 to take a task")
-    trainer = job.replicas.get(role="trainer", index=1)
-    pid = int(trainer.backend_ref.split(":")[1])
-    killed_at = time.time()
-    os.killpg(pid, signal.SIGKILL)  # its whole process group, mid-task
-    wait_for(lambda: state(job) in ("succeeded", "failed", "killed"), 180, "the job to end")
-    assert_exactly_once(job)
-    trainer.refresh_from_db()
-    assert trainer.restarts == 1
-    again = JobEvent.objects.filter(job=job, to_state="waiting", from_state="leased",
-                                    reason__contains="trainer-1").first()
-    assert again is not None, "trainer 1's task was not dispatched again"
-    # At once (its replica ended, or its restart asked for another task), not after the
-    # 30 s lease.
-    assert again.time.timestamp() - killed_at < 30
+
+    def kill():
+        pid = int(job.replicas.get(role="trainer", index=1).backend_ref.split(":")[1])
+        os.killpg(pid, signal.SIGKILL)  # its whole process group, mid-task
+
+    trainer_killed_mid_task(job, kill)
+    assert job.replicas.get(role="trainer", index=1).restarts == 1
 
 
 @pytest.mark.django_db(transaction=True)
 def test_the_portals_worker_restarted_mid_pass_loses_no_record(job_with_dataset):
-    from paddlecloud.worker import EmbeddedWorker
-
-    worker = EmbeddedWorker(concurrency=2, beat=False)
-    worker.start()
-    try:
-        job = job_with_dataset(SLOW_TRAINER="0", SLOW="0.02")
-        wait_for(lambda: Task.objects.filter(job=job, state="done").count() >= 10, 120,
-                 "the first pass to be under way")
-        worker.stop()
-        time.sleep(1)
-        worker = EmbeddedWorker(concurrency=2, beat=False)
-        worker.start()
-        wait_for(lambda: state(job) in ("succeeded", "failed", "killed"), 180,
-                 "the job to end")
-    finally:
-        worker.stop()
-    assert_exactly_once(job)
+    worker_restarted_mid_pass(job_with_dataset)

@@ -178,5 +178,12 @@ def _limitrange(obj: dict) -> None:
                 item.setdefault("defaultRequest", {}).setdefault(name, value)
 
 
+def _endpointslice(obj: dict) -> None:
+    for port in obj.get("ports") or []:
+        port.setdefault("name", "")
+        port.setdefault("protocol", "TCP")
+
+
 _BY_KIND = {"Pod": _pod, "Job": _job, "StatefulSet": _statefulset, "Service": _service,
-            "Namespace": _namespace, "Secret": _secret, "LimitRange": _limitrange}
+            "Namespace": _namespace, "Secret": _secret, "LimitRange": _limitrange,
+            "EndpointSlice": _endpointslice}

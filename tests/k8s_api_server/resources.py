@@ -86,9 +86,14 @@ STATEFULSETS = ResourceType("statefulsets", "statefulset", "StatefulSet", "apps"
 JOBS = ResourceType("jobs", "job", "Job", "batch", "v1", categories=("all",), has_status=True,
                     has_generation=True, orphan_by_default=True, subresources=("status",),
                     field_selectors=_fields(**{"status.successful": "status.succeeded"}))
+# Written by whoever owns a Service without a selector (the endpoints of something outside the
+# cluster); there is no EndpointSlice controller: the cluster DNS reads a selector's pods.
+ENDPOINTSLICES = ResourceType("endpointslices", "endpointslice", "EndpointSlice",
+                              "discovery.k8s.io", "v1")
 
 ALL = (NAMESPACES, PODS, SERVICES, CONFIGMAPS, SECRETS, RESOURCEQUOTAS, LIMITRANGES, EVENTS,
-       SERVICEACCOUNTS, PERSISTENTVOLUMECLAIMS, PERSISTENTVOLUMES, STATEFULSETS, JOBS)
+       SERVICEACCOUNTS, PERSISTENTVOLUMECLAIMS, PERSISTENTVOLUMES, STATEFULSETS, JOBS,
+       ENDPOINTSLICES)
 _BY_PATH = {(rt.group, rt.version, rt.plural): rt for rt in ALL}
 
 

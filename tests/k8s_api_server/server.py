@@ -124,6 +124,37 @@ class FakeKubernetes:
             installed = addons.install(self, name, controllers=controllers)
         return installed
 
+    # --- host services (process kubelet) ------------------------------------------------------
+
+    def expose_host_port(self, host_port: int, *, namespace: str, service: str,
+                         port: int = 80) -> str:
+        """``127.0.0.1:host_port`` of this machine (the portal, say) as pods reach a service
+        outside the cluster: the node forwards ``port`` of its address on the pod network to
+        it (``ProcessKubelet.forward_host_port``), and a headless Service ``service`` without a
+        selector, in ``namespace`` (made if missing), has an EndpointSlice naming that
+        address and port, which the cluster DNS answers. The Service's base URL,
+        ``http://<service>.<namespace>.svc[:port]``. The forward goes with the cluster."""
+        from kubernetes import client
+
+        kubelet = self.controller.kubelet
+        if not hasattr(kubelet, "forward_host_port"):
+            raise RuntimeError("only pods of the process kubelet reach this machine's ports")
+        address, port = kubelet.forward_host_port(host_port, port=port)
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+            if self.store.get(resources.NAMESPACES.key, "", namespace) is None:
+                core.create_namespace({"metadata": {"name": namespace}})
+            core.create_namespaced_service(namespace, {
+                "metadata": {"name": service},
+                "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": port}]}})
+            client.DiscoveryV1Api(api).create_namespaced_endpoint_slice(namespace, {
+                "metadata": {"name": f"{service}-host",
+                             "labels": {"kubernetes.io/service-name": service}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+                "ports": [{"name": "http", "port": port, "protocol": "TCP"}]})
+        return f"http://{service}.{namespace}.svc" + ("" if port == 80 else f":{port}")
+
     # --- fault injection -------------------------------------------------------------------
 
     def fail_next(self, status: int = 503, *, count: int = 1, method: str | None = None,

@@ -2,10 +2,14 @@
 that answers, from the API server's objects, the names Kubernetes' DNS specification gives:
 
 - ``<service>.<ns>.svc.cluster.local``: a headless Service's ready pod IPs (every pod with an
-  IP when it has ``publishNotReadyAddresses``); a ClusterIP Service's cluster IP (which
-  nothing routes here: there is no kube-proxy);
+  IP when it has ``publishNotReadyAddresses``), and the ready addresses of the EndpointSlices
+  written for it (``kubernetes.io/service-name: <service>``, as for a Service without a
+  selector, whose endpoints are whatever its owner says: ``runtime/forward.py``); a ClusterIP
+  Service's cluster IP (which nothing routes here: there is no kube-proxy);
 - ``<hostname>.<subdomain>.<ns>.svc.cluster.local``: a pod whose ``subdomain`` names a headless
-  Service of its namespace that selects it, once it has an IP (as an EndpointSlice lists it).
+  Service of its namespace that selects it, once it has an IP (as an EndpointSlice lists it),
+  and ``<hostname>.<service>.<ns>.svc.cluster.local`` for an endpoint written with a
+  ``hostname``.
 
 Pods' resolv.conf searches ``<ns>.svc.cluster.local svc.cluster.local cluster.local`` with
 ``ndots:5``, as the kubelet writes it, so ``<hostname>.<subdomain>.<ns>.svc`` resolves too. Names
@@ -14,30 +18,18 @@ an AAAA question for a known name is answered empty."""
 
 from __future__ import annotations
 
-import ctypes
-import os
 import socket
 import struct
 import threading
 
 from .. import resources
 from ..selectors import labels_match, selector_from_spec
+from .network import enter_netns
 
 ZONE = "cluster.local"
 TTL = 5
-_CLONE_NEWNET = 0x40000000
 _A = 1
 _NXDOMAIN, _FORMERR = 3, 1
-
-
-def _setns(path: str) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if libc.setns(fd, _CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns {path}")
-    finally:
-        os.close(fd)
 
 
 def _endpoint_pods(store, service: dict) -> list[dict]:
@@ -63,6 +55,24 @@ def _endpoint_pods(store, service: dict) -> list[dict]:
     return pods
 
 
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+def _written_endpoints(store, service: dict) -> list[dict]:
+    """The ready IPv4 endpoints of the EndpointSlices written for a Service (CoreDNS reads
+    every slice labelled with its name; an endpoint without a ``ready`` condition is
+    ready)."""
+    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+    endpoints = []
+    for found in store.list(resources.ENDPOINTSLICES.key, namespace):
+        if (found["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL) != name or \
+                found.get("addressType") != "IPv4":
+            continue
+        endpoints += [endpoint for endpoint in found.get("endpoints") or []
+                      if (endpoint.get("conditions") or {}).get("ready") is not False]
+    return endpoints
+
+
 def cluster_records(store) -> dict[str, list[str]]:
     """Every name the cluster DNS answers (lower case, no trailing dot) and its addresses."""
     records: dict[str, list[str]] = {}
@@ -81,6 +91,11 @@ def cluster_records(store) -> dict[str, list[str]]:
                 if spec.get("subdomain") == name:
                     host = spec.get("hostname") or pod["metadata"]["name"]
                     records[f"{host}.{fqdn}"] = [pod["status"]["podIP"]]
+            for endpoint in _written_endpoints(store, service):
+                records[fqdn] += [a for a in endpoint["addresses"] if a not in records[fqdn]]
+                if endpoint.get("hostname"):
+                    records[f"{endpoint['hostname'].lower()}.{fqdn}"] = \
+                        list(endpoint["addresses"])
     return records
 
 
@@ -154,7 +169,7 @@ class DnsServer:
 
     def _serve(self) -> None:
         try:
-            _setns(self._netns_path)  # this thread only: the rest of the process stays put
+            enter_netns(self._netns_path)  # this thread only: the rest of the process stays put
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             sock.bind((self.address, 53))
             sock.settimeout(0.2)

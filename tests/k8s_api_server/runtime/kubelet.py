@@ -32,6 +32,7 @@ from ..quantity import Quantity
 from ..storage import claim_source
 from .container import Container, ContainerSpec, Mount, sweep_cgroups
 from .dns import ZONE, DnsServer
+from .forward import HostForward
 from .network import PREFIX, ClusterNetwork, dead_owner
 
 # The containers' PATH: the Python environment running the fake cluster first (images are not
@@ -39,6 +40,9 @@ from .network import PREFIX, ClusterNetwork, dead_owner
 PATH = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/sbin", "/usr/local/bin",
                         "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
 LOG_TAIL_LINES, LOG_TAIL_BYTES = 80, 2048  # terminationMessagePolicy FallbackToLogsOnError
+# How long an ended container waits for its reader (the last lines of its output) before it
+# is reported ended anyway.
+READER_GRACE_SECONDS = 5.0
 
 
 class MountError(Exception):
@@ -52,6 +56,7 @@ class _Run:
     container: Container
     reader: threading.Thread
     tail: list[str] = field(default_factory=list)  # the last lines, for the termination message
+    exited_at: float | None = None  # when its process was first seen ended, its reader not
 
 
 @dataclass
@@ -94,6 +99,9 @@ class ProcessKubelet(Kubelet):
         self.root = Path(tempfile.mkdtemp(prefix=f"{self.network.tag}-"))
         self.shm_root = Path("/dev/shm") / self.network.tag  # emptyDir medium: Memory
         self.sandboxes: dict[str, _Sandbox] = {}
+        self.forwards: dict[int, HostForward] = {}  # the node's port -> its forward
+        self._forward_errors: list[str] = []  # of forwards stopped
+        self._readers: list[threading.Thread] = []  # of torn-down pods' containers
         self._mount_problems: dict[str, str] = {}  # pod uid -> the last FailedMount message
         api.kubelet_stops_pods = True  # a deleted pod goes once its processes have ended
 
@@ -101,6 +109,10 @@ class ProcessKubelet(Kubelet):
         with self.api.store.lock:
             for uid in list(self.sandboxes):
                 self._teardown(uid)
+        for reader in self._readers:
+            reader.join(timeout=5)
+        for port in list(self.forwards):
+            self.stop_forward(port)
         self.dns.stop()
         self.network.close()
         shutil.rmtree(self.root, ignore_errors=True)
@@ -109,8 +121,31 @@ class ProcessKubelet(Kubelet):
 
     @property
     def errors(self) -> list[str]:
-        """The DNS server's failures (bugs of the fake, which the test fixture reports)."""
-        return self.dns.errors
+        """The DNS server's and the host forwards' failures (bugs of the fake, which the test
+        fixture reports)."""
+        return self.dns.errors + self._forward_errors + \
+            [e for f in self.forwards.values() for e in f.errors]
+
+    # --- host services -----------------------------------------------------------------
+
+    def forward_host_port(self, host_port: int, *, port: int | None = None) -> tuple[str, int]:
+        """Make ``127.0.0.1:host_port`` of this machine (a server a test runs, the portal)
+        reachable from pods at the node's address on the pod network (the bridge's) and
+        ``port`` (``host_port`` unless told): the endpoint a Service without a selector can
+        name (``FakeKubernetes.expose_host_port``). That address and port; stopped by
+        ``stop_forward(port)`` or with the cluster."""
+        port = port or host_port
+        if port in self.forwards:
+            raise ValueError(f"port {port} of the node is forwarded already")
+        self.forwards[port] = HostForward(self.network.node_netns_path, self.network.gateway,
+                                          port, host_port).start()
+        return self.network.gateway, port
+
+    def stop_forward(self, port: int) -> None:
+        forward = self.forwards.pop(port, None)
+        if forward is not None:
+            forward.stop()
+            self._forward_errors += forward.errors
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -419,7 +454,14 @@ class ProcessKubelet(Kubelet):
             code = run.container.poll()
             if code is None:
                 continue
-            run.reader.join(timeout=5)  # every line it printed is in its log
+            if run.reader.is_alive():
+                # Every line it printed goes in its log first. The reader may be waiting for
+                # the store's lock, which this pass holds: not joined here (every API call
+                # and DNS question would wait too), the next pass looks again.
+                now = time.monotonic()
+                run.exited_at = run.exited_at or now
+                if now - run.exited_at < READER_GRACE_SECONDS:
+                    continue
             oom = run.container.oom_killed()
             run.container.cleanup()
             del sandbox.runs[name]
@@ -537,6 +579,7 @@ class ProcessKubelet(Kubelet):
         if sandbox is not None:
             for run in sandbox.runs.values():
                 run.container.cleanup()
+            self._readers += [run.reader for run in sandbox.runs.values()]
             sandbox.runs.clear()
         super().set_phase(pod, phase, reason, message)
 
@@ -546,7 +589,10 @@ class ProcessKubelet(Kubelet):
             return
         for run in sandbox.runs.values():
             run.container.cleanup()
-            run.reader.join(timeout=5)
+        # Their readers end once the output is read (they may be waiting for the store's lock,
+        # held by the caller): ``close`` joins those still going.
+        self._readers = [r for r in self._readers if r.is_alive()] + \
+            [run.reader for run in sandbox.runs.values()]
         self.network.remove_pod(uid)
         shutil.rmtree(sandbox.root, ignore_errors=True)
         shutil.rmtree(self.shm_root / uid, ignore_errors=True)

@@ -8,6 +8,7 @@ removes those of processes that died without cleaning up (a killed test run)."""
 
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import os
 import re
@@ -17,6 +18,8 @@ import threading
 PREFIX = "pck8s"
 SUBNET = ipaddress.ip_network("10.244.0.0/16")
 NETNS_DIR = "/run/netns"
+BRIDGE_MAC = "02:00:0a:f4:00:01"  # locally administered; each cluster's bridge is its own LAN
+_CLONE_NEWNET = 0x40000000
 
 
 class NetworkError(RuntimeError):
@@ -29,6 +32,18 @@ def _ip(*args: str, batch: list[str] | None = None) -> None:
                             capture_output=True, check=False)
     if result.returncode != 0:
         raise NetworkError(f"{' '.join(command)}: {result.stderr.strip()}")
+
+
+def enter_netns(path: str) -> None:
+    """Move the calling thread (only it: the rest of the process stays put) into the network
+    namespace at ``path``; sockets it makes from then on are that namespace's."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns {path}")
+    finally:
+        os.close(fd)
 
 
 def _namespaces() -> list[str]:
@@ -91,7 +106,10 @@ class ClusterNetwork:
         _ip("netns", "add", self.node_ns)
         self._open = True
         _ip("-n", self.node_ns, batch=[
-            "link add br0 type bridge",
+            # A MAC of its own: a bridge without one takes its ports' lowest, and changes it
+            # when that pod goes, which the other pods' neighbour caches learn only after
+            # 30 s or more (their DNS questions go unanswered meanwhile).
+            f"link add br0 address {BRIDGE_MAC} type bridge",
             f"addr add {self.gateway}/{SUBNET.prefixlen} dev br0",
             "link set br0 up",
             "link set lo up",
@@ -110,7 +128,10 @@ class ClusterNetwork:
         with self._lock:
             if uid in self._pods:
                 return self._pods[uid][1]
-            ip = self._released.pop(0) if self._released else str(next(self._free))
+            fresh = next(self._free, None)
+            if fresh is None and not self._released:
+                raise NetworkError(f"no address of {SUBNET} is left for a pod")
+            ip = str(fresh) if fresh is not None else self._released.pop(0)
             link = next(self._links)
             netns = f"{self.tag}-p{link}"
             self._pods[uid] = (netns, ip, link)

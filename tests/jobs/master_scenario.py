@@ -1,0 +1,149 @@
+"""The master's end-to-end scenario, whatever runs the trainers (the local backend:
+test_master_e2e.py; Kubernetes with pods that really run: test_master_on_kubernetes.py): a job
+of 3 trainers reads 1 000 records in 50 tasks, 2 passes, through ``paddlecloud_sdk.master``
+from the portal over HTTP; a trainer is killed mid-task, or the portal's worker restarted
+mid-pass; every record is delivered by a task completed exactly once per pass."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from jobs.files import output_dir
+from jobs.models import Job, JobEvent, Task
+from jobs.services import job_submit
+from paddlecloud_sdk import recordio
+
+# Each trainer: for every task it is given, note it (taken), read its records (SLOW seconds
+# each for trainer SLOW_TRAINER), and once the master has the task done, write the records it
+# read (committed): output/node_N/tasks.txt, a line a task.
+TRAINER = """\
+import os, time
+from paddlecloud_sdk import master
+
+me = int(os.environ["PADDLE_TRAINER_ID"])
+slow = float(os.environ.get("SLOW", "0")) if me == int(os.environ.get("SLOW_TRAINER", -1)) else 0
+out = os.path.join(os.environ["PADDLE_OUTPUT_DIR"], f"node_{me}")
+os.makedirs(out, exist_ok=True)
+with open(os.path.join(out, "tasks.txt"), "a") as log:
+    for task in master.tasks():
+        print("taken", task["pass"], task["index"], flush=True)
+        records = []
+        for record in task:
+            records.append(record.decode())
+            time.sleep(slow)
+        log.write(f"{task['pass']} {task['index']} {' '.join(records)}\\n")
+        log.flush()
+print("no more tasks", flush=True)
+"""
+FINAL = ("succeeded", "failed", "killed")
+
+
+def dataset_job(live_portal) -> Callable[..., Job]:
+    """alice's trainer package and dataset (1000 records in 5 RecordIO files) in her PFS
+    home; a function submitting the job that reads them (50 tasks of 20 records, 2 passes,
+    3 trainers, restart limit 1), ``env`` its variables."""
+    home = live_portal.home
+    (home / "pkg").mkdir()
+    (home / "pkg" / "train.py").write_text(TRAINER)
+    (home / "data").mkdir()
+    for part in range(5):
+        with recordio.Writer(home / "data" / f"part-{part}.recordio") as writer:
+            for number in range(part * 200, part * 200 + 200):
+                writer.write(f"r{number}".encode())
+
+    def submit(**env) -> Job:
+        return job_submit(live_portal.user, live_portal.datacenter, {
+            "name": "reader", "package": "/pfs/datacenter1/home/alice/pkg",
+            "entry": "python train.py", "trainers": 3, "passes": 2, "restart_limit": 1,
+            "dataset": "/pfs/datacenter1/home/alice/data/part-*.recordio",
+            "task_records": 20, "env": env}).job
+
+    return submit
+
+
+def wait_for(predicate, timeout: float, message: str | Callable[[], str]):
+    deadline = time.monotonic() + timeout
+    while not (result := predicate()):
+        assert time.monotonic() < deadline, message() if callable(message) else message
+        time.sleep(0.1)
+    return result
+
+
+def taken(job, trainer: int) -> list[str]:
+    log = output_dir(job) / f"node_{trainer}" / "train.log"
+    return [line for line in (log.read_text().splitlines() if log.exists() else [])
+            if line.startswith("taken ")]
+
+
+def committed(job) -> dict[int, Counter]:
+    """Records of the tasks the trainers finished, by pass: each record with its count. A
+    trainer stopped after writing a task's line but before the master heard it was done has
+    the task read again by another (delivery is at least once): its line is then written
+    twice, with the same records, and counts once — what the docs ask of a trainer that
+    commits per task (keyed by pass and index)."""
+    lines: dict[tuple[int, int], list[str]] = {}
+    for path in output_dir(job).glob("node_*/tasks.txt"):
+        for line in path.read_text().splitlines():
+            pass_no, index, *records = line.split()
+            key = (int(pass_no), int(index))
+            assert lines.setdefault(key, records) == records, key  # the same task, the same
+    seen: dict[int, Counter] = {0: Counter(), 1: Counter()}
+    for (pass_no, _), records in lines.items():
+        seen[pass_no].update(records)
+    return seen
+
+
+def state(job) -> str:
+    job.refresh_from_db()
+    return job.state
+
+
+def assert_exactly_once(job) -> None:
+    assert state(job) == "succeeded", (job.state_reason, list(job.events.values_list(
+        "reason", flat=True)))
+    tasks = Task.objects.filter(job=job)
+    assert tasks.count() == 100 and set(tasks.values_list("state", flat=True)) == {"done"}
+    expected = Counter(f"r{n}" for n in range(1000))
+    for pass_no, seen in committed(job).items():
+        assert seen == expected, (pass_no, len(seen), sum(seen.values()))
+
+
+def trainer_killed_mid_task(job, kill: Callable[[], None], *,
+                            describe: Callable[[], str] = str) -> None:
+    """Once trainer 1 (the slow one) has taken a task, ``kill()`` it; the job succeeds with
+    every record once a pass, and trainer 1's task is dispatched again at once (its replica
+    ended, or its restart asked for another task), not after the 30 s lease. ``describe()``
+    says more when the job does not get there."""
+    wait_for(lambda: taken(job, 1), 60, lambda: f"trainer 1 to take a task: {describe()}")
+    killed_at = time.time()
+    kill()
+    wait_for(lambda: state(job) in FINAL, 180, lambda: f"the job to end: {describe()}")
+    assert_exactly_once(job)
+    again = JobEvent.objects.filter(job=job, to_state="waiting", from_state="leased",
+                                    reason__contains="trainer-1").first()
+    assert again is not None, "trainer 1's task was not dispatched again"
+    assert again.time.timestamp() - killed_at < 30
+
+
+def worker_restarted_mid_pass(submit: Callable[..., Job], *, timeout: float = 180) -> Job:
+    """The job runs on a worker of its own, which is stopped once 10 tasks of the first
+    pass are done and started again a second later; every record is still read once a pass."""
+    from paddlecloud.worker import EmbeddedWorker
+
+    worker = EmbeddedWorker(concurrency=2, beat=False)
+    worker.start()
+    try:
+        job = submit(SLOW_TRAINER="0", SLOW="0.02")
+        wait_for(lambda: Task.objects.filter(job=job, state="done").count() >= 10, 120,
+                 "the first pass to be under way")
+        worker.stop()
+        time.sleep(1)
+        worker = EmbeddedWorker(concurrency=2, beat=False)
+        worker.start()
+        wait_for(lambda: state(job) in FINAL, timeout, "the job to end")
+    finally:
+        worker.stop()
+    assert_exactly_once(job)
+    return job
