@@ -24,6 +24,9 @@ class Job(models.Model):
                                      "job of the same name.")
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     state_reason = models.TextField(blank=True)
+    environment = models.CharField(
+        max_length=64, blank=True, help_text="The digest of the environment its "
+        "requirements.txt is installed in (jobs/backends/envs.py): in use while the job lives.")
 
     # What to run: a trainer package in PFS, the command that starts it, the image.
     package = models.CharField("trainer package", max_length=4096,

@@ -12,6 +12,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from paddlecloud_core.quantity import QuantityError, parse_bytes
 from paddlecloud_core.spec import DEFAULT_IMAGE
 
 from .env import env_bool, env_int, env_list, env_str
@@ -201,6 +202,14 @@ PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
 # The local backend's replicas run in bubblewrap sandboxes: "auto" when this machine can make
 # them (else it warns, at start, that jobs can read what the portal can), "bwrap" to refuse to
 # run jobs without, "off" (see jobs/backends/local.py and the README's Security model).
+# The local backend's cache of requirements.txt environments (jobs/backends/envs.py): at most
+# this many bytes per datacenter (a quantity: "10Gi", "500Mi"); the least recently used not in
+# use by a live job go first.
+PADDLECLOUD_ENV_CACHE_SIZE = env_str("PADDLECLOUD_ENV_CACHE_SIZE", "10Gi")
+try:
+    PADDLECLOUD_ENV_CACHE_BYTES = parse_bytes(PADDLECLOUD_ENV_CACHE_SIZE)
+except QuantityError as _exc:
+    raise ImproperlyConfigured(f"PADDLECLOUD_ENV_CACHE_SIZE: {_exc}") from None
 PADDLECLOUD_LOCAL_SANDBOX = env_str("PADDLECLOUD_LOCAL_SANDBOX", "auto")
 if PADDLECLOUD_LOCAL_SANDBOX not in ("auto", "bwrap", "off"):
     raise ImproperlyConfigured(

@@ -30,12 +30,9 @@ trusting users only, as the portal says when it starts.
 
 from __future__ import annotations
 
-import configparser
-import contextlib
 import fcntl
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -58,25 +55,19 @@ from paddlecloud_core.processes import (
 
 from ..files import home_dir, output_dir, output_open, output_prepare, package_copy
 from .base import Backend, BackendError, Observation
+from .envs import env_ensure, env_path
 from .relay import RELAY_PORT, RelayError, relay_start, relay_stop
 from .sandbox import (
-    PRIVATE_TMP,
     SYSTEM_PATH,
     Bind,
     Sandbox,
-    SandboxCommand,
     SandboxError,
     client_dirs,
     netns_start,
     netns_stop,
     sandbox_command,
     sandbox_problem,
-    sandbox_shows,
-    world_readable,
 )
-
-PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input")
-PIP_CONFIG = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf")  # the machine's, for the sandboxed pip
 
 
 def job_dir(job) -> Path:
@@ -126,45 +117,12 @@ def master_access(job) -> TaskMaster | None:
                       token=master_token(settings.SECRET_KEY, job.uid))
 
 
-def _pip_config_binds(env: dict[str, str]) -> list[Bind]:
-    """The machine's pip configuration files, and the files and directories they and the
-    ``PIP_*`` variables of ``env`` name (a constraints file, find-links), as the sandboxed pip
-    needs them: read-only, those the world may read and the sandbox does not show already."""
-    values = [value for name, value in env.items() if name.startswith("PIP_")]
-    binds = []
-    for path in PIP_CONFIG:
-        if not os.path.isfile(path):
-            continue
-        binds.append(Bind(path))
-        parser = configparser.ConfigParser(interpolation=None)
-        with contextlib.suppress(configparser.Error, OSError, UnicodeDecodeError):
-            parser.read(path)
-            values += [value for section in parser.sections()
-                       for value in parser[section].values()]
-    named = {os.path.normpath(item) for value in values for item in value.split()
-             if item.startswith("/")}
-    shown = {bind.src for bind in binds}
-    for path in sorted(named):
-        if path not in shown and not sandbox_shows(path) and world_readable(path):
-            binds.append(Bind(path))
-            shown.add(path)
-    return binds
-
-
-def _pip(out, command: SandboxCommand | list[str], *, cwd: Path, env: dict[str, str],
-         hint: str = "") -> None:
-    """pip, sandboxed (``command`` a ``SandboxCommand``, fed its arguments) or not."""
-    run = dict(stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env, timeout=1800,
-               check=False)
-    if isinstance(command, SandboxCommand):
-        result = command.run(**run)
-    else:
-        result = subprocess.run(  # noqa: S603 - pip on the user's own requirements
-            command, stdin=subprocess.DEVNULL, **run)
-    if result.returncode != 0:
-        raise BackendError(f"requirements.txt could not be installed (pip exited "
-                           f"{result.returncode}{'; ' + hint if hint else ''}); see "
-                           "output/setup.log")
+def _site(job) -> Path | None:
+    """The job's environment (``envs.py``), if its package has requirements."""
+    if not job.environment:
+        return None
+    site = env_path(job.datacenter, job.environment)
+    return site if site.is_dir() else None
 
 
 def _runner_env() -> dict[str, str]:
@@ -224,49 +182,9 @@ class LocalBackend(Backend):
             package_copy(job, tmp)
             tmp.rename(pkg)
 
-        requirements = pkg / "requirements.txt"
-        site = private / "site-packages"
-        if requirements.is_file() and not site.exists():
-            tmp = private / "site-packages.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
+        if (pkg / "requirements.txt").is_file():
             with os.fdopen(output_open(job, "setup.log"), "ab") as out:
-                out.write(b"installing requirements.txt\n")
-                out.flush()
-                if sandboxing() is None:
-                    self._pip_sandboxed(private, tmp, out)
-                else:
-                    _pip(out, [*PIP, "install", "--target", str(tmp), "-r", str(requirements)],
-                         cwd=pkg, env=dict(os.environ))
-            tmp.rename(site)
-
-    def _pip_sandboxed(self, private: Path, target: Path, out) -> None:
-        """pip in two sandboxes: on the machine's network it fetches wheels only (no code of
-        the user's runs there, where 127.0.0.1 is the portal's), then with no network it
-        installs them."""
-        pkg, wheels = private / "pkg", private / "wheels"
-        shutil.rmtree(wheels, ignore_errors=True)
-        wheels.mkdir()
-        target.mkdir()
-        env = {"PATH": f"{os.path.dirname(sys.executable)}:{SYSTEM_PATH}", "HOME": PRIVATE_TMP,
-               "LANG": os.environ.get("LANG", "C.UTF-8"),
-               # The machine's pip configuration (its index, certificates) applies here too.
-               **{k: v for k, v in os.environ.items() if k.startswith("PIP_")}}
-        config = _pip_config_binds(env)
-        fetch = Sandbox(binds=[Bind(str(pkg)), Bind(str(wheels), writable=True), *config],
-                        env=env, cwd=str(pkg), network="host", hostname="pip")
-        _pip(out, sandbox_command(fetch, [*PIP, "download", "--only-binary=:all:", "--dest",
-                                          str(wheels), "-r", "requirements.txt"]),
-             cwd=pkg, env=_runner_env(),
-             hint="on the local backend requirements come as wheels only (pip download "
-                  "--only-binary=:all:)")
-        found = sorted(str(wheel) for wheel in wheels.glob("*.whl"))
-        if found:
-            install = Sandbox(binds=[Bind(str(wheels)), Bind(str(target), writable=True)],
-                              env=env, cwd=str(wheels), network="none", hostname="pip")
-            _pip(out, sandbox_command(install, [*PIP, "install", "--no-index", "--no-deps",
-                                                "--target", str(target), *found]),
-                 cwd=pkg, env=_runner_env())
-        shutil.rmtree(wheels, ignore_errors=True)
+                env_ensure(job, pkg, out, sandboxed=sandboxing() is None)
 
     def paths(self, job) -> Paths:
         return Paths(output=str(output_dir(job)), pfs_home=str(home_dir(job)),
@@ -330,8 +248,8 @@ class LocalBackend(Backend):
         if started and started.get("attempt") == replica.attempt:
             return f"pid:{started['pid']}"  # this attempt is running or has run: not twice
         pkg = job_dir(job) / "pkg"
-        site = job_dir(job) / "site-packages"
-        pythonpath = [str(site) if site.exists() else "", str(pkg)]
+        site = _site(job)
+        pythonpath = [str(site) if site else "", str(pkg)]
         try:
             problem = sandboxing()
             if problem is None:
@@ -366,8 +284,9 @@ class LocalBackend(Backend):
         portal in it when the job has a master."""
         private = job_dir(job)
         binds = [Bind(str(private / "pkg")), Bind(str(home_dir(job)), writable=True)]
-        if (private / "site-packages").is_dir():
-            binds.append(Bind(str(private / "site-packages")))
+        site = _site(job)
+        if site:
+            binds.append(Bind(str(site)))  # shared with other jobs: read-only
         public = job.datacenter.public_path
         if public.is_dir() and not public.is_symlink():
             binds.append(Bind(str(public)))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends import local
+from jobs.backends import envs, local
 from jobs.backends.local import job_dir
 from jobs.backends.sandbox import netns_read
 from jobs.files import output_dir
@@ -188,7 +188,7 @@ def test_requirements_come_as_wheels_and_are_installed_for_the_job_only(
     job = ended(submit("reqs"))
     assert job.state == "succeeded", job.state_reason
     assert "imported tinydep" in (output_dir(job) / "node_0" / "train.log").read_text()
-    assert (job_dir(job) / "site-packages" / "tinydep.py").is_file()
+    assert (envs.env_path(job.datacenter, job.environment) / "tinydep.py").is_file()
     assert "installing requirements.txt" in (output_dir(job) / "setup.log").read_text()
     probe = subprocess.run([sys.executable, "-c", "import tinydep"], capture_output=True,
                            check=False)
@@ -251,8 +251,10 @@ def test_the_sandboxed_pip_sees_the_files_the_machines_pip_configuration_names(
     config.write_text(f"[global]\nconstraint = {constraints}\nextra = {secret}\n"
                       "cert = /usr/share/ca-certificates\n")
     tmp_path.chmod(0o755)
-    monkeypatch.setattr(local, "PIP_CONFIG", (str(config), str(tmp_path / "absent.conf")))
-    binds = local._pip_config_binds({"PIP_FIND_LINKS": str(wheels), "OTHER": "/opt"})
+    monkeypatch.setattr(envs, "PIP_CONFIG", (str(config), str(tmp_path / "absent.conf")))
+    uv_env = envs._uv_env({"PIP_FIND_LINKS": str(wheels), "OTHER": "/opt"})
+    assert uv_env["UV_CONSTRAINT"] == str(constraints)  # pip's settings in uv's words
+    binds = envs._config_binds(uv_env)
     # Its files, read-only; not those the world may not read, nor what sandboxes show anyway.
-    assert [(b.src, b.writable) for b in binds] == [
-        (str(config), False), (str(constraints), False), (str(wheels), False)]
+    assert sorted((b.src, b.writable) for b in binds) == sorted([
+        (str(constraints), False), (str(wheels), False)])
