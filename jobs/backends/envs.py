@@ -274,9 +274,11 @@ def _build(pkg: Path, target: Path, cache: Path, out, sandboxed: bool) -> None:
         text = result.stdout.decode(errors="replace")
         lines = [line.strip(" \u00d7\u2570\u2500\u25b6\u2502").strip() for line in text.splitlines()]
         lines = [line for line in lines if line]
-        said = next((line for line in lines if line.startswith(("error:", "Because"))),
-                    lines[-1] if lines else "")
-        said = said.removeprefix("error: ")
+        said = next((line for line in lines if line.startswith("error:")),
+                    lines[-1] if lines else "").removeprefix("error: ")
+        cause = next((line for line in lines if line.startswith(("cause:", "Because"))), "")
+        if cause:
+            said = f"{said}: {cause.removeprefix('cause: ')}"
         hint = f"; {WHEELS_ONLY}" if re.search(r"build|source distribution", text, re.I) else ""
         raise EnvBuildError(f"requirements.txt could not be installed (uv exited "
                             f"{result.returncode}: {said[:300]}{hint}); see output/setup.log",
