@@ -272,7 +272,8 @@ def _build(pkg: Path, target: Path, cache: Path, out, sandboxed: bool) -> None:
     out.flush()
     if result.returncode != 0:
         text = result.stdout.decode(errors="replace")
-        lines = [line.strip(" \u00d7\u2570\u2500\u25b6\u2502").strip() for line in text.splitlines()]
+        lines = [line.strip(" \u00d7\u2570\u2500\u25b6\u2502").strip()
+                 for line in text.splitlines()]
         lines = [line for line in lines if line]
         said = next((line for line in lines if line.startswith("error:")),
                     lines[-1] if lines else "").removeprefix("error: ")

@@ -17,9 +17,10 @@ from jobs.backends.local import job_dir
 from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_kill
-from tests.jobs.test_running import package, submit  # noqa: F401 - fixtures
+from tests.jobs import test_running
 
 pytestmark = pytest.mark.django_db(transaction=True)
+package, submit = test_running.package, test_running.submit  # the fixtures
 
 TRAINER = """\
 import os, time
