@@ -1,8 +1,9 @@
 """The local backend: each replica is a child process on the portal's machine.
 
 Per job, privately under ``var/jobs/<uid>/`` (the job's uid, never its database id, which a
-new database gives out again): a copy of the trainer package (``pkg/``), the packages of its
-``requirements.txt`` (``site-packages/``), and the runners' pid and exit files (``run/``).
+new database gives out again): a copy of the trainer package (``pkg/``) and the runners' pid
+and exit files (``run/``). The packages of its ``requirements.txt`` are an environment shared
+by the jobs that need the same (``envs.py``: ``var/envs/<datacenter>/<digest>/``).
 In the owner's PFS home: ``jobs/<name>/output/``, with each replica's log in
 ``node_<index>/train.log`` (trainers) or ``node_<index>/server.log`` (pservers), as the seeds
 show; the portal opens each log (``jobs.files.output_open``) and hands the runner the
@@ -22,8 +23,8 @@ Each replica runs in a sandbox (``sandbox.py``, bubblewrap) when the machine can
 read-only, its owner's home read-write and the public directory read-only — no ``var/``, no
 other home, no portal environment, no other process — and a network of its job's own, where
 its job's replicas reach each other on 127.0.0.1 and nothing else. ``requirements.txt`` is
-fetched as wheels only, by pip in a sandbox on the machine's network (no code of the user's
-runs there), then installed by pip in a sandbox with no network. Without a sandbox every
+installed from wheels only, by uv in a sandbox on the machine's network (no code of the
+user's runs there), into its environment, which replicas see read-only. Without a sandbox every
 replica runs as the portal's user and can read everything the portal can: for mutually
 trusting users only, as the portal says when it starts.
 """
