@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from .replica_runner import write_json
@@ -41,8 +41,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def free_endpoint() -> str:
-    return f"{LOCAL_HOST}:{free_port()}"
+def free_endpoints(count: int, *, taken: Iterable[str] = ()) -> list[str]:
+    """``count`` endpoints on 127.0.0.1 free now, all different and none of ``taken``: each
+    port is held bound until all are found (one closed at once could come back next)."""
+    taken = set(taken)
+    held: list[socket.socket] = []
+    found: list[str] = []
+    try:
+        while len(found) < count:
+            sock = socket.socket()
+            held.append(sock)
+            sock.bind((LOCAL_HOST, 0))
+            endpoint = f"{LOCAL_HOST}:{sock.getsockname()[1]}"
+            if endpoint not in taken:
+                found.append(endpoint)
+        return found
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def entry_argv(entry: str) -> list[str]:

@@ -43,7 +43,7 @@ from paddlecloud_core.processes import (
     attempt_start,
     entry_argv,
     exit_reason,
-    free_endpoint,
+    free_endpoints,
     groups_stop,
     process_env,
 )
@@ -198,11 +198,7 @@ def plan_build(*, package: str | None, module: str | None, entry: str | None,
 def topology_new(plan: Plan) -> Topology:
     """Free ports on 127.0.0.1, all different; a collective job's master gets its own."""
     count = plan.job.pservers + plan.job.trainers + (0 if plan.job.pservers else 1)
-    endpoints: list[str] = []
-    while len(endpoints) < count:
-        endpoint = free_endpoint()
-        if endpoint not in endpoints:
-            endpoints.append(endpoint)
+    endpoints = free_endpoints(count)
     pservers = tuple(endpoints[:plan.job.pservers])
     trainers = tuple(endpoints[plan.job.pservers:plan.job.pservers + plan.job.trainers])
     master = None if plan.job.pservers else endpoints[-1]

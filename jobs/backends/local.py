@@ -48,7 +48,7 @@ from paddlecloud_core.processes import (
     attempt_observe,
     attempt_start,
     entry_argv,
-    free_endpoint,
+    free_endpoints,
     groups_stop,
     process_env,
     read_json,
@@ -222,20 +222,27 @@ class LocalBackend(Backend):
     # --- processes -------------------------------------------------------------------------
 
     def topology(self, job, replicas) -> Topology:
+        master_file = job_dir(job) / "master"
+        collective = not any(r.role == "pserver" for r in replicas)
+        unset = [r for r in replicas if not r.endpoint]
+        kept = [r.endpoint for r in replicas if r.endpoint]
+        if collective and master_file.exists():
+            kept.append(master_file.read_text())
+        # Every replica (and a collective job's master) its own port: one job's replicas share
+        # a network, its own or the machine's.
+        fresh = free_endpoints(len(unset) + (collective and not master_file.exists()),
+                               taken=kept)
         with transaction.atomic():
-            for replica in replicas:
-                if not replica.endpoint:
-                    replica.host = "127.0.0.1"
-                    replica.endpoint = free_endpoint()
-                    replica.save(update_fields=["host", "endpoint"])
+            for replica, endpoint in zip(unset, fresh, strict=False):
+                replica.host, replica.endpoint = "127.0.0.1", endpoint
+                replica.save(update_fields=["host", "endpoint"])
         pservers = tuple(r.endpoint for r in replicas if r.role == "pserver")
         trainers = tuple(r.endpoint for r in replicas if r.role == "trainer")
         master = None
-        if not pservers:
-            master_file = job_dir(job) / "master"
+        if collective:
             if not master_file.exists():
                 master_file.parent.mkdir(parents=True, exist_ok=True)
-                master_file.write_text(free_endpoint())
+                master_file.write_text(fresh[-1])
             master = master_file.read_text()
         return Topology(pservers=pservers, trainers=trainers, master=master,
                         task_master=master_access(job))

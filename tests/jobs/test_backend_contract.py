@@ -313,3 +313,15 @@ def test_orphans_are_stopped_and_removed(request, backend, make_job):
                "the orphan still runs")
     eventually(backend, lambda: not kept(request, backend, job, pods=True),
                "something of the orphan is left")
+
+
+def test_a_jobs_local_endpoints_are_all_different():
+    """The kernel may hand out a port it just gave, once it is closed: the endpoints of a
+    job's replicas are found together, each held until all are, and none is one it has."""
+    from paddlecloud_core.processes import free_endpoints
+
+    for _ in range(20):
+        first = free_endpoints(64)
+        assert len(set(first)) == 64
+        again = free_endpoints(64, taken=first)
+        assert len(set(again)) == 64 and not set(again) & set(first)
