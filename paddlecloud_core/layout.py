@@ -10,6 +10,9 @@
     {home}/jobs/{name}/output/node_{i}/metrics.jsonl, server-metrics.jsonl
     {home}/jobs/{name}/{dirname}/                  a local package uploaded by paddlectl/SDK
     {home}/jobs/{name}/.site-packages-{key}/       its requirements, installed by its pods
+                                                   (when the portal could not read them)
+    {home}/.paddlecloud/envs/{digest}/site-packages  an environment of the owner's jobs on
+                                                   Kubernetes, shared by those of that digest
 
 The portal (which maps these onto disk and checks who may touch them), ``paddlectl``, the SDK
 and the replicas all place and find files with these functions; nobody spells them again.
@@ -142,6 +145,16 @@ def site_packages_rel(name: str, key: str) -> Rel:
     ``jobs/{name}/.site-packages-{key}``, ``key`` telling this job from an earlier one of the
     same name that may still run with its own."""
     return (*job_rel(name), f"{SITE_PACKAGES_PREFIX}{key}")
+
+
+ENVS_REL: Rel = (".paddlecloud", "envs")
+
+
+def env_rel(digest: str) -> Rel:
+    """An environment of the owner's Kubernetes jobs (``jobs.backends.envs``' digest of the
+    requirements and image): ``.paddlecloud/envs/{digest}``, its packages in
+    ``site-packages``, shared by every job of the owner that needs the same."""
+    return (*ENVS_REL, digest)
 
 
 def package_dirname(local_dirname: str) -> str:

@@ -12,7 +12,8 @@ digest names does not change while it is cached.
 Where: ``var/envs/<datacenter>/<digest>/site-packages`` — under the portal's private ``var/``,
 never in PFS, where users write: a job sees its environment only as a read-only bind, and no
 job, nor its owner, can change what another user's job will import. (Kubernetes pods cannot see
-``var/``; their init step still installs per pod.)
+``var/``: theirs are in their owner's PFS home, keyed by ``image_env_inputs``'s digest, built by
+the pods' init step: ``kubernetes/scripts.py``.)
 
 How it is built (``env_ensure``), with a lock file per digest (``flock``: across processes, and
 let go by the kernel when a builder dies):
@@ -150,22 +151,33 @@ def _index_settings(environ: dict[str, str]) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def env_inputs(pkg: Path, uv: str, environ: dict[str, str]) -> dict:
-    """What decides an environment's contents (its digest is of these)."""
+def requirements_paths(lines: list[str]) -> list[str]:
+    """The tokens of normalized requirements that may name a file or directory (a wheel,
+    ``-r base.txt``, ``--find-links wheels``): those that are neither options nor URLs."""
+    return [token for line in lines for token in re.split(r"[\s=]+", line)
+            if token and "://" not in token and not token.startswith("-")]
+
+
+def requirements_inputs(pkg: Path, *, absolute: bool = True) -> dict:
+    """What of a package decides its environment, on every backend: its normalized
+    requirements and the contents of what they name by path (relative to the package; absolute
+    paths too where ``absolute``: on Kubernetes those are in the image, not here)."""
     lines = requirements_normalized((pkg / "requirements.txt").read_text(errors="replace"))
     files = {}
-    for line in lines:
-        for token in re.split(r"[\s=]+", line):
-            if not token or "://" in token or token.startswith("-"):
-                continue
-            path = Path(token) if token.startswith("/") else pkg / token
-            with contextlib.suppress(OSError, ValueError):
-                if path.exists() and not path.is_symlink():
-                    files[token] = _tree_digest(path)
+    for token in requirements_paths(lines):
+        if token.startswith("/") and not absolute:
+            continue
+        path = Path(token) if token.startswith("/") else pkg / token
+        with contextlib.suppress(OSError, ValueError):
+            if path.exists() and not path.is_symlink():
+                files[token] = _tree_digest(path)
+    return {"format": FORMAT, "requirements": lines, "files": files}
+
+
+def env_inputs(pkg: Path, uv: str, environ: dict[str, str]) -> dict:
+    """What decides an environment's contents (its digest is of these)."""
     return {
-        "format": FORMAT,
-        "requirements": lines,
-        "files": files,
+        **requirements_inputs(pkg),
         "python": {"executable": sys.executable, "version": sys.version,
                    "cache_tag": sys.implementation.cache_tag,
                    "abiflags": getattr(sys, "abiflags", ""),
@@ -178,6 +190,14 @@ def env_inputs(pkg: Path, uv: str, environ: dict[str, str]) -> dict:
 
 def env_digest(inputs: dict) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def image_env_inputs(pkg: Path, image: str, installer: list[str]) -> dict:
+    """What decides the environment of a package's requirements on Kubernetes, where the pods
+    install them with the image's own Python and pip (``kubernetes/scripts.py``): the same
+    requirements part as here, the image reference instead of the portal's Python, and the
+    installer's command (its index settings are the image's: the reference stands for them)."""
+    return {**requirements_inputs(pkg, absolute=False), "image": image, "installer": installer}
 
 
 # --- finding, building, waiting ----------------------------------------------------------------

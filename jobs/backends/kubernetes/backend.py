@@ -54,6 +54,7 @@ from ...files import home_remove, output_prepare
 from ..base import Backend, BackendError, Observation, Status
 from . import manifests, pods
 from .client import KubeError, kube_for
+from .envs import env_prune, job_env_digest
 from .names import (
     COMPONENT_LABEL,
     FIRST_ATTEMPT_LABEL,
@@ -147,6 +148,7 @@ class KubernetesBackend(Backend):
         namespace = _namespace(job)
         if job.datacenter.pfs_root_path.is_dir():  # the portal's own mount of the PFS
             output_prepare(job)
+            self._environment(job)
         self._namespace_ensure(kube, job.datacenter, job.owner)
         if job.registry is not None:
             self._pull_secret_write(kube, job.registry)
@@ -161,6 +163,16 @@ class KubernetesBackend(Backend):
             raise BackendError(str(exc)) from None
         except KubeError as exc:
             raise BackendError(f"the cluster refused the job's objects: {exc}") from None
+
+    def _environment(self, job) -> None:
+        """Record the digest of the job's environment (``envs``) before its pods exist, and
+        keep the owner's environments within their bound."""
+        digest = job_env_digest(job)
+        if job.environment != digest:
+            job.environment = digest
+            type(job).objects.filter(pk=job.pk).update(environment=digest)
+        if digest:
+            env_prune(job, keep=digest)
 
     def _earlier_gone(self, kube, job, namespace: str) -> None:
         """Wait for the objects of the job's earlier start (it was requeued: its root is being
@@ -595,6 +607,15 @@ def _disrupted(status: dict) -> bool:
                for c in status.get("conditions") or [])
 
 
+def _setup_detail(message: str) -> str:
+    """What of the setup container's last lines says why it failed: pip's error, if it is
+    there (init.sh puts pip's last lines on its stderr), and where the whole of it is."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    said = next((line for line in reversed(lines) if line.startswith("ERROR:")), "")
+    return f"{said[:300]}; see output/requirements.log" if said else (
+        "see output/requirements.log")
+
+
 def pod_observation(pod: dict, role: str) -> Observation:
     status = pod.get("status") or {}
     phase = status.get("phase", "Pending")
@@ -613,8 +634,9 @@ def pod_observation(pod: dict, role: str) -> Observation:
             ended = (_container(status.get("initContainerStatuses"), init).get("state")
                      or {}).get("terminated")
             if terminated is None and ended and ended.get("exitCode"):
-                detail = ("see output/requirements.log" if init == "setup" else
-                          (ended.get("message") or "").strip() or "see the replica's log")
+                detail = ((ended.get("message") or "").strip() or "see the replica's log")
+                if init == "setup":
+                    detail = _setup_detail(detail)
                 return Observation(Status.EXITED, exit_code=ended["exitCode"], host=host,
                                    ref=ref, disrupted=disrupted, reason=(
                                        f"{what} (exit {ended['exitCode']}): {detail}"))

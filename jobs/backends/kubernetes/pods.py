@@ -49,6 +49,7 @@ from .names import (
     uid_short,
 )
 from .scripts import (
+    ENV_DIGEST_ENV,
     INIT_SCRIPT_NAME,
     LOG_ENV,
     PACKAGE_ENV,
@@ -104,7 +105,11 @@ def site_packages_rel(job) -> layout.Rel:
 
 
 def site_packages_dir(job) -> str:
-    """``site_packages_rel`` as the pods see it, under the PFS mount."""
+    """Where the pods find the job's requirements, under the PFS mount: its environment in the
+    owner's home when the portal knows its digest (``Job.environment``: ``env_digest``), else
+    ``site_packages_rel``."""
+    if job.environment:
+        return "/".join((pfs_home(job), *layout.env_rel(job.environment), "site-packages"))
     return "/".join((pfs_home(job), *site_packages_rel(job)))
 
 
@@ -335,7 +340,8 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
         "command": ["/bin/sh", f"{SCRIPTS_DIR}/{INIT_SCRIPT_NAME}"],
         "env": [{"name": name, "value": literal(value)} for name, value in (
             (PACKAGE_ENV, job.package), (WORKSPACE_ENV, WORKSPACE), (SITE_PACKAGES_ENV, site),
-            (REQUIREMENTS_LOG_ENV, f"{paths(job).output}/requirements.log"))],
+            (REQUIREMENTS_LOG_ENV, f"{paths(job).output}/requirements.log"),
+            *([(ENV_DIGEST_ENV, job.environment)] if job.environment else []))],
         "resources": _role_resources(job, role),
         "volumeMounts": _mounts(job),
         "terminationMessagePolicy": "FallbackToLogsOnError",

@@ -21,6 +21,9 @@ PACKAGE_ENV = "PADDLECLOUD_PACKAGE"
 WORKSPACE_ENV = "PADDLECLOUD_WORKSPACE"
 SITE_PACKAGES_ENV = "PADDLECLOUD_SITE_PACKAGES"
 REQUIREMENTS_LOG_ENV = "PADDLECLOUD_REQUIREMENTS_LOG"
+ENV_DIGEST_ENV = "PADDLECLOUD_ENV_DIGEST"
+# How init.sh installs requirements.txt (part of an environment's digest: ``envs``).
+PIP_INSTALL = ("-m", "pip", "install", "--disable-pip-version-check", "--no-input")
 # run.sh's environment (its one argument is the job's entry command).
 LOG_ENV = "PADDLECLOUD_LOG"
 PEERS_ENV = "PADDLECLOUD_PEERS"
@@ -34,13 +37,28 @@ INIT_SCRIPT = r"""# paddlecloud init.sh: prepares the workspace (every pod's ini
 #   PADDLECLOUD_WORKSPACE         where the replica runs (the pod's emptyDir)
 #   PADDLECLOUD_SITE_PACKAGES     where requirements.txt is installed, on the PFS mount
 #   PADDLECLOUD_REQUIREMENTS_LOG  pip's output is appended here
+#   PADDLECLOUD_ENV_DIGEST        the digest of the requirements and image (when the portal
+#                                 could read them); PADDLECLOUD_SITE_PACKAGES is then
+#                                 <envs>/<digest>/site-packages, shared by every job of the
+#                                 owner with that digest
 #
-# The package is copied into the workspace. If it has a requirements.txt, pip installs it into
-# PADDLECLOUD_SITE_PACKAGES once for the whole job, although every pod runs this script: the
-# first pod to take the lock (flock, which the kernel releases when its holder dies, even
-# killed) installs into a temporary directory, renames it into place and leaves a done marker;
-# the others wait for the lock, find the marker and go on. When pip fails, this script exits
-# with pip's exit code, and so the pod fails.
+# The package is copied into the workspace. If it has a requirements.txt, pip (the image's
+# python3 -m pip) installs it into PADDLECLOUD_SITE_PACKAGES once, although every pod runs
+# this script.
+#
+# With a digest (the environment cache): found if <envs>/<digest>/site-packages is there (its
+# "used" stamp is touched: the portal's LRU order); else the first pod to take the lock
+# <digest>.lock (flock: the kernel, or the NFS server, lets it go when its holder dies)
+# installs into <digest>.tmp-<pod>-<pid>, and renames it to <digest> only once pip succeeded,
+# so a half-built environment is never seen; the pods that waited for the lock find it. When
+# pip fails, its output goes to <digest>.failed and nothing is kept: the pods that waited fail
+# with that output too, and a pod that comes later builds again.
+#
+# Without a digest (the old way): installed for the whole job into its own directory, a done
+# marker once pip succeeded.
+#
+# When pip fails, this script exits with pip's exit code, and so the pod fails, pip's last
+# lines on its stderr (the pod's termination message).
 set -eu
 : "${PADDLECLOUD_PACKAGE:?}" "${PADDLECLOUD_WORKSPACE:?}"
 : "${PADDLECLOUD_SITE_PACKAGES:?}" "${PADDLECLOUD_REQUIREMENTS_LOG:?}"
@@ -48,6 +66,70 @@ set -eu
 fail() {
     echo "paddlecloud: $*" >&2
     exit 1
+}
+
+say() {  # to the pod's log and the requirements' log
+    echo "paddlecloud: $*" | tee -a "$log" >&2
+}
+
+found() {
+    touch "$env/used" 2>/dev/null || :
+    say "environment $short found in $env"
+    exit 0
+}
+
+# The environment of PADDLECLOUD_ENV_DIGEST, found, waited for or built; exits.
+shared_env() {
+    env=${site%/*}
+    short=$(printf %.12s "$PADDLECLOUD_ENV_DIGEST")
+    mkdir -p "${env%/*}" "${log%/*}"
+    [ -d "$site" ] && found
+    asked=$(date +%s)
+    waited=
+    exec 9>>"$env.lock"
+    if ! flock -n 9; then
+        waited=yes
+        say "environment $short is being built by another pod: waiting"
+        flock 9  # held until this script ends
+    fi
+    [ -d "$site" ] && found
+    if [ -n "$waited" ] && [ -f "$env.failed" ]; then
+        read -r when <"$env.failed" || when=0
+        if [ "$when" -ge "$asked" ]; then  # the build this pod waited for
+            tail -n +2 "$env.failed" | tail -n 20 >&2
+            fail "environment $short could not be built by another pod: requirements.txt" \
+                "could not be installed; see $log"
+        fi
+    fi
+    rm -rf "$env".tmp-*  # what a builder killed half way left behind
+    tmp="$env.tmp-${HOSTNAME:-pod}-$$"
+    say "environment $short not found: ${HOSTNAME:-a pod} installs requirements.txt into $env"
+    code=0
+    (cd "$PADDLECLOUD_WORKSPACE" && "$python" @PIP_INSTALL@ --target "$tmp/site-packages" \
+        -r requirements.txt) >"$tmp.log" 2>&1 || code=$?
+    cat "$tmp.log" >>"$log"
+    if [ "$code" -ne 0 ]; then
+        { date +%s; cat "$tmp.log"; } >"$tmp.failed"
+        mv -f "$tmp.failed" "$env.failed"
+        tail -n 20 "$tmp.log" >&2
+        rm -rf "$tmp" "$tmp.log"
+        echo "paddlecloud: requirements.txt could not be installed (pip exited $code); see $log" >&2
+        exit "$code"
+    fi
+    size=$(du -sk "$tmp" | cut -f1)
+    printf '{"time": %s, "size": %s, "digest": "%s"}\n' "$(date +%s)" "$((size * 1024))" \
+        "$PADDLECLOUD_ENV_DIGEST" >"$tmp/built.json"
+    : >"$tmp/used"
+    # rename(2), which never puts a directory into another: where the lock is only local (an
+    # NFS mount with local_lock), a pod of another node may have renamed its build first.
+    if ! "$python" -c 'import os, sys; os.rename(sys.argv[1], sys.argv[2])' "$tmp" "$env" \
+            2>/dev/null; then
+        [ -d "$site" ] || fail "environment $short could not be put in place at $env"
+        rm -rf "$tmp"
+    fi
+    rm -f "$tmp.log" "$env.failed"
+    say "environment $short built"
+    exit 0
 }
 
 [ -d "$PADDLECLOUD_PACKAGE" ] || fail "the trainer package $PADDLECLOUD_PACKAGE is not a directory"
@@ -59,6 +141,7 @@ log=$PADDLECLOUD_REQUIREMENTS_LOG
 [ -e "$site.done" ] && exit 0  # the usual case: an earlier pod installed them
 
 python=$(command -v python3 || command -v python) || fail "the image has no python3 or python"
+[ -z "${PADDLECLOUD_ENV_DIGEST:-}" ] || shared_env
 mkdir -p "${site%/*}" "${log%/*}"
 exec 9>>"$site.lock"
 flock 9  # held until this script ends
@@ -66,8 +149,8 @@ if [ ! -e "$site.done" ]; then
     rm -rf "$site.tmp" "$site"  # what an installer killed half way left behind
     echo "--- ${HOSTNAME:-a pod} installs requirements.txt into $site ---" >>"$log"
     code=0
-    (cd "$PADDLECLOUD_WORKSPACE" && "$python" -m pip install --disable-pip-version-check \
-        --no-input --target "$site.tmp" -r requirements.txt) >>"$log" 2>&1 || code=$?
+    (cd "$PADDLECLOUD_WORKSPACE" && "$python" @PIP_INSTALL@ --target "$site.tmp" \
+        -r requirements.txt) >>"$log" 2>&1 || code=$?
     if [ "$code" -ne 0 ]; then
         echo "paddlecloud: requirements.txt could not be installed (pip exited $code); see $log" >&2
         exit "$code"
@@ -270,5 +353,6 @@ main() {
 
 main "$@"
 """
+INIT_SCRIPT = INIT_SCRIPT.replace("@PIP_INSTALL@", " ".join(PIP_INSTALL))
 RUN_SCRIPT = (RUN_SCRIPT.replace("@ENDPOINT_VARIABLES@", " ".join(ENDPOINT_VARIABLES))
               .replace("@PEERS_ARGUMENT@", PEERS_ARGUMENT))
