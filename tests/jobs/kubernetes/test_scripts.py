@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -136,6 +137,68 @@ def test_a_failing_install_fails_the_pod_with_pips_exit_code(tmp_path, scripts, 
     retried = init(scripts, init_env(tmp_path, "pod-0", package))  # the lock was let go
     assert retried.wait(timeout=120) == 0
     assert (site / "tinydep").is_dir()
+
+
+DIGEST = "ab" * 32
+
+
+def shared_env(tmp_path, pod: str, package: Path, path: str = VENV_BIN) -> dict[str, str]:
+    """A pod of a job whose environment the portal knows (``PADDLECLOUD_ENV_DIGEST``)."""
+    envs = tmp_path / "pfs" / "home" / "alice" / ".paddlecloud" / "envs"
+    return {**init_env(tmp_path, pod, package, path), "PADDLECLOUD_ENV_DIGEST": DIGEST,
+            "PADDLECLOUD_SITE_PACKAGES": str(envs / DIGEST / "site-packages")}
+
+
+def test_an_environment_is_built_once_waited_for_then_found(tmp_path, scripts, package):
+    slow = slow_python(tmp_path)
+    pods = [init(scripts, shared_env(tmp_path, f"pod-{i}", package, path=slow))
+            for i in range(2)]
+    said = []
+    for pod in pods:
+        _, err = pod.communicate(timeout=120)
+        assert pod.returncode == 0, err
+        said.append(err)
+    env = tmp_path / "pfs" / "home" / "alice" / ".paddlecloud" / "envs" / DIGEST
+    assert (env / "site-packages" / "tinydep" / "__init__.py").is_file()
+    assert (env / "used").is_file() and json.loads((env / "built.json").read_text())["size"]
+    assert sorted(p.name for p in env.parent.iterdir()) == [DIGEST, f"{DIGEST}.lock"]
+    short = DIGEST[:12]
+    assert sum(f"environment {short} built" in err for err in said) == 1, said
+    assert sum(f"environment {short} is being built by another pod: waiting" in err
+               and f"environment {short} found" in err for err in said) == 1, said
+    log = (job_dir(tmp_path) / "output" / "requirements.log").read_text()
+    assert log.count("installs requirements.txt") == 1, log
+
+    again = init(scripts, shared_env(tmp_path, "pod-2", package))  # another job: found
+    _, err = again.communicate(timeout=60)
+    assert again.returncode == 0 and f"environment {short} found in {env}" in err, err
+
+
+def test_a_failed_build_fails_its_waiters_with_pips_message_and_is_not_kept(
+        tmp_path, scripts, package):
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "python3").write_text(
+        "#!/bin/sh\nsleep 1\necho 'ERROR: No matching distribution found for nope' >&2\n"
+        "exit 3\n")
+    (fake / "python3").chmod(0o755)
+    pods = [init(scripts, shared_env(tmp_path, f"pod-{i}", package, path=str(fake)))
+            for i in range(2)]
+    results = [(pod.wait(timeout=60), pod.stderr.read()) for pod in pods]
+    for pod in pods:
+        pod.stdout.close()
+        pod.stderr.close()
+    for code, err in results:
+        assert code != 0 and "ERROR: No matching distribution found for nope" in err, err
+    assert sorted(code for code, _ in results) == [1, 3]  # the builder's is pip's
+    envs = tmp_path / "pfs" / "home" / "alice" / ".paddlecloud" / "envs"
+    assert not (envs / DIGEST).exists() and not list(envs.glob("*.tmp-*"))
+
+    later = init(scripts, shared_env(tmp_path, "pod-2", package))  # builds again, and works
+    _, err = later.communicate(timeout=120)
+    assert later.returncode == 0, err
+    assert (envs / DIGEST / "site-packages" / "tinydep").is_dir()
+    assert not (envs / f"{DIGEST}.failed").exists()
 
 
 def test_a_package_without_requirements_is_only_copied(tmp_path, scripts, package):
