@@ -202,9 +202,9 @@ PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
 # The local backend's replicas run in bubblewrap sandboxes: "auto" when this machine can make
 # them (else it warns, at start, that jobs can read what the portal can), "bwrap" to refuse to
 # run jobs without, "off" (see jobs/backends/local.py and the README's Security model).
-# The local backend's cache of requirements.txt environments (jobs/backends/envs.py): at most
-# this many bytes per datacenter (a quantity: "10Gi", "500Mi"); the least recently used not in
-# use by a live job go first.
+# The cache of requirements.txt environments (jobs/backends/envs.py, kubernetes/envs.py): at
+# most this many bytes per datacenter on the local backend, per user home on Kubernetes (a
+# quantity: "10Gi", "500Mi"); the least recently used not in use by a live job go first.
 PADDLECLOUD_ENV_CACHE_SIZE = env_str("PADDLECLOUD_ENV_CACHE_SIZE", "10Gi")
 try:
     PADDLECLOUD_ENV_CACHE_BYTES = parse_bytes(PADDLECLOUD_ENV_CACHE_SIZE)
