@@ -18,12 +18,9 @@ from paddlecloud_sdk import recordio
 # Each trainer: for every task it is given, note it (taken), read its records (SLOW seconds
 # each for trainer SLOW_TRAINER), and once the master has the task done, write the records it
 # read (committed): output/node_N/tasks.txt, a line a task.
-TRAINER = """\
-import os, time
+# READ_TASKS is that loop, for a program that has set ``me`` and ``slow``.
+READ_TASKS = """\
 from paddlecloud_sdk import master
-
-me = int(os.environ["PADDLE_TRAINER_ID"])
-slow = float(os.environ.get("SLOW", "0")) if me == int(os.environ.get("SLOW_TRAINER", -1)) else 0
 out = os.path.join(os.environ["PADDLE_OUTPUT_DIR"], f"node_{me}")
 os.makedirs(out, exist_ok=True)
 with open(os.path.join(out, "tasks.txt"), "a") as log:
@@ -37,21 +34,31 @@ with open(os.path.join(out, "tasks.txt"), "a") as log:
         log.flush()
 print("no more tasks", flush=True)
 """
+TRAINER = """\
+import os, time
+me = int(os.environ["PADDLE_TRAINER_ID"])
+slow = float(os.environ.get("SLOW", "0")) if me == int(os.environ.get("SLOW_TRAINER", -1)) else 0
+""" + READ_TASKS
 FINAL = ("succeeded", "failed", "killed")
+
+
+def package_write(home, program: str) -> None:
+    """``program`` as the trainer package's train.py in ``home``, and the dataset: 1000
+    records r0..r999 in 5 RecordIO files, data/part-*.recordio."""
+    (home / "pkg").mkdir()
+    (home / "pkg" / "train.py").write_text(program)
+    (home / "data").mkdir()
+    for part in range(5):
+        with recordio.Writer(home / "data" / f"part-{part}.recordio") as writer:
+            for number in range(part * 200, part * 200 + 200):
+                writer.write(f"r{number}".encode())
 
 
 def dataset_job(live_portal) -> Callable[..., Job]:
     """alice's trainer package and dataset (1000 records in 5 RecordIO files) in her PFS
     home; a function submitting the job that reads them (50 tasks of 20 records, 2 passes,
     3 trainers, restart limit 1), ``env`` its variables."""
-    home = live_portal.home
-    (home / "pkg").mkdir()
-    (home / "pkg" / "train.py").write_text(TRAINER)
-    (home / "data").mkdir()
-    for part in range(5):
-        with recordio.Writer(home / "data" / f"part-{part}.recordio") as writer:
-            for number in range(part * 200, part * 200 + 200):
-                writer.write(f"r{number}".encode())
+    package_write(live_portal.home, TRAINER)
 
     def submit(**env) -> Job:
         return job_submit(live_portal.user, live_portal.datacenter, {
@@ -103,6 +110,11 @@ def state(job) -> str:
 def assert_exactly_once(job) -> None:
     assert state(job) == "succeeded", (job.state_reason, list(job.events.values_list(
         "reason", flat=True)))
+    assert_every_record_once(job)
+
+
+def assert_every_record_once(job) -> None:
+    """Every task of both passes done, and every record committed once a pass."""
     tasks = Task.objects.filter(job=job)
     assert tasks.count() == 100 and set(tasks.values_list("state", flat=True)) == {"done"}
     expected = Counter(f"r{n}" for n in range(1000))

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from collections import Counter
 
 import pytest
 
@@ -18,13 +16,18 @@ from accounts.services import quota_set
 from jobs import engine
 from jobs.admission import quota_report
 from jobs.backends import backend_for
-from jobs.files import output_dir
-from jobs.models import Job, JobEvent, Task
+from jobs.models import Job, JobEvent
 from jobs.services import job_kill, job_submit
 from jobs.tasks import jobs_admit
 from paddlecloud.errors import ValidationError
-from paddlecloud_sdk import recordio
 from tests.conftest import assert_error
+from tests.jobs.master_scenario import (
+    READ_TASKS,
+    assert_every_record_once,
+    package_write,
+    taken,
+    wait_for,
+)
 
 DATASET = "/pfs/datacenter1/home/alice/data/part-*.recordio"
 HOME = "/pfs/datacenter1/home/alice"
@@ -41,37 +44,14 @@ print("trainer", me, "of", os.environ["PADDLE_TRAINERS_NUM"], flush=True)
 if os.environ.get("READ") != "1":
     time.sleep(float(os.environ.get("SLEEP", "60")))
     raise SystemExit(0)
-from paddlecloud_sdk import master
 slow = float(os.environ["VERY_SLOW"] if me == int(os.environ.get("SLOW_TRAINER", -1))
              else os.environ.get("SLOW", "0"))
-out = os.path.join(os.environ["PADDLE_OUTPUT_DIR"], f"node_{me}")
-os.makedirs(out, exist_ok=True)
-with open(os.path.join(out, "tasks.txt"), "a") as log:
-    for task in master.tasks():
-        print("taken", task["pass"], task["index"], flush=True)
-        records = []
-        for record in task:
-            records.append(record.decode())
-            time.sleep(slow)
-        log.write(f"{task['pass']} {task['index']} {' '.join(records)}\\n")
-        log.flush()
-print("no more tasks", flush=True)
-"""
-
-
-def _package(home) -> None:
-    (home / "pkg").mkdir()
-    (home / "pkg" / "train.py").write_text(PROGRAM)
-    (home / "data").mkdir()
-    for part in range(5):
-        with recordio.Writer(home / "data" / f"part-{part}.recordio") as writer:
-            for number in range(part * 200, part * 200 + 200):
-                writer.write(f"r{number}".encode())
+""" + READ_TASKS
 
 
 @pytest.fixture
 def package(pfs_home) -> str:
-    _package(pfs_home)
+    package_write(pfs_home, PROGRAM)
     return f"{HOME}/pkg"
 
 
@@ -79,36 +59,6 @@ def elastic(**fields) -> dict:
     """An elastic job's submission: 1 pserver and a dataset, as a range needs."""
     return {"package": f"{HOME}/pkg", "entry": "python train.py", "pservers": 1,
             "dataset": DATASET, "task_records": 20, **fields}
-
-
-def wait(predicate, timeout: float = 30.0, message: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        assert time.monotonic() < deadline, message
-        time.sleep(0.1)
-    return result
-
-
-def taken(job, trainer: int) -> list[str]:
-    log = output_dir(job) / f"node_{trainer}" / "train.log"
-    return [line for line in (log.read_text().splitlines() if log.exists() else [])
-            if line.startswith("taken ")]
-
-
-def committed(job) -> dict[int, Counter]:
-    """The records of the tasks the trainers finished, by pass, each with its count; a task
-    read again after its trainer was lost between writing it and the master hearing it was
-    done is written twice, with the same records, and counts once (as test_master_e2e)."""
-    lines: dict[tuple[int, int], list[str]] = {}
-    for path in output_dir(job).glob("node_*/tasks.txt"):
-        for line in path.read_text().splitlines():
-            pass_no, index, *records = line.split()
-            key = (int(pass_no), int(index))
-            assert lines.setdefault(key, records) == records, key
-    seen: dict[int, Counter] = {0: Counter(), 1: Counter()}
-    for (pass_no, _), records in lines.items():
-        seen[pass_no].update(records)
-    return seen
 
 
 def trainer_states(job) -> dict[str, str]:
@@ -252,7 +202,7 @@ def sync_until(job, predicate, timeout: float = 60.0, message: str = "condition"
         engine.job_sync(job.pk)
         job.refresh_from_db()
         return predicate()
-    return wait(look, timeout, message)
+    return wait_for(look, timeout, message)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -324,14 +274,14 @@ def test_a_lost_trainer_is_replaced_and_the_job_succeeds_with_every_record(
     """2:3 trainers read 1000 records in 50 tasks, 2 passes; trainer 1, killed mid-task
     with no restart allowed, is lost: its task goes to another trainer, trainer-3 replaces it,
     and the job succeeds with every record read in a task done exactly once per pass."""
-    _package(live_portal.home)
+    package_write(live_portal.home, PROGRAM)
     job = job_submit(live_portal.user, live_portal.datacenter, {
         "name": "reader", **elastic(trainers="2:3", passes=2, restart_limit=0, env={
             "READ": "1", "SLOW": "0.01", "SLOW_TRAINER": "1", "VERY_SLOW": "0.05"})}).job
-    wait(lambda: taken(job, 1), 60, "trainer 1 to take a task")
+    wait_for(lambda: taken(job, 1), 60, "trainer 1 to take a task")
     trainer = job.replicas.get(role="trainer", index=1)
     os.killpg(int(trainer.backend_ref.split(":")[1]), signal.SIGKILL)  # mid-task
-    wait(lambda: Job.objects.get(pk=job.pk).state in ("succeeded", "failed", "killed"), 180,
+    wait_for(lambda: Job.objects.get(pk=job.pk).state in ("succeeded", "failed", "killed"), 180,
          "the job to end")
     job.refresh_from_db()
     events = list(job.events.values_list("reason", flat=True))
@@ -344,11 +294,7 @@ def test_a_lost_trainer_is_replaced_and_the_job_succeeds_with_every_record(
     assert JobEvent.objects.filter(job=job, to_state="lost", replica__index=1).exists()
     assert JobEvent.objects.filter(job=job, replica__index=3, to_state="starting",
                                    reason__startswith="added:").exists()
-    tasks = Task.objects.filter(job=job)
-    assert tasks.count() == 100 and set(tasks.values_list("state", flat=True)) == {"done"}
-    expected = Counter(f"r{n}" for n in range(1000))
-    for pass_no, seen in committed(job).items():
-        assert seen == expected, (pass_no, len(seen), sum(seen.values()))
+    assert_every_record_once(job)
     again = JobEvent.objects.filter(job=job, from_state="leased", to_state="waiting",
                                     reason__contains="trainer-1").exists()
     assert again, "trainer 1's task was not dispatched again"
