@@ -109,10 +109,9 @@ def test_the_environment_is_read_only_in_the_job(submit, pkg, alice, datacenter)
     assert "# mine" not in (envs.env_path(datacenter, job.environment) / "six.py").read_text()
 
 
-def test_two_jobs_at_once_wait_for_one_build(submit, pkg, alice, datacenter):
-    (pkg / "requirements.txt").write_text(GOOD)
-    jobs = [submit(f"twin{i}") for i in range(2)]
-    barrier = threading.Barrier(2)
+def launch_together(jobs) -> None:
+    """Launch the jobs at the same moment, each on a thread of its own (as two workers)."""
+    barrier = threading.Barrier(len(jobs))
 
     def go(job):
         try:
@@ -126,6 +125,12 @@ def test_two_jobs_at_once_wait_for_one_build(submit, pkg, alice, datacenter):
         thread.start()
     for thread in threads:
         thread.join(120)
+
+
+def test_two_jobs_at_once_wait_for_one_build(submit, pkg, alice, datacenter):
+    (pkg / "requirements.txt").write_text(GOOD)
+    jobs = [submit(f"twin{i}") for i in range(2)]
+    launch_together(jobs)
     for job in jobs:
         job.refresh_from_db()
         assert job.state in ("starting", "running"), job.state_reason
@@ -141,20 +146,7 @@ def test_two_jobs_at_once_wait_for_one_build(submit, pkg, alice, datacenter):
 def test_a_failed_build_fails_its_job_and_is_not_cached(submit, pkg, alice, datacenter):
     (pkg / "requirements.txt").write_text(BAD)
     jobs = [submit(f"bad{i}") for i in range(2)]
-    barrier = threading.Barrier(2)
-
-    def go(job):
-        try:
-            barrier.wait()
-            engine.job_launch(job.pk)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=go, args=(job,)) for job in jobs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
+    launch_together(jobs)
     for job in jobs:
         job.refresh_from_db()
         assert job.state == "failed"
