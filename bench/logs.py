@@ -52,9 +52,11 @@ from portal import (  # noqa: E402
     BenchError,
     Portal,
     Stopped,
+    cell,
     free_port,
     handle_signals,
     log,
+    percent,
 )
 
 DATACENTER = "datacenter1"
@@ -566,12 +568,6 @@ def _round(value, digits):
 
 
 def table(results: list[dict]) -> str:
-    def cell(value, digits=1):
-        return "-" if value is None else f"{value:.{digits}f}"
-
-    def percent(value):
-        return "-" if value is None else f"{value * 100:.0f}%"
-
     lines = [f"{'layer':<10}  {'followers':>9}  {'lines/s':>7}  {'delivered':>9}  "
              f"{'p50 ms':>7}  {'p95 ms':>7}  {'p99 ms':>7}  {'max ms':>7}  {'lost':>4}  "
              f"{'dup':>4}  {'no end':>6}  {'p99/1s':>6}  {'RSS MiB':>7}  {'portal cpu':>10}  "

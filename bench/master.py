@@ -68,9 +68,11 @@ from portal import (  # noqa: E402
     BenchError,
     KeepAlive,
     Stopped,
+    cell,
     free_port,
     handle_signals,
     log,
+    percent,
 )
 from submit import DATACENTER, USERNAME, Client, DemoPortal, login, percentile  # noqa: E402
 
@@ -753,12 +755,6 @@ def fill_peer(database_url: str, job_pk: int, peer_job: int) -> int:
 
 
 def table(pairs: list[tuple[Round, Round | None]]) -> str:
-    def cell(value, digits=1):
-        return "-" if value is None else f"{value:.{digits}f}"
-
-    def share(value):
-        return "-" if value is None else f"{value * 100:.0f}%"
-
     lines = [f"{'layer':<7} {'trainers':>8} {'tasks/s':>8} {'vs 500@64':>9} "
              f"{'next p50':>9} {'p95':>7} {'p99':>7} {'vs 50ms':>7} {'done p50':>9} "
              f"{'p95':>7} {'waits':>5} {'portal/peer':>11} {'bench cpu':>9} "
@@ -777,9 +773,9 @@ def table(pairs: list[tuple[Round, Round | None]]) -> str:
                 f"{t['next_p95'] or '-':>7} {cell(f['done_p50_ms']):>9} "
                 f"{cell(f['done_p95_ms']):>7} {r.waits:>5} "
                 f"{cell(ratio, 2) if r is portal else '':>11} "
-                f"{share(r.cpu.get('bench_cpu')):>9} {share(r.cpu.get('portal_cpu')):>10} "
-                f"{share(r.cpu.get('postgres_cpu')):>7} {share(r.cpu.get('machine_busy')):>7} "
-                f"{share(r.cpu.get('cpu_wait')):>8} {cell(r.db_connections, 0):>8}  "
+                f"{percent(r.cpu.get('bench_cpu')):>9} {percent(r.cpu.get('portal_cpu')):>10} "
+                f"{percent(r.cpu.get('postgres_cpu')):>7} {percent(r.cpu.get('machine_busy')):>7} "
+                f"{percent(r.cpu.get('cpu_wait')):>8} {cell(r.db_connections, 0):>8}  "
                 + ("ok" if r.ok else f"FAILED: {r.errors} of {r.trainers} trainers stopped on "
                                       f"an error; first: {short(r.first_error, 60)}")
                 + "".join(f"; portal logged {n} x {short_exception(line, 110)}"

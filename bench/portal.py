@@ -51,6 +51,16 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def cell(value, digits: int = 1) -> str:
+    """A figure of a benchmark's table: ``digits`` decimals, or "-" when there is none."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def percent(value) -> str:
+    """A share (1.0 = 100 %) for a benchmark's table, or "-"."""
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))

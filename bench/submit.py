@@ -36,6 +36,7 @@ from portal import (  # noqa: E402
     KeepAlive,
     Portal,
     Stopped,
+    cell,
     free_port,
     handle_signals,
     log,
@@ -289,9 +290,6 @@ def login(base: str, password: str) -> str:
 
 
 def table(rounds: list[Round]) -> str:
-    def cell(value, digits):
-        return "-" if value is None else f"{value:.{digits}f}"
-
     lines = [f"{'jobs':>6}  {'submit/s':>9}  {'p50 ms':>8}  {'p95 ms':>8}  "
              f"{'all running s':>13}  result"]
     for r in rounds:
