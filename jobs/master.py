@@ -282,12 +282,17 @@ def _pass_make(job, pass_no: int) -> int:
     return len(spans)
 
 
+def _last_pass(job) -> int | None:
+    """The last pass made (None before the first): an index lookup."""
+    return _run(_LAST_PASS[1:-1], [job.pk])[0][0]
+
+
 def _current_pass(job) -> int | None:
     """The pass with tasks not yet done or set aside, or None when every pass made is over
     (then the next is made). Two index lookups, however many tasks the pass holds."""
     if not _run(_PENDING, [job.pk, job.pk]):
         return None
-    return _run(_LAST_PASS[1:-1], [job.pk])[0][0]
+    return _last_pass(job)
 
 
 def _pass_next(job) -> bool:
@@ -300,8 +305,7 @@ def _pass_next(job) -> bool:
             raise _forget(job)
         if _current_pass(job) is not None:
             return True  # another call made it meanwhile
-        made = (Task.objects.filter(job=job.pk).order_by("-pass_no")
-                .values_list("pass_no", flat=True).first())
+        made = _last_pass(job)
         following = 0 if made is None else made + 1
         if following >= locked.passes or _pass_make(locked, following) == 0:
             return False
@@ -547,8 +551,7 @@ def tasks_left(job) -> int:
     """How many tasks the master still has to hand out or hear back about: the open tasks of
     the current pass, and one more while a pass is still to come. 0 once every pass made is
     over and none is to come (or no trainer has asked yet)."""
-    last = (Task.objects.filter(job=job).order_by("-pass_no")
-            .values_list("pass_no", flat=True).first())
+    last = _last_pass(job)
     if last is None:
         return 0
     open_tasks = Task.objects.filter(job=job, pass_no=last, state__in=(
