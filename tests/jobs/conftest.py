@@ -62,3 +62,31 @@ async def app(layer, pfs_home, settings):
     await sync_to_async(connections.close_all)()
     yield application
     await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture
+def prepared_jobs(alice, datacenter, backend):
+    """``make(prefix, trainers=1, pservers=0, **fields)``: alice's job (package
+    /pfs/datacenter1/home/alice/pkg, entry ``python train.py``, image ``img``) made straight
+    in the database with its replicas and prepared on the test's ``backend``; every job made
+    is stopped and cleaned up after the test."""
+    from jobs.models import Job, Replica
+
+    made: list[Job] = []
+
+    def make(prefix: str, trainers: int = 1, pservers: int = 0, **fields) -> Job:
+        job = Job.objects.create(
+            owner=alice, datacenter=datacenter, name=f"{prefix}{len(made)}",
+            package="/pfs/datacenter1/home/alice/pkg", entry="python train.py", image="img",
+            trainers=trainers, pservers=pservers, **fields)
+        for role, count in (("pserver", pservers), ("trainer", trainers)):
+            for index in range(count):
+                Replica.objects.create(job=job, role=role, index=index)
+        backend.prepare(job)
+        made.append(job)
+        return job
+
+    yield make
+    for job in made:
+        backend.stop(job, list(job.replicas.all()), grace=1)
+        backend.cleanup(job)

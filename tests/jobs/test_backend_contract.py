@@ -63,27 +63,14 @@ def backend(request, datacenter) -> Backend:
 
 
 @pytest.fixture
-def make_job(alice, datacenter, pfs_home, backend):
+def make_job(pfs_home, prepared_jobs):
     (pfs_home / "pkg").mkdir()
     (pfs_home / "pkg" / "train.py").write_text(TRAINER)
-    made: list[Job] = []
 
     def make(trainers=1, pservers=0, **env) -> Job:
-        job = Job.objects.create(
-            owner=alice, datacenter=datacenter, name=f"c{len(made)}",
-            package="/pfs/datacenter1/home/alice/pkg", entry="python train.py", image="img",
-            trainers=trainers, pservers=pservers, env={k: str(v) for k, v in env.items()})
-        for role, count in (("pserver", pservers), ("trainer", trainers)):
-            for index in range(count):
-                Replica.objects.create(job=job, role=role, index=index)
-        backend.prepare(job)
-        made.append(job)
-        return job
+        return prepared_jobs("c", trainers, pservers, env={k: str(v) for k, v in env.items()})
 
-    yield make
-    for job in made:
-        backend.stop(job, list(job.replicas.all()), grace=1)
-        backend.cleanup(job)
+    return make
 
 
 def start(backend, job, replica) -> str:

@@ -26,7 +26,7 @@ from jobs.backends.local import job_dir, relay_file
 from jobs.backends.relay import relay_read
 from jobs.backends.sandbox import netns_read
 from jobs.files import output_dir
-from jobs.models import Job, Replica
+from jobs.models import Job
 from jobs.services import job_submit
 from paddlecloud.errors import ValidationError
 from paddlecloud_core.contract import (
@@ -146,25 +146,12 @@ def backend(request, datacenter):
 
 
 @pytest.fixture
-def make_job(alice, datacenter, package, backend):
-    made: list[Job] = []
-
+def make_job(package, prepared_jobs):
     def make(dataset: str = DATASET, trainers: int = 1, pservers: int = 0) -> Job:
-        job = Job.objects.create(
-            owner=alice, datacenter=datacenter, name=f"m{len(made)}", package=PACKAGE,
-            entry="python train.py", image="img", trainers=trainers, pservers=pservers,
-            dataset=dataset, dataset_unit="file" if dataset else "")
-        for role, count in (("pserver", pservers), ("trainer", trainers)):
-            for index in range(count):
-                Replica.objects.create(job=job, role=role, index=index)
-        backend.prepare(job)
-        made.append(job)
-        return job
+        return prepared_jobs("m", trainers, pservers, dataset=dataset,
+                             dataset_unit="file" if dataset else "")
 
-    yield make
-    for job in made:
-        backend.stop(job, list(job.replicas.all()), grace=1)
-        backend.cleanup(job)
+    return make
 
 
 def envs(backend, job) -> dict[str, dict[str, str]]:
