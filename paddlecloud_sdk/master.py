@@ -82,6 +82,8 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from paddlecloud_core.errors import causes
+
 from . import env, recordio
 
 URL_VAR = "PADDLECLOUD_MASTER_URL"
@@ -266,13 +268,7 @@ def _answer(where: str, payload: bytes) -> dict:
 
 def _network_reason(exc: BaseException) -> str:
     """A few words on why a request got no answer."""
-    seen: set[int] = set()
-    todo = [exc]
-    while todo:
-        cause = todo.pop()
-        if id(cause) in seen:
-            continue
-        seen.add(id(cause))
+    for cause in causes(exc):
         if isinstance(cause, ConnectionRefusedError):
             return "connection refused"
         if isinstance(cause, socket.gaierror):
@@ -281,8 +277,6 @@ def _network_reason(exc: BaseException) -> str:
             return "connection lost"
         if isinstance(cause, TimeoutError | socket.timeout):
             return "no answer in time"
-        todo += [c for c in (getattr(cause, "reason", None), cause.__cause__,
-                             cause.__context__) if isinstance(c, BaseException)]
     return str(exc) or type(exc).__name__
 
 

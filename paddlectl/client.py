@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import requests
 
+from paddlecloud_core.errors import causes
 from paddlectl import __version__
 from paddlectl.errors import ApiError, NetworkError
 from paddlectl.tokens import TokenCache, token_key
@@ -264,13 +265,7 @@ def network_reason(exc: BaseException) -> str:
         return f"no connection within {CONNECT_TIMEOUT} s"
     if isinstance(exc, requests.exceptions.SSLError):
         return "TLS handshake failed"
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        cause = todo.pop()
-        if id(cause) in seen:
-            continue
-        seen.add(id(cause))
+    for cause in causes(exc):
         if isinstance(cause, ConnectionRefusedError):
             return "connection refused"
         if isinstance(cause, socket.gaierror) or type(cause).__name__ == "NameResolutionError":
@@ -280,6 +275,4 @@ def network_reason(exc: BaseException) -> str:
         if isinstance(cause, TimeoutError | requests.Timeout) \
                 or type(cause).__name__ == "ReadTimeoutError":
             return "no answer in time"
-        todo += [c for c in (getattr(cause, "reason", None), cause.__cause__, cause.__context__,
-                             *cause.args) if isinstance(c, BaseException)]
     return "connection failed"
