@@ -10,7 +10,8 @@ import pytest
 
 from jobs.models import Job
 from tests.dashboard.test_job_pages import PACKAGE, browser, element, text  # noqa: F401
-from tests.jobs.test_elastic import DATASET, _package
+from tests.jobs.master_scenario import package_write
+from tests.jobs.test_elastic import DATASET, PROGRAM
 
 
 @pytest.fixture(autouse=True)
@@ -20,7 +21,7 @@ def _no_starts(held_tasks):
 
 @pytest.fixture
 def package(pfs_home):
-    _package(pfs_home)
+    package_write(pfs_home, PROGRAM)
     return "/pfs/datacenter1/home/alice/pkg"
 
 

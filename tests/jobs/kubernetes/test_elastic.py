@@ -17,7 +17,8 @@ from jobs.models import JobEvent
 from jobs.tasks import jobs_admit
 from tests.jobs.kubernetes import factories
 from tests.jobs.kubernetes.test_backend import NS, running_pod, submit, wait
-from tests.jobs.test_elastic import _package
+from tests.jobs.master_scenario import package_write
+from tests.jobs.test_elastic import PROGRAM
 
 DATASET = "/pfs/datacenter1/home/alice/data/part-*.recordio"
 
@@ -47,7 +48,7 @@ def test_the_indexed_job_grows_as_trainers_are_added_and_lost_ones_replaced(
         k8s_api, kube_datacenter, alice, datacenter, pfs_home, held_tasks,
         django_capture_on_commit_callbacks):
     held_tasks.run("jobs.tasks.jobs_admit", jobs_admit)
-    _package(pfs_home)
+    package_write(pfs_home, PROGRAM)
     quota_set(None, datacenter, alice, cpu=4000, jobs=5)  # the pserver and 3 trainers
     job = submit(alice, datacenter, "/pfs/datacenter1/home/alice/pkg", name="el",
                  trainers="2:4", pservers=1, dataset=DATASET, task_records=20)
