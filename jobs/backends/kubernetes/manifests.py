@@ -45,6 +45,7 @@ from paddlecloud_core.contract import (
     trainers_restart_together,
 )
 from paddlecloud_core.spec import JobSpec
+from registries.oci import docker_config_json
 
 from .names import (
     COMPONENT_LABEL,
@@ -340,14 +341,12 @@ def job_objects(job, *, namespace: str, root_uid: str | None = None) -> list[dic
 def pull_secret(namespace: str, registry, password: str) -> dict:
     """The credential as a pull secret in its owner's namespace. It belongs to the credential,
     not to a job: jobs only name it in their imagePullSecrets."""
-    auth = base64.b64encode(f"{registry.username}:{password}".encode()).decode()
-    config = {"auths": {registry.server: {"username": registry.username, "password": password,
-                                          "auth": auth}}}
+    config = docker_config_json(registry.server, registry.username, password)
     labels = {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "registry",
               REGISTRY_LABEL: registry.name, OWNER_LABEL: str(registry.owner_id)}
     return {
         "apiVersion": "v1", "kind": "Secret",
         "metadata": _metadata(pull_secret_name(registry), namespace, labels),
         "type": "kubernetes.io/dockerconfigjson",
-        "data": {".dockerconfigjson": base64.b64encode(json.dumps(config).encode()).decode()},
+        "data": {".dockerconfigjson": base64.b64encode(config.encode()).decode()},
     }
