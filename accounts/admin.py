@@ -134,6 +134,8 @@ class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
                                    "kube_gpu_tolerations", "kube_gpu_node_selector"]}),
         ("PFS", {"fields": ["pfs_storage", "pfs_root", "public_dir", "s3_bucket",
                             "s3_endpoint_url", "s3_region"]}),
+        ("Runtime images", {"fields": ["build_registry", "build_registry_insecure",
+                                       "builder_image"]}),
     ]
 
 

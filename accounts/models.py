@@ -167,6 +167,22 @@ class Datacenter(models.Model):
         max_length=512, blank=True,
         help_text="Image for jobs that name none; empty means PADDLECLOUD_DEFAULT_IMAGE.",
     )
+    build_registry = models.CharField(
+        "build registry", max_length=255, blank=True, validators=[RegexValidator(
+            r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*"
+            r"[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$",
+            "host[:port] and an optional lower-case path, e.g. registry.example.com/paddlecloud")],
+        help_text="Where runtime images built from trainer packages are pushed (host[:port]/"
+                  "path): each user's under <this>/<username>, pushed with the user's "
+                  "credentials for that host. Empty: no builds; pods install requirements.txt "
+                  "when they start.")
+    build_registry_insecure = models.BooleanField(
+        "build registry over plain HTTP", default=False,
+        help_text="The build registry speaks HTTP, not HTTPS (one inside the cluster's network).")
+    builder_image = models.CharField(
+        max_length=512, blank=True,
+        help_text="The rootless BuildKit image of the builder Jobs (Kubernetes); empty means "
+                  "PADDLECLOUD_BUILDER_IMAGE.")
     start_timeout = models.PositiveIntegerField(
         "start timeout (seconds)", default=300,
         help_text="A job whose replicas are not all running this long after it was admitted "

@@ -115,6 +115,7 @@ DATACENTER_FIELDS = {
     "pfs_storage", "s3_bucket", "s3_endpoint_url", "s3_region", "kube_volume",
     "kube_scheduler", "kube_queue", "kube_run_as_user", "kube_run_as_group",
     "kube_gpu_tolerations", "kube_gpu_node_selector", "start_timeout", "start_tries",
+    "build_registry", "build_registry_insecure", "builder_image",
 }
 QUOTA_FIELDS = set(QUOTA_RESOURCES)
 

@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 from accounts.signals import quota_changed
 
-from .signals import job_ended, job_requeued
+from .signals import job_built, job_ended, job_requeued
 
 
 class JobsConfig(AppConfig):
@@ -19,3 +19,4 @@ class JobsConfig(AppConfig):
         # A requeued job is admitted again as ended jobs' queues are: at its place, its
         # first (its submission time is kept).
         job_requeued.connect(job_ended_admit, dispatch_uid="jobs.job_requeued_admit")
+        job_built.connect(job_ended_admit, dispatch_uid="jobs.job_built_admit")

@@ -23,7 +23,7 @@ from . import services
 from .files import JobFile, log_file, metrics_file
 from .logs import lines, pumps
 from .metrics import metric_records
-from .models import replica_ended
+from .models import worker_ended
 from .notify import job_group, jobs_group
 from .serializers import EventSerializer, JobSerializer, WorkerSerializer
 
@@ -190,7 +190,7 @@ class LinesConsumer(PortalConsumer):
         self.cursor, self.lock = lines.Cursor(), asyncio.Lock()
         # A link or a FIFO where the file is: refused before anything is followed.
         await asyncio.to_thread(lines.lines_skip, file, self.cursor, self.next)
-        self.replica_id = replica.pk
+        self.followed = replica
         self.source = pumps.Source(f"lines.{job.uid.hex}.{self.kind}.{replica.role}"
                                    f"{replica.index}", file, self.ended)
         await self.join(self.source.group)
@@ -207,7 +207,7 @@ class LinesConsumer(PortalConsumer):
         raise NotImplementedError
 
     async def ended(self) -> bool:
-        return await database_sync_to_async(replica_ended)(self.replica_id)
+        return await database_sync_to_async(worker_ended)(self.followed)
 
     async def disconnect(self, code):
         if self.source is not None:

@@ -27,6 +27,7 @@ from paddlecloud.errors import NotFoundError, PaddleCloudError
 from paddlecloud_core.layout import (
     OUTPUT_MARKER,
     PfsPath,
+    build_log_rel,
     log_relpath,
     metrics_relpath,
     output_aside,
@@ -97,8 +98,27 @@ class JobFile:
 
 
 def log_file(job, replica) -> JobFile:
-    """The replica's log (``output/node_<i>/train.log`` or ``server.log``)."""
+    """The replica's log (``output/node_<i>/train.log`` or ``server.log``); the job's build's
+    when ``replica`` is its ``Build`` (``paddlectl logs JOB -w build``)."""
+    if replica.role == "build":
+        return build_log_file(replica)
     return JobFile(job_home(job), _in_output(job, log_relpath(replica.role, replica.index)))
+
+
+def build_log_file(build) -> JobFile:
+    """A runtime image build's log (``.paddlecloud/builds/<uid>.log`` in its owner's home)."""
+    return JobFile(job_home(build), build_log_rel(build.uid))
+
+
+def build_log_open(build) -> int:
+    """The build's log opened for appending (created with its directory). The caller closes
+    it."""
+    home, rel = job_home(build), build_log_rel(build.uid)
+    try:
+        home.mkdir(rel[:-1], parents=True)
+        return home.open(rel, append=True)
+    except PaddleCloudError as exc:
+        raise BackendError(f"cannot write the build's log: {exc.message}") from None
 
 
 def metrics_file(job, replica) -> JobFile:

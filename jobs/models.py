@@ -13,6 +13,59 @@ from paddlecloud_core.spec import trainers_shown
 from .states import FINAL_REPLICA_STATES, JobState, ReplicaState
 
 
+class Build(models.Model):
+    """A runtime image built from a trainer package (``jobs.builds``): ``FROM`` a base image,
+    the package at ``/train/package``, its requirements installed; pushed to ``image``, a tag
+    named by ``digest`` in the datacenter's build registry. One build per tag at a time: the
+    jobs that need the same image wait for the same build."""
+
+    class State(models.TextChoices):
+        BUILDING = "building"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                              related_name="builds")
+    datacenter = models.ForeignKey("accounts.Datacenter", on_delete=models.CASCADE,
+                                   related_name="builds")
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    package = models.CharField("trainer package", max_length=4096)
+    base = models.CharField("base image", max_length=512)
+    digest = models.CharField(max_length=64, help_text="sha256 of what decides the image: the "
+                                                       "base, the Dockerfile, the package.")
+    image = models.CharField(max_length=512, help_text="Where it is pushed: host/repo:tag.")
+    registry = models.ForeignKey(
+        "registries.Registry", on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="builds", help_text="The owner's credentials it is pushed with.")
+    dockerfile = models.BooleanField("package's own Dockerfile", default=False)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.BUILDING)
+    reason = models.TextField(blank=True)
+    image_digest = models.CharField(max_length=80, blank=True,
+                                    help_text="The pushed manifest's digest (sha256:…).")
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["datacenter", "image"],
+                                    condition=models.Q(state="building"),
+                                    name="one_build_per_image"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.image} ({self.state})"
+
+    @property
+    def reference(self) -> str:
+        """The image pinned to what was pushed (``host/repo:tag@sha256:…``), once built."""
+        return f"{self.image}@{self.image_digest}" if self.image_digest else self.image
+
+    # As a worker whose log is followed (``paddlectl logs JOB -w build``).
+    name = role = "build"
+    index = 0
+
+
 class Job(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                               related_name="jobs")
@@ -35,6 +88,10 @@ class Job(models.Model):
     topology = models.CharField(max_length=1024, blank=True,
                                 help_text="PaddlePaddle v1 config file in the package (legacy).")
     image = models.CharField(max_length=512)
+    build = models.ForeignKey(
+        Build, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs",
+        help_text="The build of its runtime image (a package with requirements.txt or a "
+                  "Dockerfile, in a datacenter with a build registry).")
     registry = models.ForeignKey(
         "registries.Registry", on_delete=models.SET_NULL, null=True, blank=True,
         related_name="jobs", help_text="The credential its images are pulled with.")
@@ -164,6 +221,19 @@ class Replica(models.Model):
     def name(self) -> str:
         """As users name workers: ``trainer-0``, ``pserver-1``."""
         return f"{self.role}-{self.index}"
+
+
+def build_ended(build_id: int) -> bool:
+    """Whether the build will write no more to its log (it ended, or is gone)."""
+    state = Build.objects.filter(pk=build_id).values_list("state", flat=True).first()
+    return state in (None, Build.State.SUCCEEDED, Build.State.FAILED)
+
+
+def worker_ended(worker) -> bool:
+    """``replica_ended`` or ``build_ended``, for whoever follows a worker's log."""
+    if isinstance(worker, Build):
+        return build_ended(worker.pk)
+    return replica_ended(worker.pk)
 
 
 def replica_ended(replica_id: int) -> bool:

@@ -8,7 +8,7 @@ from accounts.serializers import QuotaResourceSerializer
 from paddlecloud_core.quantity import format_bytes, format_cpu
 
 from .admission import queue_position
-from .models import Job, JobEvent, Replica
+from .models import Build, Job, JobEvent, Replica
 
 
 @extend_schema_field(OpenApiTypes.STR)
@@ -109,6 +109,27 @@ class WorkerSerializer(serializers.ModelSerializer):
         model = Replica
         fields = ["name", "role", "index", "state", "reason", "restarts", "exit_code", "host",
                   "endpoint", "started_at", "finished_at"]
+
+
+class BuildSerializer(serializers.ModelSerializer):
+    id = serializers.UUIDField(source="uid", read_only=True)
+    reference = serializers.CharField(read_only=True,
+                                      help_text="The image pinned to what was pushed.")
+
+    class Meta:
+        model = Build
+        fields = ["id", "state", "reason", "package", "base", "image", "image_digest",
+                  "reference", "dockerfile", "created_at", "finished_at"]
+
+
+class BuildRequestSerializer(serializers.Serializer):
+    package = serializers.CharField(help_text="The trainer package, a directory in PFS.")
+    base = serializers.CharField(required=False, help_text="The base image (default: the "
+                                                           "datacenter's default image).")
+    image = serializers.CharField(required=False, help_text="Where it is pushed; default: "
+                                  "the datacenter's build registry, tagged by the digest.")
+    registry = serializers.CharField(required=False, help_text="Your registry credentials "
+                                     "to push with (default: yours for the image's host).")
 
 
 class EventSerializer(serializers.ModelSerializer):

@@ -10,17 +10,21 @@ from django.db import IntegrityError, transaction
 from accounts.audit import audit_record
 from accounts.models import AuditEntry
 from paddlecloud.errors import ConflictError, NotFoundError, ValidationError
-from paddlecloud.queue import JOB_REMAINS_REMOVE, JOB_STOP, task_later
+from paddlecloud.queue import BUILD_RUN, JOB_BUILD, JOB_REMAINS_REMOVE, JOB_STOP, task_later
 from paddlecloud_core.quantity import format_bytes, format_cpu
 from paddlecloud_core.spec import name_taken
+from registries.oci import image_ref_parse
 from registries.services import registry_get
 
+from . import builds
 from .admission import queue_ahead_annotation, quota_admit, quota_fit_check, quota_queue_check
 from .backends import backend_for
+from .backends.base import BackendError
+from .builds import job_build_needed
 from .engine import job_remains
-from .models import Job, JobEvent, Replica
+from .models import Build, Job, JobEvent, Replica
 from .notify import job_changed, job_deleted
-from .spec import JobSpec, job_spec_validate
+from .spec import JobSpec, job_spec_validate, package_target
 from .states import FINAL_JOB_STATES, JobState
 from .transitions import job_transition
 
@@ -73,23 +77,98 @@ def job_submit(user, datacenter, data: dict) -> Submission:
     try:
         with transaction.atomic():
             quota_queue_check(user, datacenter, spec, lock=True)
+            building = job_build_needed(unsaved)
             job = Job.objects.create(owner=user, datacenter=datacenter, registry=registry,
-                                     uid=unsaved.uid, **fields)
+                                     uid=unsaved.uid, **fields,
+                                     state=JobState.BUILDING if building else JobState.PENDING)
             Replica.objects.bulk_create(
                 Replica(job=job, role=r["role"], index=r["index"]) for r in job_plan(spec))
-            JobEvent.objects.create(job=job, from_state="", to_state=JobState.PENDING,
-                                    reason=f"submitted by {user.username}")
+            JobEvent.objects.create(
+                job=job, from_state="", to_state=job.state,
+                reason=f"submitted by {user.username}" + (
+                    ": its runtime image is built from its package first" if building else ""))
             audit_record(user, AuditEntry.Action.JOB_SUBMIT, f"{user.username}/{job.name}",
                          datacenter=datacenter, trainers=job.trainers, pservers=job.pservers,
                          cpu=format_cpu(job.cpu), memory=format_bytes(job.memory),
                          gpu=job.gpu, image=job.image)
-            quota_admit(user.pk, datacenter.pk)
+            if building:
+                task_later(JOB_BUILD, job.pk)
+            else:
+                quota_admit(user.pk, datacenter.pk)
             job_changed(job.pk)
     except IntegrityError:
         raise ValidationError.for_field("name", name_taken(spec.name)) from None
     job.refresh_from_db(fields=["state", "state_reason", "started_at", "updated_at",
                                 "trainers_held"])
     return Submission(job, spec, objects)
+
+
+BUILD_FIELDS = frozenset({"package", "base", "image", "registry"})
+
+
+def build_create(user, datacenter, data: dict) -> Build:
+    """``paddlectl build PACKAGE --base IMAGE [--image NAME] [--registry CRED]``: build and push
+    without a job. ``image`` defaults to the datacenter's build registry, tagged by the digest;
+    a name without a tag gets that tag. An image of that digest-named tag already in its
+    registry is not built again (the build succeeds at once)."""
+    if not isinstance(data, dict):
+        raise ValidationError("the build must be a JSON object")
+    errors = {key: ["unknown field"] for key in sorted(set(data) - BUILD_FIELDS)}
+    package, base = data.get("package"), data.get("base") or datacenter.image
+    image, registry_name = data.get("image") or "", data.get("registry") or ""
+    if not isinstance(package, str) or not package:
+        errors["package"] = ["required: the trainer package, a directory in your PFS home"]
+    else:
+        target, problems = package_target(user, datacenter, package)
+        if problems:
+            errors["package"] = problems[:1]
+        else:
+            package = str(target.path)
+    for field, value in (("base", base), ("image", image)):
+        if not isinstance(value, str):
+            errors[field] = ["an image reference, e.g. registry.example.com/team/paddle:2.6"]
+        elif value:
+            try:
+                image_ref_parse(value)
+            except ValueError as exc:
+                errors[field] = [str(exc)]
+    if not image and not datacenter.build_registry and "image" not in errors:
+        errors["image"] = [f"required: datacenter {datacenter.name!r} has no build registry, "
+                           "so name where the image goes (host/repository[:tag])"]
+    registry = None
+    if registry_name and "registry" not in errors:
+        try:
+            registry = registry_get(user, datacenter, registry_name)
+        except NotFoundError as exc:
+            errors["registry"] = [exc.message]
+    if errors:
+        raise ValidationError("; ".join(f"{k}: {v[0]}" for k, v in errors.items()),
+                              fields=errors)
+    try:
+        inputs = builds.build_inputs(datacenter, package, base, always=True)
+    except BackendError as exc:
+        raise ValidationError.for_field("package", str(exc)) from None
+    tag = f"{builds.TAG_PREFIX}{inputs.digest[:40]}"
+    if not image:
+        image = builds.runtime_image(datacenter, user, inputs.digest)
+    elif ":" not in image.rsplit("/", 1)[-1] and "@" not in image:
+        image = f"{image}:{tag}"
+    registry = builds.push_credentials(user, datacenter, image, registry)
+    with transaction.atomic():
+        build = Build.objects.create(
+            owner=user, datacenter=datacenter, package=package, base=base,
+            digest=inputs.digest, image=image, registry=registry, dockerfile=inputs.own,
+            state=Build.State.BUILDING)
+        task_later(BUILD_RUN, build.pk)
+    return build
+
+
+def build_get(user, datacenter, uid) -> Build:
+    build = (Build.objects.select_related("datacenter", "owner", "registry")
+             .filter(owner=user, datacenter=datacenter, uid=uid).first())
+    if build is None:
+        raise NotFoundError(f"you have no build {uid} in datacenter {datacenter.name!r}")
+    return build
 
 
 def job_get(user, datacenter, name: str) -> Job:
@@ -102,9 +181,17 @@ def job_get(user, datacenter, name: str) -> Job:
     return job
 
 
-def job_worker(job, name: str | None) -> Replica:
-    """The job's worker named ``name`` (``trainer-0``, ``pserver-1``); by default its first
-    trainer (its first replica when it has none)."""
+def job_worker(job, name: str | None, *, building: bool = True) -> Replica | Build:
+    """The job's worker named ``name`` (``trainer-0``, ``pserver-1``, or ``build``: the build
+    of its runtime image); by default its first trainer (its first replica when it has none),
+    or, with ``building``, its build while the job is ``building``."""
+    build = job.build if job.build_id else None
+    if name == Build.role or (not name and building and build is not None
+                              and job.state == JobState.BUILDING):
+        if build is None:
+            raise NotFoundError.for_field("worker", f"job {job.name!r} has no build: its "
+                                                    "image was not built from its package")
+        return build
     replicas = list(job.replicas.all())
     if not name:
         trainers = [r for r in replicas if r.role == Replica.Role.TRAINER]
@@ -112,7 +199,7 @@ def job_worker(job, name: str | None) -> Replica:
     for replica in replicas:
         if replica.name == name:
             return replica
-    names = ", ".join(sorted(r.name for r in replicas))
+    names = ", ".join(sorted([r.name for r in replicas] + ([Build.role] if build else [])))
     raise NotFoundError.for_field("worker", f"job {job.name!r} has no worker {name!r} "
                                             f"(it has {names})")
 

@@ -7,9 +7,13 @@ places in the queue) is free, so the owner's waiting jobs may start.
 
 ``job_requeued`` — a job's start timed out and it went back to its queue (``engine``), with the
 same arguments: its place, and what it held, are free again.
+
+``job_built`` — jobs' runtime images are ready (``builds``): they went from ``building`` to
+``pending``, with the same arguments, and the owner's queue may admit them.
 """
 
 from django.dispatch import Signal
 
 job_ended = Signal()
 job_requeued = Signal()
+job_built = Signal()

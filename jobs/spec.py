@@ -32,6 +32,24 @@ def _is_file(target, relpath: str) -> bool:
     return entry.type == "file"
 
 
+def package_target(user, datacenter, package: str):
+    """The trainer package ``package`` as the PFS reads it (its storage and path), and the
+    problems that make it unusable: not the user's to read, not a directory."""
+    try:
+        target = pfs_target(user, datacenter, package, field="package")
+    except PaddleCloudError as exc:
+        return None, exc.fields.get("package", [exc.message])
+    try:
+        if target.storage.is_dir(target.rel):
+            return target, []
+        raise target.storage.not_a_dir(target.rel)
+    except NotFoundError:
+        return None, [f"{target.path} is not a directory in PFS: upload the trainer package "
+                      "there first (paddlectl cp -r)"]
+    except PaddleCloudError as exc:  # not a directory, a link leading out …
+        return None, [exc.fields.get("path", [exc.message])[0]]
+
+
 def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
     """Check a submission against every rule; raise one ValidationError naming each field."""
     if not isinstance(data, dict):
@@ -48,23 +66,11 @@ def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
 
     package_at = None  # the package's storage and path, read as the PFS reads it
     if values["package"]:
-        try:
-            target = pfs_target(user, datacenter, values["package"], field="package")
-        except PaddleCloudError as exc:
-            for msg in exc.fields.get("package", [exc.message]):
-                check.fail("package", msg)
-        else:
-            values["package"] = str(target.path)
-            try:
-                if target.storage.is_dir(target.rel):
-                    package_at = target
-                else:
-                    raise target.storage.not_a_dir(target.rel)
-            except NotFoundError:
-                check.fail("package", f"{values['package']} is not a directory in PFS: upload "
-                                      "the trainer package there first (paddlectl cp -r)")
-            except PaddleCloudError as exc:  # not a directory, a link leading out …
-                check.fail("package", exc.fields.get("path", [exc.message])[0])
+        package_at, problems = package_target(user, datacenter, values["package"])
+        for problem in problems:
+            check.fail("package", problem)
+        if package_at is not None:
+            values["package"] = str(package_at.path)
 
     if values["registry"]:
         try:

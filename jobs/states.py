@@ -1,8 +1,11 @@
 """The states of jobs and replicas and the transitions between them (the one table of rules).
 
-    pending ─▶ queued ─▶ starting ─▶ running ─▶ succeeded
-       │          │          │           │
-       └──────────┴──────────┴───────────┴────▶ failed | killed
+  building ─▶ pending ─▶ queued ─▶ starting ─▶ running ─▶ succeeded
+      │          │          │          │           │
+      └──────────┴──────────┴──────────┴───────────┴────▶ failed | killed
+
+A job whose runtime image is built from its package (``jobs.builds``) is ``building`` first,
+and ``pending`` once the image is in its registry.
 
 A job waits in ``queued`` while its quota is in use; ``starting`` while its replicas are being
 created; it is ``running`` once they all run. ``succeeded``, ``failed`` and ``killed`` are final.
@@ -21,6 +24,7 @@ from paddlecloud_core.status import FINAL_STATES
 
 
 class JobState(models.TextChoices):
+    BUILDING = "building"
     PENDING = "pending"
     QUEUED = "queued"
     STARTING = "starting"
@@ -46,6 +50,7 @@ LIVE_REPLICA_STATES = frozenset(ReplicaState) - FINAL_REPLICA_STATES  # may have
 _ENDINGS = {JobState.FAILED, JobState.KILLED}
 
 JOB_TRANSITIONS: dict[str, frozenset[str]] = {
+    JobState.BUILDING: frozenset({JobState.PENDING, *_ENDINGS}),
     JobState.PENDING: frozenset({JobState.QUEUED, JobState.STARTING, *_ENDINGS}),
     JobState.QUEUED: frozenset({JobState.STARTING, *_ENDINGS}),
     # A short job can end before it is ever seen running.

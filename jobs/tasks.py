@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from accounts.models import Datacenter
 
-from . import engine
+from . import builds, engine
 from .admission import quota_admit, waiting_queues
 from .backends import backend_for
 from .backends.base import BackendError
@@ -54,6 +54,22 @@ def job_start(job_id: int) -> None:
         return
     engine.job_launch(job_id)
     job_watch.apply_async((job_id,), countdown=SYNC_INTERVAL)
+
+
+# A build takes minutes: acknowledged as it starts, so that a broker's redelivery never runs
+# a second builder beside it (a build whose worker died is taken over: builds.BUILD_LOST_AFTER).
+@shared_task(name="jobs.tasks.job_build")
+def job_build(job_id: int) -> None:
+    """A ``building`` job: its runtime image found in the registry, waited for, or built."""
+    with contextlib.suppress(ObjectDoesNotExist):
+        builds.job_build(job_id)
+
+
+@shared_task(name="jobs.tasks.build_run")
+def build_run(build_id: int) -> None:
+    """A build asked for by ``paddlectl build``."""
+    with contextlib.suppress(ObjectDoesNotExist):
+        builds.build_run(build_id)
 
 
 @shared_task(name="jobs.tasks.jobs_admit", acks_late=True)

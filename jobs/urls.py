@@ -14,5 +14,8 @@ urlpatterns = [
     path("master/<uuid:uid>/next", views.MasterNextView.as_view(), name="api-master-next"),
     path("master/<uuid:uid>/tasks/<int:task_id>/<str:action>", views.MasterTaskView.as_view(),
          name="api-master-task"),
+    path("builds/", views.BuildListView.as_view(), name="api-builds"),
+    path("builds/<uuid:uid>/", views.BuildDetailView.as_view(), name="api-build"),
+    path("builds/<uuid:uid>/logs", views.BuildLogsView.as_view(), name="api-build-logs"),
     path("quota", views.QuotaView.as_view(), name="api-quota"),
 ]

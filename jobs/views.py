@@ -24,8 +24,10 @@ from .files import log_file
 from .logs import stream
 from .logs.lines import line_number, tail_offset
 from .metrics import metrics_get
-from .models import replica_ended
+from .models import worker_ended
 from .serializers import (
+    BuildRequestSerializer,
+    BuildSerializer,
     DryRunSerializer,
     EventSerializer,
     JobMetricsSerializer,
@@ -141,8 +143,37 @@ class JobLogsView(DatacenterAPIView):
         file = log_file(job, replica)
         file.size()  # a link or a FIFO in its place is refused now, before anything is sent
         offset = tail_offset(file, tail) if tail is not None else 0
-        finished = (lambda: sync_to_async(replica_ended)(replica.pk)) if follow else None
+        finished = (lambda: sync_to_async(worker_ended)(replica)) if follow else None
         return _streaming(stream.blocks(file, offset, finished))
+
+
+class BuildListView(DatacenterAPIView):
+    @extend_schema(request=BuildRequestSerializer, responses={202: BuildSerializer, **ERRORS},
+                   summary="Build a runtime image from a trainer package and push it "
+                           "(paddlectl build); follow it at builds/{id}/logs?follow=1")
+    def post(self, request):
+        build = services.build_create(request.user, self.datacenter, request.data)
+        return Response(BuildSerializer(build).data, status=status.HTTP_202_ACCEPTED)
+
+
+class BuildDetailView(DatacenterAPIView):
+    @extend_schema(responses={200: BuildSerializer, **ERRORS}, summary="One build")
+    def get(self, request, uid):
+        return Response(BuildSerializer(services.build_get(request.user, self.datacenter,
+                                                           uid)).data)
+
+
+class BuildLogsView(DatacenterAPIView):
+    @extend_schema(parameters=[flag_parameter("follow", "keep streaming until it ends")],
+                   responses={(200, "text/plain"): OpenApiTypes.STR, **ERRORS},
+                   summary="A build's log")
+    def get(self, request, uid):
+        build = services.build_get(request.user, self.datacenter, uid)
+        file = log_file(None, build)
+        file.size()
+        finished = ((lambda: sync_to_async(worker_ended)(build))
+                    if query_flag(request, "follow") else None)
+        return _streaming(stream.blocks(file, 0, finished))
 
 
 class JobMetricsView(DatacenterAPIView):

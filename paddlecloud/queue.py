@@ -20,10 +20,12 @@ JOB_START = "jobs.tasks.job_start"
 JOB_STOP = "jobs.tasks.job_stop"
 JOBS_ADMIT = "jobs.tasks.jobs_admit"
 JOB_REMAINS_REMOVE = "jobs.tasks.job_remains_remove"
+JOB_BUILD = "jobs.tasks.job_build"
+BUILD_RUN = "jobs.tasks.build_run"
 PULL_SECRET_SYNC = "registries.tasks.pull_secret_sync"  # noqa: S105 - a task's name
 PULL_SECRET_REMOVE = "registries.tasks.pull_secret_remove"  # noqa: S105
-TASKS = frozenset({JOB_START, JOB_STOP, JOBS_ADMIT, JOB_REMAINS_REMOVE, PULL_SECRET_SYNC,
-                   PULL_SECRET_REMOVE})
+TASKS = frozenset({JOB_START, JOB_STOP, JOBS_ADMIT, JOB_REMAINS_REMOVE, JOB_BUILD, BUILD_RUN,
+                   PULL_SECRET_SYNC, PULL_SECRET_REMOVE})
 
 
 def task_later(name: str, *args) -> None:

@@ -199,9 +199,12 @@ if PADDLECLOUD_BACKEND not in ("local", "kubernetes"):
         f"PADDLECLOUD_BACKEND={PADDLECLOUD_BACKEND!r}: expected 'local' or 'kubernetes'"
     )
 PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
-# The local backend's replicas run in bubblewrap sandboxes: "auto" when this machine can make
-# them (else it warns, at start, that jobs can read what the portal can), "bwrap" to refuse to
-# run jobs without, "off" (see jobs/backends/local.py and the README's Security model).
+# The rootless BuildKit image of runtime image builders on Kubernetes (jobs.builds); a
+# datacenter's builder_image overrides it. Pin a version (moby/buildkit:v0.x.y-rootless) to
+# keep builds repeatable.
+PADDLECLOUD_BUILDER_IMAGE = env_str("PADDLECLOUD_BUILDER_IMAGE", "moby/buildkit:rootless")
+# Where the local backend's builder (buildah) keeps its images and layers.
+PADDLECLOUD_BUILDAH_DIR = Path(env_str("PADDLECLOUD_BUILDAH_DIR") or VAR_DIR / "buildah")
 # The cache of requirements.txt environments (jobs/backends/envs.py, kubernetes/envs.py): at
 # most this many bytes per datacenter on the local backend, per user home on Kubernetes (a
 # quantity: "10Gi", "500Mi"); the least recently used not in use by a live job go first.
@@ -210,6 +213,9 @@ try:
     PADDLECLOUD_ENV_CACHE_BYTES = parse_bytes(PADDLECLOUD_ENV_CACHE_SIZE)
 except QuantityError as _exc:
     raise ImproperlyConfigured(f"PADDLECLOUD_ENV_CACHE_SIZE: {_exc}") from None
+# The local backend's replicas run in bubblewrap sandboxes: "auto" when this machine can make
+# them (else it warns, at start, that jobs can read what the portal can), "bwrap" to refuse to
+# run jobs without, "off" (see jobs/backends/local.py and the README's Security model).
 PADDLECLOUD_LOCAL_SANDBOX = env_str("PADDLECLOUD_LOCAL_SANDBOX", "auto")
 if PADDLECLOUD_LOCAL_SANDBOX not in ("auto", "bwrap", "off"):
     raise ImproperlyConfigured(

@@ -148,6 +148,14 @@ def site_packages_rel(name: str, key: str) -> Rel:
 
 
 ENVS_REL: Rel = (".paddlecloud", "envs")
+BUILDS_REL: Rel = (".paddlecloud", "builds")
+# Where a runtime image built from a trainer package holds it (the seeds' path).
+IMAGE_PACKAGE_DIR = "/train/package"
+
+
+def build_log_rel(uid) -> Rel:
+    """A runtime image build's log in its owner's home: ``.paddlecloud/builds/{uid}.log``."""
+    return (*BUILDS_REL, f"{uid}.log")
 
 
 def env_rel(digest: str) -> Rel:

@@ -234,6 +234,18 @@ class ApiClient:
         return self.request("GET", _job_path(name, "logs"), params=params, stream=True,
                             wait=follow)
 
+    def build_create(self, body: dict) -> dict:
+        """Build a runtime image (``paddlectl build``): the build, ``building``."""
+        return self.call("POST", "builds/", json=body)
+
+    def build_get(self, build_id: str) -> dict:
+        return self.call("GET", f"builds/{build_id}/")
+
+    def build_logs(self, build_id: str, *, follow: bool = False) -> requests.Response:
+        """A build's log as a streamed response (close it when done)."""
+        return self.request("GET", f"builds/{build_id}/logs",
+                            params={"follow": 1} if follow else None, stream=True, wait=follow)
+
     def job_tasks(self, name: str) -> dict:
         """What the job's master has done: ``{"passes": [{"pass", "waiting", "leased",
         "done", "set_aside", "total"}], "current_pass", "total_passes", "tasks": [...]}``

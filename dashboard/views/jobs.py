@@ -171,10 +171,11 @@ def job_detail(request, datacenter, name: str):
         "workers": workers, "events": job.events.select_related("replica"),
         "active": job.state not in FINAL_JOB_STATES,
         "questions": [question(job, "kill"), question(job, "delete")],
+        "log_workers": ([job.build] if job.build_id else []) + workers,
         "log_worker": shown.name, "log_first": first, "log_lines": lines,
         "log_error": log_error,
         "log_from": max(0, first + len(lines) - LOG_KEEP),
-        "metrics_worker": services.job_worker(job, None).name,
+        "metrics_worker": services.job_worker(job, None, building=False).name,
         "dataset": master.tasks_report(job) if job.dataset else None,
     })
 

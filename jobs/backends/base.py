@@ -91,6 +91,20 @@ class Backend(abc.ABC):
     def cleanup(self, job) -> None:
         """Remove what the backend keeps for the job privately (not its output)."""
 
+    # Runtime images (``jobs.builds``).
+
+    runs_images = False  # replicas run in the job's image, which a build registry lets build
+
+    def image_build(self, build, dockerfile: str, log: int, auth: tuple[str, str] | None, *,
+                    insecure: bool) -> str:
+        """Build ``build``'s runtime image (``dockerfile`` is its text; the package
+        ``build.package`` its context) and push it to ``build.image`` with ``auth`` (user name
+        and password; None: anonymously; ``insecure``: over plain HTTP). Returns the pushed
+        manifest's digest. The builder's output goes to the file descriptor ``log``;
+        ``BackendError`` with a one-line reason (the builder's last lines, or the registry's
+        refusal) if it fails."""
+        raise BackendError(f"datacenter {build.datacenter.name}'s backend cannot build images")
+
     # Registry credentials. Only a backend that pulls images needs them (Kubernetes keeps one
     # pull secret per credential in the owner's namespace); on the others these do nothing.
 

@@ -35,6 +35,7 @@ import fcntl
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -56,6 +57,7 @@ from paddlecloud_core.processes import (
 
 from ..files import home_dir, output_dir, output_open, output_prepare, package_copy
 from .base import Backend, BackendError, Observation
+from .buildah import buildah_build
 from .envs import env_ensure, env_path
 from .relay import RELAY_PORT, RelayError, relay_start, relay_stop
 from .sandbox import (
@@ -190,6 +192,17 @@ class LocalBackend(Backend):
     def paths(self, job) -> Paths:
         return Paths(output=str(output_dir(job)), pfs_home=str(home_dir(job)),
                      pfs_public=str(job.datacenter.public_path))
+
+    def image_build(self, build, dockerfile: str, log: int, auth, *, insecure: bool) -> str:
+        """``paddlectl build`` on this machine: buildah, daemonless, on a copy of the package
+        (read through its PFS storage), with its images under PADDLECLOUD_BUILDAH_DIR. Jobs
+        here run as processes, not in images: they never wait for a build."""
+        with tempfile.TemporaryDirectory(prefix="paddlecloud-build-") as tmp:
+            context = Path(tmp) / "context"
+            package_copy(build, context)
+            return buildah_build(context, dockerfile, build.image, insecure=insecure,
+                                 auth=auth, log=log,
+                                 storage=settings.PADDLECLOUD_BUILDAH_DIR / build.datacenter.name)
 
     def cleanup(self, job) -> None:
         self.release(job)

@@ -338,15 +338,20 @@ def setup_logs(parser) -> None:
                           "name (or one worker's log, as it is, with -w).")
     parser.add_argument("job", metavar="JOB")
     flag(parser, "w", "worker", metavar="WORKER",
-         help="only this worker: trainer-0, pserver-1, ... (see `paddlectl get workers`)")
+         help="only this worker: trainer-0, pserver-1, ... (see `paddlectl get workers`), "
+              "or build: the build of the job's runtime image")
     flag(parser, "f", "follow", action="store_true",
          help="keep printing what is written until the workers end")
     flag(parser, "tail", metavar="N", help="only the last N lines")
 
 
 def run_logs(ctx, args) -> None:
-    workers = [args.worker] if args.worker else [
-        worker["name"] for worker in ctx.client.job_workers(args.job)]
+    if args.worker:
+        workers = [args.worker]
+    elif ctx.client.job_get(args.job)["state"] == "building":  # its build's log
+        workers = ["build"]
+    else:
+        workers = [worker["name"] for worker in ctx.client.job_workers(args.job)]
     if len(workers) == 1:
         _print_log(ctx, args, workers[0], prefix="")
         return

@@ -101,10 +101,12 @@ class Controller:
     def script_pods(self, name: str = "*", *, namespace: str | None = None,
                     lines: tuple[str, ...] | list[str] = (), exit_code: int = 0,
                     reason: str | None = None, line_interval: float = 0.0,
-                    run_seconds: float = 0.0, container: str | None = None) -> PodPlan:
+                    run_seconds: float = 0.0, container: str | None = None,
+                    message: str | None = None) -> PodPlan:
         """Matching pods' containers print ``lines`` once running, then exit with
-        ``exit_code`` (``reason`` e.g. "OOMKilled"); restarted containers run it again."""
-        script = Script(tuple(lines), exit_code, reason, line_interval, run_seconds)
+        ``exit_code`` (``reason`` e.g. "OOMKilled"; ``message`` what they wrote to their
+        terminationMessagePath); restarted containers run it again."""
+        script = Script(tuple(lines), exit_code, reason, line_interval, run_seconds, message)
         return self._add_plan(PodPlan(name, namespace, script=script, container=container))
 
     def _add_plan(self, plan: PodPlan) -> PodPlan:

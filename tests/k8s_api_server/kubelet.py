@@ -34,6 +34,7 @@ class Script:
     reason: str | None = None  # terminated reason; default Completed (0) or Error
     line_interval: float = 0.0
     run_seconds: float = 0.0
+    message: str | None = None  # what the container wrote to its terminationMessagePath
 
 
 @dataclass
@@ -281,10 +282,10 @@ class Kubelet:
                 run.lines_done = due
             ends_at = run.started_at + len(script.lines) * max(interval, 0) + script.run_seconds
             if run.lines_done == len(script.lines) and now >= ends_at:
-                self.terminate(pod, name, script.exit_code, script.reason)
+                self.terminate(pod, name, script.exit_code, script.reason, script.message)
 
     def terminate(self, pod: dict, container: str, exit_code: int,
-                  reason: str | None = None) -> None:
+                  reason: str | None = None, message: str | None = None) -> None:
         """End a running container; restart it later or finish the pod, per restartPolicy."""
         runtime = self._runtimes.get(pod["metadata"]["uid"])
         entry = next((e for e in pod["status"].get("containerStatuses") or []
@@ -296,6 +297,8 @@ class Kubelet:
         reason = reason or ("Completed" if exit_code == 0 else "Error")
         ended = _terminated(exit_code, reason, entry["containerID"],
                             entry["state"]["running"]["startedAt"])
+        if message:
+            ended["message"] = message
         policy = pod["spec"].get("restartPolicy", "Always")
         entry.update(ready=False, started=False)
         if policy == "Always" or (policy == "OnFailure" and exit_code != 0):

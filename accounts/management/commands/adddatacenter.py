@@ -64,6 +64,14 @@ class Command(BaseCommand):
                                  "(0: never; default 300)")
         parser.add_argument("--start-tries", type=int, metavar="N",
                             help="fail a job after N starts that timed out (default 3)")
+        parser.add_argument("--build-registry", metavar="HOST[:PORT]/PATH",
+                            help="where runtime images built from trainer packages are pushed "
+                                 "(empty: no builds)")
+        parser.add_argument("--build-registry-insecure", action="store_true", default=None,
+                            help="the build registry speaks plain HTTP")
+        parser.add_argument("--builder-image", metavar="IMAGE",
+                            help="the rootless BuildKit image of builder Jobs (default: "
+                                 "PADDLECLOUD_BUILDER_IMAGE)")
 
         parser.add_argument("--skip-cluster-check", action="store_true",
                             help="save it even if its cluster cannot be reached (or is too "
@@ -93,6 +101,9 @@ class Command(BaseCommand):
             "kube_gpu_node_selector": options["kube_gpu_node_selector"],
             "start_timeout": options["start_timeout"],
             "start_tries": options["start_tries"],
+            "build_registry": options["build_registry"],
+            "build_registry_insecure": options["build_registry_insecure"],
+            "builder_image": options["builder_image"],
         }
         found = []
 

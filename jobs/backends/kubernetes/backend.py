@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import re
 import time
 from datetime import datetime
@@ -52,7 +53,7 @@ from registries.services import registry_password
 
 from ...files import home_remove, output_prepare
 from ..base import Backend, BackendError, Observation, Status
-from . import manifests, pods
+from . import builder, manifests, pods
 from .client import KubeError, kube_for
 from .envs import env_prune, job_env_digest
 from .names import (
@@ -83,6 +84,7 @@ UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 IGNORED_COUNT = "batch.kubernetes.io/job-index-ignored-failure-count"
 LOG_RETRY_SECONDS = 0.5
+LAST_LINES = 15  # of a failed builder's log, in the reason
 # How long ``prepare`` waits for the objects of an earlier start (a requeued job's) to go.
 EARLIER_OBJECTS_SECONDS = 3 * STOP_GRACE_SECONDS
 ROOTS = f"{MANAGED_BY_LABEL}={MANAGED_BY},{COMPONENT_LABEL}=job"
@@ -148,7 +150,8 @@ class KubernetesBackend(Backend):
         namespace = _namespace(job)
         if job.datacenter.pfs_root_path.is_dir():  # the portal's own mount of the PFS
             output_prepare(job)
-            self._environment(job)
+            if job.build_id is None:  # a runtime image holds its environment
+                self._environment(job)
         self._namespace_ensure(kube, job.datacenter, job.owner)
         if job.registry is not None:
             self._pull_secret_write(kube, job.registry)
@@ -532,7 +535,10 @@ class KubernetesBackend(Backend):
     # -- logs -------------------------------------------------------------------------------
 
     def log_stream(self, job, replica, *, follow: bool, tail: int | None):
-        """The current pod's log while it exists (following it), else None: the archive."""
+        """The current pod's log while it exists (following it), else None: the archive (and
+        for a build: its log, which the worker fills from the builder's pod)."""
+        if replica.role == "build":
+            return None
         try:
             mine = self._replica_pods(job, replica)
         except KubeError:
@@ -584,6 +590,81 @@ class KubernetesBackend(Backend):
     def pull_secret_apply(self, registry) -> None:
         self._pull_secret_write(kube_for(registry.datacenter), registry)
 
+    # -- runtime images (jobs.builds) ---------------------------------------------------------
+
+    runs_images = True
+
+    def image_build(self, build, dockerfile: str, log: int, auth, *, insecure: bool) -> str:
+        """A builder Job in the owner's namespace (``builder``); its log copied to ``log`` as
+        it comes; the digest it pushed read from its pod's termination message."""
+        kube = kube_for(build.datacenter)
+        namespace = job_namespace(build.datacenter, build.owner.username)
+        image = build.datacenter.builder_image or settings.PADDLECLOUD_BUILDER_IMAGE
+        same = (builder.BUILD_LABEL, str(build.uid))
+        try:
+            kube.version_check()
+            self._namespace_ensure(kube, build.datacenter, build.owner)
+            if build.registry is not None:
+                self._pull_secret_write(kube, build.registry)
+            job = builder.builder_job(build, namespace, image, insecure=insecure,
+                                      auth=build.registry is not None)
+            if problems := validate_objects([job]):
+                raise BackendError("; ".join(problems))
+            created = kube.create(job, same_if=same)
+            kube.create(builder.builder_dockerfile(build, namespace, dockerfile, created),
+                        same_if=same)
+        except manifests.ManifestError as exc:
+            raise BackendError(str(exc)) from None
+        except KubeError as exc:
+            raise BackendError(f"the cluster refused the builder's objects: {exc}") from None
+        return self._build_follow(kube, build, namespace, image, log)
+
+    def _build_follow(self, kube, build, namespace: str, image: str, log: int) -> str:
+        selector = f"{builder.BUILD_LABEL}={build.uid}"
+        deadline = time.monotonic() + builder.BUILD_SECONDS + 60
+        tail = _Tail(LAST_LINES)
+        copied = False
+        while time.monotonic() < deadline:
+            try:
+                found, _ = kube.list("Pod", namespace, selector=selector)
+            except KubeError as exc:
+                logger.warning("listing the builder pod of %s: %s", build.image, exc)
+                found = []
+            pod = found[-1] if found else None
+            status = _container((pod or {}).get("status", {}).get("containerStatuses"),
+                                builder.CONTAINER)
+            state = status.get("state") or {}
+            waiting = (state.get("waiting") or {})
+            if waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff",
+                                         "InvalidImageName"):
+                raise BackendError(f"the builder image {image} cannot be pulled: "
+                                   f"{waiting.get('message') or waiting['reason']}")
+            if pod is not None and not copied and ("running" in state or "terminated" in state):
+                try:
+                    for chunk in kube.pod_log(namespace, pod["metadata"]["name"],
+                                              container=builder.CONTAINER, follow=True):
+                        os.write(log, chunk)
+                        tail.add(chunk)
+                    copied = True
+                except KubeError as exc:
+                    if exc.status not in (400, 404):
+                        raise BackendError(f"reading the builder's log: {exc}") from None
+                continue
+            if "terminated" in state:
+                ended = state["terminated"]
+                if ended.get("exitCode") == 0:
+                    digest = builder.pushed_digest(ended.get("message", ""))
+                    if digest is None:
+                        raise BackendError("the builder ended without saying what it pushed")
+                    return digest
+                raise BackendError(f"the builder failed (exit {ended.get('exitCode')}):\n"
+                                   f"{tail.text() or ended.get('reason', '')}")
+            if pod is not None and pod["status"].get("phase") == "Failed":
+                raise BackendError(f"the builder's pod failed: "
+                                   f"{pod['status'].get('message') or pod['status'].get('reason')}")
+            time.sleep(1)
+        raise BackendError(f"the builder did not finish within {builder.BUILD_SECONDS} s")
+
     def _pull_secret_write(self, kube, registry) -> None:
         self._namespace_ensure(kube, registry.datacenter, registry.owner)
         namespace = job_namespace(registry.datacenter, registry.owner.username)
@@ -593,6 +674,19 @@ class KubernetesBackend(Backend):
         namespace = job_namespace(datacenter, owner.username)
         kube_for(datacenter).delete("Secret", namespace,
                                     pull_secret_name(Registry(name=name)))
+
+
+class _Tail:
+    """The last lines of what a builder printed, for the reason of its failure."""
+
+    def __init__(self, lines: int):
+        self.lines, self.kept = lines, b""
+
+    def add(self, chunk: bytes) -> None:
+        self.kept = b"\n".join((self.kept + chunk).split(b"\n")[-self.lines - 1:])
+
+    def text(self) -> str:
+        return self.kept.decode(errors="replace").strip()
 
 
 # -- a pod, as a replica's observation ---------------------------------------------------------

@@ -106,14 +106,16 @@ def _metadata(name: str, namespace: str, labels: dict, *, annotations: dict | No
 def pod_security_level(datacenter) -> str:
     """The Pod Security Standard a user's namespace enforces: ``restricted`` where the job's
     pods can meet it (a CSI or PersistentVolume PFS, and a uid that is not root); else
-    ``baseline`` (an inline nfs or cephfs volume, which restricted forbids, or containers run
-    as root: still no host namespace, privilege or added capability); ``privileged`` where the
+    ``baseline`` (an inline nfs or cephfs volume, which restricted forbids, containers run
+    as root, or builders of runtime images, which make user namespaces: ``builder``; still no
+    host namespace, privilege or added capability); ``privileged`` where the
     PFS volume is a hostPath, which only that level allows (single-node trials and test
     clusters; deploy/admission-policy.yaml refuses such namespaces)."""
     volume = datacenter.kube_volume or {}
     if "hostPath" in volume:
         return "privileged"
-    if any(kind in volume for kind in RESTRICTED_VOLUMES) and run_as(datacenter)[0] != 0:
+    if any(kind in volume for kind in RESTRICTED_VOLUMES) and run_as(datacenter)[0] != 0 \
+            and not datacenter.build_registry:
         return "restricted"
     return "baseline"
 

@@ -51,6 +51,7 @@ from .names import (
 from .scripts import (
     ENV_DIGEST_ENV,
     INIT_SCRIPT_NAME,
+    INSTALLED_ENV,
     LOG_ENV,
     PACKAGE_ENV,
     PEERS_ARGUMENT,
@@ -328,20 +329,24 @@ def peers_listening(job, role: str, namespace: str) -> str:
 def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
                  first_attempt: int = 0) -> dict:
     """A pod of ``role``: two init containers, ``setup`` (``init.sh``: the package copied
-    into the workspace, its requirements installed) and ``peers`` (``run.sh --peers``: until the
+    into the workspace, its requirements installed; from the image, when it was built from the
+    package: ``jobs.builds``) and ``peers`` (``run.sh --peers``: until the
     replicas it talks to have addresses and accept connections); then the main container runs
     the entry under ``run.sh``. All run ``/bin/sh`` with the scripts of the job's root
     ConfigMap, as the datacenter's uid, without privileges."""
     site = site_packages_dir(job)
     datacenter = job.datacenter
+    built = job.build_id is not None  # the runtime image holds the package, installed
     setup = {
         "name": "setup",
         "image": job.image,
         "command": ["/bin/sh", f"{SCRIPTS_DIR}/{INIT_SCRIPT_NAME}"],
         "env": [{"name": name, "value": literal(value)} for name, value in (
-            (PACKAGE_ENV, job.package), (WORKSPACE_ENV, WORKSPACE), (SITE_PACKAGES_ENV, site),
+            (PACKAGE_ENV, layout.IMAGE_PACKAGE_DIR if built else job.package),
+            (WORKSPACE_ENV, WORKSPACE), (SITE_PACKAGES_ENV, site),
             (REQUIREMENTS_LOG_ENV, f"{paths(job).output}/requirements.log"),
-            *([(ENV_DIGEST_ENV, job.environment)] if job.environment else []))],
+            *([(ENV_DIGEST_ENV, job.environment)] if job.environment else []),
+            *([(INSTALLED_ENV, "1")] if built else []))],
         "resources": _role_resources(job, role),
         "volumeMounts": _mounts(job),
         "terminationMessagePolicy": "FallbackToLogsOnError",

@@ -22,6 +22,7 @@ WORKSPACE_ENV = "PADDLECLOUD_WORKSPACE"
 SITE_PACKAGES_ENV = "PADDLECLOUD_SITE_PACKAGES"
 REQUIREMENTS_LOG_ENV = "PADDLECLOUD_REQUIREMENTS_LOG"
 ENV_DIGEST_ENV = "PADDLECLOUD_ENV_DIGEST"
+INSTALLED_ENV = "PADDLECLOUD_INSTALLED"
 # How init.sh installs requirements.txt (part of an environment's digest: ``envs``).
 PIP_INSTALL = ("-m", "pip", "install", "--disable-pip-version-check", "--no-input")
 # run.sh's environment (its one argument is the job's entry command).
@@ -41,6 +42,9 @@ INIT_SCRIPT = r"""# paddlecloud init.sh: prepares the workspace (every pod's ini
 #                                 could read them); PADDLECLOUD_SITE_PACKAGES is then
 #                                 <envs>/<digest>/site-packages, shared by every job of the
 #                                 owner with that digest
+#   PADDLECLOUD_INSTALLED         set: the image is the job's runtime image (jobs.builds), with
+#                                 the package at PADDLECLOUD_PACKAGE and its requirements
+#                                 installed: nothing to install
 #
 # The package is copied into the workspace. If it has a requirements.txt, pip (the image's
 # python3 -m pip) installs it into PADDLECLOUD_SITE_PACKAGES once, although every pod runs
@@ -135,6 +139,7 @@ shared_env() {
 [ -d "$PADDLECLOUD_PACKAGE" ] || fail "the trainer package $PADDLECLOUD_PACKAGE is not a directory"
 cp -R "$PADDLECLOUD_PACKAGE/." "$PADDLECLOUD_WORKSPACE/"
 
+[ -z "${PADDLECLOUD_INSTALLED:-}" ] || exit 0
 [ -f "$PADDLECLOUD_WORKSPACE/requirements.txt" ] || exit 0
 site=$PADDLECLOUD_SITE_PACKAGES
 log=$PADDLECLOUD_REQUIREMENTS_LOG

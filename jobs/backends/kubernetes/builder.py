@@ -1,0 +1,131 @@
+"""The builder of a runtime image (``jobs.builds``) on Kubernetes: a Job in the owner's
+namespace running BuildKit rootless (``buildctl-daemonless.sh``), objects as data.
+
+Why BuildKit: it is Docker's own builder, maintained by the Moby project, and runs as an
+ordinary user (uid 1000) without privilege or added capability, with no daemon left behind.
+Kaniko, the other builder long used for this, was archived by Google in 2025; buildah needs
+root or user-namespace mappings in the pod. BuildKit's rootless mode creates a user namespace
+for its steps (RootlessKit); ``--oci-worker-no-process-sandbox`` keeps it from also needing
+its own PID namespace and /proc. The pod therefore sets no seccomp or AppArmor profile of its
+own (the Pod Security Standards' ``baseline`` allows that; ``restricted`` does not, so the
+namespaces of a datacenter with a build registry are ``baseline``): it runs where the nodes'
+defaults let a user namespace be made — the kubelet's default ``Unconfined`` seccomp, and no
+AppArmor profile forbidding it.
+
+The build context is the trainer package, read-only from the PFS mount; the Dockerfile comes
+in a ConfigMap the Job owns; the push credentials are the owner's pull secret for the
+registry, as ``DOCKER_CONFIG``. buildctl writes what it pushed (``containerimage.digest``) to
+the container's termination message, where the portal reads it from the pod's status.
+"""
+
+from __future__ import annotations
+
+import json
+
+from paddlecloud_core.layout import pfs_path_split
+
+from .names import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, OWNER_LABEL, pull_secret_name
+from .pods import PFS_VOLUME, pfs_volume
+
+BUILD_LABEL = "paddlecloud.org/build"
+CONTAINER = "buildkit"
+BUILDER_UID = 1000  # the rootless BuildKit image's user
+DOCKERFILE_DIR = "/paddlecloud-build"
+DOCKER_CONFIG_DIR = "/paddlecloud-build-auth"
+CONTEXT_DIR = "/paddlecloud-build-context"
+STATE_DIR = "/home/user/.local/share/buildkit"
+METADATA = "/dev/termination-log"
+BUILD_SECONDS = 3600
+KEEP_SECONDS = 600  # a finished builder Job is removed by Kubernetes after this
+BUILDER_CPU, BUILDER_MEMORY = "1", "2Gi"
+
+
+def builder_name(build) -> str:
+    return f"build-{build.uid.hex[:20]}"
+
+
+def _labels(build) -> dict:
+    return {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "build", BUILD_LABEL: str(build.uid),
+            OWNER_LABEL: str(build.owner_id)}
+
+
+def _package_subpath(build) -> str:
+    """The package below the PFS root (the volume's subPath): home/<user>/…"""
+    path = pfs_path_split(build.package)
+    return "/".join((path.area, *((path.user,) if path.area == "home" else ()), *path.parts))
+
+
+def builder_job(build, namespace: str, image: str, *, insecure: bool, auth: bool) -> dict:
+    """The Job that builds and pushes ``build.image``; ``auth``: push with the owner's pull
+    secret of ``build.registry``."""
+    name = builder_name(build)
+    output = f"type=image,name={build.image},push=true"
+    if insecure:
+        output += ",registry.insecure=true"
+    args = ["build", "--progress", "plain", "--frontend", "dockerfile.v0",
+            "--local", f"context={CONTEXT_DIR}", "--local", f"dockerfile={DOCKERFILE_DIR}",
+            "--output", output, "--metadata-file", METADATA]
+    env = [{"name": "BUILDKITD_FLAGS", "value": "--oci-worker-no-process-sandbox"}]
+    mounts = [{"name": PFS_VOLUME, "mountPath": CONTEXT_DIR, "subPath": _package_subpath(build),
+               "readOnly": True},
+              {"name": "dockerfile", "mountPath": DOCKERFILE_DIR, "readOnly": True},
+              {"name": "buildkitd", "mountPath": STATE_DIR}]
+    volumes = [pfs_volume(build.datacenter),
+               {"name": "dockerfile", "configMap": {"name": name}},
+               {"name": "buildkitd", "emptyDir": {}}]
+    if auth:
+        env.append({"name": "DOCKER_CONFIG", "value": DOCKER_CONFIG_DIR})
+        mounts.append({"name": "docker-config", "mountPath": DOCKER_CONFIG_DIR,
+                       "readOnly": True})
+        volumes.append({"name": "docker-config", "secret": {
+            "secretName": pull_secret_name(build.registry),
+            "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}})
+    amounts = {"cpu": BUILDER_CPU, "memory": BUILDER_MEMORY}
+    container = {
+        "name": CONTAINER, "image": image, "command": ["buildctl-daemonless.sh"], "args": args,
+        "env": env, "volumeMounts": mounts,
+        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        "terminationMessagePath": METADATA, "terminationMessagePolicy": "File",
+        "securityContext": {"privileged": False, "runAsNonRoot": True,
+                            "runAsUser": BUILDER_UID, "runAsGroup": BUILDER_UID},
+    }
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": _labels(build)},
+        "spec": {
+            "backoffLimit": 0, "activeDeadlineSeconds": BUILD_SECONDS,
+            "ttlSecondsAfterFinished": KEEP_SECONDS,
+            "template": {
+                "metadata": {"labels": _labels(build)},
+                "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
+                         "enableServiceLinks": False, "containers": [container],
+                         "volumes": volumes},
+            },
+        },
+    }
+
+
+def builder_dockerfile(build, namespace: str, dockerfile: str, owner: dict) -> dict:
+    """The ConfigMap holding the Dockerfile, owned by the builder Job (``owner``: the Job as
+    the API server returned it), so that it goes with it."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": builder_name(build), "namespace": namespace,
+                     "labels": _labels(build),
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                          "name": meta["name"], "uid": meta["uid"],
+                                          "controller": False,
+                                          "blockOwnerDeletion": False}]},
+        "data": {"Dockerfile": dockerfile},
+    }
+
+
+def pushed_digest(message: str) -> str | None:
+    """The digest buildctl's metadata file (the termination message) says was pushed."""
+    try:
+        metadata = json.loads(message or "{}")
+    except ValueError:
+        return None
+    digest = metadata.get("containerimage.digest") if isinstance(metadata, dict) else None
+    return digest if isinstance(digest, str) and digest.startswith("sha256:") else None

@@ -1,0 +1,204 @@
+"""Runtime images built on Kubernetes (issue 19): a datacenter with a build registry builds the
+image of a job whose package has a requirements.txt, in a BuildKit Job in the owner's
+namespace, before the job is admitted; the job then runs that image, pinned to what was pushed.
+
+The build registry is a real Distribution registry on 127.0.0.1 (asked whether the image is
+there, with the owner's credentials); the cluster is the fake API server, which validates the
+builder's objects against the Kubernetes schemas, and whose scripted kubelet plays the builder
+pod (its log lines, its exit, the termination message buildctl writes). The build itself with
+a real builder is tests/jobs/test_buildah.py and tests/jobs/test_builds_local.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import requests
+
+from jobs.backends.kubernetes.builder import CONTAINER
+from jobs.models import Build, Job
+from jobs.services import job_submit
+from registries.services import registry_create
+from tests.jobs.test_api import streamed
+from tests.jobs.test_examples_on_kubernetes import wait_for
+from tests.registry_server import registry_server
+
+RESOURCES = {"Job": "jobs.batch", "ConfigMap": "configmaps"}
+PUSHED = "sha256:" + "ab" * 32
+FINAL = ("succeeded", "failed", "killed")
+
+
+@pytest.fixture
+def registry(tmp_path):
+    with registry_server(tmp_path, users={"alice": "s3cret"}) as server:
+        yield server
+
+
+@pytest.fixture
+def build_datacenter(kube_datacenter, registry, alice, pfs_home):
+    kube_datacenter.build_registry = f"{registry.host}/paddlecloud"
+    kube_datacenter.build_registry_insecure = True
+    kube_datacenter.save()
+    registry_create(alice, kube_datacenter, {"name": "builds", "server": registry.host,
+                                             "username": "alice", "password": "s3cret"})
+    return kube_datacenter
+
+
+def package(pfs_home, name: str = "pkg", requirements: str = "six==1.16.0\n") -> str:
+    pkg = pfs_home / name
+    pkg.mkdir()
+    (pkg / "train.py").write_text("import six\nprint('trained with six', six.__version__)\n")
+    if requirements is not None:
+        (pkg / "requirements.txt").write_text(requirements)
+    return f"/pfs/datacenter1/home/alice/{name}"
+
+
+def submit(alice, datacenter, pkg: str, name: str) -> Job:
+    return job_submit(alice, datacenter, {"name": name, "package": pkg, "entry": "python3 train.py",
+                                          "image": "registry.example.com/paddle:2.6"}).job
+
+
+def builder_objects(k8s_api, kind: str) -> list[dict]:
+    return [o for o in k8s_api.store.list(RESOURCES[kind], "paddle-alice")
+            if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "build"]
+
+
+def push_manifest(registry, image: str) -> str:
+    """Put a minimal image at ``image`` (host/repo:tag) through the registry's HTTP API."""
+    repo, tag = image.split("/", 1)[1].rsplit(":", 1)
+    auth = ("alice", "s3cret")
+    blob = b"{}"
+    digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+    upload = requests.post(f"{registry.url}/v2/{repo}/blobs/uploads/", auth=auth, timeout=10)
+    upload.raise_for_status()
+    location = upload.headers["Location"]
+    location = location if location.startswith("http") else registry.url + location
+    requests.put(location, params={"digest": digest}, data=blob, auth=auth,
+                 timeout=10).raise_for_status()
+    manifest = json.dumps({"schemaVersion": 2,
+                           "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                      "digest": digest, "size": len(blob)},
+                           "layers": []}).encode()
+    answer = requests.put(f"{registry.url}/v2/{repo}/manifests/{tag}", data=manifest, auth=auth,
+                          headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+                          timeout=10)
+    answer.raise_for_status()
+    return answer.headers["Docker-Content-Digest"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_is_built_first_then_runs_its_image_and_its_build_log_is_a_worker(
+        build_datacenter, celery_worker, alice, pfs_home, k8s_api, token_client):
+    k8s_api.controller.script_pods("build-*", container=CONTAINER, line_interval=0.1,
+                                   lines=["#1 [internal] load build definition from Dockerfile",
+                                          "#6 RUN python3 -m pip install -r requirements.txt",
+                                          "#6 Successfully installed six-1.16.0",
+                                          "#8 pushing manifest done"],
+                                   message=json.dumps({"containerimage.digest": PUSHED}))
+    job = submit(alice, build_datacenter, package(pfs_home), "built")
+    assert job.state == "building"
+    job = wait_for(job, ("starting", "running", *FINAL))
+    assert job.state in ("starting", "running"), job.state_reason
+    build = Build.objects.get()
+    assert build.state == "succeeded" and build.image_digest == PUSHED
+    assert build.image.startswith(f"{build_datacenter.build_registry}/paddle-alice/runtime:pc-")
+    assert job.image == f"{build.image}@{PUSHED}" and job.build_id == build.pk
+    assert job.registry.name == "builds"  # pulled with the credentials it was pushed with
+    states = list(job.events.filter(replica=None).values_list("to_state", flat=True))
+    assert states[:3] == ["building", "pending", "starting"], states
+
+    # The builder: a Job the schemas accept, unprivileged, as a user, its Dockerfile beside it.
+    [builder] = builder_objects(k8s_api, "Job")
+    pod = builder["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["command"] == ["buildctl-daemonless.sh"]
+    assert f"type=image,name={build.image},push=true,registry.insecure=true" in container["args"]
+    assert container["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["privileged"] is False
+    assert {"name": "DOCKER_CONFIG", "value": "/paddlecloud-build-auth"} in container["env"]
+    [dockerfile] = builder_objects(k8s_api, "ConfigMap")
+    assert dockerfile["metadata"]["ownerReferences"][0]["uid"] == builder["metadata"]["uid"]
+    text = dockerfile["data"]["Dockerfile"]
+    assert "FROM registry.example.com/paddle:2.6\n" in text
+    assert "COPY . /train/package\n" in text and "pip install -r" in text
+
+    # The trainers run the built image, their package and requirements already in it.
+    [trainers] = [o for o in k8s_api.store.list("jobs.batch", "paddle-alice")
+                  if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") != "build"]
+    spec = trainers["spec"]["template"]["spec"]
+    assert {c["image"] for c in spec["containers"] + spec["initContainers"]} == {job.image}
+    setup = {e["name"]: e.get("value") for e in spec["initContainers"][0]["env"]}
+    assert setup["PADDLECLOUD_PACKAGE"] == "/train/package"
+    assert setup["PADDLECLOUD_INSTALLED"] == "1"
+
+    # Its log, followed like any worker's.
+    answer = token_client.get("/api/v1/jobs/built/logs", {"worker": "build"})
+    assert answer.status_code == 200
+    text = streamed(answer).decode()
+    assert "#6 Successfully installed six-1.16.0" in text
+    assert f"paddlecloud: pushed {build.image}@{PUSHED}" in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_build_fails_the_job_with_the_builders_last_lines_and_is_not_kept(
+        build_datacenter, celery_worker, alice, pfs_home, k8s_api):
+    k8s_api.controller.script_pods("build-*", container=CONTAINER, exit_code=1, lines=[
+        "#6 RUN python3 -m pip install -r requirements.txt",
+        "#6 ERROR: No matching distribution found for no-such-package-paddlecloud==0.0.1",
+        "error: failed to solve: process did not complete successfully: exit code: 1"])
+    pkg = package(pfs_home, requirements="no-such-package-paddlecloud==0.0.1\n")
+    job = wait_for(submit(alice, build_datacenter, pkg, "broken"), FINAL)
+    assert job.state == "failed"
+    assert job.state_reason.startswith("building its runtime image failed: the builder failed "
+                                       "(exit 1)")
+    assert "No matching distribution found for no-such-package-paddlecloud" in job.state_reason
+    assert Build.objects.get().state == "failed"
+    # A failure is not kept: the next job builds again.
+    k8s_api.controller.script_pods("build-*", container=CONTAINER,
+                                   message=json.dumps({"containerimage.digest": PUSHED}))
+    again = wait_for(submit(alice, build_datacenter, pkg, "again"),
+                     ("starting", "running", *FINAL))
+    assert again.state in ("starting", "running"), again.state_reason
+    assert Build.objects.count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_image_in_the_registry_is_not_built_again_and_concurrent_jobs_share_one_build(
+        build_datacenter, celery_worker, alice, pfs_home, k8s_api, registry):
+    k8s_api.controller.script_pods("build-*", container=CONTAINER, run_seconds=3,
+                                   message=json.dumps({"containerimage.digest": PUSHED}))
+    pkg = package(pfs_home)
+    first, second = (submit(alice, build_datacenter, pkg, name) for name in ("one", "two"))
+    first, second = (wait_for(j, ("starting", "running", *FINAL)) for j in (first, second))
+    build = Build.objects.get()  # one build for both
+    assert first.build_id == second.build_id == build.pk
+    assert first.image == second.image == f"{build.image}@{PUSHED}"
+    assert len(builder_objects(k8s_api, "Job")) == 1
+
+    # Once the image is in the registry, a job with the same package builds nothing.
+    found = push_manifest(registry, build.image)
+    third = wait_for(submit(alice, build_datacenter, pkg, "three"),
+                     ("pending", "queued", "starting", "running", *FINAL))
+    assert third.state not in FINAL, third.state_reason
+    assert third.image == f"{build.image}@{found}" and third.build_id is None
+    assert Build.objects.count() == 1
+    assert third.events.filter(reason__contains="was built before: nothing to build").exists()
+
+    # A package with no requirements.txt builds nothing: it runs the image it named.
+    plain = submit(alice, build_datacenter, package(pfs_home, "plain", requirements=None),
+                   "plain")
+    assert plain.state != "building" and plain.image == "registry.example.com/paddle:2.6"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_credentials_the_registry_refuses_are_named(
+        build_datacenter, celery_worker, alice, pfs_home):
+    from registries.services import registry_update
+
+    registry_update(alice, build_datacenter, "builds", {"password": "wrong"})
+    job = wait_for(submit(alice, build_datacenter, package(pfs_home), "refused"), FINAL)
+    assert job.state == "failed"
+    assert "refused" in job.state_reason and "'builds'" in job.state_reason, job.state_reason
+    assert not Build.objects.exists()
