@@ -267,7 +267,8 @@ class _Registry:
         if self.key in earned:
             headers["Authorization"] = earned[self.key]
         response = self._send(method, url, headers, **kwargs)
-        if response.status_code == 401 and self.key not in earned:
+        if response.status_code == 401:  # a challenge, or what was earned has expired
+            earned.pop(self.key, None)
             scheme, params = _challenge(response.headers.get("WWW-Authenticate", ""))
             if scheme == "basic":
                 if not self.auth:
