@@ -27,6 +27,7 @@ TRANSFER_TIMEOUT = 300
 BLOCK = 1 << 20
 LOGIN_PATH = "/api/v1/auth/token/"
 JOBS = "/api/v1/jobs/"
+BUILDS = "/api/v1/builds/"
 
 Body = bytes | Callable[[], Any] | None  # a callable makes a fresh body for each attempt
 
@@ -236,14 +237,14 @@ class ApiClient:
 
     def build_create(self, body: dict) -> dict:
         """Build a runtime image (``paddlectl build``): the build, ``building``."""
-        return self.call("POST", "builds/", json=body)
+        return self.call("POST", BUILDS, json=body)
 
     def build_get(self, build_id: str) -> dict:
-        return self.call("GET", f"builds/{build_id}/")
+        return self.call("GET", f"{BUILDS}{quote(build_id, safe='')}/")
 
     def build_logs(self, build_id: str, *, follow: bool = False) -> requests.Response:
         """A build's log as a streamed response (close it when done)."""
-        return self.request("GET", f"builds/{build_id}/logs",
+        return self.request("GET", f"{BUILDS}{quote(build_id, safe='')}/logs",
                             params={"follow": 1} if follow else None, stream=True, wait=follow)
 
     def job_tasks(self, name: str) -> dict:

@@ -84,3 +84,53 @@ def base_rootfs() -> Path:
                             "."], check=True, stdin=subprocess.DEVNULL, timeout=600)
             os.replace(partial, tar)
         return tar
+
+
+# --- the base as an image in a registry (buildah) ----------------------------------------------
+
+BASE_REPOSITORY = "base/bookworm-python"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def buildah(storage: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    """buildah with its own storage under ``storage`` (vfs), checked."""
+    return subprocess.run(["buildah", "--root", str(storage / "root"), "--runroot",
+                           str(storage / "runroot"), "--storage-driver", "vfs", *args],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
+                          check=True, **kwargs)
+
+
+def mounts_under(path: Path) -> list[str]:
+    """The mount points at or below ``path`` (what a build must not leave)."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].encode().decode("unicode_escape")
+        if point == str(path) or point.startswith(f"{path}/"):
+            found.append(point)
+    return found
+
+
+def base_image_push(host: str, auth: tuple[str, str] | None, storage: Path) -> str:
+    """Push the base root filesystem to the registry at ``host`` (plain HTTP) as
+    ``<host>/base/bookworm-python:1``: ``buildah from scratch``, the tar added, PATH set,
+    committed and pushed, in ``storage``, which is removed afterwards. Returns the image."""
+    from registries.oci import docker_config_json
+
+    image = f"{host}/{BASE_REPOSITORY}:1"
+    storage.mkdir(parents=True, exist_ok=True)
+    authfile = storage / "auth.json"
+    authfile.write_text(docker_config_json(host, *auth) if auth else '{"auths": {}}')
+    try:
+        container = buildah(storage, "from", "scratch").stdout.strip()
+        buildah(storage, "add", container, str(base_rootfs()), "/")
+        buildah(storage, "config", "--env", f"PATH={SYSTEM_PATH}", "--cmd", "python3",
+                container)
+        buildah(storage, "commit", "--rm", "-q", container, "localhost/base")
+        buildah(storage, "push", "--authfile", str(authfile), "--tls-verify=false",
+                "localhost/base", f"docker://{image}")
+        buildah(storage, "rmi", "--all")
+    finally:
+        left = mounts_under(storage)
+        shutil.rmtree(storage, ignore_errors=True)
+        assert left == [], left
+    return image

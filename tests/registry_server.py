@@ -227,3 +227,26 @@ def _answers(process: subprocess.Popen, port: int, log: Path, wait: float = 20) 
             pass
         time.sleep(0.05)
     return False
+
+
+def layer_files(ref: str, manifest: dict, auth: tuple[str, str] | None = None
+                ) -> dict[str, bytes | None]:
+    """Each file of an image's layers (its blobs read back from the registry over plain HTTP,
+    gzip or plain tar): its content (None for what is not a regular file)."""
+    import gzip
+    import io
+    import tarfile
+
+    from registries.oci import blob_get
+
+    files: dict[str, bytes | None] = {}
+    for layer in manifest["layers"]:
+        blob = blob_get(ref, layer["digest"], auth=auth, insecure=True, timeout=60)
+        if blob[:2] == b"\x1f\x8b":
+            assert "gzip" in layer["mediaType"]
+            blob = gzip.decompress(blob)
+        with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+            for member in tar:
+                name = member.name.removeprefix("./")
+                files[name] = tar.extractfile(member).read() if member.isfile() else None
+    return files

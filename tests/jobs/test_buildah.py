@@ -10,14 +10,11 @@ temporary credentials and no mount behind."""
 from __future__ import annotations
 
 import fcntl
-import gzip
-import io
 import json
 import os
 import re
 import shutil
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -25,42 +22,15 @@ import requests
 
 from jobs.backends.base import BackendError
 from jobs.backends.buildah import buildah_build
+from jobs.builds import runtime_dockerfile
 from registries.oci import blob_get, docker_config_json, manifest_digest, manifest_get
-from tests.images import base_rootfs
-from tests.registry_server import registry_server
+from tests.images import BASE_REPOSITORY, SYSTEM_PATH, base_image_push, buildah, mounts_under
+from tests.registry_server import layer_files, registry_server
 
 USER, PASSWORD = "builder", "Pa55-w0rd-of-the-builder"
-BASE_REPOSITORY = "base/bookworm-python"
 TRAIN_PY = 'import six\nprint("training with six", six.__version__)\n'
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 pytestmark = pytest.mark.timeout(900)
-
-
-def dockerfile(base: str) -> str:
-    """What the portal's generator writes."""
-    return (f"FROM {base}\n"
-            "COPY requirements.txt /train/requirements.txt\n"
-            "RUN PIP_BREAK_SYSTEM_PACKAGES=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore "
-            "PIP_DISABLE_PIP_VERSION_CHECK=1 python3 -m pip install -r /train/requirements.txt\n"
-            "COPY . /train/package\n"
-            "WORKDIR /train/package\n")
-
-
-def buildah(storage: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(["buildah", "--root", str(storage / "root"), "--runroot",
-                           str(storage / "runroot"), "--storage-driver", "vfs", *args],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
-                          check=True, **kwargs)
-
-
-def mounts_under(path: Path) -> list[str]:
-    found = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        point = line.split()[4].encode().decode("unicode_escape")
-        if point == str(path) or point.startswith(f"{path}/"):
-            found.append(point)
-    return found
 
 
 def processes_naming(text: str) -> list[str]:
@@ -99,26 +69,7 @@ def registry(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def base(registry, tmp_path_factory) -> str:
-    """The base image, pushed to the registry: ``buildah from scratch``, the root filesystem
-    added, PATH set, committed and pushed (in storage of its own, removed afterwards)."""
-    rootfs = base_rootfs()
-    storage = tmp_path_factory.mktemp("base-storage")
-    image = f"{registry.host}/{BASE_REPOSITORY}:1"
-    authfile = storage / "auth.json"
-    authfile.write_text(docker_config_json(registry.host, USER, PASSWORD))
-    try:
-        container = buildah(storage, "from", "scratch").stdout.strip()
-        buildah(storage, "add", container, str(rootfs), "/")
-        buildah(storage, "config", "--env", f"PATH={SYSTEM_PATH}", "--cmd", "python3",
-                container)
-        buildah(storage, "commit", "--rm", "-q", container, "localhost/base")
-        buildah(storage, "push", "--authfile", str(authfile), "--tls-verify=false",
-                "localhost/base", f"docker://{image}")
-        buildah(storage, "rmi", "--all")
-    finally:
-        assert mounts_under(storage) == []
-        shutil.rmtree(storage)
-    return image
+    return base_image_push(registry.host, (USER, PASSWORD), tmp_path_factory.mktemp("base"))
 
 
 @pytest.fixture(scope="module")
@@ -158,29 +109,13 @@ def package(tmp_path: Path, requirements: str) -> Path:
     return pkg
 
 
-def layer_files(registry, ref: str, manifest: dict) -> dict[str, bytes | None]:
-    """Each file of the image's layers (downloaded blobs, gzip or plain tar): its content."""
-    files: dict[str, bytes | None] = {}
-    for layer in manifest["layers"]:
-        blob = blob_get(ref, layer["digest"], auth=(USER, PASSWORD), insecure=True,
-                        timeout=60)
-        if blob[:2] == b"\x1f\x8b":
-            assert "gzip" in layer["mediaType"]
-            blob = gzip.decompress(blob)
-        with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-            for member in tar:
-                name = member.name.removeprefix("./")
-                files[name] = tar.extractfile(member).read() if member.isfile() else None
-    return files
-
-
 def test_a_package_is_built_on_the_base_and_pushed(registry, base, storage, after, log,
                                                    tmp_path):
     pkg = package(tmp_path, "six==1.16.0\n")
     image = f"{registry.host}/alice/trainer:1"
     fd, log_path = log
 
-    digest = buildah_build(pkg, dockerfile(base), image, insecure=True,
+    digest = buildah_build(pkg, runtime_dockerfile(base), image, insecure=True,
                            auth=(USER, PASSWORD), storage=storage, log=fd, timeout=600)
 
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
@@ -195,7 +130,7 @@ def test_a_package_is_built_on_the_base_and_pushed(registry, base, storage, afte
                                  insecure=True))
     assert config["config"]["WorkingDir"] == "/train/package"
     assert f"PATH={SYSTEM_PATH}" in config["config"]["Env"]  # the base's, kept
-    files = layer_files(registry, image, manifest)
+    files = layer_files(image, manifest, (USER, PASSWORD))
     assert files["train/package/train.py"] == TRAIN_PY.encode()
     assert files["train/requirements.txt"] == b"six==1.16.0\n"
     six = [name for name in files
@@ -218,7 +153,7 @@ def test_refused_credentials_are_told_naming_the_registry(registry, base, storag
     image = f"{registry.host}/alice/trainer:refused"
     fd, log_path = log
     with pytest.raises(BackendError) as raised:
-        buildah_build(pkg, dockerfile(base), image, insecure=True,
+        buildah_build(pkg, runtime_dockerfile(base), image, insecure=True,
                       auth=(USER, "not-the-password"), storage=storage, log=fd, timeout=600)
     message = str(raised.value)
     assert f"the registry {registry.host} refused the credentials of {USER!r}" in message
@@ -235,7 +170,7 @@ def test_a_base_in_a_registry_that_wants_credentials_it_was_not_given(
     with registry_server(tmp_path / "open") as open_registry:
         image = f"{open_registry.host}/alice/trainer:1"
         with pytest.raises(BackendError) as raised:
-            buildah_build(pkg, dockerfile(base), image, insecure=True, auth=None,
+            buildah_build(pkg, runtime_dockerfile(base), image, insecure=True, auth=None,
                           storage=storage, log=fd, timeout=600)
         assert manifest_digest(image, insecure=True) is None
     message = str(raised.value)
@@ -251,7 +186,7 @@ def test_a_requirement_pip_cannot_find_fails_the_build_with_pips_words(
     image = f"{registry.host}/alice/trainer:broken"
     fd, log_path = log
     with pytest.raises(BackendError) as raised:
-        buildah_build(pkg, dockerfile(base), image, insecure=True, auth=(USER, PASSWORD),
+        buildah_build(pkg, runtime_dockerfile(base), image, insecure=True, auth=(USER, PASSWORD),
                       storage=storage, log=fd, timeout=600)
     said = log_path.read_text()
     assert ("ERROR: No matching distribution found for no-such-package-paddlecloud==0.0.1"
@@ -285,7 +220,7 @@ def test_a_registry_without_tls_is_refused_unless_insecure(registry, base, stora
     pkg = package(tmp_path, "six==1.16.0\n")
     with pytest.raises(BackendError, match=f"the registry {registry.host} cannot be reached "
                                            "over HTTPS"):
-        buildah_build(pkg, dockerfile(base), f"{registry.host}/alice/trainer:1",
+        buildah_build(pkg, runtime_dockerfile(base), f"{registry.host}/alice/trainer:1",
                       insecure=False, auth=(USER, PASSWORD), storage=storage, log=log[0])
 
 
@@ -304,7 +239,7 @@ def test_one_build_at_a_time_in_a_storage(registry, base, storage, after, log, t
         fcntl.flock(held, fcntl.LOCK_EX)  # a build runs
         with pytest.raises(BackendError, match="did not start: another build used the "
                                                "builder for the 3 s allowed"):
-            buildah_build(package(tmp_path, "six==1.16.0\n"), dockerfile(base),
+            buildah_build(package(tmp_path, "six==1.16.0\n"), runtime_dockerfile(base),
                           f"{registry.host}/alice/trainer:waited", insecure=True,
                           auth=(USER, PASSWORD), storage=storage, log=fd, timeout=3)
     finally:
@@ -319,7 +254,7 @@ def test_what_a_dead_build_left_is_removed_by_the_next(registry, base, storage, 
     left = buildah(storage, "from", "--pull=never", base).stdout.strip()  # its portal died
     assert left in buildah(storage, "containers", "--format", "{{.ContainerName}}").stdout
     with pytest.raises(BackendError, match="manifest unknown"):
-        buildah_build(package(tmp_path, "six==1.16.0\n"), dockerfile(f"{base[:-1]}404"),
+        buildah_build(package(tmp_path, "six==1.16.0\n"), runtime_dockerfile(f"{base[:-1]}404"),
                       f"{registry.host}/alice/trainer:next", insecure=True,
                       auth=(USER, PASSWORD), storage=storage, log=log[0])
     # `after` checks that no working container is left

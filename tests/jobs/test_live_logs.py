@@ -124,3 +124,45 @@ def test_bob_cannot_follow_alices_job(live_portal, make_user, celery_worker):
         with pytest.raises(Exception) as closed:
             ws.recv(timeout=10)
     assert closed.value.rcvd.code == 4404
+
+
+def test_the_build_log_of_a_kubernetes_job_comes_while_it_builds_and_on_its_page(
+        live_portal, k8s_api, settings, celery_worker, tmp_path):
+    """A job whose runtime image is built (issue 19): ``worker=build`` follows the builder's
+    log over the socket, line by line, to its end; the job page offers it as a worker."""
+    from registries.services import registry_create
+    from tests.registry_server import registry_server
+
+    settings.PADDLECLOUD_KUBE_TIMEOUT = 2
+    pfs = settings.PADDLECLOUD_PFS_ROOT / "datacenter1"
+    lines = [f"#{i} building step {i}" for i in range(10)]
+    k8s_api.controller.script_pods("build-*", container="buildkit", lines=lines,
+                                   line_interval=0.2, message=json.dumps(
+                                       {"containerimage.digest": "sha256:" + "cd" * 32}))
+    with registry_server(tmp_path) as registry:
+        Datacenter.objects.filter(pk=live_portal.datacenter.pk).update(
+            backend="kubernetes", kubeconfig=str(portal_kubeconfig(k8s_api)),
+            kube_volume={"hostPath": {"path": str(pfs)}}, build_registry_insecure=True,
+            build_registry=f"{registry.host}/builds")
+        registry_create(live_portal.user, live_portal.datacenter, {
+            "name": "builds", "server": registry.host, "username": "x", "password": "y"})
+        try:
+            (live_portal.home / "pkg").mkdir()
+            (live_portal.home / "pkg" / "requirements.txt").write_text("six\n")
+            job = submit(live_portal)
+            assert job.state == "building"
+            got = []
+            with socket(live_portal, "/ws/jobs/live/logs/?worker=build") as ws:
+                for message in messages(ws):
+                    if message["type"] == "lines":
+                        got.extend(message["lines"])
+            assert [line for line in got if line.startswith("#")] == lines
+            assert got[-1].startswith("paddlecloud: pushed ")
+            page = Client()
+            page.force_login(live_portal.user)
+            html = page.get("/jobs/live/", {"worker": "build"}).content.decode()
+            assert "<option selected>build</option>" in html
+            assert "#9 building step 9" in html
+        finally:
+            pod_caches_stop()
+            kube_forget()

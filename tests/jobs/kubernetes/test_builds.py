@@ -20,7 +20,7 @@ from jobs.backends.kubernetes.builder import CONTAINER
 from jobs.models import Build, Job
 from jobs.services import job_submit
 from registries.services import registry_create
-from tests.jobs.test_api import streamed
+from tests.conftest import streamed
 from tests.jobs.test_examples_on_kubernetes import wait_for
 from tests.registry_server import registry_server
 

@@ -1,0 +1,66 @@
+"""/api/v1/builds/ (``paddlectl build``): what bad input gets — every mistake under its field,
+nothing recorded, nothing queued — and that a build is only its owner's."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.models import Build
+from tests.conftest import assert_error
+
+URL = "/api/v1/builds/"
+H = "/pfs/datacenter1/home/alice"
+
+
+@pytest.fixture
+def pkg(pfs_home):
+    (pfs_home / "pkg").mkdir()
+    (pfs_home / "pkg" / "train.py").write_text("print('hi')\n")
+    return f"{H}/pkg"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("body", "field", "says"), [
+    ({}, "package", "required"),
+    ({"package": f"{H}/nowhere"}, "package", "is not a directory in PFS"),
+    ({"package": "/pfs/datacenter1/home/bob/pkg"}, "package", ""),
+    ({"package": "PKG", "image": "Bad Image!"}, "image", ""),
+    ({"package": "PKG", "base": "registry.example.com/x:"}, "base", ""),
+    ({"package": "PKG"}, "image", "has no build registry"),
+    ({"package": "PKG", "image": "r.example.com/a/b", "registry": "nope"}, "registry",
+     "no registry credentials named 'nope'"),
+    ({"package": "PKG", "image": "r.example.com/a/b", "colour": "red"}, "colour",
+     "unknown field"),
+])
+def test_a_bad_build_is_refused_under_its_field_and_nothing_is_recorded(
+        token_client, held_tasks, pkg, body, field, says):
+    body = {key: pkg if value == "PKG" else value for key, value in body.items()}
+    error = assert_error(token_client.post(URL, body, format="json"), 400, "invalid", field)
+    assert says in error["fields"][field][0]
+    assert not Build.objects.exists()
+    assert held_tasks.sent == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_build_is_accepted_queued_and_only_its_owner_sees_it(
+        token_client, held_tasks, pkg, datacenter, make_user):
+    answer = token_client.post(URL, {"package": pkg, "base": "python:3.11-slim",
+                                     "image": "registry.example.com/team/trainer"},
+                               format="json")
+    assert answer.status_code == 202, answer.content
+    build = answer.json()
+    assert build["state"] == "building" and build["base"] == "python:3.11-slim"
+    # A name without a tag gets the digest's.
+    assert build["image"].startswith("registry.example.com/team/trainer:pc-")
+    assert [name for name, _ in held_tasks.sent] == ["jobs.tasks.build_run"]
+    shown = token_client.get(f"{URL}{build['id']}/")
+    assert shown.status_code == 200 and shown.json()["id"] == build["id"]
+
+    from rest_framework.test import APIClient
+
+    from accounts.services import token_create
+
+    bob = APIClient()
+    bob.credentials(HTTP_AUTHORIZATION="Bearer "
+                    + token_create(make_user("bob"), datacenter_name="datacenter1").raw)
+    assert_error(bob.get(f"{URL}{build['id']}/"), 404, "not_found")

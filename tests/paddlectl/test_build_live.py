@@ -1,0 +1,77 @@
+"""``paddlectl build`` end to end with real parts (issue 19): paddlectl in a subprocess against the
+live portal, whose Celery worker builds with buildah on this machine (the local backend's
+builder) FROM a base image in a real registry (Distribution, with a user), pip installing from
+PyPI, and pushes to that registry with alice's credentials; the test reads the pushed manifest
+and layers back through the registry's HTTP API."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from accounts.models import Datacenter
+from registries.oci import manifest_digest, manifest_get
+from tests.images import base_image_push, mounts_under
+from tests.registry_server import layer_files, registry_server
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(900)]
+
+USER, PASSWORD = "alice-at-registry", "registry-Pa55"
+TRAIN_PY = 'import six\nprint("training with six", six.__version__)\n'
+
+
+def ok(result):
+    assert result.returncode == 0, (result.stdout + "\n" + result.stderr)
+    return result
+
+
+def test_build_pushes_a_runtime_image_prints_it_and_builds_it_once(
+        live_cli, celery_worker, tmp_path, settings):
+    settings.PADDLECLOUD_BUILDAH_DIR = tmp_path / "buildah"
+    with registry_server(tmp_path, users={USER: PASSWORD}) as registry:
+        base = base_image_push(registry.host, (USER, PASSWORD), tmp_path / "base")
+        Datacenter.objects.filter(name="datacenter1").update(
+            build_registry=f"{registry.host}/paddlecloud", build_registry_insecure=True)
+        ok(live_cli("registry", "-name", "mine", "-server", registry.host, "-username", USER,
+                    "-password", PASSWORD))
+        pkg = live_cli.cwd / "trainer"
+        pkg.mkdir()
+        (pkg / "train.py").write_text(TRAIN_PY)
+        (pkg / "requirements.txt").write_text("six==1.16.0\n")
+
+        built = ok(live_cli("build", "trainer", "-base", base, timeout=600))
+        reference = built.stdout.strip()
+        match = re.fullmatch(rf"({re.escape(registry.host)}/paddlecloud/paddle-alice/runtime:"
+                             r"pc-[0-9a-f]{40})@(sha256:[0-9a-f]{64})", reference)
+        assert match, built.stdout
+        image, digest = match.groups()
+        assert "Successfully installed six-1.16.0" in built.stderr  # the build's log, followed
+        # What the registry holds: that manifest, the package at the seeds' path, six installed.
+        auth = (USER, PASSWORD)
+        assert manifest_digest(image, auth=auth, insecure=True) == digest
+        _, _, manifest = manifest_get(image, auth=auth, insecure=True)
+        files = layer_files(image, manifest, auth)
+        assert files["train/package/train.py"] == TRAIN_PY.encode()
+        assert any(re.search(r"/(dist|site)-packages/six\.py$", name) for name in files)
+
+        # The same package again: found in the registry, nothing built, the same image.
+        again = ok(live_cli("build", "trainer", "-base", base, timeout=120))
+        assert again.stdout.strip() == reference
+        assert "in its registry already: nothing to build" in again.stderr
+
+        # A requirement that cannot be resolved: pip's own words, a one-line reason, exit 1.
+        (pkg / "requirements.txt").write_text("no-such-package-paddlecloud==0.0.1\n")
+        broken = live_cli("build", "trainer", "-base", base, timeout=600)
+        assert broken.returncode == 1 and broken.stdout == "", broken.stdout
+        assert "No matching distribution found for no-such-package-paddlecloud" in broken.stderr
+        assert re.search(r"paddlectl: build failed: .*no-such-package-paddlecloud",
+                         broken.stderr), broken.stderr
+
+        # Credentials the registry refuses are named.
+        ok(live_cli("registry", "-name", "bad", "-server", registry.host, "-username", USER,
+                    "-password", "wrong"))
+        refused = live_cli("build", "trainer", "-base", base, "-registry", "bad", timeout=120)
+        assert refused.returncode == 1, refused.stderr
+        assert "refused" in refused.stderr and "'bad'" in refused.stderr, refused.stderr
+    assert mounts_under(tmp_path) == []
