@@ -175,11 +175,13 @@ def _registry_problem(exc: RegistryError, registry: Registry | None) -> str:
 
 def job_build_needed(job) -> bool:
     """Whether the job's image is built from its package: its datacenter names a build
-    registry, its replicas run in images, and its package has a requirements.txt or a
-    Dockerfile."""
+    registry, its replicas run in images, its image is not in that registry already (a runtime
+    image), and its package has a requirements.txt or a Dockerfile."""
     datacenter = job.datacenter
     if not datacenter.build_registry or not backend_for(datacenter).runs_images:
         return False
+    if job.image.startswith(f"{datacenter.build_registry}/"):
+        return False  # a runtime image already (paddlectl build's): run it as it is
     path = pfs_path_parse(job.package, field="package")
     storage = storage_for(datacenter, path)
     for name in ("Dockerfile", "requirements.txt"):

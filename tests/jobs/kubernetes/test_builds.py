@@ -202,3 +202,25 @@ def test_credentials_the_registry_refuses_are_named(
     assert job.state == "failed"
     assert "refused" in job.state_reason and "'builds'" in job.state_reason, job.state_reason
     assert not Build.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_packages_own_dockerfile_is_built_as_given_and_a_runtime_image_is_not_rebuilt(
+        build_datacenter, celery_worker, alice, pfs_home, k8s_api):
+    k8s_api.controller.script_pods("build-*", container=CONTAINER,
+                                   message=json.dumps({"containerimage.digest": PUSHED}))
+    pkg = package(pfs_home, requirements=None)
+    own = "FROM python:3.11-slim\nCOPY . /app\nRUN pip install six\nWORKDIR /app\n"
+    (pfs_home / "pkg" / "Dockerfile").write_text(own)
+    job = wait_for(submit(alice, build_datacenter, pkg, "own"), ("starting", "running", *FINAL))
+    assert job.state in ("starting", "running"), job.state_reason
+    [dockerfile] = builder_objects(k8s_api, "ConfigMap")
+    assert dockerfile["data"]["Dockerfile"] == own
+    assert Build.objects.get().dockerfile is True
+
+    # Submitting the built image itself (paddlectl build, then submit -image): run as it is.
+    again = job_submit(alice, build_datacenter, {
+        "name": "as-built", "package": pkg, "entry": "python3 train.py",
+        "image": job.image}).job
+    assert again.state != "building" and again.image == job.image
+    assert Build.objects.count() == 1
