@@ -84,7 +84,7 @@ UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 IGNORED_COUNT = "batch.kubernetes.io/job-index-ignored-failure-count"
 LOG_RETRY_SECONDS = 0.5
-LAST_LINES = 15  # of a failed builder's log, in the reason
+LAST_LINES = 15  # of a failed builder's log kept for its reason (``_Tail.said``)
 # How long ``prepare`` waits for the objects of an earlier start (a requeued job's) to go.
 EARLIER_OBJECTS_SECONDS = 3 * STOP_GRACE_SECONDS
 ROOTS = f"{MANAGED_BY_LABEL}={MANAGED_BY},{COMPONENT_LABEL}=job"
@@ -657,8 +657,8 @@ class KubernetesBackend(Backend):
                     if digest is None:
                         raise BackendError("the builder ended without saying what it pushed")
                     return digest
-                raise BackendError(f"the builder failed (exit {ended.get('exitCode')}):\n"
-                                   f"{tail.text() or ended.get('reason', '')}")
+                raise BackendError(f"the builder failed (exit {ended.get('exitCode')}): "
+                                   f"{tail.said() or ended.get('reason', '')}")
             if pod is not None and pod["status"].get("phase") == "Failed":
                 raise BackendError(f"the builder's pod failed: "
                                    f"{pod['status'].get('message') or pod['status'].get('reason')}")
@@ -685,8 +685,13 @@ class _Tail:
     def add(self, chunk: bytes) -> None:
         self.kept = b"\n".join((self.kept + chunk).split(b"\n")[-self.lines - 1:])
 
-    def text(self) -> str:
-        return self.kept.decode(errors="replace").strip()
+    def said(self) -> str:
+        """Its last lines as one: those saying what went wrong (pip's "ERROR: …", BuildKit's
+        "error: …"), else the last three, joined by " / "."""
+        lines = [line.strip() for line in self.kept.decode(errors="replace").splitlines()
+                 if line.strip()]
+        errors = [line for line in lines if "error" in line.lower()]
+        return " / ".join((errors or lines)[-3:])
 
 
 # -- a pod, as a replica's observation ---------------------------------------------------------

@@ -154,6 +154,7 @@ def test_a_failed_build_fails_the_job_with_the_builders_last_lines_and_is_not_ke
     assert job.state_reason.startswith("building its runtime image failed: the builder failed "
                                        "(exit 1)")
     assert "No matching distribution found for no-such-package-paddlecloud" in job.state_reason
+    assert "\n" not in job.state_reason  # one line: the lines saying what went wrong
     assert Build.objects.get().state == "failed"
     # A failure is not kept: the next job builds again.
     k8s_api.controller.script_pods("build-*", container=CONTAINER,
