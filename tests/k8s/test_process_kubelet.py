@@ -309,9 +309,10 @@ def test_exit_codes_restarts_and_previous_logs(k8s_cluster, kube, ns):
     kube.create_namespaced_pod(ns, pod(
         "flaky", "echo run; [ -e /tmp/x ] || exit 3", restart="OnFailure",
         container={"terminationMessagePolicy": "FallbackToLogsOnError"}))
-    found = k8s_cluster.wait_for(
-        lambda: (p := kube.read_namespaced_pod("flaky", ns)).status.container_statuses[0]
-        .restart_count >= 2 and p, timeout=30, message="two restarts")
+    found = k8s_cluster.wait_for(  # (no statuses yet while the pod is being scheduled)
+        lambda: (p := kube.read_namespaced_pod("flaky", ns)).status.container_statuses
+        and p.status.container_statuses[0].restart_count >= 2 and p, timeout=30,
+        message="two restarts")
     status = found.status.container_statuses[0]
     assert status.last_state.terminated.exit_code == 3
     assert status.last_state.terminated.reason == "Error"
