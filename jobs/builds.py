@@ -247,6 +247,22 @@ def _build_join(job, image: str, inputs: BuildInputs, registry) -> Build | None:
     raise BackendError(f"could not record the build of {image}")
 
 
+def build_abandoned(build_id: int) -> bool:
+    """A job stopped waiting for the build (it was killed): if the build was for jobs and none
+    waits for it any more, it is cancelled — failed, which the builder's watch sees and stops
+    the builder. A build asked for by ``paddlectl build`` (no job) goes on. Returns whether it
+    was cancelled."""
+    with transaction.atomic():
+        build = Build.objects.select_for_update().filter(
+            pk=build_id, state=Build.State.BUILDING).first()
+        if build is None or not build.jobs.exists() or \
+                build.jobs.filter(state=JobState.BUILDING).exists():
+            return False
+        Build.objects.filter(pk=build.pk).update(
+            state=Build.State.FAILED, reason=Build.CANCELLED, finished_at=timezone.now())
+    return True
+
+
 def build_run(build_id: int) -> None:
     """Run the build: the backend's builder, its output in the build's log. Then every job
     waiting for it takes the image, or fails with the build's reason."""
@@ -293,9 +309,11 @@ def _say(fd: int, line: str) -> None:
 
 def _build_finish(build: Build, state: str, *, reason: str = "", image_digest: str = "") -> None:
     with transaction.atomic():
-        Build.objects.select_for_update().filter(pk=build.pk).update(
-            state=state, reason=reason[:4000], image_digest=image_digest,
-            finished_at=timezone.now())
+        if not Build.objects.select_for_update().filter(
+                pk=build.pk, state=Build.State.BUILDING).update(
+                state=state, reason=reason[:4000], image_digest=image_digest,
+                finished_at=timezone.now()):
+            return  # cancelled meanwhile (build_abandoned): its jobs were killed
         build.state, build.reason, build.image_digest = state, reason, image_digest
         waiting = list(Job.objects.select_related("datacenter", "owner")
                        .filter(build=build, state=JobState.BUILDING))

@@ -44,7 +44,7 @@ from paddlecloud_core.spec import trainers_shown
 from .backends import backend_for
 from .backends.base import BackendError, Status
 from .master import tasks_left
-from .models import Job, JobEvent, Replica
+from .models import Build, Job, JobEvent, Replica
 from .notify import job_changed
 from .signals import job_requeued
 from .states import FINAL_JOB_STATES, FINAL_REPLICA_STATES, JobState, ReplicaState
@@ -460,8 +460,13 @@ def job_fail(job, reason: str) -> None:
 
 def job_halt(job_id: int) -> None:
     """Stop every replica of a job that has ended (a kill, a failure)."""
-    job = Job.objects.select_related("datacenter", "owner").get(pk=job_id)
+    job = Job.objects.select_related("datacenter", "owner", "build").get(pk=job_id)
     _stop(job, _replicas(job), f"stopped: the job was {job.state}")
+    if job.build is not None and job.build.reason == Build.CANCELLED:
+        try:  # its builder, which no job waits for any more
+            backend_for(job.datacenter).image_build_cancel(job.build)
+        except BackendError as exc:
+            logger.warning("job %s: its builder could not be stopped: %s", job.pk, exc)
 
 
 def job_remains(job) -> dict:

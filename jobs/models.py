@@ -24,6 +24,9 @@ class Build(models.Model):
         SUCCEEDED = "succeeded"
         FAILED = "failed"
 
+    # The reason of a build whose jobs were all killed while it ran (``builds.build_abandoned``).
+    CANCELLED = "cancelled: no job waits for it any more"
+
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                               related_name="builds")
     datacenter = models.ForeignKey("accounts.Datacenter", on_delete=models.CASCADE,

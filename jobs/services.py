@@ -226,7 +226,10 @@ def job_kill(user, datacenter, name: str, *, by=None) -> Job:
     job = job_get(user, datacenter, name)
     if job.state in FINAL_JOB_STATES:
         raise ConflictError(f"job {name!r} has already ended ({job.state})", code="job_ended")
-    job_transition(job, JobState.KILLED, f"killed by {(by or user).username}")
+    with transaction.atomic():
+        job_transition(job, JobState.KILLED, f"killed by {(by or user).username}")
+        if job.build_id is not None:
+            builds.build_abandoned(job.build_id)
     audit_record(by or user, AuditEntry.Action.JOB_KILL, f"{user.username}/{name}",
                  datacenter=datacenter)
 

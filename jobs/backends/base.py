@@ -105,6 +105,10 @@ class Backend(abc.ABC):
         refusal) if it fails."""
         raise BackendError(f"datacenter {build.datacenter.name}'s backend cannot build images")
 
+    def image_build_cancel(self, build) -> None:  # noqa: B027 - where builds can be stopped
+        """Stop the builder of a build that was cancelled (``Build.CANCELLED``) while it runs;
+        done if it has ended. Its ``image_build`` then fails."""
+
     # Registry credentials. Only a backend that pulls images needs them (Kubernetes keeps one
     # pull secret per credential in the owner's namespace); on the others these do nothing.
 

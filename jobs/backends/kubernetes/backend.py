@@ -37,7 +37,7 @@ from django.db.models import Max
 
 from accounts.models import Datacenter
 from accounts.selectors import quota_get
-from jobs.models import Replica, replica_ended
+from jobs.models import Build, Replica, build_ended, replica_ended
 from paddlecloud.errors import PaddleCloudError, ValidationError
 from paddlecloud_core.contract import (
     STOP_GRACE_SECONDS,
@@ -619,12 +619,23 @@ class KubernetesBackend(Backend):
             raise BackendError(f"the cluster refused the builder's objects: {exc}") from None
         return self._build_follow(kube, build, namespace, image, log)
 
+    def image_build_cancel(self, build) -> None:
+        """Delete the builder Job (its pod and its Dockerfile go with it)."""
+        namespace = job_namespace(build.datacenter, build.owner.username)
+        try:
+            kube_for(build.datacenter).delete("Job", namespace, builder.builder_name(build))
+        except KubeError as exc:
+            raise BackendError(f"could not delete the builder: {exc}") from None
+
     def _build_follow(self, kube, build, namespace: str, image: str, log: int) -> str:
         selector = f"{builder.BUILD_LABEL}={build.uid}"
         deadline = time.monotonic() + builder.BUILD_SECONDS + 60
         tail = _Tail(LAST_LINES)
         copied = False
         while time.monotonic() < deadline:
+            if build_ended(build.pk):  # cancelled: its jobs were killed
+                self.image_build_cancel(build)
+                raise BackendError(Build.CANCELLED)
             try:
                 found, _ = kube.list("Pod", namespace, selector=selector)
             except KubeError as exc:

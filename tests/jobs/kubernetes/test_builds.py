@@ -225,3 +225,21 @@ def test_a_packages_own_dockerfile_is_built_as_given_and_a_runtime_image_is_not_
         "image": job.image}).job
     assert again.state != "building" and again.image == job.image
     assert Build.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_killing_the_only_job_waiting_for_a_build_cancels_it(
+        build_datacenter, celery_worker, alice, pfs_home, k8s_api):
+    from jobs.services import job_kill
+    from tests.jobs.kubernetes.test_backend import wait
+
+    k8s_api.controller.script_pods("build-*", container=CONTAINER, lines=["#1 working"],
+                                   run_seconds=120)
+    job = submit(alice, build_datacenter, package(pfs_home), "doomed")
+    wait(lambda: builder_objects(k8s_api, "Job"), message="the builder Job")
+    job_kill(alice, build_datacenter, "doomed")
+    wait(lambda: not builder_objects(k8s_api, "Job"), message="the builder Job to be deleted")
+    job.refresh_from_db()
+    assert job.state == "killed"
+    build = Build.objects.get()
+    assert (build.state, build.reason) == ("failed", Build.CANCELLED)
