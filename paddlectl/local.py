@@ -1,10 +1,14 @@
 """``paddlectl local train``: a training on this machine, without a portal.
 
-With a Docker engine, each replica is a ``docker run`` as the seed shows; without one, each is
-a local process started, watched and stopped as the portal's local backend does it
-(``paddlecloud_core.processes``: the same runner, process groups, log files and exit records),
-with the same environment (``paddlecloud_core.contract.replica_env``). Nothing here needs Django, a
-database or a config file.
+With a Docker engine, each replica is a ``docker run`` as the seed shows, of an image that must
+be in that engine already (nothing is pulled), on the host's network (the endpoints on
+127.0.0.1 reach each other as local processes do), as the user running paddlectl (so that what
+a container writes to the output directory is theirs), its container removed whatever
+happens. Without one, each is a local process started, watched and stopped as the portal's
+local backend does it (``paddlecloud_core.processes``: the same runner, process groups, log
+files and exit records). Either way with the same environment
+(``paddlecloud_core.contract.replica_env``). Nothing here needs Django, a database or a config
+file.
 
 Built in two steps: ``plan_build`` checks the arguments and says what will run (pure, but for
 looking at the directories it names); ``plan_run`` runs it, streams every replica's output
@@ -60,6 +64,23 @@ MAX_REPLICAS = 256
 # Where the seed's ``docker run`` mounts the three directories.
 IN_CONTAINER = {"input": "/train/input", "output": "/train/output",
                 "package": "/train/package"}
+
+# How a replica's command runs in its container (``sh -c SCRIPT replica COMMAND...``): in a process
+# group of its own, which gets the SIGTERM that stops the replica (``docker run`` forwards it to
+# the container's init, the init to this shell), as a local replica's group does; once stopped,
+# the shell waits until the whole group has ended, so that a trainer under ``sh -c`` still saves
+# its work (``docker run`` is killed, and its container removed, after the grace). The
+# replica's exit status is the command's.
+IN_CONTAINER_SCRIPT = (
+    'trap \'stopping=1; kill -s TERM -- "-$entry" 2>/dev/null '
+    '|| kill -s TERM "$entry" 2>/dev/null\' TERM; '
+    'if command -v setsid >/dev/null; then setsid "$@" & else "$@" & fi; entry=$!; '
+    'while :; do wait "$entry"; code=$?; kill -s 0 "$entry" 2>/dev/null || break; done; '
+    'while [ -n "$stopping" ] && kill -s 0 -- "-$entry" 2>/dev/null; do sleep 0.1; done; '
+    'exit "$code"')
+
+RUN_LABEL = "paddlectl.run"  # every container of a run carries it (``run_label``)
+DOCKER_REMOVE_SECONDS = 30  # at most, to remove a run's containers once their clients ended
 
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -241,12 +262,30 @@ def container_name(plan: Plan, role: str, index: int, run_id: str) -> str:
     return f"paddlectl-{plan.job.name}-{run_id}-{replica_name(role, index)}"
 
 
+def run_label(plan: Plan, run_id: str) -> str:
+    """The label every container of one run carries, by which they are found and removed."""
+    return f"{RUN_LABEL}={plan.job.name}-{run_id}"
+
+
+def docker_user() -> str | None:
+    """``--user`` of the containers: the user running paddlectl, unless root (the image's own
+    user then), so that what a replica writes to the output directory is theirs."""
+    uid = os.getuid()
+    return None if uid == 0 else f"{uid}:{os.getgid()}"
+
+
 def docker_argv(plan: Plan, role: str, index: int, topology: Topology, name: str,
-                docker: str = "docker") -> list[str]:
+                docker: str = "docker", *, label: str | None = None,
+                user: str | None = None) -> list[str]:
     """One replica as the seed's ``docker run``: the three directories mounted under
     /train, the environment as ``-e`` (the user's first, then the contract's, with the paths
-    as the container sees them), the host's network so that the endpoints on 127.0.0.1
-    reach each other, the package as working directory and on PYTHONPATH."""
+    as the container sees them), the package as working directory and on PYTHONPATH. Also:
+    the host's network, so that the endpoints on 127.0.0.1 reach each other (and an engine
+    without a bridge network runs it); an init as PID 1 and the command in a process group
+    of its own (``IN_CONTAINER_SCRIPT``), so that the replica gets the SIGTERM that stops it;
+    never a pull (the image was checked: ``image_check``); the run's label;
+    and with ``user``, that uid:gid, with HOME=/tmp (a uid the image does not know has /)
+    unless -e sets HOME."""
     env = local_env(plan, role, index, topology, input_dir=IN_CONTAINER["input"],
                     output_dir=IN_CONTAINER["output"])
     env["PYTHONPATH"] = IN_CONTAINER["package"]
@@ -254,20 +293,61 @@ def docker_argv(plan: Plan, role: str, index: int, topology: Topology, name: str
             "-v", f"{plan.input}:{IN_CONTAINER['input']}",
             "-v", f"{plan.output}:{IN_CONTAINER['output']}",
             "-v", f"{plan.package}:{IN_CONTAINER['package']}",
-            "--network", "host", "-w", IN_CONTAINER["package"], "--name", name]
+            "--network", "host", "--init", "--pull", "never",
+            "-w", IN_CONTAINER["package"], "--name", name]
+    if label:
+        argv += ["--label", label]
+    if user:
+        argv += ["--user", user]
+        if "HOME" not in env:
+            env["HOME"] = "/tmp"  # noqa: S108 - the container's own /tmp
     for key, value in env.items():
         argv += ["-e", f"{key}={value}"]
-    return [*argv, plan.image, *plan.command()]
+    return [*argv, plan.image, "/bin/sh", "-c", IN_CONTAINER_SCRIPT, "replica",
+            *plan.command()]
 
 
-def _docker_remove(docker: str, names: list[str]) -> None:
-    """Containers of replicas that had to be stopped (``docker run``, killed, leaves its
-    container running)."""
-    if names:
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            subprocess.run([docker, "rm", "-f", *names], stdin=subprocess.DEVNULL,  # noqa: S603
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
-                           check=False)
+def _docker(docker: str, *args: str, env: Mapping[str, str],
+            timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([docker, *args], stdin=subprocess.DEVNULL,  # noqa: S603
+                          capture_output=True, text=True, env=dict(env), timeout=timeout,
+                          check=False)
+
+
+def image_check(docker: str, image: str, env: Mapping[str, str]) -> None:
+    """The image is in the engine: nothing is pulled (``--pull never``), and a missing image
+    is said once, before anything starts, in Docker's words and with what to do."""
+    try:
+        found = _docker(docker, "image", "inspect", "--format", "{{.Id}}", image, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PaddlectlError(f"local train: --image {image}: cannot ask the Docker engine: "
+                             f"{exc}") from None
+    if found.returncode == 0:
+        return
+    said = " ".join(found.stderr.split()) or f"docker image inspect exited {found.returncode}"
+    if "no such image" in said.lower():
+        hint = ("paddlectl runs the images of this Docker engine and never pulls one: "
+                "build or load it here (docker build, docker load, docker import) or "
+                "docker pull it, then check with docker image ls")
+    else:
+        hint = "check the Docker engine (docker info)"
+    raise PaddlectlError(f"local train: --image {image}: {said}; {hint}")
+
+
+def _docker_remove(docker: str, label: str, env: Mapping[str, str]) -> None:
+    """Remove every container of the run, and wait until they are gone. A ``docker run``
+    that was killed leaves its container running; one whose client exited may still be being
+    removed (``--rm``); one being created as its client was killed appears a moment later."""
+    deadline = time.monotonic() + DOCKER_REMOVE_SECONDS
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        while True:
+            listed = _docker(docker, "ps", "--all", "--quiet", "--filter", f"label={label}",
+                             env=env)
+            ids = listed.stdout.split()
+            if listed.returncode != 0 or not ids or time.monotonic() > deadline:
+                return
+            _docker(docker, "rm", "--force", *ids, env=env)
+            time.sleep(POLL_SECONDS)
 
 
 # --- running --------------------------------------------------------------------------------------
@@ -338,15 +418,26 @@ def _failure(replica: Replica, docker: bool, alone: bool) -> TrainingFailed:
                           status)
 
 
-def _stop(replicas: list[Replica], docker: str | None) -> None:
+@dataclass(frozen=True)
+class DockerRun:
+    """The containers of one run: the client that starts them, its environment, their label."""
+
+    client: str
+    env: Mapping[str, str]
+    label: str
+
+
+def _stop(replicas: list[Replica], docker: DockerRun | None) -> None:
     """Stop the replicas still running, and wait until every process group is empty (the
-    runner of one that has ended may still be clearing its group)."""
+    runner of one that has ended may still be clearing its group). In Docker, the SIGTERM to
+    a ``docker run`` reaches its container's process (the client forwards it to the init);
+    then every container of the run is removed, whatever state it is in."""
     live = [r for r in replicas if r.pid is not None and not r.ended and not r.stopped]
     for replica in live:
         replica.stopped = True
     groups_stop([r.pid for r in replicas if r.pid is not None], STOP_GRACE_SECONDS)
-    if docker:
-        _docker_remove(docker, [r.container for r in live if r.container])
+    if docker and any(r.pid is not None for r in replicas):
+        _docker_remove(docker.client, docker.label, docker.env)
 
 
 def _raise_interrupt(signum, frame):
@@ -360,34 +451,39 @@ def plan_run(plan: Plan, *, docker: str | None, stdout: TextIO, stderr: TextIO,
     TrainingFailed after the others are stopped; Ctrl-C (or SIGTERM, SIGHUP) stops them all
     and raises KeyboardInterrupt."""
     environ = dict(os.environ if environ is None else environ)
-    plan.output.mkdir(parents=True, exist_ok=True)
-    topology = topology_new(plan)
-    run_id = secrets.token_hex(3)
-    replicas = [Replica(role, index, plan.output / log_relpath(role, index))
-                for role, index in plan.replicas()]
-    output = _Output(replicas, stdout)
     # The user's environment, without what the contract sets; then the contract's.
     base = {k: v for k, v in environ.items() if k not in RESERVED}
     path = environ.get("PATH") or "/usr/bin:/bin"
+    run_id = secrets.token_hex(3)
+    engine = None
+    if docker:
+        engine = DockerRun(docker, {**base, "PATH": path}, run_label(plan, run_id))
+        image_check(docker, plan.image, engine.env)  # before anything starts
+    plan.output.mkdir(parents=True, exist_ok=True)
+    topology = topology_new(plan)
+    replicas = [Replica(role, index, plan.output / log_relpath(role, index))
+                for role, index in plan.replicas()]
+    output = _Output(replicas, stdout)
     pythonpath = [str(plan.package), *environ.get("PYTHONPATH", "").split(os.pathsep)]
     python = _python(path)
     run_dir = Path(tempfile.mkdtemp(prefix="paddlectl-local-"))
     handlers = {sig: signal.signal(sig, _raise_interrupt)
                 for sig in (signal.SIGTERM, signal.SIGHUP)}
     handlers[signal.SIGINT] = signal.getsignal(signal.SIGINT)
-    how = "in Docker containers" if docker else "as local processes"
+    how = f"in Docker containers of {plan.image}" if docker else "as local processes"
     info(f"Running {plan.job.name} {how}: {plan.job.pservers} pserver(s), "
          f"{plan.job.trainers} trainer(s); output and logs (node_N/) in {plan.output}")
     try:
         try:
             for replica in replicas:
                 replica.log.parent.mkdir(parents=True, exist_ok=True)
-                if docker:
+                if engine:
                     replica.container = container_name(plan, replica.role, replica.index,
                                                        run_id)
                     command = docker_argv(plan, replica.role, replica.index, topology,
-                                          replica.container, docker)
-                    env = {**base, "PATH": path}
+                                          replica.container, engine.client,
+                                          label=engine.label, user=docker_user())
+                    env = dict(engine.env)
                 else:
                     command = plan.command(python)
                     env = process_env(
@@ -398,23 +494,23 @@ def plan_run(plan: Plan, *, docker: str | None, stdout: TextIO, stderr: TextIO,
                 with replica.log.open("wb") as log:  # this run's log, not an earlier run's
                     replica.pid = attempt_start(run_dir, replica.name, 0, log.fileno(),
                                                 command, cwd=plan.package, env=env)
-            return _watch(replicas, run_dir, output, docker, info)
+            return _watch(replicas, run_dir, output, engine, info)
         except KeyboardInterrupt:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C waits for this
             stderr.write("paddlectl: interrupted: stopping every replica\n")
             stderr.flush()
-            _stop(replicas, docker)
+            _stop(replicas, engine)
             output.pump(final=True)
             raise
     finally:
-        _stop(replicas, docker)  # nothing is left behind, whatever happened
+        _stop(replicas, engine)  # nothing is left behind, whatever happened
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _watch(replicas: list[Replica], run_dir: Path, output: _Output, docker: str | None,
-           info: Callable[[str], None]) -> int:
+def _watch(replicas: list[Replica], run_dir: Path, output: _Output,
+           docker: DockerRun | None, info: Callable[[str], None]) -> int:
     trainers = [r for r in replicas if r.role == "trainer"]
     while True:
         output.pump()

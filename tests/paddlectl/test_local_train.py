@@ -1,7 +1,8 @@
 """``paddlectl local train`` as users run it: the installed console script in a subprocess,
 without any config file or portal. The replicas are real local processes (no Docker engine:
-a fake ``docker`` whose ``info`` fails is first on PATH); the Docker mode is tested as the
-command lines it builds, and end to end against a fake ``docker`` client that records them."""
+a fake ``docker`` whose ``info`` fails is first on PATH); the Docker mode is tested here as the
+command lines it builds, and end to end against a fake ``docker`` client that records them;
+test_local_train_docker.py runs it in a real Docker engine."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from paddlecloud_core.contract import RESERVED_ENV, Paths, Topology, replica_env
-from paddlectl.local import docker_argv, module_resolve, plan_build
+from paddlectl.local import IN_CONTAINER_SCRIPT, docker_argv, module_resolve, plan_build
 
 from .conftest import paddlectl_path
 
@@ -56,17 +57,35 @@ FAKE_DOCKER = """\
 #!{python}
 # A docker client without an engine behind it: `info` answers as $FAKE_DOCKER_INFO says; `run`
 # records its arguments, prints a line, and exits $FAKE_DOCKER_CODE (a pserver waits to be
-# stopped); `rm` records its arguments.
+# stopped); `ps` and `rm` see the containers of the `run`s that did not end by themselves (a
+# killed client leaves its container behind) and record their arguments, as `image` does.
 import json, os, signal, sys, time
 args = sys.argv[1:]
 record = os.environ.get("FAKE_DOCKER_RECORD")
+containers = (record or "/nonexistent") + ".containers"
 if record and args[:1] != ["info"]:
     with open(record, "a") as f:
         f.write(json.dumps(sys.argv) + "\\n")
 if args[:1] == ["info"]:
     sys.exit(int(os.environ.get("FAKE_DOCKER_INFO", "1")))
+if args[:1] == ["ps"] and os.path.isdir(containers):
+    label = args[args.index("--filter") + 1].removeprefix("label=")
+    for name in sorted(os.listdir(containers)):
+        with open(os.path.join(containers, name)) as f:
+            if f.read() == label:
+                print(name)
+if args[:1] == ["rm"] and os.path.isdir(containers):
+    for name in args[1:]:
+        if os.path.exists(os.path.join(containers, name)):
+            os.unlink(os.path.join(containers, name))
 if args[:1] == ["run"]:
     env = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "-e")
+    container = None
+    if record:
+        os.makedirs(containers, exist_ok=True)
+        container = os.path.join(containers, args[args.index("--name") + 1])
+        with open(container, "w") as f:
+            f.write(args[args.index("--label") + 1])
     ready = (record or "/nonexistent") + ".pserver-up"
     if env["TRAINING_ROLE"] == "TRAINER" and record and env.get("PADDLE_PSERVERS_IP_PORT_LIST"):
         for _ in range(500):  # like a real trainer, wait for the pserver to be up
@@ -78,6 +97,8 @@ if args[:1] == ["run"]:
         if record:
             open(ready, "w").close()
         signal.pause()
+    if container:
+        os.unlink(container)  # --rm
     sys.exit(int(os.environ.get("FAKE_DOCKER_CODE", "0")))
 """
 
@@ -421,7 +442,8 @@ def test_docker_command_line_of_a_trainer(dirs):
         "-v", f"{dirs.input}:/train/input",
         "-v", f"{dirs.output}:/train/output",
         "-v", f"{dirs.pkg}:/train/package",
-        "--network", "host", "-w", "/train/package", "--name", "paddlectl-demo-abc-trainer-1",
+        "--network", "host", "--init", "--pull", "never", "-w", "/train/package",
+        "--name", "paddlectl-demo-abc-trainer-1",
         "-e", "NUM_PASS=4",
         "-e", "JOB_NAME=demo",
         "-e", "JOB_NAMESPACE=local",
@@ -451,7 +473,8 @@ def test_docker_command_line_of_a_trainer(dirs):
         "-e", "PADDLE_INIT_TRAINER_ID=1",
         "-e", "PADDLE_INPUT_DIR=/train/input",
         "-e", "PYTHONPATH=/train/package",
-        "paddlepaddle/paddle:2.6.1", "python", "-m", "train",
+        "paddlepaddle/paddle:2.6.1", "/bin/sh", "-c", IN_CONTAINER_SCRIPT, "replica",
+        "python", "-m", "train",
     ]
 
 
@@ -464,8 +487,9 @@ def test_docker_command_line_of_a_pserver_and_of_an_entry(dirs):
                         master=None)
     argv = docker_argv(plan, "pserver", 0, topology, "c0", docker="/usr/bin/docker")
     assert argv[:3] == ["/usr/bin/docker", "run", "--rm"]
-    assert argv[-4:] == ["paddlepaddle/paddle:2.6.1", "/bin/sh", "-c",
-                         "python train.py --lr 0.1"]
+    assert argv[-8:] == ["paddlepaddle/paddle:2.6.1", "/bin/sh", "-c", IN_CONTAINER_SCRIPT,
+                         "replica", "/bin/sh", "-c", "python train.py --lr 0.1"]
+    assert "--user" not in argv and "--label" not in argv
     env = env_of(argv)
     assert (env["TRAINING_ROLE"], env["PADDLE_PSERVER_ID"], env["PADDLE_CURRENT_ENDPOINT"],
             env["JOB_NAME"]) == ("PSERVER", "0", "127.0.0.1:7000", "fit")
@@ -476,6 +500,23 @@ def test_docker_command_line_of_a_pserver_and_of_an_entry(dirs):
     topology = Topology(pservers=(), trainers=("127.0.0.1:7001",), master="127.0.0.1:7009")
     argv = docker_argv(plan, "trainer", 0, topology, "c1")
     assert "PADDLE_MASTER=127.0.0.1:7009" in argv and argv[-3:] == ["python", "-m", "train"]
+
+
+def test_docker_command_line_as_a_user_who_is_not_root(dirs):
+    """paddlectl run by a user who is not root runs its containers as that uid:gid, so that
+    what they write is the user's; such a uid has no home in the image: HOME=/tmp, unless -e
+    gives one."""
+    dirs.output.mkdir()
+    topology = Topology(pservers=(), trainers=("127.0.0.1:7001",), master="127.0.0.1:7009")
+    for given, home in (([], "/tmp"), (["HOME=/work"], "/work")):
+        plan = plan_build(package=str(dirs.pkg), module="train", entry=None,
+                          input_dir=str(dirs.input), output_dir=str(dirs.output), env=given)
+        argv = docker_argv(plan, "trainer", 0, topology, "c1", label="paddlectl.run=demo-1",
+                           user="1000:1001")
+        name_at = argv.index("--name")
+        assert argv[name_at:name_at + 6] == ["--name", "c1", "--label", "paddlectl.run=demo-1",
+                                             "--user", "1000:1001"]
+        assert env_of(argv)["HOME"] == home
 
 
 def test_with_a_docker_engine_each_replica_is_a_docker_run(cli, dirs):
@@ -497,18 +538,25 @@ def test_with_a_docker_engine_each_replica_is_a_docker_run(cli, dirs):
         assert call[:9] == [str(docker), "run", "--rm", "-v", f"{dirs.input}:/train/input",
                             "-v", f"{dirs.output}:/train/output",
                             "-v", f"{dirs.pkg}:/train/package"]
-        assert call[-4:] == ["img:1", "python", "-m", "train"]
+        assert call[-4:] == ["replica", "python", "-m", "train"]
         given = env_of(call)
         topology = Topology(pservers=(given["PADDLE_PSERVERS_IP_PORT_LIST"],),
                             trainers=(given["PADDLE_TRAINER_ENDPOINTS"],), master=None)
         plan = plan_build(package=str(dirs.pkg), module="demo.train", entry=None,
                           input_dir=str(dirs.input), output_dir=str(dirs.output),
                           image="img:1", env=["NUM_PASS=4"], pservers=1)
-        assert call == docker_argv(plan, role, 0, topology, name, docker=str(docker))
+        label = call[call.index("--label") + 1]
+        assert label.startswith("paddlectl.run=demo-")
+        assert call == docker_argv(plan, role, 0, topology, name, docker=str(docker),
+                                   label=label)
+    assert len({call[call.index("--label") + 1] for call in runs.values()}) == 1
+    # The image was looked for before anything started.
+    assert calls[0] == [str(docker), "image", "inspect", "--format", "{{.Id}}", "img:1"]
     # The pserver's `docker run` was stopped when the trainer was done, and its container
-    # removed (a stopped client leaves it running).
+    # (which this fake client leaves behind) removed.
     pserver = next(name for name in runs if name.endswith("pserver-0"))
-    assert [str(docker), "rm", "-f", pserver] in calls
+    assert [str(docker), "rm", "--force", pserver] in calls
+    assert not list((dirs.root / "docker.jsonl.containers").iterdir())
     assert (dirs.output / "node_0" / "train.log").read_text() == "container of TRAINER\n"
 
 
