@@ -48,6 +48,7 @@ from paddlecloud_core.processes import (
     entry_argv,
     exit_reason,
     free_endpoints,
+    group_live,
     groups_stop,
     process_env,
 )
@@ -70,17 +71,19 @@ IN_CONTAINER = {"input": "/train/input", "output": "/train/output",
 # the container's init, the init to this shell), as a local replica's group does; once stopped,
 # the shell waits until the whole group has ended, so that a trainer under ``sh -c`` still saves
 # its work (``docker run`` is killed, and its container removed, after the grace). The
-# replica's exit status is the command's.
+# replica's exit status is the command's (and the shell keeps quiet about how it ended).
 IN_CONTAINER_SCRIPT = (
     'trap \'stopping=1; kill -s TERM -- "-$entry" 2>/dev/null '
     '|| kill -s TERM "$entry" 2>/dev/null\' TERM; '
     'if command -v setsid >/dev/null; then setsid "$@" & else "$@" & fi; entry=$!; '
-    'while :; do wait "$entry"; code=$?; kill -s 0 "$entry" 2>/dev/null || break; done; '
+    'while :; do wait "$entry" 2>/dev/null; code=$?; kill -s 0 "$entry" 2>/dev/null || break; '
+    'done; '
     'while [ -n "$stopping" ] && kill -s 0 -- "-$entry" 2>/dev/null; do sleep 0.1; done; '
     'exit "$code"')
 
 RUN_LABEL = "paddlectl.run"  # every container of a run carries it (``run_label``)
 DOCKER_REMOVE_SECONDS = 30  # at most, to remove a run's containers once their clients ended
+DOCKER_START_SECONDS = 120  # at most, for a ``docker run`` being stopped to start its container
 
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -334,6 +337,26 @@ def image_check(docker: str, image: str, env: Mapping[str, str]) -> None:
     raise PaddlectlError(f"local train: --image {image}: {said}; {hint}")
 
 
+def _docker_started(docker: str, label: str, env: Mapping[str, str],
+                    starting: Mapping[str, int]) -> None:
+    """Wait until the container of each ``docker run`` (``starting``: its container's name and
+    its process group) has started, or its client has ended. A client stopped while the
+    engine creates its container would leave a container made after the run had cleaned up;
+    one stopped before its container started would not pass the SIGTERM on."""
+    deadline = time.monotonic() + DOCKER_START_SECONDS
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        while time.monotonic() < deadline:
+            listed = _docker(docker, "ps", "--all", "--filter", f"label={label}",
+                             "--format", "{{.Names}} {{.State}}", env=env)
+            if listed.returncode != 0:
+                return
+            started = {line.split()[0] for line in listed.stdout.splitlines()
+                       if len(line.split()) == 2 and line.split()[1] != "created"}
+            if all(name in started or not group_live(pgid) for name, pgid in starting.items()):
+                return
+            time.sleep(POLL_SECONDS)
+
+
 def _docker_remove(docker: str, label: str, env: Mapping[str, str]) -> None:
     """Remove every container of the run, and wait until they are gone. A ``docker run``
     that was killed leaves its container running; one whose client exited may still be being
@@ -429,12 +452,16 @@ class DockerRun:
 
 def _stop(replicas: list[Replica], docker: DockerRun | None) -> None:
     """Stop the replicas still running, and wait until every process group is empty (the
-    runner of one that has ended may still be clearing its group). In Docker, the SIGTERM to
-    a ``docker run`` reaches its container's process (the client forwards it to the init);
-    then every container of the run is removed, whatever state it is in."""
+    runner of one that has ended may still be clearing its group). In Docker, once their
+    containers exist, the SIGTERM to a ``docker run`` reaches its container's process (the
+    client forwards it to the init); then every container of the run is removed, whatever
+    state it is in."""
     live = [r for r in replicas if r.pid is not None and not r.ended and not r.stopped]
     for replica in live:
         replica.stopped = True
+    if docker and live:
+        _docker_started(docker.client, docker.label, docker.env,
+                        {r.container: r.pid for r in live if r.container and r.pid})
     groups_stop([r.pid for r in replicas if r.pid is not None], STOP_GRACE_SECONDS)
     if docker and any(r.pid is not None for r in replicas):
         _docker_remove(docker.client, docker.label, docker.env)

@@ -70,10 +70,11 @@ if args[:1] == ["info"]:
     sys.exit(int(os.environ.get("FAKE_DOCKER_INFO", "1")))
 if args[:1] == ["ps"] and os.path.isdir(containers):
     label = args[args.index("--filter") + 1].removeprefix("label=")
+    state = " running" if "State" in " ".join(args) else ""
     for name in sorted(os.listdir(containers)):
         with open(os.path.join(containers, name)) as f:
             if f.read() == label:
-                print(name)
+                print(name + state)
 if args[:1] == ["rm"] and os.path.isdir(containers):
     for name in args[1:]:
         if os.path.exists(os.path.join(containers, name)):
