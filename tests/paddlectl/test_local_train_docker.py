@@ -70,7 +70,7 @@ if os.environ.get("FAIL") == name:
     sys.exit(3)
 if os.environ.get("SLEEP") or os.environ.get("FAIL"):
     def stopped(signum, frame):
-        print(name, "stopped by", signal.Signals(signum).name, flush=True)
+        print(name + " stopped by " + signal.Signals(signum).name, flush=True)  # one write
         sys.exit(128 + signum)
     signal.signal(signal.SIGTERM, stopped)
     open(os.path.join(out, "up-" + name), "w").close()
@@ -102,6 +102,17 @@ print(name, "done", flush=True)
 def engine():
     with docker_engine() as engine:
         yield engine
+
+
+@pytest.fixture(autouse=True)
+def no_container_left(request):
+    """Each test starts with no container (a test that failed leaves none to the next)."""
+    yield
+    if "engine" in request.fixturenames:
+        engine = request.getfixturevalue("engine")
+        left = engine.run("ps", "--all", "--quiet").stdout.split()
+        if left:
+            engine.run("rm", "--force", *left)
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +178,13 @@ def runners_of(output: Path) -> list[int]:
             if str(output).encode() in cmdline:
                 found.append(int(proc.name))
     return found
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 def default_signals() -> None:
@@ -255,7 +273,7 @@ def test_a_failing_trainer_stops_the_others(cli, dirs, engine, image):
     # The reason, in the trainer's words; the other trainer got the SIGTERM that stops it.
     assert "trainer-1 | trainer-1: cannot train: record 2 of data.txt is bad\n" in result.stdout
     assert "trainer-1: cannot train: record 2 of data.txt is bad\n" in log.read_text()
-    assert "trainer-0 | trainer-0 stopped by SIGTERM\n" in result.stdout
+    assert "trainer-0 | trainer-0 stopped by SIGTERM\n" in result.stdout, result.stdout
     assert not list(dirs.output.glob("result-*"))
     assert containers(engine) == []
     assert runners_of(dirs.output) == []
@@ -267,10 +285,12 @@ def test_ctrl_c_leaves_no_container(cli, dirs, engine, image):
                                        "-e", "SLEEP=1")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cli.cwd,
         env=cli.environ(engine.env), preexec_fn=default_signals)
+    server_log = dirs.output / "node_0" / "server.log"
     try:
         deadline = time.monotonic() + 180
-        while len(list(dirs.output.glob("up-trainer-*"))) < 2:
-            assert time.monotonic() < deadline, "the trainers did not start"
+        while (len(list(dirs.output.glob("up-trainer-*"))) < 2
+               or "pserver-0 listening" not in _text(server_log)):
+            assert time.monotonic() < deadline, "the replicas did not start"
             assert process.poll() is None, process.communicate()
             time.sleep(0.1)
         assert len(containers(engine)) == 3
@@ -279,15 +299,20 @@ def test_ctrl_c_leaves_no_container(cli, dirs, engine, image):
         stdout, stderr = process.communicate(timeout=120)
         stopping = time.monotonic() - interrupted
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        if process.poll() is None:  # stopped as it should be, not killed: no container left
+            process.send_signal(signal.SIGINT)
+            try:
+                process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
     assert process.returncode == 130, stdout + stderr
     assert stderr == "paddlectl: interrupted: stopping every replica\n"
     # Each trainer got SIGTERM through its `docker run` and the container's init: stopped at
     # once, not killed after the grace.
     for name in ("trainer-0", "trainer-1"):
-        assert f"{name} | {name} stopped by SIGTERM\n" in stdout
+        assert f"{name} | {name} stopped by SIGTERM\n" in stdout, stdout
+    assert "Terminated" not in stdout  # nothing from the shell around the command
     assert containers(engine) == []
     assert runners_of(dirs.output) == []
     print(f"Ctrl-C to paddlectl's exit: {stopping:.1f} s")
