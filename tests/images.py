@@ -105,16 +105,6 @@ def buildah(storage: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
                           check=True, **kwargs)
 
 
-def mounts_under(path: Path) -> list[str]:
-    """The mount points at or below ``path`` (what a build must not leave)."""
-    found = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        point = line.split()[4].encode().decode("unicode_escape")
-        if point == str(path) or point.startswith(f"{path}/"):
-            found.append(point)
-    return found
-
-
 def base_image_push(host: str, auth: tuple[str, str] | None, storage: Path) -> str:
     """Push the base root filesystem to the registry at ``host`` (plain HTTP) as
     ``<host>/base/bookworm-python:1``: ``buildah from scratch``, the tar added, PATH set,
@@ -148,7 +138,7 @@ DOCKERD_STOP_GRACE = 20  # SIGTERM, then SIGKILL this many seconds later
 BASE_IMAGE = "paddlecloud-test/bookworm-python:1"
 
 
-def _mount_points(under: Path) -> list[str]:
+def mounts_under(under: Path) -> list[str]:
     """The mount points at or under ``under`` in this mount namespace, deepest first."""
     prefix = str(under).rstrip("/")
     found = []
@@ -272,12 +262,12 @@ class DockerEngine:
             time.sleep(0.1)
         else:
             left.append(f"processes still running: {_processes_naming(marker)}")
-        for point in _mount_points(self.root):
+        for point in mounts_under(self.root):
             done = subprocess.run(["umount", point], capture_output=True, check=False)
             if done.returncode != 0:
                 subprocess.run(["umount", "--lazy", point], capture_output=True,
                                check=False)
-        left += [f"still mounted: {point}" for point in _mount_points(self.root)]
+        left += [f"still mounted: {point}" for point in mounts_under(self.root)]
         if not left:
             shutil.rmtree(self.root, ignore_errors=True)
             if self.root.exists():

@@ -27,10 +27,12 @@ No portal, config file or login is needed.
 
 With a Docker engine (`docker` on PATH and `docker info` succeeds), each replica is
     docker run --rm -v INPUT:{IN_CONTAINER['input']} -v OUTPUT:{IN_CONTAINER['output']} \\
-      -v PACKAGE:{IN_CONTAINER['package']} --network host -w {IN_CONTAINER['package']} \\
-      --name ... -e K=V ... IMAGE python -m MOD        (or: IMAGE /bin/sh -c CMD)
-as in the seed; IMAGE is --image, else {DEFAULT_IMAGE}. (This mode is tested as the
-command lines it builds, not against a Docker engine.)
+      -v PACKAGE:{IN_CONTAINER['package']} --network host --init --pull never \\
+      -w {IN_CONTAINER['package']} --name ... -e K=V ... IMAGE python -m MOD   (or: CMD)
+as in the seed, the command in a process group of its own (a SIGTERM stops it all), as
+your uid when you are not root; IMAGE is --image, else {DEFAULT_IMAGE}. Nothing is
+pulled: an image the engine does not have is an error (docker pull it, or build it, e.g.
+paddlectl build). Every container of the run is removed when it ends, however it ends.
 
 Otherwise each replica is a local process, started, watched and stopped as the portal's local
 backend does it: its own process group, the package directory as working directory and

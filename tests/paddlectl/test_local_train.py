@@ -411,7 +411,8 @@ def test_help_shows_the_usage(cli):
         "usage: paddlectl local train --package-path DIR (--module MOD | --entry CMD)\n"
         "       --input DIR --output DIR [--image IMG] [-e K=V]... [--trainers N]\n")
     assert "docker run --rm -v INPUT:/train/input -v OUTPUT:/train/output" in result.stdout
-    assert "not against a Docker engine" in result.stdout
+    assert "--network host --init --pull never" in result.stdout
+    assert "Nothing is\npulled" in result.stdout
     assert "--output DIR" in result.stdout and "--no-docker" in result.stdout
     assert cli("local", "train", "--help").stdout == result.stdout
 
