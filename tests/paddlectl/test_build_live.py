@@ -1,8 +1,12 @@
-"""``paddlectl build`` end to end with real parts (issue 19): paddlectl in a subprocess against the
-live portal, whose Celery worker builds with buildah on this machine (the local backend's
-builder) FROM a base image in a real registry (Distribution, with a user), pip installing from
-PyPI, and pushes to that registry with alice's credentials; the test reads the pushed manifest
-and layers back through the registry's HTTP API."""
+"""Runtime images from paddlectl (issue 19), against the live portal.
+
+``paddlectl build`` end to end with real parts: the portal's Celery worker builds with buildah on
+this machine (the local backend's builder) FROM a base image in a real registry (Distribution,
+with a user), pip installing from PyPI, and pushes to that registry with alice's credentials;
+the test reads the pushed manifest and layers back through the registry's HTTP API.
+
+``paddlectl logs`` of a job being built on Kubernetes (the fake API server, its builder pod
+scripted) follows the build's log."""
 
 from __future__ import annotations
 
@@ -11,10 +15,13 @@ import re
 import pytest
 
 from accounts.models import Datacenter
+from tests.k8s_api_server import fixtures
+from tests.kube import on_kubernetes, portal_kubeconfig
 from registries.oci import manifest_digest, manifest_get
 from tests.images import base_image_push, mounts_under
 from tests.registry_server import layer_files, registry_server
 
+k8s_api = fixtures.k8s_api
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(900)]
 
 USER, PASSWORD = "alice-at-registry", "registry-Pa55"
@@ -75,3 +82,31 @@ def test_build_pushes_a_runtime_image_prints_it_and_builds_it_once(
         assert refused.returncode == 1, refused.stderr
         assert "refused" in refused.stderr and "'bad'" in refused.stderr, refused.stderr
     assert mounts_under(tmp_path) == []
+
+
+def test_logs_of_a_job_being_built_follow_its_build(live_cli, celery_worker, k8s_api,
+                                                    settings, tmp_path):
+    import json
+
+    portal = live_cli.portal
+    lines = [f"#{i} step {i} of the build" for i in range(6)]
+    k8s_api.controller.script_pods("build-*", container="buildkit", lines=lines,
+                                   line_interval=0.3, message=json.dumps(
+                                       {"containerimage.digest": "sha256:" + "ef" * 32}))
+    (portal.home / "pkg").mkdir()
+    (portal.home / "pkg" / "train.py").write_text("print('hi')\n")
+    (portal.home / "pkg" / "requirements.txt").write_text("six\n")
+    with registry_server(tmp_path) as registry, on_kubernetes(
+            portal.datacenter, settings, portal_kubeconfig(k8s_api),
+            {"hostPath": {"path": str(portal.home.parents[1])}}):
+        Datacenter.objects.filter(name="datacenter1").update(
+            build_registry=f"{registry.host}/builds", build_registry_insecure=True)
+        ok(live_cli("submit", "-jobname", "built", "-entry", "python3 train.py",
+                    "/pfs/datacenter1/home/alice/pkg"))
+        followed = ok(live_cli("logs", "built", "-f", timeout=60))
+        assert [line for line in followed.stdout.splitlines() if line.startswith("#")] == lines
+        assert "paddlecloud: pushed " in followed.stdout
+        shown = ok(live_cli("logs", "built", "-w", "build"))
+        assert shown.stdout == followed.stdout
+        missing = live_cli("logs", "built", "-w", "nope")
+        assert missing.returncode != 0 and "build" in missing.stderr, missing.stderr
