@@ -15,10 +15,10 @@ import re
 import pytest
 
 from accounts.models import Datacenter
-from tests.k8s_api_server import fixtures
-from tests.kube import on_kubernetes, portal_kubeconfig
 from registries.oci import manifest_digest, manifest_get
 from tests.images import base_image_push, mounts_under
+from tests.k8s_api_server import fixtures
+from tests.kube import on_kubernetes, portal_kubeconfig
 from tests.registry_server import layer_files, registry_server
 
 k8s_api = fixtures.k8s_api
