@@ -1,5 +1,6 @@
-"""Building a runtime image on the portal's machine with buildah (issue 19): no daemon, run as
-the portal's user (root), and pushing it to the job's registry.
+"""Building a runtime image on the portal's machine with buildah (issue 19): no daemon, buildah
+run as the portal's user (root; the build steps are not: see Isolation), and pushing it to
+the job's registry.
 
 ``buildah_build`` builds a Dockerfile's text with a directory as the context and pushes the
 image; it returns the pushed manifest's digest, which jobs then run by (``image@digest``).
@@ -15,8 +16,12 @@ image; it returns the pushed manifest's digest, which jobs then run by (``image@
   (``--pull=true`` falls back to the cached image when the registry refuses). The built image
   is removed once pushed, and so are the images no name points to any more (a base whose tag
   moved on).
-- Isolation: ``chroot`` (no runtime, no user namespaces), with the host's network for ``RUN``
-  steps, so ``pip install`` reaches the index the machine reaches.
+- Isolation: a Dockerfile's ``RUN`` steps run the user's code (their commands, the setup of
+  what pip installs), so they run in containers (``--isolation oci``: the OCI runtime, its
+  namespaces and seccomp) in a user namespace of their own whose root is an unprivileged
+  range of host ids (``BUILD_IDS``: uid/gid 1000000000 onwards, which no account uses), not
+  the portal's root; with the host's network, so ``pip install`` reaches the index the
+  machine reaches.
 - Credentials go to buildah only in an ``--authfile`` (``docker_config_json``, mode 0600, in
   a private directory removed afterwards), never on a command line nor in the log. They are
   asked for the base image too (the same file). TLS is verified unless ``insecure``.
@@ -56,6 +61,10 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PASSED = re.compile(r"^(?:(?:HTTPS?|NO|ALL)_PROXY|SSL_CERT_(?:FILE|DIR)|CONTAINERS_\w+"
                     r"|REGISTRIES_CONFIG_PATH|TZ)$", re.I)
 STOP_GRACE = 10
+# The host ids a build's root and users are (its user namespace): far above any account's.
+BUILD_IDS = "0:1000000000:65536"
+USERNS = ("--userns-uid-map", BUILD_IDS, "--userns-gid-map", BUILD_IDS)
+RUNTIME_TMP = "/var/tmp"  # noqa: S108 - buildah's own default; a private directory in it
 LOCK_POLL = 1.0
 REFUSED_RE = re.compile(r"unauthorized|authentication required|denied|\b40[13]\b", re.I)
 NOISE_RE = re.compile(r"^(?:subprocess exited |Getting image source signatures|Copying |"
@@ -100,9 +109,15 @@ def buildah_build(context: Path, dockerfile: str, image: str, *, insecure: bool,
         raise BackendError(f"buildah's storage {storage} may not be inside the build context "
                            f"{context}")
     lock = os.open(storage / "build.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    work = None
+    work = mounts = None
     try:
+        # Where buildah mounts the build steps' root filesystems: the runtime reaches them as
+        # the user namespace's root, so every directory above must let others through (the
+        # storage may be under a private one): /var/tmp, in one of its own (searchable only).
+        mounts = Path(tempfile.mkdtemp(prefix="paddlecloud-buildah-", dir=RUNTIME_TMP))
+        mounts.chmod(0o711)
         builder = _Buildah(buildah, dirs, log, timeout)
+        builder.env["TMPDIR"] = str(mounts)
         builder.lock(lock, deadline, target)
         builder.cleanup()  # what a build that died (with its portal) left
         work = Path(tempfile.mkdtemp(prefix="build-", dir=dirs["tmp"]))  # mode 0700
@@ -116,7 +131,7 @@ def buildah_build(context: Path, dockerfile: str, image: str, *, insecure: bool,
         tls = f"--tls-verify={'false' if insecure else 'true'}"
         try:
             builder.say(f"building {target} with buildah")
-            ran = builder.run(["build", "--isolation", "chroot", "--network", "host",
+            ran = builder.run(["build", "--isolation", "oci", *USERNS, "--network", "host",
                                "--pull=always", "--layers=false", "--authfile", str(authfile),
                                tls, "-f", str(work / "Dockerfile"), "-t", local,
                                str(context)], deadline)
@@ -140,8 +155,9 @@ def buildah_build(context: Path, dockerfile: str, image: str, *, insecure: bool,
         finally:
             builder.cleanup(local)
     finally:
-        if work is not None:
-            shutil.rmtree(work, ignore_errors=True)
+        for made in (work, mounts):
+            if made is not None:
+                shutil.rmtree(made, ignore_errors=True)
         os.close(lock)  # lets the next build in
 
 
@@ -161,7 +177,7 @@ class _Buildah:
         self.argv = [path, "--root", str(dirs["root"]), "--runroot", str(dirs["runroot"]),
                      "--storage-driver", "vfs"]
         self.env = {"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "HOME": str(dirs["tmp"]),
-                    "TMPDIR": str(dirs["tmp"]), "BUILDAH_ISOLATION": "chroot",
+                    "TMPDIR": str(dirs["tmp"]), "BUILDAH_ISOLATION": "oci",
                     **{k: v for k, v in os.environ.items() if PASSED.match(k)}}
         self.log = log
         self.timeout = timeout

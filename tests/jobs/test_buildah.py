@@ -258,3 +258,21 @@ def test_what_a_dead_build_left_is_removed_by_the_next(registry, base, storage, 
                       f"{registry.host}/alice/trainer:next", insecure=True,
                       auth=(USER, PASSWORD), storage=storage, log=log[0])
     # `after` checks that no working container is left
+
+
+def test_the_build_steps_run_contained_not_as_the_portals_root(registry, base, storage, after,
+                                                               log, tmp_path):
+    """A Dockerfile's RUN is the user's code: it runs in a container whose root is an
+    unprivileged range of host ids, and sees its own processes only."""
+    pkg = tmp_path / "package"
+    pkg.mkdir()
+    image = f"{registry.host}/alice/contained:1"
+    digest = buildah_build(pkg, f"FROM {base}\nRUN cat /proc/self/uid_map > /uid_map && "
+                                "ls /proc | grep -c '^[0-9]' > /pids\n", image,
+                           insecure=True, auth=(USER, PASSWORD), storage=storage, log=log[0],
+                           timeout=300)
+    _, _, manifest = manifest_get(image, auth=(USER, PASSWORD), insecure=True)
+    assert manifest_digest(image, auth=(USER, PASSWORD), insecure=True) == digest
+    files = layer_files(image, manifest, (USER, PASSWORD))
+    assert files["uid_map"].split() == [b"0", b"1000000000", b"65536"]
+    assert int(files["pids"]) < 5  # its own PID namespace, not the machine's processes
