@@ -144,6 +144,8 @@ def build_create(user, datacenter, data: dict) -> Build:
     if errors:
         raise ValidationError("; ".join(f"{k}: {v[0]}" for k, v in errors.items()),
                               fields=errors)
+    if (problem := backend_for(datacenter).image_build_problem(datacenter)) is not None:
+        raise ConflictError(problem, code="builds_unavailable")
     try:
         inputs = builds.build_inputs(datacenter, package, base, always=True)
     except BackendError as exc:

@@ -203,6 +203,10 @@ PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
 # datacenter's builder_image overrides it. Pin a version (moby/buildkit:v0.x.y-rootless) to
 # keep builds repeatable.
 PADDLECLOUD_BUILDER_IMAGE = env_str("PADDLECLOUD_BUILDER_IMAGE", "moby/buildkit:rootless")
+# paddlectl build on a local datacenter: buildah on the portal's machine, whose build steps
+# (the user's code, contained in a user namespace) share the machine's network, and so reach
+# what listens there (a PostgreSQL trusting local connections): off unless the admin says so.
+PADDLECLOUD_LOCAL_BUILDS = env_bool("PADDLECLOUD_LOCAL_BUILDS", False)
 # Where the local backend's builder (buildah) keeps its images and layers.
 PADDLECLOUD_BUILDAH_DIR = Path(env_str("PADDLECLOUD_BUILDAH_DIR") or VAR_DIR / "buildah")
 # The cache of requirements.txt environments (jobs/backends/envs.py, kubernetes/envs.py): at

@@ -105,6 +105,10 @@ class Backend(abc.ABC):
         refusal) if it fails."""
         raise BackendError(f"datacenter {build.datacenter.name}'s backend cannot build images")
 
+    def image_build_problem(self, datacenter) -> str | None:
+        """Why the datacenter cannot build images now (for the user), or None."""
+        return None
+
     def image_build_cancel(self, build) -> None:  # noqa: B027 - where builds can be stopped
         """Stop the builder of a build that was cancelled (``Build.CANCELLED``) while it runs;
         done if it has ended. Its ``image_build`` then fails."""

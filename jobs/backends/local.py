@@ -193,10 +193,19 @@ class LocalBackend(Backend):
         return Paths(output=str(output_dir(job)), pfs_home=str(home_dir(job)),
                      pfs_public=str(job.datacenter.public_path))
 
+    def image_build_problem(self, datacenter) -> str | None:
+        if settings.PADDLECLOUD_LOCAL_BUILDS:
+            return None
+        return (f"datacenter {datacenter.name!r} would build on the portal's machine, whose "
+                "build steps share the machine's network (and so reach what listens there): "
+                "its administrator allows that with PADDLECLOUD_LOCAL_BUILDS=1")
+
     def image_build(self, build, dockerfile: str, log: int, auth, *, insecure: bool) -> str:
         """``paddlectl build`` on this machine: buildah, daemonless, on a copy of the package
         (read through its PFS storage), with its images under PADDLECLOUD_BUILDAH_DIR. Jobs
         here run as processes, not in images: they never wait for a build."""
+        if (problem := self.image_build_problem(build.datacenter)) is not None:
+            raise BackendError(problem)
         with tempfile.TemporaryDirectory(prefix="paddlecloud-build-") as tmp:
             context = Path(tmp) / "context"
             package_copy(build, context)

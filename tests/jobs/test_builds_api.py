@@ -43,7 +43,8 @@ def test_a_bad_build_is_refused_under_its_field_and_nothing_is_recorded(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_build_is_accepted_queued_and_only_its_owner_sees_it(
-        token_client, held_tasks, pkg, datacenter, make_user):
+        token_client, held_tasks, pkg, datacenter, make_user, settings):
+    settings.PADDLECLOUD_LOCAL_BUILDS = True
     answer = token_client.post(URL, {"package": pkg, "base": "python:3.11-slim",
                                      "image": "registry.example.com/team/trainer"},
                                format="json")
@@ -64,3 +65,11 @@ def test_a_build_is_accepted_queued_and_only_its_owner_sees_it(
     bob.credentials(HTTP_AUTHORIZATION="Bearer "
                     + token_create(make_user("bob"), datacenter_name="datacenter1").raw)
     assert_error(bob.get(f"{URL}{build['id']}/"), 404, "not_found")
+
+
+@pytest.mark.django_db
+def test_builds_on_the_portals_machine_wait_for_the_admins_yes(token_client, held_tasks, pkg):
+    error = assert_error(token_client.post(URL, {"package": pkg, "image": "r.example.com/a/b"},
+                                           format="json"), 409, "builds_unavailable")
+    assert "PADDLECLOUD_LOCAL_BUILDS=1" in error["message"]
+    assert not Build.objects.exists() and held_tasks.sent == []

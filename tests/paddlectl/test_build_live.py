@@ -36,6 +36,7 @@ def ok(result):
 def test_build_pushes_a_runtime_image_prints_it_and_builds_it_once(
         live_cli, celery_worker, tmp_path, settings):
     settings.PADDLECLOUD_BUILDAH_DIR = tmp_path / "buildah"
+    settings.PADDLECLOUD_LOCAL_BUILDS = True
     with registry_server(tmp_path, users={USER: PASSWORD}) as registry:
         base = base_image_push(registry.host, (USER, PASSWORD), tmp_path / "base")
         Datacenter.objects.filter(name="datacenter1").update(
