@@ -272,10 +272,9 @@ def build_run(build_id: int) -> None:
     log = None
     try:
         log = build_log_open(build)
-        inputs = build_inputs(build.datacenter, build.package, build.base)
-        if inputs is None:
-            raise BackendError(f"the trainer package {build.package} has no requirements.txt "
-                               "nor Dockerfile any more: nothing to build")
+        # (A job's package has a requirements.txt or a Dockerfile; paddlectl build's may have
+        # neither: the package on the base.)
+        inputs = build_inputs(build.datacenter, build.package, build.base, always=True)
         if build.image.endswith(f":{TAG_PREFIX}{inputs.digest[:40]}") and (found := image_found(
                 build.image, build.registry, registry_insecure(build.datacenter, build.image))):
             _say(log, f"{build.image} is in its registry already: nothing to build")

@@ -63,6 +63,17 @@ def test_build_pushes_a_runtime_image_prints_it_and_builds_it_once(
         assert files["train/package/train.py"] == TRAIN_PY.encode()
         assert any(re.search(r"/(dist|site)-packages/six\.py$", name) for name in files)
 
+        # A package without requirements.txt: the package on the base (build_docker.sh).
+        plain = live_cli.cwd / "plain"
+        plain.mkdir()
+        (plain / "train.py").write_text("print('plain')\n")
+        pushed = ok(live_cli("build", "plain", "-base", base, "-image",
+                             f"{registry.host}/alice/plain:1", timeout=300)).stdout.strip()
+        assert pushed.startswith(f"{registry.host}/alice/plain:1@sha256:")
+        _, _, manifest = manifest_get(f"{registry.host}/alice/plain:1", auth=auth, insecure=True)
+        assert layer_files(f"{registry.host}/alice/plain:1", manifest, auth)[
+            "train/package/train.py"] == b"print('plain')\n"
+
         # The same package again: found in the registry, nothing built, the same image.
         again = ok(live_cli("build", "trainer", "-base", base, timeout=120))
         assert again.stdout.strip() == reference
