@@ -24,6 +24,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.processes import processes_naming
+
 SUITE = "bookworm"
 PACKAGES = ("python3", "python3-pip", "ca-certificates")
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -154,22 +156,6 @@ def mounts_under(under: Path) -> list[str]:
     return sorted(set(found), key=lambda p: p.count("/"), reverse=True)
 
 
-def _processes_naming(text: str) -> list[int]:
-    """Processes whose command line names ``text`` (a path in a private engine's directory:
-    its dockerd, containerd and shims), but this one."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if text.encode() in cmdline:
-            found.append(int(proc.name))
-    return found
-
-
 class DockerEngine:
     """A dockerd of its own (``docker_engine``): ``env`` points a docker client at it,
     ``run`` runs one."""
@@ -253,7 +239,7 @@ class DockerEngine:
         # Its containerd and shims, should dockerd have left them (killed, or crashed).
         marker = f"{self.root}/"
         for attempt in range(50):
-            pids = _processes_naming(marker)
+            pids = processes_naming(marker)
             if not pids:
                 break
             for pid in pids:
@@ -261,7 +247,7 @@ class DockerEngine:
                     os.kill(pid, signal.SIGTERM if attempt < 20 else signal.SIGKILL)
             time.sleep(0.1)
         else:
-            left.append(f"processes still running: {_processes_naming(marker)}")
+            left.append(f"processes still running: {processes_naming(marker)}")
         for point in mounts_under(self.root):
             done = subprocess.run(["umount", point], capture_output=True, check=False)
             if done.returncode != 0:

@@ -24,3 +24,20 @@ def run_python(args: list[str], var_dir: Path, **env: str) -> subprocess.Complet
     """``python ARGS`` in the checkout (``["manage.py", …]`` or ``["-c", code]``)."""
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=clean_env(var_dir, **env),
                           capture_output=True, text=True, timeout=120)
+
+
+def processes_naming(*texts: str) -> list[int]:
+    """The processes, but this one, whose command line holds every one of ``texts`` (a path of
+    the test's: what a test must not leave running). A zombie's command line is empty."""
+    wanted = [text.encode() for text in texts]
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if all(text in cmdline for text in wanted):
+            found.append(int(proc.name))
+    return found

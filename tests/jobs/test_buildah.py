@@ -25,29 +25,13 @@ from jobs.backends.buildah import buildah_build
 from jobs.builds import runtime_dockerfile
 from registries.oci import blob_get, docker_config_json, manifest_digest, manifest_get
 from tests.images import BASE_REPOSITORY, SYSTEM_PATH, base_image_push, buildah, mounts_under
+from tests.processes import processes_naming
 from tests.registry_server import layer_files, registry_server
 
 USER, PASSWORD = "builder", "Pa55-w0rd-of-the-builder"
 TRAIN_PY = 'import six\nprint("training with six", six.__version__)\n'
 
 pytestmark = pytest.mark.timeout(900)
-
-
-def processes_naming(text: str) -> list[str]:
-    """The live processes whose command line holds ``text`` (buildah's: its --root)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(
-                errors="replace")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state != "Z":
-            found.append(f"{proc.name}: {cmdline}")
-    return found
 
 
 def no_build_left(storage: Path) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from paddlecloud_core.contract import RESERVED_ENV, Paths, Topology, replica_env
 from paddlectl.local import IN_CONTAINER_SCRIPT, docker_argv, module_resolve, plan_build
+from tests.processes import processes_naming
 
 from .conftest import paddlectl_path
 
@@ -181,76 +182,6 @@ def group_empty(pgid: int) -> bool:
     return False
 
 
-def runners_of(output: Path) -> list[int]:
-    """replica_runner processes still running for this output directory."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"replica_runner.py" in cmdline and str(output).encode() in cmdline:
-                found.append(int(proc.name))
-    return found
-
-
-# --- running ----------------------------------------------------------------------------------
-
-def test_two_trainers_and_a_pserver(cli, dirs, no_engine):
-    assert not cli.config.exists()  # no config file, no portal
-    # The user's shell may hold contract names: the contract's values win, and the names it
-    # does not set for this job (PADDLE_MASTER with pservers) are not passed on.
-    result = train(cli, dirs, "--trainers", "2", "--pservers", "1", "-e", "NUM_PASS=4",
-                   "--e=LR=0.1", env={**no_engine, "TRAINER_ID": "99", "PADDLE_MASTER": "x:1"})
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
-    out = result.stdout
-    for name in ("pserver-0", "trainer-0", "trainer-1"):
-        assert f"{name} | hello from {name}\n" in out
-        assert f"{name} | {name} to stderr\n" in out
-    assert "trainer-0 exited 0\n" in out and "trainer-1 exited 0\n" in out
-    assert out.endswith("Done: every trainer exited 0\n")
-    assert "as local processes" in out.splitlines()[0]
-    assert not (dirs.root / "docker.jsonl").exists()  # docker info failed: no docker run
-
-    # Outputs and logs as on the portal: node_N/train.log, node_N/server.log.
-    assert (dirs.output / "model-0.txt").read_text() == "trained by trainer-0"
-    assert (dirs.output / "model-1.txt").read_text() == "trained by trainer-1"
-    logs = {path.relative_to(dirs.output).as_posix(): path.read_text()
-            for path in dirs.output.glob("node_*/*.log")}
-    assert sorted(logs) == ["node_0/server.log", "node_0/train.log", "node_1/train.log"]
-    assert logs["node_1/train.log"] == "hello from trainer-1\ntrainer-1 to stderr\n"
-    assert logs["node_0/server.log"] == "hello from pserver-0\npserver-0 to stderr\n"
-
-    extra = {"NUM_PASS": "4", "LR": "0.1"}
-    endpoints = set()
-    for role, index in (("pserver", 0), ("trainer", 0), ("trainer", 1)):
-        got = seen(dirs, f"{role}-{index}")
-        env = got["env"]
-        want = {**contract_env(role, index, env, dirs, 2, 1, extra),
-                "PADDLE_INPUT_DIR": str(dirs.input)}
-        assert {k: env.get(k) for k in want} == want
-        # Exactly the contract's names of the portal, for the same topology.
-        assert {k for k in env if k in RESERVED_ENV} == {k for k in want if k in RESERVED_ENV}
-        assert got["cwd"] == str(dirs.pkg)
-        assert env["PYTHONPATH"].split(os.pathsep)[0] == str(dirs.pkg)
-        endpoints.add(env["PADDLE_CURRENT_ENDPOINT"])
-    assert len(endpoints) == 3 and all(e.startswith("127.0.0.1:") for e in endpoints)
-    trainer1 = seen(dirs, "trainer-1")["env"]
-    assert (trainer1["TRAINING_ROLE"], trainer1["PADDLE_TRAINER_ID"], trainer1["TRAINER_ID"],
-            trainer1["PADDLE_TRAINERS_NUM"]) == ("TRAINER", "1", "1", "2")
-    assert trainer1["PADDLE_OUTPUT_DIR"] == str(dirs.output)
-    assert trainer1["NUM_PASS"] == "4" and "PADDLE_MASTER" not in trainer1
-    pserver = seen(dirs, "pserver-0")["env"]
-    assert pserver["PADDLE_PSERVERS_IP_PORT_LIST"] == pserver["PADDLE_CURRENT_ENDPOINT"]
-    assert trainer1["PADDLE_PSERVERS_IP_PORT_LIST"] == pserver["PADDLE_CURRENT_ENDPOINT"]
-    # The pserver was stopped once the trainers were done, as was everything it started.
-    assert gone(seen(dirs, "pserver-0")["pid"])
-    assert group_empty(seen(dirs, "pserver-0")["pgid"])
-    assert runners_of(dirs.output) == []
-
-
 @pytest.mark.parametrize("module", ["demo.train", "train"])
 def test_module_form_of_a_collective_job(cli, dirs, no_engine, module):
     """--module demo.train with --package-path ./demo runs demo/train.py, as the seed shows;
@@ -285,7 +216,7 @@ def test_a_failing_trainer_stops_the_others(cli, dirs, no_engine):
         got = seen(dirs, name)
         assert gone(got["pid"]), name
         assert group_empty(got["pgid"]), name
-    assert runners_of(dirs.output) == []
+    assert processes_naming("replica_runner.py", str(dirs.output)) == []
     assert not (dirs.output / "model-0.txt").exists()
 
 
@@ -297,7 +228,7 @@ def test_a_killed_trainer_is_explained(cli, dirs, no_engine):
     assert result.stderr.startswith("paddlectl: trainer-0 failed: killed (SIGKILL, exit 137): "
                                     "often the out-of-memory killer")
     assert gone(seen(dirs, "trainer-1")["pid"])
-    assert runners_of(dirs.output) == []
+    assert processes_naming("replica_runner.py", str(dirs.output)) == []
 
 
 def test_command_not_found_is_explained(cli, dirs, no_engine):
@@ -332,7 +263,7 @@ def test_ctrl_c_stops_every_replica(cli, dirs, no_engine):
         got = seen(dirs, name)
         assert gone(got["pid"]), name
         assert group_empty(got["pgid"]), name
-    assert runners_of(dirs.output) == []
+    assert processes_naming("replica_runner.py", str(dirs.output)) == []
 
 
 # --- mistakes -----------------------------------------------------------------------------------

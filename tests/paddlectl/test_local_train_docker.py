@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.images import base_rootfs, docker_base_image, docker_engine
+from tests.processes import processes_naming
 
 from .conftest import VENV_BIN, paddlectl_path
 
@@ -166,20 +167,6 @@ def env_printed(stdout: str, name: str) -> dict[str, str]:
                 if line.startswith("env "))
 
 
-def runners_of(output: Path) -> list[int]:
-    """Processes still running for this output directory: replica runners, docker clients."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if str(output).encode() in cmdline:
-                found.append(int(proc.name))
-    return found
-
-
 def _text(path: Path) -> str:
     try:
         return path.read_text()
@@ -227,7 +214,7 @@ def test_a_trainer_runs_in_the_image(cli, dirs, engine, image):
     log = (dirs.output / "node_0" / "train.log").read_text()
     assert log.splitlines() == printed
     assert containers(engine) == []
-    assert runners_of(dirs.output) == []
+    assert processes_naming(str(dirs.output)) == []
     print(f"one trainer in Docker: {time.monotonic() - started:.1f} s")
 
 
@@ -260,7 +247,7 @@ def test_trainers_talk_to_the_pserver(cli, dirs, engine, image):
     # The pserver was stopped once the trainers were done, and its container removed.
     assert result.stdout.endswith("Done: every trainer exited 0\n")
     assert containers(engine) == []
-    assert runners_of(dirs.output) == []
+    assert processes_naming(str(dirs.output)) == []
 
 
 def test_a_failing_trainer_stops_the_others(cli, dirs, engine, image):
@@ -276,7 +263,7 @@ def test_a_failing_trainer_stops_the_others(cli, dirs, engine, image):
     assert "trainer-0 | trainer-0 stopped by SIGTERM\n" in result.stdout, result.stdout
     assert not list(dirs.output.glob("result-*"))
     assert containers(engine) == []
-    assert runners_of(dirs.output) == []
+    assert processes_naming(str(dirs.output)) == []
 
 
 def test_ctrl_c_leaves_no_container(cli, dirs, engine, image):
@@ -314,7 +301,7 @@ def test_ctrl_c_leaves_no_container(cli, dirs, engine, image):
         assert f"{name} | {name} stopped by SIGTERM\n" in stdout, stdout
     assert "Terminated" not in stdout  # nothing from the shell around the command
     assert containers(engine) == []
-    assert runners_of(dirs.output) == []
+    assert processes_naming(str(dirs.output)) == []
     print(f"Ctrl-C to paddlectl's exit: {stopping:.1f} s")
 
 
