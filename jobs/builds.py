@@ -21,8 +21,9 @@ the next job builds again.
 
 How: the datacenter's backend runs the builder (``Backend.image_build``): BuildKit, rootless,
 as a Kubernetes Job in the owner's namespace; buildah on the portal's machine for the local
-backend. Its output is the build's log (``.paddlecloud/builds/<uid>.log`` in the owner's home),
-which ``paddlectl logs JOB -w build`` and the job's page follow like any worker's.
+backend (``paddlectl build`` only, where PADDLECLOUD_LOCAL_BUILDS allows it). Its output is the
+build's log (``.paddlecloud/builds/<uid>.log`` in the owner's home), which ``paddlectl logs JOB
+-w build`` and the job's page follow like any worker's.
 """
 
 from __future__ import annotations

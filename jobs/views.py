@@ -20,7 +20,7 @@ from . import master, services
 from .admission import quota_report
 from .backends import backend_for
 from .documents import to_yaml
-from .files import log_file
+from .files import build_log_file, log_file
 from .logs import stream
 from .logs.lines import line_number, tail_offset
 from .metrics import metrics_get
@@ -169,7 +169,7 @@ class BuildLogsView(DatacenterAPIView):
                    summary="A build's log")
     def get(self, request, uid):
         build = services.build_get(request.user, self.datacenter, uid)
-        file = log_file(None, build)
+        file = build_log_file(build)
         file.size()
         finished = ((lambda: sync_to_async(worker_ended)(build))
                     if query_flag(request, "follow") else None)
