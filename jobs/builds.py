@@ -126,10 +126,15 @@ def build_inputs(datacenter, package: str, base: str, *,
     return BuildInputs(dockerfile=text, own=own, digest=hasher.hexdigest())
 
 
+def runtime_tag(digest: str) -> str:
+    """The tag of the runtime image of that digest."""
+    return f"{TAG_PREFIX}{digest[:40]}"
+
+
 def runtime_image(datacenter, owner, digest: str) -> str:
     """Where the runtime image of that digest goes: one repository per owner."""
     return (f"{datacenter.build_registry}/{job_namespace(datacenter, owner.username)}/runtime:"
-            f"{TAG_PREFIX}{digest[:40]}")
+            f"{runtime_tag(digest)}")
 
 
 def push_credentials(owner, datacenter, image: str, named: Registry | None = None):
@@ -217,7 +222,7 @@ def job_build(job_id: int) -> None:
         return
     build = _build_join(job, image, inputs, registry)
     if build is not None:
-        build_run(build.pk)
+        build_run(build.pk, inputs)
 
 
 def _build_join(job, image: str, inputs: BuildInputs, registry) -> Build | None:
@@ -264,9 +269,10 @@ def build_abandoned(build_id: int) -> bool:
     return True
 
 
-def build_run(build_id: int) -> None:
+def build_run(build_id: int, inputs: BuildInputs | None = None) -> None:
     """Run the build: the backend's builder, its output in the build's log. Then every job
-    waiting for it takes the image, or fails with the build's reason."""
+    waiting for it takes the image, or fails with the build's reason. ``inputs``: the
+    package as the job's worker just read it (else it is read now)."""
     build = Build.objects.select_related("datacenter", "owner", "registry").get(pk=build_id)
     if build.state != Build.State.BUILDING:
         return
@@ -275,8 +281,9 @@ def build_run(build_id: int) -> None:
         log = build_log_open(build)
         # (A job's package has a requirements.txt or a Dockerfile; paddlectl build's may have
         # neither: the package on the base.)
-        inputs = build_inputs(build.datacenter, build.package, build.base, always=True)
-        if build.image.endswith(f":{TAG_PREFIX}{inputs.digest[:40]}") and (found := image_found(
+        inputs = inputs or build_inputs(build.datacenter, build.package, build.base,
+                                        always=True)
+        if build.image.endswith(f":{runtime_tag(inputs.digest)}") and (found := image_found(
                 build.image, build.registry, registry_insecure(build.datacenter, build.image))):
             _say(log, f"{build.image} is in its registry already: nothing to build")
             _build_finish(build, Build.State.SUCCEEDED, image_digest=found)

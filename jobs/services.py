@@ -150,11 +150,10 @@ def build_create(user, datacenter, data: dict) -> Build:
         inputs = builds.build_inputs(datacenter, package, base, always=True)
     except BackendError as exc:
         raise ValidationError.for_field("package", str(exc)) from None
-    tag = f"{builds.TAG_PREFIX}{inputs.digest[:40]}"
     if not image:
         image = builds.runtime_image(datacenter, user, inputs.digest)
     elif ":" not in image.rsplit("/", 1)[-1] and "@" not in image:
-        image = f"{image}:{tag}"
+        image = f"{image}:{builds.runtime_tag(inputs.digest)}"
     registry = builds.push_credentials(user, datacenter, image, registry)
     with transaction.atomic():
         build = Build.objects.create(
