@@ -32,6 +32,8 @@ from urllib.parse import parse_qs, urlsplit
 import bcrypt
 import requests
 
+from tests.json_answer import json_answer
+
 REGISTRY = "/usr/bin/docker-registry"
 SERVICE = "paddlecloud-test-registry"
 ISSUER = "paddlecloud-test-token"
@@ -101,7 +103,7 @@ class _TokenService:
                 if header.startswith("Basic "):
                     name, _, password = base64.b64decode(header[6:]).decode().partition(":")
                     if server.users.get(name) != password:
-                        return self._answer(401, {"details": "incorrect username or password"})
+                        return json_answer(self, 401, {"details": "incorrect username or password"})
                     user = name
                 server.token_requests.append({"user": user, "query": query})
                 access = []
@@ -115,15 +117,8 @@ class _TokenService:
                 token = sign({"iss": ISSUER, "sub": user or "", "aud": SERVICE,
                               "exp": moment + 600, "nbf": moment - 60, "iat": moment,
                               "jti": secrets.token_hex(8), "access": access})
-                self._answer(200, {"token": token, "access_token": token, "expires_in": 600})
+                json_answer(self, 200, {"token": token, "access_token": token, "expires_in": 600})
 
-            def _answer(self, status: int, body: dict):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.realm = f"http://127.0.0.1:{self.httpd.server_address[1]}/token"

@@ -17,6 +17,14 @@ k8s_cluster = fixtures.k8s_cluster  # the same, its pods really running
 
 
 @pytest.fixture
+def package(pfs_home) -> str:
+    """alice's trainer package: /pfs/datacenter1/home/alice/pkg, a train.py that says hi."""
+    (pfs_home / "pkg").mkdir()
+    (pfs_home / "pkg" / "train.py").write_text("print('hi')\n")
+    return "/pfs/datacenter1/home/alice/pkg"
+
+
+@pytest.fixture
 def kube_datacenter(k8s_api, datacenter, settings):
     """datacenter1 on the Kubernetes backend, its cluster the fake API server (scripted pods)
     and its PFS a hostPath in pods."""

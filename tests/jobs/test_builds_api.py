@@ -12,13 +12,6 @@ URL = "/api/v1/builds/"
 H = "/pfs/datacenter1/home/alice"
 
 
-@pytest.fixture
-def pkg(pfs_home):
-    (pfs_home / "pkg").mkdir()
-    (pfs_home / "pkg" / "train.py").write_text("print('hi')\n")
-    return f"{H}/pkg"
-
-
 @pytest.mark.django_db
 @pytest.mark.parametrize(("body", "field", "says"), [
     ({}, "package", "required"),
@@ -33,8 +26,8 @@ def pkg(pfs_home):
      "unknown field"),
 ])
 def test_a_bad_build_is_refused_under_its_field_and_nothing_is_recorded(
-        token_client, held_tasks, pkg, body, field, says):
-    body = {key: pkg if value == "PKG" else value for key, value in body.items()}
+        token_client, held_tasks, package, body, field, says):
+    body = {key: package if value == "PKG" else value for key, value in body.items()}
     error = assert_error(token_client.post(URL, body, format="json"), 400, "invalid", field)
     assert says in error["fields"][field][0]
     assert not Build.objects.exists()
@@ -43,9 +36,9 @@ def test_a_bad_build_is_refused_under_its_field_and_nothing_is_recorded(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_build_is_accepted_queued_and_only_its_owner_sees_it(
-        token_client, held_tasks, pkg, datacenter, make_user, settings):
+        token_client, held_tasks, package, datacenter, make_user, settings):
     settings.PADDLECLOUD_LOCAL_BUILDS = True
-    answer = token_client.post(URL, {"package": pkg, "base": "python:3.11-slim",
+    answer = token_client.post(URL, {"package": package, "base": "python:3.11-slim",
                                      "image": "registry.example.com/team/trainer"},
                                format="json")
     assert answer.status_code == 202, answer.content
@@ -68,8 +61,10 @@ def test_a_build_is_accepted_queued_and_only_its_owner_sees_it(
 
 
 @pytest.mark.django_db
-def test_builds_on_the_portals_machine_wait_for_the_admins_yes(token_client, held_tasks, pkg):
-    error = assert_error(token_client.post(URL, {"package": pkg, "image": "r.example.com/a/b"},
+def test_builds_on_the_portals_machine_wait_for_the_admins_yes(token_client, held_tasks,
+                                                               package):
+    error = assert_error(token_client.post(URL, {"package": package,
+                                                 "image": "r.example.com/a/b"},
                                            format="json"), 409, "builds_unavailable")
     assert "PADDLECLOUD_LOCAL_BUILDS=1" in error["message"]
     assert not Build.objects.exists() and held_tasks.sent == []

@@ -25,13 +25,6 @@ DATA = "/pfs/datacenter1/home/alice/data"
 
 
 @pytest.fixture
-def package(pfs_home):
-    (pfs_home / "pkg").mkdir()
-    (pfs_home / "pkg" / "train.py").write_text("print('hi')\n")
-    return PACKAGE
-
-
-@pytest.fixture
 def dataset(pfs_home):
     """1000 records in 4 RecordIO files of 2 chunks each (250 records a file), and a text
     file of 7 lines."""

@@ -21,6 +21,7 @@ from paddlecloud_sdk.master import (
     read_span,
     read_spans,
 )
+from tests.json_answer import json_answer
 
 
 def records(count: int, prefix: str = "record") -> list[bytes]:
@@ -243,13 +244,7 @@ class Flaky(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", 0))
         self.seen.append((self.path, self.headers.get("Authorization"),
                           json.loads(self.rfile.read(length))))
-        status, body = self.answers.pop(0)
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        json_answer(self, *self.answers.pop(0))
 
     def log_message(self, *args):
         pass

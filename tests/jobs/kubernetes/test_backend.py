@@ -42,13 +42,6 @@ def kube(k8s_api, kube_datacenter):
     return k8s_api
 
 
-@pytest.fixture
-def package(pfs_home) -> str:
-    (pfs_home / "pkg").mkdir()
-    (pfs_home / "pkg" / "train.py").write_text("print('hi')\n")
-    return "/pfs/datacenter1/home/alice/pkg"
-
-
 def submit(alice, datacenter, package, name="fit", **fields) -> Job:
     return job_submit(alice, datacenter, {"name": name, "package": package,
                                           "entry": "python train.py", **fields}).job

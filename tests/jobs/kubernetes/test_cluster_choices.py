@@ -23,13 +23,6 @@ def kube(k8s_api, kube_datacenter):
 
 
 @pytest.fixture
-def package(pfs_home) -> str:
-    (pfs_home / "pkg").mkdir()
-    (pfs_home / "pkg" / "train.py").write_text("print('hi')\n")
-    return "/pfs/datacenter1/home/alice/pkg"
-
-
-@pytest.fixture
 def no_starts(held_tasks):
     held_tasks.run("jobs.tasks.job_stop", engine.job_halt)
     return held_tasks
