@@ -5,12 +5,11 @@ and its digest printed, so that ``paddlectl submit -image`` can run it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from paddlecloud_core.layout import package_path
 from paddlectl import pfspath
 from paddlectl.args import flag
-from paddlectl.errors import PaddlectlError, UsageError
+from paddlectl.commands.jobs import local_package
+from paddlectl.errors import PaddlectlError
 from paddlectl.jobs import package_upload
 
 
@@ -40,10 +39,7 @@ def run_build(ctx, args) -> int | None:
     if pfspath.is_remote(args.package):
         body["package"] = args.package
     else:
-        local = Path(args.package)
-        if not local.is_dir():
-            raise UsageError(f"build: {args.package} is not a directory: the package is a "
-                             "directory here or in PFS (/pfs/...)")
+        local = local_package("build", args.package)
         body["package"] = package_path(ctx.home, f"build-{local.resolve().name}",
                                        local.resolve().name)
         ctx.stderr.write(f"paddlectl: uploading {local} to {body['package']}\n")

@@ -153,11 +153,12 @@ def _submission(args) -> dict:
     return body
 
 
-def _local_package(args) -> Path:
-    local = Path(args.package)
+def local_package(command: str, package: str) -> Path:
+    """A PACKAGE argument that is not a /pfs path: a directory here, else a usage error."""
+    local = Path(package)
     if not local.is_dir():
         what = "does not exist" if not os.path.lexists(local) else "is not a directory"
-        raise UsageError(f"submit: {args.package} {what}: the package is a directory here or "
+        raise UsageError(f"{command}: {package} {what}: the package is a directory here or "
                          "in PFS (/pfs/...)")
     return local
 
@@ -206,7 +207,7 @@ def run_submit(ctx, args) -> None:
     if pfspath.is_remote(args.package):
         body["package"] = args.package
     else:
-        local = _local_package(args)
+        local = local_package("submit", args.package)
         if (problem := name_problem(args.jobname)) is not None:
             raise UsageError(f"submit: jobname: {problem}")
         if args.topology and (problem := topology_problem(args.topology, local)):
