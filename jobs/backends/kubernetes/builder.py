@@ -25,7 +25,7 @@ import json
 from paddlecloud_core.layout import pfs_path_split
 
 from .names import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, OWNER_LABEL, pull_secret_name
-from .pods import PFS_VOLUME, pfs_volume
+from .pods import PFS_VOLUME, pfs_volume, resources
 
 BUILD_LABEL = "paddlecloud.org/build"
 CONTAINER = "buildkit"
@@ -37,7 +37,7 @@ STATE_DIR = "/home/user/.local/share/buildkit"
 METADATA = "/dev/termination-log"
 BUILD_SECONDS = 3600
 KEEP_SECONDS = 600  # a finished builder Job is removed by Kubernetes after this
-BUILDER_CPU, BUILDER_MEMORY = "1", "2Gi"
+BUILDER_CPU, BUILDER_MEMORY = 1000, 2 * 2**30  # millicores, bytes
 
 
 def builder_name(build) -> str:
@@ -80,11 +80,10 @@ def builder_job(build, namespace: str, image: str, *, insecure: bool, auth: bool
         volumes.append({"name": "docker-config", "secret": {
             "secretName": pull_secret_name(build.registry),
             "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}})
-    amounts = {"cpu": BUILDER_CPU, "memory": BUILDER_MEMORY}
     container = {
         "name": CONTAINER, "image": image, "command": ["buildctl-daemonless.sh"], "args": args,
         "env": env, "volumeMounts": mounts,
-        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        "resources": resources(BUILDER_CPU, BUILDER_MEMORY),
         "terminationMessagePath": METADATA, "terminationMessagePolicy": "File",
         "securityContext": {"privileged": False, "runAsNonRoot": True,
                             "runAsUser": BUILDER_UID, "runAsGroup": BUILDER_UID},
