@@ -173,7 +173,7 @@ class Datacenter(models.Model):
             r"[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$",
             "host[:port] and an optional lower-case path, e.g. registry.example.com/paddlecloud")],
         help_text="Where runtime images built from trainer packages are pushed (host[:port]/"
-                  "path): each user's under <this>/<username>, pushed with the user's "
+                  "path): each user's under <this>/<their namespace>, pushed with their "
                   "credentials for that host. Empty: no builds; pods install requirements.txt "
                   "when they start.")
     build_registry_insecure = models.BooleanField(

@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='datacenter',
             name='build_registry',
-            field=models.CharField(blank=True, help_text="Where runtime images built from trainer packages are pushed (host[:port]/path): each user's under <this>/<username>, pushed with the user's credentials for that host. Empty: no builds; pods install requirements.txt when they start.", max_length=255, validators=[django.core.validators.RegexValidator('^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\\[[0-9A-Fa-f:.]+\\])(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$', 'host[:port] and an optional lower-case path, e.g. registry.example.com/paddlecloud')], verbose_name='build registry'),
+            field=models.CharField(blank=True, help_text="Where runtime images built from trainer packages are pushed (host[:port]/path): each user's under <this>/<their namespace>, pushed with their credentials for that host. Empty: no builds; pods install requirements.txt when they start.", max_length=255, validators=[django.core.validators.RegexValidator('^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\\[[0-9A-Fa-f:.]+\\])(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$', 'host[:port] and an optional lower-case path, e.g. registry.example.com/paddlecloud')], verbose_name='build registry'),
         ),
         migrations.AddField(
             model_name='datacenter',
