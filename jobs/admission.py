@@ -38,7 +38,7 @@ from django.db.models.functions import Coalesce, Least
 from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter
 from accounts.selectors import quota_get
 from paddlecloud.errors import ValidationError
-from paddlecloud.queue import JOB_START, JOBS_ADMIT, task_later
+from paddlecloud.queue import JOB_START, JOB_SYNC, JOBS_ADMIT, task_later
 from paddlecloud_core.contract import trainers_elastic, trainers_least
 from pfs.services import usage_report
 
@@ -244,11 +244,11 @@ def _growing(**filters):
 
 def _grow(user_id: int, datacenter_id: int, used: Request, quota) -> None:
     """Give the user's growing elastic jobs, oldest first, as many trainers as the free quota
-    has room for, up to each one's MAX. The engine starts them (a job's next sync)."""
+    has room for, up to each one's MAX. The engine starts them (their sync, queued here)."""
     grown = []
     for job in (_growing(owner_id=user_id, datacenter_id=datacenter_id)
                 .select_for_update(of=("self",)).order_by("created_at", "id")
-                .only("id", "trainers", "trainers_held", "cpu", "memory", "gpu")):
+                .only("id", "uid", "trainers", "trainers_held", "cpu", "memory", "gpu")):
         room = job.trainers - job.trainers_held
         for resource in ("cpu", "memory", "gpu"):
             each = getattr(job, resource)
@@ -262,6 +262,7 @@ def _grow(user_id: int, datacenter_id: int, used: Request, quota) -> None:
         used = used + Request(cpu=room * job.cpu, memory=room * job.memory,
                               gpu=room * job.gpu, jobs=0)
         grown.append(job.pk)
+        task_later(JOB_SYNC, str(job.uid))
     if grown:
         jobs_changed(user_id, datacenter_id, grown)
 

@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 from accounts.signals import quota_changed
 
-from .signals import job_built, job_ended, job_requeued
+from .signals import job_built, job_ended, job_requeued, replicas_changed
 
 
 class JobsConfig(AppConfig):
@@ -20,3 +20,6 @@ class JobsConfig(AppConfig):
         # first (its submission time is kept).
         job_requeued.connect(job_ended_admit, dispatch_uid="jobs.job_requeued_admit")
         job_built.connect(job_ended_admit, dispatch_uid="jobs.job_built_admit")
+        from .sync import replicas_changed_sync
+
+        replicas_changed.connect(replicas_changed_sync, dispatch_uid="jobs.replicas_changed_sync")

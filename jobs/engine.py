@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ObjectDoesNotExist
@@ -42,7 +42,7 @@ from paddlecloud_core.processes import exit_reason
 from paddlecloud_core.spec import trainers_shown
 
 from .backends import backend_for
-from .backends.base import BackendError, Status
+from .backends.base import BackendError, Observation, Status
 from .master import tasks_left
 from .models import Build, Job, JobEvent, Replica
 from .notify import job_changed
@@ -64,6 +64,7 @@ def job_launch(job_id: int) -> None:
         return  # not admitted yet (jobs.admission moves it to starting), or ended
     backend = backend_for(job.datacenter)
     try:
+        backend.changes_watch(job.datacenter)  # from here on, what becomes of it is announced
         backend.prepare(job)
     except BackendError as exc:
         job_fail(job, str(exc))
@@ -137,18 +138,69 @@ def job_sync(job_id: int) -> bool:
         _stop(job, replicas, "stopped: the trainers finished", final=ReplicaState.SUCCEEDED)
         job_transition(job, JobState.SUCCEEDED, "every trainer exited 0")
         return False
-    if job.deadline_seconds:
-        since = job.started_at or job.created_at
-        if timezone.now() - since > timedelta(seconds=job.deadline_seconds):
-            job_fail(job, f"ran past its deadline of {job.deadline_seconds} seconds")
-            return False
+    if _passed(_deadline(job)):
+        job_fail(job, f"ran past its deadline of {job.deadline_seconds} seconds")
+        return False
     if job.state == JobState.STARTING and _runs(job, replicas):
         job_transition(job, JobState.RUNNING, "every replica is running"
                        if not trainers_elastic(job) else
                        f"its parameter servers and {_running(trainers)} trainers are running "
                        f"(at least {trainers_least(job)})")
-    elif job.state == JobState.STARTING and _start_timed_out(job):
+    elif job.state == JobState.STARTING and _passed(_start_deadline(job)):
         _requeue(job, backend, replicas)
+    return True
+
+
+# --- when a job must be looked at ----------------------------------------------------------
+# A job is synced when something of its replicas changes (``sync``), and at these moments,
+# when time alone changes what becomes of it.
+
+def _deadline(job) -> datetime | None:
+    """When the job has run past its deadline (``deadline_seconds``)."""
+    if not job.deadline_seconds:
+        return None
+    return (job.started_at or job.created_at) + timedelta(seconds=job.deadline_seconds)
+
+
+def _start_deadline(job) -> datetime | None:
+    """When a starting job's start has taken longer than its datacenter allows."""
+    timeout = job.datacenter.start_timeout
+    since = job.admitted_at or job.started_at
+    if job.state != JobState.STARTING or not timeout or since is None:
+        return None
+    return since + timedelta(seconds=timeout)
+
+
+def _short_deadline(job) -> datetime | None:
+    """When an elastic job that runs short of its MIN trainers has done so for too long."""
+    if job.trainers_short_since is None:
+        return None
+    return job.trainers_short_since + timedelta(seconds=job.trainers_below_min_seconds or 0)
+
+
+def _passed(moment: datetime | None) -> bool:
+    return moment is not None and timezone.now() > moment
+
+
+def job_due(job) -> datetime | None:
+    """The next moment the job must be looked at though none of its replicas changed (None:
+    only when one does)."""
+    if job.state not in (JobState.STARTING, JobState.RUNNING):
+        return None
+    moments = [m for m in (_deadline(job), _start_deadline(job), _short_deadline(job)) if m]
+    return min(moments, default=None)
+
+
+def replica_outdated(replica, seen: Observation | None) -> bool:
+    """Whether a sync would change the replica, by what its backend saw of it cheaply
+    (``observe_all``; None: it cannot tell without a closer look, which the sync takes). A
+    pod that still waits changes nothing: only why it waits, which its next change brings."""
+    if seen is None:
+        return True
+    if seen.status == Status.WAITING:
+        return replica.state == ReplicaState.RUNNING
+    if seen.status == Status.RUNNING:
+        return replica.state == ReplicaState.STARTING
     return True
 
 
@@ -258,7 +310,7 @@ def _short_check(job, trainers) -> bool:
                 f"if that lasts {limit} s (trainers_below_min_seconds)"))
             job_changed(job.pk)
         return True
-    if now - job.trainers_short_since > timedelta(seconds=limit):
+    if _passed(_short_deadline(job)):
         lost = [r for r in trainers if r.state == ReplicaState.FAILED]
         why = "; ".join(f"{r.name} lost: {r.reason}" for r in lost[-3:])
         job_fail(job, f"fewer than {least} trainers (trainers_min) ran for longer than "
@@ -385,14 +437,6 @@ def _restart_together(job, backend, failed, seen, reason: str) -> bool:
     for trainer in trainers:
         _start(job, backend, trainer, ReplicaState.STARTING)
     return True
-
-
-def _start_timed_out(job) -> bool:
-    """Whether the job has been starting for longer than its datacenter allows."""
-    timeout = job.datacenter.start_timeout
-    since = job.admitted_at or job.started_at
-    return bool(timeout) and since is not None and (
-        timezone.now() - since > timedelta(seconds=timeout))
 
 
 def _requeue(job, backend, replicas) -> None:

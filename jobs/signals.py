@@ -10,6 +10,10 @@ same arguments: its place, and what it held, are free again.
 
 ``job_built`` — jobs' runtime images are ready (``builds``): they went from ``building`` to
 ``pending``, with the same arguments, and the owner's queue may admit them.
+
+``replicas_changed`` — something became of a job's replicas where they run (a pod changed, a
+local process ended), with ``job_uid``: sent by a backend's change feed, from its own thread,
+with nothing read from the database. ``sync`` listens: the job's sync runs soon.
 """
 
 from django.dispatch import Signal
@@ -17,3 +21,4 @@ from django.dispatch import Signal
 job_ended = Signal()
 job_requeued = Signal()
 job_built = Signal()
+replicas_changed = Signal()

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from accounts.models import Datacenter
 
-from . import builds, engine
+from . import builds, engine, sync
 from .admission import quota_admit, waiting_queues
 from .backends import backend_for
 from .backends.base import BackendError
@@ -36,24 +36,29 @@ from .states import FINAL_JOB_STATES, LIVE_REPLICA_STATES, JobState, ReplicaStat
 
 logger = logging.getLogger(__name__)
 
-SYNC_INTERVAL = 1.0  # seconds between two looks at a running job
 LOST_START_AFTER = timedelta(seconds=30)
-# A job its watch looked at this recently is not looked at again by the reconciler.
-WATCHED_SECONDS = 5 * SYNC_INTERVAL
 RECONCILE_LEASE = "jobs:reconcile:lease"
 RECONCILE_LEASE_SECONDS = 120  # renewed while a run works; how long a dead run blocks others
 
 
-def _watched_key(job_id: int) -> str:
-    return f"jobs:watched:{job_id}"
-
-
 @shared_task(name="jobs.tasks.job_start", acks_late=True)
 def job_start(job_id: int) -> None:
-    if not Job.objects.filter(pk=job_id).exists():
+    uid = Job.objects.filter(pk=job_id).values_list("uid", flat=True).first()
+    if uid is None:
         return
     engine.job_launch(job_id)
-    job_watch.apply_async((job_id,), countdown=SYNC_INTERVAL)
+    sync.job_sync_soon(str(uid))  # what it started: running, or refused, now
+
+
+@shared_task(name="jobs.tasks.job_sync", acks_late=True)
+def job_sync(job_uid: str) -> None:
+    """Look at a job whose replicas changed (``sync``), or that is due."""
+    sync.sync_begins(job_uid)
+    job_id = Job.objects.filter(uid=job_uid).values_list("pk", flat=True).first()
+    if job_id is None:
+        return  # deleted
+    if sync.job_sync_one_at_a_time(job_id):
+        sync.job_sync_when_due(Job.objects.select_related("datacenter").get(pk=job_id))
 
 
 # A build takes minutes: acknowledged as it starts, so that a broker's redelivery never runs
@@ -79,16 +84,6 @@ def jobs_admit(user_id: int, datacenter_id: int | None = None) -> int:
     places = {"datacenter_id": datacenter_id} if datacenter_id is not None else {}
     return sum(len(quota_admit(owner_id, dc_id))
                for owner_id, dc_id in waiting_queues(owner_id=user_id, **places))
-
-
-@shared_task(name="jobs.tasks.job_watch", acks_late=True)
-def job_watch(job_id: int) -> None:
-    """Follow a job until it ends, one look per second (without holding a worker)."""
-    if not Job.objects.filter(pk=job_id).exists():
-        return
-    if engine.job_sync(job_id):
-        cache.set(_watched_key(job_id), 1, WATCHED_SECONDS)
-        job_watch.apply_async((job_id,), countdown=SYNC_INTERVAL)
 
 
 @shared_task(name="jobs.tasks.job_stop", acks_late=True)
@@ -134,11 +129,12 @@ class Lease:
 @shared_task(name="jobs.tasks.jobs_reconcile")
 def jobs_reconcile() -> dict[str, int] | None:
     """Bring the database and the processes back in line (celery beat, every 15 s): admit
-    jobs the quota has room for, start jobs whose start was lost, look at every job that runs
-    and that its watch has not looked at lately (replicas that vanished while the portal was
-    down are marked, deadlines enforced), stop what is left of ended jobs, delete ended jobs
-    past their TTL, ask each cluster its version again. Returns None, doing nothing, while
-    another run holds the lease.
+    jobs the quota has room for, start jobs whose start was lost, sync the running jobs whose
+    replicas are not what the database says or that are due (``sync.jobs_stale``: what a lost
+    announcement missed, replicas that vanished while the portal was down), stop what is left
+    of ended jobs, delete ended jobs past their TTL, ask each cluster its version again and
+    start its change feed where it is not running. Returns None, doing nothing, while another
+    run holds the lease.
 
     Beat queues a run every 15 s whether or not the last one has finished. Without the lease
     a slow run (a long queue, a slow API server) and the ones queued behind it would take
@@ -161,6 +157,7 @@ def _reconcile(lease: Lease) -> dict[str, int]:
     now = timezone.now()
     # A cluster upgraded (or rolled back) since: asked again, so jobs started there meet
     # what it is now; one it cannot run on is logged here and fails the jobs that try.
+    sync.feeds_start()
     for datacenter in Datacenter.objects.all():
         try:
             backend_for(datacenter).datacenter_check(datacenter)
@@ -180,16 +177,11 @@ def _reconcile(lease: Lease) -> dict[str, int]:
     for job_id in stalled.values_list("pk", flat=True):
         job_start.delay(job_id)
         counts["restarted"] += 1
-    # Jobs that run are watched every second (job_watch); only those whose watch is lost
-    # (a worker died, the portal restarted) are looked at here.
-    active = list(Job.objects.filter(state__in=[JobState.STARTING, JobState.RUNNING])
-                  .values_list("pk", flat=True))
-    watched = cache.get_many([_watched_key(job_id) for job_id in active])
-    for job_id in active:
-        if _watched_key(job_id) not in watched:
-            engine.job_sync(job_id)
-            counts["synced"] += 1
-            lease.renew()
+    # Jobs are synced as their replicas change; these are those a change missed.
+    for job_id in sync.jobs_stale():
+        sync.job_sync_one_at_a_time(job_id)
+        counts["synced"] += 1
+        lease.renew()
     ended_live = (Job.objects.filter(state__in=FINAL_JOB_STATES)
                   .filter(replicas__state__in=LIVE_REPLICA_STATES).distinct())
     for job_id in ended_live.values_list("pk", flat=True):
@@ -220,6 +212,12 @@ def _ttl_cutoff(now):
     ttl = ExpressionWrapper(Cast("ttl_seconds_after_finished", IntegerField())
                             * Value(timedelta(seconds=1)), output_field=DurationField())
     return ExpressionWrapper(Value(now) - ttl, output_field=DateTimeField())
+
+
+@worker_ready.connect
+def feeds_start(**kwargs) -> None:
+    """A worker follows what becomes of the replicas of every datacenter from the start."""
+    sync.feeds_start()
 
 
 @worker_ready.connect

@@ -20,21 +20,32 @@ JOB_START = "jobs.tasks.job_start"
 JOB_STOP = "jobs.tasks.job_stop"
 JOBS_ADMIT = "jobs.tasks.jobs_admit"
 JOB_REMAINS_REMOVE = "jobs.tasks.job_remains_remove"
+JOB_SYNC = "jobs.tasks.job_sync"
 JOB_BUILD = "jobs.tasks.job_build"
 BUILD_RUN = "jobs.tasks.build_run"
 PULL_SECRET_SYNC = "registries.tasks.pull_secret_sync"  # noqa: S105 - a task's name
 PULL_SECRET_REMOVE = "registries.tasks.pull_secret_remove"  # noqa: S105
-TASKS = frozenset({JOB_START, JOB_STOP, JOBS_ADMIT, JOB_REMAINS_REMOVE, JOB_BUILD, BUILD_RUN,
-                   PULL_SECRET_SYNC, PULL_SECRET_REMOVE})
+TASKS = frozenset({JOB_START, JOB_SYNC, JOB_STOP, JOBS_ADMIT, JOB_REMAINS_REMOVE, JOB_BUILD,
+                   BUILD_RUN, PULL_SECRET_SYNC, PULL_SECRET_REMOVE})
 
 
-def task_later(name: str, *args) -> None:
+def task_later(name: str, *args, countdown: float | None = None) -> None:
     """Queue task ``name`` with ``args`` when the current transaction commits (at once
-    outside one)."""
+    outside one), to run no sooner than ``countdown`` seconds after."""
     if name not in TASKS:
         raise ValueError(f"{name!r} is not a task queued through paddlecloud.queue")
-    transaction.on_commit(lambda: _send(name, args))
+    transaction.on_commit(lambda: _send(name, args, countdown))
 
 
-def _send(name: str, args: tuple) -> None:
-    app.send_task(name, args=args)
+def task_now(name: str, *args, countdown: float | None = None) -> None:
+    """Queue task ``name`` with ``args`` at once, to run no sooner than ``countdown`` seconds
+    after: for a caller outside any transaction that must not touch the database at all (a
+    backend's change feed, in a thread of its own: ``task_later`` would open it a
+    connection)."""
+    if name not in TASKS:
+        raise ValueError(f"{name!r} is not a task queued through paddlecloud.queue")
+    _send(name, args, countdown)
+
+
+def _send(name: str, args: tuple, countdown: float | None = None) -> None:
+    app.send_task(name, args=args, countdown=countdown)

@@ -154,7 +154,7 @@ def attempt_observe(run_dir: Path, name: str, attempt: int) -> Observation:
     if not started or started.get("attempt") != attempt:
         return Observation(Status.NOT_STARTED)
     if runner_alive(started["pid"]):
-        return Observation(Status.RUNNING)
+        return Observation(Status.RUNNING, ref=f"pid:{started['pid']}")
     ended = read_json(exit_file)  # it may have ended since we looked
     if ended and ended.get("attempt") == attempt:
         return Observation(Status.EXITED, ended["code"])

@@ -90,6 +90,9 @@ def _no_local_job_left(_var_in_tmp, settings, tmp_path_factory):
         from jobs.backends.local import LocalBackend
 
         LocalBackend().orphans_stop(lambda uids: set(), grace=1)
+    from jobs.backends.exits import exits_stop
+
+    exits_stop()  # the thread that followed its runners' exits
 
 
 @pytest.fixture(autouse=True)
@@ -134,7 +137,7 @@ class HeldTasks:
         """The arguments of each ``name`` sent, in order."""
         return [args for sent, args in self.sent if sent == name]
 
-    def send(self, name: str, args: tuple) -> None:
+    def send(self, name: str, args: tuple, countdown: float | None = None) -> None:
         self.sent.append((name, args))
         if name in self.inline:
             self.inline[name](*args)

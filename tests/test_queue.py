@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from paddlecloud.celery import app
-from paddlecloud.queue import TASKS, task_later
+from paddlecloud.queue import TASKS, task_later, task_now
 
 # What a worker does as it starts (the embedded one of runportal and `celery worker` alike):
 # it finds the apps' tasks modules (autodiscovery), which no module imports.
@@ -32,14 +33,40 @@ def test_every_name_queued_is_a_task_a_worker_finds():
 def test_work_is_sent_when_the_transaction_commits_and_only_then(
         monkeypatch, django_capture_on_commit_callbacks):
     sent = []
-    monkeypatch.setattr(app, "send_task", lambda name, args: sent.append((name, args)))
+    monkeypatch.setattr(app, "send_task", lambda name, args, countdown: sent.append(
+        (name, args, countdown)))
     with django_capture_on_commit_callbacks() as callbacks:
         task_later("jobs.tasks.jobs_admit", 7, 3)
+        task_later("jobs.tasks.job_sync", "a-uid", countdown=2.5)
         assert sent == []  # not before the commit
-    assert len(callbacks) == 1
+    assert len(callbacks) == 2
     for callback in callbacks:
         callback()
-    assert sent == [("jobs.tasks.jobs_admit", (7, 3))]
+    assert sent == [("jobs.tasks.jobs_admit", (7, 3), None),
+                    ("jobs.tasks.job_sync", ("a-uid",), 2.5)]
+
+
+def test_work_sent_now_is_sent_at_once_and_opens_no_database_connection(monkeypatch):
+    """A backend's change feed queues from a thread of its own, with no database."""
+    sent = []
+    monkeypatch.setattr(app, "send_task", lambda name, args, countdown: sent.append(
+        (name, args, countdown)))
+    opened = []
+
+    def feed():
+        from django.db import connection
+
+        task_now("jobs.tasks.job_sync", "a-uid", countdown=0.1)
+        opened.append(connection.connection)
+        connection.close()
+
+    thread = threading.Thread(target=feed)
+    thread.start()
+    thread.join(5)
+    assert sent == [("jobs.tasks.job_sync", ("a-uid",), 0.1)]
+    assert opened == [None]
+    with pytest.raises(ValueError, match=r"jobs\.tasks\.job_snyc"):
+        task_now("jobs.tasks.job_snyc", 1)
 
 
 def test_an_unknown_name_is_refused_at_once():

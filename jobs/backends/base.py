@@ -53,6 +53,18 @@ class Backend(abc.ABC):
         replicas start one by one (local); on Kubernetes ``prepare`` makes the controllers
         that start every pod, so a prepared replica is already waiting or running."""
 
+    def observe_all(self, datacenter, replicas) -> dict[int, Observation | None]:
+        """What became of each of the datacenter's ``replicas`` (each with its ``job``), by
+        replica id, as cheaply as the backend can tell: the reconciler looks at every running
+        replica with it. None where it cannot tell without a closer look (``observe``)."""
+        return {replica.pk: self.observe(replica.job, replica) for replica in replicas}
+
+    def changes_watch(self, datacenter) -> None:  # noqa: B027 - where a feed must be started
+        """Start the datacenter's change feed in this process, if it has one to start (once;
+        again after it stopped): from then on, whatever becomes of a job's replicas there is
+        announced (``signals.replicas_changed``). The local backend's feed needs no start:
+        each runner is followed by the process that starts it."""
+
     @abc.abstractmethod
     def stop(self, job, replicas, grace: float) -> None:
         """Stop the replicas: a polite signal, then a forced one after ``grace`` seconds."""

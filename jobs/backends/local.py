@@ -10,7 +10,8 @@ show; the portal opens each log (``jobs.files.output_open``) and hands the runne
 descriptor.
 Replicas run with the portal's Python first on PATH. CPU and memory requests are not
 enforced on this backend. Starting, observing and stopping the processes is
-``processes.py``, which ``paddlectl local train`` uses too.
+``processes.py``, which ``paddlectl local train`` uses too; ``exits.py`` announces each
+runner's end the moment it comes, so a job is synced when its replicas change.
 
 A job with a dataset has a master, the portal's (docs/master.md): its replicas reach it at
 ``PADDLECLOUD_PORTAL_URL``, or, in a sandbox, through the job's relay (``relay.py``): a process
@@ -56,9 +57,10 @@ from paddlecloud_core.processes import (
 )
 
 from ..files import home_dir, output_dir, output_open, output_prepare, package_copy
-from .base import Backend, BackendError, Observation
+from .base import Backend, BackendError, Observation, Status
 from .buildah import buildah_build
 from .envs import env_ensure, env_path
+from .exits import exits_follow
 from .relay import RELAY_PORT, RelayError, relay_start, relay_stop
 from .sandbox import (
     SYSTEM_PATH,
@@ -306,6 +308,7 @@ class LocalBackend(Backend):
                                 cwd=pkg, env=runner_env, stdin=stdin)
         finally:
             os.close(log)
+        exits_follow(pid, str(job.uid))
         return f"pid:{pid}"
 
     def _sandbox(self, job, replica, env: dict[str, str]) -> Sandbox:
@@ -327,7 +330,10 @@ class LocalBackend(Backend):
                        hostname=replica.name)
 
     def observe(self, job, replica) -> Observation:
-        return attempt_observe(job_dir(job) / "run", replica.name, replica.attempt)
+        seen = attempt_observe(job_dir(job) / "run", replica.name, replica.attempt)
+        if seen.status == Status.RUNNING:  # one its starter no longer follows (it restarted)
+            exits_follow(int(seen.ref.removeprefix("pid:")), str(job.uid))
+        return seen
 
     def stop(self, job, replicas, grace: float) -> None:
         """Stop the replicas, then let the job's network go (replicas are stopped only when

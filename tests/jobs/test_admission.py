@@ -474,21 +474,6 @@ def test_a_reconcile_takes_as_many_queries_for_800_waiting_jobs_as_for_10(
 
 
 @pytest.mark.django_db
-def test_the_reconciler_looks_only_at_jobs_their_watch_has_not_looked_at_lately(
-        submit, alice, datacenter, no_starts, monkeypatch):
-    quota_set(None, datacenter, alice, jobs=2)
-    watched, lost = submit("watched"), submit("lost")
-    monkeypatch.setattr("jobs.tasks.job_watch.apply_async", lambda *args, **kwargs: None)
-    tasks.job_watch(watched.pk)  # its watch looks at it every second
-    looked_at = []
-    real_job_sync = tasks.engine.job_sync
-    monkeypatch.setattr("jobs.engine.job_sync",
-                        lambda job_id: looked_at.append(job_id) or real_job_sync(job_id))
-    assert jobs_reconcile()["synced"] == 1
-    assert looked_at == [lost.pk]
-
-
-@pytest.mark.django_db
 def test_the_reconciler_deletes_ended_jobs_past_their_ttl_only(submit, alice, datacenter,
                                                                no_starts):
     quota_set(None, datacenter, alice, jobs=3)

@@ -9,6 +9,7 @@ import time
 
 from . import resources
 from .objects import new_uid, now_iso
+from .store import json_copy
 
 _sequence = itertools.count()
 
@@ -47,9 +48,9 @@ class EventRecorder:
 
     def _find(self, namespace: str, involved: dict, type_: str, reason: str, message: str,
               component: str) -> dict | None:
-        for event in self.api.store.list(resources.EVENTS.key, namespace):
+        for event in self.api.store.list(resources.EVENTS.key, namespace, read_only=True):
             if (event["involvedObject"].get("uid") == involved["uid"] and event["reason"] == reason
                     and event["message"] == message and event["type"] == type_
                     and event["source"]["component"] == component):
-                return event
+                return json_copy(event)
         return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .api import DeleteOptions
 from .errors import ApiError
+from .store import json_copy
 
 FOREGROUND = "foregroundDeletion"
 
@@ -15,7 +16,9 @@ class GarbageCollector:
         self.api = api
 
     def sync(self) -> None:
-        objects = [(rt, obj) for rt in self.api.types for obj in self.api.store.list(rt.key)]
+        # The stored objects (the controller holds the lock): copied only where one changes.
+        objects = [(rt, obj) for rt in self.api.types
+                   for obj in self.api.store.list(rt.key, read_only=True)]
         by_uid = {obj["metadata"]["uid"]: obj for _, obj in objects}
         owned: set[str] = set()
         for rt, obj in objects:
@@ -39,7 +42,9 @@ class GarbageCollector:
             return self._delete(rt, obj, "Foreground")
         if len(alive) < len(owners):
             uids = {o["metadata"]["uid"] for o in alive}
-            meta["ownerReferences"] = [r for r in meta["ownerReferences"] if r["uid"] in uids]
+            obj = json_copy(obj)
+            obj["metadata"]["ownerReferences"] = [r for r in meta["ownerReferences"]
+                                                  if r["uid"] in uids]
             self.api.update(rt, obj)
 
     def _delete(self, rt, obj: dict, propagation: str) -> None:
@@ -53,6 +58,7 @@ class GarbageCollector:
 
     def _release(self, rt, obj: dict) -> None:
         """Every dependent is gone: drop the foregroundDeletion finalizer (the owner goes)."""
+        obj = json_copy(obj)
         obj["metadata"]["finalizers"] = [f for f in obj["metadata"]["finalizers"]
                                          if f != FOREGROUND]
         self.api.update(rt, obj)

@@ -24,7 +24,7 @@ from .objects import (
     seconds_since,
     set_condition,
 )
-from .store import Expired
+from .store import Expired, json_copy
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-failure-count"
@@ -86,7 +86,7 @@ class JobController:
             return
         if condition_true(job, "Complete") or condition_true(job, "Failed"):
             return self._expire(job, tracking)
-        original = copy.deepcopy(job)
+        original = json_copy(job)
         pods = self._pods(job)
         self._count_finished(job, pods, self._gone(job, pods, removed, tracking), tracking)
         tracking.seen = {p["metadata"]["uid"]: p for p in pods
@@ -100,9 +100,8 @@ class JobController:
         self._write_status(job, self._pods(job), original, tracking)
 
     def _pods(self, job: dict) -> list[dict]:
-        uid = job["metadata"]["uid"]
-        return [p for p in self.api.store.list(resources.PODS.key, job["metadata"]["namespace"])
-                if controller_uid(p) == uid]
+        return [p for p in self.api.store.owned(resources.PODS.key, job["metadata"]["uid"])
+                if p["metadata"].get("namespace") == job["metadata"]["namespace"]]
 
     # --- accounting ----------------------------------------------------------------------
 
@@ -111,9 +110,7 @@ class JobController:
         """Pods of the Job removed before they were counted, as they last were. A real pod
         keeps the job-tracking finalizer until the controller has counted it; here a pod this
         controller did not delete itself counts once gone (as Failed unless it had finished)."""
-        namespace = job["metadata"]["namespace"]
-        present = {p["metadata"]["uid"] for p in self.api.store.list(resources.PODS.key,
-                                                                     namespace)}
+        present = self.api.store.uids(resources.PODS.key)  # uids are unique cluster-wide
         last = {**tracking.seen, **removed}
         return [pod for uid, pod in last.items() if uid not in present
                 and uid not in tracking.counted and uid not in tracking.deleted]

@@ -5,7 +5,6 @@ Tests steer pods with plans: hold them unschedulable, failing to pull, or creati
 
 from __future__ import annotations
 
-import copy
 import fnmatch
 import itertools
 import os
@@ -18,6 +17,7 @@ from . import resources
 from .env import pod_env, pod_fields
 from .objects import now_iso, set_condition
 from .storage import claim_problem
+from .store import json_copy
 
 HOLD_REASONS = ("Unschedulable", "ErrImagePull", "ContainerCreating")
 _TERMINAL = ("Succeeded", "Failed")
@@ -82,12 +82,11 @@ class Kubelet:
     # --- the loop ----------------------------------------------------------------------
 
     def sync(self) -> None:
-        pods = self.api.store.list(resources.PODS.key)
-        for pod in pods:
-            original = copy.deepcopy(pod)
+        for original in self.api.store.list(resources.PODS.key, read_only=True):
+            pod = json_copy(original)
             if self._sync_pod(pod) and pod != original:
                 self.api.store.write(resources.PODS.key, pod)
-        alive = {p["metadata"]["uid"] for p in self.api.store.list(resources.PODS.key)}
+        alive = self.api.store.uids(resources.PODS.key)
         for uid in [u for u in self._runtimes if u not in alive]:
             del self._runtimes[uid]
             self.logs.forget(uid)

@@ -62,7 +62,7 @@ def namespace_usage(store, namespace: str, keys: set[str]) -> dict[str, Quantity
     for rt in resources.ALL:
         if not rt.namespaced:
             continue
-        for obj in store.list(rt.key, namespace):
+        for obj in store.list(rt.key, namespace, read_only=True):
             for key, value in usage(rt, obj).items():
                 if key in keys:
                     used[key] = used[key] + value if key in used else value

@@ -299,58 +299,38 @@ class KubernetesBackend(Backend):
         found, _ = kube.list("Pod", _namespace(job), selector=f"{JOB_UID_LABEL}={job.uid}")
         return found
 
-    def _replica_pods(self, job, replica) -> list[dict]:
-        """The replica's pods, oldest first: one per attempt for a trainer."""
-        mine = []
-        for pod in self._pods(job):
-            meta = pod["metadata"]
-            labels, notes = meta.get("labels", {}), meta.get("annotations", {})
-            if labels.get(ROLE_LABEL) != replica.role:
-                continue
-            index = (notes.get(COMPLETION_INDEX) or labels.get(COMPLETION_INDEX)
-                     if replica.role == TRAINER else labels.get(POD_INDEX))
-            if index is None and replica.role == PSERVER:
-                index = meta["name"].rsplit("-", 1)[-1]
-            if str(index) == str(replica.index):
-                mine.append(pod)
-        return sorted(mine, key=lambda p: (p["metadata"].get("creationTimestamp", ""),
-                                           p["metadata"]["name"]))
+    def changes_watch(self, datacenter) -> None:
+        pod_cache(kube_for(datacenter)).announce()
+
+    def observe_all(self, datacenter, replicas) -> dict[int, Observation | None]:
+        """From one list of the cluster's pods (the watch's, else one request): what each
+        pod says, without the closer looks ``observe`` may take (None: no pod)."""
+        kube = kube_for(datacenter)
+        cache = pod_cache(kube)
+        found = cache.pods() if cache.synced(timeout=2) else kube.list(
+            "Pod", selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}")[0]
+        by_job: dict[str, list[dict]] = {}
+        for pod in found:
+            by_job.setdefault((pod["metadata"].get("labels") or {}).get(JOB_UID_LABEL),
+                              []).append(pod)
+        return {replica.pk: _pod_seen(replica, _replica_pods(
+            by_job.get(str(replica.job.uid), []), replica)) for replica in replicas}
 
     def observe(self, job, replica) -> Observation:
         try:
-            mine = self._replica_pods(job, replica)
+            mine = _replica_pods(self._pods(job), replica)
         except KubeError as exc:
             return Observation(Status.WAITING, reason=f"cannot see its pod: {exc}")
-        if replica.role == TRAINER:  # the Job controller makes a new pod per attempt
-            current = [pod for pod in mine if pod_attempt(pod) == replica.attempt]
-            pod = current[-1] if current else None
-            if pod is None and any(pod_attempt(p) > replica.attempt for p in mine):
-                # Its pod went before it was seen to end, and the Job made the next: a
-                # failed pod stays, so this one was deleted (evicted, preempted, its node
-                # lost, or by someone), which is not the job's fault.
-                return Observation(Status.LOST, disrupted=True, reason=(
-                    "the cluster took its pod away (it was deleted before it ended: "
-                    "evicted, preempted or its node lost)"))
-        else:
-            pod = mine[-1] if mine else None
-        if pod is None:
+        seen = _pod_seen(replica, mine)
+        if seen is None:
             return self._no_pod(job, replica)
-        seen = pod_observation(pod, replica.role)
-        if (replica.role == PSERVER and replica.state == "running"
-                and UID.match(replica.backend_ref)
-                and replica.backend_ref != pod["metadata"].get("uid")):
-            # Its StatefulSet made it a new pod (evicted, its node lost): a new, empty
-            # pserver. The trainers would train on against it: the pserver has failed.
-            return Observation(Status.LOST, host=seen.host, disrupted=True, reason=(
-                "its pod was replaced (evicted, preempted or its node lost): the "
-                "parameters it held are gone"))
         if (seen.status in (Status.EXITED, Status.LOST) and seen.exit_code != 0
                 and replica.role == TRAINER and trainers_restart_together(job)
                 and not seen.disrupted and self._trainers_disrupted(job)):
             seen = Observation(seen.status, exit_code=seen.exit_code, host=seen.host,
                                ref=seen.ref, disrupted=True, reason=seen.reason)
         if seen.status == Status.WAITING and job.datacenter.kube_scheduler == "volcano":
-            return self._waiting_why(job, pod, seen)
+            return self._waiting_why(job, _current_pod(replica, mine), seen)
         return seen
 
     def _trainers_disrupted(self, job) -> bool:
@@ -540,7 +520,7 @@ class KubernetesBackend(Backend):
         if replica.role == "build":
             return None
         try:
-            mine = self._replica_pods(job, replica)
+            mine = _replica_pods(self._pods(job), replica)
         except KubeError:
             return None
         if not mine:
@@ -706,6 +686,59 @@ class _Tail:
 
 
 # -- a pod, as a replica's observation ---------------------------------------------------------
+
+def _replica_pods(pods: list[dict], replica) -> list[dict]:
+    """Those of a job's ``pods`` that are the replica's, oldest first: one per attempt for a
+    trainer."""
+    mine = []
+    for pod in pods:
+        meta = pod["metadata"]
+        labels, notes = meta.get("labels", {}), meta.get("annotations", {})
+        if labels.get(ROLE_LABEL) != replica.role:
+            continue
+        index = (notes.get(COMPLETION_INDEX) or labels.get(COMPLETION_INDEX)
+                 if replica.role == TRAINER else labels.get(POD_INDEX))
+        if index is None and replica.role == PSERVER:
+            index = meta["name"].rsplit("-", 1)[-1]
+        if str(index) == str(replica.index):
+            mine.append(pod)
+    return sorted(mine, key=lambda p: (p["metadata"].get("creationTimestamp", ""),
+                                       p["metadata"]["name"]))
+
+
+def _current_pod(replica, mine: list[dict]) -> dict | None:
+    """The pod of the replica's current attempt (the Job controller makes a trainer a new pod
+    per attempt), if it has one."""
+    if replica.role == TRAINER:
+        mine = [pod for pod in mine if pod_attempt(pod) == replica.attempt]
+    return mine[-1] if mine else None
+
+
+def _pod_seen(replica, mine: list[dict]) -> Observation | None:
+    """What the replica's pods (``_replica_pods``) say of its current attempt; None when it
+    has no pod."""
+    pod = _current_pod(replica, mine)
+    if pod is None and replica.role == TRAINER and any(
+            pod_attempt(p) > replica.attempt for p in mine):
+        # Its pod went before it was seen to end, and the Job made the next: a failed pod
+        # stays, so this one was deleted (evicted, preempted, its node lost, or by someone),
+        # which is not the job's fault.
+        return Observation(Status.LOST, disrupted=True, reason=(
+            "the cluster took its pod away (it was deleted before it ended: evicted, "
+            "preempted or its node lost)"))
+    if pod is None:
+        return None
+    seen = pod_observation(pod, replica.role)
+    if (replica.role == PSERVER and replica.state == "running"
+            and UID.match(replica.backend_ref)
+            and replica.backend_ref != pod["metadata"].get("uid")):
+        # Its StatefulSet made it a new pod (evicted, its node lost): a new, empty pserver.
+        # The trainers would train on against it: the pserver has failed.
+        return Observation(Status.LOST, host=seen.host, disrupted=True, reason=(
+            "its pod was replaced (evicted, preempted or its node lost): the parameters it "
+            "held are gone"))
+    return seen
+
 
 def _container(statuses: list[dict] | None, name: str) -> dict:
     return next((s for s in statuses or [] if s.get("name") == name), {})

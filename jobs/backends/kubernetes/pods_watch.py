@@ -5,15 +5,21 @@ One ``PodCache`` per API server and process: a thread lists every pod PaddleClou
 On 410 Gone it lists again; on any other error or a dropped stream it waits a little and
 lists again, so a change is never missed for long. Observing a replica reads the cache, not
 the API server; until the first list has arrived, callers list the job's pods themselves.
+
+A cache that ``announce``s is the backend's change feed: each pod that changes (and, after a
+list again, each that changed meanwhile) announces its job (``signals.replicas_changed``), so
+the job is synced then, and never polled meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 import urllib3
 
+from ...signals import replicas_changed
 from .client import Kube, KubeError, WatchExpired
 from .names import JOB_UID_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 
@@ -31,6 +37,7 @@ class PodCache:
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._stop = threading.Event()
+        self._announcing = False
         self.relists = 0  # how often it had to list again (410s, errors): for tests
         self._thread = threading.Thread(target=self._run, name=f"pods-{kube.name}",
                                         daemon=True)
@@ -45,6 +52,15 @@ class PodCache:
         with self._lock:
             return [p for p in self._pods.values()
                     if p["metadata"].get("labels", {}).get(JOB_UID_LABEL) == job_uid]
+
+    def pods(self) -> list[dict]:
+        """Every pod PaddleCloud manages on the cluster."""
+        with self._lock:
+            return list(self._pods.values())
+
+    def announce(self) -> None:
+        """From now on, announce the job of each pod that changes."""
+        self._announcing = True
 
     def stop(self) -> None:
         self._stop.set()
@@ -67,8 +83,14 @@ class PodCache:
 
     def _list(self) -> str:
         pods, version = self.kube.list("Pod", selector=SELECTOR)
+        fresh = {_key(p): p for p in pods}
         with self._lock:
-            self._pods = {_key(p): p for p in pods}
+            before, self._pods = self._pods, fresh
+        if self._synced.is_set():  # a list again: what changed while nothing was watched
+            self._changed([fresh.get(key) or before[key] for key in before.keys() | fresh.keys()
+                           if _version(fresh.get(key)) != _version(before.get(key))])
+        # (A first list is no change: what changed before this process watched, the
+        # reconciler finds, with one look at every job's replicas.)
         self._synced.set()
         return version
 
@@ -85,9 +107,25 @@ class PodCache:
                     self._pods.pop(_key(pod), None)
                 else:
                     self._pods[_key(pod)] = pod
+            self._changed([pod])
             if self._stop.is_set():
                 break
         return version
+
+
+    def _changed(self, pods) -> None:
+        if not self._announcing:
+            return
+        for job_uid in {(p["metadata"].get("labels") or {}).get(JOB_UID_LABEL) for p in pods}:
+            if job_uid:
+                try:
+                    replicas_changed.send(PodCache, job_uid=job_uid)
+                except Exception:  # a receiver that fails (the broker down) ends no watch
+                    logger.exception("job %s: its change could not be announced", job_uid)
+
+
+def _version(pod: dict | None) -> str | None:
+    return pod["metadata"].get("resourceVersion") if pod else None
 
 
 def _key(pod: dict) -> str:
@@ -110,6 +148,17 @@ def pod_caches_watching() -> list[str]:
     """The clusters whose pods are watched (caches not stopped), by name."""
     with _caches_lock:
         return [cache.kube.name for cache in _caches.values()]
+
+
+def _forget_in_child() -> None:
+    """A forked process (a prefork worker's child) has no thread of its parent's: a cache it
+    inherited would never change. It makes its own."""
+    global _caches_lock
+    _caches.clear()
+    _caches_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def pod_caches_stop() -> None:

@@ -654,7 +654,7 @@ def test_logs_of_a_pod_still_being_created_wait_for_it(kube, alice, datacenter, 
     engine.job_launch(job.pk)
     backend = backend_for(datacenter)
     replica = job.replicas.get()
-    wait(lambda: backend._replica_pods(job, replica), message="the pod")
+    wait(lambda: backend._pods(job), message="the pod")
     assert b"".join(backend.log_stream(job, replica, follow=False, tail=None)) == b""
     chunks, errors = [], []
 

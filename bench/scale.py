@@ -1,0 +1,356 @@
+"""One worker, a thousand running jobs: what the portal costs while nothing changes, and how
+soon it sees what does.
+
+    .venv/bin/python bench/scale.py --running 1000          # ~5-10 min on 2 cores
+
+On PostgreSQL and Redis (a database and a Redis database of its own, removed afterwards),
+against the fake Kubernetes API server (tests/k8s_api_server, scripted pods, in this process):
+it submits ``--running`` jobs of 2 trainers each (2 pods), starts a real ``celery worker``
+(prefork, ``--concurrency``) and ``celery beat`` on them, and waits until every job runs. Then,
+for ``--window`` seconds while nothing changes, it measures:
+
+- the tasks the worker ran (``celery inspect stats``, before and after): broker messages per
+  minute, by task — target: the reconciler's own (the beat schedule's tasks) only;
+- the worker's CPU (its main process and its pool's children, /proc): target ≤ 5 % of one core;
+- the database's transactions per minute on the bench's database (``pg_stat_database``; the
+  portal runs each statement outside ``atomic()`` as a transaction of its own, so this is its
+  statements, less those grouped in one transaction);
+
+then ends ``--exits`` jobs one at a time (a trainer's container exits 1 on the fake server)
+and times each from the exit until the job reads ``failed`` in the database: target p95 ≤ 1 s.
+See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from portal import ROOT, BenchError, Stopped, cell, handle_signals, log
+
+sys.path.insert(0, str(ROOT))
+
+DATABASE = "paddlecloud_bench_scale"
+TARGET_CPU = 0.05  # of one core, for the worker
+TARGET_EXIT_P95 = 1.0  # seconds from a pod's exit to its job's new state
+NAMESPACE = "paddle-bench"
+
+
+def _env(database_url: str, redis_url: str, tmp: Path, log_level: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLECLOUD_", "DJANGO_"))}
+    env.update(DATABASE_URL=database_url, REDIS_URL=redis_url,
+               PADDLECLOUD_VAR_DIR=str(tmp / "var"), PADDLECLOUD_PFS_ROOT=str(tmp / "pfs"),
+               SECRET_KEY="bench-scale-" + os.urandom(8).hex(), CELERY_LOG_LEVEL=log_level,
+               DJANGO_SETTINGS_MODULE="paddlecloud.settings")
+    return env
+
+
+def _database_url(server: str, name: str) -> str:
+    parts = urlsplit(server)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def _admin(server: str, statement: str) -> None:
+    import psycopg
+
+    with psycopg.connect(_database_url(server, "postgres"), autocommit=True) as conn:
+        conn.execute(statement)
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` and every process below it (the worker's pool)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents, times = {}, {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    tree, grew = {pid}, True
+    while grew:
+        below = {p for p, parent in parents.items() if parent in tree} - tree
+        grew = bool(below)
+        tree |= below
+    return sum(times.get(p, 0.0) for p in tree)
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.tmp = Path(tempfile.mkdtemp(prefix="paddlecloud-bench-scale-"))
+        self.database = f"{DATABASE}_{os.getpid()}"
+        self.database_url = _database_url(args.database_url, self.database)
+        self.env = _env(self.database_url, args.redis_url, self.tmp, args.worker_log_level)
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.fake = None
+        self.created = False
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        log(f"database {self.database}, Redis {self.args.redis_url}, files in {self.tmp}")
+        _admin(self.args.database_url, f'CREATE DATABASE "{self.database}"')
+        self.created = True
+        os.environ.update(self.env)
+        import django
+
+        django.setup()
+        from django.core.cache import cache
+        from django.core.management import call_command
+
+        cache.clear()  # the bench's own Redis database
+        from paddlecloud.celery import app
+
+        app.control.purge()
+        call_command("migrate", verbosity=0)
+
+        from tests.k8s_api_server.config import Settings
+        from tests.k8s_api_server.server import FakeKubernetes
+        from tests.kube import portal_rules
+
+        settings = Settings(history_size=20 * self.args.running + 1000, tick_seconds=1.0,
+                            portal_rules=portal_rules())
+        self.fake = FakeKubernetes(kubeconfig_path=self.tmp / "kubeconfig",
+                                   settings=settings).start()
+        from accounts.services import datacenter_upsert, quota_set, user_upsert
+
+        (self.tmp / "pfs" / "dc" / "home" / "bench" / "pkg").mkdir(parents=True)
+        (self.tmp / "pfs" / "dc" / "home" / "bench" / "pkg" / "train.py").write_text("pass\n")
+        (self.tmp / "pfs" / "dc" / "public").mkdir()
+        datacenter = datacenter_upsert(
+            "dc", backend="kubernetes", kubeconfig=str(self.fake.portal_kubeconfig_path),
+            kube_volume={"hostPath": {"path": str(self.tmp / "pfs")}}, namespace_prefix="paddle-",
+            start_timeout=0)[0]
+        user = user_upsert("bench", password=os.urandom(12).hex(), datacenter_names=["dc"])[0]
+        n = self.args.running
+        quota_set(None, datacenter, user, jobs=n, queued=n, cpu=4 * n * 1000,
+                  memory=4 * n * 2**30)
+        self.user, self.datacenter = user, datacenter
+
+    def start_worker(self) -> None:
+        for name, command in (
+                ("worker", ["celery", "-A", "paddlecloud", "worker",
+                            "--loglevel", self.args.worker_log_level,
+                            "--concurrency", str(self.args.concurrency), "--without-gossip",
+                            "--without-mingle", "-n", f"bench-scale-{os.getpid()}@%h"]),
+                ("beat", ["celery", "-A", "paddlecloud", "beat", "--loglevel", "WARNING",
+                          "--schedule", str(self.tmp / "celerybeat-schedule")])):
+            out = (self.tmp / f"{name}.log").open("wb")
+            self.processes[name] = subprocess.Popen(  # noqa: S603
+                [str(Path(sys.executable).parent / command[0]), *command[1:]], cwd=ROOT,
+                env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        from paddlecloud.celery import app
+
+        deadline = time.monotonic() + 60
+        while not app.control.inspect(timeout=1).ping():
+            self._alive()
+            if time.monotonic() > deadline:
+                raise BenchError("the worker did not answer in 60 s")
+
+    def _alive(self) -> None:
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                raise BenchError(f"celery {name} exited {process.returncode}; see "
+                                 f"{self.tmp / (name + '.log')}")
+
+    def submit(self) -> None:
+        from jobs.models import Job
+        from jobs.services import job_submit
+
+        n = self.args.running
+        started = time.monotonic()
+        for i in range(n):
+            job_submit(self.user, self.datacenter, {
+                "name": f"job-{i}", "package": "/pfs/dc/home/bench/pkg",
+                "entry": "python train.py", "trainers": 2, "restart_limit": 0})
+        log(f"{n} jobs submitted in {time.monotonic() - started:.0f} s; waiting for them to run")
+        deadline = time.monotonic() + self.args.timeout
+        while (running := Job.objects.filter(state="running").count()) < n:
+            self._alive()
+            if time.monotonic() > deadline:
+                raise BenchError(f"only {running} of {n} jobs ran within {self.args.timeout} s")
+            if other := Job.objects.exclude(state__in=("running", "starting", "pending",
+                                                       "queued")).first():
+                raise BenchError(f"job {other.name} is {other.state}: {other.state_reason}")
+            time.sleep(2)
+        log(f"all {n} jobs run ({2 * n} pods), {time.monotonic() - started:.0f} s after the "
+            "first submission")
+
+    # -- measuring ---------------------------------------------------------------------------
+
+    def _tasks(self) -> dict[str, int]:
+        from paddlecloud.celery import app
+
+        stats = app.control.inspect(timeout=5).stats() or {}
+        totals: dict[str, int] = {}
+        for worker in stats.values():
+            for name, count in (worker.get("total") or {}).items():
+                totals[name] = totals.get(name, 0) + count
+        return totals
+
+    def _transactions(self) -> int:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute("SELECT xact_commit + xact_rollback FROM pg_stat_database "
+                           "WHERE datname = %s", [self.database])
+            return cursor.fetchone()[0]
+
+    def idle(self) -> dict:
+        from django.db import connection
+
+        log(f"settling {self.args.settle} s, then measuring {self.args.window} s of idle")
+        time.sleep(self.args.settle)
+        worker = self.processes["worker"].pid
+        tasks, cpu, xacts = self._tasks(), _tree_cpu_seconds(worker), self._transactions()
+        connection.close()  # the bench's own: not in the window
+        started = time.monotonic()
+        time.sleep(self.args.window)
+        elapsed = time.monotonic() - started
+        cpu = _tree_cpu_seconds(worker) - cpu
+        xacts = self._transactions() - xacts - 3  # the bench's own three statements
+        after = self._tasks()
+        ran = {name: after.get(name, 0) - tasks.get(name, 0) for name in after}
+        ran = {name: count for name, count in ran.items() if count}
+        from django.conf import settings
+
+        scheduled = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+        per_minute = 60 / elapsed
+        return {"window_s": round(elapsed, 1),
+                "messages_per_min": round(sum(ran.values()) * per_minute, 1),
+                "tasks_per_min": {k: round(v * per_minute, 1) for k, v in sorted(ran.items())},
+                "only_scheduled": set(ran) <= scheduled,
+                "worker_cpu": round(cpu / elapsed, 4),
+                "db_transactions_per_min": round(max(xacts, 0) * per_minute, 1)}
+
+    def exits(self) -> list[float]:
+        import random
+
+        from jobs.models import Job
+
+        rng = random.Random(20)  # noqa: S311 - which jobs end, the same in every run
+        names = rng.sample(range(self.args.running), self.args.exits)
+        delays = []
+        for i in names:
+            job = Job.objects.get(name=f"job-{i}")
+            pods = [p["metadata"]["name"] for p in self.fake.store.list("pods", NAMESPACE)
+                    if p["metadata"]["labels"].get("paddlecloud.org/job-uid") == str(job.uid)
+                    and p["metadata"]["name"].split("-tr-")[1].startswith("0-")]
+            exited = time.monotonic()
+            self.fake.controller.terminate_container(NAMESPACE, pods[0], exit_code=1)
+            while Job.objects.filter(pk=job.pk, state="running").exists():
+                if time.monotonic() - exited > 30:
+                    raise BenchError(f"job-{i} still runs 30 s after its trainer exited")
+                time.sleep(0.01)
+            delays.append(time.monotonic() - exited)
+            time.sleep(0.5)  # its stop's own changes go by before the next
+        return delays
+
+    # -- clean-up ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for name, process in self.processes.items():
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                log(f"celery {name} did not stop in 30 s: killed")
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        if self.fake is not None:
+            self.fake.stop()
+        if self.created:
+            with contextlib.suppress(Exception):
+                from django.core.cache import cache
+                from django.db import connections
+
+                cache.clear()
+                connections.close_all()
+            if self.args.keep:
+                log(f"kept database {self.database} and {self.tmp}")
+                return
+            _admin(self.args.database_url, f'DROP DATABASE IF EXISTS "{self.database}" '
+                                           "WITH (FORCE)")
+        if not self.args.keep:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def report(idle: dict, delays: list[float]) -> str:
+    p95 = statistics.quantiles(delays, n=20)[18] if len(delays) > 1 else delays[0]
+    rows = [
+        ("broker messages/min", cell(idle["messages_per_min"]),
+         "reconciler's only", "yes" if idle["only_scheduled"] else "NO"),
+        ("worker CPU, % of a core", cell(idle["worker_cpu"] * 100, 2), "<= 5",
+         f"{idle['worker_cpu'] / TARGET_CPU:.2f} of the target"),
+        ("DB transactions/min", cell(idle["db_transactions_per_min"]), "-", ""),
+        ("exit -> state p50, s", cell(statistics.median(delays), 3), "", ""),
+        ("exit -> state p95, s", cell(p95, 3), "<= 1",
+         f"{p95 / TARGET_EXIT_P95:.2f} of the target"),
+    ]
+    lines = [f"{'figure':<26}{'measured':>10}  {'target':<18}{'measured / target'}"]
+    lines += [f"{a:<26}{b:>10}  {c:<18}{d}" for a, b, c, d in rows]
+    lines.append("tasks/min while idle: " + (", ".join(
+        f"{k} {v}" for k, v in idle["tasks_per_min"].items()) or "none"))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--running", type=int, default=1000, help="jobs running (2 pods each)")
+    parser.add_argument("--window", type=float, default=60, help="seconds of idle measured")
+    parser.add_argument("--settle", type=float, default=20,
+                        help="seconds after every job runs before the window")
+    parser.add_argument("--exits", type=int, default=20, help="jobs ended one by one, timed")
+    parser.add_argument("--concurrency", type=int, default=2, help="the worker's processes")
+    parser.add_argument("--timeout", type=float, default=1800,
+                        help="seconds the jobs may take to all run")
+    parser.add_argument("--database-url", default=os.environ.get(
+        "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
+                        help="a PostgreSQL server where the bench may create a database")
+    parser.add_argument("--redis-url", default=os.environ.get(
+        "BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"),
+                        help="a Redis database of the bench's own (emptied)")
+    parser.add_argument("--keep", action="store_true", help="keep the database and files")
+    parser.add_argument("--worker-log-level", default="WARNING",
+                        help="the worker's log level (INFO: each task and its time)")
+    args = parser.parse_args(argv)
+    handle_signals()
+    bench = Bench(args)
+    try:
+        bench.setup()
+        bench.start_worker()
+        bench.submit()
+        idle = bench.idle()
+        delays = bench.exits()
+    except (BenchError, Stopped, KeyboardInterrupt) as exc:
+        log(f"failed: {exc}" if isinstance(exc, BenchError) else "stopped")
+        return 1
+    finally:
+        bench.close()
+    print(json.dumps({"bench": "scale", "running": args.running, **idle,
+                      "exit_delays_s": [round(d, 3) for d in delays]}))
+    print(report(idle, delays))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
