@@ -79,13 +79,20 @@ class QuotaAuditMixin:
             quota_change_record(request.user, quota.datacenter, quota.user, before, {})
 
 
-class MembershipInline(admin.TabularInline):
+class UserRowsInline(admin.TabularInline):
+    """A user's rows, each titled with the user and the datacenter."""
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("user", "datacenter")
+
+
+class MembershipInline(UserRowsInline):
     model = Membership
     extra = 0
     autocomplete_fields = ["datacenter"]
 
 
-class QuotaInline(admin.TabularInline):
+class QuotaInline(UserRowsInline):
     model = Quota
     form = QuotaForm
     extra = 0

@@ -64,7 +64,6 @@ USERNAME = "benchlogs"
 JOB_PREFIX = "benchlogs-"
 WORKER = "trainer-0"
 KEPT_WITH_REDIS = ("DATABASE_URL", "REDIS_URL")
-MARKER = "BENCH-JSON "  # the line of a manage.py shell's output that carries its answer
 # The first line of a record in the portal's log: uvicorn's, or paddlecloud/settings.py's format.
 LOG_RECORD = re.compile(r"([A-Z]+):\s|\d{4}-\d\d-\d\d [\d:,.]+ ([A-Z]+) ")
 
@@ -114,17 +113,6 @@ class LogsPortal(Portal):
 
     def extra_env(self) -> dict[str, str]:
         return {"BENCH_PASSWORD": self.password}
-
-    def django(self, code: str, **params) -> dict:
-        """Run ``code`` in ``manage.py shell`` with ``params`` (JSON) as ``P``; it answers by
-        ``answer(dict)``."""
-        prelude = (f"import json\nP = json.loads({json.dumps(json.dumps(params))})\n"
-                   f"def answer(value):\n    print({MARKER!r} + json.dumps(value), flush=True)\n")
-        output = self.manage("shell", "--no-startup", "--no-imports", "-c", prelude + code)
-        for line in output.splitlines():
-            if line.startswith(MARKER):
-                return json.loads(line[len(MARKER):])
-        raise BenchError(f"manage.py shell gave no answer:\n{output[-2000:]}")
 
     def end_replica(self, job: dict) -> None:
         self.django(END_CODE, replica=job["replica"])

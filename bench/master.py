@@ -81,7 +81,6 @@ ENTRY = "sleep 3600"  # the job's own trainer: the benchmark's threads are the t
 DATA_DIR = "benchdata"
 DATASET = f"/pfs/{DATACENTER}/home/{USERNAME}/{DATA_DIR}/lines-*.txt"
 JOB_PREFIX = "bench-master-"
-MARKER = "BENCH-JSON "  # the line of a manage.py shell's output that carries its answer
 # The last line of a traceback in the portal's log: ``psycopg.OperationalError: …``
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Timeout)\b: ")
 PEER_JOB_BASE = 1_000_000  # the peer's rows' job_id (no such job: the peer table has no FK)
@@ -136,17 +135,6 @@ class MasterPortal(DemoPortal):
             if EXCEPTION_LINE.match(line):
                 found[line[:300]] = found.get(line[:300], 0) + 1
         return found
-
-    def django(self, code: str, **params) -> object:
-        """Run ``code`` in ``manage.py shell``; ``P`` holds params, ``answer(v)`` returns v. The
-        output is not shown on failure (it may hold a token)."""
-        prelude = (f"import json\nP = json.loads({json.dumps(params)!r})\n"
-                   f"def answer(value):\n    print({MARKER!r} + json.dumps(value), flush=True)\n")
-        output = self.manage("shell", "--no-startup", "--no-imports", "-c", prelude + code)
-        for line in output.splitlines():
-            if line.startswith(MARKER):
-                return json.loads(line[len(MARKER):])
-        raise BenchError("manage.py shell gave no answer")
 
 
 class Database:

@@ -37,6 +37,7 @@ COMMAND_TIMEOUT = 180.0  # one manage.py command (migrate, demo, adddatacenter, 
 STARTUP_TIMEOUT = 60.0  # until /healthz answers
 STOP_TIMEOUT = 30.0  # after SIGTERM, before SIGKILL
 HEALTHZ_TIMEOUT = 5.0  # one GET /healthz while the portal starts
+MARKER = "BENCH-JSON "  # the line of a manage.py shell's output that carries its answer
 
 
 class BenchError(Exception):
@@ -173,10 +174,23 @@ class Portal:
         env.update(self.extra_env())
         return env
 
-    def manage(self, *args: str) -> str:
+    def manage(self, *args: str, timeout: float = COMMAND_TIMEOUT) -> str:
         return run_checked([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env(),
-                           timeout=COMMAND_TIMEOUT, name=f"manage.py {args[0]}",
+                           timeout=timeout, name=f"manage.py {args[0]}",
                            full_name=f"manage.py {' '.join(args)}").stdout
+
+    def django(self, code: str, timeout: float = COMMAND_TIMEOUT, **params) -> object:
+        """Run ``code`` in ``manage.py shell`` (the portal's environment); ``P`` holds
+        ``params`` (through JSON), and ``answer(value)`` returns ``value``. The output is not
+        shown on failure (it may hold a token)."""
+        prelude = (f"import json\nP = json.loads({json.dumps(params)!r})\n"
+                   f"def answer(value):\n    print({MARKER!r} + json.dumps(value), flush=True)\n")
+        output = self.manage("shell", "--no-startup", "--no-imports", "-c", prelude + code,
+                             timeout=timeout)
+        for line in output.splitlines():
+            if line.startswith(MARKER):
+                return json.loads(line[len(MARKER):])
+        raise BenchError("manage.py shell gave no answer")
 
     @property
     def pid(self) -> int:

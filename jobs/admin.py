@@ -27,10 +27,16 @@ class ReplicaInline(ReadOnlyInline):
     fields = ["role", "index", "state", "restarts", "exit_code", "host", "endpoint", "reason",
               "started_at", "finished_at"]
 
+    def get_queryset(self, request):  # each row is titled with its job's name
+        return super().get_queryset(request).select_related("job")
+
 
 class JobEventInline(ReadOnlyInline):
     model = JobEvent
     fields = ["time", "replica", "from_state", "to_state", "reason"]
+
+    def get_queryset(self, request):  # each row is titled with its job's and replica's names
+        return super().get_queryset(request).select_related("job", "replica__job")
 
 
 class ActivityFilter(admin.SimpleListFilter):

@@ -162,8 +162,18 @@ class Job(models.Model):
             models.UniqueConstraint(fields=["owner", "name"], name="unique_job_name_per_owner"),
         ]
         indexes = [
-            models.Index(fields=["owner", "-created_at", "-id"], name="job_owner_recent"),
+            # A user's jobs in a datacenter, newest first: the lists' order, their cursor
+            # (created_at) and their count, from the index alone.
+            models.Index(fields=["owner", "datacenter", "-created_at", "-id"],
+                         name="job_owner_recent"),
+            # ... of some states: the lists' state filter, and for each job listed the
+            # waiting jobs ahead of it (admission.queue_ahead_annotation), a range each.
+            models.Index(fields=["owner", "datacenter", "state", "created_at", "id"],
+                         name="job_owner_state"),
             models.Index(fields=["state"], name="job_state"),
+            # On PostgreSQL, "part of the name" (name__contains) is also found through a
+            # trigram index of the names, made by migration 0009 (not declared here: it is
+            # PostgreSQL's only, and SQLite rebuilds tables from the declared indexes).
         ]
 
     def __str__(self) -> str:

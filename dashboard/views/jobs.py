@@ -85,11 +85,15 @@ def job_list(request, datacenter):
         messages.error(request, f"unknown state filter {chosen!r}: showing all jobs")
         chosen, states = "all", []
     jobs = services.job_list(request.user, datacenter, state=",".join(states), name=search)
-    page = Paginator(jobs, PAGE_SIZE).get_page(request.GET.get("page"))
+    # The page's ids first (from the index, however deep the page), then only those jobs with
+    # what each row shows (the queue position is a subquery a row: not for the rows skipped).
+    page = Paginator(jobs.values_list("pk", flat=True), PAGE_SIZE).get_page(
+        request.GET.get("page"))
     now = timezone.now()
     return render(request, "dashboard/jobs/list.html", {
         "page": page,
-        "rows": [(job, age(job.created_at, now), queue_position(job)) for job in page],
+        "rows": [(job, age(job.created_at, now), queue_position(job))
+                 for job in jobs.filter(pk__in=list(page))],
         "state": chosen, "states": states, "q": search,
         "filters": [("all", "All"), ("active", "Active"), ("ended", "Ended")]
         + [(state, state.capitalize()) for state in JobState.values],

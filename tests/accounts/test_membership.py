@@ -9,7 +9,7 @@ from django.urls import URLResolver, get_resolver, reverse
 from django.urls.converters import IntConverter, UUIDConverter
 
 from accounts.models import Membership, Quota
-from accounts.services import datacenter_upsert, token_create, user_upsert
+from accounts.services import token_create
 from paddlecloud.views import DatacenterAPIView
 from tests.conftest import PASSWORD, assert_error
 
@@ -148,20 +148,6 @@ def test_me_shows_datacenters_and_the_quota_of_the_current_one(make_user, other_
         "queued": {"limit": "25", "limit_value": 25},
         "storage": {"limit": "5Ti", "limit_value": 5 * 2**40},
     }
-
-
-def test_me_takes_as_many_queries_with_4_datacenters_as_with_1(token_client, alice,
-                                                               assert_queries_flat):
-    def join():
-        for i in range(2, 5):
-            datacenter_upsert(f"datacenter{i}")
-            user_upsert("alice", datacenter_names=[f"datacenter{i}"])
-
-    one, four = assert_queries_flat(lambda: token_client.get("/api/v1/me"), join)
-
-    assert [dc["name"] for dc in one.json()["datacenters"]] == ["datacenter1"]
-    assert [dc["name"] for dc in four.json()["datacenters"]] == [
-        f"datacenter{i}" for i in range(1, 5)]
 
 
 def test_me_query_count_is_fixed(token_client, django_assert_max_num_queries):

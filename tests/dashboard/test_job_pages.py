@@ -142,22 +142,6 @@ def test_the_list_filters_by_state_and_name(browser, submit, query, shown, hidde
     assert not any(name in rows for name in hidden), rows
 
 
-def test_the_list_takes_as_many_queries_for_many_jobs_as_for_one(browser, submit):
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    def queries() -> int:
-        with CaptureQueriesContext(connection) as captured:
-            assert browser.get("/jobs/").status_code == 200
-        return len(captured)
-
-    Job.objects.filter(pk=submit("one").pk).update(state="queued", state_reason="waiting")
-    once = queries()
-    for i in range(5):
-        Job.objects.filter(pk=submit(f"more-{i}").pk).update(state="queued")
-    assert queries() == once
-
-
 def test_an_unknown_state_filter_shows_every_job_and_says_so(browser, submit):
     submit("fit")
     response = browser.get("/jobs/?state=bogus")

@@ -27,7 +27,6 @@ from jobs.backends.local import job_dir
 from jobs.files import output_dir
 from jobs.models import Job, JobEvent, Replica
 from paddlecloud_core.layout import log_relpath
-from registries.services import registry_create
 from tests.conftest import BAD_FLAGS, FLAG_SPELLINGS, assert_error, streamed
 from tests.jobs.files import log_path
 
@@ -287,54 +286,6 @@ def test_the_list_pages_with_a_cursor(token_client, alice, datacenter):
         assert pages <= 5, "the cursor does not end"
     assert pages == 3
     assert seen == [f"job-{i}" for i in (4, 3, 2, 1, 0)]  # each exactly once, newest first
-
-
-def test_the_list_takes_as_many_queries_for_20_jobs_as_for_2(
-        token_client, alice, datacenter, assert_queries_flat):
-    registry = registry_create(alice, datacenter, {
-        "name": "private", "server": "registry.example.com", "username": "bob",
-        "password": "hunter2-Pa55w0rd-!"})
-
-    def add(prefix: str, count: int) -> None:  # half of them wait: each has a queue position
-        for i in range(count):
-            make_job(alice, datacenter, f"{prefix}-{i}", pservers=1, registry=registry,
-                     state="queued" if i % 2 else "running")
-
-    add("small", 2)
-    two, twenty = assert_queries_flat(lambda: token_client.get(URL), lambda: add("big", 18))
-
-    assert len(names(two)) == 2
-    jobs = twenty.json()["results"]
-    assert len(jobs) == 20
-    assert {job["registry"] for job in jobs} == {"private"}
-    assert sorted(job["queue_position"] for job in jobs if job["state"] == "queued") == list(
-        range(1, 11))
-
-
-def add_workers(job: Job, first: int, last: int) -> None:
-    """Trainers ``first`` to ``last - 1`` of the job, each with an event of its own and one of
-    the job's."""
-    for index in range(first, last):
-        replica = Replica.objects.create(job=job, role="trainer", index=index)
-        JobEvent.objects.create(job=job, replica=replica, from_state="pending",
-                                to_state="starting", reason=f"trainer {index}")
-        JobEvent.objects.create(job=job, from_state="pending", to_state="starting",
-                                reason=f"for trainer {index}")
-
-
-@pytest.mark.parametrize("what", ["workers", "events"])
-def test_workers_and_events_take_as_many_queries_for_5_workers_as_for_1(
-        token_client, alice, datacenter, assert_queries_flat, what):
-    job = make_job(alice, datacenter, "fit")
-    add_workers(job, 0, 1)
-
-    one, five = assert_queries_flat(lambda: token_client.get(job_url("fit", what)),
-                                    lambda: add_workers(job, 1, 5))
-
-    assert len(one.json()) == {"workers": 1, "events": 2}[what]
-    assert len(five.json()) == {"workers": 5, "events": 10}[what]
-    if what == "events":
-        assert [e["worker"] for e in five.json()][-2:] == ["trainer-4", None]
 
 
 def test_jobs_of_another_datacenter_are_not_listed(token_client, alice, datacenter,

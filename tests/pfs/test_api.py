@@ -348,20 +348,6 @@ def test_list_recursively_names_entries_relative_to_the_directory(pfs, home):
     assert pfs.names("proj") == ["a", "e.txt"]
 
 
-@pytest.mark.django_db
-@pytest.mark.parametrize("recursive", ["0", "1"])
-def test_a_listing_takes_as_many_queries_for_9_entries_as_for_1(token_client, pfs_home,
-                                                                assert_queries_flat, recursive):
-    plant(pfs_home, {"d/f0": b"0"})
-
-    one, nine = assert_queries_flat(
-        lambda: token_client.get(f"{API}/files", {"path": f"{HOME}/d", "recursive": recursive}),
-        lambda: plant(pfs_home, {f"d/s{i}/f{i}": b"x" for i in range(1, 5)}))
-
-    assert [e["name"] for e in one.json()["entries"]] == ["f0"]
-    assert len(nine.json()["entries"]) == (9 if recursive == "1" else 5)
-
-
 def test_a_file_lists_itself_and_stat_shows_one_entry(pfs, home):
     plant(home, {"d/f.bin": b"12345"})
 

@@ -59,19 +59,6 @@ def test_add_list_show_change_and_delete(token_client, alice, datacenter,
         "changed": ["username", "password"]}
 
 
-def test_the_list_takes_as_many_queries_for_5_credentials_as_for_1(token_client,
-                                                                    assert_queries_flat):
-    assert add(token_client, "r0").status_code == 201
-
-    one, five = assert_queries_flat(
-        lambda: token_client.get(URL),
-        lambda: [add(token_client, f"r{i}") for i in range(1, 5)])
-
-    assert [r["name"] for r in one.json()] == ["r0"]
-    assert [(r["name"], r["datacenter"]) for r in five.json()] == [
-        (f"r{i}", "datacenter1") for i in range(5)]
-
-
 @pytest.mark.parametrize(("fields", "field", "says"), [
     ({"server": "https://registry.example.com"}, "server", "without https://"),
     ({"server": "not a host!"}, "server", "is not a host[:port]"),
