@@ -19,7 +19,9 @@ from jobs import engine
 from jobs.backends import backend_for
 from jobs.backends.base import Status
 from jobs.backends.exits import exits_following
+from jobs.backends.kubernetes.client import kube_for
 from jobs.backends.kubernetes.names import object_base
+from jobs.backends.kubernetes.pods_watch import pod_cache
 from jobs.models import Job
 from jobs.services import job_submit
 from jobs.signals import replicas_changed
@@ -189,3 +191,24 @@ def test_announcements_until_a_sync_begins_are_one_sync(
     with django_capture_on_commit_callbacks(execute=True):
         replicas_changed.send(Datacenter, job_uid=uid)  # a change while it runs: one more
     assert held_tasks.of(JOB_SYNC) == [(uid,), (uid,)]
+
+
+@pytest.mark.django_db
+def test_a_change_while_the_pod_watch_lists_again_is_announced(
+        k8s_api, kube_datacenter, alice, datacenter, package, held_tasks):
+    job = submit(alice, datacenter, package, "fit")
+    engine.job_launch(job.pk)  # its worker watches the cluster's pods from here on
+    cache = pod_cache(kube_for(datacenter))
+    wait(lambda: [p for p in cache.job_pods(str(job.uid))
+                  if p["status"].get("phase") == "Running"], message="the pod in the watch")
+    sync_begins(str(job.uid))  # what was announced so far is done with
+    announced = len(held_tasks.of(JOB_SYNC))
+    relists = cache.relists
+    k8s_api.compact()  # the watch's version is gone: it must list again (410)
+    k8s_api.drop_watches()
+    k8s_api.controller.terminate_container(NS, trainer_pod(k8s_api, job), exit_code=0)
+    wait(lambda: [p for p in cache.job_pods(str(job.uid))
+                  if p["status"].get("phase") == "Succeeded"], message="the change to arrive")
+    assert cache.relists > relists
+    wait(lambda: held_tasks.of(JOB_SYNC)[announced:] == [(str(job.uid),)],
+         message="the change announced")
