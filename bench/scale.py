@@ -144,6 +144,12 @@ class Bench:
         self.user, self.datacenter = user, datacenter
 
     def start_worker(self) -> None:
+        from paddlecloud.celery import app
+
+        if others := app.control.inspect(timeout=1).ping():
+            raise BenchError(f"workers already consume from {self.args.redis_url} "
+                             f"({', '.join(others)}): give the bench a Redis database of its "
+                             "own (--redis-url)")
         for name, command in (
                 ("worker", ["celery", "-A", "paddlecloud", "worker",
                             "--loglevel", self.args.worker_log_level,
@@ -155,7 +161,6 @@ class Bench:
             self.processes[name] = subprocess.Popen(  # noqa: S603
                 [str(Path(sys.executable).parent / command[0]), *command[1:]], cwd=ROOT,
                 env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        from paddlecloud.celery import app
 
         deadline = time.monotonic() + 60
         while not app.control.inspect(timeout=1).ping():

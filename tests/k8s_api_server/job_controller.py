@@ -30,6 +30,7 @@ INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-failure-count"
 IGNORED_FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-ignored-failure-count"
 _COMPONENT = "job-controller"
+FULL_PASS_SECONDS = 1.0  # at least this often every Job is looked at, changed or not
 
 
 @dataclass
@@ -54,31 +55,61 @@ class JobController:
         self.api = api
         self._tracking: dict[str, _Tracking] = {}
         self._cursor = api.store.rv  # the store's history is read from here on (pod removals)
+        self._full_at = 0.0  # when the next pass looks at every Job
 
     def sync(self) -> None:
-        removed = self._removed_pods()
-        jobs = self.api.store.list(resources.JOBS.key)
+        """A pass: the Jobs that changed, whose pods changed or that wait for a moment (a
+        back-off, a deadline, a TTL), as a real controller's work queue holds them; every Job
+        at least once every FULL_PASS_SECONDS, and whenever the history it reads from was
+        compacted. (A pass over thousands of Jobs on each write would hold the store's lock
+        most of the time.)"""
+        removed, touched = self._changes()
+        now = time.monotonic()
+        full = touched is None or now >= self._full_at
+        if full:
+            self._full_at = now + FULL_PASS_SECONDS
+        jobs = self.api.store.list(resources.JOBS.key, read_only=True)
         for job in jobs:
-            self._sync_job(job, removed.get(job["metadata"]["uid"], {}))
+            uid = job["metadata"]["uid"]
+            if full or uid in touched or self._timed(job, now):
+                self._sync_job(json_copy(job), removed.get(uid, {}))
         alive = {j["metadata"]["uid"] for j in jobs}
         for uid in [u for u in self._tracking if u not in alive]:
             del self._tracking[uid]
 
-    def _removed_pods(self) -> dict[str, dict[str, dict]]:
-        """Pods removed since the last pass, in their last state, by owning Job uid: what a real
-        controller's informer delivers (and its job-tracking finalizer makes sure it sees)."""
-        store, removed = self.api.store, defaultdict(dict)
+    def _timed(self, job: dict, now: float) -> bool:
+        """Whether the Job waits for a moment to come (it is looked at on every pass then)."""
+        tracking = self._tracking.get(job["metadata"]["uid"])
+        if tracking is None:
+            return True
+        spec = job["spec"]
+        return bool(tracking.retry_at > now or any(u > now for u in tracking.backoff_until.values())
+                    or (tracking.started_at is not None
+                        and spec.get("activeDeadlineSeconds") is not None)
+                    or (tracking.finished_at is not None
+                        and spec.get("ttlSecondsAfterFinished") is not None))
+
+    def _changes(self) -> tuple[dict[str, dict[str, dict]], set[str] | None]:
+        """Since the last pass: the pods removed, in their last state, by owning Job uid (what
+        a real controller's informer delivers, and its job-tracking finalizer makes sure it
+        sees); and the uids of the Jobs that changed or whose pods did (None: not known, the
+        history was compacted)."""
+        store, removed, touched = self.api.store, defaultdict(dict), set()
         try:
             changes = store.changes_after(self._cursor)
         except Expired:  # history compacted: the states seen by earlier passes stand in
-            changes = []
+            changes, touched = [], None
         self._cursor = store.rv
         for change in changes:
-            if change.resource == resources.PODS.key and change.type == "DELETED":
+            if change.resource == resources.JOBS.key:
+                touched.add(change.obj["metadata"]["uid"])
+            elif change.resource == resources.PODS.key:
                 owner = controller_uid(change.obj)
                 if owner:
-                    removed[owner][change.obj["metadata"]["uid"]] = change.obj
-        return removed
+                    touched.add(owner)
+                    if change.type == "DELETED":
+                        removed[owner][change.obj["metadata"]["uid"]] = change.obj
+        return removed, touched
 
     def _sync_job(self, job: dict, removed: dict[str, dict]) -> None:
         tracking = self._tracking.setdefault(job["metadata"]["uid"], _Tracking())
