@@ -124,9 +124,10 @@ def make_jobs(plan: Plan) -> None:
     base = timezone.now() - timedelta(hours=1)
     rows = []
     for u in range(plan.users):
-        user = user_upsert(f"user{u:02d}", password=uuid.uuid4().hex, datacenter_names=[DATACENTER], quota={
-            "cpu": QUOTA_CPUS * CPU, "jobs": QUOTA_JOBS, "queued": each,
-            "memory": 2**40})[0]
+        user = user_upsert(f"user{u:02d}", password=uuid.uuid4().hex,
+                           datacenter_names=[DATACENTER], quota={
+                               "cpu": QUOTA_CPUS * CPU, "jobs": QUOTA_JOBS, "queued": each,
+                               "memory": 2**40})[0]
         for i, (name, kind) in enumerate(plan.per_user):
             rows.append(Job(owner=user, datacenter=datacenter, name=name, image="paddle",
                             package=f"/pfs/{DATACENTER}/home/{user.username}/pkg",
