@@ -176,6 +176,15 @@ class Workers:
             tails.append(f"--- {path.name}\n" + "\n".join(text))
         return "\n".join(tails)
 
+    def cpu_seconds(self) -> float:
+        """The CPU time the workers have used so far (user and system)."""
+        total = 0
+        for process in self.processes:
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         for process in self.processes:
             if process.poll() is None:
@@ -263,6 +272,8 @@ class Result:
     lag_p50_ms: float | None = None
     lag_p95_ms: float | None = None
     lag_max_ms: float | None = None
+    worker_cpu_ms: float | None = None  # the workers' CPU time per admission
+    nodes_cpu_ms: float | None = None  # the benchmark's own (the nodes') per job
     out_of_order: list[str] = field(default_factory=list)
     over_quota: list[str] = field(default_factory=list)
     error: str | None = None
@@ -286,6 +297,8 @@ class Result:
             "ratio": rounded(self.ratio, 2), "ideal_s": rounded(self.ideal_s, 3),
             "lag_p50_ms": rounded(self.lag_p50_ms, 1), "lag_p95_ms": rounded(self.lag_p95_ms, 1),
             "lag_max_ms": rounded(self.lag_max_ms, 1),
+            "worker_cpu_ms_per_admission": rounded(self.worker_cpu_ms, 2),
+            "nodes_cpu_ms_per_job": rounded(self.nodes_cpu_ms, 2),
             "in_order": not self.out_of_order, "within_quota": not self.over_quota,
             "error": self.error})
 
@@ -373,7 +386,7 @@ def check(plan: Plan, started, result: Result) -> None:
 
 def table(result: Result) -> str:
     lines = ["  jobs  users  workers   wall s  ideal s  admitted/s  target  ratio  "
-             "lag p50 ms  lag p95 ms  result"]
+             "lag p50 ms  lag p95 ms  worker CPU ms  result"]
     outcome = "ok" if result.error is None else f"FAILED: {result.error}"
     if result.out_of_order:
         outcome = f"OUT OF ORDER: {result.out_of_order[0]}"
@@ -385,10 +398,11 @@ def table(result: Result) -> str:
         f"{result.jobs:>6}  {result.users:>5}  {result.workers:>7}  {cell(result.wall_s, 2):>7}"
         f"  {cell(result.ideal_s, 2):>7}  {cell(result.per_s):>10}  {TARGET_PER_S:>6.0f}  "
         f"{cell(result.ratio, 2):>5}  {cell(result.lag_p50_ms):>10}  "
-        f"{cell(result.lag_p95_ms):>10}  {outcome}")
+        f"{cell(result.lag_p95_ms):>10}  {cell(result.worker_cpu_ms):>13}  {outcome}")
     lines.append(f"target: >= {TARGET_PER_S:.0f} admissions/s (Kueue's baseline: "
                  f"{KUEUE_PER_S:.0f}/s); ideal s: when the last job would be admitted if "
-                 "admission took no time; lag: from a job's end to its owner's next admission")
+                 "admission took no time; lag: from a job's end to its owner's next admission; "
+                 "worker CPU ms: the workers' CPU time per admission")
     return "\n".join(lines)
 
 
@@ -435,7 +449,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{plan.jobs} jobs waiting in {plan.users} queues; database {name}")
         queues_clear()
         workers.start()
+        cpu = time.process_time(), workers.cpu_seconds()
         started = run(plan, args.timeout)
+        result.nodes_cpu_ms = (time.process_time() - cpu[0]) * 1000 / plan.jobs
+        result.worker_cpu_ms = (workers.cpu_seconds() - cpu[1]) * 1000 / plan.jobs
         check(plan, started, result)
     except BenchError as exc:
         result.error = str(exc)
