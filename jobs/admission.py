@@ -38,7 +38,14 @@ from django.db.models.functions import Coalesce, Least
 from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter
 from accounts.selectors import quota_get
 from paddlecloud.errors import ValidationError
-from paddlecloud.queue import JOB_START, JOB_SYNC, JOBS_ADMIT, task_later
+from paddlecloud.queue import (
+    JOB_START,
+    JOB_SYNC,
+    JOBS_ADMIT,
+    task_claim,
+    task_later,
+    task_later_once,
+)
 from paddlecloud_core.contract import trainers_elastic, trainers_least
 from pfs.services import usage_report
 
@@ -52,6 +59,10 @@ WAITING_STATES = (JobState.PENDING, JobState.QUEUED)
 COMPUTE = ("cpu", "memory", "gpu", "jobs")
 SHOWN = QUOTA_FORMATS
 UNITS = {"cpu": " CPU", "memory": "", "gpu": " GPU"}
+# What admission reads of a waiting job: its request, its place and its state.
+HEAD_FIELDS = ("id", "name", "owner_id", "datacenter_id", "state", "state_reason",
+               "created_at", "trainers", "trainers_min", "cpu", "memory", "gpu", "pservers",
+               "pscpu", "psmemory")
 HEAD_BATCH = 20  # waiting jobs read at once while looking for the first that does not fit
 # The trainers a waiting job needs to start (an elastic job's MIN), and those an active job
 # holds (an elastic job's ``trainers_held``; a fixed job holds them all).
@@ -167,9 +178,34 @@ def quota_queue_check(user, datacenter, job, *, lock: bool = False) -> None:
 def quota_used(user_id: int, datacenter_id: int) -> Request:
     """What the user's active jobs in the datacenter hold now (one query)."""
     totals = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
-                                state__in=ACTIVE_STATES).aggregate(
-        **{r: Sum(HOLDS[r]) for r in HOLDS}, jobs=Count("id"))
+                                state__in=ACTIVE_STATES).aggregate(**_held())
     return Request(**{r: totals[r] or 0 for r in COMPUTE})
+
+
+def _held(active: Q | None = None) -> dict:
+    """The aggregates of what jobs hold: of those ``active`` picks, or all."""
+    return {**{r: Sum(HOLDS[r], filter=active) for r in HOLDS}, "jobs": Count("id", filter=active)}
+
+
+def _used_and_doomed(user_id: int, datacenter_id: int, quota) -> tuple[Request, int]:
+    """``quota_used``, and how many waiting jobs can never fit the quota (it was lowered), in
+    one query: admission reads both each time, and the second is nearly always none."""
+    active = Q(state__in=ACTIVE_STATES)
+    totals = (Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
+                                 state__in=ACTIVE_STATES + WAITING_STATES)
+              .alias(**{f"asked_{r}": e for r, e in ASKED.items()})
+              .aggregate(**_held(active),
+                         doomed=Count("id", filter=Q(state__in=WAITING_STATES)
+                                      & _never_fits(quota))))
+    return Request(**{r: totals[r] or 0 for r in COMPUTE}), totals["doomed"]
+
+
+def _never_fits(quota) -> Q:
+    """Waiting jobs (with their ``asked_*`` aliased) that ask for more than the whole quota;
+    with a quota of no jobs, every one."""
+    if quota.jobs < 1:
+        return Q()
+    return reduce(operator.or_, (Q(**{f"asked_{r}__gt": getattr(quota, r)}) for r in ASKED))
 
 
 def _fits(request: Request, quota) -> bool:
@@ -198,13 +234,14 @@ def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
 
     A fixed number of queries however many jobs wait (a few more only when many are admitted
     at once, or fail with different reasons)."""
-    user = get_user_model().objects.select_for_update().get(pk=user_id)
-    datacenter = Datacenter.objects.get(pk=datacenter_id)
+    user = get_user_model().objects.select_for_update().only("id").get(pk=user_id)
+    datacenter = Datacenter.objects.only("id", "name").get(pk=datacenter_id)
     quota = quota_get(user, datacenter)
     waiting = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
                                  state__in=WAITING_STATES)
-    _fail_never_fitting(waiting, quota)
-    used = quota_used(user_id, datacenter_id)
+    used, doomed = _used_and_doomed(user_id, datacenter_id, quota)
+    if doomed:
+        _fail_never_fitting(waiting, quota)
     # Each job admitted takes one of the free jobs, so the first that does not fit is among
     # the first free + 1.
     free_jobs = max(quota.jobs - used.jobs, 0)
@@ -276,7 +313,7 @@ def _queue_head(waiting, most: int):
     """The first ``most`` waiting jobs, oldest first, read a few at a time: the walk stops at
     the first that does not fit, and what is behind it is never read. Locked, so a kill
     racing admission waits for it (and finds the job admitted) rather than be overwritten."""
-    ordered = waiting.select_for_update().order_by("created_at", "id")
+    ordered = waiting.select_for_update().order_by("created_at", "id").only(*HEAD_FIELDS)
     while most > 0:
         batch = list(ordered[:min(HEAD_BATCH, most)])
         yield from batch
@@ -289,11 +326,8 @@ def _queue_head(waiting, most: int):
 def _fail_never_fitting(waiting, quota) -> None:
     """Fail the waiting jobs that ask for more than the whole quota (it was lowered): found
     with one query, whatever the length of the queue."""
-    never = Q()  # a quota of no jobs: every one
-    if quota.jobs >= 1:
-        never = reduce(operator.or_, (Q(**{f"asked_{r}__gt": getattr(quota, r)}) for r in ASKED))
     doomed = list(waiting.alias(**{f"asked_{r}": e for r, e in ASKED.items()})
-                  .filter(never).select_for_update())
+                  .filter(_never_fits(quota)).select_for_update())
     reasons = {job.pk: "can never start: " + "; ".join(
         f"{k}: {v}" for k, v in quota_problems(job, quota).items()) for job in doomed}
     jobs_transition(doomed, JobState.FAILED, reasons)
@@ -327,17 +361,33 @@ def _queue_behind(blocker, waiting) -> None:
 def waiting_queues(**filters) -> list[tuple[int, int]]:
     """The (owner id, datacenter id) of every queue with jobs waiting, or with elastic jobs
     that may grow, among ``filters``: those ``quota_admit`` may have work for. (Unordered:
-    with the jobs' default order, DISTINCT would give one row per job.)"""
+    with the jobs' default order, DISTINCT would give one row per job.)
+
+    Filtered to one queue (``owner_id`` and ``datacenter_id``), as the ``jobs_admit`` task
+    reads it before admitting, the read claims the admission requested for that queue
+    (``admission_request``): a job that ends from now on requests another, as this one may
+    not see it."""
+    if "owner_id" in filters and "datacenter_id" in filters:
+        task_claim(JOBS_ADMIT, filters["owner_id"], filters["datacenter_id"])
     waiting = Job.objects.filter(state__in=WAITING_STATES, **filters)
     return list(waiting.order_by().values_list("owner_id", "datacenter_id")
                 .union(_growing(**filters).order_by()
                        .values_list("owner_id", "datacenter_id")))
 
 
+def admission_request(owner_id: int, datacenter_id: int) -> None:
+    """Have the queue's waiting jobs admitted (the ``jobs_admit`` task) once the current
+    transaction commits — unless an admission of the queue is queued already and has not yet
+    read it (``waiting_queues``): that one sees this change too. So jobs of one user ending in
+    a burst cost one admission, not one each, and a worker never waits on the user's lock
+    only to find nothing more to admit."""
+    task_later_once(JOBS_ADMIT, owner_id, datacenter_id)
+
+
 def job_ended_admit(sender, owner_id: int, datacenter_id: int, **kwargs) -> None:
     """Jobs ended (``signals.job_ended``): what they held, or their places in the queue, is
     free — admit the owner's waiting jobs once that is committed."""
-    task_later(JOBS_ADMIT, owner_id, datacenter_id)
+    admission_request(owner_id, datacenter_id)
 
 
 def quota_changed_admit(sender, user, datacenter, **kwargs) -> None:
@@ -345,7 +395,7 @@ def quota_changed_admit(sender, user, datacenter, **kwargs) -> None:
     in the datacenter with jobs waiting. Runs after the change is committed."""
     owners = {"owner": user} if user is not None else {}
     for owner_id, datacenter_id in waiting_queues(datacenter=datacenter, **owners):
-        task_later(JOBS_ADMIT, owner_id, datacenter_id)
+        admission_request(owner_id, datacenter_id)
 
 
 def jobs_ahead(owner, datacenter, created_at, pk):
