@@ -32,7 +32,7 @@ from functools import reduce
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Case, Count, Exists, F, OuterRef, Q, Subquery, Sum, When
+from django.db.models import Count, Exists, F, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce, Least
 
 from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter
@@ -60,15 +60,14 @@ COMPUTE = ("cpu", "memory", "gpu", "jobs")
 SHOWN = QUOTA_FORMATS
 UNITS = {"cpu": " CPU", "memory": "", "gpu": " GPU"}
 # What admission reads of a waiting job: its request, its place and its state.
+REQUEST_FIELDS = ("trainers", "trainers_min", "cpu", "memory", "gpu", "pservers", "pscpu",
+                  "psmemory")
 HEAD_FIELDS = ("id", "name", "owner_id", "datacenter_id", "state", "state_reason",
-               "created_at", "trainers", "trainers_min", "cpu", "memory", "gpu", "pservers",
-               "pscpu", "psmemory")
+               "created_at", *REQUEST_FIELDS)
 HEAD_BATCH = 20  # waiting jobs read at once while looking for the first that does not fit
-# The trainers a waiting job needs to start (an elastic job's MIN), and those an active job
-# holds (an elastic job's ``trainers_held``; a fixed job holds them all).
+# The trainers a waiting job needs to start (an elastic job's MIN); elastic jobs.
 LEAST = Coalesce(F("trainers_min"), F("trainers"))
 ELASTIC = Q(trainers_min__isnull=False, trainers_min__lt=F("trainers"))
-HELD = Case(When(ELASTIC, then=F("trainers_held")), default=F("trainers"))
 
 
 def _request_sql(trainers) -> dict:
@@ -77,10 +76,8 @@ def _request_sql(trainers) -> dict:
             "gpu": trainers * F("gpu")}
 
 
-# A waiting job's request in SQL, as ``job_request`` computes it in Python (jobs: one each),
-# and what an active job holds.
+# A waiting job's request in SQL, as ``job_request`` computes it in Python (jobs: one each).
 ASKED = _request_sql(LEAST)
-HOLDS = _request_sql(HELD)
 
 
 @dataclass(frozen=True)
@@ -99,7 +96,15 @@ class Request:
 def job_request(job) -> Request:
     """A job's (or a spec's) request to start: with an elastic job's MIN trainers. The two
     have the same fields."""
-    trainers = trainers_least(job)
+    return _request(job, trainers_least(job))
+
+
+def job_held(job) -> Request:
+    """What an active job holds: with the trainers an elastic job holds now."""
+    return _request(job, job.trainers_held if trainers_elastic(job) else job.trainers)
+
+
+def _request(job, trainers: int) -> Request:
     return Request(cpu=trainers * job.cpu + job.pservers * job.pscpu,
                    memory=trainers * job.memory + job.pservers * job.psmemory,
                    gpu=trainers * job.gpu)
@@ -176,28 +181,11 @@ def quota_queue_check(user, datacenter, job, *, lock: bool = False) -> None:
 
 
 def quota_used(user_id: int, datacenter_id: int) -> Request:
-    """What the user's active jobs in the datacenter hold now (one query)."""
-    totals = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
-                                state__in=ACTIVE_STATES).aggregate(**_held())
-    return Request(**{r: totals[r] or 0 for r in COMPUTE})
-
-
-def _held(active: Q | None = None) -> dict:
-    """The aggregates of what jobs hold: of those ``active`` picks, or all."""
-    return {**{r: Sum(HOLDS[r], filter=active) for r in HOLDS}, "jobs": Count("id", filter=active)}
-
-
-def _used_and_doomed(user_id: int, datacenter_id: int, quota) -> tuple[Request, int]:
-    """``quota_used``, and how many waiting jobs can never fit the quota (it was lowered), in
-    one query: admission reads both each time, and the second is nearly always none."""
-    active = Q(state__in=ACTIVE_STATES)
-    totals = (Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
-                                 state__in=ACTIVE_STATES + WAITING_STATES)
-              .alias(**{f"asked_{r}": e for r, e in ASKED.items()})
-              .aggregate(**_held(active),
-                         doomed=Count("id", filter=Q(state__in=WAITING_STATES)
-                                      & _never_fits(quota))))
-    return Request(**{r: totals[r] or 0 for r in COMPUTE}), totals["doomed"]
+    """What the user's active jobs in the datacenter hold now (one query; summed here: they
+    are at most the quota's ``jobs``, and the sum in SQL costs more to build than to run)."""
+    active = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
+                                state__in=ACTIVE_STATES).only(*REQUEST_FIELDS, "trainers_held")
+    return sum((job_held(job) for job in active), Request(0, 0, 0, 0))
 
 
 def _never_fits(quota) -> Q:
@@ -239,9 +227,8 @@ def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
     quota = quota_get(user, datacenter)
     waiting = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
                                  state__in=WAITING_STATES)
-    used, doomed = _used_and_doomed(user_id, datacenter_id, quota)
-    if doomed:
-        _fail_never_fitting(waiting, quota)
+    _fail_never_fitting(waiting, quota)
+    used = quota_used(user_id, datacenter_id)
     # Each job admitted takes one of the free jobs, so the first that does not fit is among
     # the first free + 1.
     free_jobs = max(quota.jobs - used.jobs, 0)
@@ -326,8 +313,11 @@ def _queue_head(waiting, most: int):
 def _fail_never_fitting(waiting, quota) -> None:
     """Fail the waiting jobs that ask for more than the whole quota (it was lowered): found
     with one query, whatever the length of the queue."""
-    doomed = list(waiting.alias(**{f"asked_{r}": e for r, e in ASKED.items()})
-                  .filter(_never_fits(quota)).select_for_update())
+    never = waiting.alias(**{f"asked_{r}": e for r, e in ASKED.items()}).filter(
+        _never_fits(quota))
+    if not never.exists():  # nearly always: a plain read, no row locked, nothing built
+        return
+    doomed = list(never.select_for_update())
     reasons = {job.pk: "can never start: " + "; ".join(
         f"{k}: {v}" for k, v in quota_problems(job, quota).items()) for job in doomed}
     jobs_transition(doomed, JobState.FAILED, reasons)
@@ -368,7 +358,13 @@ def waiting_queues(**filters) -> list[tuple[int, int]]:
     (``admission_request``): a job that ends from now on requests another, as this one may
     not see it."""
     if "owner_id" in filters and "datacenter_id" in filters:
-        task_claim(JOBS_ADMIT, filters["owner_id"], filters["datacenter_id"])
+        queue = (filters["owner_id"], filters["datacenter_id"])
+        task_claim(JOBS_ADMIT, *queue)
+        # Two plain reads, the second seldom, cost less than building their union.
+        if (Job.objects.filter(state__in=WAITING_STATES, **filters).exists()
+                or _growing(**filters).exists()):
+            return [queue]
+        return []
     waiting = Job.objects.filter(state__in=WAITING_STATES, **filters)
     return list(waiting.order_by().values_list("owner_id", "datacenter_id")
                 .union(_growing(**filters).order_by()
