@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -462,15 +463,20 @@ def main(argv: list[str] | None = None) -> int:
         log("interrupted")
         result.error = "interrupted"
         code = 130
+    except Exception as exc:  # the set-up (settings, migrations) or the run broke: clean up
+        result.error = f"{type(exc).__name__}: {exc}"
+        log(f"failed:\n{traceback.format_exc()}")
+        code = 1
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         workers.stop()
         with contextlib.suppress(Exception):
             queues_clear()
-        from django.db import connections
+        with contextlib.suppress(Exception):
+            from django.db import connections
 
-        connections.close_all()
+            connections.close_all()
         if args.keep:
             log(f"kept database {name} and {tmp}")
         else:
