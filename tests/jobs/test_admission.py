@@ -273,8 +273,8 @@ def no_launch(monkeypatch):
 
     starts, send = [], queue._send
 
-    def held(name, args):
-        (starts.append(args[0]) if name == queue.JOB_START else send(name, args))
+    def held(name, args, countdown=None):
+        (starts.append(args[0]) if name == queue.JOB_START else send(name, args, countdown))
 
     monkeypatch.setattr("paddlecloud.queue._send", held)
     return starts
