@@ -40,6 +40,7 @@ from portal import (  # noqa: E402
     free_port,
     handle_signals,
     log,
+    percentile,
 )
 
 DATACENTER = "datacenter1"
@@ -135,15 +136,6 @@ class Round:
                            "submit_p95_ms": rounded(self.p95_ms, 1),
                            "all_running_s": rounded(self.all_running_s, 2),
                            "ok": self.error is None, "error": self.error})
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * p / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 class Bench:

@@ -32,13 +32,20 @@ from functools import reduce
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Case, Count, Exists, F, OuterRef, Q, Subquery, Sum, When
+from django.db.models import Count, Exists, F, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce, Least
 
 from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter
 from accounts.selectors import quota_get
 from paddlecloud.errors import ValidationError
-from paddlecloud.queue import JOB_START, JOB_SYNC, JOBS_ADMIT, task_later
+from paddlecloud.queue import (
+    JOB_START,
+    JOB_SYNC,
+    JOBS_ADMIT,
+    task_claim,
+    task_later,
+    task_later_once,
+)
 from paddlecloud_core.contract import trainers_elastic, trainers_least
 from pfs.services import usage_report
 
@@ -52,12 +59,15 @@ WAITING_STATES = (JobState.PENDING, JobState.QUEUED)
 COMPUTE = ("cpu", "memory", "gpu", "jobs")
 SHOWN = QUOTA_FORMATS
 UNITS = {"cpu": " CPU", "memory": "", "gpu": " GPU"}
+# What admission reads of a waiting job: its request, its place and its state.
+REQUEST_FIELDS = ("trainers", "trainers_min", "cpu", "memory", "gpu", "pservers", "pscpu",
+                  "psmemory")
+HEAD_FIELDS = ("id", "name", "owner_id", "datacenter_id", "state", "state_reason",
+               "created_at", *REQUEST_FIELDS)
 HEAD_BATCH = 20  # waiting jobs read at once while looking for the first that does not fit
-# The trainers a waiting job needs to start (an elastic job's MIN), and those an active job
-# holds (an elastic job's ``trainers_held``; a fixed job holds them all).
+# The trainers a waiting job needs to start (an elastic job's MIN); elastic jobs.
 LEAST = Coalesce(F("trainers_min"), F("trainers"))
 ELASTIC = Q(trainers_min__isnull=False, trainers_min__lt=F("trainers"))
-HELD = Case(When(ELASTIC, then=F("trainers_held")), default=F("trainers"))
 
 
 def _request_sql(trainers) -> dict:
@@ -66,10 +76,8 @@ def _request_sql(trainers) -> dict:
             "gpu": trainers * F("gpu")}
 
 
-# A waiting job's request in SQL, as ``job_request`` computes it in Python (jobs: one each),
-# and what an active job holds.
+# A waiting job's request in SQL, as ``job_request`` computes it in Python (jobs: one each).
 ASKED = _request_sql(LEAST)
-HOLDS = _request_sql(HELD)
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,15 @@ class Request:
 def job_request(job) -> Request:
     """A job's (or a spec's) request to start: with an elastic job's MIN trainers. The two
     have the same fields."""
-    trainers = trainers_least(job)
+    return _request(job, trainers_least(job))
+
+
+def job_held(job) -> Request:
+    """What an active job holds: with the trainers an elastic job holds now."""
+    return _request(job, job.trainers_held if trainers_elastic(job) else job.trainers)
+
+
+def _request(job, trainers: int) -> Request:
     return Request(cpu=trainers * job.cpu + job.pservers * job.pscpu,
                    memory=trainers * job.memory + job.pservers * job.psmemory,
                    gpu=trainers * job.gpu)
@@ -165,11 +181,19 @@ def quota_queue_check(user, datacenter, job, *, lock: bool = False) -> None:
 
 
 def quota_used(user_id: int, datacenter_id: int) -> Request:
-    """What the user's active jobs in the datacenter hold now (one query)."""
-    totals = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
-                                state__in=ACTIVE_STATES).aggregate(
-        **{r: Sum(HOLDS[r]) for r in HOLDS}, jobs=Count("id"))
-    return Request(**{r: totals[r] or 0 for r in COMPUTE})
+    """What the user's active jobs in the datacenter hold now (one query; summed here: they
+    are at most the quota's ``jobs``, and the sum in SQL costs more to build than to run)."""
+    active = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
+                                state__in=ACTIVE_STATES).only(*REQUEST_FIELDS, "trainers_held")
+    return sum((job_held(job) for job in active), Request(0, 0, 0, 0))
+
+
+def _never_fits(quota) -> Q:
+    """Waiting jobs (with their ``asked_*`` aliased) that ask for more than the whole quota;
+    with a quota of no jobs, every one."""
+    if quota.jobs < 1:
+        return Q()
+    return reduce(operator.or_, (Q(**{f"asked_{r}__gt": getattr(quota, r)}) for r in ASKED))
 
 
 def _fits(request: Request, quota) -> bool:
@@ -198,8 +222,8 @@ def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
 
     A fixed number of queries however many jobs wait (a few more only when many are admitted
     at once, or fail with different reasons)."""
-    user = get_user_model().objects.select_for_update().get(pk=user_id)
-    datacenter = Datacenter.objects.get(pk=datacenter_id)
+    user = get_user_model().objects.select_for_update().only("id").get(pk=user_id)
+    datacenter = Datacenter.objects.only("id", "name").get(pk=datacenter_id)
     quota = quota_get(user, datacenter)
     waiting = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
                                  state__in=WAITING_STATES)
@@ -276,7 +300,7 @@ def _queue_head(waiting, most: int):
     """The first ``most`` waiting jobs, oldest first, read a few at a time: the walk stops at
     the first that does not fit, and what is behind it is never read. Locked, so a kill
     racing admission waits for it (and finds the job admitted) rather than be overwritten."""
-    ordered = waiting.select_for_update().order_by("created_at", "id")
+    ordered = waiting.select_for_update().order_by("created_at", "id").only(*HEAD_FIELDS)
     while most > 0:
         batch = list(ordered[:min(HEAD_BATCH, most)])
         yield from batch
@@ -289,11 +313,11 @@ def _queue_head(waiting, most: int):
 def _fail_never_fitting(waiting, quota) -> None:
     """Fail the waiting jobs that ask for more than the whole quota (it was lowered): found
     with one query, whatever the length of the queue."""
-    never = Q()  # a quota of no jobs: every one
-    if quota.jobs >= 1:
-        never = reduce(operator.or_, (Q(**{f"asked_{r}__gt": getattr(quota, r)}) for r in ASKED))
-    doomed = list(waiting.alias(**{f"asked_{r}": e for r, e in ASKED.items()})
-                  .filter(never).select_for_update())
+    never = waiting.alias(**{f"asked_{r}": e for r, e in ASKED.items()}).filter(
+        _never_fits(quota))
+    if not never.exists():  # nearly always: a plain read, no row locked, nothing built
+        return
+    doomed = list(never.select_for_update())
     reasons = {job.pk: "can never start: " + "; ".join(
         f"{k}: {v}" for k, v in quota_problems(job, quota).items()) for job in doomed}
     jobs_transition(doomed, JobState.FAILED, reasons)
@@ -327,17 +351,39 @@ def _queue_behind(blocker, waiting) -> None:
 def waiting_queues(**filters) -> list[tuple[int, int]]:
     """The (owner id, datacenter id) of every queue with jobs waiting, or with elastic jobs
     that may grow, among ``filters``: those ``quota_admit`` may have work for. (Unordered:
-    with the jobs' default order, DISTINCT would give one row per job.)"""
+    with the jobs' default order, DISTINCT would give one row per job.)
+
+    Filtered to one queue (``owner_id`` and ``datacenter_id``), as the ``jobs_admit`` task
+    reads it before admitting, the read claims the admission requested for that queue
+    (``admission_request``): a job that ends from now on requests another, as this one may
+    not see it."""
+    if "owner_id" in filters and "datacenter_id" in filters:
+        queue = (filters["owner_id"], filters["datacenter_id"])
+        task_claim(JOBS_ADMIT, *queue)
+        # Two plain reads, the second seldom, cost less than building their union.
+        if (Job.objects.filter(state__in=WAITING_STATES, **filters).exists()
+                or _growing(**filters).exists()):
+            return [queue]
+        return []
     waiting = Job.objects.filter(state__in=WAITING_STATES, **filters)
     return list(waiting.order_by().values_list("owner_id", "datacenter_id")
                 .union(_growing(**filters).order_by()
                        .values_list("owner_id", "datacenter_id")))
 
 
+def admission_request(owner_id: int, datacenter_id: int) -> None:
+    """Have the queue's waiting jobs admitted (the ``jobs_admit`` task) once the current
+    transaction commits — unless an admission of the queue is queued already and has not yet
+    read it (``waiting_queues``): that one sees this change too. So jobs of one user ending in
+    a burst cost one admission, not one each, and a worker never waits on the user's lock
+    only to find nothing more to admit."""
+    task_later_once(JOBS_ADMIT, owner_id, datacenter_id)
+
+
 def job_ended_admit(sender, owner_id: int, datacenter_id: int, **kwargs) -> None:
     """Jobs ended (``signals.job_ended``): what they held, or their places in the queue, is
     free — admit the owner's waiting jobs once that is committed."""
-    task_later(JOBS_ADMIT, owner_id, datacenter_id)
+    admission_request(owner_id, datacenter_id)
 
 
 def quota_changed_admit(sender, user, datacenter, **kwargs) -> None:
@@ -345,7 +391,7 @@ def quota_changed_admit(sender, user, datacenter, **kwargs) -> None:
     in the datacenter with jobs waiting. Runs after the change is committed."""
     owners = {"owner": user} if user is not None else {}
     for owner_id, datacenter_id in waiting_queues(datacenter=datacenter, **owners):
-        task_later(JOBS_ADMIT, owner_id, datacenter_id)
+        admission_request(owner_id, datacenter_id)
 
 
 def jobs_ahead(owner, datacenter, created_at, pk):

@@ -9,6 +9,7 @@ tasks); a channel layer that is down never fails the change itself.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 
@@ -49,24 +50,45 @@ def job_deleted(job) -> None:
                   (job.owner_id, job.datacenter_id))
 
 
-def _after_commit(messages: list[dict], owner: tuple[int, int] | None = None) -> None:
-    def send():
-        layer = get_channel_layer()
-        where = owner or Job.objects.filter(pk=messages[0]["job_id"]).values_list(
-            "owner_id", "datacenter_id").first()
-        if layer is None or where is None:
-            return
+_pending = threading.local()  # this thread's messages waiting for their transaction's commit
 
-        async def send_all():
+
+def _after_commit(messages: list[dict], owner: tuple[int, int] | None = None) -> None:
+    """Send ``messages`` (to the owner's job list and each job's page) once the transaction
+    commits. All a transaction asks for go together, in one go to the channel layer, each
+    message to each group once: admission moving a queue, or a job's state and its replicas
+    changing together, costs one send rather than one per change."""
+    if not hasattr(_pending, "batch"):
+        _pending.batch = []
+    _pending.batch.append((messages, owner))
+
+    def send():
+        # The first of the transaction's hooks sends what all of them asked for; the others
+        # find nothing left. (What a rolled-back savepoint asked for goes too: a message is
+        # only a hint to read the job again.)
+        batch, _pending.batch = _pending.batch, []
+        layer = get_channel_layer()
+        if layer is None or not batch:
+            return
+        sends: dict[tuple[str, str], dict] = {}
+        for messages, owner in batch:
+            where = owner or Job.objects.filter(pk=messages[0]["job_id"]).values_list(
+                "owner_id", "datacenter_id").first()
+            if where is None:
+                continue
             for message in messages:
                 for group in (jobs_group(*where), job_group(message["job_id"])):
-                    await layer.group_send(group, message)
+                    sends[(group, json.dumps(message, sort_keys=True))] = message
+
+        async def send_all():
+            for (group, _), message in sends.items():
+                await layer.group_send(group, message)
 
         try:
             _run_async(send_all)
         except Exception:  # the dashboards catch up when they reconnect; the job goes on
-            log.warning("could not tell the dashboards about job %s",
-                        ", ".join(str(m["job_id"]) for m in messages), exc_info=True)
+            log.warning("could not tell the dashboards about job %s", ", ".join(
+                sorted({str(m["job_id"]) for m in sends.values()})), exc_info=True)
 
     transaction.on_commit(send)
 

@@ -7,10 +7,12 @@ work is sent when the transaction that asked for it commits: a worker never look
 that is not there yet, and a rolled-back request queues nothing.
 
     task_later(JOB_START, job.pk)
+    task_later_once(JOBS_ADMIT, owner_id, datacenter_id)  # once while one waits to run
 """
 
 from __future__ import annotations
 
+from django.core.cache import cache
 from django.db import transaction
 
 from .celery import app
@@ -27,14 +29,40 @@ PULL_SECRET_SYNC = "registries.tasks.pull_secret_sync"  # noqa: S105 - a task's 
 PULL_SECRET_REMOVE = "registries.tasks.pull_secret_remove"  # noqa: S105
 TASKS = frozenset({JOB_START, JOB_SYNC, JOB_STOP, JOBS_ADMIT, JOB_REMAINS_REMOVE, JOB_BUILD,
                    BUILD_RUN, PULL_SECRET_SYNC, PULL_SECRET_REMOVE})
+ONCE_SECONDS = 30  # how long a task queued by task_later_once stands for later requests
 
 
 def task_later(name: str, *args, countdown: float | None = None) -> None:
     """Queue task ``name`` with ``args`` when the current transaction commits (at once
     outside one), to run no sooner than ``countdown`` seconds after."""
+    _check(name)
+    transaction.on_commit(lambda: _send(name, args, countdown))
+
+
+def task_later_once(name: str, *args) -> None:
+    """As ``task_later``, unless the same task with the same ``args`` is queued already and
+    has not begun (``task_claim``): that one will see this transaction's changes too, so a
+    burst of requests (a user's jobs ending one after another) runs it once rather than once
+    each. The mark that one is queued expires after ONCE_SECONDS, should its message be lost
+    (the reconciler catches up meanwhile)."""
+    _check(name)
+    key = _once_key(name, args)
+    transaction.on_commit(lambda: cache.add(key, 1, ONCE_SECONDS) and _send(name, args))
+
+
+def task_claim(name: str, *args) -> None:
+    """Said by task ``name`` run with ``args`` before it reads what it works on: requests made
+    from now on (``task_later_once``) queue it again, as it may not see their changes."""
+    cache.delete(_once_key(name, args))
+
+
+def _check(name: str) -> None:
     if name not in TASKS:
         raise ValueError(f"{name!r} is not a task queued through paddlecloud.queue")
-    transaction.on_commit(lambda: _send(name, args, countdown))
+
+
+def _once_key(name: str, args: tuple) -> str:
+    return f"queue:once:{name}:{':'.join(map(str, args))}"
 
 
 def task_now(name: str, *args, countdown: float | None = None) -> None:
@@ -42,8 +70,7 @@ def task_now(name: str, *args, countdown: float | None = None) -> None:
     after: for a caller outside any transaction that must not touch the database at all (a
     backend's change feed, in a thread of its own: ``task_later`` would open it a
     connection)."""
-    if name not in TASKS:
-        raise ValueError(f"{name!r} is not a task queued through paddlecloud.queue")
+    _check(name)
     _send(name, args, countdown)
 
 

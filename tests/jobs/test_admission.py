@@ -21,6 +21,7 @@ from jobs.admission import quota_admit, quota_report
 from jobs.models import Job, JobEvent, Replica
 from jobs.services import job_kill, job_submit
 from jobs.tasks import jobs_admit, jobs_reconcile
+from jobs.transitions import job_transition
 from paddlecloud.errors import ValidationError
 from tests.conftest import assert_error
 
@@ -262,6 +263,88 @@ def test_a_real_worker_admits_the_next_job_when_one_ends(submit, alice, datacent
     assert events[:3] == [("pending", "submitted by alice"),
                           ("queued", "waiting for quota: jobs 1 asked, 0 of 1 free"),
                           ("starting", "admitted: its quota is free")]
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Admitted jobs are not started on a backend (their starts are recorded in ``starts``);
+    every other task goes to the real broker: the test ends the jobs as the engine would."""
+    from paddlecloud import queue
+
+    starts, send = [], queue._send
+
+    def held(name, args, countdown=None):
+        (starts.append(args[0]) if name == queue.JOB_START else send(name, args, countdown))
+
+    monkeypatch.setattr("paddlecloud.queue._send", held)
+    return starts
+
+
+@pytest.mark.django_db(transaction=True)
+def test_workers_admit_many_users_queues_in_order_never_over_quota_as_jobs_end(
+        make_user, datacenter, no_launch, celery_worker):
+    """Three users' queues of jobs of 1, 2 and 4 CPUs (a quota of 4), admitted by two worker
+    threads racing as the jobs end one by one (each end its own transaction, as the engine's);
+    what the recorded events show: every job admitted once, each user's in the order they were
+    submitted, and at no moment more held than the quota."""
+    users = [make_user(name) for name in ("ann", "ben", "cat")]
+    start = timezone.now() - timedelta(hours=1)
+    cpus = [1, 2, 1, 4, 1, 1, 2, 2, 4, 1, 1, 1, 2, 1]
+    for user in users:
+        quota_set(None, datacenter, user, cpu=4000, jobs=3)
+        Job.objects.bulk_create(
+            Job(owner=user, datacenter=datacenter, name=f"j{i}", cpu=cpu * 1000,
+                created_at=start + timedelta(seconds=i), entry="python train.py",
+                image="paddle", package=f"/pfs/datacenter1/home/{user.username}/pkg")
+            for i, cpu in enumerate(cpus))
+    for user in users:
+        jobs_admit.delay(user.pk, datacenter.pk)
+    total, ended = len(users) * len(cpus), set()
+    deadline = time.monotonic() + 120
+    while len(ended) < total and time.monotonic() < deadline:
+        for job in Job.objects.filter(state="starting").exclude(pk__in=ended):
+            job_transition(job, "running", "every replica is running")
+            job_transition(job, "succeeded", "every trainer exited 0")
+            ended.add(job.pk)
+        time.sleep(0.02)
+    assert len(ended) == total
+    assert sorted(no_launch) == sorted(ended)  # each admitted once
+    for user in users:
+        submitted = list(Job.objects.filter(owner=user).order_by("created_at", "id"))
+        held, order = 0, []
+        events = JobEvent.objects.filter(job__owner=user, to_state__in=("starting",
+                                                                         "succeeded"))
+        # A start and an end at the same instant: the start first (never hiding an excess).
+        for event in sorted(events, key=lambda e: (e.time, e.to_state != "starting", e.id)):
+            cpu = next(job.cpu for job in submitted if job.pk == event.job_id)
+            if event.to_state == "starting":
+                held += cpu
+                order.append(event.job_id)
+                assert held <= 4000, f"{user.username} held {held}m CPU at {event.time}"
+            else:
+                held -= cpu
+        assert order == [job.pk for job in submitted], user.username
+
+
+@pytest.mark.django_db
+def test_jobs_ending_while_an_admission_waits_to_run_queue_no_other(
+        submit, alice, datacenter, no_starts, django_capture_on_commit_callbacks):
+    """A user's jobs ending one after another while the admission the first asked for waits in
+    the broker add nothing to the broker; once it has read the queue, the next end asks again
+    (it may not have seen that end)."""
+    quota_set(None, datacenter, alice, jobs=3)
+    jobs = [submit(f"j{i}") for i in range(5)]
+
+    def end(job):  # in a transaction of its own, as the engine ends a job
+        with django_capture_on_commit_callbacks(execute=True):
+            job_transition(job, "succeeded", "every trainer exited 0")
+
+    for job in jobs[:3]:
+        end(job)
+    assert no_starts.of("jobs.tasks.jobs_admit") == [(alice.pk, datacenter.pk)]
+    assert jobs_admit(alice.pk, datacenter.pk) == 2
+    end(jobs[3])
+    assert no_starts.of("jobs.tasks.jobs_admit") == [(alice.pk, datacenter.pk)] * 2
 
 
 @pytest.mark.django_db
