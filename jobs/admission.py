@@ -42,7 +42,6 @@ from paddlecloud.queue import (
     JOB_START,
     JOB_SYNC,
     JOBS_ADMIT,
-    task_claim,
     task_later,
     task_later_once,
 )
@@ -354,12 +353,9 @@ def waiting_queues(**filters) -> list[tuple[int, int]]:
     with the jobs' default order, DISTINCT would give one row per job.)
 
     Filtered to one queue (``owner_id`` and ``datacenter_id``), as the ``jobs_admit`` task
-    reads it before admitting, the read claims the admission requested for that queue
-    (``admission_request``): a job that ends from now on requests another, as this one may
-    not see it."""
+    reads it before admitting: two plain reads."""
     if "owner_id" in filters and "datacenter_id" in filters:
         queue = (filters["owner_id"], filters["datacenter_id"])
-        task_claim(JOBS_ADMIT, *queue)
         # Two plain reads, the second seldom, cost less than building their union.
         if (Job.objects.filter(state__in=WAITING_STATES, **filters).exists()
                 or _growing(**filters).exists()):
@@ -374,7 +370,7 @@ def waiting_queues(**filters) -> list[tuple[int, int]]:
 def admission_request(owner_id: int, datacenter_id: int) -> None:
     """Have the queue's waiting jobs admitted (the ``jobs_admit`` task) once the current
     transaction commits — unless an admission of the queue is queued already and has not yet
-    read it (``waiting_queues``): that one sees this change too. So jobs of one user ending in
+    read it (the task claims it first): that one sees this change too. So jobs of one user ending in
     a burst cost one admission, not one each, and a worker never waits on the user's lock
     only to find nothing more to admit."""
     task_later_once(JOBS_ADMIT, owner_id, datacenter_id)

@@ -28,7 +28,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from accounts.models import Datacenter
-from paddlecloud.queue import JOBS_ADMIT, task_later
+from paddlecloud.queue import JOBS_ADMIT, task_later_once
 from paddlecloud_core.contract import (
     STOP_GRACE_SECONDS,
     Topology,
@@ -280,7 +280,7 @@ def _losses(job, trainers) -> bool:
                         f"{trainers_shown(None, job.trainers_min, job.trainers)}; another "
                         f"replaces it when there is room (lost {number} of at most "
                         f"{limit})"))
-        task_later(JOBS_ADMIT, job.owner_id, job.datacenter_id)
+        task_later_once(JOBS_ADMIT, job.owner_id, job.datacenter_id)
     job_changed(job.pk)
     return True
 

@@ -27,7 +27,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from accounts.models import Datacenter
-from paddlecloud.queue import JOB_SYNC, task_later, task_now
+from paddlecloud.queue import JOB_SYNC, task_claim, task_later, task_now_once
 from paddlecloud_core.contract import trainers_elastic
 
 from . import engine
@@ -39,28 +39,20 @@ from .states import ReplicaState
 logger = logging.getLogger(__name__)
 
 SYNC_DEBOUNCE = 0.1  # seconds an announcement waits for the others of the same change
-# How long a queued sync holds off others: only if its task was lost (its worker died before
-# running it, and the broker had not delivered it again), after which announcements queue
-# syncs again; the reconciler covers the meantime.
-SYNC_HELD_SECONDS = 60
 # How long a sync may keep others of its job waiting: only if its worker died mid-sync.
 SYNC_LEASE_SECONDS = 120
 LIVE = (ReplicaState.STARTING, ReplicaState.RUNNING)
 
 
-def _held_key(job_uid: str) -> str:
-    return f"jobs:sync:{job_uid}"
-
-
 def job_sync_soon(job_uid: str) -> None:
-    """Sync the job in a moment, once for however many announcements until then."""
-    if cache.add(_held_key(job_uid), 1, SYNC_HELD_SECONDS):
-        task_now(JOB_SYNC, job_uid, countdown=SYNC_DEBOUNCE)
+    """Sync the job in a moment, once for however many announcements until then (should
+    the task be lost, announcements queue another after ``queue.ONCE_SECONDS``)."""
+    task_now_once(JOB_SYNC, job_uid, countdown=SYNC_DEBOUNCE)
 
 
 def sync_begins(job_uid: str) -> None:
     """A sync of the job starts: what is announced from now on needs another."""
-    cache.delete(_held_key(job_uid))
+    task_claim(JOB_SYNC, job_uid)
 
 
 def job_sync_one_at_a_time(job_id: int) -> bool | None:
@@ -94,7 +86,7 @@ def job_sync_when_due(job) -> None:
     if due is None:
         return
     wait = max((due - timezone.now()).total_seconds(), 0) + SYNC_DEBOUNCE
-    if cache.add(f"jobs:due:{job.uid}:{due.timestamp()}", 1, wait + SYNC_HELD_SECONDS):
+    if cache.add(f"jobs:due:{job.uid}:{due.timestamp()}", 1, wait + SYNC_LEASE_SECONDS):
         task_later(JOB_SYNC, str(job.uid), countdown=wait)
 
 

@@ -24,6 +24,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from accounts.models import Datacenter
+from paddlecloud.queue import JOBS_ADMIT, task_claim
 
 from . import builds, engine, sync
 from .admission import quota_admit, waiting_queues
@@ -50,7 +51,7 @@ def job_start(job_id: int) -> None:
     sync.job_sync_soon(str(uid))  # what it started: running, or refused, now
 
 
-@shared_task(name="jobs.tasks.job_sync", acks_late=True)
+@shared_task(name="jobs.tasks.job_sync", acks_late=True, ignore_result=True)
 def job_sync(job_uid: str) -> None:
     """Look at a job whose replicas changed (``sync``), or that is due."""
     sync.sync_begins(job_uid)
@@ -77,10 +78,14 @@ def build_run(build_id: int) -> None:
         builds.build_run(build_id)
 
 
-@shared_task(name="jobs.tasks.jobs_admit", acks_late=True)
+@shared_task(name="jobs.tasks.jobs_admit", acks_late=True, ignore_result=True)
 def jobs_admit(user_id: int, datacenter_id: int | None = None) -> int:
     """Admit what the user's quota has room for now (in one datacenter, or in each where they
     have jobs waiting). Returns how many jobs were admitted."""
+    if datacenter_id is not None:
+        # Before reading the queue: a job that ends from now on asks for another admission
+        # (``admission.admission_request``), as this one may not see it.
+        task_claim(JOBS_ADMIT, user_id, datacenter_id)
     places = {"datacenter_id": datacenter_id} if datacenter_id is not None else {}
     return sum(len(quota_admit(owner_id, dc_id))
                for owner_id, dc_id in waiting_queues(owner_id=user_id, **places))

@@ -8,6 +8,7 @@ that is not there yet, and a rolled-back request queues nothing.
 
     task_later(JOB_START, job.pk)
     task_later_once(JOBS_ADMIT, owner_id, datacenter_id)  # once while one waits to run
+    task_now_once(JOB_SYNC, job_uid, countdown=0.1)  # from a thread without the database
 """
 
 from __future__ import annotations
@@ -46,8 +47,13 @@ def task_later_once(name: str, *args) -> None:
     each. The mark that one is queued expires after ONCE_SECONDS, should its message be lost
     (the reconciler catches up meanwhile)."""
     _check(name)
-    key = _once_key(name, args)
-    transaction.on_commit(lambda: cache.add(key, 1, ONCE_SECONDS) and _send(name, args))
+    transaction.on_commit(lambda: _send_once(name, args))
+
+
+def task_now_once(name: str, *args, countdown: float | None = None) -> None:
+    """As ``task_later_once``, at once and without the database, as ``task_now``."""
+    _check(name)
+    _send_once(name, args, countdown)
 
 
 def task_claim(name: str, *args) -> None:
@@ -72,6 +78,11 @@ def task_now(name: str, *args, countdown: float | None = None) -> None:
     connection)."""
     _check(name)
     _send(name, args, countdown)
+
+
+def _send_once(name: str, args: tuple, countdown: float | None = None) -> None:
+    if cache.add(_once_key(name, args), 1, ONCE_SECONDS):
+        _send(name, args, countdown)
 
 
 def _send(name: str, args: tuple, countdown: float | None = None) -> None:
