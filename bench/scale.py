@@ -5,8 +5,9 @@ soon it sees what does.
 
 On PostgreSQL and Redis (a database and a Redis database of its own, removed afterwards),
 against the fake Kubernetes API server (tests/k8s_api_server, scripted pods, in this process):
-it submits ``--running`` jobs of 2 trainers each (2 pods), starts a real ``celery worker``
-(prefork, ``--concurrency``) and ``celery beat`` on them, and waits until every job runs. Then,
+it submits ``--running`` jobs of 2 trainers each (2 pods) for ``--users`` users, starts a real
+``celery worker`` (prefork, ``--concurrency``) and ``celery beat`` on them, and waits until
+every job runs. Then,
 for ``--window`` seconds while nothing changes, it measures:
 
 - the tasks the worker ran (``celery inspect stats``, before and after): broker messages per
@@ -45,7 +46,6 @@ sys.path.insert(0, str(ROOT))
 DATABASE = "paddlecloud_bench_scale"
 TARGET_CPU = 0.05  # of one core, for the worker
 TARGET_EXIT_P95 = 1.0  # seconds from a pod's exit to its job's new state
-NAMESPACE = "paddle-bench"
 
 
 def _env(database_url: str, redis_url: str, tmp: Path, log_level: str) -> dict[str, str]:
@@ -124,24 +124,31 @@ class Bench:
         from tests.k8s_api_server.server import FakeKubernetes
         from tests.kube import portal_rules
 
+        # A fake that keeps up with thousands of pods: it looks at what changed, and at
+        # everything only every 30 s (its own work shares this process's one core).
         settings = Settings(history_size=20 * self.args.running + 1000, tick_seconds=1.0,
-                            portal_rules=portal_rules())
+                            full_pass_seconds=30.0, portal_rules=portal_rules())
         self.fake = FakeKubernetes(kubeconfig_path=self.tmp / "kubeconfig",
                                    settings=settings).start()
         from accounts.services import datacenter_upsert, quota_set, user_upsert
 
-        (self.tmp / "pfs" / "dc" / "home" / "bench" / "pkg").mkdir(parents=True)
-        (self.tmp / "pfs" / "dc" / "home" / "bench" / "pkg" / "train.py").write_text("pass\n")
-        (self.tmp / "pfs" / "dc" / "public").mkdir()
+        (self.tmp / "pfs" / "dc" / "public").mkdir(parents=True)
         datacenter = datacenter_upsert(
             "dc", backend="kubernetes", kubeconfig=str(self.fake.portal_kubeconfig_path),
             kube_volume={"hostPath": {"path": str(self.tmp / "pfs")}}, namespace_prefix="paddle-",
             start_timeout=0)[0]
-        user = user_upsert("bench", password=os.urandom(12).hex(), datacenter_names=["dc"])[0]
-        n = self.args.running
-        quota_set(None, datacenter, user, jobs=n, queued=n, cpu=4 * n * 1000,
-                  memory=4 * n * 2**30)
-        self.user, self.datacenter = user, datacenter
+        self.users = []
+        each = -(-self.args.running // self.args.users)  # jobs per user, at most
+        for u in range(self.args.users):
+            name = f"user{u}"
+            pkg = self.tmp / "pfs" / "dc" / "home" / name / "pkg"
+            pkg.mkdir(parents=True)
+            (pkg / "train.py").write_text("pass\n")
+            user = user_upsert(name, password=os.urandom(12).hex(), datacenter_names=["dc"])[0]
+            quota_set(None, datacenter, user, jobs=each, queued=each, cpu=4 * each * 1000,
+                      memory=4 * each * 2**30)
+            self.users.append(user)
+        self.datacenter = datacenter
 
     def start_worker(self) -> None:
         from paddlecloud.celery import app
@@ -181,8 +188,9 @@ class Bench:
         n = self.args.running
         started = time.monotonic()
         for i in range(n):
-            job_submit(self.user, self.datacenter, {
-                "name": f"job-{i}", "package": "/pfs/dc/home/bench/pkg",
+            user = self.users[i % len(self.users)]
+            job_submit(user, self.datacenter, {
+                "name": f"job-{i}", "package": f"/pfs/dc/home/{user.username}/pkg",
                 "entry": "python train.py", "trainers": 2, "restart_limit": 0})
         log(f"{n} jobs submitted in {time.monotonic() - started:.0f} s; waiting for them to run")
         deadline = time.monotonic() + self.args.timeout
@@ -254,12 +262,13 @@ class Bench:
         names = rng.sample(range(self.args.running), self.args.exits)
         delays = []
         for i in names:
-            job = Job.objects.get(name=f"job-{i}")
-            pods = [p["metadata"]["name"] for p in self.fake.store.list("pods", NAMESPACE)
+            job = Job.objects.select_related("owner").get(name=f"job-{i}")
+            namespace = f"paddle-{job.owner.username}"
+            pods = [p["metadata"]["name"] for p in self.fake.store.list("pods", namespace)
                     if p["metadata"]["labels"].get("paddlecloud.org/job-uid") == str(job.uid)
                     and p["metadata"]["name"].split("-tr-")[1].startswith("0-")]
             exited = time.monotonic()
-            self.fake.controller.terminate_container(NAMESPACE, pods[0], exit_code=1)
+            self.fake.controller.terminate_container(namespace, pods[0], exit_code=1)
             while Job.objects.filter(pk=job.pk, state="running").exists():
                 if time.monotonic() - exited > 30:
                     raise BenchError(f"job-{i} still runs 30 s after its trainer exited")
@@ -321,6 +330,7 @@ def report(idle: dict, delays: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--running", type=int, default=1000, help="jobs running (2 pods each)")
+    parser.add_argument("--users", type=int, default=20, help="whose jobs they are (evenly)")
     parser.add_argument("--window", type=float, default=60, help="seconds of idle measured")
     parser.add_argument("--settle", type=float, default=20,
                         help="seconds after every job runs before the window")

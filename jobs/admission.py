@@ -251,7 +251,7 @@ def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
         _grow(user_id, datacenter_id, used, quota)
     ids = [job.pk for job in admitted]
     for job_id in ids:
-        task_later(JOB_START, job_id)
+        task_later_once(JOB_START, job_id)
     return ids
 
 

@@ -24,7 +24,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from accounts.models import Datacenter
-from paddlecloud.queue import JOBS_ADMIT, task_claim
+from paddlecloud.queue import JOB_START, JOBS_ADMIT, task_claim, task_later_once
 
 from . import builds, engine, sync
 from .admission import quota_admit, waiting_queues
@@ -44,6 +44,7 @@ RECONCILE_LEASE_SECONDS = 120  # renewed while a run works; how long a dead run 
 
 @shared_task(name="jobs.tasks.job_start", acks_late=True)
 def job_start(job_id: int) -> None:
+    task_claim(JOB_START, job_id)  # a start found stalled from now on is asked for again
     uid = Job.objects.filter(pk=job_id).values_list("uid", flat=True).first()
     if uid is None:
         return
@@ -180,7 +181,7 @@ def _reconcile(lease: Lease) -> dict[str, int]:
         Q(replicas__role="pserver") | Q(trainers_min__isnull=True), state=JobState.STARTING,
         replicas__state=ReplicaState.PENDING, updated_at__lt=now - LOST_START_AFTER).distinct()
     for job_id in stalled.values_list("pk", flat=True):
-        job_start.delay(job_id)
+        task_later_once(JOB_START, job_id)  # not while one waits in the broker's queue
         counts["restarted"] += 1
     # Jobs are synced as their replicas change; these are those a change missed.
     for job_id in sync.jobs_stale():

@@ -19,6 +19,7 @@ from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_kill, job_submit
 from jobs.tasks import jobs_reconcile
+from paddlecloud.queue import JOB_START, task_claim
 from paddlecloud_core.processes import runner_alive
 
 transactional = pytest.mark.django_db(transaction=True)
@@ -160,11 +161,14 @@ def test_the_reconciler_finishes_a_start_cut_off_half_way(submit, monkeypatch):
 
 
 @transactional
-def test_the_reconciler_starts_jobs_whose_start_was_lost(submit, monkeypatch, held_tasks):
+def test_the_reconciler_starts_jobs_whose_start_was_lost(submit, held_tasks):
     job = submit()  # its start is held: the message is lost
     assert job.state == "starting"  # admitted, but nothing will start it
     Job.objects.filter(pk=job.pk).update(updated_at=job.updated_at.replace(year=2000))
-    monkeypatch.setattr("jobs.tasks.job_start.delay", lambda job_id: engine.job_launch(job_id))
+    assert jobs_reconcile()["restarted"] == 1
+    assert held_tasks.of(JOB_START) == [(job.pk,)]  # not asked twice while it may be queued
+    task_claim(JOB_START, job.pk)  # its mark expired (queue.START_ONCE_SECONDS)
+    held_tasks.run(JOB_START, engine.job_launch)
     assert jobs_reconcile()["restarted"] == 1
     job.refresh_from_db()
     assert job.state in ("starting", "running")
@@ -268,17 +272,19 @@ def test_the_reconciler_stops_processes_of_jobs_it_does_not_know(submit):
 
 
 @transactional
-def test_the_reconciler_resumes_a_start_that_died_on_an_unexpected_error(submit, monkeypatch):
+def test_the_reconciler_resumes_a_start_that_died_on_an_unexpected_error(submit, monkeypatch,
+                                                                         held_tasks):
     job = submit(trainers=2)
-    monkeypatch.setattr("jobs.engine.replica_env", lambda *a, **k: 1 / 0)  # a bug, say
-    with pytest.raises(ZeroDivisionError):
-        engine.job_launch(job.pk)
-    monkeypatch.undo()
+    with monkeypatch.context() as bug:
+        bug.setattr("jobs.engine.replica_env", lambda *a, **k: 1 / 0)  # a bug, say
+        task_claim(JOB_START, job.pk)  # its task begins ...
+        with pytest.raises(ZeroDivisionError):
+            engine.job_launch(job.pk)  # ... and dies
     job.refresh_from_db()
     assert job.state == "starting"
     assert set(job.replicas.values_list("state", flat=True)) == {"pending"}
     Job.objects.filter(pk=job.pk).update(updated_at=job.updated_at.replace(year=2000))
-    monkeypatch.setattr("jobs.tasks.job_start.delay", lambda job_id: engine.job_launch(job_id))
+    held_tasks.run(JOB_START, engine.job_launch)
     assert jobs_reconcile()["restarted"] == 1
     assert set(job.replicas.values_list("state", flat=True)) <= {"starting", "running",
                                                                  "succeeded"}

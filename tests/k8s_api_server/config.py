@@ -28,6 +28,9 @@ class Settings:
     # doubling with each failure of the index (or of the Job), at most 36 times this (6 min)
     service_account_delay_seconds: float = 0.05  # a new namespace's "default" ServiceAccount
     tick_seconds: float = 0.01  # the controller loop's period when nothing wakes it
+    # The Job controller looks at every Job at least this often; between, at those that
+    # changed, whose pods changed or that wait for a moment (a back-off, a deadline, a TTL).
+    full_pass_seconds: float = 1.0
     bookmark_seconds: float = 60.0  # BOOKMARK interval of watches that allow them
     watch_timeout_seconds: float = 1800.0  # a watch without timeoutSeconds ends after this
     # The process kubelet's nfs volumes: "server:/path" -> the directory on this machine that

@@ -30,7 +30,6 @@ INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-failure-count"
 IGNORED_FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-ignored-failure-count"
 _COMPONENT = "job-controller"
-FULL_PASS_SECONDS = 1.0  # at least this often every Job is looked at, changed or not
 
 
 @dataclass
@@ -60,14 +59,14 @@ class JobController:
     def sync(self) -> None:
         """A pass: the Jobs that changed, whose pods changed or that wait for a moment (a
         back-off, a deadline, a TTL), as a real controller's work queue holds them; every Job
-        at least once every FULL_PASS_SECONDS, and whenever the history it reads from was
-        compacted. (A pass over thousands of Jobs on each write would hold the store's lock
+        at least once every ``Settings.full_pass_seconds``, and whenever the history it reads
+        from was compacted. (A pass over thousands of Jobs on each write would hold the store's lock
         most of the time.)"""
         removed, touched = self._changes()
         now = time.monotonic()
         full = touched is None or now >= self._full_at
         if full:
-            self._full_at = now + FULL_PASS_SECONDS
+            self._full_at = now + self.api.settings.full_pass_seconds
         jobs = self.api.store.list(resources.JOBS.key, read_only=True)
         for job in jobs:
             uid = job["metadata"]["uid"]
