@@ -126,7 +126,7 @@ class Bench:
 
         # A fake that keeps up with thousands of pods: it looks at what changed, and at
         # everything only every 30 s (its own work shares this process's one core).
-        settings = Settings(history_size=20 * self.args.running + 1000, tick_seconds=1.0,
+        settings = Settings(history_size=20 * self.args.running + 1000, tick_seconds=5.0,
                             full_pass_seconds=30.0, portal_rules=portal_rules())
         self.fake = FakeKubernetes(kubeconfig_path=self.tmp / "kubeconfig",
                                    settings=settings).start()
@@ -207,6 +207,22 @@ class Bench:
 
     # -- measuring ---------------------------------------------------------------------------
 
+    def _drained(self, quiet: bool = False) -> None:
+        """Wait until the worker has done what was asked of it: no message waits in the
+        broker's queue, none is held by the worker (``unacked``)."""
+        from paddlecloud.celery import app
+
+        started = time.monotonic()
+        with app.connection_for_read() as connection:
+            redis = connection.default_channel.client
+            while redis.llen("celery") or redis.hlen("unacked"):
+                self._alive()
+                if time.monotonic() - started > self.args.timeout:
+                    raise BenchError("the worker's queue did not drain")
+                time.sleep(1)
+        if not quiet:
+            log(f"the worker's queue drained in {time.monotonic() - started:.0f} s")
+
     def _tasks(self) -> dict[str, int]:
         from paddlecloud.celery import app
 
@@ -229,6 +245,7 @@ class Bench:
     def idle(self) -> dict:
         from django.db import connection
 
+        self._drained()
         log(f"settling {self.args.settle} s, then measuring {self.args.window} s of idle")
         time.sleep(self.args.settle)
         worker = self.processes["worker"].pid
@@ -274,7 +291,13 @@ class Bench:
                     raise BenchError(f"job-{i} still runs 30 s after its trainer exited")
                 time.sleep(0.01)
             delays.append(time.monotonic() - exited)
-            time.sleep(0.5)  # its stop's own changes go by before the next
+            # Its stop (its pods deleted, each a change) done before the next exit, so that
+            # each is timed alone.
+            while job.replicas.exclude(state__in=("succeeded", "failed", "killed")).exists():
+                if time.monotonic() - exited > 120:
+                    raise BenchError(f"job-{i} was not stopped in 120 s")
+                time.sleep(0.1)
+            self._drained(quiet=True)
         return delays
 
     # -- clean-up ----------------------------------------------------------------------------
