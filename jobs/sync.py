@@ -34,14 +34,15 @@ from . import engine
 from .backends import backend_for
 from .backends.base import BackendError
 from .models import Job, Replica
-from .states import ReplicaState
+from .states import JobState, ReplicaState
 
 logger = logging.getLogger(__name__)
 
 SYNC_DEBOUNCE = 0.1  # seconds an announcement waits for the others of the same change
 # How long a sync may keep others of its job waiting: only if its worker died mid-sync.
 SYNC_LEASE_SECONDS = 120
-LIVE = (ReplicaState.STARTING, ReplicaState.RUNNING)
+RUNNING = (JobState.STARTING, JobState.RUNNING)  # jobs whose replicas may run
+LIVE = (ReplicaState.STARTING, ReplicaState.RUNNING)  # replicas that may run
 
 
 def job_sync_soon(job_uid: str) -> None:
@@ -106,7 +107,7 @@ def jobs_stale() -> list[int]:
     at each datacenter's replicas and a fixed number of queries, however many jobs run."""
     now = timezone.now()
     replicas = defaultdict(list)
-    for replica in (Replica.objects.filter(job__state__in=LIVE, state__in=LIVE)
+    for replica in (Replica.objects.filter(job__state__in=RUNNING, state__in=LIVE)
                     .select_related("job", "job__datacenter")):
         replicas[replica.job.datacenter_id].append(replica)
     stale = set()
@@ -122,7 +123,7 @@ def jobs_stale() -> list[int]:
     trainers = Counter(r.job_id for group in replicas.values() for r in group
                        if r.role == Replica.Role.TRAINER)
     short = set()
-    for job in Job.objects.filter(state__in=LIVE).select_related("datacenter"):
+    for job in Job.objects.filter(state__in=RUNNING).select_related("datacenter"):
         due = engine.job_due(job)
         if due is not None and due < now:
             stale.add(job.pk)
