@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,16 @@ from rest_framework.test import APIClient
 from accounts.services import datacenter_upsert, token_create, user_upsert
 
 PASSWORD = "correct horse battery staple"
+
+
+def pytest_configure(config):
+    """The children tests signal get the default handlers: a run started in the background
+    by a script ignores SIGINT and SIGQUIT, and an ignored signal stays ignored across exec
+    (Ctrl-C to a paddlectl would do nothing). Handled here, they are reset in every child."""
+    for signum in (signal.SIGINT, signal.SIGQUIT):
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT
+                          else signal.SIG_DFL)
 
 
 def pytest_sessionstart(session):
