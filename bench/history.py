@@ -413,11 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             portal.shut_down(first)
         finally:
-            if args.keep:
-                log(f"kept database and role {database.name} (drop them: psql -c 'DROP "
-                    f"DATABASE {database.name}' -c 'DROP ROLE {database.name}')")
-            else:
-                database.drop()
+            database.close(args.keep)
     if results:
         print(json.dumps({"bench": "history", "jobs": args.jobs, "mine": args.mine,
                           "target_p95_ms": TARGET_P95_MS, "debug": not args.debug_off,

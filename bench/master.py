@@ -171,6 +171,14 @@ class Database:
             self.created = True
         log(f"database and role {self.name} created (at most {self.limit} connections)")
 
+    def close(self, keep: bool) -> None:
+        """Drop the database and role, or (``--keep``) say how to drop them later."""
+        if keep:
+            log(f"kept database and role {self.name} (drop them: psql -c 'DROP "
+                f"DATABASE {self.name}' -c 'DROP ROLE {self.name}')")
+        else:
+            self.drop()
+
     def drop(self) -> None:
         try:
             with self.admin() as conn:
@@ -927,11 +935,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             portal.shut_down(first)
         finally:
-            if args.keep:
-                log(f"kept database and role {database.name} (drop them: psql -c 'DROP "
-                    f"DATABASE {database.name}' -c 'DROP ROLE {database.name}')")
-            else:
-                database.drop()
+            database.close(args.keep)
             redis_db.flush()
     if pairs:
         print(table(pairs), flush=True)
