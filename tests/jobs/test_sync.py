@@ -150,8 +150,7 @@ def local_jobs(settings, datacenter, alice):
 @pytest.mark.django_db(transaction=True)
 def test_a_local_replica_that_exits_ends_its_job_at_once_with_no_poll_meanwhile(
         local_jobs, alice, datacenter, package, celery_worker, syncs):
-    job = job_submit(alice, datacenter, {"name": "short", "package": package,
-                                         "entry": "sleep 4; exit 3", "restart_limit": 0}).job
+    job = submit(alice, datacenter, package, "short", entry="sleep 4; exit 3", restart_limit=0)
     wait(lambda: state(job) == "running", message="the job to run")
     runner = int(job.replicas.get().backend_ref.removeprefix("pid:"))
     assert runner in exits_following()
@@ -167,8 +166,7 @@ def test_a_local_replica_that_exits_ends_its_job_at_once_with_no_poll_meanwhile(
 @pytest.mark.django_db(transaction=True)
 def test_a_deadline_ends_a_job_when_it_comes_though_nothing_changed(
         local_jobs, alice, datacenter, package, celery_worker, syncs):
-    job = job_submit(alice, datacenter, {"name": "slow", "package": package,
-                                         "entry": "sleep 60", "deadline_seconds": 2}).job
+    job = submit(alice, datacenter, package, "slow", entry="sleep 60", deadline_seconds=2)
     wait(lambda: state(job) == "running", message="the job to run")
     wait(lambda: state(job) == "failed", timeout=6, message="the deadline to end it")
     ended = Job.objects.get(pk=job.pk)
