@@ -39,25 +39,34 @@ NOBODY = 65534
 # and say so when SIGTERM stops them.
 TRAIN_PY = """\
 import os, signal, socket, sys, time
+
+
+def say(*parts, file=sys.stdout):
+    # One write a line: PaddleCloud runs Python unbuffered (a print is a write a part), and
+    # Docker keeps stdout and stderr in order only write by write.
+    file.write(" ".join(str(part) for part in parts) + "\\n")
+    file.flush()
+
+
 role = os.environ["TRAINING_ROLE"]
 for key in sorted(os.environ):
     if key.startswith(("PADDLE_", "TRAINING_", "TRAINER", "JOB_")) or key in (
             "NUM_PASS", "LR", "HOME", "PYTHONPATH"):
-        print("env", key + "=" + os.environ[key], flush=True)
+        say("env", key + "=" + os.environ[key])
 with open("/etc/paddlecloud-test-image") as f:
     image = f.read().strip()
-print("image", image, "uid", os.getuid(), "gid", os.getgid(), "cwd", os.getcwd(), flush=True)
+say("image", image, "uid", os.getuid(), "gid", os.getgid(), "cwd", os.getcwd())
 if role == "PSERVER":
     name = "pserver-" + os.environ["PADDLE_PSERVER_ID"]
     host, port = os.environ["PADDLE_CURRENT_ENDPOINT"].rsplit(":", 1)
     server = socket.create_server((host, int(port)))
-    print(name, "listening on", host + ":" + port, flush=True)
+    say(name, "listening on", host + ":" + port)
     while True:
         conn, _ = server.accept()
         with conn:
             who = conn.makefile().readline().strip()
             conn.sendall(("ack " + who + " from " + name + "\\n").encode())
-        print(name, "served", who, flush=True)
+        say(name, "served", who)
 name = "trainer-" + os.environ["PADDLE_TRAINER_ID"]
 with open(os.path.join(os.environ["PADDLE_INPUT_DIR"], "data.txt")) as f:
     total = sum(int(x) for x in f.read().split())
@@ -67,15 +76,15 @@ if os.environ.get("FAIL") == name:
     while (len([n for n in os.listdir(out) if n.startswith("up-")]) + 1
            < int(os.environ["PADDLE_TRAINERS_NUM"]) and time.monotonic() < deadline):
         time.sleep(0.1)
-    print(name + ": cannot train: record 2 of data.txt is bad", file=sys.stderr, flush=True)
+    say(name + ": cannot train: record 2 of data.txt is bad", file=sys.stderr)
     sys.exit(3)
 if os.environ.get("SLEEP") or os.environ.get("FAIL"):
     def stopped(signum, frame):
-        print(name + " stopped by " + signal.Signals(signum).name, flush=True)  # one write
+        say(name + " stopped by " + signal.Signals(signum).name)
         sys.exit(128 + signum)
     signal.signal(signal.SIGTERM, stopped)
     open(os.path.join(out, "up-" + name), "w").close()
-    print(name, "sleeping", flush=True)
+    say(name, "sleeping")
     time.sleep(600)
 replies = []
 for endpoint in [e for e in os.environ["PADDLE_PSERVERS_IP_PORT_LIST"].split(",") if e]:
@@ -91,11 +100,11 @@ for endpoint in [e for e in os.environ["PADDLE_PSERVERS_IP_PORT_LIST"].split(","
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
-    print(name, "got", repr(replies[-1]), "from", endpoint, flush=True)
+    say(name, "got", repr(replies[-1]), "from", endpoint)
 with open(os.path.join(out, "result-" + name + ".txt"), "w") as f:
     f.write(name + " sum=" + str(total) + " NUM_PASS=" + os.environ.get("NUM_PASS", "")
             + " pservers=" + ";".join(replies) + "\\n")
-print(name, "done", flush=True)
+say(name, "done")
 """
 
 
