@@ -353,10 +353,11 @@ def run_logs(ctx, args) -> None:
         workers = ["build"]
     else:
         workers = [worker["name"] for worker in ctx.client.job_workers(args.job)]
-    if len(workers) == 1:
+    if args.worker:  # one worker asked for: its log as it is
         _print_log(ctx, args, workers[0], prefix="")
         return
-    # Several workers: each line after its worker's name; followed side by side.
+    # Each line after its worker's name (even a job's only worker, as help says); several
+    # workers followed side by side.
     width = max(len(name) for name in workers)
     lock = threading.Lock()
     if not args.follow:

@@ -189,8 +189,10 @@ def test_a_local_package_with_dashed_flags_env_kill_and_delete(live_cli, celery_
     reader.start()
     try:
         lines = [received.get(timeout=20) for _ in range(5)]
-        assert lines == ["trainer 0 of 1 passes 1\n", "GREETING=hello world\n",
-                         *(f"trainer 0 line {i}\n" for i in range(3))]
+        # A job's only worker is named too, as help says (-w prints one log as it is).
+        assert lines == [f"trainer-0 | {line}\n" for line in (
+            "trainer 0 of 1 passes 1", "GREETING=hello world",
+            *(f"trainer 0 line {i}" for i in range(3)))]
         assert follower.poll() is None  # still following: the trainer sleeps
         jobs.wait(name, ("running",))
 
@@ -225,7 +227,7 @@ def test_kill_rm_waits_for_the_end_and_deletes(live_cli, celery_worker, package,
     jobs.wait(name, ("running",))
     # Ctrl-C ends logs -f quietly, with 130.
     follower = live_cli.start("logs", name, "-f")
-    assert follower.stdout.readline() == "trainer 0 of 1 passes 1\n"
+    assert follower.stdout.readline() == "trainer-0 | trainer 0 of 1 passes 1\n"
     follower.send_signal(signal.SIGINT)
     assert follower.wait(timeout=10) == 130
     assert follower.stderr.read() == ""
