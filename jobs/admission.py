@@ -46,6 +46,7 @@ from paddlecloud.queue import (
     task_later_once,
 )
 from paddlecloud_core.contract import trainers_elastic, trainers_least
+from paddlecloud_core.quantity import format_bytes_about
 from pfs.services import usage_report
 
 from .models import Job, Replica
@@ -57,6 +58,8 @@ ACTIVE_STATES = (JobState.STARTING, JobState.RUNNING)
 WAITING_STATES = (JobState.PENDING, JobState.QUEUED)
 COMPUTE = ("cpu", "memory", "gpu", "jobs")
 SHOWN = QUOTA_FORMATS
+# What is used, for people: bytes to about three digits (19.1Mi), as the Files page shows them.
+SHOWN_USED = {**QUOTA_FORMATS, "memory": format_bytes_about, "storage": format_bytes_about}
 UNITS = {"cpu": " CPU", "memory": "", "gpu": " GPU"}
 # What admission reads of a waiting job: its request, its place and its state.
 REQUEST_FIELDS = ("trainers", "trainers_min", "cpu", "memory", "gpu", "pservers", "pscpu",
@@ -427,7 +430,7 @@ def quota_report(user, datacenter) -> dict[str, dict]:
     for resource in QUOTA_RESOURCES:
         limit, value = getattr(quota, resource), used_values[resource]
         report[resource] = {"limit": SHOWN[resource](limit), "limit_value": limit,
-                            "used": SHOWN[resource](value), "used_value": value}
-    report["storage"].update(reserved=SHOWN["storage"](storage.reserved),
+                            "used": SHOWN_USED[resource](value), "used_value": value}
+    report["storage"].update(reserved=SHOWN_USED["storage"](storage.reserved),
                              reserved_value=storage.reserved)
     return report

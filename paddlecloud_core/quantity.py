@@ -11,7 +11,9 @@ from decimal import Decimal, InvalidOperation
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
             "E": 10**18}
-_BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTPE]i|[kKMGTPE])?[bB]?\s*$")
+# 512Mi, 2G, 100GiB (the B of an IEC unit is harmless); 1GB or 1Gb is refused as ambiguous.
+_POWERS = {"K": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([KMGTPE]i)B?|([kKMGTPE])(b|B)?)?\s*$")
 _CPU_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m?)\s*$")
 
 
@@ -41,7 +43,14 @@ def parse_bytes(value: str | int) -> int:
             f"{value!r} is not an amount of bytes: use a number with Ki/Mi/Gi/Ti or K/M/G/T "
             "(512Mi, 2G)"
         )
-    suffix = match.group(2) or ""
+    if match.group(4):
+        number, unit = match.group(1), match.group(3)
+        power = _POWERS[unit.upper()]
+        raise QuantityError(
+            f"{value!r} is ambiguous: write {number}{unit} (units of 10^{power} bytes) or "
+            f"{number}{unit.upper()}i (units of 2^{power // 3 * 10} bytes)"
+        )
+    suffix = match.group(2) or match.group(3) or ""
     multiplier = _BINARY.get(suffix) or _DECIMAL[suffix]
     try:
         amount = Decimal(match.group(1)) * multiplier
@@ -58,8 +67,29 @@ def format_cpu(millicores: int) -> str:
 
 
 def format_bytes(amount: int) -> str:
-    """The largest binary unit that divides exactly: ``8589934592`` -> ``8Gi``."""
+    """Exactly, as short as a unit makes it (a binary one on a tie): ``8589934592`` -> ``8Gi``,
+    ``2000000000`` -> ``2G``, ``1000`` -> ``1k``, ``1536`` -> ``1536``."""
+    written = [str(amount)]
+    if amount:
+        units = [*sorted(_BINARY.items(), key=lambda kv: -kv[1]),
+                 *((suffix.replace("K", "k"), size) for suffix, size in
+                   sorted(_DECIMAL.items(), key=lambda kv: -kv[1]) if suffix not in ("", "k"))]
+        written = [f"{amount // size}{suffix}" for suffix, size in units
+                   if amount % size == 0] + written
+    return min(written, key=len)
+
+
+def format_bytes_about(amount: int) -> str:
+    """For people, to about three digits in binary units, exact when a unit divides:
+    ``20034464`` -> ``19.1Mi``, ``15647`` -> ``15.3Ki``, ``8589934592`` -> ``8Gi``,
+    ``512`` -> ``512B``, ``0`` -> ``0``."""
     for suffix, size in sorted(_BINARY.items(), key=lambda kv: -kv[1]):
-        if amount and amount % size == 0:
-            return f"{amount // size}{suffix}"
-    return str(amount)
+        if amount >= size:
+            if amount % size == 0:
+                return f"{amount // size}{suffix}"
+            number = amount / size
+            shown = f"{number:.0f}" if number >= 100 else f"{number:.1f}"
+            if shown == "1024" and suffix != "Ei":  # 1023.6Mi is about 1.0Gi
+                return "1.0" + next(s for s, n in _BINARY.items() if n == size * 1024)
+            return f"{shown}{suffix}"
+    return f"{amount}B" if amount else "0"

@@ -7,6 +7,7 @@ import pytest
 from paddlecloud_core.quantity import (
     QuantityError,
     format_bytes,
+    format_bytes_about,
     format_cpu,
     parse_bytes,
     parse_cpu,
@@ -91,6 +92,10 @@ def test_parse_bytes_reads_binary_and_decimal_units(written, amount):
         ("1e9", "is not an amount of bytes"),
         ("", "is not an amount of bytes"),
         ("1.5", "is not a whole number of bytes"),
+        # A B after a decimal unit: GB may mean GiB to whoever wrote it, so it is asked for.
+        ("1GB", "ambiguous: write 1G \\(units of 10\\^9 bytes\\) or 1Gi \\(units of 2\\^30"),
+        ("512MB", "ambiguous: write 512M .* or 512Mi"),
+        ("2kb", "ambiguous: write 2k .* or 2Ki"),
     ],
 )
 def test_parse_bytes_rejects_what_is_not_an_amount_of_bytes(written, message):
@@ -115,15 +120,34 @@ def test_format_cpu(millicores, written):
         (3 * GiB // 2, "1536Mi"),
         (1024, "1Ki"),
         (2**40, "1Ti"),
-        (1000, "1000"),
-        (2 * 10**9, "1953125Ki"),
+        (1000, "1k"),
+        (2 * 10**9, "2G"),
         (10**9 + 1, "1000000001"),
+        (1536, "1536"),
         (1, "1"),
         (0, "0"),
     ],
 )
-def test_format_bytes_uses_the_largest_exact_binary_unit(amount, written):
+def test_format_bytes_is_exact_and_as_short_as_a_unit_makes_it(amount, written):
     assert format_bytes(amount) == written
+
+
+@pytest.mark.parametrize(
+    ("amount", "written"),
+    [
+        (20034464, "19.1Mi"),
+        (15647, "15.3Ki"),
+        (8 * GiB, "8Gi"),
+        (300 * MiB + 1, "300Mi"),
+        (1023 * MiB, "1023Mi"),
+        (1024 * MiB - MiB // 3, "1.0Gi"),
+        (10**12, "931Gi"),
+        (512, "512B"),
+        (0, "0"),
+    ],
+)
+def test_format_bytes_about_gives_people_three_digits_in_binary_units(amount, written):
+    assert format_bytes_about(amount) == written
 
 
 @pytest.mark.parametrize("millicores", [0, 1, 250, 500, 999, 1000, 1001, 4000, 123456])

@@ -14,11 +14,11 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
-from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from paddlecloud.errors import PaddleCloudError
+from paddlecloud_core.quantity import format_bytes, format_bytes_about
 from pfs import services
 
 from ..confirm import confirm_page, confirmed
@@ -107,7 +107,7 @@ def _rows(entries, datacenter, here: str) -> list[dict]:
         path = f"{here}/{entry.name}"
         rows.append({
             "name": entry.name, "type": entry.type, "path": path, "target": entry.target,
-            "size": entry.size,
+            "size": format_bytes_about(entry.size),
             "mtime": datetime.fromtimestamp(entry.mtime, UTC),
             "browse_url": files_url(path) if entry.type in ("dir", "link") else None,
             "download_url": content_url(path, datacenter),
@@ -118,8 +118,8 @@ def _rows(entries, datacenter, here: str) -> list[dict]:
 def _storage(user, datacenter) -> dict:
     """The home's usage; the bar also shows what uploads in progress have reserved."""
     usage = services.usage_report(user, datacenter)
-    return {"used": filesizeformat(usage.used), "limit": filesizeformat(usage.limit),
-            "reserved": filesizeformat(usage.reserved) if usage.reserved else "",
+    return {"used": format_bytes_about(usage.used), "limit": format_bytes(usage.limit),
+            "reserved": format_bytes_about(usage.reserved) if usage.reserved else "",
             **meter(usage.used + usage.reserved, usage.limit)}
 
 
@@ -170,5 +170,5 @@ def _delete(request, datacenter, here: str, name: str):
         messages.error(request, exc.message)
     else:
         messages.success(request, f"Deleted {name}"
-                                  + (f" ({filesizeformat(freed)} freed)." if freed else "."))
+                                  + (f" ({format_bytes_about(freed)} freed)." if freed else "."))
     return redirect(files_url(here))

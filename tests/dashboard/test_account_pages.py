@@ -231,9 +231,9 @@ def test_another_users_registries_are_not_shown_nor_deleted(browser, make_user, 
 
 
 def test_quota_shows_a_bar_per_resource_red_when_full(browser, alice, datacenter, pfs_home):
-    Quota.objects.filter(user=alice, datacenter=datacenter).update(storage=1000, gpu=0)
+    Quota.objects.filter(user=alice, datacenter=datacenter).update(storage=20 * 2**20, gpu=0)
     Usage.objects.update_or_create(user=alice, datacenter=datacenter,
-                                   defaults={"used": 1000})
+                                   defaults={"used": 20 * 2**20 + 1})
     body = text(browser.get("/quota/"))
     meters = {name: full for full, name in re.findall(
         r'<div class="meter( full)?" id="quota-(\w+)"', body)}
@@ -241,7 +241,7 @@ def test_quota_shows_a_bar_per_resource_red_when_full(browser, alice, datacenter
                       "storage": " full"}
     assert "0 of 4" in body  # CPU
     assert "0 of 8Gi" in body  # memory
-    assert "1000 of 1000" in body  # storage, bytes
+    assert "20.0Mi of 20Mi" in body  # storage, as the Files page shows it
     assert 'aria-valuenow="100"' in body
     assert "none allowed" in body  # no GPUs
 

@@ -45,7 +45,7 @@ def test_upload_with_the_file_chooser_then_by_dropping(page, live_portal, tmp_pa
     chooser.value.set_files(str(package))
     expect_uploaded(page, "train.py")
     assert (live_portal.home / "train.py").read_bytes() == package.read_bytes()
-    expect(listed(page, "train.py")).to_contain_text("35.2 KB")
+    expect(listed(page, "train.py")).to_contain_text("35.2Ki")
 
     # Dropped anywhere on the page: the page shows it is ready, then uploads.
     drop = page.evaluate_handle("""() => {

@@ -5,6 +5,7 @@ the reconciler costing the same however many jobs wait; one reconcile at a time.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from datetime import timedelta
@@ -195,10 +196,11 @@ def test_the_quota_api_shows_use_against_every_limit(token_client, submit, alice
     report = token_client.get("/api/v1/quota").json()
     assert report["cpu"] == {"limit": "4", "limit_value": 4000, "used": "1250m",
                              "used_value": 1250}
-    assert report["memory"]["used"] == "2560Mi"
+    assert report["memory"]["used"] == "2.5Gi"
     assert report["jobs"] == {"limit": "2", "limit_value": 2, "used": "1", "used_value": 1}
     assert report["gpu"]["used_value"] == 0
     assert report["storage"]["used_value"] >= 3000
+    assert re.fullmatch(r"\d\.\dKi", report["storage"]["used"])  # about 3 000 bytes
 
 
 # -- the race ------------------------------------------------------------------------------------

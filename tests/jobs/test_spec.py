@@ -123,7 +123,7 @@ def test_memory_with_binary_or_decimal_units(submit, value, size):
     assert submit(memory=value).memory == size
 
 
-@pytest.mark.parametrize("value", ["lots", "1.5", "0", "1Xi"])
+@pytest.mark.parametrize("value", ["lots", "1.5", "0", "1Xi", "1GB", "512MB"])
 def test_bad_memory(submit, value):
     refused(submit, "memory", memory=value)
 

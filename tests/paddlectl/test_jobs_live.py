@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import signal
 import threading
 import time
@@ -287,6 +288,10 @@ def test_mistakes_are_the_servers_messages_with_exit_codes(live_cli, package, lo
           "jobname:", "'_' is not allowed")
     fails(live_cli("submit", "-jobname", "bad", "-entry", "x", "-memory", "lots", "mypkg"), 1,
           "memory:")
+    # 1GB might mean 1Gi to whoever wrote it: asked for, never taken as 10^9 bytes silently.
+    fails(live_cli("submit", "-jobname", "bad", "-entry", "x", "-memory", "1GB", "mypkg"), 1,
+          "memory: '1GB' is ambiguous: write 1G (units of 10^9 bytes) or 1Gi (units of 2^30 "
+          "bytes)")
     fails(live_cli("submit", "-jobname", "bad", "-entry", "x", "-topology", "v1.py", "mypkg"),
           1, "topology: v1.py is not a file in the package")
     fails(live_cli("submit", "-jobname", "bad", "-entry", "x", "nothing-here"), 1,
@@ -324,6 +329,7 @@ def test_get_quota_shows_what_is_used_of_each_limit(live_cli, package):
     assert rows == [["RESOURCE", "LIMIT", "USED"], ["cpu", "4", "1500m"], ["memory", "8Gi", "2Gi"],
                     ["gpu", "0", "0"], ["jobs", "2", "1"], ["queued", "100", "0"],
                     ["storage", "10Gi", rows[6][2]]]
+    assert re.fullmatch(r"[56]\.\dKi", rows[6][2])  # about 5 000 bytes, as people read it
     assert table(ok(live_cli("get", "quota", "-o", "wide")).stdout)[1] == \
         ["cpu", "4", "1500m", "4000", "1500"]
     data = json.loads(ok(live_cli("get", "quota", "-o", "json")).stdout)
