@@ -367,7 +367,9 @@ def _observe(job, backend, replica) -> bool:
     seen = backend.observe(job, replica)
     if seen.status == Status.RUNNING:
         if replica.state == ReplicaState.STARTING:
-            replica_transition(replica, ReplicaState.RUNNING, "running",
+            # The reason says what the state does not (never "running running").
+            replica_transition(replica, ReplicaState.RUNNING,
+                               f"on {seen.host}" if seen.host else "",
                                **({"host": seen.host} if seen.host else {}),
                                **({"backend_ref": seen.ref} if seen.ref else {}))
         return False

@@ -116,14 +116,17 @@ def test_a_job_runs_to_success_with_states_and_logs_from_pods(
         wait(lambda: state(job) == "succeeded", message="the job to succeed")
         assert time.monotonic() - first_at > 1  # streamed as written, not read at the end
 
-        events = [e["to_state"] for e in session.get(
-            f"{live_portal.url}/api/v1/jobs/fit/events").json() if e["worker"] is None]
+        every_event = session.get(f"{live_portal.url}/api/v1/jobs/fit/events").json()
+        events = [e["to_state"] for e in every_event if e["worker"] is None]
         assert events == ["pending", "starting", "running", "succeeded"]
         workers = {w["name"]: w for w in session.get(
             f"{live_portal.url}/api/v1/jobs/fit/workers").json()}
         assert {n: w["state"] for n, w in workers.items()} == {
             "pserver-0": "succeeded", "trainer-0": "succeeded", "trainer-1": "succeeded"}
         assert workers["trainer-0"]["exit_code"] == 0 and workers["trainer-0"]["host"]
+        # Running, the worker said where (its state says the rest).
+        assert [e["reason"] for e in every_event if e["worker"] == "trainer-0"
+                and e["to_state"] == "running"] == [f"on {workers['trainer-0']['host']}"]
         assert workers["trainer-1"]["endpoint"].startswith(f"{object_base(job)}-tr-1.")
         # The job ended: its objects are deleted with their root.
         wait(lambda: not job_objects(k8s_api, job), message="the job's objects to go")
