@@ -26,6 +26,7 @@ class Column:
     key: str | Callable[[dict], Any]
     kind: str = "text"  # "text", "size", "time" (local time and age) or "age" (age only)
     wide_only: bool = False
+    narrow_only: bool = False  # -o wide shows a fuller column in its place
 
     def value(self, row: dict) -> Any:
         return self.key(row) if callable(self.key) else row.get(self.key)
@@ -115,7 +116,7 @@ def _cell(column: Column, row: dict, wide: bool) -> str:
 
 
 def _table(data: Any, rows: list[dict], columns: list[Column], wide: bool = False) -> str:
-    shown = [c for c in columns if wide or not c.wide_only]
+    shown = [c for c in columns if not (c.narrow_only if wide else c.wide_only)]
     lines = [[c.header.upper() for c in shown]]
     lines += [[_cell(c, row, wide) for c in shown] for row in rows]
     return tabulate(lines)
@@ -143,11 +144,19 @@ def _job_trainers(job: dict):
     return job.get("trainers_shown") or job.get("trainers")
 
 
+def _unusual(reason_key: str) -> Callable[[dict], Any]:
+    """The reason of a row whose state needs one (failed, killed, waiting, ...): a table shows
+    why a job failed without -o wide; running and succeeded go without saying."""
+    return lambda row: None if row.get("state") in ("running", "succeeded") \
+        else row.get(reason_key)
+
+
 JOB_COLUMNS = [
     Column("name", "name"), Column("state", _job_state), Column("trainers", _job_trainers),
-    Column("pservers", "pservers"), Column("start", "started_at", "time"),
+    Column("pservers", "pservers"), Column("duration", _job_duration),
     Column("age", "created_at", "age"),
-    Column("duration", _job_duration, wide_only=True),
+    Column("reason", _unusual("state_reason"), narrow_only=True),
+    Column("start", "started_at", "time", wide_only=True),
     Column("cpu", "cpu", wide_only=True), Column("memory", "memory", wide_only=True),
     Column("gpu", "gpu", wide_only=True), Column("pscpu", "pscpu", wide_only=True),
     Column("psmemory", "psmemory", wide_only=True), Column("passes", "passes", wide_only=True),
@@ -158,6 +167,7 @@ JOB_COLUMNS = [
 WORKER_COLUMNS = [
     Column("name", "name"), Column("state", "state"), Column("restarts", "restarts"),
     Column("exit", "exit_code"), Column("start", "started_at", "time"),
+    Column("reason", _unusual("reason"), narrow_only=True),
     Column("host", "host", wide_only=True), Column("endpoint", "endpoint", wide_only=True),
     Column("finished", "finished_at", "time", wide_only=True),
     Column("reason", "reason", wide_only=True),

@@ -128,19 +128,22 @@ def test_the_seeds_submit_get_and_logs(live_cli, celery_worker, package, jobs):
     assert ok(live_cli("logs", name, "-w", "trainer-0", "-f")).stdout == trainer_0
 
     listed = table(ok(live_cli("get", "jobs")).stdout)
-    assert listed[0] == ["NAME", "STATE", "TRAINERS", "PSERVERS", "START", "AGE"]
+    # How long it ran and how long ago it was made (kubectl's DURATION and AGE); the reason
+    # only where the state needs one.
+    assert listed[0] == ["NAME", "STATE", "TRAINERS", "PSERVERS", "DURATION", "AGE", "REASON"]
     assert listed[1][:4] == [name, "succeeded", "2", "1"]
-    assert listed[1][4].endswith("ago)")  # local time with its age
+    assert re.fullmatch(r"\d+[smh]", listed[1][4]) and listed[1][6] == "-"
     wide = table(ok(live_cli("get", "jobs", "-o", "wide")).stdout)
-    assert wide[0][6:] == ["DURATION", "CPU", "MEMORY", "GPU", "PSCPU", "PSMEMORY", "PASSES",
+    assert wide[0][6:] == ["START", "CPU", "MEMORY", "GPU", "PSCPU", "PSMEMORY", "PASSES",
                            "IMAGE", "ENTRY", "REASON"]
+    assert wide[1][6].endswith("ago)")  # local time with its age
     assert wide[1][7:11] == ["1", "1Gi", "0", "1"] and "python train.py" in wide[1]
     as_json = json.loads(ok(live_cli("get", "jobs", "-o", "json")).stdout)
     assert [(j["name"], j["trainers"], j["package"]) for j in as_json] == [(name, 2, package)]
     assert yaml.safe_load(ok(live_cli("get", "jobs", name, "-o", "yaml")).stdout)["name"] == name
 
     workers = table(ok(live_cli("get", "workers", name)).stdout)
-    assert workers[0] == ["NAME", "STATE", "RESTARTS", "EXIT", "START"]
+    assert workers[0] == ["NAME", "STATE", "RESTARTS", "EXIT", "START", "REASON"]
     assert [row[:4] for row in workers[1:]] == [
         ["pserver-0", "succeeded", "0", "-"], ["trainer-0", "succeeded", "0", "0"],
         ["trainer-1", "succeeded", "0", "0"]]
@@ -337,6 +340,18 @@ def test_get_quota_shows_what_is_used_of_each_limit(live_cli, package):
     assert data["quota"]["storage"]["used_value"] >= 5000 + len(TRAINER)
 
 
+def test_the_tables_say_why_a_job_failed_without_o_wide(live_cli, celery_worker, package,
+                                                        jobs):
+    ok(live_cli("submit", "-jobname", "broken", "-entry", "python nothing-here.py", package))
+    job = jobs.wait("broken")
+    assert job["state"] == "failed" and job["state_reason"]
+    listed = table(ok(live_cli("get", "jobs")).stdout)
+    assert listed[1][:2] == ["broken", "failed"] and listed[1][-1] == job["state_reason"]
+    worker = json.loads(ok(live_cli("get", "workers", "broken", "-o", "json")).stdout)[0]
+    assert worker["state"] == "failed" and worker["reason"]
+    assert table(ok(live_cli("get", "workers", "broken")).stdout)[1][-1] == worker["reason"]
+
+
 def test_jobs_over_the_free_quota_wait_in_line(live_cli, package):
     for name in ("one", "two", "three", "four"):
         ok(live_cli("submit", "-jobname", name, "-entry", "python train.py", package))
@@ -349,6 +364,7 @@ def test_jobs_over_the_free_quota_wait_in_line(live_cli, package):
                                             ["two", "starting"], ["one", "starting"]]
     waiting = json.loads(ok(live_cli("get", "jobs", "three", "-o", "json")).stdout)
     assert waiting["state_reason"] == "waiting for quota: jobs 1 asked, 0 of 2 free"
+    assert rows[3][-1] == waiting["state_reason"]  # in the table, without -o wide
     fails(live_cli("submit", "-jobname", "huge", "-entry", "python train.py", "-parallelism",
                    "3", "-cpu", "2", package), 1,
           "cpu: the job asks for 6 CPU in all (3 trainers x 2), 2 more than your quota of 4")
