@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -64,10 +66,18 @@ class Command(BaseCommand):
             time.sleep(0.5)
         self.paddlectl("get", "workers", name)
         self.paddlectl("ls", output_path(pfs_home(DATACENTER, USERNAME), name))
-        self.stdout.write(f"Job {name} {state}. Use paddlectl yourself with "
-                          f"PADDLE_CONFIG={self.config}")
+        self.stdout.write(f"Job {name} {state}. Use paddlectl yourself: "
+                          f"{self.config_hint()} get jobs")
         if state != "succeeded":
             raise CommandError(f"job {name} {state}")
+
+    def config_hint(self) -> str:
+        """The demo user's paddlectl, as a command that works as printed from here: the
+        virtualenv's paddlectl need not be on PATH."""
+        paddlectl = Path(sys.executable).with_name("paddlectl")
+        if not paddlectl.exists():
+            paddlectl = Path(shutil.which("paddlectl") or "paddlectl")
+        return f"PADDLE_CONFIG={_shown(self.config)} {_shown(paddlectl)}"
 
     def _write_config(self, endpoint: str, password: str) -> None:
         private_write(self.config, config_dump([{
@@ -91,3 +101,12 @@ class Command(BaseCommand):
         if check and result.returncode != 0:
             raise CommandError(f"paddlectl {args[0]} failed (exit {result.returncode})")
         return result
+
+
+def _shown(path: Path) -> str:
+    """A path as short as it can be written from the current directory."""
+    path = Path(path).absolute()
+    try:
+        return shlex.quote(str(path.relative_to(Path.cwd())))
+    except ValueError:
+        return shlex.quote(str(path))
