@@ -435,6 +435,12 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
+        # Django's own console handler (DEBUG only) on top of the root's printed every line of
+        # django.* twice; its records reach the root's handler, once.
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        # A 4xx is the client's to hear (in the error body) and is in the access log already;
+        # what went wrong in the server (5xx) is logged here.
+        "django.request": {"level": "ERROR"},
         "django.db.backends": {"level": "INFO"},
         # Celery says INFO for every task it runs (a job is looked at every second).
         "celery": {"level": env_str("CELERY_LOG_LEVEL", "WARNING")},

@@ -110,6 +110,34 @@ def test_embedded_portal_serves_the_api_with_its_worker(var_dir):
     assert "Local jobs run in bubblewrap sandboxes" in output
     assert portal.returncode == 0, output
     assert "Traceback" not in output
+    assert output.count(f"PaddleCloud is serving on {base}/ (Ctrl-C stops it)") == 1
+    # The 404 above: in the access log, once (the client heard why in the body).
+    assert output.count("/api/v1/nowhere") == 1, output
+    assert output.rstrip().endswith("PaddleCloud stopped")
+
+
+def test_a_quiet_portal_leaves_saying_where_it_serves_to_its_caller(var_dir):
+    """./dev up starts it so: the line would come before the example's output, not after."""
+    assert manage(var_dir, "migrate", "--no-input", "-v", "0").returncode == 0
+    port = free_port()
+    portal = subprocess.Popen(
+        [sys.executable, "manage.py", "runportal", "--port", str(port), "--quiet",
+         "--no-worker"], cwd=ROOT, env=clean_env(var_dir), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if call(f"http://127.0.0.1:{port}/healthz")[0] == 200:
+                    break
+            except OSError:
+                assert time.monotonic() < deadline and portal.poll() is None, "not up"
+                time.sleep(0.2)
+    finally:
+        portal.send_signal(signal.SIGTERM)
+        output = portal.communicate(timeout=30)[0]
+    assert portal.returncode == 0, output
+    assert "serving on" not in output
     assert output.rstrip().endswith("PaddleCloud stopped")
 
 

@@ -141,3 +141,19 @@ def test_the_deploy_check_fails_with_debug_on(tmp_path):
     result = run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], tmp_path, **env)
     assert result.returncode != 0
     assert "DEBUG" in result.stderr
+
+
+LOGS = """
+import django, logging
+django.setup()
+from django.test import Client
+Client().get("/no-such-page/", HTTP_HOST="127.0.0.1")  # 404: the client is told
+logging.getLogger("django.request").error("a server error %d", 500)
+"""
+
+
+def test_the_portal_logs_a_server_error_once_and_a_client_s_mistake_not_at_all(tmp_path):
+    result = run(["-c", LOGS], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("a server error 500") == 1, result.stderr
+    assert "Not Found" not in result.stderr, result.stderr

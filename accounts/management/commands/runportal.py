@@ -28,11 +28,14 @@ class Command(BaseCommand):
                             help="serve only; Celery worker and beat run elsewhere")
         parser.add_argument("--concurrency", type=int, default=2,
                             help="threads of the embedded worker")
+        parser.add_argument("--quiet", action="store_true",
+                            help="no 'serving on' line (./dev up says it once its example "
+                                 "has run)")
         parser.add_argument("--skip-collectstatic", action="store_true",
                             help="the static files were collected already (the image does "
                                  "it when it is built)")
 
-    def handle(self, *args, host, port, no_worker, concurrency, skip_collectstatic,
+    def handle(self, *args, host, port, no_worker, concurrency, skip_collectstatic, quiet,
                **options):
         executor = MigrationExecutor(connection)
         if executor.migration_plan(executor.loader.graph.leaf_nodes()):
@@ -50,8 +53,10 @@ class Command(BaseCommand):
                 self.stdout.write("Embedded worker: tasks stay in this process (no REDIS_URL)")
             worker = EmbeddedWorker(concurrency=concurrency)
             worker.start()
-        self.stdout.write(f"PaddleCloud is serving on http://{host}:{port}/ (Ctrl-C stops it)")
-        self.stdout.flush()
+        if not quiet:
+            self.stdout.write(f"PaddleCloud is serving on http://{host}:{port}/ "
+                              "(Ctrl-C stops it)")
+            self.stdout.flush()
         config = uvicorn.Config(
             "paddlecloud.asgi:application", host=host, port=port, lifespan="on",
             log_level=settings.LOGGING["root"]["level"].lower(),
