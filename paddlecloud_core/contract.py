@@ -85,6 +85,9 @@ class Paths:
     pfs_public: str
 
 
+PADDLE_QUIET_WARNINGS = "ignore:No ccache found:UserWarning"
+
+
 def trainers_restart_together(job) -> bool:
     """A collective job (trainers only, more than one) cannot take back one restarted rank:
     its communicator is made once, by all of them. So when one trainer fails, all restart
@@ -173,6 +176,9 @@ def replica_env(job, role: str, index: int, topology: Topology, paths: Paths,
         "PADDLE_PFS_HOME": paths.pfs_home,
         "PADDLE_PFS_PUBLIC": paths.pfs_public,
         "PYTHONUNBUFFERED": "1",
+        # PaddlePaddle warns on import that ccache is missing, which matters only to whoever
+        # compiles C++ extensions: noise in every trainer's log. A job's own env replaces it.
+        "PYTHONWARNINGS": PADDLE_QUIET_WARNINGS,
     })
     if role == "trainer":
         env.update({

@@ -400,6 +400,7 @@ def test_docker_command_line_of_a_trainer(dirs):
         "-e", "PADDLE_PFS_HOME=/train/input",
         "-e", "PADDLE_PFS_PUBLIC=/train/input",
         "-e", "PYTHONUNBUFFERED=1",
+        "-e", "PYTHONWARNINGS=ignore:No ccache found:UserWarning",
         "-e", "TRAINING_ROLE=TRAINER",
         "-e", "TRAINER_ID=1",
         "-e", "PADDLE_TRAINER_ID=1",

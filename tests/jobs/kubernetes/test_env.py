@@ -105,7 +105,7 @@ def test_the_pods_set_every_contract_variable_they_are_given():
         contract = set(replica_env(job, role, 0, topology(job, NAMESPACE), paths(job),
                                    NAMESPACE))
         assert contract <= set(names)
-        assert contract <= RESERVED_ENV | {"PYTHONUNBUFFERED"} | set(job.env)
+        assert contract <= RESERVED_ENV | {"PYTHONUNBUFFERED", "PYTHONWARNINGS"} | set(job.env)
 
 
 def test_secret_variables_are_references_to_the_jobs_secret_only():
