@@ -10,7 +10,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import prefetch_related_objects
-from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -59,8 +59,8 @@ def dashboard_page(view):
             return render(request, "dashboard/jobs/no_datacenter.html", status=403)
         try:
             return view(request, datacenter, *args, **kwargs)
-        except NotFoundError as exc:
-            raise Http404(exc.message) from None
+        except NotFoundError as exc:  # the styled page, with DEBUG on too
+            return render(request, "404.html", {"message": exc.message}, status=404)
 
     return page
 

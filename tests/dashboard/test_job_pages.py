@@ -354,8 +354,21 @@ def test_the_job_page_shows_another_worker_log_when_asked(browser, submit):
         "data-log-worker"] == "trainer-0"
 
 
-def test_an_unknown_job_is_the_404_page(browser, package):
-    assert browser.get("/jobs/nothing/").status_code == 404
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_unknown_job_is_the_404_page(browser, package, settings, debug):
+    settings.DEBUG = debug  # ./dev up runs with DEBUG on: still the page, not Django's
+    response = browser.get("/jobs/nothing/")
+    assert response.status_code == 404
+    body = text(response)
+    assert "you have no job named 'nothing'" in body.lower()
+    assert '<a href="/jobs/">Your jobs</a>' in body
+    assert "URLconf" not in body and "Django" not in body
+
+
+def test_an_unknown_address_is_the_same_404_page(browser):
+    response = browser.get("/no-such-page/")
+    assert response.status_code == 404
+    assert "There is no page at this address." in text(response)
 
 
 # -- kill, delete -----------------------------------------------------------------------------
