@@ -58,6 +58,16 @@ def test_runportal_refuses_an_unmigrated_database(var_dir):
     assert "migrate" in result.stderr
 
 
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.7", "::"])
+def test_debug_is_never_served_where_others_can_reach_it(var_dir, host):
+    assert manage(var_dir, "migrate", "--no-input", "-v", "0").returncode == 0
+    refused = manage(var_dir, "runportal", "--host", host, "--port", str(free_port()))
+    assert refused.returncode == 1
+    assert "DEBUG is on, and its error pages show code and settings to anyone who can " \
+           f"reach {host}:" in refused.stderr
+    assert "set DEBUG=0 with SECRET_KEY" in refused.stderr
+
+
 def test_embedded_portal_serves_the_api_with_its_worker(var_dir):
     assert manage(var_dir, "migrate", "--no-input", "-v", "0").returncode == 0
     port = free_port()
@@ -117,12 +127,13 @@ def test_embedded_portal_serves_the_api_with_its_worker(var_dir):
 
 
 def test_a_quiet_portal_leaves_saying_where_it_serves_to_its_caller(var_dir):
-    """./dev up starts it so: the line would come before the example's output, not after."""
+    """./dev up starts it so: the line would come before the example's output, not after,
+    and a line per request would come between the example's lines."""
     assert manage(var_dir, "migrate", "--no-input", "-v", "0").returncode == 0
     port = free_port()
     portal = subprocess.Popen(
         [sys.executable, "manage.py", "runportal", "--port", str(port), "--quiet",
-         "--no-worker"], cwd=ROOT, env=clean_env(var_dir), stdout=subprocess.PIPE,
+         "--no-access-log", "--no-worker"], cwd=ROOT, env=clean_env(var_dir), stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -138,6 +149,7 @@ def test_a_quiet_portal_leaves_saying_where_it_serves_to_its_caller(var_dir):
         output = portal.communicate(timeout=30)[0]
     assert portal.returncode == 0, output
     assert "serving on" not in output
+    assert "/healthz" not in output  # asked for above; no access log
     assert output.rstrip().endswith("PaddleCloud stopped")
 
 

@@ -66,8 +66,8 @@ class Command(BaseCommand):
             time.sleep(0.5)
         self.paddlectl("get", "workers", name)
         self.paddlectl("ls", output_path(pfs_home(DATACENTER, USERNAME), name))
-        self.stdout.write(f"Job {name} {state}. Use paddlectl yourself: "
-                          f"{self.config_hint()} get jobs")
+        self.stdout.write(f"Job {name} {state}. paddlectl as the demo user (from this "
+                          f"directory): {self.config_hint()} get jobs")
         if state != "succeeded":
             raise CommandError(f"job {name} {state}")
 

@@ -1,5 +1,6 @@
 """Serve the portal: the ASGI app (HTTP + WebSockets) with the Celery worker and beat."""
 
+import ipaddress
 import logging
 import signal
 
@@ -31,12 +32,20 @@ class Command(BaseCommand):
         parser.add_argument("--quiet", action="store_true",
                             help="no 'serving on' line (./dev up says it once its example "
                                  "has run)")
+        parser.add_argument("--no-access-log", action="store_true",
+                            help="no line per request (./dev up: the example's output reads "
+                                 "on its own)")
         parser.add_argument("--skip-collectstatic", action="store_true",
                             help="the static files were collected already (the image does "
                                  "it when it is built)")
 
     def handle(self, *args, host, port, no_worker, concurrency, skip_collectstatic, quiet,
-               **options):
+               no_access_log, **options):
+        if settings.DEBUG and not _loopback(host):
+            raise CommandError(
+                f"DEBUG is on, and its error pages show code and settings to anyone who can "
+                f"reach {host}:{port}: serve on 127.0.0.1, or set DEBUG=0 with SECRET_KEY, "
+                f"PADDLECLOUD_CREDENTIAL_KEYS and ALLOWED_HOSTS (README: Configuration)")
         executor = MigrationExecutor(connection)
         if executor.migration_plan(executor.loader.graph.leaf_nodes()):
             raise CommandError("the database has unapplied migrations: run "
@@ -60,7 +69,7 @@ class Command(BaseCommand):
         config = uvicorn.Config(
             "paddlecloud.asgi:application", host=host, port=port, lifespan="on",
             log_level=settings.LOGGING["root"]["level"].lower(),
-            proxy_headers=bool(settings.TRUSTED_PROXIES),
+            proxy_headers=bool(settings.TRUSTED_PROXIES), access_log=not no_access_log,
         )
         # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
         # handler that was there before it; ours just lets run() return, so the worker is
@@ -76,3 +85,13 @@ class Command(BaseCommand):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         self.stdout.write("PaddleCloud stopped")
+
+
+def _loopback(host: str) -> bool:
+    """Whether only this machine can reach an address (127.0.0.1, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
