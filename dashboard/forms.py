@@ -95,21 +95,20 @@ class JobSubmitForm(forms.Form):
         """(legend, bound fields) for each fieldset of the page."""
         return [(legend, [self[name] for name in names]) for legend, names in self.GROUPS]
 
-    def submission(self) -> dict | None:
+    def submission(self) -> dict:
         """What ``job_submit`` takes: the values as typed, empty ones left out (the service's
-        defaults apply); None, with the errors on the form, when the env lines are malformed."""
-        if not self.is_valid():
-            return None
+        defaults apply). The form's own mistakes (a malformed env line, a choice not offered)
+        go on the form, and the rest is still returned, so that the service's checks can show
+        every other mistake beside them at once."""
+        self.is_valid()
         data = {key: value.strip() for key, value in self.cleaned_data.items()
                 if key != "env" and value and value.strip()}
         env = self._env(self.cleaned_data.get("env", ""))
-        if env is None:
-            return None
         if env:
             data["env"] = env
         return data
 
-    def _env(self, text: str) -> dict[str, str] | None:
+    def _env(self, text: str) -> dict[str, str]:
         env: dict[str, str] = {}
         for number, line in enumerate(text.splitlines(), 1):
             line = line.strip()
@@ -118,6 +117,6 @@ class JobSubmitForm(forms.Form):
             key, sep, value = line.partition("=")
             if not sep or not key.strip():
                 self.add_error("env", f"line {number}: write KEY=VALUE, not {line!r}")
-                return None
+                continue
             env[key.strip()] = value
         return env

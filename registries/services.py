@@ -111,9 +111,14 @@ def registry_password(registry: Registry) -> str:
     return crypto.decrypt(registry.password_encrypted)
 
 
+def registry_create_check(user, datacenter, data: dict) -> dict:
+    """What ``registry_create`` checks before it makes anything: every field, at once."""
+    return _check(data, ("name", "server", "username", "password"),
+                  taken=registry_list(user, datacenter))
+
+
 def registry_create(user, datacenter, data: dict) -> Registry:
-    values = _check(data, ("name", "server", "username", "password"),
-                    taken=registry_list(user, datacenter))
+    values = registry_create_check(user, datacenter, data)
     try:
         with transaction.atomic():
             registry = Registry.objects.create(
@@ -129,6 +134,12 @@ def registry_create(user, datacenter, data: dict) -> Registry:
     return registry
 
 
+def registry_update_check(data: dict) -> dict:
+    """What ``registry_update`` checks of the fields it is given, at once."""
+    given = [f for f in ("server", "username", "password") if f in data]
+    return _check({k: v for k, v in data.items() if k != "name"}, given)
+
+
 def registry_update(user, datacenter, name: str, data: dict) -> Registry:
     """Change the server, username or password (any of them). Jobs that name the credential
     pull with the new one from then on."""
@@ -137,8 +148,7 @@ def registry_update(user, datacenter, name: str, data: dict) -> Registry:
     if "name" in data and data["name"] != name:
         raise ValidationError.for_field("name", "cannot be changed: add new credentials and "
                                                 "delete these")
-    given = [f for f in ("server", "username", "password") if f in data]
-    values = _check({k: v for k, v in data.items() if k != "name"}, given)
+    values = registry_update_check(data)
     with transaction.atomic():
         registry = Registry.objects.select_for_update().get(pk=registry_get(
             user, datacenter, name).pk)

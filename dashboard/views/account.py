@@ -28,7 +28,7 @@ from ..context import SESSION_KEY, dashboard_datacenter, dashboard_datacenters
 from ..forms_account import RegistryAddForm, RegistryChangeForm, TokenCreateForm
 from ..meters import meter
 from ..paddle_config import config_snippet, tokens_snippet
-from ..service_errors import form_error_add
+from ..service_errors import form_error_add, form_valid_or_all_errors
 
 GET_POST = require_http_methods(["GET", "HEAD", "POST"])
 
@@ -87,7 +87,8 @@ def registry_list(request):
 
 
 def _registry_add(request, datacenter, form: RegistryAddForm) -> bool:
-    if not form.is_valid():
+    if not form_valid_or_all_errors(form, lambda values: registry_services.registry_create_check(
+            request.user, datacenter, values)):
         return False
     try:
         registry = registry_services.registry_create(request.user, datacenter,
@@ -101,7 +102,8 @@ def _registry_add(request, datacenter, form: RegistryAddForm) -> bool:
 
 
 def _registry_change(request, datacenter, name: str, form: RegistryChangeForm) -> bool:
-    if not form.is_valid():
+    if not form_valid_or_all_errors(form, lambda values: registry_services.registry_update_check(
+            {key: value for key, value in values.items() if key != "password" or value})):
         return False
     try:
         registry_services.registry_update(request.user, datacenter, name, form.service_data())

@@ -108,19 +108,22 @@ def job_submit(request, datacenter):
         request.POST or None, default_image=datacenter.image,
         registries=registry_list(request.user, datacenter).values_list("name", flat=True))
     plan, dry_run = None, "dry_run" in request.POST
-    if request.method == "POST" and (data := form.submission()) is not None:
+    if request.method == "POST":
+        data = form.submission()
+        mistaken = bool(form.errors)  # then the service only checks the rest: all at once
         try:
             job, spec, objects = services.job_submit(request.user, datacenter,
-                                                     {**data, "dry_run": dry_run})
+                                                     {**data, "dry_run": dry_run or mistaken})
         except PaddleCloudError as exc:
             form_error_add(form, exc)
         else:
-            if not dry_run:
+            if not (mistaken or dry_run):
                 messages.success(request, f"job {job.name} submitted")
                 return redirect("dashboard:job", name=job.name)
-            plan = {"job": services.job_spec_display(spec), "replicas": services.job_plan(spec),
-                    "objects": objects,
-                    "yaml": to_yaml(objects) if objects else ""}
+            if not mistaken:
+                plan = {"job": services.job_spec_display(spec),
+                        "replicas": services.job_plan(spec), "objects": objects,
+                        "yaml": to_yaml(objects) if objects else ""}
     return render(request, "dashboard/jobs/submit.html", {
         "form": form, "plan": plan, "plan_asked": dry_run,
         "package_dirs": package_dirs(request.user, datacenter),

@@ -134,6 +134,27 @@ def test_a_bad_registry_is_refused_beside_the_field_and_nothing_is_stored(
     assert not Registry.objects.exists()
 
 
+def test_every_mistake_of_a_registry_is_shown_at_once(browser):
+    """The form's own rule (a required field) and the service's (a server with a scheme)."""
+    response = registry_add(browser, server="https://registry.example.com", password="")
+    body = text(response)
+    assert field_errors(body, "id_password") == ["This field is required."]
+    [server] = field_errors(body, "id_server")
+    assert "https://" in html.unescape(server), server
+    assert not Registry.objects.exists()
+
+
+def test_every_mistake_of_a_registry_change_is_shown_at_once(browser):
+    registry_add(browser)
+    response = browser.post("/registries/", {
+        "action": "change", "name": "mine", "server": "https://registry.example.com",
+        "username": "", "password": ""})
+    body = text(response)
+    assert field_errors(body, "id_mine_username") == ["This field is required."]
+    assert "https://" in html.unescape(field_errors(body, "id_mine_server")[0])
+    assert Registry.objects.get().server == "registry.example.com:5000"
+
+
 def test_a_duplicate_registry_name_is_refused_beside_the_name(browser):
     registry_add(browser)
     response = registry_add(browser, server="other.example.com")

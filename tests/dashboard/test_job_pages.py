@@ -235,6 +235,19 @@ def test_every_mistake_is_shown_at_once(browser, package):
     assert not Job.objects.exists()
 
 
+def test_mistakes_of_every_kind_are_shown_at_once(browser, package):
+    """A form's own rules (a required field, an env line), the spec's (name, cpu) and those
+    that need the database or PFS (the package): one submission shows them all."""
+    response = browser.post("/jobs/new/", form_data(
+        name="Bad_Name", package="/pfs/datacenter1/home/alice/nowhere", cpu="lots",
+        entry="", env="JUST_A_NAME"))
+    invalid = {field for field in ("name", "package", "cpu", "entry", "env")
+               if element(response, f"id_{field}")[0].get("aria-invalid") == "true"}
+    assert invalid == {"name", "package", "cpu", "entry", "env"}
+    assert "5 things to fix" in text(response)
+    assert not Job.objects.exists()
+
+
 def test_a_name_already_taken_is_shown_beside_the_name(browser, submit):
     submit("fit-a-line")
     response = browser.post("/jobs/new/", form_data())
