@@ -12,7 +12,8 @@
   master (``master.reader()``, ``master.tasks()``; docs/master.md).
 - ``report(step=…, **metrics)`` (``paddlecloud_sdk.metrics``): append a line of training
   metrics beside the replica's log, for the job's page to plot.
-- ``paddlecloud_sdk.errors``: what it raises (paddlectl's error classes).
+- ``paddlecloud_sdk.errors``: what it raises, its own classes (each also paddlectl's of the
+  same name).
 
 ``env``, ``dataset``, ``master``, ``metrics`` and ``recordio`` need only the standard library (and
 ``paddlecloud_core``, which does too), so a trainer can import them in any image; ``PaddleJob``

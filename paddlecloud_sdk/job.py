@@ -35,13 +35,20 @@ from typing import Any
 from paddlecloud_core import layout, spec
 from paddlecloud_core.status import FINAL_STATES
 from paddlectl import __version__, jobs
+from paddlectl import errors as cli_errors
 from paddlectl.client import ApiClient
 from paddlectl.config import Config, Datacenter, config_load, config_path
 from paddlectl.pfspath import pfs_home
 from paddlectl.progress import Progress
 from paddlectl.tokens import FILENAME, TokenCache
 
-from .errors import ApiError, JobSpecError, JobTimeoutError, NetworkError, UsageError
+from .errors import (
+    JobSpecError,
+    JobTimeoutError,
+    UsageError,
+    iterates_own,
+    raises_own,
+)
 
 LOG_RECONNECTS = 3  # lost log streams in a row, without a byte in between, before giving up
 LOG_RECONNECT_PAUSE = 1.0  # seconds
@@ -87,6 +94,7 @@ class Connection:
     """One datacenter of the config file and paddlectl's API client for it (no request is
     made until one is needed)."""
 
+    @raises_own
     def __init__(self, config: str | os.PathLike | Config | None = None,
                  datacenter: str | None = None):
         if isinstance(config, Config):
@@ -430,6 +438,7 @@ class PaddleJob:
             body["env"] = dict(self.env)
         return body
 
+    @raises_own
     def submit(self) -> PaddleJob:
         """Upload a local trainer package and submit the job; ``self``, with the server's
         answer in ``info``. The portal checks the job before the package is uploaded, so a
@@ -453,6 +462,7 @@ class PaddleJob:
         return self
 
     @classmethod
+    @raises_own
     def attach(cls, job_name: str, *, datacenter: str | None = None,
                config: str | os.PathLike | Config | None = None,
                connection: Connection | None = None) -> PaddleJob:
@@ -482,6 +492,7 @@ class PaddleJob:
 
     # -- following ----------------------------------------------------------------------------
 
+    @raises_own
     def refresh(self) -> dict:
         """The job as the server sees it now (also kept in ``info``)."""
         self.info = self.client.job_get(self.job_name)
@@ -491,15 +502,18 @@ class PaddleJob:
         """The job's state: pending, queued, starting, running, succeeded, failed, killed."""
         return self.refresh()["state"]
 
+    @raises_own
     def workers(self) -> list[dict]:
         """Its workers (pservers, then trainers): name, role, index, state, reason, restarts,
         exit_code, host, endpoint, started_at, finished_at."""
         return self.client.job_workers(self.job_name)
 
+    @raises_own
     def events(self) -> list[dict]:
         """Every state change of the job and its workers, oldest first."""
         return self.client.job_events(self.job_name)
 
+    @raises_own
     def wait(self, timeout: float | None = None, poll: float = 1.0) -> str:
         """Until the job ends; its final state (succeeded, failed or killed). After
         ``timeout`` seconds, ``JobTimeoutError`` (the job goes on)."""
@@ -522,7 +536,7 @@ class PaddleJob:
         ends (after a lost connection, following resumes at the log's end)."""
         if tail is not None and (not _is_int(tail) or tail < 0):
             raise ValueError(f"tail must be a whole number of lines, not {tail!r}")
-        return self._lines(worker, tail, follow)
+        return iterates_own(self._lines(worker, tail, follow))
 
     def _lines(self, worker: str | None, tail: int | None, follow: bool) -> Iterator[str]:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -538,7 +552,7 @@ class PaddleJob:
                         *lines, pending = pending.split("\n")
                         yield from lines
                 break
-            except NetworkError:
+            except cli_errors.NetworkError:
                 failures = 0 if received else failures + 1
                 if not follow or failures >= LOG_RECONNECTS:
                     raise
@@ -552,16 +566,18 @@ class PaddleJob:
 
     # -- ending -------------------------------------------------------------------------------
 
+    @raises_own
     def kill(self) -> str:
         """Stop every worker; the job's state (``killed``, or how it ended before)."""
         try:
             self.info = self.client.job_kill(self.job_name)
-        except ApiError as exc:
+        except cli_errors.ApiError as exc:
             if exc.code != "job_ended":
                 raise
             self.refresh()
         return self.info["state"]
 
+    @raises_own
     def delete(self) -> None:
         """Remove the ended job from history (the seeds' ``kill -rm``); its output stays."""
         self.client.job_delete(self.job_name)
