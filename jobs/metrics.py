@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 import math
 
+from paddlecloud.errors import PaddleCloudError
 from paddlecloud_core.layout import METRICS_RESERVED
 
 from .files import JobFile, metrics_file
-from .logs.lines import BATCH_LINES, Cursor, lines_read, lines_skip
+from .logs.lines import BATCH_LINES, Cursor, lines_read, lines_skip, lines_tail
 
 PAGE = 10_000  # records in one answer of the API
 
@@ -110,3 +111,14 @@ def metrics_get(job, replica, first: int = 0) -> dict:
     records, next_line, more = metrics_read(metrics_file(job, replica), first)
     return {"worker": replica.name, "names": metric_names(records), "records": records,
             "next": next_line, "more": more}
+
+
+def metrics_last(job, replica, lines: int = 20) -> dict | None:
+    """The latest record a worker reported (read from the last lines of its file), for a page
+    that shows it without a script; None before it reported anything."""
+    try:
+        first, tail = lines_tail(metrics_file(job, replica), lines)
+    except (PaddleCloudError, OSError):
+        return None
+    records = metric_records(first, tail)
+    return records[-1] if records else None

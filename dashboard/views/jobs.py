@@ -23,6 +23,7 @@ from jobs.documents import to_yaml
 from jobs.files import log_file
 from jobs.logs import stream
 from jobs.logs.lines import lines_tail
+from jobs.metrics import metrics_last
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
 from paddlecloud.errors import ConflictError, NotFoundError, PaddleCloudError
@@ -168,6 +169,7 @@ def job_detail(request, datacenter, name: str):
         shown = services.job_worker(job, request.GET.get("worker"))
     except NotFoundError:
         shown = services.job_worker(job, None)
+    metrics_replica = services.job_worker(job, None, building=False)
     log_error = ""
     try:
         first, lines = lines_tail(log_file(job, shown), LOG_TAIL)
@@ -182,7 +184,8 @@ def job_detail(request, datacenter, name: str):
         "log_worker": shown.name, "log_first": first, "log_lines": lines,
         "log_error": log_error,
         "log_from": max(0, first + len(lines) - LOG_KEEP),
-        "metrics_worker": services.job_worker(job, None, building=False).name,
+        "metrics_worker": metrics_replica.name,
+        "metrics_last": metrics_last(job, metrics_replica),
         "dataset": master.tasks_report(job) if job.dataset else None,
     })
 

@@ -5,6 +5,7 @@ that nobody sees another user's jobs."""
 from __future__ import annotations
 
 import html
+import json
 from html.parser import HTMLParser
 
 import pytest
@@ -13,7 +14,7 @@ from django.test import Client
 from jobs.models import Job
 from jobs.services import job_submit
 from tests.conftest import PASSWORD, streamed
-from tests.jobs.files import log_path
+from tests.jobs.files import log_path, metrics_path
 
 pytestmark = pytest.mark.django_db
 
@@ -365,6 +366,20 @@ def test_the_job_page_shows_another_worker_log_when_asked(browser, submit):
     # An unknown worker falls back to the first trainer.
     assert element(browser.get("/jobs/fit/?worker=nope"), "job")[0][
         "data-log-worker"] == "trainer-0"
+
+
+def test_without_scripts_the_page_shows_the_last_metrics_reported(browser, submit):
+    job = submit("fit")
+    replica = job.replicas.get(role="trainer", index=0)
+    assert "hidden" not in element(browser.get("/jobs/fit/"), "charts-empty")[0]
+    path = metrics_path(job, replica)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"step": step, "time": 1.0, "loss": 1 / step,
+                                        "acc": None}) + "\n" for step in range(1, 91)))
+    response = browser.get("/jobs/fit/")
+    assert "hidden" in element(response, "charts-empty")[0]  # not "No metrics reported yet"
+    assert element(response, "metrics-last")[1] == \
+        "trainer-0 reported step 90: loss 0.011111, acc —."
 
 
 @pytest.mark.parametrize("debug", [False, True])
