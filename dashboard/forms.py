@@ -19,12 +19,14 @@ def _number(label: str, help_text: str = "", **attrs) -> forms.CharField:
                            widget=forms.NumberInput(attrs={"step": 1, **attrs}))
 
 
+# A placeholder is an example ("e.g. ...") or a default ("default: ..."), never a bare value,
+# which reads as one typed in; the help text under a field gives the other defaults.
 class JobSubmitForm(forms.Form):
     name = _text("Name", "lower-case letters, digits and '-', at most 40 characters",
-                 placeholder="fit-a-line", autocomplete="off", spellcheck="false")
+                 placeholder="e.g. fit-a-line", autocomplete="off", spellcheck="false")
     package = _text("Trainer package", "a directory in PFS: pick one of your home or type "
                     "a path", list="package-dirs", spellcheck="false")
-    entry = _text("Entry command", "what starts a replica", placeholder="python train.py",
+    entry = _text("Entry command", "what starts a replica", placeholder="e.g. python train.py",
                   spellcheck="false")
     image = _text("Image", "the runtime image; empty: the datacenter's", spellcheck="false")
     registry = forms.ChoiceField(label="Registry credentials", required=False,
@@ -32,7 +34,7 @@ class JobSubmitForm(forms.Form):
     trainers = _text("Trainers", "how many (the seeds' -parallelism, default 1), or a "
                      "range MIN:MAX for elastic trainers: added as your quota has room, "
                      "replaced when lost (with parameter servers and a dataset)",
-                     placeholder="1 or 2:4", inputmode="text", spellcheck="false",
+                     placeholder="e.g. 2, or 2:4", inputmode="text", spellcheck="false",
                      autocomplete="off")
     trainers_lost_limit = _number("Trainers lost at most", "elastic trainers: how many the job "
                                   "may lose (each replaced) before it fails; default MAX",
@@ -40,22 +42,20 @@ class JobSubmitForm(forms.Form):
     trainers_below_min_seconds = _number("Below MIN at most (seconds)", "elastic trainers: how "
                                          "long it may run with fewer than MIN before it fails "
                                          "(default 300)", min=1)
-    cpu = _text("CPU per trainer", "1, 0.5 or 500m (default 1)", placeholder="1")
-    memory = _text("Memory per trainer", "1Gi, 512Mi (default 1Gi)", placeholder="1Gi")
-    gpu = _number("GPUs per trainer", "default 0", min=0, placeholder="0")
-    pservers = _number("Parameter servers", "none for collective jobs (default 0)", min=0,
-                       placeholder="0")
-    pscpu = _text("CPU per parameter server", "default 1", placeholder="1")
-    psmemory = _text("Memory per parameter server", "default 1Gi", placeholder="1Gi")
-    passes = _number("Passes", "given as PADDLE_INIT_NUM_PASSES (default 1)", min=1,
-                     placeholder="1")
+    cpu = _text("CPU per trainer", "1, 0.5 or 500m (default 1)")
+    memory = _text("Memory per trainer", "1Gi, 512Mi (default 1Gi)")
+    gpu = _number("GPUs per trainer", "default 0", min=0)
+    pservers = _number("Parameter servers", "none for collective jobs (default 0)", min=0)
+    pscpu = _text("CPU per parameter server", "default 1")
+    psmemory = _text("Memory per parameter server", "default 1Gi")
+    passes = _number("Passes", "given as PADDLE_INIT_NUM_PASSES (default 1)", min=1)
     env = forms.CharField(
         label="Environment", required=False,
         help_text="one KEY=VALUE a line, for every replica",
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false",
-                                     "placeholder": "BATCH_SIZE=64"}))
+                                     "placeholder": "e.g. BATCH_SIZE=64"}))
     restart_limit = _number("Restart limit", "how often a failed trainer is restarted "
-                            "(default 0)", min=0, placeholder="0")
+                            "(default 0)", min=0)
     deadline_seconds = _number("Deadline (seconds)", "fail the job if it runs longer", min=1)
     ttl_seconds_after_finished = _number("Keep after finish (seconds)",
                                          "delete the job this long after it ended", min=0)
@@ -63,7 +63,7 @@ class JobSubmitForm(forms.Form):
                      spellcheck="false")
     dataset = _text("Dataset", "files in PFS the job's master hands to the trainers task by "
                     "task (paddlecloud_sdk.master.reader()); empty: no master",
-                    placeholder="/pfs/{dc}/home/{user}/data/part-*.recordio",
+                    placeholder="e.g. /pfs/{dc}/home/{user}/data/part-*.recordio",
                     autocomplete="off", spellcheck="false")
     dataset_unit = forms.ChoiceField(
         label="A task is", required=False,
@@ -89,7 +89,7 @@ class JobSubmitForm(forms.Form):
         self.fields["registry"].choices = [("", "none (a public image)")] + [
             (name, name) for name in registries]
         if default_image:
-            self.fields["image"].widget.attrs["placeholder"] = default_image
+            self.fields["image"].widget.attrs["placeholder"] = f"default: {default_image}"
 
     def groups(self):
         """(legend, bound fields) for each fieldset of the page."""

@@ -1,0 +1,80 @@
+"""Every page fits the screen it is read on, in Chromium: a phone (390 px) reaches every page of
+the navigation and scrolls no page sideways (a wide table scrolls in its own box); the admin's
+job list fits a 1280 px laptop; a placeholder does not look like a value typed in."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from accounts.services import user_upsert
+from jobs.services import job_submit
+from tests.conftest import PASSWORD
+from tests.e2e.conftest import login, screenshot
+
+pytestmark = pytest.mark.browser
+
+PAGES = ("/jobs/", "/jobs/new/", "/files/", "/registries/", "/quota/", "/tokens/")
+NAV = ("Jobs", "Submit", "Files", "Registries", "Quota", "Tokens")
+
+
+@pytest.fixture
+def package(live_portal) -> str:
+    (live_portal.home / "quick").mkdir()
+    (live_portal.home / "quick" / "train.py").write_text("print('hi')\n")
+    return "/pfs/datacenter1/home/alice/quick"
+
+
+def submit(live_portal, **data):
+    return job_submit(live_portal.user, live_portal.datacenter, data)
+
+
+def sideways(page) -> int:
+    """How far the page itself scrolls sideways (0: it fits)."""
+    return page.evaluate("document.scrollingElement.scrollWidth - "
+                         "document.scrollingElement.clientWidth")
+
+
+def test_a_phone_reaches_every_page_and_scrolls_none_sideways(page, live_portal, package,
+                                                              held_tasks):
+    submit(live_portal, name="a-long-job-name-for-a-narrow-phone", package=package,
+           entry="python train.py")
+    page.set_viewport_size({"width": 390, "height": 844})
+    login(page, next_path="/jobs/")
+    for path in PAGES:
+        page.goto(path)
+        nav = page.get_by_role("navigation", name="Pages")
+        for name in NAV:
+            link = nav.get_by_role("link", name=name, exact=True)
+            expect(link).to_be_in_viewport(ratio=1)  # whole, not clipped at the edge
+        assert sideways(page) == 0, (path, screenshot(page, f"phone{path.replace('/', '-')}"))
+    page.goto("/jobs/a-long-job-name-for-a-narrow-phone/")
+    assert sideways(page) == 0, screenshot(page, "phone-job")
+
+
+def test_the_admins_job_list_fits_a_laptop(page, live_portal, package, held_tasks):
+    user_upsert("root", password=PASSWORD, datacenter_names=["datacenter1"], superuser=True)
+    submit(live_portal, name="fit", package=package, entry="python train.py")
+    login(page, "root", next_path="/admin/jobs/job/")
+    expect(page.get_by_role("link", name="fit", exact=True)).to_be_visible()
+    assert sideways(page) == 0, screenshot(page, "admin-jobs")
+    # Django's own box around the table scrolls it: no column cut off in it either.
+    clipped = page.evaluate("(box => box.scrollWidth - box.clientWidth)"
+                            "(document.querySelector('#changelist .results'))")
+    assert clipped == 0, screenshot(page, "admin-jobs")
+
+
+def test_a_placeholder_does_not_look_typed_in(page, live_portal):
+    login(page, next_path="/jobs/new/")
+    placeholders = page.locator("form.submit [placeholder]")
+    texts = [placeholders.nth(i).get_attribute("placeholder") for i in range(placeholders.count())]
+    assert texts and all(t.startswith(("e.g. ", "default: ")) for t in texts), texts
+    name = page.get_by_label("Name", exact=True)
+    typed, placeholder, style = name.evaluate("""input => [getComputedStyle(input).color,
+        getComputedStyle(input, '::placeholder').color,
+        getComputedStyle(input, '::placeholder').fontStyle]""")
+    assert style == "italic"
+    # Lighter than the text: the sum of its channels is well above the typed text's.
+    channels = [sum(int(c) for c in color[color.index("(") + 1:-1].split(",")[:3])
+                for color in (typed, placeholder)]
+    assert channels[1] - channels[0] >= 150, (typed, placeholder)
