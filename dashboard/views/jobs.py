@@ -19,6 +19,7 @@ from django.views.decorators.http import require_http_methods
 
 from jobs import master, services
 from jobs.admission import queue_position
+from jobs.backends import backend_for
 from jobs.documents import to_yaml
 from jobs.files import log_file
 from jobs.logs import stream
@@ -184,6 +185,7 @@ def job_detail(request, datacenter, name: str):
         "log_worker": shown.name, "log_first": first, "log_lines": lines,
         "log_error": log_error,
         "log_from": max(0, first + len(lines) - LOG_KEEP),
+        "runs_images": backend_for(datacenter).runs_images,
         "metrics_worker": metrics_replica.name,
         "metrics_last": metrics_last(job, metrics_replica),
         "dataset": master.tasks_report(job) if job.dataset else None,

@@ -51,6 +51,7 @@ document.addEventListener("DOMContentLoaded", () => {
 
   function showJob(job) {
     root.dataset.state = job.state;
+    root.dispatchEvent(new Event("job-state"));  // the log's status says why it is empty
     fillState(byId("job-state").querySelector('[data-field="state"]'), job);
     for (const field of ["started_at", "finished_at"]) {
       setTime(root.querySelector(`.spec time[data-field="${field}"]`), job[field],
@@ -159,10 +160,15 @@ document.addEventListener("DOMContentLoaded", () => {
     line.replaceChildren(...parts);
   }
 
+  const WAITING = new Set(["pending", "queued"]);
+
   function showLogStatus() {
     const lines = log.childElementCount;
     const parts = [];
-    if (!lines) parts.push(`${logState.worker} has written nothing yet`);
+    download.hidden = !lines;  // nothing to download yet
+    if (!lines && WAITING.has(root.dataset.state) && logState.worker !== "build") {
+      parts.push(`${logState.worker} has not started: the job is ${root.dataset.state}`);
+    } else if (!lines) parts.push(`${logState.worker} has written nothing yet`);
     else {
       parts.push(`${logState.worker}: lines ${log.firstElementChild.dataset.n}–` +
         `${log.lastElementChild.dataset.n}`);
@@ -247,6 +253,7 @@ document.addEventListener("DOMContentLoaded", () => {
     showLogStatus();
   }
 
+  root.addEventListener("job-state", () => showLogStatus());
   follow.hidden = false;
   follow.addEventListener("click", () => {
     logState.paused = !logState.paused;

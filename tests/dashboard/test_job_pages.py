@@ -311,6 +311,9 @@ def test_the_job_page_shows_spec_workers_events_and_the_log(browser, submit):
     page = text(response)
     assert "python train.py" in page and PACKAGE in page and "BATCH=64" in page
     assert "600 s" in page
+    # A local datacenter runs processes: no image is named as if it were used.
+    assert "none: the workers run as processes on the portal's machine" in page
+    assert job.image not in page
     _, workers = element(response, "workers")
     assert "trainer-0" in workers and "trainer-1" in workers and "pending" in workers
     _, events = element(response, "events")
@@ -366,6 +369,20 @@ def test_the_job_page_shows_another_worker_log_when_asked(browser, submit):
     # An unknown worker falls back to the first trainer.
     assert element(browser.get("/jobs/fit/?worker=nope"), "job")[0][
         "data-log-worker"] == "trainer-0"
+
+
+def test_a_queued_job_says_why_its_log_is_empty_and_offers_no_download(browser, submit,
+                                                                        alice):
+    from accounts.models import Quota
+
+    Quota.objects.filter(user=alice).update(jobs=1)
+    submit("first")
+    assert submit("second").state == "queued"
+    response = browser.get("/jobs/second/")
+    assert element(response, "log-status")[1] == \
+        "trainer-0 has not started: the job is queued"
+    assert "hidden" in element(response, "log-download")[0]
+    assert element(response, "log")[1] == ""  # empty, and so not shown (.log:empty)
 
 
 def test_without_scripts_the_page_shows_the_last_metrics_reported(browser, submit):

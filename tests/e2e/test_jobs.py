@@ -176,6 +176,20 @@ def test_the_list_updates_live_and_a_long_job_is_killed_through_the_dialog(
     assert not Job.objects.filter(name="long").exists()
 
 
+def test_a_queued_jobs_page_says_its_workers_have_not_started(page, live_portal, package,
+                                                              held_tasks):
+    from accounts.models import Quota
+
+    Quota.objects.filter(user=live_portal.user).update(jobs=1)
+    submit(live_portal, name="first", package=package, entry="python train.py")
+    submit(live_portal, name="second", package=package, entry="python train.py")
+    login(page, next_path="/jobs/second/")
+    expect(page.locator("#log-status")).to_have_text(
+        "trainer-0 has not started: the job is queued")
+    expect(page.locator("#log-download")).to_be_hidden()
+    expect(page.locator("#log")).to_be_hidden()  # no empty box
+
+
 def test_another_user_cannot_see_the_job(page, live_portal, package, held_tasks):
     # held_tasks: the job is not run
     submit(live_portal, name="secret", package=package, entry="python train.py")
