@@ -8,7 +8,10 @@ import importlib
 import os
 import shutil
 import signal
+import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,6 +67,67 @@ def pytest_sessionstart(session):
     if problems:
         pytest.exit("the test suite needs real services (run it with ./dev test):\n  "
                     + "\n  ".join(problems), returncode=3)
+
+
+def _descendants(pid: int) -> list[tuple[int, str]]:
+    """The live processes below ``pid`` (pid, command line); zombies are not counted: their
+    parent has yet to reap them, and they hold nothing."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(proc.name))
+    found, queue = [], list(children.get(pid, []))
+    while queue:
+        child = queue.pop()
+        try:
+            command = (Path("/proc") / str(child) / "cmdline").read_bytes()
+        except OSError:
+            continue
+        found.append((child, command.replace(b"\0", b" ").decode(errors="replace").strip()))
+        queue.extend(children.get(child, []))
+    return found
+
+
+def _threads_left() -> list[str]:
+    """The threads still running, but the main one and the idle worker of asgiref's
+    process-wide executor (every sync_to_async call of the process shares it; it ends with
+    the interpreter)."""
+    from asgiref.sync import SyncToAsync
+
+    shared = set(SyncToAsync.single_thread_executor._threads)
+    return [thread.name for thread in threading.enumerate()
+            if thread is not threading.main_thread() and thread.is_alive()
+            and thread not in shared]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """No test leaves a process or a thread behind, whatever its outcome: what is still there
+    once every fixture is torn down fails the run, named."""
+    deadline = time.monotonic() + 10  # a child just signalled may take a moment to go
+    while (processes := _descendants(os.getpid())) or _threads_left():
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    threads = _threads_left()
+    if not (processes or threads):
+        return
+    lines = [f"process {pid}: {command}" for pid, command in processes]
+    lines += [f"thread {name}" for name in threads]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    message = "left behind by the tests:\n  " + "\n  ".join(lines)
+    if reporter is not None:
+        reporter.write_line(message, red=True)
+    else:
+        print(message, file=sys.stderr)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 TEST_CREDENTIAL_KEY = Fernet.generate_key().decode()
