@@ -152,7 +152,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 from accounts.models import Datacenter
-from jobs.files import output_dir, output_prepare
+from jobs.files import home_dir, output_dir, output_prepare
 from paddlecloud_core.layout import log_relpath
 from jobs.models import Job, Replica
 
@@ -168,6 +168,7 @@ for name in P["names"]:
                              trainers=1, started_at=now)
     replica = Replica.objects.create(job=job, role="trainer", index=0, state="running",
                                      started_at=now, backend_ref="bench")
+    home_dir(job).mkdir(parents=True, exist_ok=True)  # as a user's first upload would
     output_prepare(job)
     path = output_dir(job) / log_relpath("trainer", 0)  # the bench writes it as a trainer
     path.parent.mkdir(parents=True, exist_ok=True)
