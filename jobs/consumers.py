@@ -190,6 +190,7 @@ class LinesConsumer(PortalConsumer):
 
     kind = ""
     source: pumps.Source | None = None
+    batch_at = float("-inf")  # when the last batch from the pump was handled
 
     async def open(self):
         dc = await self.datacenter()
@@ -238,22 +239,32 @@ class LinesConsumer(PortalConsumer):
                     return await self.close(code=1011)
 
     async def _watch(self):
-        """Catch up from the file now, then every WATCH_SECONDS, and end when the worker has:
-        the follower never depends on a message arriving."""
+        """Catch up from the file now, then every WATCH_SECONDS when no batch came meanwhile
+        (a batch after a lost one refills the gap itself), and end when the worker has: the
+        follower never depends on a message arriving."""
+        loop = asyncio.get_running_loop()
         with contextlib.suppress(asyncio.CancelledError):
             while not self.closed:
                 # before reading: nothing written after is lost
                 ended = await pumps.hub().ended(self.source)
                 async with self.lock:  # (not held while the database answers)
-                    await self.catch_up(ended=ended)
+                    if ended or loop.time() - self.batch_at >= WATCH_SECONDS:
+                        await self.catch_up(ended=ended)
                     if ended:
                         return await self.finish()
                 await asyncio.sleep(WATCH_SECONDS)
 
     async def catch_up(self, *, ended: bool = False):
-        """Send what the file holds past the cursor. If a job swapped a link (or anything but
-        a regular file) in for it, the follower is told and the socket closed."""
+        """Send what the file holds past the cursor: from the batches this process received
+        lately while they have it, then from the file. If a job swapped a link (or anything
+        but a regular file) in for it, the follower is told and the socket closed."""
         while not self.closed:
+            event = pumps.hub().recent(self.source.group, self.cursor.line)
+            if event is not None:
+                await self.deliver(event["first"], event["lines"], event)
+                self.cursor = lines.Cursor(event["first"] + len(event["lines"]),
+                                           event["offset"])
+                continue
             first = self.cursor.line
             try:
                 batch = await asyncio.to_thread(lines.lines_read, self.source.file,
@@ -297,6 +308,7 @@ class LinesConsumer(PortalConsumer):
                 await self.catch_up()
 
     async def lines_batch(self, event):
+        self.batch_at = asyncio.get_running_loop().time()
         async with self.lock:
             if event["first"] > self.cursor.line:  # a batch was lost: the file has it
                 await self.catch_up()

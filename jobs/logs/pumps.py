@@ -13,13 +13,15 @@ dies, the lease runs out and a follower's process starts another.
 Each process is one member of the group, whatever its number of followers: its *relay*
 receives each message once and hands it to the inboxes of its followers. So a batch crosses
 the channel layer (Redis) once per process, not once per follower, and the followers of one
-process share it (and its encoded text: ``jobs.consumers``). The processes' followers also
-share one question "has the writer ended?" a second (``Hub.ended``).
+process share it (and its encoded text: ``jobs.consumers``). The relay keeps the last
+batches, so a follower that falls behind catches up from them rather than from the file. The
+process's followers also share one question "has the writer ended?" a second (``Hub.ended``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import uuid
@@ -43,6 +45,7 @@ LEASE_SECONDS = 10  # a pump's lease; renewed every RENEW_SECONDS
 RENEW_SECONDS = 3
 WANTED_SECONDS = 15  # a pump nobody has wanted for this long stops
 ENDED_SHARED_SECONDS = 1.0  # a process asks whether a writer has ended at most this often
+RECENT_BATCHES = 50  # a process keeps a log's last batches for its followers that fall behind
 
 
 @dataclass
@@ -65,6 +68,8 @@ class _Interest:
     joined: asyncio.Future | None = field(default=None, repr=False)  # the relay is a member
     asking: asyncio.Task | None = field(default=None, repr=False)  # "has the writer ended?"
     asked_at: float = 0.0
+    recent: collections.deque = field(
+        default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES), repr=False)
 
     @property
     def followers(self) -> int:
@@ -117,6 +122,15 @@ class Hub:
             interest.asking = asyncio.create_task(source.ended())
         return await asyncio.shield(interest.asking)
 
+    def recent(self, group: str, line: int) -> dict | None:
+        """The last batches this process received hold line ``line``: that batch (a follower
+        that fell behind catches up from it, not from the file)."""
+        interest = self._groups.get(group)
+        for batch in reversed(interest.recent if interest is not None else ()):
+            if batch["first"] <= line < batch["first"] + len(batch["lines"]):
+                return batch
+        return None
+
     def _forget_if_idle(self, group: str, interest: _Interest) -> None:
         current = asyncio.current_task()
         others = [t for t in (interest.keeper, interest.pump, interest.relay)
@@ -137,6 +151,8 @@ class Hub:
             ready.set_result(None)
             while interest.inboxes:
                 message = await layer.receive(channel)
+                if message.get("type") == "lines.batch":
+                    interest.recent.append(message)
                 for inbox in list(interest.inboxes):
                     with contextlib.suppress(asyncio.QueueFull):
                         inbox.put_nowait(message)
