@@ -679,24 +679,20 @@ def scale_out(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def portal_counts(text: str) -> list[int]:
-    try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole numbers") from None
-    if not counts or any(not 1 <= n <= 8 for n in counts):
-        raise argparse.ArgumentTypeError(f"{text!r}: portal process counts from 1 to 8")
-    return counts
+def counts_of(what: str, top: int):
+    """An argparse type: comma-separated counts of ``what``, each from 1 to ``top``."""
 
+    def parse(text: str) -> list[int]:
+        try:
+            counts = [int(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole numbers") \
+                from None
+        if not counts or any(not 1 <= n <= top for n in counts):
+            raise argparse.ArgumentTypeError(f"{text!r}: {what} counts from 1 to {top}")
+        return counts
 
-def follower_counts(text: str) -> list[int]:
-    try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole numbers") from None
-    if not counts or any(not 1 <= n <= 5000 for n in counts):
-        raise argparse.ArgumentTypeError(f"{text!r}: follower counts from 1 to 5000")
-    return counts
+    return parse
 
 
 def rounds_of(args) -> list[tuple[int, int]]:
@@ -725,7 +721,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="N WebSocket followers of a log written at 1 000 lines/s: delivery "
                     "latency, lost and duplicated lines.")
-    parser.add_argument("--followers", type=follower_counts, default=[10, 100, 500],
+    parser.add_argument("--followers", type=counts_of("follower", 5000), default=[10, 100, 500],
                         help="follower counts, one round each (default 10,100,500)")
     parser.add_argument("--seconds", type=float, default=10.0,
                         help="how long the writer writes, per round (default 10)")
@@ -743,7 +739,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis", action="store_true",
                         help="keep REDIS_URL / DATABASE_URL from the environment "
                              "(channels-redis)")
-    parser.add_argument("--portals", type=portal_counts, default=[1],
+    parser.add_argument("--portals", type=counts_of("portal process", 8), default=[1],
                         help="portal processes, a round of each follower count on each: "
                              "1,2 serves the same followers by 1, then by 2 processes "
                              "(needs --redis; default 1)")
