@@ -168,8 +168,9 @@ async def test_a_reconnect_resumes_from_a_line_without_loss_or_repeat(app, alice
 
 async def test_dropped_messages_are_refilled_from_the_file(app, alice, datacenter, settings,
                                                            layer):
-    """A layer that holds 1 message per channel drops most batches; the follower still gets
-    every line once, in order."""
+    """A layer that holds 1 message per channel (each process's relay takes them as they come,
+    so it drops one only when the relay is late); the followers still get every line once, in
+    order."""
     settings.CHANNEL_LAYERS["default"].setdefault("CONFIG", {})["capacity"] = 1
     channel_layers.backends.clear()
     job = await sync_to_async(make_job)(alice, datacenter)
