@@ -1,7 +1,7 @@
 """Benchmark: N WebSocket followers of one worker's log while it is written at 1 000 lines/s.
 
     .venv/bin/python bench/logs.py [--followers 10,100,500] [--seconds 10] [--rate 1000]
-                                   [--redis] [--json FILE] [--port P] [--keep]
+                                   [--redis [--portals 1,2]] [--json FILE] [--port P] [--keep]
 
 It starts the portal (``manage.py migrate``, ``adddatacenter``, ``adduser``, then ``manage.py
 runportal --no-worker``: nothing here needs Celery) in a fresh temporary PADDLECLOUD_VAR_DIR,
@@ -21,10 +21,18 @@ Each follower checks the numbering of every batch (a gap is lost lines, a repeat
 ones) and takes each line's latency: the time its batch was received minus the time the line
 was written (both this process's monotonic clock).
 
-The target (from the dashboard issue): log lines reach the browser within a second of being
-written; the ratio printed is p99 / 1000 ms. Lost or duplicated lines, a follower without its
-``end``, or an error exit 1. The clients share the machine with the portal, so the latency
-includes the clients' own processing. See bench/README.md.
+With ``--portals 1,2`` (needs --redis) the same rounds run first with every follower on one
+portal process, then spread over two (follower i on process i mod P, as a load balancer
+would), two ``runportal --no-worker`` processes on two ports sharing the database, Redis and
+the var directory. Each round then also gives the lines delivered per second by each portal
+process (to its followers), and the summary the ratio of 2 processes' total to 1's.
+
+The targets (the dashboard issue, then issue 21): log lines reach the browser within a second
+of being written, the ratio printed is p99 / 1000 ms; 500 followers on two processes with p99
+<= 1 s and nothing lost or duplicated; two processes deliver >= 1.7x what one does. Lost or
+duplicated lines, a follower without its ``end``, or an error exit 1. The clients share the
+machine with the portal, so the latency includes the clients' own processing. See
+bench/README.md.
 """
 
 from __future__ import annotations
@@ -73,6 +81,8 @@ TARGET_MS = 1000.0  # "within a second of being written"
 CONNECT_TIMEOUT = 60.0  # one follower's handshake
 WARMUP_LINES = 10  # written first; the timed lines start once every follower has them
 WARMUP_TIMEOUT = 120.0
+SCALE_TARGET = 1.7  # 2 portal processes deliver at least this many times what 1 does
+DELIVERED_ALL = 0.95  # a round that delivered this share of what was written kept up
 TRACED = 3  # followers per round whose every message --trace records
 PORTAL_LOG_SECONDS = 1.0  # after a round, before reading what the portal logged
 
@@ -146,13 +156,34 @@ class LogsPortal(Portal):
         return errors
 
 
+class MorePortal(LogsPortal):
+    """One more portal process beside ``first``: the same var directory, database, Redis and
+    environment; its own port and log. The first one sets up and cleans up."""
+
+    def __init__(self, first: LogsPortal, port: int):
+        super().__init__(port, keep=True, redis=first.redis, rounds=first.rounds)
+        self.tmp.rmdir()  # made by Portal.__init__; this one uses the first one's
+        self.tmp, self.var, self.first = first.tmp, first.var, first
+        self.log_path = first.tmp / f"portal-{port}.log"
+        self.session, self.jobs = first.session, first.jobs
+
+    def setup(self) -> None:
+        pass
+
+    def extra_env(self) -> dict[str, str]:
+        return self.first.extra_env()
+
+    def cleanup(self) -> None:
+        pass
+
+
 # The set-up, in the portal's own environment (SQLite or PostgreSQL alike).
 SETUP_CODE = """
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 from accounts.models import Datacenter
-from jobs.files import output_dir, output_prepare
+from jobs.files import home_dir, output_dir, output_prepare
 from paddlecloud_core.layout import log_relpath
 from jobs.models import Job, Replica
 
@@ -168,6 +199,7 @@ for name in P["names"]:
                              trainers=1, started_at=now)
     replica = Replica.objects.create(job=job, role="trainer", index=0, state="running",
                                      started_at=now, backend_ref="bench")
+    home_dir(job).mkdir(parents=True, exist_ok=True)  # as a user's first upload would
     output_prepare(job)
     path = output_dir(job) / log_relpath("trainer", 0)  # the bench writes it as a trainer
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -363,10 +395,11 @@ class Follower:
 class Round:
     """N followers of one job's log while the writer writes it."""
 
-    def __init__(self, portal: LogsPortal, job: dict, followers: int, *, rate: int,
+    def __init__(self, portals: list[LogsPortal], job: dict, followers: int, *, rate: int,
                  seconds: float, wave: int, compression: bool, end_timeout: float,
-                 stats: ProcessStats, traced: int = 0):
-        self.portal, self.job, self.n = portal, job, followers
+                 stats: list[ProcessStats], traced: int = 0):
+        self.portals, self.job, self.n = portals, job, followers
+        self.portal = portals[0]  # sets up, ends the replica
         self.warmup = WARMUP_LINES
         self.rate, self.total = rate, WARMUP_LINES + int(rate * seconds)
         self.timed = self.total - self.warmup  # the lines whose latency counts
@@ -378,17 +411,22 @@ class Round:
         traced_ones = {round(k * (followers - 1) / max(1, traced - 1)) for k in range(traced)}
         self.followers = [Follower(i, trace=[] if i in traced_ones else None)
                           for i in range(followers)]
-        self.url = (f"ws://{HOST}:{portal.port}/ws/jobs/{job['name']}/logs/"
-                    f"?worker={WORKER}&datacenter={DATACENTER}")
+        self.path = f"/ws/jobs/{job['name']}/logs/?worker={WORKER}&datacenter={DATACENTER}"
         self.all_connected = asyncio.Event()
         self.portal_errors: list[str] = []
         self.connecting = 0
 
+    def portal_of(self, f: Follower) -> LogsPortal:
+        """Follower i is served by portal i mod P (a load balancer's round robin)."""
+        return self.portals[f.index % len(self.portals)]
+
     async def follow(self, f: Follower, gate: asyncio.Semaphore) -> None:
         headers = {"Cookie": f"sessionid={self.portal.session}"}
+        portal = self.portal_of(f)
         try:
             async with gate:
-                ws = await connect(self.url, origin=self.portal.base, additional_headers=headers,
+                ws = await connect(f"ws://{HOST}:{portal.port}{self.path}", origin=portal.base,
+                                   additional_headers=headers,
                                    compression="deflate" if self.compression else None,
                                    open_timeout=CONNECT_TIMEOUT, max_size=None, proxy=None)
             f.connected = True
@@ -450,14 +488,17 @@ class Round:
         log(f"  connected {self.n - len(failed)} in {connect_s:.2f} s"
             + (f"; {len(failed)} failed, e.g. {failed[0].error}" if failed else ""))
         await self.warm_up()
-        self.stats.reset_peak()
-        cpu0, own0, wall0 = self.stats.cpu_seconds(), own_cpu_seconds(), time.monotonic()
+        for stats in self.stats:
+            stats.reset_peak()
+        cpu0 = [stats.cpu_seconds() for stats in self.stats]
+        own0, wall0 = own_cpu_seconds(), time.monotonic()
         stalled0, load = cpu_stalled_seconds(), os.getloadavg()[0]
         self.writer.start()
         try:
             while self.writer.is_alive():
                 await asyncio.sleep(0.05)
-            cpu1, own1, wall1 = self.stats.cpu_seconds(), own_cpu_seconds(), time.monotonic()
+            cpu1 = [stats.cpu_seconds() for stats in self.stats]
+            own1, wall1 = own_cpu_seconds(), time.monotonic()
             stalled1 = cpu_stalled_seconds()
             if self.writer.error is not None:
                 raise BenchError(f"the writer failed: {self.writer.error!r}")
@@ -477,13 +518,15 @@ class Round:
         log(f"  {self.n - len(pending)} of {self.n} followers ended within {end_s:.1f} s of "
             f"the replica's end" + (f" ({len(pending)} still open)" if pending else ""))
         await asyncio.sleep(PORTAL_LOG_SECONDS)  # the portal's disconnect handlers run
-        self.portal_errors = await asyncio.to_thread(self.portal.new_errors)
+        self.portal_errors = [e for portal in self.portals
+                              for e in await asyncio.to_thread(portal.new_errors)]
         if self.portal_errors:
             log(f"  the portal logged {len(self.portal_errors)} error(s), e.g. "
                 f"{self.portal_errors[0]}")
         wall = wall1 - wall0
         return self.result(connect_s=connect_s, written_s=written_s,
-                           portal_cpu=(cpu1 - cpu0) / wall, bench_cpu=(own1 - own0) / wall,
+                           portal_cpu=[(b - a) / wall for a, b in zip(cpu0, cpu1, strict=True)],
+                           bench_cpu=(own1 - own0) / wall,
                            cpu_pressure=None if stalled0 is None or stalled1 is None
                            else (stalled1 - stalled0) / wall, load=load)
 
@@ -499,11 +542,19 @@ class Round:
                     for received, first, nxt in f.trace]}
                 for f in self.followers if f.trace is not None]
 
-    def result(self, *, connect_s: float, written_s: float, portal_cpu: float,
+    def delivered_per_s(self, fs: list[Follower]) -> int | None:
+        """The timed lines ``fs`` received per second, from the first timed line written to
+        the last message they received."""
+        last = max((f.last_received for f in fs if f.last_received), default=None)
+        if last is None:
+            return None
+        count = sum(a.size for f in fs for a in f.latencies)
+        return round(count / (last - self.writer.started_at))
+
+    def result(self, *, connect_s: float, written_s: float, portal_cpu: list[float],
                bench_cpu: float, cpu_pressure: float | None, load: float) -> dict:
         fs = self.followers
         arrays = [a for f in fs for a in f.latencies]
-        last = max((f.last_received for f in fs if f.last_received), default=None)
         latencies = np.concatenate(arrays) * 1000 if arrays else np.array([])
         no_end = sum(1 for f in fs if f.end_next is None)
         short = sum(1 for f in fs if f.end_next is not None and
@@ -517,11 +568,14 @@ class Round:
                          else (None, None, None))
         result = {
             "bench": "logs", "layer": "redis" if self.portal.redis else "in-process",
-            "followers": self.n, "lines": self.timed, "warmup_lines": self.warmup,
+            "followers": self.n, "portals": len(self.portals),
+            "lines": self.timed, "warmup_lines": self.warmup,
             "lines_per_s": round(self.timed / written_s, 1) if written_s else None,
             "delivered": int(latencies.size),
-            "delivered_per_s": None if last is None else  # until the last line arrived
-            round(latencies.size / (last - self.writer.started_at)),
+            "delivered_per_s": self.delivered_per_s(fs),  # until the last line arrived
+            "delivered_per_s_by_portal": [  # to the followers of each portal process
+                self.delivered_per_s([f for f in fs if self.portal_of(f) is portal])
+                for portal in self.portals],
             "p50_ms": _round(p50, 1), "p95_ms": _round(p95, 1), "p99_ms": _round(p99, 1),
             "max_ms": _round(latencies.max() if latencies.size else None, 1),
             "ratio_p99": _round(None if p99 is None else p99 / TARGET_MS, 3),
@@ -531,8 +585,14 @@ class Round:
             "wrong_text": sum(f.wrong_text for f in fs),
             "messages": sum(f.messages for f in fs),
             "connect_s": round(connect_s, 2),
-            "portal_peak_rss_mib": round(self.stats.peak_mib(), 1),
-            "portal_cpu": round(portal_cpu, 2), "bench_cpu": round(bench_cpu, 2),
+            "portal_peak_rss_mib": round(max(stats.peak_mib() for stats in self.stats), 1),
+            "portal_cpu": round(sum(portal_cpu), 2),
+            "portal_cpu_by_portal": [round(c, 2) for c in portal_cpu],
+            # what a core of portal would deliver: lines/s over the portals' CPU share
+            "delivered_per_cpu_s": None if not sum(portal_cpu) or
+            self.delivered_per_s(fs) is None else round(self.delivered_per_s(fs)
+                                                        / sum(portal_cpu)),
+            "bench_cpu": round(bench_cpu, 2),
             "cpu_pressure": _round(cpu_pressure, 2), "load_1min": round(load, 2),
             "errors": errors[:5], "error_count": len(errors),
             "portal_errors": len(self.portal_errors),
@@ -555,8 +615,14 @@ def _round(value, digits):
 # --- the whole run -----------------------------------------------------------------------------
 
 
+def per_portal(values: list) -> str:
+    """Lines/s per portal process: ``251.2k`` or ``125.9k+125.6k``."""
+    return "+".join("-" if v is None else f"{v / 1000:.1f}k" for v in values)
+
+
 def table(results: list[dict]) -> str:
-    lines = [f"{'layer':<10}  {'followers':>9}  {'lines/s':>7}  {'delivered':>9}  "
+    lines = [f"{'layer':<10}  {'followers':>9}  {'portals':>7}  {'lines/s':>7}  "
+             f"{'delivered':>9}  {'delivered/s per portal':>22}  "
              f"{'p50 ms':>7}  {'p95 ms':>7}  {'p99 ms':>7}  {'max ms':>7}  {'lost':>4}  "
              f"{'dup':>4}  {'no end':>6}  {'p99/1s':>6}  {'RSS MiB':>7}  {'portal cpu':>10}  "
              f"{'bench cpu':>9}  {'cpu wait':>8}  {'connect s':>9}  result"]
@@ -567,9 +633,11 @@ def table(results: list[dict]) -> str:
         if r["portal_errors"]:
             outcome += f" ({r['portal_errors']} portal errors)"
         lines.append(
-            f"{r['layer']:<10}  {r['followers']:>9}  {cell(r['lines_per_s'], 0):>7}  "
-            f"{r['delivered']:>9}  {cell(r['p50_ms']):>7}  {cell(r['p95_ms']):>7}  "
-            f"{cell(r['p99_ms']):>7}  {cell(r['max_ms']):>7}  {r['lost']:>4}  "
+            f"{r['layer']:<10}  {r['followers']:>9}  {r['portals']:>7}  "
+            f"{cell(r['lines_per_s'], 0):>7}  {r['delivered']:>9}  "
+            f"{per_portal(r['delivered_per_s_by_portal']):>22}  {cell(r['p50_ms']):>7}  "
+            f"{cell(r['p95_ms']):>7}  {cell(r['p99_ms']):>7}  {cell(r['max_ms']):>7}  "
+            f"{r['lost']:>4}  "
             f"{r['duplicated']:>4}  {r['no_end']:>6}  {cell(r['ratio_p99'], 2):>6}  "
             f"{cell(r['portal_peak_rss_mib']):>7}  {r['portal_cpu'] * 100:>9.0f}%  "
             f"{r['bench_cpu'] * 100:>8.0f}%  {percent(r['cpu_pressure']):>8}  "
@@ -577,29 +645,75 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def follower_counts(text: str) -> list[int]:
-    try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole numbers") from None
-    if not counts or any(not 1 <= n <= 5000 for n in counts):
-        raise argparse.ArgumentTypeError(f"{text!r}: follower counts from 1 to 5000")
-    return counts
+def scale_out(results: list[dict]) -> str:
+    """The same followers on 1, then 2 portal processes: the delivery ratio beside its target
+    (>= 1.7x), and the 2-process rounds' p99, lost and duplicated beside theirs."""
+    lines = []
+    by = {(r["followers"], r["portals"]): r for r in results}
+    for (n, portals), r in sorted(by.items()):
+        if portals != 2:
+            continue
+        lines.append(f"{n} followers on 2 portal processes: p99 {cell(r['p99_ms'])} ms "
+                     f"(target <= {TARGET_MS:.0f} ms: "
+                     f"{'met' if r['target_met'] else 'MISSED'}), lost {r['lost']}, "
+                     f"duplicated {r['duplicated']} (target 0 and 0)")
+        one = by.get((n, 1))
+        if one is None or not one["delivered_per_s"] or not r["delivered_per_s"]:
+            continue
+        ratio = r["delivered_per_s"] / one["delivered_per_s"]
+        written = n * one["lines_per_s"]
+        lines.append(
+            f"{n} followers, delivered lines/s: 1 process {one['delivered_per_s']}, "
+            f"2 processes {r['delivered_per_s']} "
+            f"({' + '.join(str(v) for v in r['delivered_per_s_by_portal'])}): "
+            f"{ratio:.2f}x (target >= {SCALE_TARGET}x: "
+            f"{'met' if ratio >= SCALE_TARGET else 'MISSED'})")
+        lines.append(f"  per portal CPU-second (all lines delivered / the processes' CPU "
+                     f"time): 1 process {cell(one['delivered_per_cpu_s'], 0)}, 2 processes "
+                     f"{cell(r['delivered_per_cpu_s'], 0)}")
+        if one["delivered_per_s"] >= DELIVERED_ALL * written:
+            lines.append(f"  (1 process already delivered {one['delivered_per_s'] / written:.0%} "
+                         f"of the {written:.0f} lines/s written: the ratio is bounded by the "
+                         f"load, not by the portals; raise --rate or --followers to saturate "
+                         f"one process)")
+    return "\n".join(lines)
 
 
-async def run_rounds(portal: LogsPortal, args, results: list[dict],
+def counts_of(what: str, top: int):
+    """An argparse type: comma-separated counts of ``what``, each from 1 to ``top``."""
+
+    def parse(text: str) -> list[int]:
+        try:
+            counts = [int(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole numbers") \
+                from None
+        if not counts or any(not 1 <= n <= top for n in counts):
+            raise argparse.ArgumentTypeError(f"{text!r}: {what} counts from 1 to {top}")
+        return counts
+
+    return parse
+
+
+def rounds_of(args) -> list[tuple[int, int]]:
+    """(portal processes, followers) per round: every follower count on 1 process, then on
+    2, ... as --portals lists them."""
+    return [(p, n) for p in args.portals for n in args.followers]
+
+
+async def run_rounds(portals: list[LogsPortal], args, results: list[dict],
                      traces: list[dict]) -> None:
-    stats = ProcessStats(portal.pid)
-    for job, n in zip(portal.jobs, args.followers, strict=True):
-        r = Round(portal, job, n, rate=args.rate, seconds=args.seconds, wave=args.wave,
+    stats = [ProcessStats(portal.pid) for portal in portals]
+    for job, (p, n) in zip(portals[0].jobs, rounds_of(args), strict=True):
+        r = Round(portals[:p], job, n, rate=args.rate, seconds=args.seconds, wave=args.wave,
                   compression=not args.no_compression, end_timeout=args.end_timeout,
-                  stats=stats, traced=TRACED if args.trace else 0)
+                  stats=stats[:p], traced=TRACED if args.trace else 0)
         result = await r.run()
         traces.extend(r.trace())
         results.append(result)
         print(json.dumps(result), flush=True)
         if not result["ok"]:
-            log(f"round of {n} failed: {', '.join(result['problems'])}"
+            log(f"round of {n} on {p} portal(s) failed: {', '.join(result['problems'])}"
                 + "".join(f"\n  {e}" for e in result["errors"]))
 
 
@@ -607,7 +721,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="N WebSocket followers of a log written at 1 000 lines/s: delivery "
                     "latency, lost and duplicated lines.")
-    parser.add_argument("--followers", type=follower_counts, default=[10, 100, 500],
+    parser.add_argument("--followers", type=counts_of("follower", 5000), default=[10, 100, 500],
                         help="follower counts, one round each (default 10,100,500)")
     parser.add_argument("--seconds", type=float, default=10.0,
                         help="how long the writer writes, per round (default 10)")
@@ -625,6 +739,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis", action="store_true",
                         help="keep REDIS_URL / DATABASE_URL from the environment "
                              "(channels-redis)")
+    parser.add_argument("--portals", type=counts_of("portal process", 8), default=[1],
+                        help="portal processes, a round of each follower count on each: "
+                             "1,2 serves the same followers by 1, then by 2 processes "
+                             "(needs --redis; default 1)")
     parser.add_argument("--json", metavar="FILE", type=Path,
                         help="also write the rounds' figures to FILE as a JSON list")
     parser.add_argument("--trace", metavar="FILE", type=Path,
@@ -634,23 +752,30 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rate < 1 or args.seconds <= 0 or args.rate * args.seconds < 1:
         parser.error("--rate and --seconds must give at least one line")
+    if max(args.portals) > 1 and not args.redis:
+        parser.error("--portals above 1 needs --redis: processes share followers through "
+                     "channels-redis and the Redis cache")
 
     handle_signals()
     began = time.monotonic()
     results: list[dict] = []
     traces: list[dict] = []
     portal = LogsPortal(args.port or free_port(), keep=args.keep, redis=args.redis,
-                        rounds=len(args.followers))
+                        rounds=len(rounds_of(args)))
+    portals = [portal]
     code = 0
     try:
         portal.start()
-        log(f"{os.cpu_count()} cores, shared by the portal, the writer and the followers")
+        for _ in range(1, max(args.portals)):
+            portals.append(MorePortal(portal, free_port()))
+            portals[-1].start()
+        log(f"{os.cpu_count()} cores, shared by the portal(s), the writer and the followers")
         try:
             import uvloop
         except ImportError:
-            asyncio.run(run_rounds(portal, args, results, traces))
+            asyncio.run(run_rounds(portals, args, results, traces))
         else:
-            uvloop.run(run_rounds(portal, args, results, traces))
+            uvloop.run(run_rounds(portals, args, results, traces))
     except BenchError as exc:
         log(f"failed: {exc}\nportal log:\n{portal.log_tail()}")
         code = 1
@@ -658,20 +783,25 @@ def main(argv: list[str] | None = None) -> int:
         log("interrupted")
         code = 130
     finally:
+        for more in portals[1:]:
+            more.shut_down()
         portal.shut_down()
-    if portal.process is not None and portal.process.returncode not in (0, None):
-        log(f"warning: the portal exited {portal.process.returncode} (it had to be killed: "
-            f"see bench/README.md)")
+    for each in portals:
+        if each.process is not None and each.process.returncode not in (0, None):
+            log(f"warning: the portal on port {each.port} exited {each.process.returncode} "
+                f"(it had to be killed: see bench/README.md)")
     if results:
         print(f"# {os.cpu_count()} cores shared by the portal and the clients: the latency "
               f"includes the clients' own processing; target p99 <= {TARGET_MS:.0f} ms",
               flush=True)
         print(table(results), flush=True)
+        if max(args.portals) > 1:
+            print(scale_out(results), flush=True)
         if args.json:
             args.json.write_text(json.dumps(results, indent=2) + "\n")
     if args.trace:
         args.trace.write_text(json.dumps(traces) + "\n")
-    if code == 0 and (len(results) < len(args.followers) or not all(r["ok"] for r in results)):
+    if code == 0 and (len(results) < len(rounds_of(args)) or not all(r["ok"] for r in results)):
         code = 1
     log(f"run time {time.monotonic() - began:.1f} s")
     return code

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -27,8 +28,12 @@ from .models import worker_ended
 from .notify import job_group, jobs_group
 from .serializers import EventSerializer, JobSerializer, WorkerSerializer
 
+log = logging.getLogger(__name__)
+
 COALESCE_SECONDS = 0.05  # changes that come together are sent together
 WATCH_SECONDS = 5.0  # a follower checks the file itself this often (a lost message, no pump)
+INBOX_MESSAGES = 100  # a follower's pump messages waiting for it; more are lost (and refilled)
+ENCODED = "encoded"  # a batch's message as text, kept in the batch for the process's followers
 
 
 class PortalConsumer(AsyncJsonWebsocketConsumer):
@@ -177,10 +182,15 @@ class JobConsumer(PortalConsumer):
 class LinesConsumer(PortalConsumer):
     """A worker's numbered lines: what the file holds from ``?from=`` on, then each batch the
     pump publishes. Lines go out in order, once each: a batch that starts past what was sent
-    (a message was dropped) is refilled from the file first."""
+    (a message was dropped) is refilled from the file first.
+
+    The pump's messages come through this process's relay (``pumps.Hub``) into ``inbox``,
+    not through a membership of the group per socket. A batch that a follower sends whole is
+    encoded once for all of the process's followers."""
 
     kind = ""
     source: pumps.Source | None = None
+    batch_at = float("-inf")  # when the last batch from the pump was handled
 
     async def open(self):
         dc = await self.datacenter()
@@ -193,8 +203,9 @@ class LinesConsumer(PortalConsumer):
         self.followed = replica
         self.source = pumps.Source(f"lines.{job.uid.hex}.{self.kind}.{replica.role}"
                                    f"{replica.index}", file, self.ended)
-        await self.join(self.source.group)
-        pumps.hub().follow(self.source)
+        self.inbox: asyncio.Queue = asyncio.Queue(INBOX_MESSAGES)
+        self.tasks.append(asyncio.create_task(self._take()))
+        await pumps.hub().follow(self.source, self.inbox)  # before the file is read
         self.watch = asyncio.create_task(self._watch())
         self.tasks.append(self.watch)
 
@@ -211,25 +222,49 @@ class LinesConsumer(PortalConsumer):
 
     async def disconnect(self, code):
         if self.source is not None:
-            pumps.hub().unfollow(self.source.group)
+            pumps.hub().unfollow(self.source.group, self.inbox)
         await super().disconnect(code)
 
-    async def _watch(self):
-        """Catch up from the file now, then every WATCH_SECONDS, and end when the worker has:
-        the follower never depends on a message arriving."""
+    async def _take(self):
+        """Handle the pump's messages, in order."""
+        handlers = {"lines.start": self.lines_start, "lines.batch": self.lines_batch,
+                    "lines.end": self.lines_end}
         with contextlib.suppress(asyncio.CancelledError):
             while not self.closed:
-                ended = await self.ended()  # before reading: nothing written after is lost
+                event = await self.inbox.get()
+                try:
+                    await handlers[event["type"]](event)
+                except Exception:
+                    log.exception("following %s", self.source.group)
+                    return await self.close(code=1011)
+
+    async def _watch(self):
+        """Catch up from the file now, then every WATCH_SECONDS when no batch came meanwhile
+        (a batch after a lost one refills the gap itself), and end when the worker has: the
+        follower never depends on a message arriving."""
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(asyncio.CancelledError):
+            while not self.closed:
+                # before reading: nothing written after is lost
+                ended = await pumps.hub().ended(self.source)
                 async with self.lock:  # (not held while the database answers)
-                    await self.catch_up(ended=ended)
+                    if ended or loop.time() - self.batch_at >= WATCH_SECONDS:
+                        await self.catch_up(ended=ended)
                     if ended:
                         return await self.finish()
                 await asyncio.sleep(WATCH_SECONDS)
 
     async def catch_up(self, *, ended: bool = False):
-        """Send what the file holds past the cursor. If a job swapped a link (or anything but
-        a regular file) in for it, the follower is told and the socket closed."""
+        """Send what the file holds past the cursor: from the batches this process received
+        lately while they have it, then from the file. If a job swapped a link (or anything
+        but a regular file) in for it, the follower is told and the socket closed."""
         while not self.closed:
+            event = pumps.hub().recent(self.source.group, self.cursor.line)
+            if event is not None:
+                await self.deliver(event["first"], event["lines"], event)
+                self.cursor = lines.Cursor(event["first"] + len(event["lines"]),
+                                           event["offset"])
+                continue
             first = self.cursor.line
             try:
                 batch = await asyncio.to_thread(lines.lines_read, self.source.file,
@@ -240,11 +275,19 @@ class LinesConsumer(PortalConsumer):
                 return
             await self.deliver(first, batch)
 
-    async def deliver(self, first: int, batch: list[str]):
-        """Send the lines of ``batch`` (line ``first`` onwards) the client has not had."""
+    async def deliver(self, first: int, batch: list[str], event: dict | None = None):
+        """Send the lines of ``batch`` (line ``first`` onwards) the client has not had. A
+        pump's batch (``event``) sent whole is encoded by the first of this process's
+        followers to send it, and its text kept in the event for the others."""
         skip = self.next - first
         if skip >= len(batch) or self.closed:
             return
+        if skip <= 0 and event is not None:
+            text = event.get(ENCODED)
+            if text is None:
+                text = event[ENCODED] = await self.encode_json(self.message(first, batch))
+            self.next = first + len(batch)
+            return await self.send(text_data=text)
         new = batch[max(skip, 0):]
         start = max(first, self.next)
         self.next = start + len(new)
@@ -265,11 +308,12 @@ class LinesConsumer(PortalConsumer):
                 await self.catch_up()
 
     async def lines_batch(self, event):
+        self.batch_at = asyncio.get_running_loop().time()
         async with self.lock:
             if event["first"] > self.cursor.line:  # a batch was lost: the file has it
                 await self.catch_up()
             if event["first"] <= self.cursor.line < event["first"] + len(event["lines"]):
-                await self.deliver(event["first"], event["lines"])
+                await self.deliver(event["first"], event["lines"], event)
                 self.cursor = lines.Cursor(event["first"] + len(event["lines"]),
                                            event["offset"])
 

@@ -207,6 +207,12 @@ PADDLECLOUD_BUILDER_IMAGE = env_str("PADDLECLOUD_BUILDER_IMAGE", "moby/buildkit:
 # (the user's code, contained in a user namespace) share the machine's network, and so reach
 # what listens there (a PostgreSQL trusting local connections): off unless the admin says so.
 PADDLECLOUD_LOCAL_BUILDS = env_bool("PADDLECLOUD_LOCAL_BUILDS", False)
+# permessage-deflate on the WebSockets (uvicorn's ws_per_message_deflate). uvicorn compresses
+# each socket's copy of each message on its own (one zlib stream per socket), so a log batch
+# followed by N sockets is compressed N times: at 500 followers that was most of the portal's
+# time (bench/README.md, logs.py). Off: the sockets carry plain text (a log followed at 1 000
+# lines/s is ~90 KB/s).
+PADDLECLOUD_WS_DEFLATE = env_bool("PADDLECLOUD_WS_DEFLATE", False)
 # Where the local backend's builder (buildah) keeps its images and layers.
 PADDLECLOUD_BUILDAH_DIR = Path(env_str("PADDLECLOUD_BUILDAH_DIR") or VAR_DIR / "buildah")
 # The cache of requirements.txt environments (jobs/backends/envs.py, kubernetes/envs.py): at

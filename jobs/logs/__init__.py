@@ -4,7 +4,8 @@
   them by number, the last lines (for the pages, the WebSockets and the metrics);
 - ``stream`` — a log as a stream of bytes over HTTP: whole, its tail, or followed;
 - ``pumps``  — following a file over WebSockets: one pump per followed file publishes its new
-  lines to the channel layer (``jobs.consumers`` serves them).
+  lines to the channel layer, and each process's relay hands them to its followers
+  (``jobs.consumers`` serves them).
 
 The files themselves are reached the safe way through ``jobs.files``.
 """

@@ -9,11 +9,19 @@ the numbers and refills a gap from the file, so a follower sees every line once,
 One pump runs per file while someone follows it, whichever process they are in: a lease in
 the cache elects it, and followers' processes renew a "wanted" mark. If the pump's process
 dies, the lease runs out and a follower's process starts another.
+
+Each process is one member of the group, whatever its number of followers: its *relay*
+receives each message once and hands it to the inboxes of its followers. So a batch crosses
+the channel layer (Redis) once per process, not once per follower, and the followers of one
+process share it (and its encoded text: ``jobs.consumers``). The relay keeps the last
+batches, so a follower that falls behind catches up from them rather than from the file. The
+process's followers also share one question "has the writer ended?" a second (``Hub.ended``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import uuid
@@ -36,6 +44,8 @@ ENDED_CHECK_SECONDS = 1.0  # how often a pump asks whether its writer has ended
 LEASE_SECONDS = 10  # a pump's lease; renewed every RENEW_SECONDS
 RENEW_SECONDS = 3
 WANTED_SECONDS = 15  # a pump nobody has wanted for this long stops
+ENDED_SHARED_SECONDS = 1.0  # a process asks whether a writer has ended at most this often
+RECENT_BATCHES = 50  # a process keeps a log's last batches for its followers that fall behind
 
 
 @dataclass
@@ -50,36 +60,113 @@ class Source:
 
 @dataclass
 class _Interest:
-    followers: int = 0
+    inboxes: set[asyncio.Queue] = field(default_factory=set)  # this process's followers
     ended: bool = False  # its pump saw the writer end: nothing more to publish
     keeper: asyncio.Task | None = None
     pump: asyncio.Task | None = field(default=None, repr=False)
+    relay: asyncio.Task | None = field(default=None, repr=False)
+    joined: asyncio.Future | None = field(default=None, repr=False)  # the relay is a member
+    asking: asyncio.Task | None = field(default=None, repr=False)  # "has the writer ended?"
+    asked_at: float = 0.0
+    recent: collections.deque = field(
+        default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES), repr=False)
+
+    @property
+    def followers(self) -> int:
+        return len(self.inboxes)
 
 
 class Hub:
-    """This process's followers of each group, and the pumps it runs for them."""
+    """This process's followers of each group, the relay that receives the group's messages
+    for them, and the pumps it runs."""
 
     def __init__(self):
         self._groups: dict[str, _Interest] = {}
         self._id = uuid.uuid4().hex
 
-    def follow(self, source: Source) -> None:
+    async def follow(self, source: Source, inbox: asyncio.Queue) -> None:
+        """Put the group's messages into ``inbox`` from now on (a full inbox loses them: the
+        follower refills the gap from the file). Returns once this process is a member of the
+        group, so what the follower reads from the file next leaves no gap."""
         interest = self._groups.setdefault(source.group, _Interest())
-        interest.followers += 1
+        interest.inboxes.add(inbox)
+        if interest.relay is None or interest.relay.done() or interest.relay.cancelling():
+            interest.joined = asyncio.get_running_loop().create_future()
+            interest.relay = asyncio.create_task(
+                self._relay(source.group, interest, interest.joined))
         if interest.keeper is None or interest.keeper.done():
             interest.keeper = asyncio.create_task(self._keep(source, interest))
+        with contextlib.suppress(Exception):  # logged by the relay; the file is still read
+            await asyncio.shield(interest.joined)
 
-    def unfollow(self, group: str) -> None:
+    def unfollow(self, group: str, inbox: asyncio.Queue) -> None:
         interest = self._groups.get(group)
         if interest is not None:
-            interest.followers -= 1
+            interest.inboxes.discard(inbox)
+            if not interest.inboxes and interest.relay is not None:
+                interest.relay.cancel()
+
+    async def ended(self, source: Source) -> bool:
+        """``source.ended()``, asked once for all of this process's followers of the group
+        at most every ENDED_SHARED_SECONDS. An answer is never older than the question, so
+        "ended, then read" still holds: a reader that hears True reads after it was true."""
+        interest = self._groups.get(source.group)
+        if interest is None:
+            return await source.ended()
+        now = asyncio.get_running_loop().time()
+        if interest.asking is None or (interest.asking.done() and (
+                interest.asking.cancelled() or interest.asking.exception() is not None
+                or (not interest.asking.result()
+                    and now - interest.asked_at >= ENDED_SHARED_SECONDS))):
+            interest.asked_at = now
+            interest.asking = asyncio.create_task(source.ended())
+        return await asyncio.shield(interest.asking)
+
+    def recent(self, group: str, line: int) -> dict | None:
+        """The last batches this process received hold line ``line``: that batch (a follower
+        that fell behind catches up from it, not from the file)."""
+        interest = self._groups.get(group)
+        for batch in reversed(interest.recent if interest is not None else ()):
+            if batch["first"] <= line < batch["first"] + len(batch["lines"]):
+                return batch
+        return None
 
     def _forget_if_idle(self, group: str, interest: _Interest) -> None:
         current = asyncio.current_task()
-        others = [t for t in (interest.keeper, interest.pump) if t is not current]
+        others = [t for t in (interest.keeper, interest.pump, interest.relay)
+                  if t is not current]
         if self._groups.get(group) is interest and interest.followers <= 0 and \
                 all(t is None or t.done() for t in others):
             del self._groups[group]
+
+    async def _relay(self, group: str, interest: _Interest, ready: asyncio.Future) -> None:
+        """One membership of ``group`` for this process: each message to every local inbox.
+        ``ready`` is set once this process is a member."""
+        layer = get_channel_layer()
+        joined = False
+        try:
+            channel = await layer.new_channel()
+            await layer.group_add(group, channel)
+            joined = True
+            ready.set_result(None)
+            while interest.inboxes:
+                message = await layer.receive(channel)
+                if message.get("type") == "lines.batch":
+                    interest.recent.append(message)
+                for inbox in list(interest.inboxes):
+                    with contextlib.suppress(asyncio.QueueFull):
+                        inbox.put_nowait(message)
+        except Exception as exc:  # the layer is down: followers still read the file
+            log.exception("relaying %s", group)
+            if not ready.done():
+                ready.set_exception(exc)
+        finally:
+            if not ready.done():
+                ready.cancel()
+            if joined:
+                with contextlib.suppress(Exception):
+                    await layer.group_discard(group, channel)
+            self._forget_if_idle(group, interest)
 
     async def _keep(self, source: Source, interest: _Interest) -> None:
         """While this process has followers: mark the group wanted, and run its pump here when

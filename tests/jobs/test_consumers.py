@@ -168,8 +168,9 @@ async def test_a_reconnect_resumes_from_a_line_without_loss_or_repeat(app, alice
 
 async def test_dropped_messages_are_refilled_from_the_file(app, alice, datacenter, settings,
                                                            layer):
-    """A layer that holds 1 message per channel drops most batches; the follower still gets
-    every line once, in order."""
+    """A layer that holds 1 message per channel (each process's relay takes them as they come,
+    so it drops one only when the relay is late); the followers still get every line once, in
+    order."""
     settings.CHANNEL_LAYERS["default"].setdefault("CONFIG", {})["capacity"] = 1
     channel_layers.backends.clear()
     job = await sync_to_async(make_job)(alice, datacenter)
@@ -184,6 +185,33 @@ async def test_dropped_messages_are_refilled_from_the_file(app, alice, datacente
     for socket in followers:
         assert await collect_lines(socket, total - 1) == [(i, f"line {i}")
                                                           for i in range(total)]
+        await socket.disconnect()
+
+
+async def test_a_batch_lost_on_the_way_is_refilled_from_the_file(app, alice, datacenter):
+    """The pump's batches as followers get them when one was lost between the pump and their
+    process (this test publishes them, holding the pump's lease so no real pump runs): the
+    lines of the lost batch come from the file, in order, and nothing comes twice."""
+    from channels.layers import get_channel_layer
+    from django.core.cache import cache
+
+    job = await sync_to_async(make_job)(alice, datacenter)
+    replica = await sync_to_async(job.replicas.get)()
+    group = f"lines.{job.uid.hex}.log.trainer0"
+    assert await cache.aadd(f"lines:lease:{group}", "this test", 60)
+    path = log_path(job, replica)
+    write(path, "".join(f"line {i}\n" for i in range(100)))
+    followers = [await connect(app, "/ws/jobs/train/logs/", alice) for _ in range(2)]
+    for socket in followers:  # from the file: they follow
+        assert await collect_lines(socket, 99) == [(i, f"line {i}") for i in range(100)]
+    write(path, "".join(f"line {i}\n" for i in range(100, 300)))
+    # the batch of lines 100-199 was lost on the way; then comes 200-299
+    await get_channel_layer().group_send(group, {
+        "type": "lines.batch", "first": 200, "offset": path.stat().st_size,
+        "lines": [f"line {i}" for i in range(200, 300)]})
+    for socket in followers:
+        assert await collect_lines(socket, 299) == [(i, f"line {i}") for i in range(100, 300)]
+        assert await socket.receive_nothing(timeout=0.3)
         await socket.disconnect()
 
 

@@ -70,6 +70,7 @@ class Command(BaseCommand):
             "paddlecloud.asgi:application", host=host, port=port, lifespan="on",
             log_level=settings.LOGGING["root"]["level"].lower(),
             proxy_headers=bool(settings.TRUSTED_PROXIES), access_log=not no_access_log,
+            ws_per_message_deflate=settings.PADDLECLOUD_WS_DEFLATE,
         )
         # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
         # handler that was there before it; ours just lets run() return, so the worker is
