@@ -12,6 +12,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from accounts.models import Datacenter
 from jobs.backends.local import isolation_notice
+from paddlecloud.serving import BulkBodyHttpToolsProtocol
 from paddlecloud.worker import EmbeddedWorker
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class Command(BaseCommand):
         config = uvicorn.Config(
             "paddlecloud.asgi:application", host=host, port=port, lifespan="on",
             log_level=settings.LOGGING["root"]["level"].lower(),
-            proxy_headers=bool(settings.TRUSTED_PROXIES),
+            proxy_headers=bool(settings.TRUSTED_PROXIES), http=BulkBodyHttpToolsProtocol,
         )
         # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
         # handler that was there before it; ours just lets run() return, so the worker is
