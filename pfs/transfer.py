@@ -20,6 +20,7 @@ import logging
 import mimetypes
 import re
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -114,18 +115,20 @@ class _Exchange(Exchange):
 
 
 class _Writer:
-    """Writes pieces to an upload on a worker thread, a few pieces behind the receiver."""
+    """Writes pieces to an upload on a worker thread, a few pieces behind the receiver; each
+    piece's SHA-256 is computed on a second thread while it is written."""
 
     DEPTH = 4
 
     def __init__(self, upload):
         self.upload = upload
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=self.DEPTH)
+        self.hashing = ThreadPoolExecutor(1, thread_name_prefix="pfs-hash")
         self.task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
         while (piece := await self.queue.get()) is not None:
-            await asyncio.to_thread(self.upload.write, piece)
+            await asyncio.to_thread(self.upload.write, piece, self.hashing)
 
     async def put(self, piece: bytes | None) -> None:
         """Queue a piece, waiting for room; a failed write is raised here."""
@@ -139,9 +142,12 @@ class _Writer:
 
     async def close(self) -> None:
         """Wait until everything queued is written."""
-        if not self.task.done():
-            await self.put(None)
-        await self.task
+        try:
+            if not self.task.done():
+                await self.put(None)
+            await self.task
+        finally:
+            await asyncio.to_thread(self.hashing.shutdown)
 
 
 class PfsTransferApp(BeforeDjango):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass
 
 from paddlecloud.errors import (
@@ -68,9 +69,19 @@ class Upload(ABC):
         self.offset = offset
         self.hasher = hasher or hashlib.sha256()
 
-    def write(self, data: bytes) -> None:
-        self._write(data)
-        self.hasher.update(data)
+    def write(self, data: bytes, hashing: Executor | None = None) -> None:
+        """Store ``data`` after the bytes received so far. With ``hashing`` (an executor of
+        one thread), its SHA-256 is computed there while the bytes are stored: both let go
+        of the interpreter lock, so on two cores they take the time of the longer one."""
+        if hashing is None:
+            self._write(data)
+            self.hasher.update(data)
+        else:
+            hashed = hashing.submit(self.hasher.update, data)
+            try:
+                self._write(data)
+            finally:
+                hashed.result()
         self.offset += len(data)
 
     @property
