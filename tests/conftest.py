@@ -369,7 +369,7 @@ def live_portal(transactional_db, settings, tmp_path):
     if thread.is_alive():  # a WebSocket still open (a browser page outlives the portal)
         server.force_exit = True
         thread.join(5)
-    http.threads.stop()  # the lifespan's stop does it, unless the exit was forced
+    http.stop()  # the lifespan's stop does it, unless the exit was forced
     # The channel layer remembers the event loop its receives run on; one left on this
     # server's loop would make every consumer of the next live portal fail ("Two event loops
     # are trying to receive() on one channel layer at once!"). The next portal gets a new one.
