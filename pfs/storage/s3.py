@@ -24,6 +24,8 @@ check the digest, then ``commit()`` (or ``abort()``).
 from __future__ import annotations
 
 import hashlib
+import itertools
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,6 +40,8 @@ from .base import CHUNK, TEMP_PREFIX, Entry, Rel, Storage, Upload
 
 MiB = 1 << 20
 PART_SIZE = 8 * MiB  # bytes per multipart part (S3: at least 5 MiB except the last)
+READ_RANGE = 8 * MiB  # a larger read is made of ranged GETs of this size ...
+READ_AHEAD = 3  # ... this many in flight (at most READ_RANGE * (READ_AHEAD + 1) held)
 PARTS_PER_SIZE = 1000  # parts n*1000+1 ... (n+1)*1000 are (n+1) * PART_SIZE: up to ~430 GiB
 DELETE_BATCH = 1000  # the most keys DeleteObjects takes
 _MISSING = {"404", "NoSuchKey", "NotFound"}
@@ -258,12 +262,49 @@ class S3Storage(Storage):
         return self._stream(self._key(rel), start, end, head["ETag"])
 
     def _stream(self, key: str, start: int, end: int, etag: str) -> Iterator[bytes]:
+        if end - start <= READ_RANGE:
+            body = self.client.get_object(Bucket=self.bucket, Key=key, IfMatch=etag,
+                                          Range=f"bytes={start}-{end - 1}")["Body"]
+            try:
+                yield from body.iter_chunks(CHUNK)
+            finally:
+                body.close()
+            return
+        # Larger: ranged GETs of READ_RANGE, READ_AHEAD of them in flight on threads of
+        # their own while the bytes of the first are sent, so the store's latency and each
+        # connection's speed do not add up range after range. Each GET asks for the ETag seen
+        # at the start: an object replaced meanwhile fails the download, never mixes versions.
+        ranges = iter(range(start, end, READ_RANGE))
+        with ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="pfs-s3-read") as pool:
+            def fetch(first: int):
+                return pool.submit(self._range, key, first, min(first + READ_RANGE, end), etag)
+
+            pending = deque(fetch(first) for first in itertools.islice(ranges, READ_AHEAD))
+            try:
+                while pending:
+                    data = pending.popleft().result()
+                    following = next(ranges, None)
+                    if following is not None:
+                        pending.append(fetch(following))
+                    view = memoryview(data)
+                    for offset in range(0, len(data), CHUNK):
+                        yield bytes(view[offset:offset + CHUNK])
+            finally:
+                for future in pending:
+                    future.cancel()
+
+    def _range(self, key: str, start: int, end: int, etag: str) -> bytes:
+        """The bytes ``[start, end)`` of ``key`` at ``etag``, whole."""
         body = self.client.get_object(Bucket=self.bucket, Key=key, IfMatch=etag,
                                       Range=f"bytes={start}-{end - 1}")["Body"]
         try:
-            yield from body.iter_chunks(CHUNK)
+            data = body.read()
         finally:
             body.close()
+        if len(data) != end - start:
+            raise RuntimeError(f"{key}: {len(data)} bytes in S3 at {start}, "
+                               f"{end - start} asked for")
+        return data
 
     def usage(self) -> int:
         """Bytes of every object of the area but markers and upload temporaries (uploads in

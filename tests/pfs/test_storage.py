@@ -7,12 +7,15 @@ import contextlib
 import hashlib
 import os
 import re
+import threading
 import time
 
 import pytest
+from botocore.exceptions import ClientError
 
 from paddlecloud.errors import PaddleCloudError
 from pfs.storage.base import CHUNK, TEMP_PREFIX
+from pfs.storage.s3 import READ_RANGE
 
 from .conftest import LABEL
 
@@ -471,6 +474,34 @@ def test_s3_after_a_crash_an_upload_resumes_after_its_last_part(s3_storage):
     assert resumed.sha256 == hashlib.sha256(data).hexdigest()
     resumed.commit()
     assert content(s3_storage, ("f",)) == data
+
+
+def test_s3_a_large_read_comes_in_order_across_its_ranged_gets(s3_storage):
+    data = random_bytes(3 * READ_RANGE + 5)  # four ranged GETs, three ahead of the first
+    s3_storage.write_bytes(("f",), data, "u1")
+    chunks = list(s3_storage.read(("f",)))
+    assert all(0 < len(chunk) <= CHUNK for chunk in chunks)
+    assert b"".join(chunks) == data
+    start, end = READ_RANGE - 7, 2 * READ_RANGE + 9
+    assert b"".join(s3_storage.read(("f",), start, end)) == data[start:end]
+    # A reader that stops early leaves nothing running.
+    reading = s3_storage.read(("f",))
+    assert next(reading) == data[:CHUNK]
+    reading.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("pfs-s3-read")]
+
+
+def test_s3_an_object_replaced_during_a_large_read_fails_it(s3_storage):
+    """A download never mixes two versions of a file: each ranged GET asks for the version
+    the read started with."""
+    s3_storage.write_bytes(("f",), random_bytes(6 * READ_RANGE), "u1")
+    reading = s3_storage.read(("f",))
+    first = next(reading)
+    s3_storage.write_bytes(("f",), random_bytes(6 * READ_RANGE), "u2")
+    with pytest.raises(ClientError, match="PreconditionFailed"):
+        for _chunk in reading:
+            pass
+    assert len(first) == CHUNK
 
 
 def test_s3_a_finished_upload_takes_no_more_bytes(s3_storage):
