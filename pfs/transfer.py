@@ -16,6 +16,7 @@ authentication, the checks and the error answers are the API's own (same functio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import mimetypes
 import re
@@ -264,7 +265,10 @@ class PfsTransferApp(BeforeDjango):
                     error.offset = upload.offset
                     raise error
                 await exchange.body_into(upload, session.size - offset)
+                await asyncio.to_thread(upload.pause)  # offset: only bytes stored or held
             except BaseException:
+                with contextlib.suppress(Exception):  # raised already, if it failed
+                    await asyncio.to_thread(upload.pause)
                 await self.database(services.upload_progress, session, upload.offset)
                 services.upload_park(session, upload)
                 raise

@@ -106,6 +106,11 @@ class Upload(ABC):
     def abort(self) -> None:
         """Throw the received bytes away; the target is left as it was."""
 
+    def pause(self) -> None:  # noqa: B027 - optional: most uploads have nothing in flight
+        """Between two requests of a resumable upload: wait for what is still being stored
+        (an S3 upload's parts in flight) and let go of the threads doing it. A failure is
+        raised here, with ``offset`` moved back to what is stored. More bytes may follow."""
+
     def close(self) -> None:  # noqa: B027 - optional: most uploads hold nothing open
         """Release what the upload holds open; the received bytes stay for a later resume."""
 
