@@ -231,10 +231,19 @@ def build_tar(root: Path, out: BinaryIO, warn: Warn) -> tuple[str, int]:
                     continue
                 if stat.S_ISDIR(mode):
                     kept.append(name)
-                tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False)
+                tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False,
+                        filter=_whole_seconds)
             dirs[:] = kept
     out.seek(0)
     return writer.hash.hexdigest(), writer.size
+
+
+def _whole_seconds(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    """A member's time in whole seconds, as the server's archives have it: a fractional one
+    (``st_mtime`` is a float) costs every member a PAX header of its own (a second 512-byte
+    block and its record, to build and to parse), and the server does not keep it."""
+    member.mtime = int(member.mtime)
+    return member
 
 
 def _upload(client: ApiClient, file: BinaryIO, size: int, digest: str | None, remote: str,
