@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/pfs.py [--size-mib 1024] [--files 10000] [--keep] [--repeat 3]
                                   [--client auto|paddlectl|requests] [--sync] [--no-prime]
+                                  [--phases small,large,commands]
 
 It starts the portal as an administrator would (``manage.py migrate``, ``adddatacenter``,
 ``adduser``, ``runportal``) in a fresh temporary PADDLECLOUD_VAR_DIR with its PFS root inside,
@@ -10,7 +11,10 @@ the same device. Then, each beside a plain ``cp`` of the same data on the same d
 
 - a directory of N files of 4 KiB uploaded and downloaded the way users send a directory, as
   one tar stream (``cp -r``), and, as a secondary figure, 1000 of them uploaded one PUT each;
-- one file of S/4 MiB, then one of S MiB, uploaded (resumable, in chunks) and downloaded.
+- one file of S/4 MiB, then one of S MiB, uploaded (resumable, in chunks) and downloaded;
+- what users run, as whole processes: ``paddlectl cp`` of one S MiB file up, beside ``cp`` and
+  beside nginx's WebDAV PUT of it with ``curl -T`` (a private nginx on 127.0.0.1, stopped at
+  the end), and down, beside ``cp``.
 
 Each figure is the best of --repeat rounds of cp and of the API, both reading a source in the
 page cache and writing to fresh names. Every transfer is verified (size and SHA-256 of a file;
@@ -28,10 +32,13 @@ See bench/README.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import inspect
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -69,7 +76,9 @@ SMALL_SIZE = 4096  # bytes per small file
 FILES_PER_DIR = 100  # the small files are spread over subdirectories of this many
 PER_FILE_COUNT = 1000  # files sent one PUT each (the secondary figure)
 LARGE_TARGET = 0.50  # of cp's rate, for the large file
-SMALL_TARGET = 500.0  # files/s, for the small files as a tar stream
+COMMAND_UP_TARGET = 0.70  # paddlectl cp up, of nginx's WebDAV PUT (curl -T)
+COMMAND_DOWN_TARGET = 0.50  # paddlectl cp down, of cp
+SMALL_TARGET = 3000.0  # files/s each way, for the small files as a tar stream (issue 21)
 MEMORY_GROWTH_MAX = 32 << 20  # bytes: "independent of file size" (the file grows by 768 MiB)
 BLOCK = 1 << 20  # bytes read or written at a time by this script
 SINGLE_MAX = 8 << 20  # the requests client: larger bodies go up in resumable chunks
@@ -391,6 +400,111 @@ def make_transfers(choice: str, base: str, password: str, tmp: Path) -> Transfer
     return RequestsTransfers(base, password)
 
 
+# --- the peers of whole commands: nginx's WebDAV PUT, and paddlectl ------------------------------
+
+NGINX_CONF = """\
+daemon off;
+master_process off;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/body;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+        location / {{
+            dav_methods PUT;
+            client_max_body_size 0;
+        }}
+    }}
+}}
+"""
+
+
+class Nginx:
+    """A private nginx on 127.0.0.1 taking WebDAV PUTs into ``root`` (its request bodies
+    spooled beside it, then renamed in, as nginx does): the HTTP upload a web server makes of
+    the same file on the same disk. A context manager: stopped however the phase ends."""
+
+    def __init__(self, tmp: Path, root: Path):
+        self.tmp, self.root = tmp, root
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> Nginx:
+        binary = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not os.access(binary, os.X_OK):
+            raise BenchError("nginx is not installed (Debian: apt-get install nginx-light)")
+        if not shutil.which("curl"):
+            raise BenchError("curl is not installed (Debian: apt-get install curl)")
+        self.tmp.mkdir()
+        (self.tmp / "body").mkdir()
+        self.root.mkdir()
+        conf = self.tmp / "nginx.conf"
+        conf.write_text(NGINX_CONF.format(tmp=self.tmp, port=self.port, root=self.root))
+        self.process = subprocess.Popen(  # noqa: S603 - the system's nginx, our config
+            [binary, "-p", str(self.tmp), "-c", str(conf), "-e", str(self.tmp / "nginx.log")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            start_new_session=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise BenchError(f"nginx exited {self.process.returncode} at start: "
+                                 f"{self.process.stderr.read().decode(errors='replace')[:500]}")
+            with contextlib.suppress(OSError), socket.create_connection(
+                    ("127.0.0.1", self.port), timeout=1):
+                log(f"nginx up on 127.0.0.1:{self.port} (pid {self.process.pid})")
+                return self
+            time.sleep(0.1)
+        raise BenchError("nginx did not listen within 10 s")
+
+    def __exit__(self, *exc) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process is not None:
+            self.process.stderr.close()
+            log("nginx stopped")
+
+    def put(self, local: Path, name: str) -> None:
+        """``curl -T local`` to ``name``, as a user uploads to a WebDAV server."""
+        run_checked(["curl", "-sS", "--fail", "-o", "/dev/null", "-T", str(local),
+                     f"http://127.0.0.1:{self.port}/{name}"], timeout=CP_TIMEOUT,
+                    name=f"curl -T {local.name}", stderr_max=500)
+
+
+class Paddlectl:
+    """The ``paddlectl`` command as a user runs it, a process of its own, its config (with the
+    bench user's password) and token cache in a HOME of its own."""
+
+    def __init__(self, tmp: Path, base: str, password: str):
+        self.binary = shutil.which("paddlectl", path=str(Path(sys.executable).parent))
+        if self.binary is None:
+            raise BenchError(f"paddlectl is not installed beside {sys.executable}")
+        home = tmp / "cli-home"
+        config = home / ".paddle" / "config"
+        config.parent.mkdir(parents=True)
+        config.write_text(f"datacenters:\n- name: {DATACENTER}\n  username: {USERNAME}\n"
+                          f"  password: {password}\n  endpoint: {base}\n"
+                          f"current-datacenter: {DATACENTER}\n")
+        config.chmod(0o600)
+        self.env = {**{k: v for k, v in os.environ.items() if k not in PFS_CONFIG_VARS},
+                    "HOME": str(home), "PADDLE_CONFIG": str(config),
+                    "NO_PROXY": "127.0.0.1,localhost"}
+
+    def __call__(self, *args: str) -> None:
+        run_checked([self.binary, *args], timeout=CP_TIMEOUT, env=self.env,
+                    name=f"paddlectl {' '.join(args[:1])}",
+                    full_name=f"paddlectl {' '.join(args)}", separator=" ", stderr_max=1000)
+
+
 # --- data and checks ---------------------------------------------------------------------------
 
 
@@ -484,21 +598,32 @@ class Figure:
     what: str  # "1 GiB file", "10000 x 4 KiB"
     unit: str  # "MB/s" or "files/s"
     api: float  # rate through the API
-    cp: float  # rate of cp
+    cp: float  # rate of the peer (cp, unless ``peer`` says otherwise)
     target: str  # "target >= 0.50", "target >= 500 files/s", "secondary: ..."
     ok: bool | None  # None: no target
+    peer: str = "cp"  # what the API is compared with: "cp", "nginx PUT"
 
     def line(self) -> str:
         def rate(value: float) -> str:
             return f"{value:7.1f} MB/s" if self.unit == "MB/s" else f"{value:6.0f} files/s"
 
         verdict = "" if self.ok is None else ("  OK" if self.ok else "  MISSED")
-        return (f"{self.direction:<8} {self.what:<15} {rate(self.api)}   cp {rate(self.cp)}   "
-                f"ratio {self.api / self.cp:.2f}  ({self.target}){verdict}")
+        return (f"{self.direction:<8} {self.what:<15} {rate(self.api)}   {self.peer} "
+                f"{rate(self.cp)}   ratio {self.api / self.cp:.2f}  ({self.target}){verdict}")
 
 
 def nothing(_round: int) -> None:
     pass
+
+
+@dataclass
+class Side:
+    """One side of a comparison: what a round runs (timed), checks and prepares (untimed)."""
+
+    name: str
+    run: Callable[[int], None]
+    verify: Callable[[int], None] = nothing
+    prepare: Callable[[int], None] = nothing
 
 
 class Bench:
@@ -563,6 +688,24 @@ class Bench:
             os.sync()
         return time.perf_counter() - start
 
+    def rounds(self, label: str, size: int, warm: Callable[[], None],
+               sides: list[Side]) -> list[float]:
+        """The best seconds of each side over ``repeat`` rounds, after ``warm()`` (which puts
+        the source in the page cache). In each round the sides run in turn: ``prepare(n)``
+        (untimed), ``run(n)`` (timed, see ``timed``), then ``verify(n)`` checks its result."""
+        warm()
+        times: list[list[float]] = [[] for _ in sides]
+        for n in range(1, self.repeat + 1):
+            for side, seconds in zip(sides, times, strict=True):
+                side.prepare(n)
+                seconds.append(self.timed(lambda n=n, side=side: side.run(n), size))
+                side.verify(n)
+            log(f"{label} #{n}: " + ", ".join(
+                f"{side.name} {seconds[-1]:.3f} s" for side, seconds in zip(sides, times,
+                                                                          strict=True))
+                + " (verified)")
+        return [min(seconds) for seconds in times]
+
     def compare(self, label: str, *, size: int, cp: Callable[[Path], list[str]],
                 cp_dest: str, api: Callable[[int], None], verify: Callable[[int], None],
                 prepare: Callable[[int], None] = nothing) -> tuple[float, float]:
@@ -570,19 +713,16 @@ class Bench:
         source in the page cache; each round n times cp (arguments ``cp(destination)``) to
         the fresh destination ``cp_dest.n``, then, after ``prepare(n)`` (untimed), the API
         transfer ``api(n)``, whose result ``verify(n)`` checks."""
-        warm = self.local / f"{cp_dest}.warm-up"
-        self.trash.append(warm)
-        run_cp(*cp(warm))
-        cp_times, api_times = [], []
-        for n in range(1, self.repeat + 1):
-            dest = self.local / f"{cp_dest}.{n}"
+
+        def copy(dest: Path) -> None:
             self.trash.append(dest)
-            cp_times.append(self.timed(lambda d=dest: run_cp(*cp(d)), size))
-            prepare(n)
-            api_times.append(self.timed(lambda n=n: api(n), size))
-            verify(n)
-            log(f"{label} #{n}: cp {cp_times[-1]:.3f} s, API {api_times[-1]:.3f} s (verified)")
-        return min(cp_times), min(api_times)
+            run_cp(*cp(dest))
+
+        cp_s, api_s = self.rounds(
+            label, size, lambda: copy(self.local / f"{cp_dest}.warm-up"),
+            [Side("cp", lambda n: copy(self.local / f"{cp_dest}.{n}")),
+             Side("API", api, verify, prepare)])
+        return cp_s, api_s
 
     def warm_up(self) -> None:
         """One small upload and download: logs in, and imports what the first request would."""
@@ -659,14 +799,20 @@ class Bench:
         self.emit(Figure("upload", f"{len(chosen)} x 4 KiB", "files/s", len(chosen) / api_s,
                          len(chosen) / cp_s, "secondary: one PUT per file, no target", None))
 
-    def large_file(self, size_mib: int) -> None:
+    def random_source(self, name: str, size_mib: int,
+                      note: str = "") -> tuple[int, str, Path, str]:
+        """A file of ``size_mib`` random MiB, ``name.bin`` in the local directory (removed with
+        the phase): its size, its label ("1 GiB file"), its path and its SHA-256."""
         size = size_mib << 20
         what = f"{mib_label(size_mib)} file"
-        name = f"large-{size_mib}M"
         source = self.local / f"{name}.bin"
         self.trash.append(source)
-        log(f"writing {what}")
-        digest = write_random_file(source, size)
+        log(f"writing {what}{note}")
+        return size, what, source, write_random_file(source, size)
+
+    def large_file(self, size_mib: int) -> None:
+        name = f"large-{size_mib}M"
+        size, what, source, digest = self.random_source(name, size_mib)
 
         def upload(n: int) -> None:
             self.trash.append(f"{name}.{n}.bin")
@@ -690,6 +836,60 @@ class Bench:
             verify=lambda n: expect_file(self.local / f"{name}.back.{n}", size, digest,
                                          f"download of the {what}"))
         self.emit(self.large_figure("download", what, size, cp_s, api_s))
+
+    def commands(self, size_mib: int) -> None:
+        """What users run, as whole processes: ``paddlectl cp`` of one file up, beside ``cp``
+        and beside nginx's WebDAV PUT with ``curl -T`` (the HTTP upload a web server makes
+        here); and down, beside ``cp``. Each includes the command's start, its login from
+        the token cache and its own checks."""
+        name = f"command-{size_mib}M"
+        size, what, source, digest = self.random_source(name, size_mib, " (whole commands)")
+        cli = Paddlectl(self.portal.tmp, self.portal.base, self.portal.password)
+        cli("ls", HOME)  # logs in: the token is cached, as after a user's first command
+        nginx_root = self.local / "nginx-root"
+        self.trash += [self.local / "nginx", nginx_root]
+
+        def copy(source: Path, dest: Path) -> None:
+            self.trash.append(dest)
+            run_cp(str(source), str(dest))
+
+        def stored(n: int) -> None:
+            self.trash.append(f"{name}.{n}.bin")
+            expect_file(self.portal.home / f"{name}.{n}.bin", size, digest,
+                        f"paddlectl cp of the {what} up")
+
+        with Nginx(self.local / "nginx", nginx_root) as nginx:
+            cp_s, nginx_s, cli_s = self.rounds(
+                f"upload {what}, whole commands", size,
+                lambda: copy(source, self.local / f"{name}.warm-up"),
+                [Side("cp", lambda n: copy(source, self.local / f"{name}.cp.{n}")),
+                 Side("nginx PUT", lambda n: nginx.put(source, f"{name}.{n}.bin"),
+                      lambda n: expect_file(nginx_root / f"{name}.{n}.bin", size, digest,
+                                            f"nginx PUT of the {what}")),
+                 Side("paddlectl cp", lambda n: cli("cp", str(source), f"{HOME}/{name}.{n}.bin"),
+                      stored)])
+        what = f"{what}, command"
+        cli_rate = size / cli_s / 1e6
+        nginx_rate = size / nginx_s / 1e6
+        self.emit(Figure("upload", what, "MB/s", cli_rate, nginx_rate,
+                         f"target >= {COMMAND_UP_TARGET:.2f} of nginx PUT",
+                         cli_rate / nginx_rate >= COMMAND_UP_TARGET, peer="nginx PUT"))
+        self.emit(Figure("upload", what, "MB/s", cli_rate, size / cp_s / 1e6,
+                         "beside cp: no target", None))
+
+        remote = self.portal.home / f"{name}.1.bin"
+        back = self.local / f"{name}.back"
+        cp_s, cli_s = self.rounds(
+            f"download {what}", size, lambda: copy(remote, self.local / f"{name}.back.warm-up"),
+            [Side("cp", lambda n: copy(remote, self.local / f"{name}.back.cp.{n}")),
+             Side("paddlectl cp", lambda n: cli("cp", f"{HOME}/{name}.1.bin", f"{back}.{n}"),
+                  lambda n: expect_file(Path(f"{back}.{n}"), size, digest,
+                                        f"paddlectl cp of the {what} down"),
+                  lambda n: self.trash.append(Path(f"{back}.{n}")))])
+        cli_rate, cp_rate = size / cli_s / 1e6, size / cp_s / 1e6
+        self.emit(Figure("download", what, "MB/s", cli_rate, cp_rate,
+                         f"target >= {COMMAND_DOWN_TARGET:.2f}",
+                         cli_rate / cp_rate >= COMMAND_DOWN_TARGET))
 
     @staticmethod
     def large_figure(direction: str, what: str, size: int, cp_s: float, api_s: float) -> Figure:
@@ -727,6 +927,18 @@ def positive(text: str) -> int:
     return value
 
 
+PHASES = ("small", "large", "commands")
+
+
+def phase_list(text: str) -> tuple[str, ...]:
+    chosen = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in chosen if name not in PHASES]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of "
+                                         f"{', '.join(PHASES)}")
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="PFS upload/download through the API on a fresh embedded portal, beside cp.")
@@ -748,6 +960,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client", choices=["auto", "paddlectl", "requests"], default="auto",
                         help="measure through paddlectl.transfer or requests directly (default "
                              "auto: paddlectl when usable)")
+    parser.add_argument("--phases", type=phase_list, default=PHASES,
+                        help=f"which phases, comma-separated (default {','.join(PHASES)}): "
+                             "small files, the two large files in-process, whole commands")
     args = parser.parse_args(argv)
     small_mib = max(1, args.size_mib // 4)
 
@@ -781,9 +996,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"small files: {args.files} x 4 KiB in directories of {FILES_PER_DIR}, sent and "
               f"fetched as one tar stream (cp -r)", flush=True)
         bench.warm_up()
-        bench.phase("small files", lambda: bench.small_files(args.files))
-        for size_mib in dict.fromkeys([small_mib, args.size_mib]):
-            bench.phase(f"{mib_label(size_mib)} file", lambda s=size_mib: bench.large_file(s))
+        if "small" in args.phases:
+            bench.phase("small files", lambda: bench.small_files(args.files))
+        if "large" in args.phases:
+            for size_mib in dict.fromkeys([small_mib, args.size_mib]):
+                bench.phase(f"{mib_label(size_mib)} file",
+                            lambda s=size_mib: bench.large_file(s))
+        if "commands" in args.phases:
+            bench.phase("commands", lambda: bench.commands(args.size_mib))
         lines, memory_ok = bench.memory_lines(small_mib, args.size_mib)
         for line in lines:
             print(line, flush=True)

@@ -47,14 +47,14 @@ http = MasterApp(PfsTransferApp(django_asgi_app))
 
 
 async def lifespan(scope, receive, send):
-    """The server's start and stop: at the stop, the master's threads close their database
-    connections."""
+    """The server's start and stop: at the stop, the database threads of the apps before
+    Django (the master's, the PFS transfers') close their connections."""
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
-            await asyncio.to_thread(http.threads.stop)
+            await asyncio.to_thread(http.stop)
             await send({"type": "lifespan.shutdown.complete"})
             return
 

@@ -11,16 +11,22 @@ one shape — and hands everything else to Django.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import queue
+import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 
 from asgiref.sync import sync_to_async
 from django.core import signals
+from django.db import connection
 
 from paddlecloud.errors import LengthRequiredError, ValidationError, render_error
 from paddlecloud.security import asgi_request, https_redirect, security_headers
 
 BUFFER = 1 << 20
+IDLE_CHECK_SECONDS = 30  # a kept database connection idle longer is checked before use
 
 
 class ClientGone(Exception):
@@ -121,6 +127,78 @@ def _with_headers(send, headers: dict[str, str]):
     return sending
 
 
+def _settle(future: asyncio.Future, result, error: BaseException | None) -> None:
+    if not future.done():  # the client went away: nobody waits for it
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+
+class DatabaseThreads:
+    """Threads that run blocking database work for coroutines, each with its own connection
+    kept from call to call; started at the first call, stopped (connections closed) by
+    ``stop``.
+
+    Django's ASGI handler runs each request's database work on a thread of its own, which
+    must open a connection and close it at the end (SQLite: the file opened, its WAL
+    checkpointed and removed, every request). Work given to these threads pays only for its
+    statements. A connection that saw an error, or sat idle a while, is checked first."""
+
+    def __init__(self, size: int, name: str):
+        self.size, self.name = size, name
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    async def run(self, function, *args, **kwargs):
+        """``function(*args, **kwargs)`` on one of the threads; its result."""
+        if kwargs:
+            function = functools.partial(function, **kwargs)
+        if len(self._threads) < self.size:
+            self._start()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._calls.put((function, args, loop, future))
+        return await future
+
+    def _start(self) -> None:
+        with self._lock:
+            while len(self._threads) < self.size:
+                thread = threading.Thread(target=self._serve, daemon=True,
+                                          name=f"{self.name}-{len(self._threads)}")
+                thread.start()
+                self._threads.append(thread)
+
+    def _serve(self) -> None:
+        used = time.monotonic()
+        try:
+            while (call := self._calls.get()) is not None:
+                function, args, loop, future = call
+                if connection.connection is not None and (
+                        connection.errors_occurred
+                        or time.monotonic() - used > IDLE_CHECK_SECONDS):
+                    connection.close_if_unusable_or_obsolete()
+                    connection.close_if_health_check_failed()
+                result, error = None, None
+                try:
+                    result = function(*args)
+                except BaseException as exc:  # the caller's to raise
+                    error = exc
+                used = time.monotonic()
+                loop.call_soon_threadsafe(_settle, future, result, error)
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        with self._lock:
+            threads, self._threads = self._threads, []
+            for _ in threads:
+                self._calls.put(None)
+        for thread in threads:
+            thread.join()
+
+
 Handler = Callable[[Exchange], Awaitable[None]]
 
 
@@ -129,6 +207,7 @@ class BeforeDjango:
     else goes on to ``app`` (Django)."""
 
     exchange_class: type[Exchange] = Exchange
+    threads: DatabaseThreads | None = None  # the database threads of a subclass that has them
     # Send Django's request_started/request_finished around each answer (on Django's database
     # thread): what closes the request's database connections. A subclass whose handlers keep
     # connections of their own, on threads of their own, turns it off.
@@ -139,6 +218,15 @@ class BeforeDjango:
 
     def route(self, scope) -> Handler | None:
         raise NotImplementedError
+
+    def stop(self) -> None:
+        """At the server's stop: stop the database threads (closing their connections) of
+        this app and of the apps it wraps."""
+        if self.threads is not None:
+            self.threads.stop()
+        inner = getattr(self.app, "stop", None)
+        if callable(inner):
+            inner()
 
     def error_body(self, exc: Exception, body: dict) -> dict:
         """The error answer's body for ``exc`` (a subclass may add to it)."""

@@ -17,7 +17,8 @@ import stat
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sized
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -83,8 +84,57 @@ class Window:
         return data
 
     def __iter__(self) -> Iterator[bytes]:
-        while block := self.read(BLOCK):
-            yield block
+        """The bytes in blocks of up to ``BLOCK``, read into one buffer used again and again.
+
+        Each block is hashed on a helper thread while the caller sends it (SHA-256 lets go of
+        the interpreter lock, as does sending), so hashing costs no time of its own on a
+        machine with a second core. A block is valid until the next one is asked for.
+        """
+        buffer = memoryview(bytearray(min(BLOCK, self.left)))
+        with _helper() as helper:
+            while self.left:
+                got = self.file.readinto(buffer[:min(len(buffer), self.left)])
+                if not got:
+                    raise PaddlectlError("the local file shrank while it was being sent")
+                block = buffer[:got]
+                hashing = None
+                if self.running is not None:
+                    hashing = helper.submit(self.running.feed, self.position, block)
+                try:
+                    yield block
+                finally:
+                    if hashing is not None:
+                        hashing.result()
+                self.position += got
+                self.left -= got
+                self.progress.update(got)
+
+    def body(self) -> Sized:
+        """This window as ``requests`` sends it best: an iterable of large blocks with a
+        length (so ``Content-Length``, not chunks). With ``read``, urllib3 would read it
+        16 KiB at a time."""
+        return _Body(self)
+
+
+class _Body:
+    def __init__(self, window: Window):
+        self.window = window
+
+    def __len__(self) -> int:
+        return len(self.window)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.window)
+
+
+@contextlib.contextmanager
+def _helper() -> Iterator[ThreadPoolExecutor]:
+    """One helper thread, stopped when the block ends (whatever ended it)."""
+    executor = ThreadPoolExecutor(1, thread_name_prefix="paddlectl-hash")
+    try:
+        yield executor
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
 class HashingWriter(io.RawIOBase):
@@ -181,10 +231,19 @@ def build_tar(root: Path, out: BinaryIO, warn: Warn) -> tuple[str, int]:
                     continue
                 if stat.S_ISDIR(mode):
                     kept.append(name)
-                tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False)
+                tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False,
+                        filter=_whole_seconds)
             dirs[:] = kept
     out.seek(0)
     return writer.hash.hexdigest(), writer.size
+
+
+def _whole_seconds(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    """A member's time in whole seconds, as the server's archives have it: a fractional one
+    (``st_mtime`` is a float) costs every member a PAX header of its own (a second 512-byte
+    block and its record, to build and to parse), and the server does not keep it."""
+    member.mtime = int(member.mtime)
+    return member
 
 
 def _upload(client: ApiClient, file: BinaryIO, size: int, digest: str | None, remote: str,
@@ -196,7 +255,7 @@ def _upload(client: ApiClient, file: BinaryIO, size: int, digest: str | None, re
     headers = {"X-Checksum-Sha256": digest,
                "Content-Type": TAR if kind == "tar" else "application/octet-stream"}
     return client.call("PUT", CONTENT, params=params, headers=headers, transfer=True,
-                       body=lambda: Window(file, 0, size, progress))
+                       body=lambda: Window(file, 0, size, progress).body())
 
 
 def _upload_chunked(client: ApiClient, file: BinaryIO, size: int, digest: str | None,
@@ -227,7 +286,7 @@ def _upload_chunked(client: ApiClient, file: BinaryIO, size: int, digest: str | 
                 result = client.call(
                     "PATCH", url, headers=headers, transfer=True,
                     body=lambda start=offset, length=length: Window(
-                        file, start, length, progress, running))
+                        file, start, length, progress, running).body())
             except (NetworkError, ApiError) as exc:
                 if isinstance(exc, ApiError) and exc.code not in RESYNC:
                     raise

@@ -16,12 +16,13 @@ authentication, the checks and the error answers are the API's own (same functio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import mimetypes
 import re
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
@@ -30,7 +31,14 @@ from rest_framework.request import Request
 
 from accounts.authentication import ApiTokenAuthentication
 from accounts.selectors import request_datacenter
-from paddlecloud.before_django import BUFFER, BeforeDjango, ClientGone, Exchange, is_number
+from paddlecloud.before_django import (
+    BUFFER,
+    BeforeDjango,
+    ClientGone,
+    DatabaseThreads,
+    Exchange,
+    is_number,
+)
 from paddlecloud.errors import (
     AuthenticationError,
     ConflictError,
@@ -47,19 +55,7 @@ logger = logging.getLogger(__name__)
 CONTENT_RE = re.compile(r"^/api/v1/pfs/content/?$")
 UPLOAD_RE = re.compile(r"^/api/v1/pfs/uploads/(?P<id>[0-9a-fA-F-]{32,36})/?$")
 
-database = sync_to_async  # thread_sensitive: the one thread Django's database code runs in
-
-
-def _on_database():
-    """For work done on a worker thread: run one database step on the database thread (and
-    wait for it), so that only those steps, never the long file work, hold that thread."""
-    loop = asyncio.get_running_loop()
-
-    def run(function, *args, **kwargs):
-        return asyncio.run_coroutine_threadsafe(
-            database(function)(*args, **kwargs), loop).result()
-
-    return run
+DATABASE_THREADS = 2  # threads for the transfers' database steps, each keeping its connection
 
 
 def _authenticate(scope):
@@ -114,18 +110,20 @@ class _Exchange(Exchange):
 
 
 class _Writer:
-    """Writes pieces to an upload on a worker thread, a few pieces behind the receiver."""
+    """Writes pieces to an upload on a worker thread, a few pieces behind the receiver; each
+    piece's SHA-256 is computed on a second thread while it is written."""
 
     DEPTH = 4
 
     def __init__(self, upload):
         self.upload = upload
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=self.DEPTH)
+        self.hashing = ThreadPoolExecutor(1, thread_name_prefix="pfs-hash")
         self.task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
         while (piece := await self.queue.get()) is not None:
-            await asyncio.to_thread(self.upload.write, piece)
+            await asyncio.to_thread(self.upload.write, piece, self.hashing)
 
     async def put(self, piece: bytes | None) -> None:
         """Queue a piece, waiting for room; a failed write is raised here."""
@@ -139,19 +137,41 @@ class _Writer:
 
     async def close(self) -> None:
         """Wait until everything queued is written."""
-        if not self.task.done():
-            await self.put(None)
-        await self.task
+        try:
+            if not self.task.done():
+                await self.put(None)
+            await self.task
+        finally:
+            await asyncio.to_thread(self.hashing.shutdown)
 
 
 class PfsTransferApp(BeforeDjango):
     """ASGI middleware: the PFS byte streams here, everything else to ``app``."""
 
     exchange_class = _Exchange
+    # The database steps run on threads of this app's own, each keeping its connection from
+    # request to request (one PUT per file pays for its statements, not for a connection).
+    request_signals = False
 
     def __init__(self, app):
         super().__init__(app)
         self._busy: set[str] = set()
+        self.threads = DatabaseThreads(DATABASE_THREADS, "pfs-db")
+
+    def database(self, function, *args, **kwargs):
+        """``function(*args, **kwargs)`` on a database thread (awaitable)."""
+        return self.threads.run(function, *args, **kwargs)
+
+    def _on_database(self):
+        """For work done on a worker thread: run one database step on a database thread (and
+        wait for it), so that only those steps, never the long file work, hold that thread."""
+        loop = asyncio.get_running_loop()
+
+        def run(function, *args, **kwargs):
+            return asyncio.run_coroutine_threadsafe(
+                self.threads.run(function, *args, **kwargs), loop).result()
+
+        return run
 
     def error_body(self, exc: Exception, body: dict) -> dict:
         if isinstance(exc, ConflictError) and hasattr(exc, "offset"):
@@ -176,13 +196,14 @@ class PfsTransferApp(BeforeDjango):
     # -- uploads ----------------------------------------------------------------------------
 
     async def put(self, exchange: _Exchange):
-        request, user, datacenter = await database(_authenticate)(exchange.scope)
+        request, user, datacenter = await self.database(_authenticate, exchange.scope)
         query = request.GET
         size = exchange.length()
         kind = "tar" if (exchange.header("content-type") or "").startswith(
             "application/x-tar") else "file"
-        session = await database(services.upload_prepare)(
-            user, datacenter, path=query.get("path", ""), size=size, kind=kind,
+        session = await self.database(
+            services.upload_prepare, user, datacenter, path=query.get("path", ""), size=size,
+            kind=kind,
             sha256=exchange.header("x-checksum-sha256") or query.get("sha256", ""),
             overwrite=query_flag(request, "overwrite", default=True),
             parents=query_flag(request, "parents"))
@@ -196,16 +217,16 @@ class PfsTransferApp(BeforeDjango):
                     code="incomplete")
         except BaseException:
             await asyncio.to_thread(services.upload_discard, session, upload,
-                                    database=_on_database())
+                                    database=self._on_database())
             raise
         result = await asyncio.to_thread(services.upload_complete, session, upload,
-                                         database=_on_database())
+                                         database=self._on_database())
         await exchange.json(201, result.get("entry") or result)
 
     async def patch(self, exchange: _Exchange):
         upload_id = UPLOAD_RE.match(exchange.scope["path"])["id"]
-        _request, user, datacenter = await database(_authenticate)(exchange.scope)
-        session = await database(services.upload_get)(user, datacenter, upload_id)
+        _request, user, datacenter = await self.database(_authenticate, exchange.scope)
+        session = await self.database(services.upload_get, user, datacenter, upload_id)
         offset_text = exchange.header("upload-offset")
         if not is_number(offset_text):
             raise ValidationError.for_field(
@@ -244,17 +265,20 @@ class PfsTransferApp(BeforeDjango):
                     error.offset = upload.offset
                     raise error
                 await exchange.body_into(upload, session.size - offset)
+                await asyncio.to_thread(upload.pause)  # offset: only bytes stored or held
             except BaseException:
-                await database(services.upload_progress)(session, upload.offset)
+                with contextlib.suppress(Exception):  # raised already, if it failed
+                    await asyncio.to_thread(upload.pause)
+                await self.database(services.upload_progress, session, upload.offset)
                 services.upload_park(session, upload)
                 raise
-            await database(services.upload_progress)(session, upload.offset)
+            await self.database(services.upload_progress, session, upload.offset)
             if upload.offset < session.size:
                 services.upload_park(session, upload)
                 await exchange.json(200, {"id": key, "offset": upload.offset})
                 return
             result = await asyncio.to_thread(services.upload_complete, session, upload,
-                                             database=_on_database())
+                                             database=self._on_database())
             await exchange.json(201, {"id": key, "offset": upload.offset, "complete": True,
                                       **result})
         finally:
@@ -263,10 +287,10 @@ class PfsTransferApp(BeforeDjango):
     # -- downloads --------------------------------------------------------------------------
 
     async def download(self, exchange: _Exchange):
-        request, user, datacenter = await database(_authenticate)(exchange.scope)
+        request, user, datacenter = await self.database(_authenticate, exchange.scope)
         head = exchange.scope["method"] == "HEAD"
-        target, entry = await database(services.pfs_stat)(
-            user, datacenter, request.GET.get("path", ""), follow=True)
+        target, entry = await self.database(
+            services.pfs_stat, user, datacenter, request.GET.get("path", ""), follow=True)
         storage, rel = target.storage, target.rel
         name = rel[-1] if rel else target.path.area_label.rsplit("/", 1)[-1]
         if entry.type == "dir":

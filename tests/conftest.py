@@ -412,13 +412,15 @@ def live_portal(transactional_db, settings, tmp_path):
     home.mkdir(parents=True)
 
     from paddlecloud.asgi import application, http
+    from paddlecloud.serving import BulkBodyHttpToolsProtocol
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     settings.PADDLECLOUD_PORTAL_URL = f"http://127.0.0.1:{port}"  # where local replicas reach it
     server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port,
-                                           lifespan="on", log_level="warning"))
+                                           lifespan="on", log_level="warning",
+                                           http=BulkBodyHttpToolsProtocol))  # as runportal
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -431,7 +433,7 @@ def live_portal(transactional_db, settings, tmp_path):
     if thread.is_alive():  # a WebSocket still open (a browser page outlives the portal)
         server.force_exit = True
         thread.join(5)
-    http.threads.stop()  # the lifespan's stop does it, unless the exit was forced
+    http.stop()  # the lifespan's stop does it, unless the exit was forced
     # The channel layer remembers the event loop its receives run on; one left on this
     # server's loop would make every consumer of the next live portal fail ("Two event loops
     # are trying to receive() on one channel layer at once!"). The next portal gets a new one.

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass
 
 from paddlecloud.errors import (
@@ -68,9 +69,19 @@ class Upload(ABC):
         self.offset = offset
         self.hasher = hasher or hashlib.sha256()
 
-    def write(self, data: bytes) -> None:
-        self._write(data)
-        self.hasher.update(data)
+    def write(self, data: bytes, hashing: Executor | None = None) -> None:
+        """Store ``data`` after the bytes received so far. With ``hashing`` (an executor of
+        one thread), its SHA-256 is computed there while the bytes are stored: both let go
+        of the interpreter lock, so on two cores they take the time of the longer one."""
+        if hashing is None:
+            self._write(data)
+            self.hasher.update(data)
+        else:
+            hashed = hashing.submit(self.hasher.update, data)
+            try:
+                self._write(data)
+            finally:
+                hashed.result()
         self.offset += len(data)
 
     @property
@@ -94,6 +105,11 @@ class Upload(ABC):
     @abstractmethod
     def abort(self) -> None:
         """Throw the received bytes away; the target is left as it was."""
+
+    def pause(self) -> None:  # noqa: B027 - optional: most uploads have nothing in flight
+        """Between two requests of a resumable upload: wait for what is still being stored
+        (an S3 upload's parts in flight) and let go of the threads doing it. A failure is
+        raised here, with ``offset`` moved back to what is stored. More bytes may follow."""
 
     def close(self) -> None:  # noqa: B027 - optional: most uploads hold nothing open
         """Release what the upload holds open; the received bytes stay for a later resume."""

@@ -21,6 +21,7 @@ import os
 import shutil
 import stat as stat_mod
 from collections.abc import Iterator
+from concurrent.futures import Executor
 from pathlib import Path
 
 from paddlecloud.errors import ForbiddenError, ValidationError
@@ -422,9 +423,9 @@ class _PosixUpload(Upload):
                 position += len(data)
             self._hashed = True
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, hashing: Executor | None = None) -> None:
         self._rehash()
-        super().write(data)
+        super().write(data, hashing)
 
     def finish(self) -> str:
         self._rehash()

@@ -12,7 +12,9 @@ are no links.
 
 Uploads are S3 multipart uploads to a hidden temporary key beside the target,
 ``<parent>/<TEMP_PREFIX><upload_id>``. Received bytes are buffered and sent as parts of
-``PART_SIZE`` (S3 wants at least 5 MiB for every part but the last). ``Upload.close()`` saves
+``PART_SIZE`` (S3 wants at least 5 MiB for every part but the last), ``PARTS_IN_FLIGHT`` at a
+time on threads of the upload's own while more bytes come; ``Upload.pause()``, between two
+requests, waits until they are in S3. ``Upload.close()`` saves
 the buffered tail as the hidden object ``<temporary key>.tail``, so a resumed upload continues
 after every byte received before ``close()``. After a crash (no ``close()``) only the bytes in
 uploaded parts survive: a resumed upload's ``offset`` says how many, and the client re-sends
@@ -24,8 +26,17 @@ check the digest, then ``commit()`` (or ``abort()``).
 from __future__ import annotations
 
 import hashlib
+import itertools
+import logging
+from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import (
+    ALL_COMPLETED,
+    FIRST_COMPLETED,
+    Future,
+    ThreadPoolExecutor,
+    wait,
+)
 
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
@@ -38,9 +49,14 @@ from .base import CHUNK, TEMP_PREFIX, Entry, Rel, Storage, Upload
 
 MiB = 1 << 20
 PART_SIZE = 8 * MiB  # bytes per multipart part (S3: at least 5 MiB except the last)
+READ_RANGE = 8 * MiB  # a larger read is made of ranged GETs of this size ...
+READ_AHEAD = 3  # ... this many in flight (at most READ_RANGE * (READ_AHEAD + 1) held)
 PARTS_PER_SIZE = 1000  # parts n*1000+1 ... (n+1)*1000 are (n+1) * PART_SIZE: up to ~430 GiB
+PARTS_IN_FLIGHT = 4  # parts of one upload being sent at once (each on a thread of its own)
 DELETE_BATCH = 1000  # the most keys DeleteObjects takes
 _MISSING = {"404", "NoSuchKey", "NotFound"}
+
+logger = logging.getLogger(__name__)
 
 
 def _missing(exc: ClientError) -> bool:
@@ -258,12 +274,49 @@ class S3Storage(Storage):
         return self._stream(self._key(rel), start, end, head["ETag"])
 
     def _stream(self, key: str, start: int, end: int, etag: str) -> Iterator[bytes]:
+        if end - start <= READ_RANGE:
+            body = self.client.get_object(Bucket=self.bucket, Key=key, IfMatch=etag,
+                                          Range=f"bytes={start}-{end - 1}")["Body"]
+            try:
+                yield from body.iter_chunks(CHUNK)
+            finally:
+                body.close()
+            return
+        # Larger: ranged GETs of READ_RANGE, READ_AHEAD of them in flight on threads of
+        # their own while the bytes of the first are sent, so the store's latency and each
+        # connection's speed do not add up range after range. Each GET asks for the ETag seen
+        # at the start: an object replaced meanwhile fails the download, never mixes versions.
+        ranges = iter(range(start, end, READ_RANGE))
+        with ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="pfs-s3-read") as pool:
+            def fetch(first: int):
+                return pool.submit(self._range, key, first, min(first + READ_RANGE, end), etag)
+
+            pending = deque(fetch(first) for first in itertools.islice(ranges, READ_AHEAD))
+            try:
+                while pending:
+                    data = pending.popleft().result()
+                    following = next(ranges, None)
+                    if following is not None:
+                        pending.append(fetch(following))
+                    view = memoryview(data)
+                    for offset in range(0, len(data), CHUNK):
+                        yield bytes(view[offset:offset + CHUNK])
+            finally:
+                for future in pending:
+                    future.cancel()
+
+    def _range(self, key: str, start: int, end: int, etag: str) -> bytes:
+        """The bytes ``[start, end)`` of ``key`` at ``etag``, whole."""
         body = self.client.get_object(Bucket=self.bucket, Key=key, IfMatch=etag,
                                       Range=f"bytes={start}-{end - 1}")["Body"]
         try:
-            yield from body.iter_chunks(CHUNK)
+            data = body.read()
         finally:
             body.close()
+        if len(data) != end - start:
+            raise RuntimeError(f"{key}: {len(data)} bytes in S3 at {start}, "
+                               f"{end - start} asked for")
+        return data
 
     def usage(self) -> int:
         """Bytes of every object of the area but markers and upload temporaries (uploads in
@@ -416,7 +469,10 @@ class S3Upload(Upload):
         self._done = False  # committed or aborted
         self._digest: str | None = None
         self._tail_saved = False
+        self._sending: dict[int, Future] = {}  # part uploads in flight, by part number
+        self._pool: ThreadPoolExecutor | None = None
         self._resume()
+        self._numbered = len(self._parts)  # part numbers given out (sent or being sent)
         # hashlib's state cannot be restored: bytes received before a resume are hashed by
         # reading the temporary object back in finish().
         self._hash_complete = self.offset == 0
@@ -462,7 +518,7 @@ class S3Upload(Upload):
             self._client.delete_object(Bucket=self._bucket, Key=self.tail_key)
 
     def _part_size(self) -> int:
-        return PART_SIZE * (1 + len(self._parts) // PARTS_PER_SIZE)
+        return PART_SIZE * (1 + self._numbered // PARTS_PER_SIZE)
 
     def _write(self, data: bytes) -> None:
         if self._finished or self._done:
@@ -474,18 +530,82 @@ class S3Upload(Upload):
             self._send_part(self._part_size())
 
     def _send_part(self, size: int) -> None:
+        """Send the next ``size`` buffered bytes as the next part, on a thread of the upload's
+        own, while more bytes come; with PARTS_IN_FLIGHT parts in flight, wait for one."""
         if self._mpu is None:
             self._mpu = self._client.create_multipart_upload(
                 Bucket=self._bucket, Key=self.temp_key)["UploadId"]
-        number = len(self._parts) + 1
+        self._numbered += 1
         body = bytes(self._buffer[:size])
-        answer = self._client.upload_part(Bucket=self._bucket, Key=self.temp_key,
-                                          UploadId=self._mpu, PartNumber=number, Body=body)
-        self._parts.append({"PartNumber": number, "ETag": answer["ETag"], "Size": len(body)})
         del self._buffer[:size]
-        if self._tail_saved:  # stale now (its next-part no longer matches): tidy it up
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="pfs-s3-part")
+        self._sending[self._numbered] = self._pool.submit(
+            self._upload_part, self._mpu, self._numbered, body)
+        if len(self._sending) >= PARTS_IN_FLIGHT:
+            self._settle(everything=False)
+
+    def _upload_part(self, mpu: str, number: int, body: bytes) -> dict:
+        answer = self.storage.client.upload_part(Bucket=self._bucket, Key=self.temp_key,
+                                                 UploadId=mpu, PartNumber=number, Body=body)
+        return {"PartNumber": number, "ETag": answer["ETag"], "Size": len(body)}
+
+    def _settle(self, *, everything: bool = True) -> None:
+        """Take in the parts sent (waiting for one, or with ``everything`` for all). A part
+        that failed rewinds the upload to its parts in S3 without a gap (``offset`` says
+        where the client goes on from) and is raised."""
+        if not self._sending:
+            return
+        wait(self._sending.values(), return_when=ALL_COMPLETED if everything
+             else FIRST_COMPLETED)
+        failure = None
+        for number, future in list(self._sending.items()):
+            if future.done():
+                del self._sending[number]
+                try:
+                    self._parts.append(future.result())
+                except Exception as exc:  # raised below, after the rewind
+                    failure = failure or exc
+        self._parts.sort(key=lambda part: part["PartNumber"])
+        if failure is not None:
+            self._rewind()
+            raise failure
+        if self._tail_saved and self._parts:  # stale now (its next-part no longer matches)
             self._client.delete_object(Bucket=self._bucket, Key=self.tail_key)
             self._tail_saved = False
+
+    def _rewind(self) -> None:
+        """After a part failed: back to the parts in S3 from the first without a gap. The
+        later ones are sent again (S3 replaces a part sent again under its number)."""
+        wait(self._sending.values())
+        for future in self._sending.values():
+            if future.exception() is None:
+                self._parts.append(future.result())
+        self._sending.clear()
+        kept = []
+        for part in sorted(self._parts, key=lambda part: part["PartNumber"]):
+            if part["PartNumber"] != len(kept) + 1:
+                break
+            kept.append(part)
+        self._parts, self._numbered = kept, len(kept)
+        self.offset = sum(part["Size"] for part in kept)
+        self._buffer = bytearray()
+        self._hash_complete = False  # the bytes after the gap went into the hash
+        if self._tail_saved:
+            self._client.delete_object(Bucket=self._bucket, Key=self.tail_key)
+            self._tail_saved = False
+
+    def pause(self) -> None:
+        """Between two requests: every part sent is in S3, and no thread is left waiting."""
+        try:
+            self._settle()
+        finally:
+            self._stop_pool()
+
+    def _stop_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     @property
     def sha256(self) -> str:
@@ -500,9 +620,11 @@ class S3Upload(Upload):
         if self._digest is not None:
             return self._digest
         if not self._finished:
+            self._settle()
             if self._parts:
                 if self._buffer:
                     self._send_part(len(self._buffer))
+                self.pause()
                 self._client.complete_multipart_upload(
                     Bucket=self._bucket, Key=self.temp_key, UploadId=self._mpu,
                     MultipartUpload={"Parts": [{"PartNumber": part["PartNumber"],
@@ -541,6 +663,9 @@ class S3Upload(Upload):
     def abort(self) -> None:
         if self._done:
             return
+        wait(self._sending.values())  # their parts are dropped with the upload
+        self._sending.clear()
+        self._stop_pool()
         mine = [upload for upload in self.storage._uploads(self.temp_key)
                 if upload["Key"] == self.temp_key]
         self.storage._abort_uploads(mine)
@@ -549,6 +674,10 @@ class S3Upload(Upload):
 
     def close(self) -> None:
         """Keep the buffered bytes (less than a part) in S3 for a later resume."""
+        try:
+            self.pause()  # the parts in flight first: the tail names the part after them
+        except Exception:  # rewound: the client is told the offset S3 has when it resumes
+            logger.warning("a part of the upload %s failed", self.upload_id, exc_info=True)
         if self._finished or self._done or not self._buffer:
             return
         self._client.put_object(

@@ -79,7 +79,7 @@ def test_the_master_threads_close_their_connections_when_stopped(live_portal, jo
         call(live_portal, f"/api/v1/master/{job.uid}/next", json.dumps({"trainer": trainer}),
              master_token(job))
     assert len(master_threads()) == http.threads.size
-    http.threads.stop()
+    http.stop()
     assert master_threads() == []
     deadline = time.monotonic() + 10  # a closed connection's backend takes a moment to exit
     while backends() > before and time.monotonic() < deadline:

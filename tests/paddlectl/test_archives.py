@@ -61,6 +61,26 @@ def link_member(name: str, target: str, kind=tarfile.SYMTYPE) -> tarfile.TarInfo
     return member
 
 
+def test_small_files_cost_one_header_each(tmp_path):
+    """A member's time goes in whole seconds (the server keeps none of it): a fractional one
+    would give every member a PAX header of its own, twice the headers to build, send and
+    parse for a tree of small files."""
+    root = tmp_path / "tree"
+    root.mkdir()
+    for n in range(3):
+        path = root / f"f{n}"
+        path.write_bytes(b"y" * 100)
+        os.utime(path, (1_700_000_000.25, 1_700_000_000.75))
+    out = io.BytesIO()
+    build_tar(root, out, print)
+    with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:
+        members = tar.getmembers()
+        assert [tar.extractfile(m).read() for m in members] == [b"y" * 100] * 3
+    assert [(m.name, m.mtime, m.pax_headers) for m in members] == [
+        (f"f{n}", 1_700_000_000, {}) for n in range(3)]
+    assert [m.offset for m in members] == [0, 1024, 2048]  # a header and a block each
+
+
 @pytest.mark.parametrize("member", [file_member("../evil"), file_member("/tmp/evil"),
                                     file_member("a/../../evil")])
 def test_names_outside_the_destination_are_refused(tmp_path, member):

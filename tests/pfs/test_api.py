@@ -16,16 +16,19 @@ import io
 import os
 import socket
 import tarfile
+import threading
 import time
 import urllib.parse
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from django.db.backends.signals import connection_created
 
 from accounts.models import Quota
 from accounts.services import user_upsert
 from pfs import services
+from pfs.transfer import DATABASE_THREADS
 from tests.conftest import BAD_FLAGS, FLAG_SPELLINGS, PASSWORD
 
 API = "/api/v1/pfs"
@@ -523,6 +526,27 @@ def test_put_then_get_roundtrips_the_bytes(pfs, home):
     assert pfs.put("empty", b"").status_code == 201
     assert pfs.get("empty").content == b""
     assert on_disk(home) == {"blob.bin": data, "empty": b""}  # and no temporary
+
+
+def test_puts_one_after_another_keep_their_database_connections(pfs, home):
+    """One PUT per file pays for its statements, not for a database connection each (an
+    SQLite file opened, its WAL checkpointed and removed, every request): the transfers'
+    database threads keep their connections from request to request."""
+    opened: list[str] = []
+
+    def count(sender, connection, **kwargs):
+        opened.append(threading.current_thread().name)
+
+    connection_created.connect(count)
+    try:
+        for n in range(12):
+            assert pfs.put(f"f{n}.txt", b"x" * n).status_code == 201
+        assert pfs.get("f5.txt").content == b"xxxxx"
+    finally:
+        connection_created.disconnect(count)
+
+    assert len(opened) <= DATABASE_THREADS, opened
+    assert on_disk(home) == {f"f{n}.txt": b"x" * n for n in range(12)}
 
 
 def test_put_replaces_a_file_unless_overwrite_is_off(pfs, home):

@@ -7,12 +7,15 @@ import contextlib
 import hashlib
 import os
 import re
+import threading
 import time
 
 import pytest
+from botocore.exceptions import ClientError
 
 from paddlecloud.errors import PaddleCloudError
 from pfs.storage.base import CHUNK, TEMP_PREFIX
+from pfs.storage.s3 import PART_SIZE, READ_RANGE
 
 from .conftest import LABEL
 
@@ -461,6 +464,7 @@ def test_s3_after_a_crash_an_upload_resumes_after_its_last_part(s3_storage):
     data = random_bytes(9 * MiB + 5)
     first = s3_storage.upload(("f",), "u1")
     first.write(data[:9 * MiB])  # a part of 8 MiB is sent, 1 MiB is buffered
+    first.pause()  # a request ended: the part is in S3
     del first  # the process died: no close()
     resumed = s3_storage.upload(("f",), "u1")
     assert resumed.offset == 8 * MiB  # what the server reports; the client re-sends the rest
@@ -471,6 +475,62 @@ def test_s3_after_a_crash_an_upload_resumes_after_its_last_part(s3_storage):
     assert resumed.sha256 == hashlib.sha256(data).hexdigest()
     resumed.commit()
     assert content(s3_storage, ("f",)) == data
+
+
+def test_s3_a_large_read_comes_in_order_across_its_ranged_gets(s3_storage):
+    data = random_bytes(3 * READ_RANGE + 5)  # four ranged GETs, three ahead of the first
+    s3_storage.write_bytes(("f",), data, "u1")
+    chunks = list(s3_storage.read(("f",)))
+    assert all(0 < len(chunk) <= CHUNK for chunk in chunks)
+    assert b"".join(chunks) == data
+    start, end = READ_RANGE - 7, 2 * READ_RANGE + 9
+    assert b"".join(s3_storage.read(("f",), start, end)) == data[start:end]
+    # A reader that stops early leaves nothing running.
+    reading = s3_storage.read(("f",))
+    assert next(reading) == data[:CHUNK]
+    reading.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("pfs-s3-read")]
+
+
+def test_s3_an_object_replaced_during_a_large_read_fails_it(s3_storage):
+    """A download never mixes two versions of a file: each ranged GET asks for the version
+    the read started with."""
+    s3_storage.write_bytes(("f",), random_bytes(6 * READ_RANGE), "u1")
+    reading = s3_storage.read(("f",))
+    first = next(reading)
+    s3_storage.write_bytes(("f",), random_bytes(6 * READ_RANGE), "u2")
+    with pytest.raises(ClientError, match="PreconditionFailed"):
+        for _chunk in reading:
+            pass
+    assert len(first) == CHUNK
+
+
+def test_s3_parts_sent_side_by_side_make_the_file_across_requests_and_a_resume(s3_storage):
+    """Parts go up several at a time while bytes come; at the end of each request they are
+    all in S3, and a resumed upload goes on after them and the saved tail."""
+    data = random_bytes(4 * PART_SIZE + 3 * MiB + 7)
+    upload = s3_storage.upload(("f",), "u1")
+    for start in range(0, 3 * PART_SIZE, MiB):  # one request: 24 MiB in pieces of 1 MiB
+        upload.write(data[start:start + MiB])
+    upload.pause()
+    assert not part_threads()
+    assert len(s3_storage._parts(upload.temp_key, upload._mpu)) == 3
+    for start in range(3 * PART_SIZE, 3 * PART_SIZE + 5 * MiB, MiB):  # the next, cut off
+        upload.write(data[start:start + MiB])
+    upload.close()  # the server let go of it: its buffered tail is kept in S3
+    assert not part_threads()
+    resumed = s3_storage.upload(("f",), "u1")
+    assert resumed.offset == 3 * PART_SIZE + 5 * MiB
+    for start in range(resumed.offset, len(data), MiB):
+        resumed.write(data[start:start + MiB])
+    assert resumed.finish() == hashlib.sha256(data).hexdigest()
+    resumed.commit()
+    assert content(s3_storage, ("f",)) == data
+    assert not part_threads()
+
+
+def part_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("pfs-s3-part")]
 
 
 def test_s3_a_finished_upload_takes_no_more_bytes(s3_storage):

@@ -13,6 +13,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from accounts.models import Datacenter
 from jobs.backends.local import isolation_notice
+from paddlecloud.serving import BulkBodyHttpToolsProtocol
 from paddlecloud.worker import EmbeddedWorker
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class Command(BaseCommand):
             log_level=settings.LOGGING["root"]["level"].lower(),
             proxy_headers=bool(settings.TRUSTED_PROXIES), access_log=not no_access_log,
             ws_per_message_deflate=settings.PADDLECLOUD_WS_DEFLATE,
+            http=BulkBodyHttpToolsProtocol,
         )
         # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
         # handler that was there before it; ours just lets run() return, so the worker is

@@ -1,0 +1,29 @@
+"""How the portal's HTTP server takes request bodies.
+
+uvicorn's httptools protocol stops reading a connection once 64 KiB of a request body wait for
+the app (``HIGH_WATER_LIMIT``), and reads on when the app asks for more. For a large upload
+that is one pause, one resume and one ``receive`` message per 64 to 256 KiB: on the 2-core
+machine of bench/README.md the event loop spent ~1.9 s of CPU per GiB on it, more than
+hashing or writing the bytes. ``BulkBodyHttpToolsProtocol`` lets up to ``BODY_BUFFER`` wait
+before it pauses, so a busy upload comes in messages of about that size (a few MiB held per
+connection at most, not more with larger files).
+"""
+
+from __future__ import annotations
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+BODY_BUFFER = 2 << 20  # bytes of a request body read ahead of the app, per connection
+
+
+class BulkBodyHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, reading up to ``BODY_BUFFER`` of a body ahead."""
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.cycle
+        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+            return
+        cycle.body += body
+        if len(cycle.body) > BODY_BUFFER:
+            self.flow.pause_reading()
+        cycle.message_event.set()
