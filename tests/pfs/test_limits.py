@@ -307,7 +307,8 @@ def test_the_files_and_quota_pages_show_what_uploads_reserve(pfs_home, alice, da
     files, quota = (html.unescape(browser.get(page).content.decode()).replace("\xa0", " ")
                     for page in ("/files/", "/quota/"))
 
-    assert "5.0 KB reserved by uploads in progress" in files
+    # The same way on both pages.
+    assert "5Ki reserved by uploads in progress" in files
     assert "5Ki reserved by uploads in progress" in quota
 
 
