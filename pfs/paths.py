@@ -15,9 +15,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from paddlecloud.errors import ForbiddenError, NotFoundError, ValidationError
-from paddlecloud_core.layout import PfsPath, PfsPathError, pfs_home, pfs_path_split, pfs_public
+from paddlecloud_core.layout import (
+    OUTPUT_MARKER,
+    PfsPath,
+    PfsPathError,
+    pfs_home,
+    pfs_path_split,
+    pfs_public,
+)
 
-__all__ = ["PfsPath", "pfs_area_root", "pfs_check_access", "pfs_path_parse"]
+__all__ = ["PfsPath", "pfs_area_root", "pfs_check_access", "pfs_path_parse", "pfs_shown"]
+
+
+def pfs_shown(rel: tuple[str, ...]) -> bool:
+    """Whether a listing or a directory's download shows the entry at ``rel``: not the files
+    PaddleCloud keeps for itself (the marker naming the job an output directory is for)."""
+    return not rel or rel[-1] != OUTPUT_MARKER
 
 
 def pfs_path_parse(text: str, *, field: str = "path") -> PfsPath:

@@ -31,7 +31,7 @@ from paddlecloud_core.quantity import format_bytes
 
 from . import tar
 from .models import UploadSession, Usage
-from .paths import PfsPath, pfs_check_access, pfs_path_parse
+from .paths import PfsPath, pfs_check_access, pfs_path_parse, pfs_shown
 from .storage import TEMP_PREFIX, ChecksumError, Entry, Rel, Storage, Upload, storage_for
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -78,7 +78,8 @@ def pfs_list(user, datacenter, text: str, *, recursive: bool = False
     if entry.type != "dir" and not (entry.type == "link" and target.storage.is_dir(target.rel)):
         return target, entry, [entry]
     storage = target.storage
-    entries = list(storage.walk(target.rel) if recursive else storage.listdir(target.rel))
+    entries = [e for e in (storage.walk(target.rel) if recursive else storage.listdir(target.rel))
+               if pfs_shown(e.rel)]
     return target, entry, entries
 
 

@@ -26,6 +26,7 @@ from paddlecloud.errors import NotFoundError, PaddleCloudError, TooLargeError, V
 from paddlecloud_core.layout import MAX_COMPONENT, MAX_PATH
 from paddlecloud_core.quantity import format_bytes
 
+from .paths import pfs_shown
 from .storage import CHUNK, TEMP_PREFIX, Rel, Storage
 
 BLOCK = tarfile.BLOCKSIZE
@@ -243,6 +244,8 @@ def tar_stream(storage: Storage, rel: Rel) -> Iterator[bytes]:
     shrinks while it is sent is padded with zeros, so the stream stays a valid tar.
     """
     for entry in storage.walk(rel):
+        if not pfs_shown(entry.rel):
+            continue
         info = tarfile.TarInfo("/".join(entry.rel[len(rel):]))
         info.mtime = int(entry.mtime)
         info.mode = 0o755 if entry.type == "dir" else 0o644

@@ -1019,9 +1019,14 @@ def test_download_through_links_and_what_is_not_a_file(pfs, home):
 
 def test_a_jobs_output_is_listed_and_downloadable(pfs, home):
     log = b"epoch 1 loss 0.5\nepoch 2 loss 0.25\n"
-    plant(home, {"jobs/j1/output/node_0/train.log": log})
+    plant(home, {"jobs/j1/output/node_0/train.log": log,
+                 "jobs/j1/output/.paddlecloud-job": b"its job's uid"})
 
+    # The marker that tells whose output it is is PaddleCloud's: not listed.
     assert pfs.names("jobs/j1/output", recursive=True) == ["node_0", "node_0/train.log"]
+    assert pfs.names("jobs/j1/output") == ["node_0"]
+    assert pfs.names("jobs/j1", recursive=True) == [
+        "output", "output/node_0", "output/node_0/train.log"]
     assert pfs.get("jobs/j1/output/node_0/train.log").content == log
     assert tar_contents(pfs.get("jobs/j1/output").content) == {
         "node_0": "dir", "node_0/train.log": log}
