@@ -30,7 +30,9 @@ class FlakyProxy:
         self.lock = threading.Lock()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.sockets: list[socket.socket] = []
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
 
     def _accept(self) -> None:
         while True:
@@ -39,9 +41,12 @@ class FlakyProxy:
             except OSError:
                 return
             server = socket.create_connection(self.upstream)
+            self.sockets += [client, server]
             for src, dst, direction in ((client, server, "up"), (server, client, "down")):
-                threading.Thread(target=self._pump, args=(src, dst, direction, (client, server)),
-                                 daemon=True).start()
+                pump = threading.Thread(target=self._pump, daemon=True,
+                                        args=(src, dst, direction, (client, server)))
+                self.threads.append(pump)
+                pump.start()
 
     def _pump(self, src, dst, direction, pair) -> None:
         with contextlib.suppress(OSError):
@@ -60,7 +65,16 @@ class FlakyProxy:
             sock.close()
 
     def close(self) -> None:
+        """Stop accepting and pumping, and wait for every thread (a closed listener alone
+        does not wake an accept blocked in another thread; a shut-down one does)."""
+        for sock in (self.listener, *self.sockets):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         self.listener.close()
+        for thread in self.threads:
+            thread.join(10)
+        for sock in self.sockets:
+            sock.close()
 
 
 @pytest.fixture
