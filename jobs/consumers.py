@@ -18,6 +18,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from accounts.selectors import member_datacenter
+from paddlecloud import metrics as portal_metrics
 from paddlecloud.errors import AuthenticationError, PaddleCloudError
 
 from . import services
@@ -44,6 +45,8 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
         self.tasks: list = []  # cancelled when the socket goes (tasks, Coalescing)
         self.closed = False
         await self.accept()
+        self.counted = True
+        portal_metrics.websocket_opened(type(self).__name__)
         try:
             if not self.scope["user"].is_authenticated:
                 raise AuthenticationError("log in again: your session has ended")
@@ -67,6 +70,9 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code):
         self.closed = True
+        if getattr(self, "counted", False):
+            self.counted = False
+            portal_metrics.websocket_closed(type(self).__name__)
         for task in self.tasks:
             task.cancel()
         for group in self.joined:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, Iterator
 
 from asgiref.sync import sync_to_async
 from django.core import signals
 
+from paddlecloud import metrics
 from paddlecloud.errors import LengthRequiredError, ValidationError, render_error
 from paddlecloud.security import asgi_request, https_redirect, security_headers
 
@@ -67,6 +69,7 @@ class Exchange:
 
     async def start(self, status: int, headers: dict[str, str]) -> None:
         self.started = True
+        self.status = status
         await self.send({"type": "http.response.start", "status": status, "headers": [
             (k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in headers.items()
         ]})
@@ -149,6 +152,7 @@ class BeforeDjango:
         if handler is None:
             await self.app(scope, receive, send)
             return
+        began = time.perf_counter()
         request = asgi_request(scope)
         send = _with_headers(send, security_headers(request))
         exchange = self.exchange_class(scope, receive, send)
@@ -171,3 +175,8 @@ class BeforeDjango:
         finally:
             if self.request_signals:
                 await sync_to_async(signals.request_finished.send)(sender=type(self))
+            # By the handler's name ("pfs.transfer.download"), never the path; a client gone
+            # before any answer: 499, as nginx says.
+            metrics.http_observed(f"{type(self).__module__}.{handler.__name__}",
+                                  scope["method"], getattr(exchange, "status", 499),
+                                  time.perf_counter() - began)
