@@ -45,14 +45,14 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
         self.tasks: list = []  # cancelled when the socket goes (tasks, Coalescing)
         self.closed = False
         await self.accept()
-        self.counted = True
-        portal_metrics.websocket_opened(type(self).__name__)
         try:
             if not self.scope["user"].is_authenticated:
                 raise AuthenticationError("log in again: your session has ended")
             self.query = {k: v[-1] for k, v in
                           parse_qs(self.scope["query_string"].decode("latin-1")).items()}
             await self.open()
+            self.counted = True  # a follower from now until the socket goes
+            portal_metrics.websocket_opened(type(self).__name__)
         except PaddleCloudError as exc:
             await self.refuse(exc)
 
