@@ -326,8 +326,9 @@ class WorkerMetricsServer:
 
 
 def multiprocess_dir_reset(directory: str) -> None:
-    """Empty the multiprocess directory as a worker starts: what a restarted container left
-    there (an emptyDir outlives it) belongs to processes that are gone."""
+    """Empty (or make) the multiprocess directory as a worker starts: what a restarted
+    container left there (an emptyDir outlives it) belongs to processes that are gone."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
     for path in Path(directory).glob("*.db"):
         path.unlink(missing_ok=True)
 
