@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -228,8 +229,6 @@ class MetricsApp:
         if scope["type"] != "http" or scope["path"] != PATH:
             await self.app(scope, receive, send)
             return
-        from asgiref.sync import sync_to_async
-
         started = time.perf_counter()
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", [])}
@@ -249,14 +248,29 @@ class MetricsApp:
 
 class RequestMetricsMiddleware:
     """Django middleware: every request Django answers, by the name of the URL pattern that
-    took it (``api-job``, ``dashboard:jobs``), its method and status."""
+    took it (``api-job``, ``dashboard:jobs``), its method and status. Sync and async alike, so
+    that it adds no switch between the two to a request."""
+
+    sync_capable = True
+    async_capable = True
 
     def __init__(self, get_response):
         self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
 
     def __call__(self, request):
+        if iscoroutinefunction(self):
+            return self._acall(request)
         started = time.perf_counter()
         response = self.get_response(request)
+        http_observed(route_of(request), request.method, response.status_code,
+                      time.perf_counter() - started)
+        return response
+
+    async def _acall(self, request):
+        started = time.perf_counter()
+        response = await self.get_response(request)
         http_observed(route_of(request), request.method, response.status_code,
                       time.perf_counter() - started)
         return response

@@ -196,6 +196,16 @@ def test_api_requests_are_counted_and_timed_by_route_and_errors_by_status(portal
     assert moved(total, route="metrics", method="GET", status="200") >= 1
 
 
+@pytest.mark.django_db
+def test_requests_through_a_synchronous_django_are_counted_alike(token_client):
+    """The middleware runs sync (WSGI, the test client) as it runs async (ASGI, above)."""
+    labels = {"route": "api-job-events", "method": "GET", "status": "404"}
+    name = "paddlecloud_http_requests_total"
+    before = read(metrics.HTTP_REQUESTS, name, **labels)
+    assert token_client.get("/api/v1/jobs/nosuch/events").status_code == 404
+    assert read(metrics.HTTP_REQUESTS, name, **labels) == before + 1
+
+
 def test_requests_answered_before_django_are_counted_by_their_handler(portal):
     """The PFS byte streams and the master's calls skip Django: their handler names them."""
     session = portal.session()
