@@ -1,7 +1,6 @@
 """The jobs as Prometheus sees them, counted from the database when it scrapes (README
-"Metrics"): one GROUP BY over jobs, by datacenter and state. Right in whichever portal process
-answers, however many there are (nothing is counted twice), and as cheap as the ``job_state``
-index makes it.
+"Metrics"): one GROUP BY over datacenters and their jobs, by datacenter and state. Right in
+whichever portal process answers, however many there are (nothing is counted twice).
 
 Registered by ``jobs.apps`` in ``paddlecloud.metrics.DATABASE``, which the portal's ``GET
 /metrics`` serves (and a worker's port does not: the web pods have these).
@@ -17,7 +16,6 @@ from prometheus_client.registry import Collector
 from accounts.models import Datacenter
 from paddlecloud.metrics import DATABASE
 
-from .models import Job
 from .states import JobState
 
 WAITING = (JobState.PENDING, JobState.QUEUED)
@@ -30,12 +28,17 @@ class JobsCollector(Collector):
 
     def collect(self):
         jobs, queue, oldest = self._families()
-        datacenters = Datacenter.objects.values_list("name", flat=True)
-        counts = {(name, state): 0 for name in datacenters for state in JobState.values}
+        counts: dict[tuple[str, str], int] = {}
         waiting_since: dict[str, object] = {}
-        rows = (Job.objects.values_list("datacenter__name", "state")
-                .annotate(jobs=Count("id"), since=Min("created_at")).order_by())
+        # Every datacenter, those without jobs too (a row with no state): each state of each
+        # is a series from the start, 0 until a job is in it.
+        rows = (Datacenter.objects.values_list("name", "jobs__state")
+                .annotate(count=Count("jobs"), since=Min("jobs__created_at")).order_by())
         for datacenter, state, count, since in rows:
+            for known in JobState.values:
+                counts.setdefault((datacenter, known), 0)
+            if state is None:
+                continue
             counts[datacenter, state] = count
             if state in WAITING and since is not None:
                 earlier = waiting_since.get(datacenter)

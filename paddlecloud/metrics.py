@@ -58,8 +58,9 @@ HTTP_REQUESTS = Counter(
     "never the path), method and status code; errors are the status codes 4xx and 5xx.",
     ["route", "method", "status"])
 HTTP_DURATION = Histogram(
-    "paddlecloud_http_request_duration_seconds", "Time to answer an HTTP request (to its "
-    "headers, for a streamed answer), by route and method.", ["route", "method"],
+    "paddlecloud_http_request_duration_seconds", "Time to answer an HTTP request, by route "
+    "and method: Django's answers to their headers, the PFS streams and the master's calls "
+    "(answered before Django) whole.", ["route", "method"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 WEBSOCKETS = Gauge(
     "paddlecloud_websocket_followers", "Open WebSockets following a job list, a job or a "

@@ -123,3 +123,37 @@ async def test_websocket_followers_are_counted_while_open(app, alice, datacenter
     assert followers("JobListConsumer") == before
     await refused.disconnect()
     assert followers("JobListConsumer") == before
+
+
+@pytest.mark.django_db
+def test_the_jobs_are_counted_with_one_query_however_many(alice, datacenter, other_datacenter,
+                                                         django_assert_num_queries):
+    from jobs.collector import JobsCollector
+
+    def collected() -> dict:
+        with django_assert_num_queries(1):
+            return {(family.name, tuple(sorted(s.labels.items()))): s.value
+                    for family in JobsCollector().collect() for s in family.samples}
+
+    empty = collected()
+    assert empty[("paddlecloud_jobs", (("datacenter", other_datacenter.name),
+                                       ("state", "queued")))] == 0
+    for index, state in enumerate([JobState.QUEUED, JobState.QUEUED, JobState.RUNNING,
+                                   JobState.SUCCEEDED, JobState.PENDING]):
+        Job.objects.create(owner=alice, datacenter=datacenter, name=f"j{index}", image="img",
+                           package="/pfs/datacenter1/home/alice/pkg", entry="python t.py",
+                           state=state, created_at=timezone.now() - timedelta(minutes=index))
+    found = collected()
+    assert set(found) == set(empty)  # the same series, other values
+
+    def jobs(state, where=datacenter):
+        return found[("paddlecloud_jobs", (("datacenter", where.name), ("state", state)))]
+
+    assert (jobs("queued"), jobs("running"), jobs("succeeded"), jobs("pending")) == (2, 1, 1, 1)
+    assert jobs("queued", other_datacenter) == 0
+    queue = ("paddlecloud_queue_length", (("datacenter", datacenter.name),))
+    assert found[queue] == 3  # pending and queued
+    oldest = ("paddlecloud_queue_oldest_wait_seconds", (("datacenter", datacenter.name),))
+    assert found[oldest] >= 4 * 60  # j4, pending since four minutes
+    assert found[("paddlecloud_queue_oldest_wait_seconds",
+                  (("datacenter", other_datacenter.name),))] == 0
