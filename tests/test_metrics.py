@@ -213,10 +213,15 @@ def test_requests_answered_before_django_are_counted_by_their_handler(portal):
     missing = session.get(f"{portal.url}/api/v1/pfs/content?path=/pfs/datacenter1/home/alice/"
                           "none", timeout=30)
     assert missing.status_code == 404, missing.text
-    after = samples(scrape(portal).text)
     labels = {"route": "pfs.transfer.download", "method": "GET", "status": "404"}
-    assert value(after, "paddlecloud_http_requests_total", **labels) == value(
-        before, "paddlecloud_http_requests_total", **labels) + 1
+    expected = value(before, "paddlecloud_http_requests_total", **labels) + 1
+    # Counted once the answer is sent, which the client may see first.
+    deadline = time.monotonic() + 30
+    while (counted := value(samples(scrape(portal).text), "paddlecloud_http_requests_total",
+                            **labels)) < expected:
+        assert time.monotonic() < deadline, "the download was not counted"
+        time.sleep(0.05)
+    assert counted == expected
 
 
 @pytest.mark.redis
