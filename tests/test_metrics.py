@@ -8,6 +8,7 @@ sums its prefork processes (multiprocess mode)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -347,3 +348,24 @@ def test_a_prefork_celery_worker_serves_the_sum_of_its_processes(tmp_path):
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait(10)
         app.control.purge()
+
+
+def test_the_readmes_scrape_job_is_a_prometheus_configuration(tmp_path):
+    """README "Metrics"'s scrape job, checked by promtool: its relabelling and its bearer
+    token file. (Debian's promtool is built without Kubernetes discovery: a static target
+    stands in for kubernetes_sd_configs, which is checked to be there.)"""
+    import textwrap
+
+    readme = (ROOT / "README.md").read_text()
+    block = textwrap.dedent(re.search(r"\n  ```yaml\n(  - job_name: paddlecloud\n.*?)  ```\n",
+                                      readme, re.S)[1])
+    assert "kubernetes_sd_configs: [{role: pod" in block
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    block = re.sub(r"kubernetes_sd_configs: .*", 'static_configs: [{targets: ["web:8000"]}]',
+                   block).replace("/etc/prometheus/paddlecloud/token", str(token))
+    config = tmp_path / "prometheus.yml"
+    config.write_text("scrape_configs:\n" + textwrap.indent(block, "  "))
+    checked = subprocess.run([promtool(), "check", "config", str(config)],
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
