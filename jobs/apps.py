@@ -23,3 +23,7 @@ class JobsConfig(AppConfig):
         from .sync import replicas_changed_sync
 
         replicas_changed.connect(replicas_changed_sync, dispatch_uid="jobs.replicas_changed_sync")
+        # The jobs by state and the queues, counted when Prometheus scrapes (once a process).
+        from .collector import collector_register
+
+        collector_register()

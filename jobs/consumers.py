@@ -18,6 +18,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from accounts.selectors import member_datacenter
+from paddlecloud import metrics as portal_metrics
 from paddlecloud.errors import AuthenticationError, PaddleCloudError
 
 from . import services
@@ -50,6 +51,8 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
             self.query = {k: v[-1] for k, v in
                           parse_qs(self.scope["query_string"].decode("latin-1")).items()}
             await self.open()
+            self.counted = True  # a follower from now until the socket goes
+            portal_metrics.websocket_opened(type(self).__name__)
         except PaddleCloudError as exc:
             await self.refuse(exc)
 
@@ -67,6 +70,9 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code):
         self.closed = True
+        if getattr(self, "counted", False):
+            self.counted = False
+            portal_metrics.websocket_closed(type(self).__name__)
         for task in self.tasks:
             task.cancel()
         for group in self.joined:

@@ -7,10 +7,15 @@ the reconciler and a kill racing for the same job see one order of events), and 
 
 from __future__ import annotations
 
+from functools import partial
+
 from django.db import transaction
 from django.db.models import DateTimeField, F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+
+from accounts.models import Datacenter
+from paddlecloud import metrics
 
 from .models import Job, JobEvent, Replica
 from .notify import job_changed, jobs_changed
@@ -47,7 +52,8 @@ def jobs_transition(jobs: list[Job], target: str, reasons: dict[int, str]) -> li
     of jobs (admission moves a whole queue). Jobs already there are left out (those gone
     too); returns the jobs moved."""
     locked = (Job.objects.select_for_update()
-              .only("state", "started_at", "owner_id", "datacenter_id")
+              .only("state", "created_at", "started_at", "admitted_at", "owner_id",
+                    "datacenter_id")
               .in_bulk([job.pk for job in jobs]))
     moves = [(job, locked[job.pk]) for job in jobs
              if job.pk in locked and locked[job.pk].state != target]
@@ -87,6 +93,7 @@ def _jobs_move(moves: list[tuple[Job, Job]], target: str, reasons: dict[int, str
                            job_ids=[job.pk for job, current in moves
                                     if (current.owner_id, current.datacenter_id)
                                     == (owner_id, datacenter_id)])
+    _observe(moves, target, now)
     for job, current in moves:
         job.state, job.state_reason, job.updated_at = target, reasons[job.pk], now
         if "started_at" in changes:
@@ -95,6 +102,38 @@ def _jobs_move(moves: list[tuple[Job, Job]], target: str, reasons: dict[int, str
             job.admitted_at = now
         if "finished_at" in changes:
             job.finished_at = now
+
+
+def _observe(moves: list[tuple[Job, Job]], target: str, now) -> None:
+    """The latencies of these moves, for the portal's metrics once they are committed: a
+    job's first admission (the wait since its submission), all its replicas running (the
+    start since its admission)."""
+    if target == JobState.STARTING:
+        observed = [(current.datacenter_id, (now - current.created_at).total_seconds())
+                    for _, current in moves if current.started_at is None]
+        record = metrics.jobs_admitted
+    elif target == JobState.RUNNING:
+        observed = [(current.datacenter_id, (now - current.admitted_at).total_seconds())
+                    for _, current in moves
+                    if current.state == JobState.STARTING and current.admitted_at is not None]
+        record = metrics.jobs_started
+    else:
+        return
+    if observed:
+        transaction.on_commit(partial(_record, record, observed), robust=True)
+
+
+_datacenter_names: dict[int, str] = {}
+
+
+def _record(record, observed: list[tuple[int, float]]) -> None:
+    """``record`` the observations, each by its datacenter's name, asked once a process (a
+    datacenter renamed in the admin keeps its old name here until the process restarts)."""
+    missing = {pk for pk, _ in observed} - set(_datacenter_names)
+    if missing:
+        _datacenter_names.update(Datacenter.objects.filter(pk__in=missing)
+                                 .values_list("pk", "name"))
+    record([(_datacenter_names.get(pk, "unknown"), seconds) for pk, seconds in observed])
 
 
 @transaction.atomic
@@ -125,6 +164,8 @@ def replica_transition(replica: Replica, target: str, reason: str = "", *,
     if restart:
         counter = "restarts" if counted else "disruptions"
         changes[counter] = getattr(locked, counter) + 1
+        transaction.on_commit(partial(metrics.replica_restarted, locked.role, counted=counted),
+                              robust=True)
     if exit_code is not None:
         changes["exit_code"] = exit_code
     if target in (ReplicaState.STARTING, ReplicaState.RUNNING) and locked.started_at is None:

@@ -3,7 +3,7 @@
 __version__ = "0.1.0"
 
 # What `pip install "paddlecloud[server]"` adds to the client (see pyproject.toml).
-SERVER_PACKAGES = ("celery", "django")
+SERVER_PACKAGES = ("celery", "django", "prometheus_client")
 
 try:
     # The Celery app is created when Django starts, so that @shared_task binds to it.

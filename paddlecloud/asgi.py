@@ -20,6 +20,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from jobs.master_app import MasterApp  # noqa: E402
 from pfs.transfer import PfsTransferApp  # noqa: E402
 
+from .metrics import MetricsApp  # noqa: E402
 from .routing import websocket_urlpatterns  # noqa: E402
 from .security import websocket_origin_allowed  # noqa: E402
 
@@ -44,6 +45,9 @@ class SameOrigin:
 # Jobs' master calls (a trainer's next task) and PFS byte streams (uploads, downloads,
 # unbuffered) are answered before Django.
 http = MasterApp(PfsTransferApp(django_asgi_app))
+# Prometheus scrapes GET /metrics at the pod's address (in no ALLOWED_HOSTS), with its token:
+# answered first of all (paddlecloud/metrics.py).
+http_with_metrics = MetricsApp(http)
 
 
 async def lifespan(scope, receive, send):
@@ -60,7 +64,7 @@ async def lifespan(scope, receive, send):
 
 
 application = ProtocolTypeRouter({
-    "http": http,
+    "http": http_with_metrics,
     "lifespan": lifespan,
     "websocket": SameOrigin(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
 })

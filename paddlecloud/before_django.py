@@ -22,6 +22,7 @@ from asgiref.sync import sync_to_async
 from django.core import signals
 from django.db import connection
 
+from paddlecloud import metrics
 from paddlecloud.errors import LengthRequiredError, ValidationError, render_error
 from paddlecloud.security import asgi_request, https_redirect, security_headers
 
@@ -73,6 +74,7 @@ class Exchange:
 
     async def start(self, status: int, headers: dict[str, str]) -> None:
         self.started = True
+        self.status = status
         await self.send({"type": "http.response.start", "status": status, "headers": [
             (k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in headers.items()
         ]})
@@ -237,6 +239,7 @@ class BeforeDjango:
         if handler is None:
             await self.app(scope, receive, send)
             return
+        began = time.perf_counter()
         request = asgi_request(scope)
         send = _with_headers(send, security_headers(request))
         exchange = self.exchange_class(scope, receive, send)
@@ -259,3 +262,8 @@ class BeforeDjango:
         finally:
             if self.request_signals:
                 await sync_to_async(signals.request_finished.send)(sender=type(self))
+            # By the handler's name ("pfs.transfer.download"), never the path; a client gone
+            # before any answer: 499, as nginx says.
+            metrics.http_observed(f"{type(self).__module__}.{handler.__name__}",
+                                  scope["method"], getattr(exchange, "status", 499),
+                                  time.perf_counter() - began)

@@ -70,6 +70,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "paddlecloud.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Every request Django answers, by route (after WhiteNoise: static files are not counted).
+    "paddlecloud.metrics.RequestMetricsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -296,6 +298,14 @@ PADDLECLOUD_S3_SECRET_ACCESS_KEY = env_str("PADDLECLOUD_S3_SECRET_ACCESS_KEY")
 # Registry passwords are encrypted with these Fernet keys (registries/crypto.py: the first
 # encrypts, all decrypt; rotate with manage.py rotate_credential_keys).
 PADDLECLOUD_CREDENTIAL_KEYS = env_list("PADDLECLOUD_CREDENTIAL_KEYS", [])
+
+# GET /metrics (paddlecloud/metrics.py, README "Metrics"): Prometheus sends this bearer token.
+# Unset: the endpoint answers 404 to everybody.
+PADDLECLOUD_METRICS_TOKEN = (env_str("PADDLECLOUD_METRICS_TOKEN") or "").strip()
+if 0 < len(PADDLECLOUD_METRICS_TOKEN) < 16:
+    raise ImproperlyConfigured(
+        "PADDLECLOUD_METRICS_TOKEN: at least 16 characters "
+        '(python3 -c "import secrets; print(secrets.token_urlsafe(32))")')
 
 # API tokens: lifetime, and how many failed logins are allowed before the token endpoint
 # answers 429 — per (username, address) pair and per address across all usernames.

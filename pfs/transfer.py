@@ -31,6 +31,7 @@ from rest_framework.request import Request
 
 from accounts.authentication import ApiTokenAuthentication
 from accounts.selectors import request_datacenter
+from paddlecloud import metrics
 from paddlecloud.before_django import (
     BUFFER,
     BeforeDjango,
@@ -211,6 +212,7 @@ class PfsTransferApp(BeforeDjango):
         try:
             upload = await asyncio.to_thread(services.upload_open, session)
             await exchange.body_into(upload, size)
+            metrics.pfs_transferred("upload", upload.offset)
             if upload.offset != size:
                 raise ValidationError.for_field(
                     "body", f"{upload.offset} bytes received of the {size} declared",
@@ -221,6 +223,7 @@ class PfsTransferApp(BeforeDjango):
             raise
         result = await asyncio.to_thread(services.upload_complete, session, upload,
                                          database=self._on_database())
+        metrics.pfs_operation("upload_tar" if kind == "tar" else "upload")
         await exchange.json(201, result.get("entry") or result)
 
     async def patch(self, exchange: _Exchange):
@@ -264,7 +267,10 @@ class PfsTransferApp(BeforeDjango):
                         code="offset_mismatch")
                     error.offset = upload.offset
                     raise error
-                await exchange.body_into(upload, session.size - offset)
+                try:
+                    await exchange.body_into(upload, session.size - offset)
+                finally:
+                    metrics.pfs_transferred("upload", upload.offset - offset)
                 await asyncio.to_thread(upload.pause)  # offset: only bytes stored or held
             except BaseException:
                 with contextlib.suppress(Exception):  # raised already, if it failed
@@ -279,6 +285,7 @@ class PfsTransferApp(BeforeDjango):
                 return
             result = await asyncio.to_thread(services.upload_complete, session, upload,
                                              database=self._on_database())
+            metrics.pfs_operation("upload")
             await exchange.json(201, {"id": key, "offset": upload.offset, "complete": True,
                                       **result})
         finally:
@@ -297,7 +304,10 @@ class PfsTransferApp(BeforeDjango):
             headers = {"Content-Type": "application/x-tar",
                        "Content-Disposition": _attachment(f"{name}.tar"),
                        "Content-Security-Policy": settings.PADDLECLOUD_CSP_USER_FILES}
-            await exchange.stream(200, headers, tar.tar_stream(storage, rel), head=head)
+            if not head:
+                metrics.pfs_operation("download_tar")
+            await exchange.stream(200, headers, _counted(tar.tar_stream(storage, rel)),
+                                  head=head)
             return
         if entry.type != "file":
             raise ValidationError.for_field(
@@ -321,7 +331,16 @@ class PfsTransferApp(BeforeDjango):
         # Opening may be I/O (an S3 request): on a worker thread, like the reads that follow;
         # a HEAD reads nothing.
         chunks = iter(()) if head else await asyncio.to_thread(storage.read, rel, start, end)
-        await exchange.stream(status, headers, chunks, head=head)
+        if not head:
+            metrics.pfs_operation("download")
+        await exchange.stream(status, headers, _counted(chunks), head=head)
+
+
+def _counted(chunks):
+    """``chunks``, their bytes counted as downloaded as they are sent."""
+    for chunk in chunks:
+        metrics.pfs_transferred("download", len(chunk))
+        yield chunk
 
 
 def _attachment(name: str) -> str:

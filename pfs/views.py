@@ -8,6 +8,7 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from accounts.serializers import ErrorSerializer
+from paddlecloud import metrics
 from paddlecloud.errors import ValidationError
 from paddlecloud.views import DatacenterAPIView, flag_parameter, query_flag, validated
 from paddlecloud_core.quantity import format_bytes
@@ -42,6 +43,7 @@ class FilesView(DatacenterAPIView):
                    responses={200: ListingSerializer, **ERRORS},
                    summary="List a directory (or show a file), like ls")
     def get(self, request):
+        metrics.pfs_operation("list")
         target, entry, entries = services.pfs_list(
             request.user, self.datacenter, _query_path(request),
             recursive=query_flag(request, "recursive"))
@@ -55,6 +57,7 @@ class FilesView(DatacenterAPIView):
                    responses={200: RemovedSerializer, **ERRORS},
                    summary="Remove a file, link or directory (recursive only when asked)")
     def delete(self, request):
+        metrics.pfs_operation("remove")
         target, freed = services.pfs_remove(
             request.user, self.datacenter, _query_path(request),
             recursive=query_flag(request, "recursive"))
@@ -65,6 +68,7 @@ class StatView(DatacenterAPIView):
     @extend_schema(parameters=[PATH], responses={200: EntrySerializer, **ERRORS},
                    summary="One file's or directory's type, size and time")
     def get(self, request):
+        metrics.pfs_operation("stat")
         target, entry = services.pfs_stat(request.user, self.datacenter, _query_path(request))
         return Response(services.entry_json(str(target.path), entry))
 
@@ -74,6 +78,7 @@ class MkdirView(DatacenterAPIView):
                    summary="Create a directory (and its parents when asked)")
     def post(self, request):
         data = validated(MkdirSerializer, request)
+        metrics.pfs_operation("mkdir")
         target, entry = services.pfs_mkdir(request.user, self.datacenter,
                                            data["path"], parents=data["parents"])
         return Response(services.entry_json(str(target.path), entry),

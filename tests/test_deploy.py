@@ -5,6 +5,7 @@ pod reads exists, the Secret template holds placeholders only, and kubectl rende
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -377,3 +378,51 @@ def test_kubectl_apply_dry_run():
                     + done.stderr.strip().splitlines()[-1])
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.split()) == len(kustomize())
+
+
+# --- metrics -------------------------------------------------------------------------------------
+
+def test_prometheus_finds_the_web_and_worker_pods_and_sends_the_token():
+    """The pods carry the kubernetes-pods scrape annotations (no ServiceMonitor), on the port
+    their container serves /metrics on; both read the token from the Secret. Only the worker
+    runs several processes (prefork), whose metrics its main process sums from an emptyDir."""
+    for name, port_name in (("paddlecloud-web", "http"), ("paddlecloud-worker", "metrics")):
+        template = one("Deployment", name)["spec"]["template"]
+        main = template["spec"]["containers"][0]
+        port = {p["name"]: p["containerPort"] for p in main["ports"]}[port_name]
+        assert template["metadata"]["annotations"] == {
+            "prometheus.io/scrape": "true", "prometheus.io/path": "/metrics",
+            "prometheus.io/port": str(port)}, name
+        env = {e["name"]: e for e in main["env"]}
+        assert env["PADDLECLOUD_METRICS_TOKEN"]["valueFrom"] == {"secretKeyRef": {
+            "name": "paddlecloud", "key": "PADDLECLOUD_METRICS_TOKEN"}}, name
+        if name == "paddlecloud-worker":
+            assert env["PADDLECLOUD_METRICS_PORT"]["value"] == str(port)
+            volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+            mounts = {m["mountPath"]: volumes[m["name"]] for m in main["volumeMounts"]}
+            assert "emptyDir" in mounts[env["PROMETHEUS_MULTIPROC_DIR"]["value"]]
+        else:
+            assert "PROMETHEUS_MULTIPROC_DIR" not in env_names(main)  # one process a pod
+    beat = one("Deployment", "paddlecloud-beat")["spec"]["template"]
+    assert "annotations" not in beat["metadata"]  # it runs no task: nothing to scrape
+
+
+def test_the_dashboard_shows_what_the_portal_exports():
+    from jobs.collector import JobsCollector
+    from paddlecloud import metrics
+
+    exported = {family.name for family in JobsCollector().describe()} | {
+        family.name for instrument in (
+            metrics.HTTP_REQUESTS, metrics.HTTP_DURATION, metrics.WEBSOCKETS,
+            metrics.TASK_DURATION, metrics.ADMISSION_WAIT, metrics.START_LATENCY,
+            metrics.REPLICA_RESTARTS, metrics.PFS_BYTES, metrics.PFS_OPERATIONS)
+        for family in instrument.describe()}
+    dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    assert len(exprs) >= 5
+    for expr in exprs:
+        for name in re.findall(r"paddlecloud_[a-z_]+", expr):
+            assert re.sub(r"_(bucket|count|sum|total)$", "", name) in exported, name
+        # Every web pod counts the database's gauges alike: one of them, not their sum.
+        if re.search(r"paddlecloud_(jobs|queue_)", expr):
+            assert expr.startswith("max by"), expr
