@@ -75,7 +75,6 @@ PFS_CONFIG_VARS = (*CONFIG_VARS, "PADDLECLOUD_PFS_MAX_UPLOAD", "PADDLECLOUD_PFS_
 SMALL_SIZE = 4096  # bytes per small file
 FILES_PER_DIR = 100  # the small files are spread over subdirectories of this many
 PER_FILE_COUNT = 1000  # files sent one PUT each (the secondary figure)
-LARGE_TARGET = 0.50  # of cp's rate, for the large file
 COMMAND_UP_TARGET = 0.70  # paddlectl cp up, of nginx's WebDAV PUT (curl -T)
 COMMAND_DOWN_TARGET = 0.50  # paddlectl cp down, of cp
 SMALL_TARGET = 3000.0  # files/s each way, for the small files as a tar stream (issue 21)
@@ -894,8 +893,10 @@ class Bench:
     @staticmethod
     def large_figure(direction: str, what: str, size: int, cp_s: float, api_s: float) -> Figure:
         api, cp = size / api_s / 1e6, size / cp_s / 1e6
-        return Figure(direction, what, "MB/s", api, cp, f"target >= {LARGE_TARGET:.2f}",
-                      api / cp >= LARGE_TARGET)
+        # In-process transfers: the second table. Issue 21 replaced their old target (0.50 of
+        # cp) with the whole commands' (of nginx's PUT up, of cp down).
+        return Figure(direction, what, "MB/s", api, cp,
+                      "in process, beside cp: no target (the commands' lines have it)", None)
 
     def memory_lines(self, small_mib: int, size_mib: int) -> tuple[list[str], bool]:
         """The memory lines, and whether the peak stayed independent of the file size."""

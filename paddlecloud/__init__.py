@@ -1,6 +1,6 @@
 """PaddleCloud: a multi-user portal for distributed PaddlePaddle training."""
 
-__version__ = "0.1.0"
+from paddlecloud_core import __version__
 
 # What `pip install "paddlecloud[server]"` adds to the client (see pyproject.toml).
 SERVER_PACKAGES = ("celery", "django", "prometheus_client")

@@ -11,3 +11,5 @@ apply, in one copy, with no Django in it.
 Standard library only (an import-linter contract holds it): a laptop that installs the client
 and a trainer image that imports the SDK need nothing else.
 """
+
+__version__ = "0.1.0"  # the one copy: the package's (pyproject.toml), the portal's, paddlectl's
