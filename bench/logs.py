@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -223,6 +224,53 @@ answer({"updated": done})
 # --- the portal process: memory and CPU --------------------------------------------------------
 
 
+class CpuLimit:
+    """A cgroup that holds a portal process to ``cores`` of CPU time while a round's lines are
+    written and followed (cgroup v2's ``cpu.max``, else v1's CFS quota; the followers connect
+    without it): each process as it would run with that share of a larger machine's cores, so
+    that 1 and 2 saturated processes can be compared on a machine too small to give each a
+    core and the followers theirs."""
+
+    PERIOD_US = 100_000
+
+    def __init__(self, name: str, cores: float):
+        self.quota = max(1000, int(cores * self.PERIOD_US))
+        unified = Path("/sys/fs/cgroup")
+        self.v2 = (unified / "cgroup.controllers").exists()
+        self.path = unified / name if self.v2 else unified / "cpu" / name
+        try:
+            self.path.mkdir()
+            if not self.v2:
+                (self.path / "cpu.cfs_period_us").write_text(str(self.PERIOD_US))
+            self.release()
+        except OSError as exc:
+            raise BenchError(f"--portal-cpu: cannot make a cgroup with a CPU limit "
+                             f"({exc}); it needs root and the cpu controller") from None
+
+    def hold(self) -> None:
+        self._set(self.quota)
+
+    def release(self) -> None:
+        self._set(None)
+
+    def _set(self, quota: int | None) -> None:
+        if self.v2:
+            (self.path / "cpu.max").write_text(f"{quota or 'max'} {self.PERIOD_US}")
+        else:
+            (self.path / "cpu.cfs_quota_us").write_text(str(quota or -1))
+
+    def add(self, pid: int) -> None:
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def remove(self) -> None:
+        """Its processes (if any are left) back to the parent, then the cgroup."""
+        with contextlib.suppress(OSError):
+            for pid in (self.path / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):
+                    (self.path.parent / "cgroup.procs").write_text(pid)
+            self.path.rmdir()
+
+
 class ProcessStats:
     """The portal's peak RSS (VmHWM, reset per round through clear_refs where allowed) and
     CPU time (utime + stime from /proc/<pid>/stat)."""
@@ -397,7 +445,8 @@ class Round:
 
     def __init__(self, portals: list[LogsPortal], job: dict, followers: int, *, rate: int,
                  seconds: float, wave: int, compression: bool, end_timeout: float,
-                 stats: list[ProcessStats], traced: int = 0):
+                 stats: list[ProcessStats], traced: int = 0,
+                 limits: list[CpuLimit] | None = None):
         self.portals, self.job, self.n = portals, job, followers
         self.portal = portals[0]  # sets up, ends the replica
         self.warmup = WARMUP_LINES
@@ -405,6 +454,7 @@ class Round:
         self.timed = self.total - self.warmup  # the lines whose latency counts
         self.wave, self.compression, self.end_timeout = wave, compression, end_timeout
         self.stats = stats
+        self.limits = limits or []  # held while the lines are written and followed
         self.writer = Writer(Path(job["path"]), rate=rate, total=self.total,
                              warmup=self.warmup)
         self.width = max(6, len(str(self.total - 1)))
@@ -493,6 +543,8 @@ class Round:
         cpu0 = [stats.cpu_seconds() for stats in self.stats]
         own0, wall0 = own_cpu_seconds(), time.monotonic()
         stalled0, load = cpu_stalled_seconds(), os.getloadavg()[0]
+        for limit in self.limits:
+            limit.hold()
         self.writer.start()
         try:
             while self.writer.is_alive():
@@ -511,6 +563,8 @@ class Round:
             _, pending = await asyncio.wait(tasks, timeout=self.end_timeout)
             end_s = time.monotonic() - ended_at
         finally:
+            for limit in self.limits:
+                limit.release()
             self.writer.stop.set()
             for task in tasks:
                 task.cancel()
@@ -702,12 +756,12 @@ def rounds_of(args) -> list[tuple[int, int]]:
 
 
 async def run_rounds(portals: list[LogsPortal], args, results: list[dict],
-                     traces: list[dict]) -> None:
+                     traces: list[dict], limits: list[CpuLimit]) -> None:
     stats = [ProcessStats(portal.pid) for portal in portals]
     for job, (p, n) in zip(portals[0].jobs, rounds_of(args), strict=True):
         r = Round(portals[:p], job, n, rate=args.rate, seconds=args.seconds, wave=args.wave,
                   compression=not args.no_compression, end_timeout=args.end_timeout,
-                  stats=stats[:p], traced=TRACED if args.trace else 0)
+                  stats=stats[:p], traced=TRACED if args.trace else 0, limits=limits[:p])
         result = await r.run()
         traces.extend(r.trace())
         results.append(result)
@@ -743,6 +797,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="portal processes, a round of each follower count on each: "
                              "1,2 serves the same followers by 1, then by 2 processes "
                              "(needs --redis; default 1)")
+    parser.add_argument("--portal-cpu", type=float, metavar="CORES",
+                        help="hold each portal process to CORES of CPU time (a cgroup; root): "
+                             "0.1 saturates one process with 500 followers at 1 000 lines/s, "
+                             "so 1 and 2 processes show what each can deliver")
     parser.add_argument("--json", metavar="FILE", type=Path,
                         help="also write the rounds' figures to FILE as a JSON list")
     parser.add_argument("--trace", metavar="FILE", type=Path,
@@ -752,6 +810,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rate < 1 or args.seconds <= 0 or args.rate * args.seconds < 1:
         parser.error("--rate and --seconds must give at least one line")
+    if args.portal_cpu is not None and not 0 < args.portal_cpu <= (os.cpu_count() or 1):
+        parser.error("--portal-cpu: a share of the machine's cores, more than 0")
     if max(args.portals) > 1 and not args.redis:
         parser.error("--portals above 1 needs --redis: processes share followers through "
                      "channels-redis and the Redis cache")
@@ -763,19 +823,25 @@ def main(argv: list[str] | None = None) -> int:
     portal = LogsPortal(args.port or free_port(), keep=args.keep, redis=args.redis,
                         rounds=len(rounds_of(args)))
     portals = [portal]
+    limits: list[CpuLimit] = []
     code = 0
     try:
         portal.start()
         for _ in range(1, max(args.portals)):
             portals.append(MorePortal(portal, free_port()))
             portals[-1].start()
+        if args.portal_cpu is not None:
+            for each in portals:
+                limits.append(CpuLimit(f"paddlecloud-bench-logs-{each.pid}", args.portal_cpu))
+                limits[-1].add(each.pid)
+            log(f"each portal process held to {args.portal_cpu:g} of a core")
         log(f"{os.cpu_count()} cores, shared by the portal(s), the writer and the followers")
         try:
             import uvloop
         except ImportError:
-            asyncio.run(run_rounds(portals, args, results, traces))
+            asyncio.run(run_rounds(portals, args, results, traces, limits))
         else:
-            uvloop.run(run_rounds(portals, args, results, traces))
+            uvloop.run(run_rounds(portals, args, results, traces, limits))
     except BenchError as exc:
         log(f"failed: {exc}\nportal log:\n{portal.log_tail()}")
         code = 1
@@ -786,6 +852,8 @@ def main(argv: list[str] | None = None) -> int:
         for more in portals[1:]:
             more.shut_down()
         portal.shut_down()
+        for limit in limits:
+            limit.remove()
     for each in portals:
         if each.process is not None and each.process.returncode not in (0, None):
             log(f"warning: the portal on port {each.port} exited {each.process.returncode} "
@@ -796,6 +864,9 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         print(table(results), flush=True)
         if max(args.portals) > 1:
+            if args.portal_cpu is not None:
+                print(f"# each portal process held to {args.portal_cpu:g} of a core (cgroup)",
+                      flush=True)
             print(scale_out(results), flush=True)
         if args.json:
             args.json.write_text(json.dumps(results, indent=2) + "\n")
