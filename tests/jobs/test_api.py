@@ -154,10 +154,10 @@ def test_submit_records_an_admitted_job_and_queues_one_start(
                                                           ("trainer-1", "pending")]
 
     # Exactly one start is queued once the job is committed: of this job (the rest tell the
-    # dashboards).
-    starts = [c for c in callbacks if c.__qualname__ != "_after_commit.<locals>.send"]
-    assert len(starts) == 1
-    starts[0]()
+    # dashboards, or count for the metrics).
+    for callback in callbacks:
+        if getattr(callback, "__qualname__", "") != "_after_commit.<locals>.send":
+            callback()
     assert held_tasks.sent == [("jobs.tasks.job_start", (Job.objects.get(name="fit-a-line").pk,))]
 
 
