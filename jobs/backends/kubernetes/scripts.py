@@ -194,7 +194,10 @@ RUN_SCRIPT = r"""# paddlecloud run.sh: runs the job's entry (every pod's main co
 # ended it).
 #
 # Everything is in functions, called once the whole script has been read: bash may misparse a
-# command it is still reading when a trap runs, and the traps are set from the start.
+# command it is still reading when a trap runs, and the traps are set from the start. For the
+# same reason no $(…) runs once they are: bash parses a command substitution as it expands it,
+# and a trap run meanwhile fails to parse ("trap: unexpected EOF while looking for matching
+# `)'", exit 2). Output is captured through a file instead (capture).
 set -eu
 : "${PADDLECLOUD_LOG:?}"
 [ "$#" -eq 1 ] || { echo "usage: run.sh ENTRY" >&2; exit 2; }
@@ -218,6 +221,17 @@ stop() {
     kill -"$1" -"$entry" 2>/dev/null || kill -"$1" "$entry" 2>/dev/null || :
 }
 
+# capture NAME COMMAND...: the first line COMMAND prints, into the variable NAME (empty if
+# none), without a command substitution.
+capture() {
+    _capture_name=$1
+    shift
+    _capture_file="${TMPDIR:-/tmp}/paddlecloud-capture.$$"
+    "$@" >"$_capture_file" 2>/dev/null || :
+    IFS= read -r "$_capture_name" <"$_capture_file" || :  # a last line without its newline too
+    rm -f "$_capture_file"
+}
+
 say() {  # to the pod's log and the replica's
     echo "paddlecloud: $*" | tee -a "$PADDLECLOUD_LOG" >&2
 }
@@ -233,7 +247,8 @@ address_of() {
 # Wait until every peer of PADDLECLOUD_PEERS has an address; peer_hosts lists them.
 wait_for_peers() {
     timeout=${PADDLECLOUD_PEERS_TIMEOUT:-600}
-    deadline=$(($(date +%s) + timeout))
+    capture now date +%s
+    deadline=$((now + timeout))
     peer_hosts=,
     rest=${PADDLECLOUD_PEERS:-}
     while [ -n "$rest" ]; do
@@ -242,9 +257,10 @@ wait_for_peers() {
         host=${item%:*}
         case $peer_hosts in *",$host,"*) continue ;; esac
         waited=
-        while [ -z "$(address_of "$host")" ]; do
+        while capture address address_of "$host" && [ -z "$address" ]; do
             case $stopping in TERM) exit 143 ;; INT) exit 130 ;; esac  # stopped meanwhile
-            if [ "$(date +%s)" -ge "$deadline" ]; then
+            capture now date +%s
+            if [ "$now" -ge "$deadline" ]; then
                 say "$host has no address after ${timeout}s: is its pod running?"
                 exit 1
             fi
@@ -270,7 +286,10 @@ socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2).close()' "$
 
 # Wait until every peer of PADDLECLOUD_PEERS_LISTENING accepts connections.
 wait_for_listening() {
-    python=$(command -v python3 || command -v python || :)
+    python=
+    for candidate in python3 python; do
+        command -v "$candidate" >/dev/null 2>&1 && { python=$candidate; break; }
+    done
     rest=${PADDLECLOUD_PEERS_LISTENING:-}
     while [ -n "$rest" ]; do
         item=${rest%%,*}
@@ -278,9 +297,10 @@ wait_for_listening() {
         host=${item%:*}
         port=${item##*:}
         waited=
-        until accepts "$(address_of "$host")" "$port"; do
+        until capture address address_of "$host" && accepts "$address" "$port"; do
             case $stopping in TERM) exit 143 ;; INT) exit 130 ;; esac
-            if [ "$(date +%s)" -ge "$deadline" ]; then
+            capture now date +%s
+            if [ "$now" -ge "$deadline" ]; then
                 say "$host:$port accepts no connections after ${timeout}s: is it running?"
                 exit 1
             fi
@@ -291,7 +311,7 @@ wait_for_listening() {
     done
 }
 
-# $1 (host[:port],…) with every peer's name replaced by its address.
+# $1 (host[:port],…) with every peer's name replaced by its address, into $result.
 with_addresses() {
     result=
     rest=$1
@@ -300,10 +320,9 @@ with_addresses() {
         case $rest in *,*) rest=${rest#*,} ;; *) rest= ;; esac
         host=${item%:*}
         port=${item#"$host"}
-        case $peer_hosts in *",$host,"*) host=$(address_of "$host" || :) ;; esac
+        case $peer_hosts in *",$host,"*) capture host address_of "$host" ;; esac
         result="${result:+$result,}$host$port"
     done
-    printf '%s' "$result"
 }
 
 # Run the entry $1, its output to the pod's log and the replica's; exit with its status.
@@ -351,7 +370,7 @@ main() {
     wait_for_peers
     for variable in @ENDPOINT_VARIABLES@; do
         eval "value=\${$variable:-}"
-        [ -z "$value" ] || export "$variable=$(with_addresses "$value")"
+        [ -z "$value" ] || { with_addresses "$value"; export "$variable=$result"; }
     done
     run_entry "$1"
 }
