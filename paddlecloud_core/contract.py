@@ -87,6 +87,19 @@ class Paths:
 
 PADDLE_QUIET_WARNINGS = "ignore:No ccache found:UserWarning"
 
+# What every replica gets unless its job's own ``env`` says otherwise: logs that show the job,
+# not PaddlePaddle's housekeeping.
+REPLICA_DEFAULT_ENV = {
+    "PYTHONUNBUFFERED": "1",
+    # PaddlePaddle warns on import that ccache is missing, which matters only to whoever
+    # compiles C++ extensions.
+    "PYTHONWARNINGS": PADDLE_QUIET_WARNINGS,
+    # Its C++ side logs INFO lines through glog ("I1126 16:50:11.26 4 tcp_store.cc:336] create
+    # libuv server at port …"); warnings and errors still show. ``-env GLOG_minloglevel=0``
+    # brings them back when debugging a rendezvous.
+    "GLOG_minloglevel": "1",
+}
+
 
 def trainers_restart_together(job) -> bool:
     """A collective job (trainers only, more than one) cannot take back one restarted rank:
@@ -175,11 +188,9 @@ def replica_env(job, role: str, index: int, topology: Topology, paths: Paths,
         "PADDLE_OUTPUT_DIR": paths.output,
         "PADDLE_PFS_HOME": paths.pfs_home,
         "PADDLE_PFS_PUBLIC": paths.pfs_public,
-        "PYTHONUNBUFFERED": "1",
-        # PaddlePaddle warns on import that ccache is missing, which matters only to whoever
-        # compiles C++ extensions: noise in every trainer's log. A job's own env replaces it.
-        "PYTHONWARNINGS": PADDLE_QUIET_WARNINGS,
     })
+    for name, value in REPLICA_DEFAULT_ENV.items():
+        env.setdefault(name, value)
     if role == "trainer":
         env.update({
             "TRAINING_ROLE": "TRAINER",

@@ -29,6 +29,8 @@ job's page) and saves the model in ``$PADDLE_OUTPUT_DIR/model/``.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
@@ -170,6 +172,36 @@ def derive_paddle_env(use_gpu: bool) -> None:
         environ.setdefault("FLAGS_selected_gpus", "0")
     else:
         environ.setdefault("PADDLE_DISTRI_BACKEND", "gloo")
+
+
+FLAGS_BANNER = "Modified FLAGS detected"
+
+
+def init_parallel_env(dist) -> None:
+    """``dist.init_parallel_env()`` without the banner it prints of every FLAG that is not at
+    its default: PaddlePaddle 3 switches FLAGS_enable_pir_in_executor on itself as it imports,
+    so every trainer's log would open with a banner that says nothing about the job. Whatever
+    else it prints still goes to stderr."""
+    caught = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(caught):
+            dist.init_parallel_env()
+    finally:
+        sys.stderr.write(without_flags_banner(caught.getvalue()))
+
+
+def without_flags_banner(text: str) -> str:
+    """``text`` without PaddlePaddle's "Modified FLAGS detected" block (its lines, down to the
+    closing row of ``=``)."""
+    kept, inside = [], False
+    for line in text.splitlines(keepends=True):
+        if FLAGS_BANNER in line:
+            inside = True
+        elif inside and line.startswith("====="):
+            inside = False
+        elif not inside:
+            kept.append(line)
+    return "".join(kept)
 
 
 # --- training: a trainer's own shards ----------------------------------------------------------
@@ -456,7 +488,7 @@ def main() -> int:
         import paddle.distributed as dist
 
         derive_paddle_env(use_gpu)
-        dist.init_parallel_env()
+        init_parallel_env(dist)
         net = paddle.DataParallel(model)  # starts from trainer 0's parameters
     optimizer = paddle.optimizer.SGD(learning_rate=LEARNING_RATE, parameters=model.parameters())
 

@@ -165,6 +165,7 @@ def replica_envs(trainers: int, pservers: int, passes: int, output: Path, pfs_ho
         "PADDLE_PFS_PUBLIC": str(pfs_public),
         "PYTHONUNBUFFERED": "1",
         "PYTHONWARNINGS": "ignore:No ccache found:UserWarning",
+        "GLOG_minloglevel": "1",
     }
 
     def own(endpoint: str) -> dict[str, str]:

@@ -4,6 +4,7 @@ local backend with the environment contract — as `./dev up` runs fit_a_line.""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -57,7 +58,12 @@ def test_fit_a_line_trains_with_two_trainers(celery_worker, alice, datacenter, p
             for r in job.replicas.all()}
     assert job.state == "succeeded", (job.state_reason, logs)
     assert job.trainers == 2
-    assert not any("ccache" in log for log in logs.values())  # PaddlePaddle's import noise
+    # PaddlePaddle's noise: its ccache warning, its banner of FLAGS and its glog INFO lines
+    # ("I1126 16:50:11.261121     4 tcp_store.cc:336] create libuv server …").
+    for log in logs.values():
+        assert "ccache" not in log and "Modified FLAGS" not in log, log
+        assert not re.search(r"^I\d{4} \d\d:\d\d:\d\d", log, re.M), log
+        assert "trainer" in log  # what the job itself printed
     # trainer 0 reports the mean loss of every step with paddlecloud_sdk.report
     metrics = reported(job)
     assert (metrics["worker"], metrics["names"]) == ("trainer-0", ["loss"])

@@ -401,6 +401,7 @@ def test_docker_command_line_of_a_trainer(dirs):
         "-e", "PADDLE_PFS_PUBLIC=/train/input",
         "-e", "PYTHONUNBUFFERED=1",
         "-e", "PYTHONWARNINGS=ignore:No ccache found:UserWarning",
+        "-e", "GLOG_minloglevel=1",
         "-e", "TRAINING_ROLE=TRAINER",
         "-e", "TRAINER_ID=1",
         "-e", "PADDLE_TRAINER_ID=1",

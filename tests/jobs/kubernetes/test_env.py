@@ -9,7 +9,7 @@ import pytest
 
 from jobs.backends.kubernetes.manifests import job_children
 from jobs.backends.kubernetes.pods import paths, topology
-from paddlecloud_core.contract import RESERVED_ENV, SECRET_ENV, replica_env
+from paddlecloud_core.contract import REPLICA_DEFAULT_ENV, RESERVED_ENV, SECRET_ENV, replica_env
 from paddlecloud_core.layout import log_relpath
 from tests.k8s_api_server.env import Sources, pod_env
 
@@ -105,7 +105,7 @@ def test_the_pods_set_every_contract_variable_they_are_given():
         contract = set(replica_env(job, role, 0, topology(job, NAMESPACE), paths(job),
                                    NAMESPACE))
         assert contract <= set(names)
-        assert contract <= RESERVED_ENV | {"PYTHONUNBUFFERED", "PYTHONWARNINGS"} | set(job.env)
+        assert contract <= RESERVED_ENV | set(REPLICA_DEFAULT_ENV) | set(job.env)
 
 
 def test_secret_variables_are_references_to_the_jobs_secret_only():
@@ -120,3 +120,17 @@ def test_secret_variables_are_references_to_the_jobs_secret_only():
     for role in ("trainer", "pserver"):
         assert "PADDLECLOUD_MASTER_TOKEN" not in {item["name"] for item in containers(
             pserver_job())[role]["env"]}
+
+
+def test_a_jobs_own_env_replaces_the_quiet_log_defaults():
+    """Replicas get unbuffered output, no ccache warning and no glog INFO lines by default; a
+    job that asks for PaddlePaddle's INFO lines (or other warnings) with -env gets them."""
+    quiet = replica_env(collective_job(), "trainer", 0, topology(collective_job(), NAMESPACE),
+                        paths(collective_job()), NAMESPACE)
+    assert {name: quiet[name] for name in REPLICA_DEFAULT_ENV} == {
+        "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore:No ccache found:UserWarning",
+        "GLOG_minloglevel": "1"}
+    job = collective_job(env={"GLOG_minloglevel": "0", "PYTHONWARNINGS": "error"})
+    chatty = replica_env(job, "trainer", 0, topology(job, NAMESPACE), paths(job), NAMESPACE)
+    assert (chatty["GLOG_minloglevel"], chatty["PYTHONWARNINGS"]) == ("0", "error")
+    assert chatty["PYTHONUNBUFFERED"] == "1"
