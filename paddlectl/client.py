@@ -34,11 +34,14 @@ Body = bytes | Callable[[], Any] | None  # a callable makes a fresh body for eac
 
 class ApiClient:
     def __init__(self, endpoint: str, datacenter: str, username: str, password: str,
-                 token_cache: TokenCache, *, hint: str = "check `endpoint` in ~/.paddle/config"):
+                 token_cache: TokenCache, *, hint: str = "check `endpoint` in ~/.paddle/config",
+                 token: str = ""):
         self.endpoint = endpoint.rstrip("/")
         self.datacenter = datacenter
         self.username = username
         self._password = password
+        # A token from the config (made on the Tokens page): used as it is, never replaced.
+        self.fixed_token = token
         self.cache = token_cache
         self.hint = hint
         self.key = token_key(self.endpoint, datacenter, username)
@@ -63,6 +66,8 @@ class ApiClient:
             return self._checked(self._send(method, path, None, body, **send))
         token, fresh = self._token()
         response = self._send(method, path, token, body, **send)
+        if response.status_code == 401 and self.fixed_token:
+            self._checked(response, refused_token=True)
         if response.status_code == 401 and not fresh:
             response.close()
             self.cache.drop(self.key)
@@ -92,7 +97,8 @@ class ApiClient:
         except requests.RequestException as exc:
             raise self._network_error(exc) from None
 
-    def _checked(self, response: requests.Response) -> requests.Response:
+    def _checked(self, response: requests.Response,
+                 refused_token: bool = False) -> requests.Response:
         """``response`` if it is a 2xx, else the ``ApiError`` its body describes."""
         if response.ok:
             return response
@@ -102,8 +108,14 @@ class ApiClient:
             payload = None
         response.close()
         if isinstance(payload, dict) and isinstance(payload.get("message"), str):
+            message = payload["message"]
+            if refused_token:
+                message = (message.split("; run `paddlectl login`")[0]
+                           + f"; the token is `token` of datacenter {self.datacenter!r} in "
+                           f"your config: make a new one on the Tokens page, "
+                           f"{self.endpoint}/tokens/, and put it there")
             raise ApiError(response.status_code, str(payload.get("code") or "error"),
-                           payload["message"], payload.get("fields"))
+                           message, payload.get("fields"))
         request, status = response.request, response.status_code
         raise ApiError(status, "http_error",
                        f"{request.method} {request.url}: {status} {response.reason}")
@@ -116,6 +128,8 @@ class ApiClient:
 
     def _token(self) -> tuple[str, bool]:
         """The token to use, and whether it was just issued."""
+        if self.fixed_token:
+            return self.fixed_token, False
         entry = self.cache.get(self.key)
         if entry is not None:
             return entry["token"], False

@@ -10,8 +10,15 @@ def setup_login(parser) -> None:
 
 
 def run_login(ctx, args) -> None:
-    issued = ctx.client.login()
     dc = ctx.datacenter
+    if dc.token:
+        ctx.client.me()  # the token works (else the error says what to do)
+        ctx.info(f"{dc.name} ({dc.endpoint}): the config holds an API token for {dc.username}, "
+                 "used until it expires; there is no password to log in with. For a new "
+                 f"token, make one on the Tokens page ({dc.endpoint}/tokens/) and put it in "
+                 "the config as `token:`")
+        return
+    issued = ctx.client.login()
     ctx.info(f"Logged in to {dc.name} ({dc.endpoint}) as {dc.username}; the token expires "
              f"{format_time(issued.get('expires_at'))}")
 
@@ -22,6 +29,10 @@ def setup_logout(parser) -> None:
 
 def run_logout(ctx, args) -> None:
     dc = ctx.datacenter
+    if dc.token:
+        ctx.info(f"{dc.name} ({dc.endpoint}): the config holds an API token; revoke it on the "
+                 f"Tokens page ({dc.endpoint}/tokens/) and take it out of the config")
+        return
     if ctx.client.logout():
         ctx.info(f"Logged out of {dc.name} ({dc.endpoint}) as {dc.username}")
     else:
