@@ -5,6 +5,9 @@ password; it has no place for a token. ``paddlectl`` keeps its tokens beside it 
 ``~/.paddle/tokens.json`` (``paddlectl.tokens``) and uses a token found there until it
 expires, logging in with the password only then. So a token created in the browser is used
 by pasting both: the config, and the token's entry in ``tokens.json``.
+
+A user who logs in with single sign-on has no password: their config holds the token itself
+(``token:`` in place of ``password:``), which ``paddlectl`` uses until it expires.
 """
 
 from __future__ import annotations
@@ -15,13 +18,20 @@ from paddlectl.config import config_dump
 from paddlectl.tokens import token_key
 
 PASSWORD_PLACEHOLDER = "YOUR-PASSWORD"  # noqa: S105 - what the user replaces
+TOKEN_PLACEHOLDER = "YOUR-TOKEN"  # noqa: S105 - what the user replaces
 
 
-def config_snippet(username: str, endpoint: str, datacenters, current: str | None) -> str:
-    """A whole ``~/.paddle/config`` for the user's datacenters at this portal."""
-    return config_dump([{"name": dc.name, "username": username,
-                         "password": PASSWORD_PLACEHOLDER, "endpoint": endpoint}
-                        for dc in datacenters], current)
+def config_snippet(username: str, endpoint: str, datacenters, current: str | None,
+                   tokens: dict[str, str] | None = None) -> str:
+    """A whole ``~/.paddle/config`` for the user's datacenters at this portal; with
+    ``tokens`` (a single sign-on user: no password), each datacenter's entry holds its token
+    (the one just issued, else a placeholder)."""
+    def secret(dc) -> dict:
+        if tokens is None:
+            return {"password": PASSWORD_PLACEHOLDER}
+        return {"token": tokens.get(dc.name, TOKEN_PLACEHOLDER)}
+    return config_dump([{"name": dc.name, "username": username, **secret(dc),
+                         "endpoint": endpoint} for dc in datacenters], current)
 
 
 def tokens_snippet(endpoint: str, issued) -> str:

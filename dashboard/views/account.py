@@ -195,8 +195,12 @@ def token_list(request):
                "inactive": [t for t in tokens if t.state != "active"]}
     if datacenters:
         shown = issued.token.datacenter if issued else current
+        tokens = None
+        if not request.user.has_usable_password():  # single sign-on: the config holds tokens
+            tokens = {issued.token.datacenter.name: issued.raw} if issued else {}
         context["config"] = config_snippet(request.user.username, endpoint, datacenters,
-                                           shown.name)
+                                           shown.name, tokens)
+        context["token_config"] = tokens is not None
     if issued:
         context["tokens_json"] = tokens_snippet(endpoint, issued)
     return render(request, "dashboard/tokens.html", context)
