@@ -131,8 +131,12 @@ class SsoBackend(OIDCAuthenticationBackend):
     def authenticate(self, request, **kwargs):
         if request is None or "nonce" not in kwargs or not sso_enabled():
             return None
-        super().__init__()
+        self.configure()
         return super().authenticate(request, **kwargs)
+
+    def configure(self) -> None:
+        """Read the settings and the provider's endpoints (what the parent's __init__ does)."""
+        super().__init__()
 
     def verify_token(self, token, **kwargs):
         """The signature (RS256, a key of the provider's JWKS), the expiry and the nonce (the
