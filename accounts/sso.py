@@ -30,8 +30,10 @@ from django.utils import timezone
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
 
+from paddlecloud.errors import NotFoundError, ValidationError
+
 from .audit import audit_record
-from .models import AuditEntry, Membership, Quota, SsoGroupMapping, SsoIdentity
+from .models import AuditEntry, Datacenter, Membership, Quota, SsoGroupMapping, SsoIdentity
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +227,9 @@ def sso_user_login(issuer: str, claims: dict):
     if identity is None:
         user = None
         if settings.PADDLECLOUD_OIDC_MATCH_EMAIL and email:
-            matches = list(User.objects.filter(email__iexact=email)[:2])
+            # Users single sign-on knows already are found by their subject, never by this.
+            matches = list(User.objects.filter(email__iexact=email,
+                                               sso_identities__isnull=True)[:2])
             if len(matches) == 1:
                 user = matches[0]
                 audit_record(user, AuditEntry.Action.SSO_USER_LINK, user.username,
@@ -276,3 +280,26 @@ def sso_memberships_sync(user, groups: list[str]) -> None:
 def sso_only(user) -> bool:
     """The user logs in with single sign-on only: they have an identity and no password."""
     return not user.has_usable_password() and SsoIdentity.objects.filter(user=user).exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# The admin's mappings (the Django admin edits the model; `paddlecloud ssogroup` calls these)
+
+
+def sso_group_map(group: str, datacenter_name: str) -> tuple[SsoGroupMapping, bool]:
+    """Members of ``group`` become members of the datacenter at their next login."""
+    group = group.strip()
+    if not group:
+        raise ValidationError.for_field("group", "a group name, as the groups claim writes it")
+    datacenter = Datacenter.objects.filter(name=datacenter_name).first()
+    if datacenter is None:
+        raise NotFoundError.for_field(
+            "datacenter", f"no datacenter named {datacenter_name!r} (create it with adddatacenter)")
+    return SsoGroupMapping.objects.get_or_create(group=group, datacenter=datacenter)
+
+
+def sso_group_unmap(group: str, datacenter_name: str) -> bool:
+    """Remove the mapping (memberships it granted go at each user's next login)."""
+    deleted, _ = SsoGroupMapping.objects.filter(
+        group=group.strip(), datacenter__name=datacenter_name).delete()
+    return bool(deleted)

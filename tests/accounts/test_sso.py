@@ -12,6 +12,7 @@ import re
 import secrets
 import shutil
 import subprocess
+from io import StringIO
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
@@ -439,3 +440,64 @@ def test_a_provider_that_cannot_be_reached_is_a_message(live_portal, provider, s
                                  "reached; try again later"]
 
 
+
+
+# -- what a login does, without the provider ---------------------------------------------------
+
+ISSUER = "https://login.example.org"
+
+
+def test_usernames_made_from_claims(db):
+    from accounts.sso import sso_username
+
+    user_upsert("taken", password=PASSWORD)
+    cases = {
+        "Zoë Müller": "zoe-muller", "..dots..and//slashes": "dots.and-slashes",
+        "TAKEN": "taken-2", "a" * 80: "a" * 64, "ユーザー": "mail", "-_.": "mail",
+    }
+    for preferred, expected in cases.items():
+        assert sso_username({"preferred_username": preferred, "email": "mail@x.org",
+                             "sub": "s"}) == expected, preferred
+    assert sso_username({"sub": "ABC 123"}) == "user-abc-123"
+
+
+def test_an_existing_user_is_matched_by_verified_email_only_if_the_admin_allows(db, settings):
+    from accounts.sso import sso_user_login
+
+    alice = user_upsert("alice", password=PASSWORD, email="alice@example.org")[0]
+    claims = {"sub": "a-1", "preferred_username": "alice", "email": "Alice@example.org",
+              "email_verified": True}
+    settings.PADDLECLOUD_OIDC_MATCH_EMAIL = False
+    assert sso_user_login(ISSUER, claims).username == "alice-2"
+
+    settings.PADDLECLOUD_OIDC_MATCH_EMAIL = True
+    unverified = {**claims, "sub": "a-2", "email_verified": False}
+    assert sso_user_login(ISSUER, unverified).username == "alice-3"
+    assert sso_user_login(ISSUER, {**claims, "sub": "a-3"}) == alice
+    assert alice.has_usable_password()  # she keeps her password
+    assert sso_user_login(ISSUER, {**claims, "sub": "a-3", "email": "new@example.org"}) == alice
+    alice.refresh_from_db()
+    assert alice.email == "alice@example.org"  # a password user's e-mail is theirs to change
+    assert AuditEntry.objects.filter(action="sso.user_link", target="alice").count() == 1
+    # The same subject at another issuer is someone else.
+    assert sso_user_login("https://other.example.org", {**claims, "sub": "a-3",
+                                                        "email_verified": False}) != alice
+
+
+def test_ssogroup_command(db, datacenter):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    out = StringIO()
+    call_command("ssogroup", "ml", "datacenter1", stdout=out)
+    call_command("ssogroup", "ml", "datacenter1", stdout=out)
+    call_command("ssogroup", "--list", stdout=out)
+    call_command("ssogroup", "ml", "datacenter1", "--remove", stdout=out)
+    assert out.getvalue().splitlines() == [
+        "Mapped group 'ml' to datacenter datacenter1.",
+        "Already mapped: group 'ml' to datacenter datacenter1.",
+        "ml\tdatacenter1",
+        "Removed the mapping of group 'ml' to datacenter1.",
+    ]
+    with pytest.raises(CommandError, match="no datacenter named 'nowhere'"):
+        call_command("ssogroup", "ml", "nowhere")
