@@ -410,6 +410,36 @@ class SsoGroupMapping(models.Model):
         return f"group {self.group} → {self.datacenter}"
 
 
+class DeviceLogin(models.Model):
+    """``paddlectl login --web``: paddlectl asks for a login and shows a short user code; the
+    user, logged in to the dashboard (with single sign-on or a password), approves that code
+    on the /device/ page; paddlectl, polling with its device code, gets an API token once.
+    (RFC 8628's device authorization grant, for PaddleCloud's own tokens.) Only a digest of
+    the device code is stored; both codes are short-lived and used once."""
+
+    user_code = models.CharField(max_length=9, unique=True)
+    device_digest = models.CharField(max_length=64, unique=True, editable=False)
+    username = models.CharField(max_length=150, help_text="Who paddlectl logs in as.")
+    datacenter = models.CharField(max_length=63, blank=True)
+    name = models.CharField(max_length=100, blank=True)
+    address = models.CharField(max_length=64, blank=True, help_text="Where paddlectl asked from.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                    null=True, blank=True, related_name="+")
+    approved_at = models.DateTimeField(null=True, blank=True)
+    denied_at = models.DateTimeField(null=True, blank=True)
+    used_at = models.DateTimeField(null=True, blank=True)
+    last_poll_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["address", "-created_at"], name="device_login_address")]
+
+    def __str__(self) -> str:
+        return f"{self.user_code} ({self.username})"
+
+
 class AuditEntry(models.Model):
     """Who did what, when: submissions, kills and deletions of jobs, changes of registry
     credentials and of quotas. Written by the services (``accounts.audit.audit_record``), shown
