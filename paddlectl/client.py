@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
@@ -26,6 +27,8 @@ READ_TIMEOUT = 60
 TRANSFER_TIMEOUT = 300
 BLOCK = 1 << 20
 LOGIN_PATH = "/api/v1/auth/token/"
+DEVICE_PATH = "/api/v1/auth/device/"
+DEVICE_TOKEN_PATH = "/api/v1/auth/device/token/"  # noqa: S105 - a path
 JOBS = "/api/v1/jobs/"
 BUILDS = "/api/v1/builds/"
 
@@ -137,15 +140,52 @@ class ApiClient:
 
     def login(self) -> dict:
         """A new token (revoking the cached one, if any); the server's answer."""
-        old = self.cache.get(self.key)
+        if not self._password:
+            raise ApiError(401, "no_password",
+                           f"datacenter {self.datacenter!r} has no password in the config (a "
+                           "single sign-on user): run `paddlectl login --web`, or put a token "
+                           f"from the Tokens page ({self.endpoint}/tokens/) in the config as "
+                           "`token:`")
         issued = self.call("POST", LOGIN_PATH, auth=False, json={
             "username": self.username, "password": self._password,
             "datacenter": self.datacenter, "name": "paddlectl"})
+        return self._keep(issued)
+
+    def _keep(self, issued: dict) -> dict:
+        old = self.cache.get(self.key)
         self.cache.put(self.key, {key: issued.get(key) for key in ("token", "id", "expires_at")})
-        if old is not None:
+        if old is not None and old.get("token") != issued.get("token"):
             with contextlib.suppress(NetworkError):  # else it expires on its own
                 self._revoke(old["token"]).close()
         return issued
+
+    def device_login(self, show: Callable[[dict], None],
+                     sleep: Callable[[float], None] = time.sleep) -> dict:
+        """``paddlectl login --web``: ask for a login, ``show`` its code and page to the user,
+        poll until they approve it in the browser; the token is cached as a login's is."""
+        started = self.call("POST", DEVICE_PATH, auth=False, json={
+            "username": self.username, "datacenter": self.datacenter, "name": "paddlectl"})
+        show(started)
+        interval = float(started.get("interval") or 2)
+        deadline = time.monotonic() + float(started.get("expires_in") or 600)
+        while time.monotonic() < deadline:
+            sleep(interval)
+            try:
+                issued = self.call("POST", DEVICE_TOKEN_PATH, auth=False,
+                                   json={"device_code": started["device_code"]})
+            except ApiError as exc:
+                if exc.code == "authorization_pending":
+                    continue
+                if exc.code == "slow_down":
+                    interval += 1
+                    continue
+                raise
+            if issued.get("username") != self.username:  # the server checks it too
+                raise ApiError(403, "wrong_user", f"the login was approved for "
+                               f"{issued.get('username')!r}, not {self.username!r}")
+            return self._keep(issued)
+        raise ApiError(401, "expired_token", "the login was not approved in time; run "
+                                             "`paddlectl login --web` again")
 
     def logout(self) -> bool:
         """Revoke the cached token and forget it; False when there was none."""

@@ -8,7 +8,8 @@
     current-datacenter: datacenter1
 
 In place of ``password``, an entry may hold ``token``: an API token made on the dashboard's
-Tokens page, the way in for users who log in with single sign-on (and have no password).
+Tokens page, the way in for users who log in with single sign-on (and have no password). An
+entry with neither logs in with ``paddlectl login --web`` (approved in the browser).
 
 The path is ``--config``, else ``$PADDLE_CONFIG``, else ``~/.paddle/config``. Every problem is
 a ``ConfigError`` saying what is wrong and how to fix it.
@@ -148,13 +149,13 @@ def _datacenter(entry, index: int, path: Path) -> Datacenter:
             raise ConfigError(f"{path}: {label} has both `password` and `token`: keep one "
                               f"(a token from the Tokens page, or your password; {FIX})")
         entry = {**entry, "password": ""}
+    if entry.get("password") is None and entry.get("token") in (None, ""):
+        # Neither: a single sign-on user who logs in with `paddlectl login --web`.
+        entry = {**entry, "password": ""}
     for key in KEYS:
-        if key == "password" and entry.get("token") not in (None, ""):
+        if key == "password" and entry.get(key) == "":
             continue
         if entry.get(key) in (None, ""):
-            if key == "password":
-                raise ConfigError(f"{path}: {label} has no `password` (nor `token`); add one "
-                                  f"({FIX})")
             raise ConfigError(f"{path}: {label} has no `{key}`; add it ({FIX})")
         if not isinstance(entry[key], str):
             raise ConfigError(f"{path}: {label}: `{key}` must be a string; put it in quotes")

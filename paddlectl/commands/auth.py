@@ -6,11 +6,26 @@ from paddlectl.output import format_time
 
 
 def setup_login(parser) -> None:
-    pass
+    parser.add_argument(
+        "--web", action="store_true",
+        help="log in in the browser (single sign-on users): paddlectl shows a page and a code, "
+             "you approve the code there, paddlectl gets its token")
 
 
 def run_login(ctx, args) -> None:
     dc = ctx.datacenter
+    if getattr(args, "web", False) and not dc.token:
+        def show(started: dict) -> None:  # shown even with -q: nothing happens without it
+            ctx.stdout.write(f"To log in to {dc.name} as {dc.username}, open\n\n    "
+                             f"{started['verification_uri_complete']}\n\nin a browser where "
+                             f"you are logged in to PaddleCloud (or open "
+                             f"{started['verification_uri']} and enter the code "
+                             f"{started['user_code']}), and approve it. Waiting…\n")
+            ctx.stdout.flush()
+        issued = ctx.client.device_login(show)
+        ctx.info(f"Logged in to {dc.name} ({dc.endpoint}) as {dc.username}; the token expires "
+                 f"{format_time(issued.get('expires_at'))}")
+        return
     if dc.token:
         ctx.client.me()  # the token works (else the error says what to do)
         ctx.info(f"{dc.name} ({dc.endpoint}): the config holds an API token for {dc.username}, "

@@ -501,3 +501,123 @@ def test_ssogroup_command(db, datacenter):
     ]
     with pytest.raises(CommandError, match="no datacenter named 'nowhere'"):
         call_command("ssogroup", "ml", "nowhere")
+
+
+# -- paddlectl login --web ----------------------------------------------------------------------
+
+
+def _csrf(page: requests.Response) -> str:
+    return re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+
+
+def _web_login_started(cli) -> tuple[subprocess.Popen, str]:
+    """``paddlectl login --web`` running, and the page it asks the user to open."""
+    process = cli.start("login", "--web")
+    lines = []
+    while not any("/device/?code=" in line for line in lines):
+        line = process.stdout.readline()
+        assert line, f"paddlectl said: {''.join(lines)} {process.stderr.read()}"
+        lines.append(line)
+    url = next(line.strip() for line in lines if "/device/?code=" in line)
+    return process, url
+
+
+def test_paddlectl_login_web_approved_in_the_browser(live_portal, provider, datacenters,
+                                                     tmp_path):
+    provider.account("sub-jo", preferred_username="jo", groups=["ml"])
+    session, _ = sso_login(live_portal, "sub-jo")
+    cli = Cli(tmp_path / "home")
+    cli.write_config([{"name": "datacenter1", "username": "jo",
+                       "endpoint": live_portal.url}])
+    # Without a password, a plain login says what to do.
+    plain = cli("get", "jobs")
+    assert plain.returncode != 0 and "run `paddlectl login --web`" in plain.stderr
+
+    process, url = _web_login_started(cli)
+    try:
+        code = parse_qs(urlsplit(url).query)["code"][0]
+        assert re.fullmatch(r"[B-Z]{4}-[B-Z]{4}", code)
+        page = session.get(url)
+        assert "asks to log in as <strong>jo</strong> to <strong>datacenter1</strong>" in page.text
+        # The approval is a POST that needs the CSRF token of the page.
+        forged = session.post(f"{live_portal.url}/device/", data={"code": code,
+                                                                  "action": "approve"})
+        assert forged.status_code == 403
+        approved = session.post(f"{live_portal.url}/device/", data={
+            "csrfmiddlewaretoken": _csrf(page), "code": code, "action": "approve"})
+        assert "paddlectl is logged in as <strong>jo</strong>" in approved.text
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    assert "Logged in to datacenter1" in out
+    assert list(cli.tokens()) == [f"{live_portal.url}|datacenter1|jo"]
+    jobs = cli("get", "jobs")
+    assert jobs.returncode == 0, jobs.stderr
+    # The code is spent.
+    again = session.get(url)
+    assert "no login waits for this code" in again.text
+
+
+def test_paddlectl_login_web_refusals(live_portal, provider, datacenters, tmp_path):
+    provider.account("sub-kim", preferred_username="kim", groups=["ml"])
+    session, _ = sso_login(live_portal, "sub-kim")
+    cli = Cli(tmp_path / "home")
+    # Another user's paddlectl: kim cannot approve it.
+    cli.write_config([{"name": "datacenter1", "username": "alice",
+                       "endpoint": live_portal.url}])
+    process, url = _web_login_started(cli)
+    try:
+        page = session.get(url)
+        refused = session.post(f"{live_portal.url}/device/", data={
+            "csrfmiddlewaretoken": _csrf(page), "code": parse_qs(urlsplit(url).query)["code"][0],
+            "action": "approve"})
+        assert refused.status_code == 400
+        assert "this paddlectl logs in as &#x27;alice&#x27;, and you are &#x27;kim&#x27;" \
+            in refused.text
+        # kim denies it: paddlectl stops, saying so.
+        denied = session.post(f"{live_portal.url}/device/", data={
+            "csrfmiddlewaretoken": _csrf(page), "code": parse_qs(urlsplit(url).query)["code"][0],
+            "action": "deny"})
+        assert "Denied" in denied.text
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode != 0 and "the login was denied in the browser" in err
+    assert not cli.tokens()
+
+    # A wrong code is an error on the page, and counts as a failed login.
+    wrong = session.get(f"{live_portal.url}/device/?code=BBBB-BBBB")
+    assert "no login waits for this code" in wrong.text
+    # Polling: pending, then unknown codes.
+    start = post(f"{live_portal.url}/api/v1/auth/device/", json={"username": "kim"})
+    assert start.status_code == 201
+    poll = post(f"{live_portal.url}/api/v1/auth/device/token/",
+                json={"device_code": start.json()["device_code"]})
+    assert poll.status_code == 400 and poll.json()["code"] == "authorization_pending"
+    unknown = post(f"{live_portal.url}/api/v1/auth/device/token/",
+                   json={"device_code": "made-up"})
+    assert unknown.status_code == 400 and unknown.json()["code"] == "invalid_device_code"
+    # At most ten logins wait for approval per address.
+    answers = [post(f"{live_portal.url}/api/v1/auth/device/", json={"username": "kim"})
+               for _ in range(10)]
+    # (the denied one does not wait; the one above does: nine more fit)
+    assert [a.status_code for a in answers] == [201] * 9 + [429]
+    assert "too many logins waiting for approval" in answers[-1].json()["message"]
+
+
+def test_the_device_page_asks_for_a_login_first(live_portal, provider, datacenters):
+    provider.account("sub-lee", preferred_username="lee", groups=["ml"])
+    start = post(f"{live_portal.url}/api/v1/auth/device/", json={"username": "lee"}).json()
+    page = get(start["verification_uri_complete"])
+    assert page.url.startswith(f"{live_portal.url}/login/?next=")
+    # Logging in with single sign-on from there comes back to the code.
+    _, page = sso_login(live_portal, "sub-lee",
+                              next_path=urlsplit(start["verification_uri_complete"]).path
+                              + "?" + urlsplit(start["verification_uri_complete"]).query)
+    assert page.url == start["verification_uri_complete"]
+    assert "asks to log in as <strong>lee</strong>" in page.text
