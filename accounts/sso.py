@@ -25,7 +25,7 @@ import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import SuspiciousOperation
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
@@ -214,11 +214,21 @@ def _verified_email(claims: dict) -> str:
     return ""
 
 
-@transaction.atomic
 def sso_user_login(issuer: str, claims: dict):
     """The user these claims (already verified: ``sub`` is the provider's) log in as, made or
     linked on their first login; their single sign-on memberships brought in line with the
     group claim."""
+    try:
+        with transaction.atomic():
+            return _user_login(issuer, claims)
+    except IntegrityError:
+        # Two first logins of one subject at once (two tabs): the other made the user (or
+        # took the username) first; this one finds it now.
+        with transaction.atomic():
+            return _user_login(issuer, claims)
+
+
+def _user_login(issuer: str, claims: dict):
     User = get_user_model()
     subject = claims["sub"]
     identity = (SsoIdentity.objects.select_for_update().select_related("user")

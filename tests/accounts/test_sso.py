@@ -412,6 +412,13 @@ def test_password_login_is_refused_for_an_sso_user(live_portal, provider, datace
     result = cli("login")
     assert result.returncode != 0
     assert "ivan logs in with single sign-on and has no password" in result.stderr
+    # The browser's password form says it too.
+    browser = requests.Session()
+    form = browser.get(f"{live_portal.url}/login/", timeout=30)
+    answer = browser.post(f"{live_portal.url}/login/", timeout=30, data={
+        "csrfmiddlewaretoken": _csrf(form), "username": "ivan", "password": "guess"})
+    assert ("ivan logs in with single sign-on and has no password: use the “Log in with "
+            "TestID” button") in html.unescape(answer.text)
     # A password user is not affected.
     ok = post(f"{live_portal.url}/api/v1/auth/token/",
                        json={"username": "alice", "password": PASSWORD})
