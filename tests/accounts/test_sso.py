@@ -7,13 +7,10 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import re
 import secrets
-import shutil
 import subprocess
 from io import StringIO
-from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
 import jwt
@@ -27,13 +24,11 @@ from accounts.models import AuditEntry, Membership, SsoGroupMapping, SsoIdentity
 from accounts.services import datacenter_upsert, user_upsert
 from accounts.sso import SsoBackend, sso_discovery_forget
 from tests.conftest import PASSWORD
+from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, oidc_provider
 from tests.paddlectl.conftest import Cli
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-OIDC_DIR = Path(__file__).resolve().parent.parent / "oidc"
-CLIENT_ID = "paddlecloud"
-CLIENT_SECRET = "test-client-secret-" + "x" * 20
 
 
 def get(url, **kwargs) -> requests.Response:
@@ -44,65 +39,12 @@ def post(url, **kwargs) -> requests.Response:
     return requests.post(url, timeout=30, **kwargs)
 
 
-def npm_ready() -> None:
-    """tests/oidc/node_modules as package-lock.json says (npm ci, once)."""
-    marker = OIDC_DIR / "node_modules" / ".package-lock.json"
-    lock = OIDC_DIR / "package-lock.json"
-    if marker.exists() and marker.stat().st_mtime >= lock.stat().st_mtime:
-        return
-    npm = shutil.which("npm")
-    assert npm, "npm is not installed (./dev test installs nodejs and npm)"
-    subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=OIDC_DIR,
-                   check=True, timeout=300)
-
-
-class Provider:
-    def __init__(self, issuer: str, accounts: Path):
-        self.issuer, self.accounts_file = issuer, accounts
-        self.accounts: dict[str, dict] = {}
-
-    def account(self, sub: str, **claims) -> None:
-        """What the provider says of ``sub`` at its next login."""
-        self.accounts[sub] = claims
-        self.accounts_file.write_text(json.dumps(self.accounts))
-
-
 @pytest.fixture
 def provider(live_portal, settings, tmp_path):
     """The provider, its client registered with the live portal's callback, and the portal
     configured for it."""
-    npm_ready()
-    node = shutil.which("node")
-    assert node, "node is not installed (./dev test installs nodejs and npm)"
-    accounts = tmp_path / "accounts.json"
-    accounts.write_text("{}")
-    process = subprocess.Popen(
-        [node, str(OIDC_DIR / "provider.mjs")], cwd=OIDC_DIR, stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={"PATH": os.environ.get("PATH", ""), "OIDC_CLIENT_ID": CLIENT_ID,
-             "OIDC_CLIENT_SECRET": CLIENT_SECRET, "OIDC_ACCOUNTS": str(accounts),
-             "OIDC_REDIRECT_URI": f"{live_portal.url}/oidc/callback/"})
-    try:
-        line = process.stdout.readline()
-        assert line, f"the provider did not start: {process.stderr.read()}"
-        issuer = json.loads(line)["issuer"]
-        settings.PADDLECLOUD_OIDC_ISSUER = issuer
-        settings.PADDLECLOUD_OIDC_CLIENT_ID = CLIENT_ID
-        settings.PADDLECLOUD_OIDC_CLIENT_SECRET = CLIENT_SECRET
-        settings.PADDLECLOUD_OIDC_PROVIDER_NAME = "TestID"
-        sso_discovery_forget()
-        yield Provider(issuer, accounts)
-    finally:
-        sso_discovery_forget()
-        process.stdin.close()
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-        process.stdout.close()
-        process.stderr.close()
+    with oidc_provider(live_portal, settings, tmp_path) as running:
+        yield running
 
 
 def _form(page: requests.Response) -> tuple[str, dict]:

@@ -56,6 +56,18 @@ server.listen(0, '127.0.0.1', () => {
     },
   });
   provider.on('server_error', (ctx, err) => console.error('provider server_error:', err));
+  // Its development pages load a web font from the internet (the tests have none) and the
+  // browser asks for a favicon: keep both off a browser test's console.
+  provider.use(async (ctx, next) => {
+    if (ctx.path === '/favicon.ico') {
+      ctx.status = 204;
+      return;
+    }
+    await next();
+    if (typeof ctx.body === 'string' && ctx.type === 'text/html') {
+      ctx.body = ctx.body.replace(/@import url\(https:\/\/fonts\.googleapis\.com[^)]*\);/g, '');
+    }
+  });
   server.on('request', provider.callback());
   console.log(JSON.stringify({ issuer }));
 });
