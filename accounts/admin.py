@@ -104,7 +104,7 @@ class MembershipInline(UserRowsInline):
     readonly_fields = ["granted_by_sso"]  # an admin's membership is theirs, never single sign-on's
 
 
-class SsoIdentityInline(UserRowsInline):
+class SsoIdentityInline(admin.TabularInline):
     model = SsoIdentity
     extra = 0
     fields = ["issuer", "subject", "created_at", "last_login_at"]
