@@ -570,3 +570,13 @@ def test_the_device_page_asks_for_a_login_first(live_portal, provider, datacente
                               + "?" + urlsplit(start["verification_uri_complete"]).query)
     assert page.url == start["verification_uri_complete"]
     assert "asks to log in as <strong>lee</strong>" in page.text
+
+
+def test_the_admin_maps_groups_to_datacenters(admin_browser, datacenter):
+    assert admin_browser.get("/admin/accounts/ssogroupmapping/add/").status_code == 200
+    response = admin_browser.post("/admin/accounts/ssogroupmapping/add/",
+                                  {"group": "ml-team", "datacenter": datacenter.pk})
+    assert response.status_code == 302
+    assert SsoGroupMapping.objects.get().datacenter == datacenter
+    listing = admin_browser.get("/admin/accounts/ssogroupmapping/")
+    assert listing.status_code == 200 and "ml-team" in listing.content.decode()
