@@ -7,7 +7,8 @@ expires, logging in with the password only then. So a token created in the brows
 by pasting both: the config, and the token's entry in ``tokens.json``.
 
 A user who logs in with single sign-on has no password: their config holds the token itself
-(``token:`` in place of ``password:``), which ``paddlectl`` uses until it expires.
+(``token:`` in place of ``password:``), which ``paddlectl`` uses until it expires, or nothing
+in its place: ``paddlectl login --web`` gets a token approved in the browser.
 """
 
 from __future__ import annotations
@@ -18,18 +19,17 @@ from paddlectl.config import config_dump
 from paddlectl.tokens import token_key
 
 PASSWORD_PLACEHOLDER = "YOUR-PASSWORD"  # noqa: S105 - what the user replaces
-TOKEN_PLACEHOLDER = "YOUR-TOKEN"  # noqa: S105 - what the user replaces
 
 
 def config_snippet(username: str, endpoint: str, datacenters, current: str | None,
                    tokens: dict[str, str] | None = None) -> str:
     """A whole ``~/.paddle/config`` for the user's datacenters at this portal; with
-    ``tokens`` (a single sign-on user: no password), each datacenter's entry holds its token
-    (the one just issued, else a placeholder)."""
+    ``tokens`` (a single sign-on user: no password), the entry of a datacenter with a token
+    just issued holds it, the others nothing (``paddlectl login --web``)."""
     def secret(dc) -> dict:
         if tokens is None:
             return {"password": PASSWORD_PLACEHOLDER}
-        return {"token": tokens.get(dc.name, TOKEN_PLACEHOLDER)}
+        return {"token": tokens[dc.name]} if dc.name in tokens else {}
     return config_dump([{"name": dc.name, "username": username, **secret(dc),
                          "endpoint": endpoint} for dc in datacenters], current)
 
