@@ -13,7 +13,17 @@ from paddlecloud_core.quantity import (
     parse_cpu,
 )
 
-from .models import QUOTA_RESOURCES, ApiToken, AuditEntry, Datacenter, Membership, Quota, User
+from .models import (
+    QUOTA_RESOURCES,
+    ApiToken,
+    AuditEntry,
+    Datacenter,
+    Membership,
+    Quota,
+    SsoGroupMapping,
+    SsoIdentity,
+    User,
+)
 from .services import quota_change_record
 
 
@@ -90,6 +100,19 @@ class MembershipInline(UserRowsInline):
     model = Membership
     extra = 0
     autocomplete_fields = ["datacenter"]
+    fields = ["datacenter", "granted_by_sso"]
+    readonly_fields = ["granted_by_sso"]  # an admin's membership is theirs, never single sign-on's
+
+
+class SsoIdentityInline(admin.TabularInline):
+    model = SsoIdentity
+    extra = 0
+    fields = ["issuer", "subject", "created_at", "last_login_at"]
+    readonly_fields = fields
+    verbose_name_plural = "single sign-on identities (delete one to unlink it)"
+
+    def has_add_permission(self, request, obj=None):
+        return False
 
 
 class QuotaInline(UserRowsInline):
@@ -116,7 +139,7 @@ class DefaultQuotaInline(admin.TabularInline):
 
 @admin.register(User)
 class UserAdmin(QuotaAuditMixin, BaseUserAdmin):
-    inlines = [MembershipInline, QuotaInline]
+    inlines = [MembershipInline, QuotaInline, SsoIdentityInline]
     list_display = ["username", "email", "is_staff", "is_active", "datacenter_names"]
 
     def get_queryset(self, request):
@@ -144,6 +167,18 @@ class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
         ("Runtime images", {"fields": ["build_registry", "build_registry_insecure",
                                        "builder_image"]}),
     ]
+
+
+@admin.register(SsoGroupMapping)
+class SsoGroupMappingAdmin(admin.ModelAdmin):
+    """Members of an identity provider group are members of a datacenter (single sign-on): at
+    each login, added when the group claim names the group, removed when it no longer does."""
+
+    list_display = ["group", "datacenter", "created_at"]
+    list_filter = ["datacenter"]
+    list_select_related = ["datacenter"]
+    search_fields = ["group"]
+    autocomplete_fields = ["datacenter"]
 
 
 @admin.register(Quota)

@@ -1,10 +1,13 @@
 """The browser login form, throttled by the same counters as the token endpoint."""
 
 from django import forms
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 
 from paddlecloud.errors import ThrottledError
 
+from .sso import sso_only
 from .throttling import client_address, login_attempt_reserve, login_success_record
 
 
@@ -18,6 +21,15 @@ class ThrottledAuthenticationForm(AuthenticationForm):
             login_attempt_reserve(username, address)
         except ThrottledError as exc:
             raise forms.ValidationError(exc.message, code="throttled") from None
-        cleaned = super().clean()  # a wrong password raises: the attempt stays counted
+        try:
+            cleaned = super().clean()  # a wrong password raises: the attempt stays counted
+        except forms.ValidationError:
+            user = get_user_model().objects.filter(username=username).first()
+            if user is not None and sso_only(user):
+                raise forms.ValidationError(
+                    f"{username} logs in with single sign-on and has no password: use the "
+                    f"“Log in with {settings.PADDLECLOUD_OIDC_PROVIDER_NAME}” button",
+                    code="sso_user") from None
+            raise
         login_success_record(username, address)
         return cleaned

@@ -242,6 +242,11 @@ class Membership(models.Model):
     datacenter = models.ForeignKey(
         Datacenter, on_delete=models.CASCADE, related_name="memberships"
     )
+    granted_by_sso = models.BooleanField(
+        "granted by single sign-on", default=False,
+        help_text="Added at login because the identity provider's group claim names a group "
+                  "mapped to this datacenter; removed at a login where it no longer does. "
+                  "A membership an admin adds is never removed by single sign-on.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -363,6 +368,78 @@ class ApiToken(models.Model):
         return "active"
 
 
+class SsoIdentity(models.Model):
+    """A user as their OpenID provider knows them: the issuer and the ``sub`` claim, which
+    the provider never reuses or changes (unlike the e-mail or the preferred username).
+    Logging in with single sign-on finds the user by this pair (``accounts.sso``)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="sso_identities")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField("subject (sub)", max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_login_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name = "single sign-on identity"
+        verbose_name_plural = "single sign-on identities"
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"],
+                                               name="unique_sso_identity")]
+
+    def __str__(self) -> str:
+        return f"{self.user} = {self.subject} at {self.issuer}"
+
+
+class SsoGroupMapping(models.Model):
+    """Members of the identity provider's group ``group`` (as the group claim names it) are
+    members of ``datacenter`` while they are in the group (checked at each login)."""
+
+    group = models.CharField(max_length=255, help_text="As the provider's group claim writes it.")
+    datacenter = models.ForeignKey(Datacenter, on_delete=models.CASCADE,
+                                   related_name="sso_group_mappings")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["group", "datacenter__name"]
+        verbose_name = "single sign-on group mapping"
+        constraints = [models.UniqueConstraint(fields=["group", "datacenter"],
+                                               name="unique_sso_group_mapping")]
+
+    def __str__(self) -> str:
+        return f"group {self.group} → {self.datacenter}"
+
+
+class DeviceLogin(models.Model):
+    """``paddlectl login --web``: paddlectl asks for a login and shows a short user code; the
+    user, logged in to the dashboard (with single sign-on or a password), approves that code
+    on the /device/ page; paddlectl, polling with its device code, gets an API token once.
+    (RFC 8628's device authorization grant, for PaddleCloud's own tokens.) Only a digest of
+    the device code is stored; both codes are short-lived and used once."""
+
+    user_code = models.CharField(max_length=9, unique=True)
+    device_digest = models.CharField(max_length=64, unique=True, editable=False)
+    username = models.CharField(max_length=150, help_text="Who paddlectl logs in as.")
+    datacenter = models.CharField(max_length=63, blank=True)
+    name = models.CharField(max_length=100, blank=True)
+    address = models.CharField(max_length=64, blank=True, help_text="Where paddlectl asked from.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                    null=True, blank=True, related_name="+")
+    approved_at = models.DateTimeField(null=True, blank=True)
+    denied_at = models.DateTimeField(null=True, blank=True)
+    used_at = models.DateTimeField(null=True, blank=True)
+    last_poll_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["address", "-created_at"], name="device_login_address")]
+
+    def __str__(self) -> str:
+        return f"{self.user_code} ({self.username})"
+
+
 class AuditEntry(models.Model):
     """Who did what, when: submissions, kills and deletions of jobs, changes of registry
     credentials and of quotas. Written by the services (``accounts.audit.audit_record``), shown
@@ -376,6 +453,10 @@ class AuditEntry(models.Model):
         REGISTRY_UPDATE = "registry.update", "registry credential changed"
         REGISTRY_DELETE = "registry.delete", "registry credential deleted"
         QUOTA_CHANGE = "quota.change", "quota changed"
+        SSO_USER_CREATE = "sso.user_create", "user created at single sign-on"
+        SSO_USER_LINK = "sso.user_link", "user matched by e-mail at single sign-on"
+        SSO_MEMBERSHIP_ADD = "sso.membership_add", "membership granted by single sign-on"
+        SSO_MEMBERSHIP_REMOVE = "sso.membership_remove", "membership removed by single sign-on"
 
     time = models.DateTimeField(default=timezone.now, db_index=True)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,

@@ -24,6 +24,26 @@ class TokenCreateSerializer(serializers.Serializer):
                                                required=False)
 
 
+class DeviceLoginRequestSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150,
+                                     help_text="Who logs in (the approving user must be them).")
+    datacenter = serializers.CharField(max_length=63, required=False, allow_blank=True)
+    name = serializers.CharField(max_length=100, required=False, allow_blank=True)
+
+
+class DeviceLoginSerializer(serializers.Serializer):
+    device_code = serializers.CharField(help_text="Secret: poll with it.")
+    user_code = serializers.CharField(help_text="Show it: the user approves it in the browser.")
+    verification_uri = serializers.CharField()
+    verification_uri_complete = serializers.CharField()
+    expires_in = serializers.IntegerField()
+    interval = serializers.IntegerField()
+
+
+class DevicePollSerializer(serializers.Serializer):
+    device_code = serializers.CharField(max_length=100)
+
+
 class ApiTokenSerializer(serializers.ModelSerializer):
     datacenter = serializers.CharField(source="datacenter.name")
     state = serializers.CharField()

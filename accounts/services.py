@@ -24,6 +24,7 @@ from .audit import audit_record
 from .models import QUOTA_RESOURCES, ApiToken, AuditEntry, Datacenter, Membership, Quota
 from .selectors import membership_get
 from .signals import quota_changed
+from .sso import sso_only
 from .throttling import login_attempt_reserve, login_success_record
 
 User = get_user_model()
@@ -79,6 +80,12 @@ def token_issue(*, username: str, password: str, address: str,
     login_attempt_reserve(username, address)  # counted as a failure until it proves right
     user = authenticate(username=username, password=password)
     if user is None:
+        sso_user = User.objects.filter(username=username).first()
+        if sso_user is not None and sso_only(sso_user):
+            raise AuthenticationError(
+                f"{username} logs in with single sign-on and has no password: make an API "
+                "token on the dashboard's Tokens page and put it in ~/.paddle/config as "
+                "`token:` in place of `password:`", code="sso_user")
         raise AuthenticationError(
             "username or password is incorrect", code="invalid_credentials"
         )

@@ -12,11 +12,14 @@ from paddlecloud import __version__
 from paddlecloud.errors import ValidationError
 from paddlecloud.views import DatacenterAPIView, validated
 
-from . import selectors, services
+from . import device, selectors, services
 from .models import ApiToken
 from .serializers import (
     ApiTokenSerializer,
     DatacenterSerializer,
+    DeviceLoginRequestSerializer,
+    DeviceLoginSerializer,
+    DevicePollSerializer,
     ErrorSerializer,
     IssuedTokenSerializer,
     MeSerializer,
@@ -80,6 +83,45 @@ class TokenView(APIView):
             )
         services.token_revoke(request.user, request.auth.pk)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class DeviceLoginView(APIView):
+    """``paddlectl login --web``: start a login that the user approves in the browser."""
+
+    permission_classes = [AllowAny]
+    authentication_classes = []
+
+    @extend_schema(request=DeviceLoginRequestSerializer,
+                   responses={201: DeviceLoginSerializer, **ERRORS},
+                   summary="Start a login approved in the browser (device code)")
+    def post(self, request):
+        data = validated(DeviceLoginRequestSerializer, request)
+        login, device_code = device.device_login_start(
+            username=data["username"], datacenter_name=data.get("datacenter") or "",
+            name=data.get("name") or "", address=client_address(request))
+        page = request.build_absolute_uri("/device/")
+        return Response({
+            "device_code": device_code, "user_code": login.user_code,
+            "verification_uri": page,
+            "verification_uri_complete": f"{page}?code={login.user_code}",
+            "expires_in": device.DEVICE_TTL, "interval": device.POLL_INTERVAL,
+        }, status=status.HTTP_201_CREATED)
+
+
+class DeviceTokenView(APIView):
+    """Poll for the token of a login started with ``DeviceLoginView``."""
+
+    permission_classes = [AllowAny]
+    authentication_classes = []
+
+    @extend_schema(request=DevicePollSerializer,
+                   responses={201: IssuedTokenSerializer, **ERRORS},
+                   summary="The token of an approved browser login; 400 authorization_pending "
+                           "until then")
+    def post(self, request):
+        data = validated(DevicePollSerializer, request)
+        issued = device.device_login_poll(data["device_code"])
+        return Response(_issued(issued, request), status=status.HTTP_201_CREATED)
 
 
 class TokenListView(APIView):

@@ -5,6 +5,10 @@ password; it has no place for a token. ``paddlectl`` keeps its tokens beside it 
 ``~/.paddle/tokens.json`` (``paddlectl.tokens``) and uses a token found there until it
 expires, logging in with the password only then. So a token created in the browser is used
 by pasting both: the config, and the token's entry in ``tokens.json``.
+
+A user who logs in with single sign-on has no password: their config holds the token itself
+(``token:`` in place of ``password:``), which ``paddlectl`` uses until it expires, or nothing
+in its place: ``paddlectl login --web`` gets a token approved in the browser.
 """
 
 from __future__ import annotations
@@ -17,11 +21,17 @@ from paddlectl.tokens import token_key
 PASSWORD_PLACEHOLDER = "YOUR-PASSWORD"  # noqa: S105 - what the user replaces
 
 
-def config_snippet(username: str, endpoint: str, datacenters, current: str | None) -> str:
-    """A whole ``~/.paddle/config`` for the user's datacenters at this portal."""
-    return config_dump([{"name": dc.name, "username": username,
-                         "password": PASSWORD_PLACEHOLDER, "endpoint": endpoint}
-                        for dc in datacenters], current)
+def config_snippet(username: str, endpoint: str, datacenters, current: str | None,
+                   tokens: dict[str, str] | None = None) -> str:
+    """A whole ``~/.paddle/config`` for the user's datacenters at this portal; with
+    ``tokens`` (a single sign-on user: no password), the entry of a datacenter with a token
+    just issued holds it, the others nothing (``paddlectl login --web``)."""
+    def secret(dc) -> dict:
+        if tokens is None:
+            return {"password": PASSWORD_PLACEHOLDER}
+        return {"token": tokens[dc.name]} if dc.name in tokens else {}
+    return config_dump([{"name": dc.name, "username": username, **secret(dc),
+                         "endpoint": endpoint} for dc in datacenters], current)
 
 
 def tokens_snippet(endpoint: str, issued) -> str:

@@ -18,5 +18,6 @@ urlpatterns = [
     path("registries/", account.registry_list, name="registries"),
     path("quota/", account.quota, name="quota"),
     path("tokens/", account.token_list, name="tokens"),
+    path("device/", account.device_login, name="device"),
     path("datacenter", account.datacenter_switch, name="datacenter"),
 ]

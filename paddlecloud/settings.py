@@ -368,6 +368,43 @@ CSRF_FAILURE_VIEW = "paddlecloud.errors.csrf_failure"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+# Passwords, then single sign-on (which answers only its own callback: accounts/sso.py).
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "accounts.sso.SsoBackend",
+]
+
+# Single sign-on with OpenID Connect (mozilla-django-oidc; README "Single sign-on"): off unless
+# PADDLECLOUD_OIDC_ISSUER and PADDLECLOUD_OIDC_CLIENT_ID are set. The provider's endpoints and
+# keys come from ISSUER/.well-known/openid-configuration, read at the first login (and again
+# an hour later); ID tokens must be RS256, signed by a key of the provider's JWKS, issued by
+# ISSUER for CLIENT_ID. The portal's callback, to register at the provider, is
+# <portal>/oidc/callback/.
+PADDLECLOUD_OIDC_ISSUER = (env_str("PADDLECLOUD_OIDC_ISSUER") or "").strip().rstrip("/")
+PADDLECLOUD_OIDC_CLIENT_ID = (env_str("PADDLECLOUD_OIDC_CLIENT_ID") or "").strip()
+PADDLECLOUD_OIDC_CLIENT_SECRET = env_str("PADDLECLOUD_OIDC_CLIENT_SECRET") or ""
+if bool(PADDLECLOUD_OIDC_ISSUER) != bool(PADDLECLOUD_OIDC_CLIENT_ID):
+    raise ImproperlyConfigured("PADDLECLOUD_OIDC_ISSUER and PADDLECLOUD_OIDC_CLIENT_ID: single "
+                               "sign-on needs both (or neither)")
+if PADDLECLOUD_OIDC_ISSUER and not PADDLECLOUD_OIDC_ISSUER.startswith(("https://", "http://")):
+    raise ImproperlyConfigured(f"PADDLECLOUD_OIDC_ISSUER={PADDLECLOUD_OIDC_ISSUER!r}: the "
+                               "provider's issuer URL, e.g. https://login.example.com/realms/x")
+# What the login page's button says: "Log in with <name>".
+PADDLECLOUD_OIDC_PROVIDER_NAME = env_str("PADDLECLOUD_OIDC_PROVIDER_NAME", "single sign-on")
+PADDLECLOUD_OIDC_SCOPES = env_str("PADDLECLOUD_OIDC_SCOPES", "openid email profile groups")
+# The claim (in the ID token or the userinfo answer) listing the user's groups, mapped to
+# datacenters by the admin (SsoGroupMapping, in the Django admin).
+PADDLECLOUD_OIDC_GROUPS_CLAIM = env_str("PADDLECLOUD_OIDC_GROUPS_CLAIM", "groups")
+# On: a first login whose verified e-mail (email_verified true) is an existing user's takes
+# that user. Off (the default): single sign-on only ever finds users it made or linked.
+PADDLECLOUD_OIDC_MATCH_EMAIL = env_bool("PADDLECLOUD_OIDC_MATCH_EMAIL", False)
+# On: the login page offers single sign-on only (no password form).
+PADDLECLOUD_OIDC_ONLY = env_bool("PADDLECLOUD_OIDC_ONLY", False)
+PADDLECLOUD_OIDC_TIMEOUT = float(env_int("PADDLECLOUD_OIDC_TIMEOUT", 10))
+# mozilla-django-oidc's own settings (the client, scopes, timeout and endpoints it reads from
+# the above: accounts/sso.py, oidc_setting).
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_USE_PKCE = True
 
 # ---------------------------------------------------------------------------------------------
 # Security. With DEBUG off these default to what `manage.py check --deploy` asks for; each can

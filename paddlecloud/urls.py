@@ -8,16 +8,19 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 
-from accounts.forms import ThrottledAuthenticationForm
+from accounts import sso_views
 
 from . import errors, views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
-    path("login/", auth_views.LoginView.as_view(
-        authentication_form=ThrottledAuthenticationForm, redirect_authenticated_user=True),
-        name="login"),
+    path("login/", sso_views.LoginView.as_view(), name="login"),
+    # Single sign-on (accounts/sso_views.py): 404 unless PADDLECLOUD_OIDC_ISSUER is set.
+    path("oidc/authenticate/", sso_views.SsoLoginView.as_view(),
+         name="oidc_authentication_init"),
+    path("oidc/callback/", sso_views.SsoCallbackView.as_view(),
+         name="oidc_authentication_callback"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("", include("dashboard.urls")),

@@ -107,7 +107,8 @@ class Connection:
         self.client = ApiClient(
             dc.endpoint, dc.name, dc.username, dc.password,
             TokenCache(self.config.path.parent / FILENAME),
-            hint=f"check `endpoint` of datacenter {dc.name!r} in {self.config.path}")
+            hint=f"check `endpoint` of datacenter {dc.name!r} in {self.config.path}",
+            token=dc.token)
         self.client.session.headers["User-Agent"] = f"paddlecloud-sdk/{__version__}"
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
@@ -26,6 +27,8 @@ READ_TIMEOUT = 60
 TRANSFER_TIMEOUT = 300
 BLOCK = 1 << 20
 LOGIN_PATH = "/api/v1/auth/token/"
+DEVICE_PATH = "/api/v1/auth/device/"
+DEVICE_TOKEN_PATH = "/api/v1/auth/device/token/"  # noqa: S105 - a path
 JOBS = "/api/v1/jobs/"
 BUILDS = "/api/v1/builds/"
 
@@ -34,11 +37,14 @@ Body = bytes | Callable[[], Any] | None  # a callable makes a fresh body for eac
 
 class ApiClient:
     def __init__(self, endpoint: str, datacenter: str, username: str, password: str,
-                 token_cache: TokenCache, *, hint: str = "check `endpoint` in ~/.paddle/config"):
+                 token_cache: TokenCache, *, hint: str = "check `endpoint` in ~/.paddle/config",
+                 token: str = ""):
         self.endpoint = endpoint.rstrip("/")
         self.datacenter = datacenter
         self.username = username
         self._password = password
+        # A token from the config (made on the Tokens page): used as it is, never replaced.
+        self.fixed_token = token
         self.cache = token_cache
         self.hint = hint
         self.key = token_key(self.endpoint, datacenter, username)
@@ -63,6 +69,8 @@ class ApiClient:
             return self._checked(self._send(method, path, None, body, **send))
         token, fresh = self._token()
         response = self._send(method, path, token, body, **send)
+        if response.status_code == 401 and self.fixed_token:
+            self._checked(response, refused_token=True)
         if response.status_code == 401 and not fresh:
             response.close()
             self.cache.drop(self.key)
@@ -92,7 +100,8 @@ class ApiClient:
         except requests.RequestException as exc:
             raise self._network_error(exc) from None
 
-    def _checked(self, response: requests.Response) -> requests.Response:
+    def _checked(self, response: requests.Response,
+                 refused_token: bool = False) -> requests.Response:
         """``response`` if it is a 2xx, else the ``ApiError`` its body describes."""
         if response.ok:
             return response
@@ -102,8 +111,14 @@ class ApiClient:
             payload = None
         response.close()
         if isinstance(payload, dict) and isinstance(payload.get("message"), str):
+            message = payload["message"]
+            if refused_token:
+                message = (message.split("; run `paddlectl login`")[0]
+                           + f"; the token is `token` of datacenter {self.datacenter!r} in "
+                           f"your config: make a new one on the Tokens page, "
+                           f"{self.endpoint}/tokens/, and put it there")
             raise ApiError(response.status_code, str(payload.get("code") or "error"),
-                           payload["message"], payload.get("fields"))
+                           message, payload.get("fields"))
         request, status = response.request, response.status_code
         raise ApiError(status, "http_error",
                        f"{request.method} {request.url}: {status} {response.reason}")
@@ -116,6 +131,8 @@ class ApiClient:
 
     def _token(self) -> tuple[str, bool]:
         """The token to use, and whether it was just issued."""
+        if self.fixed_token:
+            return self.fixed_token, False
         entry = self.cache.get(self.key)
         if entry is not None:
             return entry["token"], False
@@ -123,15 +140,52 @@ class ApiClient:
 
     def login(self) -> dict:
         """A new token (revoking the cached one, if any); the server's answer."""
-        old = self.cache.get(self.key)
+        if not self._password:
+            raise ApiError(401, "no_password",
+                           f"datacenter {self.datacenter!r} has no password in the config (a "
+                           "single sign-on user): run `paddlectl login --web`, or put a token "
+                           f"from the Tokens page ({self.endpoint}/tokens/) in the config as "
+                           "`token:`")
         issued = self.call("POST", LOGIN_PATH, auth=False, json={
             "username": self.username, "password": self._password,
             "datacenter": self.datacenter, "name": "paddlectl"})
+        return self._keep(issued)
+
+    def _keep(self, issued: dict) -> dict:
+        old = self.cache.get(self.key)
         self.cache.put(self.key, {key: issued.get(key) for key in ("token", "id", "expires_at")})
-        if old is not None:
+        if old is not None and old.get("token") != issued.get("token"):
             with contextlib.suppress(NetworkError):  # else it expires on its own
                 self._revoke(old["token"]).close()
         return issued
+
+    def device_login(self, show: Callable[[dict], None],
+                     sleep: Callable[[float], None] = time.sleep) -> dict:
+        """``paddlectl login --web``: ask for a login, ``show`` its code and page to the user,
+        poll until they approve it in the browser; the token is cached as a login's is."""
+        started = self.call("POST", DEVICE_PATH, auth=False, json={
+            "username": self.username, "datacenter": self.datacenter, "name": "paddlectl"})
+        show(started)
+        interval = float(started.get("interval") or 2)
+        deadline = time.monotonic() + float(started.get("expires_in") or 600)
+        while time.monotonic() < deadline:
+            sleep(interval)
+            try:
+                issued = self.call("POST", DEVICE_TOKEN_PATH, auth=False,
+                                   json={"device_code": started["device_code"]})
+            except ApiError as exc:
+                if exc.code == "authorization_pending":
+                    continue
+                if exc.code == "slow_down":
+                    interval += 1
+                    continue
+                raise
+            if issued.get("username") != self.username:  # the server checks it too
+                raise ApiError(403, "wrong_user", f"the login was approved for "
+                               f"{issued.get('username')!r}, not {self.username!r}")
+            return self._keep(issued)
+        raise ApiError(401, "expired_token", "the login was not approved in time; run "
+                                             "`paddlectl login --web` again")
 
     def logout(self) -> bool:
         """Revoke the cached token and forget it; False when there was none."""

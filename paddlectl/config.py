@@ -7,6 +7,10 @@
       endpoint: http://127.0.0.1:8000
     current-datacenter: datacenter1
 
+In place of ``password``, an entry may hold ``token``: an API token made on the dashboard's
+Tokens page, the way in for users who log in with single sign-on (and have no password). An
+entry with neither logs in with ``paddlectl login --web`` (approved in the browser).
+
 The path is ``--config``, else ``$PADDLE_CONFIG``, else ``~/.paddle/config``. Every problem is
 a ``ConfigError`` saying what is wrong and how to fix it.
 """
@@ -28,6 +32,7 @@ from paddlectl.errors import ConfigError
 ENV_VAR = "PADDLE_CONFIG"
 DEFAULT_PATH = "~/.paddle/config"
 KEYS = ("name", "username", "password", "endpoint")
+SECRETS = ("password", "token")  # an entry has one of these
 MASK = "********"
 FIX = "see `paddlectl help config`"
 
@@ -47,6 +52,7 @@ class Datacenter:
     username: str
     password: str
     endpoint: str
+    token: str = ""  # an API token made on the Tokens page, used instead of logging in
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,7 @@ class Config:
         """The file's data with every password replaced by ``********``."""
         data = dict(self.data)
         data["datacenters"] = [
-            {**entry, "password": MASK} if "password" in entry else entry
+            {**entry, **{key: MASK for key in SECRETS if key in entry}}
             for entry in self.data["datacenters"]
         ]
         return data
@@ -99,10 +105,12 @@ def config_load(path: Path, warn: Callable[[str], None] | None = None) -> Config
         reason = getattr(exc, "strerror", None) or str(exc)
         raise ConfigError(f"cannot read the config {path}: {reason}") from None
     config = config_parse(text, path)
-    if warn and os.name == "posix" and any(dc.password for dc in config.datacenters):
+    if warn and os.name == "posix" and any(dc.password or dc.token
+                                           for dc in config.datacenters):
         mode = stat.S_IMODE(path.stat().st_mode)
         if mode & 0o044:
-            warn(f"{path} holds a password and is readable by others; run chmod 600 {path}")
+            what = "a password" if any(dc.password for dc in config.datacenters) else "a token"
+            warn(f"{path} holds {what} and is readable by others; run chmod 600 {path}")
     return config
 
 
@@ -134,7 +142,19 @@ def _datacenter(entry, index: int, path: Path) -> Datacenter:
         raise ConfigError(f"{path}: datacenter #{index} is not a mapping of "
                           f"{', '.join(KEYS)}; {FIX}")
     label = f"datacenter {entry['name']!r}" if entry.get("name") else f"datacenter #{index}"
+    if entry.get("token") not in (None, ""):
+        if not isinstance(entry["token"], str):
+            raise ConfigError(f"{path}: {label}: `token` must be a string; put it in quotes")
+        if entry.get("password") not in (None, ""):
+            raise ConfigError(f"{path}: {label} has both `password` and `token`: keep one "
+                              f"(a token from the Tokens page, or your password; {FIX})")
+        entry = {**entry, "password": ""}
+    if entry.get("password") is None and entry.get("token") in (None, ""):
+        # Neither: a single sign-on user who logs in with `paddlectl login --web`.
+        entry = {**entry, "password": ""}
     for key in KEYS:
+        if key == "password" and entry.get(key) == "":
+            continue
         if entry.get(key) in (None, ""):
             raise ConfigError(f"{path}: {label} has no `{key}`; add it ({FIX})")
         if not isinstance(entry[key], str):
@@ -143,7 +163,8 @@ def _datacenter(entry, index: int, path: Path) -> Datacenter:
     if not re.match(r"^https?://[^/\s]+", endpoint):
         raise ConfigError(f"{path}: {label}: endpoint {entry['endpoint']!r} must be a URL "
                           "such as http://cloud.example.com")
-    return Datacenter(entry["name"], entry["username"], entry["password"], endpoint)
+    return Datacenter(entry["name"], entry["username"], entry["password"], endpoint,
+                      entry.get("token") or "")
 
 
 def config_use_datacenter(config: Config, name: str) -> None:
@@ -170,10 +191,11 @@ def _current_in(text: str, path: Path) -> str | None:
 
 
 def config_dump(datacenters: list[dict], current: str | None) -> str:
-    """A config file's text: ``datacenters`` (each with name, username, password, endpoint)
-    and the current one."""
+    """A config file's text: ``datacenters`` (each with name, username, password or token,
+    endpoint) and the current one."""
     return yaml.safe_dump({
-        "datacenters": [{key: entry[key] for key in ("name", "username", "password", "endpoint")}
+        "datacenters": [{key: entry[key] for key in ("name", "username", "password", "token",
+                                                     "endpoint") if key in entry}
                         for entry in datacenters],
         "current-datacenter": current}, default_flow_style=False, sort_keys=False)
 

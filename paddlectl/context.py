@@ -43,7 +43,8 @@ class Context:
         dc = self.datacenter
         return ApiClient(dc.endpoint, dc.name, dc.username, dc.password,
                          TokenCache(self.config.path.parent / FILENAME),
-                         hint=f"check `endpoint` of datacenter {dc.name!r} in {self.config.path}")
+                         hint=f"check `endpoint` of datacenter {dc.name!r} in {self.config.path}",
+                         token=dc.token)
 
     @property
     def home(self) -> str:

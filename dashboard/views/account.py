@@ -16,8 +16,10 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
+from accounts import device as account_device
 from accounts import selectors as account_selectors
 from accounts import services as account_services
+from accounts.throttling import client_address
 from jobs.admission import quota_report
 from jobs.states import FINAL_JOB_STATES
 from paddlecloud.errors import PaddleCloudError
@@ -195,8 +197,12 @@ def token_list(request):
                "inactive": [t for t in tokens if t.state != "active"]}
     if datacenters:
         shown = issued.token.datacenter if issued else current
+        tokens = None
+        if not request.user.has_usable_password():  # single sign-on: the config holds tokens
+            tokens = {issued.token.datacenter.name: issued.raw} if issued else {}
         context["config"] = config_snippet(request.user.username, endpoint, datacenters,
-                                           shown.name)
+                                           shown.name, tokens)
+        context["token_config"] = tokens is not None
     if issued:
         context["tokens_json"] = tokens_snippet(endpoint, issued)
     return render(request, "dashboard/tokens.html", context)
@@ -238,6 +244,39 @@ def _token_revoke(request):
         label = f"{token.name} ({token.prefix}…)" if token.name else f"{token.prefix}…"
         messages.success(request, f"Revoked token {label}.")
     return redirect("dashboard:tokens")
+
+
+# -- paddlectl login --web --------------------------------------------------------------------
+
+
+@never_cache
+@login_required
+@GET_POST
+def device_login(request):
+    """Approve (or deny) the paddlectl that shows a code: ``paddlectl login --web``."""
+    code = (request.POST.get("code") if request.method == "POST"
+            else request.GET.get("code", "")).strip()
+    context = {"code": account_device.user_code_normal(code) if code else "", "login": None}
+    try:
+        if request.method == "POST":
+            action = request.POST.get("action")
+            if action == "approve":
+                login = account_device.device_login_approve(request.user, code,
+                                                            client_address(request))
+                context["done"] = "approved"
+                context["login"] = login
+            elif action == "deny":
+                account_device.device_login_deny(request.user, code, client_address(request))
+                context["done"] = "denied"
+            else:
+                messages.error(request, "unknown action: nothing was changed")
+        elif code:
+            context["login"] = account_device.device_login_lookup(request.user, code,
+                                                                  client_address(request))
+    except PaddleCloudError as exc:
+        context["error"] = exc.message
+    return render(request, "dashboard/device.html", context,
+                  status=400 if "error" in context and request.method == "POST" else 200)
 
 
 # -- datacenter -------------------------------------------------------------------------------

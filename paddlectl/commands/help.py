@@ -17,6 +17,7 @@ Config file:
 """ + textwrap.indent(EXAMPLE, "\t  ") + """
 	name                the datacenter's name, as the administrator gave it
 	username, password  your PaddleCloud account
+	token               instead of password: an API token from the Tokens page (SSO)
 	endpoint            the URL of the PaddleCloud portal
 	current-datacenter  the one commands use unless given --datacenter NAME
 

@@ -141,6 +141,7 @@ def test_admin_sets_the_queued_jobs_cap_on_the_user_page_and_as_the_default(
     form = {"username": "alice", "date_joined_0": "2026-01-01", "date_joined_1": "00:00:00",
             "is_active": "on",
             "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0",
+            "sso_identities-TOTAL_FORMS": "0", "sso_identities-INITIAL_FORMS": "0",
             "quotas-TOTAL_FORMS": "1", "quotas-INITIAL_FORMS": "1",
             "quotas-0-id": own.pk, "quotas-0-user": alice.pk,
             "quotas-0-datacenter": datacenter.pk, "quotas-0-queued": "5"}

@@ -1,0 +1,82 @@
+"""A real OpenID provider for tests: panva's oidc-provider (OpenID Certified, from npm) run by
+``tests/oidc/provider.mjs`` in a Node process, with one confidential client whose redirect URI
+is a live portal's callback, and the portal configured for it (``oidc_provider``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+from accounts.sso import sso_discovery_forget
+
+OIDC_DIR = Path(__file__).resolve().parent / "oidc"
+CLIENT_ID = "paddlecloud"
+CLIENT_SECRET = "test-client-secret-" + "x" * 20
+
+
+def npm_ready() -> None:
+    """tests/oidc/node_modules as package-lock.json says (npm ci, once)."""
+    marker = OIDC_DIR / "node_modules" / ".package-lock.json"
+    lock = OIDC_DIR / "package-lock.json"
+    if marker.exists() and marker.stat().st_mtime >= lock.stat().st_mtime:
+        return
+    npm = shutil.which("npm")
+    assert npm, "npm is not installed (./dev test installs nodejs and npm)"
+    subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=OIDC_DIR,
+                   check=True, timeout=300)
+
+
+class Provider:
+    def __init__(self, issuer: str, accounts: Path):
+        self.issuer, self.accounts_file = issuer, accounts
+        self.accounts: dict[str, dict] = {}
+
+    def account(self, sub: str, **claims) -> None:
+        """What the provider says of ``sub`` at its next login (any password logs in)."""
+        self.accounts[sub] = claims
+        self.accounts_file.write_text(json.dumps(self.accounts))
+
+
+@contextlib.contextmanager
+def oidc_provider(live_portal, settings, tmp_path: Path,
+                  name: str = "TestID") -> Iterator[Provider]:
+    """The provider running, the portal's settings pointing at it; stopped on the way out,
+    whatever happened."""
+    npm_ready()
+    node = shutil.which("node")
+    assert node, "node is not installed (./dev test installs nodejs and npm)"
+    accounts = tmp_path / "oidc-accounts.json"
+    accounts.write_text("{}")
+    log = tmp_path / "oidc-provider.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            [node, str(OIDC_DIR / "provider.mjs")], cwd=OIDC_DIR, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=stderr, text=True,
+            env={"PATH": os.environ.get("PATH", ""), "OIDC_CLIENT_ID": CLIENT_ID,
+                 "OIDC_CLIENT_SECRET": CLIENT_SECRET, "OIDC_ACCOUNTS": str(accounts),
+                 "OIDC_REDIRECT_URI": f"{live_portal.url}/oidc/callback/"})
+    try:
+        line = process.stdout.readline()
+        assert line, f"the provider did not start: {log.read_text()}"
+        issuer = json.loads(line)["issuer"]
+        settings.PADDLECLOUD_OIDC_ISSUER = issuer
+        settings.PADDLECLOUD_OIDC_CLIENT_ID = CLIENT_ID
+        settings.PADDLECLOUD_OIDC_CLIENT_SECRET = CLIENT_SECRET
+        settings.PADDLECLOUD_OIDC_PROVIDER_NAME = name
+        sso_discovery_forget()
+        yield Provider(issuer, accounts)
+    finally:
+        sso_discovery_forget()
+        process.stdin.close()  # the provider exits when its stdin closes, or on SIGTERM
+        process.terminate()
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+        process.stdout.close()
