@@ -32,3 +32,13 @@ def test_runexample_prints_a_paddlectl_command_that_works_as_printed(live_cli, t
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("no jobs")  # the portal answered, as the config's user
+
+
+def test_runexample_without_endpoint_uses_the_portal_dev_up_wrote(tmp_path):
+    """`PORT=9000 ./dev up` writes var/paddle-config for :9000; a later `paddlecloud runexample
+    ps_numpy` (no --endpoint, as the README runs it) goes to that portal, not to :8000."""
+    command = Command()
+    command.config = tmp_path / "paddle-config"
+    assert command._endpoint_written() == "http://127.0.0.1:8000"  # nothing written yet
+    command._write_config("http://127.0.0.1:9000", "secret")
+    assert command._endpoint_written() == "http://127.0.0.1:9000"

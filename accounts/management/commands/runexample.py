@@ -1,8 +1,10 @@
 """Run one of examples/ as the demo user with paddlectl, as a user would, to the end.
 
-    paddlecloud runexample fit_a_line --endpoint http://127.0.0.1:8000
+    paddlecloud runexample fit_a_line [--endpoint http://127.0.0.1:8000]
 
-The demo user's paddlectl config is written to ``var/paddle-config`` (mode 0600). The example
+The demo user's paddlectl config is written to ``var/paddle-config`` (mode 0600); without
+``--endpoint``, the portal is the one that config already names (where ``./dev up`` serves,
+on whatever ``PORT``), else http://127.0.0.1:8000. The example
 directory is submitted as a local package — ``paddlectl submit`` uploads it to the demo user's
 PFS home — with the flags its ``job.json`` gives, then ``paddlectl logs -f`` follows trainer 0
 until the job ends. Each paddlectl command is printed before it runs. An ended job of the same
@@ -24,7 +26,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from paddlecloud_core.layout import output_path, pfs_home
-from paddlectl.config import config_dump, private_write
+from paddlectl.config import config_dump, config_load, private_write
+from paddlectl.errors import ConfigError
 
 from .demo import DATACENTER, USERNAME
 
@@ -33,6 +36,7 @@ EXAMPLES = settings.BASE_DIR / "examples"
 FLAGS = {"name": "-jobname", "entry": "-entry", "trainers": "-parallelism",
          "pservers": "-pservers", "passes": "-passes", "cpu": "-cpu", "memory": "-memory"}
 FINAL = ("succeeded", "failed", "killed")
+DEFAULT_ENDPOINT = "http://127.0.0.1:8000"
 
 
 class Command(BaseCommand):
@@ -41,7 +45,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         names = sorted(p.name for p in EXAMPLES.iterdir() if (p / "job.json").exists())
         parser.add_argument("example", choices=names)
-        parser.add_argument("--endpoint", default="http://127.0.0.1:8000")
+        parser.add_argument("--endpoint", help="the portal's URL (default: the one "
+                            f"var/paddle-config names, else {DEFAULT_ENDPOINT})")
         parser.add_argument("--timeout", type=float, default=600)
 
     def handle(self, *args, example, endpoint, timeout, **options):
@@ -49,7 +54,8 @@ class Command(BaseCommand):
         if not password_file.exists():
             raise CommandError("no demo user yet: run `paddlecloud demo` first")
         self.config = settings.VAR_DIR / "paddle-config"
-        self._write_config(endpoint, password_file.read_text().strip())
+        self._write_config(endpoint or self._endpoint_written(),
+                           password_file.read_text().strip())
         spec = json.loads((EXAMPLES / example / "job.json").read_text())
         name = spec["name"]
 
@@ -78,6 +84,13 @@ class Command(BaseCommand):
         if not paddlectl.exists():
             paddlectl = Path(shutil.which("paddlectl") or "paddlectl")
         return f"PADDLE_CONFIG={_shown(self.config)} {_shown(paddlectl)}"
+
+    def _endpoint_written(self) -> str:
+        """The portal the demo user's config names already, else the default."""
+        try:
+            return config_load(self.config).datacenter(DATACENTER).endpoint
+        except (OSError, ConfigError):
+            return DEFAULT_ENDPOINT
 
     def _write_config(self, endpoint: str, password: str) -> None:
         private_write(self.config, config_dump([{
