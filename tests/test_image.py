@@ -45,6 +45,7 @@ from tests.paddlectl.conftest import Cli, datacenter_entry, free_port
 ROOT = Path(__file__).resolve().parent.parent
 BASE = "paddlecloud-test/bookworm:1"  # the debootstrap'd root filesystem, as it is
 IMAGE = "paddlecloud:latest"  # the name docker-compose.yml gives the image it builds
+BUILDER = "paddlecloud-test/builder:latest"  # the Dockerfile's builder stage
 SERVICES = "paddlecloud-test/services:1"
 NO_BUILDKIT = {"DOCKER_BUILDKIT": "0"}  # the classic builder: this client has no buildx
 
@@ -65,19 +66,54 @@ def engine():
         yield engine
 
 
+def cached_image(engine, name: str, path: Path, make) -> None:
+    """``name`` loaded from ``path`` (a ``docker save``), or made (``make()``) and saved
+    there, replacing the older versions of it (``path``'s name up to its last ``-``)."""
+    if path.is_file():
+        engine.run("load", "--input", str(path), timeout=600)
+        return
+    make()
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    engine.run("save", "--output", str(partial), *name.split(), timeout=600)
+    for old in path.parent.glob(f"{path.name.rsplit('-', 1)[0]}-*.tar"):
+        old.unlink(missing_ok=True)
+    os.replace(partial, path)
+
+
 @pytest.fixture(scope="module")
 def base(engine) -> str:
-    """The base root filesystem as it is (no ``python`` beside ``python3``, as in Debian)."""
-    engine.run("import", "--change", 'CMD ["/bin/bash"]', str(base_rootfs()), BASE,
-               timeout=600)
+    """The base root filesystem as it is (no ``python`` beside ``python3``, as in Debian),
+    imported once and then loaded: the same image, whose layers a build can find again."""
+    rootfs = base_rootfs()
+    cached_image(engine, BASE, cache_dir() / f"image-{rootfs.stem}.tar",
+                 lambda: engine.run("import", "--change", 'CMD ["/bin/bash"]', str(rootfs),
+                                    BASE, timeout=600))
     return BASE
 
 
 @pytest.fixture(scope="module")
 def image(engine, base) -> str:
-    """The portal's image, built from the repository as a user builds it, FROM ``base``."""
-    engine.run("build", "--network", "host", "--build-arg", f"BASE={base}", "--tag", IMAGE,
-               str(ROOT), env=NO_BUILDKIT, timeout=1500)
+    """The portal's image, built from the repository as a user builds it, FROM ``base``.
+    The layers of the last build with this Dockerfile, pyproject.toml and base are kept in the
+    test cache (the builder stage and the image): the build finds its dependencies' layer
+    there (pip, from PyPI, takes most of a build) and makes the code's layers again."""
+    key = hashlib.sha256(b"".join((ROOT / name).read_bytes() for name in (
+        "Dockerfile", "pyproject.toml")) + base.encode()).hexdigest()[:16]
+    cached = cache_dir() / f"portal-layers-{base_rootfs().stem}-{key}.tar"
+    build = ["build", "--network", "host", "--build-arg", f"BASE={base}"]
+    if cached.is_file():
+        engine.run("load", "--input", str(cached), timeout=600)
+        engine.run(*build, "--cache-from", BUILDER, "--cache-from", IMAGE, "--tag", IMAGE,
+                   str(ROOT), env=NO_BUILDKIT, timeout=1500)
+        return IMAGE
+
+    def make():
+        engine.run(*build, "--tag", IMAGE, str(ROOT), env=NO_BUILDKIT, timeout=1500)
+        # The builder stage by name (each of its steps is in this engine's cache now).
+        engine.run(*build, "--target", "builder", "--tag", BUILDER, str(ROOT),
+                   env=NO_BUILDKIT, timeout=600)
+
+    cached_image(engine, f"{BUILDER} {IMAGE}", cached, make)
     return IMAGE
 
 
@@ -111,9 +147,10 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   as_postgres "$bin/initdb" -D "$PGDATA" -U "$POSTGRES_USER" --pwfile=/tmp/pwfile \\
     --auth-local=trust --auth-host=scram-sha-256 >/dev/null
   rm /tmp/pwfile
-  if [ "${POSTGRES_DB:-$POSTGRES_USER}" != "$POSTGRES_USER" ]; then
-    echo "CREATE DATABASE \\"$POSTGRES_DB\\"" | as_postgres "$bin/postgres" --single \\
-      -D "$PGDATA" postgres >/dev/null
+  db="${POSTGRES_DB:-$POSTGRES_USER}"
+  if [ "$db" != postgres ]; then
+    echo "CREATE DATABASE \\"$db\\"" | as_postgres "$bin/postgres" --single -D "$PGDATA" \\
+      postgres >/dev/null
   fi
 fi
 exec setpriv --reuid=postgres --regid=postgres --clear-groups -- "$bin/postgres" \\
@@ -128,20 +165,17 @@ def services(engine, base, tmp_path_factory) -> str:
     loaded from there, named by what it is made of."""
     key = hashlib.sha256(repr((SERVICES_DOCKERFILE, POSTGRES_ENTRYPOINT,
                                base_rootfs().name)).encode()).hexdigest()[:16]
-    cached = cache_dir() / f"services-{key}.tar"
-    if cached.is_file():
-        engine.run("load", "--input", str(cached), timeout=600)
-        return SERVICES
-    context = tmp_path_factory.mktemp("services")
-    (context / "Dockerfile").write_text(SERVICES_DOCKERFILE)
-    entrypoint = context / "postgres-entrypoint"
-    entrypoint.write_text(POSTGRES_ENTRYPOINT)
-    entrypoint.chmod(0o755)
-    engine.run("build", "--network", "host", "--tag", SERVICES, str(context), env=NO_BUILDKIT,
-               timeout=900)
-    partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
-    engine.run("save", "--output", str(partial), SERVICES, timeout=600)
-    os.replace(partial, cached)
+
+    def make():
+        context = tmp_path_factory.mktemp("services")
+        (context / "Dockerfile").write_text(SERVICES_DOCKERFILE)
+        entrypoint = context / "postgres-entrypoint"
+        entrypoint.write_text(POSTGRES_ENTRYPOINT)
+        entrypoint.chmod(0o755)
+        engine.run("build", "--network", "host", "--tag", SERVICES, str(context),
+                   env=NO_BUILDKIT, timeout=900)
+
+    cached_image(engine, SERVICES, cache_dir() / f"services-{key}.tar", make)
     return SERVICES
 
 
@@ -281,6 +315,22 @@ def test_the_image_serves_the_portal_and_its_users_log_in(engine, image, databas
         engine.run("rm", "--force", name, check=False)
 
 
+def test_the_workers_settings_make_sandboxes(engine, image):
+    """The worker service's settings in docker-compose.yml, as ``docker run`` (and ``docker
+    compose``) apply them, are what bubblewrap needs to make the local backend's sandboxes in
+    the image; Docker's defaults are not."""
+    worker = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["worker"]
+    settings_ = [arg for opt in worker["security_opt"] for arg in ("--security-opt", opt)]
+    settings_ += [arg for cap in worker["cap_drop"] for arg in ("--cap-drop", cap)]
+    probe = ["python3", "-c", "from jobs.backends.sandbox import sandbox_problem; "
+             "print(sandbox_problem())"]
+    made = engine.run("run", "--rm", "--network", "host", *settings_, image, *probe)
+    assert made.stdout == "None\n"
+    refused = engine.run("run", "--rm", "--network", "host", image, *probe)
+    assert refused.stdout.startswith("the job's network could not be made: [Errno 1] "
+                                     "unshare: Operation not permitted"), refused.stdout
+
+
 # --- docker-compose.yml -----------------------------------------------------------------------
 
 TRAIN_PY = """\
@@ -292,21 +342,22 @@ print("the portal's secrets:", "SECRET_KEY" in os.environ, os.path.exists("/app/
 
 
 class Compose:
-    """``docker-compose`` on the repository's docker-compose.yml and this module's override,
-    with its own project name and .env (never the checkout's own .env)."""
+    """``docker-compose`` on the repository's docker-compose.yml (as ``compose_file`` writes
+    it) and this module's override, in the repository (``build: .``), with its own project
+    name and .env (never the checkout's own .env)."""
 
     def __init__(self, engine, directory: Path, project: str):
         self.engine = engine
-        self.base = ["docker-compose", "--no-ansi", "--project-name", project,
+        self.base = ["docker-compose", "--ansi", "never", "--project-name", project,
                      "--project-directory", str(ROOT),
-                     "--file", str(ROOT / "docker-compose.yml"),
+                     "--file", str(directory / "docker-compose.yml"),
                      "--file", str(directory / "docker-compose.override.yml"),
                      "--env-file", str(directory / ".env")]
 
     def __call__(self, *args: str, check: bool = True, timeout: float = 300,
                  input: str | None = None) -> subprocess.CompletedProcess:
         result = subprocess.run([*self.base, *args], capture_output=True, text=True,
-                                env={**self.engine.environ(), "COMPOSE_INTERACTIVE_NO_CLI": "1"},
+                                env=self.engine.environ(),
                                 timeout=timeout, cwd=ROOT,
                                 **({"input": input} if input is not None
                                    else {"stdin": subprocess.DEVNULL}))
@@ -318,6 +369,24 @@ class Compose:
     def logs(self) -> str:
         done = self("logs", "--no-color", "--tail", "40", check=False)
         return done.stdout + done.stderr
+
+
+def compose_file() -> dict:
+    """docker-compose.yml with two changes an override cannot make (it adds to a list, never
+    removes from one): web publishes no port (a port published on the host's network means
+    nothing, and docker-compose refuses it there); and the worker's
+    ``systempaths=unconfined``, which ``docker compose`` (v2) and ``docker run`` turn into
+    Docker's masked and read-only /proc paths left out, but which docker-compose v1 passes to
+    the engine as it is (refused: "invalid --security-opt"), is ``privileged``, the only way
+    v1 has to leave them out (``test_the_workers_settings_make_sandboxes`` checks the shipped
+    settings themselves with ``docker run``). The worker still runs as its user, without a
+    capability (no-new-privileges)."""
+    stack = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert stack["services"]["web"].pop("ports") == ["8000:8000"]
+    worker = stack["services"]["worker"]
+    worker["security_opt"].remove("systempaths=unconfined")
+    worker["privileged"] = True
+    return stack
 
 
 def compose_override(services: str, ports: dict[str, int]) -> dict:
@@ -361,10 +430,14 @@ def compose_override(services: str, ports: dict[str, int]) -> dict:
     }}
 
 
+@pytest.mark.skipif(shutil.which("docker-compose") is None,
+                    reason="docker-compose is not installed (./dev test installs it)")
 def test_docker_compose_runs_a_job(engine, image, services, tmp_path):
     directory = tmp_path / "compose"
     directory.mkdir()
     ports = {name: free_port() for name in ("postgres", "redis", "web", "metrics")}
+    (directory / "docker-compose.yml").write_text(yaml.safe_dump(compose_file(),
+                                                                sort_keys=False))
     (directory / "docker-compose.override.yml").write_text(
         yaml.safe_dump(compose_override(services, ports), sort_keys=False))
     # The .env of docker-compose.yml's instructions.
@@ -399,8 +472,9 @@ def test_docker_compose_runs_a_job(engine, image, services, tmp_path):
         assert followed.returncode == 0, followed.stdout + followed.stderr + compose.logs()
         # In the worker's container, in a sandbox (docker-compose.yml's security_opt): nobody
         # (uid 65534), without the portal's environment or its code.
-        assert followed.stdout == ("hello from trainer 0 as uid 65534 with python 3\n"
-                                   "the portal's secrets: False False\n"), compose.logs()
+        assert followed.stdout == ("trainer-0 | hello from trainer 0 as uid 65534 with python 3\n"
+                                   "trainer-0 | the portal's secrets: False False\n"), \
+            compose.logs()
         workers = cli("get", "workers", "hello", "-o", "json")
         assert workers.returncode == 0, workers.stderr
         assert [(w["name"], w["state"], w["exit_code"]) for w in yaml.safe_load(
