@@ -20,7 +20,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 # The dependencies first, from pyproject.toml alone (the portal's: the `server` extra): a change
 # to the code reuses this layer.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 RUN python3 -m venv /opt/paddlecloud \
  && python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
 print("\n".join(p["dependencies"] + p["optional-dependencies"]["server"]))' \
