@@ -159,3 +159,15 @@ def test_the_image_installs_the_portal_not_only_the_client():
     assert project and all(target.strip("\"'") == ".[server]" for target in project), installs
     if len(project) < len(installs):
         assert '["optional-dependencies"]["server"]' in dockerfile
+
+
+def test_the_readmes_compose_steps_set_every_variable_compose_requires():
+    """docker-compose.yml refuses to start without each ``${NAME:?…}``; the README's steps put
+    every one of them in .env (it once left PADDLECLOUD_CREDENTIAL_KEYS out)."""
+    required = set(re.findall(r"\$\{(\w+):\?", (ROOT / "docker-compose.yml").read_text()))
+    assert required >= {"SECRET_KEY", "PADDLECLOUD_CREDENTIAL_KEYS"}
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Docker Compose"):]
+    steps = section[section.index("```bash"):section.index("docker compose up")]
+    written = set(re.findall(r'^echo "(\w+)=.*>>? \.env$', steps, re.M))
+    assert written == required
