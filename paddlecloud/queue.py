@@ -90,4 +90,6 @@ def _send_once(name: str, args: tuple, countdown: float | None = None) -> None:
 
 
 def _send(name: str, args: tuple, countdown: float | None = None) -> None:
-    app.send_task(name, args=args, countdown=countdown)
+    # Nobody waits for queued work's result: without ignore_result, the Redis result backend
+    # subscribes the sender to each task's result channel and the worker stores every result.
+    app.send_task(name, args=args, countdown=countdown, ignore_result=True)

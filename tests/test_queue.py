@@ -33,7 +33,7 @@ def test_every_name_queued_is_a_task_a_worker_finds():
 def test_work_is_sent_when_the_transaction_commits_and_only_then(
         monkeypatch, django_capture_on_commit_callbacks):
     sent = []
-    monkeypatch.setattr(app, "send_task", lambda name, args, countdown: sent.append(
+    monkeypatch.setattr(app, "send_task", lambda name, args, countdown, **_: sent.append(
         (name, args, countdown)))
     with django_capture_on_commit_callbacks() as callbacks:
         task_later("jobs.tasks.jobs_admit", 7, 3)
@@ -49,7 +49,7 @@ def test_work_is_sent_when_the_transaction_commits_and_only_then(
 def test_work_sent_now_is_sent_at_once_and_opens_no_database_connection(monkeypatch):
     """A backend's change feed queues from a thread of its own, with no database."""
     sent = []
-    monkeypatch.setattr(app, "send_task", lambda name, args, countdown: sent.append(
+    monkeypatch.setattr(app, "send_task", lambda name, args, countdown, **_: sent.append(
         (name, args, countdown)))
     opened = []
 
@@ -72,3 +72,30 @@ def test_work_sent_now_is_sent_at_once_and_opens_no_database_connection(monkeypa
 def test_an_unknown_name_is_refused_at_once():
     with pytest.raises(ValueError, match=r"jobs\.tasks\.job_strat"):
         task_later("jobs.tasks.job_strat", 1)
+
+
+@pytest.mark.redis
+def test_queued_work_keeps_no_result_subscription_on_redis(monkeypatch):
+    """Nothing reads a queued task's result, so none is waited for: with Redis as the result
+    backend, each task sent used to subscribe the sender to its result's channel (and its
+    worker to store the result) — one subscription per job sync, held until the garbage
+    collector came by, and an error then if Redis had gone meanwhile."""
+    import redis
+    from django.conf import settings
+
+    sent = []
+    send = app.send_task
+    monkeypatch.setattr(app, "send_task", lambda *args, **options: sent.append(
+        send(*args, **options)) or sent[-1])
+    try:
+        task_now("jobs.tasks.job_sync", "00000000-0000-4000-8000-000000000000",
+                 countdown=3600)
+        (result,) = sent
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        try:
+            channel = app.backend.get_key_for_task(result.id)
+            assert client.pubsub_channels(channel) == []
+        finally:
+            client.close()
+    finally:
+        app.control.purge()  # not for a later test's worker
