@@ -80,3 +80,21 @@ def oidc_provider(live_portal, settings, tmp_path: Path,
             process.kill()
             process.wait(5)
         process.stdout.close()
+
+
+@contextlib.contextmanager
+def web_login(cli) -> Iterator[tuple[subprocess.Popen, str]]:
+    """``paddlectl login --web`` running (``cli.start``), with the page it asks the user to
+    open; stopped on the way out should it still run, whatever the test did."""
+    process = cli.start("login", "--web")
+    try:
+        lines: list[str] = []
+        while not any("/device/?code=" in line for line in lines):
+            line = process.stdout.readline()
+            assert line, f"paddlectl said: {''.join(lines)} {process.stderr.read()}"
+            lines.append(line)
+        yield process, next(line.strip() for line in lines if "/device/?code=" in line)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()

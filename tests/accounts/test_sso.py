@@ -9,7 +9,6 @@ import html
 import json
 import re
 import secrets
-import subprocess
 from io import StringIO
 from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
@@ -24,7 +23,7 @@ from accounts.models import AuditEntry, Membership, SsoGroupMapping, SsoIdentity
 from accounts.services import datacenter_upsert, user_upsert
 from accounts.sso import SsoBackend, sso_discovery_forget
 from tests.conftest import PASSWORD
-from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, oidc_provider
+from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, oidc_provider, web_login
 from tests.paddlectl.conftest import Cli
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -459,18 +458,6 @@ def _csrf(page: requests.Response) -> str:
     return re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
 
 
-def _web_login_started(cli) -> tuple[subprocess.Popen, str]:
-    """``paddlectl login --web`` running, and the page it asks the user to open."""
-    process = cli.start("login", "--web")
-    lines = []
-    while not any("/device/?code=" in line for line in lines):
-        line = process.stdout.readline()
-        assert line, f"paddlectl said: {''.join(lines)} {process.stderr.read()}"
-        lines.append(line)
-    url = next(line.strip() for line in lines if "/device/?code=" in line)
-    return process, url
-
-
 def test_paddlectl_login_web_approved_in_the_browser(live_portal, provider, datacenters,
                                                      tmp_path):
     provider.account("sub-jo", preferred_username="jo", groups=["ml"])
@@ -482,8 +469,7 @@ def test_paddlectl_login_web_approved_in_the_browser(live_portal, provider, data
     plain = cli("get", "jobs")
     assert plain.returncode != 0 and "run `paddlectl login --web`" in plain.stderr
 
-    process, url = _web_login_started(cli)
-    try:
+    with web_login(cli) as (process, url):
         code = parse_qs(urlsplit(url).query)["code"][0]
         assert re.fullmatch(r"[B-Z]{4}-[B-Z]{4}", code)
         page = session.get(url)
@@ -496,10 +482,6 @@ def test_paddlectl_login_web_approved_in_the_browser(live_portal, provider, data
             "csrfmiddlewaretoken": _csrf(page), "code": code, "action": "approve"})
         assert "paddlectl is logged in as <strong>jo</strong>" in approved.text
         out, err = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
     assert process.returncode == 0, err
     assert "Logged in to datacenter1" in out
     assert list(cli.tokens()) == [f"{live_portal.url}|datacenter1|jo"]
@@ -517,8 +499,7 @@ def test_paddlectl_login_web_refusals(live_portal, provider, datacenters, tmp_pa
     # Another user's paddlectl: kim cannot approve it.
     cli.write_config([{"name": "datacenter1", "username": "alice",
                        "endpoint": live_portal.url}])
-    process, url = _web_login_started(cli)
-    try:
+    with web_login(cli) as (process, url):
         page = session.get(url)
         refused = session.post(f"{live_portal.url}/device/", data={
             "csrfmiddlewaretoken": _csrf(page), "code": parse_qs(urlsplit(url).query)["code"][0],
@@ -532,10 +513,6 @@ def test_paddlectl_login_web_refusals(live_portal, provider, datacenters, tmp_pa
             "action": "deny"})
         assert "Denied" in denied.text
         _, err = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
     assert process.returncode != 0 and "the login was denied in the browser" in err
     assert not cli.tokens()
 

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from accounts.models import SsoGroupMapping
 from tests.e2e.conftest import screenshot
-from tests.oidc_provider import oidc_provider
+from tests.oidc_provider import oidc_provider, web_login
 from tests.paddlectl.conftest import Cli
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -38,23 +38,13 @@ def test_log_in_with_the_identity_provider_then_approve_paddlectl(page, live_por
         cli = Cli(tmp_path / "home")
         cli.write_config([{"name": "datacenter1", "username": "mia",
                            "endpoint": live_portal.url}])
-        process = cli.start("login", "--web")
-        try:
-            url = ""
-            while "/device/?code=" not in url:
-                line = process.stdout.readline()
-                assert line, process.stderr.read()
-                url = line.strip() if "/device/?code=" in line else ""
+        with web_login(cli) as (process, url):
             page.goto(url)
             expect(page.get_by_text("asks to log in as mia to datacenter1")).to_be_visible()
             screenshot(page, "sso-device-approve")
             page.get_by_role("button", name="Approve").click()
             expect(page.locator("#device-done")).to_contain_text("paddlectl is logged in as mia")
             _, err = process.communicate(timeout=30)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
         assert process.returncode == 0, err
         assert cli("get", "jobs").returncode == 0
 
