@@ -312,6 +312,16 @@ class Quota(models.Model):
                        "limit_value": getattr(self, name)} for name in QUOTA_RESOURCES}
 
 
+def membership_grant(user, datacenter, **fields) -> tuple[Membership, bool]:
+    """Make ``user`` a member of ``datacenter`` (``fields``: the new membership's own), unless
+    they are one; with a quota row of their own, every resource empty (the datacenter's
+    default) until set, so the admin shows it beside the membership, ready to edit."""
+    membership, created = Membership.objects.get_or_create(user=user, datacenter=datacenter,
+                                                           defaults=fields)
+    Quota.objects.get_or_create(user=user, datacenter=datacenter)
+    return membership, created
+
+
 def _shown(value, fmt) -> str:
     return "default" if value is None else fmt(value)
 

@@ -21,7 +21,14 @@ from paddlecloud.errors import (
 )
 
 from .audit import audit_record
-from .models import QUOTA_RESOURCES, ApiToken, AuditEntry, Datacenter, Membership, Quota
+from .models import (
+    QUOTA_RESOURCES,
+    ApiToken,
+    AuditEntry,
+    Datacenter,
+    Quota,
+    membership_grant,
+)
 from .selectors import membership_get
 from .signals import quota_changed
 from .sso import sso_only
@@ -202,10 +209,7 @@ def user_upsert(username: str, *, password: str | None = None,
     user.save()
 
     for datacenter in datacenters:
-        Membership.objects.get_or_create(user=user, datacenter=datacenter)
-        # A row of their own, every resource empty (the datacenter's default) until set, so
-        # the admin shows it beside the membership, ready to edit.
-        Quota.objects.get_or_create(user=user, datacenter=datacenter)
+        membership_grant(user, datacenter)
         if quota:
             quota_set(None, datacenter, user, **quota)
     return user, created

@@ -33,7 +33,14 @@ from mozilla_django_oidc.utils import import_from_settings
 from paddlecloud.errors import NotFoundError, ValidationError
 
 from .audit import audit_record
-from .models import AuditEntry, Datacenter, Membership, Quota, SsoGroupMapping, SsoIdentity
+from .models import (
+    AuditEntry,
+    Datacenter,
+    Membership,
+    SsoGroupMapping,
+    SsoIdentity,
+    membership_grant,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -268,16 +275,16 @@ def sso_memberships_sync(user, groups: list[str]) -> None:
     """Add the memberships the user's groups map to; remove those single sign-on granted that
     no group maps to any more. A membership an admin granted stays as it is."""
     mapped: dict[int, list[str]] = {}
-    for mapping in SsoGroupMapping.objects.filter(group__in=groups):
+    datacenters: dict[int, Datacenter] = {}
+    for mapping in SsoGroupMapping.objects.select_related("datacenter").filter(group__in=groups):
         mapped.setdefault(mapping.datacenter_id, []).append(mapping.group)
+        datacenters[mapping.datacenter_id] = mapping.datacenter
     current = {m.datacenter_id: m for m in
                Membership.objects.select_related("datacenter").filter(user=user)}
     for datacenter_id, mapped_groups in mapped.items():
         if datacenter_id in current:
             continue
-        membership = Membership.objects.create(user=user, datacenter_id=datacenter_id,
-                                               granted_by_sso=True)
-        Quota.objects.get_or_create(user=user, datacenter_id=datacenter_id)
+        membership, _ = membership_grant(user, datacenters[datacenter_id], granted_by_sso=True)
         audit_record(None, AuditEntry.Action.SSO_MEMBERSHIP_ADD, user.username,
                      datacenter=membership.datacenter, groups=sorted(mapped_groups))
     for datacenter_id, membership in current.items():
