@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -42,6 +43,43 @@ class Provider:
         self.accounts_file.write_text(json.dumps(self.accounts))
 
 
+START_SECONDS = 30  # it starts in well under a second; one start hung in CI (never reproduced)
+START_TRIES = 2
+
+
+def _start(node: str, accounts: Path, live_portal, tmp_path: Path) -> tuple[subprocess.Popen, str]:
+    """The provider's process and the line it prints once it listens. A start that prints
+    nothing in ``START_SECONDS`` is killed and tried again; the last try's stderr is the
+    failure's message."""
+    for attempt in range(1, START_TRIES + 1):
+        log = tmp_path / f"oidc-provider-{attempt}.log"
+        with log.open("w") as stderr:
+            process = subprocess.Popen(
+                [node, str(OIDC_DIR / "provider.mjs")], cwd=OIDC_DIR, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=stderr, text=True,
+                env={"PATH": os.environ.get("PATH", ""), "OIDC_CLIENT_ID": CLIENT_ID,
+                     "OIDC_CLIENT_SECRET": CLIENT_SECRET, "OIDC_ACCOUNTS": str(accounts),
+                     "OIDC_REDIRECT_URI": f"{live_portal.url}/oidc/callback/"})
+        ready, _, _ = select.select([process.stdout], [], [], START_SECONDS)
+        line = process.stdout.readline() if ready else ""
+        if line:
+            return process, line
+        _stop(process)
+    raise AssertionError(f"the provider did not start in {START_SECONDS} s, {START_TRIES} "
+                         f"times; its stderr: {log.read_text()!r}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.stdin.close()  # the provider exits when its stdin closes, or on SIGTERM
+    process.terminate()
+    try:
+        process.wait(5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+    process.stdout.close()
+
+
 @contextlib.contextmanager
 def oidc_provider(live_portal, settings, tmp_path: Path,
                   name: str = "TestID") -> Iterator[Provider]:
@@ -52,17 +90,8 @@ def oidc_provider(live_portal, settings, tmp_path: Path,
     assert node, "node is not installed (./dev test installs nodejs and npm)"
     accounts = tmp_path / "oidc-accounts.json"
     accounts.write_text("{}")
-    log = tmp_path / "oidc-provider.log"
-    with log.open("w") as stderr:
-        process = subprocess.Popen(
-            [node, str(OIDC_DIR / "provider.mjs")], cwd=OIDC_DIR, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=stderr, text=True,
-            env={"PATH": os.environ.get("PATH", ""), "OIDC_CLIENT_ID": CLIENT_ID,
-                 "OIDC_CLIENT_SECRET": CLIENT_SECRET, "OIDC_ACCOUNTS": str(accounts),
-                 "OIDC_REDIRECT_URI": f"{live_portal.url}/oidc/callback/"})
+    process, line = _start(node, accounts, live_portal, tmp_path)
     try:
-        line = process.stdout.readline()
-        assert line, f"the provider did not start: {log.read_text()}"
         issuer = json.loads(line)["issuer"]
         settings.PADDLECLOUD_OIDC_ISSUER = issuer
         settings.PADDLECLOUD_OIDC_CLIENT_ID = CLIENT_ID
@@ -72,14 +101,7 @@ def oidc_provider(live_portal, settings, tmp_path: Path,
         yield Provider(issuer, accounts)
     finally:
         sso_discovery_forget()
-        process.stdin.close()  # the provider exits when its stdin closes, or on SIGTERM
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-        process.stdout.close()
+        _stop(process)
 
 
 @contextlib.contextmanager
