@@ -192,6 +192,23 @@ class Datacenter(models.Model):
         "start tries", default=3, validators=[MinValueValidator(1)],
         help_text="How many starts that time out a job gets before it fails.")
 
+    # What the datacenter has for jobs, shared by everyone (README "Scheduling"): empty means
+    # no limit but each user's quota.
+    capacity_cpu = models.PositiveIntegerField(
+        "capacity: CPU (millicores)", null=True, blank=True,
+        help_text="All jobs together hold at most this; when they would hold more, who "
+                  "starts next is fair (each member's dominant share over their weight). "
+                  "Empty: no limit but each user's quota.")
+    capacity_memory = models.PositiveBigIntegerField("capacity: memory (bytes)", null=True,
+                                                     blank=True)
+    capacity_gpu = models.PositiveIntegerField("capacity: GPUs", null=True, blank=True)
+    capacity_from_cluster = models.BooleanField(
+        "capacity from the cluster", default=False,
+        help_text="Kubernetes: the capacity is what the cluster's ready, schedulable nodes "
+                  "offer (their allocatable), refreshed by the reconciler; the numbers above "
+                  "are then written by it.")
+    capacity_updated_at = models.DateTimeField(null=True, blank=True, editable=False)
+
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="datacenters"
     )
@@ -229,6 +246,12 @@ class Datacenter(models.Model):
         return Path(self.public_dir) if self.public_dir else self.pfs_root_path / "public"
 
     @property
+    def capacity(self) -> dict[str, int | None]:
+        """What it has for all jobs together, each resource (None: no limit)."""
+        return {"cpu": self.capacity_cpu, "memory": self.capacity_memory,
+                "gpu": self.capacity_gpu}
+
+    @property
     def image(self) -> str:
         return self.default_image or settings.PADDLECLOUD_DEFAULT_IMAGE
 
@@ -247,6 +270,10 @@ class Membership(models.Model):
         help_text="Added at login because the identity provider's group claim names a group "
                   "mapped to this datacenter; removed at a login where it no longer does. "
                   "A membership an admin adds is never removed by single sign-on.")
+    weight = models.PositiveIntegerField(
+        "fair-share weight", default=1, validators=[MinValueValidator(1)],
+        help_text="When the datacenter's capacity is contended, a member with weight 2 is "
+                  "entitled to twice the share of one with weight 1.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -130,6 +130,9 @@ class Job(models.Model):
     psmemory = models.PositiveBigIntegerField("memory per pserver (bytes)", default=2**30)
 
     passes = models.PositiveIntegerField(default=1)
+    priority = models.SmallIntegerField(
+        default=0, help_text="Its place in its owner's queue: higher first (high 100, normal 0, "
+                             "low -100), then submission time.")
     env = models.JSONField("extra environment", default=dict, blank=True)
     restart_limit = models.PositiveIntegerField(
         default=0, help_text="How often a failed trainer is restarted before the job fails.")

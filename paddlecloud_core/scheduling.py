@@ -1,0 +1,417 @@
+"""Who starts next in a datacenter, and when each waiting job will start: the scheduling model
+(README, "Scheduling"). Pure: the portal's admission (``jobs.admission``) loads a ``Pool``
+from the database under its lock and applies the ``Plan``; ``bench/eta.py`` replays a trace
+through the very same functions with a simulated clock.
+
+The model, in order:
+
+- **Limits.** A job counts against its owner's quota and against the datacenter's capacity
+  (each resource: ``None`` is no limit). It starts only if it fits both.
+- **Fair share.** The next job looked at is the next of the owner with the lowest weighted
+  dominant share: of the datacenter's capacity, the largest fraction any one resource of it
+  the owner holds, divided by the owner's weight (dominant resource fairness). Without a
+  capacity nothing is shared: owners are taken by their next job's submission time.
+- **Priorities.** Within an owner's queue, jobs go by priority, then submission time.
+- **Reservations and backfill.** A job that does not fit is given a reservation on each limit
+  it waits for that carries none yet: the time its start is predicted for (as running jobs
+  end) and what will be left over then. A job behind it (of any owner, on the capacity; of the
+  same owner, on a quota) may start first only if it cannot delay that start: its deadline
+  ends it before, or it fits in what is left over. Nothing else overtakes, so a large job is
+  never starved by small ones.
+- **Predicted start.** ``forecast`` runs the plan forward in time, each running job ending when
+  predicted (``Estimate``: its deadline where set, else the run times of its owner's earlier
+  jobs of the same shape), and reads off when each waiting job starts, with a range.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from .quantity import format_bytes, format_cpu
+
+RESOURCES = ("cpu", "memory", "gpu", "jobs")
+SHARED = ("cpu", "memory", "gpu")  # what a datacenter's capacity limits (not a count of jobs)
+CAPACITY = "capacity"  # the key of the datacenter's limit (an owner's is their id)
+# How far ahead ``forecast`` looks before it calls a start "not within the horizon".
+HORIZON = 30 * 24 * 3600.0
+# A run time guessed when nothing is known of a job's kind (an hour), and how wide its range is.
+UNKNOWN_RUN = 3600.0
+UNKNOWN_SPREAD = (0.25, 4.0)
+
+
+@dataclass(frozen=True)
+class Vec:
+    """Amounts of each resource (cpu in millicores, memory in bytes, gpu, jobs)."""
+
+    cpu: int = 0
+    memory: int = 0
+    gpu: int = 0
+    jobs: int = 0
+
+    def __add__(self, other: Vec) -> Vec:
+        return Vec(*(getattr(self, r) + getattr(other, r) for r in RESOURCES))
+
+    def __sub__(self, other: Vec) -> Vec:
+        return Vec(*(getattr(self, r) - getattr(other, r) for r in RESOURCES))
+
+
+@dataclass(frozen=True)
+class Limit:
+    """What may be held at once under one limit; ``None``: no limit on that resource."""
+
+    cpu: int | None = None
+    memory: int | None = None
+    gpu: int | None = None
+    jobs: int | None = None
+
+    def short(self, held: Vec, need: Vec) -> dict[str, tuple[int, int, int]]:
+        """Each resource of which ``need`` is more than is free: (asked, free, limit)."""
+        out = {}
+        for r in RESOURCES:
+            limit = getattr(self, r)
+            if limit is not None and getattr(need, r) > limit - getattr(held, r):
+                out[r] = (getattr(need, r), max(limit - getattr(held, r), 0), limit)
+        return out
+
+    def over(self, need: Vec) -> dict[str, tuple[int, int]]:
+        """Each resource of which ``need`` is more than the whole limit: (asked, limit)."""
+        return {r: (getattr(need, r), getattr(self, r)) for r in RESOURCES
+                if getattr(self, r) is not None and getattr(need, r) > getattr(self, r)}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A predicted run time in seconds, with a range."""
+
+    seconds: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Waiting:
+    id: int
+    owner: int
+    need: Vec
+    submitted: float
+    priority: int = 0
+    name: str = ""
+    run: Estimate = Estimate(UNKNOWN_RUN, UNKNOWN_RUN * UNKNOWN_SPREAD[0],
+                             UNKNOWN_RUN * UNKNOWN_SPREAD[1])
+    deadline: float | None = None  # the most it may run, in seconds (it fails after)
+
+
+@dataclass(frozen=True)
+class Running:
+    id: int
+    owner: int
+    held: Vec
+    ends: float  # when it is predicted to end (at the latest its deadline)
+    ends_low: float | None = None  # the range of that prediction (None: ``ends``)
+    ends_high: float | None = None
+
+
+@dataclass
+class Pool:
+    """One datacenter as admission sees it: limits, weights, who holds what, who waits."""
+
+    capacity: Limit = field(default_factory=Limit)
+    quotas: Mapping[int, Limit] = field(default_factory=dict)
+    weights: Mapping[int, float] = field(default_factory=dict)
+    running: Sequence[Running] = ()
+    waiting: Sequence[Waiting] = ()
+    names: Mapping[int, str] = field(default_factory=dict)  # owners' names, for reasons
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a job waits (or can never start), in words with the numbers, and in parts for
+    programs: ``kind`` is quota, capacity, turn (fair share / a reservation), behind, never."""
+
+    kind: str
+    message: str
+    blocking: int | None = None  # the job it waits for (its reservation, or the one ahead)
+
+
+@dataclass
+class Plan:
+    admit: list[int] = field(default_factory=list)  # in the order they were taken
+    reasons: dict[int, Reason] = field(default_factory=dict)  # every waiting job not admitted
+    never: dict[int, Reason] = field(default_factory=dict)  # can never fit its limits
+    reserved: dict[int, float] = field(default_factory=dict)  # job -> its reserved start
+
+
+def queue_order(job: Waiting) -> tuple:
+    """A queue's order: higher priority first, then submission time."""
+    return (-job.priority, job.submitted, job.id)
+
+
+def dominant_share(held: Vec, capacity: Limit, weight: float) -> float:
+    """The largest fraction of the capacity of any one resource ``held`` is, over ``weight``."""
+    shares = [getattr(held, r) / getattr(capacity, r) for r in SHARED
+              if getattr(capacity, r)]
+    return (max(shares) if shares else 0.0) / (weight or 1.0)
+
+
+# Each resource as users write it (cpu 500m, memory 2Gi), as quotas show them.
+FORMATS = {"cpu": format_cpu, "memory": format_bytes, "gpu": str, "jobs": str}
+
+
+def _short_text(short: dict[str, tuple[int, int, int]]) -> str:
+    return "; ".join(f"{r} {FORMATS[r](asked)} asked, {FORMATS[r](free)} of "
+                     f"{FORMATS[r](limit)} free" for r, (asked, free, limit) in short.items())
+
+
+class _Ledger:
+    """What each limit holds as the plan is made, and the reservations on each."""
+
+    def __init__(self, pool: Pool, now: float):
+        self.pool, self.now = pool, now
+        self.held: dict = defaultdict(Vec)
+        # The jobs that hold each limit and when each ends: to predict reserved starts.
+        self.holders: dict = defaultdict(list)
+        self.reservations: dict = {}  # limit key -> (job, start, left over then)
+        for run in pool.running:
+            self.hold(run.owner, run.held, run.ends)
+
+    def limits(self, owner: int) -> list[tuple[object, Limit]]:
+        quota = self.pool.quotas.get(owner, Limit())
+        return [(owner, quota), (CAPACITY, self.pool.capacity)]
+
+    def hold(self, owner: int, need: Vec, ends: float) -> None:
+        for key, _ in self.limits(owner):
+            self.held[key] = self.held[key] + need
+            self.holders[key].append((ends, need))
+
+    def start_at(self, key, limit: Limit, need: Vec) -> tuple[float, Vec] | None:
+        """When ``need`` fits ``limit`` as its holders end (None: never), and what is
+        left over of the limit then."""
+        held = self.held[key]
+        for ends, freed in [(self.now, Vec())] + sorted(self.holders[key], key=lambda h: h[0]):
+            held = held - freed
+            if not limit.short(held, need):
+                return max(ends, self.now), _room(limit, held) - need
+        return None
+
+
+def _room(limit: Limit, held: Vec) -> Vec:
+    big = 2**62
+    return Vec(*((big if getattr(limit, r) is None else getattr(limit, r) - getattr(held, r))
+                 for r in RESOURCES))
+
+
+def _fits_in(need: Vec, room: Vec) -> bool:
+    return all(getattr(need, r) <= getattr(room, r) for r in RESOURCES)
+
+
+def schedule(pool: Pool, now: float) -> Plan:
+    """Which waiting jobs start now (``admit``), and why every other one waits."""
+    plan = Plan()
+    ledger = _Ledger(pool, now)
+    queues: dict[int, list[Waiting]] = defaultdict(list)
+    for job in pool.waiting:
+        queues[job.owner].append(job)
+    for queue in queues.values():
+        queue.sort(key=queue_order, reverse=True)  # popped from the end
+    ahead: dict[int, Waiting] = {}  # each owner's first job that waits: what the rest wait behind
+
+    def turn(owner: int) -> tuple:
+        share = dominant_share(ledger.held[owner], pool.capacity, pool.weights.get(owner, 1.0))
+        return (share, queue_order(queues[owner][-1]))
+
+    heap = [(turn(owner), owner) for owner in queues]
+    heapq.heapify(heap)
+    while heap:
+        _, owner = heapq.heappop(heap)
+        job = queues[owner].pop()
+        _place(job, ledger, plan, ahead)
+        if queues[owner]:
+            heapq.heappush(heap, (turn(owner), owner))
+    return plan
+
+
+def _place(job: Waiting, ledger: _Ledger, plan: Plan, ahead: dict[int, Waiting]) -> None:
+    pool, now = ledger.pool, ledger.now
+    limits = ledger.limits(job.owner)
+    for key, limit in limits:
+        if over := limit.over(job.need):
+            what = "your quota" if key != CAPACITY else "the datacenter's capacity"
+            plan.never[job.id] = Reason("never", f"can never start: it asks for more than "
+                                        f"{what}: " + "; ".join(
+                                            f"{r} {FORMATS[r](a)} asked, {FORMATS[r](b)} in all"
+                                            for r, (a, b) in over.items()))
+            return
+    short = {key: limit.short(ledger.held[key], job.need) for key, limit in limits}
+    if not any(short.values()):
+        blocked_by = _reservation_in_the_way(job, ledger)
+        if blocked_by is None:
+            plan.admit.append(job.id)
+            ends = now + (job.deadline if job.deadline is not None else job.run.seconds)
+            ledger.hold(job.owner, job.need, ends)
+            for key, _ in limits:
+                if key in ledger.reservations:
+                    res_job, start, left = ledger.reservations[key]
+                    if not _ends_before(job, now, start):
+                        ledger.reservations[key] = (res_job, start, left - job.need)
+            return
+        plan.reasons[job.id] = blocked_by
+    elif job.owner in ahead:
+        first = ahead[job.owner]
+        plan.reasons[job.id] = Reason("behind", f"waiting behind job {first.name or first.id}",
+                                      blocking=first.id)
+    elif short[job.owner]:
+        plan.reasons[job.id] = Reason("quota",
+                                      f"waiting for quota: {_short_text(short[job.owner])}")
+    else:
+        plan.reasons[job.id] = Reason(
+            "capacity", f"waiting for the datacenter's capacity: {_short_text(short[CAPACITY])}")
+    ahead.setdefault(job.owner, job)
+    # A job that does not fit reserves each limit it waits for that has no reservation yet.
+    for key, limit in limits:
+        if not short[key] or key in ledger.reservations:
+            continue
+        found = ledger.start_at(key, limit, job.need)
+        if found is not None:
+            ledger.reservations[key] = (job, found[0], found[1])
+            plan.reserved[job.id] = max(plan.reserved.get(job.id, now), found[0])
+
+
+def _ends_before(job: Waiting, now: float, start: float) -> bool:
+    """Whether the job surely ends by ``start``: its deadline ends it."""
+    return job.deadline is not None and now + job.deadline <= start
+
+
+def _reservation_in_the_way(job: Waiting, ledger: _Ledger) -> Reason | None:
+    """The reason the job may not start now, fitting as it does: it would delay a
+    reservation (its own owner's earlier job, or on the capacity, another's turn)."""
+    for key, _ in ledger.limits(job.owner):
+        if key not in ledger.reservations:
+            continue
+        res_job, start, left = ledger.reservations[key]
+        if _ends_before(job, ledger.now, start) or _fits_in(job.need, left):
+            continue
+        if res_job.owner == job.owner:
+            return Reason("behind", f"waiting behind job {res_job.name or res_job.id}: starting "
+                          "now would delay it", blocking=res_job.id)
+        who = ledger.pool.names.get(res_job.owner, f"user {res_job.owner}")
+        return Reason("turn", f"waiting for its turn: the datacenter's capacity is held for "
+                      f"job {res_job.name or res_job.id} of {who}, whose fair share is "
+                      f"further from met, predicted to start {_when(start - ledger.now)}",
+                      blocking=res_job.id)
+    return None
+
+
+def _when(seconds: float) -> str:
+    if seconds < 60:
+        return "now"
+    if seconds < 3600:
+        return f"in {round(seconds / 60)} min"
+    if seconds < 48 * 3600:
+        return f"in {seconds / 3600:.1f} h"
+    return f"in {seconds / 86400:.1f} days"
+
+
+# --- predicted starts ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Forecast:
+    start: float | None  # None: not within the horizon
+    low: float | None
+    high: float | None
+
+
+def forecast(pool: Pool, now: float, only: Iterable[int] | None = None,
+             horizon: float = HORIZON) -> dict[int, Forecast]:
+    """When each waiting job (or each of ``only``) is predicted to start: the plan run forward,
+    running jobs ending when predicted and started ones running their predicted time; the range
+    from the same run with every run time at the low and at the high end of its range."""
+    starts = {case: _simulate(pool, now, case, only, horizon)
+              for case in ("seconds", "low", "high")}
+    ids = [j.id for j in pool.waiting] if only is None else list(only)
+    out = {}
+    for job_id in ids:
+        s, lo, hi = (starts[c].get(job_id) for c in ("seconds", "low", "high"))
+        known = [t for t in (s, lo, hi) if t is not None]
+        out[job_id] = Forecast(s, min(known) if known else None,
+                               max(known) if len(known) == 3 else None)
+    return out
+
+
+def _simulate(pool: Pool, now: float, case: str, only: Iterable[int] | None,
+              horizon: float) -> dict[int, float]:
+    def end_of(run: Running) -> float:
+        picked = {"seconds": run.ends, "low": run.ends_low, "high": run.ends_high}[case]
+        return max(now, run.ends if picked is None else picked)
+
+    running = [replace(run, ends=end_of(run)) for run in pool.running]
+    waiting = {job.id: job for job in pool.waiting}
+    wanted = set(waiting if only is None else only) & set(waiting)
+    started: dict[int, float] = {}
+    t = now
+    while wanted - started.keys() and t <= now + horizon:
+        plan = schedule(replace(pool, running=running, waiting=list(waiting.values())), t)
+        for job_id in plan.admit:
+            job = waiting.pop(job_id)
+            started[job_id] = t
+            run = getattr(job.run, case)
+            if job.deadline is not None:
+                run = min(run, job.deadline)
+            running.append(Running(job.id, job.owner, job.need, t + run))
+        for job_id in plan.never:
+            waiting.pop(job_id)
+            wanted.discard(job_id)
+        later = [run.ends for run in running if run.ends > t]
+        if not later:
+            break
+        t = min(later)
+        running = [run for run in running if run.ends > t]
+    return started
+
+
+# --- run times ----------------------------------------------------------------------------------
+
+STEM_RE = re.compile(r"(?:[-.]?(?:v|run|try|r)?\d+)+$")
+
+
+def name_stem(name: str) -> str:
+    """What a job's name says of its kind: ``resnet-run-12`` → ``resnet``; ``bert3`` →
+    ``bert``."""
+    return STEM_RE.sub("", name) or name
+
+
+def shape(name: str, need: Vec) -> tuple:
+    """A job's kind and size, for looking up how long such jobs ran."""
+    return (name_stem(name), need.cpu, need.memory, need.gpu)
+
+
+def estimate(history: Sequence[tuple[tuple, float]], of: tuple,
+             deadline: float | None = None) -> Estimate:
+    """How long a job of shape ``of`` will run, from ``history`` (its owner's earlier jobs:
+    (shape, seconds), oldest first): the median of the last runs of the same shape, else of the
+    same name stem, else of all; the range their 10th to 90th percentile. A deadline caps it."""
+    same = [s for k, s in history if k == of]
+    if not same:
+        same = [s for k, s in history if k[0] == of[0]]
+    if not same:
+        same = [s for _, s in history]
+    if same:
+        recent = sorted(same[-20:])
+        mid = statistics.median(recent)
+        low = recent[max(0, math.floor(0.1 * (len(recent) - 1)))]
+        high = recent[min(len(recent) - 1, math.ceil(0.9 * (len(recent) - 1)))]
+        if len(recent) < 3:  # two runs say little of the spread
+            low, high = min(low, mid * 0.5), max(high, mid * 2.0)
+        found = Estimate(mid, low, high)
+    else:
+        found = Estimate(UNKNOWN_RUN, UNKNOWN_RUN * UNKNOWN_SPREAD[0],
+                         UNKNOWN_RUN * UNKNOWN_SPREAD[1])
+    if deadline is not None:
+        found = Estimate(min(found.seconds, deadline), min(found.low, deadline),
+                         min(found.high, deadline))
+    return found
