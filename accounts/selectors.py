@@ -70,8 +70,20 @@ def quota_get(user, datacenter: Datacenter) -> Quota:
     else the datacenter's default, else the built-in one. (Not saved: an effective quota.)"""
     rows = {row.user_id: row for row in Quota.objects.filter(
         Q(user=user) | Q(user__isnull=True), datacenter=datacenter)}
-    own, default = rows.get(user.pk), rows.get(None)
-    effective = Quota(user=user, datacenter=datacenter)
+    return _effective(rows.get(user.pk), rows.get(None), user=user, datacenter=datacenter)
+
+
+def quotas_get(datacenter: Datacenter, user_ids) -> dict[int, Quota]:
+    """``quota_get`` of each of ``user_ids`` in the datacenter, in one query."""
+    user_ids = list(user_ids)
+    rows = {row.user_id: row for row in Quota.objects.filter(
+        Q(user_id__in=user_ids) | Q(user__isnull=True), datacenter=datacenter)}
+    return {user_id: _effective(rows.get(user_id), rows.get(None), user_id=user_id,
+                                datacenter=datacenter) for user_id in user_ids}
+
+
+def _effective(own: Quota | None, default: Quota | None, **fields) -> Quota:
+    effective = Quota(**fields)
     for name in QUOTA_RESOURCES:
         for source in (own, default):
             if source is not None and getattr(source, name) is not None:

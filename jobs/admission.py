@@ -27,16 +27,16 @@ holds (the engine starts that many), and what quota counts of an elastic job.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
 from functools import reduce
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce, Least
+from django.utils import timezone
 
 from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter
-from accounts.selectors import quota_get
+from accounts.selectors import quota_get, quotas_get
 from paddlecloud.errors import ValidationError
 from paddlecloud.queue import (
     JOB_START,
@@ -47,26 +47,35 @@ from paddlecloud.queue import (
 )
 from paddlecloud_core.contract import trainers_elastic, trainers_least
 from paddlecloud_core.quantity import format_bytes_about
+from paddlecloud_core.scheduling import Vec, schedule
 from pfs.services import usage_report
 
 from .models import Job, Replica
 from .notify import jobs_changed
+from .pool import (
+    ACTIVE_STATES,
+    HEAD_FIELDS,
+    QUEUE_ORDER,
+    REQUEST_FIELDS,
+    WAITING_STATES,
+    ahead_of,
+    behind,
+    held_vec,
+    pool_load,
+    request_vec,
+    shared,
+)
 from .states import JobState, ReplicaState
-from .transitions import job_transition, jobs_transition
+from .transitions import jobs_transition
 
-ACTIVE_STATES = (JobState.STARTING, JobState.RUNNING)
-WAITING_STATES = (JobState.PENDING, JobState.QUEUED)
 COMPUTE = ("cpu", "memory", "gpu", "jobs")
 SHOWN = QUOTA_FORMATS
 # What is used, for people: bytes to about three digits (19.1Mi), as the Files page shows them.
 SHOWN_USED = {**QUOTA_FORMATS, "memory": format_bytes_about, "storage": format_bytes_about}
 UNITS = {"cpu": " CPU", "memory": "", "gpu": " GPU"}
-# What admission reads of a waiting job: its request, its place and its state.
-REQUEST_FIELDS = ("trainers", "trainers_min", "cpu", "memory", "gpu", "pservers", "pscpu",
-                  "psmemory")
-HEAD_FIELDS = ("id", "name", "owner_id", "datacenter_id", "state", "state_reason",
-               "created_at", *REQUEST_FIELDS)
-HEAD_BATCH = 20  # waiting jobs read at once while looking for the first that does not fit
+# The waiting jobs of each queue the plan looks at beyond those that can start: the jobs that
+# may start ahead of one that waits (backfill). What is behind them waits for a later plan.
+LOOK_BEHIND = 20
 # The trainers a waiting job needs to start (an elastic job's MIN); elastic jobs.
 LEAST = Coalesce(F("trainers_min"), F("trainers"))
 ELASTIC = Q(trainers_min__isnull=False, trainers_min__lt=F("trainers"))
@@ -78,38 +87,8 @@ def _request_sql(trainers) -> dict:
             "gpu": trainers * F("gpu")}
 
 
-# A waiting job's request in SQL, as ``job_request`` computes it in Python (jobs: one each).
+# A waiting job's request in SQL, as ``request_vec`` computes it in Python (jobs: one each).
 ASKED = _request_sql(LEAST)
-
-
-@dataclass(frozen=True)
-class Request:
-    """What a job holds while it runs."""
-
-    cpu: int
-    memory: int
-    gpu: int
-    jobs: int = 1
-
-    def __add__(self, other: Request) -> Request:
-        return Request(*(getattr(self, r) + getattr(other, r) for r in COMPUTE))
-
-
-def job_request(job) -> Request:
-    """A job's (or a spec's) request to start: with an elastic job's MIN trainers. The two
-    have the same fields."""
-    return _request(job, trainers_least(job))
-
-
-def job_held(job) -> Request:
-    """What an active job holds: with the trainers an elastic job holds now."""
-    return _request(job, job.trainers_held if trainers_elastic(job) else job.trainers)
-
-
-def _request(job, trainers: int) -> Request:
-    return Request(cpu=trainers * job.cpu + job.pservers * job.pscpu,
-                   memory=trainers * job.memory + job.pservers * job.psmemory,
-                   gpu=trainers * job.gpu)
 
 
 def _breakdown(job, resource: str) -> str:
@@ -131,7 +110,7 @@ def _breakdown(job, resource: str) -> str:
 def quota_problems(job, quota) -> dict[str, str]:
     """Each resource the job asks more of than the whole quota, and by how much: such a job
     can never start, however long it waits."""
-    asked = job_request(job)
+    asked = request_vec(job)
     problems = {}
     for resource in COMPUTE:
         want, limit = getattr(asked, resource), getattr(quota, resource)
@@ -149,13 +128,31 @@ def quota_problems(job, quota) -> dict[str, str]:
     return problems
 
 
+def capacity_problems(job, datacenter) -> dict[str, str]:
+    """Each resource the job asks more of than the datacenter has in all (its capacity)."""
+    asked = request_vec(job)
+    problems = {}
+    for resource, limit in datacenter.capacity.items():
+        want = getattr(asked, resource)
+        if limit is not None and want > limit:
+            fmt = SHOWN[resource]
+            problems[resource] = (
+                f"the job asks for {fmt(want)}{UNITS[resource]} in all"
+                f"{_breakdown(job, resource)}, more than datacenter {datacenter.name!r} has "
+                f"for all jobs together ({fmt(limit)}{UNITS[resource]})")
+    return problems
+
+
 def quota_fit_check(user, datacenter, job) -> None:
-    """Refuse at submission a job that can never fit the user's quota, naming each resource."""
+    """Refuse at submission a job that can never fit the user's quota or the datacenter's
+    capacity, naming each resource."""
     problems = quota_problems(job, quota_get(user, datacenter))
+    code = "over_quota"
+    if not problems:
+        problems, code = capacity_problems(job, datacenter), "over_capacity"
     if problems:
         raise ValidationError("; ".join(f"{k}: {v}" for k, v in problems.items()),
-                              fields={k: [v] for k, v in problems.items()},
-                              code="over_quota")
+                              fields={k: [v] for k, v in problems.items()}, code=code)
 
 
 def quota_queue_check(user, datacenter, job, *, lock: bool = False) -> None:
@@ -170,7 +167,7 @@ def quota_queue_check(user, datacenter, job, *, lock: bool = False) -> None:
                                  state__in=WAITING_STATES).count()
     if waiting < quota.queued:
         return
-    if not waiting and _fits(quota_used(user.pk, datacenter.pk) + job_request(job), quota):
+    if not waiting and _fits(quota_used(user.pk, datacenter.pk) + request_vec(job), quota):
         return  # it starts at once: it never waits
     if quota.queued:
         message = (f"{waiting} of your jobs already wait in datacenter "
@@ -182,76 +179,84 @@ def quota_queue_check(user, datacenter, job, *, lock: bool = False) -> None:
     raise ValidationError.for_field("queued", message, code="too_many_queued")
 
 
-def quota_used(user_id: int, datacenter_id: int) -> Request:
+def quota_used(user_id: int, datacenter_id: int) -> Vec:
     """What the user's active jobs in the datacenter hold now (one query; summed here: they
     are at most the quota's ``jobs``, and the sum in SQL costs more to build than to run)."""
     active = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
                                 state__in=ACTIVE_STATES).only(*REQUEST_FIELDS, "trainers_held")
-    return sum((job_held(job) for job in active), Request(0, 0, 0, 0))
+    return sum((held_vec(job) for job in active), Vec())
 
 
 def _never_fits(quota) -> Q:
     """Waiting jobs (with their ``asked_*`` aliased) that ask for more than the whole quota;
     with a quota of no jobs, every one."""
     if quota.jobs < 1:
-        return Q()
+        return Q(pk__isnull=False)
     return reduce(operator.or_, (Q(**{f"asked_{r}__gt": getattr(quota, r)}) for r in ASKED))
 
 
-def _fits(request: Request, quota) -> bool:
+def _never_fits_capacity(datacenter) -> Q:
+    """Waiting jobs (``asked_*`` aliased) that ask for more than the datacenter has."""
+    return reduce(operator.or_, (Q(**{f"asked_{r}__gt": limit})
+                                 for r, limit in datacenter.capacity.items()
+                                 if limit is not None), Q(pk__isnull=True))
+
+
+def _fits(request: Vec, quota) -> bool:
     return all(getattr(request, r) <= getattr(quota, r) for r in COMPUTE)
-
-
-def _short_of(used: Request, asked: Request, quota) -> str:
-    """Why a job waits: each resource it needs more of than is free now."""
-    parts = []
-    for resource in COMPUTE:
-        free = max(getattr(quota, resource) - getattr(used, resource), 0)
-        want = getattr(asked, resource)
-        if want > free:
-            fmt = SHOWN[resource]
-            limit = fmt(getattr(quota, resource))
-            parts.append(f"{resource} {fmt(want)} asked, {fmt(free)} of {limit} free")
-    return "; ".join(parts)
 
 
 @transaction.atomic
 def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
-    """Admit the user's waiting jobs in the datacenter, oldest first, while they fit; queue
-    the first that does not (and so everything after it). Returns the ids admitted, whose
-    start is queued once this commits. A waiting job that can no longer ever fit (its quota
-    was lowered) fails with the reason rather than block the queue forever.
+    """Admit what the scheduling model's plan (``paddlecloud_core.scheduling``) starts now in
+    the user's queue, or, in a datacenter with a capacity, in every queue of it (one job's
+    end may be another user's turn); give every job that waits its reason. Returns the ids
+    admitted, whose start is queued once this commits. A waiting job that can no longer ever
+    fit (its quota or the capacity was lowered) fails with the reason rather than block its
+    queue forever.
 
-    A fixed number of queries however many jobs wait (a few more only when many are admitted
-    at once, or fail with different reasons)."""
-    user = get_user_model().objects.select_for_update().only("id").get(pk=user_id)
-    datacenter = Datacenter.objects.only("id", "name").get(pk=datacenter_id)
-    quota = quota_get(user, datacenter)
-    waiting = Job.objects.filter(owner_id=user_id, datacenter_id=datacenter_id,
-                                 state__in=WAITING_STATES)
-    _fail_never_fitting(waiting, quota)
-    used = quota_used(user_id, datacenter_id)
-    # Each job admitted takes one of the free jobs, so the first that does not fit is among
-    # the first free + 1.
-    free_jobs = max(quota.jobs - used.jobs, 0)
-    admitted: list[Job] = []
-    blocker = None  # the first job that does not fit: everything after it waits too
-    for job in _queue_head(waiting, free_jobs + 1):
-        asked = job_request(job)
-        if not _fits(used + asked, quota):
-            blocker = job
-            break
-        used = used + asked
-        admitted.append(job)
+    Under a lock: the user's row, or with a capacity the datacenter's, so two admissions
+    racing for the last free CPU take it one after the other. A fixed number of queries for a
+    queue however many jobs wait in it (a few more when many are admitted at once)."""
+    datacenter = Datacenter.objects.only("id", "name", "capacity_cpu", "capacity_memory",
+                                         "capacity_gpu").get(pk=datacenter_id)
+    if shared(datacenter):
+        Datacenter.objects.select_for_update().filter(pk=datacenter_id).exists()
+        owner_ids = sorted(set(Job.objects.filter(datacenter_id=datacenter_id,
+                                                  state__in=WAITING_STATES)
+                               .order_by().values_list("owner_id", flat=True).distinct()))
+    else:
+        get_user_model().objects.select_for_update().only("id").filter(pk=user_id).exists()
+        owner_ids = [user_id]
+    quotas = quotas_get(datacenter, owner_ids)
+    heads: dict[int, list[Job]] = {}
+    for owner_id in owner_ids:
+        waiting = Job.objects.filter(owner_id=owner_id, datacenter_id=datacenter_id,
+                                     state__in=WAITING_STATES)
+        _fail_never_fitting(waiting, quotas[owner_id], datacenter)
+        free_jobs = max(quotas[owner_id].jobs - quota_used(owner_id, datacenter_id).jobs, 0)
+        look = free_jobs + 1 + (LOOK_BEHIND if free_jobs else 0)
+        heads[owner_id] = list(waiting.select_for_update().order_by(*QUEUE_ORDER)
+                               .only(*HEAD_FIELDS)[:look])
+    head_jobs = {job.pk: job for jobs in heads.values() for job in jobs}
+    plan = schedule(pool_load(datacenter, owner_ids, head_jobs.values()),
+                    timezone.now().timestamp())
+    admitted = [head_jobs[job_id] for job_id in plan.admit]
     jobs_transition(admitted, JobState.STARTING,
                     dict.fromkeys((job.pk for job in admitted), "admitted: its quota is free"))
     if admitted:
         Job.objects.filter(pk__in=[job.pk for job in admitted]).update(trainers_held=LEAST)
-    if blocker is not None:
-        _queue(blocker, f"waiting for quota: {_short_of(used, job_request(blocker), quota)}")
-        _queue_behind(blocker, waiting)
-    else:
-        _grow(user_id, datacenter_id, used, quota)
+    never = [head_jobs[job_id] for job_id in plan.never]
+    jobs_transition(never, JobState.FAILED, {k: v.message for k, v in plan.never.items()})
+    _queue_all([head_jobs[job_id] for job_id in plan.reasons],
+               {job_id: reason.message for job_id, reason in plan.reasons.items()})
+    for owner_id, jobs in heads.items():
+        waits = [job for job in jobs if job.pk in plan.reasons]
+        if waits:  # what was not read waits behind the first that waits
+            _queue_behind(waits[0], jobs[-1], Job.objects.filter(
+                owner_id=owner_id, datacenter_id=datacenter_id, state__in=WAITING_STATES))
+        else:
+            _grow(owner_id, datacenter, quotas[owner_id])
     ids = [job.pk for job in admitted]
     for job_id in ids:
         task_later_once(JOB_START, job_id)
@@ -268,78 +273,78 @@ def _growing(**filters):
             .exclude(Exists(finished)))
 
 
-def _grow(user_id: int, datacenter_id: int, used: Request, quota) -> None:
+def _grow(user_id: int, datacenter, quota) -> None:
     """Give the user's growing elastic jobs, oldest first, as many trainers as the free quota
-    has room for, up to each one's MAX. The engine starts them (their sync, queued here)."""
+    (and the datacenter's free capacity) has room for, up to each one's MAX. The engine starts
+    them (their sync, queued here)."""
+    used = quota_used(user_id, datacenter.pk)
+    room = {r: getattr(quota, r) - getattr(used, r) for r in ("cpu", "memory", "gpu")}
+    if shared(datacenter):
+        everyone = sum((held_vec(job) for job in Job.objects.filter(
+            datacenter=datacenter, state__in=ACTIVE_STATES).only(*REQUEST_FIELDS,
+                                                                "trainers_held")), Vec())
+        for r, limit in datacenter.capacity.items():
+            if limit is not None:
+                room[r] = min(room[r], limit - getattr(everyone, r))
     grown = []
-    for job in (_growing(owner_id=user_id, datacenter_id=datacenter_id)
+    for job in (_growing(owner_id=user_id, datacenter_id=datacenter.pk)
                 .select_for_update(of=("self",)).order_by("created_at", "id")
                 .only("id", "uid", "trainers", "trainers_held", "cpu", "memory", "gpu")):
-        room = job.trainers - job.trainers_held
+        more = job.trainers - job.trainers_held
         for resource in ("cpu", "memory", "gpu"):
             each = getattr(job, resource)
             if each:
-                free = getattr(quota, resource) - getattr(used, resource)
-                room = min(room, max(free, 0) // each)
-        if room <= 0:
+                more = min(more, max(room[resource], 0) // each)
+        if more <= 0:
             continue
         Job.objects.filter(pk=job.pk).update(
-            trainers_held=Least(F("trainers_held") + room, F("trainers")))
-        used = used + Request(cpu=room * job.cpu, memory=room * job.memory,
-                              gpu=room * job.gpu, jobs=0)
+            trainers_held=Least(F("trainers_held") + more, F("trainers")))
+        for resource in room:
+            room[resource] -= more * getattr(job, resource)
         grown.append(job.pk)
         task_later(JOB_SYNC, str(job.uid))
     if grown:
-        jobs_changed(user_id, datacenter_id, grown)
+        jobs_changed(user_id, datacenter.pk, grown)
 
 
-def _behind(job) -> Q:
-    """The jobs submitted after ``job`` (the queue's order: time, then id)."""
-    return Q(created_at__gt=job.created_at) | Q(created_at=job.created_at, id__gt=job.pk)
-
-
-def _queue_head(waiting, most: int):
-    """The first ``most`` waiting jobs, oldest first, read a few at a time: the walk stops at
-    the first that does not fit, and what is behind it is never read. Locked, so a kill
-    racing admission waits for it (and finds the job admitted) rather than be overwritten."""
-    ordered = waiting.select_for_update().order_by("created_at", "id").only(*HEAD_FIELDS)
-    while most > 0:
-        batch = list(ordered[:min(HEAD_BATCH, most)])
-        yield from batch
-        if len(batch) < min(HEAD_BATCH, most):
-            return
-        most -= len(batch)
-        ordered = ordered.filter(_behind(batch[-1]))
-
-
-def _fail_never_fitting(waiting, quota) -> None:
-    """Fail the waiting jobs that ask for more than the whole quota (it was lowered): found
-    with one query, whatever the length of the queue."""
+def _fail_never_fitting(waiting, quota, datacenter) -> None:
+    """Fail the waiting jobs that ask for more than the whole quota or capacity (one was
+    lowered): found with one query, whatever the length of the queue."""
     never = waiting.alias(**{f"asked_{r}": e for r, e in ASKED.items()}).filter(
-        _never_fits(quota))
+        _never_fits(quota) | _never_fits_capacity(datacenter))
     if not never.exists():  # nearly always: a plain read, no row locked, nothing built
         return
     doomed = list(never.select_for_update())
     reasons = {job.pk: "can never start: " + "; ".join(
-        f"{k}: {v}" for k, v in quota_problems(job, quota).items()) for job in doomed}
+        f"{k}: {v}" for k, v in {**capacity_problems(job, datacenter),
+                                 **quota_problems(job, quota)}.items()) for job in doomed}
     jobs_transition(doomed, JobState.FAILED, reasons)
 
 
-def _queue(job, reason: str) -> None:
-    """Put the job in ``queued``, or give a queued job its current reason."""
-    if job.state == JobState.PENDING:
-        job_transition(job, JobState.QUEUED, reason)
-    elif job.state_reason != reason:
-        Job.objects.filter(pk=job.pk).update(state_reason=reason)
-        jobs_changed(job.owner_id, job.datacenter_id, [job.pk])
+def _queue_all(jobs: list[Job], reasons: dict[int, str]) -> None:
+    """Give waiting jobs their reasons: pending ones are queued (an event each), queued ones
+    whose reason changed get the new one (a statement for each reason)."""
+    pending = [job for job in jobs if job.state == JobState.PENDING]
+    jobs_transition(pending, JobState.QUEUED, {job.pk: reasons[job.pk] for job in pending})
+    changed: dict[str, list[Job]] = {}
+    for job in jobs:
+        if job.state != JobState.PENDING and job.state_reason != reasons[job.pk]:
+            changed.setdefault(reasons[job.pk], []).append(job)
+    told: dict[tuple[int, int], list[int]] = {}
+    for reason, group in changed.items():
+        Job.objects.filter(pk__in=[job.pk for job in group]).update(state_reason=reason)
+        for job in group:
+            told.setdefault((job.owner_id, job.datacenter_id), []).append(job.pk)
+    for (owner_id, datacenter_id), ids in told.items():
+        jobs_changed(owner_id, datacenter_id, ids)
 
 
-def _queue_behind(blocker, waiting) -> None:
-    """Everything behind the first job that does not fit waits behind it: jobs still pending
-    are queued (one event each), queued jobs get the reason if they had another. Only the
-    jobs that change are touched, in one statement each."""
-    reason = f"waiting behind job {blocker.name}"
-    stale = list(waiting.filter(_behind(blocker))
+def _queue_behind(first, last, waiting) -> None:
+    """The jobs behind the last one read wait behind the queue's first waiting one: jobs still
+    pending are queued (one event each), queued jobs get the reason if they had another. Only
+    the jobs that change are touched, in one statement each."""
+    reason = f"waiting behind job {first.name}"
+    stale = list(waiting.filter(behind(last))
                  .filter(Q(state=JobState.PENDING) | ~Q(state_reason=reason))
                  .select_for_update().only("id", "state", "owner_id", "datacenter_id"))
     pending = [job for job in stale if job.state == JobState.PENDING]
@@ -347,7 +352,7 @@ def _queue_behind(blocker, waiting) -> None:
     requeued = [job.pk for job in stale if job.state != JobState.PENDING]
     if requeued:
         Job.objects.filter(pk__in=requeued).update(state_reason=reason)
-        jobs_changed(blocker.owner_id, blocker.datacenter_id, requeued)
+        jobs_changed(first.owner_id, first.datacenter_id, requeued)
 
 
 def waiting_queues(**filters) -> list[tuple[int, int]]:
@@ -393,16 +398,22 @@ def quota_changed_admit(sender, user, datacenter, **kwargs) -> None:
         admission_request(owner_id, datacenter_id)
 
 
-def jobs_ahead(owner, datacenter, created_at, pk):
-    """The same user's waiting jobs submitted before this one (values or ``OuterRef``s)."""
+def jobs_ahead(owner, datacenter, job):
+    """The same user's waiting jobs before this one in its queue (``job`` has values or
+    ``OuterRef``s)."""
     return (Job.objects.filter(owner=owner, datacenter=datacenter, state__in=WAITING_STATES)
-            .filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=pk)))
+            .filter(ahead_of(job)))
+
+
+class _Outer:
+    """A job's place in its queue as ``OuterRef``s, for ``ahead_of`` in a subquery."""
+
+    priority, created_at, pk = OuterRef("priority"), OuterRef("created_at"), OuterRef("id")
 
 
 def queue_ahead_annotation() -> Subquery:
     """For a list of jobs: how many waiting jobs are ahead of each (one query for the list)."""
-    ahead = jobs_ahead(OuterRef("owner"), OuterRef("datacenter"), OuterRef("created_at"),
-                       OuterRef("id"))
+    ahead = jobs_ahead(OuterRef("owner"), OuterRef("datacenter"), _Outer)
     return Subquery(ahead.order_by().values("owner").annotate(n=Count("id")).values("n"))
 
 
@@ -412,7 +423,7 @@ def queue_position(job) -> int | None:
         return None
     if hasattr(job, "queue_ahead"):  # annotated by the list
         return (job.queue_ahead or 0) + 1
-    return jobs_ahead(job.owner_id, job.datacenter_id, job.created_at, job.pk).count() + 1
+    return jobs_ahead(job.owner_id, job.datacenter_id, job).count() + 1
 
 
 def quota_report(user, datacenter) -> dict[str, dict]:

@@ -6,9 +6,11 @@ from rest_framework import serializers
 
 from accounts.serializers import QuotaResourceSerializer
 from paddlecloud_core.quantity import format_bytes, format_cpu
+from paddlecloud_core.spec import priority_name
 
 from .admission import queue_position
 from .models import Build, Job, JobEvent, Replica
+from .pool import WAITING_STATES, job_predictions
 
 
 @extend_schema_field(OpenApiTypes.STR)
@@ -32,6 +34,11 @@ class JobSerializer(serializers.ModelSerializer):
     registry = serializers.CharField(source="registry.name", default=None, allow_null=True)
     queue_position = serializers.SerializerMethodField(
         help_text="While queued: 1 for the next of your jobs to start, 2 behind it, …")
+    priority = serializers.SerializerMethodField(
+        help_text="high, normal or low: its place in your queue (README, Scheduling)")
+    predicted_start = serializers.SerializerMethodField(
+        help_text='While it waits: when it is predicted to start, {"at", "earliest", '
+                  '"latest"} (ISO times; null: not within 30 days); else null')
     trainers_held = serializers.IntegerField(
         source="trainers_now", read_only=True, allow_null=True,
         help_text="The trainers it holds now (running, or being started), which your quota "
@@ -46,7 +53,8 @@ class JobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Job
-        fields = ["name", "state", "state_reason", "queue_position", "datacenter", "package",
+        fields = ["name", "state", "state_reason", "queue_position", "predicted_start",
+                  "priority", "datacenter", "package",
                   "entry", "topology", "image", "registry", "trainers", "trainers_min",
                   "trainers_held", "trainers_shown", "trainers_lost", "trainers_lost_limit",
                   "trainers_below_min_seconds", "trainers_below_min_since", "cpu", "memory",
@@ -58,6 +66,19 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_queue_position(self, job) -> int | None:
         return queue_position(job)
+
+    def get_priority(self, job) -> str:
+        return priority_name(job.priority)
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_predicted_start(self, job) -> dict | None:
+        if job.state not in WAITING_STATES:
+            return None
+        predictions = self.context.get("predictions")
+        if predictions is None:  # one job: its own forecast
+            predictions = job_predictions([job])
+        prediction = predictions.get(job.pk)
+        return prediction.as_dict() if prediction else None
 
 
 class JobSubmitSerializer(serializers.Serializer):
@@ -101,6 +122,8 @@ class JobSubmitSerializer(serializers.Serializer):
                                            help_text="a task is a file, a RecordIO chunk, or "
                                                      "task_records records")
     task_records = serializers.IntegerField(required=False)
+    priority = serializers.ChoiceField(["high", "normal", "low"], required=False,
+                                       help_text="its place in your queue (default normal)")
     dry_run = serializers.BooleanField(required=False)
 
 
@@ -182,6 +205,9 @@ class DryRunSerializer(serializers.Serializer):
     dry_run = serializers.BooleanField()
     job = serializers.DictField()
     replicas = PlannedReplicaSerializer(many=True)
+    admission = serializers.DictField(
+        help_text='Would it start now? {"starts": "now" or "queued", "position" in your queue, '
+                  '"reason" it would wait, "predicted_start": {"at", "earliest", "latest"}}')
     objects = serializers.ListField(
         child=serializers.DictField(),
         help_text="On a Kubernetes datacenter, the objects that would be created, in order")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from accounts.audit import audit_record
 from accounts.models import AuditEntry
@@ -24,6 +25,7 @@ from .builds import job_build_needed
 from .engine import job_remains
 from .models import Build, Job, JobEvent, Replica
 from .notify import job_changed, job_deleted
+from .pool import WAITING_STATES, ahead_of, datacenter_forecast
 from .spec import JobSpec, job_spec_validate, package_target
 from .states import FINAL_JOB_STATES, JobState
 from .transitions import job_transition
@@ -53,6 +55,21 @@ class Submission(NamedTuple):
     job: Job | None  # None for a dry run
     spec: JobSpec
     objects: list[dict]  # what the backend creates for it (Kubernetes objects; else none)
+    admission: dict | None = None  # a dry run's: would it start now, or wait, and how long
+
+
+def admission_preview(user, datacenter, unsaved: Job) -> dict:
+    """What submitting ``unsaved`` now would do: start at once, or wait at a place in the
+    user's queue, for a reason, until a predicted time (``submit --dry-run``)."""
+    unsaved.created_at = timezone.now()
+    plan, predicted = datacenter_forecast(datacenter, [user.pk], extra=unsaved)
+    if 0 in plan.admit:
+        return {"starts": "now", "position": None, "reason": "", "predicted_start": None}
+    ahead = Job.objects.filter(owner=user, datacenter=datacenter, state__in=WAITING_STATES)
+    reason = plan.reasons.get(0) or plan.never.get(0)
+    return {"starts": "queued", "position": ahead.filter(ahead_of(unsaved)).count() + 1,
+            "reason": reason.message if reason else "",
+            "predicted_start": predicted[0].as_dict() if 0 in predicted else None}
 
 
 def job_submit(user, datacenter, data: dict) -> Submission:
@@ -73,7 +90,7 @@ def job_submit(user, datacenter, data: dict) -> Submission:
     objects = backend_for(datacenter).objects(unsaved)
     if dry_run:
         quota_queue_check(user, datacenter, spec)
-        return Submission(None, spec, objects)
+        return Submission(None, spec, objects, admission_preview(user, datacenter, unsaved))
     try:
         with transaction.atomic():
             quota_queue_check(user, datacenter, spec, lock=True)

@@ -25,6 +25,7 @@ from .logs import stream
 from .logs.lines import line_number, tail_offset
 from .metrics import metrics_get
 from .models import worker_ended
+from .pool import job_predictions
 from .serializers import (
     BuildRequestSerializer,
     BuildSerializer,
@@ -61,7 +62,8 @@ class JobListView(DatacenterAPIView):
                                  name=request.query_params.get("name"))
         paginator = JobCursor()
         page = paginator.paginate_queryset(jobs, request, view=self)
-        return paginator.get_paginated_response(JobSerializer(page, many=True).data)
+        return paginator.get_paginated_response(
+            JobSerializer(page, many=True, context={"predictions": job_predictions(page)}).data)
 
     @extend_schema(request=JobSubmitSerializer,
                    responses={201: JobSerializer, 200: DryRunSerializer, **ERRORS},
@@ -69,11 +71,12 @@ class JobListView(DatacenterAPIView):
     def post(self, request):
         if not isinstance(request.data, dict):
             raise ValidationError("the job must be a JSON object")
-        job, spec, objects = services.job_submit(request.user, self.datacenter, request.data)
+        job, spec, objects, admission = services.job_submit(request.user, self.datacenter,
+                                                            request.data)
         if job is None:
             return Response({"dry_run": True, "job": job_spec_display(spec),
-                             "replicas": job_plan(spec), "objects": objects,
-                             "yaml": to_yaml(objects) if objects else ""})
+                             "replicas": job_plan(spec), "admission": admission,
+                             "objects": objects, "yaml": to_yaml(objects) if objects else ""})
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
 

@@ -237,7 +237,7 @@ def schedule(pool: Pool, now: float) -> Plan:
 
 
 def _place(job: Waiting, ledger: _Ledger, plan: Plan, ahead: dict[int, Waiting]) -> None:
-    pool, now = ledger.pool, ledger.now
+    now = ledger.now
     limits = ledger.limits(job.owner)
     for key, limit in limits:
         if over := limit.over(job.need):

@@ -67,6 +67,9 @@ QUANTITIES: dict[str, tuple[int, Callable[[Any], int]]] = {
     "psmemory": (2**30, parse_bytes),
 }
 
+# Priority classes (``-priority``): the number underneath orders a user's queue, higher first.
+PRIORITIES = {"high": 100, "normal": 0, "low": -100}
+
 ENTRY_REQUIRED = 'required: the command that starts a trainer, e.g. "python train.py"'
 
 
@@ -98,6 +101,7 @@ class JobSpec:
     trainers_min: int | None = None
     trainers_lost_limit: int | None = None
     trainers_below_min_seconds: int | None = None
+    priority: int = 0  # a PRIORITIES number; users write the class's name
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -298,7 +302,7 @@ class SpecCheck:
 
 
 ORDER = ("name", "entry", "image", "package", "registry", "topology", *INTEGERS, *QUANTITIES,
-         "env", "dataset", "dataset_unit")
+         "env", "dataset", "dataset_unit", "priority")
 
 
 def spec_check(data: Mapping[str, Any], *, default_image: str,
@@ -337,6 +341,7 @@ def spec_check(data: Mapping[str, Any], *, default_image: str,
     values["env"] = check.env()
     values.update(_dataset(check, values["task_records"]))
     values.update(_trainers_range(check, values, ranged))
+    values["priority"] = _priority(check)
     result.values = values
     return result
 
@@ -398,6 +403,21 @@ def _trainers_range(check: _Checker, values: dict[str, Any], ranged: bool) -> di
             "trainers_below_min_seconds": (BELOW_MIN_SECONDS
                                            if values["trainers_below_min_seconds"] is None
                                            else values["trainers_below_min_seconds"])}
+
+
+def priority_name(value: int) -> str:
+    """A priority as users write it: the class's name, else the number."""
+    return next((name for name, number in PRIORITIES.items() if number == value), str(value))
+
+
+def _priority(check: _Checker) -> int:
+    given = check.data.get("priority")
+    if given in (None, ""):
+        return PRIORITIES["normal"]
+    if isinstance(given, str) and given.strip().lower() in PRIORITIES:
+        return PRIORITIES[given.strip().lower()]
+    check.fail("priority", f"one of {', '.join(PRIORITIES)}, not {given!r}")
+    return PRIORITIES["normal"]
 
 
 def _dataset(check: _Checker, task_records: int | None) -> dict[str, Any]:

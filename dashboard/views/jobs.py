@@ -114,7 +114,7 @@ def job_submit(request, datacenter):
         data = form.submission()
         mistaken = bool(form.errors)  # then the service only checks the rest: all at once
         try:
-            job, spec, objects = services.job_submit(request.user, datacenter,
+            job, spec, objects, _ = services.job_submit(request.user, datacenter,
                                                      {**data, "dry_run": dry_run or mistaken})
         except PaddleCloudError as exc:
             form_error_add(form, exc)

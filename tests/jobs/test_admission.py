@@ -105,14 +105,49 @@ def test_jobs_wait_in_submission_order_and_a_big_one_is_not_overtaken(submit, al
     quota_set(None, datacenter, alice, cpu=4000, jobs=10)
     submit("a", trainers=2, cpu="1")  # 2 of 4 CPUs
     big = submit("big", trainers=3, cpu="1")  # needs 3: only 2 free
-    small = submit("small", cpu="1")  # would fit, but waits its turn
-    assert states("a", "big", "small") == [("a", "starting"), ("big", "queued"),
-                                           ("small", "queued")]
-    big.refresh_from_db()
-    small.refresh_from_db()
+    small = submit("small", trainers=2, cpu="1")  # would fit now, but then big could not
+    after = submit("after", trainers=4, cpu="1")
+    assert states("a", "big", "small", "after") == [
+        ("a", "starting"), ("big", "queued"), ("small", "queued"), ("after", "queued")]
+    for job in (big, small, after):
+        job.refresh_from_db()
     assert big.state_reason == "waiting for quota: cpu 3 asked, 2 of 4 free"
-    assert small.state_reason == "waiting behind job big"
-    assert [admission.queue_position(j) for j in (big, small)] == [1, 2]
+    assert small.state_reason == "waiting behind job big: starting now would delay it"
+    assert after.state_reason == "waiting behind job big"
+    assert [admission.queue_position(j) for j in (big, small, after)] == [1, 2, 3]
+
+
+@pytest.mark.django_db
+def test_a_small_job_starts_ahead_of_a_big_one_only_in_what_the_big_one_leaves_over(
+        submit, alice, datacenter, no_starts):
+    """Backfill: when "a" ends, "big" takes 3 of the 4 CPUs; a job of 1 CPU fits beside it
+    and starts at once, a second one would not and waits."""
+    quota_set(None, datacenter, alice, cpu=4000, jobs=10)
+    submit("a", trainers=2, cpu="1")
+    submit("big", trainers=3, cpu="1")
+    submit("one", cpu="1")
+    submit("two", cpu="1")
+    assert states("a", "big", "one", "two") == [
+        ("a", "starting"), ("big", "queued"), ("one", "starting"), ("two", "queued")]
+    assert Job.objects.get(name="two").state_reason == (
+        "waiting behind job big: starting now would delay it")
+
+
+@pytest.mark.django_db
+def test_a_high_priority_job_goes_ahead_in_its_owners_queue(submit, alice, datacenter,
+                                                          no_starts):
+    quota_set(None, datacenter, alice, jobs=1)
+    submit("running")
+    low = submit("low", priority="low")
+    normal = submit("normal")
+    high = submit("high", priority="high")
+    assert [admission.queue_position(j) for j in (high, normal, low)] == [1, 2, 3]
+    assert Job.objects.get(name="high").state_reason == (
+        "waiting for quota: jobs 1 asked, 0 of 1 free")
+    assert Job.objects.get(name="low").state_reason == "waiting behind job high"
+    with pytest.raises(ValidationError) as refused:
+        submit("urgent", priority="urgent")
+    assert refused.value.fields == {"priority": ["one of high, normal, low, not 'urgent'"]}
 
 
 @pytest.mark.django_db
@@ -481,10 +516,11 @@ def reasons(owner) -> dict[str, list[str]]:
 
 
 @pytest.mark.django_db
-def test_admission_takes_as_many_queries_for_800_waiting_jobs_as_for_10(
+def test_admission_takes_as_many_queries_for_800_waiting_jobs_as_for_30(
         alice, make_user, datacenter, no_starts, django_capture_on_commit_callbacks):
     bob = make_user("bob")
-    long_queue(alice, datacenter, 10)
+    # 30: more than admission reads of a queue (its head and the LOOK_BEHIND behind it)
+    long_queue(alice, datacenter, 30)
     long_queue(bob, datacenter, 800)
     counts = {}
     for user in (alice, bob):
@@ -542,11 +578,11 @@ def test_a_lowered_quota_fails_every_waiting_job_that_can_never_fit_at_once(
 
 
 @pytest.mark.django_db
-def test_a_reconcile_takes_as_many_queries_for_800_waiting_jobs_as_for_10(
+def test_a_reconcile_takes_as_many_queries_for_800_waiting_jobs_as_for_30(
         alice, make_user, datacenter, no_starts):
     """The running job ended but the admission it queued was lost: the reconciler admits."""
     counts = []
-    for user, count in ((alice, 10), (make_user("bob"), 800)):
+    for user, count in ((alice, 30), (make_user("bob"), 800)):
         long_queue(user, datacenter, count)
         quota_admit(user.pk, datacenter.pk)
         Job.objects.filter(owner=user, name="holder").update(state="succeeded")

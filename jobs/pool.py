@@ -1,0 +1,213 @@
+"""A datacenter as the scheduling model sees it (``paddlecloud_core.scheduling.Pool``), read
+from the database: limits, weights, the jobs that hold resources and when each is predicted
+to end, and the heads of the queues. Admission plans with it under its lock; the job pages,
+the API and ``submit --dry-run`` forecast with it.
+
+What a job ran before tells how long its kind runs: each owner's last ``HISTORY`` jobs that
+succeeded, by shape (``scheduling.shape``: name stem and size)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from datetime import timezone as dt_timezone
+
+from django.contrib.auth import get_user_model
+from django.db.models import F, Q, Window
+from django.db.models.functions import RowNumber
+from django.utils import timezone
+
+from accounts.models import Datacenter, Membership
+from accounts.selectors import quotas_get
+from paddlecloud_core.contract import trainers_elastic, trainers_least
+from paddlecloud_core.scheduling import (
+    Estimate,
+    Limit,
+    Plan,
+    Pool,
+    Running,
+    Vec,
+    Waiting,
+    estimate,
+    forecast,
+    schedule,
+    shape,
+)
+
+from .models import Job
+from .states import JobState
+
+ACTIVE_STATES = (JobState.STARTING, JobState.RUNNING)
+WAITING_STATES = (JobState.PENDING, JobState.QUEUED)
+HISTORY = 50  # finished jobs of each owner read for run times
+# What admission and forecasts read of a job: its request, its place, its state.
+REQUEST_FIELDS = ("trainers", "trainers_min", "cpu", "memory", "gpu", "pservers", "pscpu",
+                  "psmemory")
+HEAD_FIELDS = ("id", "name", "owner_id", "datacenter_id", "state", "state_reason",
+               "created_at", "priority", "deadline_seconds", *REQUEST_FIELDS)
+# A queue's order (``scheduling.queue_order``) in SQL.
+QUEUE_ORDER = ("-priority", "created_at", "id")
+
+
+def request_vec(job, trainers: int | None = None) -> Vec:
+    """What a job (or a spec) holds with ``trainers`` trainers (default: what it needs to
+    start: an elastic job's MIN), one job of the concurrent-jobs quota included."""
+    trainers = trainers_least(job) if trainers is None else trainers
+    return Vec(cpu=trainers * job.cpu + job.pservers * job.pscpu,
+               memory=trainers * job.memory + job.pservers * job.psmemory,
+               gpu=trainers * job.gpu, jobs=1)
+
+
+def held_vec(job) -> Vec:
+    """What an active job holds now: with the trainers an elastic job holds."""
+    return request_vec(job, job.trainers_held if trainers_elastic(job) else job.trainers)
+
+
+def shared(datacenter: Datacenter) -> bool:
+    """Whether the datacenter has a capacity its members share (else only quotas limit)."""
+    return any(value is not None for value in datacenter.capacity.values())
+
+
+def ahead_of(job) -> Q:
+    """The waiting jobs before ``job`` in its owner's queue (priority, then time, then id)."""
+    return (Q(priority__gt=job.priority)
+            | Q(priority=job.priority, created_at__lt=job.created_at)
+            | Q(priority=job.priority, created_at=job.created_at, id__lt=job.pk))
+
+
+def behind(job) -> Q:
+    """The waiting jobs after ``job`` in its owner's queue."""
+    return (Q(priority__lt=job.priority)
+            | Q(priority=job.priority, created_at__gt=job.created_at)
+            | Q(priority=job.priority, created_at=job.created_at, id__gt=job.pk))
+
+
+def _seconds(moment: datetime) -> float:
+    return moment.timestamp()
+
+
+def run_history(datacenter_id: int, owner_ids: Iterable[int]) -> dict[int, list]:
+    """Each owner's last ``HISTORY`` succeeded jobs in the datacenter: (shape, seconds),
+    oldest first (one query)."""
+    rows = (Job.objects.filter(datacenter_id=datacenter_id, owner_id__in=list(owner_ids),
+                               state=JobState.SUCCEEDED, started_at__isnull=False,
+                               finished_at__isnull=False)
+            .annotate(recent=Window(RowNumber(), partition_by=[F("owner_id")],
+                                    order_by=F("finished_at").desc()))
+            .filter(recent__lte=HISTORY)
+            .order_by("owner_id", "finished_at")
+            .only("owner_id", "name", "started_at", "finished_at", *REQUEST_FIELDS))
+    history: dict[int, list] = defaultdict(list)
+    for job in rows:
+        seconds = (job.finished_at - job.started_at).total_seconds()
+        history[job.owner_id].append((shape(job.name, request_vec(job, job.trainers)), seconds))
+    return history
+
+
+def job_estimate(job, history: dict[int, list]) -> Estimate:
+    return estimate(history.get(job.owner_id, ()), shape(job.name, request_vec(job, job.trainers)),
+                    job.deadline_seconds)
+
+
+def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterable[Job],
+              now: datetime | None = None) -> Pool:
+    """The pool of ``datacenter`` for the queues of ``owner_ids``, whose ``waiting`` jobs
+    (read by the caller, in any order) are those the plan looks at. Running jobs: all of the
+    datacenter's when it has a capacity, else only these owners'."""
+    now = now or timezone.now()
+    owner_ids = list(owner_ids)
+    active = Job.objects.filter(datacenter=datacenter, state__in=ACTIVE_STATES).only(
+        "id", "owner_id", "name", "admitted_at", "started_at", "deadline_seconds",
+        "trainers_held", *REQUEST_FIELDS)
+    if not shared(datacenter):
+        active = active.filter(owner_id__in=owner_ids)
+    active = list(active)
+    holders = {job.owner_id for job in active} | set(owner_ids)
+    history = run_history(datacenter.pk, holders)
+    running = []
+    for job in active:
+        began = _seconds(job.started_at or job.admitted_at or now)
+        run = job_estimate(job, history)
+        floor = _seconds(now)
+        running.append(Running(job.pk, job.owner_id, held_vec(job),
+                               ends=max(floor, began + run.seconds),
+                               ends_low=max(floor, began + run.low),
+                               ends_high=max(floor, began + run.high)))
+    quotas = quotas_get(datacenter, holders)
+    weights = dict(Membership.objects.filter(datacenter=datacenter, user_id__in=holders)
+                   .values_list("user_id", "weight"))
+    names = dict(get_user_model().objects.filter(pk__in=holders).values_list("pk", "username"))
+    return Pool(
+        capacity=Limit(**datacenter.capacity),
+        quotas={owner: Limit(cpu=q.cpu, memory=q.memory, gpu=q.gpu, jobs=q.jobs)
+                for owner, q in quotas.items()},
+        weights=weights,
+        running=running,
+        waiting=[waiting_of(job, history) for job in waiting],
+        names=names)
+
+
+def waiting_of(job, history: dict[int, list]) -> Waiting:
+    return Waiting(id=job.pk or 0, owner=job.owner_id, need=request_vec(job),
+                   submitted=_seconds(job.created_at), priority=job.priority, name=job.name,
+                   run=job_estimate(job, history), deadline=job.deadline_seconds)
+
+
+# --- forecasts -----------------------------------------------------------------------------------
+
+FORECAST_LOOK = 500  # waiting jobs of a datacenter a forecast reads at most
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """When a waiting job is predicted to start, with a range (None: not within the
+    forecast's horizon, or never)."""
+
+    at: datetime | None
+    earliest: datetime | None
+    latest: datetime | None
+
+    def as_dict(self) -> dict:
+        return {key: value.isoformat() if value else None
+                for key, value in (("at", self.at), ("earliest", self.earliest),
+                                   ("latest", self.latest))}
+
+
+def _moment(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, tz=dt_timezone.utc)
+
+
+def datacenter_forecast(datacenter: Datacenter, owner_ids: Iterable[int],
+                        extra: Job | None = None) -> tuple[Plan, dict[int, Prediction]]:
+    """The plan now and the predicted start of each waiting job of the datacenter (of
+    ``owner_ids`` only, unless the datacenter has a capacity: then everyone's count), with
+    ``extra`` (an unsaved job, id 0) as if it were submitted now."""
+    waiting = Job.objects.filter(datacenter=datacenter, state__in=WAITING_STATES)
+    if not shared(datacenter):
+        waiting = waiting.filter(owner_id__in=list(owner_ids))
+    waiting = list(waiting.order_by(*QUEUE_ORDER).only(*HEAD_FIELDS)[:FORECAST_LOOK])
+    owners = {job.owner_id for job in waiting} | set(owner_ids)
+    if extra is not None:
+        waiting.append(extra)
+    pool = pool_load(datacenter, owners, waiting)
+    now = timezone.now().timestamp()
+    predicted = forecast(pool, now)
+    return schedule(pool, now), {
+        job_id: Prediction(_moment(f.start), _moment(f.low), _moment(f.high))
+        for job_id, f in predicted.items()}
+
+
+def job_predictions(jobs: Iterable[Job]) -> dict[int, Prediction]:
+    """The predicted start of each waiting job among ``jobs`` (a forecast per datacenter)."""
+    by_datacenter: dict[int, list[Job]] = defaultdict(list)
+    for job in jobs:
+        if job.state in WAITING_STATES:
+            by_datacenter[job.datacenter_id].append(job)
+    out: dict[int, Prediction] = {}
+    for datacenter_id, waiting in by_datacenter.items():
+        datacenter = Datacenter.objects.get(pk=datacenter_id)
+        _, predicted = datacenter_forecast(datacenter, {job.owner_id for job in waiting})
+        out.update({job.pk: predicted[job.pk] for job in waiting if job.pk in predicted})
+    return out
