@@ -25,7 +25,7 @@ from .builds import job_build_needed
 from .engine import job_remains
 from .models import Build, Job, JobEvent, Replica
 from .notify import job_changed, job_deleted
-from .pool import WAITING_STATES, ahead_of, datacenter_forecast
+from .pool import WAITING_STATES, datacenter_forecast
 from .spec import JobSpec, job_spec_validate, package_target
 from .states import FINAL_JOB_STATES, JobState
 from .transitions import job_transition
@@ -67,7 +67,9 @@ def admission_preview(user, datacenter, unsaved: Job) -> dict:
         return {"starts": "now", "position": None, "reason": "", "predicted_start": None}
     ahead = Job.objects.filter(owner=user, datacenter=datacenter, state__in=WAITING_STATES)
     reason = plan.reasons.get(0) or plan.never.get(0)
-    return {"starts": "queued", "position": ahead.filter(ahead_of(unsaved)).count() + 1,
+    # Submitted now, it would go behind every waiting job of its priority or higher.
+    return {"starts": "queued",
+            "position": ahead.filter(priority__gte=unsaved.priority).count() + 1,
             "reason": reason.message if reason else "",
             "predicted_start": predicted[0].as_dict() if 0 in predicted else None}
 

@@ -171,7 +171,7 @@ def test_dry_run_shows_the_plan_and_creates_nothing(
             "psmemory": "512Mi", "dry_run": True}, format="json")
     assert response.status_code == 200, response.content
     body = response.json()
-    assert set(body) == {"dry_run", "job", "replicas", "objects", "yaml"}
+    assert set(body) == {"dry_run", "job", "replicas", "admission", "objects", "yaml"}
     assert (body["objects"], body["yaml"]) == ([], "")  # a local datacenter creates none
     assert body["dry_run"] is True
     job = body["job"]

@@ -1,0 +1,212 @@
+"""A datacenter's capacity shared fairly (README "Scheduling"): the next job to start is the
+next of the user furthest below their weighted share, not the next submitted; a job that can
+never fit the capacity is refused; a reservation keeps a big job from being starved; a dry run
+says whether a job would start now or wait, and until when; and with real workers racing as
+jobs end, the datacenter never holds more than it has."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from accounts.models import Datacenter, Membership
+from accounts.services import quota_set
+from jobs.admission import quota_admit
+from jobs.models import Job, JobEvent
+from jobs.services import job_submit
+from jobs.tasks import jobs_admit
+from jobs.transitions import job_transition
+from tests.conftest import assert_error
+from tests.jobs.test_admission import no_launch  # noqa: F401 - a fixture
+
+GiB = 2**30
+
+
+@pytest.fixture
+def shared_dc(datacenter):
+    """datacenter1 with 4 CPUs for all jobs together; every quota larger than that."""
+    Datacenter.objects.filter(pk=datacenter.pk).update(capacity_cpu=4000)
+    datacenter.refresh_from_db()
+    return datacenter
+
+
+@pytest.fixture
+def bob(make_user, shared_dc):
+    return make_user("bob")
+
+
+@pytest.fixture
+def big_quotas(alice, bob, shared_dc):
+    for user in (alice, bob):
+        quota_set(None, shared_dc, user, cpu=64000, memory=64 * GiB, jobs=100, queued=100)
+
+
+def submit(user, datacenter, name, **fields) -> Job:
+    home = f"/pfs/{datacenter.name}/home/{user.username}/pkg"
+    return job_submit(user, datacenter, {"name": name, "package": home,
+                                         "entry": "python train.py", "cpu": "1",
+                                         **fields}).job
+
+
+def end(job) -> None:
+    job_transition(job, "running", "every replica is running")
+    job_transition(job, "succeeded", "every trainer exited 0")
+
+
+def state(name: str, owner) -> tuple[str, str]:
+    return Job.objects.values_list("state", "state_reason").get(name=name, owner=owner)
+
+
+@pytest.fixture
+def homes(pfs_home, bob, shared_dc):
+    (pfs_home / "pkg").mkdir()
+    bob_home = pfs_home.parent / "bob" / "pkg"
+    bob_home.mkdir(parents=True)
+    return pfs_home
+
+
+@pytest.mark.django_db
+def test_one_job_of_a_user_goes_before_the_fiftieth_of_another(
+        alice, bob, shared_dc, big_quotas, homes, held_tasks):
+    alices = [submit(alice, shared_dc, f"a{i}") for i in range(50)]
+    assert Job.objects.filter(owner=alice, state="starting").count() == 4
+    mine = submit(bob, shared_dc, "mine")
+    assert state("mine", bob) == (
+        "queued", "waiting for the datacenter's capacity: cpu 1 asked, 0 of 4 free")
+    assert state("a4", alice) == (
+        "queued", "waiting for the datacenter's capacity: cpu 1 asked, 0 of 4 free")
+    end(alices[0])
+    quota_admit(alice.pk, shared_dc.pk)  # the admission alice's job's end asks for
+    mine.refresh_from_db()
+    assert mine.state == "starting", "bob holds nothing: his job goes before alice's fifth"
+    assert state("a4", alice)[0] == "queued"
+    end(alices[1])
+    quota_admit(alice.pk, shared_dc.pk)
+    assert state("a4", alice)[0] == "starting", "bob waits for nothing more"
+
+
+@pytest.mark.django_db
+def test_weights_divide_the_capacity(alice, bob, shared_dc, big_quotas, homes, held_tasks):
+    """alice has weight 3 and bob 1: as jobs end, alice comes to hold 3 of the 4 CPUs."""
+    Membership.objects.filter(user=alice, datacenter=shared_dc).update(weight=3)
+    for i in range(10):
+        submit(bob, shared_dc, f"b{i}")
+    for i in range(10):
+        submit(alice, shared_dc, f"a{i}")
+    for _ in range(8):  # end bob's oldest running job, one at a time
+        job = Job.objects.filter(owner=bob, state="starting").order_by("created_at").first()
+        end(job)
+        quota_admit(bob.pk, shared_dc.pk)
+    held = {user.username: Job.objects.filter(owner=user, state="starting").count()
+            for user in (alice, bob)}
+    assert held == {"alice": 3, "bob": 1}
+
+
+@pytest.mark.django_db
+def test_a_job_bigger_than_the_datacenter_is_refused_naming_the_capacity(
+        token_client, alice, shared_dc, homes):
+    body = {"name": "huge", "package": "/pfs/datacenter1/home/alice/pkg", "entry": "x",
+            "trainers": 5, "cpu": "1"}
+    quota_set(None, shared_dc, alice, cpu=64000, jobs=10)
+    for dry_run in (True, False):
+        error = assert_error(token_client.post("/api/v1/jobs/", {**body, "dry_run": dry_run},
+                                               format="json"), 400, "over_capacity", "cpu")
+        assert error["fields"]["cpu"] == [
+            "the job asks for 5 CPU in all (5 trainers x 1), more than datacenter "
+            "'datacenter1' has for all jobs together (4 CPU)"]
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_big_job_is_not_starved_by_small_ones_of_others(alice, bob, shared_dc, big_quotas,
+                                                          homes, held_tasks):
+    """bob's 4-CPU job waits for the whole datacenter; alice's small jobs, submitted after it,
+    do not take the CPUs that free up before it: they wait for its turn."""
+    first = submit(alice, shared_dc, "first", trainers=2)
+    big = submit(bob, shared_dc, "big", trainers=4)
+    small = submit(alice, shared_dc, "small")
+    assert state("big", bob) == (
+        "queued", "waiting for the datacenter's capacity: cpu 4 asked, 2 of 4 free")
+    assert state("small", alice)[0] == "queued"
+    assert state("small", alice)[1].startswith(
+        "waiting for its turn: the datacenter's capacity is held for job big of bob")
+    end(first)
+    quota_admit(alice.pk, shared_dc.pk)
+    big.refresh_from_db()
+    small.refresh_from_db()
+    assert (big.state, small.state) == ("starting", "queued")
+
+
+@pytest.mark.django_db
+def test_a_dry_run_says_whether_the_job_would_start_and_when(
+        token_client, alice, shared_dc, homes, held_tasks):
+    quota_set(None, shared_dc, alice, cpu=64000, jobs=10, queued=10)
+    body = {"name": "probe", "package": "/pfs/datacenter1/home/alice/pkg", "entry": "x",
+            "trainers": 2, "cpu": "1", "dry_run": True}
+    now = token_client.post("/api/v1/jobs/", body, format="json").json()["admission"]
+    assert now == {"starts": "now", "position": None, "reason": "", "predicted_start": None}
+    # Yesterday's runs of this kind of job took 10 minutes each.
+    earlier = timezone.now() - timedelta(days=1)
+    for i in range(3):
+        Job.objects.create(owner=alice, datacenter=shared_dc, name=f"probe-{i}", trainers=2,
+                           cpu=1000, state="succeeded", entry="x", image="paddle",
+                           package="/pfs/datacenter1/home/alice/pkg", created_at=earlier,
+                           started_at=earlier, finished_at=earlier + timedelta(minutes=10))
+    submit(alice, shared_dc, "probe-9", trainers=4)  # takes the datacenter: 10 min or so
+    answer = token_client.post("/api/v1/jobs/", body, format="json").json()["admission"]
+    assert answer["starts"] == "queued" and answer["position"] == 1
+    assert answer["reason"] == "waiting for the datacenter's capacity: cpu 2 asked, 0 of 4 free"
+    predicted = {k: timezone.datetime.fromisoformat(v)
+                 for k, v in answer["predicted_start"].items()}
+    in_ten = timezone.now() + timedelta(minutes=10)
+    assert abs((predicted["at"] - in_ten).total_seconds()) < 60
+    assert predicted["earliest"] <= predicted["at"] <= predicted["latest"]
+    assert not Job.objects.filter(name="probe").exists()
+    # The job queued for real carries the same prediction.
+    submit(alice, shared_dc, "probe", trainers=2)
+    shown = token_client.get("/api/v1/jobs/probe/").json()
+    assert shown["state"] == "queued" and shown["priority"] == "normal"
+    at = timezone.datetime.fromisoformat(shown["predicted_start"]["at"])
+    assert abs((at - in_ten).total_seconds()) < 60
+    listed = token_client.get("/api/v1/jobs/").json()["results"]
+    assert [j["predicted_start"] is not None for j in listed if j["name"].startswith(
+        "probe")] == [True] + [False] * 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_workers_racing_as_jobs_end_never_hold_more_than_the_datacenter_has(
+        make_user, datacenter, no_launch, celery_worker):  # noqa: F811 - the fixture
+    """Three users whose quotas are each the whole datacenter (4 CPUs), queues of jobs of 1,
+    2 and 4 CPUs, admitted by worker threads as the jobs end one by one: what the recorded
+    events show is every job admitted once and, at no moment, more than 4 CPUs held in all."""
+    Datacenter.objects.filter(pk=datacenter.pk).update(capacity_cpu=4000)
+    users = [make_user(name) for name in ("ann", "ben", "cat")]
+    start = timezone.now() - timedelta(hours=1)
+    cpus = [1, 2, 1, 4, 1, 1, 2, 2, 4, 1, 1, 1, 2, 1]
+    for user in users:
+        quota_set(None, datacenter, user, cpu=4000, jobs=3)
+        Job.objects.bulk_create(
+            Job(owner=user, datacenter=datacenter, name=f"j{i}", cpu=cpu * 1000,
+                created_at=start + timedelta(seconds=i), entry="python train.py",
+                image="paddle", package=f"/pfs/datacenter1/home/{user.username}/pkg")
+            for i, cpu in enumerate(cpus))
+    for user in users:
+        jobs_admit.delay(user.pk, datacenter.pk)
+    total, ended = len(users) * len(cpus), set()
+    deadline = time.monotonic() + 120
+    while len(ended) < total and time.monotonic() < deadline:
+        for job in Job.objects.filter(state="starting").exclude(pk__in=ended):
+            end(job)
+            ended.add(job.pk)
+        time.sleep(0.02)
+    assert len(ended) == total
+    assert sorted(no_launch) == sorted(ended)  # each admitted once
+    cpu_of = dict(Job.objects.values_list("pk", "cpu"))
+    held = 0
+    events = JobEvent.objects.filter(replica=None, to_state__in=("starting", "succeeded"))
+    for event in sorted(events, key=lambda e: (e.time, e.to_state != "starting", e.id)):
+        held += cpu_of[event.job_id] if event.to_state == "starting" else -cpu_of[event.job_id]
+        assert held <= 4000, f"{held}m CPU held at {event.time}"
