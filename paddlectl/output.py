@@ -139,6 +139,21 @@ def _job_state(job: dict) -> str | None:
     return f"{job.get('state')} #{position}" if position else job.get("state")
 
 
+def predicted_start(prediction: dict | None) -> str:
+    """A waiting job's predicted start for people: ``2026-11-21 10:12 (in 10m; 5m-40m)``."""
+    if not prediction:
+        return "-"
+    if not prediction.get("at"):
+        return "not within 30 days"
+    now = datetime.now(UTC)
+    shown = format_time(prediction["at"], now)
+    ends = [parse_time(prediction.get(k)) for k in ("earliest", "latest")]
+    if all(ends):
+        low, high = (max(0.0, (t - now).total_seconds()) for t in ends)
+        shown = f"{shown[:-1]}; between {format_duration(low)} and {format_duration(high)})"
+    return shown
+
+
 def _job_trainers(job: dict):
     """``2``, or of an elastic job how many it holds and its range: ``3 (2-4)`` (an en dash)."""
     return job.get("trainers_shown") or job.get("trainers")
@@ -157,6 +172,9 @@ JOB_COLUMNS = [
     Column("age", "created_at", "age"),
     Column("reason", _unusual("state_reason"), narrow_only=True),
     Column("start", "started_at", "time", wide_only=True),
+    Column("priority", "priority", wide_only=True),
+    Column("predicted start", lambda row: predicted_start(row.get("predicted_start"))
+           if row.get("predicted_start") else None, wide_only=True),
     Column("cpu", "cpu", wide_only=True), Column("memory", "memory", wide_only=True),
     Column("gpu", "gpu", wide_only=True), Column("pscpu", "pscpu", wide_only=True),
     Column("psmemory", "psmemory", wide_only=True), Column("passes", "passes", wide_only=True),

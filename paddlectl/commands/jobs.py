@@ -37,6 +37,7 @@ from paddlectl.output import (
     TASK_PASS_COLUMNS,
     WORKER_COLUMNS,
     Column,
+    predicted_start,
 )
 
 KILL_WAIT = 60.0  # seconds kill -rm waits for the job to end
@@ -66,7 +67,7 @@ SUBMIT_FIELDS = (
     ("registry", "registry", False), ("restart_limit", "restart_limit", True),
     ("deadline", "deadline_seconds", True), ("ttl", "ttl_seconds_after_finished", True),
     ("dataset", "dataset", False), ("dataset_unit", "dataset_unit", False),
-    ("task_records", "task_records", True),
+    ("task_records", "task_records", True), ("priority", "priority", False),
     ("trainers_lost_limit", "trainers_lost_limit", True),
     ("trainers_below_min_seconds", "trainers_below_min_seconds", True),
 )
@@ -121,6 +122,8 @@ def setup_submit(parser) -> None:
               "them; lines of a text file) (default file, or records with -task-records)")
     flag(parser, "task-records", dest="task_records", metavar="N",
          help="records (or lines) a task holds, for -dataset-unit records")
+    flag(parser, "priority", metavar="CLASS",
+         help="high, normal or low: its place in your queue (default normal)")
     flag(parser, "dry-run", dest="dry_run", action="store_true",
          help="check everything and show what would be started; start nothing, upload "
               "nothing (-o yaml: the whole job)")
@@ -195,6 +198,12 @@ def _show_plan(ctx, plan: dict, upload: tuple[Path, str] | None) -> None:
         out.write("The server could not check it without the package; this is what would be "
                   "sent:\n")
         ctx.emit(plan, [job], [c for c in PLAN_COLUMNS if c.header != "role"])
+    if admission := plan.get("admission"):
+        if admission["starts"] == "now":
+            out.write("It would start now.\n")
+        else:
+            out.write(f"It would queue at #{admission['position']} ({admission['reason']}); "
+                      f"start predicted {predicted_start(admission['predicted_start'])}.\n")
     if objects := plan.get("objects"):
         kinds = ", ".join(sorted({o.get("kind", "?") for o in objects}))
         ctx.info(f"{len(objects)} Kubernetes objects would be created ({kinds}): "

@@ -370,6 +370,27 @@ def test_jobs_over_the_free_quota_wait_in_line(live_cli, package):
           "cpu: the job asks for 6 CPU in all (3 trainers x 2), 2 more than your quota of 4")
 
 
+def test_priority_places_a_job_and_a_dry_run_says_when_it_would_start(live_cli, package):
+    for name in ("one", "two", "three"):
+        ok(live_cli("submit", "-jobname", name, "-entry", "python train.py", package))
+    urgent = ok(live_cli("submit", "-jobname", "urgent", "-entry", "x", "-priority", "high",
+                         package)).stdout
+    assert urgent.startswith("job urgent submitted: queued #1 (waiting for quota: jobs 1 "
+                             "asked, 0 of 2 free)\n")
+    dry = ok(live_cli("submit", "-jobname", "later", "-entry", "x", "-priority", "low",
+                      "--dry-run", package)).stdout
+    assert re.search(r"^It would queue at #3 \(waiting behind job urgent\); start predicted "
+                     r"\d{4}-\d\d-\d\d \d\d:\d\d \(in \d+[smhd]; between \d+[smhd] and "
+                     r"\d+[smhd]\)\.$", dry, re.M), dry
+    wide = table(ok(live_cli("get", "jobs", "-o", "wide")).stdout)
+    header = [cell.lower() for cell in wide[0]]
+    by_name = {row[0]: dict(zip(header, row)) for row in wide[1:]}
+    assert by_name["urgent"]["priority"] == "high" and by_name["three"]["priority"] == "normal"
+    assert by_name["urgent"]["predicted start"].startswith("20")
+    fails(live_cli("submit", "-jobname", "bad", "-entry", "x", "-priority", "urgent", package),
+          1, "priority: one of high, normal, low, not 'urgent'")
+
+
 def test_a_job_that_would_wait_beyond_the_queued_cap_is_refused(live_cli, package):
     from accounts.services import quota_set
 
