@@ -256,6 +256,43 @@ class Datacenter(models.Model):
         return self.default_image or settings.PADDLECLOUD_DEFAULT_IMAGE
 
 
+class Team(models.Model):
+    """A group of a datacenter's members (a team): its members' jobs together hold at most
+    the group's quota, and when the datacenter's capacity is contended the group's share is
+    weighed first, then each member's within it (README "Scheduling"). Members see each
+    other's jobs (the group view), and change only their own."""
+
+    datacenter = models.ForeignKey(Datacenter, on_delete=models.CASCADE, related_name="teams")
+    name = models.CharField(max_length=63, validators=[dns_label_validator],
+                            help_text="e.g. vision; unique in its datacenter.")
+    weight = models.PositiveIntegerField(
+        "fair-share weight", default=1, validators=[MinValueValidator(1)],
+        help_text="A group with weight 2 is entitled to twice the share of one with weight 1 "
+                  "(a member of no group counts as a group of their own, weight 1).")
+    cpu = models.PositiveIntegerField("group quota: CPU (millicores)", null=True, blank=True,
+                                      help_text="All members' jobs together; empty: no limit.")
+    memory = models.PositiveBigIntegerField("group quota: memory (bytes)", null=True,
+                                            blank=True)
+    gpu = models.PositiveIntegerField("group quota: GPUs", null=True, blank=True)
+    jobs = models.PositiveIntegerField("group quota: concurrent jobs", null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "group"
+        ordering = ["datacenter", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["datacenter", "name"], name="unique_team_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} in {self.datacenter}"
+
+    @property
+    def quota(self) -> dict[str, int | None]:
+        """The group's limits, each resource (None: no limit)."""
+        return {"cpu": self.cpu, "memory": self.memory, "gpu": self.gpu, "jobs": self.jobs}
+
+
 class Membership(models.Model):
     """A user may use a datacenter only while they are a member of it."""
 
@@ -270,6 +307,10 @@ class Membership(models.Model):
         help_text="Added at login because the identity provider's group claim names a group "
                   "mapped to this datacenter; removed at a login where it no longer does. "
                   "A membership an admin adds is never removed by single sign-on.")
+    team = models.ForeignKey(
+        Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="memberships",
+        verbose_name="group", help_text="The group (team) the member's jobs count against, "
+                                        "beside their own quota; one at most.")
     weight = models.PositiveIntegerField(
         "fair-share weight", default=1, validators=[MinValueValidator(1)],
         help_text="When the datacenter's capacity is contended, a member with weight 2 is "
@@ -284,6 +325,12 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.datacenter}"
+
+    def clean(self):
+        if self.team_id and self.team.datacenter_id != self.datacenter_id:
+            raise DjangoValidationError({"team": f"group {self.team.name!r} is of datacenter "
+                                                 f"{self.team.datacenter.name!r}, not "
+                                                 f"{self.datacenter.name!r}"})
 
 
 QUOTA_RESOURCES = ("cpu", "memory", "gpu", "jobs", "queued", "storage")

@@ -35,7 +35,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce, Least
 from django.utils import timezone
 
-from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter
+from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter, Membership, Team
 from accounts.selectors import quota_get, quotas_get
 from paddlecloud.errors import ValidationError
 from paddlecloud.queue import (
@@ -280,12 +280,20 @@ def _grow(user_id: int, datacenter, quota) -> None:
     used = quota_used(user_id, datacenter.pk)
     room = {r: getattr(quota, r) - getattr(used, r) for r in ("cpu", "memory", "gpu")}
     if shared(datacenter):
-        everyone = sum((held_vec(job) for job in Job.objects.filter(
-            datacenter=datacenter, state__in=ACTIVE_STATES).only(*REQUEST_FIELDS,
-                                                                "trainers_held")), Vec())
-        for r, limit in datacenter.capacity.items():
-            if limit is not None:
-                room[r] = min(room[r], limit - getattr(everyone, r))
+        active = Job.objects.filter(datacenter=datacenter, state__in=ACTIVE_STATES).only(
+            *REQUEST_FIELDS, "trainers_held")
+        everyone = sum((held_vec(job) for job in active), Vec())
+        limits = [(datacenter.capacity, everyone)]
+        team = Team.objects.filter(memberships__user_id=user_id,
+                                   memberships__datacenter=datacenter).first()
+        if team is not None:
+            mates = Membership.objects.filter(team=team).values("user_id")
+            limits.append((team.quota, sum((held_vec(job) for job in active.filter(
+                owner_id__in=mates)), Vec())))
+        for limit, held in limits:
+            for r in room:
+                if limit[r] is not None:
+                    room[r] = min(room[r], limit[r] - getattr(held, r))
     grown = []
     for job in (_growing(owner_id=user_id, datacenter_id=datacenter.pk)
                 .select_for_update(of=("self",)).order_by("created_at", "id")

@@ -11,15 +11,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime
 
 from django.contrib.auth import get_user_model
 from django.db.models import F, Q, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from accounts.models import Datacenter, Membership
+from accounts.models import Datacenter, Membership, Team
 from accounts.selectors import quotas_get
 from paddlecloud_core.contract import trainers_elastic, trainers_least
 from paddlecloud_core.scheduling import (
@@ -66,8 +65,11 @@ def held_vec(job) -> Vec:
 
 
 def shared(datacenter: Datacenter) -> bool:
-    """Whether the datacenter has a capacity its members share (else only quotas limit)."""
-    return any(value is not None for value in datacenter.capacity.values())
+    """Whether one member's jobs may wait for another's: the datacenter has a capacity they
+    share, or groups whose quotas their members share. (Else only each user's quota limits
+    their jobs, and each queue is admitted alone.)"""
+    return (any(value is not None for value in datacenter.capacity.values())
+            or Team.objects.filter(datacenter=datacenter).exists())
 
 
 def ahead_of(job) -> Q:
@@ -136,8 +138,11 @@ def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterabl
                                ends_low=max(floor, began + run.low),
                                ends_high=max(floor, began + run.high)))
     quotas = quotas_get(datacenter, holders)
-    weights = dict(Membership.objects.filter(datacenter=datacenter, user_id__in=holders)
-                   .values_list("user_id", "weight"))
+    memberships = list(Membership.objects.filter(datacenter=datacenter, user_id__in=holders)
+                       .values_list("user_id", "weight", "team_id"))
+    weights = {user_id: weight for user_id, weight, _ in memberships}
+    teams = {user_id: team_id for user_id, _, team_id in memberships if team_id is not None}
+    groups = {team.pk: team for team in Team.objects.filter(pk__in=set(teams.values()))}
     names = dict(get_user_model().objects.filter(pk__in=holders).values_list("pk", "username"))
     return Pool(
         capacity=Limit(**datacenter.capacity),
@@ -146,7 +151,11 @@ def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterabl
         weights=weights,
         running=running,
         waiting=[waiting_of(job, history) for job in waiting],
-        names=names)
+        names=names,
+        teams=teams,
+        team_quotas={pk: Limit(**team.quota) for pk, team in groups.items()},
+        team_weights={pk: team.weight for pk, team in groups.items()},
+        team_names={pk: team.name for pk, team in groups.items()})
 
 
 def waiting_of(job, history: dict[int, list]) -> Waiting:
@@ -176,7 +185,7 @@ class Prediction:
 
 
 def _moment(seconds: float | None) -> datetime | None:
-    return None if seconds is None else datetime.fromtimestamp(seconds, tz=dt_timezone.utc)
+    return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
 
 
 def datacenter_forecast(datacenter: Datacenter, owner_ids: Iterable[int],

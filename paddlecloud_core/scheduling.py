@@ -127,6 +127,11 @@ class Pool:
     running: Sequence[Running] = ()
     waiting: Sequence[Waiting] = ()
     names: Mapping[int, str] = field(default_factory=dict)  # owners' names, for reasons
+    # Groups (teams): each owner's group, and each group's quota, weight and name.
+    teams: Mapping[int, int] = field(default_factory=dict)
+    team_quotas: Mapping[int, Limit] = field(default_factory=dict)
+    team_weights: Mapping[int, float] = field(default_factory=dict)
+    team_names: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -181,8 +186,14 @@ class _Ledger:
             self.hold(run.owner, run.held, run.ends)
 
     def limits(self, owner: int) -> list[tuple[object, Limit]]:
-        quota = self.pool.quotas.get(owner, Limit())
-        return [(owner, quota), (CAPACITY, self.pool.capacity)]
+        """Each limit a job of ``owner`` counts against, by key: the owner's quota (key: the
+        owner), their group's (("team", id)) and the datacenter's capacity."""
+        pool = self.pool
+        limits: list[tuple[object, Limit]] = [(owner, pool.quotas.get(owner, Limit()))]
+        if (team := pool.teams.get(owner)) is not None:
+            limits.append((("team", team), pool.team_quotas.get(team, Limit())))
+        limits.append((CAPACITY, pool.capacity))
+        return limits
 
     def hold(self, owner: int, need: Vec, ends: float) -> None:
         for key, _ in self.limits(owner):
@@ -193,7 +204,7 @@ class _Ledger:
         """When ``need`` fits ``limit`` as its holders end (None: never), and what is
         left over of the limit then."""
         held = self.held[key]
-        for ends, freed in [(self.now, Vec())] + sorted(self.holders[key], key=lambda h: h[0]):
+        for ends, freed in [(self.now, Vec()), *sorted(self.holders[key], key=lambda h: h[0])]:
             held = held - freed
             if not limit.short(held, need):
                 return max(ends, self.now), _room(limit, held) - need
@@ -221,27 +232,44 @@ def schedule(pool: Pool, now: float) -> Plan:
         queue.sort(key=queue_order, reverse=True)  # popped from the end
     ahead: dict[int, Waiting] = {}  # each owner's first job that waits: what the rest wait behind
 
-    def turn(owner: int) -> tuple:
-        share = dominant_share(ledger.held[owner], pool.capacity, pool.weights.get(owner, 1.0))
-        return (share, queue_order(queues[owner][-1]))
+    # Fair share is weighed in two steps: the group (or the owner of no group) furthest below
+    # its weighted share goes first, and within a group, the member furthest below theirs.
+    def share(key, weight: float) -> float:
+        return dominant_share(ledger.held[key], pool.capacity, weight)
 
-    heap = [(turn(owner), owner) for owner in queues]
+    def member_turn(owner: int) -> tuple:
+        return (share(owner, pool.weights.get(owner, 1.0)), queue_order(queues[owner][-1]))
+
+    members: dict[object, list[int]] = defaultdict(list)
+    for owner in queues:
+        team = pool.teams.get(owner)
+        members[("team", team) if team is not None else owner].append(owner)
+
+    def turn(entity) -> tuple:
+        """The entity's place: its weighted share, then its next job's place."""
+        first = min((o for o in members[entity] if queues[o]), key=member_turn)
+        weight = (pool.team_weights.get(entity[1], 1.0) if isinstance(entity, tuple)
+                  else pool.weights.get(entity, 1.0))
+        return (share(entity, weight), queue_order(queues[first][-1]))
+
+    heap = [(turn(entity), n, entity) for n, entity in enumerate(members)]
     heapq.heapify(heap)
     while heap:
-        _, owner = heapq.heappop(heap)
-        job = queues[owner].pop()
-        _place(job, ledger, plan, ahead)
-        if queues[owner]:
-            heapq.heappush(heap, (turn(owner), owner))
+        _, n, entity = heapq.heappop(heap)
+        owner = min((o for o in members[entity] if queues[o]), key=member_turn)
+        _place(queues[owner].pop(), ledger, plan, ahead)
+        if any(queues[o] for o in members[entity]):
+            heapq.heappush(heap, (turn(entity), n, entity))
     return plan
 
 
 def _place(job: Waiting, ledger: _Ledger, plan: Plan, ahead: dict[int, Waiting]) -> None:
-    now = ledger.now
+    pool, now = ledger.pool, ledger.now
     limits = ledger.limits(job.owner)
     for key, limit in limits:
         if over := limit.over(job.need):
-            what = "your quota" if key != CAPACITY else "the datacenter's capacity"
+            what = ("the datacenter's capacity" if key == CAPACITY
+                    else "your group's quota" if isinstance(key, tuple) else "your quota")
             plan.never[job.id] = Reason("never", f"can never start: it asks for more than "
                                         f"{what}: " + "; ".join(
                                             f"{r} {FORMATS[r](a)} asked, {FORMATS[r](b)} in all"
@@ -268,6 +296,11 @@ def _place(job: Waiting, ledger: _Ledger, plan: Plan, ahead: dict[int, Waiting])
     elif short[job.owner]:
         plan.reasons[job.id] = Reason("quota",
                                       f"waiting for quota: {_short_text(short[job.owner])}")
+    elif team_short := next((v for k, v in short.items() if isinstance(k, tuple) and v), None):
+        team = pool.teams[job.owner]
+        plan.reasons[job.id] = Reason(
+            "group", f"waiting for group {pool.team_names.get(team, team)}'s quota: "
+                     f"{_short_text(team_short)}")
     else:
         plan.reasons[job.id] = Reason(
             "capacity", f"waiting for the datacenter's capacity: {_short_text(short[CAPACITY])}")
@@ -300,7 +333,9 @@ def _reservation_in_the_way(job: Waiting, ledger: _Ledger) -> Reason | None:
             return Reason("behind", f"waiting behind job {res_job.name or res_job.id}: starting "
                           "now would delay it", blocking=res_job.id)
         who = ledger.pool.names.get(res_job.owner, f"user {res_job.owner}")
-        return Reason("turn", f"waiting for its turn: the datacenter's capacity is held for "
+        what = ("the datacenter's capacity" if key == CAPACITY
+                else f"group {ledger.pool.team_names.get(key[1], key[1])}'s quota")
+        return Reason("turn", f"waiting for its turn: {what} is held for "
                       f"job {res_job.name or res_job.id} of {who}, whose fair share is "
                       f"further from met, predicted to start {_when(start - ledger.now)}",
                       blocking=res_job.id)
