@@ -132,6 +132,8 @@ class Pool:
     team_quotas: Mapping[int, Limit] = field(default_factory=dict)
     team_weights: Mapping[int, float] = field(default_factory=dict)
     team_names: Mapping[int, str] = field(default_factory=dict)
+    # Owners none of whose jobs may start now whatever is free (a spent budget), and why.
+    blocked: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -275,6 +277,9 @@ def _place(job: Waiting, ledger: _Ledger, plan: Plan, ahead: dict[int, Waiting])
                                             f"{r} {FORMATS[r](a)} asked, {FORMATS[r](b)} in all"
                                             for r, (a, b) in over.items()))
             return
+    if (why := pool.blocked.get(job.owner)) is not None:
+        plan.reasons[job.id] = Reason("budget", why)
+        return
     short = {key: limit.short(ledger.held[key], job.need) for key, limit in limits}
     if not any(short.values()):
         blocked_by = _reservation_in_the_way(job, ledger)
