@@ -22,9 +22,13 @@ from .models import (
     Quota,
     SsoGroupMapping,
     SsoIdentity,
+    Team,
     User,
 )
-from .services import quota_change_record
+from .services import quota_change_record, share_change_record
+
+SHARE_FIELDS = ("team_id", "weight")  # a membership's part in sharing its datacenter
+TEAM_FIELDS = ("weight", "cpu", "memory", "gpu", "jobs")
 
 
 class QuantityField(forms.CharField):
@@ -100,7 +104,7 @@ class MembershipInline(UserRowsInline):
     model = Membership
     extra = 0
     autocomplete_fields = ["datacenter"]
-    fields = ["datacenter", "granted_by_sso"]
+    fields = ["datacenter", "team", "weight", "granted_by_sso"]
     readonly_fields = ["granted_by_sso"]  # an admin's membership is theirs, never single sign-on's
 
 
@@ -140,6 +144,21 @@ class DefaultQuotaInline(admin.TabularInline):
 @admin.register(User)
 class UserAdmin(QuotaAuditMixin, BaseUserAdmin):
     inlines = [MembershipInline, QuotaInline, SsoIdentityInline]
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not Membership:
+            return super().save_formset(request, form, formset, change)
+        edited = [f.instance for f in formset.forms
+                  if f.has_changed() and f not in formset.deleted_forms]
+        before = {row["pk"]: row for row in Membership.objects.filter(
+            pk__in=[m.pk for m in edited if m.pk]).values("pk", *SHARE_FIELDS)}
+        super().save_formset(request, form, formset, change)
+        for membership in edited:  # a new group or weight: audited, and admits what may start
+            share_change_record(request.user, membership.datacenter,
+                                f"{membership.user.username} (membership)",
+                                before.get(membership.pk, {}),
+                                {k: getattr(membership, k) for k in SHARE_FIELDS})
+
     list_display = ["username", "email", "is_staff", "is_active", "datacenter_names"]
 
     def get_queryset(self, request):
@@ -167,6 +186,50 @@ class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
         ("Runtime images", {"fields": ["build_registry", "build_registry_insecure",
                                        "builder_image"]}),
     ]
+
+
+class TeamMemberInline(admin.TabularInline):
+    """The group's members, to see: a member is put in a group on their user's page."""
+
+    model = Membership
+    fk_name = "team"
+    extra = 0
+    fields = ["user", "weight"]
+    readonly_fields = ["user", "weight"]
+    can_delete = False
+    verbose_name_plural = "members (put a user in a group on their user's page)"
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class TeamForm(forms.ModelForm):
+    cpu = QuantityField(parse=parse_cpu, format=format_cpu, required=False,
+                        help_text="cores (16, 0.5) or millicores; empty: no group limit")
+    memory = QuantityField(parse=parse_bytes, format=format_bytes, required=False,
+                           help_text="e.g. 256Gi; empty: no group limit")
+
+    class Meta:
+        model = Team
+        fields = ["datacenter", "name", "weight", "cpu", "memory", "gpu", "jobs"]
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    """Groups (teams): a quota their members share and a fair-share weight."""
+
+    form = TeamForm
+    inlines = [TeamMemberInline]
+    list_display = ["name", "datacenter", "weight", "cpu", "memory", "gpu", "jobs"]
+    list_filter = ["datacenter"]
+    search_fields = ["name"]
+    autocomplete_fields = ["datacenter"]
+
+    def save_model(self, request, obj, form, change):
+        before = {k: form.initial.get(k) for k in TEAM_FIELDS} if change else {}
+        super().save_model(request, obj, form, change)
+        share_change_record(request.user, obj.datacenter, f"group {obj.name}", before,
+                            {k: getattr(obj, k) for k in TEAM_FIELDS})
 
 
 @admin.register(SsoGroupMapping)

@@ -27,6 +27,7 @@ from .models import (
     AuditEntry,
     Datacenter,
     Quota,
+    Team,
     membership_grant,
 )
 from .selectors import membership_get
@@ -231,6 +232,20 @@ def quota_change_record(actor, datacenter, user, before: dict, after: dict) -> N
                  datacenter=datacenter, changes=changes)
     transaction.on_commit(lambda: quota_changed.send(
         sender=Quota, user=user, datacenter=datacenter))
+
+
+def share_change_record(actor, datacenter, target: str, before: dict, after: dict) -> None:
+    """Audit a change of how a datacenter is shared — a group's quota or weight, a member's
+    group or weight (``target`` names whose) — and, once committed, admit what now may start
+    (everyone's queue in the datacenter: one member's change may be another's turn)."""
+    changes = {name: [before.get(name), after.get(name)] for name in sorted(after)
+               if before.get(name) != after.get(name)}
+    if not changes:
+        return
+    audit_record(actor, AuditEntry.Action.QUOTA_CHANGE, target, datacenter=datacenter,
+                 changes=changes)
+    transaction.on_commit(lambda: quota_changed.send(sender=Team, user=None,
+                                                     datacenter=datacenter))
 
 
 @transaction.atomic

@@ -81,6 +81,34 @@ class JobSerializer(serializers.ModelSerializer):
         return prediction.as_dict() if prediction else None
 
 
+class GroupJobSerializer(JobSerializer):
+    owner = serializers.CharField(source="owner.username", read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = ["owner", *JobSerializer.Meta.fields]
+
+
+class GroupQuotaEntrySerializer(serializers.Serializer):
+    limit = serializers.CharField(allow_null=True, help_text="null: no limit")
+    limit_value = serializers.IntegerField(allow_null=True)
+    used = serializers.CharField()
+    used_value = serializers.IntegerField()
+
+
+class GroupMemberSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    weight = serializers.IntegerField()
+
+
+class GroupSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    weight = serializers.IntegerField(help_text="the group's fair-share weight")
+    members = GroupMemberSerializer(many=True)
+    quota = serializers.DictField(child=GroupQuotaEntrySerializer(),
+                                  help_text="cpu, memory, gpu, jobs: all members' jobs "
+                                            "together")
+
+
 class JobSubmitSerializer(serializers.Serializer):
     """For the schema only: the body is checked by jobs.spec, which names every mistake."""
 

@@ -9,10 +9,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from accounts.audit import audit_record
-from accounts.models import AuditEntry
+from accounts.models import QUOTA_FORMATS, AuditEntry, Membership, Team
 from paddlecloud.errors import ConflictError, NotFoundError, ValidationError
 from paddlecloud.queue import BUILD_RUN, JOB_BUILD, JOB_REMAINS_REMOVE, JOB_STOP, task_later
 from paddlecloud_core.quantity import format_bytes, format_cpu
+from paddlecloud_core.scheduling import Vec
 from paddlecloud_core.spec import name_taken
 from registries.oci import image_ref_parse
 from registries.services import registry_get
@@ -25,7 +26,7 @@ from .builds import job_build_needed
 from .engine import job_remains
 from .models import Build, Job, JobEvent, Replica
 from .notify import job_changed, job_deleted
-from .pool import WAITING_STATES, datacenter_forecast
+from .pool import ACTIVE_STATES, REQUEST_FIELDS, WAITING_STATES, datacenter_forecast, held_vec
 from .spec import JobSpec, job_spec_validate, package_target
 from .states import FINAL_JOB_STATES, JobState
 from .transitions import job_transition
@@ -225,9 +226,14 @@ def job_worker(job, name: str | None, *, building: bool = True) -> Replica | Bui
 
 
 def job_list(user, datacenter, *, state: str | None = None, name: str | None = None):
-    jobs = (Job.objects.filter(owner=user, datacenter=datacenter)
-            .select_related("datacenter", "registry")
-            .annotate(queue_ahead=queue_ahead_annotation()))
+    return _jobs_filtered(Job.objects.filter(owner=user, datacenter=datacenter)
+                          .select_related("datacenter", "registry"), state, name)
+
+
+def _jobs_filtered(jobs, state: str | None, name: str | None):
+    """Jobs with their places in their queues, of ``state`` (comma-separated) and with
+    ``name`` in their name."""
+    jobs = jobs.annotate(queue_ahead=queue_ahead_annotation())
     if state:
         states = [s.strip() for s in state.split(",") if s.strip()]
         unknown = sorted(set(states) - set(JobState.values))
@@ -281,3 +287,43 @@ def job_remove(job: Job, *, by=None, **details) -> None:
         audit_record(by, AuditEntry.Action.JOB_DELETE, f"{job.owner.username}/{job.name}",
                      datacenter=job.datacenter, **details)
         task_later(JOB_REMAINS_REMOVE, remains)
+
+
+def group_get(user, datacenter) -> Team:
+    """The user's group (team) in the datacenter, or a 404 that says they are in none."""
+    team = Team.objects.filter(memberships__user=user, memberships__datacenter=datacenter).first()
+    if team is None:
+        raise NotFoundError.for_field("group", f"you are in no group in datacenter "
+                                               f"{datacenter.name!r}; an administrator puts "
+                                               "members in groups")
+    return team
+
+
+def group_report(user, datacenter) -> dict:
+    """The user's group: its members, weight, and its quota's limits and use (what its
+    members' starting and running jobs hold), for the API and ``paddlectl get group``."""
+    team = group_get(user, datacenter)
+    members = list(Membership.objects.filter(team=team).select_related("user")
+                   .order_by("user__username"))
+    active = Job.objects.filter(datacenter=datacenter, state__in=ACTIVE_STATES,
+                                owner_id__in=[m.user_id for m in members]).only(
+        *REQUEST_FIELDS, "trainers_held")
+    used = sum((held_vec(job) for job in active), Vec())
+    quota = {}
+    for resource, limit in team.quota.items():
+        fmt = QUOTA_FORMATS[resource]
+        quota[resource] = {"limit": None if limit is None else fmt(limit), "limit_value": limit,
+                           "used": fmt(getattr(used, resource)),
+                           "used_value": getattr(used, resource)}
+    return {"name": team.name, "weight": team.weight,
+            "members": [{"username": m.user.username, "weight": m.weight} for m in members],
+            "quota": quota}
+
+
+def group_jobs(user, datacenter, *, state: str | None = None, name: str | None = None):
+    """The jobs of every member of the user's group (their own among them), to look at: the
+    group view. Changing one stays its owner's."""
+    team = group_get(user, datacenter)
+    mates = Membership.objects.filter(team=team).values("user_id")
+    return _jobs_filtered(Job.objects.filter(owner_id__in=mates, datacenter=datacenter)
+                          .select_related("datacenter", "registry", "owner"), state, name)

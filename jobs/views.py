@@ -31,6 +31,8 @@ from .serializers import (
     BuildSerializer,
     DryRunSerializer,
     EventSerializer,
+    GroupJobSerializer,
+    GroupSerializer,
     JobMetricsSerializer,
     JobSerializer,
     JobSubmitSerializer,
@@ -116,6 +118,31 @@ class JobEventsView(DatacenterAPIView):
         job = services.job_get(request.user, self.datacenter, name)
         events = job.events.select_related("replica")
         return Response(EventSerializer(events, many=True).data)
+
+
+class GroupView(DatacenterAPIView):
+    @extend_schema(responses={200: GroupSerializer, **ERRORS},
+                   summary="Your group in this datacenter: members, weight, quota and its use")
+    def get(self, request):
+        return Response(services.group_report(request.user, self.datacenter))
+
+
+class GroupJobsView(DatacenterAPIView):
+    @extend_schema(parameters=[
+        OpenApiParameter("state", str, description="comma-separated states"),
+        OpenApiParameter("name", str, description="part of the name"),
+        OpenApiParameter("limit", int), OpenApiParameter("cursor", str)],
+        responses={200: GroupJobSerializer(many=True), **ERRORS},
+        summary="The jobs of your group's members, newest first (to look at: each changes "
+                "only its owner's)")
+    def get(self, request):
+        jobs = services.group_jobs(request.user, self.datacenter,
+                                   state=request.query_params.get("state"),
+                                   name=request.query_params.get("name"))
+        paginator = JobCursor()
+        page = paginator.paginate_queryset(jobs, request, view=self)
+        return paginator.get_paginated_response(GroupJobSerializer(
+            page, many=True, context={"predictions": job_predictions(page)}).data)
 
 
 class QuotaView(DatacenterAPIView):

@@ -240,7 +240,17 @@ def schedule(pool: Pool, now: float) -> Plan:
         return dominant_share(ledger.held[key], pool.capacity, weight)
 
     def member_turn(owner: int) -> tuple:
-        return (share(owner, pool.weights.get(owner, 1.0)), queue_order(queues[owner][-1]))
+        """A member's place in their group: their share of what the group may hold (the
+        group's quota, else the capacity), over their weight."""
+        team = pool.teams.get(owner)
+        whole = pool.capacity
+        if team is not None and team in pool.team_quotas:
+            group = pool.team_quotas[team]
+            whole = Limit(**{r: getattr(group, r) if getattr(group, r) is not None
+                             else getattr(pool.capacity, r) for r in SHARED})
+        weight = pool.weights.get(owner, 1.0)
+        return (dominant_share(ledger.held[owner], whole, weight),
+                queue_order(queues[owner][-1]))
 
     members: dict[object, list[int]] = defaultdict(list)
     for owner in queues:

@@ -247,14 +247,19 @@ class ApiClient:
         """Each resource's limit and use: ``{"cpu": {"limit", "used", …}, …}``."""
         return self.call("GET", "/api/v1/quota")
 
+    def group(self) -> dict:
+        """Your group: ``{"name", "weight", "members", "quota"}`` (404 when in none)."""
+        return self.call("GET", "/api/v1/group")
+
     # -- jobs -------------------------------------------------------------------------------
 
-    def job_list(self, state: str | None = None) -> list[dict]:
-        """Every job of the datacenter, newest first, following the cursor pages."""
+    def job_list(self, state: str | None = None, *, group: bool = False) -> list[dict]:
+        """Every job of the datacenter (with ``group``: of your group's members), newest
+        first, following the cursor pages."""
         jobs: list[dict] = []
         params: dict = {"limit": 500, **({"state": state} if state else {})}
         while True:
-            page = self.call("GET", JOBS, params=params)
+            page = self.call("GET", "/api/v1/group/jobs/" if group else JOBS, params=params)
             jobs += page.get("results", [])
             if not page.get("next"):
                 return jobs

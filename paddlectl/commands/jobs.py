@@ -253,7 +253,8 @@ def run_submit(ctx, args) -> None:
 
 RESOURCES = {"jobs": "jobs", "job": "jobs", "workers": "workers", "worker": "workers",
              "tasks": "tasks", "task": "tasks",
-             "registry": "registry", "registries": "registry", "quota": "quota"}
+             "registry": "registry", "registries": "registry", "quota": "quota",
+             "group": "group"}
 
 
 def setup_get(parser) -> None:
@@ -263,9 +264,11 @@ def setup_get(parser) -> None:
         "get tasks JOB          what the job's master has handed out, pass by pass\n"
         "                       (-o wide: and each task of the current pass)\n"
         "get registry           your registry credentials\n"
-        "get quota              your quota in this datacenter: each resource's limit and use")
+        "get quota              your quota in this datacenter: each resource's limit and use\n"
+        "get group              your group: its members, its quota and use, and its\n"
+        "                       members' jobs (to look at; each changes only their own)")
     parser.add_argument("resource", metavar="RESOURCE",
-                        help="jobs, workers, tasks, registry or quota")
+                        help="jobs, workers, tasks, registry, quota or group")
     parser.add_argument("names", nargs="*", metavar="NAME")
     flag(parser, "state", metavar="STATES",
          help="jobs only in these states, comma-separated (running,failed)")
@@ -328,16 +331,34 @@ def _get_quota(ctx, args) -> None:
     ctx.emit(quota, rows, QUOTA_COLUMNS)
 
 
+def _get_group(ctx, args) -> None:
+    group = ctx.client.group()
+    jobs = ctx.client.job_list(args.state, group=True)
+    if _machine_output(ctx):
+        ctx.emit({**group, "jobs": jobs})
+        return
+    members = ", ".join(m["username"] + (f" (weight {m['weight']})" if m["weight"] != 1 else "")
+                        for m in group["members"])
+    ctx.stdout.write(f"group {group['name']} (weight {group['weight']}): {members}\n")
+    rows = [{"resource": resource, **entry, "limit": entry["limit"] or "no limit"}
+            for resource, entry in group["quota"].items()]
+    ctx.emit(group, rows, QUOTA_COLUMNS)
+    if jobs:
+        ctx.stdout.write("\n")
+        ctx.emit(jobs, jobs, [Column("owner", "owner"), *JOB_COLUMNS])
+
+
 def run_get(ctx, args) -> None:
     resource = RESOURCES.get(args.resource)
     if resource is None:
         raise UsageError(f"get: unknown resource {args.resource!r}: use jobs, workers JOB, "
-                         "tasks JOB, registry or quota")
-    if args.state and resource != "jobs":
-        raise UsageError("get: -state is for get jobs")
-    if resource == "quota" and args.names:
-        raise UsageError("get quota takes no names")
+                         "tasks JOB, registry, quota or group")
+    if args.state and resource not in ("jobs", "group"):
+        raise UsageError("get: -state is for get jobs and get group")
+    if resource in ("quota", "group") and args.names:
+        raise UsageError(f"get {resource} takes no names")
     {"jobs": _get_jobs, "workers": _get_workers, "tasks": _get_tasks, "quota": _get_quota,
+     "group": _get_group,
      "registry": lambda ctx, args: registry_get(ctx, args.names)}[resource](ctx, args)
 
 

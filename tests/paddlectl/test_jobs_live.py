@@ -391,6 +391,32 @@ def test_priority_places_a_job_and_a_dry_run_says_when_it_would_start(live_cli, 
           1, "priority: one of high, normal, low, not 'urgent'")
 
 
+def test_get_group_shows_the_group_its_quota_and_its_members_jobs(live_cli, package):
+    from accounts.models import Membership, Team
+    from accounts.services import user_upsert
+    from jobs.models import Job
+
+    fails(live_cli("get", "group"), 3, "you are in no group in datacenter 'datacenter1'")
+    portal = live_cli.portal
+    team = Team.objects.create(datacenter=portal.datacenter, name="vision", cpu=3000)
+    bob = user_upsert("bob", password="x" * 12, datacenter_names=["datacenter1"])[0]
+    Membership.objects.filter(datacenter=portal.datacenter).update(team=team)
+    Job.objects.create(owner=bob, datacenter=portal.datacenter, name="bobs", state="running",
+                       entry="x", image="paddle", package="/pfs/datacenter1/home/bob/p")
+    ok(live_cli("submit", "-jobname", "mine", "-entry", "python train.py", "-parallelism", "1",
+                "-cpu", "1", package))
+    out = ok(live_cli("get", "group")).stdout
+    assert out.startswith("group vision (weight 1): alice, bob\n")
+    rows = table(out.split("\n\n")[0].split("\n", 1)[1])
+    assert rows[1][:3] == ["cpu", "3", "2"]  # the group's limit and what both jobs hold
+    assert rows[3][:2] == ["gpu", "no limit"]
+    jobs = table(out.split("\n\n")[1])
+    assert [row[:3] for row in jobs[1:]] == [["alice", "mine", "starting"],
+                                             ["bob", "bobs", "running"]]
+    data = json.loads(ok(live_cli("get", "group", "-o", "json")).stdout)
+    assert [j["owner"] for j in data["jobs"]] == ["alice", "bob"]
+
+
 def test_a_job_that_would_wait_beyond_the_queued_cap_is_refused(live_cli, package):
     from accounts.services import quota_set
 
