@@ -384,7 +384,7 @@ def test_priority_places_a_job_and_a_dry_run_says_when_it_would_start(live_cli, 
                      r"\d+[smhd]\)\.$", dry, re.M), dry
     wide = table(ok(live_cli("get", "jobs", "-o", "wide")).stdout)
     header = [cell.lower() for cell in wide[0]]
-    by_name = {row[0]: dict(zip(header, row)) for row in wide[1:]}
+    by_name = {row[0]: dict(zip(header, row, strict=True)) for row in wide[1:]}
     assert by_name["urgent"]["priority"] == "high" and by_name["three"]["priority"] == "normal"
     assert by_name["urgent"]["predicted start"].startswith("20")
     fails(live_cli("submit", "-jobname", "bad", "-entry", "x", "-priority", "urgent", package),
