@@ -1,0 +1,184 @@
+"""The scheduling model alone (``paddlecloud_core.scheduling``), with a simulated clock: fair
+share by weighted dominant share, by group then by member; priorities; backfill that never
+delays the reserved job; forecasts that are exact when run times are known; run-time
+estimates from history. The portal's admission applies exactly these plans
+(tests/jobs/test_fair_share.py, test_groups.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from paddlecloud_core.scheduling import (
+    Estimate,
+    Limit,
+    Pool,
+    Running,
+    Vec,
+    Waiting,
+    estimate,
+    forecast,
+    name_stem,
+    schedule,
+    shape,
+)
+
+GiB = 2**30
+
+
+def job(id_, owner, cpu=1, gpu=0, at=0.0, priority=0, run=None, deadline=None, name=""):
+    known = Estimate(run, run, run) if run is not None else Estimate(3600, 900, 14400)
+    return Waiting(id_, owner, Vec(cpu * 1000, 0, gpu, 1), submitted=at + id_ * 1e-3,
+                   priority=priority, name=name or f"j{id_}", run=known, deadline=deadline)
+
+
+def replay(pool: Pool, runs: dict[int, float], until: float = 1e7) -> dict[int, float]:
+    """Run the plan forward: every job runs exactly ``runs[id]``; when each starts."""
+    waiting, running, started, now = list(pool.waiting), list(pool.running), {}, 0.0
+    while waiting and now < until:
+        plan = schedule(Pool(**{**pool.__dict__, "waiting": waiting, "running": running}), now)
+        for job_id in plan.admit:
+            one = next(j for j in waiting if j.id == job_id)
+            waiting.remove(one)
+            started[job_id] = now
+            running.append(Running(job_id, one.owner, one.need, now + runs[job_id]))
+        assert not plan.never
+        ends = [r.ends for r in running if r.ends > now]
+        if not ends:
+            break
+        now = min(ends)
+        running = [r for r in running if r.ends > now]
+    return started
+
+
+def test_one_job_of_a_user_goes_before_the_fiftieth_of_another():
+    pool = Pool(capacity=Limit(cpu=4000),
+                running=[Running(100 + i, 1, Vec(1000, 0, 0, 1), ends=60) for i in range(4)],
+                waiting=[job(i, 1) for i in range(1, 50)] + [job(99, 2, at=10)])
+    plan = schedule(pool, 0)
+    assert plan.admit == []
+    assert plan.reasons[99].kind == "capacity"
+    assert plan.reasons[2].message == "waiting behind job j1"
+    # The first CPU to free up is bob's.
+    assert replay(pool, dict.fromkeys(range(200), 60.0))[99] == 60
+
+
+def test_weights_divide_a_contended_capacity():
+    pool = Pool(capacity=Limit(cpu=8000, gpu=8), weights={1: 3, 2: 1},
+                waiting=[job(i, 1 + i % 2, cpu=1, gpu=1) for i in range(40)])
+    plan = schedule(pool, 0)
+    owners = [1 + i % 2 for i in plan.admit]
+    assert (owners.count(1), owners.count(2)) == (6, 2)
+
+
+def test_dominant_share_counts_the_scarcest_resource():
+    """bob's GPU jobs hold a quarter of the GPUs: his dominant share is 25 %; alice's CPU jobs
+    hold 2 of 16 CPUs (12.5 %): her next job goes first."""
+    pool = Pool(capacity=Limit(cpu=16000, gpu=4),
+                running=[Running(10, 1, Vec(2000, 0, 0, 1), 100),
+                         Running(11, 2, Vec(1000, 0, 1, 1), 100)],
+                waiting=[job(1, 2, cpu=13, gpu=0), job(2, 1, cpu=13)])
+    plan = schedule(pool, 0)
+    assert plan.admit == [2]
+    assert plan.reasons[1].kind == "capacity"
+
+
+def test_priorities_order_a_users_queue_but_not_anothers():
+    pool = Pool(quotas={1: Limit(jobs=1), 2: Limit(jobs=1)},
+                waiting=[job(1, 1), job(2, 1, priority=100), job(3, 1, priority=-100),
+                         job(4, 2, priority=-100)])
+    plan = schedule(pool, 0)
+    assert sorted(plan.admit) == [2, 4]
+    assert plan.reasons[1].message == "waiting for quota: jobs 1 asked, 0 of 1 free"
+    assert plan.reasons[3].message == "waiting behind job j1"
+
+
+def test_a_small_job_backfills_only_beside_the_reserved_one():
+    """4 CPUs; a 2-CPU job runs for 100 s; a 3-CPU job waits for it. A 1-CPU job may start
+    at once (at 100 s there is 1 CPU left beside the big one); a 2-CPU job may too if its
+    deadline ends it by 100 s, and not otherwise."""
+    running = [Running(9, 1, Vec(2000, 0, 0, 1), ends=100)]
+    for small, admitted in ((job(2, 1, cpu=1), True), (job(2, 1, cpu=2), False),
+                            (job(2, 1, cpu=2, deadline=90), True),
+                            (job(2, 1, cpu=2, deadline=120), False)):
+        pool = Pool(capacity=Limit(cpu=4000), running=running,
+                    waiting=[job(1, 1, cpu=3), small])
+        plan = schedule(pool, 0)
+        assert (2 in plan.admit) is admitted, small
+        assert plan.reserved == {1: 100}
+        if not admitted:
+            assert plan.reasons[2].message == "waiting behind job j1: starting now would delay it"
+
+
+def test_another_users_job_waits_for_the_reserved_ones_turn():
+    pool = Pool(capacity=Limit(cpu=4000), names={2: "bob"},
+                running=[Running(9, 1, Vec(2000, 0, 0, 1), ends=100)],
+                waiting=[job(1, 2, cpu=4), job(2, 1, cpu=2)])
+    plan = schedule(pool, 0)
+    assert plan.admit == []
+    assert plan.reasons[2].kind == "turn"
+    assert plan.reasons[2].message.startswith(
+        "waiting for its turn: the datacenter's capacity is held for job j1 of bob")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_backfill_never_delays_the_reserved_job(seed):
+    """Random queues of one user on a capacity, every run time known exactly: the job given
+    the first reservation starts no later than the time it was reserved for."""
+    rng = random.Random(seed)
+    running = [Running(100 + i, 1, Vec(rng.randint(1, 4) * 1000, 0, 0, 1),
+                       ends=rng.randint(10, 500)) for i in range(rng.randint(1, 4))]
+    waiting = [job(i, 1, cpu=rng.randint(1, 8), run=rng.randint(10, 500),
+                   deadline=rng.choice([None, rng.randint(10, 500)])) for i in range(1, 15)]
+    runs = {w.id: min(w.run.seconds, w.deadline or w.run.seconds) for w in waiting}
+    pool = Pool(capacity=Limit(cpu=8000), running=running, waiting=waiting)
+    plan = schedule(pool, 0)
+    if not plan.reserved:
+        return
+    reserved, at = next(iter(plan.reserved.items()))
+    assert replay(pool, runs)[reserved] <= at
+
+
+def test_a_group_quota_is_shared_and_shares_go_by_group_then_member():
+    pool = Pool(capacity=Limit(cpu=4000), teams={1: 7, 2: 7},
+                team_quotas={7: Limit()}, team_names={7: "vision"},
+                waiting=[job(i, 1 + i % 3) for i in range(30)])
+    plan = schedule(pool, 0)
+    owners = sorted(1 + i % 3 for i in plan.admit)
+    assert owners == [1, 2, 3, 3]  # the group (1, 2) gets 2 CPUs, user 3 alone gets 2
+    pool = Pool(teams={1: 7, 2: 7}, team_quotas={7: Limit(cpu=2000)}, team_names={7: "vision"},
+                waiting=[job(1, 1), job(2, 1), job(3, 2), job(4, 2)])
+    plan = schedule(pool, 0)
+    assert sorted(plan.admit) == [1, 3]
+    assert plan.reasons[2].message == ("waiting for group vision's quota: cpu 1 asked, "
+                                       "0 of 2 free")
+
+
+def test_a_job_bigger_than_a_limit_can_never_start():
+    plan = schedule(Pool(capacity=Limit(gpu=8), waiting=[job(1, 1, gpu=9)]), 0)
+    assert plan.never[1].message == ("can never start: it asks for more than the datacenter's "
+                                     "capacity: gpu 9 asked, 8 in all")
+
+
+def test_forecasts_are_exact_when_run_times_are():
+    pool = Pool(capacity=Limit(cpu=2000),
+                running=[Running(9, 1, Vec(2000, 0, 0, 1), ends=50)],
+                waiting=[job(1, 1, cpu=1, run=30), job(2, 2, cpu=2, run=10),
+                         job(3, 1, cpu=1, run=30)])
+    predicted = forecast(pool, 0)
+    actual = replay(pool, {1: 30, 2: 10, 3: 30})
+    assert {k: f.start for k, f in predicted.items()} == actual
+    assert all(f.low == f.start == f.high for f in predicted.values())
+
+
+def test_estimates_come_from_the_same_kind_of_job():
+    need = Vec(2000, GiB, 1, 1)
+    history = [(shape("resnet-3", need), 600.0), (shape("resnet-4", need), 660.0),
+               (shape("resnet-5", need), 640.0), (shape("bert", need), 9000.0)]
+    found = estimate(history, shape("resnet-6", need))
+    assert found.seconds == 640 and found.low <= 640 <= found.high
+    assert estimate(history, shape("resnet-6", need), deadline=300).seconds == 300
+    assert estimate([], shape("new", need)).seconds == 3600  # nothing known: an hour
+    assert [name_stem(n) for n in ("sweep-lr-17", "bert3", "fit-a-line", "run-v2")] == [
+        "sweep-lr", "bert", "fit-a-line", "run"]
