@@ -182,3 +182,33 @@ def test_estimates_come_from_the_same_kind_of_job():
     assert estimate([], shape("new", need)).seconds == 3600  # nothing known: an hour
     assert [name_stem(n) for n in ("sweep-lr-17", "bert3", "fit-a-line", "run-v2")] == [
         "sweep-lr", "bert", "fit-a-line", "run"]
+
+
+def test_the_readmes_worked_example():
+    """README, "Scheduling": dc1 (64 CPUs, 512Gi, 16 GPUs), group vision (weight 2, 12 GPUs:
+    alice, bob) and carol alone."""
+    sweeps = [Waiting(i, 1, Vec(8000, 32 * GiB, 2, 1), submitted=i, name=f"sweep-lr-{i}",
+                      run=Estimate(1800, 1200, 2400)) for i in range(1, 9)]
+    bert = Waiting(20, 3, Vec(16000, 64 * GiB, 8, 1), submitted=20, name="bert-large",
+                   run=Estimate(7200, 6000, 9000))
+    detr = Waiting(30, 2, Vec(8000, 32 * GiB, 4, 1), submitted=30, name="detr",
+                   run=Estimate(3600, 3000, 4000))
+    pool = Pool(capacity=Limit(cpu=64000, memory=512 * GiB, gpu=16),
+                quotas={user: Limit(gpu=16, jobs=10) for user in (1, 2, 3)},
+                teams={1: 7, 2: 7}, team_quotas={7: Limit(gpu=12)}, team_weights={7: 2},
+                team_names={7: "vision"}, names={1: "alice", 2: "bob", 3: "carol"},
+                waiting=[*sweeps, bert, detr])
+    plan = schedule(pool, 0)
+    assert plan.admit == [1, 20, 30, 2]  # the table's steps 1-4, in order
+    assert plan.reasons[3].message == ("waiting for the datacenter's capacity: gpu 2 asked, "
+                                       "0 of 16 free")
+    assert plan.reasons[4].message == "waiting behind job sweep-lr-3"
+    assert plan.reserved == {3: 1800}
+    predicted = forecast(pool, 0)
+    assert (predicted[3].start, predicted[3].low, predicted[3].high) == (1800, 1200, 2400)
+    assert [predicted[i].start for i in range(4, 9)] == [1800, 3600, 3600, 3600, 3600]
+    alone = Pool(**{**pool.__dict__, "waiting": sweeps})  # without carol and bob
+    plan = schedule(alone, 0)
+    assert len(plan.admit) == 6  # 12 GPUs: the group's quota
+    assert plan.reasons[7].message == ("waiting for group vision's quota: gpu 2 asked, 0 of "
+                                       "12 free")
