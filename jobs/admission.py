@@ -73,6 +73,8 @@ SHOWN = QUOTA_FORMATS
 # What is used, for people: bytes to about three digits (19.1Mi), as the Files page shows them.
 SHOWN_USED = {**QUOTA_FORMATS, "memory": format_bytes_about, "storage": format_bytes_about}
 UNITS = {"cpu": " CPU", "memory": "", "gpu": " GPU"}
+# What admission reads of a datacenter.
+CAPACITY_FIELDS = ("id", "name", "capacity_cpu", "capacity_memory", "capacity_gpu")
 # The waiting jobs of each queue the plan looks at beyond those that can start: the jobs that
 # may start ahead of one that waits (backfill). What is behind them waits for a later plan.
 LOOK_BEHIND = 20
@@ -218,8 +220,7 @@ def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
     Under a lock: the user's row, or with a capacity the datacenter's, so two admissions
     racing for the last free CPU take it one after the other. A fixed number of queries for a
     queue however many jobs wait in it (a few more when many are admitted at once)."""
-    datacenter = Datacenter.objects.only("id", "name", "capacity_cpu", "capacity_memory",
-                                         "capacity_gpu").get(pk=datacenter_id)
+    datacenter = Datacenter.objects.only(*CAPACITY_FIELDS).get(pk=datacenter_id)
     if shared(datacenter):
         Datacenter.objects.select_for_update().filter(pk=datacenter_id).exists()
         owner_ids = sorted(set(Job.objects.filter(datacenter_id=datacenter_id,
@@ -365,22 +366,32 @@ def _queue_behind(first, last, waiting) -> None:
 
 def waiting_queues(**filters) -> list[tuple[int, int]]:
     """The (owner id, datacenter id) of every queue with jobs waiting, or with elastic jobs
-    that may grow, among ``filters``: those ``quota_admit`` may have work for. (Unordered:
-    with the jobs' default order, DISTINCT would give one row per job.)
+    that may grow, among ``filters``: those ``quota_admit`` may have work for. In a datacenter
+    whose members share a capacity or groups, any queue's admission plans them all, so one
+    such queue stands for its datacenter. (Unordered: with the jobs' default order, DISTINCT
+    would give one row per job.)
 
     Filtered to one queue (``owner_id`` and ``datacenter_id``), as the ``jobs_admit`` task
-    reads it before admitting: two plain reads."""
+    reads it before admitting: a few plain reads. In a shared datacenter the queue has work if
+    anyone's has: the job that ended may have been what another's waited for."""
     if "owner_id" in filters and "datacenter_id" in filters:
         queue = (filters["owner_id"], filters["datacenter_id"])
+        if shared(Datacenter.objects.only(*CAPACITY_FIELDS).get(pk=filters["datacenter_id"])):
+            filters = {"datacenter_id": filters["datacenter_id"]}
         # Two plain reads, the second seldom, cost less than building their union.
         if (Job.objects.filter(state__in=WAITING_STATES, **filters).exists()
                 or _growing(**filters).exists()):
             return [queue]
         return []
     waiting = Job.objects.filter(state__in=WAITING_STATES, **filters)
-    return list(waiting.order_by().values_list("owner_id", "datacenter_id")
-                .union(_growing(**filters).order_by()
-                       .values_list("owner_id", "datacenter_id")))
+    queues = list(waiting.order_by().values_list("owner_id", "datacenter_id")
+                  .union(_growing(**filters).order_by()
+                         .values_list("owner_id", "datacenter_id")))
+    whole = {dc.pk for dc in Datacenter.objects.filter(pk__in={dc for _, dc in queues})
+             .only(*CAPACITY_FIELDS) if shared(dc)}
+    seen: set[int] = set()
+    return [(owner, dc) for owner, dc in queues
+            if dc not in whole or not (dc in seen or seen.add(dc))]
 
 
 def admission_request(owner_id: int, datacenter_id: int) -> None:

@@ -202,7 +202,8 @@ def test_workers_racing_as_jobs_end_never_hold_more_than_the_datacenter_has(
             end(job)
             ended.add(job.pk)
         time.sleep(0.02)
-    assert len(ended) == total
+    assert len(ended) == total, list(Job.objects.exclude(pk__in=ended).values_list(
+        "owner__username", "name", "state", "state_reason"))
     assert sorted(no_launch) == sorted(ended)  # each admitted once
     cpu_of = dict(Job.objects.values_list("pk", "cpu"))
     held = 0
@@ -210,3 +211,44 @@ def test_workers_racing_as_jobs_end_never_hold_more_than_the_datacenter_has(
     for event in sorted(events, key=lambda e: (e.time, e.to_state != "starting", e.id)):
         held += cpu_of[event.job_id] if event.to_state == "starting" else -cpu_of[event.job_id]
         assert held <= 4000, f"{held}m CPU held at {event.time}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_through_real_workers_one_job_of_a_user_goes_before_the_fiftieth_of_another(
+        make_user, datacenter, no_launch, celery_worker):  # noqa: F811 - the fixture
+    """As above, with admission on a worker: alice's 50 jobs fill the 4 CPUs, bob's one job
+    waits; the first of alice's jobs to end (its end queues the admission, as the engine's
+    does) lets bob's job start, before alice's fifth."""
+    Datacenter.objects.filter(pk=datacenter.pk).update(capacity_cpu=4000)
+    alice, bob = make_user("alice"), make_user("bob")
+
+    def queue(user, count: int) -> None:
+        quota_set(None, datacenter, user, cpu=64000, jobs=100)
+        Job.objects.bulk_create(
+            Job(owner=user, datacenter=datacenter, name=f"{user.username}{i}", cpu=1000,
+                created_at=timezone.now() - timedelta(seconds=count - i), entry="python x.py",
+                image="paddle", package=f"/pfs/datacenter1/home/{user.username}/pkg")
+            for i in range(count))
+
+    def starting() -> set[str]:
+        return set(Job.objects.filter(state="starting").values_list("name", flat=True))
+
+    def wait_for(done) -> None:
+        deadline = time.monotonic() + 60
+        while not done():
+            assert time.monotonic() < deadline, starting()
+            time.sleep(0.05)
+
+    queue(alice, 50)
+    jobs_admit.delay(alice.pk, datacenter.pk)
+    wait_for(lambda: starting() == {"alice0", "alice1", "alice2", "alice3"})
+    queue(bob, 1)  # bob submits once the datacenter is full
+    jobs_admit.delay(bob.pk, datacenter.pk)
+    wait_for(lambda: Job.objects.get(name="bob0").state == "queued")
+    end(Job.objects.get(name="alice0"))
+    wait_for(lambda: Job.objects.get(name="bob0").state == "starting")
+    assert Job.objects.get(name="alice4").state == "queued"
+    started = ["alice0", "alice1", "alice2", "alice3", "bob0"]
+    wait_for(lambda: len(no_launch) == len(started))  # each start is sent once committed
+    assert sorted(no_launch) == sorted(Job.objects.filter(name__in=started)
+                                       .values_list("pk", flat=True))  # each started once

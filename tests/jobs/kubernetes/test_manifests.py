@@ -223,7 +223,7 @@ def test_collective_job_root():
         "env": {"NUM_PASS": "3"}, "restart_limit": 0, "deadline_seconds": None,
         "ttl_seconds_after_finished": None, "dataset": "", "dataset_unit": "",
         "task_records": None, "trainers_min": None, "trainers_lost_limit": None,
-        "trainers_below_min_seconds": None,
+        "trainers_below_min_seconds": None, "priority": 0,
     }
 
 
