@@ -169,8 +169,22 @@ class UserAdmin(QuotaAuditMixin, BaseUserAdmin):
         return ", ".join(dc.name for dc in user.datacenters.all())
 
 
+class DatacenterForm(forms.ModelForm):
+    capacity_cpu = QuantityField(
+        parse=parse_cpu, format=format_cpu, required=False, label="capacity: CPU",
+        help_text="cores (64, 0.5) or millicores (500m); all jobs together hold at most this, "
+                  "shared fairly when contended. Empty: no limit but each user's quota.")
+    capacity_memory = QuantityField(parse=parse_bytes, format=format_bytes, required=False,
+                                    label="capacity: memory", help_text="e.g. 256Gi")
+
+    class Meta:
+        model = Datacenter
+        fields = ["capacity_cpu", "capacity_memory"]  # the admin's fieldsets add the rest
+
+
 @admin.register(Datacenter)
 class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
+    form = DatacenterForm
     inlines = [DefaultQuotaInline]
     list_display = ["name", "backend", "description", "pfs_root_path"]
     search_fields = ["name", "description"]
@@ -185,7 +199,10 @@ class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
                             "s3_endpoint_url", "s3_region"]}),
         ("Runtime images", {"fields": ["build_registry", "build_registry_insecure",
                                        "builder_image"]}),
+        ("Capacity", {"fields": ["capacity_cpu", "capacity_memory", "capacity_gpu",
+                                 "capacity_from_cluster", "capacity_updated_at"]}),
     ]
+    readonly_fields = ["capacity_updated_at"]
 
 
 class TeamMemberInline(admin.TabularInline):

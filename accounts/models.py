@@ -234,6 +234,9 @@ class Datacenter(models.Model):
             problems["kube_gpu_node_selector"] = 'an object of node labels, e.g. {"gpu": "true"}'
         if self.kube_scheduler == self.Scheduler.KUEUE and not self.kube_queue:
             problems["kube_queue"] = "required with Kueue: the ClusterQueue users' jobs go to"
+        if self.capacity_from_cluster and self.backend != self.Backend.KUBERNETES:
+            problems["capacity_from_cluster"] = (
+                "only with the Kubernetes backend: its nodes are what the capacity is read from")
         if problems:
             raise DjangoValidationError(problems)
 

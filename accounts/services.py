@@ -131,6 +131,7 @@ DATACENTER_FIELDS = {
     "kube_scheduler", "kube_queue", "kube_run_as_user", "kube_run_as_group",
     "kube_gpu_tolerations", "kube_gpu_node_selector", "start_timeout", "start_tries",
     "build_registry", "build_registry_insecure", "builder_image",
+    "capacity_cpu", "capacity_memory", "capacity_gpu", "capacity_from_cluster",
 }
 QUOTA_FIELDS = set(QUOTA_RESOURCES)
 

@@ -31,6 +31,7 @@ from .admission import quota_admit, waiting_queues
 from .backends import backend_for
 from .backends.base import BackendError
 from .backends.local import isolation_notice
+from .capacity import capacity_refresh
 from .models import Job
 from .services import job_remove
 from .states import FINAL_JOB_STATES, LIVE_REPLICA_STATES, JobState, ReplicaState
@@ -138,8 +139,9 @@ def jobs_reconcile() -> dict[str, int] | None:
     jobs the quota has room for, start jobs whose start was lost, sync the running jobs whose
     replicas are not what the database says or that are due (``sync.jobs_stale``: what a lost
     announcement missed, replicas that vanished while the portal was down), stop what is left
-    of ended jobs, delete ended jobs past their TTL, ask each cluster its version again and
-    start its change feed where it is not running. Returns None, doing nothing, while another
+    of ended jobs, delete ended jobs past their TTL, ask each cluster its version again (and,
+    where the capacity comes from it, what its nodes offer: ``capacity``) and start its
+    change feed where it is not running. Returns None, doing nothing, while another
     run holds the lease.
 
     Beat queues a run every 15 s whether or not the last one has finished. Without the lease
@@ -159,10 +161,12 @@ def jobs_reconcile() -> dict[str, int] | None:
 
 def _reconcile(lease: Lease) -> dict[str, int]:
     counts = {"admitted": 0, "restarted": 0, "synced": 0, "expired": 0, "orphans": 0,
-              "unfit": 0}
+              "unfit": 0, "capacity": 0}
     now = timezone.now()
     # A cluster upgraded (or rolled back) since: asked again, so jobs started there meet
     # what it is now; one it cannot run on is logged here and fails the jobs that try.
+    # One that can is asked what its nodes offer, where that is the datacenter's capacity
+    # (before the admissions below, which then count with it).
     sync.feeds_start()
     for datacenter in Datacenter.objects.all():
         try:
@@ -170,6 +174,9 @@ def _reconcile(lease: Lease) -> dict[str, int]:
         except BackendError as exc:
             logger.error("datacenter %s cannot run jobs: %s", datacenter.name, exc)
             counts["unfit"] += 1
+        else:
+            if datacenter.capacity_from_cluster:
+                counts["capacity"] += capacity_refresh(datacenter)
     # Admission happens when jobs are submitted and end; this catches what a crash missed.
     # One call per queue, each a fixed number of queries however long its queue.
     for owner_id, datacenter_id in waiting_queues():

@@ -84,6 +84,17 @@ def test_parse_bytes_reads_binary_and_decimal_units(written, amount):
 
 
 @pytest.mark.parametrize(
+    ("cpu", "memory", "millicores", "amount"),
+    [("3920m", "16318712Ki", 3920, 16318712 * 1024), ("4", "32Gi", 4000, 32 * GiB),
+     ("15890m", "63870028Ki", 15890, 63870028 * 1024), ("96", "768000M", 96000, 768 * 10**9)],
+)
+def test_a_kubernetes_nodes_allocatable_reads(cpu, memory, millicores, amount):
+    """As a node's ``status.allocatable`` writes them (a datacenter's capacity from its
+    cluster)."""
+    assert (parse_cpu(cpu), parse_bytes(memory)) == (millicores, amount)
+
+
+@pytest.mark.parametrize(
     ("written", "message"),
     [
         ("lots", "is not an amount of bytes"),

@@ -5,15 +5,25 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from paddlecloud_core.contract import Paths, Topology
 from paddlecloud_core.status import Observation, Status
 
-__all__ = ["Backend", "BackendError", "Observation", "Status"]
+__all__ = ["Backend", "BackendError", "Capacity", "Observation", "Status"]
 
 
 class BackendError(Exception):
     """The backend could not do what was asked; the message says why, for the job's events."""
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What a cluster offers jobs, all together: as a datacenter's ``capacity_*`` count it."""
+
+    cpu: int  # millicores
+    memory: int  # bytes
+    gpu: int
 
 
 class Backend(abc.ABC):
@@ -42,6 +52,12 @@ class Backend(abc.ABC):
         """Whether the datacenter can run jobs on this backend (e.g. its cluster is recent
         enough): what was found, for the admin, or ``BackendError`` saying what is wrong."""
         return ""
+
+    def capacity(self, datacenter) -> Capacity | None:
+        """What the datacenter's cluster offers jobs now (a datacenter whose capacity comes
+        from its cluster), or None where the backend cannot tell (the local backend);
+        ``BackendError`` if it cannot be asked."""
+        return None
 
     def release(self, job) -> None:  # noqa: B027 - optional: most backends hold nothing
         """The job has ended (its replicas are stopped): let go of what the backend held for

@@ -90,10 +90,16 @@ JOBS = ResourceType("jobs", "job", "Job", "batch", "v1", categories=("all",), ha
 # cluster); there is no EndpointSlice controller: the cluster DNS reads a selector's pods.
 ENDPOINTSLICES = ResourceType("endpointslices", "endpointslice", "EndpointSlice",
                               "discovery.k8s.io", "v1")
+# Registered by a test as a kubelet registers its node (its status in the create); the fake's
+# scheduler does not read them: it places pods on its ``node_count`` nodes of its own.
+NODES = ResourceType(
+    "nodes", "node", "Node", "", "v1", namespaced=False, short_names=("no",), has_status=True,
+    subresources=("status",), field_selectors=_fields(**{"spec.unschedulable":
+                                                         "spec.unschedulable"}))
 
 ALL = (NAMESPACES, PODS, SERVICES, CONFIGMAPS, SECRETS, RESOURCEQUOTAS, LIMITRANGES, EVENTS,
        SERVICEACCOUNTS, PERSISTENTVOLUMECLAIMS, PERSISTENTVOLUMES, STATEFULSETS, JOBS,
-       ENDPOINTSLICES)
+       ENDPOINTSLICES, NODES)
 _BY_PATH = {(rt.group, rt.version, rt.plural): rt for rt in ALL}
 
 

@@ -10,8 +10,9 @@ from accounts.services import datacenter_upsert
 from jobs.backends import backend_for
 from jobs.backends.base import BackendError
 from paddlecloud.errors import ValidationError
+from paddlecloud_core.quantity import parse_bytes, parse_cpu
 
-from ._errors import user_errors
+from ._errors import quantity_argument, user_errors
 
 
 class Command(BaseCommand):
@@ -72,6 +73,18 @@ class Command(BaseCommand):
         parser.add_argument("--builder-image", metavar="IMAGE",
                             help="the rootless BuildKit image of builder Jobs (default: "
                                  "PADDLECLOUD_BUILDER_IMAGE)")
+        parser.add_argument("--capacity-cpu", type=quantity_argument(parse_cpu),
+                            help="CPU all jobs together may hold, shared fairly when contended: "
+                                 "64, 500m (default: no limit but each user's quota)")
+        parser.add_argument("--capacity-memory", type=quantity_argument(parse_bytes),
+                            help="memory all jobs together may hold: 256Gi")
+        parser.add_argument("--capacity-gpu", type=int, metavar="N",
+                            help="GPUs all jobs together may hold")
+        parser.add_argument("--capacity-from-cluster", action="store_true", default=None,
+                            help="kubernetes backend: the capacity is what the cluster's ready, "
+                                 "schedulable nodes offer, read again by the reconciler")
+        parser.add_argument("--no-capacity-from-cluster", dest="capacity_from_cluster",
+                            action="store_false")
 
         parser.add_argument("--skip-cluster-check", action="store_true",
                             help="save it even if its cluster cannot be reached (or is too "
@@ -104,6 +117,10 @@ class Command(BaseCommand):
             "build_registry": options["build_registry"],
             "build_registry_insecure": options["build_registry_insecure"],
             "builder_image": options["builder_image"],
+            "capacity_cpu": options["capacity_cpu"],
+            "capacity_memory": options["capacity_memory"],
+            "capacity_gpu": options["capacity_gpu"],
+            "capacity_from_cluster": options["capacity_from_cluster"],
         }
         found = []
 

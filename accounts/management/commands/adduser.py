@@ -1,6 +1,5 @@
 """Create a user, or update them: password, datacenter membership, quota, staff flag."""
 
-import argparse
 import os
 import sys
 
@@ -8,20 +7,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounts.models import QUOTA_RESOURCES
 from accounts.services import user_upsert
-from paddlecloud_core.quantity import QuantityError, parse_bytes, parse_cpu
+from paddlecloud_core.quantity import parse_bytes, parse_cpu
 
-from ._errors import user_errors
-
-
-def _quantity(parse):
-    def convert(value):
-        try:
-            return parse(value)
-        except QuantityError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = parse.__name__.removeprefix("parse_")
-    return convert
+from ._errors import quantity_argument, user_errors
 
 
 class Command(BaseCommand):
@@ -41,12 +29,14 @@ class Command(BaseCommand):
                             help="add the user to this datacenter (repeatable); quota options "
                             "apply to each one named")
         parser.add_argument("--email")
-        parser.add_argument("--cpu", type=_quantity(parse_cpu), help="CPU quota: 8, 0.5, 500m")
-        parser.add_argument("--memory", type=_quantity(parse_bytes), help="memory quota: 16Gi")
+        parser.add_argument("--cpu", type=quantity_argument(parse_cpu),
+                            help="CPU quota: 8, 0.5, 500m")
+        parser.add_argument("--memory", type=quantity_argument(parse_bytes),
+                            help="memory quota: 16Gi")
         parser.add_argument("--gpu", type=int, help="GPU quota")
         parser.add_argument("--jobs", type=int, help="concurrent jobs quota")
         parser.add_argument("--queued", type=int, help="how many jobs may wait at once")
-        parser.add_argument("--storage", type=_quantity(parse_bytes),
+        parser.add_argument("--storage", type=quantity_argument(parse_bytes),
                             help="PFS storage quota: 100Gi")
         staff = parser.add_mutually_exclusive_group()
         staff.add_argument("--staff", dest="staff", action="store_true", default=None,

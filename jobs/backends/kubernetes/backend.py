@@ -52,7 +52,7 @@ from registries.models import Registry
 from registries.services import registry_password
 
 from ...files import home_remove, output_prepare
-from ..base import Backend, BackendError, Observation, Status
+from ..base import Backend, BackendError, Capacity, Observation, Status
 from . import builder, manifests, pods
 from .client import KubeError, kube_for
 from .envs import env_prune, job_env_digest
@@ -72,6 +72,7 @@ from .names import (
     pull_secret_name,
     trainer_name,
 )
+from .nodes import nodes_capacity
 from .pods_watch import pod_cache
 from .validation import validate_objects
 
@@ -143,6 +144,12 @@ class KubernetesBackend(Backend):
 
     def datacenter_check(self, datacenter) -> str:
         return f"Kubernetes {kube_for(datacenter).version_check(fresh=True)}"
+
+    def capacity(self, datacenter) -> Capacity:
+        """The allocatable of the nodes that can take jobs (``nodes``), from one list."""
+        nodes, _ = kube_for(datacenter).list("Node")
+        return nodes_capacity(nodes, datacenter.kube_gpu_tolerations,
+                              datacenter.kube_gpu_node_selector)
 
     def prepare(self, job) -> None:
         kube = kube_for(job.datacenter)

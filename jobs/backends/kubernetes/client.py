@@ -42,6 +42,7 @@ class Resource:
 
 RESOURCES = {
     "Namespace": Resource("/api/v1", "namespaces", namespaced=False),
+    "Node": Resource("/api/v1", "nodes", namespaced=False),
     "ResourceQuota": Resource("/api/v1", "resourcequotas"),
     "LimitRange": Resource("/api/v1", "limitranges"),
     "Secret": Resource("/api/v1", "secrets"),
