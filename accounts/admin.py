@@ -29,6 +29,7 @@ from .services import quota_change_record, share_change_record
 
 SHARE_FIELDS = ("team_id", "weight")  # a membership's part in sharing its datacenter
 TEAM_FIELDS = ("weight", "cpu", "memory", "gpu", "jobs")
+CAPACITY_FIELDS = ("capacity_cpu", "capacity_memory", "capacity_gpu")
 
 
 class QuantityField(forms.CharField):
@@ -203,6 +204,13 @@ class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
                                  "capacity_from_cluster", "capacity_updated_at"]}),
     ]
     readonly_fields = ["capacity_updated_at"]
+
+    def save_model(self, request, obj, form, change):
+        before = {k: form.initial.get(k) for k in CAPACITY_FIELDS} if change else {}
+        super().save_model(request, obj, form, change)
+        if change:  # a capacity set by hand: audited, and what now fits is admitted
+            share_change_record(request.user, obj, f"datacenter {obj.name} (capacity)",
+                                before, {k: getattr(obj, k) for k in CAPACITY_FIELDS})
 
 
 class TeamMemberInline(admin.TabularInline):

@@ -252,3 +252,29 @@ def test_through_real_workers_one_job_of_a_user_goes_before_the_fiftieth_of_anot
     wait_for(lambda: len(no_launch) == len(started))  # each start is sent once committed
     assert sorted(no_launch) == sorted(Job.objects.filter(name__in=started)
                                        .values_list("pk", flat=True))  # each started once
+
+
+@pytest.mark.django_db
+def test_a_capacity_raised_in_the_admin_is_audited_and_admits(
+        alice, bob, shared_dc, big_quotas, homes, admin_browser, held_tasks,
+        django_capture_on_commit_callbacks):
+    from accounts.models import AuditEntry
+
+    held_tasks.run("jobs.tasks.jobs_admit", jobs_admit)
+    for i in range(5):
+        submit(alice, shared_dc, f"a{i}")
+    assert state("a4", alice)[0] == "queued"
+    page = admin_browser.get(f"/admin/accounts/datacenter/{shared_dc.pk}/change/")
+    form = {field.name: field.value() for field in page.context["adminform"].form}
+    form = {k: ("" if v is None else v) for k, v in form.items()
+            if k not in ("capacity_updated_at",)}
+    form.update(capacity_cpu="5", capacity_from_cluster="", kube_in_cluster="",
+                build_registry_insecure="", **{"quotas-TOTAL_FORMS": "0",
+                                              "quotas-INITIAL_FORMS": "0"})
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_browser.post(f"/admin/accounts/datacenter/{shared_dc.pk}/change/",
+                                      form)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert state("a4", alice)[0] == "starting"
+    entry = AuditEntry.objects.get(target="datacenter datacenter1 (capacity)")
+    assert entry.details["changes"] == {"capacity_cpu": [4000, 5000]}
