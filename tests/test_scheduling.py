@@ -126,7 +126,7 @@ def test_another_users_job_waits_for_the_reserved_ones_turn():
 def test_backfill_never_delays_the_reserved_job(seed):
     """Random queues of one user on a capacity, every run time known exactly: the job given
     the first reservation starts no later than the time it was reserved for."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - random queues, not secrets
     running = [Running(100 + i, 1, Vec(rng.randint(1, 4) * 1000, 0, 0, 1),
                        ends=rng.randint(10, 500)) for i in range(rng.randint(1, 4))]
     waiting = [job(i, 1, cpu=rng.randint(1, 8), run=rng.randint(10, 500),
