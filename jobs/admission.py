@@ -47,7 +47,7 @@ from paddlecloud.queue import (
 )
 from paddlecloud_core.contract import trainers_elastic, trainers_least
 from paddlecloud_core.quantity import format_bytes_about
-from paddlecloud_core.scheduling import Vec, schedule
+from paddlecloud_core.scheduling import LOOK_BEHIND, Vec, schedule
 from pfs.services import usage_report
 
 from .models import Job, Replica
@@ -75,9 +75,6 @@ SHOWN_USED = {**QUOTA_FORMATS, "memory": format_bytes_about, "storage": format_b
 UNITS = {"cpu": " CPU", "memory": "", "gpu": " GPU"}
 # What admission reads of a datacenter.
 CAPACITY_FIELDS = ("id", "name", "capacity_cpu", "capacity_memory", "capacity_gpu")
-# The waiting jobs of each queue the plan looks at beyond those that can start: the jobs that
-# may start ahead of one that waits (backfill). What is behind them waits for a later plan.
-LOOK_BEHIND = 20
 # The trainers a waiting job needs to start (an elastic job's MIN); elastic jobs.
 LEAST = Coalesce(F("trainers_min"), F("trainers"))
 ELASTIC = Q(trainers_min__isnull=False, trainers_min__lt=F("trainers"))

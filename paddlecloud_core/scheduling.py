@@ -38,6 +38,9 @@ from .quantity import format_bytes, format_cpu
 RESOURCES = ("cpu", "memory", "gpu", "jobs")
 SHARED = ("cpu", "memory", "gpu")  # what a datacenter's capacity limits (not a count of jobs)
 CAPACITY = "capacity"  # the key of the datacenter's limit (an owner's is their id)
+# The waiting jobs of each queue a plan looks at beyond those that can start: those that may
+# start ahead of one that waits (backfill). What is behind them waits for a later plan.
+LOOK_BEHIND = 20
 # How far ahead ``forecast`` looks before it calls a start "not within the horizon".
 HORIZON = 30 * 24 * 3600.0
 # A run time guessed when nothing is known of a job's kind (an hour), and how wide its range is.
@@ -270,9 +273,22 @@ def schedule(pool: Pool, now: float) -> Plan:
         _, n, entity = heapq.heappop(heap)
         owner = min((o for o in members[entity] if queues[o]), key=member_turn)
         _place(queues[owner].pop(), ledger, plan, ahead)
+        if owner in ahead and not _slot_free(owner, ledger):
+            # None of the owner's jobs can start now: the rest wait behind the first.
+            first = ahead[owner]
+            for job in queues[owner]:
+                plan.reasons[job.id] = Reason("behind", f"waiting behind job "
+                                              f"{first.name or first.id}", blocking=first.id)
+            queues[owner].clear()
         if any(queues[o] for o in members[entity]):
             heapq.heappush(heap, (turn(entity), n, entity))
     return plan
+
+
+def _slot_free(owner: int, ledger: _Ledger) -> bool:
+    """Whether the owner may start one more job (their quota's and group's ``jobs``)."""
+    return all(limit.jobs is None or ledger.held[key].jobs < limit.jobs
+               for key, limit in ledger.limits(owner))
 
 
 def _place(job: Waiting, ledger: _Ledger, plan: Plan, ahead: dict[int, Waiting]) -> None:
@@ -400,12 +416,12 @@ def _simulate(pool: Pool, now: float, case: str, only: Iterable[int] | None,
         return max(now, run.ends if picked is None else picked)
 
     running = [replace(run, ends=end_of(run)) for run in pool.running]
-    waiting = {job.id: job for job in pool.waiting}
+    waiting = {job.id: job for job in sorted(pool.waiting, key=queue_order)}
     wanted = set(waiting if only is None else only) & set(waiting)
     started: dict[int, float] = {}
     t = now
     while wanted - started.keys() and t <= now + horizon:
-        plan = schedule(replace(pool, running=running, waiting=list(waiting.values())), t)
+        plan = schedule(replace(pool, running=running, waiting=_heads(pool, waiting)), t)
         for job_id in plan.admit:
             job = waiting.pop(job_id)
             started[job_id] = t
@@ -422,6 +438,19 @@ def _simulate(pool: Pool, now: float, case: str, only: Iterable[int] | None,
         t = min(later)
         running = [run for run in running if run.ends > t]
     return started
+
+
+def _heads(pool: Pool, waiting: dict[int, Waiting]) -> list[Waiting]:
+    """The jobs of each queue a plan looks at (``waiting`` in queue order), as admission reads
+    them: as many as the owner may start at once, and ``LOOK_BEHIND`` more."""
+    seen: dict[int, int] = defaultdict(int)
+    heads = []
+    for job in waiting.values():
+        jobs = pool.quotas.get(job.owner, Limit()).jobs
+        if jobs is None or seen[job.owner] < jobs + 1 + LOOK_BEHIND:
+            seen[job.owner] += 1
+            heads.append(job)
+    return heads
 
 
 # --- run times ----------------------------------------------------------------------------------
