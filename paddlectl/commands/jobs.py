@@ -245,6 +245,8 @@ def run_submit(ctx, args) -> None:
     if job.get("queue_position"):  # over the quota's free part: it waits its turn
         state = f"queued #{job['queue_position']} ({job['state_reason']})"
     ctx.stdout.write(f"job {job['name']} submitted: {state}\n")
+    if job.get("predicted_start"):
+        ctx.info(f"start predicted {predicted_start(job['predicted_start'])}")
     ctx.info(f"follow its log:   {_command(ctx, 'logs ' + job['name'] + ' -f')}\n"
              f"see its workers:  {_command(ctx, 'get workers ' + job['name'])}")
 

@@ -134,10 +134,11 @@ def test_the_seeds_submit_get_and_logs(live_cli, celery_worker, package, jobs):
     assert listed[1][:4] == [name, "succeeded", "2", "1"]
     assert re.fullmatch(r"\d+[smh]", listed[1][4]) and listed[1][6] == "-"
     wide = table(ok(live_cli("get", "jobs", "-o", "wide")).stdout)
-    assert wide[0][6:] == ["START", "CPU", "MEMORY", "GPU", "PSCPU", "PSMEMORY", "PASSES",
-                           "IMAGE", "ENTRY", "REASON"]
+    assert wide[0][6:] == ["START", "PRIORITY", "PREDICTED START", "CPU", "MEMORY", "GPU",
+                           "PSCPU", "PSMEMORY", "PASSES", "IMAGE", "ENTRY", "REASON"]
     assert wide[1][6].endswith("ago)")  # local time with its age
-    assert wide[1][7:11] == ["1", "1Gi", "0", "1"] and "python train.py" in wide[1]
+    assert wide[1][7:9] == ["normal", "-"]  # it no longer waits: no predicted start
+    assert wide[1][9:13] == ["1", "1Gi", "0", "1"] and "python train.py" in wide[1]
     as_json = json.loads(ok(live_cli("get", "jobs", "-o", "json")).stdout)
     assert [(j["name"], j["trainers"], j["package"]) for j in as_json] == [(name, 2, package)]
     assert yaml.safe_load(ok(live_cli("get", "jobs", name, "-o", "yaml")).stdout)["name"] == name
@@ -376,7 +377,7 @@ def test_priority_places_a_job_and_a_dry_run_says_when_it_would_start(live_cli, 
     urgent = ok(live_cli("submit", "-jobname", "urgent", "-entry", "x", "-priority", "high",
                          package)).stdout
     assert urgent.startswith("job urgent submitted: queued #1 (waiting for quota: jobs 1 "
-                             "asked, 0 of 2 free)\n")
+                             "asked, 0 of 2 free)\nstart predicted 20")
     dry = ok(live_cli("submit", "-jobname", "later", "-entry", "x", "-priority", "low",
                       "--dry-run", package)).stdout
     assert re.search(r"^It would queue at #3 \(waiting behind job urgent\); start predicted "
