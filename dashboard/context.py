@@ -30,5 +30,11 @@ def dashboard(request) -> dict:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
-    datacenters = dashboard_datacenters(request)
-    return {"datacenter": dashboard_datacenter(request, datacenters), "datacenters": datacenters}
+    memberships = list(request.user.memberships.select_related("datacenter")
+                       .order_by("datacenter__name"))
+    datacenters = [m.datacenter for m in memberships]
+    current = dashboard_datacenter(request, datacenters)
+    # Whether the user is in a group in the current datacenter (the header links its page).
+    in_group = any(m.team_id is not None for m in memberships
+                   if current is not None and m.datacenter_id == current.pk)
+    return {"datacenter": current, "datacenters": datacenters, "in_group": in_group}

@@ -28,6 +28,11 @@ class JobSubmitForm(forms.Form):
                     "a path", list="package-dirs", spellcheck="false")
     entry = _text("Entry command", "what starts a replica", placeholder="e.g. python train.py",
                   spellcheck="false")
+    priority = forms.ChoiceField(
+        label="Priority", required=False, initial="normal",
+        choices=[("normal", "normal"), ("high", "high"), ("low", "low")],
+        help_text="its place among your waiting jobs: high ones start before normal ones, "
+                  "low ones after; others' jobs are not passed")
     image = _text("Image", "the runtime image; empty: the datacenter's", spellcheck="false")
     registry = forms.ChoiceField(label="Registry credentials", required=False,
                                  help_text="for a private image")
@@ -74,7 +79,7 @@ class JobSubmitForm(forms.Form):
                            "holds, for a number of records", min=1)
 
     GROUPS = (
-        ("Job", ("name", "package", "entry")),
+        ("Job", ("name", "package", "entry", "priority")),
         ("Trainers", ("trainers", "cpu", "memory", "gpu", "trainers_lost_limit",
                       "trainers_below_min_seconds")),
         ("Parameter servers", ("pservers", "pscpu", "psmemory")),

@@ -3,7 +3,7 @@ states, log lines, metrics) come over the WebSockets in ``paddlecloud/routing.py
 
 from django.urls import path
 
-from .views import account, files, jobs
+from .views import account, files, group, jobs
 
 app_name = "dashboard"
 
@@ -14,6 +14,7 @@ urlpatterns = [
     path("jobs/<str:name>/kill", jobs.job_kill, name="job-kill"),
     path("jobs/<str:name>/delete", jobs.job_delete, name="job-delete"),
     path("jobs/<str:name>/logs/<str:worker>.log", jobs.job_log_download, name="job-log"),
+    path("group/", group.group, name="group"),
     path("files/", files.file_browse, name="files"),
     path("registries/", account.registry_list, name="registries"),
     path("quota/", account.quota, name="quota"),

@@ -27,6 +27,7 @@ from .logs import lines, pumps
 from .metrics import metric_records
 from .models import worker_ended
 from .notify import job_group, jobs_group
+from .pool import job_predictions
 from .serializers import EventSerializer, JobSerializer, WorkerSerializer
 
 log = logging.getLogger(__name__)
@@ -133,8 +134,10 @@ class JobListConsumer(PortalConsumer):
 
     @database_sync_to_async
     def jobs_read(self, job_ids):
-        jobs = services.job_list(self.scope["user"], self.dc).filter(pk__in=job_ids)
-        return JobSerializer(jobs, many=True).data
+        jobs = list(services.job_list(self.scope["user"], self.dc).filter(pk__in=job_ids))
+        # One forecast for the batch (else one for each waiting job).
+        return JobSerializer(jobs, many=True,
+                             context={"predictions": job_predictions(jobs)}).data
 
 
 class JobConsumer(PortalConsumer):

@@ -29,6 +29,7 @@ import time
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,15 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+@dataclass(frozen=True)
+class PredictedStart:
+    """When a waiting job is predicted to start, with a range (``PaddleJob.predicted_start``)."""
+
+    at: datetime | None
+    earliest: datetime | None
+    latest: datetime | None
+
+
 class PaddleJob:
     """A PaddleCloud job: its parameters, and once submitted (or attached), the server's view
     of it in ``info``.
@@ -157,6 +167,11 @@ class PaddleJob:
     records (or lines of a text file) — by default a file, or ``records`` when
     ``task_records`` is given.
 
+    ``priority`` (``"high"``, ``"normal"``, the default, or ``"low"``) is the job's place among
+    your waiting jobs: a high one starts before your normal ones, a low one after them
+    (others' jobs are not passed). ``preview()`` asks the portal whether the job would start
+    now or queue, and ``predicted_start()`` when a queued job is predicted to start.
+
     The seeds' names are accepted too: ``trainer_package_path``, ``cpu_num``, ``gpu_num``,
     ``use_gpu`` (one GPU when true and ``gpu_nums`` is not given), ``base_image``/``image``,
     ``parallelism``, ``name``/``jobname``, ``entry``. ``cephfs_volume`` and ``namespace`` are
@@ -178,6 +193,7 @@ class PaddleJob:
                  dataset_unit: str | None = None, task_records: int | None = None,
                  trainers_lost_limit: int | None = None,
                  trainers_below_min_seconds: int | None = None,
+                 priority: str | None = None,
                  connection: Connection | None = None, **aliases: Any):
         values = {
             "job_name": job_name, "entry_point": entry_point, "trainer_package": trainer_package,
@@ -241,6 +257,7 @@ class PaddleJob:
         self.task_records = task_records
         self.trainers_lost_limit = trainers_lost_limit
         self.trainers_below_min_seconds = trainers_below_min_seconds
+        self.priority = priority
         self.env: dict[str, str] = {}
         self.datacenter = datacenter
         self._config = config
@@ -310,6 +327,13 @@ class PaddleJob:
 
         self._check_dataset(fail)
         self._check_elastic(fail, problems)
+
+        if self.priority is not None:
+            if (not isinstance(self.priority, str)
+                    or self.priority.strip().lower() not in spec.PRIORITIES):
+                fail("priority", f"one of {', '.join(spec.PRIORITIES)}, not {self.priority!r}")
+            else:
+                self.priority = self.priority.strip().lower()
 
         for field in ("runtime_image", "registry", "topology", "datacenter"):
             value = getattr(self, field)
@@ -433,6 +457,7 @@ class PaddleJob:
             "task_records": self.task_records,
             "trainers_lost_limit": self.trainers_lost_limit,
             "trainers_below_min_seconds": self.trainers_below_min_seconds,
+            "priority": self.priority,
         }
         body.update({key: value for key, value in optional.items() if value is not None})
         if self.env:
@@ -462,6 +487,35 @@ class PaddleJob:
         self.info = self.client.job_submit(body)
         return self
 
+    @raises_own
+    def preview(self) -> dict:
+        """What submitting the job now would do, without submitting it (the portal's dry run;
+        nothing is uploaded): ``{"starts": "now"}``, or ``"queued"`` with ``position`` (its
+        place among your waiting jobs), ``reason`` (the limit it would wait for, with the
+        numbers) and ``predicted_start`` (``{"at", "earliest", "latest"}``, ISO times; None:
+        not within 30 days). A mistake in the job raises as ``submit()`` would."""
+        body = self.spec()
+        if self.is_remote_package:
+            plan = self.client.job_submit({**body, "dry_run": True})
+        else:  # the home stands in for the package not uploaded yet
+            plan = jobs.job_probe(self.client, self.connection.home, body)
+            if plan is None:
+                raise JobSpecError({"trainer_package": [
+                    "the portal could not check the job with your home standing in for the "
+                    "local package; give a /pfs/ directory to preview it"]})
+        return plan["admission"]
+
+    @raises_own
+    def predicted_start(self) -> PredictedStart | None:
+        """When the job, while it waits (pending or queued), is predicted to start, asked of
+        the portal now: ``at``, and the range ``earliest`` to ``latest`` (aware datetimes in UTC;
+        ``at`` None: not within 30 days). None once it no longer waits."""
+        predicted = self.refresh().get("predicted_start")
+        if predicted is None:
+            return None
+        return PredictedStart(*(datetime.fromisoformat(predicted[key]) if predicted.get(key)
+                                else None for key in ("at", "earliest", "latest")))
+
     @classmethod
     @raises_own
     def attach(cls, job_name: str, *, datacenter: str | None = None,
@@ -487,6 +541,8 @@ class PaddleJob:
                   dataset_unit=(info.get("dataset_unit") or None) if info.get("dataset")
                   else None,
                   task_records=info.get("task_records"),
+                  priority=info.get("priority") if info.get("priority") in spec.PRIORITIES
+                  else None,
                   datacenter=connection.datacenter.name, connection=connection)
         job.info = info
         return job

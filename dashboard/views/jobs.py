@@ -25,6 +25,7 @@ from jobs.files import log_file
 from jobs.logs import stream
 from jobs.logs.lines import lines_tail
 from jobs.metrics import metrics_last
+from jobs.pool import job_predictions
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
 from paddlecloud.errors import ConflictError, NotFoundError, PaddleCloudError
@@ -34,6 +35,7 @@ from registries.services import registry_list
 
 from ..context import dashboard_datacenter
 from ..forms import JobSubmitForm
+from ..scheduling import admission_shown, prediction_shown, waiting_report
 from ..service_errors import form_error_add
 
 PAGE_SIZE = 50
@@ -92,10 +94,12 @@ def job_list(request, datacenter):
     page = Paginator(jobs.values_list("pk", flat=True), PAGE_SIZE).get_page(
         request.GET.get("page"))
     now = timezone.now()
+    page_jobs = list(jobs.filter(pk__in=list(page)))
+    predictions = job_predictions(page_jobs)  # one forecast for the page, not one a row
     return render(request, "dashboard/jobs/list.html", {
         "page": page,
-        "rows": [(job, age(job.created_at, now), queue_position(job))
-                 for job in jobs.filter(pk__in=list(page))],
+        "rows": [(job, age(job.created_at, now), queue_position(job),
+                  prediction_shown(predictions.get(job.pk), now)) for job in page_jobs],
         "state": chosen, "states": states, "q": search,
         "filters": [("all", "All"), ("active", "Active"), ("ended", "Ended")]
         + [(state, state.capitalize()) for state in JobState.values],
@@ -114,8 +118,8 @@ def job_submit(request, datacenter):
         data = form.submission()
         mistaken = bool(form.errors)  # then the service only checks the rest: all at once
         try:
-            job, spec, objects, _ = services.job_submit(request.user, datacenter,
-                                                     {**data, "dry_run": dry_run or mistaken})
+            job, spec, objects, admission = services.job_submit(
+                request.user, datacenter, {**data, "dry_run": dry_run or mistaken})
         except PaddleCloudError as exc:
             form_error_add(form, exc)
         else:
@@ -125,7 +129,8 @@ def job_submit(request, datacenter):
             if not mistaken:
                 plan = {"job": services.job_spec_display(spec),
                         "replicas": services.job_plan(spec), "objects": objects,
-                        "yaml": to_yaml(objects) if objects else ""}
+                        "yaml": to_yaml(objects) if objects else "",
+                        "admission": admission_shown(admission)}
     return render(request, "dashboard/jobs/submit.html", {
         "form": form, "plan": plan, "plan_asked": dry_run,
         "package_dirs": package_dirs(request.user, datacenter),
@@ -176,8 +181,12 @@ def job_detail(request, datacenter, name: str):
         first, lines = lines_tail(log_file(job, shown), LOG_TAIL)
     except PaddleCloudError as exc:  # a link or a FIFO where the log is: not read
         first, lines, log_error = 0, [], exc.message
+    waiting, prediction = waiting_report(job)  # one forecast, for the box and the spec
+    spec = JobSerializer(job, context={"predictions": {job.pk: prediction} if prediction
+                                       else {}}).data
     return render(request, "dashboard/jobs/detail.html", {
-        "job": job, "spec": JobSerializer(job).data, "queue_position": queue_position(job),
+        "job": job, "spec": spec, "queue_position": queue_position(job),
+        "waiting": waiting, "prediction": waiting["prediction"] if waiting else None,
         "workers": workers, "events": job.events.select_related("replica"),
         "active": job.state not in FINAL_JOB_STATES,
         "questions": [question(job, "kill"), question(job, "delete")],

@@ -5,10 +5,11 @@
 
 document.addEventListener("DOMContentLoaded", () => {
   const PC = window.PaddleCloud;
-  const { setTime, utc, fillState, FINAL } = PC.jobs;
+  const { setTime, utc, fillState, tickPredictions, until, FINAL } = PC.jobs;
   const root = document.getElementById("job");
   if (!root) return;
   const byId = (id) => document.getElementById(id);
+  const WAITING = new Set(["pending", "queued"]);
   const base = `/ws/jobs/${encodeURIComponent(root.dataset.name)}/`;
   const sockets = new Set();
 
@@ -53,6 +54,7 @@ document.addEventListener("DOMContentLoaded", () => {
     root.dataset.state = job.state;
     root.dispatchEvent(new Event("job-state"));  // the log's status says why it is empty
     fillState(byId("job-state").querySelector('[data-field="state"]'), job);
+    fillWaiting(job);
     for (const field of ["started_at", "finished_at"]) {
       setTime(root.querySelector(`.spec time[data-field="${field}"]`), job[field],
         { seconds: true });
@@ -63,6 +65,34 @@ document.addEventListener("DOMContentLoaded", () => {
     byId("delete").hidden = !ended;
     if (ended && byId("confirm-kill").open) byId("confirm-kill").close();
   }
+
+  // "Why it is not running" (templates/dashboard/jobs/detail.html): shown while the job
+  // waits. What limit it waits for is the page's (the API does not say); once the reason
+  // changes, that line goes rather than stay wrong.
+  function fillWaiting(job) {
+    const box = byId("waiting");
+    box.hidden = !WAITING.has(job.state);
+    if (box.hidden) return;
+    const reason = job.state_reason || "admission has not looked at it yet";
+    if (reason !== box.dataset.reason) box.querySelector('[data-row="waits-for"]').hidden = true;
+    box.querySelector('[data-field="reason"]').textContent = reason;
+    box.querySelector('[data-row="position"]').hidden = !job.queue_position;
+    box.querySelector('[data-field="position"]').textContent =
+      `#${job.queue_position} of your waiting jobs`;
+    const predicted = job.predicted_start;
+    const cell = box.querySelector('[data-field="predicted"]');
+    if (!predicted) cell.textContent = "not predicted";
+    else if (!predicted.at) cell.textContent = "not within the next 30 days";
+    else {
+      const inWords = document.createElement("span");
+      inWords.dataset.until = predicted.at;
+      inWords.textContent = until(predicted.at);
+      const range = predicted.earliest && predicted.latest
+        ? `, between ${utc(predicted.earliest)} and ${utc(predicted.latest)} UTC` : "";
+      cell.replaceChildren(`around ${utc(predicted.at)} UTC (`, inWords, `)${range}`);
+    }
+  }
+  setInterval(() => tickPredictions(root), 1000);
 
   const clock = (iso) => (iso ? utc(iso, { seconds: true }).slice(11) : "");
 
@@ -159,8 +189,6 @@ document.addEventListener("DOMContentLoaded", () => {
     parts.push(text.slice(from));
     line.replaceChildren(...parts);
   }
-
-  const WAITING = new Set(["pending", "queued"]);
 
   function showLogStatus() {
     const lines = log.childElementCount;

@@ -4,7 +4,7 @@
 
 document.addEventListener("DOMContentLoaded", () => {
   const PC = window.PaddleCloud;
-  const { age, utc, fillState } = PC.jobs;
+  const { age, utc, fillState, tickPredictions } = PC.jobs;
   const table = document.getElementById("jobs");
   if (!table) return;
   const body = table.tBodies[0];
@@ -89,5 +89,6 @@ document.addEventListener("DOMContentLoaded", () => {
     for (const cell of body.querySelectorAll('time[data-field="age"]')) {
       if (cell.dateTime) cell.textContent = age(cell.dateTime, now);
     }
+    tickPredictions(body, now);
   }, 1000);
 });

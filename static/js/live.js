@@ -112,14 +112,56 @@
     const queue = cell.querySelector('[data-part="queue"]');
     queue.textContent = job.queue_position ? `#${job.queue_position}` : "";
     queue.hidden = !job.queue_position;
+    const predicted = cell.querySelector('[data-part="predicted"]');
+    if (predicted) fillPrediction(predicted, job.predicted_start);
     const reason = cell.querySelector('[data-part="reason"]');
     reason.textContent = job.state_reason || "";
     reason.title = job.state_reason || "";
     reason.hidden = !job.state_reason;
   }
 
+  // How long until an API time, as dashboard/scheduling.py (until) words it: "now",
+  // "in 12 min", "in 3.5 h", "in 2.1 days".
+  function until(iso, now = Date.now()) {
+    const seconds = (new Date(iso).getTime() - now) / 1000;
+    if (seconds < 60) return "now";
+    if (Math.round(seconds / 60) < 60) return `in ${Math.round(seconds / 60)} min`;
+    if (seconds < 48 * 3600) return `in ${(seconds / 3600).toFixed(1)} h`;
+    return `in ${(seconds / 86400).toFixed(1)} days`;
+  }
+
+  // The predicted start of templates/dashboard/jobs/_state.html, from an API job's
+  // predicted_start ({at, earliest, latest}, or null while it does not wait).
+  function fillPrediction(element, predicted) {
+    element.hidden = !predicted;
+    if (!predicted) {
+      element.textContent = "";
+      delete element.dataset.at;
+      element.removeAttribute("title");
+    } else if (!predicted.at) {
+      element.textContent = "no start predicted within 30 days";
+      delete element.dataset.at;
+      element.removeAttribute("title");
+    } else {
+      element.dataset.at = predicted.at;
+      element.textContent = `starts ~${until(predicted.at)}`;
+      element.title = `predicted start ${utc(predicted.at)} UTC` + (predicted.earliest &&
+        predicted.latest ? `, between ${utc(predicted.earliest)} and ${utc(predicted.latest)}` : "");
+    }
+  }
+
+  // Predicted starts count down as time passes (each keeps the time it was predicted for).
+  function tickPredictions(root = document, now = Date.now()) {
+    for (const element of root.querySelectorAll('[data-part="predicted"][data-at]')) {
+      element.textContent = `starts ~${until(element.dataset.at, now)}`;
+    }
+    for (const element of root.querySelectorAll("[data-until]")) {
+      element.textContent = until(element.dataset.until, now);
+    }
+  }
+
   const FINAL = new Set(["succeeded", "failed", "killed"]);
 
   PC.live = live;
-  PC.jobs = { age, utc, setTime, fillState, FINAL };
+  PC.jobs = { age, utc, setTime, fillState, fillPrediction, tickPredictions, until, FINAL };
 })();
