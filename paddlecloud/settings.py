@@ -349,6 +349,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # A job's states, shown by Job and GroupJob alike: one enum, named.
+    "ENUM_NAME_OVERRIDES": {"JobStateEnum": "jobs.states.JobState"},
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "pfs.schema.transfer_paths",
