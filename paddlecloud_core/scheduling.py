@@ -432,10 +432,10 @@ def _simulate(pool: Pool, now: float, case: str, only: Iterable[int] | None,
         for job_id in plan.never:
             waiting.pop(job_id)
             wanted.discard(job_id)
-        later = [run.ends for run in running if run.ends > t]
-        if not later:
+        if not running:
             break
-        t = min(later)
+        # The next end (a job predicted to have ended already ends now: plan again at once).
+        t = max(t, min(run.ends for run in running))
         running = [run for run in running if run.ends > t]
     return started
 

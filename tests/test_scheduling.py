@@ -172,6 +172,14 @@ def test_forecasts_are_exact_when_run_times_are():
     assert all(f.low == f.start == f.high for f in predicted.values())
 
 
+def test_a_job_past_its_predicted_end_is_taken_to_end_now():
+    """Running past its estimate, a job is predicted to end any moment: what waits for it is
+    predicted to start now, not never."""
+    pool = Pool(capacity=Limit(gpu=1), running=[Running(1, 1, Vec(gpu=1, jobs=1), ends=100.0)],
+                waiting=[Waiting(2, 2, Vec(gpu=1, jobs=1), submitted=50.0)])
+    assert forecast(pool, 100.0)[2].start == 100.0
+
+
 def test_estimates_come_from_the_same_kind_of_job():
     need = Vec(2000, GiB, 1, 1)
     history = [(shape("resnet-3", need), 600.0), (shape("resnet-4", need), 660.0),
