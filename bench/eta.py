@@ -157,6 +157,7 @@ class Replay:
         self.never: dict[int, str] = {}  # refused by the plan: more than a limit
         self.gpu_got: dict[int, float] = defaultdict(float)  # GPU-seconds held
         self.gpu_fair: dict[int, float] = defaultdict(float)  # GPU-seconds due (fair share)
+        self.gpu_idle_wanted = 0.0  # GPU-seconds idle while a job that needs GPUs waited
         self.forecast_seconds: list[float] = []  # wall time of each forecast call
         self.schedule_seconds = 0.0
 
@@ -253,6 +254,8 @@ class Replay:
         fair = water_fill(self.trace.capacity.gpu, wanted, self.trace.weights)
         for owner, gpus in held.items():
             self.gpu_got[owner] += gpus * (end - start)
+        if any(job.need.gpu for job in self.waiting.values()):  # GPUs idle, GPU jobs waiting
+            self.gpu_idle_wanted += (self.trace.capacity.gpu - sum(held.values())) * (end - start)
         for owner, gpus in fair.items():
             self.gpu_fair[owner] += gpus * (end - start)
 
@@ -375,6 +378,7 @@ def figures(replay: Replay) -> dict:
     out["fair_gpu_hours"] = fair_total / 3600
     span = max((r.start + r.job.duration for r in started), default=0.0)
     out["span_hours"] = span / 3600
+    out["gpu_idle_wanted_hours"] = replay.gpu_idle_wanted / 3600
     out["gpu_busy"] = (got_total / (replay.trace.capacity.gpu * span)
                        if span and replay.trace.capacity.gpu else None)
     return out
@@ -386,7 +390,9 @@ def finite(value):
         return {k: finite(v) for k, v in value.items()}
     if isinstance(value, list):
         return [finite(v) for v in value]
-    return None if isinstance(value, float) and value == float("inf") else value
+    if isinstance(value, float):
+        return None if value == float("inf") else round(value, 4)
+    return value
 
 
 def hours(seconds: float | None) -> str:
@@ -431,8 +437,10 @@ def report(f: dict) -> str:
     lines += [
         "",
         f"GPU time: {f['gpu_hours']:.0f} GPU-hours used over {f['span_hours']:.0f} h "
-        f"({pct(f['gpu_busy'])} of the GPUs); fair shares: the GPUs shared by weighted max-min "
-        "fairness among the users wanting GPUs at each moment",
+        f"({pct(f['gpu_busy'])} of the GPUs); {f['gpu_idle_wanted_hours']:.0f} GPU-hours idle "
+        "while a job needing GPUs waited",
+        "fair share: at each moment, the GPUs shared by weighted max-min fairness among the "
+        "users wanting GPUs (their jobs' GPUs, at most their quota)",
         f"{'user':<8}{'weight':>7}{'jobs':>6}{'med wait':>11}{'GPU-h':>8}{'share':>8}"
         f"{'fair GPU-h':>12}{'fair share':>12}{'share/fair':>12}",
     ]
