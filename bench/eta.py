@@ -347,6 +347,7 @@ def figures(replay: Replay) -> dict:
     def within(r: Record) -> bool:
         return (r.low is not None and r.high is not None
                 and r.low - 1e-6 <= r.start <= r.high + 1e-6)
+    out["forecast"]["no_range"] = sum(r.low is None or r.high is None for r in started)
     out["forecast"]["in_range_all"] = (sum(map(within, started)) / len(started)
                                        if started else None)
     out["forecast"]["in_range_waited"] = (sum(map(within, waited)) / len(waited)
@@ -429,7 +430,9 @@ def report(f: dict) -> str:
                      f"{'<= 50 %':>9}  {('met' if met else 'missed') if p == 'forecast' else '':<8}"
                      f"{pct(g['relative_median']):>19}{hours(g['mae_all_s']):>11}{in_range:>15}")
     lines.append("(in [low,high]: of all jobs / of those that waited; forecast not within the "
-                 f"horizon: {f['forecast']['unpredicted']} jobs, counted as an infinite error)")
+                 f"horizon: {f['forecast']['unpredicted']} jobs, counted as an infinite error; "
+                 f"no range (low or high not within the horizon): {f['forecast']['no_range']} "
+                 "jobs, counted as out of range)")
     ms = f["forecast_ms"]
     lines.append(f"forecast(): {ms['calls']} calls, {ms['total_s']:.1f} s in all, median "
                  f"{ms['median']:.1f} ms, max {ms['max']:.0f} ms; schedule(): "
