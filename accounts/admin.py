@@ -1,5 +1,7 @@
 """Admins manage datacenters, users, memberships and quotas here."""
 
+from decimal import Decimal
+
 from django import forms
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
@@ -17,6 +19,7 @@ from .models import (
     QUOTA_RESOURCES,
     ApiToken,
     AuditEntry,
+    Budget,
     Datacenter,
     Membership,
     Quota,
@@ -30,6 +33,7 @@ from .services import quota_change_record, share_change_record
 SHARE_FIELDS = ("team_id", "weight")  # a membership's part in sharing its datacenter
 TEAM_FIELDS = ("weight", "cpu", "memory", "gpu", "jobs")
 CAPACITY_FIELDS = ("capacity_cpu", "capacity_memory", "capacity_gpu")
+BUDGET_FIELDS = ("gpu_hours", "cpu_hours", "window", "kind")
 
 
 class QuantityField(forms.CharField):
@@ -202,6 +206,7 @@ class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
                                        "builder_image"]}),
         ("Capacity", {"fields": ["capacity_cpu", "capacity_memory", "capacity_gpu",
                                  "capacity_from_cluster", "capacity_updated_at"]}),
+        ("Budgets", {"fields": ["budget_spent", "budget_grace_seconds"]}),
     ]
     readonly_fields = ["capacity_updated_at"]
 
@@ -255,6 +260,26 @@ class TeamAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
         share_change_record(request.user, obj.datacenter, f"group {obj.name}", before,
                             {k: getattr(obj, k) for k in TEAM_FIELDS})
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    """GPU-hours and CPU-hours a user or a group may use per window (README "Scheduling")."""
+
+    list_display = ["__str__", "gpu_hours", "cpu_hours", "window", "kind"]
+    list_filter = ["datacenter", "window", "kind"]
+    autocomplete_fields = ["datacenter", "user"]
+    fields = ["datacenter", "user", "team", "gpu_hours", "cpu_hours", "window", "kind"]
+
+    def save_model(self, request, obj, form, change):
+        def plain(value):  # hours as numbers in the audit's JSON
+            return float(value) if isinstance(value, Decimal) else value
+
+        before = {k: plain(form.initial.get(k)) for k in BUDGET_FIELDS} if change else {}
+        super().save_model(request, obj, form, change)
+        whose = f"group {obj.team.name}" if obj.team_id else obj.user.username
+        share_change_record(request.user, obj.datacenter, f"{whose} (budget)", before,
+                            {k: plain(getattr(obj, k)) for k in BUDGET_FIELDS})
 
 
 @admin.register(SsoGroupMapping)

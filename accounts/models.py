@@ -209,6 +209,18 @@ class Datacenter(models.Model):
                   "are then written by it.")
     capacity_updated_at = models.DateTimeField(null=True, blank=True, editable=False)
 
+    class BudgetSpent(models.TextChoices):
+        STOP = "stop", "warn, then stop it after the grace period"
+        FINISH = "finish", "warn, and let it finish"
+
+    budget_spent = models.CharField(
+        "a running job whose budget is spent", max_length=8, choices=BudgetSpent.choices,
+        default=BudgetSpent.STOP)
+    budget_grace_seconds = models.PositiveIntegerField(
+        "budget grace (seconds)", default=600,
+        help_text="How long a running job whose owner's (or group's) budget is spent runs "
+                  "on after the warning, when it is stopped.")
+
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="datacenters"
     )
@@ -294,6 +306,51 @@ class Team(models.Model):
     def quota(self) -> dict[str, int | None]:
         """The group's limits, each resource (None: no limit)."""
         return {"cpu": self.cpu, "memory": self.memory, "gpu": self.gpu, "jobs": self.jobs}
+
+
+class Budget(models.Model):
+    """GPU-hours and CPU-hours a user or a group may use in a datacenter per window, measured
+    from their replicas' run time (README "Scheduling"). While one is spent, their jobs wait;
+    a running one is warned, then stopped or let finish (``Datacenter.budget_spent``)."""
+
+    class Window(models.TextChoices):
+        DAY = "day"
+        WEEK = "week"
+        MONTH = "month"
+
+    class Kind(models.TextChoices):
+        ROLLING = "rolling", "rolling: the last 24 hours, 7 days or 30 days"
+        CALENDAR = "calendar", "calendar: today, this week (from Monday), this month (UTC)"
+
+    datacenter = models.ForeignKey(Datacenter, on_delete=models.CASCADE, related_name="budgets")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True,
+                             blank=True, related_name="budgets")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, null=True, blank=True,
+                             related_name="budgets", verbose_name="group")
+    gpu_hours = models.DecimalField("GPU-hours", max_digits=10, decimal_places=1, null=True,
+                                    blank=True, help_text="Empty: no GPU budget.")
+    cpu_hours = models.DecimalField("CPU-hours", max_digits=10, decimal_places=1, null=True,
+                                    blank=True, help_text="Empty: no CPU budget.")
+    window = models.CharField(max_length=8, choices=Window.choices, default=Window.WEEK)
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.ROLLING)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(user__isnull=False, team__isnull=True)
+                           | models.Q(user__isnull=True, team__isnull=False)),
+                name="budget_of_a_user_or_a_group"),
+        ]
+
+    def __str__(self) -> str:
+        whose = f"group {self.team.name}" if self.team_id else str(self.user)
+        return f"{whose} in {self.datacenter}: per {self.window} ({self.kind})"
+
+    def clean(self):
+        if bool(self.user_id) == bool(self.team_id):
+            raise DjangoValidationError({"user": "a budget is a user's or a group's: give one"})
+        if self.gpu_hours is None and self.cpu_hours is None:
+            raise DjangoValidationError({"gpu_hours": "give GPU-hours, CPU-hours or both"})
 
 
 class Membership(models.Model):

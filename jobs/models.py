@@ -154,6 +154,9 @@ class Job(models.Model):
     admitted_at = models.DateTimeField(
         null=True, blank=True, help_text="When its current start began (its start timeout runs "
                                          "from here).")
+    budget_warned_at = models.DateTimeField(
+        null=True, blank=True, help_text="When it was warned that its owner's (or group's) "
+                                         "budget is spent; empty while it is not.")
     requeues = models.PositiveIntegerField(
         default=0, help_text="How often a start timed out and it went back to its queue.")
     finished_at = models.DateTimeField(null=True, blank=True)

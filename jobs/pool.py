@@ -36,6 +36,7 @@ from paddlecloud_core.scheduling import (
     shape,
 )
 
+from .budgets import budgets_spent
 from .models import Job, JobEvent
 from .states import JobState
 
@@ -156,7 +157,8 @@ def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterabl
         teams=teams,
         team_quotas={pk: Limit(**team.quota) for pk, team in groups.items()},
         team_weights={pk: team.weight for pk, team in groups.items()},
-        team_names={pk: team.name for pk, team in groups.items()})
+        team_names={pk: team.name for pk, team in groups.items()},
+        blocked=budgets_spent(datacenter, owner_ids))
 
 
 def waiting_of(job, history: dict[int, list]) -> Waiting:

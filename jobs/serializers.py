@@ -88,6 +88,30 @@ class GroupJobSerializer(JobSerializer):
         fields = ["owner", *JobSerializer.Meta.fields]
 
 
+class BudgetUseSerializer(serializers.Serializer):
+    limit = serializers.FloatField()
+    used = serializers.FloatField()
+    left = serializers.FloatField()
+
+
+class BudgetBucketSerializer(serializers.Serializer):
+    start = serializers.DateTimeField(help_text="the bucket's start (an hour of a day's "
+                                                "window, a day of a week's or a month's)")
+    cpu_hours = serializers.FloatField()
+    gpu_hours = serializers.FloatField()
+
+
+class BudgetSerializer(serializers.Serializer):
+    whose = serializers.CharField(help_text='"you", or "group NAME"')
+    window = serializers.ChoiceField(["day", "week", "month"])
+    kind = serializers.ChoiceField(["rolling", "calendar"])
+    since = serializers.DateTimeField(help_text="when the window began")
+    in_words = serializers.CharField(help_text='e.g. "in the last 7 days", "this month"')
+    gpu_hours = BudgetUseSerializer(allow_null=True, help_text="null: no GPU budget")
+    cpu_hours = BudgetUseSerializer(allow_null=True, help_text="null: no CPU budget")
+    series = BudgetBucketSerializer(many=True)
+
+
 class GroupQuotaEntrySerializer(serializers.Serializer):
     limit = serializers.CharField(allow_null=True, help_text="null: no limit")
     limit_value = serializers.IntegerField(allow_null=True)

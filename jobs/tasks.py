@@ -31,8 +31,10 @@ from .admission import quota_admit, waiting_queues
 from .backends import backend_for
 from .backends.base import BackendError
 from .backends.local import isolation_notice
+from .budgets import budget_overruns
 from .capacity import capacity_refresh
-from .models import Job
+from .models import Job, JobEvent
+from .notify import job_changed
 from .services import job_remove
 from .states import FINAL_JOB_STATES, LIVE_REPLICA_STATES, JobState, ReplicaState
 
@@ -159,9 +161,32 @@ def jobs_reconcile() -> dict[str, int] | None:
         lease.release()
 
 
+def _budgets_enforce(now) -> int:
+    """Running jobs whose owner's (or group's) budget is spent: warned once (an event, and a
+    notice on the job's page), then, where the datacenter says so, stopped after its grace
+    period — unless the budget was raised (or its window moved on) meanwhile. Returns how
+    many were warned or stopped."""
+    acted = 0
+    for job, datacenter, why in budget_overruns():
+        finish = datacenter.budget_spent == Datacenter.BudgetSpent.FINISH
+        grace = datacenter.budget_grace_seconds
+        if job.budget_warned_at is None:
+            then = ("it may finish" if finish else
+                    f"it is stopped in {grace} s unless the budget is raised")
+            JobEvent.objects.create(job=job, from_state=job.state, to_state=job.state,
+                                    time=now, reason=f"{why}; {then}")
+            Job.objects.filter(pk=job.pk).update(budget_warned_at=now)
+            job_changed(job.pk)
+            acted += 1
+        elif not finish and now >= job.budget_warned_at + timedelta(seconds=grace):
+            engine.job_fail(job, f"stopped: {why}")
+            acted += 1
+    return acted
+
+
 def _reconcile(lease: Lease) -> dict[str, int]:
     counts = {"admitted": 0, "restarted": 0, "synced": 0, "expired": 0, "orphans": 0,
-              "unfit": 0, "capacity": 0}
+              "unfit": 0, "capacity": 0, "budget": 0}
     now = timezone.now()
     # A cluster upgraded (or rolled back) since: asked again, so jobs started there meet
     # what it is now; one it cannot run on is logged here and fails the jobs that try.
@@ -177,6 +202,7 @@ def _reconcile(lease: Lease) -> dict[str, int]:
         else:
             if datacenter.capacity_from_cluster:
                 counts["capacity"] += capacity_refresh(datacenter)
+    counts["budget"] = _budgets_enforce(now)
     # Admission happens when jobs are submitted and end; this catches what a crash missed.
     # One call per queue, each a fixed number of queries however long its queue.
     for owner_id, datacenter_id in waiting_queues():

@@ -18,6 +18,7 @@ urlpatterns = [
     path("builds/<uuid:uid>/", views.BuildDetailView.as_view(), name="api-build"),
     path("builds/<uuid:uid>/logs", views.BuildLogsView.as_view(), name="api-build-logs"),
     path("quota", views.QuotaView.as_view(), name="api-quota"),
+    path("quota/budgets", views.BudgetsView.as_view(), name="api-budgets"),
     path("group", views.GroupView.as_view(), name="api-group"),
     path("group/jobs/", views.GroupJobsView.as_view(), name="api-group-jobs"),
 ]

@@ -19,6 +19,7 @@ from paddlecloud.views import DatacenterAPIView, flag_parameter, query_flag
 from . import master, services
 from .admission import quota_report
 from .backends import backend_for
+from .budgets import budget_report
 from .documents import to_yaml
 from .files import build_log_file, log_file
 from .logs import stream
@@ -27,6 +28,7 @@ from .metrics import metrics_get
 from .models import worker_ended
 from .pool import job_predictions
 from .serializers import (
+    BudgetSerializer,
     BuildRequestSerializer,
     BuildSerializer,
     DryRunSerializer,
@@ -118,6 +120,14 @@ class JobEventsView(DatacenterAPIView):
         job = services.job_get(request.user, self.datacenter, name)
         events = job.events.select_related("replica")
         return Response(EventSerializer(events, many=True).data)
+
+
+class BudgetsView(DatacenterAPIView):
+    @extend_schema(responses={200: BudgetSerializer(many=True), **ERRORS},
+                   summary="Your budgets and your group's in this datacenter: GPU-hours and "
+                           "CPU-hours per window, used, left, and the use over the window")
+    def get(self, request):
+        return Response(budget_report(request.user, self.datacenter))
 
 
 class GroupView(DatacenterAPIView):

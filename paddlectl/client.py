@@ -247,6 +247,10 @@ class ApiClient:
         """Each resource's limit and use: ``{"cpu": {"limit", "used", …}, …}``."""
         return self.call("GET", "/api/v1/quota")
 
+    def budgets(self) -> list[dict]:
+        """Your budgets and your group's: GPU-hours and CPU-hours per window, used and left."""
+        return self.call("GET", "/api/v1/quota/budgets")
+
     def group(self) -> dict:
         """Your group: ``{"name", "weight", "members", "quota"}`` (404 when in none)."""
         return self.call("GET", "/api/v1/group")

@@ -227,6 +227,10 @@ TASK_COLUMNS = [
 PLAN_COLUMNS = [Column("name", "name"), Column("role", "role"), Column("cpu", "cpu"),
                 Column("memory", "memory"), Column("gpu", "gpu")]
 
+# ``get quota``'s budgets: a row per budget and resource (GPU-hours, CPU-hours).
+BUDGET_COLUMNS = [Column("budget", "budget"), Column("limit", "limit"), Column("used", "used"),
+                  Column("left", "left")]
+
 # ``get quota``: rows made by the command from /me and /pfs/usage.
 QUOTA_COLUMNS = [Column("resource", "resource"), Column("limit", "limit"),
                  Column("used", "used"),

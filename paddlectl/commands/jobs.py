@@ -30,6 +30,7 @@ from paddlectl.jobs import (
     topology_problem,
 )
 from paddlectl.output import (
+    BUDGET_COLUMNS,
     JOB_COLUMNS,
     PLAN_COLUMNS,
     QUOTA_COLUMNS,
@@ -325,12 +326,18 @@ def _get_tasks(ctx, args) -> None:
 
 
 def _get_quota(ctx, args) -> None:
-    quota = ctx.client.quota()
+    quota, budgets = ctx.client.quota(), ctx.client.budgets()
     if _machine_output(ctx):
-        ctx.emit({"datacenter": ctx.datacenter.name, "quota": quota})
+        ctx.emit({"datacenter": ctx.datacenter.name, "quota": quota, "budgets": budgets})
         return
     rows = [{"resource": resource, **entry} for resource, entry in quota.items()]
     ctx.emit(quota, rows, QUOTA_COLUMNS)
+    rows = [{"budget": f"{b['whose']}: {resource.replace('_', '-')} {b['in_words']}",
+             **b[resource]} for b in budgets for resource in ("gpu_hours", "cpu_hours")
+            if b[resource]]
+    if rows:
+        ctx.stdout.write("\n")
+        ctx.emit(budgets, rows, BUDGET_COLUMNS)
 
 
 def _get_group(ctx, args) -> None:

@@ -1,0 +1,178 @@
+"""Budgets of GPU-hours and CPU-hours over time (``accounts.Budget``), measured from replicas'
+actual run time: what a user or a group has used in a budget's window, whether it is spent
+(admission holds their waiting jobs: ``budgets_spent``, read into the scheduling model's
+``Pool.blocked``), which running jobs overran one (the reconciler warns them and, after the
+datacenter's grace, stops them: ``budget_overruns``), and the report the API, ``paddlectl
+get quota`` and the Quota page show, with the use over the window for a chart.
+
+A replica uses its job's ``cpu`` and ``gpu`` (a trainer) or ``pscpu`` (a parameter server)
+from its start to its end (or now), wherever that falls in the window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from django.db.models import Q
+from django.utils import timezone
+
+from accounts.models import Budget, Datacenter, Membership
+
+from .models import Job, Replica
+from .states import JobState
+
+LENGTHS = {"day": timedelta(days=1), "week": timedelta(days=7), "month": timedelta(days=30)}
+ROLLING_WORDS = {"day": "in the last 24 hours", "week": "in the last 7 days",
+                 "month": "in the last 30 days"}
+CALENDAR_WORDS = {"day": "today", "week": "this week", "month": "this month"}
+# The chart's bars: an hour each over a day, a day each over a week or a month.
+BUCKETS = {"day": timedelta(hours=1), "week": timedelta(days=1), "month": timedelta(days=1)}
+
+
+def window_of(budget: Budget, now: datetime) -> tuple[datetime, str]:
+    """When the budget's window began, and the window in words."""
+    if budget.kind == Budget.Kind.ROLLING:
+        return now - LENGTHS[budget.window], ROLLING_WORDS[budget.window]
+    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = {"day": day, "week": day - timedelta(days=day.weekday()),
+             "month": day.replace(day=1)}[budget.window]
+    return start, CALENDAR_WORDS[budget.window]
+
+
+def owners_of(budget: Budget) -> list[int]:
+    """The users whose jobs count against the budget."""
+    if budget.user_id:
+        return [budget.user_id]
+    return list(Membership.objects.filter(team_id=budget.team_id).values_list("user_id",
+                                                                             flat=True))
+
+
+@dataclass(frozen=True)
+class Use:
+    cpu_hours: float
+    gpu_hours: float
+    series: list[tuple[datetime, float, float]]  # (bucket start, CPU-hours, GPU-hours)
+
+
+def use(budget: Budget, now: datetime) -> Use:
+    """What the budget's owners used in its window: replicas' run time there, times their
+    CPUs and GPUs, in all and bucket by bucket."""
+    start, _ = window_of(budget, now)
+    rows = (Replica.objects.filter(job__datacenter_id=budget.datacenter_id,
+                                   job__owner_id__in=owners_of(budget),
+                                   started_at__isnull=False, started_at__lt=now)
+            .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=start))
+            .values_list("role", "started_at", "finished_at", "job__cpu", "job__pscpu",
+                         "job__gpu"))
+    step = BUCKETS[budget.window]
+    buckets = int((now - start) / step) + 1
+    cpu = [0.0] * buckets
+    gpu = [0.0] * buckets
+    for role, began, ended, job_cpu, ps_cpu, job_gpu in rows:
+        cores = (job_cpu if role == Replica.Role.TRAINER else
+                 ps_cpu if role == Replica.Role.PSERVER else 0) / 1000
+        gpus = job_gpu if role == Replica.Role.TRAINER else 0
+        if not cores and not gpus:
+            continue
+        first, last = max(began, start), min(ended or now, now)
+        while first < last:  # spread over the buckets it spans
+            index = int((first - start) / step)
+            edge = min(last, start + (index + 1) * step)
+            hours = (edge - first).total_seconds() / 3600
+            cpu[index] += cores * hours
+            gpu[index] += gpus * hours
+            first = edge
+    return Use(sum(cpu), sum(gpu),
+               [(start + i * step, cpu[i], gpu[i]) for i in range(buckets)])
+
+
+def _spent(budget: Budget, used: Use) -> list[str]:
+    """Each resource of which the budget is used up, in words with the numbers."""
+    _, words = window_of(budget, timezone.now())
+    out = []
+    for name, limit, value in (("GPU-hours", budget.gpu_hours, used.gpu_hours),
+                               ("CPU-hours", budget.cpu_hours, used.cpu_hours)):
+        if limit is not None and Decimal(str(round(value, 3))) >= limit:
+            out.append(f"{value:.1f} of {float(limit):g} {name} used {words} ({budget.kind})")
+    return out
+
+
+def _budgets(datacenter, owner_ids) -> dict[int, list[Budget]]:
+    """The budgets each of ``owner_ids`` counts against in the datacenter: their own and
+    their group's."""
+    teams = dict(Membership.objects.filter(datacenter=datacenter, user_id__in=owner_ids,
+                                           team__isnull=False)
+                 .values_list("user_id", "team_id"))
+    found = list(Budget.objects.filter(datacenter=datacenter).filter(
+        Q(user_id__in=owner_ids) | Q(team_id__in=set(teams.values())))
+        .select_related("team"))
+    return {owner: [b for b in found if b.user_id == owner
+                    or (b.team_id is not None and b.team_id == teams.get(owner))]
+            for owner in owner_ids}
+
+
+def budgets_spent(datacenter, owner_ids) -> dict[int, str]:
+    """Each of ``owner_ids`` whose own budget or whose group's is spent, with why: their
+    waiting jobs wait for it (``Pool.blocked``)."""
+    return {owner: f"waiting for {whose}: {details}"
+            for owner, (whose, details) in _spent_by_owner(datacenter, owner_ids).items()}
+
+
+def _spent_by_owner(datacenter, owner_ids) -> dict[int, tuple[str, str]]:
+    """Each of ``owner_ids`` whose budget (or group's) is spent: whose, and the numbers. One
+    query when the datacenter has no budgets."""
+    owner_ids = list(owner_ids)
+    if not owner_ids or not Budget.objects.filter(datacenter=datacenter).exists():
+        return {}
+    now = timezone.now()
+    measured: dict[int, Use] = {}
+    out = {}
+    for owner, budgets in _budgets(datacenter, owner_ids).items():
+        for budget in budgets:
+            if budget.pk not in measured:
+                measured[budget.pk] = use(budget, now)
+            if spent := _spent(budget, measured[budget.pk]):
+                whose = f"group {budget.team.name}'s budget" if budget.team_id else "budget"
+                out[owner] = (whose, "; ".join(spent))
+                break
+    return out
+
+
+def budget_overruns() -> list[tuple[Job, Datacenter, str]]:
+    """The running jobs whose owner's (or group's) budget is spent, each with its datacenter
+    and why; and the jobs warned before whose budget is no longer spent (raised, or the
+    window moved on) are cleared."""
+    out = []
+    for datacenter in Datacenter.objects.filter(budgets__isnull=False).distinct():
+        active = list(Job.objects.filter(datacenter=datacenter,
+                                         state__in=(JobState.STARTING, JobState.RUNNING)))
+        spent = _spent_by_owner(datacenter, {job.owner_id for job in active})
+        cleared = [job.pk for job in active if job.owner_id not in spent
+                   and job.budget_warned_at is not None]
+        Job.objects.filter(pk__in=cleared).update(budget_warned_at=None)
+        out += [(job, datacenter, "{} spent: {}".format(*spent[job.owner_id]))
+                for job in active if job.owner_id in spent]
+    return out
+
+
+def budget_report(user, datacenter) -> list[dict]:
+    """The user's budgets and their group's in the datacenter: the window, each limit, what is
+    used and what is left, and the use bucket by bucket (for a chart)."""
+    now = timezone.now()
+    report = []
+    for budget in _budgets(datacenter, [user.pk])[user.pk]:
+        used = use(budget, now)
+        start, words = window_of(budget, now)
+        entry = {"whose": f"group {budget.team.name}" if budget.team_id else "you",
+                 "window": budget.window, "kind": budget.kind, "since": start.isoformat(),
+                 "in_words": words}
+        for key, limit, value in (("gpu_hours", budget.gpu_hours, used.gpu_hours),
+                                  ("cpu_hours", budget.cpu_hours, used.cpu_hours)):
+            entry[key] = None if limit is None else {
+                "limit": float(limit), "used": round(value, 2),
+                "left": round(max(float(limit) - value, 0.0), 2)}
+        entry["series"] = [{"start": at.isoformat(), "cpu_hours": round(c, 3),
+                            "gpu_hours": round(g, 3)} for at, c, g in used.series]
+        report.append(entry)
+    return report

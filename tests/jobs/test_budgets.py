@@ -1,0 +1,170 @@
+"""Budgets of GPU-hours and CPU-hours per window: use measured from replicas' run time
+(rolling and calendar windows), jobs held while a budget is spent and admitted once it is
+raised (through a real worker), a running job warned and stopped after the grace period or
+let finish, a group's budget shared by its members, and the API showing it all."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from accounts.models import Budget, Datacenter, Membership, Team
+from accounts.services import quota_set
+from jobs.admission import quota_admit
+from jobs.budgets import use, window_of
+from jobs.models import Job, Replica
+from jobs.services import job_submit
+from jobs.tasks import _budgets_enforce, jobs_admit
+
+NOW = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)  # a Wednesday
+
+
+def ran(owner, datacenter, name, *, gpu=0, cpu=1000, began, ended=None, pservers=0):
+    """A job whose one trainer (and ``pservers``) ran from ``began`` to ``ended`` (None:
+    still runs)."""
+    job = Job.objects.create(owner=owner, datacenter=datacenter, name=name, gpu=gpu, cpu=cpu,
+                             pservers=pservers, pscpu=500, entry="x", image="paddle",
+                             package=f"/pfs/datacenter1/home/{owner.username}/pkg",
+                             state="running" if ended is None else "succeeded",
+                             created_at=began, started_at=began, finished_at=ended)
+    for role, count in (("trainer", 1), ("pserver", pservers)):
+        for index in range(count):
+            Replica.objects.create(job=job, role=role, index=index, started_at=began,
+                                   finished_at=ended,
+                                   state="running" if ended is None else "succeeded")
+    return job
+
+
+@pytest.mark.django_db
+def test_use_is_run_time_times_what_replicas_hold_within_the_window(alice, datacenter):
+    budget = Budget.objects.create(datacenter=datacenter, user=alice, gpu_hours=10,
+                                   window="day", kind="rolling")
+    # 2 GPUs for an hour, three hours ago; a pserver of 0.5 CPU beside its trainer of 1 CPU.
+    ran(alice, datacenter, "a", gpu=2, began=NOW - timedelta(hours=3),
+        ended=NOW - timedelta(hours=2), pservers=1)
+    # Still running: 1 GPU for the last 30 minutes.
+    ran(alice, datacenter, "b", gpu=1, began=NOW - timedelta(minutes=30))
+    # Half of it before the window (25 to 23 hours ago): half counts.
+    ran(alice, datacenter, "c", gpu=1, began=NOW - timedelta(hours=25),
+        ended=NOW - timedelta(hours=23))
+    used = use(budget, NOW)
+    assert round(used.gpu_hours, 3) == 2 + 0.5 + 1
+    assert round(used.cpu_hours, 3) == 1.5 + 0.5 + 1
+    # By the hour, for the chart: 24 full hours and the one begun.
+    assert len(used.series) == 25
+    assert round(sum(g for _, _, g in used.series), 3) == 3.5
+    calendar = Budget(datacenter=datacenter, user=alice, window="day", kind="calendar")
+    assert round(use(calendar, NOW).gpu_hours, 3) == 2.5  # today (UTC) only
+
+
+def test_windows_rolling_and_calendar():
+    def since(window, kind):
+        return window_of(Budget(window=window, kind=kind), NOW)
+
+    assert since("week", "rolling") == (NOW - timedelta(days=7), "in the last 7 days")
+    assert since("day", "calendar") == (datetime(2026, 11, 25, tzinfo=UTC), "today")
+    assert since("week", "calendar") == (datetime(2026, 11, 23, tzinfo=UTC), "this week")
+    assert since("month", "calendar") == (datetime(2026, 11, 1, tzinfo=UTC), "this month")
+
+
+@pytest.fixture
+def spent(alice, datacenter, pfs_home):
+    """alice has used her week's GPU-hour: an hour of a GPU, two hours ago."""
+    (pfs_home / "pkg").mkdir()
+    quota_set(None, datacenter, alice, gpu=4, jobs=10)
+    now = datetime.now(UTC)
+    ran(alice, datacenter, "earlier", gpu=1, began=now - timedelta(hours=2),
+        ended=now - timedelta(hours=1))
+    return Budget.objects.create(datacenter=datacenter, user=alice, gpu_hours=1)
+
+
+def submit(user, datacenter, name, **fields) -> Job:
+    return job_submit(user, datacenter, {
+        "name": name, "package": f"/pfs/datacenter1/home/{user.username}/pkg",
+        "entry": "python train.py", **fields}).job
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_spent_budget_holds_jobs_until_it_is_raised(alice, datacenter, spent,
+                                                      celery_worker):
+    job = submit(alice, datacenter, "next", gpu=1)
+    job.refresh_from_db()
+    assert (job.state, job.state_reason) == (
+        "queued", "waiting for budget: 1.0 of 1 GPU-hours used in the last 7 days (rolling)")
+    Budget.objects.filter(pk=spent.pk).update(gpu_hours=Decimal("5"))
+    jobs_admit.delay(alice.pk, datacenter.pk)  # as the admin's raise asks for
+    deadline = time.monotonic() + 30
+    while Job.objects.get(pk=job.pk).state == "queued":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert Job.objects.get(pk=job.pk).state in ("starting", "running", "succeeded", "failed")
+
+
+@pytest.mark.django_db
+def test_a_running_job_that_spends_the_budget_is_warned_then_stopped_after_grace(
+        alice, datacenter, spent, held_tasks):
+    Datacenter.objects.filter(pk=datacenter.pk).update(budget_grace_seconds=60)
+    running = ran(alice, datacenter, "long", gpu=1,
+                  began=datetime.now(UTC) - timedelta(minutes=10))
+    now = datetime.now(UTC)
+    assert _budgets_enforce(now) == 1
+    running.refresh_from_db()
+    assert running.state == "running" and running.budget_warned_at == now
+    warning = running.events.order_by("-id").first()
+    assert warning.reason == ("budget spent: 1.2 of 1 GPU-hours used in the last 7 days "
+                              "(rolling); it is stopped in 60 s unless the budget is raised")
+    assert _budgets_enforce(now + timedelta(seconds=30)) == 0  # warned once, in its grace
+    assert running.events.count() == 1  # the one warning
+    assert _budgets_enforce(now + timedelta(seconds=61)) == 1
+    running.refresh_from_db()
+    assert running.state == "failed"
+    assert running.state_reason.startswith("stopped: budget spent: 1.2 of 1 GPU-hours")
+
+
+@pytest.mark.django_db
+def test_a_raised_budget_lets_a_warned_job_run_on_and_finish_never_stops(
+        alice, datacenter, spent, held_tasks):
+    Datacenter.objects.filter(pk=datacenter.pk).update(budget_grace_seconds=0)
+    running = ran(alice, datacenter, "long", gpu=1,
+                  began=datetime.now(UTC) - timedelta(minutes=10))
+    now = datetime.now(UTC)
+    _budgets_enforce(now)
+    Budget.objects.filter(pk=spent.pk).update(gpu_hours=100)
+    assert _budgets_enforce(now + timedelta(seconds=5)) == 0
+    running.refresh_from_db()
+    assert running.state == "running" and running.budget_warned_at is None
+    Budget.objects.filter(pk=spent.pk).update(gpu_hours=1)
+    Datacenter.objects.filter(pk=datacenter.pk).update(budget_spent="finish")
+    _budgets_enforce(now + timedelta(seconds=10))
+    assert running.events.order_by("-id").first().reason.endswith("; it may finish")
+    assert _budgets_enforce(now + timedelta(hours=1)) == 0
+    assert Job.objects.get(pk=running.pk).state == "running"
+
+
+@pytest.mark.django_db
+def test_a_groups_budget_is_shared_by_its_members(alice, make_user, datacenter, pfs_home,
+                                                  held_tasks, token_client):
+    bob = make_user("bob")
+    (pfs_home.parent / "bob" / "pkg").mkdir(parents=True)
+    team = Team.objects.create(datacenter=datacenter, name="vision")
+    Membership.objects.filter(datacenter=datacenter).update(team=team)
+    quota_set(None, datacenter, bob, cpu=8000, jobs=10)
+    Budget.objects.create(datacenter=datacenter, team=team, cpu_hours=2, window="day")
+    now = datetime.now(UTC)
+    ran(alice, datacenter, "alices", cpu=2000, began=now - timedelta(hours=2),
+        ended=now - timedelta(hours=1))  # 2 CPU-hours of alice's: the group's are spent
+    job = submit(bob, datacenter, "bobs")
+    job.refresh_from_db()
+    assert job.state_reason == ("waiting for group vision's budget: 2.0 of 2 CPU-hours used "
+                                "in the last 24 hours (rolling)")
+    quota_admit(bob.pk, datacenter.pk)
+    assert Job.objects.get(pk=job.pk).state == "queued"
+    # What alice sees: the group's budget, spent, and its use hour by hour.
+    [shown] = token_client.get("/api/v1/quota/budgets").json()
+    assert shown["whose"] == "group vision" and shown["gpu_hours"] is None
+    assert shown["cpu_hours"] == {"limit": 2.0, "used": 2.0, "left": 0.0}
+    assert len(shown["series"]) == 25
+    assert round(sum(b["cpu_hours"] for b in shown["series"]), 3) == 2.0
