@@ -21,6 +21,7 @@ from accounts import selectors as account_selectors
 from accounts import services as account_services
 from accounts.throttling import client_address
 from jobs.admission import quota_report
+from jobs.budgets import budget_report
 from jobs.states import FINAL_JOB_STATES
 from paddlecloud.errors import PaddleCloudError
 from registries import services as registry_services
@@ -148,17 +149,49 @@ def _meter(resource: str, label: str, figures: dict) -> dict:
             **meter(figures["used_value"] + reserved, figures["limit_value"])}
 
 
+BUDGET_LABELS = {"gpu_hours": "GPU-hours", "cpu_hours": "CPU-hours"}
+
+
+def _budget_meters(report: list[dict]) -> list[dict]:
+    """A bar for each budgeted resource, with the use over its window as a bar chart (an
+    hour or a day a bar, its height against the busiest)."""
+    out = []
+    for budget in report:
+        for key, label in BUDGET_LABELS.items():
+            figures = budget[key]
+            if figures is None:
+                continue
+            series = [bucket[key] for bucket in budget["series"]]
+            top = max(series) or 1.0
+            step = "hour" if budget["window"] == "day" else "day"
+            out.append({
+                "label": f"{label} {budget['in_words']}", "whose": budget["whose"],
+                "kind": budget["kind"], "used": f"{figures['used']:.1f}",
+                "limit": f"{figures['limit']:g}", "left": f"{figures['left']:.1f}",
+                **meter(figures["used"], figures["limit"]),
+                "step": step, "count": len(series),
+                "bars": [{"x": i + 0.1, "height": round(100 * value / top, 1),
+                          "y": round(100 - 100 * value / top, 1),
+                          "title": f"{bucket['start'][:16].replace('T', ' ')} UTC: "
+                                   f"{value:.2f} {label}"}
+                         for i, (bucket, value) in enumerate(zip(budget["series"], series,
+                                                                 strict=True))]})
+    return out
+
+
 @login_required
 @require_http_methods(["GET", "HEAD"])
 def quota(request):
     datacenters = dashboard_datacenters(request)
     datacenter = dashboard_datacenter(request, datacenters)
-    meters = []
+    meters, budgets = [], []
     if datacenter is not None:
         report = quota_report(request.user, datacenter)
         meters = [_meter(resource, label, report[resource]) for resource, label in METERS]
+        budgets = _budget_meters(budget_report(request.user, datacenter))
     rows = [(dc, account_selectors.quota_get(request.user, dc).limits()) for dc in datacenters]
-    return render(request, "dashboard/quota.html", {"meters": meters, "rows": rows})
+    return render(request, "dashboard/quota.html", {"meters": meters, "rows": rows,
+                                                    "budgets": budgets})
 
 
 # -- tokens -----------------------------------------------------------------------------------

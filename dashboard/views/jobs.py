@@ -189,6 +189,10 @@ def job_detail(request, datacenter, name: str):
         "waiting": waiting, "prediction": waiting["prediction"] if waiting else None,
         "workers": workers, "events": job.events.select_related("replica"),
         "active": job.state not in FINAL_JOB_STATES,
+        # Warned that its budget is spent: the warning, while it runs on in its grace.
+        "budget_warning": job.events.filter(time=job.budget_warned_at).values_list(
+            "reason", flat=True).first() if job.budget_warned_at
+        and job.state not in FINAL_JOB_STATES else None,
         "questions": [question(job, "kill"), question(job, "delete")],
         "log_workers": ([job.build] if job.build_id else []) + workers,
         "log_worker": shown.name, "log_first": first, "log_lines": lines,

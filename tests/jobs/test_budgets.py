@@ -168,3 +168,25 @@ def test_a_groups_budget_is_shared_by_its_members(alice, make_user, datacenter, 
     assert shown["cpu_hours"] == {"limit": 2.0, "used": 2.0, "left": 0.0}
     assert len(shown["series"]) == 25
     assert round(sum(b["cpu_hours"] for b in shown["series"]), 3) == 2.0
+
+
+@pytest.mark.django_db
+def test_the_quota_page_charts_a_budget_and_a_warned_jobs_page_says_so(
+        alice, datacenter, spent, client, held_tasks):
+    client.force_login(alice)
+    page = client.get("/quota/").content.decode()
+    assert "Budgets in datacenter1" in page
+    assert "GPU-hours in the last 7 days" in page and "1.0 of 1 used, 0.0 left" in page
+    chart = page[page.index('<svg class="budget-chart"'):]
+    chart = chart[:chart.index("</svg>")]
+    assert 'viewBox="0 0 8 100"' in chart  # a bar a day: 7 days and the one begun
+    assert chart.count("<rect") == 8
+    assert chart.count('height="100.0"') == 1  # the day of the hour of GPU, the busiest
+    running = ran(alice, datacenter, "long", gpu=1,
+                  began=datetime.now(UTC) - timedelta(minutes=10))
+    _budgets_enforce(datetime.now(UTC))
+    page = client.get("/jobs/long/").content.decode()
+    assert 'id="budget-warning"' in page
+    assert "budget spent: 1.2 of 1 GPU-hours used in the last 7 days" in page
+    running.refresh_from_db()
+    assert running.budget_warned_at is not None

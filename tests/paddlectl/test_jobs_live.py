@@ -341,6 +341,22 @@ def test_get_quota_shows_what_is_used_of_each_limit(live_cli, package):
     assert data["quota"]["storage"]["used_value"] >= 5000 + len(TRAINER)
 
 
+def test_get_quota_shows_budgets_used_and_left(live_cli):
+    from accounts.models import Budget
+
+    portal = live_cli.portal
+    Budget.objects.create(datacenter=portal.datacenter, user=portal.user, gpu_hours=10,
+                          cpu_hours=100, window="month", kind="calendar")
+    out = ok(live_cli("get", "quota")).stdout
+    budgets = table(out.split("\n\n")[1])
+    assert budgets == [["BUDGET", "LIMIT", "USED", "LEFT"],
+                       ["you: gpu-hours this month", "10.0", "0.0", "10.0"],
+                       ["you: cpu-hours this month", "100.0", "0.0", "100.0"]]
+    data = json.loads(ok(live_cli("get", "quota", "-o", "json")).stdout)
+    assert data["budgets"][0]["kind"] == "calendar"
+    assert data["budgets"][0]["since"].endswith("-01T00:00:00+00:00")
+
+
 def test_the_tables_say_why_a_job_failed_without_o_wide(live_cli, celery_worker, package,
                                                         jobs):
     ok(live_cli("submit", "-jobname", "broken", "-entry", "python nothing-here.py", package))
