@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.contrib.auth import get_user_model
+from django.conf import settings
 from django.core.cache import cache
 from django.db.models import F, Max, Q, Window
 from django.db.models.functions import RowNumber
@@ -70,8 +71,10 @@ def shared(datacenter: Datacenter) -> bool:
     """Whether one member's jobs may wait for another's: the datacenter has a capacity they
     share, or groups whose quotas their members share. (Else only each user's quota limits
     their jobs, and each queue is admitted alone.)"""
-    return (any(value is not None for value in datacenter.capacity.values())
-            or Team.objects.filter(datacenter=datacenter).exists())
+    if not hasattr(datacenter, "_shared"):  # asked often in a request: once
+        datacenter._shared = (any(value is not None for value in datacenter.capacity.values())
+                              or Team.objects.filter(datacenter=datacenter).exists())
+    return datacenter._shared
 
 
 def ahead_of(job) -> Q:
@@ -211,12 +214,6 @@ def datacenter_forecast(datacenter: Datacenter, owner_ids: Iterable[int],
         for job_id, f in predicted.items()}
 
 
-# A datacenter's forecast is kept this long, for as long as no job of it changed state: a
-# page of jobs, or paddlectl asking again, costs a cache read. (What no job's event records —
-# a quota or capacity changed — shows within this time.)
-FORECAST_CACHE_SECONDS = 15
-
-
 def job_predictions(jobs: Iterable[Job]) -> dict[int, Prediction]:
     """The predicted start of each waiting job among ``jobs`` (a forecast per datacenter,
     reused while nothing in it changed state)."""
@@ -225,15 +222,22 @@ def job_predictions(jobs: Iterable[Job]) -> dict[int, Prediction]:
         if job.state in WAITING_STATES:
             by_datacenter[job.datacenter_id].append(job)
     out: dict[int, Prediction] = {}
+    # A datacenter's forecast is kept a while (PADDLECLOUD_FORECAST_CACHE_SECONDS), for as long
+    # as no job of it changed state: a page of jobs, or paddlectl asking again, costs a cache
+    # read. (What no job's event records — a quota or a capacity changed — shows within it.)
+    keep = settings.PADDLECLOUD_FORECAST_CACHE_SECONDS
     for datacenter_id, waiting in by_datacenter.items():
         datacenter = Datacenter.objects.get(pk=datacenter_id)
         owners = sorted({job.owner_id for job in waiting})
-        last = JobEvent.objects.filter(job__datacenter=datacenter).aggregate(Max("id"))
-        key = (f"forecast:{datacenter.pk}:{last['id__max']}:"
-               + ("all" if shared(datacenter) else ",".join(map(str, owners))))
-        predicted = cache.get(key)
+        key = predicted = None
+        if keep:
+            last = JobEvent.objects.filter(job__datacenter=datacenter).aggregate(Max("id"))
+            key = (f"forecast:{datacenter.pk}:{last['id__max']}:"
+                   + ("all" if shared(datacenter) else ",".join(map(str, owners))))
+            predicted = cache.get(key)
         if predicted is None or any(job.pk not in predicted for job in waiting):
             _, predicted = datacenter_forecast(datacenter, owners)
-            cache.set(key, predicted, FORECAST_CACHE_SECONDS)
+            if keep:
+                cache.set(key, predicted, keep)
         out.update({job.pk: predicted[job.pk] for job in waiting if job.pk in predicted})
     return out

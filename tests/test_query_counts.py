@@ -63,6 +63,13 @@ def shown(response, *texts: str) -> bool:
     return all(text in page for text in texts)
 
 
+@pytest.fixture(autouse=True)
+def forecasts_not_kept(settings):
+    """Each listing forecasts its waiting jobs' starts afresh: a kept forecast would make the
+    first request and the next differ by the forecast's (fixed) queries."""
+    settings.PADDLECLOUD_FORECAST_CACHE_SECONDS = 0
+
+
 # --- the API ------------------------------------------------------------------------------------
 
 

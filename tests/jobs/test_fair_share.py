@@ -278,3 +278,29 @@ def test_a_capacity_raised_in_the_admin_is_audited_and_admits(
     assert state("a4", alice)[0] == "starting"
     entry = AuditEntry.objects.get(target="datacenter datacenter1 (capacity)")
     assert entry.details["changes"] == {"capacity_cpu": [4000, 5000]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_through_real_workers_a_high_priority_job_goes_first_in_its_owners_queue(
+        make_user, datacenter, no_launch, celery_worker):  # noqa: F811 - the fixture
+    """alice's quota runs one job at a time; of her waiting jobs, the one submitted last at
+    priority high starts next when the running one ends, then the others in their order."""
+    alice = make_user("alice")
+    quota_set(None, datacenter, alice, jobs=1)
+    now = timezone.now()
+    for i, priority in enumerate((0, 0, 0, 100)):
+        Job.objects.create(owner=alice, datacenter=datacenter, name=f"j{i}", priority=priority,
+                           created_at=now - timedelta(seconds=10 - i), entry="python x.py",
+                           image="paddle", package="/pfs/datacenter1/home/alice/pkg")
+    order = []
+    jobs_admit.delay(alice.pk, datacenter.pk)
+    deadline = time.monotonic() + 60
+    while len(order) < 4:
+        assert time.monotonic() < deadline, order
+        started = Job.objects.filter(state="starting").first()
+        if started is None:
+            time.sleep(0.05)
+            continue
+        order.append(started.name)
+        end(started)  # its end asks a worker for the next admission
+    assert order == ["j3", "j0", "j1", "j2"]
