@@ -19,13 +19,14 @@ from django.utils import timezone
 
 from accounts.models import Budget, Datacenter, Membership
 
-from .models import Job, Replica
-from .states import JobState
+from .models import Job, JobEvent, Replica
+from .states import JobState, ReplicaState
 
 LENGTHS = {"day": timedelta(days=1), "week": timedelta(days=7), "month": timedelta(days=30)}
 ROLLING_WORDS = {"day": "in the last 24 hours", "week": "in the last 7 days",
                  "month": "in the last 30 days"}
 CALENDAR_WORDS = {"day": "today", "week": "this week", "month": "this month"}
+RUNS = (ReplicaState.STARTING, ReplicaState.RUNNING)  # a replica's process holds its share
 # The chart's bars: an hour each over a day, a day each over a week or a month.
 BUCKETS = {"day": timedelta(hours=1), "week": timedelta(days=1), "month": timedelta(days=1)}
 
@@ -57,25 +58,24 @@ class Use:
 
 def use(budget: Budget, now: datetime) -> Use:
     """What the budget's owners used in its window: replicas' run time there, times their
-    CPUs and GPUs, in all and bucket by bucket."""
+    CPUs and GPUs, in all and bucket by bucket. Run time is read from each replica's recorded
+    events — it runs from an event into ``starting`` or ``running`` to the next into another
+    state — so every run of a restarted replica counts, not only its last."""
     start, _ = window_of(budget, now)
-    rows = (Replica.objects.filter(job__datacenter_id=budget.datacenter_id,
-                                   job__owner_id__in=owners_of(budget),
-                                   started_at__isnull=False, started_at__lt=now)
-            .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=start))
-            .values_list("role", "started_at", "finished_at", "job__cpu", "job__pscpu",
-                         "job__gpu"))
+    events = (JobEvent.objects.filter(job__datacenter_id=budget.datacenter_id,
+                                      job__owner_id__in=owners_of(budget),
+                                      replica__isnull=False, time__lt=now)
+              .filter(Q(job__finished_at__isnull=True) | Q(job__finished_at__gt=start))
+              .order_by("replica_id", "time", "id")
+              .values_list("replica_id", "replica__role", "to_state", "time", "job__cpu",
+                           "job__pscpu", "job__gpu"))
     step = BUCKETS[budget.window]
     buckets = int((now - start) / step) + 1
     cpu = [0.0] * buckets
     gpu = [0.0] * buckets
-    for role, began, ended, job_cpu, ps_cpu, job_gpu in rows:
-        cores = (job_cpu if role == Replica.Role.TRAINER else
-                 ps_cpu if role == Replica.Role.PSERVER else 0) / 1000
-        gpus = job_gpu if role == Replica.Role.TRAINER else 0
-        if not cores and not gpus:
-            continue
-        first, last = max(began, start), min(ended or now, now)
+
+    def count(first: datetime, last: datetime, cores: float, gpus: int) -> None:
+        first, last = max(first, start), min(last, now)
         while first < last:  # spread over the buckets it spans
             index = int((first - start) / step)
             edge = min(last, start + (index + 1) * step)
@@ -83,6 +83,24 @@ def use(budget: Budget, now: datetime) -> Use:
             cpu[index] += cores * hours
             gpu[index] += gpus * hours
             first = edge
+
+    by_replica: dict[int, list] = {}
+    for replica_id, *event in events:
+        by_replica.setdefault(replica_id, []).append(event)
+    for replica_events in by_replica.values():
+        role, _, _, job_cpu, ps_cpu, job_gpu = replica_events[0]
+        cores = (job_cpu if role == Replica.Role.TRAINER else
+                 ps_cpu if role == Replica.Role.PSERVER else 0) / 1000
+        gpus = job_gpu if role == Replica.Role.TRAINER else 0
+        since = None  # when its current run began
+        for _, state, at, *_ in replica_events:
+            if state in RUNS and since is None:
+                since = at
+            elif state not in RUNS and since is not None:
+                count(since, at, cores, gpus)
+                since = None
+        if since is not None:  # it runs still
+            count(since, now, cores, gpus)
     return Use(sum(cpu), sum(gpu),
                [(start + i * step, cpu[i], gpu[i]) for i in range(buckets)])
 

@@ -15,7 +15,7 @@ from accounts.models import Budget, Datacenter, Membership, Team
 from accounts.services import quota_set
 from jobs.admission import quota_admit
 from jobs.budgets import use, window_of
-from jobs.models import Job, Replica
+from jobs.models import Job, JobEvent, Replica
 from jobs.services import job_submit
 from jobs.tasks import _budgets_enforce, jobs_admit
 
@@ -32,9 +32,15 @@ def ran(owner, datacenter, name, *, gpu=0, cpu=1000, began, ended=None, pservers
                              created_at=began, started_at=began, finished_at=ended)
     for role, count in (("trainer", 1), ("pserver", pservers)):
         for index in range(count):
-            Replica.objects.create(job=job, role=role, index=index, started_at=began,
-                                   finished_at=ended,
-                                   state="running" if ended is None else "succeeded")
+            replica = Replica.objects.create(
+                job=job, role=role, index=index, started_at=began, finished_at=ended,
+                state="running" if ended is None else "succeeded")
+            JobEvent.objects.create(job=job, replica=replica, time=began,
+                                    from_state="pending", to_state="running", reason="ran")
+            if ended is not None:
+                JobEvent.objects.create(job=job, replica=replica, time=ended,
+                                        from_state="running", to_state="succeeded",
+                                        reason="exited 0")
     return job
 
 
@@ -58,6 +64,22 @@ def test_use_is_run_time_times_what_replicas_hold_within_the_window(alice, datac
     assert round(sum(g for _, _, g in used.series), 3) == 3.5
     calendar = Budget(datacenter=datacenter, user=alice, window="day", kind="calendar")
     assert round(use(calendar, NOW).gpu_hours, 3) == 2.5  # today (UTC) only
+
+
+@pytest.mark.django_db
+def test_every_run_of_a_restarted_replica_counts(alice, datacenter):
+    """A trainer of 2 GPUs ran an hour, failed, waited 30 minutes and ran 30 more: 3
+    GPU-hours, though its own times say only its last run's."""
+    budget = Budget.objects.create(datacenter=datacenter, user=alice, gpu_hours=10)
+    job = ran(alice, datacenter, "flaky", gpu=2, began=NOW - timedelta(hours=3),
+              ended=NOW - timedelta(hours=2))
+    replica = job.replicas.get()
+    for at, before, after in ((NOW - timedelta(hours=2), "succeeded", "failed"),
+                              (NOW - timedelta(minutes=90), "failed", "starting"),
+                              (NOW - timedelta(minutes=60), "starting", "failed")):
+        JobEvent.objects.create(job=job, replica=replica, time=at, from_state=before,
+                                to_state=after, reason="restart")
+    assert round(use(budget, NOW).gpu_hours, 3) == 2 * 1.5
 
 
 def test_windows_rolling_and_calendar():
@@ -117,7 +139,7 @@ def test_a_running_job_that_spends_the_budget_is_warned_then_stopped_after_grace
     assert warning.reason == ("budget spent: 1.2 of 1 GPU-hours used in the last 7 days "
                               "(rolling); it is stopped in 60 s unless the budget is raised")
     assert _budgets_enforce(now + timedelta(seconds=30)) == 0  # warned once, in its grace
-    assert running.events.count() == 1  # the one warning
+    assert running.events.filter(replica=None).count() == 1  # the one warning
     assert _budgets_enforce(now + timedelta(seconds=61)) == 1
     running.refresh_from_db()
     assert running.state == "failed"
