@@ -248,8 +248,14 @@ class ApiClient:
         return self.call("GET", "/api/v1/quota")
 
     def budgets(self) -> list[dict]:
-        """Your budgets and your group's: GPU-hours and CPU-hours per window, used and left."""
-        return self.call("GET", "/api/v1/quota/budgets")
+        """Your budgets and your group's: GPU-hours and CPU-hours per window, used and left
+        (none from a portal older than budgets, which has no such page)."""
+        try:
+            return self.call("GET", "/api/v1/quota/budgets")
+        except ApiError as exc:
+            if exc.status == 404:
+                return []
+            raise
 
     def group(self) -> dict:
         """Your group: ``{"name", "weight", "members", "quota"}`` (404 when in none)."""
