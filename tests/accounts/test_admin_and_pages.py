@@ -100,7 +100,8 @@ def test_admin_quota_form_reads_quantities(admin_browser, datacenter):
 DATACENTER_FORM = {"name": "datacenter1", "backend": "local", "namespace_prefix": "paddle-",
                    "pfs_storage": "posix", "kube_scheduler": "default", "start_timeout": "300",
                    "start_tries": "3", "kube_gpu_tolerations": "[]",
-                   "kube_gpu_node_selector": "{}"}
+                   "kube_gpu_node_selector": "{}", "budget_spent": "stop",
+                   "budget_grace_seconds": "600"}
 
 
 def test_admin_sets_a_datacenters_cluster_choices(admin_browser, datacenter):
