@@ -1,19 +1,21 @@
-"""Quota admission: which jobs may start now, which wait in ``queued``, which can never run.
+"""Admission: which jobs may start now, which wait in ``queued`` (and why), which can never run.
 
 A job's request is what all its replicas ask for together (trainers x cpu + pservers x pscpu,
 and so on) plus one concurrent job. Jobs that are ``starting`` or ``running`` hold their
-request; the rest of the quota is free. Each user's waiting jobs (``pending``, ``queued``) are
-admitted strictly in the order they were submitted, so a small job never overtakes a big one
-of the same user. At most ``queued`` of them may wait: a submission that would wait beyond
-that is refused.
+request. Who starts is the scheduling model's plan (``paddlecloud_core.scheduling``, README
+"Scheduling"): a job fits its owner's quota, their group's and the datacenter's capacity;
+fair share picks whose job goes next; a user's queue goes by priority, then submission time;
+a job behind one that waits starts first only where it cannot delay it (backfill). At most
+``queued`` of a user's jobs may wait: a submission that would wait beyond that is refused.
 
-``quota_admit`` is the one place jobs are admitted. It runs under a lock on the user's row, so
-two submissions racing for the last free CPU are admitted one after the other and the second
-sees the first's (on PostgreSQL, a ``SELECT … FOR UPDATE``; SQLite has one writer anyway). It
-is called by a submission, when a job ends, when a quota changes, and by the reconciler, so
-its cost is bounded by what changed, not by how many jobs wait: it reads the queue only up to
-the first job that does not fit, and touches the jobs behind it in a few bulk statements, only
-where their state or reason changes.
+``quota_admit`` is the one place jobs are admitted. It loads the datacenter's pool
+(``jobs.pool``) and applies the plan under a lock — the user's row, or, where members share a
+capacity or groups, the datacenter's — so two admissions racing for the last free CPU take
+it one after the other (on PostgreSQL, a ``SELECT … FOR UPDATE``; SQLite has one writer
+anyway). It is called by a submission, when a job ends, when a quota, a group, a budget or
+the capacity changes, and by the reconciler, so its cost is bounded by what changed, not by
+how many jobs wait: it reads each queue's head and ``LOOK_BEHIND`` jobs more, and touches the
+jobs behind them in a few bulk statements, only where their state or reason changes.
 
 **Elastic jobs** (``trainers`` MIN:MAX, docs/elastic.md) wait for, and are admitted with, MIN
 trainers; once the queue is through, ``quota_admit`` gives the user's running elastic jobs
