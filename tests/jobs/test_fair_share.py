@@ -20,7 +20,7 @@ from jobs.services import job_submit
 from jobs.tasks import jobs_admit
 from jobs.transitions import job_transition
 from tests.conftest import assert_error
-from tests.jobs.test_admission import no_launch  # noqa: F401 - a fixture
+from tests.jobs.test_admission import no_launch, race_as_jobs_end  # noqa: F401 - a fixture
 
 GiB = 2**30
 
@@ -183,28 +183,8 @@ def test_workers_racing_as_jobs_end_never_hold_more_than_the_datacenter_has(
     2 and 4 CPUs, admitted by worker threads as the jobs end one by one: what the recorded
     events show is every job admitted once and, at no moment, more than 4 CPUs held in all."""
     Datacenter.objects.filter(pk=datacenter.pk).update(capacity_cpu=4000)
-    users = [make_user(name) for name in ("ann", "ben", "cat")]
-    start = timezone.now() - timedelta(hours=1)
-    cpus = [1, 2, 1, 4, 1, 1, 2, 2, 4, 1, 1, 1, 2, 1]
-    for user in users:
-        quota_set(None, datacenter, user, cpu=4000, jobs=3)
-        Job.objects.bulk_create(
-            Job(owner=user, datacenter=datacenter, name=f"j{i}", cpu=cpu * 1000,
-                created_at=start + timedelta(seconds=i), entry="python train.py",
-                image="paddle", package=f"/pfs/datacenter1/home/{user.username}/pkg")
-            for i, cpu in enumerate(cpus))
-    for user in users:
-        jobs_admit.delay(user.pk, datacenter.pk)
-    total, ended = len(users) * len(cpus), set()
-    deadline = time.monotonic() + 120
-    while len(ended) < total and time.monotonic() < deadline:
-        for job in Job.objects.filter(state="starting").exclude(pk__in=ended):
-            end(job)
-            ended.add(job.pk)
-        time.sleep(0.02)
-    assert len(ended) == total, list(Job.objects.exclude(pk__in=ended).values_list(
-        "owner__username", "name", "state", "state_reason"))
-    assert sorted(no_launch) == sorted(ended)  # each admitted once
+    race_as_jobs_end([make_user(name) for name in ("ann", "ben", "cat")], datacenter,
+                     no_launch)
     cpu_of = dict(Job.objects.values_list("pk", "cpu"))
     held = 0
     events = JobEvent.objects.filter(replica=None, to_state__in=("starting", "succeeded"))
