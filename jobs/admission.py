@@ -29,6 +29,7 @@ holds (the engine starts that many), and what quota counts of an elastic job.
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from functools import reduce
 
 from django.contrib.auth import get_user_model
@@ -210,13 +211,13 @@ def _fits(request: Vec, quota) -> bool:
 @transaction.atomic
 def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
     """Admit what the scheduling model's plan (``paddlecloud_core.scheduling``) starts now in
-    the user's queue, or, in a datacenter with a capacity, in every queue of it (one job's
-    end may be another user's turn); give every job that waits its reason. Returns the ids
-    admitted, whose start is queued once this commits. A waiting job that can no longer ever
-    fit (its quota or the capacity was lowered) fails with the reason rather than block its
-    queue forever.
+    the user's queue, or, in a datacenter with a capacity or groups, in every queue of it
+    (one job's end may be another user's turn); give every job that waits its reason.
+    Returns the ids admitted, whose start is queued once this commits. A waiting job that can
+    no longer ever fit (its quota or the capacity was lowered) fails with the reason rather
+    than block its queue forever.
 
-    Under a lock: the user's row, or with a capacity the datacenter's, so two admissions
+    Under a lock: the user's row, or in such a datacenter the datacenter's, so two admissions
     racing for the last free CPU take it one after the other. A fixed number of queries for a
     queue however many jobs wait in it (a few more when many are admitted at once)."""
     datacenter = Datacenter.objects.only(*CAPACITY_FIELDS).get(pk=datacenter_id)
@@ -229,12 +230,15 @@ def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
         get_user_model().objects.select_for_update().only("id").filter(pk=user_id).exists()
         owner_ids = [user_id]
     quotas = quotas_get(datacenter, owner_ids)
+    active = Counter(Job.objects.filter(datacenter_id=datacenter_id, owner_id__in=owner_ids,
+                                        state__in=ACTIVE_STATES)
+                     .values_list("owner_id", flat=True))  # each owner's jobs that hold
     heads: dict[int, list[Job]] = {}
     for owner_id in owner_ids:
         waiting = Job.objects.filter(owner_id=owner_id, datacenter_id=datacenter_id,
                                      state__in=WAITING_STATES)
         _fail_never_fitting(waiting, quotas[owner_id], datacenter)
-        free_jobs = max(quotas[owner_id].jobs - quota_used(owner_id, datacenter_id).jobs, 0)
+        free_jobs = max(quotas[owner_id].jobs - active[owner_id], 0)
         look = free_jobs + 1 + (LOOK_BEHIND if free_jobs else 0)
         heads[owner_id] = list(waiting.select_for_update().order_by(*QUEUE_ORDER)
                                .only(*HEAD_FIELDS)[:look])

@@ -226,8 +226,8 @@ def job_predictions(jobs: Iterable[Job]) -> dict[int, Prediction]:
     # as no job of it changed state: a page of jobs, or paddlectl asking again, costs a cache
     # read. (What no job's event records — a quota or a capacity changed — shows within it.)
     keep = settings.PADDLECLOUD_FORECAST_CACHE_SECONDS
-    for datacenter_id, waiting in by_datacenter.items():
-        datacenter = Datacenter.objects.get(pk=datacenter_id)
+    for waiting in by_datacenter.values():
+        datacenter = waiting[0].datacenter  # the lists read it with their jobs
         owners = sorted({job.owner_id for job in waiting})
         key = predicted = None
         if keep:
