@@ -307,6 +307,14 @@ def alice(make_user):
 
 
 @pytest.fixture
+def browser(alice) -> Client:
+    """alice's browser, logged in."""
+    client = Client()
+    assert client.login(username="alice", password=PASSWORD)
+    return client
+
+
+@pytest.fixture
 def admin_browser(datacenter) -> Client:
     """A browser logged in as a staff superuser (``root``)."""
     user_upsert("root", password=PASSWORD, datacenter_names=["datacenter1"], staff=True,

@@ -6,7 +6,6 @@ in tests/conftest.py) and checks that the rows grown are really listed. A list a
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from accounts.audit import audit_record
 from accounts.models import AuditEntry
@@ -19,14 +18,6 @@ from tests.pfs.test_api import plant
 
 JOBS = "/api/v1/jobs/"
 HOME = "/pfs/datacenter1/home/alice"
-
-
-@pytest.fixture
-def browser(alice) -> Client:
-    """alice's browser, logged in."""
-    client = Client()
-    assert client.login(username="alice", password=PASSWORD)
-    return client
 
 
 def registry_add(owner, datacenter, name: str):

@@ -43,13 +43,6 @@ def messages_of(response) -> list[str]:
     return [str(m) for m in response.context["messages"]]
 
 
-@pytest.fixture
-def browser(alice) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
 # ---------------------------------------------------------------------------------------------
 # Every page
 

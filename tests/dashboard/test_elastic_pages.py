@@ -9,7 +9,7 @@ import html
 import pytest
 
 from jobs.models import Job
-from tests.dashboard.test_job_pages import PACKAGE, browser, element, text  # noqa: F401
+from tests.dashboard.test_job_pages import element, text
 from tests.jobs.master_scenario import package_write
 from tests.jobs.test_elastic import DATASET, PROGRAM
 
@@ -30,7 +30,7 @@ def form(**fields) -> dict:
             "entry": "python train.py", "pservers": "1", "dataset": DATASET, **fields}
 
 
-def test_a_range_is_submitted_and_shown(browser, package):  # noqa: F811
+def test_a_range_is_submitted_and_shown(browser, package):
     response = browser.post("/jobs/new/", form(trainers="2:4", trainers_lost_limit="2"))
     assert response.status_code == 302, response.content
     job = Job.objects.get(name="el")
@@ -44,7 +44,7 @@ def test_a_range_is_submitted_and_shown(browser, package):  # noqa: F811
     assert "elastic: at least 2, at most 4; lost 0 of at most 2" in text(page)
 
 
-def test_a_range_the_rules_refuse_is_shown_beside_the_field(browser, package):  # noqa: F811
+def test_a_range_the_rules_refuse_is_shown_beside_the_field(browser, package):
     response = browser.post("/jobs/new/", form(trainers="2:4", pservers="0"))
     assert response.status_code == 200 and not Job.objects.exists()
     attrs, _ = element(response, "id_trainers")

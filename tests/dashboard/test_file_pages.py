@@ -27,13 +27,6 @@ def files(path: str) -> str:
 
 
 @pytest.fixture
-def browser(alice) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
-@pytest.fixture
 def home(pfs_home):
     (pfs_home / "data").mkdir()
     (pfs_home / "data" / "train.csv").write_bytes(b"x" * 2048)

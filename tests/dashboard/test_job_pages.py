@@ -72,13 +72,6 @@ def package(pfs_home):
 
 
 @pytest.fixture
-def browser(alice) -> Client:
-    client = Client()
-    assert client.login(username="alice", password=PASSWORD)
-    return client
-
-
-@pytest.fixture
 def submit(alice, datacenter, package):
     def do(name="fit", **fields) -> Job:
         data = {"name": name, "package": package, "entry": "python train.py", **fields}

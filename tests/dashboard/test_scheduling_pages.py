@@ -8,13 +8,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.test import Client
 
 from accounts.models import Membership, Team
 from accounts.services import quota_set
 from jobs.models import Job
 from jobs.services import job_submit
-from tests.conftest import PASSWORD
 from tests.dashboard.test_job_pages import PACKAGE, _Element, element, form_data, text
 
 pytestmark = pytest.mark.django_db
@@ -37,13 +35,6 @@ def package(pfs_home):
     (pfs_home / "pkg").mkdir()
     (pfs_home / "pkg" / "train.py").write_text("print('hello')\n")
     return PACKAGE
-
-
-@pytest.fixture
-def browser(alice) -> Client:
-    client = Client()
-    assert client.login(username="alice", password=PASSWORD)
-    return client
 
 
 @pytest.fixture
