@@ -17,6 +17,7 @@ inside its area are followed, none that leave it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import time
@@ -209,3 +210,57 @@ def home_remove(job, relpath: str) -> None:
     missing); a link in its place is removed, never followed."""
     with contextlib.suppress(NotFoundError):
         job_home(job).remove(tuple(relpath.split("/")), recursive=True)
+
+
+O_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def tree_give(root: Path, ids: tuple[int, int]) -> None:
+    """Give ``root`` and everything below it to ``ids`` (uid, gid), following no link: each
+    directory is opened one component at a time from ``root`` (``O_NOFOLLOW``), and a link is
+    changed itself, never what it names. Iterative, holding one path of descriptors at a
+    time: a tree of any depth or width. What vanishes or turns into a link meanwhile (a job
+    still running) is left."""
+    uid, gid = ids
+    pending: list[tuple[str, ...]] = [()]
+    top = os.open(root, O_DIR_NOFOLLOW)
+    try:
+        while pending:
+            rel = pending.pop()
+            fds = [top]
+            try:
+                for name in rel:
+                    fds.append(os.open(name, O_DIR_NOFOLLOW, dir_fd=fds[-1]))
+                os.fchown(fds[-1], uid, gid)
+                with os.scandir(fds[-1]) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append((*rel, entry.name))
+                        else:
+                            with contextlib.suppress(FileNotFoundError):
+                                os.chown(entry.name, uid, gid, dir_fd=fds[-1],
+                                         follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                pass  # gone, or a link now
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+            finally:
+                for fd in fds[1:]:
+                    os.close(fd)
+    finally:
+        os.close(top)
+
+
+def home_give(job, ids: tuple[int, int]) -> None:
+    """Make the owner's home ``ids``'s (their replicas' host uid when the portal is root:
+    ``jobs.backends.local``), once: a home made before, or by the portal, is given whole;
+    from then on what the portal creates there follows its root's owner
+    (``PosixStorage.owner``). Only its owner (and root) may enter it."""
+    root = home_dir(job)
+    root.mkdir(parents=True, exist_ok=True)
+    st = os.lstat(root)
+    if (st.st_uid, st.st_gid) != ids:
+        tree_give(root, ids)
+    if st.st_mode & 0o077:
+        os.chmod(root, 0o700)

@@ -58,6 +58,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from ..files import tree_give
 from ..models import Job, JobEvent
 from ..states import FINAL_JOB_STATES
 from .base import BackendError
@@ -71,6 +72,10 @@ from .sandbox import (
     world_readable,
 )
 
+# uv's host uid and gid when the portal is root (never root: the sandbox's rule): the owner of
+# the environments and their cache, which every job reads and none writes. Below the homes'
+# (local.HOME_IDS + a user's id), above local builds' (buildah.BUILD_IDS).
+INSTALL_IDS = (1_099_999_999, 1_099_999_999)
 FORMAT = 1  # the layout of an environment: a change names every environment anew
 PIP_CONFIG = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf")
 UV_FLAGS = ("--no-config", "--no-build", "--link-mode", "copy", "--no-progress")
@@ -277,12 +282,16 @@ def _build(pkg: Path, target: Path, cache: Path, out, sandboxed: bool) -> None:
             str(target), "--cache-dir", str(cache), "-r", "requirements.txt"]
     target.mkdir(parents=True)
     cache.mkdir(parents=True, exist_ok=True)
+    if sandboxed and os.geteuid() == 0:
+        for path in (target, cache):
+            if path.stat().st_uid != INSTALL_IDS[0]:
+                tree_give(path, INSTALL_IDS)
     run = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=pkg, timeout=1800,
                check=False)
     if sandboxed:
         box = Sandbox(binds=[Bind(str(pkg)), Bind(str(target), writable=True),
                              Bind(str(cache), writable=True), *_config_binds(env)],
-                      env=env, cwd=str(pkg), network="host", hostname="uv")
+                      env=env, cwd=str(pkg), network="host", hostname="uv", ids=INSTALL_IDS)
         result = sandbox_command(box, argv).run(
             env={"PATH": SYSTEM_PATH, "LANG": env["LANG"]}, **run)
     else:

@@ -28,6 +28,12 @@ installed from wheels only, by uv in a sandbox on the machine's network (no code
 user's runs there), into its environment, which replicas see read-only. Without a sandbox every
 replica runs as the portal's user and can read everything the portal can: for mutually
 trusting users only, as the portal says when it starts.
+
+A sandboxed replica never runs as root on the host. A portal that is root runs each user's
+replicas as that user's own host uid and gid, ``HOME_IDS + the user's id`` (ids no account
+uses: local builds' are ``buildah.BUILD_IDS``, below them), and gives the user's home to them
+before the first job (``home_give``; only its owner may enter it): what a job writes there is
+the user's, never root's, and a set-uid file a job leaves gives nobody root.
 """
 
 from __future__ import annotations
@@ -56,7 +62,15 @@ from paddlecloud_core.processes import (
     read_json,
 )
 
-from ..files import home_dir, output_dir, output_open, output_prepare, package_copy
+from ..files import (
+    home_dir,
+    home_give,
+    output_dir,
+    output_open,
+    output_prepare,
+    package_copy,
+    tree_give,
+)
 from .base import Backend, BackendError, Observation, Status
 from .buildah import buildah_build
 from .envs import env_ensure, env_path
@@ -73,6 +87,19 @@ from .sandbox import (
     sandbox_command,
     sandbox_problem,
 )
+
+HOME_IDS = 1_100_000_000
+
+
+def home_ids(user) -> tuple[int, int]:
+    """The host uid and gid of ``user``'s sandboxed replicas when the portal runs as root (and
+    the owner of their homes)."""
+    return HOME_IDS + user.pk, HOME_IDS + user.pk
+
+
+def _as_owner() -> bool:
+    """Whether replicas run as their owner's host uid (a portal that is root, sandboxing)."""
+    return os.geteuid() == 0 and _sandboxed()
 
 
 def job_dir(job) -> Path:
@@ -178,6 +205,8 @@ class LocalBackend(Backend):
             self._prepare(job, private)
 
     def _prepare(self, job, private: Path) -> None:
+        if _as_owner():
+            home_give(job, home_ids(job.owner))
         output_prepare(job)
 
         pkg = private / "pkg"
@@ -185,6 +214,8 @@ class LocalBackend(Backend):
             tmp = private / "pkg.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             package_copy(job, tmp)
+            if _as_owner():  # its replicas read it whatever the portal's umask
+                tree_give(tmp, home_ids(job.owner))
             tmp.rename(pkg)
 
         if (pkg / "requirements.txt").is_file():
@@ -327,7 +358,7 @@ class LocalBackend(Backend):
         if job.dataset:
             relay_start(relay_file(private), network, portal_address(), f"job-{job.uid}")
         return Sandbox(binds=binds, env=env, cwd=str(private / "pkg"), network=network,
-                       hostname=replica.name)
+                       hostname=replica.name, ids=home_ids(job.owner))
 
     def observe(self, job, replica) -> Observation:
         seen = attempt_observe(job_dir(job) / "run", replica.name, replica.attempt)

@@ -17,11 +17,23 @@ What a sandboxed process sees (``sandbox_command``):
 - the caller's binds, each at its own host path, so that the paths in its environment hold;
 - nothing else: no ``var/``, no other home, no ``/root``, no source tree.
 
-It runs as uid and gid 65534 (nobody, in every passwd) in a user namespace of its own, mapped
-to the portal's uid outside (so what it writes in a home is owned like what the portal writes),
-with no capabilities, unable to make further user namespaces (bubblewrap 0.8 or later), with
-its own ipc, uts (its hostname) and cgroup namespaces, and exactly the environment variables
-given.
+Whom it runs as on the host is never root:
+
+- A portal that is not root: as uid and gid 65534 (nobody, in every passwd) in a user
+  namespace of its own, mapped to the portal's uid outside, unable to make further user
+  namespaces (bubblewrap 0.8 or later).
+- A portal that is root: mapped to root, a sandbox's process would be host root to the kernel
+  wherever the kernel checks the uid rather than a capability — ``/proc/sys`` (a write to
+  ``kernel/core_pattern`` runs a program of the job's choosing as root), files left set-uid
+  root in a home. So bwrap runs as root without a user namespace, keeping only the
+  capabilities to change ids, makes the sandbox as root (every bind is reachable, ``/root``
+  too), and the command then runs as ``Sandbox.ids``, an unprivileged host uid and gid (its
+  owner's own: ``jobs.backends.local``; nobody when none is given), with no capability and
+  ``no_new_privs`` (``setpriv``).
+
+Either way: no capabilities, ``/proc`` its own and read-only (``/proc/sys`` too), no ``/sys``,
+every bind ``nosuid`` and ``nodev`` (bubblewrap's own), its own ipc, uts (its hostname) and
+cgroup namespaces, and exactly the environment variables given.
 
 Its network (``Sandbox.network``): ``"none"``, a namespace of its own with only ``lo``;
 ``"host"``, the machine's (for ``pip download``, which needs PyPI — it reaches 127.0.0.1 too,
@@ -83,6 +95,9 @@ from pathlib import Path
 
 from paddlecloud_core.processes import memory_fd
 
+# The host ids of a sandbox's process when the portal runs as root and none are given.
+NOBODY = (65534, 65534)
+
 SANDBOX_UID = SANDBOX_GID = 65534  # nobody / nogroup
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -136,14 +151,16 @@ class Sandbox:
     """What one sandboxed process sees besides the system: ``binds``, exactly the variables
     of ``env`` (and PWD, which bwrap sets to ``cwd``), ``cwd``, its ``network`` (``"none"``,
     ``"host"`` or a job's ``Netns``) and its ``hostname`` (cut to 64 characters; its
-    ``/etc/hosts`` gives it 127.0.0.1, as gloo needs). Its repr leaves ``env`` out: it holds
-    secrets."""
+    ``/etc/hosts`` gives it 127.0.0.1, as gloo needs), and ``ids``: the host uid and gid it
+    runs as when the portal is root (never root; ``NOBODY`` when None). Its repr leaves ``env``
+    out: it holds secrets."""
 
     binds: Sequence[Bind] = ()
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
     cwd: str = "/"
     network: str | Netns = "none"
     hostname: str = "sandbox"
+    ids: tuple[int, int] | None = None
 
 
 # --- the tools -------------------------------------------------------------------------------
@@ -155,6 +172,7 @@ class _Tools:
     env: str  # also run inside: under /usr or a top-level link, like sh and readlink
     sh: str
     readlink: str
+    setpriv: str | None  # util-linux: needed only when the portal is root
     disable_userns: bool  # bubblewrap >= 0.8
 
 
@@ -162,15 +180,23 @@ class _Tools:
 def _tools() -> _Tools:
     outside = os.pathsep.join(p for p in (os.environ.get("PATH", ""), SYSTEM_PATH) if p)
     found = {name: shutil.which(name, path=outside) for name in ("bwrap", "nsenter")}
-    found |= {name: shutil.which(name, path=SYSTEM_PATH) for name in ("env", "sh", "readlink")}
+    found |= {name: shutil.which(name, path=SYSTEM_PATH)
+              for name in ("env", "sh", "readlink", "setpriv")}
     if not found["bwrap"]:
         raise SandboxError("bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
-    missing = [name for name, path in found.items() if not path]
+    missing = [name for name, path in found.items()
+               if not path and (name != "setpriv" or _rooted())]
     if missing:
         raise SandboxError(f"{', '.join(missing)} not found (util-linux, coreutils)")
     usage = subprocess.run([found["bwrap"], "--help"], capture_output=True, text=True,  # noqa: S603
                            timeout=30, check=False).stdout
     return _Tools(**found, disable_userns="--disable-userns" in usage)
+
+
+def _rooted() -> bool:
+    """Whether the portal runs as root: sandboxes are then made as root and their commands
+    run as an unprivileged host uid (see above)."""
+    return os.geteuid() == 0
 
 
 @functools.cache
@@ -251,7 +277,7 @@ def _system_mounts() -> list[tuple[str, list[str]]]:
     for path in dict.fromkeys((sys.base_prefix, sys.prefix, *map(str, client_dirs()))):
         if path and path != "/" and not any(_inside(path, p) for p, _ in mounts):
             mounts.append((path, ["--ro-bind", path, path]))
-    mounts += [("/proc", ["--proc", "/proc"]), ("/dev", ["--dev", "/dev"]),
+    mounts += [("/proc", ["--proc", "/proc", "--remount-ro", "/proc"]), ("/dev", ["--dev", "/dev"]),
                (PRIVATE_TMP, ["--tmpfs", PRIVATE_TMP])]
     return mounts
 
@@ -346,6 +372,7 @@ def sandbox_command(sandbox: Sandbox, command: Sequence[str]) -> SandboxCommand:
     if not HOSTNAME_RE.fullmatch(hostname):
         raise SandboxError(f"hostname {hostname!r}: letters, digits, '.' and '-' only")
 
+    rooted = _rooted()
     outer = [tools.env, "--ignore-signal=TERM,INT"]
     inode = ""
     network = sandbox.network
@@ -353,24 +380,49 @@ def sandbox_command(sandbox: Sandbox, command: Sequence[str]) -> SandboxCommand:
         if not netns_alive(network):
             raise SandboxError(f"the job's network is gone (its holder, pid {network.pid}, "
                                "is not running)")
-        # --preserve-credentials: the holder denied setgroups in its user namespace (which
-        # an unprivileged portal must), so nsenter's own setgroups would fail there.
-        outer += [tools.nsenter, "--preserve-credentials",
-                  f"--user=/proc/{network.pid}/ns/user", f"--net=/proc/{network.pid}/ns/net",
-                  "--"]
+        if rooted:  # root enters the network alone: no user namespace (see above)
+            outer += [tools.nsenter, f"--net=/proc/{network.pid}/ns/net", "--"]
+        else:
+            # --preserve-credentials: the holder denied setgroups in its user namespace
+            # (which an unprivileged portal must), so nsenter's own setgroups would fail.
+            outer += [tools.nsenter, "--preserve-credentials",
+                      f"--user=/proc/{network.pid}/ns/user",
+                      f"--net=/proc/{network.pid}/ns/net", "--"]
         inode = str(network.inode)
     elif network not in ("none", "host"):
         raise SandboxError(f"network {network!r}: must be 'none', 'host' or a job's Netns")
 
     mounts = sorted(_system_mounts() + _bind_mounts(sandbox.binds),
                     key=lambda mount: Path(mount[0]).parts)  # parents before children
-    argv = [tools.bwrap, "--die-with-parent",
-            "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
-            *(["--disable-userns"] if tools.disable_userns else []),
+    if rooted:
+        # Made as root, with no capability left but those setpriv needs to become ``ids``.
+        identity = ["--cap-drop", "ALL", *[arg for cap in ("SETUID", "SETGID", "SETPCAP")
+                                           for arg in ("--cap-add", f"CAP_{cap}")]]
+        uid, gid = sandbox.ids or NOBODY
+        if not uid or not gid:
+            raise SandboxError(f"ids {sandbox.ids!r}: a sandbox never runs as root")
+        become = [tools.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+    else:
+        identity = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
+                    *(["--disable-userns"] if tools.disable_userns else []), "--cap-drop", "ALL"]
+        become = []
+    argv = [tools.bwrap, "--die-with-parent", *identity,
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             *(["--unshare-net"] if network == "none" else []),
-            "--hostname", hostname, "--cap-drop", "ALL"]
-    for _, args in mounts:
+            "--hostname", hostname]
+    made = {"/"}
+    for where, args in mounts:
+        # The directories a mount point needs, made world-searchable: bubblewrap would give
+        # them the modes of the host's (``/root``'s 0700 would hide the portal's Python from
+        # a command run as ``ids``).
+        for parent in list(reversed(Path(where).parents))[1:]:
+            if str(parent) not in made and not any(
+                    _inside(str(parent), m) for m, a in mounts
+                    if m != str(parent) and a[0] in ("--bind", "--ro-bind")):
+                argv += ["--perms", "0755", "--dir", str(parent)]
+            made.add(str(parent))
+        made.add(where)
         argv += args
     # The environment: never on the command line (see above), read from bwrap's stdin.
     argv += ["--args", "0", "--chdir", cwd, "--"]
@@ -378,7 +430,7 @@ def sandbox_command(sandbox: Sandbox, command: Sequence[str]) -> SandboxCommand:
     for name, value in sandbox.env.items():
         given += ["--setenv", name, value]
     inner = [tools.sh, "-c", PRELUDE, "sandbox", tools.readlink, inode, hostname,
-             tools.env, "--default-signal=TERM,INT", "--", *command]
+             *become, tools.env, "--default-signal=TERM,INT", "--", *command]
     return SandboxCommand(argv=(*outer, *argv, *inner),
                           args=b"".join(os.fsencode(arg) + b"\0" for arg in given))
 

@@ -112,6 +112,28 @@ class PosixStorage(Storage):
         super().__init__(label, read_only=read_only)
         self.root = Path(root)
         self.links = links  # False: no link is followed, even one that stays inside
+        self._owner: tuple[int, int] | bool | None = False  # False: not looked up yet
+
+    def owner(self) -> tuple[int, int] | None:
+        """Whom what the portal creates here is given to: the owner (uid, gid) of the area's
+        root when the portal runs as root and the root is someone else's — a home whose jobs
+        run as its user's own host uid (``jobs.backends.local``: the Security model) — so that
+        its jobs can write whatever the portal made there. None: new entries stay the
+        portal's."""
+        if self._owner is False:
+            self._owner = None
+            if os.geteuid() == 0:
+                with contextlib.suppress(OSError):
+                    st = os.stat(self.root)
+                    if st.st_uid != 0:
+                        self._owner = (st.st_uid, st.st_gid)
+        return self._owner
+
+    def _give(self, fd: int) -> None:
+        """Give the entry open on ``fd``, just created, to the area's owner (see ``owner``)."""
+        owner = self.owner()
+        if owner and os.fstat(fd).st_uid != owner[0]:
+            os.fchown(fd, *owner)
 
     def through_link(self, rel: Rel):
         if self.links:
@@ -223,6 +245,8 @@ class PosixStorage(Storage):
         else:
             try:
                 fd = os.open(loc.name, flags, mode, dir_fd=loc.fd)
+                if flags & os.O_CREAT:
+                    self._give(fd)
             except FileNotFoundError:
                 raise self.not_found(loc.rel) from None
             except OSError as exc:
@@ -305,6 +329,8 @@ class PosixStorage(Storage):
         with self._locate(rel) as loc:
             try:
                 os.mkdir(loc.name, 0o775, dir_fd=loc.fd)
+                if self.owner():
+                    os.chown(loc.name, *self.owner(), dir_fd=loc.fd, follow_symlinks=False)
             except FileExistsError:
                 # With parents, an existing directory (or a link to one inside) will do.
                 if not (exist_ok and self.is_dir(rel)):
@@ -352,6 +378,8 @@ class PosixStorage(Storage):
         with self._locate(rel) as loc:
             try:
                 os.symlink(target, loc.name, dir_fd=loc.fd)
+                if self.owner():
+                    os.chown(loc.name, *self.owner(), dir_fd=loc.fd, follow_symlinks=False)
             except FileExistsError:
                 raise self.exists(rel) from None
 
@@ -406,6 +434,11 @@ class _PosixUpload(Upload):
             self.fd = os.open(temp, flags, 0o664, dir_fd=self.dir_fd)
         except BaseException:
             os.close(self.dir_fd)
+            raise
+        try:
+            storage._give(self.fd)
+        except BaseException:
+            self.close()
             raise
         # A resumed upload continues after what is there; the hash of those bytes is computed
         # again only when needed (not to abort or to report the offset).
