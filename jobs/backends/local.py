@@ -52,6 +52,7 @@ from django.db import transaction
 from paddlecloud_core.contract import Paths, TaskMaster, Topology, master_token, master_url
 from paddlecloud_core.layout import log_relpath
 from paddlecloud_core.processes import (
+    RUNNER,
     attempt_files,
     attempt_observe,
     attempt_start,
@@ -82,8 +83,12 @@ from .sandbox import (
     Sandbox,
     SandboxError,
     client_dirs,
+    dir_locked,
+    holder_kill,
+    holders,
     netns_start,
     netns_stop,
+    probe_left,
     sandbox_command,
     sandbox_problem,
 )
@@ -191,6 +196,41 @@ def isolation_notice() -> tuple[bool, str]:
                    "trusting users, or install bubblewrap (see the README's Security model)")
 
 
+def leftovers_stop(grace: float) -> int:
+    """Stop what local jobs hold on this machine that no portal can reach any more, and
+    return how many: job networks whose private directory is gone (its var/ removed, its job
+    cleaned up by a portal killed half way) or whose directory records another holder (one
+    started by a portal killed before it recorded it), probes' networks whose prober was
+    killed, and runners whose run directory is gone. Another portal's living jobs, under its
+    own var/, are left alone. Runs with every reconciliation, so at a portal's start."""
+    stopped = 0
+    root = jobs_root()
+    for pid, start, label in holders():
+        left = probe_left(label)
+        private = Path(label)
+        if private.is_absolute():
+            if not private.is_dir():
+                left = True
+            elif private.parent == root and (private / "run").is_dir():
+                with dir_locked(private / "run"):  # not one being started and recorded now
+                    recorded = read_json(netns_file(private))
+                    left = not recorded or recorded.get("pid") != pid
+        if left:
+            holder_kill(pid, start)  # its relay watches it and goes with it
+            stopped += 1
+    runners = []
+    for entry in os.scandir("/proc"):
+        try:
+            argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (len(argv) > 3 and argv[1] == os.fsencode(RUNNER) and argv[2] == b"--state"
+                and not os.path.isdir(argv[3])):
+            runners.append(int(entry.name))  # the leader of its own group
+    groups_stop(runners, grace)
+    return stopped + len(runners)
+
+
 class LocalBackend(Backend):
     name = "local"
 
@@ -258,7 +298,7 @@ class LocalBackend(Backend):
     def orphans_stop(self, known, grace: float) -> int:
         root = jobs_root()
         if not root.is_dir():
-            return 0
+            return leftovers_stop(grace)
         privates = list(root.iterdir())
         kept = known({private.name for private in privates})
         found = 0
@@ -272,7 +312,7 @@ class LocalBackend(Backend):
             netns_stop(netns_file(private))
             relay_stop(relay_file(private))
             shutil.rmtree(private, ignore_errors=True)
-        return found
+        return found + leftovers_stop(grace)
 
     # --- processes -------------------------------------------------------------------------
 
@@ -354,7 +394,7 @@ class LocalBackend(Backend):
         public = job.datacenter.public_path
         if public.is_dir() and not public.is_symlink():
             binds.append(Bind(str(public)))
-        network = netns_start(netns_file(private), f"job-{job.uid}")
+        network = netns_start(netns_file(private), str(private))  # named: leftovers_stop
         if job.dataset:
             relay_start(relay_file(private), network, portal_address(), f"job-{job.uid}")
         return Sandbox(binds=binds, env=env, cwd=str(private / "pkg"), network=network,

@@ -208,7 +208,7 @@ def sandbox_problem() -> str | None:
         with tempfile.TemporaryDirectory(prefix="paddlecloud-sandbox-probe-") as tmp:
             pid_file = Path(tmp) / "netns.pid"
             try:
-                for network in ("none", netns_start(pid_file, "probe")):
+                for network in ("none", netns_start(pid_file, _probe_label())):
                     result = sandbox_command(
                         Sandbox(network=network, hostname="probe"),
                         [sys.executable, "-I", "-S", "-c", "pass"],
@@ -435,6 +435,21 @@ def sandbox_command(sandbox: Sandbox, command: Sequence[str]) -> SandboxCommand:
                           args=b"".join(os.fsencode(arg) + b"\0" for arg in given))
 
 
+def _probe_label() -> str:
+    """What names a probe's network holder: its prober (pid and start), so that a holder
+    whose prober was killed mid-probe is known as left over (``leftovers_stop``)."""
+    return f"probe:{os.getpid()}:{_start_of(os.getpid())}"
+
+
+def _start_of(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot), None when it is gone (or a zombie)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else int(fields[19])
+
+
 # --- a job's network -------------------------------------------------------------------------
 
 # Run as ``python -I -S -c HOLDER paddlecloud-netns LABEL``: forks (the first process exits,
@@ -504,6 +519,47 @@ def netns_alive(netns: Netns) -> bool:
     return fields[0] != "Z" and int(fields[19]) == netns.start and inode == netns.inode
 
 
+def holders() -> list[tuple[int, int, str]]:
+    """Every job network holder running on this machine, whoever started it: (pid, start,
+    label), its label as ``netns_start`` was given it."""
+    found = []
+    marker = NETNS_MARKER.encode()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) >= 7 and argv[1:4] == [b"-I", b"-S", b"-c"] and argv[5] == marker:
+            start = _start_of(int(entry.name))
+            if start is not None:
+                found.append((int(entry.name), start, os.fsdecode(argv[6])))
+    return found
+
+
+def probe_left(label: str) -> bool:
+    """Whether ``label`` is a probe's whose prober is gone (killed in the middle of it)."""
+    _, _, rest = label.partition("probe:")
+    pid, _, start = rest.partition(":")
+    return label.startswith("probe:") and _start_of(int(pid or 0)) != int(start or -1)
+
+
+def holder_kill(pid: int, start: int, timeout: float = 5.0) -> None:
+    """Kill the holder ``pid`` (if it is still the process that started at ``start``) and wait
+    until it has exited."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        if _start_of(pid) == start:  # checked after opening the pidfd: this very process
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            select.select([pidfd], [], [], timeout)
+    finally:
+        os.close(pidfd)
+
+
 def netns_read(pid_file: Path) -> Netns | None:
     """The job's network recorded in ``pid_file``, if its holder still runs."""
     netns = _netns_recorded(pid_file)
@@ -540,16 +596,8 @@ def netns_start(pid_file: Path, label: str = "") -> Netns:
 
 
 def _netns_kill(netns: Netns, timeout: float = 5.0) -> None:
-    try:
-        pidfd = os.pidfd_open(netns.pid)
-    except ProcessLookupError:
-        return
-    try:
-        if netns_alive(netns):  # checked after opening the pidfd: it is this very process
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            select.select([pidfd], [], [], timeout)  # readable once it has exited
-    finally:
-        os.close(pidfd)
+    if netns_alive(netns):  # in its namespace still: holder_kill checks it is this process
+        holder_kill(netns.pid, netns.start, timeout)
 
 
 def netns_stop(pid_file: Path) -> None:
