@@ -278,7 +278,9 @@ def _system_mounts() -> list[tuple[str, list[str]]]:
         if path and path != "/" and not any(_inside(path, p) for p, _ in mounts):
             mounts.append((path, ["--ro-bind", path, path]))
     mounts += [("/proc", ["--proc", "/proc", "--remount-ro", "/proc"]), ("/dev", ["--dev", "/dev"]),
-               (PRIVATE_TMP, ["--tmpfs", PRIVATE_TMP])]
+               # Everyone's, sticky, as on any host: the command may not be their owner.
+               ("/dev/shm", ["--perms", "1777", "--tmpfs", "/dev/shm"]),
+               (PRIVATE_TMP, ["--perms", "1777", "--tmpfs", PRIVATE_TMP])]
     return mounts
 
 

@@ -497,3 +497,20 @@ def test_binds_that_would_undo_the_sandbox_are_refused(tree, netns):
         sandbox_command(Sandbox(network="bridge"), ["true"])
     with pytest.raises(SandboxError, match="hostname"):
         sandbox_command(Sandbox(hostname="a\n1.2.3.4 pypi.org"), ["true"])
+
+
+def test_the_command_writes_its_own_tmp_and_shared_memory(tree, netns):
+    """/tmp and /dev/shm are the sandbox's own and anyone's there (sticky), as on a host: the
+    command is not their owner when the portal is root (tempfile, a DataLoader's workers)."""
+    result = python(replica(tree, netns), """
+        import multiprocessing.shared_memory as shm, os, tempfile
+        fd, name = tempfile.mkstemp()
+        os.close(fd)
+        block = shm.SharedMemory(create=True, size=16)
+        block.close()
+        block.unlink()
+        print(os.path.dirname(name), oct(os.stat("/tmp").st_mode & 0o7777),
+              oct(os.stat("/dev/shm").st_mode & 0o7777))
+        """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["/tmp", "0o1777", "0o1777"]
