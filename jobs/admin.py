@@ -10,7 +10,7 @@ from django.utils.text import Truncator
 from paddlecloud.errors import PaddleCloudError
 
 from .admission import ACTIVE_STATES, WAITING_STATES
-from .models import Job, JobEvent, Replica
+from .models import Job, JobEvent, Replica, Usage
 from .services import job_kill, job_remove
 from .states import FINAL_JOB_STATES
 
@@ -128,3 +128,26 @@ class JobAdmin(admin.ModelAdmin):
         for job in queryset.filter(state__in=FINAL_JOB_STATES).select_related("owner",
                                                                               "datacenter"):
             job_remove(job, by=request.user)
+
+
+@admin.register(Usage)
+class UsageAdmin(admin.ModelAdmin):
+    """The usage ledger, to read: every run of every replica, of jobs deleted since too (what
+    budgets are summed from). Nobody adds, edits or deletes a row here."""
+
+    list_display = ["job_name", "owner", "datacenter", "role", "index", "attempt", "cpu", "gpu",
+                    "started_at", "ended_at"]
+    list_filter = ["datacenter"]
+    list_select_related = ["owner", "datacenter"]
+    search_fields = ["job_name", "owner__username"]
+    date_hierarchy = "started_at"
+    show_full_result_count = False
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

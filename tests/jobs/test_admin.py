@@ -78,3 +78,14 @@ def test_an_admins_delete_removes_a_job_as_its_owners_does(
     entry = AuditEntry.objects.get(action=AuditEntry.Action.JOB_DELETE)
     assert (entry.actor.username, entry.target) == ("root", "alice/fit-a-line")
     assert [name for name, _ in held_tasks.sent] == ["jobs.tasks.job_remains_remove"]
+
+
+def test_the_usage_ledger_is_read_only_in_the_admin(admin_browser, job):
+    run = Usage.objects.get(job_key=job.pk)
+    listing = admin_browser.get("/admin/jobs/usage/").content.decode()
+    assert "fit-a-line" in listing and "trainer" in listing
+    assert admin_browser.get("/admin/jobs/usage/add/").status_code == 403
+    assert admin_browser.get(f"/admin/jobs/usage/{run.pk}/delete/").status_code == 403
+    assert admin_browser.post(f"/admin/jobs/usage/{run.pk}/change/",
+                              {"cpu": "0"}).status_code == 403
+    assert Usage.objects.get(pk=run.pk).cpu == 1000
