@@ -7,6 +7,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
+from accounts.admin import RecordAdmin
 from paddlecloud.errors import PaddleCloudError
 
 from .admission import ACTIVE_STATES, WAITING_STATES
@@ -131,7 +132,7 @@ class JobAdmin(admin.ModelAdmin):
 
 
 @admin.register(Usage)
-class UsageAdmin(admin.ModelAdmin):
+class UsageAdmin(RecordAdmin):
     """The usage ledger, to read: every run of every replica, of jobs deleted since too (what
     budgets are summed from). Nobody adds, edits or deletes a row here."""
 
@@ -142,12 +143,3 @@ class UsageAdmin(admin.ModelAdmin):
     search_fields = ["job_name", "owner__username"]
     date_hierarchy = "started_at"
     show_full_result_count = False
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
