@@ -311,8 +311,8 @@ class Usage(models.Model):
         indexes = [
             # An owner's runs in a datacenter that may overlap a budget's window.
             models.Index(fields=["datacenter", "owner", "started_at"], name="usage_owner_time"),
-            # The open run of a replica, to close it.
-            models.Index(fields=["replica_key"], name="usage_open_run",
+            # The open runs of a job, or of one replica of it, to close them.
+            models.Index(fields=["job_key", "replica_key"], name="usage_open_run",
                          condition=models.Q(ended_at__isnull=True)),
         ]
 

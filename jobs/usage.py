@@ -30,7 +30,8 @@ def usage_record(replica: Replica, job_id: int, before: str, target: str, *, res
     run ends as it leaves ``starting``/``running`` (or restarts), one begins as it enters
     them (or restarts). Called under the replica's row lock, in the move's transaction."""
     if before in RUNS and (target not in RUNS or restart):
-        Usage.objects.filter(replica_key=replica.pk, ended_at__isnull=True).update(ended_at=now)
+        Usage.objects.filter(job_key=job_id, replica_key=replica.pk,
+                             ended_at__isnull=True).update(ended_at=now)
     if target in RUNS and (before not in RUNS or restart):
         job = Job.objects.only("owner_id", "datacenter_id", "name", "cpu", "pscpu",
                                "gpu").get(pk=job_id)

@@ -33,7 +33,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 'ordering': ['started_at', 'id'],
-                'indexes': [models.Index(fields=['datacenter', 'owner', 'started_at'], name='usage_owner_time'), models.Index(condition=models.Q(('ended_at__isnull', True)), fields=['replica_key'], name='usage_open_run')],
+                'indexes': [models.Index(fields=['datacenter', 'owner', 'started_at'], name='usage_owner_time'), models.Index(condition=models.Q(('ended_at__isnull', True)), fields=['job_key', 'replica_key'], name='usage_open_run')],
             },
         ),
     ]
