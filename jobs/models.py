@@ -307,6 +307,7 @@ class Usage(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "usage record"  # the admin's "Usage records"
         ordering = ["started_at", "id"]
         indexes = [
             # An owner's runs in a datacenter that may overlap a budget's window.

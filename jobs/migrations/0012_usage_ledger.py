@@ -32,6 +32,7 @@ class Migration(migrations.Migration):
                 ('owner', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='usage', to=settings.AUTH_USER_MODEL)),
             ],
             options={
+                'verbose_name': 'usage record',
                 'ordering': ['started_at', 'id'],
                 'indexes': [models.Index(fields=['datacenter', 'owner', 'started_at'], name='usage_owner_time'), models.Index(condition=models.Q(('ended_at__isnull', True)), fields=['job_key', 'replica_key'], name='usage_open_run')],
             },
