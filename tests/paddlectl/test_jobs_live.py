@@ -317,6 +317,34 @@ def test_dry_run_shows_what_would_be_started_and_starts_nothing(live_cli, packag
     assert json.loads(ok(live_cli("get", "jobs", "-o", "json")).stdout) == []
 
 
+def test_paddlectl_names_another_users_job_in_no_reason(live_cli, package, held_tasks):
+    """bob's job holds the datacenter's reservation, alice's small job waits for its turn:
+    what paddlectl shows her (get jobs, a dry run) says "another user's job", never its name
+    or bob's. (Nothing is started: the tasks are held.)"""
+    from accounts.models import Datacenter
+    from accounts.services import quota_set, user_upsert
+    from jobs.services import job_submit
+
+    portal = live_cli.portal
+    Datacenter.objects.filter(pk=portal.datacenter.pk).update(capacity_cpu=4000)
+    bob = user_upsert("bob", password="a-long-password-1", datacenter_names=["datacenter1"])[0]
+    (portal.home.parent / "bob" / "pkg").mkdir(parents=True)
+    for user in (portal.user, bob):
+        quota_set(None, portal.datacenter, user, cpu=64000, jobs=10, queued=10)
+    ok(live_cli("submit", "-jobname", "first", "-parallelism", "2", "-cpu", "1", "-entry", "x",
+                package))
+    job_submit(bob, Datacenter.objects.get(pk=portal.datacenter.pk), {
+        "name": "secret-project", "package": "/pfs/datacenter1/home/bob/pkg", "entry": "x",
+        "trainers": 4, "cpu": "1"})
+    small = ("submit", "-jobname", "small", "-cpu", "1", "-entry", "x")
+    dry_run = ok(live_cli(*small, "--dry-run", package)).stdout
+    ok(live_cli(*small, package))
+    listed = ok(live_cli("get", "jobs", "small", "-o", "wide")).stdout
+    for shown in (dry_run, listed):
+        assert "the datacenter's capacity is held for another user's job" in shown
+        assert "secret-project" not in shown and "bob" not in shown
+
+
 # -- mistakes ---------------------------------------------------------------------------------
 
 def test_mistakes_are_the_servers_messages_with_exit_codes(live_cli, package, local_package):
