@@ -340,15 +340,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
         self.message_user(request, f"Revoked {count} token(s).")
 
 
-@admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
-    """Who did what, when: read-only, kept for as long as the database is."""
-
-    list_display = ["time", "actor_name", "action", "datacenter", "target", "details"]
-    list_filter = ["action", "datacenter"]
-    search_fields = ["actor_name", "target"]
-    date_hierarchy = "time"
-    show_full_result_count = False
+class RecordAdmin(admin.ModelAdmin):
+    """A record to read, that nobody adds, changes or deletes here: the audit log, the usage
+    ledger (``jobs.admin``)."""
 
     def has_add_permission(self, request):
         return False
@@ -358,3 +352,14 @@ class AuditEntryAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(RecordAdmin):
+    """Who did what, when: read-only, kept for as long as the database is."""
+
+    list_display = ["time", "actor_name", "action", "datacenter", "target", "details"]
+    list_filter = ["action", "datacenter"]
+    search_fields = ["actor_name", "target"]
+    date_hierarchy = "time"
+    show_full_result_count = False

@@ -1,16 +1,18 @@
 """Admins see every job with its replicas and its history. Jobs are changed only through the
-services (submit, kill, delete), never edited by hand here."""
+services (submit, kill, delete), never edited by hand here: deleting one here removes it as
+its owner's delete does (``services.job_remove``)."""
 
 from django.contrib import admin, messages
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
+from accounts.admin import RecordAdmin
 from paddlecloud.errors import PaddleCloudError
 
 from .admission import ACTIVE_STATES, WAITING_STATES
-from .models import Job, JobEvent, Replica
-from .services import job_kill
+from .models import Job, JobEvent, Replica, Usage
+from .services import job_kill, job_remove
 from .states import FINAL_JOB_STATES
 
 REASON_SHOWN = 60  # characters of a job's state reason in the list (its page has all of it)
@@ -112,3 +114,32 @@ class JobAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    def has_delete_permission(self, request, obj=None):
+        """An ended job may be deleted (a live one is killed first, as its owner's is)."""
+        return (super().has_delete_permission(request, obj)
+                and (obj is None or obj.state in FINAL_JOB_STATES))
+
+    def delete_model(self, request, obj):
+        """Removed as every job is (``job_remove``): audited, what may still run of it
+        stopped, its use kept in the usage ledger and its runs there ended."""
+        job_remove(obj, by=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for job in queryset.filter(state__in=FINAL_JOB_STATES).select_related("owner",
+                                                                              "datacenter"):
+            job_remove(job, by=request.user)
+
+
+@admin.register(Usage)
+class UsageAdmin(RecordAdmin):
+    """The usage ledger, to read: every run of every replica, of jobs deleted since too (what
+    budgets are summed from). Nobody adds, edits or deletes a row here."""
+
+    list_display = ["job_name", "owner", "datacenter", "role", "index", "attempt", "cpu", "gpu",
+                    "started_at", "ended_at"]
+    list_filter = ["datacenter"]
+    list_select_related = ["owner", "datacenter"]
+    search_fields = ["job_name", "owner__username"]
+    date_hierarchy = "started_at"
+    show_full_result_count = False

@@ -5,8 +5,9 @@ actual run time: what a user or a group has used in a budget's window, whether i
 datacenter's grace, stops them: ``budget_overruns``), and the report the API, ``paddlectl
 get quota`` and the Quota page show, with the use over the window for a chart.
 
-A replica uses its job's ``cpu`` and ``gpu`` (a trainer) or ``pscpu`` (a parameter server)
-from its start to its end (or now), wherever that falls in the window."""
+Use is read from the usage ledger (``jobs.usage``): a row per run of a replica, what it held
+(its job's ``cpu`` and ``gpu`` for a trainer, ``pscpu`` for a parameter server) from its start
+to its end (or now), wherever that falls in the window. Deleting a job does not reach it."""
 
 from __future__ import annotations
 
@@ -19,14 +20,13 @@ from django.utils import timezone
 
 from accounts.models import Budget, Datacenter, Membership
 
-from .models import Job, JobEvent, Replica
-from .states import JobState, ReplicaState
+from .models import Job, Usage
+from .states import JobState
 
 LENGTHS = {"day": timedelta(days=1), "week": timedelta(days=7), "month": timedelta(days=30)}
 ROLLING_WORDS = {"day": "in the last 24 hours", "week": "in the last 7 days",
                  "month": "in the last 30 days"}
 CALENDAR_WORDS = {"day": "today", "week": "this week", "month": "this month"}
-RUNS = (ReplicaState.STARTING, ReplicaState.RUNNING)  # a replica's process holds its share
 # The chart's bars: an hour each over a day, a day each over a week or a month.
 BUCKETS = {"day": timedelta(hours=1), "week": timedelta(days=1), "month": timedelta(days=1)}
 
@@ -57,50 +57,29 @@ class Use:
 
 
 def use(budget: Budget, now: datetime) -> Use:
-    """What the budget's owners used in its window: replicas' run time there, times their
-    CPUs and GPUs, in all and bucket by bucket. Run time is read from each replica's recorded
-    events — it runs from an event into ``starting`` or ``running`` to the next into another
-    state — so every run of a restarted replica counts, not only its last."""
+    """What the budget's owners used in its window: the runs in the usage ledger that overlap
+    it (every run of a restarted replica is a run of its own; one still going runs to now),
+    their time there times the CPUs and GPUs they held, in all and bucket by bucket. The
+    ledger outlives the jobs: a job deleted, by its owner or its TTL, still counts."""
     start, _ = window_of(budget, now)
-    events = (JobEvent.objects.filter(job__datacenter_id=budget.datacenter_id,
-                                      job__owner_id__in=owners_of(budget),
-                                      replica__isnull=False, time__lt=now)
-              .filter(Q(job__finished_at__isnull=True) | Q(job__finished_at__gt=start))
-              .order_by("replica_id", "time", "id")
-              .values_list("replica_id", "replica__role", "to_state", "time", "job__cpu",
-                           "job__pscpu", "job__gpu"))
+    runs = (Usage.objects.filter(datacenter_id=budget.datacenter_id,
+                                 owner_id__in=owners_of(budget), started_at__lt=now)
+            .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
+            .filter(Q(cpu__gt=0) | Q(gpu__gt=0))
+            .values_list("started_at", "ended_at", "cpu", "gpu"))
     step = BUCKETS[budget.window]
     buckets = int((now - start) / step) + 1
     cpu = [0.0] * buckets
     gpu = [0.0] * buckets
-
-    def count(first: datetime, last: datetime, cores: float, gpus: int) -> None:
-        first, last = max(first, start), min(last, now)
+    for first, last, cores, gpus in runs:
+        first, last = max(first, start), min(last or now, now)
         while first < last:  # spread over the buckets it spans
             index = int((first - start) / step)
             edge = min(last, start + (index + 1) * step)
             hours = (edge - first).total_seconds() / 3600
-            cpu[index] += cores * hours
+            cpu[index] += cores / 1000 * hours
             gpu[index] += gpus * hours
             first = edge
-
-    by_replica: dict[int, list] = {}
-    for replica_id, *event in events:
-        by_replica.setdefault(replica_id, []).append(event)
-    for replica_events in by_replica.values():
-        role, _, _, job_cpu, ps_cpu, job_gpu = replica_events[0]
-        cores = (job_cpu if role == Replica.Role.TRAINER else
-                 ps_cpu if role == Replica.Role.PSERVER else 0) / 1000
-        gpus = job_gpu if role == Replica.Role.TRAINER else 0
-        since = None  # when its current run began
-        for _, state, at, *_ in replica_events:
-            if state in RUNS and since is None:
-                since = at
-            elif state not in RUNS and since is not None:
-                count(since, at, cores, gpus)
-                since = None
-        if since is not None:  # it runs still
-            count(since, now, cores, gpus)
     return Use(sum(cpu), sum(gpu),
                [(start + i * step, cpu[i], gpu[i]) for i in range(buckets)])
 

@@ -282,6 +282,45 @@ class JobEvent(models.Model):
         return f"{self.job.name}: {who}{self.from_state} -> {self.to_state} ({self.reason})"
 
 
+class Usage(models.Model):
+    """One run of a replica, as accounting keeps it: whose, where, what it held and from when
+    to when (``ended_at`` empty while it runs). A row is appended as the replica's process
+    starts and closed as it ends (``transitions.replica_transition``), or as its job is
+    removed (``usage_close``); nothing else changes or deletes one. It names its job and
+    replica by id without a foreign key: a job deleted (``DELETE``, ``kill -rm``, a TTL)
+    takes its history with it, not its use. Budgets are summed from these rows
+    (``jobs.budgets``)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                              related_name="usage")
+    datacenter = models.ForeignKey("accounts.Datacenter", on_delete=models.PROTECT,
+                                   related_name="usage")
+    job_key = models.BigIntegerField(help_text="Its job's id (the job may be gone).")
+    job_name = models.CharField(max_length=40)
+    replica_key = models.BigIntegerField(help_text="Its replica's id (it may be gone).")
+    role = models.CharField(max_length=16)
+    index = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField(default=0)
+    cpu = models.PositiveIntegerField("CPU held (millicores)", default=0)
+    gpu = models.PositiveIntegerField("GPUs held", default=0)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "usage record"  # the admin's "Usage records"
+        ordering = ["started_at", "id"]
+        indexes = [
+            # An owner's runs in a datacenter that may overlap a budget's window.
+            models.Index(fields=["datacenter", "owner", "started_at"], name="usage_owner_time"),
+            # The open runs of a job, or of one replica of it, to close them.
+            models.Index(fields=["job_key", "replica_key"], name="usage_open_run",
+                         condition=models.Q(ended_at__isnull=True)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} {self.role}-{self.index} #{self.attempt} ({self.owner_id})"
+
+
 class Task(models.Model):
     """A piece of a job's dataset in one pass, as its master dispatches it: waiting, leased to
     a trainer until ``lease_expires``, done, or set aside after failing too often."""

@@ -30,6 +30,7 @@ from .pool import ACTIVE_STATES, REQUEST_FIELDS, WAITING_STATES, datacenter_fore
 from .spec import JobSpec, job_spec_validate, package_target
 from .states import FINAL_JOB_STATES, JobState
 from .transitions import job_transition
+from .usage import usage_close
 
 
 def job_plan(spec: JobSpec) -> list[dict]:
@@ -279,10 +280,12 @@ def job_remove(job: Job, *, by=None, **details) -> None:
     Its records go now: it is no longer listed and its name is free again. What may still run
     or be kept for it — the replicas of a job just killed, whose stop has not run yet, and what
     the backend keeps privately — a task stops and removes (``tasks.job_remains_remove``), so
-    nobody waits for replicas to stop. Its output stays in PFS."""
+    nobody waits for replicas to stop. Its output stays in PFS, and its use in the usage
+    ledger (budgets go on counting it)."""
     remains = job_remains(job)
     with transaction.atomic():
         job_deleted(job)
+        usage_close(job.pk, timezone.now())  # its use stays in the ledger, its runs ended
         job.delete()
         audit_record(by, AuditEntry.Action.JOB_DELETE, f"{job.owner.username}/{job.name}",
                      datacenter=job.datacenter, **details)

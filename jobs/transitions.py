@@ -2,7 +2,8 @@
 
 Every change is checked against the tables in ``states``, made under a row lock (so a worker,
 the reconciler and a kill racing for the same job see one order of events), and recorded as a
-``JobEvent`` with its reason.
+``JobEvent`` with its reason; a replica's runs are also kept in the usage ledger
+(``usage``), which deleting the job does not reach.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .states import (
     ReplicaState,
     transition_check,
 )
+from .usage import usage_record
 
 
 @transaction.atomic
@@ -173,6 +175,8 @@ def replica_transition(replica: Replica, target: str, reason: str = "", *,
     if target in FINAL_REPLICA_STATES:
         changes["finished_at"] = now
     Replica.objects.filter(pk=replica.pk).update(**changes)
+    usage_record(replica, locked.job_id, locked.state, target, restart=restart,
+                 attempt=changes.get("attempt", locked.attempt), now=now)
     JobEvent.objects.create(job_id=locked.job_id, replica=replica, time=now,
                             from_state=locked.state, to_state=target, reason=reason)
     job_changed(locked.job_id)

@@ -11,7 +11,10 @@ The model, in order:
   dominant share: of the datacenter's capacity, the largest fraction any one resource of it
   the owner holds, divided by the owner's weight (dominant resource fairness). Without a
   capacity nothing is shared: owners are taken by their next job's submission time.
-- **Priorities.** Within an owner's queue, jobs go by priority, then submission time.
+- **Priorities.** Within an owner's queue, jobs go by priority, then submission time. A
+  priority orders its owner's own jobs only: between owners (at equal shares, or with no
+  capacity to share) the owner whose next job was submitted first goes first, whatever its
+  priority, so marking every job ``high`` gains nothing over other users.
 - **Reservations and backfill.** A job that does not fit is given a reservation on each limit
   it waits for that carries none yet: the time its start is predicted for (as running jobs
   end) and what will be left over then. A job behind it (of any owner, on the capacity; of the
@@ -162,6 +165,12 @@ def queue_order(job: Waiting) -> tuple:
     return (-job.priority, job.submitted, job.id)
 
 
+def arrival(job: Waiting) -> tuple:
+    """Between owners at equal shares: the next job submitted first goes first (its priority
+    orders its owner's queue only)."""
+    return (job.submitted, job.id)
+
+
 def dominant_share(held: Vec, capacity: Limit, weight: float) -> float:
     """The largest fraction of the capacity of any one resource ``held`` is, over ``weight``."""
     shares = [getattr(held, r) / getattr(capacity, r) for r in SHARED
@@ -253,7 +262,7 @@ def schedule(pool: Pool, now: float) -> Plan:
                              else getattr(pool.capacity, r) for r in SHARED})
         weight = pool.weights.get(owner, 1.0)
         return (dominant_share(ledger.held[owner], whole, weight),
-                queue_order(queues[owner][-1]))
+                arrival(queues[owner][-1]))
 
     members: dict[object, list[int]] = defaultdict(list)
     for owner in queues:
@@ -261,11 +270,11 @@ def schedule(pool: Pool, now: float) -> Plan:
         members[("team", team) if team is not None else owner].append(owner)
 
     def turn(entity) -> tuple:
-        """The entity's place: its weighted share, then its next job's place."""
+        """The entity's place: its weighted share, then its next job's submission."""
         first = min((o for o in members[entity] if queues[o]), key=member_turn)
         weight = (pool.team_weights.get(entity[1], 1.0) if isinstance(entity, tuple)
                   else pool.weights.get(entity, 1.0))
-        return (share(entity, weight), queue_order(queues[first][-1]))
+        return (share(entity, weight), arrival(queues[first][-1]))
 
     heap = [(turn(entity), n, entity) for n, entity in enumerate(members)]
     heapq.heapify(heap)
@@ -363,14 +372,25 @@ def _reservation_in_the_way(job: Waiting, ledger: _Ledger) -> Reason | None:
         if res_job.owner == job.owner:
             return Reason("behind", f"waiting behind job {res_job.name or res_job.id}: starting "
                           "now would delay it", blocking=res_job.id)
-        who = ledger.pool.names.get(res_job.owner, f"user {res_job.owner}")
         what = ("the datacenter's capacity" if key == CAPACITY
                 else f"group {ledger.pool.team_names.get(key[1], key[1])}'s quota")
         return Reason("turn", f"waiting for its turn: {what} is held for "
-                      f"job {res_job.name or res_job.id} of {who}, whose fair share is "
+                      f"{_job_of_another(res_job, job, ledger.pool)}, whose fair share is "
                       f"further from met, predicted to start {_when(start - ledger.now)}",
                       blocking=res_job.id)
     return None
+
+
+def _job_of_another(other: Waiting, job: Waiting, pool: Pool) -> str:
+    """``other`` (another owner's job) as the reason of ``job`` names it. Those who see
+    ``job`` — its owner and, in the group view, their group's members — see ``other`` only if
+    its owner is in that same group: then by its name and owner's, else as "another user's
+    job" (a reason is no way to learn of jobs one may not look at)."""
+    team = pool.teams.get(job.owner)
+    if team is None or pool.teams.get(other.owner) != team:
+        return "another user's job"
+    who = pool.names.get(other.owner, f"user {other.owner}")
+    return f"job {other.name or other.id} of {who}"
 
 
 def _when(seconds: float) -> str:

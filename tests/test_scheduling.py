@@ -119,7 +119,26 @@ def test_another_users_job_waits_for_the_reserved_ones_turn():
     assert plan.admit == []
     assert plan.reasons[2].kind == "turn"
     assert plan.reasons[2].message.startswith(
-        "waiting for its turn: the datacenter's capacity is held for job j1 of bob")
+        "waiting for its turn: the datacenter's capacity is held for another user's job, ")
+    # Members of one group see each other's jobs: there the reason names it, and whose it is.
+    plan = schedule(Pool(**{**pool.__dict__, "teams": {1: 7, 2: 7}}), 0)
+    assert plan.reasons[2].message.startswith(
+        "waiting for its turn: the datacenter's capacity is held for job j1 of bob, ")
+    # Of another group, it is another user's again.
+    plan = schedule(Pool(**{**pool.__dict__, "teams": {1: 7, 2: 8}}), 0)
+    assert "another user's job" in plan.reasons[2].message
+
+
+@pytest.mark.parametrize("capacity", [Limit(cpu=2000), Limit()])
+def test_a_priority_orders_its_owners_queue_not_other_owners_jobs(capacity):
+    """alice (1) and bob (2) hold nothing; alice's normal job was submitted before bob's high
+    one, and only one fits (the capacity, or the group quota they share): alice's starts.
+    bob's high job still goes before his own earlier normal one."""
+    pool = Pool(capacity=capacity, teams={1: 7, 2: 7}, team_quotas={7: Limit(cpu=2000)},
+                waiting=[job(1, 1, cpu=2), job(2, 2, cpu=2), job(3, 2, cpu=2, priority=100)])
+    plan = schedule(pool, 0)
+    assert plan.admit == [1]
+    assert plan.reasons[2].message == "waiting behind job j3"
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.models import Job, Replica
+from accounts.models import AuditEntry
+from jobs.models import Job, Replica, Usage
 from jobs.transitions import job_transition, replica_transition
 
 pytestmark = pytest.mark.django_db
@@ -59,3 +60,32 @@ def test_admins_kill_jobs_through_the_same_service(admin_browser, job, held_task
     again = admin_browser.post("/admin/jobs/job/", {
         "action": "kill", "_selected_action": [job.pk]}, follow=True)
     assert "has already ended (killed)" in again.content.decode()
+
+
+def test_an_admins_delete_removes_a_job_as_its_owners_does(
+        admin_browser, job, held_tasks, django_capture_on_commit_callbacks):
+    """A live job cannot be deleted here; a killed one whose trainer has not stopped yet is
+    removed as ``kill -rm`` removes it: audited, its remains sent to be stopped, and its run
+    ended in the usage ledger (it would count against the budget for ever otherwise)."""
+    assert admin_browser.get(f"/admin/jobs/job/{job.pk}/delete/").status_code == 403
+    job_transition(job, "killed", "killed by root")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_browser.post(f"/admin/jobs/job/{job.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    assert not Job.objects.filter(pk=job.pk).exists()
+    [(role, ended)] = Usage.objects.filter(job_key=job.pk).values_list("role", "ended_at")
+    assert role == "trainer" and ended is not None
+    entry = AuditEntry.objects.get(action=AuditEntry.Action.JOB_DELETE)
+    assert (entry.actor.username, entry.target) == ("root", "alice/fit-a-line")
+    assert [name for name, _ in held_tasks.sent] == ["jobs.tasks.job_remains_remove"]
+
+
+def test_the_usage_ledger_is_read_only_in_the_admin(admin_browser, job):
+    run = Usage.objects.get(job_key=job.pk)
+    listing = admin_browser.get("/admin/jobs/usage/").content.decode()
+    assert "fit-a-line" in listing and "trainer" in listing
+    assert admin_browser.get("/admin/jobs/usage/add/").status_code == 403
+    assert admin_browser.get(f"/admin/jobs/usage/{run.pk}/delete/").status_code == 403
+    assert admin_browser.post(f"/admin/jobs/usage/{run.pk}/change/",
+                              {"cpu": "0"}).status_code == 403
+    assert Usage.objects.get(pk=run.pk).cpu == 1000

@@ -15,16 +15,18 @@ from accounts.models import Budget, Datacenter, Membership, Team
 from accounts.services import quota_set
 from jobs.admission import quota_admit
 from jobs.budgets import use, window_of
-from jobs.models import Job, JobEvent, Replica
-from jobs.services import job_submit
+from jobs.models import Job, Replica, Usage
+from jobs.services import job_delete, job_kill, job_submit
 from jobs.tasks import _budgets_enforce, jobs_admit
+from jobs.transitions import replica_transition
+from jobs.usage import held
 
 NOW = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)  # a Wednesday
 
 
 def ran(owner, datacenter, name, *, gpu=0, cpu=1000, began, ended=None, pservers=0):
     """A job whose one trainer (and ``pservers``) ran from ``began`` to ``ended`` (None:
-    still runs)."""
+    still runs), as the usage ledger recorded it."""
     job = Job.objects.create(owner=owner, datacenter=datacenter, name=name, gpu=gpu, cpu=cpu,
                              pservers=pservers, pscpu=500, entry="x", image="paddle",
                              package=f"/pfs/datacenter1/home/{owner.username}/pkg",
@@ -35,12 +37,10 @@ def ran(owner, datacenter, name, *, gpu=0, cpu=1000, began, ended=None, pservers
             replica = Replica.objects.create(
                 job=job, role=role, index=index, started_at=began, finished_at=ended,
                 state="running" if ended is None else "succeeded")
-            JobEvent.objects.create(job=job, replica=replica, time=began,
-                                    from_state="pending", to_state="running", reason="ran")
-            if ended is not None:
-                JobEvent.objects.create(job=job, replica=replica, time=ended,
-                                        from_state="running", to_state="succeeded",
-                                        reason="exited 0")
+            cores, gpus = held(role, job.cpu, job.pscpu, job.gpu)
+            Usage.objects.create(owner=owner, datacenter=datacenter, job_key=job.pk,
+                                 job_name=name, replica_key=replica.pk, role=role, index=index,
+                                 cpu=cores, gpu=gpus, started_at=began, ended_at=ended)
     return job
 
 
@@ -67,19 +67,29 @@ def test_use_is_run_time_times_what_replicas_hold_within_the_window(alice, datac
 
 
 @pytest.mark.django_db
-def test_every_run_of_a_restarted_replica_counts(alice, datacenter):
-    """A trainer of 2 GPUs ran an hour, failed, waited 30 minutes and ran 30 more: 3
-    GPU-hours, though its own times say only its last run's."""
-    budget = Budget.objects.create(datacenter=datacenter, user=alice, gpu_hours=10)
-    job = ran(alice, datacenter, "flaky", gpu=2, began=NOW - timedelta(hours=3),
-              ended=NOW - timedelta(hours=2))
-    replica = job.replicas.get()
-    for at, before, after in ((NOW - timedelta(hours=2), "succeeded", "failed"),
-                              (NOW - timedelta(minutes=90), "failed", "starting"),
-                              (NOW - timedelta(minutes=60), "starting", "failed")):
-        JobEvent.objects.create(job=job, replica=replica, time=at, from_state=before,
-                                to_state=after, reason="restart")
-    assert round(use(budget, NOW).gpu_hours, 3) == 2 * 1.5
+def test_every_run_of_a_replica_is_kept_in_the_ledger_past_its_job(alice, datacenter, pfs_home,
+                                                                  held_tasks):
+    """A trainer runs, fails and is restarted, and runs again; its job is killed and removed
+    while it runs: the ledger keeps both runs, as its events timed them, the second ended by the
+    removal; the job's history is gone, its use is not."""
+    (pfs_home / "pkg").mkdir()
+    quota_set(None, datacenter, alice, cpu=8000, jobs=10)
+    job = submit(alice, datacenter, "flaky", trainers=1, pservers=1, cpu="2", pscpu="0.5")
+    trainer = job.replicas.get(role="trainer")
+    for target, restart in (("starting", False), ("running", False), ("starting", True),
+                            ("running", False)):
+        replica_transition(trainer, target, "as it went", restart=restart)
+    events = list(trainer.events.values_list("to_state", "time"))
+    job_kill(alice, datacenter, "flaky")
+    job_delete(alice, datacenter, "flaky")
+    assert not Job.objects.filter(pk=job.pk).exists()
+    runs = list(Usage.objects.filter(job_key=job.pk).values_list(
+        "role", "index", "attempt", "cpu", "gpu", "started_at", "ended_at"))
+    began, _, restarted, _ = (at for _, at in events)
+    # (The pserver never ran: it used nothing.)
+    assert runs == [("trainer", 0, 0, 2000, 0, began, restarted),
+                    ("trainer", 0, 1, 2000, 0, restarted, runs[1][6])]
+    assert runs[1][6] > restarted  # closed as its job was removed
 
 
 def test_windows_rolling_and_calendar():
@@ -212,3 +222,37 @@ def test_the_quota_page_charts_a_budget_and_a_warned_jobs_page_says_so(
     assert "budget spent: 1.2 of 1 GPU-hours used in the last 7 days" in page
     running.refresh_from_db()
     assert running.budget_warned_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_ledger_is_filled_from_the_history_of_the_jobs_kept(alice, datacenter):
+    """Upgrading: migration 0013 fills the ledger from the replicas' recorded events, each run
+    as budgets read them before (a restart's run goes on), one still going left open."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = [("jobs", "0012_usage_ledger")], [("jobs", "0013_usage_from_events")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    job = old.get_model("jobs", "Job").objects.create(
+        owner_id=alice.pk, datacenter_id=datacenter.pk, name="old", gpu=2, cpu=1000,
+        pservers=1, pscpu=500, entry="x", image="paddle", package="/pfs/x")
+    t = NOW - timedelta(hours=5)
+    for role, moves in (("trainer", (("starting", 0), ("running", 1), ("starting", 60),
+                                     ("running", 61), ("failed", 90), ("starting", 120),
+                                     ("running", 121))),
+                        ("pserver", (("starting", 0), ("running", 1), ("succeeded", 30)))):
+        replica = old.get_model("jobs", "Replica").objects.create(job=job, role=role, index=0)
+        for state, minutes in moves:
+            old.get_model("jobs", "JobEvent").objects.create(
+                job=job, replica=replica, time=t + timedelta(minutes=minutes),
+                from_state="", to_state=state)
+    MigrationExecutor(connection).migrate(after)
+    assert sorted(Usage.objects.values_list("role", "attempt", "cpu", "gpu", "started_at",
+                                            "ended_at")) == [
+        ("pserver", 0, 500, 0, t, t + timedelta(minutes=30)),
+        ("trainer", 0, 1000, 2, t, t + timedelta(minutes=90)),
+        ("trainer", 1, 1000, 2, t + timedelta(minutes=120), None)]
+    assert set(Usage.objects.values_list("owner", "datacenter", "job_key", "job_name")) == {
+        (alice.pk, datacenter.pk, job.pk, "old")}

@@ -6,14 +6,16 @@ jobs end, the datacenter never holds more than it has."""
 
 from __future__ import annotations
 
+import html
 import time
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from rest_framework.test import APIClient
 
-from accounts.models import Datacenter, Membership
-from accounts.services import quota_set
+from accounts.models import Datacenter, Membership, Team
+from accounts.services import quota_set, token_create
 from jobs.admission import quota_admit
 from jobs.models import Job, JobEvent
 from jobs.services import job_submit
@@ -132,7 +134,7 @@ def test_a_big_job_is_not_starved_by_small_ones_of_others(alice, bob, shared_dc,
         "queued", "waiting for the datacenter's capacity: cpu 4 asked, 2 of 4 free")
     assert state("small", alice)[0] == "queued"
     assert state("small", alice)[1].startswith(
-        "waiting for its turn: the datacenter's capacity is held for job big of bob")
+        "waiting for its turn: the datacenter's capacity is held for another user's job")
     end(first)
     quota_admit(alice.pk, shared_dc.pk)
     big.refresh_from_db()
@@ -284,3 +286,73 @@ def test_through_real_workers_a_high_priority_job_goes_first_in_its_owners_queue
         order.append(started.name)
         end(started)  # its end asks a worker for the next admission
     assert order == ["j3", "j0", "j1", "j2"]
+
+
+def client_of(user):
+    """An API client with a token of ``user``'s for datacenter1."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Bearer "
+                       + token_create(user, datacenter_name="datacenter1").raw)
+    return client
+
+
+@pytest.mark.django_db
+def test_a_reason_names_another_users_job_only_to_those_who_may_see_it(
+        alice, bob, shared_dc, big_quotas, homes, browser, held_tasks):
+    """bob's 4-CPU job holds the capacity's reservation; alice's small job waits for its
+    turn. alice may not see bob's jobs: her job's reason, its page and a dry run say
+    "another user's job", never its name or bob's. Once both are in one group (whose members
+    see each other's jobs), the reason names it."""
+    submit(alice, shared_dc, "first", trainers=2)
+    submit(bob, shared_dc, "secret-project", trainers=4)
+    submit(alice, shared_dc, "small")
+    alices = client_of(alice)
+    turn = "waiting for its turn: the datacenter's capacity is held for another user's job"
+    shown = alices.get("/api/v1/jobs/small/").json()
+    assert shown["state_reason"].startswith(turn + ", whose fair share is further from met")
+    dry_run = alices.post("/api/v1/jobs/", {
+        "name": "probe", "package": "/pfs/datacenter1/home/alice/pkg", "entry": "x",
+        "cpu": "1", "dry_run": True}, format="json").json()["admission"]
+    assert dry_run["reason"].startswith(turn)
+    page = html.unescape(browser.get("/jobs/small/").content.decode())
+    assert turn in page
+    for said in (shown["state_reason"], dry_run["reason"], page):
+        assert "secret-project" not in said and "bob" not in said
+
+    team = Team.objects.create(datacenter=shared_dc, name="vision")
+    Membership.objects.filter(datacenter=shared_dc).update(team=team)
+    quota_admit(alice.pk, shared_dc.pk)
+    assert state("small", alice)[1].startswith(
+        "waiting for its turn: the datacenter's capacity is held for job "
+        "secret-project of bob, whose fair share is further from met")
+    # ... which alice may look at, in the group view.
+    assert "secret-project" in [
+        j["name"] for j in alices.get("/api/v1/group/jobs/").json()["results"]]
+
+
+@pytest.mark.django_db
+def test_a_priority_orders_its_owners_queue_only_not_other_users_jobs(
+        alice, bob, make_user, shared_dc, big_quotas, homes, held_tasks):
+    """carol holds the whole datacenter; alice submits a 4-CPU job, then bob one at priority
+    high. alice and bob hold nothing (equal shares): when carol's job ends, alice's job,
+    submitted first, starts; bob's high one waits for the capacity. bob's priority goes
+    ahead of his own jobs only."""
+    carol = make_user("carol")
+    quota_set(None, shared_dc, carol, cpu=64000, jobs=10)
+    (homes.parent / "carol" / "pkg").mkdir(parents=True)
+    full = submit(carol, shared_dc, "full", trainers=4)
+    body = {"package": "/pfs/datacenter1/home/{}/pkg", "entry": "x", "trainers": 4,
+            "cpu": "1"}
+    for user, name, priority in ((alice, "earlier", "normal"), (bob, "urgent", "high"),
+                                 (bob, "bobs-normal", "normal")):
+        response = client_of(user).post("/api/v1/jobs/", {
+            **body, "name": name, "priority": priority,
+            "package": body["package"].format(user.username)}, format="json")
+        assert response.status_code == 201, response.content
+    end(full)
+    quota_admit(carol.pk, shared_dc.pk)  # the admission carol's job's end asks for
+    assert state("earlier", alice)[0] == "starting"
+    urgent = client_of(bob).get("/api/v1/jobs/urgent/").json()
+    assert (urgent["state"], urgent["priority"], urgent["state_reason"]) == (
+        "queued", "high", "waiting for the datacenter's capacity: cpu 4 asked, 0 of 4 free")
+    assert state("bobs-normal", bob) == ("queued", "waiting behind job urgent")

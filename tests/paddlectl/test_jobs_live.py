@@ -244,6 +244,47 @@ def test_kill_rm_waits_for_the_end_and_deletes(live_cli, celery_worker, package,
     fails(live_cli("logs", name), 3, f"you have no job named '{name}'")
 
 
+def test_removed_jobs_still_count_against_the_budget(live_cli, celery_worker, package, jobs):
+    """alice's three 20-CPU jobs run 9 s each (0.15 CPU-hours in all); then her budget is set
+    to 0.1 CPU-hours a day: spent. She deletes one (DELETE), kills and removes one still
+    running (kill -rm), and lets the third's TTL remove it: her use stays what it was, and her
+    next job waits for her budget (the use is kept in the usage ledger, not the jobs)."""
+    from accounts.models import Budget
+    from accounts.services import quota_set
+    from jobs.tasks import jobs_reconcile
+
+    portal = live_cli.portal
+    quota_set(None, portal.datacenter, portal.user, cpu=64000, jobs=10, queued=10)
+    for name, sleep, more in (("deleted", "9", ()), ("killed", "60", ()),
+                              ("expired", "9", ("-ttl", "1"))):
+        ok(live_cli("submit", "-jobname", name, "-cpu", "20", "-entry", "python train.py",
+                    "-e", "LINES=0", "-e", f"SLEEP={sleep}", *more, package))
+    assert jobs.wait("deleted")["state"] == jobs.wait("expired")["state"] == "succeeded"
+    Budget.objects.create(datacenter=portal.datacenter, user=portal.user, cpu_hours=0.1,
+                          window="day")
+    http = portal.session()
+
+    def used() -> float:
+        [budget] = http.get(f"{portal.url}/api/v1/quota/budgets").json()
+        return budget["cpu_hours"]["used"]
+
+    before = used()
+    assert before >= 0.1
+    ok(live_cli("delete", "job", "deleted"))
+    assert ok(live_cli("kill", "-rm", "killed")).stdout.startswith(
+        "job killed killed and removed from the history")
+    jobs_reconcile.delay()  # the reconciler removes what is past its TTL
+    deadline = time.monotonic() + 30
+    while "expired" in ok(live_cli("get", "jobs")).stdout:
+        assert time.monotonic() < deadline, "the TTL did not remove the job"
+        time.sleep(0.2)
+    assert used() >= before
+    assert ok(live_cli("submit", "-jobname", "next", "-entry", "python train.py",
+                       package)).stdout.startswith("job next submitted: queued")
+    assert re.fullmatch(r"waiting for budget: 0\.\d of 0\.1 CPU-hours used in the last 24 "
+                        r"hours \(rolling\)", jobs.get("next")["state_reason"])
+
+
 # -- dry runs ---------------------------------------------------------------------------------
 
 def test_dry_run_shows_what_would_be_started_and_starts_nothing(live_cli, package,
@@ -274,6 +315,34 @@ def test_dry_run_shows_what_would_be_started_and_starts_nothing(live_cli, packag
         in text
     assert not (live_cli.portal.home / "jobs").exists()
     assert json.loads(ok(live_cli("get", "jobs", "-o", "json")).stdout) == []
+
+
+def test_paddlectl_names_another_users_job_in_no_reason(live_cli, package, held_tasks):
+    """bob's job holds the datacenter's reservation, alice's small job waits for its turn:
+    what paddlectl shows her (get jobs, a dry run) says "another user's job", never its name
+    or bob's. (Nothing is started: the tasks are held.)"""
+    from accounts.models import Datacenter
+    from accounts.services import quota_set, user_upsert
+    from jobs.services import job_submit
+
+    portal = live_cli.portal
+    Datacenter.objects.filter(pk=portal.datacenter.pk).update(capacity_cpu=4000)
+    bob = user_upsert("bob", password="a-long-password-1", datacenter_names=["datacenter1"])[0]
+    (portal.home.parent / "bob" / "pkg").mkdir(parents=True)
+    for user in (portal.user, bob):
+        quota_set(None, portal.datacenter, user, cpu=64000, jobs=10, queued=10)
+    ok(live_cli("submit", "-jobname", "first", "-parallelism", "2", "-cpu", "1", "-entry", "x",
+                package))
+    job_submit(bob, Datacenter.objects.get(pk=portal.datacenter.pk), {
+        "name": "secret-project", "package": "/pfs/datacenter1/home/bob/pkg", "entry": "x",
+        "trainers": 4, "cpu": "1"})
+    small = ("submit", "-jobname", "small", "-cpu", "1", "-entry", "x")
+    dry_run = ok(live_cli(*small, "--dry-run", package)).stdout
+    ok(live_cli(*small, package))
+    listed = ok(live_cli("get", "jobs", "small", "-o", "wide")).stdout
+    for shown in (dry_run, listed):
+        assert "the datacenter's capacity is held for another user's job" in shown
+        assert "secret-project" not in shown and "bob" not in shown
 
 
 # -- mistakes ---------------------------------------------------------------------------------
