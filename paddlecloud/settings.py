@@ -373,9 +373,10 @@ CSRF_FAILURE_VIEW = "paddlecloud.errors.csrf_failure"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
-# Passwords, then single sign-on (which answers only its own callback: accounts/sso.py).
+# Passwords (Django's check, behind the failed-login counters: accounts/backends.py),
+# then single sign-on (which answers only its own callback: accounts/sso.py).
 AUTHENTICATION_BACKENDS = [
-    "django.contrib.auth.backends.ModelBackend",
+    "accounts.backends.PasswordBackend",
     "accounts.sso.SsoBackend",
 ]
 
