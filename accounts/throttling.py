@@ -86,11 +86,6 @@ def login_success_record(username: str, address: str) -> None:
 
 
 def client_address(request) -> str:
-    """The client's address; behind TRUSTED_PROXIES proxies, from X-Forwarded-For."""
-    proxies = settings.TRUSTED_PROXIES
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR")
-    if proxies and forwarded:
-        hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
-        if hops:
-            return hops[-min(proxies, len(hops))]
+    """The client's address: the connection's, or behind a trusted proxy the one it forwarded
+    (``paddlecloud.security.ForwardedHeaders`` made it the request's REMOTE_ADDR)."""
     return request.META.get("REMOTE_ADDR") or "unknown"

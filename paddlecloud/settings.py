@@ -6,6 +6,7 @@ the ``local`` execution backend and a PFS root under ``var/pfs``. The variables 
 to the real parts; nothing else changes. See the README's "Configuration" table.
 """
 
+import ipaddress
 import secrets
 from pathlib import Path
 
@@ -322,7 +323,20 @@ PADDLECLOUD_LOGIN_FAILURE_WINDOW = env_int("PADDLECLOUD_LOGIN_FAILURE_WINDOW", 1
 # ---------------------------------------------------------------------------------------------
 # REST API
 
+# The reverse proxies in front: how many (each adds the address it had the request from to
+# X-Forwarded-For), and the addresses or networks the nearest one connects from. Forwarded
+# headers are taken from those addresses only (paddlecloud.security.ForwardedHeaders), never
+# from a job's relay (paddlecloud_core.contract.RELAY_SOURCE_ADDRESS); from anyone else they
+# are dropped, so the client's address is the connection's.
 TRUSTED_PROXIES = env_int("TRUSTED_PROXIES", 0)
+TRUSTED_PROXY_ADDRESSES = env_list("TRUSTED_PROXY_ADDRESSES", ["127.0.0.1", "::1"])
+for _address in TRUSTED_PROXY_ADDRESSES:
+    try:
+        ipaddress.ip_network(_address, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"TRUSTED_PROXY_ADDRESSES: {_address!r} is not an IP address or network "
+            "(e.g. 127.0.0.1 or 10.0.0.0/24)") from None
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -334,7 +348,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["paddlecloud.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "paddlecloud.errors.exception_handler",
-    "NUM_PROXIES": TRUSTED_PROXIES or None,
+    "NUM_PROXIES": 0,  # REMOTE_ADDR is the client's (paddlecloud.security.ForwardedHeaders)
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 
@@ -416,8 +430,8 @@ OIDC_USE_PKCE = True
 # Security. With DEBUG off these default to what `manage.py check --deploy` asks for; each can
 # be turned off by its own variable (e.g. SECURE_SSL_REDIRECT=0 for a plain-HTTP trial).
 
-if TRUSTED_PROXIES:
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# (HTTPS behind a proxy: X-Forwarded-Proto from a trusted proxy is the request's scheme,
+# paddlecloud.security.ForwardedHeaders; no SECURE_PROXY_SSL_HEADER, which believes anyone.)
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
 # Plain HTTP from inside: the kubelet's probes, and trainers calling their job's master through
 # the portal's Service (PADDLECLOUD_MASTER_BASE_URL), which never passes the TLS proxy.
