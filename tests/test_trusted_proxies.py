@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 
 import pytest
 
-from jobs import engine
-from jobs.backends import backend_for
 from jobs.backends.relay import RELAY_PORT
 from jobs.backends.sandbox import sandbox_problem
-from jobs.files import output_dir
-from jobs.services import job_submit
 from paddlecloud_core.contract import RELAY_SOURCE_ADDRESS
 from tests.conftest import PASSWORD
+from tests.jobs.master_scenario import one_trainer_job
 from tests.processes import run_python
 
 TOKEN_URL = "/api/v1/auth/token/"
@@ -64,25 +60,8 @@ def login(portal, password: str, *, source: str = "127.0.0.1",
 def test_a_job_cannot_forge_its_address_through_its_relay(live_portal, held_tasks, settings):
     settings.TRUSTED_PROXIES = 1  # a proxy in front, on this machine (127.0.0.1)
     settings.PADDLECLOUD_LOCAL_SANDBOX = "bwrap"
-    home = live_portal.home
-    (home / "pkg").mkdir()
-    (home / "pkg" / "train.py").write_text(GUESSER)
-    (home / "data").mkdir()
-    (home / "data" / "part-0.txt").write_text("a\n")
-    job = job_submit(live_portal.user, live_portal.datacenter, {
-        "name": "guesser", "package": "/pfs/datacenter1/home/alice/pkg",
-        "entry": "python train.py",  # a dataset: the job has a master, and so a relay
-        "dataset": "/pfs/datacenter1/home/alice/data/part-*.txt"}).job
-    try:
-        engine.job_launch(job.pk)
-        deadline = time.monotonic() + 60
-        while engine.job_sync(job.pk):
-            assert time.monotonic() < deadline, "the job did not end"
-            time.sleep(0.1)
-        log = (output_dir(job) / "node_0" / "train.log").read_text()
-    finally:
-        backend_for(job.datacenter).stop(job, list(job.replicas.all()), grace=1)
-        backend_for(job.datacenter).cleanup(job)
+    with one_trainer_job(live_portal, GUESSER) as (job, log):
+        assert job.state == "succeeded", (job.state_reason, log)
     answers = json.loads(log.split("ANSWERS ", 1)[1].splitlines()[0])
     # Five guesses, then the counter of (alice, the relay's address) is full.
     assert answers == [401] * 5 + [429] * 3, log
