@@ -98,8 +98,12 @@ def exited(pidfd):
 
 
 try:
-    family, kind, proto, _, target = socket.getaddrinfo(
-        host, target_port, socket.AF_INET, socket.SOCK_STREAM)[0]
+    try:
+        family, kind, proto, _, target = socket.getaddrinfo(
+            host, target_port, socket.AF_INET, socket.SOCK_STREAM)[0]
+    except socket.gaierror:
+        raise OSError(f"the portal's host {host} has no IPv4 address: the relay reaches it "
+                      f"over IPv4 (from {source}; PADDLECLOUD_PORTAL_URL)") from None
     holder = os.pidfd_open(holder_pid)
     if start_of(holder_pid) != holder_start:
         raise OSError("the job's network holder is not running")
