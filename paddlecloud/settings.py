@@ -320,6 +320,17 @@ PADDLECLOUD_LOGIN_FAILURE_LIMIT_PER_ADDRESS = env_int(
 )
 PADDLECLOUD_LOGIN_FAILURE_WINDOW = env_int("PADDLECLOUD_LOGIN_FAILURE_WINDOW", 15 * 60)
 
+# Per-user limits (accounts/throttling.py): the dashboard's WebSockets a user may have open at
+# once (each live page holds one to four; one more is closed with code 4429), and the dry runs
+# of job submissions a user may ask for per minute (the API's, `paddlectl submit`'s check of a
+# job before its package is uploaded, the Submit page's; each builds the job's objects and
+# forecasts its start: one more is answered 429 with Retry-After).
+PADDLECLOUD_WEBSOCKETS_PER_USER = env_int("PADDLECLOUD_WEBSOCKETS_PER_USER", 50)
+PADDLECLOUD_DRY_RUNS_PER_MINUTE = env_int("PADDLECLOUD_DRY_RUNS_PER_MINUTE", 60)
+for _name in ("PADDLECLOUD_WEBSOCKETS_PER_USER", "PADDLECLOUD_DRY_RUNS_PER_MINUTE"):
+    if globals()[_name] < 1:
+        raise ImproperlyConfigured(f"{_name}={globals()[_name]}: at least 1")
+
 # ---------------------------------------------------------------------------------------------
 # REST API
 
