@@ -15,6 +15,7 @@ from paddlecloud_core.quantity import (
     parse_cpu,
 )
 
+from .forms import ThrottledAdminAuthenticationForm
 from .models import (
     QUOTA_RESOURCES,
     ApiToken,
@@ -29,6 +30,10 @@ from .models import (
     User,
 )
 from .services import quota_change_record, share_change_record
+
+# The admin's login page takes passwords too (and stays when PADDLECLOUD_OIDC_ONLY turns the
+# login page's off): its form is refused as the login page's is, on the same counters.
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 SHARE_FIELDS = ("team_id", "weight")  # a membership's part in sharing its datacenter
 TEAM_FIELDS = ("weight", "cpu", "memory", "gpu", "jobs")

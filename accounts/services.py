@@ -33,7 +33,6 @@ from .models import (
 from .selectors import membership_get
 from .signals import quota_changed
 from .sso import sso_only
-from .throttling import login_attempt_reserve, login_success_record
 
 User = get_user_model()
 
@@ -85,8 +84,8 @@ def token_create(user, *, datacenter_name: str | None = None, name: str = "",
 def token_issue(*, username: str, password: str, address: str,
                 datacenter_name: str | None = None, name: str = "") -> IssuedToken:
     """Exchange a username and password for a token (``paddlectl login``)."""
-    login_attempt_reserve(username, address)  # counted as a failure until it proves right
-    user = authenticate(username=username, password=password)
+    # Counted as a failed login until it proves right (accounts.authentication.PasswordBackend).
+    user = authenticate(username=username, password=password, address=address)
     if user is None:
         sso_user = User.objects.filter(username=username).first()
         if sso_user is not None and sso_only(sso_user):
@@ -97,7 +96,6 @@ def token_issue(*, username: str, password: str, address: str,
         raise AuthenticationError(
             "username or password is incorrect", code="invalid_credentials"
         )
-    login_success_record(username, address)
     return token_create(user, datacenter_name=datacenter_name, name=name)
 
 

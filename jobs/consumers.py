@@ -4,7 +4,10 @@ lines and metrics as they are written.
 Authenticated by the session (``AuthMiddlewareStack``), origin-checked (``asgi.py``). A user
 sees only their own jobs: anything else is refused like a job that does not exist. A refusal
 is an ``{"type": "error", "code", "message"}`` message, then a close code of 4000 + the HTTP
-status the API would answer (4400, 4401, 4403, 4404), so a page can tell why.
+status the API would answer (4400, 4401, 4403, 4404, 4429), with the message as its reason,
+so a page can tell why. A user has at most PADDLECLOUD_WEBSOCKETS_PER_USER open at once, in
+every process of the portal (``accounts.throttling.slot_take``); one more is refused with 4429
+(the page tries again later, as after any other close).
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ import contextlib
 import logging
 from urllib.parse import parse_qs
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from accounts.selectors import member_datacenter
+from accounts.throttling import SLOT_LEASE, slot_release, slot_renew, slot_take
 from paddlecloud import metrics as portal_metrics
 from paddlecloud.errors import AuthenticationError, PaddleCloudError
 
@@ -36,6 +42,8 @@ COALESCE_SECONDS = 0.05  # changes that come together are sent together
 WATCH_SECONDS = 5.0  # a follower checks the file itself this often (a lost message, no pump)
 INBOX_MESSAGES = 100  # a follower's pump messages waiting for it; more are lost (and refilled)
 ENCODED = "encoded"  # a batch's message as text, kept in the batch for the process's followers
+SOCKETS = "open WebSockets"  # what a user's slots are slots of
+REASON_BYTES = 123  # the most a close frame's reason may take (RFC 6455)
 
 
 class PortalConsumer(AsyncJsonWebsocketConsumer):
@@ -45,10 +53,15 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
         self.joined: list[str] = []
         self.tasks: list = []  # cancelled when the socket goes (tasks, Coalescing)
         self.closed = False
+        self.slot = None
         await self.accept()
         try:
             if not self.scope["user"].is_authenticated:
                 raise AuthenticationError("log in again: your session has ended")
+            self.slot = await sync_to_async(slot_take)(
+                SOCKETS, self.scope["user"], limit=settings.PADDLECLOUD_WEBSOCKETS_PER_USER,
+                holder=self.channel_name, retry_after=SLOT_LEASE)
+            self.tasks.append(asyncio.create_task(self._hold_slot()))
             self.query = {k: v[-1] for k, v in
                           parse_qs(self.scope["query_string"].decode("latin-1")).items()}
             await self.open()
@@ -59,7 +72,14 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
 
     async def refuse(self, exc: PaddleCloudError):
         await self.send_json({"type": "error", "code": exc.code, "message": exc.message})
-        await self.close(code=4000 + exc.status)
+        reason = exc.message.encode()[:REASON_BYTES].decode(errors="ignore")
+        await self.close(code=4000 + exc.status, reason=reason)
+
+    async def _hold_slot(self):
+        """Renew the socket's slot while it is open (one of a process that died expires)."""
+        while True:
+            await asyncio.sleep(SLOT_LEASE / 3)
+            await sync_to_async(slot_renew)(self.slot)
 
     async def close(self, code=None, reason=None):
         self.closed = True
@@ -78,6 +98,9 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
             task.cancel()
         for group in self.joined:
             await self.channel_layer.group_discard(group, self.channel_name)
+        if self.slot is not None:
+            slot, self.slot = self.slot, None
+            await sync_to_async(slot_release)(slot, self.channel_name)
 
     async def open(self):
         raise NotImplementedError

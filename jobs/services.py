@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from accounts.audit import audit_record
 from accounts.models import QUOTA_FORMATS, AuditEntry, Membership, Team
+from accounts.throttling import rate_take
 from paddlecloud.errors import ConflictError, NotFoundError, ValidationError
 from paddlecloud.queue import BUILD_RUN, JOB_BUILD, JOB_REMAINS_REMOVE, JOB_STOP, task_later
 from paddlecloud_core.quantity import format_bytes, format_cpu
@@ -85,6 +87,8 @@ def job_submit(user, datacenter, data: dict) -> Submission:
     With ``dry_run`` in ``data`` nothing is recorded or started (``job`` is None).
     """
     dry_run = bool(data.get("dry_run"))
+    if dry_run:  # costly (the objects, a forecast) and free of quota: a rate of its own
+        rate_take("dry runs", user, limit=settings.PADDLECLOUD_DRY_RUNS_PER_MINUTE, window=60)
     spec = job_spec_validate(user, datacenter, data)
     quota_fit_check(user, datacenter, spec)
     fields = spec.as_dict()

@@ -22,7 +22,7 @@ from pfs.transfer import PfsTransferApp  # noqa: E402
 
 from .metrics import MetricsApp  # noqa: E402
 from .routing import websocket_urlpatterns  # noqa: E402
-from .security import websocket_origin_allowed  # noqa: E402
+from .security import ForwardedHeaders, websocket_origin_allowed  # noqa: E402
 
 
 class SameOrigin:
@@ -63,8 +63,10 @@ async def lifespan(scope, receive, send):
             return
 
 
-application = ProtocolTypeRouter({
+# Forwarded headers are judged before anything reads them: believed from the trusted proxies
+# only (paddlecloud.security), never from a job's relay.
+application = ForwardedHeaders(ProtocolTypeRouter({
     "http": http_with_metrics,
     "lifespan": lifespan,
     "websocket": SameOrigin(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-})
+}))

@@ -8,11 +8,15 @@
   before anything reads it, where Django would answer 400 and log an error.
 - ``websocket_origin_allowed``: a WebSocket handshake is judged by its Origin as Django's
   CSRF check judges a form's.
+- ``ForwardedHeaders``: X-Forwarded-For and X-Forwarded-Proto are believed from the trusted
+  proxies' addresses only, and dropped from everyone else's requests.
 """
 
 from __future__ import annotations
 
+import functools
 import io
+import ipaddress
 
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
@@ -21,6 +25,8 @@ from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.csrf import CsrfViewMiddleware
 from django.middleware.security import SecurityMiddleware
 from django.utils.deprecation import MiddlewareMixin
+
+from paddlecloud_core.contract import RELAY_SOURCE_ADDRESS
 
 from .errors import request_too_large
 
@@ -42,7 +48,7 @@ def asgi_request(scope) -> ASGIRequest:
 def websocket_origin_allowed(scope) -> bool:
     """Whether a WebSocket handshake comes from a page of this site: its Origin is the site's
     own (scheme, host and port: the handshake's Host, which must be in ALLOWED_HOSTS; https
-    for wss, or behind TRUSTED_PROXIES when X-Forwarded-Proto says so) or one of
+    for wss, also when a trusted proxy's X-Forwarded-Proto says so: ``ForwardedHeaders``) or one of
     CSRF_TRUSTED_ORIGINS. Django's CSRF check judges the Origin of a form the same way; this
     is that check (a private method of Django's, pinned by tests/test_websocket_origin.py).
     A handshake without an Origin is not from a browser's page and is refused too."""
@@ -104,3 +110,66 @@ class BodyLimitMiddleware(MiddlewareMixin):
         if limit is not None and length.isascii() and length.isdigit() and int(length) > limit:
             return request_too_large(request)
         return None
+
+
+@functools.lru_cache(maxsize=8)
+def _proxy_networks(addresses: tuple[str, ...]) -> tuple:
+    return tuple(ipaddress.ip_network(address, strict=False) for address in addresses)
+
+
+def proxy_trusted(peer: str | None) -> bool:
+    """Whether the connection's peer is one of the proxies in front (TRUSTED_PROXIES, from an
+    address of TRUSTED_PROXY_ADDRESSES) — never a job's relay, whose traffic is a job's."""
+    if not settings.TRUSTED_PROXIES or not peer:
+        return False
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    if address == ipaddress.ip_address(RELAY_SOURCE_ADDRESS):
+        return False
+    return any(address in network
+               for network in _proxy_networks(tuple(settings.TRUSTED_PROXY_ADDRESSES)))
+
+
+def _header(headers, name: bytes) -> str:
+    """A header's values, joined as one list (a proxy may add its own line)."""
+    return ",".join(value.decode("latin-1") for key, value in headers if key == name)
+
+
+def forwarded_scope(scope: dict) -> dict:
+    """The request as the app is to see it. From a trusted proxy (``proxy_trusted``): the
+    client is the address the TRUSTED_PROXIES-th proxy from here had the request from (in
+    X-Forwarded-For), the scheme what the nearest says (X-Forwarded-Proto). From anyone else:
+    without any X-Forwarded-* header, which they could have made up, so nothing behind
+    (Django, the throttling of logins, the byte streams) can believe one."""
+    headers = scope.get("headers") or []
+    if not any(key.startswith(b"x-forwarded-") for key, _ in headers):
+        return scope
+    peer = (scope.get("client") or (None,))[0]
+    if not proxy_trusted(peer):
+        return {**scope, "headers": [(key, value) for key, value in headers
+                                     if not key.startswith(b"x-forwarded-")]}
+    scope = dict(scope)
+    hops = [hop.strip() for hop in _header(headers, b"x-forwarded-for").split(",")]
+    hops = [hop for hop in hops if hop]
+    if hops:
+        scope["client"] = (hops[-min(settings.TRUSTED_PROXIES, len(hops))], 0)
+    proto = _header(headers, b"x-forwarded-proto").split(",")[-1].strip().lower()
+    if proto in ("http", "https"):
+        secure = proto == "https"
+        scope["scheme"] = ("wss" if secure else "ws") if scope["type"] == "websocket" else proto
+    return scope
+
+
+class ForwardedHeaders:
+    """The outermost part of the ASGI app: every HTTP request and WebSocket handshake passes
+    ``forwarded_scope`` first (the server's own proxy handling is off: runportal)."""
+
+    def __init__(self, application):
+        self.application = application
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] in ("http", "websocket"):
+            scope = forwarded_scope(scope)
+        return await self.application(scope, receive, send)

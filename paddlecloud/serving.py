@@ -1,4 +1,5 @@
-"""How the portal's HTTP server takes request bodies.
+"""How the portal's HTTP server is configured (``server_config``), and how it takes request
+bodies.
 
 uvicorn's httptools protocol stops reading a connection once 64 KiB of a request body wait for
 the app (``HIGH_WATER_LIMIT``), and reads on when the app asks for more. For a large upload
@@ -11,6 +12,7 @@ connection at most, not more with larger files).
 
 from __future__ import annotations
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 BODY_BUFFER = 2 << 20  # bytes of a request body read ahead of the app, per connection
@@ -27,3 +29,12 @@ class BulkBodyHttpToolsProtocol(HttpToolsProtocol):
         if len(cycle.body) > BODY_BUFFER:
             self.flow.pause_reading()
         cycle.message_event.set()
+
+
+def server_config(app, *, host: str, port: int, **options) -> uvicorn.Config:
+    """uvicorn's configuration of the portal: runportal's, and the tests' live portal's.
+    Forwarded headers are the app's to judge (``paddlecloud.security.ForwardedHeaders``), so
+    uvicorn's own handling is off: it would believe them from anyone on 127.0.0.1
+    (FORWARDED_ALLOW_IPS), a proxy and a job's relay alike."""
+    return uvicorn.Config(app, host=host, port=port, http=BulkBodyHttpToolsProtocol,
+                          proxy_headers=False, **options)

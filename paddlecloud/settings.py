@@ -6,6 +6,7 @@ the ``local`` execution backend and a PFS root under ``var/pfs``. The variables 
 to the real parts; nothing else changes. See the README's "Configuration" table.
 """
 
+import ipaddress
 import secrets
 from pathlib import Path
 
@@ -319,10 +320,34 @@ PADDLECLOUD_LOGIN_FAILURE_LIMIT_PER_ADDRESS = env_int(
 )
 PADDLECLOUD_LOGIN_FAILURE_WINDOW = env_int("PADDLECLOUD_LOGIN_FAILURE_WINDOW", 15 * 60)
 
+# Per-user limits (accounts/throttling.py): the dashboard's WebSockets a user may have open at
+# once (each live page holds one to four; one more is closed with code 4429), and the dry runs
+# of job submissions a user may ask for per minute (the API's, `paddlectl submit`'s check of a
+# job before its package is uploaded, the Submit page's; each builds the job's objects and
+# forecasts its start: one more is answered 429 with Retry-After).
+PADDLECLOUD_WEBSOCKETS_PER_USER = env_int("PADDLECLOUD_WEBSOCKETS_PER_USER", 50)
+PADDLECLOUD_DRY_RUNS_PER_MINUTE = env_int("PADDLECLOUD_DRY_RUNS_PER_MINUTE", 60)
+for _name in ("PADDLECLOUD_WEBSOCKETS_PER_USER", "PADDLECLOUD_DRY_RUNS_PER_MINUTE"):
+    if globals()[_name] < 1:
+        raise ImproperlyConfigured(f"{_name}={globals()[_name]}: at least 1")
+
 # ---------------------------------------------------------------------------------------------
 # REST API
 
+# The reverse proxies in front: how many (each adds the address it had the request from to
+# X-Forwarded-For), and the addresses or networks the nearest one connects from. Forwarded
+# headers are taken from those addresses only (paddlecloud.security.ForwardedHeaders), never
+# from a job's relay (paddlecloud_core.contract.RELAY_SOURCE_ADDRESS); from anyone else they
+# are dropped, so the client's address is the connection's.
 TRUSTED_PROXIES = env_int("TRUSTED_PROXIES", 0)
+TRUSTED_PROXY_ADDRESSES = env_list("TRUSTED_PROXY_ADDRESSES", ["127.0.0.1", "::1"])
+for _address in TRUSTED_PROXY_ADDRESSES:
+    try:
+        ipaddress.ip_network(_address, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"TRUSTED_PROXY_ADDRESSES: {_address!r} is not an IP address or network "
+            "(e.g. 127.0.0.1 or 10.0.0.0/24)") from None
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -334,7 +359,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["paddlecloud.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "paddlecloud.errors.exception_handler",
-    "NUM_PROXIES": TRUSTED_PROXIES or None,
+    "NUM_PROXIES": 0,  # REMOTE_ADDR is the client's (paddlecloud.security.ForwardedHeaders)
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 
@@ -373,9 +398,10 @@ CSRF_FAILURE_VIEW = "paddlecloud.errors.csrf_failure"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
-# Passwords, then single sign-on (which answers only its own callback: accounts/sso.py).
+# Passwords (Django's check, behind the failed-login counters: accounts/backends.py),
+# then single sign-on (which answers only its own callback: accounts/sso.py).
 AUTHENTICATION_BACKENDS = [
-    "django.contrib.auth.backends.ModelBackend",
+    "accounts.backends.PasswordBackend",
     "accounts.sso.SsoBackend",
 ]
 
@@ -415,8 +441,8 @@ OIDC_USE_PKCE = True
 # Security. With DEBUG off these default to what `manage.py check --deploy` asks for; each can
 # be turned off by its own variable (e.g. SECURE_SSL_REDIRECT=0 for a plain-HTTP trial).
 
-if TRUSTED_PROXIES:
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# (HTTPS behind a proxy: X-Forwarded-Proto from a trusted proxy is the request's scheme,
+# paddlecloud.security.ForwardedHeaders; no SECURE_PROXY_SSL_HEADER, which believes anyone.)
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
 # Plain HTTP from inside: the kubelet's probes, and trainers calling their job's master through
 # the portal's Service (PADDLECLOUD_MASTER_BASE_URL), which never passes the TLS proxy.

@@ -131,6 +131,13 @@ def job_namespace(datacenter, username: str) -> str:
     return name
 
 
+# The address a job's relay (jobs/backends/relay.py) connects to the portal from, on the
+# machine's loopback: what a sandboxed replica sends the portal arrives from it, and the
+# portal never takes a forwarded header (X-Forwarded-For, X-Forwarded-Proto) from it, whatever
+# TRUSTED_PROXY_ADDRESSES says (paddlecloud.security.ForwardedHeaders).
+RELAY_SOURCE_ADDRESS = "127.0.0.2"
+
+
 def master_url(portal: str, job_uid) -> str:
     """Where a job's master answers, below ``portal`` (the portal's URL as the replicas reach
     it, which depends on the backend)."""

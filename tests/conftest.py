@@ -420,15 +420,14 @@ def live_portal(transactional_db, settings, tmp_path):
     home.mkdir(parents=True)
 
     from paddlecloud.asgi import application, http
-    from paddlecloud.serving import BulkBodyHttpToolsProtocol
+    from paddlecloud.serving import server_config
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     settings.PADDLECLOUD_PORTAL_URL = f"http://127.0.0.1:{port}"  # where local replicas reach it
-    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port,
-                                           lifespan="on", log_level="warning",
-                                           http=BulkBodyHttpToolsProtocol))  # as runportal
+    server = uvicorn.Server(server_config(application, host="127.0.0.1", port=port,
+                                          lifespan="on", log_level="warning"))  # as runportal
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -88,7 +88,6 @@ def test_client_too(settings):
 def test_over_https_the_byte_endpoints_send_hsts_as_django_does(portal, settings,
                                                                test_client_too):
     settings.TRUSTED_PROXIES = 1
-    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     settings.SECURE_HSTS_SECONDS = 3600
     (portal.home / "a.txt").write_text("hello")
     django_answer = Client().get("/api/v1/version", secure=True)

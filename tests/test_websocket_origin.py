@@ -70,7 +70,6 @@ def test_a_trusted_origin_opens_a_socket(portal, settings):
 
 def test_behind_a_tls_proxy_the_site_is_https(portal, settings):
     settings.TRUSTED_PROXIES = 1
-    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     https = {"X-Forwarded-Proto": "https"}
     assert open_socket(portal, f"https://127.0.0.1:{portal.port}", headers=https) == 101
     assert open_socket(portal, f"http://127.0.0.1:{portal.port}", headers=https) == 403

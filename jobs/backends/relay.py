@@ -10,6 +10,11 @@ forwards each connection it accepts there to the portal's address on the machine
 (``PADDLECLOUD_PORTAL_URL``), byte for byte: it reads nothing of what passes (so the job reaches
 the portal's whole HTTP interface, as its owner does, not only the master's calls).
 
+- It connects to the portal from ``RELAY_SOURCE_ADDRESS`` (127.0.0.2, over IPv4), an address
+  of its own: a proxy in front of the portal on the same machine connects from 127.0.0.1 too,
+  and the portal believes a proxy's X-Forwarded-For, never what a job sends through its relay
+  (``paddlecloud.security.ForwardedHeaders``).
+
 - Its port, 80, is below 1024: in the job's network only a process with capabilities in the
   job's user namespace (the relay as it binds, never a replica: they have none) may take it, so
   no replica can listen there before it or in its place, and it never meets a replica's own
@@ -36,6 +41,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from paddlecloud_core.contract import RELAY_SOURCE_ADDRESS
+
 from .sandbox import Netns, dir_locked, netns_alive, recorded_stop
 
 RELAY_PORT = 80
@@ -52,17 +59,19 @@ class RelayError(Exception):
 @dataclass(frozen=True)
 class Relay:
     """A running relay: its pid and start time (clock ticks since boot, against a reused pid),
-    the inode of the job network it listens in, its port there, and where it forwards to."""
+    the inode of the job network it listens in, its port there, where it forwards to and the
+    address it connects from (None: a relay of a version that did not say)."""
 
     pid: int
     start: int
     netns: int
     port: int
     target: tuple[str, int]
+    source: str | None = None
 
 
 # Run as ``python -I -S -c RELAY paddlecloud-relay LABEL HOLDER_PID HOLDER_START NETNS_INODE
-# PORT HOST TARGET_PORT MAX IDLE``: forks (the first process exits, so init reaps the relay),
+# PORT HOST TARGET_PORT SOURCE MAX IDLE``: forks (the first process exits, so init reaps the relay),
 # makes its listening socket in a child that joins the holder's user and network namespaces
 # (the parent stays in the machine's network, where it connects to the portal), prints
 # "pid start" and relays until the holder exits or it is told to stop.
@@ -72,7 +81,7 @@ if os.fork():
     os._exit(0)
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 CHUNK, BUFFERED, BACKLOG = 65536, 262144, 128
-_, _, _, holder_pid, holder_start, inode, port, host, target_port, most, idle = sys.argv
+_, _, _, holder_pid, holder_start, inode, port, host, target_port, source, most, idle = sys.argv
 holder_pid, holder_start, inode, port, target_port, most = (
     int(v) for v in (holder_pid, holder_start, inode, port, target_port, most))
 idle = float(idle)
@@ -89,8 +98,12 @@ def exited(pidfd):
 
 
 try:
-    family, kind, proto, _, target = socket.getaddrinfo(
-        host, target_port, type=socket.SOCK_STREAM)[0]
+    try:
+        family, kind, proto, _, target = socket.getaddrinfo(
+            host, target_port, socket.AF_INET, socket.SOCK_STREAM)[0]
+    except socket.gaierror:
+        raise OSError(f"the portal's host {host} has no IPv4 address: the relay reaches it "
+                      f"over IPv4 (from {source}; PADDLECLOUD_PORTAL_URL)") from None
     holder = os.pidfd_open(holder_pid)
     if start_of(holder_pid) != holder_start:
         raise OSError("the job's network holder is not running")
@@ -226,6 +239,7 @@ def accept():
     try:
         inner.setblocking(False)
         outer = socket.socket(family, kind, proto)
+        outer.bind((source, 0))  # the relay's own address: no proxy's
         outer.setblocking(False)
         code = outer.connect_ex(target)
         if code not in (0, errno.EINPROGRESS):
@@ -285,7 +299,7 @@ def _recorded(record: Path) -> Relay | None:
         host, port = data["target"]
         return Relay(pid=int(data["pid"]), start=int(data["start"]),
                      netns=int(data["netns"]), port=int(data["port"]),
-                     target=(str(host), int(port)))
+                     target=(str(host), int(port)), source=data.get("source"))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -314,9 +328,11 @@ def relay_start(record: Path, netns: Netns, target: tuple[str, int], label: str 
     target = (target[0], int(target[1]))
     with dir_locked(record.parent):
         running = relay_read(record)
-        if running and running.netns == netns.inode and running.target == target:
+        if (running and running.netns == netns.inode and running.target == target
+                and running.source == RELAY_SOURCE_ADDRESS):
             return running
-        if running:  # the portal moved, or an earlier network's (which ends with its holder)
+        if running:  # the portal moved, an earlier network's (which ends with its holder), or
+            # one of a version that connected from the proxies' 127.0.0.1
             _relay_kill(running)
         if not netns_alive(netns):
             raise RelayError(f"the job's network is gone (its holder, pid {netns.pid}, is "
@@ -325,7 +341,7 @@ def relay_start(record: Path, netns: Netns, target: tuple[str, int], label: str 
         result = subprocess.run(  # noqa: S603 - our own relay
             [sys.executable, "-I", "-S", "-c", RELAY, RELAY_MARKER, label, str(netns.pid),
              str(netns.start), str(netns.inode), str(RELAY_PORT), host, str(port),
-             str(MAX_CONNECTIONS), str(IDLE_SECONDS)],
+             RELAY_SOURCE_ADDRESS, str(MAX_CONNECTIONS), str(IDLE_SECONDS)],
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, cwd="/",
             start_new_session=True, check=False)
         try:
@@ -333,10 +349,12 @@ def relay_start(record: Path, netns: Netns, target: tuple[str, int], label: str 
         except ValueError:
             why = result.stderr.strip() or result.stdout.strip() or "no message"
             raise RelayError(f"the relay to the job's master could not start: {why}") from None
-        relay = Relay(pid=pid, start=start, netns=netns.inode, port=RELAY_PORT, target=target)
+        relay = Relay(pid=pid, start=start, netns=netns.inode, port=RELAY_PORT, target=target,
+                      source=RELAY_SOURCE_ADDRESS)
         tmp = record.with_name(record.name + ".tmp")
         tmp.write_text(json.dumps({"pid": pid, "start": start, "netns": netns.inode,
-                                   "port": RELAY_PORT, "target": list(target)}))
+                                   "port": RELAY_PORT, "target": list(target),
+                                   "source": RELAY_SOURCE_ADDRESS}))
         os.replace(tmp, record)
         return relay
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
+from jobs import engine
+from jobs.backends import backend_for
 from jobs.files import output_dir
 from jobs.models import Job, JobEvent, Task
 from jobs.services import job_submit
@@ -68,6 +71,31 @@ def dataset_job(live_portal) -> Callable[..., Job]:
             "task_records": 20, "env": env}).job
 
     return submit
+
+
+@contextmanager
+def one_trainer_job(live_portal, program: str, timeout: float = 60) -> Iterator[tuple[Job, str]]:
+    """A job with a dataset (so a master, and in a sandbox a relay) whose one trainer runs
+    ``program``, run to its end: the job and its trainer's log, stopped and removed after."""
+    home = live_portal.home
+    (home / "pkg").mkdir()
+    (home / "pkg" / "train.py").write_text(program)
+    (home / "data").mkdir()
+    (home / "data" / "part-0.txt").write_text("a\nb\n")
+    job = job_submit(live_portal.user, live_portal.datacenter, {
+        "name": "reader", "package": "/pfs/datacenter1/home/alice/pkg",
+        "entry": "python train.py", "dataset": "/pfs/datacenter1/home/alice/data/part-*.txt"}).job
+    try:
+        engine.job_launch(job.pk)
+        deadline = time.monotonic() + timeout
+        while engine.job_sync(job.pk):
+            assert time.monotonic() < deadline, "the job did not end"
+            time.sleep(0.1)
+        job.refresh_from_db()
+        yield job, (output_dir(job) / "node_0" / "train.log").read_text()
+    finally:
+        backend_for(job.datacenter).stop(job, list(job.replicas.all()), grace=1)
+        backend_for(job.datacenter).cleanup(job)
 
 
 def wait_for(predicate, timeout: float, message: str | Callable[[], str]):

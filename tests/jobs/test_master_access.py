@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobs import engine, master
+from jobs import master
 from jobs.backends import backend_for
 from jobs.backends.base import Status
 from jobs.backends.kubernetes.client import kube_for
@@ -42,6 +42,7 @@ from paddlecloud_core.contract import (
 )
 from paddlecloud_core.spec import spec_check
 from tests.jobs.files import log_path
+from tests.jobs.master_scenario import one_trainer_job
 from tests.processes import run_python
 
 URL, TOKEN = MASTER_VARIABLES
@@ -291,22 +292,7 @@ def test_a_local_replica_reads_a_task_from_the_portals_master(live_portal, held_
                                                               settings, sandbox, caplog):
     caplog.set_level(logging.DEBUG)
     settings.PADDLECLOUD_LOCAL_SANDBOX = sandbox
-    home = live_portal.home
-    (home / "pkg").mkdir()
-    (home / "pkg" / "train.py").write_text(READER)
-    (home / "data").mkdir()
-    (home / "data" / "part-0.txt").write_text("a\nb\n")
-    job = job_submit(live_portal.user, live_portal.datacenter, {
-        "name": "reader", "package": PACKAGE, "entry": "python train.py",
-        "dataset": DATASET}).job
-    try:
-        engine.job_launch(job.pk)
-        deadline = time.monotonic() + 60
-        while engine.job_sync(job.pk):
-            assert time.monotonic() < deadline, "the job did not end"
-            time.sleep(0.1)
-        job.refresh_from_db()
-        log = (output_dir(job) / "node_0" / "train.log").read_text()
+    with one_trainer_job(live_portal, READER) as (job, log):
         assert job.state == "succeeded", (job.state_reason, log)
         answer = json.loads(log.split("ANSWER ", 1)[1].splitlines()[0])
         assert answer["task"]["spans"] == [
@@ -317,6 +303,3 @@ def test_a_local_replica_reads_a_task_from_the_portals_master(live_portal, held_
         assert netns_read(run / "netns.pid") is None
         assert relay_read(relay_file(job_dir(job))) is None
         assert not relay_file(job_dir(job)).exists()
-    finally:
-        backend_for(job.datacenter).stop(job, list(job.replicas.all()), grace=1)
-        backend_for(job.datacenter).cleanup(job)

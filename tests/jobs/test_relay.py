@@ -40,6 +40,7 @@ from jobs.backends.sandbox import (
     sandbox_command,
     sandbox_problem,
 )
+from paddlecloud_core.contract import RELAY_SOURCE_ADDRESS
 
 pytestmark = pytest.mark.skipif(sandbox_problem() is not None,
                                 reason=f"no sandbox here: {sandbox_problem()}")
@@ -75,6 +76,7 @@ class PortalHandler(BaseHTTPRequestHandler):
                 out = body
             else:
                 out = json.dumps({"path": self.path, "host": self.headers["Host"],
+                                  "peer": self.client_address[0],
                                   "sha256": hashlib.sha256(body).hexdigest()}).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(out)))
@@ -165,7 +167,9 @@ def test_a_sandboxed_process_reaches_the_portal_through_the_relay_only(portal, j
         """)
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
+    # (from an address of its own, which no proxy in front of the portal has)
     assert seen["small"] == {"path": f"/api/v1/master/{label}/next", "host": "127.0.0.1:80",
+                             "peer": RELAY_SOURCE_ADDRESS,
                              "sha256": hashlib.sha256(b'{"trainer": 0}').hexdigest()}
     assert seen["echoed"] is True
     assert seen["direct"] is False
@@ -219,6 +223,14 @@ def test_the_relay_is_found_again_and_goes_with_the_jobs_network(portal, job_net
     moved = relay_start(record, again, ("127.0.0.1", target[1] + 1), label)
     assert moved.pid != fresh.pid and not relay_alive(fresh) and moved.port == fresh.port
     assert relays_of(label) == [moved.pid]
+    # A relay of a version that connected from 127.0.0.1, as a proxy does (its record says no
+    # source), is replaced by one that connects from its own address.
+    old = json.loads(record.read_text())
+    del old["source"]
+    record.write_text(json.dumps(old))
+    current = relay_start(record, again, moved.target, label)
+    assert current.pid != moved.pid and not relay_alive(moved)
+    assert current.source == RELAY_SOURCE_ADDRESS and relays_of(label) == [current.pid]
     with pytest.raises(RelayError, match="the job's network is gone"):
         relay_start(run / "other.pid", netns, target, label)
 
@@ -290,3 +302,9 @@ def test_a_portal_that_is_down_closes_the_connection_and_the_relay_goes_on(job_n
         """)
     assert result.stdout.strip() == "refused", result.stderr
     assert relay_alive(relay)
+
+
+def test_a_portal_without_an_ipv4_address_is_refused_saying_why(job_network):
+    run, netns, _ = job_network
+    with pytest.raises(RelayError, match=r"the portal's host ::1 has no IPv4 address"):
+        relay_start(run / "relay.pid", netns, ("::1", 8000))

@@ -13,7 +13,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from accounts.models import Datacenter
 from jobs.backends.local import isolation_notice
-from paddlecloud.serving import BulkBodyHttpToolsProtocol
+from paddlecloud.serving import server_config
 from paddlecloud.worker import EmbeddedWorker
 
 logger = logging.getLogger(__name__)
@@ -67,12 +67,10 @@ class Command(BaseCommand):
             self.stdout.write(f"PaddleCloud is serving on http://{host}:{port}/ "
                               "(Ctrl-C stops it)")
             self.stdout.flush()
-        config = uvicorn.Config(
+        config = server_config(
             "paddlecloud.asgi:application", host=host, port=port, lifespan="on",
-            log_level=settings.LOGGING["root"]["level"].lower(),
-            proxy_headers=bool(settings.TRUSTED_PROXIES), access_log=not no_access_log,
+            log_level=settings.LOGGING["root"]["level"].lower(), access_log=not no_access_log,
             ws_per_message_deflate=settings.PADDLECLOUD_WS_DEFLATE,
-            http=BulkBodyHttpToolsProtocol,
         )
         # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
         # handler that was there before it; ours just lets run() return, so the worker is
