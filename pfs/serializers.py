@@ -41,6 +41,9 @@ class UsageSerializer(serializers.Serializer):
     reserved_display = serializers.CharField()
     limit_display = serializers.CharField()
     measured_at = serializers.DateTimeField(allow_null=True)
+    unknown = serializers.CharField(help_text="why the last measure failed (used is then not "
+                                              "known, and uploads, submissions and starts are "
+                                              "refused); empty when it succeeded")
 
 
 class UploadCreateSerializer(serializers.Serializer):

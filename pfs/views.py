@@ -95,7 +95,7 @@ class UsageView(DatacenterAPIView):
                          "used_display": format_bytes(usage.used),
                          "reserved_display": format_bytes(usage.reserved),
                          "limit_display": format_bytes(usage.limit),
-                         "measured_at": usage.measured_at})
+                         "measured_at": usage.measured_at, "unknown": usage.unknown})
 
 
 class UploadListView(DatacenterAPIView):
