@@ -135,7 +135,8 @@ class Pool:
     team_quotas: Mapping[int, Limit] = field(default_factory=dict)
     team_weights: Mapping[int, float] = field(default_factory=dict)
     team_names: Mapping[int, str] = field(default_factory=dict)
-    # Owners none of whose jobs may start now whatever is free (a spent budget), and why.
+    # Owners none of whose jobs may start now whatever is free (a spent budget, a home over
+    # its storage quota or not measured), and why.
     blocked: Mapping[int, str] = field(default_factory=dict)
 
 

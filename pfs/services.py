@@ -21,6 +21,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from accounts.selectors import quota_get, quotas_get
+from accounts.signals import quota_changed
 from paddlecloud.errors import (
     ForbiddenError,
     NotFoundError,
@@ -28,7 +29,7 @@ from paddlecloud.errors import (
     TooLargeError,
     ValidationError,
 )
-from paddlecloud_core.quantity import format_bytes
+from paddlecloud_core.quantity import format_bytes, format_bytes_about
 
 from . import tar
 from .models import UploadSession, Usage
@@ -95,10 +96,16 @@ def pfs_mkdir(user, datacenter, text: str, *, parents: bool = False) -> tuple[Ta
 
 
 def pfs_remove(user, datacenter, text: str, *, recursive: bool = False) -> tuple[Target, int]:
+    """Remove a file or a tree; a home that was over its quota (or not known) and is no longer
+    announces it (``quota_changed``), so its owner's waiting jobs are admitted at once."""
     target = pfs_target(user, datacenter, text, write=True)
+    blocked = user.pk in storage_problems(datacenter, [user.pk])
     freed = target.storage.remove(target.rel, recursive=recursive)
     if usage_add(user, datacenter, -freed):  # stale, or not known: what it names may be gone
         usage_measure(user, datacenter)
+    if blocked and user.pk not in storage_problems(datacenter, [user.pk]):
+        transaction.on_commit(lambda: quota_changed.send(sender=Usage, user=user,
+                                                         datacenter=datacenter))
     return target, freed
 
 
@@ -215,7 +222,7 @@ def storage_problems(datacenter, user_ids) -> dict[int, tuple[str, str]]:
         elif used > (quota := quotas[user_id].storage):
             problems[user_id] = (
                 "quota_exceeded",
-                f"your home holds {format_bytes(used)}, over your storage quota of "
+                f"your home holds {format_bytes_about(used)}, over your storage quota of "
                 f"{format_bytes(quota)} (jobs write into it); remove files or ask an "
                 "administrator")
     return problems
