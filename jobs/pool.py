@@ -162,9 +162,10 @@ def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterabl
         team_quotas={pk: Limit(**team.quota) for pk, team in groups.items()},
         team_weights={pk: team.weight for pk, team in groups.items()},
         team_names={pk: team.name for pk, team in groups.items()},
-        blocked={**{owner: f"waiting for storage: {why}" for owner, (_, why)
+        blocked={**{owner: ("storage", f"waiting for storage: {why}") for owner, (_, why)
                     in storage_problems(datacenter, owner_ids).items()},
-                 **budgets_spent(datacenter, owner_ids)})
+                 **{owner: ("budget", why)
+                    for owner, why in budgets_spent(datacenter, owner_ids).items()}})
 
 
 def waiting_of(job, history: dict[int, list]) -> Waiting:
