@@ -20,6 +20,10 @@ class ListingSerializer(serializers.Serializer):
     path = serializers.CharField()
     type = serializers.CharField()
     entries = EntrySerializer(many=True)
+    count = serializers.IntegerField(help_text="entries in all, on every page")
+    next_offset = serializers.IntegerField(allow_null=True,
+                                           help_text="the offset of the next page; null at the "
+                                                     "last")
 
 
 class MkdirSerializer(serializers.Serializer):
