@@ -174,8 +174,7 @@ def test_walk_is_depth_first_directories_before_their_contents(storage):
         ("a", "b"), ("a", "b", "y"), ("a", "x")]
 
 
-def test_nothing_deeper_than_the_limit_is_made_and_a_sparse_file_is_read_as_zeros(storage,
-                                                                                   settings):
+def test_nothing_deeper_than_the_limit_is_made_and_extents_hold_a_files_data(storage, settings):
     settings.PADDLECLOUD_PFS_MAX_DEPTH = 3
     storage.mkdir(("a", "b", "c"), parents=True)  # the limit itself
     for rel, make in ((("a", "b", "c", "d"), storage.mkdir),
