@@ -21,6 +21,7 @@ REASON_LABELS = {
     "behind": "another of your jobs, ahead of it in your queue",
     "never": "nothing: it can never start",
     "budget": "your budget",
+    "storage": "room in your home (its storage quota)",
 }
 
 

@@ -42,6 +42,7 @@ from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter, Membersh
 from accounts.selectors import quota_get, quotas_get
 from paddlecloud.errors import ValidationError
 from paddlecloud.queue import (
+    HOME_MEASURE,
     JOB_START,
     JOB_SYNC,
     JOBS_ADMIT,
@@ -410,6 +411,12 @@ def job_ended_admit(sender, owner_id: int, datacenter_id: int, **kwargs) -> None
     """Jobs ended (``signals.job_ended``): what they held, or their places in the queue, is
     free — admit the owner's waiting jobs once that is committed."""
     admission_request(owner_id, datacenter_id)
+
+
+def job_ended_measure(sender, owner_id: int, datacenter_id: int, **kwargs) -> None:
+    """Jobs ended (``signals.job_ended``): what they wrote is in the owner's home; measure it
+    (then admit), so the next upload, submission or start counts it."""
+    task_later_once(HOME_MEASURE, owner_id, datacenter_id)
 
 
 def quota_changed_admit(sender, user, datacenter, **kwargs) -> None:

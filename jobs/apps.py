@@ -12,10 +12,11 @@ class JobsConfig(AppConfig):
     def ready(self):
         # Here, not at the top: admission imports the models, which exist once every app is
         # loaded.
-        from .admission import job_ended_admit, quota_changed_admit
+        from .admission import job_ended_admit, job_ended_measure, quota_changed_admit
 
         quota_changed.connect(quota_changed_admit, dispatch_uid="jobs.quota_changed_admit")
         job_ended.connect(job_ended_admit, dispatch_uid="jobs.job_ended_admit")
+        job_ended.connect(job_ended_measure, dispatch_uid="jobs.job_ended_measure")
         # A requeued job is admitted again as ended jobs' queues are: at its place, its
         # first (its submission time is kept).
         job_requeued.connect(job_ended_admit, dispatch_uid="jobs.job_requeued_admit")

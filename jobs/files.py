@@ -182,7 +182,9 @@ def _aside(home: PosixStorage, output: Rel, suffix: str) -> Rel:
 def package_copy(job, dest: Path) -> None:
     """Copy the trainer package (a PFS directory) into the new directory ``dest``: files,
     directories and links (as links). Read through the PFS storage, so nothing outside the
-    package's area is read whatever the job did to it since it was submitted."""
+    package's area is read whatever the job did to it since it was submitted. A sparse file
+    stays sparse: only its data is copied, its holes stay holes (a file of 1 TiB of holes in
+    a home must not become 1 TiB of disk under the portal's ``var/``)."""
     path = pfs_path_parse(job.package, field="package")
     storage = storage_for(job.datacenter, path)
     try:
@@ -197,8 +199,11 @@ def package_copy(job, dest: Path) -> None:
                 target.symlink_to(entry.target)
             elif entry.type == "file":
                 with target.open("xb") as out:
-                    for chunk in storage.read(entry.rel):
-                        out.write(chunk)
+                    for start, end in storage.extents(entry.rel):
+                        out.seek(start)
+                        for chunk in storage.read(entry.rel, start, end):
+                            out.write(chunk)
+                    out.truncate(entry.size)
     except NotFoundError:
         raise BackendError(f"the trainer package {job.package} is gone") from None
     except PaddleCloudError as exc:

@@ -36,6 +36,7 @@ from paddlecloud_core.scheduling import (
     schedule,
     shape,
 )
+from pfs.services import storage_problems
 
 from .budgets import budgets_spent
 from .models import Job, JobEvent
@@ -161,7 +162,10 @@ def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterabl
         team_quotas={pk: Limit(**team.quota) for pk, team in groups.items()},
         team_weights={pk: team.weight for pk, team in groups.items()},
         team_names={pk: team.name for pk, team in groups.items()},
-        blocked=budgets_spent(datacenter, owner_ids))
+        blocked={**{owner: ("storage", f"waiting for storage: {why}") for owner, (_, why)
+                    in storage_problems(datacenter, owner_ids).items()},
+                 **{owner: ("budget", why)
+                    for owner, why in budgets_spent(datacenter, owner_ids).items()}})
 
 
 def waiting_of(job, history: dict[int, list]) -> Waiting:

@@ -17,6 +17,7 @@ from paddlecloud.queue import BUILD_RUN, JOB_BUILD, JOB_REMAINS_REMOVE, JOB_STOP
 from paddlecloud_core.quantity import format_bytes, format_cpu
 from paddlecloud_core.scheduling import Vec
 from paddlecloud_core.spec import name_taken
+from pfs.services import storage_check
 from registries.oci import image_ref_parse
 from registries.services import registry_get
 
@@ -91,6 +92,7 @@ def job_submit(user, datacenter, data: dict) -> Submission:
         rate_take("dry runs", user, limit=settings.PADDLECLOUD_DRY_RUNS_PER_MINUTE, window=60)
     spec = job_spec_validate(user, datacenter, data)
     quota_fit_check(user, datacenter, spec)
+    storage_check(user, datacenter)  # a job writes into the home: not one over its quota
     fields = spec.as_dict()
     registry_name = fields.pop("registry")
     registry = registry_get(user, datacenter, registry_name) if registry_name else None

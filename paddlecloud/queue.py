@@ -26,10 +26,11 @@ JOB_REMAINS_REMOVE = "jobs.tasks.job_remains_remove"
 JOB_SYNC = "jobs.tasks.job_sync"
 JOB_BUILD = "jobs.tasks.job_build"
 BUILD_RUN = "jobs.tasks.build_run"
+HOME_MEASURE = "jobs.tasks.home_measure"
 PULL_SECRET_SYNC = "registries.tasks.pull_secret_sync"  # noqa: S105 - a task's name
 PULL_SECRET_REMOVE = "registries.tasks.pull_secret_remove"  # noqa: S105
 TASKS = frozenset({JOB_START, JOB_SYNC, JOB_STOP, JOBS_ADMIT, JOB_REMAINS_REMOVE, JOB_BUILD,
-                   BUILD_RUN, PULL_SECRET_SYNC, PULL_SECRET_REMOVE})
+                   BUILD_RUN, HOME_MEASURE, PULL_SECRET_SYNC, PULL_SECRET_REMOVE})
 ONCE_SECONDS = 30  # how long a task queued by task_later_once stands for later requests
 # ... a job's start, which may wait longer behind others (a worker starting hundreds of jobs):
 # the reconciler asks again for a start it finds stalled, which must not queue it twice.

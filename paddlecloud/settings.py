@@ -191,6 +191,10 @@ CELERY_BEAT_SCHEDULE = {
     "pfs-uploads-purge": {"task": "pfs.tasks.uploads_purge", "schedule": 3600.0},
     "pfs-usage-measure": {"task": "pfs.tasks.usage_measure_all",
                           "schedule": float(env_int("PADDLECLOUD_PFS_USAGE_INTERVAL", 600))},
+    # The homes of the users whose jobs run, measured more often: jobs write past quotas.
+    "pfs-usage-measure-running": {
+        "task": "jobs.tasks.homes_measure",
+        "schedule": float(env_int("PADDLECLOUD_PFS_RUNNING_USAGE_INTERVAL", 60))},
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -296,6 +300,12 @@ PADDLECLOUD_PFS_UPLOAD_TTL = env_int("PADDLECLOUD_PFS_UPLOAD_TTL", 24 * 3600)
 PADDLECLOUD_PFS_TAR_MAX_MEMBERS = env_int("PADDLECLOUD_PFS_TAR_MAX_MEMBERS", 100_000)
 PADDLECLOUD_PFS_TAR_MAX_RATIO = env_int("PADDLECLOUD_PFS_TAR_MAX_RATIO", 200)
 PADDLECLOUD_PFS_TAR_RATIO_FLOOR = env_int("PADDLECLOUD_PFS_TAR_RATIO_FLOOR", 64 * 2**20)
+# How deep below a home (or the public directory) PFS goes: nothing deeper may be made, and a
+# walk (a recursive listing, a download, a package copy, the usage measure) that meets a tree
+# deeper than this a job made stops with an error naming it. 256 is far past real datasets
+# and checkpoints (a few dozen levels) and keeps a path of short names under the 4096
+# characters of a PFS path; a recursive remove goes to any depth.
+PADDLECLOUD_PFS_MAX_DEPTH = env_int("PADDLECLOUD_PFS_MAX_DEPTH", 256)
 PADDLECLOUD_S3_ACCESS_KEY_ID = env_str("PADDLECLOUD_S3_ACCESS_KEY_ID")
 PADDLECLOUD_S3_SECRET_ACCESS_KEY = env_str("PADDLECLOUD_S3_SECRET_ACCESS_KEY")
 

@@ -80,6 +80,18 @@ def query_flag(request, name: str, default: bool = False) -> bool:
     raise ValidationError.for_field(name, FLAG_RULE)
 
 
+def query_whole(request, name: str, low: int, high: int, default: int | None
+                ) -> int | None:
+    """The whole-number query parameter ``name`` from ``low`` to ``high``: ``default`` when
+    absent; anything else is a 400 that names the parameter and the rule."""
+    value = request.GET.get(name)
+    if value is None:
+        return default
+    if not value.isdigit() or not low <= int(value) <= high:
+        raise ValidationError.for_field(name, f"a whole number from {low} to {high}")
+    return int(value)
+
+
 def flag_parameter(name: str, description: str) -> OpenApiParameter:
     """A boolean query parameter read with ``query_flag``, for ``extend_schema``."""
     return OpenApiParameter(name, bool, description=f"{description}; {FLAG_RULE}")

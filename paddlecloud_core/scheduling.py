@@ -138,14 +138,16 @@ class Pool:
     team_quotas: Mapping[int, Limit] = field(default_factory=dict)
     team_weights: Mapping[int, float] = field(default_factory=dict)
     team_names: Mapping[int, str] = field(default_factory=dict)
-    # Owners none of whose jobs may start now whatever is free (a spent budget), and why.
-    blocked: Mapping[int, str] = field(default_factory=dict)
+    # Owners none of whose jobs may start now whatever is free, the kind of reason (budget: a
+    # spent budget; storage: a home over its storage quota, or not measured) and why.
+    blocked: Mapping[int, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Reason:
     """Why a job waits (or can never start), in words with the numbers, and in parts for
-    programs: ``kind`` is quota, capacity, turn (fair share / a reservation), behind, never."""
+    programs: ``kind`` is quota, capacity, turn (fair share / a reservation), behind, never,
+    budget, storage."""
 
     kind: str
     message: str
@@ -312,8 +314,8 @@ def _place(job: Waiting, ledger: _Ledger, plan: Plan, ahead: dict[int, Waiting])
                                             f"{r} {FORMATS[r](a)} asked, {FORMATS[r](b)} in all"
                                             for r, (a, b) in over.items()))
             return
-    if (why := pool.blocked.get(job.owner)) is not None:
-        plan.reasons[job.id] = Reason("budget", why)
+    if (blocked := pool.blocked.get(job.owner)) is not None:
+        plan.reasons[job.id] = Reason(*blocked)
         return
     short = {key: limit.short(ledger.held[key], job.need) for key, limit in limits}
     if not any(short.values()):

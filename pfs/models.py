@@ -51,8 +51,8 @@ class UploadSession(models.Model):
 
 class Usage(models.Model):
     """Bytes in one user's home (apparent sizes, as ``du --apparent-size``): kept current by
-    every write through the file service, and measured again by a periodic walk (jobs write
-    into homes directly). Never below zero."""
+    every write through the file service, and measured again by walks (jobs write into homes
+    directly: while they run and as they end, and periodically). Never below zero."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                              related_name="pfs_usage")
@@ -60,6 +60,9 @@ class Usage(models.Model):
                                    related_name="pfs_usage")
     used = models.BigIntegerField(default=0)
     measured_at = models.DateTimeField(null=True, blank=True)
+    # Why the last walk failed (a tree deeper than PFS goes, say); blank once one succeeds.
+    # While set, ``used`` is not known: uploads, submissions and starts are refused.
+    unknown = models.TextField(blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

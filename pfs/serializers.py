@@ -20,6 +20,10 @@ class ListingSerializer(serializers.Serializer):
     path = serializers.CharField()
     type = serializers.CharField()
     entries = EntrySerializer(many=True)
+    count = serializers.IntegerField(help_text="entries in all, on every page")
+    next_offset = serializers.IntegerField(allow_null=True,
+                                           help_text="the offset of the next page; null at the "
+                                                     "last")
 
 
 class MkdirSerializer(serializers.Serializer):
@@ -41,6 +45,9 @@ class UsageSerializer(serializers.Serializer):
     reserved_display = serializers.CharField()
     limit_display = serializers.CharField()
     measured_at = serializers.DateTimeField(allow_null=True)
+    unknown = serializers.CharField(help_text="why the last measure failed (used is then not "
+                                              "known, and uploads, submissions and starts are "
+                                              "refused); empty when it succeeded")
 
 
 class UploadCreateSerializer(serializers.Serializer):

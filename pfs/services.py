@@ -6,6 +6,7 @@ these functions; nothing here knows about HTTP.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import uuid
@@ -19,7 +20,8 @@ from django.db.models import F, Sum
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from accounts.selectors import quota_get
+from accounts.selectors import quota_get, quotas_get
+from accounts.signals import quota_changed
 from paddlecloud.errors import (
     ForbiddenError,
     NotFoundError,
@@ -27,7 +29,7 @@ from paddlecloud.errors import (
     TooLargeError,
     ValidationError,
 )
-from paddlecloud_core.quantity import format_bytes
+from paddlecloud_core.quantity import format_bytes, format_bytes_about
 
 from . import tar
 from .models import UploadSession, Usage
@@ -35,6 +37,8 @@ from .paths import PfsPath, pfs_check_access, pfs_path_parse, pfs_shown
 from .storage import TEMP_PREFIX, ChecksumError, Entry, Rel, Storage, Upload, storage_for
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -92,10 +96,16 @@ def pfs_mkdir(user, datacenter, text: str, *, parents: bool = False) -> tuple[Ta
 
 
 def pfs_remove(user, datacenter, text: str, *, recursive: bool = False) -> tuple[Target, int]:
+    """Remove a file or a tree; a home that was over its quota (or not known) and is no longer
+    announces it (``quota_changed``), so its owner's waiting jobs are admitted at once."""
     target = pfs_target(user, datacenter, text, write=True)
+    blocked = user.pk in storage_problems(datacenter, [user.pk])
     freed = target.storage.remove(target.rel, recursive=recursive)
-    if usage_add(user, datacenter, -freed):
+    if usage_add(user, datacenter, -freed):  # stale, or not known: what it names may be gone
         usage_measure(user, datacenter)
+    if blocked and user.pk not in storage_problems(datacenter, [user.pk]):
+        transaction.on_commit(lambda: quota_changed.send(sender=Usage, user=user,
+                                                         datacenter=datacenter))
     return target, freed
 
 
@@ -104,7 +114,9 @@ def pfs_remove(user, datacenter, text: str, *, recursive: bool = False) -> tuple
 # Usage is the apparent size of the files in a home (st_size: what ``ls -l`` and
 # ``du --apparent-size`` show, and how CephFS quotas and S3 count), upload temporaries left
 # out: an upload in progress is counted by the room it reserves instead (its UploadSession).
-# A home may not grow past its quota: used + reserved + incoming <= quota.
+# A home may not grow past its quota: used + reserved + incoming <= quota. A home over it (a
+# job wrote past it) or whose last walk failed takes no new work: no upload, no submission,
+# no job start (fail closed: a home the walk cannot measure could hold anything).
 
 
 def _here(function, *args, **kwargs):
@@ -123,35 +135,46 @@ def usage_get(user, datacenter) -> Usage:
 
 
 def usage_measure(user, datacenter, *, database=_here) -> Usage:
-    """Walk the whole home and record what it holds (the periodic reconciler calls this).
+    """Walk the whole home and record what it holds (periodically, while the user's jobs run
+    and as they end); or, when the walk fails, that it is not known and why.
 
     The walk is done on the calling thread, the recording through ``database``."""
-    used = storage_for(datacenter, _home(user, datacenter)).usage()
-    return database(_usage_record, user, datacenter, used)
+    try:
+        used, unknown = storage_for(datacenter, _home(user, datacenter)).usage(), ""
+    except PaddleCloudError as exc:  # a tree deeper than PFS goes, say
+        used, unknown = None, exc.message
+    except OSError as exc:
+        logger.exception("measuring the PFS home of %s in %s failed", user, datacenter)
+        used, unknown = None, f"walking it failed ({exc.strerror or exc})"
+    return database(_usage_record, user, datacenter, used, unknown)
 
 
-def _usage_record(user, datacenter, used: int) -> Usage:
-    usage, _ = Usage.objects.update_or_create(
-        user=user, datacenter=datacenter,
-        defaults={"used": used, "measured_at": timezone.now()})
+def _usage_record(user, datacenter, used: int | None, unknown: str) -> Usage:
+    defaults = {"unknown": unknown, "measured_at": timezone.now()}
+    if used is not None:
+        defaults["used"] = used
+    usage, _ = Usage.objects.update_or_create(user=user, datacenter=datacenter,
+                                              defaults=defaults)
     return usage
 
 
 def usage_add(user, datacenter, delta: int) -> bool:
     """Count ``delta`` bytes more (or fewer) in the home, atomically and never below zero.
 
-    True when the home must be measured again: there was no figure, or ``delta`` takes more
-    than it holds, so the figure was stale (a job wrote there behind the file service's back,
-    e.g. a sparse file of 10 GiB; usage is then 0 until measured)."""
+    True when the home must be measured again: there was no figure, or it is not known (the
+    last walk failed), or ``delta`` takes more than it holds, so the figure was stale (a job
+    wrote there behind the file service's back, e.g. a sparse file of 10 GiB; usage is then 0
+    until measured)."""
     if not delta:
         return False
     with transaction.atomic():
         rows = Usage.objects.filter(user=user, datacenter=datacenter)
-        used = rows.select_for_update().values_list("used", flat=True).first()
+        used, unknown = rows.select_for_update().values_list("used", "unknown").first() or (
+            None, "")
         if used is None:
             return True
         rows.update(used=Greatest(F("used") + delta, 0))
-    return used + delta < 0
+    return used + delta < 0 or bool(unknown)
 
 
 def uploads_reserved(user, datacenter, *, exclude: UploadSession | None = None) -> int:
@@ -169,6 +192,7 @@ class UsageReport:
     reserved: int
     limit: int
     measured_at: datetime | None
+    unknown: str  # why ``used`` is not known (the last walk failed); blank when it is
 
 
 def usage_report(user, datacenter) -> UsageReport:
@@ -176,15 +200,53 @@ def usage_report(user, datacenter) -> UsageReport:
     usage = usage_get(user, datacenter)
     return UsageReport(used=usage.used, reserved=uploads_reserved(user, datacenter),
                        limit=quota_get(user, datacenter).storage,
-                       measured_at=usage.measured_at)
+                       measured_at=usage.measured_at, unknown=usage.unknown)
 
 
-def _storage_locked(user, datacenter, *, exclude: UploadSession | None = None
+def _unknown_message(unknown: str) -> str:
+    return (f"the usage of your home is not known: measuring it failed: {unknown}; uploads, "
+            "job submissions and job starts are refused until it can be measured")
+
+
+def storage_problems(datacenter, user_ids) -> dict[int, tuple[str, str]]:
+    """Each of ``user_ids`` whose home may take no new work in ``datacenter``: its usage is
+    not known, or it holds more than its storage quota (a job wrote past it); with an error
+    code and why. Two queries; a home never measured is measured when first asked about."""
+    rows = list(Usage.objects.filter(datacenter=datacenter, user_id__in=list(user_ids))
+                .values_list("user_id", "used", "unknown"))
+    quotas = quotas_get(datacenter, [user_id for user_id, _, _ in rows]) if rows else {}
+    problems = {}
+    for user_id, used, unknown in rows:
+        if unknown:
+            problems[user_id] = ("usage_unknown", _unknown_message(unknown))
+        elif used > (quota := quotas[user_id].storage):
+            problems[user_id] = (
+                "quota_exceeded",
+                f"your home holds {format_bytes_about(used)}, over your storage quota of "
+                f"{format_bytes(quota)} (jobs write into it); remove files or ask an "
+                "administrator")
+    return problems
+
+
+def storage_check(user, datacenter, *, field: str = "storage") -> None:
+    """Refuse new work (a job's submission) while the home is over its storage quota or its
+    usage is not known, naming ``field``."""
+    usage_get(user, datacenter)  # a first walk
+    problem = storage_problems(datacenter, [user.pk]).get(user.pk)
+    if problem is not None:
+        code, message = problem
+        raise ForbiddenError.for_field(field, message, code=code)
+
+
+def _storage_locked(user, datacenter, field: str, *, exclude: UploadSession | None = None
                     ) -> tuple[int, int, int]:
     """In a transaction: lock the home's usage, so that one user's checks and reservations
-    happen one at a time, and answer the quota, the bytes used and those reserved."""
-    used = Usage.objects.select_for_update().filter(
-        user=user, datacenter=datacenter).values_list("used", flat=True).get()
+    happen one at a time, and answer the quota, the bytes used and those reserved; refused
+    (naming ``field``) while the usage is not known."""
+    used, unknown = Usage.objects.select_for_update().filter(
+        user=user, datacenter=datacenter).values_list("used", "unknown").get()
+    if unknown:
+        raise ForbiddenError.for_field(field, _unknown_message(unknown), code="usage_unknown")
     return (quota_get(user, datacenter).storage, used,
             uploads_reserved(user, datacenter, exclude=exclude))
 
@@ -213,7 +275,7 @@ def storage_reserve(session: UploadSession, *, replacing: int = 0) -> None:
         raise _over_limit("size", format_bytes(incoming))
     usage_get(user, datacenter)  # a first walk, before the lock
     with transaction.atomic():
-        quota, used, reserved = _storage_locked(user, datacenter)
+        quota, used, reserved = _storage_locked(user, datacenter, "size")
         after = used + reserved - replacing + incoming
         if incoming > replacing and after > quota:
             raise _over_quota("size", f"this upload of {format_bytes(incoming)}", after, quota,
@@ -230,7 +292,7 @@ def upload_reserve(session: UploadSession, total: int) -> int:
     as far as the quota goes, so that not every file asks) or refuse. Returns the bytes now
     reserved."""
     with transaction.atomic():
-        quota, used, reserved = _storage_locked(session.owner, session.datacenter,
+        quota, used, reserved = _storage_locked(session.owner, session.datacenter, "tar",
                                                 exclude=session)
         if used + reserved + total > quota:
             raise _over_quota("tar", f"unpacking this tar to more than {format_bytes(total)}",
@@ -265,7 +327,7 @@ def upload_prepare(user, datacenter, *, path: str, size: int, sha256: str = "",
         raise ValidationError.for_field("kind", "'file' or 'tar'")
     target = pfs_target(user, datacenter, path, write=True)
     storage, rel = target.storage, target.rel
-    storage.check_writable(rel)
+    storage.check_creatable(rel)
     parent = rel[:-1]
     try:
         parent_exists = storage.is_dir(parent)

@@ -165,6 +165,10 @@ def tar_extract(storage: Storage, tar_rel: Rel, dest: Rel, upload_id: str, *,
                 parts = member_parts(member.name)
                 if not parts:
                     continue
+                if len(dest) + len(parts) > storage.max_depth:
+                    raise _unsafe(member.name, f"would be {len(dest) + len(parts)} levels below "
+                                               f"{storage.label}, deeper than the "
+                                               f"{storage.max_depth} PFS allows")
                 if any(parts[:depth] in links for depth in range(1, len(parts))):
                     raise _unsafe(member.name, "is inside a link the archive made")
                 _make_dirs(storage, staging, parts[:-1], made)
@@ -240,12 +244,16 @@ def _cleanup(storage: Storage, staging: Rel) -> None:
 def tar_stream(storage: Storage, rel: Rel) -> Iterator[bytes]:
     """The directory ``rel`` as a tar stream (PAX format), members named relative to it.
 
-    Files are read as they are sent, so memory stays flat whatever the tree's size. A file that
-    shrinks while it is sent is padded with zeros, so the stream stays a valid tar.
+    The tree is walked first, so a tree the walk refuses (deeper than PFS goes) is an error
+    answered before the first byte, not a stream cut short. Files are read as they are sent,
+    so memory holds the entries but no file's bytes. A file that shrinks while it is sent is
+    padded with zeros, so the stream stays a valid tar.
     """
-    for entry in storage.walk(rel):
-        if not pfs_shown(entry.rel):
-            continue
+    return _tar_members(storage, rel, [e for e in storage.walk(rel) if pfs_shown(e.rel)])
+
+
+def _tar_members(storage: Storage, rel: Rel, entries: list) -> Iterator[bytes]:
+    for entry in entries:
         info = tarfile.TarInfo("/".join(entry.rel[len(rel):]))
         info.mtime = int(entry.mtime)
         info.mode = 0o755 if entry.type == "dir" else 0o644

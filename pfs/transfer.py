@@ -306,8 +306,8 @@ class PfsTransferApp(BeforeDjango):
                        "Content-Security-Policy": settings.PADDLECLOUD_CSP_USER_FILES}
             if not head:
                 metrics.pfs_operation("download_tar")
-            await exchange.stream(200, headers, _counted(tar.tar_stream(storage, rel)),
-                                  head=head)
+            members = await asyncio.to_thread(tar.tar_stream, storage, rel)  # walked first
+            await exchange.stream(200, headers, _counted(members), head=head)
             return
         if entry.type != "file":
             raise ValidationError.for_field(

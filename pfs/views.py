@@ -10,7 +10,13 @@ from rest_framework.response import Response
 from accounts.serializers import ErrorSerializer
 from paddlecloud import metrics
 from paddlecloud.errors import ValidationError
-from paddlecloud.views import DatacenterAPIView, flag_parameter, query_flag, validated
+from paddlecloud.views import (
+    DatacenterAPIView,
+    flag_parameter,
+    query_flag,
+    query_whole,
+    validated,
+)
 from paddlecloud_core.quantity import format_bytes
 
 from . import services
@@ -27,6 +33,12 @@ from .serializers import (
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409, 413)}
 PATH = OpenApiParameter("path", str, required=True,
                         description="/pfs/{datacenter}/home/{user}/… or /pfs/{datacenter}/public/…")
+MAX_LIMIT = 10_000  # entries in one answer, when a client asks for pages
+MAX_OFFSET = 10**9
+PAGE = [OpenApiParameter("limit", int, description=f"at most this many entries (1 to "
+                                                   f"{MAX_LIMIT}); all when absent"),
+        OpenApiParameter("offset", int, description="skip this many entries first (with "
+                                                    "next_offset of the answer before)")]
 
 
 def _query_path(request) -> str:
@@ -39,18 +51,24 @@ def _query_path(request) -> str:
 
 class FilesView(DatacenterAPIView):
     @extend_schema(parameters=[PATH, flag_parameter("recursive", "every entry below, not "
-                                                                 "only the children")],
+                                                                 "only the children"), *PAGE],
                    responses={200: ListingSerializer, **ERRORS},
-                   summary="List a directory (or show a file), like ls")
+                   summary="List a directory (or show a file), like ls; a page of it when "
+                           "asked")
     def get(self, request):
+        limit = query_whole(request, "limit", 1, MAX_LIMIT, None)
+        offset = query_whole(request, "offset", 0, MAX_OFFSET, 0)
         metrics.pfs_operation("list")
         target, entry, entries = services.pfs_list(
             request.user, self.datacenter, _query_path(request),
             recursive=query_flag(request, "recursive"))
+        end = len(entries) if limit is None else min(offset + limit, len(entries))
         base = len(target.rel)
         listing = [services.entry_json(target.child(e.rel), e, name="/".join(e.rel[base:])
-                                       or e.name) for e in entries]
-        return Response({"path": str(target.path), "type": entry.type, "entries": listing})
+                                       or e.name) for e in entries[offset:end]]
+        return Response({"path": str(target.path), "type": entry.type, "entries": listing,
+                         "count": len(entries),
+                         "next_offset": end if end < len(entries) else None})
 
     @extend_schema(parameters=[PATH, flag_parameter("recursive", "a directory with all it "
                                                                  "holds")],
@@ -95,7 +113,7 @@ class UsageView(DatacenterAPIView):
                          "used_display": format_bytes(usage.used),
                          "reserved_display": format_bytes(usage.reserved),
                          "limit_display": format_bytes(usage.limit),
-                         "measured_at": usage.measured_at})
+                         "measured_at": usage.measured_at, "unknown": usage.unknown})
 
 
 class UploadListView(DatacenterAPIView):

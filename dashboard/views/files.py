@@ -3,18 +3,29 @@
 The listing, mkdir and delete work without JavaScript (GET and POST forms); uploads are sent
 by ``static/js/files.js`` straight to the API's byte endpoints (``pfs.transfer``), and
 downloads are links to them. Every check is the file service's (``pfs.services``).
+
+Names are whatever jobs made them, so they are shown as they are, not as they would like to
+look: control and formatting characters (a right-to-left override that makes ``exe.txt``
+look like ``txt.exe``, a newline, a zero-width space) as visible escapes, each name isolated
+from the text around it (``<bdi>``), a long one cut short with the whole of it on hover; and
+a folder of many entries is shown a page at a time.
 """
 
 from __future__ import annotations
 
+import itertools
+import unicodedata
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_http_methods
 
 from paddlecloud.errors import PaddleCloudError
@@ -31,6 +42,37 @@ CONTENT_URL = "/api/v1/pfs/content"
 # Files up to this size go up in one PUT (as paddlectl sends them), larger ones in chunks.
 SINGLE_UPLOAD_MAX = 8 << 20
 TEMPLATE = "dashboard/files.html"
+# Rows of a folder on one page: a home of 50 000 files is 250 pages, not 80 MB of HTML.
+PAGE_SIZE = 200
+# Characters shown as escapes: controls, formatting (bidi overrides and isolates, zero-width
+# characters), line and paragraph separators.
+HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def _hidden(char: str) -> bool:
+    return unicodedata.category(char) in HIDDEN
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000
+            else f"\\U{code:08x}")
+
+
+def name_text(name: str) -> str:
+    """A name as plain text, its hidden characters as escapes (``\\u202e``): for titles,
+    labels and confirmations."""
+    return "".join(_escape(char) if _hidden(char) else char for char in name)
+
+
+def name_html(name: str) -> SafeString:
+    """A name as HTML, its hidden characters as escapes marked out (``.ctrl``)."""
+    parts = []
+    for hidden, chars in itertools.groupby(name, key=_hidden):
+        text = "".join(chars)
+        parts.append(format_html('<span class="ctrl">{}</span>', name_text(text)) if hidden
+                     else escape(text))
+    return mark_safe("".join(parts))  # noqa: S308 - every part escaped above
 
 
 def files_url(path: str) -> str:
@@ -75,12 +117,19 @@ def _page(request, datacenter, path: str, mkdir_form: MkdirForm):
         return redirect(content_url(str(target.path), datacenter))
     here = str(target.path)
     writable = not target.path.public
+    # Folders first, then files, each by name; only the page asked for is made into rows.
+    ordered = sorted(entries, key=lambda e: (e.type != "dir", e.name))
+    page = Paginator(ordered, PAGE_SIZE).get_page(request.GET.get("page"))
     context = {
         "path": here,
+        "path_html": name_html(here),
         "public": target.path.public,
         "writable": writable,
         "crumbs": _crumbs(target.path),
-        "entries": _rows(entries, datacenter, here),
+        "entries": _rows(page, datacenter, here),
+        "page": page,
+        "prev_url": _page_url(here, page.previous_page_number()) if page.has_previous() else "",
+        "next_url": _page_url(here, page.next_page_number()) if page.has_next() else "",
         **_areas(request, datacenter),
         "mkdir_form": mkdir_form,
         "single_max": min(SINGLE_UPLOAD_MAX, settings.PADDLECLOUD_PFS_CHUNK_SIZE),
@@ -90,23 +139,31 @@ def _page(request, datacenter, path: str, mkdir_form: MkdirForm):
     return render(request, TEMPLATE, context)
 
 
+def _page_url(here: str, number: int) -> str:
+    return f"{files_url(here)}&page={number}"
+
+
 def _crumbs(path) -> list[dict]:
     """The way from the area's root (home or public) down to ``path``."""
     crumbs = [{"name": "public" if path.public else f"home/{path.user}",
                "url": files_url(path.area_label)}]
     for index, part in enumerate(path.parts, 1):
-        crumbs.append({"name": part,
+        crumbs.append({"name": name_html(part),
                        "url": files_url("/".join([path.area_label, *path.parts[:index]]))})
     return crumbs
 
 
 def _rows(entries, datacenter, here: str) -> list[dict]:
-    """Folders first, then files, each by name."""
+    """A row for each entry: its name (the real one, for the forms) as text and as HTML."""
     rows = []
-    for entry in sorted(entries, key=lambda e: (e.type != "dir", e.name)):
+    for entry in entries:
         path = f"{here}/{entry.name}"
+        target = entry.target or ""
         rows.append({
-            "name": entry.name, "type": entry.type, "path": path, "target": entry.target,
+            "name": entry.name, "type": entry.type, "target": entry.target,
+            "path_text": name_text(path),
+            "text": name_text(entry.name), "html": name_html(entry.name),
+            "target_text": name_text(target), "target_html": name_html(target),
             "size": format_bytes_about(entry.size),
             "mtime": datetime.fromtimestamp(entry.mtime, UTC),
             "browse_url": files_url(path) if entry.type in ("dir", "link") else None,
@@ -119,6 +176,7 @@ def _storage(user, datacenter) -> dict:
     """The home's usage; the bar also shows what uploads in progress have reserved."""
     usage = services.usage_report(user, datacenter)
     return {"used": format_bytes_about(usage.used), "limit": format_bytes(usage.limit),
+            "unknown": usage.unknown,
             "reserved": format_bytes_about(usage.reserved) if usage.reserved else "",
             **meter(usage.used + usage.reserved, usage.limit)}
 
@@ -160,8 +218,8 @@ def _delete(request, datacenter, here: str, name: str):
     path = f"{here}/{name}"
     if not confirmed(request):
         return confirm_page(
-            request, title=f"Delete {name}?",
-            message=f"{path} (and everything in it, if it is a folder) will be deleted. "
+            request, title=f"Delete {name_text(name)}?",
+            message=f"{name_text(path)} (and everything in it, if it is a folder) will be deleted. "
                     "This cannot be undone.",
             button="Delete", cancel_url=files_url(here))
     try:
@@ -169,6 +227,6 @@ def _delete(request, datacenter, here: str, name: str):
     except PaddleCloudError as exc:
         messages.error(request, exc.message)
     else:
-        messages.success(request, f"Deleted {name}"
+        messages.success(request, f"Deleted {name_text(name)}"
                                   + (f" ({format_bytes_about(freed)} freed)." if freed else "."))
     return redirect(files_url(here))

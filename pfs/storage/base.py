@@ -20,6 +20,8 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass
 
+from django.conf import settings
+
 from paddlecloud.errors import (
     ConflictError,
     ForbiddenError,
@@ -148,6 +150,19 @@ class Storage(ABC):
             "path", f"{self.display(rel)} is a symbolic link leading outside "
                     f"{self.label}; PFS does not follow it", code="outside_area")
 
+    def too_deep(self, rel: Rel) -> ValidationError:
+        """``rel`` is deeper below the area than PFS goes (PADDLECLOUD_PFS_MAX_DEPTH). Named by
+        its first components and its depth: its whole name may be thousands of characters."""
+        shown = self.display(rel if len(rel) <= 4 else (*rel[:4], "…"))
+        return ValidationError.for_field(
+            "path", f"{shown} is {len(rel)} levels below {self.label}, deeper than the "
+                    f"{self.max_depth} levels PFS allows; remove it (rm -r) or keep your "
+                    "trees shallower", code="too_deep")
+
+    @property
+    def max_depth(self) -> int:
+        return settings.PADDLECLOUD_PFS_MAX_DEPTH
+
     def check_writable(self, rel: Rel) -> None:
         if self.read_only:
             raise ForbiddenError.for_field("path", f"{self.display(rel)}: {self.label} is "
@@ -155,6 +170,13 @@ class Storage(ABC):
         if not rel:
             raise ForbiddenError.for_field("path", f"{self.label} itself cannot be replaced "
                                                    "or removed", code="area_root")
+
+    def check_creatable(self, rel: Rel) -> None:
+        """Writable, and no deeper than a walk goes (what a walk could not list, count, send or
+        remove must not be made)."""
+        self.check_writable(rel)
+        if len(rel) > self.max_depth:
+            raise self.too_deep(rel)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -173,15 +195,33 @@ class Storage(ABC):
 
     def walk(self, rel: Rel) -> Iterator[Entry]:
         """Everything below the directory ``rel``, depth first, each directory before its
-        contents, children sorted by name. Links are listed, not followed."""
-        for entry in self.listdir(rel):
+        contents, children sorted by name. Links are listed, not followed.
+
+        Iterative, and bounded: a directory that holds anything deeper than ``max_depth``
+        below the area (a job can make one; PFS makes none) ends the walk with ``too_deep``,
+        so a listing, a download, a copy or a measure never goes on without end or
+        silently short."""
+        todo = [iter(self.listdir(rel))]
+        while todo:
+            entry = next(todo[-1], None)
+            if entry is None:
+                todo.pop()
+                continue
             yield entry
             if entry.type == "dir":
-                yield from self.walk(entry.rel)
+                children = self.listdir(entry.rel)
+                if children and len(entry.rel) >= self.max_depth:
+                    raise self.too_deep(children[0].rel)
+                todo.append(iter(children))
 
     @abstractmethod
     def read(self, rel: Rel, start: int = 0, end: int | None = None) -> Iterator[bytes]:
         """The bytes ``[start, end)`` of the file ``rel``, in chunks of at most ``CHUNK``."""
+
+    def extents(self, rel: Rel) -> list[tuple[int, int]]:
+        """The ``[start, end)`` ranges of the file ``rel`` that hold data; the rest reads as
+        zeros (a sparse file's holes). Storages without holes: the whole file."""
+        return [(0, self.stat(rel).size)]
 
     def usage(self) -> int:
         """Bytes held by the files of the whole area (a full walk: for the reconciler): their

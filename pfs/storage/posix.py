@@ -18,8 +18,8 @@ import contextlib
 import errno
 import functools
 import os
-import shutil
 import stat as stat_mod
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import Executor
 from pathlib import Path
@@ -34,6 +34,8 @@ O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 O_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 MAX_LINKS = 40  # as the kernel's limit on links followed in one lookup
+OPEN_DEPTH = 64  # directories a recursive remove holds open at once
+RELISTS = 100  # times a recursive remove lists a directory that is still not empty again
 
 
 def _entry(rel: Rel, st: os.stat_result, target: str | None = None) -> Entry:
@@ -80,11 +82,6 @@ def _os_errors(method):
     return wrapper
 
 
-def _ignore_missing(function, path, exc_info):
-    if not issubclass(exc_info[0], FileNotFoundError):
-        raise exc_info[1]
-
-
 def _chunks(fd: int, start: int, end: int) -> Iterator[bytes]:
     try:
         position = start
@@ -96,6 +93,74 @@ def _chunks(fd: int, start: int, end: int) -> Iterator[bytes]:
             yield data
     finally:
         os.close(fd)
+
+
+class _Dir:
+    """A directory being emptied: open, the names left to remove, its name in its parent,
+    and whether its files count in usage (not inside an upload's temporary)."""
+
+    def __init__(self, fd: int, name: str, counted: bool):
+        self.fd, self.name, self.counted = fd, name, counted
+        self.todo = os.listdir(fd)
+        self.relisted = 0
+
+
+def _tree_remove(parent_fd: int, name: str) -> int:
+    """Remove the directory ``name`` of ``parent_fd`` and all it holds, however deep, never
+    following a link; the bytes of the files removed, counted as usage counts them (apparent
+    sizes, upload temporaries left out).
+
+    Iterative, with at most OPEN_DEPTH directories open: a directory met deeper is moved up
+    into the tree's top directory under a hidden name and removed from there, so a tree of
+    thousands of levels neither exhausts the stack nor the descriptors. A directory a job
+    keeps filling while it is emptied is given up after RELISTS tries."""
+    top = _Dir(os.open(name, O_DIR, dir_fd=parent_fd), name, counted=True)
+    stack, moved, freed = [top], set(), 0
+    try:
+        while stack:
+            here = stack[-1]
+            if not here.todo:
+                parent = stack[-2].fd if len(stack) > 1 else parent_fd
+                try:
+                    os.rmdir(here.name, dir_fd=parent)
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                        raise
+                    here.relisted += 1
+                    if here.relisted > RELISTS:
+                        raise
+                    here.todo = os.listdir(here.fd)  # what came in meanwhile, or was moved up
+                    continue
+                os.close(stack.pop().fd)
+                continue
+            child = here.todo.pop()
+            counted = here.counted and (not child.startswith(TEMP_PREFIX) or child in moved)
+            try:
+                st = os.stat(child, dir_fd=here.fd, follow_symlinks=False)
+                if not stat_mod.S_ISDIR(st.st_mode):
+                    os.unlink(child, dir_fd=here.fd)
+                    if counted and stat_mod.S_ISREG(st.st_mode):
+                        freed += st.st_size
+                elif len(stack) < OPEN_DEPTH:
+                    stack.append(_Dir(os.open(child, O_DIR, dir_fd=here.fd), child, counted))
+                else:
+                    hidden = f"{TEMP_PREFIX}rm-{uuid.uuid4().hex}"
+                    os.rename(child, hidden, src_dir_fd=here.fd, dst_dir_fd=top.fd)
+                    top.todo.append(hidden)
+                    if counted:
+                        moved.add(hidden)
+            except FileNotFoundError:  # removed meanwhile
+                continue
+            except (IsADirectoryError, NotADirectoryError):  # swapped meanwhile: look again
+                here.todo.append(child)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:  # a directory swapped for a link: look again
+                    raise
+                here.todo.append(child)
+    finally:
+        for opened in stack:
+            os.close(opened.fd)
+    return freed
 
 
 class _Location:
@@ -295,6 +360,24 @@ class PosixStorage(Storage):
             end = st.st_size if end is None else min(end, st.st_size)
             return _chunks(os.dup(fd), start, end)
 
+    @_os_errors
+    def extents(self, rel: Rel) -> list[tuple[int, int]]:
+        with self._locate(rel, follow_last=True) as loc, self._open(loc, O_FILE) as fd:
+            size, ranges, position = self._regular(fd, rel).st_size, [], 0
+            while position < size:
+                try:
+                    start = os.lseek(fd, position, os.SEEK_DATA)
+                except OSError as exc:
+                    if exc.errno == errno.ENXIO:  # only a hole is left
+                        break
+                    if exc.errno == errno.EINVAL:  # a file system that cannot say: all data
+                        return [(0, size)]
+                    raise
+                end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+                ranges.append((start, end))
+                position = end
+            return ranges
+
     def _regular(self, fd: int, rel: Rel) -> os.stat_result:
         st = os.fstat(fd)
         if stat_mod.S_ISDIR(st.st_mode):
@@ -308,7 +391,7 @@ class PosixStorage(Storage):
         """A descriptor of the regular file ``rel``: for reading, or (``append``) for appending,
         created if missing. The caller closes it. Anything but a regular file is refused."""
         if append:
-            self.check_writable(rel)
+            self.check_creatable(rel)
         with self._locate(rel, follow_last=not append) as loc, \
                 self._open(loc, O_APPEND if append else O_FILE, 0o664) as fd:
             self._regular(fd, rel)
@@ -319,7 +402,7 @@ class PosixStorage(Storage):
 
     @_os_errors
     def mkdir(self, rel: Rel, *, parents: bool = False) -> Entry:
-        self.check_writable(rel)
+        self.check_creatable(rel)
         if parents:
             for depth in range(1, len(rel)):
                 self._mkdir_one(rel[:depth], exist_ok=True)
@@ -355,26 +438,11 @@ class PosixStorage(Storage):
                             code="not_empty") from None
                     raise
                 return 0
-            freed = self._tree_size(loc)
-            shutil.rmtree(loc.name, dir_fd=loc.fd, onerror=_ignore_missing)  # never follows links
-            return freed
-
-    def _tree_size(self, loc: _Location) -> int:
-        total = 0
-        for _dirpath, dirs, files, dir_fd in os.fwalk(loc.name, dir_fd=loc.fd):
-            dirs[:] = [name for name in dirs if not name.startswith(TEMP_PREFIX)]
-            for name in files:
-                if name.startswith(TEMP_PREFIX):  # not counted in usage either
-                    continue
-                with contextlib.suppress(FileNotFoundError):
-                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                    if stat_mod.S_ISREG(st.st_mode):
-                        total += st.st_size
-        return total
+            return _tree_remove(loc.fd, loc.name)
 
     @_os_errors
     def symlink(self, rel: Rel, target: str) -> None:
-        self.check_writable(rel)
+        self.check_creatable(rel)
         with self._locate(rel) as loc:
             try:
                 os.symlink(target, loc.name, dir_fd=loc.fd)
@@ -385,7 +453,7 @@ class PosixStorage(Storage):
 
     @_os_errors
     def upload(self, rel: Rel, upload_id: str) -> Upload:
-        self.check_writable(rel)
+        self.check_creatable(rel)
         if not upload_id or "/" in upload_id or upload_id.startswith("."):
             raise ValueError(f"bad upload id {upload_id!r}")
         with self._locate(rel) as loc:
@@ -398,7 +466,7 @@ class PosixStorage(Storage):
     @_os_errors
     def move(self, src: Rel, dst: Rel) -> None:
         self.check_writable(src)
-        self.check_writable(dst)
+        self.check_creatable(dst)
         with self._locate(src) as s, self._locate(dst) as d:
             if d.rel[:len(s.rel)] == s.rel:
                 raise ValidationError.for_field(

@@ -333,7 +333,7 @@ class S3Storage(Storage):
     # -- writing ----------------------------------------------------------------------------
 
     def mkdir(self, rel: Rel, *, parents: bool = False) -> Entry:
-        self.check_writable(rel)
+        self.check_creatable(rel)
         entry = self._lookup(rel)
         if entry is not None:
             if entry.type == "dir" and parents:
@@ -384,7 +384,7 @@ class S3Storage(Storage):
         return sum(obj["Size"] for obj in objects if self._counted(obj["Key"][len(prefix):]))
 
     def upload(self, rel: Rel, upload_id: str) -> S3Upload:
-        self.check_writable(rel)
+        self.check_creatable(rel)
         if not upload_id or "/" in upload_id:
             raise ValidationError.for_field("upload_id", f"{upload_id!r} is not an upload id")
         self._require_dir(rel[:-1])
@@ -394,7 +394,7 @@ class S3Storage(Storage):
 
     def move(self, src: Rel, dst: Rel) -> None:
         self.check_writable(src)
-        self.check_writable(dst)
+        self.check_creatable(dst)
         if dst[:len(src)] == src and dst != src:
             raise ValidationError.for_field(
                 "path", f"{self.display(src)} cannot be moved into itself ({self.display(dst)})")

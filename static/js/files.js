@@ -204,7 +204,9 @@
     let queue = Promise.resolve();
 
     async function refreshListing() {
-      const url = `${location.pathname}?${new URLSearchParams({ path: dir })}`;
+      // The page shown stays (a large folder is listed a page at a time).
+      const shown = new URLSearchParams(location.search).get("page") || "1";
+      const url = `${location.pathname}?${new URLSearchParams({ path: dir, page: shown })}`;
       const response = await fetch(url, { credentials: "same-origin" });
       if (response.redirected && new URL(response.url).pathname.startsWith("/login/")) {
         loginAgain();

@@ -159,3 +159,51 @@ def test_errors_are_shown_where_the_user_acts(page, live_portal, tmp_path):
     expect(upload_row(page, "big.bin").get_by_role("alert")).to_contain_text(
         "over your storage quota of 100")
     assert not (live_portal.home / "big.bin").exists()
+
+
+def test_names_show_what_they_are_and_long_ones_keep_the_buttons_in_view(page, live_portal):
+    """A right-to-left override makes ``gpj.exe`` look like ``exe.jpg``; a name of 255
+    characters pushed the row's buttons off the table (issue 33, item 15)."""
+    spoof = "holiday\u202egpj.exe"
+    long = "a" * 251 + ".bin"
+    for name in (spoof, long, "line\nbreak.txt"):
+        (live_portal.home / name).write_bytes(b"x")
+    login(page, next_path="/files/")
+
+    row = page.locator("#listing tr", has=page.get_by_role("button", name="Delete holiday"))
+    expect(row.locator(".ctrl")).to_have_text("\\u202e")  # shown, not obeyed
+    expect(row.locator(".entry-name")).to_have_text("holiday\\u202egpj.exe")
+    expect(page.locator("#listing .ctrl", has_text="\\x0a")).to_have_count(1)
+
+    cut = page.locator(f'#listing span[title="{long}"] .entry-name')
+    expect(cut).to_be_visible()
+    assert cut.evaluate("e => e.scrollWidth > e.clientWidth")  # cut short, whole on hover
+    delete = page.get_by_role("button", name=f"Delete {long}")
+    box, width = delete.bounding_box(), page.viewport_size["width"]
+    assert box["x"] + box["width"] <= width, (box, width)  # in view, no scrolling
+
+    # The real name is what is deleted.
+    page.get_by_role("button", name="Delete holiday\\u202egpj.exe").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Delete holiday\\u202egpj.exe?")
+    dialog.get_by_role("button", name="Delete").click()
+    expect(page.get_by_role("status")).to_contain_text("Deleted holiday\\u202egpj.exe")
+    assert not (live_portal.home / spoof).exists() and (live_portal.home / long).exists()
+
+
+def test_a_large_folder_is_shown_a_page_at_a_time(page, live_portal):
+    many = live_portal.home / "many"
+    many.mkdir()
+    for index in range(20_000):
+        (many / f"f{index:05d}").touch()
+    login(page, next_path=f"/files/?path={HOME}/many")
+
+    rows = page.locator("#listing tbody tr")
+    expect(rows).to_have_count(200)
+    expect(page.locator(".pager")).to_contain_text("1\u2013200 of 20000 · page 1 of 100")
+    expect(rows.first).to_have_attribute("data-name", "f00000")
+    page.get_by_role("link", name="Next →").click()
+    expect(page.locator(".pager")).to_contain_text("201\u2013400 of 20000")
+    expect(rows.first).to_have_attribute("data-name", "f00200")
+    size = len(page.content().encode())
+    assert size < 400_000, size  # was every row: megabytes

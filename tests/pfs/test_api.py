@@ -351,6 +351,28 @@ def test_list_recursively_names_entries_relative_to_the_directory(pfs, home):
     assert pfs.names("proj") == ["a", "e.txt"]
 
 
+def test_a_large_directory_is_listed_a_page_at_a_time_when_asked(pfs, home):
+    plant(home, {f"many/f{index}": b"x" for index in range(5)})
+    url = f"{pfs.base}/files"
+
+    pages, offset = [], 0
+    while offset is not None:
+        answer = pfs.http.get(url, params={"path": pfs.path("many"), "limit": 2,
+                                           "offset": offset}).json()
+        assert answer["count"] == 5
+        pages.append([entry["name"] for entry in answer["entries"]])
+        offset = answer["next_offset"]
+
+    assert pages == [["f0", "f1"], ["f2", "f3"], ["f4"]]
+    whole = pfs.ls("many").json()  # without a limit: all of it, as before
+    assert len(whole["entries"]) == 5 and whole["next_offset"] is None
+    for params, field in (({"limit": 0}, "limit"), ({"limit": 10_001}, "limit"),
+                          ({"limit": "ten"}, "limit"), ({"offset": -1}, "offset")):
+        body = check_error(pfs.http.get(url, params={"path": pfs.path("many"), **params}),
+                           400, "invalid", field)
+        assert "a whole number from" in body["message"], body
+
+
 def test_a_file_lists_itself_and_stat_shows_one_entry(pfs, home):
     plant(home, {"d/f.bin": b"12345"})
 

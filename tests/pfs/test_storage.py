@@ -174,6 +174,20 @@ def test_walk_is_depth_first_directories_before_their_contents(storage):
         ("a", "b"), ("a", "b", "y"), ("a", "x")]
 
 
+def test_nothing_deeper_than_the_limit_is_made_and_extents_hold_a_files_data(storage, settings):
+    settings.PADDLECLOUD_PFS_MAX_DEPTH = 3
+    storage.mkdir(("a", "b", "c"), parents=True)  # the limit itself
+    for rel, make in ((("a", "b", "c", "d"), storage.mkdir),
+                      (("x", "y", "z", "w"), lambda rel: storage.mkdir(rel, parents=True)),
+                      (("a", "b", "c", "f"), lambda rel: storage.write_bytes(rel, b"f", "u1"))):
+        with fails("too_deep", 400, at(*rel)):
+            make(rel)
+    assert [entry.rel for entry in storage.walk(())] == [("a",), ("a", "b"), ("a", "b", "c")]
+    storage.write_bytes(("a", "f"), b"data", "u2")
+    extents = storage.extents(("a", "f"))  # where its data is: all of it, here
+    assert b"".join(content(storage, ("a", "f"), start, end) for start, end in extents) == b"data"
+
+
 # -- directories ---------------------------------------------------------------------------
 
 
