@@ -107,6 +107,7 @@ ETC = ("alternatives", "debian_version", "gai.conf", "group", "host.conf",
        "nsswitch.conf", "os-release", "passwd", "protocols", "resolv.conf", "services",
        "ssl/certs", "ssl/openssl.cnf", "timezone")
 PRIVATE_TMP = "/tmp"  # noqa: S108 - a tmpfs of the sandbox's own
+PRIVATE_SHM = "/dev/shm"  # noqa: S108 - the same
 HOSTNAME_MAX = 64
 HOSTNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
 SETUP_FAILED = 125
@@ -279,7 +280,7 @@ def _system_mounts() -> list[tuple[str, list[str]]]:
             mounts.append((path, ["--ro-bind", path, path]))
     mounts += [("/proc", ["--proc", "/proc", "--remount-ro", "/proc"]), ("/dev", ["--dev", "/dev"]),
                # Everyone's, sticky, as on any host: the command may not be their owner.
-               ("/dev/shm", ["--perms", "1777", "--tmpfs", "/dev/shm"]),
+               (PRIVATE_SHM, ["--perms", "1777", "--tmpfs", PRIVATE_SHM]),
                (PRIVATE_TMP, ["--perms", "1777", "--tmpfs", PRIVATE_TMP])]
     return mounts
 
