@@ -20,6 +20,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from accounts.selectors import member_datacenter
 from paddlecloud import metrics as portal_metrics
 from paddlecloud.errors import AuthenticationError, PaddleCloudError
+from paddlecloud.security import asgi_request
+from paddlecloud.storable import request_problem
 
 from . import services
 from .files import JobFile, log_file, metrics_file
@@ -47,6 +49,9 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
         self.closed = False
         await self.accept()
         try:
+            unstorable = request_problem(asgi_request(self.scope))
+            if unstorable is not None:
+                raise unstorable
             if not self.scope["user"].is_authenticated:
                 raise AuthenticationError("log in again: your session has ended")
             self.query = {k: v[-1] for k, v in

@@ -36,6 +36,7 @@ from django.utils import timezone
 
 from paddlecloud.errors import ConflictError, NotFoundError, PaddleCloudError, ValidationError
 from paddlecloud_core.contract import master_token as contract_master_token
+from paddlecloud_core.spec import MAX_REPLICAS
 from pfs.services import pfs_target
 
 from .models import Job, JobEvent, Replica, Task
@@ -484,10 +485,12 @@ TASK_ACTIONS = ("renew", "done", "failed", "release")
 
 
 def _trainer(data: dict) -> int:
+    """The calling trainer's index: below MAX_REPLICAS, as every job's trainers are (and so
+    within the tasks' ``trainer`` column)."""
     value = data.get("trainer")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_REPLICAS:
         raise ValidationError.for_field("trainer", "the caller's PADDLE_TRAINER_ID, a whole "
-                                                   "number from 0")
+                                                   f"number from 0 to {MAX_REPLICAS - 1}")
     return value
 
 
