@@ -16,6 +16,7 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.db.models import Q
 
 from accounts.selectors import member_datacenter
 from paddlecloud import metrics as portal_metrics
@@ -151,7 +152,7 @@ class JobConsumer(PortalConsumer):
     async def open(self):
         self.dc = await self.datacenter()
         job = await self.job(self.dc, self.scope["url_route"]["kwargs"]["name"])
-        self.job_id, self.last_event = job.pk, 0
+        self.job_id, self.last_event, self.repeats_seen = job.pk, 0, None
         self.changes = Coalescing(lambda _: self.send_state(snapshot=False))
         self.tasks.append(self.changes)
         await self.join(job_group(job.pk))
@@ -185,9 +186,14 @@ class JobConsumer(PortalConsumer):
         job = services.job_list(self.scope["user"], self.dc).filter(pk=self.job_id).first()
         if job is None:
             return None
-        events = list(job.events.select_related("replica").filter(pk__gt=self.last_event))
-        if events:
-            self.last_event = events[-1].pk
+        if not self.last_event:  # the snapshot: the latest, as the page shows them
+            events, _older = services.job_events_shown(job)
+        else:  # new events, and those that counted more repeats since (ids already sent)
+            events = list(job.events.select_related("replica").filter(
+                Q(pk__gt=self.last_event) | Q(repeated_until__gt=self.repeats_seen)))
+        self.last_event = max([self.last_event, *(e.pk for e in events)])
+        self.repeats_seen = max([self.repeats_seen or job.created_at, *(
+            e.repeated_until for e in events if e.repeated_until)])
         return (JobSerializer(job).data,
                 WorkerSerializer(job.replicas.order_by("role", "index"), many=True).data,
                 EventSerializer(events, many=True).data)

@@ -220,7 +220,8 @@ class EventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = JobEvent
-        fields = ["time", "worker", "from_state", "to_state", "reason"]
+        fields = ["id", "time", "worker", "from_state", "to_state", "reason", "repeats",
+                  "repeated_until"]
 
     def get_worker(self, event) -> str | None:
         return event.replica.name if event.replica_id else None

@@ -113,13 +113,25 @@ class JobWorkersView(DatacenterAPIView):
         return Response(WorkerSerializer(job.replicas.order_by("role", "index"), many=True).data)
 
 
+class EventCursor(JobCursor):
+    """A job's events, oldest first, in pages (a job may have many: its master's)."""
+
+    ordering = ("time", "id")
+    page_size = 100
+    max_page_size = 1000
+
+
 class JobEventsView(DatacenterAPIView):
-    @extend_schema(responses={200: EventSerializer(many=True), **ERRORS},
-                   summary="Every state change of the job and its workers, oldest first")
+    @extend_schema(parameters=[OpenApiParameter("limit", int), OpenApiParameter("cursor", str)],
+                   responses={200: EventSerializer(many=True), **ERRORS},
+                   summary="Every state change of the job and its workers, oldest first, in "
+                           "pages (follow next)")
     def get(self, request, name: str):
         job = services.job_get(request.user, self.datacenter, name)
-        events = job.events.select_related("replica")
-        return Response(EventSerializer(events, many=True).data)
+        paginator = EventCursor()
+        page = paginator.paginate_queryset(job.events.select_related("replica"), request,
+                                           view=self)
+        return paginator.get_paginated_response(EventSerializer(page, many=True).data)
 
 
 class BudgetsView(DatacenterAPIView):
