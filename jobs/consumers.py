@@ -17,6 +17,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db.models import Q
+from django.utils import timezone
 
 from accounts.selectors import member_datacenter
 from paddlecloud import metrics as portal_metrics
@@ -152,7 +153,8 @@ class JobConsumer(PortalConsumer):
     async def open(self):
         self.dc = await self.datacenter()
         job = await self.job(self.dc, self.scope["url_route"]["kwargs"]["name"])
-        self.job_id, self.last_event, self.repeats_seen = job.pk, 0, None
+        # The newest event sent, the oldest the page shows, and since when repeats are sent.
+        self.job_id, self.last_event, self.first_event, self.repeats_seen = job.pk, 0, 0, None
         self.changes = Coalescing(lambda _: self.send_state(snapshot=False))
         self.tasks.append(self.changes)
         await self.join(job_group(job.pk))
@@ -186,14 +188,16 @@ class JobConsumer(PortalConsumer):
         job = services.job_list(self.scope["user"], self.dc).filter(pk=self.job_id).first()
         if job is None:
             return None
-        if not self.last_event:  # the snapshot: the latest, as the page shows them
+        since = timezone.now()  # a repeat counted from now on is sent at the next read
+        if self.repeats_seen is None:  # the snapshot: the latest, as the page shows them
             events, _older = services.job_events_shown(job)
-        else:  # new events, and those that counted more repeats since (ids already sent)
+            self.first_event = events[0].pk if events else 0
+        else:  # new events, and those shown that counted more repeats (sent again, same id)
             events = list(job.events.select_related("replica").filter(
-                Q(pk__gt=self.last_event) | Q(repeated_until__gt=self.repeats_seen)))
+                Q(pk__gt=self.last_event) | Q(pk__gte=self.first_event,
+                                               repeated_until__gte=self.repeats_seen)))
         self.last_event = max([self.last_event, *(e.pk for e in events)])
-        self.repeats_seen = max([self.repeats_seen or job.created_at, *(
-            e.repeated_until for e in events if e.repeated_until)])
+        self.repeats_seen = since
         return (JobSerializer(job).data,
                 WorkerSerializer(job.replicas.order_by("role", "index"), many=True).data,
                 EventSerializer(events, many=True).data)
