@@ -11,6 +11,7 @@ urlpatterns = [
     path("jobs/", jobs.job_list, name="jobs"),
     path("jobs/new/", jobs.job_submit, name="job-submit"),
     path("jobs/<str:name>/", jobs.job_detail, name="job"),
+    path("jobs/<str:name>/events/", jobs.job_events, name="job-events"),
     path("jobs/<str:name>/kill", jobs.job_kill, name="job-kill"),
     path("jobs/<str:name>/delete", jobs.job_delete, name="job-delete"),
     path("jobs/<str:name>/logs/<str:worker>.log", jobs.job_log_download, name="job-log"),

@@ -40,7 +40,7 @@ class ReplicaInline(ReadOnlyInline):
 
 class JobEventInline(ReadOnlyInline):
     model = JobEvent
-    fields = ["time", "replica", "from_state", "to_state", "reason"]
+    fields = ["time", "replica", "from_state", "to_state", "reason", "repeats", "repeated_until"]
 
     def get_queryset(self, request):  # each row is titled with its job's and replica's names
         return super().get_queryset(request).select_related("job", "replica__job")

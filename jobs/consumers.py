@@ -21,11 +21,15 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
 
 from accounts.selectors import member_datacenter
 from accounts.throttling import SLOT_LEASE, slot_release, slot_renew, slot_take
 from paddlecloud import metrics as portal_metrics
 from paddlecloud.errors import AuthenticationError, PaddleCloudError
+from paddlecloud.security import asgi_request
+from paddlecloud.storable import request_problem
 
 from . import services
 from .files import JobFile, log_file, metrics_file
@@ -56,6 +60,9 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
         self.slot = None
         await self.accept()
         try:
+            unstorable = request_problem(asgi_request(self.scope))
+            if unstorable is not None:
+                raise unstorable
             if not self.scope["user"].is_authenticated:
                 raise AuthenticationError("log in again: your session has ended")
             self.slot = await sync_to_async(slot_take)(
@@ -169,7 +176,8 @@ class JobConsumer(PortalConsumer):
     async def open(self):
         self.dc = await self.datacenter()
         job = await self.job(self.dc, self.scope["url_route"]["kwargs"]["name"])
-        self.job_id, self.last_event = job.pk, 0
+        # The newest event sent, the oldest the page shows, and since when repeats are sent.
+        self.job_id, self.last_event, self.first_event, self.repeats_seen = job.pk, 0, 0, None
         self.changes = Coalescing(lambda _: self.send_state(snapshot=False))
         self.tasks.append(self.changes)
         await self.join(job_group(job.pk))
@@ -203,9 +211,16 @@ class JobConsumer(PortalConsumer):
         job = services.job_list(self.scope["user"], self.dc).filter(pk=self.job_id).first()
         if job is None:
             return None
-        events = list(job.events.select_related("replica").filter(pk__gt=self.last_event))
-        if events:
-            self.last_event = events[-1].pk
+        since = timezone.now()  # a repeat counted from now on is sent at the next read
+        if self.repeats_seen is None:  # the snapshot: the latest, as the page shows them
+            events, _older = services.job_events_shown(job)
+            self.first_event = events[0].pk if events else 0
+        else:  # new events, and those shown that counted more repeats (sent again, same id)
+            events = list(job.events.select_related("replica").filter(
+                Q(pk__gt=self.last_event) | Q(pk__gte=self.first_event,
+                                               repeated_until__gte=self.repeats_seen)))
+        self.last_event = max([self.last_event, *(e.pk for e in events)])
+        self.repeats_seen = since
         return (JobSerializer(job).data,
                 WorkerSerializer(job.replicas.order_by("role", "index"), many=True).data,
                 EventSerializer(events, many=True).data)

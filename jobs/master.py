@@ -36,9 +36,10 @@ from django.utils import timezone
 
 from paddlecloud.errors import ConflictError, NotFoundError, PaddleCloudError, ValidationError
 from paddlecloud_core.contract import master_token as contract_master_token
+from paddlecloud_core.spec import MAX_REPLICAS
 from pfs.services import pfs_target
 
-from .models import Job, JobEvent, Replica, Task
+from .models import Job, Replica, Task, event_repeatable
 from .notify import job_changed
 from .states import FINAL_REPLICA_STATES
 
@@ -278,7 +279,8 @@ def _pass_make(job, pass_no: int) -> int:
                      .values_list("spans", flat=True))
     Task.objects.bulk_create(Task(job=job, pass_no=pass_no, index=i, spans=s)
                              for i, s in enumerate(spans))
-    _event(job.pk, "pass", "started", f"pass {pass_no + 1} of {job.passes}: {len(spans)} tasks")
+    event_repeatable(job.pk, "pass", "started",
+                     f"pass {pass_no + 1} of {job.passes}: {len(spans)} tasks")
     return len(spans)
 
 
@@ -314,11 +316,6 @@ def _pass_next(job) -> bool:
 
 
 # --- leases --------------------------------------------------------------------------------------
-
-def _event(job_id: int, from_state: str, to_state: str, reason: str) -> None:
-    JobEvent.objects.create(job_id=job_id, from_state=from_state, to_state=to_state,
-                            reason=reason)
-
 
 WHY_BACK = {"own": "asked for another task (it was restarted)", "ended": "has ended",
             "expired": "let its lease expire"}
@@ -356,10 +353,10 @@ def _reclaim(job, trainer: int, *, sweep: bool, keep: int = 0) -> int:
             return 0
         _run(_GIVE_BACK.replace("{ids}", ", ".join(["%s"] * len(over))),
              [now, *(row[0] for row in over)], rows=False)
-        JobEvent.objects.bulk_create(
-            JobEvent(job_id=job.pk, from_state="leased", to_state="waiting", reason=(
+        for _id, pass_no, index, holder, why in over:
+            event_repeatable(job.pk, "leased", "waiting", (
                 f"task {index} of pass {pass_no + 1} dispatched again: trainer-{holder} "
-                f"{WHY_BACK[why]}")) for _id, pass_no, index, holder, why in over)
+                f"{WHY_BACK[why]}"))
     return len(over)
 
 
@@ -452,7 +449,7 @@ def task_release(job, task_id: int, trainer: int, lease: str, reason: str) -> di
     task = _held_locked(job, task_id, trainer, lease)
     task.state, task.lease, task.lease_expires = Task.State.WAITING, "", None
     task.save(update_fields=["state", "lease", "lease_expires", "updated_at"])
-    _event(job.pk, "leased", "waiting", (
+    event_repeatable(job.pk, "leased", "waiting", (
         f"task {task.index} of pass {task.pass_no + 1} dispatched again: trainer-{trainer} "
         f"gave it back ({(reason or 'no reason given').strip()[:500]})"))
     return {"released": True}
@@ -466,12 +463,12 @@ def task_failed(job, task_id: int, trainer: int, lease: str, reason: str) -> dic
     why = (reason or "no reason given").strip()[:500]
     if task.failures >= TASK_FAILURES:
         task.state = Task.State.SET_ASIDE
-        _event(job.pk, "leased", "set_aside", (
+        event_repeatable(job.pk, "leased", "set_aside", (
             f"task {task.index} of pass {task.pass_no + 1} set aside: it failed "
             f"{task.failures} times, last on trainer-{trainer}: {why}"))
     else:
         task.state = Task.State.WAITING
-        _event(job.pk, "leased", "waiting", (
+        event_repeatable(job.pk, "leased", "waiting", (
             f"task {task.index} of pass {task.pass_no + 1} failed on trainer-{trainer} "
             f"({why}); dispatched again"))
     task.save(update_fields=["state", "lease", "lease_expires", "failures", "updated_at"])
@@ -484,10 +481,12 @@ TASK_ACTIONS = ("renew", "done", "failed", "release")
 
 
 def _trainer(data: dict) -> int:
+    """The calling trainer's index: below MAX_REPLICAS, as every job's trainers are (and so
+    within the tasks' ``trainer`` column)."""
     value = data.get("trainer")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_REPLICAS:
         raise ValidationError.for_field("trainer", "the caller's PADDLE_TRAINER_ID, a whole "
-                                                   "number from 0")
+                                                   f"number from 0 to {MAX_REPLICAS - 1}")
     return value
 
 

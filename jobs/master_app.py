@@ -18,6 +18,7 @@ from django.conf import settings
 
 from paddlecloud.before_django import BeforeDjango, DatabaseThreads, Exchange
 from paddlecloud.errors import ValidationError
+from paddlecloud.storable import storable
 
 from . import master
 
@@ -49,6 +50,9 @@ class MasterApp(BeforeDjango):
             data = json.loads(body) if body.strip() else {}
         except ValueError as exc:
             raise ValidationError.for_field("body", f"not JSON: {exc}") from None
+        except RecursionError:
+            raise ValidationError.for_field("body", "not JSON: nested too deeply") from None
+        storable(data)
         task = found["task"]
         result = await self.threads.run(
             master.master_call, found["uid"], master.bearer(exchange.header("authorization")),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
@@ -262,8 +263,16 @@ def replica_ended(replica_id: int) -> bool:
     return state is None or state in FINAL_REPLICA_STATES
 
 
+# What a job can make happen as often as it likes (its master's tasks given back, failed,
+# dispatched again) is recorded at most REPEAT_BURST times a kind in REPEAT_WINDOW_SECONDS; the
+# rest of a burst is counted on the last event of its kind (``JobEvent.repeats``), so that a
+# job flooding its master cannot flood its event list (README, "Security model").
+REPEAT_BURST = 10
+REPEAT_WINDOW_SECONDS = 60
+
+
 class JobEvent(models.Model):
-    """One state change of a job or of one of its replicas."""
+    """One state change of a job or of one of its replicas (or of a task of its master)."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
     replica = models.ForeignKey(Replica, on_delete=models.CASCADE, null=True, blank=True,
@@ -272,6 +281,11 @@ class JobEvent(models.Model):
     from_state = models.CharField(max_length=16)
     to_state = models.CharField(max_length=16)
     reason = models.TextField(blank=True)
+    repeats = models.PositiveIntegerField(
+        default=0, help_text="How many more events like it followed, counted here rather "
+                             "than recorded (REPEAT_BURST)")
+    repeated_until = models.DateTimeField(null=True, blank=True,
+                                          help_text="The time of the last of them")
 
     class Meta:
         ordering = ["time", "id"]
@@ -319,6 +333,22 @@ class Usage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_name} {self.role}-{self.index} #{self.attempt} ({self.owner_id})"
+
+
+def event_repeatable(job_id: int, from_state: str, to_state: str, reason: str) -> None:
+    """Record an event of the job that it may cause at will: a row while its kind (from_state,
+    to_state) has had fewer than REPEAT_BURST in the last REPEAT_WINDOW_SECONDS, else counted
+    on the newest of them (one indexed look and one write either way)."""
+    now = timezone.now()
+    recent = list(JobEvent.objects.filter(
+        job_id=job_id, replica=None, from_state=from_state, to_state=to_state,
+        time__gte=now - timedelta(seconds=REPEAT_WINDOW_SECONDS),
+    ).order_by("-time", "-id").values_list("pk", flat=True)[:REPEAT_BURST])
+    if len(recent) >= REPEAT_BURST and JobEvent.objects.filter(pk=recent[0]).update(
+            repeats=models.F("repeats") + 1, repeated_until=now):
+        return
+    JobEvent.objects.create(job_id=job_id, time=now, from_state=from_state, to_state=to_state,
+                            reason=reason)
 
 
 class Task(models.Model):

@@ -82,10 +82,18 @@ class JobSerializer(serializers.ModelSerializer):
 
 
 class GroupJobSerializer(JobSerializer):
+    """Another member's job as the group page shows it: whose it is, its state and place in
+    the queue, and what it holds of the group's quota. Never what only its owner may see —
+    its environment (API keys, cloud credentials), entry and its arguments, package, image,
+    registry, topology or dataset (README, "Security model")."""
+
     owner = serializers.CharField(source="owner.username", read_only=True)
 
     class Meta(JobSerializer.Meta):
-        fields = ["owner", *JobSerializer.Meta.fields]
+        fields = ["owner", "name", "state", "state_reason", "queue_position", "predicted_start",
+                  "priority", "datacenter", "trainers", "trainers_min", "trainers_held",
+                  "trainers_shown", "pservers", "cpu", "memory", "gpu", "pscpu", "psmemory",
+                  "created_at", "started_at", "finished_at"]
 
 
 class BudgetUseSerializer(serializers.Serializer):
@@ -212,7 +220,8 @@ class EventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = JobEvent
-        fields = ["time", "worker", "from_state", "to_state", "reason"]
+        fields = ["id", "time", "worker", "from_state", "to_state", "reason", "repeats",
+                  "repeated_until"]
 
     def get_worker(self, event) -> str | None:
         return event.replica.name if event.replica_id else None

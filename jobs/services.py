@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from accounts.audit import audit_record
@@ -230,6 +231,24 @@ def job_worker(job, name: str | None, *, building: bool = True) -> Replica | Bui
     names = ", ".join(sorted([r.name for r in replicas] + ([Build.role] if build else [])))
     raise NotFoundError.for_field("worker", f"job {job.name!r} has no worker {name!r} "
                                             f"(it has {names})")
+
+
+EVENTS_SHOWN = 100  # the events a job's page (and its WebSocket) shows at once: the latest
+
+
+def job_events_shown(job, before: str | None = None) -> tuple[list[JobEvent], bool]:
+    """The latest EVENTS_SHOWN of the job's events — or, with ``before`` (an event's id, as
+    the page's link gives it), those before that event — oldest first; and whether there are
+    older ones. A job's page stays small however many events its job has."""
+    events = job.events.select_related("replica")
+    if before is not None:
+        edge = (job.events.filter(pk=int(before)).values_list("time", "id").first()
+                if before.isascii() and before.isdigit() and len(before) < 19 else None)
+        if edge is None:
+            raise NotFoundError.for_field("before", f"job {job.name!r} has no event {before!r}")
+        events = events.filter(Q(time__lt=edge[0]) | Q(time=edge[0], id__lt=edge[1]))
+    rows = list(events.order_by("-time", "-id")[:EVENTS_SHOWN + 1])
+    return rows[:EVENTS_SHOWN][::-1], len(rows) > EVENTS_SHOWN
 
 
 def job_list(user, datacenter, *, state: str | None = None, name: str | None = None):

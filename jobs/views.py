@@ -5,8 +5,8 @@ from __future__ import annotations
 from asgiref.sync import sync_to_async
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
@@ -54,12 +54,23 @@ class JobCursor(CursorPagination):
     max_page_size = 500
 
 
+def paged(serializer_class) -> serializers.Serializer:
+    """A cursor page of ``serializer_class``'s objects, as the schema shows it (the view names
+    its operation ``…_list`` itself: drf-spectacular takes a list for a list alone)."""
+    name = serializer_class.__name__.removesuffix("Serializer")
+    return inline_serializer(f"Paged{name}", {
+        "next": serializers.URLField(allow_null=True, help_text="the next page; null: the last"),
+        "previous": serializers.URLField(allow_null=True),
+        "results": serializer_class(many=True)})
+
+
 class JobListView(DatacenterAPIView):
     @extend_schema(parameters=[
         OpenApiParameter("state", str, description="comma-separated states"),
         OpenApiParameter("name", str, description="part of the name"),
         OpenApiParameter("limit", int), OpenApiParameter("cursor", str)],
-        responses={200: JobSerializer(many=True), **ERRORS}, summary="Your jobs, newest first")
+        responses={200: paged(JobSerializer), **ERRORS}, summary="Your jobs, newest first",
+        operation_id="v1_jobs_list")
     def get(self, request):
         jobs = services.job_list(request.user, self.datacenter,
                                  state=request.query_params.get("state"),
@@ -113,13 +124,26 @@ class JobWorkersView(DatacenterAPIView):
         return Response(WorkerSerializer(job.replicas.order_by("role", "index"), many=True).data)
 
 
+class EventCursor(JobCursor):
+    """A job's events, oldest first, in pages (a job may have many: its master's)."""
+
+    ordering = ("time", "id")
+    page_size = 100
+    max_page_size = 1000
+
+
 class JobEventsView(DatacenterAPIView):
-    @extend_schema(responses={200: EventSerializer(many=True), **ERRORS},
-                   summary="Every state change of the job and its workers, oldest first")
+    @extend_schema(parameters=[OpenApiParameter("limit", int), OpenApiParameter("cursor", str)],
+                   responses={200: paged(EventSerializer), **ERRORS},
+                   operation_id="v1_jobs_events_list",
+                   summary="Every state change of the job and its workers, oldest first, in "
+                           "pages (follow next)")
     def get(self, request, name: str):
         job = services.job_get(request.user, self.datacenter, name)
-        events = job.events.select_related("replica")
-        return Response(EventSerializer(events, many=True).data)
+        paginator = EventCursor()
+        page = paginator.paginate_queryset(job.events.select_related("replica"), request,
+                                           view=self)
+        return paginator.get_paginated_response(EventSerializer(page, many=True).data)
 
 
 class BudgetsView(DatacenterAPIView):
@@ -142,7 +166,7 @@ class GroupJobsView(DatacenterAPIView):
         OpenApiParameter("state", str, description="comma-separated states"),
         OpenApiParameter("name", str, description="part of the name"),
         OpenApiParameter("limit", int), OpenApiParameter("cursor", str)],
-        responses={200: GroupJobSerializer(many=True), **ERRORS},
+        responses={200: paged(GroupJobSerializer), **ERRORS}, operation_id="v1_group_jobs_list",
         summary="The jobs of your group's members, newest first (to look at: each changes "
                 "only its owner's)")
     def get(self, request):

@@ -25,6 +25,7 @@ from django.db import connection
 from paddlecloud import metrics
 from paddlecloud.errors import LengthRequiredError, ValidationError, render_error
 from paddlecloud.security import asgi_request, https_redirect, security_headers
+from paddlecloud.storable import request_problem
 
 BUFFER = 1 << 20
 IDLE_CHECK_SECONDS = 30  # a kept database connection idle longer is checked before use
@@ -247,6 +248,9 @@ class BeforeDjango:
             await sync_to_async(signals.request_started.send)(sender=type(self), scope=scope)
         try:
             request.get_host()  # raises DisallowedHost: a 400
+            unstorable = request_problem(request)  # Django's middleware would refuse it
+            if unstorable is not None:
+                raise unstorable
             redirect = https_redirect(request)
             if redirect is not None:
                 await exchange.start(redirect.status_code, dict(redirect.items()))

@@ -73,6 +73,8 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Every request Django answers, by route (after WhiteNoise: static files are not counted).
     "paddlecloud.metrics.RequestMetricsMiddleware",
+    # A NUL in the path or a query parameter: a 400 before any view looks anything up.
+    "paddlecloud.storable.UnstorableInputMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .contract import ENV_NAME_RE, JOB_NAME_MAX, JOB_NAME_RE, RESERVED_ENV
-from .quantity import QuantityError, parse_bytes, parse_cpu
+from .quantity import QuantityError, format_bytes, format_cpu, parse_bytes, parse_cpu
 
 # The image a job runs in when neither it nor its datacenter names one.
 DEFAULT_IMAGE = "paddlepaddle/paddle:2.6.1"
@@ -59,13 +59,15 @@ INTEGERS: dict[str, tuple[int | None, int, int]] = {
     "trainers_lost_limit": (None, 0, MAX_REPLICAS),
     "trainers_below_min_seconds": (None, 1, MAX_DEADLINE),
 }
-# Quantities: (default, parser) — CPU in millicores, memory in bytes.
-QUANTITIES: dict[str, tuple[int, Callable[[Any], int]]] = {
-    "cpu": (1000, parse_cpu),
-    "memory": (2**30, parse_bytes),
-    "pscpu": (1000, parse_cpu),
-    "psmemory": (2**30, parse_bytes),
-}
+# Quantities: (default, parser, most, formatter) — CPU in millicores, memory in bytes. The
+# most is far past any machine, and within what the portal's columns hold (a 32-bit count of
+# millicores, a 64-bit one of bytes): more is a mistake to name, not a job to store.
+MAX_CPU = 10**9  # a million cores
+MAX_MEMORY = 2**60  # 1Ei
+_CPU = (1000, parse_cpu, MAX_CPU, format_cpu)
+_MEMORY = (2**30, parse_bytes, MAX_MEMORY, format_bytes)
+QUANTITIES: dict[str, tuple[int, Callable[[Any], int], int, Callable[[int], str]]] = {
+    "cpu": _CPU, "memory": _MEMORY, "pscpu": _CPU, "psmemory": _MEMORY}
 
 # Priority classes (``-priority``): the number underneath orders a user's queue, higher first.
 PRIORITIES = {"high": 100, "normal": 0, "low": -100}
@@ -202,7 +204,7 @@ def trainers_shown(count: int | None, minimum: int | None, maximum: int) -> str:
 def quantity(name: str, value: Any) -> tuple[int, str | None]:
     """The quantity field ``name`` (cpu, memory, pscpu, psmemory) as a number (CPU in
     millicores, bytes), or its default and why ``value`` cannot be it."""
-    default, parse = QUANTITIES[name]
+    default, parse, most, shown = QUANTITIES[name]
     if value is None or value == "":
         return default, None
     try:
@@ -211,6 +213,8 @@ def quantity(name: str, value: Any) -> tuple[int, str | None]:
         return default, str(exc)
     if amount <= 0:
         return default, "must be more than 0"
+    if amount > most:
+        return default, f"must be at most {shown(most)}"
     return amount, None
 
 

@@ -266,13 +266,17 @@ class ApiClient:
     def job_list(self, state: str | None = None, *, group: bool = False) -> list[dict]:
         """Every job of the datacenter (with ``group``: of your group's members), newest
         first, following the cursor pages."""
-        jobs: list[dict] = []
-        params: dict = {"limit": 500, **({"state": state} if state else {})}
+        return self.pages("/api/v1/group/jobs/" if group else JOBS,
+                          {"limit": 500, **({"state": state} if state else {})})
+
+    def pages(self, path: str, params: dict) -> list[dict]:
+        """Every row of a cursor-paged list, following ``next`` from the first page."""
+        rows: list[dict] = []
         while True:
-            page = self.call("GET", "/api/v1/group/jobs/" if group else JOBS, params=params)
-            jobs += page.get("results", [])
+            page = self.call("GET", path, params=params)
+            rows += page.get("results", [])
             if not page.get("next"):
-                return jobs
+                return rows
             params = {key: values[-1]
                       for key, values in parse_qs(urlsplit(page["next"]).query).items()}
 
@@ -287,7 +291,8 @@ class ApiClient:
         return self.call("GET", _job_path(name, "workers"))
 
     def job_events(self, name: str) -> list[dict]:
-        return self.call("GET", _job_path(name, "events"))
+        """Every event of the job, oldest first, following the cursor pages."""
+        return self.pages(_job_path(name, "events"), {"limit": 1000})
 
     def job_kill(self, name: str) -> dict:
         return self.call("POST", _job_path(name, "kill"))

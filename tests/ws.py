@@ -1,8 +1,10 @@
 """A WebSocket client for an ASGI app in the test's own event loop (Channels' communicator
-lives in a package that needs daphne; this is the part the tests use)."""
+lives in a package that needs daphne; this is the part the tests use), and ``ws_messages``,
+what a logged-in browser's socket to a live portal is sent."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from urllib.parse import unquote, urlparse
 
@@ -37,3 +39,21 @@ class WebsocketCommunicator(ApplicationCommunicator):
     async def disconnect(self, code: int = 1000, timeout: float = 1) -> None:
         await self.send_input({"type": "websocket.disconnect", "code": code})
         await self.wait(timeout)
+
+
+def ws_messages(portal, path: str) -> list[dict]:
+    """Every message a socket of the live portal's user's logged-in browser to ``path`` is
+    sent, until the portal closes it."""
+    from django.test import Client
+    from websockets.sync.client import connect
+
+    client = Client()
+    client.force_login(portal.user)
+    got = []
+    cookie = f"sessionid={client.cookies['sessionid'].value}"
+    with connect(f"{portal.url.replace('http', 'ws', 1)}{path}", open_timeout=10,
+                 additional_headers={"Cookie": cookie, "Origin": portal.url}) as ws, \
+            contextlib.suppress(Exception):  # until the portal closes it
+        while True:
+            got.append(json.loads(ws.recv(timeout=10)))
+    return got

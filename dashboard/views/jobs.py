@@ -184,10 +184,11 @@ def job_detail(request, datacenter, name: str):
     waiting, prediction = waiting_report(job)  # one forecast, for the box and the spec
     spec = JobSerializer(job, context={"predictions": {job.pk: prediction} if prediction
                                        else {}}).data
+    events, older_events = services.job_events_shown(job)
     return render(request, "dashboard/jobs/detail.html", {
         "job": job, "spec": spec, "queue_position": queue_position(job),
         "waiting": waiting, "prediction": waiting["prediction"] if waiting else None,
-        "workers": workers, "events": job.events.select_related("replica"),
+        "workers": workers, "events": events, "older_events": older_events,
         "active": job.state not in FINAL_JOB_STATES,
         # Warned that its budget is spent: the warning, while it runs on in its grace.
         "budget_warning": job.events.filter(time=job.budget_warned_at).values_list(
@@ -203,6 +204,16 @@ def job_detail(request, datacenter, name: str):
         "metrics_last": metrics_last(job, metrics_replica),
         "dataset": master.tasks_report(job) if job.dataset else None,
     })
+
+
+@dashboard_page
+def job_events(request, datacenter, name: str):
+    """A job's events before one (the oldest its page shows), EVENTS_SHOWN at a time: what the
+    job's page leaves out when its job has many."""
+    job = services.job_get(request.user, datacenter, name)
+    events, older = services.job_events_shown(job, request.GET.get("before", ""))
+    return render(request, "dashboard/jobs/events.html",
+                  {"job": job, "events": events, "older_events": older})
 
 
 # -- kill, delete, log download ---------------------------------------------------------------

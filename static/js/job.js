@@ -129,7 +129,20 @@ document.addEventListener("DOMContentLoaded", () => {
     fill(item, "from_state", event.from_state || "—");
     fill(item, "to_state", event.to_state).className = `badge state-${event.to_state}`;
     fill(item, "reason", event.reason);
+    item.dataset.id = event.id;
+    const repeats = fill(item, "repeats", event.repeats
+      ? `and ${event.repeats} more like it, until ${utc(event.repeated_until, { seconds: true })}`
+      : "");
+    repeats.hidden = !event.repeats;
     return item;
+  }
+
+  // A new event, or one that counted more repeats (it is replaced where it is).
+  function eventShown(list, event) {
+    const item = eventItem(event);
+    const shown = list.querySelector(`[data-id="${event.id}"]`);
+    if (shown) shown.replaceWith(item);
+    else list.append(item);
   }
 
   // The timeline scrolls: its newest events stay in view unless the reader scrolled up.
@@ -148,7 +161,7 @@ document.addEventListener("DOMContentLoaded", () => {
         case "events": keepLatestInView(byId("events"), (list) =>
           list.replaceChildren(...message.events.map(eventItem)), true); break;
         case "event": keepLatestInView(byId("events"), (list) =>
-          list.append(eventItem(message.event))); break;
+          eventShown(list, message.event)); break;
         case "job_deleted": gone(); break;
         default: break;
       }

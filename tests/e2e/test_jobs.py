@@ -190,6 +190,29 @@ def test_a_queued_jobs_page_says_its_workers_have_not_started(page, live_portal,
     expect(page.locator("#log")).to_be_hidden()  # no empty box
 
 
+def test_an_event_repeated_past_the_burst_shows_its_count_live(page, live_portal, package,
+                                                                held_tasks):
+    """More events of a kind than are listed in a minute (jobs.models.REPEAT_BURST): the
+    page shows how many more came, and the count grows in place as they come."""
+    from jobs.models import REPEAT_BURST, event_repeatable
+    from jobs.notify import job_changed
+
+    job = submit(live_portal, name="flood", package=package, entry="python train.py").job
+    login(page, next_path="/jobs/flood/")
+    expect(page.locator("#events")).to_contain_text("submitted by alice")
+    for number in range(REPEAT_BURST + 5):
+        event_repeatable(job.pk, "leased", "waiting", f"given back {number}")
+    job_changed(job.pk)  # outside a transaction: sent at once
+    listed = page.locator("#events .event.to-waiting")
+    expect(listed).to_have_count(REPEAT_BURST, timeout=WAIT)
+    expect(listed.last.locator('[data-field="repeats"]')).to_contain_text(
+        "and 5 more like it, until")
+    event_repeatable(job.pk, "leased", "waiting", "given back again")
+    job_changed(job.pk)
+    expect(listed.last.locator('[data-field="repeats"]')).to_contain_text("and 6 more like it")
+    expect(listed).to_have_count(REPEAT_BURST)  # replaced where it was, not added
+
+
 def test_another_user_cannot_see_the_job(page, live_portal, package, held_tasks):
     # held_tasks: the job is not run
     submit(live_portal, name="secret", package=package, entry="python train.py")

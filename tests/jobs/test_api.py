@@ -342,7 +342,7 @@ def test_a_two_trainer_job_runs_and_keeps_its_logs(token_client, submit, pfs_hom
     assert all(re.fullmatch(r"127\.0\.0\.1:\d+", e) for e in endpoints), endpoints
     assert len(set(endpoints)) == 2
 
-    events = token_client.get(job_url("fit-a-line", "events")).json()
+    events = token_client.get(job_url("fit-a-line", "events")).json()["results"]
     assert (events[0]["worker"], events[0]["from_state"], events[0]["to_state"],
             events[0]["reason"]) == (None, "", "pending", "submitted by alice")
     assert (events[1]["worker"], events[1]["to_state"]) == (None, "starting")
@@ -389,7 +389,7 @@ def test_a_missing_entry_command_fails_the_job(token_client, submit):
     workers = token_client.get(job_url("typo", "workers")).json()
     assert [(w["name"], w["state"], w["exit_code"]) for w in workers] == [
         ("trainer-0", "failed", 127)]
-    events = token_client.get(job_url("typo", "events")).json()
+    events = token_client.get(job_url("typo", "events")).json()["results"]
     assert events[-1]["to_state"] == "failed" and events[-1]["worker"] is None
     assert "command not found" in events[-1]["reason"]
     assert any(e["worker"] == "trainer-0" and "command not found" in e["reason"]
@@ -530,7 +530,7 @@ def test_delete_only_ended_jobs_and_keep_their_output(token_client, submit, pfs_
     assert again.json()["state"] == "starting"
     workers = token_client.get(job_url("sleeper", "workers")).json()
     assert [(w["name"], w["state"]) for w in workers] == [("trainer-0", "pending")]
-    events = token_client.get(job_url("sleeper", "events")).json()
+    events = token_client.get(job_url("sleeper", "events")).json()["results"]
     assert [e["to_state"] for e in events] == ["pending", "starting"]
 
 

@@ -16,8 +16,8 @@ from channels.layers import channel_layers
 from django.test import Client
 
 from jobs.logs import lines, pumps
-from jobs.models import Job, Replica
-from jobs.services import job_delete
+from jobs.models import REPEAT_BURST, Job, JobEvent, Replica, event_repeatable
+from jobs.services import EVENTS_SHOWN, job_delete
 from jobs.states import JobState, ReplicaState
 from jobs.transitions import job_transition, replica_transition
 from tests.jobs.files import file_at, log_path, metrics_path
@@ -273,6 +273,39 @@ async def test_the_job_page_gets_a_snapshot_then_each_change(app, alice, datacen
     assert await receive(socket) == {"type": "job_deleted", "name": "train"}
     closed = await socket.receive_output(timeout=TIMEOUT)
     assert closed["code"] == 4404
+
+
+async def test_the_job_page_gets_its_latest_events_and_their_repeats_as_they_count(
+        app, alice, datacenter):
+    """The snapshot holds the latest EVENTS_SHOWN events, as the page does; an event that
+    counted more repeats since is sent again (the page replaces it by its id)."""
+    job = await sync_to_async(make_job)(alice, datacenter, state=JobState.STARTING)
+
+    def history():  # then REPEAT_BURST of a kind: each listed yet
+        for number in range(EVENTS_SHOWN):
+            JobEvent.objects.create(job=job, from_state="running", to_state="running",
+                                    reason=f"event {number}")
+        for number in range(EVENTS_SHOWN, EVENTS_SHOWN + REPEAT_BURST):
+            event_repeatable(job.pk, "leased", "done", f"event {number}")
+
+    await sync_to_async(history)()
+    socket = await connect(app, "/ws/jobs/train/", alice)
+    events = [await receive(socket) for _ in range(3)][2]["events"]
+    assert [e["reason"] for e in events] == [
+        f"event {n}" for n in range(REPEAT_BURST, EVENTS_SHOWN + REPEAT_BURST)]
+    last = events[-1]
+
+    def repeated():
+        for number in range(3):
+            event_repeatable(job.pk, "leased", "done", f"again {number}")
+        job_transition(job, JobState.RUNNING, "all up")
+
+    await sync_to_async(in_a_worker_thread)(repeated)
+    messages = [await receive(socket) for _ in range(4)]
+    sent = [m["event"] for m in messages if m["type"] == "event"]
+    assert [(e["id"], e["reason"], e["repeats"]) for e in sent] == [
+        (last["id"], last["reason"], 3), (sent[1]["id"], "all up", 0)]
+    await socket.disconnect()
 
 
 async def test_a_burst_of_changes_all_reach_the_page(app, alice, datacenter):

@@ -5,6 +5,7 @@ only their own), and the admin's changes audited and admitting what now may star
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 from rest_framework.test import APIClient
 
 from accounts.models import AuditEntry, Datacenter, Membership, Team
@@ -45,6 +46,14 @@ def submit(user, datacenter, name, **fields) -> Job:
 def end(job) -> None:
     job_transition(job, "running", "every replica is running")
     job_transition(job, "succeeded", "every trainer exited 0")
+
+
+def client(user) -> APIClient:
+    """The API as ``user``, with a token of theirs for datacenter1."""
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION="Bearer "
+                    + token_create(user, datacenter_name="datacenter1").raw)
+    return api
 
 
 def state(owner, name) -> tuple[str, str]:
@@ -107,13 +116,6 @@ def test_members_see_each_others_jobs_and_change_only_their_own(users, vision, d
     submit(bob, datacenter, "his")
     submit(bob, datacenter, "queued-one")
     submit(carol, datacenter, "hers")
-
-    def client(user) -> APIClient:
-        api = APIClient()
-        api.credentials(HTTP_AUTHORIZATION="Bearer "
-                        + token_create(user, datacenter_name="datacenter1").raw)
-        return api
-
     alices = client(alice)
     jobs = alices.get("/api/v1/group/jobs/").json()["results"]
     assert [(j["owner"], j["name"], j["state"]) for j in jobs] == [
@@ -134,6 +136,40 @@ def test_members_see_each_others_jobs_and_change_only_their_own(users, vision, d
     # carol is in no group.
     assert_error(client(carol).get("/api/v1/group"), 404, "not_found", "group")
     assert_error(client(carol).get("/api/v1/group/jobs/"), 404, "not_found", "group")
+
+
+SECRETS = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY",
+           "HF_TOKEN": "hf_TopSecretTokenOfAlice"}
+
+
+@pytest.mark.django_db
+def test_a_member_sees_another_members_job_as_the_group_page_shows_it_never_its_secrets(
+        users, vision, datacenter, held_tasks):
+    """bob looks at the group's jobs: alice's job is there with what the group page shows
+    (whose, its state, what it holds), and nothing of what only she may see — its environment,
+    its entry and arguments, its package, image, registry, dataset."""
+    alice, bob = users["alice"], users["bob"]
+    submit(alice, datacenter, "tuning", env=SECRETS,
+           entry="python train.py --api-key=sk-live-EntryArgumentSecret")
+    answer = client(bob).get("/api/v1/group/jobs/")
+    assert answer.status_code == 200, answer.content
+    for secret in [*SECRETS.values(), "sk-live-EntryArgumentSecret", "/home/alice/pkg"]:
+        assert secret not in answer.content.decode()
+    (job,) = answer.json()["results"]
+    assert (job["owner"], job["name"], job["state"], job["trainers_shown"],
+            job["pservers"], job["cpu"]) == ("alice", "tuning", "starting", "1", 0, "1")
+    assert not {"env", "entry", "package", "image", "registry", "topology",
+                "dataset"} & set(job)
+    # The page shows the same: her job, and not its secrets.
+    browser = Client()
+    browser.force_login(bob)
+    page = browser.get("/group/").content.decode()
+    assert 'data-name="tuning" data-owner="alice"' in page
+    assert not any(secret in page for secret in SECRETS.values())
+    # alice sees all of it, as the owner.
+    mine = client(alice).get("/api/v1/jobs/tuning/").json()
+    assert mine["env"] == SECRETS
+    assert mine["entry"] == "python train.py --api-key=sk-live-EntryArgumentSecret"
 
 
 @pytest.mark.django_db

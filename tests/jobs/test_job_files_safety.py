@@ -31,7 +31,6 @@ from pathlib import Path
 import pytest
 import requests
 from django.test import Client
-from websockets.sync.client import connect
 
 from accounts.models import Datacenter
 from jobs.backends import backend_for
@@ -42,6 +41,7 @@ from jobs.models import Job
 from paddlecloud.errors import PaddleCloudError
 from tests.jobs.kubernetes.test_backend import wait
 from tests.kube import portal_kubeconfig
+from tests.ws import ws_messages
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -123,19 +123,6 @@ def run_job(portal, backend: str) -> Job:
             job, job.replicas.get(), follow=False, tail=None) is None,
             message="the job's pods to go")
     return job
-
-
-def ws_messages(portal, path: str) -> list[dict]:
-    client = Client()
-    client.force_login(portal.user)
-    got = []
-    cookie = f"sessionid={client.cookies['sessionid'].value}"
-    with connect(f"{portal.url.replace('http', 'ws', 1)}{path}", open_timeout=10,
-                 additional_headers={"Cookie": cookie, "Origin": portal.url}) as ws, \
-            contextlib.suppress(Exception):  # until the portal closes it
-        while True:
-            got.append(json.loads(ws.recv(timeout=10)))
-    return got
 
 
 def read_everything(portal) -> list[str]:

@@ -95,6 +95,12 @@ def test_the_master_threads_close_their_connections_when_stopped(live_portal, jo
     ("next", '[1, 2]', "mine", 400, "trainer"),
     ("tasks/1/done", '{"trainer": 0}', "mine", 400, "lease"),
     ("tasks/1/finish", '{"trainer": 0, "lease": "x"}', "mine", 404, None),
+    # What the database cannot store (paddlecloud/storable.py): a 400 naming it, not a 500.
+    ("next", '{"trainer": 2147483648}', "mine", 400, "trainer"),  # 2**31
+    ("next", '{"trainer": 1000}', "mine", 400, "trainer"),  # no job has a trainer-1000
+    ("next", '{"trainer": 0, "x": 99999999999999999999}', "mine", 400, "x"),
+    ("tasks/1/done", '{"trainer": 0, "lease": "ab\\u0000"}', "mine", 400, "lease"),
+    ("tasks/1/done", '{"trainer": 0, "lease": "x", "\\u0000": 1}', "mine", 400, "body"),
 ])
 def test_bad_calls_get_the_apis_errors_and_change_nothing(live_portal, job, path, body, token,
                                                           status, field):
@@ -105,6 +111,21 @@ def test_bad_calls_get_the_apis_errors_and_change_nothing(live_portal, job, path
     if field:
         assert field in answer["fields"], answer
     assert not Task.objects.filter(job=job).exclude(state="waiting").exists()
+
+
+def test_a_reason_the_database_cannot_store_is_refused_and_the_task_stays_held(live_portal,
+                                                                                job):
+    base, token = f"/api/v1/master/{job.uid}", master_token(job)
+    _, answer, _ = call(live_portal, f"{base}/next", '{"trainer": 0}', token)
+    task = answer["task"]
+    for action in ("release", "failed"):
+        status, answer, _ = call(live_portal, f"{base}/tasks/{task['id']}/{action}", json.dumps(
+            {"trainer": 0, "lease": task["lease"], "reason": "out of memory\x00"}), token)
+        assert (status, answer["code"], list(answer["fields"])) == (400, "unstorable",
+                                                                     ["reason"]), answer
+    held = Task.objects.get(pk=task["id"])
+    assert (held.state, held.lease, held.failures) == ("leased", task["lease"], 0)
+    assert not job.events.filter(reason__contains="out of memory").exists()
 
 
 def test_a_body_too_large_is_refused(live_portal, job):

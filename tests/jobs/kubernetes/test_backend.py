@@ -116,7 +116,8 @@ def test_a_job_runs_to_success_with_states_and_logs_from_pods(
         wait(lambda: state(job) == "succeeded", message="the job to succeed")
         assert time.monotonic() - first_at > 1  # streamed as written, not read at the end
 
-        every_event = session.get(f"{live_portal.url}/api/v1/jobs/fit/events").json()
+        every_event = session.get(f"{live_portal.url}/api/v1/jobs/fit/events").json()[
+            "results"]
         events = [e["to_state"] for e in every_event if e["worker"] is None]
         assert events == ["pending", "starting", "running", "succeeded"]
         workers = {w["name"]: w for w in session.get(
