@@ -80,6 +80,11 @@ class Egress:
     proxy: str
     refused: list[str]
 
+    @property
+    def netns_path(self) -> str:
+        """The network namespace, for a program that joins one by its path (buildah)."""
+        return f"/proc/{self.netns.pid}/ns/net"
+
     def env(self) -> dict[str, str]:
         """The variables that send a program's HTTP to the proxy."""
         return dict.fromkeys(PROXY_VARIABLES, self.proxy)
