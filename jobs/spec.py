@@ -12,21 +12,15 @@ the user may read, a range of trainers is offered in the datacenter.
 
 from __future__ import annotations
 
-from django.conf import settings
-
 from paddlecloud.errors import NotFoundError, PaddleCloudError, ValidationError
 from paddlecloud_core.layout import pfs_home
-from paddlecloud_core.requirements import (
-    REQUIREMENTS_FILE,
-    RequirementsError,
-    requirements_check,
-    requirements_text,
-)
+from paddlecloud_core.requirements import REQUIREMENTS_FILE
 from paddlecloud_core.spec import JobSpec, name_taken, spec_check
 from pfs.services import pfs_target
 from registries.services import registry_get
 
-from .backends.envs import indexes_allowed
+from .backends.base import BackendError
+from .backends.envs import indexes_allowed, requirements_stored
 from .master import dataset_problem
 from .models import Job
 
@@ -47,16 +41,10 @@ def _requirements_problem(target, datacenter) -> str | None:
     against the datacenter's allowed indexes (``paddlecloud_core.requirements``); None when
     nothing is, or it has none. The job's copy is checked again when it starts."""
     try:
-        limit = settings.PADDLECLOUD_REQUIREMENTS_BYTES
-        text = requirements_text(
-            target.storage.read((*target.rel, REQUIREMENTS_FILE), 0, limit + 1), limit)
-        requirements_check(text, indexes_allowed(datacenter))
-    except NotFoundError:
-        return None
-    except PaddleCloudError as exc:
-        return f"{REQUIREMENTS_FILE}: {exc.message}"
-    except RequirementsError as exc:
-        return f"{REQUIREMENTS_FILE} in the package: {exc}"
+        requirements_stored(target.storage, (*target.rel, REQUIREMENTS_FILE),
+                            indexes_allowed(datacenter))
+    except BackendError as exc:
+        return str(exc)
     return None
 
 

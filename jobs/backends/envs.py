@@ -70,6 +70,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from paddlecloud.errors import NotFoundError, PaddleCloudError
 from paddlecloud_core.requirements import (
     REQUIREMENTS_FILE,
     Requirements,
@@ -210,6 +211,22 @@ def requirements_read(pkg: Path, indexes: list[str]) -> Requirements:
     except OSError as exc:
         why = "it is a link" if exc.errno == errno.ELOOP else exc.strerror
         raise BackendError(f"{REQUIREMENTS_FILE}: cannot be read ({why})") from None
+    except RequirementsError as exc:
+        raise BackendError(f"{REQUIREMENTS_FILE}: {exc}") from None
+
+
+def requirements_stored(storage, rel, indexes: list[str]) -> tuple[str, Requirements] | None:
+    """The text of the requirements.txt at ``rel`` of a PFS storage (a package's, as its owner
+    may read it), read no further than the bound, and its checked form; None if there is
+    none. Raises ``BackendError`` saying what is wrong."""
+    limit = settings.PADDLECLOUD_REQUIREMENTS_BYTES
+    try:
+        text = requirements_text(storage.read(rel, 0, limit + 1), limit)
+        return text, requirements_check(text, indexes)
+    except NotFoundError:
+        return None
+    except PaddleCloudError as exc:
+        raise BackendError(f"{REQUIREMENTS_FILE}: {exc.message}") from None
     except RequirementsError as exc:
         raise BackendError(f"{REQUIREMENTS_FILE}: {exc}") from None
 

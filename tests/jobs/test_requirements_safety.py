@@ -60,7 +60,7 @@ def test_a_requirements_txt_past_its_bound_is_refused_at_submit_unread(live_port
                         "package")
     assert time.monotonic() - started < 10
     assert body["fields"]["package"] == [
-        "requirements.txt in the package: it is larger than the 65536 bytes allowed"]
+        "requirements.txt: it is larger than the 65536 bytes allowed"]
     assert not Job.objects.filter(name="huge").exists()
 
 
@@ -77,7 +77,7 @@ def test_options_naming_paths_or_other_indexes_are_refused_at_submit(live_portal
     body = assert_error(Answer(submit_over_http(live_portal, "paths")), 400, "invalid",
                         "package")
     said = body["fields"]["package"][0]
-    assert said.startswith("requirements.txt in the package: line 2 ('-r /etc/shadow'): -r is "
+    assert said.startswith("requirements.txt: line 2 ('-r /etc/shadow'): -r is "
                            "not allowed")
     for line, rule in ((3, "--find-links takes an allowed index's URL or a directory of the "
                            "package"),

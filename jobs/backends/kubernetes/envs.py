@@ -36,18 +36,19 @@ from django.conf import settings
 
 from paddlecloud.errors import NotFoundError, PaddleCloudError
 from paddlecloud_core.layout import ENVS_REL
-from paddlecloud_core.requirements import (
-    REQUIREMENTS_FILE,
-    RequirementsError,
-    requirements_check,
-    requirements_text,
-)
+from paddlecloud_core.requirements import REQUIREMENTS_FILE
 from pfs.paths import pfs_path_parse
 from pfs.storage import storage_for
 
 from ...files import job_home
 from ..base import BackendError
-from ..envs import env_digest, env_in_use, image_env_inputs, indexes_allowed
+from ..envs import (
+    env_digest,
+    env_in_use,
+    image_env_inputs,
+    indexes_allowed,
+    requirements_stored,
+)
 from .scripts import PIP_INSTALL
 
 logger = logging.getLogger(__name__)
@@ -75,15 +76,10 @@ def package_requirements_copy(job, dest: Path, indexes: list[str]) -> bool:
     try:
         if not storage.is_dir(path.parts):
             raise BackendError(f"the trainer package {job.package} is not a directory")
-        try:
-            limit = settings.PADDLECLOUD_REQUIREMENTS_BYTES
-            text = requirements_text(
-                storage.read((*path.parts, REQUIREMENTS_FILE), 0, limit + 1), limit)
-            checked = requirements_check(text, indexes)
-        except NotFoundError:
+        found = requirements_stored(storage, (*path.parts, REQUIREMENTS_FILE), indexes)
+        if found is None:
             return False
-        except RequirementsError as exc:
-            raise BackendError(f"{REQUIREMENTS_FILE}: {exc}") from None
+        text, checked = found
         dest.mkdir()
         (dest / REQUIREMENTS_FILE).write_text(text)
         for token in checked.paths:
