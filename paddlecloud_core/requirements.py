@@ -109,6 +109,13 @@ def url_allowed(url: str, indexes: Iterable[str]) -> bool:
     return False
 
 
+def _shown(url: str) -> str:
+    """An allowed index as users are told it: without the credentials a machine's own index
+    URL may hold."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
 def _package_path(value: str) -> bool:
     return bool(PATH_RE.fullmatch(value)) and not {".", ".."} & set(value.split("/"))
 
@@ -129,7 +136,7 @@ def requirements_check(text: str, indexes: Iterable[str]) -> Requirements:
     """``text`` read with the grammar above, ``indexes`` the URLs the datacenter allows.
     Raises ``RequirementsError`` naming every line that breaks it."""
     indexes = list(indexes)
-    allowed = ", ".join(indexes) or "none"
+    allowed = ", ".join(map(_shown, indexes)) or "none"
     problems: list[str] = []
     lines: list[str] = []
     paths: list[str] = []

@@ -104,6 +104,20 @@ def test_an_allowed_index_is_named_and_used(live_portal, pkg):
            "https://pypi.org/simple)" in body["fields"]["package"][0]
 
 
+def test_the_machines_own_index_is_the_default_its_credentials_never_shown(live_portal, pkg,
+                                                                           monkeypatch):
+    monkeypatch.setenv("PIP_INDEX_URL", "https://mirror-user:s3cret@mirror.example.com/simple")
+    (pkg / "requirements.txt").write_text("--index-url https://mirror.example.com/simple/\nsix\n")
+    assert submit_over_http(live_portal, "mirror").status_code == 201
+    (pkg / "requirements.txt").write_text("--index-url http://127.0.0.1:5432/\n")
+    response = submit_over_http(live_portal, "postgres")
+    body = assert_error(Answer(response), 400, "invalid", "package")
+    assert body["fields"]["package"][0].endswith(
+        "is not one of the package indexes this datacenter allows "
+        "(https://mirror.example.com/simple)")
+    assert "s3cret" not in response.text
+
+
 @pytest.fixture
 def submit(alice, datacenter):
     """Submit a job of the package through the service; nothing of it is left after."""
