@@ -57,7 +57,8 @@ from pathlib import Path
 from registries.oci import RegistryError, docker_config_json, image_ref_parse, manifest_digest
 
 from .base import BackendError
-from .egress import egress
+from .egress import EgressError, egress
+from .sandbox import SandboxError
 
 INSTALL = ("buildah is not installed on the portal's machine: install it "
            "(apt-get install buildah on Debian/Ubuntu, dnf install buildah on Fedora/RHEL)")
@@ -140,20 +141,23 @@ def buildah_build(context: Path, dockerfile: str, image: str, *, insecure: bool,
         tls = f"--tls-verify={'false' if insecure else 'true'}"
         try:
             builder.say(f"building {target} with buildah")
-            with egress(indexes, label="build") as way:
-                # The steps join the network; buildah itself (pulling the base, pushing)
-                # stays on the machine's. The proxy's variables are build arguments, which
-                # buildah gives the steps and keeps out of the image. In a network their user
-                # namespace does not own the steps may not mount a /sys of their own: the
-                # machine's is bound read-only, as buildah does on the host's network.
-                proxy = [arg for name, value in way.env().items()
-                         for arg in ("--build-arg", f"{name}={value}")]
-                ran = builder.run(["build", "--isolation", "oci", *USERNS, "--network",
-                                   f"ns:{way.netns_path}", "--volume", SYS, *proxy,
-                                   "--pull=always", "--layers=false", "--authfile",
-                                   str(authfile), tls, "-f", str(work / "Dockerfile"), "-t",
-                                   local, str(context)], deadline)
-                refused = list(way.refused)
+            try:
+                with egress(indexes, label="build") as way:
+                    # The steps join the network; buildah itself (pulling the base, pushing)
+                    # stays on the machine's. The proxy's variables are build arguments, which
+                    # buildah gives the steps and keeps out of the image. In a network their user
+                    # namespace does not own the steps may not mount a /sys of their own: the
+                    # machine's is bound read-only, as buildah does on the host's network.
+                    proxy = [arg for name, value in way.env().items()
+                             for arg in ("--build-arg", f"{name}={value}")]
+                    ran = builder.run(["build", "--isolation", "oci", *USERNS, "--network",
+                                       f"ns:{way.netns_path}", "--volume", SYS, *proxy,
+                                       "--pull=always", "--layers=false", "--authfile",
+                                       str(authfile), tls, "-f", str(work / "Dockerfile"), "-t",
+                                       local, str(context)], deadline)
+                    refused = list(way.refused)
+            except (EgressError, SandboxError) as exc:
+                raise BackendError(f"the build's network could not be made: {exc}") from None
             if ran.returncode != 0 and refused:
                 ran.lines.append(f"--- paddlecloud: the build's network refused "
                                  f"{', '.join(refused)}: not an allowed package index")

@@ -82,12 +82,13 @@ from paddlecloud_core.requirements import (
 from ..models import Job, JobEvent
 from ..states import FINAL_JOB_STATES
 from .base import BackendError
-from .egress import egress
+from .egress import EgressError, egress
 from .sandbox import (
     PRIVATE_TMP,
     SYSTEM_PATH,
     Bind,
     Sandbox,
+    SandboxError,
     sandbox_command,
     sandbox_shows,
     world_readable,
@@ -349,14 +350,18 @@ def _build(pkg: Path, target: Path, cache: Path, out, sandboxed: bool,
     refused: list[str] = []
     if sandboxed:
         # Its network reaches the allowed indexes and the machine's own, nothing else.
-        with egress([*indexes, *machine_indexes(dict(os.environ))], label="uv") as way:
-            box = Sandbox(binds=[Bind(str(pkg)), Bind(str(target), writable=True),
-                                 Bind(str(cache), writable=True), *_config_binds(env)],
-                          env={**env, **way.env()}, cwd=str(pkg), network=way.netns,
-                          hostname="uv")
-            result = sandbox_command(box, argv).run(
-                env={"PATH": SYSTEM_PATH, "LANG": env["LANG"]}, **run)
-            refused = list(way.refused)
+        try:
+            with egress([*indexes, *machine_indexes(dict(os.environ))], label="uv") as way:
+                box = Sandbox(binds=[Bind(str(pkg)), Bind(str(target), writable=True),
+                                     Bind(str(cache), writable=True), *_config_binds(env)],
+                              env={**env, **way.env()}, cwd=str(pkg), network=way.netns,
+                              hostname="uv")
+                result = sandbox_command(box, argv).run(
+                    env={"PATH": SYSTEM_PATH, "LANG": env["LANG"]}, **run)
+                refused = list(way.refused)
+        except (EgressError, SandboxError) as exc:
+            raise BackendError(f"requirements.txt: uv's sandbox could not be made: {exc}") \
+                from None
     else:
         result = subprocess.run(  # noqa: S603 - uv on the user's own requirements
             argv, stdin=subprocess.DEVNULL, env={**os.environ, **env}, **run)
