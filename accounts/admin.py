@@ -209,6 +209,7 @@ class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
                             "s3_endpoint_url", "s3_region"]}),
         ("Runtime images", {"fields": ["build_registry", "build_registry_insecure",
                                        "builder_image"]}),
+        ("Packages", {"fields": ["package_indexes"]}),
         ("Capacity", {"fields": ["capacity_cpu", "capacity_memory", "capacity_gpu",
                                  "capacity_from_cluster", "capacity_updated_at"]}),
         ("Budgets", {"fields": ["budget_spent", "budget_grace_seconds"]}),

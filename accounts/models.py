@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 from django.conf import settings
@@ -15,6 +16,8 @@ from django.utils import timezone
 from paddlecloud_core.quantity import format_bytes, format_cpu
 
 GiB = 2**30
+# An allowed package index (``Datacenter.package_indexes``): a host, no credentials, no query.
+PACKAGE_INDEX_RE = re.compile(r"^https?://[^\s/?#@]+(/[^\s?#]*)?$")
 # What a datacenter's ``kube_volume`` may be: one volume source of these kinds, whose root holds
 # home/ and public/. Each but ``persistentVolume`` is put in every pod as it is given; a
 # ``persistentVolume`` holds a PersistentVolume's source (the way for CSI drivers such as
@@ -183,6 +186,15 @@ class Datacenter(models.Model):
         max_length=512, blank=True,
         help_text="The rootless BuildKit image of the builder Jobs (Kubernetes); empty means "
                   "PADDLECLOUD_BUILDER_IMAGE.")
+    package_indexes = models.TextField(
+        "allowed package indexes", blank=True,
+        help_text="The package indexes (and the hosts they send downloads to) that installs "
+                  "and builds may reach, one http:// or https:// URL a line, e.g. "
+                  "https://pypi.org/simple and https://files.pythonhosted.org. A "
+                  "requirements.txt may name these (--index-url, --extra-index-url, "
+                  "--find-links) and no other; uv and local builds reach their hosts and "
+                  "nothing else. Empty: the portal machine's configured index (PyPI when none "
+                  "is).")
     start_timeout = models.PositiveIntegerField(
         "start timeout (seconds)", default=300,
         help_text="A job whose replicas are not all running this long after it was admitted "
@@ -246,6 +258,9 @@ class Datacenter(models.Model):
             problems["kube_gpu_node_selector"] = 'an object of node labels, e.g. {"gpu": "true"}'
         if self.kube_scheduler == self.Scheduler.KUEUE and not self.kube_queue:
             problems["kube_queue"] = "required with Kueue: the ClusterQueue users' jobs go to"
+        if bad := [u for u in self.package_indexes.split() if not PACKAGE_INDEX_RE.match(u)]:
+            problems["package_indexes"] = (f"{bad[0]}: each line an http:// or https:// URL "
+                                           "with a host, without credentials, a query or '#'")
         if self.capacity_from_cluster and self.backend != self.Backend.KUBERNETES:
             problems["capacity_from_cluster"] = (
                 "only with the Kubernetes backend: its nodes are what the capacity is read from")

@@ -49,6 +49,7 @@ from registries.services import registry_password
 
 from .backends import backend_for
 from .backends.base import BackendError
+from .backends.envs import indexes_allowed, requirements_stored
 from .files import build_log_open
 from .models import Build, Job
 from .notify import job_changed
@@ -114,6 +115,9 @@ def build_inputs(datacenter, package: str, base: str, *,
             own, text = True, b"".join(storage.read((*path.parts, "Dockerfile"))).decode(
                 errors="replace")
         elif "requirements.txt" in names or always:
+            if "requirements.txt" in names:  # installed by pip in the build: read as data
+                requirements_stored(storage, (*path.parts, "requirements.txt"),
+                                    indexes_allowed(datacenter))
             own, text = False, runtime_dockerfile(base,
                                                   requirements="requirements.txt" in names)
         else:

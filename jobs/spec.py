@@ -5,7 +5,8 @@ send it and returns a ``JobSpec`` with normalized values (CPU in millicores, mem
 or raises one ValidationError that lists each field's problem. The rules on the fields
 themselves are the core's (``paddlecloud_core.spec``, which ``paddlectl`` and the SDK apply
 too); here are the ones that need the portal: the name is free, the package is a directory
-in PFS, the registry exists, the topology file is in the package, the dataset matches files
+in PFS, its requirements.txt reads as data and names only the datacenter's allowed package
+indexes, the registry exists, the topology file is in the package, the dataset matches files
 the user may read, a range of trainers is offered in the datacenter.
 """
 
@@ -13,10 +14,13 @@ from __future__ import annotations
 
 from paddlecloud.errors import NotFoundError, PaddleCloudError, ValidationError
 from paddlecloud_core.layout import pfs_home
+from paddlecloud_core.requirements import REQUIREMENTS_FILE
 from paddlecloud_core.spec import JobSpec, name_taken, spec_check
 from pfs.services import pfs_target
 from registries.services import registry_get
 
+from .backends.base import BackendError
+from .backends.envs import indexes_allowed, requirements_stored
 from .master import dataset_problem
 from .models import Job
 
@@ -30,6 +34,18 @@ def _is_file(target, relpath: str) -> bool:
     except PaddleCloudError:
         return False
     return entry.type == "file"
+
+
+def _requirements_problem(target, datacenter) -> str | None:
+    """What is wrong with the package's requirements.txt, read as data (at most its bound)
+    against the datacenter's allowed indexes (``paddlecloud_core.requirements``); None when
+    nothing is, or it has none. The job's copy is checked again when it starts."""
+    try:
+        requirements_stored(target.storage, (*target.rel, REQUIREMENTS_FILE),
+                            indexes_allowed(datacenter))
+    except BackendError as exc:
+        return str(exc)
+    return None
 
 
 def package_target(user, datacenter, package: str):
@@ -77,6 +93,9 @@ def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
             registry_get(user, datacenter, values["registry"])
         except PaddleCloudError as exc:
             check.fail("registry", exc.fields["registry"][0])
+
+    if package_at is not None and (problem := _requirements_problem(package_at, datacenter)):
+        check.fail("package", problem)
 
     topology = values["topology"]
     if topology and "topology" not in check.errors and package_at is not None \

@@ -213,8 +213,9 @@ PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
 # keep builds repeatable.
 PADDLECLOUD_BUILDER_IMAGE = env_str("PADDLECLOUD_BUILDER_IMAGE", "moby/buildkit:rootless")
 # paddlectl build on a local datacenter: buildah on the portal's machine, whose build steps
-# (the user's code, contained in a user namespace) share the machine's network, and so reach
-# what listens there (a PostgreSQL trusting local connections): off unless the admin says so.
+# (the user's code, contained in a user namespace) run in a network of their own that reaches
+# only the datacenter's allowed package indexes (jobs/backends/egress.py): off unless the admin
+# says so.
 PADDLECLOUD_LOCAL_BUILDS = env_bool("PADDLECLOUD_LOCAL_BUILDS", False)
 # permessage-deflate on the WebSockets (uvicorn's ws_per_message_deflate). uvicorn compresses
 # each socket's copy of each message on its own (one zlib stream per socket), so a log batch
@@ -232,6 +233,13 @@ try:
     PADDLECLOUD_ENV_CACHE_BYTES = parse_bytes(PADDLECLOUD_ENV_CACHE_SIZE)
 except QuantityError as _exc:
     raise ImproperlyConfigured(f"PADDLECLOUD_ENV_CACHE_SIZE: {_exc}") from None
+# The most a trainer package's requirements.txt may hold (a quantity, "64Ki"): a larger one is
+# refused at submit, naming the field, and never read whole (paddlecloud_core/requirements.py).
+PADDLECLOUD_REQUIREMENTS_SIZE = env_str("PADDLECLOUD_REQUIREMENTS_SIZE", "64Ki")
+try:
+    PADDLECLOUD_REQUIREMENTS_BYTES = parse_bytes(PADDLECLOUD_REQUIREMENTS_SIZE)
+except QuantityError as _exc:
+    raise ImproperlyConfigured(f"PADDLECLOUD_REQUIREMENTS_SIZE: {_exc}") from None
 # The local backend's replicas run in bubblewrap sandboxes: "auto" when this machine can make
 # them (else it warns, at start, that jobs can read what the portal can), "bwrap" to refuse to
 # run jobs without, "off" (see jobs/backends/local.py and the README's Security model).

@@ -20,8 +20,12 @@ image; it returns the pushed manifest's digest, which jobs then run by (``image@
   what pip installs), so they run in containers (``--isolation oci``: the OCI runtime, its
   namespaces and seccomp) in a user namespace of their own whose root is an unprivileged
   range of host ids (``BUILD_IDS``: uid/gid 1000000000 onwards, which no account uses), not
-  the portal's root; with the host's network, so ``pip install`` reaches the index the
-  machine reaches.
+  the portal's root; in a network of their own (``egress.py``: only ``lo``, no DNS) whose one
+  way out is a proxy (``HTTP_PROXY``/``HTTPS_PROXY``, given as build arguments, which buildah
+  keeps out of the image) to the datacenter's allowed package indexes: ``pip install``
+  reaches those, and nothing on the machine's loopback (PostgreSQL, Redis, the portal) nor
+  elsewhere is in reach. buildah itself (pulling the base, pushing) uses the machine's
+  network.
 - Credentials go to buildah only in an ``--authfile`` (``docker_config_json``, mode 0600, in
   a private directory removed afterwards), never on a command line nor in the log. They are
   asked for the base image too (the same file). TLS is verified unless ``insecure``.
@@ -47,11 +51,14 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from registries.oci import RegistryError, docker_config_json, image_ref_parse, manifest_digest
 
 from .base import BackendError
+from .egress import EgressError, egress
+from .sandbox import SandboxError
 
 INSTALL = ("buildah is not installed on the portal's machine: install it "
            "(apt-get install buildah on Debian/Ubuntu, dnf install buildah on Fedora/RHEL)")
@@ -64,6 +71,7 @@ STOP_GRACE = 10
 # The host ids a build's root and users are (its user namespace): far above any account's.
 BUILD_IDS = "0:1000000000:65536"
 USERNS = ("--userns-uid-map", BUILD_IDS, "--userns-gid-map", BUILD_IDS)
+SYS = "/sys:/sys:ro,nosuid,nodev,noexec"  # the steps' /sys: the machine's, as on its network
 RUNTIME_TMP = "/var/tmp"  # noqa: S108 - buildah's own default; a private directory in it
 LOCK_POLL = 1.0
 REFUSED_RE = re.compile(r"unauthorized|authentication required|denied|\b40[13]\b", re.I)
@@ -75,9 +83,11 @@ REASON_MAX = 600
 
 def buildah_build(context: Path, dockerfile: str, image: str, *, insecure: bool,
                   auth: tuple[str, str] | None, storage: Path, log: int,
-                  timeout: float = 3600) -> str:
-    """Build ``dockerfile`` (its text) with ``context`` as the build context, push the result to
-    ``image`` (host[:port]/repo:tag) and return the pushed manifest's digest (sha256:…).
+                  indexes: Sequence[str] = (), timeout: float = 3600) -> str:
+    """Build ``dockerfile`` (its text) with ``context`` as the build context, its ``RUN`` steps
+    in a network that reaches the hosts of ``indexes`` (the allowed package indexes) and
+    nothing else, push the result to ``image`` (host[:port]/repo:tag) and return the pushed
+    manifest's digest (sha256:…).
     Everything buildah prints goes to the file descriptor ``log``. Raises
     jobs.backends.base.BackendError with a one-line reason (the registry's refusal naming the
     registry, or the failing step and the builder's last lines) on failure."""
@@ -131,10 +141,27 @@ def buildah_build(context: Path, dockerfile: str, image: str, *, insecure: bool,
         tls = f"--tls-verify={'false' if insecure else 'true'}"
         try:
             builder.say(f"building {target} with buildah")
-            ran = builder.run(["build", "--isolation", "oci", *USERNS, "--network", "host",
-                               "--pull=always", "--layers=false", "--authfile", str(authfile),
-                               tls, "-f", str(work / "Dockerfile"), "-t", local,
-                               str(context)], deadline)
+            try:
+                with egress(indexes, label="build") as way:
+                    # The steps join the network; buildah itself (pulling the base, pushing)
+                    # stays on the machine's. The proxy's variables are build arguments, which
+                    # buildah gives the steps and keeps out of the image. In a network their user
+                    # namespace does not own the steps may not mount a /sys of their own: the
+                    # machine's is bound read-only, as buildah does on the host's network.
+                    proxy = [arg for name, value in way.env().items()
+                             for arg in ("--build-arg", f"{name}={value}")]
+                    ran = builder.run(["build", "--isolation", "oci", *USERNS, "--network",
+                                       f"ns:{way.netns_path}", "--volume", SYS, *proxy,
+                                       "--pull=always", "--layers=false", "--authfile",
+                                       str(authfile), tls, "-f", str(work / "Dockerfile"), "-t",
+                                       local, str(context)], deadline)
+                    refused = list(way.refused)
+            except (EgressError, SandboxError) as exc:
+                raise BackendError(f"the build's network could not be made: {exc}") from None
+            if ran.returncode != 0 and refused:
+                ran.lines.append(f"--- paddlecloud: the build's network refused "
+                                 f"{', '.join(refused)}: not an allowed package index")
+                builder.say(ran.lines[-1].removeprefix("--- paddlecloud: "))
             if ran.returncode != 0:
                 raise BackendError(_build_failure(ran, target, dockerfile, auth))
             builder.say(f"pushing {target}")

@@ -1,13 +1,21 @@
 """Environments keyed by their contents (issue 19): the installed result of a trainer package's
 ``requirements.txt``, built once per datacenter and shared by every job that needs the same.
 
+What is installed is first read as data (``requirements_read``, issue 33): at most
+``PADDLECLOUD_REQUIREMENTS_SIZE`` bytes, never through a link, with the strict grammar of
+``paddlecloud_core.requirements`` — requirements, hashes and markers; indexes only among the
+datacenter's allowed ones (``indexes_allowed``); paths only inside the package (no ``-r``,
+``-c``, ``-e``, nothing absolute). The submission is checked so too (``jobs/spec.py``), and the
+copy the job runs is checked again here: the owner may change the file in between.
+
 An environment is named by the digest (sha256) of what decides its contents (``env_inputs``):
-the requirements text (comments, blank lines and continuations normalized away), the contents
-of the files and directories it names by path (``--find-links wheels``, ``-r base.txt``, a
-local wheel), the Python it is for (version, ABI, platform, its path: scripts' ``#!`` name it),
-the installer and its version and flags, and the index settings (``PIP_*``/``UV_*`` variables,
-the machine's ``pip.conf``). A requirement left unpinned is frozen at its first build: what a
-digest names does not change while it is cached.
+the checked requirements (comments, blank lines and continuations normalized away), the
+contents of the package's files and directories it names (``--find-links wheels``, a wheel of
+the package; read without following a link), the Python it is for (version, ABI, platform,
+its path: scripts' ``#!`` name it), the installer and its version and flags, and the index
+settings (``PIP_*``/``UV_*`` variables, the machine's ``pip.conf``). A requirement left
+unpinned is frozen at its first build: what a digest names does not change while it is
+cached.
 
 Where: ``var/envs/<datacenter>/<digest>/site-packages`` — under the portal's private ``var/``,
 never in PFS, where users write: a job sees its environment only as a read-only bind, and no
@@ -28,10 +36,12 @@ let go by the kernel when a builder dies):
 
 The installer is ``uv`` (``uv pip install --no-build``: wheels only, no code of the user's runs
 at install, none is built from source), with a download cache per datacenter
-(``var/envs/<datacenter>/.cache``), in a sandbox (``sandbox.py``) on the machine's network that
-sees the package and the cache and writes only the new environment: uv is the only program
-that runs there. Measured against pip (README, bench/envs.py): numpy, requests, six and idna in
-0.67 s cold and 0.25 s from the cache, where pip download + pip install took 4.4 s and 4.1 s.
+(``var/envs/<datacenter>/.cache``), in a sandbox (``sandbox.py``) that sees the package and the
+cache and writes only the new environment, in a network of its own whose one way out is a
+proxy to the allowed indexes' hosts (``egress.py``): nothing on the machine's loopback
+(PostgreSQL, Redis, the portal) is in reach. uv is the only program that runs there. Measured
+against pip (README, bench/envs.py): numpy, requests, six and idna in 0.67 s cold and 0.25 s
+from the cache, where pip download + pip install took 4.4 s and 4.1 s.
 
 The cache holds at most ``PADDLECLOUD_ENV_CACHE_SIZE`` bytes per datacenter (default 10Gi);
 past it the least recently used environments go, never one a live job uses (``Job.environment``
@@ -42,12 +52,14 @@ from __future__ import annotations
 
 import configparser
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -58,15 +70,26 @@ from pathlib import Path
 
 from django.conf import settings
 
+from paddlecloud.errors import NotFoundError, PaddleCloudError
+from paddlecloud_core.requirements import (
+    REQUIREMENTS_FILE,
+    Requirements,
+    RequirementsError,
+    requirements_check,
+    requirements_text,
+)
+
 from ..files import tree_give
 from ..models import Job, JobEvent
 from ..states import FINAL_JOB_STATES
 from .base import BackendError
+from .egress import EgressError, egress
 from .sandbox import (
     PRIVATE_TMP,
     SYSTEM_PATH,
     Bind,
     Sandbox,
+    SandboxError,
     sandbox_command,
     sandbox_shows,
     world_readable,
@@ -77,6 +100,7 @@ from .sandbox import (
 # (local.HOME_IDS + a user's id), above local builds' (buildah.BUILD_IDS).
 INSTALL_IDS = (1_099_999_999, 1_099_999_999)
 FORMAT = 1  # the layout of an environment: a change names every environment anew
+PYPI = ("https://pypi.org/simple", "https://files.pythonhosted.org")  # its index, its files
 PIP_CONFIG = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf")
 UV_FLAGS = ("--no-config", "--no-build", "--link-mode", "copy", "--no-progress")
 WHEELS_ONLY = ("on the local backend requirements come as wheels only (uv pip install "
@@ -116,25 +140,28 @@ def env_path(datacenter, digest: str) -> Path:
 
 # --- the digest --------------------------------------------------------------------------------
 
-def requirements_normalized(text: str) -> list[str]:
-    """The lines that count: continuations joined, comments and blanks gone, spaces folded."""
-    text = re.sub(r"\\\r?\n", " ", text)
-    lines = []
-    for line in text.splitlines():
-        line = re.sub(r"(^|\s)#.*$", "", line)
-        line = " ".join(line.split())
-        if line:
-            lines.append(line)
-    return lines
-
-
-def _tree_digest(path: Path) -> str:
-    """The contents of a file, or of a directory's files with their names."""
+def _tree_digest(pkg: Path, relpath: str) -> str | None:
+    """The contents of the package's file ``relpath``, or of its directory's regular files
+    with their names; None if it is not there. No link is followed, at any depth (the
+    package is the portal's own copy, ``local.py``: nothing changes it meanwhile)."""
+    path = pkg
+    for part in relpath.split("/"):
+        path = path / part
+        if not path.exists() or path.is_symlink():
+            return None
     hasher = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    if path.is_dir():
+        files = []
+        for top, dirs, names in os.walk(path):  # followlinks=False
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
+            files += [Path(top, name) for name in names]
+        files = sorted(f for f in files if stat.S_ISREG(f.lstat().st_mode))
+    else:
+        files = [path] if stat.S_ISREG(path.lstat().st_mode) else []
     for file in files:
         hasher.update(str(file.relative_to(path) if file != path else "").encode() + b"\0")
-        with file.open("rb") as f:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
             for block in iter(lambda f=f: f.read(1 << 20), b""):
                 hasher.update(block)
         hasher.update(b"\0")
@@ -156,33 +183,73 @@ def _index_settings(environ: dict[str, str]) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def requirements_paths(lines: list[str]) -> list[str]:
-    """The tokens of normalized requirements that may name a file or directory (a wheel,
-    ``-r base.txt``, ``--find-links wheels``): those that are neither options nor URLs."""
-    return [token for line in lines for token in re.split(r"[\s=]+", line)
-            if token and "://" not in token and not token.startswith("-")]
+def machine_indexes(environ: dict[str, str]) -> list[str]:
+    """The index URLs the machine's configuration gives the installer (``UV_*``/``PIP_*``
+    variables, pip.conf), PyPI's (and its file host's) when it names no index."""
+    env = _uv_env(environ)
+    urls = [item for name in ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL",
+                              "UV_INDEX", "UV_FIND_LINKS")
+            for item in re.split(r"[\s,]+", env.get(name, "")) if "://" in item]
+    if not (env.get("UV_INDEX_URL") or env.get("UV_DEFAULT_INDEX")):
+        urls = [*PYPI, *urls]
+    return urls
 
 
-def requirements_inputs(pkg: Path, *, absolute: bool = True) -> dict:
-    """What of a package decides its environment, on every backend: its normalized
-    requirements and the contents of what they name by path (relative to the package; absolute
-    paths too where ``absolute``: on Kubernetes those are in the image, not here)."""
-    lines = requirements_normalized((pkg / "requirements.txt").read_text(errors="replace"))
-    files = {}
-    for token in requirements_paths(lines):
-        if token.startswith("/") and not absolute:
-            continue
-        path = Path(token) if token.startswith("/") else pkg / token
-        with contextlib.suppress(OSError, ValueError):
-            if path.exists() and not path.is_symlink():
-                files[token] = _tree_digest(path)
-    return {"format": FORMAT, "requirements": lines, "files": files}
+def indexes_allowed(datacenter, environ: dict[str, str] | None = None) -> list[str]:
+    """The package indexes a requirements.txt of the datacenter may name (its administrator's
+    ``package_indexes``; the machine's own when that is empty)."""
+    return datacenter.package_indexes.split() or machine_indexes(
+        dict(os.environ) if environ is None else environ)
 
 
-def env_inputs(pkg: Path, uv: str, environ: dict[str, str]) -> dict:
+def requirements_read(pkg: Path, indexes: list[str]) -> Requirements:
+    """The package's requirements.txt checked (``paddlecloud_core.requirements``): read no
+    further than the bound, never through a link. Raises ``BackendError`` saying what is
+    wrong."""
+    try:
+        fd = os.open(pkg / REQUIREMENTS_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise RequirementsError(["it is not a regular file"])
+            text = requirements_text(iter(lambda: f.read(1 << 16), b""),
+                                     settings.PADDLECLOUD_REQUIREMENTS_BYTES)
+        return requirements_check(text, indexes)
+    except OSError as exc:
+        why = "it is a link" if exc.errno == errno.ELOOP else exc.strerror
+        raise BackendError(f"{REQUIREMENTS_FILE}: cannot be read ({why})") from None
+    except RequirementsError as exc:
+        raise BackendError(f"{REQUIREMENTS_FILE}: {exc}") from None
+
+
+def requirements_stored(storage, rel, indexes: list[str]) -> tuple[str, Requirements] | None:
+    """The text of the requirements.txt at ``rel`` of a PFS storage (a package's, as its owner
+    may read it), read no further than the bound, and its checked form; None if there is
+    none. Raises ``BackendError`` saying what is wrong."""
+    limit = settings.PADDLECLOUD_REQUIREMENTS_BYTES
+    try:
+        text = requirements_text(storage.read(rel, 0, limit + 1), limit)
+        return text, requirements_check(text, indexes)
+    except NotFoundError:
+        return None
+    except PaddleCloudError as exc:
+        raise BackendError(f"{REQUIREMENTS_FILE}: {exc.message}") from None
+    except RequirementsError as exc:
+        raise BackendError(f"{REQUIREMENTS_FILE}: {exc}") from None
+
+
+def requirements_inputs(pkg: Path, indexes: list[str]) -> dict:
+    """What of a package decides its environment, on every backend: its checked requirements
+    and the contents of the package's paths they name."""
+    checked = requirements_read(pkg, indexes)
+    files = {rel: digest for rel in checked.paths
+             if (digest := _tree_digest(pkg, rel)) is not None}
+    return {"format": FORMAT, "requirements": list(checked.lines), "files": files}
+
+
+def env_inputs(pkg: Path, uv: str, environ: dict[str, str], indexes: list[str]) -> dict:
     """What decides an environment's contents (its digest is of these)."""
     return {
-        **requirements_inputs(pkg),
+        **requirements_inputs(pkg, indexes),
         "python": {"executable": sys.executable, "version": sys.version,
                    "cache_tag": sys.implementation.cache_tag,
                    "abiflags": getattr(sys, "abiflags", ""),
@@ -197,12 +264,12 @@ def env_digest(inputs: dict) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
-def image_env_inputs(pkg: Path, image: str, installer: list[str]) -> dict:
+def image_env_inputs(pkg: Path, image: str, installer: list[str], indexes: list[str]) -> dict:
     """What decides the environment of a package's requirements on Kubernetes, where the pods
     install them with the image's own Python and pip (``kubernetes/scripts.py``): the same
     requirements part as here, the image reference instead of the portal's Python, and the
     installer's command (its index settings are the image's: the reference stands for them)."""
-    return {**requirements_inputs(pkg, absolute=False), "image": image, "installer": installer}
+    return {**requirements_inputs(pkg, indexes), "image": image, "installer": installer}
 
 
 # --- finding, building, waiting ----------------------------------------------------------------
@@ -275,7 +342,8 @@ def _config_binds(env: dict[str, str]) -> list[Bind]:
             and path != PRIVATE_TMP and not path.startswith(os.path.dirname(sys.executable))]
 
 
-def _build(pkg: Path, target: Path, cache: Path, out, sandboxed: bool) -> None:
+def _build(pkg: Path, target: Path, cache: Path, out, sandboxed: bool,
+           indexes: list[str]) -> None:
     uv = uv_path()
     env = _uv_env(dict(os.environ))
     argv = [uv, "pip", "install", *UV_FLAGS, "--python", sys.executable, "--target",
@@ -288,15 +356,27 @@ def _build(pkg: Path, target: Path, cache: Path, out, sandboxed: bool) -> None:
                 tree_give(path, INSTALL_IDS)
     run = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=pkg, timeout=1800,
                check=False)
+    refused: list[str] = []
     if sandboxed:
-        box = Sandbox(binds=[Bind(str(pkg)), Bind(str(target), writable=True),
-                             Bind(str(cache), writable=True), *_config_binds(env)],
-                      env=env, cwd=str(pkg), network="host", hostname="uv", ids=INSTALL_IDS)
-        result = sandbox_command(box, argv).run(
-            env={"PATH": SYSTEM_PATH, "LANG": env["LANG"]}, **run)
+        # Its network reaches the allowed indexes and the machine's own, nothing else.
+        try:
+            with egress([*indexes, *machine_indexes(dict(os.environ))], label="uv") as way:
+                box = Sandbox(binds=[Bind(str(pkg)), Bind(str(target), writable=True),
+                                     Bind(str(cache), writable=True), *_config_binds(env)],
+                              env={**env, **way.env()}, cwd=str(pkg), network=way.netns,
+                              hostname="uv", ids=INSTALL_IDS)
+                result = sandbox_command(box, argv).run(
+                    env={"PATH": SYSTEM_PATH, "LANG": env["LANG"]}, **run)
+                refused = list(way.refused)
+        except (EgressError, SandboxError) as exc:
+            raise BackendError(f"requirements.txt: uv's sandbox could not be made: {exc}") \
+                from None
     else:
         result = subprocess.run(  # noqa: S603 - uv on the user's own requirements
             argv, stdin=subprocess.DEVNULL, env={**os.environ, **env}, **run)
+    if refused:
+        result.stdout += (f"paddlecloud: the install's network refused {', '.join(refused)}: "
+                          f"not an allowed package index of this datacenter\n").encode()
     out.write(result.stdout)
     out.flush()
     if result.returncode != 0:
@@ -310,6 +390,9 @@ def _build(pkg: Path, target: Path, cache: Path, out, sandboxed: bool) -> None:
         if cause:
             said = f"{said}: {cause.removeprefix('cause: ')}"
         hint = f"; {WHEELS_ONLY}" if re.search(r"build|source distribution", text, re.I) else ""
+        if refused:
+            hint += (f"; its network reaches only the allowed package indexes, not "
+                     f"{', '.join(refused)}")
         raise EnvBuildError(f"requirements.txt could not be installed (uv exited "
                             f"{result.returncode}: {said[:300]}{hint}); see output/setup.log",
                             log=text)
@@ -320,7 +403,8 @@ def env_ensure(job, pkg: Path, out, *, sandboxed: bool) -> str:
     digest, recorded on the job (``Job.environment``) before anything else, so that no eviction
     takes it from under the job. Raises ``BackendError`` with the installer's message."""
     uv = uv_path()
-    digest = env_digest(env_inputs(pkg, uv, dict(os.environ)))
+    indexes = indexes_allowed(job.datacenter)
+    digest = env_digest(env_inputs(pkg, uv, dict(os.environ), indexes))
     short = digest[:12]
     if job.environment != digest:
         job.environment = digest
@@ -350,7 +434,7 @@ def env_ensure(job, pkg: Path, out, *, sandboxed: bool) -> str:
         _event(job, f"environment {short} building")
         started = time.monotonic()
         try:
-            _build(pkg, tmp / "site-packages", root / ".cache", out, sandboxed)
+            _build(pkg, tmp / "site-packages", root / ".cache", out, sandboxed, indexes)
         except EnvBuildError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             _write(failed, json.dumps({"time": time.time(), "reason": str(exc),

@@ -74,7 +74,7 @@ from ..files import (
 )
 from .base import Backend, BackendError, Observation, Status
 from .buildah import buildah_build
-from .envs import env_ensure, env_path
+from .envs import env_ensure, env_path, indexes_allowed
 from .exits import exits_follow
 from .relay import RELAY_PORT, RelayError, relay_start, relay_stop
 from .sandbox import (
@@ -269,9 +269,9 @@ class LocalBackend(Backend):
     def image_build_problem(self, datacenter) -> str | None:
         if settings.PADDLECLOUD_LOCAL_BUILDS:
             return None
-        return (f"datacenter {datacenter.name!r} would build on the portal's machine, whose "
-                "build steps share the machine's network (and so reach what listens there): "
-                "its administrator allows that with PADDLECLOUD_LOCAL_BUILDS=1")
+        return (f"datacenter {datacenter.name!r} would build on the portal's machine (its "
+                "build steps in a network that reaches only the allowed package indexes): its "
+                "administrator allows that with PADDLECLOUD_LOCAL_BUILDS=1")
 
     def image_build(self, build, dockerfile: str, log: int, auth, *, insecure: bool) -> str:
         """``paddlectl build`` on this machine: buildah, daemonless, on a copy of the package
@@ -284,7 +284,8 @@ class LocalBackend(Backend):
             package_copy(build, context)
             return buildah_build(context, dockerfile, build.image, insecure=insecure,
                                  auth=auth, log=log,
-                                 storage=settings.PADDLECLOUD_BUILDAH_DIR / build.datacenter.name)
+                                 storage=settings.PADDLECLOUD_BUILDAH_DIR / build.datacenter.name,
+                                 indexes=indexes_allowed(build.datacenter))
 
     def cleanup(self, job) -> None:
         self.release(job)

@@ -164,6 +164,26 @@ def test_admin_sets_the_queued_jobs_cap_on_the_user_page_and_as_the_default(
     assert "queued" in log
 
 
+def test_admin_lists_a_datacenters_allowed_package_indexes(admin_browser, datacenter):
+    """Issue 33, item 5: the indexes installs and builds may reach are the admin's to list, one
+    URL a line; a line that is not an index's URL is refused, naming the field."""
+    url = f"/admin/accounts/datacenter/{datacenter.pk}/change/"
+    assert 'name="package_indexes"' in page(admin_browser.get(url))
+    form = {**DATACENTER_FORM, "quotas-TOTAL_FORMS": "0", "quotas-INITIAL_FORMS": "0"}
+    refused = admin_browser.post(url, {**form, "package_indexes": "https://pypi.org/simple\n"
+                                                                  "file:///etc/pip"})
+    assert refused.status_code == 200
+    assert "file:///etc/pip: each line an http:// or https:// URL" in page(refused)
+    datacenter.refresh_from_db()
+    assert datacenter.package_indexes == ""
+    listed = "https://pypi.example.com/simple\r\nhttps://files.example.com"
+    response = admin_browser.post(url, {**form, "package_indexes": listed})
+    assert response.status_code == 302, page(response)
+    datacenter.refresh_from_db()
+    assert datacenter.package_indexes.split() == ["https://pypi.example.com/simple",
+                                                  "https://files.example.com"]
+
+
 def test_admin_quota_form_edits_an_existing_quota(admin_browser, alice, datacenter):
     quota = Quota.objects.get(user=alice, datacenter=datacenter)
     response = admin_browser.post(f"/admin/accounts/quota/{quota.pk}/change/",

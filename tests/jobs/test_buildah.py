@@ -22,6 +22,7 @@ import requests
 
 from jobs.backends.base import BackendError
 from jobs.backends.buildah import buildah_build
+from jobs.backends.envs import PYPI
 from jobs.builds import runtime_dockerfile
 from registries.oci import blob_get, docker_config_json, manifest_digest, manifest_get
 from tests.images import BASE_REPOSITORY, SYSTEM_PATH, base_image_push, buildah, mounts_under
@@ -99,7 +100,7 @@ def test_a_package_is_built_on_the_base_and_pushed(registry, base, storage, afte
     image = f"{registry.host}/alice/trainer:1"
     fd, log_path = log
 
-    digest = buildah_build(pkg, runtime_dockerfile(base), image, insecure=True,
+    digest = buildah_build(pkg, runtime_dockerfile(base), image, insecure=True, indexes=PYPI,
                            auth=(USER, PASSWORD), storage=storage, log=fd, timeout=600)
 
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
@@ -137,7 +138,7 @@ def test_refused_credentials_are_told_naming_the_registry(registry, base, storag
     image = f"{registry.host}/alice/trainer:refused"
     fd, log_path = log
     with pytest.raises(BackendError) as raised:
-        buildah_build(pkg, runtime_dockerfile(base), image, insecure=True,
+        buildah_build(pkg, runtime_dockerfile(base), image, insecure=True, indexes=PYPI,
                       auth=(USER, "not-the-password"), storage=storage, log=fd, timeout=600)
     message = str(raised.value)
     assert f"the registry {registry.host} refused the credentials of {USER!r}" in message
@@ -154,8 +155,8 @@ def test_a_base_in_a_registry_that_wants_credentials_it_was_not_given(
     with registry_server(tmp_path / "open") as open_registry:
         image = f"{open_registry.host}/alice/trainer:1"
         with pytest.raises(BackendError) as raised:
-            buildah_build(pkg, runtime_dockerfile(base), image, insecure=True, auth=None,
-                          storage=storage, log=fd, timeout=600)
+            buildah_build(pkg, runtime_dockerfile(base), image, insecure=True, indexes=PYPI,
+                          auth=None, storage=storage, log=fd, timeout=600)
         assert manifest_digest(image, insecure=True) is None
     message = str(raised.value)
     assert message.startswith(f"the registry {registry.host} refused access without "
@@ -170,8 +171,8 @@ def test_a_requirement_pip_cannot_find_fails_the_build_with_pips_words(
     image = f"{registry.host}/alice/trainer:broken"
     fd, log_path = log
     with pytest.raises(BackendError) as raised:
-        buildah_build(pkg, runtime_dockerfile(base), image, insecure=True, auth=(USER, PASSWORD),
-                      storage=storage, log=fd, timeout=600)
+        buildah_build(pkg, runtime_dockerfile(base), image, insecure=True, indexes=PYPI,
+                      auth=(USER, PASSWORD), storage=storage, log=fd, timeout=600)
     said = log_path.read_text()
     assert ("ERROR: No matching distribution found for no-such-package-paddlecloud==0.0.1"
             in said)

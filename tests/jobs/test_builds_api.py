@@ -68,3 +68,21 @@ def test_builds_on_the_portals_machine_wait_for_the_admins_yes(token_client, hel
                                            format="json"), 409, "builds_unavailable")
     assert "PADDLECLOUD_LOCAL_BUILDS=1" in error["message"]
     assert not Build.objects.exists() and held_tasks.sent == []
+
+
+@pytest.mark.django_db
+def test_a_builds_requirements_are_read_as_data_before_anything_is_recorded(
+        token_client, held_tasks, package, pfs_home, settings):
+    """Issue 33, item 5: the requirements.txt a build's pip installs obeys the rules of a job's
+    (paddlecloud_core/requirements.py): no other index than the datacenter allows, no path."""
+    settings.PADDLECLOUD_LOCAL_BUILDS = True
+    (pfs_home / "pkg" / "requirements.txt").write_text(
+        "--index-url http://127.0.0.1:6379/\n-r /etc/shadow\n")
+    error = assert_error(token_client.post(URL, {"package": package, "image": "r.example.com/a/b"},
+                                           format="json"), 400, "invalid", "package")
+    said = error["fields"]["package"][0]
+    assert said.startswith("requirements.txt: line 1 ('--index-url http://127.0.0.1:6379/'): "
+                           "http://127.0.0.1:6379/ is not one of the package indexes")
+    assert "line 2 ('-r /etc/shadow'): -r is not allowed" in said
+    assert not Build.objects.exists()
+    assert held_tasks.sent == []

@@ -221,10 +221,14 @@ def test_the_digest_follows_what_changes_the_result(pkg, tmp_path):
     (pkg / "wheels").mkdir()
     (pkg / "wheels" / "tinydep-1.0-py3-none-any.whl").write_bytes(b"one")
     uv = envs.uv_path()
-    base = envs.env_digest(envs.env_inputs(pkg, uv, {}))
-    assert envs.env_digest(envs.env_inputs(pkg, uv, {"OTHER": "x"})) == base
+
+    def digest(environ):
+        return envs.env_digest(envs.env_inputs(pkg, uv, environ, []))
+
+    base = digest({})
+    assert digest({"OTHER": "x"}) == base
     # Another index, another result.
-    assert envs.env_digest(envs.env_inputs(pkg, uv, {"PIP_INDEX_URL": "https://x/"})) != base
+    assert digest({"PIP_INDEX_URL": "https://x/"}) != base
     # A file the requirements name, changed.
     (pkg / "wheels" / "tinydep-1.0-py3-none-any.whl").write_bytes(b"two")
-    assert envs.env_digest(envs.env_inputs(pkg, uv, {})) != base
+    assert digest({}) != base

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_submit
 from tests.jobs.kubernetes.test_backend import wait
+from tests.package_index import make_wheel
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -162,20 +162,6 @@ def test_a_local_job_reaches_nothing_of_the_portal_nor_of_other_users(
         assert (output_dir(job) / f"written-{index}").read_text() == "ok"
     # The job's network is let go once it has ended.
     assert netns_read(job_dir(job) / "run" / "netns.pid") is None
-
-
-def make_wheel(directory: Path, name: str, version: str = "1.0") -> Path:
-    """A pure-Python wheel of one module, ``name``, made here (no index is asked)."""
-    wheel = directory / f"{name}-{version}-py3-none-any.whl"
-    info = f"{name}-{version}.dist-info"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr(f"{name}.py", f"NAME = {name!r}\n")
-        archive.writestr(f"{info}/METADATA",
-                         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\n"
-                                          "Root-Is-Purelib: true\nTag: py3-none-any\n")
-        archive.writestr(f"{info}/RECORD", "")
-    return wheel
 
 
 def test_requirements_come_as_wheels_and_are_installed_for_the_job_only(

@@ -10,7 +10,9 @@ scripted) follows the build's log."""
 
 from __future__ import annotations
 
+import json
 import re
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -19,6 +21,7 @@ from registries.oci import manifest_digest, manifest_get
 from tests.images import base_image_push, mounts_under
 from tests.k8s_api_server import fixtures
 from tests.kube import on_kubernetes, portal_kubeconfig
+from tests.package_index import make_wheel, package_index
 from tests.registry_server import layer_files, registry_server
 
 k8s_api = fixtures.k8s_api
@@ -125,3 +128,69 @@ def test_logs_of_a_job_being_built_follow_its_build(live_cli, celery_worker, k8s
         assert shown.stdout.splitlines() == built
         missing = live_cli("logs", "built", "-w", "nope")
         assert missing.returncode != 0 and "build" in missing.stderr, missing.stderr
+
+
+PROBE = """\
+import json, socket, urllib.error, urllib.request
+found = {}
+for port in PORTS:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=3).close()
+        found[port] = "connected"
+    except OSError:
+        found[port] = "unreachable"
+try:
+    urllib.request.urlopen(TRAP, timeout=10)
+    found["trap"] = "fetched"
+except urllib.error.HTTPError as exc:
+    found["trap"] = exc.code
+except OSError as exc:
+    found["trap"] = str(exc)
+print(json.dumps(found))
+"""
+
+
+def test_a_local_builds_steps_reach_the_allowed_index_and_nothing_of_the_machine(
+        live_cli, celery_worker, tmp_path, settings):
+    """Issue 33, item 10: a Dockerfile's RUN steps, built on the portal's machine, reach the
+    datacenter's allowed package index (one on loopback, pip installs from it) and nothing
+    else there: not PostgreSQL, Redis, the portal, the registry, nor another local server."""
+    settings.PADDLECLOUD_BUILDAH_DIR = tmp_path / "buildah"
+    settings.PADDLECLOUD_LOCAL_BUILDS = True
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with registry_server(tmp_path, users={USER: PASSWORD}) as registry, package_index() as trap, \
+            package_index([make_wheel(wheels, "tinydep")]) as index:
+        base = base_image_push(registry.host, (USER, PASSWORD), tmp_path / "base")
+        Datacenter.objects.filter(name="datacenter1").update(
+            build_registry=f"{registry.host}/paddlecloud", build_registry_insecure=True,
+            package_indexes=index.simple)
+        ok(live_cli("registry", "-name", "mine", "-server", registry.host, "-username", USER,
+                    "-password", PASSWORD))
+        ports = [5432, 6379, urlsplit(live_cli.portal.url).port, urlsplit(registry.url).port,
+                 urlsplit(trap.url).port]
+        pkg = live_cli.cwd / "probing"
+        pkg.mkdir()
+        (pkg / "probe.py").write_text(f"PORTS = {ports!r}\nTRAP = {trap.url + '/files/x'!r}\n"
+                                      + PROBE)
+        (pkg / "Dockerfile").write_text(
+            f"FROM {base}\nCOPY probe.py /probe.py\nRUN python3 /probe.py > /probe.json\n"
+            f"RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --index-url {index.simple} "
+            "tinydep\n")
+        built = ok(live_cli("build", "probing", "-image", f"{registry.host}/alice/probing:1",
+                            timeout=600))
+        image = built.stdout.strip().split("@")[0]
+        _, _, manifest = manifest_get(image, auth=(USER, PASSWORD), insecure=True)
+        files = layer_files(image, manifest, (USER, PASSWORD))
+        probe = json.loads(files["probe.json"])
+        assert {int(port): said for port, said in probe.items() if port != "trap"} == dict.fromkeys(
+            ports, "unreachable")
+        assert probe["trap"] == 403  # the proxy's refusal: not an allowed package index
+        assert trap.seen == []
+        assert "/simple/tinydep/" in index.seen
+        assert any(re.search(r"/(dist|site)-packages/tinydep\.py$", name) for name in files)
+        assert "Successfully installed tinydep-1.0" in built.stderr
+        # The proxy's address was a build argument: the image does not keep it.
+        config_env = json.dumps(manifest)  # the manifest names no proxy either
+        assert "3128" not in config_env
+    assert mounts_under(tmp_path) == []

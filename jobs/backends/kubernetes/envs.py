@@ -36,6 +36,7 @@ from django.conf import settings
 
 from paddlecloud.errors import NotFoundError, PaddleCloudError
 from paddlecloud_core.layout import ENVS_REL
+from paddlecloud_core.requirements import REQUIREMENTS_FILE
 from pfs.paths import pfs_path_parse
 from pfs.storage import storage_for
 
@@ -45,8 +46,8 @@ from ..envs import (
     env_digest,
     env_in_use,
     image_env_inputs,
-    requirements_normalized,
-    requirements_paths,
+    indexes_allowed,
+    requirements_stored,
 )
 from .scripts import PIP_INSTALL
 
@@ -56,33 +57,33 @@ DIGEST = re.compile(r"[0-9a-f]{64}")
 
 def job_env_digest(job) -> str:
     """The digest of the job's environment; "" if its package has no requirements.txt."""
+    indexes = indexes_allowed(job.datacenter)
     with tempfile.TemporaryDirectory(prefix="paddlecloud-env-") as tmp:
         pkg = Path(tmp) / "pkg"
-        if not package_requirements_copy(job, pkg):
+        if not package_requirements_copy(job, pkg, indexes):
             return ""
-        return env_digest(image_env_inputs(pkg, job.image, ["python3", *PIP_INSTALL]))
+        return env_digest(image_env_inputs(pkg, job.image, ["python3", *PIP_INSTALL],
+                                           indexes))
 
 
-def package_requirements_copy(job, dest: Path) -> bool:
+def package_requirements_copy(job, dest: Path, indexes: list[str]) -> bool:
     """Copy into the new directory ``dest`` what of the trainer package decides its
-    environment: ``requirements.txt`` and what it names by a relative path (``envs``). False if
-    the package has no requirements.txt. Read like ``package_copy``."""
+    environment: ``requirements.txt`` (read no further than its bound, and checked) and the
+    package's paths it names (``envs``). False if the package has no requirements.txt. Read
+    like ``package_copy``."""
     path = pfs_path_parse(job.package, field="package")
     storage = storage_for(job.datacenter, path)
     try:
         if not storage.is_dir(path.parts):
             raise BackendError(f"the trainer package {job.package} is not a directory")
-        try:
-            text = b"".join(storage.read((*path.parts, "requirements.txt")))
-        except NotFoundError:
+        found = requirements_stored(storage, (*path.parts, REQUIREMENTS_FILE), indexes)
+        if found is None:
             return False
+        text, checked = found
         dest.mkdir()
-        (dest / "requirements.txt").write_bytes(text)
-        for token in requirements_paths(requirements_normalized(text.decode(errors="replace"))):
-            parts = tuple(p for p in token.split("/") if p not in ("", "."))
-            if token.startswith("/") or not parts or ".." in parts or parts == (
-                    "requirements.txt",):
-                continue
+        (dest / REQUIREMENTS_FILE).write_text(text)
+        for token in checked.paths:
+            parts = tuple(token.split("/"))
             with contextlib.suppress(NotFoundError, PaddleCloudError):
                 top = storage.stat((*path.parts, *parts))
                 for entry in [top, *(storage.walk(top.rel) if top.type == "dir" else ())]:
