@@ -54,6 +54,8 @@ HOSTILE = textwrap.dedent("""\
     with open("/proc/self/mountinfo") as f:
         found["proc_mount"] = [line.split()[5] for line in f if line.split()[4] == "/proc"]
     home = os.environ["PADDLE_PFS_HOME"]
+    with open("/proc/self/mountinfo") as f:
+        found["home_mount"] = [line.split()[5] for line in f if line.split()[4] == home]
     for name, mode in (("suid-id", 0o4755), ("sgid-id", 0o2755)):
         shutil.copy("/usr/bin/id", os.path.join(home, name))
         os.chmod(os.path.join(home, name), mode)
@@ -115,6 +117,9 @@ def test_what_a_job_leaves_set_uid_gives_nobody_root(hostile_job, alice):
     assert hostile_job.state == "succeeded", hostile_job.state_reason
     uid, gid = local.home_ids(alice)
     home = home_dir(hostile_job)
+    # Bound nosuid and nodev: in the job, its set-uid files give it nothing either.
+    options = found(hostile_job)["home_mount"][-1].split(",")
+    assert {"rw", "nosuid", "nodev"} <= set(options), options
     for name in ("suid-id", "sgid-id"):
         st = (home / name).stat()
         assert (st.st_uid, st.st_gid) == (uid, gid)  # its owner's host ids, never root's
