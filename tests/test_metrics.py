@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import requests
@@ -330,7 +331,8 @@ def test_a_prefork_celery_worker_serves_the_sum_of_its_processes(tmp_path):
     env = {**os.environ, "PADDLECLOUD_METRICS_PORT": str(port),
            "PADDLECLOUD_METRICS_TOKEN": TOKEN, "PROMETHEUS_MULTIPROC_DIR": str(directory),
            "REDIS_URL": django_settings.REDIS_URL, "PADDLECLOUD_VAR_DIR": str(tmp_path / "var"),
-           "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:"
+           "DATABASE_URL": f"postgres://{quote(database['USER'])}:"
+                           f"{quote(database['PASSWORD'] or '')}@{database['HOST']}:"
                            f"{database['PORT']}/{database['NAME']}"}
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "paddlecloud", "worker", "--pool", "prefork",
