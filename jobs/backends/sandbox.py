@@ -542,10 +542,10 @@ def holders() -> list[tuple[int, int, str]]:
 
 
 def probe_left(label: str) -> bool:
-    """Whether ``label`` is a probe's whose prober is gone (killed in the middle of it)."""
-    _, _, rest = label.partition("probe:")
-    pid, _, start = rest.partition(":")
-    return label.startswith("probe:") and _start_of(int(pid or 0)) != int(start or -1)
+    """Whether ``label`` is a probe's whose prober is gone (killed in the middle of it). Any
+    process may carry a holder's marker: a label that is not ours is not a probe's."""
+    match = re.fullmatch(r"probe:(\d+):(\d+)", label)
+    return bool(match) and _start_of(int(match[1])) != int(match[2])
 
 
 def holder_kill(pid: int, start: int, timeout: float = 5.0) -> None:
