@@ -89,6 +89,7 @@ from .sandbox import (
     netns_start,
     netns_stop,
     probe_left,
+    process_argvs,
     sandbox_command,
     sandbox_problem,
 )
@@ -218,15 +219,9 @@ def leftovers_stop(grace: float) -> int:
         if left:
             holder_kill(pid, start)  # its relay watches it and goes with it
             stopped += 1
-    runners = []
-    for entry in os.scandir("/proc"):
-        try:
-            argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (len(argv) > 3 and argv[1] == os.fsencode(RUNNER) and argv[2] == b"--state"
-                and not os.path.isdir(argv[3])):
-            runners.append(int(entry.name))  # the leader of its own group
+    runners = [pid for pid, argv in process_argvs()  # each the leader of its own group
+               if len(argv) > 3 and argv[1] == os.fsencode(RUNNER) and argv[2] == b"--state"
+               and not os.path.isdir(argv[3])]
     groups_stop(runners, grace)
     return stopped + len(runners)
 

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from paddlecloud_core.contract import RELAY_SOURCE_ADDRESS
 
-from .sandbox import Netns, dir_locked, netns_alive, recorded_stop
+from .sandbox import Netns, dir_locked, netns_alive, recorded_stop, start_of
 
 RELAY_PORT = 80
 MAX_CONNECTIONS = 64
@@ -306,11 +306,7 @@ def _recorded(record: Path) -> Relay | None:
 
 def relay_alive(relay: Relay) -> bool:
     """Whether the relay still runs: the same process (start time), not a zombie."""
-    try:
-        fields = Path(f"/proc/{relay.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return False
-    return fields[0] != "Z" and int(fields[19]) == relay.start
+    return start_of(relay.pid) == relay.start
 
 
 def relay_read(record: Path) -> Relay | None:

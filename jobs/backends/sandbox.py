@@ -441,10 +441,10 @@ def sandbox_command(sandbox: Sandbox, command: Sequence[str]) -> SandboxCommand:
 def _probe_label() -> str:
     """What names a probe's network holder: its prober (pid and start), so that a holder
     whose prober was killed mid-probe is known as left over (``leftovers_stop``)."""
-    return f"probe:{os.getpid()}:{_start_of(os.getpid())}"
+    return f"probe:{os.getpid()}:{start_of(os.getpid())}"
 
 
-def _start_of(pid: int) -> int | None:
+def start_of(pid: int) -> int | None:
     """A process's start time (clock ticks since boot), None when it is gone (or a zombie)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -515,11 +515,20 @@ def netns_alive(netns: Netns) -> bool:
     """Whether the holder still runs: the same process (start time), not a zombie, in the
     same namespace."""
     try:
-        fields = Path(f"/proc/{netns.pid}/stat").read_text().rsplit(")", 1)[1].split()
         inode = os.stat(f"/proc/{netns.pid}/ns/net").st_ino
-    except (OSError, IndexError):
+    except OSError:
         return False
-    return fields[0] != "Z" and int(fields[19]) == netns.start and inode == netns.inode
+    return start_of(netns.pid) == netns.start and inode == netns.inode
+
+
+def process_argvs() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, argv) of every process on this machine that can still be read."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                yield int(entry.name), Path(entry.path, "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
 
 
 def holders() -> list[tuple[int, int, str]]:
@@ -527,17 +536,11 @@ def holders() -> list[tuple[int, int, str]]:
     label), its label as ``netns_start`` was given it."""
     found = []
     marker = NETNS_MARKER.encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    for pid, argv in process_argvs():
         if len(argv) >= 7 and argv[1:4] == [b"-I", b"-S", b"-c"] and argv[5] == marker:
-            start = _start_of(int(entry.name))
+            start = start_of(pid)
             if start is not None:
-                found.append((int(entry.name), start, os.fsdecode(argv[6])))
+                found.append((pid, start, os.fsdecode(argv[6])))
     return found
 
 
@@ -545,7 +548,7 @@ def probe_left(label: str) -> bool:
     """Whether ``label`` is a probe's whose prober is gone (killed in the middle of it). Any
     process may carry a holder's marker: a label that is not ours is not a probe's."""
     match = re.fullmatch(r"probe:(\d+):(\d+)", label)
-    return bool(match) and _start_of(int(match[1])) != int(match[2])
+    return bool(match) and start_of(int(match[1])) != int(match[2])
 
 
 def holder_kill(pid: int, start: int, timeout: float = 5.0) -> None:
@@ -556,7 +559,7 @@ def holder_kill(pid: int, start: int, timeout: float = 5.0) -> None:
     except ProcessLookupError:
         return
     try:
-        if _start_of(pid) == start:  # checked after opening the pidfd: this very process
+        if start_of(pid) == start:  # checked after opening the pidfd: this very process
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             select.select([pidfd], [], [], timeout)
     finally:
