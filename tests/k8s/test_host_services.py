@@ -187,7 +187,8 @@ def test_a_stopped_cluster_cuts_open_connections_and_leaves_no_forward(host_serv
             running(cluster, core, "w", "holder", "open")
         assert url == "http://portal.paddlecloud.svc:8000"
         kubelet = cluster.controller.kubelet
-        assert kubelet.forwards[8000].connections == 1
+        # The client's connect returns once the kernel queued it: the forward pairs it later.
+        cluster.wait_for(lambda: kubelet.forwards[8000].connections == 1)
         assert len(forward_threads()) == len(before) + 3  # accepting, a pump each way
         started = time.monotonic()
         kubelet.stop_forward(8000)  # the connection still open

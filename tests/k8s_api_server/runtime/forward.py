@@ -77,7 +77,7 @@ class HostForward:
         self._threads: set[threading.Thread] = set()
         self._accepting = threading.Thread(target=self._accept, daemon=True,
                                            name=f"fake-k8s-forward-{address}:{port}")
-        self.connections = 0  # accepted so far (for tests of the harness)
+        self.connections = 0  # paired so far, both pumps started (for tests of the harness)
         self.errors: list[str] = []
 
     def start(self) -> HostForward:
@@ -110,7 +110,6 @@ class HostForward:
                 if not self._stopping.is_set():
                     self.errors.append(f"forward {self.address}:{self.port}: {exc!r}")
                 return
-            self.connections += 1
             client.settimeout(None)
             try:
                 # This thread is in the host's namespace: the connection goes to its loopback.
@@ -134,6 +133,7 @@ class HostForward:
                                           daemon=True, name="fake-k8s-forward-pump")
                 self._threads.add(thread)
                 thread.start()
+            self.connections += 1
 
     def _pump(self, source: socket.socket, sink: socket.socket, ended: list) -> None:
         try:
