@@ -1,0 +1,10 @@
+// The etcd server, built from go.etcd.io/etcd/server/v3 at the version Kubernetes pins.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
