@@ -25,6 +25,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from accounts.services import datacenter_upsert, token_create, user_upsert
+from tests.real_kube.fixtures import real_kube  # noqa: F401 (a fixture: the real cluster)
 
 PASSWORD = "correct horse battery staple"
 
