@@ -363,6 +363,9 @@ def _apiserver(binary: Path, state_dir: Path, etcd_port: int, port: int) -> list
         "--requestheader-extra-headers-prefix=X-Remote-Extra-",
         f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
         f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+        # The `kubernetes` Service's endpoint would be 127.0.0.1, which no Endpoints may hold:
+        # the reconciler would fail every 10 s. Nothing here reaches the API by that Service.
+        "--endpoint-reconciler-type=none",
         "--profiling=false",
     ]
 

@@ -1,0 +1,70 @@
+"""deploy/rbac.yaml as the real API server's authorizer reads it: the portal's ServiceAccount
+may do exactly what its ClusterRole grants (tests/test_deploy.py pins that list) and nothing
+else, cluster-wide."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.k8s_real.api import Api
+from tests.real_kube.control_plane import NODE_NAME
+from tests.test_deploy import RBAC
+
+VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+# What the portal must not touch at all, beside the verbs RBAC leaves out of its rules.
+NOT_GRANTED = [("", "serviceaccounts"), ("", "pods/exec"), ("", "nodes/proxy"),
+               ("rbac.authorization.k8s.io", "clusterroles"),
+               ("rbac.authorization.k8s.io", "rolebindings"),
+               ("admissionregistration.k8s.io", "validatingadmissionpolicies"),
+               ("apps", "deployments")]
+
+
+@pytest.fixture(scope="module")
+def portal(real_kube):
+    api = Api(real_kube.portal_kubeconfig)
+    yield api
+    api.close()
+
+
+def allowed(api: Api, group: str, resource: str, verb: str, namespace: str = "") -> bool:
+    """What the server's authorizer says, asked as the portal (SelfSubjectAccessReview)."""
+    resource, _, subresource = resource.partition("/")
+    answer = api.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"group": group, "resource": resource,
+                                        "subresource": subresource, "verb": verb,
+                                        "namespace": namespace}}})
+    assert answer.status == 201, answer.body
+    return answer.body["status"]["allowed"]
+
+
+@pytest.mark.parametrize(("group", "resource"), [*RBAC, *NOT_GRANTED],
+                         ids=lambda v: v or "core")
+def test_the_server_grants_the_portal_exactly_its_cluster_role(portal, group, resource):
+    granted = RBAC.get((group, resource), set())
+    for namespace in ("", "kube-system"):
+        decided = {verb for verb in VERBS
+                   if allowed(portal, group, resource, verb, namespace)}
+        assert decided == granted, (namespace or "cluster-wide", resource)
+
+
+def test_what_it_is_refused_is_refused(portal):
+    """Real requests, not reviews: 403 for what the role leaves out."""
+    assert portal.get("Secret").status == 403  # list secrets in every namespace
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "portal-made"}}
+    assert portal.create(node, dry_run=True).status == 403
+    assert portal.get("Namespace").status == 403  # namespaces are never listed
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    refused = portal.create(pod, dry_run=True)
+    assert refused.status == 403
+    assert "system:serviceaccount:paddlecloud:paddlecloud" in refused.message
+
+
+def test_what_it_is_granted_works(portal):
+    assert portal.get("Pod").ok  # the pod watch lists across namespaces
+    nodes = portal.get("Node")
+    assert nodes.ok
+    assert portal.get("Namespace", name="paddlecloud").ok
+    if nodes.body["items"]:  # the node agent's Node, where this checkout has one
+        assert NODE_NAME in {n["metadata"]["name"] for n in nodes.body["items"]}
