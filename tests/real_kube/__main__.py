@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     state_dir = args.dir.resolve()
     if args.command == "up":
         started = time.monotonic()
+        if control_plane.is_up(state_dir):
+            print(f"real_kube: already up in {state_dir}", file=sys.stderr)
         try:
             cluster = control_plane.up(state_dir)
         except (build.BuildError, control_plane.ControlPlaneError) as exc:
@@ -39,7 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         running = control_plane.status(state_dir)
         for name in control_plane.COMPONENTS:
             pid = running.get(name)
-            print(f"{name:<24} {f'running (pid {pid})' if pid else 'not running'}")
+            if name == "node" and not control_plane.node_available():
+                state = f"none ({control_plane.NODE_MODULE} is not in this checkout)"
+            else:
+                state = f"running (pid {pid})" if pid else "not running"
+            print(f"{name:<24} {state}")
         if not control_plane.is_up(state_dir):
             return 1
         print(f"admin kubeconfig: {state_dir / 'admin.kubeconfig'}")
