@@ -4,6 +4,7 @@ standard. Asked as the admin: what refuses the pod is the namespace's level, not
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -25,6 +26,11 @@ def restricted(admin):
         "pod-security.kubernetes.io/enforce": "restricted",
         "pod-security.kubernetes.io/enforce-version": "latest"}}}
     assert admin.create(namespace).ok
+    # A pod needs the namespace's default ServiceAccount, which the controllers make.
+    deadline = time.monotonic() + 30
+    while not admin.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default").ok:
+        assert time.monotonic() < deadline, "no default ServiceAccount in a new namespace"
+        time.sleep(0.1)
     yield name
     assert admin.delete(namespace).ok
 
