@@ -21,8 +21,10 @@ import platform
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from tests.k8s_api_server import resources
@@ -95,7 +97,9 @@ class NodeAgent:
         try:
             self.rest.call("POST", collection_path(resources.NODES), body={
                 "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": self.name, "labels": labels}, "spec": {}})
+                "metadata": {"name": self.name, "labels": labels}, "spec": {},
+                # Ready from the start: no not-ready taint for the controller to add and remove
+                "status": self._status(ready=True)})
         except ApiException as exc:
             if exc.status != 409:
                 raise
@@ -193,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crash-backoff-seconds", type=float, default=1.0,
                         help="a failed container's restart delay (a kubelet's first is 10 s)")
     args = parser.parse_args(argv)
+    # A kubeconfig for a test cluster skips verifying its self-signed server: once is enough.
+    warnings.filterwarnings("once", category=urllib3.exceptions.InsecureRequestWarning)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     agent = NodeAgent(args)

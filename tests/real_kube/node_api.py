@@ -56,11 +56,16 @@ class Rest:
             response.release_conn()
 
     def _request(self, method, path, query, body, content_type, timeout):
-        return self.client.call_api(
-            path, method, query_params=list((query or {}).items()),
+        """The urllib3 response, unread; ``ApiException`` for a status that is not 2xx."""
+        request = self.client.param_serialize(
+            method, path, query_params=list((query or {}).items()),
             header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body, auth_settings=["BearerToken"], _preload_content=False,
-            _return_http_data_only=True, _request_timeout=timeout)
+            body=body, auth_settings=["BearerToken"])
+        answer = self.client.call_api(*request, _request_timeout=timeout)
+        if not 200 <= answer.status <= 299:
+            answer.read()
+            raise ApiException.from_response(http_resp=answer, body=None, data=None)
+        return answer.response
 
     def close(self) -> None:
         self.client.close()

@@ -16,9 +16,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import requests
+import urllib3
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -150,6 +152,7 @@ current-context: real
 
     def _get(self, path: str) -> requests.Response:
         try:
+            warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
             return requests.get(self.url + path, verify=False, timeout=5,  # noqa: S501 (self-signed)
                                 headers={"Authorization": f"Bearer {self.token}"})
         except requests.RequestException:
