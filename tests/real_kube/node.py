@@ -177,12 +177,11 @@ class NodeAgent:
             self.report(ready=False)
         except Exception as exc:
             log.warning("NotReady not reported: %r", exc)
-        self.mirror.stop()
         if self.server is not None:
             self.server.close()
         if self.kubelet is not None:
-            self.kubelet.close()
-        self.rest.close()
+            self.kubelet.close()  # its last events are posted before the watches go
+        self.mirror.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
@@ -32,6 +31,9 @@ class Rest:
 
     def __init__(self, kubeconfig: str):
         self.client = config.new_client_from_config(config_file=kubeconfig)
+        self._streams: set = set()  # open streaming answers, cut by ``close``
+        self._lock = threading.Lock()
+        self._closed = False
 
     def call(self, method: str, path: str, *, query: dict | None = None, body=None,
              content_type: str = "application/json", timeout: float = 30):
@@ -45,6 +47,10 @@ class Rest:
         response = self._request("GET", path, query, None, "application/json",
                                  (10, WATCH_SECONDS + 30))
         buffer = b""
+        with self._lock:
+            self._streams.add(response)
+            if self._closed:  # opened as ``close`` ran: it ends at once
+                response.shutdown()
         try:
             for chunk in response.stream(65536, decode_content=True):
                 buffer += chunk
@@ -53,6 +59,8 @@ class Rest:
                     if line.strip():
                         yield json.loads(line)
         finally:
+            with self._lock:
+                self._streams.discard(response)
             response.release_conn()
 
     def _request(self, method, path, query, body, content_type, timeout):
@@ -68,6 +76,11 @@ class Rest:
         return answer.response
 
     def close(self) -> None:
+        """Cut the open streams (their readers see the end), close the connections."""
+        with self._lock:
+            self._closed = True
+            for response in self._streams:
+                response.shutdown()
         self.client.close()
 
 
@@ -110,8 +123,11 @@ class Mirror:
         return self
 
     def stop(self) -> None:
-        """The watch threads end with their request (daemons: the process may exit first)."""
+        """End the watches: their streams are cut (``Rest.close``), their threads joined."""
         self.stopping.set()
+        self.rest.close()
+        for thread in self._threads:
+            thread.join(timeout=10)
 
     # --- writes into the mirror ---------------------------------------------------------
 
@@ -165,11 +181,11 @@ class Mirror:
                     rv = None
                 elif not self.stopping.is_set():
                     log.warning("watch of %s: %s %s", rt.plural, exc.status, exc.reason)
-                    time.sleep(1)
+                    self.stopping.wait(1)
             except Exception as exc:  # the server restarting, a cut stream: resume shortly
                 if not self.stopping.is_set():
                     log.warning("watch of %s: %r", rt.plural, exc)
-                    time.sleep(1)
+                    self.stopping.wait(1)
 
     def _watch(self, rt: resources.ResourceType, query: dict, rv: str) -> str | None:
         """Follow changes from ``rv``; the last version seen, None to relist (410)."""

@@ -272,21 +272,26 @@ class NodeKubelet(ProcessKubelet):
                        "protocol": first.get("protocol", "TCP")}]}
 
     def _write_slice(self, body: dict) -> None:
+        """Made, or brought back to ``body``; into the mirror at once (the cluster DNS
+        answers from it)."""
         meta = body["metadata"]
         try:
             try:
-                self.api.rest.call("POST", collection_path(resources.ENDPOINTSLICES,
-                                                           meta["namespace"]), body=body)
+                answer = self.api.rest.call(
+                    "POST", collection_path(resources.ENDPOINTSLICES, meta["namespace"]),
+                    body=body)
             except ApiException as exc:
                 if exc.status != 409:
                     raise
-                self.api.rest.call(
+                answer = self.api.rest.call(
                     "PATCH", object_path(resources.ENDPOINTSLICES, meta["namespace"],
                                          meta["name"]),
                     body=body, content_type="application/merge-patch+json")
         except ApiException as exc:
             log.warning("EndpointSlice %s/%s: %s %s", meta["namespace"], meta["name"],
                         exc.status, exc.body)
+            return
+        self.api.mirror.put(resources.ENDPOINTSLICES, answer)
 
 
 def host_service(name: str, host_port: int, *, port: int = 80) -> dict:

@@ -204,6 +204,46 @@ def test_an_on_failure_container_is_restarted(cluster, core, ns):
     assert core.read_namespaced_pod_log("retry", ns, previous=True) == "first\n"
 
 
+def test_a_pods_config_map_secret_and_claim_come_from_the_real_api(cluster, core, ns,
+                                                                    tmp_path):
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "settings"},
+                                           "data": {"MODE": "fast"}})
+    core.create_namespaced_secret(ns, {"metadata": {"name": "creds"},
+                                       "stringData": {"password": "s3cret"}})
+    core.create_persistent_volume({"metadata": {"name": "shared"}, "spec": {
+        "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+        "storageClassName": "", "hostPath": {"path": str(tmp_path)}}})
+    core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": "shared"}, "spec": {
+        "accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": "shared",
+        "resources": {"requests": {"storage": "1Gi"}}}})
+    command = "echo $MODE $(cat /creds/password) > /shared/out"
+    core.create_namespaced_pod(ns, {"metadata": {"name": "reader"}, "spec": spec(
+        command, volumes=[{"name": "creds", "secret": {"secretName": "creds"}},
+                          {"name": "shared", "persistentVolumeClaim": {"claimName": "shared"}}],
+        containers=[{"name": "main", "image": "debian:12", "command": ["/bin/sh", "-c", command],
+                     "envFrom": [{"configMapRef": {"name": "settings"}}],
+                     "volumeMounts": [{"name": "creds", "mountPath": "/creds"},
+                                      {"name": "shared", "mountPath": "/shared"}]}])})
+    done = wait_pod(cluster, core, ns, "reader",
+                    lambda p: p.status.phase in ("Succeeded", "Failed"))
+    assert done.status.phase == "Succeeded", core.read_namespaced_pod_log("reader", ns)
+    assert (tmp_path / "out").read_text() == "fast s3cret\n"
+
+
+def test_a_projected_volume_is_a_failed_mount(cluster, core, ns):
+    core.create_namespaced_pod(ns, {"metadata": {"name": "token"}, "spec": {
+        **spec("true"), "automountServiceAccountToken": True}})
+
+    def failed_mount():
+        events = core.list_namespaced_event(
+            ns, field_selector="involvedObject.name=token,reason=FailedMount").items
+        return events[0] if events else None
+    event = cluster.wait(failed_mount, 30, "a FailedMount event")
+    assert "does not support projected volumes" in event.message
+    assert core.read_namespaced_pod("token", ns).status.phase == "Pending"
+    core.delete_namespaced_pod("token", ns)
+
+
 class _Hello(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200)
@@ -214,12 +254,17 @@ class _Hello(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_a_pod_reaches_a_host_service(cluster, core, ns):
+def test_a_pod_reaches_a_host_service(cluster, core, api, ns):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         core.create_namespaced_service(ns, host_service("portal", server.server_address[1]))
+        # Ready once the agent wrote its EndpointSlice (the node's address on the pod network).
+        slices = client.DiscoveryV1Api(api)
+        found = cluster.wait(lambda: slices.list_namespaced_endpoint_slice(
+            ns, label_selector="kubernetes.io/service-name=portal").items, 30, "the slice")
+        assert found[0].endpoints[0].addresses == ["10.244.0.1"]
         fetch = "import urllib.request; print(urllib.request.urlopen('http://portal').read())"
         core.create_namespaced_pod(ns, {"metadata": {"name": "caller"},
                                         "spec": spec(f'python3 -c "{fetch}"')})
