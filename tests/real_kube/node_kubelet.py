@@ -302,3 +302,29 @@ def host_service(name: str, host_port: int, *, port: int = 80) -> dict:
             "metadata": {"name": name, "annotations": {HOST_PORT_ANNOTATION: str(host_port)}},
             "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": port,
                                                      "protocol": "TCP"}]}}
+
+
+def expose_host_port(api_client, host_port: int, *, namespace: str, service: str,
+                     port: int = 80, timeout: float = 30) -> str:
+    """``FakeKubernetes.expose_host_port`` on a real cluster whose node is this agent: the
+    Service ``host_service`` makes, in ``namespace`` (made if missing), once the agent wrote its
+    EndpointSlice (pods resolve the name from then on). Its base URL,
+    ``http://<service>.<namespace>.svc[:port]``; deleting the Service stops the forward."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    try:
+        core.create_namespace({"metadata": {"name": namespace}})
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+    core.create_namespaced_service(namespace, host_service(service, host_port, port=port))
+    slices = client.DiscoveryV1Api(api_client)
+    deadline = time.monotonic() + timeout
+    while not slices.list_namespaced_endpoint_slice(
+            namespace, label_selector=f"kubernetes.io/service-name={service},"
+                                      f"endpointslice.kubernetes.io/managed-by={MANAGED_BY}").items:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no node agent wrote the EndpointSlice of {namespace}/{service}")
+        time.sleep(0.1)
+    return f"http://{service}.{namespace}.svc" + ("" if port == 80 else f":{port}")

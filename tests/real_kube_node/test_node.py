@@ -19,7 +19,7 @@ from kubernetes import client, config
 
 from tests.k8s_api_server.runtime.network import NETNS_DIR
 from tests.processes import processes_naming
-from tests.real_kube.node_kubelet import host_service
+from tests.real_kube.node_kubelet import expose_host_port
 
 from .cluster import ControlPlane, bin_dir
 
@@ -259,13 +259,12 @@ def test_a_pod_reaches_a_host_service(cluster, core, api, ns):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        core.create_namespaced_service(ns, host_service("portal", server.server_address[1]))
-        # Ready once the agent wrote its EndpointSlice (the node's address on the pod network).
-        slices = client.DiscoveryV1Api(api)
-        found = cluster.wait(lambda: slices.list_namespaced_endpoint_slice(
-            ns, label_selector="kubernetes.io/service-name=portal").items, 30, "the slice")
-        assert found[0].endpoints[0].addresses == ["10.244.0.1"]
-        fetch = "import urllib.request; print(urllib.request.urlopen('http://portal').read())"
+        url = expose_host_port(api, server.server_address[1], namespace=ns, service="portal")
+        assert url == f"http://portal.{ns}.svc"
+        found = client.DiscoveryV1Api(api).list_namespaced_endpoint_slice(
+            ns, label_selector="kubernetes.io/service-name=portal").items
+        assert found[0].endpoints[0].addresses == ["10.244.0.1"]  # the node, on the pod network
+        fetch = f"import urllib.request; print(urllib.request.urlopen('{url}').read())"
         core.create_namespaced_pod(ns, {"metadata": {"name": "caller"},
                                         "spec": spec(f'python3 -c "{fetch}"')})
         done = wait_pod(cluster, core, ns, "caller",
