@@ -204,48 +204,20 @@ class Handler(BaseHTTPRequestHandler):
 
     def _serve_log(self, app, namespace: str, name: str, query: dict) -> None:
         pod = app.api.get(resources.PODS, namespace, name)
-        container = logs.pick_container(pod, query.get("container"))
-        previous = query.get("previous") in ("true", "1")
-        run = logs.log_run(pod, container, previous)
-        if run is None:
-            return self._send_bytes(200, b"", "text/plain")
-        lines = app.logs.lines(pod["metadata"]["uid"], container, previous=run == "previous")
-        if run == "previous" or query.get("follow") not in ("true", "1") or \
-                _container_id(pod, container) is None or not _running(pod, container):
-            return self._send_bytes(200, logs.render(lines, query), "text/plain")
+        generation = app.store.watch_generation
+        first, more = logs.answer(app.store, app.logs, pod, query, lambda: (
+            app.stopping.is_set() or app.store.watch_generation != generation))
+        if more is None:
+            return self._send_bytes(200, first, "text/plain")
         self._start_stream("text/plain")
         try:
-            self._follow_log(app, pod, container, lines, query)
-        except WatchDropped:
+            if first:
+                self._write_chunk(first)
+            for chunk in more:
+                self._write_chunk(chunk)
+        except logs.FollowDropped:
             return self._abort_stream()
         self._end_stream()
-
-    def _follow_log(self, app, pod: dict, container: str, sent: list, query: dict) -> None:
-        """Stream new lines until this run of the container stops or the pod goes away."""
-        first = logs.render(sent, query)
-        if first:
-            self._write_chunk(first)
-        count, run_id, uid = len(sent), _container_id(pod, container), pod["metadata"]["uid"]
-        stamps = {"timestamps": query.get("timestamps", "")}
-        store, generation = app.store, app.store.watch_generation
-        while True:
-            with store.lock:
-                if app.stopping.is_set() or store.watch_generation != generation:
-                    raise WatchDropped
-                now = store.get(resources.PODS.key, pod["metadata"]["namespace"],
-                                pod["metadata"]["name"])
-                same_run = bool(now) and now["metadata"]["uid"] == uid and \
-                    _container_id(now, container) == run_id
-                lines = app.logs.lines(uid, container, previous=not same_run)
-                finished = not same_run or not _running(now, container)
-                if len(lines) == count and not finished:
-                    store.changed.wait(0.5)
-                    continue
-            if lines[count:]:
-                self._write_chunk(logs.render(lines[count:], stamps))
-                count = len(lines)
-            if finished:
-                return
 
     def _start_stream(self, content_type: str) -> None:
         self.send_response(200)
@@ -342,16 +314,6 @@ def _warning_headers(warnings: list[str]) -> dict:
 
 def _json_line(event: dict) -> bytes:
     return json.dumps(event, separators=(",", ":")).encode() + b"\n"
-
-
-def _container_id(pod: dict, container: str) -> str | None:
-    entry = logs.container_state(pod, container)
-    return entry.get("containerID") if entry else None
-
-
-def _running(pod: dict, container: str) -> bool:
-    entry = logs.container_state(pod, container)
-    return bool(entry) and "running" in (entry.get("state") or {})
 
 
 def _no_such_path() -> ApiError:

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from .errors import bad_request
+from .resources import PODS
 
 
 @dataclass
@@ -96,6 +97,58 @@ def log_run(pod: dict, container: str, previous: bool) -> str | None:
     why = {"ErrImagePull": "image can't be pulled",
            "ImagePullBackOff": "trying and failing to pull image"}.get(reason, reason)
     raise bad_request(f'container "{container}" in pod "{pod_name}" is waiting to start: {why}')
+
+
+def answer(store, log_store, pod: dict, query: dict, dropped):
+    """A log request for ``pod`` (held by ``store``) as the kubelet answers it: (the lines so
+    far, rendered by ``query``; None, or when the container is followed, asked and running,
+    an iterator of the chunks it prints next, until this run of it stops or the pod goes).
+    ``dropped()`` true ends the iterator early, raising ``FollowDropped``."""
+    container = pick_container(pod, query.get("container"))
+    run = log_run(pod, container, query.get("previous") in ("true", "1"))
+    if run is None:
+        return b"", None
+    lines = log_store.lines(pod["metadata"]["uid"], container, previous=run == "previous")
+    follow = run == "current" and query.get("follow") in ("true", "1") and \
+        container_id(pod, container) is not None and running(pod, container)
+    return render(lines, query), _follow(store, log_store, pod, container, len(lines), query,
+                                         dropped) if follow else None
+
+
+def _follow(store, log_store, pod: dict, container: str, count: int, query: dict, dropped):
+    uid, run_id = pod["metadata"]["uid"], container_id(pod, container)
+    stamps = {"timestamps": query.get("timestamps", "")}
+    while True:
+        with store.lock:
+            if dropped():
+                raise FollowDropped
+            now = store.get(PODS.key, pod["metadata"]["namespace"], pod["metadata"]["name"])
+            same_run = bool(now) and now["metadata"]["uid"] == uid and \
+                container_id(now, container) == run_id
+            lines = log_store.lines(uid, container, previous=not same_run)
+            finished = not same_run or not running(now, container)
+            if len(lines) == count and not finished:
+                store.changed.wait(0.5)
+                continue
+        if lines[count:]:
+            yield render(lines[count:], stamps)
+            count = len(lines)
+        if finished:
+            return
+
+
+class FollowDropped(Exception):
+    """A followed log's stream was cut on purpose (the server stops, or a test drops it)."""
+
+
+def container_id(pod: dict, container: str) -> str | None:
+    entry = container_state(pod, container)
+    return entry.get("containerID") if entry else None
+
+
+def running(pod: dict, container: str) -> bool:
+    entry = container_state(pod, container)
+    return bool(entry) and "running" in (entry.get("state") or {})
 
 
 def render(lines: list[tuple[float, str]], query: dict) -> bytes:

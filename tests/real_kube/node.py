@@ -1,0 +1,216 @@
+"""The node of the real control plane: the suite's process kubelet as a node agent.
+
+    python -m tests.real_kube.node --kubeconfig ADMIN.kubeconfig --name NODE --dir STATE
+
+registers the Node ``NODE`` (capacity from the flags; Ready; InternalIP 127.0.0.1, where the API
+server reaches its kubelet API), renews its Lease in ``kube-node-lease`` and its Ready condition
+every ``HEARTBEAT_SECONDS``, and runs the pods the scheduler binds to it as the process kubelet
+runs the fake cluster's (``node_kubelet.py``), serving their logs (``node_server.py``).
+
+On SIGTERM (or SIGINT) it reports the node NotReady (as a kubelet whose node shuts down does),
+stops every pod, removes their network namespaces, cgroups and files, and exits 0. The Node
+object stays, as a real kubelet leaves it. Prints ``ready <port>`` on stdout once the node is
+registered and every watch has listed."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import signal
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from tests.k8s_api_server import resources
+from tests.k8s_api_server.config import Settings
+
+from .node_api import Mirror, Rest, collection_path, object_path
+from .node_kubelet import NodeApi, NodeKubelet, now_micro
+from .node_server import KubeletServer
+
+log = logging.getLogger("node-agent")
+
+HEARTBEAT_SECONDS = 10.0
+LEASE_SECONDS = 40
+PASS_SECONDS = 0.05  # a pass at least this often: processes end without telling anyone
+KUBELET_VERSION = "v1.35.4"
+HOST_IP = "127.0.0.1"
+LEASES = resources.ResourceType("leases", "lease", "Lease", "coordination.k8s.io", "v1")
+
+
+class NodeAgent:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.name = args.name
+        self.rest = Rest(args.kubeconfig)
+        self.mirror = Mirror(self.rest, self.name)
+        settings = Settings(node_count=1, pod_start_seconds=0.0,
+                            crash_backoff_seconds=args.crash_backoff_seconds)
+        self.api = NodeApi(self.rest, self.mirror, self.name, settings)
+        self.stopping = threading.Event()
+        self.kubelet: NodeKubelet | None = None
+        self.server: KubeletServer | None = None
+
+    # --- the Node and its Lease -----------------------------------------------------------
+
+    def _conditions(self, ready: bool) -> list[dict]:
+        now = now_micro()[:19] + "Z"
+        pressure = [{"type": kind, "status": "False", "reason": f"KubeletHas{reason}",
+                     "message": f"kubelet has {message}", "lastHeartbeatTime": now,
+                     "lastTransitionTime": now}
+                    for kind, reason, message in (
+                        ("MemoryPressure", "SufficientMemory", "sufficient memory available"),
+                        ("DiskPressure", "NoDiskPressure", "no disk pressure"),
+                        ("PIDPressure", "SufficientPID", "sufficient PID available"))]
+        ready_condition = {"type": "Ready", "status": "True" if ready else "False",
+                           "reason": "KubeletReady" if ready else "KubeletNotReady",
+                           "message": "kubelet is posting ready status" if ready
+                           else "node is shutting down",
+                           "lastHeartbeatTime": now, "lastTransitionTime": now}
+        return [*pressure, ready_condition]
+
+    def _status(self, ready: bool) -> dict:
+        args = self.args
+        capacity = {"cpu": args.cpu, "memory": args.memory, "pods": str(args.pods),
+                    "ephemeral-storage": "100Gi"}
+        return {
+            "capacity": capacity, "allocatable": capacity,
+            "conditions": self._conditions(ready),
+            "addresses": [{"type": "InternalIP", "address": HOST_IP},
+                          {"type": "Hostname", "address": self.name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.server.port}},
+            "nodeInfo": {"machineID": "", "systemUUID": "", "bootID": "",
+                         "kernelVersion": platform.release(), "osImage": "paddlecloud node agent",
+                         "containerRuntimeVersion": "process://bwrap",
+                         "kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": "",
+                         "operatingSystem": "linux", "architecture": "amd64"}}
+
+    def register(self) -> None:
+        labels = {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux",
+                  "kubernetes.io/arch": "amd64"}
+        try:
+            self.rest.call("POST", collection_path(resources.NODES), body={
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": self.name, "labels": labels}, "spec": {},
+                # Ready from the start: no not-ready taint for the controller to add and remove
+                "status": self._status(ready=True)})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            self.rest.call("PATCH", object_path(resources.NODES, None, self.name),
+                           body={"metadata": {"labels": labels}},
+                           content_type="application/merge-patch+json")
+        self.report(ready=True)
+
+    def report(self, *, ready: bool) -> None:
+        """The node's status (a merge patch: conditions, addresses, capacity, endpoint)."""
+        self.rest.call("PATCH", object_path(resources.NODES, None, self.name) + "/status",
+                       body={"status": self._status(ready)},
+                       content_type="application/merge-patch+json")
+
+    def renew_lease(self) -> None:
+        path = object_path(LEASES, "kube-node-lease", self.name)
+        spec = {"holderIdentity": self.name, "leaseDurationSeconds": LEASE_SECONDS,
+                "renewTime": now_micro()}
+        try:
+            self.rest.call("PATCH", path, body={"spec": spec},
+                           content_type="application/merge-patch+json")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            node = self.rest.call("GET", object_path(resources.NODES, None, self.name))
+            self.rest.call("POST", collection_path(LEASES, "kube-node-lease"), body={
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": "kube-node-lease",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node",
+                                                  "name": self.name,
+                                                  "uid": node["metadata"]["uid"]}]},
+                "spec": spec})
+
+    def _heartbeat(self) -> None:
+        while not self.stopping.wait(HEARTBEAT_SECONDS):
+            try:
+                self.renew_lease()
+                self.report(ready=True)
+            except Exception as exc:  # the API server restarting: next beat
+                log.warning("heartbeat: %r", exc)
+
+    # --- running -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        directory = Path(self.args.dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.mirror.start()
+        if not self.mirror.synced.wait(60):
+            raise RuntimeError("the API server's objects could not be listed in 60 s")
+        self.kubelet = NodeKubelet(self.api, self.name, HOST_IP)
+        try:
+            self.server = KubeletServer(self.api.store, self.kubelet.logs, directory,
+                                        self.name).start()
+            self.register()
+            self.renew_lease()
+            beat = threading.Thread(target=self._heartbeat, name="node-heartbeat", daemon=True)
+            beat.start()
+            print(f"ready {self.server.port}", flush=True)
+            store = self.api.store
+            while not self.stopping.is_set():
+                with store.lock:
+                    try:
+                        self.kubelet.sync()
+                    except Exception:
+                        log.exception("kubelet pass")
+                    store.changed.wait(PASS_SECONDS)
+                self.kubelet.flush()
+            beat.join(timeout=HEARTBEAT_SECONDS)
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        try:
+            self.report(ready=False)
+        except Exception as exc:
+            log.warning("NotReady not reported: %r", exc)
+        if self.server is not None:
+            self.server.close()
+        if self.kubelet is not None:
+            self.kubelet.close()  # its last events are posted before the watches go
+        self.mirror.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.real_kube.node", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kubeconfig", required=True, help="an admin's kubeconfig")
+    parser.add_argument("--name", required=True, help="the Node's name")
+    parser.add_argument("--dir", required=True, help="the agent's state (its certificate)")
+    parser.add_argument("--cpu", default="64")
+    parser.add_argument("--memory", default="64Gi")
+    parser.add_argument("--pods", type=int, default=110)
+    parser.add_argument("--crash-backoff-seconds", type=float, default=1.0,
+                        help="a failed container's restart delay (a kubelet's first is 10 s)")
+    args = parser.parse_args(argv)
+    # A kubeconfig for a test cluster skips verifying its self-signed server: once is enough.
+    warnings.filterwarnings("once", category=urllib3.exceptions.InsecureRequestWarning)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    agent = NodeAgent(args)
+
+    def stop(signum, frame):
+        agent.stopping.set()  # the loop looks at least every PASS_SECONDS
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    agent.run()
+    return 0
+
+
+if __name__ == "__main__":
+    os.umask(0o022)
+    sys.exit(main())

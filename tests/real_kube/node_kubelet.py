@@ -1,0 +1,330 @@
+"""The suite's process kubelet (tests/k8s_api_server/runtime/kubelet.py) on a real API server.
+
+The process kubelet reads the fake's ``Store`` and writes pods back into it; here it reads the
+agent's mirror of the real objects (``node_api.Mirror``, the same ``Store``), and what it writes
+goes to the real API server as a kubelet writes it:
+
+- a pod's status: the kubelet keeps its own copy of each pod's status (as a kubelet's status
+  manager does) and, after each pass, sends what differs from the server's as a merge patch
+  of ``pods/NAME/status`` (with the pod's uid: a new pod of the same name is not touched);
+  the answer goes into the mirror at once. Conditions the kubelet does not set (a
+  controller's ``DisruptionTarget``) are kept. A refused write is sent again next pass;
+- a finished deletion: ``DELETE`` with ``gracePeriodSeconds: 0`` and a uid precondition;
+- Events: real core/v1 Events, posted in order by a thread of their own (a repeat bumps
+  ``count``), source ``kubelet`` on this node.
+
+Why a mirror rather than an interface the kubelet calls: the process kubelet, its DNS server
+and the environment, volume and claim code read a ``Store`` under its lock everywhere; a mirror
+keeps all of that unchanged (the fake's tests exercise the same lines) and keeps a pass from
+waiting on the network. The agent never schedules: it watches only the pods bound to its node.
+
+Host services (the fake's ``expose_host_port``): a Service without a selector annotated
+``HOST_PORT_ANNOTATION: "<port>"`` makes the node forward its first port, on the node's address
+of the pod network, to ``127.0.0.1:<port>`` of this machine, and write the Service's
+EndpointSlice naming that address (``<service>-node``, owned by the Service). Give it
+``clusterIP: None``: there is no kube-proxy, the cluster DNS answers the slice's address."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import queue
+import threading
+import time
+
+from kubernetes.client.exceptions import ApiException
+
+from tests.k8s_api_server import resources
+from tests.k8s_api_server.config import Settings
+from tests.k8s_api_server.logs import LogStore
+from tests.k8s_api_server.runtime.kubelet import ProcessKubelet
+from tests.k8s_api_server.store import json_copy
+
+from .node_api import Mirror, Rest, collection_path, object_path
+
+log = logging.getLogger(__name__)
+
+HOST_PORT_ANNOTATION = "node.paddlecloud.test/host-port"
+MANAGED_BY = "node-agent.paddlecloud.test"
+
+
+def merge_patch(old: dict, new: dict) -> dict:
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``."""
+    patch = {}
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = value
+        elif old[key] != value:
+            patch[key] = merge_patch(old[key], value) \
+                if isinstance(value, dict) and isinstance(old[key], dict) else value
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch
+
+
+def now_micro() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class EventPoster:
+    """``EventRecorder.record`` for the kubelet, onto the real API (in a thread of its own)."""
+
+    def __init__(self, rest: Rest, node: str):
+        self.rest = rest
+        self.node = node
+        self._sent: dict[tuple, tuple[str, int]] = {}  # what an event is -> (name, count)
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="node-events", daemon=True)
+        self._thread.start()
+
+    def record(self, rt, obj: dict, type_: str, reason: str, message: str, *,
+               component: str, host: str | None = None, field_path: str | None = None) -> None:
+        meta = obj["metadata"]
+        involved = {"kind": rt.kind, "apiVersion": rt.api_version, "namespace":
+                    meta.get("namespace"), "name": meta["name"], "uid": meta["uid"],
+                    "fieldPath": field_path}
+        self._queue.put(({k: v for k, v in involved.items() if v}, type_, reason, message,
+                         component))
+
+    def close(self) -> None:
+        """Post what is queued (a few seconds at most), then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            try:
+                self._post(*item)
+            except ApiException as exc:  # the namespace is going, say: dropped, as a kubelet
+                log.info("event %s dropped: %s %s", item[2], exc.status, exc.reason)
+            except Exception as exc:
+                log.warning("event %s dropped: %r", item[2], exc)
+
+    def _post(self, involved: dict, type_: str, reason: str, message: str,
+              component: str) -> None:
+        key = (involved["uid"], involved.get("fieldPath"), type_, reason, message)
+        namespace, stamp = involved.get("namespace") or "default", now_micro()[:19] + "Z"
+        events = collection_path(resources.EVENTS, namespace)
+        if key in self._sent:
+            name, count = self._sent[key]
+            self._sent[key] = (name, count + 1)
+            self.rest.call("PATCH", f"{events}/{name}", body={
+                "count": count + 1, "lastTimestamp": stamp},
+                content_type="application/merge-patch+json")
+            return
+        name = f"{involved['name']}.{time.time_ns():x}"
+        self.rest.call("POST", events, body={
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": involved, "type": type_, "reason": reason, "message": message,
+            "source": {"component": component, "host": self.node}, "count": 1,
+            "firstTimestamp": stamp, "lastTimestamp": stamp,
+            "reportingComponent": component, "reportingInstance": self.node})
+        self._sent[key] = (name, 1)
+
+
+class NodeApi:
+    """What the process kubelet asks of "the API server": the mirror's store, the settings,
+    an event recorder, and the final delete of a pod."""
+
+    def __init__(self, rest: Rest, mirror: Mirror, node: str, settings: Settings):
+        self.rest = rest
+        self.mirror = mirror
+        self.store = mirror.store
+        self.settings = settings
+        self.recorder = EventPoster(rest, node)
+        self.pod_removal_due: dict[str, float] = {}  # unused: the kubelet ends deletions
+        self.kubelet_stops_pods = True
+
+    def remove_terminated_pod(self, pod: dict) -> None:
+        """The kubelet's last word on a deleted pod whose containers have all stopped."""
+        meta = pod["metadata"]
+        try:
+            self.rest.call("DELETE", object_path(resources.PODS, meta["namespace"],
+                                                 meta["name"]),
+                           body={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
+        except ApiException as exc:
+            if exc.status not in (404, 409):  # gone already, or another pod by that name
+                log.warning("delete of pod %s/%s: %s %s", meta["namespace"], meta["name"],
+                            exc.status, exc.reason)
+                return  # the next pass tries again
+        self.mirror.gone_uids.add(meta["uid"])
+        self.mirror.drop(resources.PODS, pod)
+
+
+class NodeKubelet(ProcessKubelet):
+    """The process kubelet of one node of a real cluster. The caller runs ``sync`` holding the
+    store's lock, then ``flush`` without it (the writes to the API server)."""
+
+    def __init__(self, api: NodeApi, node: str, host_ip: str):
+        super().__init__(api, LogStore(api.store))
+        self.node = node
+        self.host_ip = host_ip
+        self._statuses: dict[str, dict] = {}  # pod uid -> the status this kubelet reports
+        self._host_services: dict[int, tuple[str, int]] = {}  # node port -> (service uid, port)
+        self._slices: list[dict] = []  # EndpointSlices to write after the pass
+
+    def close(self) -> None:
+        super().close()
+        self.api.recorder.close()
+
+    # --- the pass ----------------------------------------------------------------------
+
+    def sync(self) -> None:
+        store = self.api.store
+        for original in store.list(resources.PODS.key, read_only=True):
+            uid = original["metadata"]["uid"]
+            pod = json_copy(original)
+            pod.setdefault("status", {})
+            if uid in self._statuses:
+                pod["status"] = self._merged(pod["status"], self._statuses[uid])
+            if self._sync_pod(pod):
+                self._statuses[uid] = pod["status"]
+        alive = store.uids(resources.PODS.key)
+        for uid in [u for u in self._runtimes if u not in alive]:
+            del self._runtimes[uid]
+            self.logs.forget(uid)
+        for uid in [u for u in self.sandboxes if u not in alive]:
+            self._teardown(uid)  # removed (or force-deleted): whatever still runs is killed
+        for uid in [u for u in self._statuses if u not in alive]:
+            del self._statuses[uid]
+        self._sync_host_services()
+
+    @staticmethod
+    def _merged(server: dict, mine: dict) -> dict:
+        """This kubelet's status, with the conditions others set that it does not."""
+        own = {c["type"] for c in mine.get("conditions") or []}
+        others = [c for c in server.get("conditions") or [] if c["type"] not in own]
+        merged = json_copy(mine)
+        if others:
+            merged["conditions"] = (merged.get("conditions") or []) + json_copy(others)
+        return merged
+
+    def _accept(self, pod: dict) -> None:
+        super()._accept(pod)
+        pod["status"].update(hostIP=self.host_ip, hostIPs=[{"ip": self.host_ip}])
+
+    def flush(self) -> None:
+        """Send the statuses the server does not have yet, and the host services' slices."""
+        store = self.api.store
+        with store.lock:
+            patches = []
+            for pod in store.list(resources.PODS.key, read_only=True):
+                mine = self._statuses.get(pod["metadata"]["uid"])
+                if mine is not None and mine != (pod.get("status") or {}):
+                    patches.append((pod["metadata"], merge_patch(pod.get("status") or {},
+                                                                 mine)))
+            slices, self._slices = self._slices, []
+        for meta, patch in patches:
+            path = object_path(resources.PODS, meta["namespace"], meta["name"]) + "/status"
+            try:
+                answer = self.api.rest.call(
+                    "PATCH", path, body={"metadata": {"uid": meta["uid"]}, "status": patch},
+                    content_type="application/merge-patch+json")
+            except ApiException as exc:  # gone (the watch will say), or refused: next pass
+                if exc.status != 404:
+                    log.warning("status of pod %s/%s: %s %s", meta["namespace"], meta["name"],
+                                exc.status, exc.body)
+                continue
+            self.api.mirror.put(resources.PODS, answer)
+        for body in slices:
+            self._write_slice(body)
+
+    # --- host services -------------------------------------------------------------------
+
+    def _sync_host_services(self) -> None:
+        wanted: dict[int, tuple[dict, int]] = {}
+        for service in self.api.store.list(resources.SERVICES.key, read_only=True):
+            value = (service["metadata"].get("annotations") or {}).get(HOST_PORT_ANNOTATION)
+            ports = service["spec"].get("ports") or []
+            if value and value.isdigit() and ports and not service["spec"].get("selector"):
+                wanted.setdefault(int(ports[0]["port"]), (service, int(value)))
+        for port, (uid, host_port) in list(self._host_services.items()):
+            service, wanted_host_port = wanted.get(port, (None, None))
+            if service is None or service["metadata"]["uid"] != uid or \
+                    wanted_host_port != host_port:
+                self.stop_forward(port)
+                del self._host_services[port]
+        for port, (service, host_port) in wanted.items():
+            if port in self._host_services:
+                continue
+            address, _ = self.forward_host_port(host_port, port=port)
+            self._host_services[port] = (service["metadata"]["uid"], host_port)
+            self._slices.append(self._slice(service, address, port))
+
+    def _slice(self, service: dict, address: str, port: int) -> dict:
+        meta = service["metadata"]
+        first = service["spec"]["ports"][0]
+        return {
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{meta['name']}-node", "namespace": meta["namespace"],
+                "labels": {"kubernetes.io/service-name": meta["name"],
+                           "endpointslice.kubernetes.io/managed-by": MANAGED_BY},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": meta["name"],
+                                     "uid": meta["uid"], "controller": True,
+                                     "blockOwnerDeletion": True}]},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address], "conditions": {"ready": True},
+                           "nodeName": self.node}],
+            "ports": [{"name": first.get("name", ""), "port": port,
+                       "protocol": first.get("protocol", "TCP")}]}
+
+    def _write_slice(self, body: dict) -> None:
+        """Made, or brought back to ``body``; into the mirror at once (the cluster DNS
+        answers from it)."""
+        meta = body["metadata"]
+        try:
+            try:
+                answer = self.api.rest.call(
+                    "POST", collection_path(resources.ENDPOINTSLICES, meta["namespace"]),
+                    body=body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                answer = self.api.rest.call(
+                    "PATCH", object_path(resources.ENDPOINTSLICES, meta["namespace"],
+                                         meta["name"]),
+                    body=body, content_type="application/merge-patch+json")
+        except ApiException as exc:
+            log.warning("EndpointSlice %s/%s: %s %s", meta["namespace"], meta["name"],
+                        exc.status, exc.body)
+            return
+        self.api.mirror.put(resources.ENDPOINTSLICES, answer)
+
+
+def host_service(name: str, host_port: int, *, port: int = 80) -> dict:
+    """The Service a test makes for ``127.0.0.1:host_port`` of this machine to be reached from
+    pods at ``http://<name>.<namespace>.svc[:port]``: headless, no selector, annotated for the
+    node agent (which forwards it and writes its EndpointSlice)."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "annotations": {HOST_PORT_ANNOTATION: str(host_port)}},
+            "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": port,
+                                                     "protocol": "TCP"}]}}
+
+
+def expose_host_port(api_client, host_port: int, *, namespace: str, service: str,
+                     port: int = 80, timeout: float = 30) -> str:
+    """``FakeKubernetes.expose_host_port`` on a real cluster whose node is this agent: the
+    Service ``host_service`` makes, in ``namespace`` (made if missing), once the agent wrote its
+    EndpointSlice (pods resolve the name from then on). Its base URL,
+    ``http://<service>.<namespace>.svc[:port]``; deleting the Service stops the forward."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    try:
+        core.create_namespace({"metadata": {"name": namespace}})
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+    core.create_namespaced_service(namespace, host_service(service, host_port, port=port))
+    slices = client.DiscoveryV1Api(api_client)
+    deadline = time.monotonic() + timeout
+    while not slices.list_namespaced_endpoint_slice(
+            namespace, label_selector=f"kubernetes.io/service-name={service},"
+                                      f"endpointslice.kubernetes.io/managed-by={MANAGED_BY}").items:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no node agent wrote the EndpointSlice of {namespace}/{service}")
+        time.sleep(0.1)
+    return f"http://{service}.{namespace}.svc" + ("" if port == 80 else f":{port}")
