@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 
 HOST_PORT_ANNOTATION = "node.paddlecloud.test/host-port"
 MANAGED_BY = "node-agent.paddlecloud.test"
+# The pod conditions a kubelet writes (PodScheduled too, once it runs the pod); the others (a
+# controller's DisruptionTarget, say) are the server's.
+KUBELET_CONDITIONS = {"PodScheduled", "Initialized", "Ready", "ContainersReady",
+                      "PodReadyToStartContainers"}
 
 
 def merge_patch(old: dict, new: dict) -> dict:
@@ -162,6 +166,10 @@ class NodeKubelet(ProcessKubelet):
         self.node = node
         self.host_ip = host_ip
         self._statuses: dict[str, dict] = {}  # pod uid -> the status this kubelet reports
+        # pod uid -> the status last sent and taken: compared with it, not with the server's
+        # copy (which the server normalizes: condition order, nulls), a pod is written once
+        # per change.
+        self._sent: dict[str, dict] = {}
         self._host_services: dict[int, tuple[str, int]] = {}  # node port -> (service uid, port)
         self._slices: list[dict] = []  # EndpointSlices to write after the pass
 
@@ -189,16 +197,17 @@ class NodeKubelet(ProcessKubelet):
             self._teardown(uid)  # removed (or force-deleted): whatever still runs is killed
         for uid in [u for u in self._statuses if u not in alive]:
             del self._statuses[uid]
+            self._sent.pop(uid, None)
         self._sync_host_services()
 
     @staticmethod
     def _merged(server: dict, mine: dict) -> dict:
-        """This kubelet's status, with the conditions others set that it does not."""
-        own = {c["type"] for c in mine.get("conditions") or []}
-        others = [c for c in server.get("conditions") or [] if c["type"] not in own]
+        """This kubelet's status, with the conditions others own as the server has them."""
         merged = json_copy(mine)
-        if others:
-            merged["conditions"] = (merged.get("conditions") or []) + json_copy(others)
+        merged["conditions"] = [c for c in merged.get("conditions") or []
+                                if c["type"] in KUBELET_CONDITIONS] + \
+            [json_copy(c) for c in server.get("conditions") or []
+             if c["type"] not in KUBELET_CONDITIONS]
         return merged
 
     def _accept(self, pod: dict) -> None:
@@ -211,12 +220,13 @@ class NodeKubelet(ProcessKubelet):
         with store.lock:
             patches = []
             for pod in store.list(resources.PODS.key, read_only=True):
-                mine = self._statuses.get(pod["metadata"]["uid"])
-                if mine is not None and mine != (pod.get("status") or {}):
-                    patches.append((pod["metadata"], merge_patch(pod.get("status") or {},
-                                                                 mine)))
+                uid = pod["metadata"]["uid"]
+                mine = self._statuses.get(uid)
+                if mine is not None and mine != self._sent.get(uid):
+                    patches.append((pod["metadata"], mine, merge_patch(
+                        pod.get("status") or {}, mine)))
             slices, self._slices = self._slices, []
-        for meta, patch in patches:
+        for meta, mine, patch in patches:
             path = object_path(resources.PODS, meta["namespace"], meta["name"]) + "/status"
             try:
                 answer = self.api.rest.call(
@@ -227,6 +237,7 @@ class NodeKubelet(ProcessKubelet):
                     log.warning("status of pod %s/%s: %s %s", meta["namespace"], meta["name"],
                                 exc.status, exc.body)
                 continue
+            self._sent[meta["uid"]] = mine
             self.api.mirror.put(resources.PODS, answer)
         for body in slices:
             self._write_slice(body)
