@@ -91,6 +91,10 @@ class EventPoster:
         self._queue.put(({k: v for k, v in involved.items() if v}, type_, reason, message,
                          component))
 
+    def forget(self, uid: str) -> None:
+        """A pod that is gone: its events are not repeated any more."""
+        self._queue.put(uid)
+
     def close(self) -> None:
         """Post what is queued (a few seconds at most), then stop."""
         self._queue.put(None)
@@ -98,6 +102,9 @@ class EventPoster:
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
+            if isinstance(item, str):
+                self._sent = {k: v for k, v in self._sent.items() if k[0] != item}
+                continue
             try:
                 self._post(*item)
             except ApiException as exc:  # the namespace is going, say: dropped, as a kubelet
@@ -193,6 +200,7 @@ class NodeKubelet(ProcessKubelet):
         for uid in [u for u in self._runtimes if u not in alive]:
             del self._runtimes[uid]
             self.logs.forget(uid)
+            self.api.recorder.forget(uid)
         for uid in [u for u in self.sandboxes if u not in alive]:
             self._teardown(uid)  # removed (or force-deleted): whatever still runs is killed
         for uid in [u for u in self._statuses if u not in alive]:

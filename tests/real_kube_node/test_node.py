@@ -93,6 +93,10 @@ def test_the_node_is_registered_ready_and_keeps_its_lease(cluster, core, api):
     renewed = cluster.wait(lambda: (t := leases.read_namespaced_lease(
         cluster.node, "kube-node-lease").spec.renew_time) != first and t, 20, "a renewal")
     assert renewed > first
+    # The Ready condition's heartbeat moved with it; it has been Ready since registration.
+    again = next(c for c in core.read_node(cluster.node).status.conditions if c.type == "Ready")
+    assert again.last_heartbeat_time > ready.last_heartbeat_time
+    assert again.last_transition_time == ready.last_transition_time
 
 
 def test_a_job_runs_to_completion_and_kubectl_reads_its_logs(cluster, core, api, ns):
