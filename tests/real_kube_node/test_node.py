@@ -288,6 +288,10 @@ def test_the_node_goes_not_ready_and_leaves_nothing_when_the_agent_stops(cluster
         f"sleep 1000; echo {marker}")})
     wait_pod(cluster, core, ns, "left", lambda p: p.status.phase == "Running")
     pid = cluster.agent.pid
+    cgroups = Path("/sys/fs/cgroup/memory/paddlecloud-fake")
+    assert [n for n in os.listdir(NETNS_DIR) if n.startswith(f"pck8s-{pid}-")]  # before
+    had_cgroup = bool(list(cgroups.glob(f"pck8s-{pid}-*")))
+    assert had_cgroup or not os.access("/sys/fs/cgroup/memory", os.W_OK)
     assert cluster.stop_agent() == 0
     ready = next(c for c in core.read_node(cluster.node).status.conditions
                  if c.type == "Ready")
@@ -295,3 +299,4 @@ def test_the_node_goes_not_ready_and_leaves_nothing_when_the_agent_stops(cluster
     assert processes_naming(marker) == []
     assert not [n for n in os.listdir(NETNS_DIR) if n.startswith(f"pck8s-{pid}-")]
     assert not list(Path("/dev/shm").glob(f"pck8s-{pid}-*"))
+    assert not list(cgroups.glob(f"pck8s-{pid}-*"))
