@@ -179,6 +179,7 @@ class NodeKubelet(ProcessKubelet):
         self._sent: dict[str, dict] = {}
         self._host_services: dict[int, tuple[str, int]] = {}  # node port -> (service uid, port)
         self._slices: list[dict] = []  # EndpointSlices to write after the pass
+        self._restarting: set[str] = set()  # Running pods whose sandbox is being made again
 
     def close(self) -> None:
         super().close()
@@ -206,6 +207,7 @@ class NodeKubelet(ProcessKubelet):
         for uid in [u for u in self._statuses if u not in alive]:
             del self._statuses[uid]
             self._sent.pop(uid, None)
+            self._restarting.discard(uid)
         self._sync_host_services()
 
     @staticmethod
@@ -221,6 +223,21 @@ class NodeKubelet(ProcessKubelet):
     def _accept(self, pod: dict) -> None:
         super()._accept(pod)
         pod["status"].update(hostIP=self.host_ip, hostIPs=[{"ip": self.host_ip}])
+
+    def _run(self, pod: dict, runtime) -> None:
+        uid = pod["metadata"]["uid"]
+        if pod["status"].get("phase") == "Running" and uid not in self.sandboxes:
+            # Running, by an agent before this one (killed: its containers died with it). A
+            # kubelet that finds a pod's sandbox gone makes a new one and starts the pod again
+            # (its init containers first).
+            self._restarting.add(uid)
+        if uid in self._restarting:
+            self._start(pod, runtime)
+            sandbox = self.sandboxes.get(uid)
+            if sandbox is not None and all(c["name"] in sandbox.runs
+                                           for c in pod["spec"]["containers"]):
+                self._restarting.discard(uid)
+        super()._run(pod, runtime)
 
     def flush(self) -> None:
         """Send the statuses the server does not have yet, and the host services' slices."""

@@ -282,6 +282,27 @@ def test_a_pod_reaches_a_host_service(cluster, core, api, ns):
         thread.join()
 
 
+def test_a_killed_agents_pods_run_again_on_the_next_and_its_leftovers_go(cluster, core, ns):
+    marker = f"marker-{uuid.uuid4().hex}"
+    core.create_namespaced_pod(ns, {"metadata": {"name": "survivor"}, "spec": spec(
+        f"echo up; sleep 1000; echo {marker}", restart="Always", initContainers=[
+            {"name": "init", "image": "debian:12", "command": ["true"]}])})
+    wait_pod(cluster, core, ns, "survivor", lambda p: p.status.phase == "Running")
+    cluster.wait(lambda: processes_naming(marker), 10, "the container's process")
+    old = cluster.agent.pid
+    cluster.agent.kill()  # no cleanup of its own: its containers die with it (bwrap)
+    cluster.agent.wait()
+    cluster.agent.stdout.close()
+    cluster.agent = None
+    cluster.wait(lambda: not processes_naming(marker), 10, "the container to die with it")
+    assert [n for n in os.listdir(NETNS_DIR) if n.startswith(f"pck8s-{old}-")]
+    cluster.start_agent()  # the next agent removes what the killed one left, runs the pod
+    assert not [n for n in os.listdir(NETNS_DIR) if n.startswith(f"pck8s-{old}-")]
+    cluster.wait(lambda: processes_naming(marker), 30, "the pod running again")
+    assert core.read_namespaced_pod_log("survivor", ns) == "up\n"
+    assert core.read_namespaced_pod("survivor", ns).status.phase == "Running"
+
+
 def test_the_node_goes_not_ready_and_leaves_nothing_when_the_agent_stops(cluster, core, ns):
     marker = f"marker-{uuid.uuid4().hex}"
     core.create_namespaced_pod(ns, {"metadata": {"name": "left"}, "spec": spec(
