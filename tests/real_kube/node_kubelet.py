@@ -48,6 +48,7 @@ HOST_PORT_ANNOTATION = "node.paddlecloud.test/host-port"
 MANAGED_BY = "node-agent.paddlecloud.test"
 # The pod conditions a kubelet writes (PodScheduled too, once it runs the pod); the others (a
 # controller's DisruptionTarget, say) are the server's.
+_NOT_STARTED = ("ContainerCreating", "PodInitializing", "CreateContainerConfigError")
 KUBELET_CONDITIONS = {"PodScheduled", "Initialized", "Ready", "ContainersReady",
                       "PodReadyToStartContainers"}
 
@@ -234,9 +235,11 @@ class NodeKubelet(ProcessKubelet):
         if uid in self._restarting:
             self._start(pod, runtime)
             sandbox = self.sandboxes.get(uid)
-            if sandbox is not None and all(c["name"] in sandbox.runs
-                                           for c in pod["spec"]["containers"]):
-                self._restarting.discard(uid)
+            waiting = [e for e in pod["status"].get("containerStatuses") or []
+                       if (e["state"].get("waiting") or {}).get("reason") in _NOT_STARTED]
+            if sandbox is not None and not waiting and \
+                    sandbox.init_done >= len(pod["spec"].get("initContainers") or []):
+                self._restarting.discard(uid)  # started: from now on, as any running pod
         super()._run(pod, runtime)
 
     def flush(self) -> None:

@@ -287,7 +287,7 @@ def test_a_killed_agents_pods_run_again_on_the_next_and_its_leftovers_go(cluster
     core.create_namespaced_pod(ns, {"metadata": {"name": "survivor"}, "spec": spec(
         f"echo up; sleep 1000; echo {marker}", restart="Always", initContainers=[
             {"name": "init", "image": "debian:12", "command": ["true"]}])})
-    wait_pod(cluster, core, ns, "survivor", lambda p: p.status.phase == "Running")
+    first = wait_pod(cluster, core, ns, "survivor", lambda p: p.status.phase == "Running")
     cluster.wait(lambda: processes_naming(marker), 10, "the container's process")
     old = cluster.agent.pid
     cluster.agent.kill()  # no cleanup of its own: its containers die with it (bwrap)
@@ -298,9 +298,13 @@ def test_a_killed_agents_pods_run_again_on_the_next_and_its_leftovers_go(cluster
     assert [n for n in os.listdir(NETNS_DIR) if n.startswith(f"pck8s-{old}-")]
     cluster.start_agent()  # the next agent removes what the killed one left, runs the pod
     assert not [n for n in os.listdir(NETNS_DIR) if n.startswith(f"pck8s-{old}-")]
-    cluster.wait(lambda: processes_naming(marker), 30, "the pod running again")
+    before = first.status.container_statuses[0].container_id
+    again = wait_pod(cluster, core, ns, "survivor", lambda p: (
+        (c := p.status.container_statuses[0]).container_id != before and c.state.running))
+    assert again.status.init_container_statuses[0].state.terminated.exit_code == 0
+    assert again.status.phase == "Running"
+    assert processes_naming(marker)
     assert core.read_namespaced_pod_log("survivor", ns) == "up\n"
-    assert core.read_namespaced_pod("survivor", ns).status.phase == "Running"
 
 
 def test_the_node_goes_not_ready_and_leaves_nothing_when_the_agent_stops(cluster, core, ns):
