@@ -36,6 +36,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.k8s_api_server import resources
 from tests.k8s_api_server.config import Settings
+from tests.k8s_api_server.kubelet import _terminated
 from tests.k8s_api_server.logs import LogStore
 from tests.k8s_api_server.runtime.kubelet import ProcessKubelet
 from tests.k8s_api_server.store import json_copy
@@ -227,10 +228,13 @@ class NodeKubelet(ProcessKubelet):
 
     def _run(self, pod: dict, runtime) -> None:
         uid = pod["metadata"]["uid"]
-        if pod["status"].get("phase") == "Running" and uid not in self.sandboxes:
+        if pod["status"].get("phase") == "Running" and uid not in self.sandboxes and \
+                uid not in self._restarting:
             # Running, by an agent before this one (killed: its containers died with it). A
-            # kubelet that finds a pod's sandbox gone makes a new one and starts the pod again
-            # (its init containers first).
+            # kubelet that finds a pod's containers gone starts them again (init containers
+            # first), unless its restartPolicy is Never: then they failed, status unknown.
+            if pod["spec"].get("restartPolicy", "Always") == "Never":
+                return self._lost(pod)
             self._restarting.add(uid)
         if uid in self._restarting:
             self._start(pod, runtime)
@@ -241,6 +245,13 @@ class NodeKubelet(ProcessKubelet):
                     sandbox.init_done >= len(pod["spec"].get("initContainers") or []):
                 self._restarting.discard(uid)  # started: from now on, as any running pod
         super()._run(pod, runtime)
+
+    def _lost(self, pod: dict) -> None:
+        for entry in pod["status"].get("containerStatuses") or []:
+            entry.update(ready=False, started=False, state={"terminated": {
+                **_terminated(137, "ContainerStatusUnknown", ""),
+                "message": "The container could not be located when the pod was terminated"}})
+        self._settle(pod)
 
     def flush(self) -> None:
         """Send the statuses the server does not have yet, and the host services' slices."""

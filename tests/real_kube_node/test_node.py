@@ -287,7 +287,9 @@ def test_a_killed_agents_pods_run_again_on_the_next_and_its_leftovers_go(cluster
     core.create_namespaced_pod(ns, {"metadata": {"name": "survivor"}, "spec": spec(
         f"echo up; sleep 1000; echo {marker}", restart="Always", initContainers=[
             {"name": "init", "image": "debian:12", "command": ["true"]}])})
+    core.create_namespaced_pod(ns, {"metadata": {"name": "once"}, "spec": spec("sleep 1000")})
     first = wait_pod(cluster, core, ns, "survivor", lambda p: p.status.phase == "Running")
+    wait_pod(cluster, core, ns, "once", lambda p: p.status.phase == "Running")
     cluster.wait(lambda: processes_naming(marker), 10, "the container's process")
     old = cluster.agent.pid
     cluster.agent.kill()  # no cleanup of its own: its containers die with it (bwrap)
@@ -305,6 +307,10 @@ def test_a_killed_agents_pods_run_again_on_the_next_and_its_leftovers_go(cluster
     assert again.status.phase == "Running"
     assert processes_naming(marker)
     assert core.read_namespaced_pod_log("survivor", ns) == "up\n"
+    # A pod that must not run twice (restartPolicy Never) failed instead, as on a kubelet.
+    lost = wait_pod(cluster, core, ns, "once", lambda p: p.status.phase == "Failed")
+    ended = lost.status.container_statuses[0].state.terminated
+    assert (ended.exit_code, ended.reason) == (137, "ContainerStatusUnknown")
 
 
 def test_the_node_goes_not_ready_and_leaves_nothing_when_the_agent_stops(cluster, core, ns):
