@@ -114,10 +114,10 @@ def _build(go: str, args: list[str], target: Path, name: str) -> None:
         _log(f"built {name} in {time.monotonic() - started:.0f} s")
 
 
-def ensure(*, kueue: bool = False) -> dict[str, Path]:
-    """The binaries by name (the control plane's, and Kueue's with ``kueue``), built first
-    where missing."""
-    wanted = {name: kube_dir() / name for name in PACKAGES}
+def ensure(names: tuple[str, ...] = tuple(PACKAGES), *, kueue: bool = False) -> dict[str, Path]:
+    """The binaries by name (the control plane's, or those of ``names``, and Kueue's with
+    ``kueue``), built first where missing."""
+    wanted = {name: kube_dir() / name for name in names}
     if kueue:
         wanted["kueue"] = kueue_path()
     if all(path.exists() for path in wanted.values()):

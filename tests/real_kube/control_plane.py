@@ -235,6 +235,9 @@ def stop(state_dir: Path, grace: float = 10) -> list[str]:
     """Stops what the pid files of ``state_dir`` name, the node first, etcd last: SIGTERM, then
     SIGKILL to its whole session after ``grace`` seconds. Returns the names stopped."""
     running = _recorded(state_dir)
+    for pid_file in (state_dir / "run").glob("*.pid"):  # one that died: reaped, if ours
+        with contextlib.suppress(OSError, ValueError):
+            _reap(int(pid_file.read_text().split()[0]))
     for name in reversed(COMPONENTS):
         if name not in running:
             continue

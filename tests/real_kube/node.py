@@ -54,26 +54,30 @@ class NodeAgent:
                             crash_backoff_seconds=args.crash_backoff_seconds)
         self.api = NodeApi(self.rest, self.mirror, self.name, settings)
         self.stopping = threading.Event()
+        self._since: dict[tuple[str, str], str] = {}  # (condition, status) -> first reported
         self.kubelet: NodeKubelet | None = None
         self.server: KubeletServer | None = None
 
     # --- the Node and its Lease -----------------------------------------------------------
 
     def _conditions(self, ready: bool) -> list[dict]:
+        """The node's conditions, heartbeat now; a condition's transition time is when it took
+        its status (the Ready condition's changes when the agent stops)."""
         now = now_micro()[:19] + "Z"
-        pressure = [{"type": kind, "status": "False", "reason": f"KubeletHas{reason}",
-                     "message": f"kubelet has {message}", "lastHeartbeatTime": now,
-                     "lastTransitionTime": now}
-                    for kind, reason, message in (
-                        ("MemoryPressure", "SufficientMemory", "sufficient memory available"),
-                        ("DiskPressure", "NoDiskPressure", "no disk pressure"),
-                        ("PIDPressure", "SufficientPID", "sufficient PID available"))]
-        ready_condition = {"type": "Ready", "status": "True" if ready else "False",
-                           "reason": "KubeletReady" if ready else "KubeletNotReady",
-                           "message": "kubelet is posting ready status" if ready
-                           else "node is shutting down",
-                           "lastHeartbeatTime": now, "lastTransitionTime": now}
-        return [*pressure, ready_condition]
+        conditions = [(kind, "False", f"KubeletHas{reason}", f"kubelet has {message}")
+                      for kind, reason, message in (
+                          ("MemoryPressure", "SufficientMemory", "sufficient memory available"),
+                          ("DiskPressure", "NoDiskPressure", "no disk pressure"),
+                          ("PIDPressure", "SufficientPID", "sufficient PID available"))]
+        conditions.append(("Ready", "True", "KubeletReady", "kubelet is posting ready status")
+                          if ready else
+                          ("Ready", "False", "KubeletNotReady", "node is shutting down"))
+        found = []
+        for kind, status, reason, message in conditions:
+            since = self._since.setdefault((kind, status), now)
+            found.append({"type": kind, "status": status, "reason": reason, "message": message,
+                          "lastHeartbeatTime": now, "lastTransitionTime": since})
+        return found
 
     def _status(self, ready: bool) -> dict:
         args = self.args
@@ -136,8 +140,8 @@ class NodeAgent:
     def _heartbeat(self) -> None:
         while not self.stopping.wait(HEARTBEAT_SECONDS):
             try:
-                self.renew_lease()
                 self.report(ready=True)
+                self.renew_lease()
             except Exception as exc:  # the API server restarting: next beat
                 log.warning("heartbeat: %r", exc)
 

@@ -36,6 +36,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.k8s_api_server import resources
 from tests.k8s_api_server.config import Settings
+from tests.k8s_api_server.kubelet import _terminated
 from tests.k8s_api_server.logs import LogStore
 from tests.k8s_api_server.runtime.kubelet import ProcessKubelet
 from tests.k8s_api_server.store import json_copy
@@ -46,6 +47,11 @@ log = logging.getLogger(__name__)
 
 HOST_PORT_ANNOTATION = "node.paddlecloud.test/host-port"
 MANAGED_BY = "node-agent.paddlecloud.test"
+# The pod conditions a kubelet writes (PodScheduled too, once it runs the pod); the others (a
+# controller's DisruptionTarget, say) are the server's.
+_NOT_STARTED = ("ContainerCreating", "PodInitializing", "CreateContainerConfigError")
+KUBELET_CONDITIONS = {"PodScheduled", "Initialized", "Ready", "ContainersReady",
+                      "PodReadyToStartContainers"}
 
 
 def merge_patch(old: dict, new: dict) -> dict:
@@ -87,6 +93,10 @@ class EventPoster:
         self._queue.put(({k: v for k, v in involved.items() if v}, type_, reason, message,
                          component))
 
+    def forget(self, uid: str) -> None:
+        """A pod that is gone: its events are not repeated any more."""
+        self._queue.put(uid)
+
     def close(self) -> None:
         """Post what is queued (a few seconds at most), then stop."""
         self._queue.put(None)
@@ -94,6 +104,9 @@ class EventPoster:
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
+            if isinstance(item, str):
+                self._sent = {k: v for k, v in self._sent.items() if k[0] != item}
+                continue
             try:
                 self._post(*item)
             except ApiException as exc:  # the namespace is going, say: dropped, as a kubelet
@@ -162,8 +175,13 @@ class NodeKubelet(ProcessKubelet):
         self.node = node
         self.host_ip = host_ip
         self._statuses: dict[str, dict] = {}  # pod uid -> the status this kubelet reports
+        # pod uid -> the status last sent and taken: compared with it, not with the server's
+        # copy (which the server normalizes: condition order, nulls), a pod is written once
+        # per change.
+        self._sent: dict[str, dict] = {}
         self._host_services: dict[int, tuple[str, int]] = {}  # node port -> (service uid, port)
         self._slices: list[dict] = []  # EndpointSlices to write after the pass
+        self._restarting: set[str] = set()  # Running pods whose sandbox is being made again
 
     def close(self) -> None:
         super().close()
@@ -185,25 +203,55 @@ class NodeKubelet(ProcessKubelet):
         for uid in [u for u in self._runtimes if u not in alive]:
             del self._runtimes[uid]
             self.logs.forget(uid)
+            self.api.recorder.forget(uid)
         for uid in [u for u in self.sandboxes if u not in alive]:
             self._teardown(uid)  # removed (or force-deleted): whatever still runs is killed
         for uid in [u for u in self._statuses if u not in alive]:
             del self._statuses[uid]
+            self._sent.pop(uid, None)
+            self._restarting.discard(uid)
         self._sync_host_services()
 
     @staticmethod
     def _merged(server: dict, mine: dict) -> dict:
-        """This kubelet's status, with the conditions others set that it does not."""
-        own = {c["type"] for c in mine.get("conditions") or []}
-        others = [c for c in server.get("conditions") or [] if c["type"] not in own]
+        """This kubelet's status, with the conditions others own as the server has them."""
         merged = json_copy(mine)
-        if others:
-            merged["conditions"] = (merged.get("conditions") or []) + json_copy(others)
+        merged["conditions"] = [c for c in merged.get("conditions") or []
+                                if c["type"] in KUBELET_CONDITIONS] + \
+            [json_copy(c) for c in server.get("conditions") or []
+             if c["type"] not in KUBELET_CONDITIONS]
         return merged
 
     def _accept(self, pod: dict) -> None:
         super()._accept(pod)
         pod["status"].update(hostIP=self.host_ip, hostIPs=[{"ip": self.host_ip}])
+
+    def _run(self, pod: dict, runtime) -> None:
+        uid = pod["metadata"]["uid"]
+        if pod["status"].get("phase") == "Running" and uid not in self.sandboxes and \
+                uid not in self._restarting:
+            # Running, by an agent before this one (killed: its containers died with it). A
+            # kubelet that finds a pod's containers gone starts them again (init containers
+            # first), unless its restartPolicy is Never: then they failed, status unknown.
+            if pod["spec"].get("restartPolicy", "Always") == "Never":
+                return self._lost(pod)
+            self._restarting.add(uid)
+        if uid in self._restarting:
+            self._start(pod, runtime)
+            sandbox = self.sandboxes.get(uid)
+            waiting = [e for e in pod["status"].get("containerStatuses") or []
+                       if (e["state"].get("waiting") or {}).get("reason") in _NOT_STARTED]
+            if sandbox is not None and not waiting and \
+                    sandbox.init_done >= len(pod["spec"].get("initContainers") or []):
+                self._restarting.discard(uid)  # started: from now on, as any running pod
+        super()._run(pod, runtime)
+
+    def _lost(self, pod: dict) -> None:
+        for entry in pod["status"].get("containerStatuses") or []:
+            entry.update(ready=False, started=False, state={"terminated": {
+                **_terminated(137, "ContainerStatusUnknown", ""),
+                "message": "The container could not be located when the pod was terminated"}})
+        self._settle(pod)
 
     def flush(self) -> None:
         """Send the statuses the server does not have yet, and the host services' slices."""
@@ -211,12 +259,13 @@ class NodeKubelet(ProcessKubelet):
         with store.lock:
             patches = []
             for pod in store.list(resources.PODS.key, read_only=True):
-                mine = self._statuses.get(pod["metadata"]["uid"])
-                if mine is not None and mine != (pod.get("status") or {}):
-                    patches.append((pod["metadata"], merge_patch(pod.get("status") or {},
-                                                                 mine)))
+                uid = pod["metadata"]["uid"]
+                mine = self._statuses.get(uid)
+                if mine is not None and mine != self._sent.get(uid):
+                    patches.append((pod["metadata"], mine, merge_patch(
+                        pod.get("status") or {}, mine)))
             slices, self._slices = self._slices, []
-        for meta, patch in patches:
+        for meta, mine, patch in patches:
             path = object_path(resources.PODS, meta["namespace"], meta["name"]) + "/status"
             try:
                 answer = self.api.rest.call(
@@ -227,6 +276,7 @@ class NodeKubelet(ProcessKubelet):
                     log.warning("status of pod %s/%s: %s %s", meta["namespace"], meta["name"],
                                 exc.status, exc.body)
                 continue
+            self._sent[meta["uid"]] = mine
             self.api.mirror.put(resources.PODS, answer)
         for body in slices:
             self._write_slice(body)

@@ -25,8 +25,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 ROOT = Path(__file__).resolve().parents[2]
+# KUBE_BIN_DIR, the lead's scratch build, or the build cache of tests/real_kube/build.py
 BIN_CANDIDATES = (os.environ.get("KUBE_BIN_DIR", ""), "/work/kubebuild/bin",
-                  str(Path.home() / ".cache/paddlecloud/kube/v1.35.4/bin"))
+                  *sorted(map(str, Path.home().glob(".cache/paddlecloud/kube/v1.35.4*/bin"))))
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 

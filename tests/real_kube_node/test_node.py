@@ -93,6 +93,10 @@ def test_the_node_is_registered_ready_and_keeps_its_lease(cluster, core, api):
     renewed = cluster.wait(lambda: (t := leases.read_namespaced_lease(
         cluster.node, "kube-node-lease").spec.renew_time) != first and t, 20, "a renewal")
     assert renewed > first
+    # The Ready condition's heartbeat moved with it; it has been Ready since registration.
+    again = next(c for c in core.read_node(cluster.node).status.conditions if c.type == "Ready")
+    assert again.last_heartbeat_time > ready.last_heartbeat_time
+    assert again.last_transition_time == ready.last_transition_time
 
 
 def test_a_job_runs_to_completion_and_kubectl_reads_its_logs(cluster, core, api, ns):
@@ -278,12 +282,47 @@ def test_a_pod_reaches_a_host_service(cluster, core, api, ns):
         thread.join()
 
 
+def test_a_killed_agents_pods_run_again_on_the_next_and_its_leftovers_go(cluster, core, ns):
+    marker = f"marker-{uuid.uuid4().hex}"
+    core.create_namespaced_pod(ns, {"metadata": {"name": "survivor"}, "spec": spec(
+        f"echo up; sleep 1000; echo {marker}", restart="Always", initContainers=[
+            {"name": "init", "image": "debian:12", "command": ["true"]}])})
+    core.create_namespaced_pod(ns, {"metadata": {"name": "once"}, "spec": spec("sleep 1000")})
+    first = wait_pod(cluster, core, ns, "survivor", lambda p: p.status.phase == "Running")
+    wait_pod(cluster, core, ns, "once", lambda p: p.status.phase == "Running")
+    cluster.wait(lambda: processes_naming(marker), 10, "the container's process")
+    old = cluster.agent.pid
+    cluster.agent.kill()  # no cleanup of its own: its containers die with it (bwrap)
+    cluster.agent.wait()
+    cluster.agent.stdout.close()
+    cluster.agent = None
+    cluster.wait(lambda: not processes_naming(marker), 10, "the container to die with it")
+    assert [n for n in os.listdir(NETNS_DIR) if n.startswith(f"pck8s-{old}-")]
+    cluster.start_agent()  # the next agent removes what the killed one left, runs the pod
+    assert not [n for n in os.listdir(NETNS_DIR) if n.startswith(f"pck8s-{old}-")]
+    before = first.status.container_statuses[0].container_id
+    again = wait_pod(cluster, core, ns, "survivor", lambda p: (
+        (c := p.status.container_statuses[0]).container_id != before and c.state.running))
+    assert again.status.init_container_statuses[0].state.terminated.exit_code == 0
+    assert again.status.phase == "Running"
+    assert processes_naming(marker)
+    assert core.read_namespaced_pod_log("survivor", ns) == "up\n"
+    # A pod that must not run twice (restartPolicy Never) failed instead, as on a kubelet.
+    lost = wait_pod(cluster, core, ns, "once", lambda p: p.status.phase == "Failed")
+    ended = lost.status.container_statuses[0].state.terminated
+    assert (ended.exit_code, ended.reason) == (137, "ContainerStatusUnknown")
+
+
 def test_the_node_goes_not_ready_and_leaves_nothing_when_the_agent_stops(cluster, core, ns):
     marker = f"marker-{uuid.uuid4().hex}"
     core.create_namespaced_pod(ns, {"metadata": {"name": "left"}, "spec": spec(
         f"sleep 1000; echo {marker}")})
     wait_pod(cluster, core, ns, "left", lambda p: p.status.phase == "Running")
     pid = cluster.agent.pid
+    cgroups = Path("/sys/fs/cgroup/memory/paddlecloud-fake")
+    assert [n for n in os.listdir(NETNS_DIR) if n.startswith(f"pck8s-{pid}-")]  # before
+    had_cgroup = bool(list(cgroups.glob(f"pck8s-{pid}-*")))
+    assert had_cgroup or not os.access("/sys/fs/cgroup/memory", os.W_OK)
     assert cluster.stop_agent() == 0
     ready = next(c for c in core.read_node(cluster.node).status.conditions
                  if c.type == "Ready")
@@ -291,3 +330,4 @@ def test_the_node_goes_not_ready_and_leaves_nothing_when_the_agent_stops(cluster
     assert processes_naming(marker) == []
     assert not [n for n in os.listdir(NETNS_DIR) if n.startswith(f"pck8s-{pid}-")]
     assert not list(Path("/dev/shm").glob(f"pck8s-{pid}-*"))
+    assert not list(cgroups.glob(f"pck8s-{pid}-*"))
