@@ -1,10 +1,11 @@
 """A datacenter put on the Kubernetes backend for one test, whichever cluster the test runs
-against (the fake API server with scripted pods or with pods that really run, or a real
-cluster)."""
+against (the fake API server with scripted pods or with pods that really run, or the real
+control plane of tests/real_kube)."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 
 import yaml
@@ -34,6 +35,60 @@ def portal_kubeconfig(fake) -> Path:
 def pfs_volume(pfs_root: Path | str) -> dict:
     """The datacenter's PFS root (``home/``, ``public/``) as a hostPath the pods mount."""
     return {"hostPath": {"path": str(pfs_root), "type": "Directory"}}
+
+
+def nfs_pfs_volume(pfs_root: Path | str) -> dict:
+    """The datacenter's PFS root on the real control plane: an NFS PersistentVolume of the
+    server the node agent plays with this machine's directories (tests/real_kube/node.py), as
+    deploy/admission-policy.yaml allows a PFS (a hostPath or local volume is refused)."""
+    from tests.real_kube.control_plane import NFS_SERVER
+
+    return {"persistentVolume": {"nfs": {"server": NFS_SERVER, "path": str(pfs_root)}}}
+
+
+@contextlib.contextmanager
+def on_real_kubernetes(datacenter, settings, cluster, pfs_root: Path | str):
+    """``datacenter`` on the real control plane ``cluster`` (the ``real_kube`` fixture), as
+    the portal's ServiceAccount, its PFS ``pfs_root``. What the portal made there for the
+    block (its users' namespaces, their PFS volumes) is deleted after it, and waited for: the
+    next test meets a cluster without them."""
+    from kubernetes import client
+
+    from jobs.backends.kubernetes.names import MANAGED_BY, MANAGED_BY_LABEL
+    from tests.real_kube.control_plane import api_client
+
+    try:
+        with on_kubernetes(datacenter, settings, cluster.portal_kubeconfig,
+                           nfs_pfs_volume(pfs_root), timeout=5) as on:
+            yield on
+    finally:
+        with api_client(cluster.admin_kubeconfig) as api:
+            _remove_managed(client.CoreV1Api(api), f"{MANAGED_BY_LABEL}={MANAGED_BY}")
+
+
+def _remove_managed(core, selector: str, timeout: float = 60) -> None:
+    """Delete the portal's namespaces and PersistentVolumes (``selector``) and wait until
+    they are gone (a namespace goes once the namespace controller has emptied it)."""
+    from kubernetes.client.exceptions import ApiException
+
+    def left() -> list[str]:
+        return [*(f"namespace/{n.metadata.name}"
+                  for n in core.list_namespace(label_selector=selector).items),
+                *(f"persistentvolume/{v.metadata.name}"
+                  for v in core.list_persistent_volume(label_selector=selector).items)]
+
+    for kind_name in left():
+        kind, name = kind_name.split("/")
+        try:
+            (core.delete_namespace if kind == "namespace" else core.delete_persistent_volume)(
+                name, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    deadline = time.monotonic() + timeout
+    while remaining := left():
+        assert time.monotonic() < deadline, f"still on the cluster after {timeout} s: {remaining}"
+        time.sleep(0.2)
 
 
 @contextlib.contextmanager

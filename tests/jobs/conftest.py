@@ -10,7 +10,7 @@ from django.conf import settings as django_settings
 from django.db import connections
 
 from tests.k8s_api_server import fixtures
-from tests.kube import on_kubernetes, pfs_volume, portal_kubeconfig
+from tests.kube import on_kubernetes, on_real_kubernetes, pfs_volume, portal_kubeconfig
 
 k8s_api = fixtures.k8s_api  # the fake API server, a fixture
 k8s_cluster = fixtures.k8s_cluster  # the same, its pods really running
@@ -39,6 +39,15 @@ def kube_pods_datacenter(k8s_cluster, datacenter, pfs_home, settings):
     test's PFS root mounted in them."""
     with on_kubernetes(datacenter, settings, portal_kubeconfig(k8s_cluster),
                        pfs_volume(pfs_home.parents[1]), timeout=5) as on:
+        yield on
+
+
+@pytest.fixture
+def real_kube_datacenter(real_kube, datacenter, pfs_home, settings):
+    """datacenter1 on the Kubernetes backend of the real control plane (``real_kube``: its API
+    server, controllers and scheduler, the node agent running the pods), as the portal's
+    ServiceAccount, with the test's PFS root as its NFS volume."""
+    with on_real_kubernetes(datacenter, settings, real_kube, pfs_home.parents[1]) as on:
         yield on
 
 

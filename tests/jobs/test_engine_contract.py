@@ -1,7 +1,7 @@
 """What users see of a job, the same on every backend: one set of tests, run on the local
-backend (real processes) and on Kubernetes (the fake API server; a real cluster with
-``--kubeconfig``-style settings when ``PADDLECLOUD_TEST_KUBECONFIG`` names one, under the
-``real_kubernetes`` marker, so the fake stays honest).
+backend (real processes) and on Kubernetes: the fake API server (scripted pods, and pods that
+run) and the real control plane (``real_kube``: real API server, controllers and scheduler,
+pods run by the node agent), so the fake stays honest.
 
 A ``Driver`` says, per backend, how a trainer is told what to do (print lines, run a while,
 exit with a code) and how its log is read back; everything else goes through the engine as
@@ -20,7 +20,6 @@ from jobs.models import Job
 from jobs.services import job_kill, job_submit
 from jobs.tasks import jobs_reconcile
 from tests.jobs.files import log_path
-from tests.kube import on_kubernetes, pfs_volume
 
 pytestmark = pytest.mark.django_db
 
@@ -32,12 +31,8 @@ for line in os.environ.get("LINES", "").split("|"):
 time.sleep(float(os.environ.get("SECONDS", "0")))
 sys.exit(int(os.environ.get("CODE", "0")))
 """
-REAL_KUBECONFIG = os.environ.get("PADDLECLOUD_TEST_KUBECONFIG")
 BACKENDS = ["local", "kubernetes", "kubernetes-pods",
-            pytest.param("real-kubernetes", marks=[pytest.mark.real_kubernetes,
-                                                   pytest.mark.skipif(
-                                                       not REAL_KUBECONFIG,
-                                                       reason="no PADDLECLOUD_TEST_KUBECONFIG")])]
+            pytest.param("real-kubernetes", marks=pytest.mark.real_kubernetes)]
 
 
 class Driver:
@@ -89,11 +84,8 @@ def driver(request, datacenter, settings, pfs_home, monkeypatch, held_tasks):
         request.getfixturevalue("kube_pods_datacenter")
         yield Driver("kubernetes")
         return
-    # The cluster's nodes see the test's PFS root at the same path (PADDLECLOUD_TEST_KUBE_PFS
-    # puts it under a directory they mount).
-    with on_kubernetes(datacenter, settings, REAL_KUBECONFIG, pfs_volume(pfs_home.parents[1]),
-                       timeout=5):
-        yield Driver("kubernetes")
+    request.getfixturevalue("real_kube_datacenter")
+    yield Driver("kubernetes")
 
 
 def submit(driver, alice, datacenter, program: dict, **fields) -> Job:

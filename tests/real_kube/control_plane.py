@@ -47,6 +47,9 @@ DEFAULT_DIR = ROOT / "var" / "kube"
 # In start order; ``down`` stops them the other way round.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "node")
 NODE_NAME = "node-1"
+# The NFS server the node agent plays with this machine's directories: where the tests' PFS
+# volumes are (tests/kube.py).
+NFS_SERVER = "pfs.paddlecloud.test"
 NODE_MODULE = "tests.real_kube.node"
 # The portal's ServiceAccount (deploy/rbac.yaml, in the namespace of deploy/namespace.yaml),
 # whose username the admission policy matches.
@@ -411,7 +414,8 @@ def start_node(state_dir: Path, admin_kubeconfig: Path) -> int | None:
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return _spawn(state_dir, "node", [
         sys.executable, "-m", NODE_MODULE, "--kubeconfig", str(admin_kubeconfig),
-        "--name", NODE_NAME, "--dir", str(state_dir / "node")], cwd=ROOT, env=env)
+        "--name", NODE_NAME, "--dir", str(state_dir / "node"), "--nfs-server", NFS_SERVER],
+        cwd=ROOT, env=env)
 
 
 # --- up, down, status ------------------------------------------------------------------------

@@ -7,6 +7,10 @@ server reaches its kubelet API), renews its Lease in ``kube-node-lease`` and its
 every ``HEARTBEAT_SECONDS``, and runs the pods the scheduler binds to it as the process kubelet
 runs the fake cluster's (``node_kubelet.py``), serving their logs (``node_server.py``).
 
+``--nfs-server NAME`` makes this machine that NFS server: a volume ``nfs: {server: NAME, path:
+P}`` is this machine's directory ``P`` (the PFS of the tests: a PersistentVolume that the
+admission policy allows, where a hostPath is refused).
+
 On SIGTERM (or SIGINT) it reports the node NotReady (as a kubelet whose node shuts down does),
 stops every pod, removes their network namespaces, cgroups and files, and exits 0. The Node
 object stays, as a real kubelet leaves it. Prints ``ready <port>`` on stdout once the node is
@@ -44,6 +48,18 @@ HOST_IP = "127.0.0.1"
 LEASES = resources.ResourceType("leases", "lease", "Lease", "coordination.k8s.io", "v1")
 
 
+class HereExports(dict):
+    """The exports of NFS servers that are this machine: ``server:/path`` is ``/path``."""
+
+    def __init__(self, servers: list[str]):
+        super().__init__()
+        self.servers = set(servers)
+
+    def get(self, export: str, default=None):
+        server, _, path = export.partition(":")
+        return path if server in self.servers and os.path.isabs(path) else default
+
+
 class NodeAgent:
     def __init__(self, args: argparse.Namespace):
         self.args = args
@@ -51,7 +67,8 @@ class NodeAgent:
         self.rest = Rest(args.kubeconfig)
         self.mirror = Mirror(self.rest, self.name)
         settings = Settings(node_count=1, pod_start_seconds=0.0,
-                            crash_backoff_seconds=args.crash_backoff_seconds)
+                            crash_backoff_seconds=args.crash_backoff_seconds,
+                            nfs_exports=HereExports(args.nfs_server))
         self.api = NodeApi(self.rest, self.mirror, self.name, settings)
         self.stopping = threading.Event()
         self._since: dict[tuple[str, str], str] = {}  # (condition, status) -> first reported
@@ -197,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", default="64")
     parser.add_argument("--memory", default="64Gi")
     parser.add_argument("--pods", type=int, default=110)
+    parser.add_argument("--nfs-server", action="append", default=[], metavar="NAME",
+                        help="an NFS server whose exports are this machine's directories")
     parser.add_argument("--crash-backoff-seconds", type=float, default=1.0,
                         help="a failed container's restart delay (a kubelet's first is 10 s)")
     args = parser.parse_args(argv)

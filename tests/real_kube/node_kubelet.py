@@ -151,12 +151,17 @@ class NodeApi:
         self.kubelet_stops_pods = True
 
     def remove_terminated_pod(self, pod: dict) -> None:
-        """The kubelet's last word on a deleted pod whose containers have all stopped."""
+        """The kubelet's last word on a deleted pod whose containers have all stopped: its
+        final status (a Job's controller takes its tracking finalizer off a finished pod only,
+        and the agent forgets the pod once it is deleted), then the delete."""
         meta = pod["metadata"]
+        path = object_path(resources.PODS, meta["namespace"], meta["name"])
         try:
-            self.rest.call("DELETE", object_path(resources.PODS, meta["namespace"],
-                                                 meta["name"]),
-                           body={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
+            self.rest.call("PATCH", path + "/status",
+                           body={"metadata": {"uid": meta["uid"]}, "status": pod["status"]},
+                           content_type="application/merge-patch+json")
+            self.rest.call("DELETE", path, body={"gracePeriodSeconds": 0,
+                                                 "preconditions": {"uid": meta["uid"]}})
         except ApiException as exc:
             if exc.status not in (404, 409):  # gone already, or another pod by that name
                 log.warning("delete of pod %s/%s: %s %s", meta["namespace"], meta["name"],

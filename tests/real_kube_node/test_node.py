@@ -71,6 +71,14 @@ def spec(command: str, *, restart: str = "Never", **extra) -> dict:
                             "command": ["/bin/sh", "-c", command]}], **extra}
 
 
+def pod_gone(core, ns: str, name: str) -> bool:
+    try:
+        core.read_namespaced_pod(name, ns)
+    except client.ApiException as exc:
+        return exc.status == 404
+    return False
+
+
 def wait_pod(cluster, core, ns: str, name: str, check, timeout: float = 60):
     def found():
         try:
@@ -182,15 +190,29 @@ def test_a_deleted_pods_processes_are_gone(cluster, core, ns):
     started = time.monotonic()
     core.delete_namespaced_pod("sleeper", ns)  # its sh (PID 1) ignores SIGTERM: SIGKILL at 2 s
 
-    def gone():
-        try:
-            core.read_namespaced_pod("sleeper", ns)
-        except client.ApiException as exc:
-            return exc.status == 404
-        return False
-    cluster.wait(gone, 30, "the pod to go")
+    cluster.wait(lambda: pod_gone(core, ns, "sleeper"), 30, "the pod to go")
     assert 2 <= time.monotonic() - started < 20
     assert processes_naming(marker) == []
+
+
+def test_a_jobs_pod_deleted_while_it_initializes_fails_then_goes(cluster, core, api, ns):
+    """A Job's pods carry its tracking finalizer, which the Job controller takes off a
+    finished pod only: the kubelet reports a deleted pod Failed before its last delete."""
+    template = spec("true", initContainers=[{"name": "wait", "image": "debian:12",
+                                              "command": ["/bin/sh", "-c", "sleep 1000"]}])
+    client.BatchV1Api(api).create_namespaced_job(ns, {
+        "metadata": {"name": "initializing"},
+        "spec": {"backoffLimit": 0, "template": {"spec": template}}})
+    pod = cluster.wait(lambda: next(iter(core.list_namespaced_pod(
+        ns, label_selector="job-name=initializing").items), None), 30, "the Job's pod")
+    name = pod.metadata.name
+    wait_pod(cluster, core, ns, name, lambda p: (p.status.init_container_statuses or [
+        None])[0] is not None and p.status.init_container_statuses[0].state.running)
+    core.delete_namespaced_pod(name, ns, grace_period_seconds=1)
+
+    cluster.wait(lambda: pod_gone(core, ns, name), 30, "the pod to go")
+    client.BatchV1Api(api).delete_namespaced_job("initializing", ns,
+                                                 propagation_policy="Background")
 
 
 def test_an_on_failure_container_is_restarted(cluster, core, ns):

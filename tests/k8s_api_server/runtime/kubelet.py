@@ -546,6 +546,11 @@ class ProcessKubelet(Kubelet):
         if sandbox is not None:
             self._collect(pod, sandbox)
         if sandbox is None or not sandbox.runs:
+            if pod["status"].get("phase") not in ("Succeeded", "Failed"):
+                # It fails first, as a kubelet reports it: a Job's controller takes its
+                # tracking finalizer off a finished pod only.
+                self.set_phase(pod, "Failed", None, None)
+                return True
             self.api.remove_terminated_pod(pod)
             return False
         now = time.monotonic()
