@@ -363,7 +363,10 @@ class KubernetesBackend(Backend):
         status = (group or {}).get("status") or {}
         for condition in status.get("conditions") or []:
             if condition.get("type") == "Unschedulable" and condition.get("status") == "True":
-                return Observation(Status.WAITING, host=seen.host, reason=(
+                # Pending: its Queue has not taken the group in (Inqueue: it has, and
+                # only room on the nodes is missing).
+                return Observation(Status.WAITING, host=seen.host,
+                                   held=status.get("phase", "Pending") == "Pending", reason=(
                     f"waiting for Volcano to schedule all the job's pods at once "
                     f"({status.get('phase', 'Pending')}): {condition.get('message', '')}"
                 ).rstrip(": "))
@@ -442,9 +445,10 @@ class KubernetesBackend(Backend):
             workloads, _ = kube.list("Workload", meta["namespace"],
                                      selector=f"kueue.x-k8s.io/job-uid={meta['uid']}")
         except KubeError as exc:
-            return Observation(Status.WAITING, reason=f"waiting for Kueue to admit it ({exc})")
+            return Observation(Status.WAITING, held=True,
+                               reason=f"waiting for Kueue to admit it ({exc})")
         if not workloads:
-            return Observation(Status.WAITING, reason=(
+            return Observation(Status.WAITING, held=True, reason=(
                 "waiting for Kueue to see it (is Kueue installed, and its LocalQueue there?)"))
         workload = workloads[0]
         why = ""
@@ -454,7 +458,7 @@ class KubernetesBackend(Backend):
         position = kube.queue_position(meta["namespace"], LOCAL_QUEUE,
                                        workload["metadata"]["name"])
         where = "" if position is None else f", position {position + 1} in its ClusterQueue"
-        return Observation(Status.WAITING, reason=(
+        return Observation(Status.WAITING, held=True, reason=(
             f"waiting for Kueue to admit it{where}" + (f": {why}" if why else "")))
 
     # -- stopping ---------------------------------------------------------------------------

@@ -4,7 +4,10 @@ claim in each user namespace, and pods that a ``restricted`` namespace admits.""
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from django.utils import timezone
 from kubernetes import client
 
 from accounts.models import Datacenter
@@ -83,6 +86,42 @@ def test_kueue_admits_jobs_whole_and_the_portal_shows_where_one_waits(
 
     sync_until(first, lambda: state(first) == "succeeded", "the first job to end")
     sync_until(second, lambda: state(second) == "running", "Kueue to admit the second job")
+
+
+@pytest.mark.django_db
+def test_a_job_kueue_holds_is_not_timed_out_its_start_runs_from_kueues_admission(
+        kube, alice, datacenter, package, no_starts):
+    """Kueue holds the second job for longer than the datacenter's start timeout: it waits
+    (nothing of it runs, nothing to release), and its start timeout runs once Kueue lets it
+    go, as the first job's did."""
+    kueue_cluster_queue(kube, cpu="2")
+    choose(datacenter, kube_scheduler="kueue", kube_queue="team", start_timeout=3,
+           start_tries=1)
+    first = submit(alice, datacenter, package, name="first", cpu="1500m")
+    kube.controller.script_pods(f"{object_base(first)}-tr-*", lines=["training"],
+                                run_seconds=8, exit_code=0)
+    engine.job_launch(first.pk)
+    sync_until(first, lambda: state(first) == "running", "Kueue to admit the first job")
+
+    second = submit(alice, datacenter, package, name="second", cpu="1500m")
+    kube.controller.script_pods(f"{object_base(second)}-tr-*", lines=["training"],
+                                run_seconds=1, exit_code=0)
+    engine.job_launch(second.pk)
+    trainer = second.replicas.get()
+    sync_until(second, lambda: "insufficient" in reason(trainer), "the second job to wait")
+    held = time.monotonic()
+    while time.monotonic() - held < 5:  # past its start timeout, held all along
+        engine.job_sync(second.pk)
+        assert state(second) == "starting", second.state_reason
+        time.sleep(0.2)
+    assert engine.job_due(second) > timezone.now()  # looked at again, not timed out
+
+    sync_until(first, lambda: state(first) == "succeeded", "the first job to end")
+    sync_until(second, lambda: state(second) in ("running", "succeeded", "failed"),
+               "Kueue to admit the second job")
+    assert state(second) != "failed", second.state_reason
+    second.refresh_from_db()
+    assert second.requeues == 0
 
 
 # --- Volcano -------------------------------------------------------------------------------------
