@@ -89,6 +89,41 @@ def test_kueue_admits_jobs_whole_and_the_portal_shows_where_one_waits(
 
 
 @pytest.mark.django_db
+def test_kueue_admits_a_pserver_job_whole_or_none_of_it(kube, alice, datacenter, package,
+                                                          no_starts):
+    """Room in the ClusterQueue for the pservers but not for the trainers too: nothing of the
+    job runs (Kueue's integrations for the StatefulSet and the Job alone would admit the
+    pservers, which would hold their share while the trainers wait); with room for all of
+    it, all of it runs."""
+    kueue_cluster_queue(kube, cpu="2")
+    choose(datacenter, kube_scheduler="kueue", kube_queue="team")
+    job = submit(alice, datacenter, package, name="ps", trainers=2, pservers=1, cpu="1",
+                 pscpu="1")
+    kube.controller.script_pods(f"{object_base(job)}-tr-*", lines=["training"],
+                                run_seconds=1, exit_code=0)
+    engine.job_launch(job.pk)
+    trainer = job.replicas.filter(role="trainer").first()
+    sync_until(job, lambda: "insufficient" in reason(trainer), "the job to wait for quota")
+    assert reason(trainer).startswith("waiting for Kueue to admit it")
+    workloads = kube.store.list("workloads.kueue.x-k8s.io", NS)
+    assert [w["metadata"]["name"] for w in workloads] == [object_base(job)]  # one, whole
+    assert sorted(s["count"] for s in workloads[0]["spec"]["podSets"]) == [1, 2]
+    pods = [p for p in kube.store.list("pods", NS)
+            if p["metadata"]["name"].startswith(object_base(job))]
+    assert len(pods) == 3 and all(p["spec"].get("schedulingGates") and not
+                                  p["spec"].get("nodeName") for p in pods)  # none runs
+
+    with kube.api_client() as api:
+        client.CustomObjectsApi(api).patch_cluster_custom_object(
+            *KUEUE, "clusterqueues", "team", {"spec": {"resourceGroups": [{
+                "coveredResources": ["cpu", "memory"],
+                "flavors": [{"name": "default", "resources": [
+                    {"name": "cpu", "nominalQuota": "3"},
+                    {"name": "memory", "nominalQuota": "64Gi"}]}]}]}})
+    sync_until(job, lambda: state(job) == "succeeded", "the whole job to run and succeed")
+
+
+@pytest.mark.django_db
 def test_a_job_kueue_holds_is_not_timed_out_its_start_runs_from_kueues_admission(
         kube, alice, datacenter, package, no_starts):
     """Kueue holds the second job for longer than the datacenter's start timeout: it waits
