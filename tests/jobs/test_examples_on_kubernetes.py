@@ -200,11 +200,14 @@ def wait_for_line(job: Job, text: str, worker: str = "node_0/train.log",
         time.sleep(0.1)
 
 
-def trainer_pod(cluster: Cluster, job: Job, index: int = 0) -> client.V1Pod:
+def job_pods(cluster: Cluster, job: Job) -> list[client.V1Pod]:
     core, namespace = cluster.core(), job_namespace(job.datacenter, job.owner.username)
-    pods = core.list_namespaced_pod(namespace, label_selector=f"paddlecloud.org/job-uid="
+    return core.list_namespaced_pod(namespace, label_selector=f"paddlecloud.org/job-uid="
                                                               f"{job.uid}").items
-    return next(p for p in pods if p.metadata.annotations.get(
+
+
+def trainer_pod(cluster: Cluster, job: Job, index: int = 0) -> client.V1Pod:
+    return next(p for p in job_pods(cluster, job) if p.metadata.annotations.get(
         "batch.kubernetes.io/job-completion-index") == str(index)
         and p.status.phase == "Running")
 
