@@ -31,6 +31,8 @@ UPLOAD_PREFIX = ".pfs-upload-"
 JOBS_DIR = "jobs"
 OUTPUT_DIR = "output"
 OUTPUT_MARKER = ".paddlecloud-job"  # in the output directory: the uid of the job it is for
+# In the output directory (Kubernetes): which of a collective job's trainers have succeeded.
+PEERS_ENDED_DIR = ".paddlecloud-ended"
 SITE_PACKAGES_PREFIX = ".site-packages-"
 METRICS_FILE = "metrics.jsonl"
 PSERVER_METRICS_FILE = "server-metrics.jsonl"  # trainer 0 and pserver 0 share node_0

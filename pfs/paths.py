@@ -17,6 +17,7 @@ from pathlib import Path
 from paddlecloud.errors import ForbiddenError, NotFoundError, ValidationError
 from paddlecloud_core.layout import (
     OUTPUT_MARKER,
+    PEERS_ENDED_DIR,
     PfsPath,
     PfsPathError,
     pfs_home,
@@ -29,8 +30,9 @@ __all__ = ["PfsPath", "pfs_area_root", "pfs_check_access", "pfs_path_parse", "pf
 
 def pfs_shown(rel: tuple[str, ...]) -> bool:
     """Whether a listing or a directory's download shows the entry at ``rel``: not the files
-    PaddleCloud keeps for itself (the marker naming the job an output directory is for)."""
-    return not rel or rel[-1] != OUTPUT_MARKER
+    PaddleCloud keeps for itself (the marker naming the job an output directory is for, and
+    what its trainers on Kubernetes say of each other: ``PADDLECLOUD_PEERS_ENDED``)."""
+    return not rel or (rel[-1] != OUTPUT_MARKER and PEERS_ENDED_DIR not in rel)
 
 
 def pfs_path_parse(text: str, *, field: str = "path") -> PfsPath:

@@ -80,6 +80,8 @@ def _remove_managed(core, selector: str, timeout: float = 60) -> None:
     for kind_name in left():
         kind, name = kind_name.split("/")
         try:
+            if kind == "namespace":
+                _empty_claims(core, name, timeout)
             (core.delete_namespace if kind == "namespace" else core.delete_persistent_volume)(
                 name, propagation_policy="Background")
         except ApiException as exc:
@@ -105,3 +107,16 @@ def on_kubernetes(datacenter, settings, kubeconfig, kube_volume: dict, *, timeou
     finally:
         pod_caches_stop()
         kube_forget()
+
+
+def _empty_claims(core, namespace: str, timeout: float) -> None:
+    """Delete the namespace's pods (no grace: the test is over) and claims, and wait until they
+    are gone. Left to the namespace controller, a claim held by its ``pvc-protection``
+    finalizer sends the namespace round the controller's back-off: 11 s a test, 6 s so."""
+    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    core.delete_collection_namespaced_persistent_volume_claim(namespace)
+    deadline = time.monotonic() + timeout
+    while (core.list_namespaced_pod(namespace).items
+           or core.list_namespaced_persistent_volume_claim(namespace).items):
+        assert time.monotonic() < deadline, f"{namespace}'s pods or claims are still there"
+        time.sleep(0.1)

@@ -1,8 +1,9 @@
 """The examples trained through the portal, its real Celery worker and the Kubernetes backend,
 on a cluster whose pods really run: the fake API server with its process kubelet (every pod a
-process tree in its own network namespace, with cluster DNS and its volumes), or a real
-cluster when ``PADDLECLOUD_TEST_KUBECONFIG`` names one (``real_kubernetes``; the pods then run
-``PADDLECLOUD_TEST_IMAGE`` and see the PFS at ``PADDLECLOUD_TEST_KUBE_PFS``).
+process tree in its own network namespace, with cluster DNS and its volumes), and the real
+control plane (``real_kubernetes``: the ``real_kube`` fixture's API server, controllers and
+scheduler, as the portal's ServiceAccount, its pods run by the node agent, which runs them as
+the process kubelet does, on this machine, with the PFS an NFS volume it serves from here).
 
 The objects are the ones the backend makes for a real cluster; nothing here changes them."""
 
@@ -22,24 +23,30 @@ from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_kill, job_submit
 from paddlecloud_core.contract import job_namespace
-from tests.kube import on_kubernetes, pfs_volume
+from tests.real_kube.node_kubelet import signal_container
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-REAL_KUBECONFIG = os.environ.get("PADDLECLOUD_TEST_KUBECONFIG")
 CLUSTERS = ["process-kubelet",
-            pytest.param("real-kubernetes", marks=[
-                pytest.mark.real_kubernetes,
-                pytest.mark.skipif(not REAL_KUBECONFIG, reason="no PADDLECLOUD_TEST_KUBECONFIG")])]
+            pytest.param("real-kubernetes", marks=pytest.mark.real_kubernetes)]
 FINAL = ("succeeded", "failed", "killed")
 
 
 class Cluster:
     """Where the job's pods run, and how a test reaches them."""
 
-    def __init__(self, kubeconfig: str, image: str | None, fake=None):
+    def __init__(self, kubeconfig: str, fake=None):
         self.kubeconfig = kubeconfig
-        self.image = image
         self.fake = fake  # the FakeKubernetes, when it is the fake
+
+    def signal_container(self, pod: client.V1Pod, signum: int) -> None:
+        """Send ``signum`` to the pod's running container's PID 1, as a node's OOM killer
+        would: on the fake through its controls, on the real cluster from this machine, where
+        the node agent runs it as a process."""
+        if self.fake is not None:
+            self.fake.controller.signal_container(pod.metadata.namespace, pod.metadata.name,
+                                                  signum)
+        else:
+            signal_container(pod.metadata.uid, pod.spec.containers[0].name, signum)
 
     def core(self) -> client.CoreV1Api:
         from kubernetes import config
@@ -54,13 +61,10 @@ def cluster(request, datacenter, pfs_home, settings):
     if request.param == "process-kubelet":
         request.getfixturevalue("kube_pods_datacenter")
         fake = request.getfixturevalue("k8s_cluster")
-        yield Cluster(str(fake.kubeconfig_path), None, fake)
+        yield Cluster(str(fake.kubeconfig_path), fake)
         return
-    # The real cluster's nodes see the test's PFS root at the same path (PADDLECLOUD_TEST_KUBE_PFS
-    # puts it under a directory they mount).
-    with on_kubernetes(datacenter, settings, REAL_KUBECONFIG, pfs_volume(pfs_home.parents[1]),
-                       timeout=5):
-        yield Cluster(REAL_KUBECONFIG, os.environ.get("PADDLECLOUD_TEST_IMAGE"))
+    request.getfixturevalue("real_kube_datacenter")
+    yield Cluster(str(request.getfixturevalue("real_kube").admin_kubeconfig))
 
 
 def submit(cluster: Cluster, alice, datacenter, pfs_home, example: str, **fields) -> Job:
@@ -68,8 +72,6 @@ def submit(cluster: Cluster, alice, datacenter, pfs_home, example: str, **fields
                     ignore=shutil.ignore_patterns("__pycache__"))
     spec = json.loads((EXAMPLES / example / "job.json").read_text())
     spec["package"] = f"/pfs/datacenter1/home/alice/{example}"
-    if cluster.image:
-        spec["image"] = cluster.image
     spec.update(fields)
     return job_submit(alice, datacenter, spec).job
 
@@ -139,6 +141,8 @@ def test_the_parameter_server_example_trains_with_two_pservers_and_three_trainer
     assert losses[-1] < losses[0] / 10, losses
 
 
+# Fake only: holding a pod in ContainerCreating on demand is a control of the fake's (a real
+# node cannot be told to); on the real cluster the trainers' wait is shown by the next test.
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("cluster", ["process-kubelet"], indirect=True)
 def test_trainers_wait_for_pservers_that_start_late(cluster, celery_worker, alice, datacenter,
@@ -184,8 +188,6 @@ def stepper(cluster: Cluster, alice, datacenter, pfs_home, **fields) -> Job:
     spec = {"name": "stepper", "package": "/pfs/datacenter1/home/alice/stepper",
             "entry": "python train.py", "trainers": 1, "cpu": "500m", "pscpu": "500m",
             **fields}
-    if cluster.image:
-        spec["image"] = cluster.image
     return job_submit(alice, datacenter, spec).job
 
 
@@ -198,17 +200,19 @@ def wait_for_line(job: Job, text: str, worker: str = "node_0/train.log",
         time.sleep(0.1)
 
 
-def trainer_pod(cluster: Cluster, job: Job, index: int = 0) -> client.V1Pod:
+def job_pods(cluster: Cluster, job: Job) -> list[client.V1Pod]:
     core, namespace = cluster.core(), job_namespace(job.datacenter, job.owner.username)
-    pods = core.list_namespaced_pod(namespace, label_selector=f"paddlecloud.org/job-uid="
+    return core.list_namespaced_pod(namespace, label_selector=f"paddlecloud.org/job-uid="
                                                               f"{job.uid}").items
-    return next(p for p in pods if p.metadata.annotations.get(
+
+
+def trainer_pod(cluster: Cluster, job: Job, index: int = 0) -> client.V1Pod:
+    return next(p for p in job_pods(cluster, job) if p.metadata.annotations.get(
         "batch.kubernetes.io/job-completion-index") == str(index)
         and p.status.phase == "Running")
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("cluster", ["process-kubelet"], indirect=True)
 def test_trainers_wait_until_their_pservers_accept_connections(cluster, celery_worker, alice,
                                                                datacenter, pfs_home):
     """A pserver with an address may not listen yet (loading its model): the trainers' pods
@@ -235,13 +239,8 @@ def test_a_trainer_killed_mid_run_is_restarted_within_its_limit(cluster, celery_
                                                                  datacenter, pfs_home):
     job = stepper(cluster, alice, datacenter, pfs_home, restart_limit=1, env={"STEPS": "25"})
     wait_for_line(job, "step 3 ")
-    pod = trainer_pod(cluster, job)
-    if cluster.fake is not None:  # the trainer's processes are killed, as by the OOM killer
-        cluster.fake.controller.signal_container(pod.metadata.namespace, pod.metadata.name,
-                                                 signal.SIGKILL)
-    else:  # a real cluster: the pod is deleted at once
-        cluster.core().delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                             grace_period_seconds=0)
+    # The trainer's processes are killed, as by the OOM killer.
+    cluster.signal_container(trainer_pod(cluster, job), signal.SIGKILL)
     wait_for(job, FINAL, timeout=120)
     trainer = job.replicas.get()
     assert (job.state, trainer.state, trainer.restarts) == ("succeeded", "succeeded", 1), \
@@ -280,6 +279,9 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+# Fake only: it reads the process kubelet's sandboxes and network namespaces in this process;
+# the node agent's own test shows a deleted pod's processes gone on the real cluster
+# (tests/real_kube_node/test_node.py::test_a_deleted_pods_processes_are_gone).
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("cluster", ["process-kubelet"], indirect=True)
 def test_a_killed_job_leaves_no_process_behind(cluster, celery_worker, alice, datacenter,

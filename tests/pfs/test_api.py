@@ -1042,9 +1042,11 @@ def test_download_through_links_and_what_is_not_a_file(pfs, home):
 def test_a_jobs_output_is_listed_and_downloadable(pfs, home):
     log = b"epoch 1 loss 0.5\nepoch 2 loss 0.25\n"
     plant(home, {"jobs/j1/output/node_0/train.log": log,
-                 "jobs/j1/output/.paddlecloud-job": b"its job's uid"})
+                 "jobs/j1/output/.paddlecloud-job": b"its job's uid",
+                 "jobs/j1/output/.paddlecloud-ended/0/j1-tr-0.svc": b""})
 
-    # The marker that tells whose output it is is PaddleCloud's: not listed.
+    # The marker that tells whose output it is is PaddleCloud's, as is what a collective
+    # job's trainers on Kubernetes say of each other (run.sh): not listed.
     assert pfs.names("jobs/j1/output", recursive=True) == ["node_0", "node_0/train.log"]
     assert pfs.names("jobs/j1/output") == ["node_0"]
     assert pfs.names("jobs/j1", recursive=True) == [

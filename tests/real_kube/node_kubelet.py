@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import datetime
 import logging
+import os
 import queue
 import threading
 import time
+from pathlib import Path
 
 from kubernetes.client.exceptions import ApiException
 
@@ -38,6 +40,7 @@ from tests.k8s_api_server import resources
 from tests.k8s_api_server.config import Settings
 from tests.k8s_api_server.kubelet import _terminated
 from tests.k8s_api_server.logs import LogStore
+from tests.k8s_api_server.runtime.container import CGROUP_PARENT, MEMORY_CGROUP
 from tests.k8s_api_server.runtime.kubelet import ProcessKubelet
 from tests.k8s_api_server.store import json_copy
 
@@ -383,3 +386,26 @@ def expose_host_port(api_client, host_port: int, *, namespace: str, service: str
             raise TimeoutError(f"no node agent wrote the EndpointSlice of {namespace}/{service}")
         time.sleep(0.1)
     return f"http://{service}.{namespace}.svc" + ("" if port == 80 else f":{port}")
+
+
+def signal_container(pod_uid: str, container: str, signum: int) -> None:
+    """``FakeKubernetes.controller.signal_container`` on the agent's node: send ``signum`` to
+    the PID 1 of the pod's latest run of ``container`` (as a node's OOM killer would), which is
+    a process of this machine. Found through its memory cgroup, which the kubelet names by the
+    pod's uid, the container and its restart count; its PID 1 is the process whose pid in its
+    own namespace is 1."""
+    runs = sorted(MEMORY_CGROUP.glob(f"{CGROUP_PARENT}/*-{pod_uid}-{container}-*"),
+                  key=lambda path: int(path.name.rsplit("-", 1)[1]))
+    if not runs:
+        raise ValueError(f"no run of container {container} of pod {pod_uid} on this machine")
+    for pid in (runs[-1] / "cgroup.procs").read_text().split():
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        nspids = next(line.split()[1:] for line in status.splitlines()
+                      if line.startswith("NSpid:"))
+        if len(nspids) > 1 and nspids[-1] == "1":
+            os.kill(int(pid), signum)
+            return
+    raise ValueError(f"container {container} of pod {pod_uid} is not running")

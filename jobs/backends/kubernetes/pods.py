@@ -60,6 +60,7 @@ from .scripts import (
     LOG_ENV,
     PACKAGE_ENV,
     PEERS_ARGUMENT,
+    PEERS_ENDED_ENV,
     PEERS_ENV,
     PEERS_LISTENING_ENV,
     REQUIREMENTS_LOG_ENV,
@@ -342,6 +343,14 @@ def kueue_pod_group(job) -> bool:
     return job.datacenter.kube_scheduler == "kueue" and bool(job.pservers)
 
 
+def peers_ended(job, first_attempt: int) -> str:
+    """``PADDLECLOUD_PEERS_ENDED`` of a collective job's trainers: where those that succeeded
+    say so, in the job's output, one directory per trainers' Job (``first_attempt`` tells
+    them apart: a success of an earlier Job, whose trainers were all restarted since, is
+    not this one's)."""
+    return literal(f"{paths(job).output}/{layout.PEERS_ENDED_DIR}/{first_attempt}")
+
+
 def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
                  first_attempt: int = 0) -> dict:
     """A pod of ``role``: two init containers, ``setup`` (``init.sh``: the package copied
@@ -372,6 +381,8 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
                 PEERS_ENV: peers_template(job, role, namespace)}
     if listening := peers_listening(job, role, namespace):
         defaults[PEERS_LISTENING_ENV] = listening
+    if role == TRAINER and not job.pservers:
+        defaults[PEERS_ENDED_ENV] = peers_ended(job, first_attempt)
     env = _with_defaults(role_env(job, role, namespace), defaults)
     peers = {
         "name": "peers",

@@ -29,6 +29,7 @@ PIP_INSTALL = ("-m", "pip", "install", "--disable-pip-version-check", "--no-inpu
 LOG_ENV = "PADDLECLOUD_LOG"
 PEERS_ENV = "PADDLECLOUD_PEERS"
 PEERS_LISTENING_ENV = "PADDLECLOUD_PEERS_LISTENING"
+PEERS_ENDED_ENV = "PADDLECLOUD_PEERS_ENDED"
 # The init container that waits for the peers runs ``run.sh`` with this one argument.
 PEERS_ARGUMENT = "--peers"
 
@@ -174,13 +175,20 @@ RUN_SCRIPT = r"""# paddlecloud run.sh: runs the job's entry (every pod's main co
 #   PADDLECLOUD_PEERS          host:port,… of the replicas this one talks to (itself included)
 #   PADDLECLOUD_PEERS_LISTENING  host:port,… of those that listen before this one starts
 #   PADDLECLOUD_PEERS_TIMEOUT  how long to wait for them (default 600 s)
+#   PADDLECLOUD_PEERS_ENDED    a directory (a collective job's trainers'): a replica whose
+#                              entry exited 0 leaves a file named by its host there, and a
+#                              peer named there is not waited for
 #
 # Peers first. A replica's DNS name exists only once its pod has an IP, and PaddlePaddle looks a
 # name up once and fails, and a trainer that cannot reach its pservers at once gives up: so the
 # init container waits until every peer's name resolves and every listening peer accepts a
 # connection (or fails, after PADDLECLOUD_PEERS_TIMEOUT seconds, naming the peer), saying what
 # it waits for in the replica's log; the pod stays in its init phase meanwhile, which the portal
-# shows. The main container waits for the addresses again (at once, unless a peer's pod was
+# shows. A finished pod leaves DNS (it is in no EndpointSlice any more): a collective job's
+# trainer that starts after a peer has succeeded (its pod was started later than that peer's
+# whole run) would wait for it for ever; so a replica whose entry exits 0 says so in
+# PADDLECLOUD_PEERS_ENDED, and its peers go on without its address (its name stays).
+# The main container waits for the addresses again (at once, unless a peer's pod was
 # replaced meanwhile). Then the variables that name
 # replicas (@ENDPOINT_VARIABLES@) are written with the peers'
 # addresses, as PaddlePaddle compares them with POD_IP, the pod's IP: a pserver finds its own
@@ -259,6 +267,11 @@ wait_for_peers() {
         waited=
         while capture address address_of "$host" && [ -z "$address" ]; do
             case $stopping in TERM) exit 143 ;; INT) exit 130 ;; esac  # stopped meanwhile
+            if [ -n "${PADDLECLOUD_PEERS_ENDED:-}" ] && [ -e "$PADDLECLOUD_PEERS_ENDED/$host" ]
+            then
+                say "$host has ended: not waiting for its address"
+                break
+            fi
             capture now date +%s
             if [ "$now" -ge "$deadline" ]; then
                 say "$host has no address after ${timeout}s: is its pod running?"
@@ -320,7 +333,9 @@ with_addresses() {
         case $rest in *,*) rest=${rest#*,} ;; *) rest= ;; esac
         host=${item%:*}
         port=${item#"$host"}
-        case $peer_hosts in *",$host,"*) capture host address_of "$host" ;; esac
+        case $peer_hosts in  # a peer that has ended has no address: its name stays
+        *",$host,"*) capture address address_of "$host" && host=${address:-$host} ;;
+        esac
         result="${result:+$result,}$host$port"
     done
 }
@@ -354,7 +369,16 @@ run_entry() {
     exec 8>&-
     wait "$tee_pid"
     rm -f "$fifo"
+    [ "$code" -ne 0 ] || ended
     exit "$code"
+}
+
+# Tell the peers still to start that this replica has succeeded (PADDLECLOUD_PEERS_ENDED): its
+# host is the first of PADDLECLOUD_PEERS.
+ended() {
+    [ -n "${PADDLECLOUD_PEERS_ENDED:-}" ] || return 0
+    own=${PADDLECLOUD_PEERS%%,*}
+    { mkdir -p "$PADDLECLOUD_PEERS_ENDED" && : >"$PADDLECLOUD_PEERS_ENDED/${own%:*}"; } || :
 }
 
 main() {

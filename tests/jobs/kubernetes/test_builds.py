@@ -35,14 +35,19 @@ def registry(tmp_path):
         yield server
 
 
+def with_build_registry(datacenter, registry, alice):
+    """``datacenter`` building into ``registry``, where alice pushes as ``builds``."""
+    datacenter.build_registry = f"{registry.host}/paddlecloud"
+    datacenter.build_registry_insecure = True
+    datacenter.save()
+    registry_create(alice, datacenter, {"name": "builds", "server": registry.host,
+                                        "username": "alice", "password": "s3cret"})
+    return datacenter
+
+
 @pytest.fixture
 def build_datacenter(kube_datacenter, registry, alice, pfs_home):
-    kube_datacenter.build_registry = f"{registry.host}/paddlecloud"
-    kube_datacenter.build_registry_insecure = True
-    kube_datacenter.save()
-    registry_create(alice, kube_datacenter, {"name": "builds", "server": registry.host,
-                                             "username": "alice", "password": "s3cret"})
-    return kube_datacenter
+    return with_build_registry(kube_datacenter, registry, alice)
 
 
 def package(pfs_home, name: str = "pkg", requirements: str = "six==1.16.0\n") -> str:
@@ -243,3 +248,37 @@ def test_killing_the_only_job_waiting_for_a_build_cancels_it(
     assert job.state == "killed"
     build = Build.objects.get()
     assert (build.state, build.reason) == ("failed", Build.CANCELLED)
+
+
+@pytest.mark.real_kubernetes
+@pytest.mark.django_db(transaction=True)
+def test_the_real_api_server_takes_the_builders_objects_and_its_node_runs_the_builder(
+        real_kube_datacenter, registry, celery_worker, alice, pfs_home, real_kube):
+    """On the real control plane, as the portal's ServiceAccount with the admission policy
+    and Pod Security enforced: the builder's Job and its Dockerfile's ConfigMap are created in
+    the namespace the backend made, the real Job controller and scheduler start its pod and the
+    node agent runs it. The node runs this machine's programs, which have no BuildKit: the
+    build fails, and the job with the builder's last lines (what a user sees of a broken
+    builder image)."""
+    from kubernetes import client
+
+    from tests.real_kube.control_plane import api_client
+
+    datacenter = with_build_registry(real_kube_datacenter, registry, alice)
+    job = wait_for(submit(alice, datacenter, package(pfs_home), "built"), FINAL, timeout=120)
+    assert job.state == "failed"
+    assert job.state_reason.startswith("building its runtime image failed: the builder failed"), \
+        job.state_reason
+    assert "buildctl-daemonless.sh" in job.state_reason, job.state_reason
+    build = Build.objects.get()
+    with api_client(real_kube.admin_kubeconfig) as admin:
+        selector = f"paddlecloud.org/build={build.uid}"
+        [builder] = client.BatchV1Api(admin).list_namespaced_job(
+            "paddle-alice", label_selector=selector).items
+        [pod] = client.CoreV1Api(admin).list_namespaced_pod(
+            "paddle-alice", label_selector=selector).items
+        [dockerfile] = client.CoreV1Api(admin).list_namespaced_config_map(
+            "paddle-alice", label_selector=selector).items
+    assert pod.spec.node_name == "node-1" and pod.status.phase == "Failed"
+    assert pod.spec.containers[0].command == ["buildctl-daemonless.sh"]
+    assert dockerfile.metadata.owner_references[0].uid == builder.metadata.uid

@@ -77,7 +77,12 @@ def test_every_index_gets_the_contract_environment(make_job):
             expected.pop("POD_IP")
             runtime = {name: env.pop(name) for name in RUNTIME_ENV}
             listening = env.pop("PADDLECLOUD_PEERS_LISTENING", "")
+            ended = env.pop("PADDLECLOUD_PEERS_ENDED", None)
             assert env == expected, (role, index)
+            # A collective job's trainers say they succeeded, in the output (run.sh).
+            collective = role == "trainer" and not job.pservers
+            assert ended == (f"{job_paths.output}/.paddlecloud-ended/0" if collective
+                             else None)
             assert runtime["PADDLECLOUD_LOG"] == (
                 f"{job_paths.output}/{log_relpath(role, index)}")
             # run.sh waits for itself and the pservers, or a collective job's trainers.

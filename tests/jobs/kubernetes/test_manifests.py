@@ -109,6 +109,8 @@ FIT_TRAINER_ENV = [
         {"name": "PADDLECLOUD_PEERS",  # itself, then the trainers
          "value": f"$(PADDLE_CURRENT_ENDPOINT),fit-a-line-0a1b2-tr-0.{FIT_HOSTS}"
                   f":6170,fit-a-line-0a1b2-tr-1.{FIT_HOSTS}:6170"},
+        {"name": "PADDLECLOUD_PEERS_ENDED",  # those that succeeded, for the others to know
+         "value": "/pfs/dc1/home/alice/jobs/fit-a-line/output/.paddlecloud-ended/0"},
 ]
 FIT_POD_SECURITY = {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True,
                     "seccompProfile": {"type": "RuntimeDefault"}}

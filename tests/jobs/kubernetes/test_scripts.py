@@ -339,3 +339,28 @@ def test_a_peer_that_never_resolves_fails_the_pod_naming_it(tmp_path, scripts):
                        "paddlecloud: ps-0.nowhere.invalid has no address after 2s: is its pod "
                        "running?\n")
     assert train_log(tmp_path) == pod_log  # the archived log says why, too
+
+
+def test_a_peer_that_has_ended_is_not_waited_for_and_a_success_says_so(tmp_path, scripts):
+    """A collective job's trainer whose pod starts after a peer's whole run: the peer's pod has
+    left DNS, its file in PADDLECLOUD_PEERS_ENDED says it succeeded, and the entry starts
+    without its address (its name stays). A replica whose entry exits 0 leaves its own file
+    there; one that fails leaves none (it will run again)."""
+    ended = tmp_path / "output" / ".paddlecloud-ended" / "0"
+    ended.mkdir(parents=True)
+    (ended / "tr-0.nowhere.invalid").touch()
+    peers = "localhost:6170,tr-0.nowhere.invalid:6170"
+    replica = run(scripts, tmp_path, "echo $PADDLE_TRAINER_ENDPOINTS", PADDLECLOUD_PEERS=peers,
+                  PADDLE_TRAINER_ENDPOINTS=peers, PADDLECLOUD_PEERS_ENDED=str(ended),
+                  PADDLECLOUD_PEERS_TIMEOUT="30")
+    pod_log, _ = replica.communicate(timeout=30)
+    assert replica.returncode == 0, pod_log
+    assert pod_log == ("paddlecloud: tr-0.nowhere.invalid has ended: not waiting for its "
+                       "address\n127.0.0.1:6170,tr-0.nowhere.invalid:6170\n")
+    assert sorted(p.name for p in ended.iterdir()) == ["localhost", "tr-0.nowhere.invalid"]
+
+    failed = tmp_path / "failed"
+    replica = run(scripts, tmp_path, "exit 3", PADDLECLOUD_PEERS="localhost:6170",
+                  PADDLECLOUD_PEERS_ENDED=str(failed))
+    replica.communicate(timeout=30)
+    assert replica.returncode == 3 and not failed.exists()

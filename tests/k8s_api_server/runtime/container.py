@@ -26,6 +26,7 @@ from pathlib import Path
 # Host directories a container never sees as they are on the host.
 _OWN = {"proc", "dev", "sys", "tmp", "run", "lost+found"}
 MEMORY_CGROUP = Path("/sys/fs/cgroup/memory")
+CGROUP_PARENT = "paddlecloud-fake"  # where the containers' cgroups are, in MEMORY_CGROUP
 TOOLS = {tool: shutil.which(tool) or tool for tool in ("nsenter", "bwrap", "setpriv")}
 
 
@@ -146,7 +147,7 @@ class Cgroup:
     """A v1 memory cgroup for one container run, holding ``memory_limit`` bytes."""
 
     def __init__(self, name: str, memory_limit: int | None):
-        self.path = MEMORY_CGROUP / "paddlecloud-fake" / name
+        self.path = MEMORY_CGROUP / CGROUP_PARENT / name
         self.path.mkdir(parents=True, exist_ok=True)
         if memory_limit:
             (self.path / "memory.limit_in_bytes").write_text(str(memory_limit))
@@ -195,7 +196,7 @@ def _remove_cgroup(path: Path) -> bool:
 def sweep_cgroups(doomed) -> None:
     """Remove the container cgroups whose names ``doomed(name)`` (a stopping cluster's, or
     those of a cluster whose process died), and the parent cgroup once empty."""
-    parent = MEMORY_CGROUP / "paddlecloud-fake"
+    parent = MEMORY_CGROUP / CGROUP_PARENT
     if not parent.is_dir():
         return
     for child in parent.iterdir():
