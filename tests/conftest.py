@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import importlib
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -250,22 +248,10 @@ def celery_worker():
     pod_caches_stop()
 
 
-# A directory a real cluster's nodes also see, at the same path (kind: an extraMount): the
-# PFS roots of tests against a real cluster go there, so that its pods find their files.
-KUBE_PFS = os.environ.get("PADDLECLOUD_TEST_KUBE_PFS")
-
-
 @pytest.fixture
 def fresh_pfs_root(tmp_path) -> Path:
-    """A fresh PFS root: in the test's tmp_path, or under PADDLECLOUD_TEST_KUBE_PFS (removed
-    after the test) when that names one."""
-    if not KUBE_PFS:
-        yield tmp_path / "pfs"
-        return
-    root = Path(tempfile.mkdtemp(prefix=f"{tmp_path.name}-", dir=KUBE_PFS))
-    os.chmod(root, 0o755)  # noqa: S103 (pods of any user read their way down to the homes)
-    yield root / "pfs"
-    shutil.rmtree(root, ignore_errors=True)
+    """A fresh PFS root, in the test's tmp_path."""
+    return tmp_path / "pfs"
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ the Celery tasks call it."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -91,8 +90,7 @@ def driver(request, datacenter, settings, pfs_home, monkeypatch, held_tasks):
 def submit(driver, alice, datacenter, program: dict, **fields) -> Job:
     job = job_submit(alice, datacenter, {"name": "contract", "entry": "python train.py",
                                          "package": "/pfs/datacenter1/home/alice/pkg",
-                                         "image": os.environ.get("PADDLECLOUD_TEST_IMAGE",
-                                                                 "python:3.11-slim"), **program,
+                                         "image": "python:3.11-slim", **program,
                                          **fields}).job
     engine.job_launch(job.pk)
     return job

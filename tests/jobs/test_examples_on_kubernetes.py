@@ -305,14 +305,3 @@ def test_a_killed_job_leaves_no_process_behind(cluster, celery_worker, alice, da
     assert [pid for pid in processes if _alive(pid)] == []
     assert kubelet.sandboxes == {}
     assert kubelet.network.namespaces() == [kubelet.network.node_ns]
-
-
-def test_pfs_roots_go_where_a_real_clusters_nodes_see_them(request, monkeypatch, tmp_path):
-    """With PADDLECLOUD_TEST_KUBE_PFS (a directory kind mounts into its node at the same path),
-    each test's PFS root is a fresh directory under it, so the cluster's pods find the files."""
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    monkeypatch.setattr("tests.conftest.KUBE_PFS", str(shared))
-    root = request.getfixturevalue("fresh_pfs_root")
-    assert root.name == "pfs" and root.parent.parent == shared
-    assert oct(root.parent.stat().st_mode & 0o777) == "0o755"
