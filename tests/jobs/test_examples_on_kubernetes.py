@@ -1,9 +1,9 @@
 """The examples trained through the portal, its real Celery worker and the Kubernetes backend,
-on a cluster whose pods really run: the fake API server with its process kubelet (every pod a
-process tree in its own network namespace, with cluster DNS and its volumes), and the real
-control plane (``real_kubernetes``: the ``real_kube`` fixture's API server, controllers and
-scheduler, as the portal's ServiceAccount, its pods run by the node agent, which runs them as
-the process kubelet does, on this machine, with the PFS an NFS volume it serves from here).
+on the real control plane (``real_kubernetes``: the ``real_kube`` fixture's API server,
+controllers and scheduler, as the portal's ServiceAccount, its pods run by the node agent,
+which runs them as the fake's process kubelet does, on this machine, every pod a process tree
+in its own network namespace with cluster DNS, the PFS an NFS volume it serves from here); the
+fake API server with its process kubelet only where a test needs its controls.
 
 The objects are the ones the backend makes for a real cluster; nothing here changes them."""
 
@@ -26,8 +26,9 @@ from paddlecloud_core.contract import job_namespace
 from tests.real_kube.node_kubelet import signal_container
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-CLUSTERS = ["process-kubelet",
-            pytest.param("real-kubernetes", marks=pytest.mark.real_kubernetes)]
+# The examples train on the real control plane; the fake cluster (its process kubelet) only
+# for what needs its controls (pods held on demand, its kubelet's own bookkeeping).
+CLUSTERS = [pytest.param("real-kubernetes", marks=pytest.mark.real_kubernetes)]
 FINAL = ("succeeded", "failed", "killed")
 
 
