@@ -375,6 +375,8 @@ def _observe(job, backend, replica) -> bool:
         return False
     if seen.status == Status.WAITING:
         _waiting(job, replica, seen.reason)
+        if seen.held:
+            _held(job)
         return False
     if seen.status == Status.NOT_STARTED:
         # A restart was recorded but its start was cut off: start it now.
@@ -497,6 +499,16 @@ def _waiting(job, replica, reason: str) -> None:
             Job.objects.filter(pk=job.pk, state=JobState.STARTING).update(
                 state_reason=f"{replica.name}: {reason}")
         job_changed(job.pk)
+
+
+def _held(job) -> None:
+    """The cluster's own queue holds the starting job (Kueue, Volcano): its start begins when
+    that queue lets it go, so its start timeout runs from then, not from the portal's
+    admission. A held job is looked at again when its start timeout would have passed."""
+    if job.state == JobState.STARTING:
+        now = timezone.now()
+        Job.objects.filter(pk=job.pk, state=JobState.STARTING).update(admitted_at=now)
+        job.admitted_at = now
 
 
 def job_fail(job, reason: str) -> None:

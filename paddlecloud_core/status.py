@@ -30,3 +30,6 @@ class Observation:
     # It ended because the cluster took it away (evicted, preempted, its node lost), not for
     # anything it did: its restart is not counted against the job's limit.
     disrupted: bool = False
+    # It waits in the cluster's own queue (Kueue has not admitted it, Volcano's queue has not
+    # taken its group in): its start has not begun, so the start timeout does not run yet.
+    held: bool = False

@@ -50,7 +50,7 @@ RBAC = {
     ("", "persistentvolumes"): {"create", "get"},
     ("", "persistentvolumeclaims"): {"create", "get"},
     ("kueue.x-k8s.io", "localqueues"): {"create", "get"},
-    ("kueue.x-k8s.io", "workloads"): {"list"},
+    ("kueue.x-k8s.io", "workloads"): {"get", "list"},
     ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads"): {"get"},
     ("scheduling.volcano.sh", "podgroups"): {"create", "get"},
 }

@@ -7,7 +7,12 @@ and jobs/{job,statefulset,pod}):
   unsuspended once the Workload is admitted, and finishes it when it completes or fails;
 - a labelled StatefulSet's pods are created with the ``kueue.x-k8s.io/admission`` scheduling
   gate and Kueue's pod-group labels and annotations; the group has one Workload
-  ``statefulset-<name>-<5 hex>`` (``count`` its replicas), and the gate goes once admitted.
+  ``statefulset-<name>-<5 hex>`` (``count`` its replicas), and the gate goes once admitted;
+- a plain pod group (pkg/controller/jobs/pod): pods whose owner is not queued, labelled
+  ``queue-name`` and ``pod-group-name`` and annotated ``pod-group-total-count``, are gated at
+  creation; once the group's pods all exist its Workload, named after the group, has a pod
+  set per role (pods of one spec, Kueue's role hash), and the gates go once it is admitted,
+  both roles at once. It is finished when none of its pods is left to run.
 
 Admission itself (ClusterQueues, quota, queue order, the visibility API) is in
 kueue_scheduler.py."""
@@ -37,6 +42,8 @@ POD_GROUP_ANNOTATIONS = {"kueue.x-k8s.io/pod-group-fast-admission": "true",
                          "kueue.x-k8s.io/pod-group-pod-index-label": "apps.kubernetes.io/pod-index",
                          "kueue.x-k8s.io/role-hash": "main"}
 POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+ROLE_HASH = "kueue.x-k8s.io/role-hash"
+GROUP_WORKLOAD = "paddlecloud.test/kueue-group"  # the fake's own mark of a plain group's Workload
 _COMPONENT = "kueue-job-controller"
 # Labels the Job controller puts on its template, which Kueue leaves out of the pod set.
 _JOB_LABELS = ("batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name",
@@ -83,9 +90,21 @@ class Kueue:
             template.setdefault("annotations", {})[SUSPENDING_PARENT] = "statefulset"
         elif rt is resources.PODS and old is None and \
                 (meta.get("annotations") or {}).get(SUSPENDING_PARENT):
-            gates = obj["spec"].setdefault("schedulingGates", [])
-            if not any(g.get("name") == ADMISSION_GATE for g in gates):
-                gates.append({"name": ADMISSION_GATE})
+            _gate(obj)
+        elif rt is resources.PODS and old is None and queued and \
+                POD_GROUP_LABEL in meta["labels"] and not self._owner_queued(obj):
+            _gate(obj)  # the pod webhook: a group's pod, its owner not Kueue's
+            meta["labels"][MANAGED_LABEL] = "true"
+            meta.setdefault("annotations", {})[ROLE_HASH] = _role_hash(obj["spec"])
+
+    def _owner_queued(self, pod: dict) -> bool:
+        """FindAncestorJobManagedByKueue: the pod's Job or StatefulSet is in a queue."""
+        uid = controller_uid(pod)
+        for rt in (resources.JOBS, resources.STATEFULSETS):
+            for owner in self.api.store.list(rt.key, pod["metadata"]["namespace"]):
+                if owner["metadata"]["uid"] == uid:
+                    return QUEUE_LABEL in (owner["metadata"].get("labels") or {})
+        return False
 
     # --- the controller loop -----------------------------------------------------------------
 
@@ -104,6 +123,7 @@ class Kueue:
             owners.add(sts["metadata"]["uid"])
         owners.update(j["metadata"]["uid"] for j in store.list(resources.JOBS.key))
         self._finish_orphans(owners)
+        self._sync_pod_groups()
         self._release()
 
     def _sync_job(self, job: dict, workload: dict | None) -> None:
@@ -161,14 +181,68 @@ class Kueue:
                                               POD_GROUP_LABEL: group, PREBUILT_LABEL: group})
         meta.setdefault("annotations", {}).update({**POD_GROUP_ANNOTATIONS,
                                                    POD_GROUP_TOTAL: str(replicas)})
-        if admitted and pod["spec"].get("schedulingGates"):
-            gates = [g for g in pod["spec"]["schedulingGates"] if g.get("name") != ADMISSION_GATE]
-            if gates:
-                pod["spec"]["schedulingGates"] = gates
-            else:
-                del pod["spec"]["schedulingGates"]
+        if admitted:
+            _ungate(pod)
         if pod != before:
             self._write(resources.PODS, pod)
+
+    def _sync_pod_groups(self) -> None:
+        """Plain pod groups: the Workload once all the group's pods exist, the gates gone once
+        it is admitted, and finished once no pod of it is left to run."""
+        groups: dict[tuple[str, str], list[dict]] = {}
+        for pod in self.api.store.list(resources.PODS.key):
+            meta = pod["metadata"]
+            labels = meta.get("labels") or {}
+            if labels.get(MANAGED_LABEL) == "true" and POD_GROUP_LABEL in labels and \
+                    not (meta.get("annotations") or {}).get(SUSPENDING_PARENT):
+                groups.setdefault((meta["namespace"], labels[POD_GROUP_LABEL]), []).append(pod)
+        for workload in self.api.store.list(self.workloads.key):
+            meta = workload["metadata"]
+            if (meta.get("annotations") or {}).get(GROUP_WORKLOAD) == "plain" and \
+                    (meta["namespace"], meta["name"]) not in groups and \
+                    not condition_true(workload, "Finished"):
+                set_metav1_condition(workload, "Finished", "True", "Succeeded",
+                                     "Pods succeeded: 0/0.")
+                self._write(self.workloads, workload, subresource="status")
+        for (namespace, group), pods in groups.items():
+            active = [p for p in pods if not p["metadata"].get("deletionTimestamp")
+                      and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+            workload = self.api.store.get(self.workloads.key, namespace, group)
+            if workload is None:
+                total = int(pods[0]["metadata"]["annotations"].get(POD_GROUP_TOTAL, "1"))
+                if len(active) >= total:
+                    self._create_group_workload(namespace, group, active)
+                continue
+            if not active and not condition_true(workload, "Finished"):
+                set_metav1_condition(workload, "Finished", "True", "Succeeded",
+                                     "no pod of the group is left to run")
+                self._write(self.workloads, workload, subresource="status")
+                continue
+            admitted = condition_true(workload, "Admitted") and \
+                not condition_true(workload, "Finished")
+            for pod in active:
+                if admitted and _ungate(pod):
+                    self._write(resources.PODS, pod)
+
+    def _create_group_workload(self, namespace: str, group: str, pods: list[dict]) -> None:
+        roles: dict[str, list[dict]] = {}
+        for pod in sorted(pods, key=lambda p: p["metadata"]["creationTimestamp"]):
+            roles.setdefault(pod["metadata"]["annotations"][ROLE_HASH], []).append(pod)
+        body = {
+            "apiVersion": self.workloads.api_version, "kind": "Workload",
+            "metadata": {"name": group, "namespace": namespace,
+                         "annotations": {"kueue.x-k8s.io/is-group-workload": "true",
+                                         GROUP_WORKLOAD: "plain"},
+                         "finalizers": [RESOURCE_IN_USE]},
+            "spec": {"queueName": pods[0]["metadata"]["labels"][QUEUE_LABEL], "priority": 0,
+                     "podSets": [{"name": role, "count": len(members),
+                                  "template": {"spec": _pod_set_spec(members[0]["spec"])}}
+                                 for role, members in roles.items()]}}
+        try:
+            self.api.create(self.workloads, namespace, body, trusted=True)
+        except ApiError as exc:
+            if exc.code not in (403, 404, 409):
+                raise
 
     def _create_workload(self, owner_rt, owner: dict, queue: str, count: int, template: dict,
                          *, name: str | None = None) -> dict | None:
@@ -236,6 +310,45 @@ class Kueue:
 
     def _event(self, rt, obj: dict, reason: str, message: str) -> None:
         self.api.recorder.record(rt, obj, "Normal", reason, message, component=_COMPONENT)
+
+
+def _gate(pod: dict) -> None:
+    gates = pod["spec"].setdefault("schedulingGates", [])
+    if not any(g.get("name") == ADMISSION_GATE for g in gates):
+        gates.append({"name": ADMISSION_GATE})
+
+
+def _ungate(pod: dict) -> bool:
+    """Take Kueue's gate off the pod; whether it had it."""
+    gates = pod["spec"].get("schedulingGates") or []
+    kept = [g for g in gates if g.get("name") != ADMISSION_GATE]
+    if len(kept) == len(gates):
+        return False
+    if kept:
+        pod["spec"]["schedulingGates"] = kept
+    else:
+        del pod["spec"]["schedulingGates"]
+    return True
+
+
+def _pod_set_spec(spec: dict) -> dict:
+    """A pod's spec as its pod set's template (what admission reads of it)."""
+    spec = copy.deepcopy(spec)
+    for key in ("nodeName", "schedulingGates", "hostname"):
+        spec.pop(key, None)
+    return spec
+
+
+def _role_hash(spec: dict) -> str:
+    """utilpod.GenerateRoleHash: pods of one role have the same containers, resources and
+    placement (what admission reads), whatever their names or indexes."""
+    shape = {key: spec.get(key) for key in ("initContainers", "nodeSelector", "tolerations",
+                                            "affinity", "priorityClassName")}
+    shape["containers"] = [{"name": c.get("name"), "image": c.get("image"),
+                            "resources": c.get("resources")} for c in spec["containers"]]
+    shape["initContainers"] = [{"name": c.get("name"), "resources": c.get("resources")}
+                               for c in spec.get("initContainers") or []]
+    return hashlib.sha256(repr(sorted(shape.items())).encode()).hexdigest()[:8]
 
 
 def _clean(template: dict) -> dict:

@@ -24,6 +24,7 @@ Indexed Job (trainers) in the owner's namespace, all owned by one root ConfigMap
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -60,6 +61,8 @@ from .names import (
     COMPONENT_LABEL,
     FIRST_ATTEMPT_LABEL,
     JOB_UID_LABEL,
+    KUEUE_GATE,
+    KUEUE_GROUP_LABEL,
     LOCAL_QUEUE,
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -338,6 +341,11 @@ class KubernetesBackend(Backend):
                                ref=seen.ref, disrupted=True, reason=seen.reason)
         if seen.status == Status.WAITING and job.datacenter.kube_scheduler == "volcano":
             return self._waiting_why(job, _current_pod(replica, mine), seen)
+        if seen.status == Status.WAITING and pods.kueue_pod_group(job):
+            pod = _current_pod(replica, mine)
+            if any(gate.get("name") == KUEUE_GATE
+                   for gate in (pod.get("spec") or {}).get("schedulingGates") or []):
+                return self._group_queued(kube_for(job.datacenter), pod, seen)
         return seen
 
     def _trainers_disrupted(self, job) -> bool:
@@ -363,7 +371,10 @@ class KubernetesBackend(Backend):
         status = (group or {}).get("status") or {}
         for condition in status.get("conditions") or []:
             if condition.get("type") == "Unschedulable" and condition.get("status") == "True":
-                return Observation(Status.WAITING, host=seen.host, reason=(
+                # Pending: its Queue has not taken the group in (Inqueue: it has, and
+                # only room on the nodes is missing).
+                return Observation(Status.WAITING, host=seen.host,
+                                   held=status.get("phase", "Pending") == "Pending", reason=(
                     f"waiting for Volcano to schedule all the job's pods at once "
                     f"({status.get('phase', 'Pending')}): {condition.get('message', '')}"
                 ).rstrip(": "))
@@ -435,26 +446,44 @@ class KubernetesBackend(Backend):
             "the cluster refuses to create its pod (retrying): " + message))
 
     def _queued(self, kube, owner: dict) -> Observation:
-        """A suspended Job: Kueue has not admitted it. Its Workload says why, and Kueue's
-        visibility API where it stands in its ClusterQueue."""
+        """A suspended Job: Kueue has not admitted it. Its Workload says why."""
         meta = owner["metadata"]
         try:
             workloads, _ = kube.list("Workload", meta["namespace"],
                                      selector=f"kueue.x-k8s.io/job-uid={meta['uid']}")
         except KubeError as exc:
-            return Observation(Status.WAITING, reason=f"waiting for Kueue to admit it ({exc})")
-        if not workloads:
-            return Observation(Status.WAITING, reason=(
-                "waiting for Kueue to see it (is Kueue installed, and its LocalQueue there?)"))
-        workload = workloads[0]
+            return Observation(Status.WAITING, held=True,
+                               reason=f"waiting for Kueue to admit it ({exc})")
+        return self._kueue_holds(kube, meta["namespace"], workloads[0] if workloads else None,
+                                 "is Kueue installed, and its LocalQueue there?")
+
+    def _group_queued(self, kube, pod: dict, seen: Observation) -> Observation:
+        """A pod Kueue gates: its pod group's Workload (named after the group) says why."""
+        meta = pod["metadata"]
+        try:
+            workload = kube.get("Workload", meta["namespace"],
+                                meta["labels"][KUEUE_GROUP_LABEL])
+        except KubeError as exc:
+            return Observation(Status.WAITING, host=seen.host, ref=seen.ref, held=True,
+                               reason=f"waiting for Kueue to admit it ({exc})")
+        held = self._kueue_holds(kube, meta["namespace"], workload,
+                                 "it makes the job's Workload once all its pods exist")
+        return dataclasses.replace(held, host=seen.host, ref=seen.ref)
+
+    def _kueue_holds(self, kube, namespace: str, workload: dict | None, unseen: str
+                     ) -> Observation:
+        """Why Kueue holds a job: its Workload's QuotaReserved condition, and Kueue's
+        visibility API where it stands in its ClusterQueue."""
+        if workload is None:
+            return Observation(Status.WAITING, held=True,
+                               reason=f"waiting for Kueue to see it ({unseen})")
         why = ""
         for condition in (workload.get("status") or {}).get("conditions") or []:
             if condition.get("type") == "QuotaReserved" and condition.get("status") == "False":
                 why = condition.get("message") or condition.get("reason") or ""
-        position = kube.queue_position(meta["namespace"], LOCAL_QUEUE,
-                                       workload["metadata"]["name"])
+        position = kube.queue_position(namespace, LOCAL_QUEUE, workload["metadata"]["name"])
         where = "" if position is None else f", position {position + 1} in its ClusterQueue"
-        return Observation(Status.WAITING, reason=(
+        return Observation(Status.WAITING, held=True, reason=(
             f"waiting for Kueue to admit it{where}" + (f": {why}" if why else "")))
 
     # -- stopping ---------------------------------------------------------------------------

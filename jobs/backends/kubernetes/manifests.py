@@ -71,7 +71,7 @@ from .names import (
     trainer_name,
 )
 from .pods import ManifestError as ManifestError  # raised by the builders; callers catch it here
-from .pods import job_secret_name, pod_template, run_as, secret_env
+from .pods import job_secret_name, kueue_pod_group, pod_template, run_as, secret_env
 from .scripts import INIT_SCRIPT, INIT_SCRIPT_NAME, RUN_SCRIPT, RUN_SCRIPT_NAME
 
 QUOTA_NAME = "paddlecloud"
@@ -222,8 +222,9 @@ def _headless_service(job, namespace: str, role: str, name: str, port: int,
 
 
 def _queued(job, labels: dict) -> dict:
-    """An object's labels, with Kueue's queue where the datacenter uses Kueue."""
-    if job.datacenter.kube_scheduler == "kueue":
+    """An object's labels, with Kueue's queue where the datacenter uses Kueue (on the pods
+    instead, for a job Kueue admits as a pod group)."""
+    if job.datacenter.kube_scheduler == "kueue" and not kueue_pod_group(job):
         return {**labels, KUEUE_QUEUE_LABEL: LOCAL_QUEUE}
     return labels
 
@@ -272,7 +273,7 @@ def trainers_job(job, namespace: str, root: dict | None, first_attempt: int = 0)
         # A failed index fails the Job. An elastic job's lost trainer is a failed index that
         # stays failed while the others go on (no maxFailedIndexes).
         spec["maxFailedIndexes"] = 0
-    if job.datacenter.kube_scheduler == "kueue":
+    if job.datacenter.kube_scheduler == "kueue" and not kueue_pod_group(job):
         spec["suspend"] = True  # until Kueue admits it
     if job.deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = job.deadline_seconds

@@ -30,6 +30,11 @@ PFS_CLAIM = "paddlecloud-pfs"
 # Kueue and Volcano.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 LOCAL_QUEUE = "paddlecloud"
+# A pserver job's pods are one Kueue pod group (one Workload, a pod set per role): its name
+# (the Workload's), how many pods it has, and the gate Kueue holds them with until admitted.
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_GROUP_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_GATE = "kueue.x-k8s.io/admission"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 # Usernames may be e-mail addresses, which are no label values: labels carry the user's id.
 OWNER_NAME_ANNOTATION = "paddlecloud.org/owner-name"

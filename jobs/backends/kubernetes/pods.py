@@ -29,10 +29,15 @@ from paddlecloud_core.contract import (
     master_token,
     master_url,
     replica_env,
+    trainers_least,
 )
 
 from .names import (
     FIRST_ATTEMPT_LABEL,
+    KUEUE_GROUP_LABEL,
+    KUEUE_GROUP_TOTAL_ANNOTATION,
+    KUEUE_QUEUE_LABEL,
+    LOCAL_QUEUE,
     PFS_CLAIM,
     PSERVER,
     PSERVER_PORT,
@@ -326,6 +331,17 @@ def peers_listening(job, role: str, namespace: str) -> str:
     return ",".join(literal(p) for p in topology(job, namespace).pservers)
 
 
+def kueue_pod_group(job) -> bool:
+    """Whether Kueue admits the job's pods as one pod group rather than its trainers' Job.
+    A pserver job's pods are made by two owners (the pservers' StatefulSet, the trainers'
+    Job), which Kueue's integrations for those kinds would admit as two Workloads: the
+    pservers would run, holding their share, while the trainers wait. So neither owner is
+    queued; every pod of the job carries the group's labels, Kueue gates each pod as it is
+    made and admits the group, both roles together, once all its pods exist. (An elastic
+    job's group is its MIN trainers: Kueue removes pods past the group's count.)"""
+    return job.datacenter.kube_scheduler == "kueue" and bool(job.pservers)
+
+
 def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
                  first_attempt: int = 0) -> dict:
     """A pod of ``role``: two init containers, ``setup`` (``init.sh``: the package copied
@@ -406,6 +422,11 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
     if datacenter.kube_scheduler == "volcano":
         spec["schedulerName"] = "volcano"
         metadata["annotations"] = {VOLCANO_GROUP_ANNOTATION: object_base(job)}
+    if kueue_pod_group(job):
+        metadata["labels"].update({KUEUE_QUEUE_LABEL: LOCAL_QUEUE,
+                                   KUEUE_GROUP_LABEL: object_base(job)})
+        metadata["annotations"] = {
+            KUEUE_GROUP_TOTAL_ANNOTATION: str(job.pservers + trainers_least(job))}
     volumes = [pfs_volume(datacenter), {"name": WORKSPACE_VOLUME, "emptyDir": {}},
                {"name": SCRIPTS_VOLUME, "configMap": {"name": scripts_config_map}}]
     if role == TRAINER:

@@ -4,7 +4,10 @@ claim in each user namespace, and pods that a ``restricted`` namespace admits.""
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from django.utils import timezone
 from kubernetes import client
 
 from accounts.models import Datacenter
@@ -83,6 +86,77 @@ def test_kueue_admits_jobs_whole_and_the_portal_shows_where_one_waits(
 
     sync_until(first, lambda: state(first) == "succeeded", "the first job to end")
     sync_until(second, lambda: state(second) == "running", "Kueue to admit the second job")
+
+
+@pytest.mark.django_db
+def test_kueue_admits_a_pserver_job_whole_or_none_of_it(kube, alice, datacenter, package,
+                                                          no_starts):
+    """Room in the ClusterQueue for the pservers but not for the trainers too: nothing of the
+    job runs (Kueue's integrations for the StatefulSet and the Job alone would admit the
+    pservers, which would hold their share while the trainers wait); with room for all of
+    it, all of it runs."""
+    kueue_cluster_queue(kube, cpu="2")
+    choose(datacenter, kube_scheduler="kueue", kube_queue="team")
+    job = submit(alice, datacenter, package, name="ps", trainers=2, pservers=1, cpu="1",
+                 pscpu="1")
+    kube.controller.script_pods(f"{object_base(job)}-tr-*", lines=["training"],
+                                run_seconds=1, exit_code=0)
+    engine.job_launch(job.pk)
+    trainer = job.replicas.filter(role="trainer").first()
+    sync_until(job, lambda: "insufficient" in reason(trainer), "the job to wait for quota")
+    assert reason(trainer).startswith("waiting for Kueue to admit it")
+    workloads = kube.store.list("workloads.kueue.x-k8s.io", NS)
+    assert [w["metadata"]["name"] for w in workloads] == [object_base(job)]  # one, whole
+    assert sorted(s["count"] for s in workloads[0]["spec"]["podSets"]) == [1, 2]
+    pods = [p for p in kube.store.list("pods", NS)
+            if p["metadata"]["name"].startswith(object_base(job))]
+    assert len(pods) == 3 and all(p["spec"].get("schedulingGates") and not
+                                  p["spec"].get("nodeName") for p in pods)  # none runs
+
+    with kube.api_client() as api:
+        client.CustomObjectsApi(api).patch_cluster_custom_object(
+            *KUEUE, "clusterqueues", "team", {"spec": {"resourceGroups": [{
+                "coveredResources": ["cpu", "memory"],
+                "flavors": [{"name": "default", "resources": [
+                    {"name": "cpu", "nominalQuota": "3"},
+                    {"name": "memory", "nominalQuota": "64Gi"}]}]}]}})
+    sync_until(job, lambda: state(job) == "succeeded", "the whole job to run and succeed")
+
+
+@pytest.mark.django_db
+def test_a_job_kueue_holds_is_not_timed_out_its_start_runs_from_kueues_admission(
+        kube, alice, datacenter, package, no_starts):
+    """Kueue holds the second job for longer than the datacenter's start timeout: it waits
+    (nothing of it runs, nothing to release), and its start timeout runs once Kueue lets it
+    go, as the first job's did."""
+    kueue_cluster_queue(kube, cpu="2")
+    choose(datacenter, kube_scheduler="kueue", kube_queue="team", start_timeout=3,
+           start_tries=1)
+    first = submit(alice, datacenter, package, name="first", cpu="1500m")
+    kube.controller.script_pods(f"{object_base(first)}-tr-*", lines=["training"],
+                                run_seconds=8, exit_code=0)
+    engine.job_launch(first.pk)
+    sync_until(first, lambda: state(first) == "running", "Kueue to admit the first job")
+
+    second = submit(alice, datacenter, package, name="second", cpu="1500m")
+    kube.controller.script_pods(f"{object_base(second)}-tr-*", lines=["training"],
+                                run_seconds=1, exit_code=0)
+    engine.job_launch(second.pk)
+    trainer = second.replicas.get()
+    sync_until(second, lambda: "insufficient" in reason(trainer), "the second job to wait")
+    held = time.monotonic()
+    while time.monotonic() - held < 5:  # past its start timeout, held all along
+        engine.job_sync(second.pk)
+        assert state(second) == "starting", second.state_reason
+        time.sleep(0.2)
+    assert engine.job_due(second) > timezone.now()  # looked at again, not timed out
+
+    sync_until(first, lambda: state(first) == "succeeded", "the first job to end")
+    sync_until(second, lambda: state(second) in ("running", "succeeded", "failed"),
+               "Kueue to admit the second job")
+    assert state(second) != "failed", second.state_reason
+    second.refresh_from_db()
+    assert second.requeues == 0
 
 
 # --- Volcano -------------------------------------------------------------------------------------

@@ -648,15 +648,31 @@ def test_volcano_gets_a_pod_group_of_every_pod_of_the_job():
 
 def test_kueue_queues_the_objects_suspended_and_each_namespace_gets_a_local_queue():
     dc = datacenter(kube_scheduler="kueue", kube_queue="gpu-cluster")
-    children = {o["kind"]: o for o in job_children(pserver_job(datacenter=dc), NAMESPACE,
-                                                     ROOT_UID)}
-    for kind in ("StatefulSet", "Job"):
-        assert children[kind]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "paddlecloud"
-    assert children["Job"]["spec"]["suspend"] is True
+    job = job_children(collective_job(datacenter=dc), NAMESPACE, ROOT_UID)[-1]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "paddlecloud"
+    assert job["spec"]["suspend"] is True
+    assert "kueue.x-k8s.io/queue-name" not in job["spec"]["template"]["metadata"]["labels"]
     local_queue = namespace_objects(dc, alice(), quota())[-1]
     assert local_queue["kind"] == "LocalQueue"
     assert (local_queue["metadata"]["name"], local_queue["spec"]) == (
         "paddlecloud", {"clusterQueue": "gpu-cluster"})
+
+
+def test_kueue_admits_a_pserver_jobs_pods_as_one_group():
+    """Queued owners would be two Workloads (the pservers running while the trainers wait):
+    the pods are queued instead, one pod group of both roles."""
+    dc = datacenter(kube_scheduler="kueue", kube_queue="gpu-cluster")
+    job = pserver_job(datacenter=dc)
+    children = {o["kind"]: o for o in job_children(job, NAMESPACE, ROOT_UID)}
+    for kind in ("StatefulSet", "Job"):
+        owner = children[kind]
+        assert "kueue.x-k8s.io/queue-name" not in owner["metadata"]["labels"]
+        template = owner["spec"]["template"]["metadata"]
+        assert template["labels"]["kueue.x-k8s.io/queue-name"] == "paddlecloud"
+        assert template["labels"]["kueue.x-k8s.io/pod-group-name"] == names.object_base(job)
+        assert template["annotations"] == {
+            "kueue.x-k8s.io/pod-group-total-count": str(job.pservers + job.trainers)}
+    assert "suspend" not in children["Job"]["spec"]
 
 
 @pytest.mark.parametrize("kube_volume", [{}, None])
