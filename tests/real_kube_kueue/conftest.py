@@ -3,7 +3,9 @@ API server, its manager a process of this machine (tests/real_kube/kueue.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -14,32 +16,46 @@ package = jobs_conftest.package  # alice's trainer package, as the jobs tests ha
 
 
 @pytest.fixture(scope="session")
-def kueue(tmp_path_factory):
-    """A started ``Kueue`` (``.api``: an admin's REST client; ``.kubeconfig``), stopped with
-    its control plane after the session."""
+def kube_plane(request, tmp_path_factory) -> tuple[Path, Path]:
+    """(an admin's kubeconfig, the portal's) of a running control plane: the session's
+    ``real_kube`` (tests/real_kube/control_plane.py) where there is one, else a bare one of
+    dev_control_plane.py, where the portal uses the admin's kubeconfig too."""
+    if importlib.util.find_spec("tests.real_kube.control_plane") is not None:
+        cluster = request.getfixturevalue("real_kube")
+        yield cluster.admin_kubeconfig, cluster.portal_kubeconfig
+        return
     from tests.real_kube.dev_control_plane import BIN, DevControlPlane
 
-    try:
-        kueue_binary()
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
     if not (BIN / "kube-apiserver").exists():
         pytest.skip(f"no kube-apiserver in {BIN}")
-    state = tmp_path_factory.mktemp("kueue-cluster")
-    plane = DevControlPlane(state / "control-plane").start()
+    plane = DevControlPlane(tmp_path_factory.mktemp("control-plane")).start()
     try:
-        started = Kueue(plane.kubeconfig, state / "kueue").start()
-        try:
-            yield started
-        finally:
-            started.stop()
+        yield plane.kubeconfig, plane.kubeconfig
     finally:
         plane.stop()
 
 
+@pytest.fixture(scope="session")
+def kueue(kube_plane, tmp_path_factory):
+    """A started ``Kueue`` (``.api``: an admin's REST client; ``.portal_kubeconfig``),
+    stopped after the session."""
+    try:
+        kueue_binary()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    admin, portal = kube_plane
+    started = Kueue(admin, tmp_path_factory.mktemp("kueue")).start()
+    started.portal_kubeconfig = portal
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
 @pytest.fixture
 def queue_name(kueue):
-    """A fresh ClusterQueue's name (deleted after the test); ``make(cpu)`` in the test."""
+    """``make(cpu)``: a fresh ClusterQueue of that much CPU, its name; deleted after the
+    test."""
     made = []
 
     def make(cpu: str) -> str:

@@ -100,9 +100,9 @@ def test_a_queued_job_is_suspended_at_creation_and_admitted_when_its_quota_allow
 
 @pytest.fixture
 def real_kueue_datacenter(kueue, datacenter, settings):
-    """datacenter1 on the Kubernetes backend of the real control plane with Kueue (an admin's
-    kubeconfig until the portal's ServiceAccount is bound there), its PFS a hostPath."""
-    with on_kubernetes(datacenter, settings, kueue.kubeconfig,
+    """datacenter1 on the Kubernetes backend of the real control plane with Kueue, through
+    the portal's kubeconfig, its PFS a hostPath."""
+    with on_kubernetes(datacenter, settings, kueue.portal_kubeconfig,
                        {"hostPath": {"path": "/mnt/pfs"}}, timeout=10) as on:
         yield on
 
