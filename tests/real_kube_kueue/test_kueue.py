@@ -13,7 +13,8 @@ import pytest
 from jobs import engine
 from jobs.backends.kubernetes.names import object_base
 from paddlecloud_core.contract import job_namespace
-from tests.jobs.kubernetes.test_backend import submit
+from tests.jobs.kubernetes.factories import NFS
+from tests.jobs.kubernetes.test_backend import state, submit
 from tests.jobs.kubernetes.test_cluster_choices import choose
 from tests.kube import on_kubernetes
 from tests.real_kube.kueue import workload_admitted
@@ -101,9 +102,9 @@ def test_a_queued_job_is_suspended_at_creation_and_admitted_when_its_quota_allow
 @pytest.fixture
 def real_kueue_datacenter(kueue, datacenter, settings):
     """datacenter1 on the Kubernetes backend of the real control plane with Kueue, through
-    the portal's kubeconfig, its PFS a hostPath."""
-    with on_kubernetes(datacenter, settings, kueue.portal_kubeconfig,
-                       {"hostPath": {"path": "/mnt/pfs"}}, timeout=10) as on:
+    the portal's kubeconfig, its PFS an NFS volume (deploy/admission-policy.yaml refuses the
+    privileged namespaces a hostPath needs)."""
+    with on_kubernetes(datacenter, settings, kueue.portal_kubeconfig, NFS, timeout=10) as on:
         yield on
 
 
@@ -119,6 +120,7 @@ def test_a_pserver_job_that_does_not_fit_whole_holds_no_quota(
     choose(datacenter, kube_scheduler="kueue", kube_queue=queue_name(cpu="1"))
     job = submit(alice, datacenter, package, trainers=2, pservers=1, cpu="1", pscpu="500m")
     engine.job_launch(job.pk)
+    assert state(job) == "starting", list(job.events.values_list("reason", flat=True))
     namespace = job_namespace(datacenter, alice.username)
     try:
         base = object_base(job)
