@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import importlib.util
 import json
 import os
 import shutil
@@ -150,11 +151,29 @@ class AdmissionWatch:
         self.thread.join(timeout=70)
 
 
+def control_plane(stack: contextlib.ExitStack, state: Path) -> Path:
+    """A control plane started in ``state`` (stopped with ``stack``): tests/real_kube's, or
+    the bare dev one where that is not there yet. Its admin's kubeconfig."""
+    if importlib.util.find_spec("tests.real_kube.control_plane") is not None:
+        from tests.real_kube import control_plane as real
+
+        stack.callback(real.down, state)
+        plane = real.up(state)
+        admin = plane.admin_kubeconfig
+    else:
+        from tests.real_kube.dev_control_plane import DevControlPlane
+
+        plane = DevControlPlane(state)
+        stack.callback(plane.stop)
+        admin = plane.start().kubeconfig
+    log(f"control plane up at {plane.url}")
+    return admin
+
+
 def run(jobs: int, users: int, timeout: float, kubeconfig: str | None, tmp: Path
         ) -> KueueResult:
     """Kueue's scaled baseline on the real Kueue; the control plane started here unless
     ``kubeconfig`` is given."""
-    from tests.real_kube.dev_control_plane import DevControlPlane
     from tests.real_kube.kueue import KUEUE_VERSION, Kueue, kueue_source
 
     result = KueueResult(KUEUE_VERSION)
@@ -164,10 +183,7 @@ def run(jobs: int, users: int, timeout: float, kubeconfig: str | None, tmp: Path
     config.write_text(yaml.safe_dump(scaled_config(source, jobs, users)))
     with contextlib.ExitStack() as stack:
         if kubeconfig is None:
-            plane = DevControlPlane(tmp / "control-plane")
-            stack.callback(plane.stop)
-            kubeconfig = str(plane.start().kubeconfig)
-            log(f"control plane up at {plane.url}")
+            kubeconfig = str(control_plane(stack, tmp / "control-plane"))
         kueue = Kueue(Path(kubeconfig), tmp / "kueue")
         kueue.start()
         stack.callback(kueue.stop)
