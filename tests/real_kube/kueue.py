@@ -21,6 +21,8 @@ What differs from an in-cluster install, and why:
   through a Service only. The backend does without it (no position in the queue is shown).
 - Leader election off; metrics, health and webhooks on free ports of 127.0.0.1.
 
+The mount namespace takes root (CAP_SYS_ADMIN), as the suite's network namespaces do.
+
 Stopping removes the webhook configurations first (their ``failurePolicy: Fail`` would make
 the API server refuse every Job, StatefulSet and Pod once nothing answers), then ends the
 manager. The CRDs stay, with the control plane's other objects.
@@ -35,13 +37,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
 import yaml
+
+from tests.registry_server import free_port
 
 KUEUE_VERSION = "v0.17.0"
 NAMESPACE = "kueue-system"
@@ -79,12 +82,6 @@ def kueue_binary() -> Path:
             return Path(candidate)
     raise FileNotFoundError(f"no kueue binary; build it: GOBIN=... go install "
                             f"sigs.k8s.io/kueue/cmd/kueue@{KUEUE_VERSION}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- certificates ----------------------------------------------------------------------------
