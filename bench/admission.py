@@ -1,7 +1,7 @@
 """Benchmark: admitting queued jobs, many users at once, as running jobs end (issue 20).
 
     DATABASE_URL=postgres://… REDIS_URL=redis://… .venv/bin/python bench/admission.py \
-        [--jobs 3000] [--users 30] [--workers 2] [--keep]
+        [--jobs 3000] [--users 30] [--workers 2] [--keep] [--kueue [--kubeconfig FILE]]
 
 Kueue's scheduler performance test (test/performance/scheduler, configs/baseline: 15 000
 workloads over 30 ClusterQueues of 20 CPUs, admitted in 351 s, ~43/s) scaled to this machine:
@@ -21,7 +21,8 @@ comes from a job's end. Afterwards it checks, from the recorded JobEvents alone,
 was admitted once and that at no moment did a user's admitted jobs hold more than their quota,
 and counts the jobs admitted ahead of an earlier one of their user (backfilled where they could
 not delay it: README "Scheduling"). The workers are stopped and the scratch
-database dropped (unless --keep), whatever happens.
+database dropped (unless --keep), whatever happens. With ``--kueue``, Kueue's own test follows
+on the real Kueue, scaled alike, and both rates are printed (bench/kueue_scheduler.py).
 
 Figures go to standard output (a table and one JSON line), progress to standard error. It exits
 1 if the run failed or a check found a job not admitted once or a quota exceeded; a missed target is
