@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import importlib.util
 import json
 import os
 import shutil
@@ -152,22 +151,14 @@ class AdmissionWatch:
 
 
 def control_plane(stack: contextlib.ExitStack, state: Path) -> Path:
-    """A control plane started in ``state`` (stopped with ``stack``): tests/real_kube's, or
-    the bare dev one where that is not there yet. Its admin's kubeconfig."""
-    if importlib.util.find_spec("tests.real_kube.control_plane") is not None:
-        from tests.real_kube import control_plane as real
+    """A control plane (tests/real_kube's) started in ``state``, stopped with ``stack``. Its
+    admin's kubeconfig."""
+    from tests.real_kube import control_plane as real
 
-        stack.callback(real.down, state)
-        plane = real.up(state)
-        admin = plane.admin_kubeconfig
-    else:
-        from tests.real_kube.dev_control_plane import DevControlPlane
-
-        plane = DevControlPlane(state)
-        stack.callback(plane.stop)
-        admin = plane.start().kubeconfig
+    stack.callback(real.down, state)
+    plane = real.up(state)
     log(f"control plane up at {plane.url}")
-    return admin
+    return plane.admin_kubeconfig
 
 
 def run(jobs: int, users: int, timeout: float, kubeconfig: str | None, tmp: Path

@@ -32,11 +32,8 @@ from __future__ import annotations
 
 import base64
 import copy
-import datetime
 import json
 import os
-import shutil
-import signal
 import subprocess
 import time
 import urllib.request
@@ -44,18 +41,20 @@ from pathlib import Path
 
 import yaml
 
-from tests.registry_server import free_port
+from tests.real_kube import build, control_plane
+from tests.real_kube.control_plane import free_port
 
-KUEUE_VERSION = "v0.17.0"
+KUEUE_VERSION = build.KUEUE_VERSION
 NAMESPACE = "kueue-system"
 PREFIX = "kueue-"  # config/default's namePrefix
 SERVICE_ACCOUNT = f"{PREFIX}controller-manager"
-# The frameworks the backend uses: the trainers' Job and the pservers' StatefulSet (which
-# implies "pod": Kueue gates a StatefulSet's pods until its Workload is admitted).
-FRAMEWORKS = ("batch/job", "statefulset")
+# The frameworks the backend uses: the trainers' Job (a job without pservers) and plain pod
+# groups (a pserver job's pods, made by its StatefulSet and its Job, admitted as one Workload:
+# jobs/backends/kubernetes/pods.py kueue_pod_group). The StatefulSet's stays on, as a cluster
+# has it (it would take a StatefulSet labelled with a queue, which the backend does not make).
+FRAMEWORKS = ("batch/job", "pod", "statefulset")
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 READY_TIMEOUT = 90.0
-STOP_TIMEOUT = 20.0
 METRICS_CERTS = "/etc/kueue/metrics/certs"  # fixed in cmd/kueue/main.go without internal certs
 FIELD_MANAGER = "paddlecloud-tests"
 
@@ -68,123 +67,6 @@ def kueue_source() -> Path:
     except (OSError, subprocess.CalledProcessError):
         cache = str(Path.home() / "go" / "pkg" / "mod")
     return Path(cache) / "sigs.k8s.io" / f"kueue@{KUEUE_VERSION}"
-
-
-def kueue_binary() -> Path:
-    """The kueue manager: $PADDLECLOUD_KUEUE, else the binaries' cache (tests/real_kube's
-    build), else the scratch build's."""
-    candidates = [os.environ.get("PADDLECLOUD_KUEUE", ""),
-                  str(Path.home() / ".cache" / "paddlecloud" / "kube" / f"kueue-{KUEUE_VERSION}"
-                      / "bin" / "kueue"),
-                  "/work/kubebuild/bin/kueue"]
-    for candidate in filter(None, candidates):
-        if os.access(candidate, os.X_OK):
-            return Path(candidate)
-    raise FileNotFoundError(f"no kueue binary; build it: GOBIN=... go install "
-                            f"sigs.k8s.io/kueue/cmd/kueue@{KUEUE_VERSION}")
-
-
-# --- certificates ----------------------------------------------------------------------------
-
-class Pki:
-    """A CA in ``root`` and certificates it signs (PEM files there)."""
-
-    def __init__(self, root: Path):
-        from cryptography import x509
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric import ec
-        from cryptography.x509.oid import NameOID
-
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        self.ca_file = root / "ca.crt"
-        self._x509, self._ec, self._oid, self._ser = x509, ec, NameOID, serialization
-        self._ca_key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "paddlecloud-tests-ca")])
-        self._ca_name = name
-        self._ca = (self._builder(name, self._ca_key.public_key())
-                    .add_extension(x509.BasicConstraints(ca=True, path_length=None),
-                                   critical=True)
-                    .add_extension(x509.KeyUsage(
-                        digital_signature=True, key_cert_sign=True, crl_sign=True,
-                        content_commitment=False, key_encipherment=False,
-                        data_encipherment=False, key_agreement=False, encipher_only=False,
-                        decipher_only=False), critical=True)
-                    .add_extension(x509.SubjectKeyIdentifier.from_public_key(
-                        self._ca_key.public_key()), critical=False)
-                    .sign(self._ca_key, self._hash()))
-        self.ca_file.write_bytes(self._ca.public_bytes(serialization.Encoding.PEM))
-
-    def _hash(self):
-        from cryptography.hazmat.primitives import hashes
-
-        return hashes.SHA256()
-
-    def _builder(self, subject, public_key):
-        now = datetime.datetime.now(datetime.UTC)
-        return (self._x509.CertificateBuilder().subject_name(subject)
-                .issuer_name(getattr(self, "_ca_name", subject)).public_key(public_key)
-                .serial_number(self._x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(minutes=5))
-                .not_valid_after(now + datetime.timedelta(days=7)))
-
-    def _issue(self, file: str, subject, extension) -> tuple[Path, Path]:
-        key = self._ec.generate_private_key(self._ec.SECP256R1())
-        # Python's strict verification (3.13) wants the issuer's key identifier.
-        cert = (self._builder(subject, key.public_key())
-                .add_extension(extension, critical=False)
-                .add_extension(self._x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                    self._ca_key.public_key()), critical=False)
-                .sign(self._ca_key, self._hash()))
-        crt, key_file = self.root / f"{file}.crt", self.root / f"{file}.key"
-        crt.write_bytes(cert.public_bytes(self._ser.Encoding.PEM))
-        key_file.write_bytes(key.private_bytes(self._ser.Encoding.PEM,
-                                               self._ser.PrivateFormat.PKCS8,
-                                               self._ser.NoEncryption()))
-        key_file.chmod(0o600)
-        return crt, key_file
-
-    def server(self, common_name: str, file: str) -> tuple[Path, Path]:
-        """A serving certificate for 127.0.0.1 (and localhost)."""
-        import ipaddress
-
-        x509 = self._x509
-        return self._issue(file, x509.Name([x509.NameAttribute(self._oid.COMMON_NAME,
-                                                                common_name)]),
-                           x509.SubjectAlternativeName([
-                               x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                               x509.DNSName("localhost")]))
-
-    def client(self, common_name: str, organization: str, file: str) -> tuple[Path, Path]:
-        x509 = self._x509
-        return self._issue(file, x509.Name([
-            x509.NameAttribute(self._oid.COMMON_NAME, common_name),
-            x509.NameAttribute(self._oid.ORGANIZATION_NAME, organization)]),
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]))
-
-    def key_file(self, file: str) -> Path:
-        """A lone RSA key (the API server's service-account tokens)."""
-        from cryptography.hazmat.primitives.asymmetric import rsa
-
-        path = self.root / f"{file}.key"
-        path.write_bytes(rsa.generate_private_key(65537, 2048).private_bytes(
-            self._ser.Encoding.PEM, self._ser.PrivateFormat.TraditionalOpenSSL,
-            self._ser.NoEncryption()))
-        path.chmod(0o600)
-        return path
-
-    def kubeconfig(self, server: str, crt: Path, key: Path) -> str:
-        return kubeconfig_text(server, self.ca_file.read_bytes(),
-                               {"client-certificate": str(crt), "client-key": str(key)})
-
-
-def kubeconfig_text(server: str, ca: bytes, user: dict) -> str:
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {
-            "server": server, "certificate-authority-data": base64.b64encode(ca).decode()}}],
-        "users": [{"name": "u", "user": user}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]})
 
 
 # --- the API ------------------------------------------------------------------------------------
@@ -214,7 +96,7 @@ class Api:
 
         self.client = config.new_client_from_config(config_file=str(kubeconfig))
         self.server = self.client.configuration.host
-        self.ca = Path(self.client.configuration.ssl_ca_cert).read_bytes()
+        self.ca_file = self.client.configuration.ssl_ca_cert  # (a path; None over http)
 
     def open(self, method: str, path: str, body=None, *, query=(), content_type=None,
              timeout=30):
@@ -382,21 +264,31 @@ def workload_admitted(workload: dict | None) -> bool:
 
 class Kueue:
     """Kueue installed on the control plane of ``kubeconfig`` (an admin's), its manager a
-    child process; its files (certificates, configuration, log) in ``state``."""
+    process started as control_plane.py starts the others, in ``state`` (a control plane's
+    state directory, or one of its own): its log logs/kueue.log, its pid file run/kueue.pid
+    (so ``down`` stops it too), its files (certificates, configuration) in kueue/."""
 
     def __init__(self, kubeconfig: Path, state: Path, *, binary: Path | None = None,
                  frameworks=FRAMEWORKS):
         self.kubeconfig, self.state = Path(kubeconfig), Path(state)
+        self.files = self.state / "kueue"
         self.binary, self.frameworks = binary, frameworks
         self.source = kueue_source()
         self.api = Api(self.kubeconfig)
-        self.process: subprocess.Popen | None = None
         self.ports: dict[str, int] = {}
         self.webhooks: list[dict] = []
 
     @property
     def log(self) -> Path:
-        return self.state / "kueue.log"
+        return self.state / "logs" / "kueue.log"
+
+    @property
+    def started(self) -> bool:
+        return (self.state / "run" / "kueue.pid").exists()
+
+    @property
+    def running(self) -> bool:
+        return "kueue" in control_plane.status(self.state)
 
     @property
     def metrics_url(self) -> str:
@@ -411,16 +303,15 @@ class Kueue:
         return self
 
     def _start(self) -> None:
-        binary = self.binary or kueue_binary()
-        self.state.mkdir(parents=True, exist_ok=True)
+        binary = self.binary or build.ensure((), kueue=True)["kueue"]
+        for name in ("logs", "run"):
+            (self.state / name).mkdir(parents=True, exist_ok=True)
+        self.files.mkdir(exist_ok=True)
         self.ports = {"webhook": free_port(), "metrics": free_port(), "health": free_port()}
-        pki = Pki(self.state / "pki")
-        webhook_certs = self.state / "webhook-certs"
-        webhook_certs.mkdir(exist_ok=True)
-        crt, key = pki.server("kueue-webhook", "kueue")
-        for name, path in (("tls.crt", crt), ("tls.key", key)):
-            shutil.copy(path, webhook_certs / name)
-        url, ca = f"https://127.0.0.1:{self.ports['webhook']}", pki.ca_file.read_bytes()
+        webhook_certs = self.files / "webhook-certs"
+        ca = control_plane.serving_certificate(webhook_certs, "kueue-webhook",
+                                               ("127.0.0.1", "localhost"))
+        url = f"https://127.0.0.1:{self.ports['webhook']}"
 
         self.api.apply({"apiVersion": "v1", "kind": "Namespace",
                         "metadata": {"name": NAMESPACE}})
@@ -429,8 +320,8 @@ class Kueue:
             self.api.apply(obj)
         self._wait("Kueue's CRDs to be established", lambda: all(
             self._established(crd["metadata"]["name"]) for crd in crds))
-        (self.state / "kueue.kubeconfig").write_text(self._own_kubeconfig())
-        (self.state / "config.yaml").write_text(yaml.safe_dump(manager_config(
+        self._own_kubeconfig(self.files / "kueue.kubeconfig")
+        (self.files / "config.yaml").write_text(yaml.safe_dump(manager_config(
             webhook_port=self.ports["webhook"], metrics_port=self.ports["metrics"],
             health_port=self.ports["health"], cert_dir=webhook_certs,
             frameworks=self.frameworks)))
@@ -446,13 +337,14 @@ class Kueue:
         return any(c["type"] == "Established" and c["status"] == "True"
                    for c in (crd or {}).get("status", {}).get("conditions", []))
 
-    def _own_kubeconfig(self) -> str:
+    def _own_kubeconfig(self, path: Path) -> None:
         """Kueue's identity: its ServiceAccount's token (bound by Kueue's own ClusterRole)."""
         token = self.api.call(
             "POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{SERVICE_ACCOUNT}/token",
             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"expirationSeconds": 7 * 24 * 3600}})["status"]["token"]
-        return kubeconfig_text(self.server, self.api.ca, {"token": token})
+             "spec": {"expirationSeconds": 30 * 24 * 3600}})["status"]["token"]
+        control_plane.write_kubeconfig(path, self.server, self.api.ca_file, user=SERVICE_ACCOUNT,
+                                       token=token)
 
     @property
     def server(self) -> str:
@@ -461,7 +353,7 @@ class Kueue:
     def _run(self, binary: Path, webhook_certs: Path) -> None:
         """The manager, in a mount namespace where /etc is an overlay whose upper layer (a
         tmpfs) holds the metrics certificate at the path Kueue reads it from."""
-        overlay = self.state / "etc-overlay"
+        overlay = self.files / "etc-overlay"
         overlay.mkdir(exist_ok=True)
         script = (
             'set -e; mount -t tmpfs tmpfs "$O"; mkdir "$O/upper" "$O/work"; '
@@ -469,13 +361,11 @@ class Kueue:
             f'mkdir -p {METRICS_CERTS}; cp "$C/tls.crt" "$C/tls.key" {METRICS_CERTS}/; '
             'exec "$K" --config "$F" --zap-log-level=2')
         env = {**os.environ, "O": str(overlay), "C": str(webhook_certs), "K": str(binary),
-               "F": str(self.state / "config.yaml"),
-               "KUBECONFIG": str(self.state / "kueue.kubeconfig")}
-        with self.log.open("w") as log:
-            self.process = subprocess.Popen(
-                ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                start_new_session=True)
+               "F": str(self.files / "config.yaml"),
+               "KUBECONFIG": str(self.files / "kueue.kubeconfig")}
+        # unshare execs sh, which execs kueue: the pid recorded is the manager's.
+        control_plane._spawn(self.state, "kueue", [
+            "unshare", "--mount", "--propagation", "private", "sh", "-c", script], env=env)
 
     def _healthy(self) -> bool:
         try:
@@ -488,9 +378,8 @@ class Kueue:
     def _wait(self, what: str, predicate, timeout: float = READY_TIMEOUT):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"kueue exited {self.process.returncode} waiting for {what}"
-                                   f":\n{self.log_tail()}")
+            if self.started and not self.running:
+                raise RuntimeError(f"kueue exited waiting for {what}:\n{self.log_tail()}")
             if result := predicate():
                 return result
             time.sleep(0.2)
@@ -553,13 +442,12 @@ class Kueue:
                 self.api.delete(object_path(obj))
         finally:
             self.webhooks = []
-            if self.process is not None:
-                if self.process.poll() is None:
-                    os.killpg(self.process.pid, signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=STOP_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                    self.process.wait()
-                self.process = None
+            control_plane.stop(self.state, names=("kueue",))
             self.api.close()
+
+
+def up(cluster: control_plane.ControlPlane) -> Kueue:
+    """Kueue on ``cluster`` (``python -m tests.real_kube up --kueue``), started in its state
+    directory unless it runs there already; ``down`` stops it with the rest."""
+    kueue = Kueue(cluster.admin_kubeconfig, cluster.dir)
+    return kueue if kueue.running else kueue.start()

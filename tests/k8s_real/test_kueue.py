@@ -1,7 +1,7 @@
-"""The real Kueue (v0.17.0) on a real API server: what it does to a queued Job, and to the
-portal's pserver job as the backend makes it (a StatefulSet of pservers and a Job of trainers,
-both in the user's LocalQueue). Nothing here needs a node: suspension, Workloads and quota
-are Kueue's and the API server's."""
+"""The real Kueue (v0.17.0, ``real_kueue``) on the real API server: what it does to a queued
+Job. Nothing here needs a node: suspension, Workloads and quota are Kueue's and the API
+server's. (The portal's jobs on it, a pserver job's pod group among them: the real variant of
+tests/jobs/kubernetes/test_cluster_choices.py.)"""
 
 from __future__ import annotations
 
@@ -10,14 +10,7 @@ import uuid
 
 import pytest
 
-from jobs import engine
-from jobs.backends.kubernetes.names import object_base
-from paddlecloud_core.contract import job_namespace
-from tests.jobs.kubernetes.factories import NFS
-from tests.jobs.kubernetes.test_backend import state, submit
-from tests.jobs.kubernetes.test_cluster_choices import choose
-from tests.kube import on_kubernetes
-from tests.real_kube.kueue import workload_admitted
+from tests.real_kube.kueue import cluster_queue, workload_admitted
 
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta1/namespaces/{}/workloads"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -52,6 +45,28 @@ def batch_job(name: str, cpu: str) -> dict:
             "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{
                 "name": "main", "image": "none", "command": ["true"],
                 "resources": {"requests": {"cpu": cpu}}}]}}}}
+
+
+@pytest.fixture
+def kueue(real_kueue):
+    return real_kueue
+
+
+@pytest.fixture
+def queue_name(kueue):
+    """``make(cpu)``: a fresh ClusterQueue of that much CPU, its name; deleted after the
+    test."""
+    made = []
+
+    def make(cpu: str) -> str:
+        name = f"team-{uuid.uuid4().hex[:8]}"
+        cluster_queue(kueue.api, name, cpu=cpu)
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        kueue.api.delete(f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{name}")
 
 
 @pytest.fixture
@@ -97,47 +112,3 @@ def test_a_queued_job_is_suspended_at_creation_and_admitted_when_its_quota_allow
          message="the second Job's admission once the first is gone")
     wait(lambda: api.get(f"{jobs}/second")["spec"]["suspend"] is False,
          message="Kueue to resume the second Job")
-
-
-@pytest.fixture
-def real_kueue_datacenter(kueue, datacenter, settings):
-    """datacenter1 on the Kubernetes backend of the real control plane with Kueue, through
-    the portal's kubeconfig, its PFS an NFS volume (deploy/admission-policy.yaml refuses the
-    privileged namespaces a hostPath needs)."""
-    with on_kubernetes(datacenter, settings, kueue.portal_kubeconfig, NFS, timeout=10) as on:
-        yield on
-
-
-@pytest.mark.django_db
-def test_a_pserver_job_that_does_not_fit_whole_holds_no_quota(
-        kueue, real_kueue_datacenter, queue_name, alice, package, held_tasks):
-    """Quota for the pservers but not for the pservers and the trainers: nothing of the job
-    may run (pservers waiting on trainers that cannot start hold the quota other jobs need).
-    Today the backend queues the StatefulSet and the trainers' Job as two Workloads, and
-    Kueue admits the pservers' alone (issue 34)."""
-    api = kueue.api
-    datacenter = real_kueue_datacenter
-    choose(datacenter, kube_scheduler="kueue", kube_queue=queue_name(cpu="1"))
-    job = submit(alice, datacenter, package, trainers=2, pservers=1, cpu="1", pscpu="500m")
-    engine.job_launch(job.pk)
-    assert state(job) == "starting", list(job.events.values_list("reason", flat=True))
-    namespace = job_namespace(datacenter, alice.username)
-    try:
-        base = object_base(job)
-
-        def tried(workload: dict) -> bool:
-            """Admitted, or found short of quota (not merely not yet seen in its queue)."""
-            reserved = condition(workload, "QuotaReserved")
-            return workload_admitted(workload) or bool(reserved and "quota" in reserved["message"])
-
-        workloads = wait(lambda: (found := [
-            w for w in api.call("GET", WORKLOADS.format(namespace))["items"]
-            if any(o["name"].startswith(base) for o in w["metadata"].get("ownerReferences", []))])
-            and all(map(tried, found)) and found, message="Kueue to try the job's Workloads")
-        admitted = sorted(w["metadata"]["name"] for w in workloads if workload_admitted(w))
-        waiting = sorted(w["metadata"]["name"] for w in workloads if not workload_admitted(w))
-        assert admitted == [], (
-            f"Kueue admitted part of the job ({', '.join(admitted)}) while the rest "
-            f"({', '.join(waiting)}) waits: {len(workloads)} Workloads for one job")
-    finally:
-        api.delete(f"/api/v1/namespaces/{namespace}")
