@@ -343,8 +343,8 @@ class Kueue:
             "POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{SERVICE_ACCOUNT}/token",
             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
              "spec": {"expirationSeconds": 30 * 24 * 3600}})["status"]["token"]
-        control_plane.write_kubeconfig(path, self.server, self.api.ca_file, user=SERVICE_ACCOUNT,
-                                       token=token)
+        control_plane.write_kubeconfig(path, self.server, Path(self.api.ca_file),
+                                       user=SERVICE_ACCOUNT, token=token)
 
     @property
     def server(self) -> str:
