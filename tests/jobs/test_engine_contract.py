@@ -19,18 +19,10 @@ from jobs.backends import backend_for
 from jobs.models import Job
 from jobs.services import job_kill, job_submit
 from jobs.tasks import jobs_reconcile
-from tests.jobs.files import log_path
+from tests.jobs.files import TRAINER, log_path
 
 pytestmark = pytest.mark.django_db
 
-TRAINER = """\
-import os, sys, time
-for line in os.environ.get("LINES", "").split("|"):
-    if line:
-        print(line, flush=True)
-time.sleep(float(os.environ.get("SECONDS", "0")))
-sys.exit(int(os.environ.get("CODE", "0")))
-"""
 BACKENDS = ["local", "kubernetes", "kubernetes-pods",
             pytest.param("real-kubernetes", marks=pytest.mark.real_kubernetes)]
 
