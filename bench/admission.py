@@ -1,7 +1,7 @@
 """Benchmark: admitting queued jobs, many users at once, as running jobs end (issue 20).
 
     DATABASE_URL=postgres://… REDIS_URL=redis://… .venv/bin/python bench/admission.py \
-        [--jobs 3000] [--users 30] [--workers 2] [--keep]
+        [--jobs 3000] [--users 30] [--workers 2] [--keep] [--kueue [--kubeconfig FILE]]
 
 Kueue's scheduler performance test (test/performance/scheduler, configs/baseline: 15 000
 workloads over 30 ClusterQueues of 20 CPUs, admitted in 351 s, ~43/s) scaled to this machine:
@@ -21,7 +21,8 @@ comes from a job's end. Afterwards it checks, from the recorded JobEvents alone,
 was admitted once and that at no moment did a user's admitted jobs hold more than their quota,
 and counts the jobs admitted ahead of an earlier one of their user (backfilled where they could
 not delay it: README "Scheduling"). The workers are stopped and the scratch
-database dropped (unless --keep), whatever happens.
+database dropped (unless --keep), whatever happens. With ``--kueue``, Kueue's own test follows
+on the real Kueue, scaled alike, and both rates are printed (bench/kueue_scheduler.py).
 
 Figures go to standard output (a table and one JSON line), progress to standard error. It exits
 1 if the run failed or a check found a job not admitted once or a quota exceeded; a missed target is
@@ -415,6 +416,28 @@ def table(result: Result) -> str:
     return "\n".join(lines)
 
 
+def kueue_table(result: Result, kueue) -> str:
+    """Kueue's rate on this machine beside ours, and the ratio beside the target."""
+    ratio = result.per_s / kueue.per_s if result.per_s and kueue.per_s else None
+    classes = ", ".join(f"{name} {ms / 1000:.1f} s" for name, ms in
+                        kueue.avg_ms_to_admission.items())
+    return "\n".join([
+        "                 workloads   wall s  last admission s  admitted/s",
+        f"portal           {result.jobs:>9}  {cell(result.wall_s, 2):>7}  "
+        f"{cell(result.wall_s, 2):>16}  {cell(result.per_s):>10}",
+        f"Kueue {kueue.version:<10} {kueue.workloads:>9}  {cell(kueue.runner_wall_s, 2):>7}  "
+        f"{cell(kueue.last_admission_s, 2):>16}  {cell(kueue.per_s):>10}"
+        + (f"  FAILED: {kueue.error}" if kueue.error else ""),
+        f"portal / Kueue: {cell(ratio, 2)} (target: >= {TARGET_PER_S:.0f} admissions/s, "
+        f"{TARGET_PER_S / KUEUE_PER_S:.1f}x Kueue's published baseline of "
+        f"{KUEUE_PER_S:.0f}/s; here Kueue made {cell(kueue.per_s)}/s, "
+        f"so the target is {cell(TARGET_PER_S / kueue.per_s if kueue.per_s else None, 2)}x "
+        "Kueue on this machine)",
+        f"Kueue: its runner's scenario (configs/baseline scaled), wall s as its baseline "
+        f"measures it (generation to the last workload finished), last admission s from its "
+        f"start; {kueue.evictions} evictions; average time to admission: {classes or '-'}"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Admit queued jobs of many users as running jobs end, on PostgreSQL, "
@@ -427,6 +450,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds the run may take (default 600)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the scratch database and the workers' logs")
+    parser.add_argument("--kueue", action="store_true",
+                        help="then run Kueue's scheduler performance test (its baseline, "
+                             "scaled alike) on the real Kueue and compare")
+    parser.add_argument("--kubeconfig",
+                        help="with --kueue: an admin's kubeconfig of a running control plane "
+                             "(default: start one)")
     args = parser.parse_args(argv)
 
     database_url, redis_url = os.environ.get("DATABASE_URL"), os.environ.get("REDIS_URL")
@@ -493,8 +522,19 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     if result.out_of_order or result.over_quota:
         code = code or 1
-    print(result.as_json(), flush=True)
+    kueue = None
+    if args.kueue and code != 130:
+        from kueue_scheduler import run_logged
+
+        log(f"Kueue's scheduler performance test, {args.jobs} workloads in {args.users} "
+            "ClusterQueues")
+        kueue = run_logged(args.jobs, args.users, args.timeout, args.kubeconfig)
+        code = code or (1 if kueue.error else 0)
+    print(json.dumps({**json.loads(result.as_json()), **(kueue.as_dict() if kueue else {})}),
+          flush=True)
     print(table(result), flush=True)
+    if kueue is not None:
+        print(kueue_table(result, kueue), flush=True)
     log(f"run time {time.monotonic() - began:.1f} s")
     return code
 

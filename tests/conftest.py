@@ -23,7 +23,9 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from accounts.services import datacenter_upsert, token_create, user_upsert
-from tests.real_kube.fixtures import real_kube  # noqa: F401 (a fixture: the real cluster)
+
+# Fixtures: the real cluster, Kueue on it.
+from tests.real_kube.fixtures import real_kube, real_kueue  # noqa: F401
 
 PASSWORD = "correct horse battery staple"
 

@@ -21,3 +21,14 @@ def metrics_path(job, replica) -> Path:
 def file_at(path: Path) -> JobFile:
     """Any file on disk as the portal reads a job's files (no link followed)."""
     return JobFile(PosixStorage("/test", path.parent, links=False), (path.name,))
+
+
+# A trainer's program: it prints $LINES (``|``-separated), sleeps $SECONDS, exits $CODE.
+TRAINER = """\
+import os, sys, time
+for line in os.environ.get("LINES", "").split("|"):
+    if line:
+        print(line, flush=True)
+time.sleep(float(os.environ.get("SECONDS", "0")))
+sys.exit(int(os.environ.get("CODE", "0")))
+"""

@@ -18,18 +18,10 @@ from jobs.backends import backend_for
 from jobs.models import Job
 from jobs.services import job_kill, job_submit
 from jobs.tasks import jobs_reconcile
-from tests.jobs.files import log_path
+from tests.jobs.files import TRAINER, log_path
 
 pytestmark = pytest.mark.django_db
 
-TRAINER = """\
-import os, sys, time
-for line in os.environ.get("LINES", "").split("|"):
-    if line:
-        print(line, flush=True)
-time.sleep(float(os.environ.get("SECONDS", "0")))
-sys.exit(int(os.environ.get("CODE", "0")))
-"""
 # The fake API server plays the programs (scripted pods: the fake's own timing); pods that
 # really run are the real control plane's (the fake's process kubelet is its node's code).
 BACKENDS = ["local", "kubernetes",

@@ -12,7 +12,9 @@ and jobs/{job,statefulset,pod}):
   ``queue-name`` and ``pod-group-name`` and annotated ``pod-group-total-count``, are gated at
   creation; once the group's pods all exist its Workload, named after the group, has a pod
   set per role (pods of one spec, Kueue's role hash), and the gates go once it is admitted,
-  both roles at once. It is finished when none of its pods is left to run.
+  both roles at once. It is finished as Kueue finishes one (all its pods succeeded, or none
+  left to run and a pod annotated ``retriable-in-group: "false"``); its pods keep Kueue's
+  finalizer until then.
 
 Admission itself (ClusterQueues, quota, queue order, the visibility API) is in
 kueue_scheduler.py."""
@@ -43,6 +45,10 @@ POD_GROUP_ANNOTATIONS = {"kueue.x-k8s.io/pod-group-fast-admission": "true",
                          "kueue.x-k8s.io/role-hash": "main"}
 POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 ROLE_HASH = "kueue.x-k8s.io/role-hash"
+# A plain group's pods carry Kueue's finalizer until it counts the group finished: all its pods
+# succeeded, or none runs and one says the group is not retried (pod_controller.go Finished).
+POD_FINALIZER = "kueue.x-k8s.io/managed"
+RETRIABLE = "kueue.x-k8s.io/retriable-in-group"
 GROUP_WORKLOAD = "paddlecloud.test/kueue-group"  # the fake's own mark of a plain group's Workload
 _COMPONENT = "kueue-job-controller"
 # Labels the Job controller puts on its template, which Kueue leaves out of the pod set.
@@ -95,6 +101,7 @@ class Kueue:
                 POD_GROUP_LABEL in meta["labels"] and not self._owner_queued(obj):
             _gate(obj)  # the pod webhook: a group's pod, its owner not Kueue's
             meta["labels"][MANAGED_LABEL] = "true"
+            meta.setdefault("finalizers", []).append(POD_FINALIZER)
             meta.setdefault("annotations", {})[ROLE_HASH] = _role_hash(obj["spec"])
 
     def _owner_queued(self, pod: dict) -> bool:
@@ -188,7 +195,8 @@ class Kueue:
 
     def _sync_pod_groups(self) -> None:
         """Plain pod groups: the Workload once all the group's pods exist, the gates gone once
-        it is admitted, and finished once no pod of it is left to run."""
+        it is admitted, finished as Kueue finishes one (all its pods succeeded, or none left
+        to run and the group not retried), and then its pods' finalizers gone."""
         groups: dict[tuple[str, str], list[dict]] = {}
         for pod in self.api.store.list(resources.PODS.key):
             meta = pod["metadata"]
@@ -213,10 +221,22 @@ class Kueue:
                 if len(active) >= total:
                     self._create_group_workload(namespace, group, active)
                 continue
-            if not active and not condition_true(workload, "Finished"):
+            total = int(pods[0]["metadata"]["annotations"].get(POD_GROUP_TOTAL, "1"))
+            succeeded = sum((p.get("status") or {}).get("phase") == "Succeeded" for p in pods)
+            unretriable = any((p["metadata"].get("annotations") or {}).get(RETRIABLE) == "false"
+                              for p in pods)
+            if not condition_true(workload, "Finished") and (
+                    succeeded >= total or (not active and unretriable)):
                 set_metav1_condition(workload, "Finished", "True", "Succeeded",
-                                     "no pod of the group is left to run")
+                                     f"Pods succeeded: {succeeded}/{total}.")
                 self._write(self.workloads, workload, subresource="status")
+            if condition_true(workload, "Finished"):  # Finalize: its pods may go
+                for pod in pods:
+                    finalizers = pod["metadata"].get("finalizers") or []
+                    if POD_FINALIZER in finalizers:
+                        pod["metadata"]["finalizers"] = [f for f in finalizers
+                                                         if f != POD_FINALIZER]
+                        self._write(resources.PODS, pod)
                 continue
             admitted = condition_true(workload, "Admitted") and \
                 not condition_true(workload, "Finished")

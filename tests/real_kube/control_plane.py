@@ -45,7 +45,10 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 DEFAULT_DIR = ROOT / "var" / "kube"
 # In start order; ``down`` stops them the other way round.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "node")
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "node",
+              "kueue")
+# Started only when asked for (``up --kueue``: tests/real_kube/kueue.py), stopped by down.
+OPTIONAL = ("kueue",)
 NODE_NAME = "node-1"
 # The NFS server the node agent plays with this machine's directories: where the tests' PFS
 # volumes are (tests/kube.py).
@@ -59,7 +62,7 @@ SERVICE_CIDR = "10.96.0.0/12"
 TOKEN_SECONDS = 30 * 24 * 3600
 # What up writes in the state directory, and all that down and a later up remove there (the
 # directory itself may be one the user named: nothing else in it is touched).
-OWNED = ("pki", "etcd", "node", "run", "logs", "admin.kubeconfig", "portal.kubeconfig")
+OWNED = ("pki", "etcd", "node", "kueue", "run", "logs", "admin.kubeconfig", "portal.kubeconfig")
 
 
 class ControlPlaneError(RuntimeError):
@@ -174,6 +177,20 @@ def make_pki(pki: Path) -> None:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 
 
+def serving_certificate(directory: Path, common: str, names: tuple[str, ...]) -> bytes:
+    """``tls.crt`` and ``tls.key`` in ``directory``: a serving certificate for ``names``,
+    signed by a CA made for it alone (a webhook's, which the API server calls). Returns that
+    CA's certificate (PEM), the ``caBundle`` to trust it by."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, key = _key(), _key()
+    ca = _certificate(_name(f"{common}-ca"), ca_key, None, ca=True)
+    certificate = _certificate(_name(common), key, (ca, ca_key), usages=(SERVER,), names=names)
+    (directory / "tls.crt").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    (directory / "tls.key").write_bytes(_pem_key(key))
+    (directory / "tls.key").chmod(0o600)
+    return ca.public_bytes(serialization.Encoding.PEM)
+
+
 def _b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
@@ -234,13 +251,14 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def stop(state_dir: Path, grace: float = 10) -> list[str]:
-    """Stops what the pid files of ``state_dir`` name, the node first, etcd last: SIGTERM, then
-    SIGKILL to its whole session after ``grace`` seconds. Returns the names stopped."""
-    running = _recorded(state_dir)
-    for pid_file in (state_dir / "run").glob("*.pid"):  # one that died: reaped, if ours
+def stop(state_dir: Path, grace: float = 10, names: tuple[str, ...] = COMPONENTS) -> list[str]:
+    """Stops what the pid files of ``state_dir`` name (those of ``names``), Kueue and the node
+    first, etcd last: SIGTERM, then SIGKILL to its whole session after ``grace`` seconds.
+    Returns the names stopped."""
+    running = {name: pid for name, pid in _recorded(state_dir).items() if name in names}
+    for name in names:  # one that died: reaped, if ours
         with contextlib.suppress(OSError, ValueError):
-            _reap(int(pid_file.read_text().split()[0]))
+            _reap(int((state_dir / "run" / f"{name}.pid").read_text().split()[0]))
     for name in reversed(COMPONENTS):
         if name not in running:
             continue
@@ -255,7 +273,7 @@ def stop(state_dir: Path, grace: float = 10) -> list[str]:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
             time.sleep(0.05)
-    for name in COMPONENTS:
+    for name in names:
         (state_dir / "run" / f"{name}.pid").unlink(missing_ok=True)
     return [name for name in reversed(COMPONENTS) if name in running]
 
@@ -428,8 +446,9 @@ def status(state_dir: Path = DEFAULT_DIR) -> dict[str, int]:
 def is_up(state_dir: Path) -> bool:
     state_dir = Path(state_dir)
     running = status(state_dir)
-    needed = COMPONENTS if node_available() else COMPONENTS[:-1]
-    if set(running) != set(needed) or not (state_dir / "portal.kubeconfig").exists():
+    needed = {name for name in COMPONENTS if name not in OPTIONAL
+              and (name != "node" or node_available())}
+    if not needed <= set(running) or not (state_dir / "portal.kubeconfig").exists():
         return False
     url = ControlPlane.of(state_dir).url
     return _get(f"{url}/readyz", _admin_context(state_dir))[0] == 200

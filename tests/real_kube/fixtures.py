@@ -1,8 +1,9 @@
-"""The pytest fixture ``real_kube``: a real control plane (control_plane.py) started once per
+"""The pytest fixtures ``real_kube``: a real control plane (control_plane.py) started once per
 test session in a temporary directory and stopped at its end, or the cluster whose admin
 kubeconfig PADDLECLOUD_TEST_KUBECONFIG names (``./dev kube up``'s, say: started once, reused
 by many runs). Either way the portal's ServiceAccount (deploy/rbac.yaml) has a kubeconfig of
-its own and deploy/admission-policy.yaml is enforced."""
+its own and deploy/admission-policy.yaml is enforced. ``real_kueue``: Kueue installed on that
+cluster, once per session."""
 
 from __future__ import annotations
 
@@ -48,3 +49,24 @@ def real_kube(tmp_path_factory) -> ControlPlane:
         yield cluster
     finally:
         control_plane.down(state_dir)
+
+
+@pytest.fixture(scope="session")
+def real_kueue(real_kube, tmp_path_factory):
+    """Kueue (kueue.py) on the session's ``real_kube`` cluster, installed once and stopped at
+    the session's end; the one ``up --kueue`` runs there already, where it does (left
+    running). A ``Kueue``: ``.api`` is an admin's REST client."""
+    from tests.real_kube import kueue
+
+    running = kueue.Kueue(real_kube.admin_kubeconfig, real_kube.dir)
+    if running.running:
+        yield running
+        running.api.close()
+        return
+    running.api.close()
+    started = kueue.Kueue(real_kube.admin_kubeconfig,
+                          tmp_path_factory.mktemp("real-kueue")).start()
+    try:
+        yield started
+    finally:
+        started.stop()

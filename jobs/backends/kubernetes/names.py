@@ -35,6 +35,10 @@ LOCAL_QUEUE = "paddlecloud"
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_GROUP_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_GATE = "kueue.x-k8s.io/admission"
+# Kueue keeps a pod group's quota (and a finalizer on each of its pods) while a failed pod may
+# be replaced; "false" ends the group once none of its pods runs (a pserver stopped with its
+# job ends Failed), and its pods can go.
+KUEUE_RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 # Usernames may be e-mail addresses, which are no label values: labels carry the user's id.
 OWNER_NAME_ANNOTATION = "paddlecloud.org/owner-name"

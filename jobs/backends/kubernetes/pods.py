@@ -37,6 +37,7 @@ from .names import (
     KUEUE_GROUP_LABEL,
     KUEUE_GROUP_TOTAL_ANNOTATION,
     KUEUE_QUEUE_LABEL,
+    KUEUE_RETRIABLE_ANNOTATION,
     LOCAL_QUEUE,
     PFS_CLAIM,
     PSERVER,
@@ -437,7 +438,8 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
         metadata["labels"].update({KUEUE_QUEUE_LABEL: LOCAL_QUEUE,
                                    KUEUE_GROUP_LABEL: object_base(job)})
         metadata["annotations"] = {
-            KUEUE_GROUP_TOTAL_ANNOTATION: str(job.pservers + trainers_least(job))}
+            KUEUE_GROUP_TOTAL_ANNOTATION: str(job.pservers + trainers_least(job)),
+            KUEUE_RETRIABLE_ANNOTATION: "false"}
     volumes = [pfs_volume(datacenter), {"name": WORKSPACE_VOLUME, "emptyDir": {}},
                {"name": SCRIPTS_VOLUME, "configMap": {"name": scripts_config_map}}]
     if role == TRAINER:

@@ -673,7 +673,9 @@ def test_kueue_admits_a_pserver_jobs_pods_as_one_group():
         assert template["labels"]["kueue.x-k8s.io/queue-name"] == "paddlecloud"
         assert template["labels"]["kueue.x-k8s.io/pod-group-name"] == names.object_base(job)
         assert template["annotations"] == {
-            "kueue.x-k8s.io/pod-group-total-count": str(job.pservers + job.trainers)}
+            "kueue.x-k8s.io/pod-group-total-count": str(job.pservers + job.trainers),
+            # The group ends once none of its pods runs (its pservers end Failed, stopped).
+            "kueue.x-k8s.io/retriable-in-group": "false"}
     assert "suspend" not in children["Job"]["spec"]
 
 
