@@ -49,7 +49,7 @@ class FakeCluster:
 
     real = False
     shows_position = True  # the fake models Kueue's visibility API
-    start_timeout = 3  # seconds: a scripted pod starts at once
+    start_timeout = 8  # seconds: a scripted pod starts at once (a loaded machine: not in 3)
 
     def __init__(self, fake):
         self.fake = fake
