@@ -52,8 +52,6 @@ def on_real_kubernetes(datacenter, settings, cluster, pfs_root: Path | str):
     the portal's ServiceAccount, its PFS ``pfs_root``. What the portal made there for the
     block (its users' namespaces, their PFS volumes) is deleted after it, and waited for: the
     next test meets a cluster without them."""
-    from kubernetes import client
-
     from jobs.backends.kubernetes.names import MANAGED_BY, MANAGED_BY_LABEL
     from tests.real_kube.control_plane import api_client
 
@@ -63,13 +61,16 @@ def on_real_kubernetes(datacenter, settings, cluster, pfs_root: Path | str):
             yield on
     finally:
         with api_client(cluster.admin_kubeconfig) as api:
-            _remove_managed(client.CoreV1Api(api), f"{MANAGED_BY_LABEL}={MANAGED_BY}")
+            _remove_managed(api, f"{MANAGED_BY_LABEL}={MANAGED_BY}")
 
 
-def _remove_managed(core, selector: str, timeout: float = 60) -> None:
+def _remove_managed(api, selector: str, timeout: float = 60) -> None:
     """Delete the portal's namespaces and PersistentVolumes (``selector``) and wait until
     they are gone (a namespace goes once the namespace controller has emptied it)."""
+    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(api)
 
     def left() -> list[str]:
         return [*(f"namespace/{n.metadata.name}"
@@ -81,7 +82,7 @@ def _remove_managed(core, selector: str, timeout: float = 60) -> None:
         kind, name = kind_name.split("/")
         try:
             if kind == "namespace":
-                _empty_claims(core, name, timeout)
+                _empty_claims(api, name, timeout)
             (core.delete_namespace if kind == "namespace" else core.delete_persistent_volume)(
                 name, propagation_policy="Background")
         except ApiException as exc:
@@ -109,10 +110,18 @@ def on_kubernetes(datacenter, settings, kubeconfig, kube_volume: dict, *, timeou
         kube_forget()
 
 
-def _empty_claims(core, namespace: str, timeout: float) -> None:
-    """Delete the namespace's pods (no grace: the test is over) and claims, and wait until they
-    are gone. Left to the namespace controller, a claim held by its ``pvc-protection``
-    finalizer sends the namespace round the controller's back-off: 11 s a test, 6 s so."""
+def _empty_claims(api, namespace: str, timeout: float) -> None:
+    """Delete the namespace's pods (no grace: the test is over; their StatefulSets and Jobs
+    first, which would make them again) and claims, and wait until they are gone. Left to the
+    namespace controller, a claim held by its ``pvc-protection`` finalizer sends the namespace
+    round the controller's back-off: 11 s a test, 6 s so."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    client.AppsV1Api(api).delete_collection_namespaced_stateful_set(
+        namespace, propagation_policy="Orphan")
+    client.BatchV1Api(api).delete_collection_namespaced_job(
+        namespace, propagation_policy="Orphan")
     core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
     core.delete_collection_namespaced_persistent_volume_claim(namespace)
     deadline = time.monotonic() + timeout

@@ -97,15 +97,30 @@ def _hidden_prefixes() -> list[str]:
             if not any(root.startswith(other + "/") for other in hidden)]
 
 
+def _closed_prefixes() -> list[str]:
+    """The Python this harness runs with, where a directory on the way to it is closed to
+    other users (pyenv's, under /root): the container's own directories on that way are
+    opened (0755), so that a container of any uid runs the "image"'s ``python``."""
+    closed = []
+    for root in {os.path.abspath(sys.prefix), os.path.abspath(sys.base_prefix)}:
+        if root.strip("/").split("/")[0] not in _OWN and any(
+                not os.stat(parent).st_mode & 0o001 for parent in Path(root).parents):
+            closed.append(root)
+    return sorted(closed)
+
+
 def bwrap_argv(spec: ContainerSpec, cgroup: Cgroup | None, info_fd: int) -> list[str]:
     targets = [m.target.rstrip("/") or "/" for m in spec.mounts]
     if spec.working_dir:
         targets.append(spec.working_dir.rstrip("/"))
+    closed = [p for p in _closed_prefixes() if not _covers(p, targets)]
     args = cgroup.enter_argv() if cgroup is not None else []
     args += [TOOLS["nsenter"], f"--net={spec.netns_path}", "--",
             TOOLS["bwrap"], "--die-with-parent", "--unshare-pid", "--as-pid-1", "--unshare-ipc",
             "--unshare-uts", "--hostname", spec.hostname, "--info-fd", str(info_fd)]
-    args += _root_args("/", targets)
+    args += _root_args("/", targets + closed)
+    for prefix in closed:
+        args += ["--ro-bind", prefix, prefix]
     args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys",
              "--perms", "1777", "--tmpfs", "/tmp", "--perms", "0755", "--tmpfs", "/run"]
     made = set()
