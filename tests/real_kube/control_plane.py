@@ -454,9 +454,11 @@ def is_up(state_dir: Path) -> bool:
     return _get(f"{url}/readyz", _admin_context(state_dir))[0] == 200
 
 
-def up(state_dir: Path = DEFAULT_DIR, *, timeout: float = 120) -> ControlPlane:
+def up(state_dir: Path = DEFAULT_DIR, *, timeout: float = 120, node: bool = True
+       ) -> ControlPlane:
     """Starts the control plane of ``state_dir`` (the one already running there, if it is
-    whole and ready) and returns it."""
+    whole and ready) and returns it; without its node agent for ``node=False`` (the agent's
+    own tests start and stop one themselves)."""
     state_dir = Path(state_dir).resolve()
     if is_up(state_dir):
         return ControlPlane.of(state_dir)
@@ -467,14 +469,14 @@ def up(state_dir: Path = DEFAULT_DIR, *, timeout: float = 120) -> ControlPlane:
     pki = state_dir / "pki"
     make_pki(pki)
     try:
-        return _start(state_dir, pki, binaries, timeout)
+        return _start(state_dir, pki, binaries, timeout, node=node)
     except BaseException:
         stop(state_dir)
         raise
 
 
 def _start(state_dir: Path, pki: Path, binaries: dict[str, Path],
-           timeout: float) -> ControlPlane:
+           timeout: float, *, node: bool = True) -> ControlPlane:
     etcd_port, port = free_port(), free_port()
     url = f"https://127.0.0.1:{port}"
     admin = state_dir / "admin.kubeconfig"
@@ -507,7 +509,7 @@ def _start(state_dir: Path, pki: Path, binaries: dict[str, Path],
         portal_access(client, state_dir / "portal.kubeconfig", url, pki / "ca.crt")
     finally:
         client.close()
-    if start_node(state_dir, admin) is not None:
+    if node and start_node(state_dir, admin) is not None:
         _wait(f"node {NODE_NAME} Ready", lambda: _node_ready(url, context),
               deadline - time.monotonic(), state_dir)
     return ControlPlane(state_dir, url, admin, state_dir / "portal.kubeconfig")

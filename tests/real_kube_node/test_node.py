@@ -21,11 +21,10 @@ from tests.k8s_api_server.runtime.network import NETNS_DIR
 from tests.processes import processes_naming
 from tests.real_kube.node_kubelet import expose_host_port
 
-from .cluster import ControlPlane, bin_dir
+from .cluster import ControlPlane
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the node agent runs pods in namespaces: root"),
-    pytest.mark.skipif(bin_dir() is None, reason="no Kubernetes binaries built (KUBE_BIN_DIR)"),
 ]
 
 
