@@ -70,6 +70,17 @@ def spec(command: str, *, restart: str = "Never", **extra) -> dict:
                             "command": ["/bin/sh", "-c", command]}], **extra}
 
 
+def run_python(cluster, core, ns: str, name: str, code: str) -> str:
+    """Run ``python3 -c code`` in a pod ``name`` to its end; its output (it succeeded)."""
+    core.create_namespaced_pod(ns, {"metadata": {"name": name},
+                                    "spec": spec(f'python3 -c "{code}"')})
+    done = wait_pod(cluster, core, ns, name,
+                    lambda p: p.status.phase in ("Succeeded", "Failed"))
+    out = core.read_namespaced_pod_log(name, ns)
+    assert done.status.phase == "Succeeded", out
+    return out
+
+
 def pod_gone(core, ns: str, name: str) -> bool:
     try:
         core.read_namespaced_pod(name, ns)
@@ -157,12 +168,7 @@ def test_a_statefulset_runs_and_its_pods_reach_each_other_by_name(cluster, core,
              "print(socket.gethostbyname('web-1.web')); "
              "print(urllib.request.urlopen('http://web-1.web:8080', timeout=5).read().decode()); "
              f"print(urllib.request.urlopen('http://{web1.status.pod_ip}:8080').read().decode())")
-    core.create_namespaced_pod(ns, {"metadata": {"name": "probe"},
-                                    "spec": spec(f'python3 -c "{check}"')})
-    done = wait_pod(cluster, core, ns, "probe",
-                    lambda p: p.status.phase in ("Succeeded", "Failed"))
-    out = core.read_namespaced_pod_log("probe", ns)
-    assert done.status.phase == "Succeeded", out
+    out = run_python(cluster, core, ns, "probe", check)
     assert out.splitlines() == [web1.status.pod_ip, "web-1", "web-1"]
 
 
@@ -290,12 +296,7 @@ def test_a_pod_reaches_a_host_service(cluster, core, api, ns):
             ns, label_selector="kubernetes.io/service-name=portal").items
         assert found[0].endpoints[0].addresses == ["10.244.0.1"]  # the node, on the pod network
         fetch = f"import urllib.request; print(urllib.request.urlopen('{url}').read())"
-        core.create_namespaced_pod(ns, {"metadata": {"name": "caller"},
-                                        "spec": spec(f'python3 -c "{fetch}"')})
-        done = wait_pod(cluster, core, ns, "caller",
-                        lambda p: p.status.phase in ("Succeeded", "Failed"))
-        out = core.read_namespaced_pod_log("caller", ns)
-        assert done.status.phase == "Succeeded", out
+        out = run_python(cluster, core, ns, "caller", fetch)
         assert out == "b'hello from the host'\n"
     finally:
         server.shutdown()
