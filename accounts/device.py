@@ -21,7 +21,7 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from paddlecloud.errors import ForbiddenError, NotFoundError, ThrottledError, ValidationError
+from kernel.errors import ForbiddenError, NotFoundError, ThrottledError, ValidationError
 
 from .models import DeviceLogin
 from .selectors import membership_get

@@ -8,7 +8,7 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 
-from paddlecloud.errors import ThrottledError
+from kernel.errors import ThrottledError
 
 from .sso import sso_only
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Q
 
-from paddlecloud.errors import ForbiddenError
+from kernel.errors import ForbiddenError
 
 from .models import BUILTIN_QUOTA, QUOTA_RESOURCES, ApiToken, Datacenter, Membership, Quota
 

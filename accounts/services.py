@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from paddlecloud.errors import (
+from kernel.errors import (
     AuthenticationError,
     ForbiddenError,
     NotFoundError,

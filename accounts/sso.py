@@ -30,7 +30,7 @@ from django.utils import timezone
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
 
-from paddlecloud.errors import NotFoundError, ValidationError
+from kernel.errors import NotFoundError, ValidationError
 
 from .audit import audit_record
 from .models import (

@@ -20,7 +20,7 @@ import time
 from django.conf import settings
 from django.core.cache import cache
 
-from paddlecloud.errors import ThrottledError
+from kernel.errors import ThrottledError
 
 
 def _keys(scope: str, *parts: str) -> tuple[str, str]:
@@ -99,7 +99,7 @@ def login_success_record(username: str, address: str) -> None:
 
 def client_address(request) -> str:
     """The client's address: the connection's, or behind a trusted proxy the one it forwarded
-    (``paddlecloud.security.ForwardedHeaders`` made it the request's REMOTE_ADDR)."""
+    (``kernel.security.ForwardedHeaders`` made it the request's REMOTE_ADDR)."""
     return request.META.get("REMOTE_ADDR") or "unknown"
 
 

@@ -8,8 +8,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from kernel.errors import ValidationError
 from paddlecloud import __version__
-from paddlecloud.errors import ValidationError
 from paddlecloud.views import DatacenterAPIView, validated
 
 from . import device, selectors, services

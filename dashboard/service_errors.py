@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from django import forms
 
-from paddlecloud.errors import PaddleCloudError
+from kernel.errors import PaddleCloudError
 
 
 def form_error_add(form: forms.Form, exc: PaddleCloudError,

@@ -8,7 +8,7 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 
 from accounts.admin import RecordAdmin
-from paddlecloud.errors import PaddleCloudError
+from kernel.errors import PaddleCloudError
 
 from .admission import ACTIVE_STATES, WAITING_STATES
 from .models import Job, JobEvent, Replica, Usage

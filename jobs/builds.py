@@ -38,7 +38,7 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from paddlecloud.errors import NotFoundError, PaddleCloudError
+from kernel.errors import NotFoundError, PaddleCloudError
 from paddlecloud_core.contract import job_namespace
 from paddlecloud_core.layout import IMAGE_PACKAGE_DIR
 from pfs.paths import pfs_path_parse

@@ -26,10 +26,10 @@ from django.utils import timezone
 
 from accounts.selectors import member_datacenter
 from accounts.throttling import SLOT_LEASE, slot_release, slot_renew, slot_take
+from kernel.errors import AuthenticationError, PaddleCloudError
+from kernel.security import asgi_request
+from kernel.storable import request_problem
 from paddlecloud import metrics as portal_metrics
-from paddlecloud.errors import AuthenticationError, PaddleCloudError
-from paddlecloud.security import asgi_request
-from paddlecloud.storable import request_problem
 
 from . import services
 from .files import JobFile, log_file, metrics_file

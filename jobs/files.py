@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from paddlecloud.errors import NotFoundError, PaddleCloudError
+from kernel.errors import NotFoundError, PaddleCloudError
 from paddlecloud_core.layout import (
     OUTPUT_MARKER,
     PfsPath,

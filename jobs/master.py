@@ -34,7 +34,7 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from paddlecloud.errors import ConflictError, NotFoundError, PaddleCloudError, ValidationError
+from kernel.errors import ConflictError, NotFoundError, PaddleCloudError, ValidationError
 from paddlecloud_core.contract import master_token as contract_master_token
 from paddlecloud_core.spec import MAX_REPLICAS
 from pfs.services import pfs_target

@@ -4,7 +4,7 @@ Django's middleware, sessions or users — the token names the job. The answer i
 ``master.master_call``'s, the same the API view gives elsewhere.
 
 The calls' database work runs on a few threads of their own (``PADDLECLOUD_MASTER_THREADS``,
-``paddlecloud.before_django.DatabaseThreads``), each keeping its connection between calls, as
+``kernel.before_django.DatabaseThreads``), each keeping its connection between calls, as
 a pool would: a call costs its statements and nothing more (no connection made, checked out
 or health-checked). A connection that saw an error, or sat idle a while, is checked before it
 is used again."""
@@ -16,9 +16,9 @@ import re
 
 from django.conf import settings
 
-from paddlecloud.before_django import BeforeDjango, DatabaseThreads, Exchange
-from paddlecloud.errors import ValidationError
-from paddlecloud.storable import storable
+from kernel.before_django import BeforeDjango, DatabaseThreads, Exchange
+from kernel.errors import ValidationError
+from kernel.storable import storable
 
 from . import master
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 
-from paddlecloud.errors import PaddleCloudError
+from kernel.errors import PaddleCloudError
 from paddlecloud_core.layout import METRICS_RESERVED
 
 from .files import JobFile, metrics_file

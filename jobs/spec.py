@@ -12,7 +12,7 @@ the user may read, a range of trainers is offered in the datacenter.
 
 from __future__ import annotations
 
-from paddlecloud.errors import NotFoundError, PaddleCloudError, ValidationError
+from kernel.errors import NotFoundError, PaddleCloudError, ValidationError
 from paddlecloud_core.layout import pfs_home
 from paddlecloud_core.requirements import REQUIREMENTS_FILE
 from paddlecloud_core.spec import JobSpec, name_taken, spec_check

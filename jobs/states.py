@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from paddlecloud.errors import ConflictError
+from kernel.errors import ConflictError
 from paddlecloud_core.status import FINAL_STATES
 
 

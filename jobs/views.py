@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.serializers import ErrorSerializer
-from paddlecloud.errors import ValidationError
+from kernel.errors import ValidationError
 from paddlecloud.views import DatacenterAPIView, flag_parameter, query_flag
 
 from . import master, services

@@ -18,16 +18,16 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from jobs.master_app import MasterApp  # noqa: E402
+from kernel.security import ForwardedHeaders, websocket_origin_allowed  # noqa: E402
 from pfs.transfer import PfsTransferApp  # noqa: E402
 
 from .metrics import MetricsApp  # noqa: E402
 from .routing import websocket_urlpatterns  # noqa: E402
-from .security import ForwardedHeaders, websocket_origin_allowed  # noqa: E402
 
 
 class SameOrigin:
     """A WebSocket is opened only from a page of this site (its own scheme, host and port) or
-    of CSRF_TRUSTED_ORIGINS (paddlecloud.security; read on each handshake, like Django's own
+    of CSRF_TRUSTED_ORIGINS (kernel.security; read on each handshake, like Django's own
     checks). Others are refused at the handshake (403), before any consumer or channel is
     made for them."""
 
@@ -64,7 +64,7 @@ async def lifespan(scope, receive, send):
 
 
 # Forwarded headers are judged before anything reads them: believed from the trusted proxies
-# only (paddlecloud.security), never from a job's relay.
+# only (kernel.security), never from a job's relay.
 application = ForwardedHeaders(ProtocolTypeRouter({
     "http": http_with_metrics,
     "lifespan": lifespan,

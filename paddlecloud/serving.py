@@ -33,7 +33,7 @@ class BulkBodyHttpToolsProtocol(HttpToolsProtocol):
 
 def server_config(app, *, host: str, port: int, **options) -> uvicorn.Config:
     """uvicorn's configuration of the portal: runportal's, and the tests' live portal's.
-    Forwarded headers are the app's to judge (``paddlecloud.security.ForwardedHeaders``), so
+    Forwarded headers are the app's to judge (``kernel.security.ForwardedHeaders``), so
     uvicorn's own handling is off: it would believe them from anyone on 127.0.0.1
     (FORWARDED_ALLOW_IPS), a proxy and a job's relay alike."""
     return uvicorn.Config(app, host=host, port=port, http=BulkBodyHttpToolsProtocol,

@@ -13,10 +13,9 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from kernel.env import env_bool, env_int, env_list, env_str
 from paddlecloud_core.quantity import QuantityError, parse_bytes
 from paddlecloud_core.spec import DEFAULT_IMAGE
-
-from .env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PADDLECLOUD_VAR_DIR") or BASE_DIR / "var")
@@ -69,12 +68,12 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "paddlecloud.security.ContentSecurityPolicyMiddleware",
+    "kernel.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Every request Django answers, by route (after WhiteNoise: static files are not counted).
     "paddlecloud.metrics.RequestMetricsMiddleware",
     # A NUL in the path or a query parameter: a 400 before any view looks anything up.
-    "paddlecloud.storable.UnstorableInputMiddleware",
+    "kernel.storable.UnstorableInputMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -83,7 +82,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, so its 413 gets every header above; still before any view or the CSRF check
     # reads a body.
-    "paddlecloud.security.BodyLimitMiddleware",
+    "kernel.security.BodyLimitMiddleware",
 ]
 
 ROOT_URLCONF = "paddlecloud.urls"
@@ -356,7 +355,7 @@ for _name in ("PADDLECLOUD_WEBSOCKETS_PER_USER", "PADDLECLOUD_DRY_RUNS_PER_MINUT
 
 # The reverse proxies in front: how many (each adds the address it had the request from to
 # X-Forwarded-For), and the addresses or networks the nearest one connects from. Forwarded
-# headers are taken from those addresses only (paddlecloud.security.ForwardedHeaders), never
+# headers are taken from those addresses only (kernel.security.ForwardedHeaders), never
 # from a job's relay (paddlecloud_core.contract.RELAY_SOURCE_ADDRESS); from anyone else they
 # are dropped, so the client's address is the connection's.
 TRUSTED_PROXIES = env_int("TRUSTED_PROXIES", 0)
@@ -376,10 +375,10 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["paddlecloud.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["kernel.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "paddlecloud.errors.exception_handler",
-    "NUM_PROXIES": 0,  # REMOTE_ADDR is the client's (paddlecloud.security.ForwardedHeaders)
+    "EXCEPTION_HANDLER": "kernel.errors.exception_handler",
+    "NUM_PROXIES": 0,  # REMOTE_ADDR is the client's (kernel.security.ForwardedHeaders)
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 
@@ -414,7 +413,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-CSRF_FAILURE_VIEW = "paddlecloud.errors.csrf_failure"
+CSRF_FAILURE_VIEW = "kernel.errors.csrf_failure"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -462,7 +461,7 @@ OIDC_USE_PKCE = True
 # be turned off by its own variable (e.g. SECURE_SSL_REDIRECT=0 for a plain-HTTP trial).
 
 # (HTTPS behind a proxy: X-Forwarded-Proto from a trusted proxy is the request's scheme,
-# paddlecloud.security.ForwardedHeaders; no SECURE_PROXY_SSL_HEADER, which believes anyone.)
+# kernel.security.ForwardedHeaders; no SECURE_PROXY_SSL_HEADER, which believes anyone.)
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
 # Plain HTTP from inside: the kubelet's probes, and trainers calling their job's master through
 # the portal's Service (PADDLECLOUD_MASTER_BASE_URL), which never passes the TLS proxy.
@@ -475,7 +474,7 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
-# The pages' Content-Security-Policy (paddlecloud/security.py sets it on every HTML answer):
+# The pages' Content-Security-Policy (kernel/security.py sets it on every HTML answer):
 # scripts, styles, images and sockets from the portal itself only; nothing inline (no
 # <script> or <style> in a page, no style="" or onclick="" attributes); no plugins, no
 # framing; forms post here only.

@@ -9,8 +9,9 @@ from drf_spectacular.views import (
 )
 
 from accounts import sso_views
+from kernel import errors
 
-from . import errors, views
+from . import views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -37,6 +38,6 @@ urlpatterns = [
     re_path(r"^api/", csrf_exempt(errors.handler404)),
 ]
 
-handler400 = "paddlecloud.errors.handler400"
-handler404 = "paddlecloud.errors.handler404"
-handler500 = "paddlecloud.errors.handler500"
+handler400 = "kernel.errors.handler400"
+handler404 = "kernel.errors.handler404"
+handler500 = "kernel.errors.handler500"

@@ -14,9 +14,8 @@ from rest_framework.views import APIView
 
 from accounts.models import Datacenter
 from accounts.selectors import request_datacenter
-
-from .env import FALSE_WORDS, TRUE_WORDS
-from .errors import ValidationError
+from kernel.env import FALSE_WORDS, TRUE_WORDS
+from kernel.errors import ValidationError
 
 FLAG_RULE = (f"a boolean: {', '.join(TRUE_WORDS[:-1])} or {TRUE_WORDS[-1]} for true; "
              f"{', '.join(FALSE_WORDS[:-1])} or {FALSE_WORDS[-1]} for false (any case)")

@@ -134,7 +134,7 @@ def job_namespace(datacenter, username: str) -> str:
 # The address a job's relay (jobs/backends/relay.py) connects to the portal from, on the
 # machine's loopback: what a sandboxed replica sends the portal arrives from it, and the
 # portal never takes a forwarded header (X-Forwarded-For, X-Forwarded-Proto) from it, whatever
-# TRUSTED_PROXY_ADDRESSES says (paddlecloud.security.ForwardedHeaders).
+# TRUSTED_PROXY_ADDRESSES says (kernel.security.ForwardedHeaders).
 RELAY_SOURCE_ADDRESS = "127.0.0.2"
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from paddlecloud.errors import ForbiddenError, NotFoundError, ValidationError
+from kernel.errors import ForbiddenError, NotFoundError, ValidationError
 from paddlecloud_core.layout import (
     OUTPUT_MARKER,
     PEERS_ENDED_DIR,

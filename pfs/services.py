@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from accounts.selectors import quota_get, quotas_get
 from accounts.signals import quota_changed
-from paddlecloud.errors import (
+from kernel.errors import (
     ForbiddenError,
     NotFoundError,
     PaddleCloudError,

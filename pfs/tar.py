@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from django.conf import settings
 
-from paddlecloud.errors import NotFoundError, PaddleCloudError, TooLargeError, ValidationError
+from kernel.errors import NotFoundError, PaddleCloudError, TooLargeError, ValidationError
 from paddlecloud_core.layout import MAX_COMPONENT, MAX_PATH
 from paddlecloud_core.quantity import format_bytes
 

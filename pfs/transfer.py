@@ -31,8 +31,7 @@ from rest_framework.request import Request
 
 from accounts.authentication import ApiTokenAuthentication
 from accounts.selectors import request_datacenter
-from paddlecloud import metrics
-from paddlecloud.before_django import (
+from kernel.before_django import (
     BUFFER,
     BeforeDjango,
     ClientGone,
@@ -40,13 +39,14 @@ from paddlecloud.before_django import (
     Exchange,
     is_number,
 )
-from paddlecloud.errors import (
+from kernel.errors import (
     AuthenticationError,
     ConflictError,
     RangeNotSatisfiableError,
     ValidationError,
 )
-from paddlecloud.security import asgi_request, no_view
+from kernel.security import asgi_request, no_view
+from paddlecloud import metrics
 from paddlecloud.views import query_flag
 
 from . import services, tar

@@ -3,7 +3,7 @@ only its owner adds or changes it, so the password is never typed into the admin
 
 from django.contrib import admin, messages
 
-from paddlecloud.errors import PaddleCloudError
+from kernel.errors import PaddleCloudError
 
 from .models import Registry
 from .services import registry_delete

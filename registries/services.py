@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from accounts.audit import audit_record
 from accounts.models import AuditEntry
 from jobs.states import FINAL_JOB_STATES
-from paddlecloud.errors import ConflictError, NotFoundError, ValidationError
+from kernel.errors import ConflictError, NotFoundError, ValidationError
 from paddlecloud.queue import PULL_SECRET_REMOVE, PULL_SECRET_SYNC, task_later
 from paddlecloud_core.contract import JOB_NAME_RE
 

@@ -183,7 +183,7 @@ def test_a_body_just_under_the_limit_is_read(api, alice, settings):
 def test_a_body_found_too_large_inside_a_view_is_413_too():
     from django.core.exceptions import RequestDataTooBig
 
-    from paddlecloud.errors import render_error
+    from kernel.errors import render_error
 
     status, body, _headers = render_error(RequestDataTooBig("over"), "SomeView")
     assert (status, body["code"], list(body["fields"])) == (413, "too_large", ["body"])

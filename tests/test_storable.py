@@ -1,4 +1,4 @@
-"""Input the database cannot store (paddlecloud/storable.py) — the NUL character in any text,
+"""Input the database cannot store (kernel/storable.py) — the NUL character in any text,
 a whole number past 64 bits — is a 400 that names the field, over real HTTP, wherever it
 comes in: a job's fields, a registry's, a name in the path, a query parameter, a page, a
 WebSocket. Nothing is half-written (the master's calls: tests/jobs/test_master_app.py)."""

@@ -23,7 +23,7 @@ from accounts.throttling import client_address
 from jobs.admission import quota_report
 from jobs.budgets import budget_report
 from jobs.states import FINAL_JOB_STATES
-from paddlecloud.errors import PaddleCloudError
+from kernel.errors import PaddleCloudError
 from registries import services as registry_services
 
 from ..confirm import confirm_page, confirmed

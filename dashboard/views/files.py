@@ -28,7 +28,7 @@ from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_http_methods
 
-from paddlecloud.errors import PaddleCloudError
+from kernel.errors import PaddleCloudError
 from paddlecloud_core.quantity import format_bytes, format_bytes_about
 from pfs import services
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from jobs import services
 from jobs.admission import queue_position
 from jobs.pool import job_predictions
-from paddlecloud.errors import NotFoundError
+from kernel.errors import NotFoundError
 
 from ..meters import meter
 from ..scheduling import prediction_shown

@@ -28,7 +28,7 @@ from jobs.metrics import metrics_last
 from jobs.pool import job_predictions
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
-from paddlecloud.errors import ConflictError, NotFoundError, PaddleCloudError
+from kernel.errors import ConflictError, NotFoundError, PaddleCloudError
 from paddlecloud_core.layout import is_output, output_path, pfs_home
 from pfs.services import pfs_list
 from registries.services import registry_list

@@ -98,7 +98,7 @@ class Backend(abc.ABC):
 
     def objects(self, job, quota=None) -> list[dict]:
         """What the backend would create for the (unsaved) job, for dry runs; raises
-        ``paddlecloud.errors.ValidationError`` when that would be refused. Nothing on a
+        ``kernel.errors.ValidationError`` when that would be refused. Nothing on a
         backend with no objects of its own."""
         return []
 

@@ -70,7 +70,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from paddlecloud.errors import NotFoundError, PaddleCloudError
+from kernel.errors import NotFoundError, PaddleCloudError
 from paddlecloud_core.requirements import (
     REQUIREMENTS_FILE,
     Requirements,

@@ -13,7 +13,7 @@ the portal's whole HTTP interface, as its owner does, not only the master's call
 - It connects to the portal from ``RELAY_SOURCE_ADDRESS`` (127.0.0.2, over IPv4), an address
   of its own: a proxy in front of the portal on the same machine connects from 127.0.0.1 too,
   and the portal believes a proxy's X-Forwarded-For, never what a job sends through its relay
-  (``paddlecloud.security.ForwardedHeaders``).
+  (``kernel.security.ForwardedHeaders``).
 
 - Its port, 80, is below 1024: in the job's network only a process with capabilities in the
   job's user namespace (the relay as it binds, never a replica: they have none) may take it, so

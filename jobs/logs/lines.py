@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from paddlecloud.errors import ValidationError
+from kernel.errors import ValidationError
 
 from ..files import JobFile
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from channels.layers import get_channel_layer
 from django.core.cache import cache
 
-from paddlecloud.errors import PaddleCloudError
+from kernel.errors import PaddleCloudError
 
 from ..files import JobFile
 from .lines import lines_end, lines_read

@@ -9,7 +9,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
-from paddlecloud.errors import PaddleCloudError
+from kernel.errors import PaddleCloudError
 
 from ..files import JobFile
 

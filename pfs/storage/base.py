@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 from django.conf import settings
 
-from paddlecloud.errors import (
+from kernel.errors import (
     ConflictError,
     ForbiddenError,
     NotFoundError,

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from concurrent.futures import Executor
 from pathlib import Path
 
-from paddlecloud.errors import ForbiddenError, ValidationError
+from kernel.errors import ForbiddenError, ValidationError
 
 from .base import CHUNK, TEMP_PREFIX, Entry, Rel, Storage, Upload
 

@@ -43,7 +43,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from storages.backends.s3 import S3Storage as DjangoS3Storage
 
-from paddlecloud.errors import ConflictError, ValidationError
+from kernel.errors import ConflictError, ValidationError
 
 from .base import CHUNK, TEMP_PREFIX, Entry, Rel, Storage, Upload
 

@@ -12,7 +12,7 @@
   const datacenter = () => document.body.dataset.datacenter || "";
 
   class ApiError extends Error {
-    // body: {"code", "message", "fields": {field: message}} (see paddlecloud/errors.py)
+    // body: {"code", "message", "fields": {field: message}} (see kernel/errors.py)
     constructor(status, body) {
       super(body.message || `HTTP ${status}`);
       this.status = status;

@@ -23,7 +23,7 @@ from jobs.models import Job, JobEvent, Replica
 from jobs.services import job_kill, job_submit
 from jobs.tasks import jobs_admit, jobs_reconcile
 from jobs.transitions import job_transition
-from paddlecloud.errors import ValidationError
+from kernel.errors import ValidationError
 from tests.conftest import assert_error
 
 GiB = 2**30

@@ -19,7 +19,7 @@ from jobs.backends import backend_for
 from jobs.models import Job, JobEvent
 from jobs.services import job_kill, job_submit
 from jobs.tasks import jobs_admit
-from paddlecloud.errors import ValidationError
+from kernel.errors import ValidationError
 from tests.conftest import assert_error
 from tests.jobs.master_scenario import (
     READ_TASKS,

@@ -38,7 +38,7 @@ from jobs.backends.base import BackendError
 from jobs.backends.kubernetes import pods
 from jobs.files import home_remove, output_open, output_prepare
 from jobs.models import Job
-from paddlecloud.errors import PaddleCloudError
+from kernel.errors import PaddleCloudError
 from tests.jobs.kubernetes.test_backend import wait
 from tests.kube import portal_kubeconfig
 from tests.ws import ws_messages

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 from jobs import master
 from jobs.models import Job, JobEvent, Replica, Task
 from jobs.services import job_submit
-from paddlecloud.errors import ValidationError
+from kernel.errors import ValidationError
 from paddlecloud_sdk import recordio
 from tests.processes import run_python
 

@@ -28,7 +28,7 @@ from jobs.backends.sandbox import netns_read
 from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_submit
-from paddlecloud.errors import ValidationError
+from kernel.errors import ValidationError
 from paddlecloud_core.contract import (
     MASTER_VARIABLES,
     RESERVED_ENV,

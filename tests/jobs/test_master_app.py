@@ -95,7 +95,7 @@ def test_the_master_threads_close_their_connections_when_stopped(live_portal, jo
     ("next", '[1, 2]', "mine", 400, "trainer"),
     ("tasks/1/done", '{"trainer": 0}', "mine", 400, "lease"),
     ("tasks/1/finish", '{"trainer": 0, "lease": "x"}', "mine", 404, None),
-    # What the database cannot store (paddlecloud/storable.py): a 400 naming it, not a 500.
+    # What the database cannot store (kernel/storable.py): a 400 naming it, not a 500.
     ("next", '{"trainer": 2147483648}', "mine", 400, "trainer"),  # 2**31
     ("next", '{"trainer": 1000}', "mine", 400, "trainer"),  # no job has a trainer-1000
     ("next", '{"trainer": 0, "x": 99999999999999999999}', "mine", 400, "x"),

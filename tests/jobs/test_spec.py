@@ -6,7 +6,7 @@ import pytest
 
 from jobs.models import Job
 from jobs.spec import job_spec_validate
-from paddlecloud.errors import ValidationError
+from kernel.errors import ValidationError
 from paddlecloud_core.contract import JOB_NAME_MAX as MAX_NAME
 
 pytestmark = pytest.mark.django_db

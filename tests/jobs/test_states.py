@@ -21,7 +21,7 @@ from jobs.states import (
     transition_check,
 )
 from jobs.transitions import job_transition, replica_transition
-from paddlecloud.errors import ConflictError
+from kernel.errors import ConflictError
 
 # ---------------------------------------------------------------------------------------------
 # The tables (no database)

@@ -26,7 +26,7 @@ from django.test import Client
 from django.utils import timezone
 
 from accounts.models import Quota
-from paddlecloud.errors import PaddleCloudError
+from kernel.errors import PaddleCloudError
 from pfs import services
 from pfs.models import UploadSession, Usage
 from pfs.storage.posix import PosixStorage

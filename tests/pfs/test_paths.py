@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from paddlecloud.errors import ForbiddenError, NotFoundError, ValidationError
+from kernel.errors import ForbiddenError, NotFoundError, ValidationError
 from paddlecloud_core.layout import MAX_COMPONENT, MAX_PATH
 from pfs.paths import PfsPath, pfs_area_root, pfs_path_parse
 from pfs.services import pfs_target

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from paddlecloud.errors import PaddleCloudError
+from kernel.errors import PaddleCloudError
 from pfs.paths import pfs_path_parse
 from pfs.storage.posix import PosixStorage
 from pfs.tar import member_parts, tar_extract

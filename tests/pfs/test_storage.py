@@ -13,7 +13,7 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from paddlecloud.errors import PaddleCloudError
+from kernel.errors import PaddleCloudError
 from pfs.storage.base import CHUNK, TEMP_PREFIX
 from pfs.storage.s3 import PART_SIZE, READ_RANGE
 

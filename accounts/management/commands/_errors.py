@@ -6,7 +6,7 @@ from contextlib import contextmanager
 
 from django.core.management.base import CommandError
 
-from paddlecloud.errors import PaddleCloudError
+from kernel.errors import PaddleCloudError
 from paddlecloud_core.quantity import QuantityError
 
 

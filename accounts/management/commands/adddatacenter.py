@@ -9,7 +9,7 @@ from accounts.models import Datacenter
 from accounts.services import datacenter_upsert
 from jobs.backends import backend_for
 from jobs.backends.base import BackendError
-from paddlecloud.errors import ValidationError
+from kernel.errors import ValidationError
 from paddlecloud_core.quantity import parse_bytes, parse_cpu
 
 from ._errors import quantity_argument, user_errors

@@ -39,7 +39,7 @@ from django.db.models import Max
 from accounts.models import Datacenter
 from accounts.selectors import quota_get
 from jobs.models import Build, Replica, build_ended, replica_ended
-from paddlecloud.errors import PaddleCloudError, ValidationError
+from kernel.errors import PaddleCloudError, ValidationError
 from paddlecloud_core.contract import (
     STOP_GRACE_SECONDS,
     Paths,

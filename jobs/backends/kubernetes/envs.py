@@ -34,7 +34,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from paddlecloud.errors import NotFoundError, PaddleCloudError
+from kernel.errors import NotFoundError, PaddleCloudError
 from paddlecloud_core.layout import ENVS_REL
 from paddlecloud_core.requirements import REQUIREMENTS_FILE
 from pfs.paths import pfs_path_parse

@@ -1,7 +1,7 @@
 """The API's JSON parser: DRF's, with a body nested too deeply for Python's parser answered
 as malformed (400) like any other body that is not JSON, not as a server error, and a body
 holding what the database cannot store (a NUL, a number past 64 bits) a 400 naming the field
-(``paddlecloud.storable``)."""
+(``kernel.storable``)."""
 
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
@@ -13,7 +13,7 @@ class JSONParser(parsers.JSONParser):
             data = super().parse(stream, media_type, parser_context)
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply") from None
-        # Imported here: DRF imports this module while paddlecloud.errors (which storable
+        # Imported here: DRF imports this module while kernel.errors (which storable
         # needs) is still being imported.
         from .storable import storable
 

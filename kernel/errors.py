@@ -257,7 +257,7 @@ def handler500(request):
 
 
 def request_too_large(request):
-    """The answer to a body over the limit (paddlecloud.security refuses it before any view)."""
+    """The answer to a body over the limit (kernel.security refuses it before any view)."""
     error = body_too_large()
     if _is_api(request):
         return JsonResponse(error_body(error.code, error.message, error.fields), status=413)

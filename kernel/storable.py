@@ -5,10 +5,10 @@ column holds a whole number past a signed 64-bit one. Neither is ever meaningful
 the portal — an environment value, an entry, a name, a PFS path, a password — so they are
 refused where every input comes in, before any rule of a field is applied:
 
-- a JSON body (``paddlecloud.parsers.JSONParser``, and the master's calls answered before
+- a JSON body (``kernel.parsers.JSONParser``, and the master's calls answered before
   Django, ``jobs.master_app``): every key and string, every whole number, however deep;
 - a request's path and query parameters, for every page, API view and WebSocket
-  (``UnstorableInputMiddleware``; ``paddlecloud.before_django`` and ``jobs.consumers`` for
+  (``UnstorableInputMiddleware``; ``kernel.before_django`` and ``jobs.consumers`` for
   what is answered outside Django's middleware);
 - a form's fields: Django's forms refuse NUL themselves (``ProhibitNullCharactersValidator``).
 
