@@ -220,7 +220,7 @@ def run(plan: Plan, timeout: float) -> float:
     from jobs.models import Job
     from jobs.states import JobState
     from jobs.transitions import job_transition, jobs_transition
-    from paddlecloud.queue import JOBS_ADMIT, task_later
+    from kernel.queue import JOBS_ADMIT, task_later
 
     datacenter = Datacenter.objects.get(name=DATACENTER)
     runtime = {name: CLASSES[kind][2] for name, kind in plan.per_user}

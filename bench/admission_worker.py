@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent  # the project: manage.py
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from paddlecloud.celery import app  # noqa: E402
-from paddlecloud.queue import JOB_START  # noqa: E402
+from kernel.celery import app  # noqa: E402
+from kernel.queue import JOB_START  # noqa: E402
 
 STARTS_QUEUE = "bench-admission-starts"
 

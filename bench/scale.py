@@ -115,7 +115,7 @@ class Bench:
         from django.core.management import call_command
 
         cache.clear()  # the bench's own Redis database
-        from paddlecloud.celery import app
+        from kernel.celery import app
 
         app.control.purge()
         call_command("migrate", verbosity=0)
@@ -151,7 +151,7 @@ class Bench:
         self.datacenter = datacenter
 
     def start_worker(self) -> None:
-        from paddlecloud.celery import app
+        from kernel.celery import app
 
         if others := app.control.inspect(timeout=1).ping():
             raise BenchError(f"workers already consume from {self.args.redis_url} "
@@ -210,7 +210,7 @@ class Bench:
     def _drained(self, quiet: bool = False) -> None:
         """Wait until the worker has done what was asked of it: no message waits in the
         broker's queue, none is held by the worker (``unacked``)."""
-        from paddlecloud.celery import app
+        from kernel.celery import app
 
         started = time.monotonic()
         with app.connection_for_read() as connection:
@@ -224,7 +224,7 @@ class Bench:
             log(f"the worker's queue drained in {time.monotonic() - started:.0f} s")
 
     def _tasks(self) -> dict[str, int]:
-        from paddlecloud.celery import app
+        from kernel.celery import app
 
         stats = app.control.inspect(timeout=5).stats() or {}
         totals: dict[str, int] = {}

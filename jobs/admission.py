@@ -41,7 +41,7 @@ from django.utils import timezone
 from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter, Membership, Team
 from accounts.selectors import quota_get, quotas_get
 from kernel.errors import ValidationError
-from paddlecloud.queue import (
+from kernel.queue import (
     HOME_MEASURE,
     JOB_START,
     JOB_SYNC,

@@ -2,7 +2,7 @@
 "Metrics"): one GROUP BY over datacenters and their jobs, by datacenter and state. Right in
 whichever portal process answers, however many there are (nothing is counted twice).
 
-Registered by ``jobs.apps`` in ``paddlecloud.metrics.DATABASE``, which the portal's ``GET
+Registered by ``jobs.apps`` in ``kernel.metrics.DATABASE``, which the portal's ``GET
 /metrics`` serves (and a worker's port does not: the web pods have these).
 """
 
@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from accounts.models import Datacenter
-from paddlecloud.metrics import DATABASE
+from kernel.metrics import DATABASE
 
 from .states import JobState
 

@@ -26,10 +26,10 @@ from django.utils import timezone
 
 from accounts.selectors import member_datacenter
 from accounts.throttling import SLOT_LEASE, slot_release, slot_renew, slot_take
+from kernel import metrics as portal_metrics
 from kernel.errors import AuthenticationError, PaddleCloudError
 from kernel.security import asgi_request
 from kernel.storable import request_problem
-from paddlecloud import metrics as portal_metrics
 
 from . import services
 from .files import JobFile, log_file, metrics_file

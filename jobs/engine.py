@@ -28,7 +28,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from accounts.models import Datacenter
-from paddlecloud.queue import JOBS_ADMIT, task_later_once
+from kernel.queue import JOBS_ADMIT, task_later_once
 from paddlecloud_core.contract import (
     STOP_GRACE_SECONDS,
     Topology,

@@ -14,7 +14,7 @@ from accounts.audit import audit_record
 from accounts.models import QUOTA_FORMATS, AuditEntry, Membership, Team
 from accounts.throttling import rate_take
 from kernel.errors import ConflictError, NotFoundError, ValidationError
-from paddlecloud.queue import BUILD_RUN, JOB_BUILD, JOB_REMAINS_REMOVE, JOB_STOP, task_later
+from kernel.queue import BUILD_RUN, JOB_BUILD, JOB_REMAINS_REMOVE, JOB_STOP, task_later
 from paddlecloud_core.quantity import format_bytes, format_cpu
 from paddlecloud_core.scheduling import Vec
 from paddlecloud_core.spec import name_taken

@@ -27,7 +27,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from accounts.models import Datacenter
-from paddlecloud.queue import JOB_SYNC, task_claim, task_later, task_now_once
+from kernel.queue import JOB_SYNC, task_claim, task_later, task_now_once
 from paddlecloud_core.contract import trainers_elastic
 
 from . import engine

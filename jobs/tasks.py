@@ -24,7 +24,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from accounts.models import Datacenter, Membership
-from paddlecloud.queue import HOME_MEASURE, JOB_START, JOBS_ADMIT, task_claim, task_later_once
+from kernel.queue import HOME_MEASURE, JOB_START, JOBS_ADMIT, task_claim, task_later_once
 from pfs.services import usage_measure
 
 from . import builds, engine, sync

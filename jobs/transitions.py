@@ -16,7 +16,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from accounts.models import Datacenter
-from paddlecloud import metrics
+from kernel import metrics
 
 from .models import Job, JobEvent, Replica
 from .notify import job_changed, jobs_changed

@@ -22,10 +22,10 @@ from asgiref.sync import sync_to_async
 from django.core import signals
 from django.db import connection
 
+from kernel import metrics
 from kernel.errors import LengthRequiredError, ValidationError, render_error
 from kernel.security import asgi_request, https_redirect, security_headers
 from kernel.storable import request_problem
-from paddlecloud import metrics
 
 BUFFER = 1 << 20
 IDLE_CHECK_SECONDS = 30  # a kept database connection idle longer is checked before use

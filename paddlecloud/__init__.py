@@ -1,4 +1,11 @@
-"""PaddleCloud: a multi-user portal for distributed PaddlePaddle training."""
+"""PaddleCloud: a multi-user portal for distributed PaddlePaddle training.
+
+This package is the portal's wiring: its settings, URLs, ASGI and WSGI apps, WebSocket routes,
+the embedded worker and HTTP server, and the ``paddlecloud`` command. What the apps build on is
+``kernel``; no app imports this package (the ``wiring`` contract in pyproject.toml).
+"""
+
+import os
 
 from paddlecloud_core import __version__
 
@@ -7,7 +14,10 @@ SERVER_PACKAGES = ("celery", "django", "prometheus_client")
 
 try:
     # The Celery app is created when Django starts, so that @shared_task binds to it.
-    from .celery import app as celery_app
+    from kernel.celery import app as celery_app
+
+    # `celery -A paddlecloud` finds the app here, and its settings by this default.
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paddlecloud.settings")
 except ModuleNotFoundError as missing:  # the client install: paddlectl and the SDK, no portal
     if missing.name not in SERVER_PACKAGES:
         raise

@@ -18,10 +18,10 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from jobs.master_app import MasterApp  # noqa: E402
+from kernel.metrics import MetricsApp  # noqa: E402
 from kernel.security import ForwardedHeaders, websocket_origin_allowed  # noqa: E402
 from pfs.transfer import PfsTransferApp  # noqa: E402
 
-from .metrics import MetricsApp  # noqa: E402
 from .routing import websocket_urlpatterns  # noqa: E402
 
 
@@ -46,7 +46,7 @@ class SameOrigin:
 # unbuffered) are answered before Django.
 http = MasterApp(PfsTransferApp(django_asgi_app))
 # Prometheus scrapes GET /metrics at the pod's address (in no ALLOWED_HOSTS), with its token:
-# answered first of all (paddlecloud/metrics.py).
+# answered first of all (kernel/metrics.py).
 http_with_metrics = MetricsApp(http)
 
 

@@ -71,7 +71,7 @@ MIDDLEWARE = [
     "kernel.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Every request Django answers, by route (after WhiteNoise: static files are not counted).
-    "paddlecloud.metrics.RequestMetricsMiddleware",
+    "kernel.metrics.RequestMetricsMiddleware",
     # A NUL in the path or a query parameter: a 400 before any view looks anything up.
     "kernel.storable.UnstorableInputMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -322,7 +322,7 @@ PADDLECLOUD_S3_SECRET_ACCESS_KEY = env_str("PADDLECLOUD_S3_SECRET_ACCESS_KEY")
 # encrypts, all decrypt; rotate with manage.py rotate_credential_keys).
 PADDLECLOUD_CREDENTIAL_KEYS = env_list("PADDLECLOUD_CREDENTIAL_KEYS", [])
 
-# GET /metrics (paddlecloud/metrics.py, README "Metrics"): Prometheus sends this bearer token.
+# GET /metrics (kernel/metrics.py, README "Metrics"): Prometheus sends this bearer token.
 # Unset: the endpoint answers 404 to everybody.
 PADDLECLOUD_METRICS_TOKEN = (env_str("PADDLECLOUD_METRICS_TOKEN") or "").strip()
 if 0 < len(PADDLECLOUD_METRICS_TOKEN) < 16:

@@ -17,7 +17,7 @@ from celery.result import _set_task_join_will_block
 from celery.worker import WorkController
 from django.conf import settings
 
-from .celery import app
+from kernel.celery import app
 
 logger = logging.getLogger(__name__)
 

@@ -31,6 +31,7 @@ from rest_framework.request import Request
 
 from accounts.authentication import ApiTokenAuthentication
 from accounts.selectors import request_datacenter
+from kernel import metrics
 from kernel.before_django import (
     BUFFER,
     BeforeDjango,
@@ -46,7 +47,6 @@ from kernel.errors import (
     ValidationError,
 )
 from kernel.security import asgi_request, no_view
-from paddlecloud import metrics
 from paddlecloud.views import query_flag
 
 from . import services, tar

@@ -8,8 +8,8 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from accounts.serializers import ErrorSerializer
+from kernel import metrics
 from kernel.errors import ValidationError
-from paddlecloud import metrics
 from paddlecloud.views import (
     DatacenterAPIView,
     flag_parameter,

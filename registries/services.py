@@ -11,7 +11,7 @@ from accounts.audit import audit_record
 from accounts.models import AuditEntry
 from jobs.states import FINAL_JOB_STATES
 from kernel.errors import ConflictError, NotFoundError, ValidationError
-from paddlecloud.queue import PULL_SECRET_REMOVE, PULL_SECRET_SYNC, task_later
+from kernel.queue import PULL_SECRET_REMOVE, PULL_SECRET_SYNC, task_later
 from paddlecloud_core.contract import JOB_NAME_RE
 
 from . import crypto

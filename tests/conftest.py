@@ -192,7 +192,7 @@ def _clear_cache():
 
 
 class HeldTasks:
-    """The work queued through ``paddlecloud.queue``, held here instead of sent to a worker:
+    """The work queued through ``kernel.queue``, held here instead of sent to a worker:
     a test sees what was asked for (``sent``, ``of``) and may have some of it done at once, in
     its own process (``run``); the rest is dropped, as a lost message would be."""
 
@@ -202,7 +202,7 @@ class HeldTasks:
 
     def run(self, name: str, function: Callable | None = None) -> None:
         """Do task ``name`` (or ``function`` in its place) as soon as it is sent."""
-        from paddlecloud.celery import app
+        from kernel.celery import app
 
         if function is None:
             importlib.import_module(name.rsplit(".", 1)[0])  # registers the app's tasks
@@ -224,7 +224,7 @@ def held_tasks(monkeypatch) -> HeldTasks:
     """No queued task reaches a worker (one left running by an earlier test would pick it
     up): for tests that drive the engine themselves."""
     held = HeldTasks()
-    monkeypatch.setattr("paddlecloud.queue._send", held.send)
+    monkeypatch.setattr("kernel.queue._send", held.send)
     return held
 
 
@@ -233,7 +233,7 @@ def celery_worker():
     """The worker runportal embeds, consuming from the real Redis broker of REDIS_URL.
     Tests that use it need ``django_db(transaction=True)``: it reads what they commit.
     One per test, on an empty queue: no task of one test runs during another."""
-    from paddlecloud.celery import app as celery_app
+    from kernel.celery import app as celery_app
     from paddlecloud.worker import EmbeddedWorker
 
     assert celery_app.conf.broker_url == settings.REDIS_URL

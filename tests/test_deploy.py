@@ -412,7 +412,7 @@ def test_prometheus_finds_the_web_and_worker_pods_and_sends_the_token():
 
 def test_the_dashboard_shows_what_the_portal_exports():
     from jobs.collector import JobsCollector
-    from paddlecloud import metrics
+    from kernel import metrics
 
     exported = {family.name for family in JobsCollector().describe()} | {
         family.name for instrument in (

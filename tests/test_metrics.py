@@ -1,4 +1,4 @@
-"""The portal's own metrics (paddlecloud/metrics.py, jobs/collector.py), over real HTTP: GET
+"""The portal's own metrics (kernel/metrics.py, jobs/collector.py), over real HTTP: GET
 /metrics refuses without the token and answers with it (at any Host, as Prometheus scrapes a
 pod's address); promtool accepts what a portal with jobs in several states exposes; the
 metrics move when things happen (a submission, an API request, a 4xx, a Celery task run by
@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.services import quota_set
 from jobs.services import job_kill, job_submit
-from paddlecloud import metrics
+from kernel import metrics
 
 TOKEN = "test-metrics-token-0123456789"
 PROMTOOL = shutil.which("promtool")
@@ -58,7 +58,7 @@ def value(found: dict, name: str, **labels) -> float:
 
 
 def read(metric, name: str, **labels) -> float:
-    """A sample of one of paddlecloud.metrics' instruments, in this process."""
+    """A sample of one of kernel.metrics' instruments, in this process."""
     return value({(sample.name, frozenset(sample.labels.items())): sample.value
                   for family in metric.collect() for sample in family.samples}, name, **labels)
 
@@ -236,7 +236,7 @@ def test_requests_answered_before_django_are_counted_by_their_handler(portal):
 @pytest.mark.redis
 @pytest.mark.django_db(transaction=True)
 def test_a_task_run_by_the_embedded_worker_is_timed(celery_worker):
-    from paddlecloud.celery import app
+    from kernel.celery import app
 
     name = "accounts.tasks.token_purge"
     count = "paddlecloud_celery_task_duration_seconds_count"
@@ -320,7 +320,7 @@ def test_a_prefork_celery_worker_serves_the_sum_of_its_processes(tmp_path):
     """`celery -A paddlecloud worker` as deploy/worker.yaml runs it (prefork, two processes,
     PROMETHEUS_MULTIPROC_DIR, PADDLECLOUD_METRICS_PORT): the tasks its children run are on
     its port, checked by promtool."""
-    from paddlecloud.celery import app
+    from kernel.celery import app
 
     app.control.purge()
     port = free_port()

@@ -1,4 +1,4 @@
-"""Work queued by name from below the tasks' layer (paddlecloud/queue.py) reaches real tasks."""
+"""Work queued by name from below the tasks' layer (kernel/queue.py) reaches real tasks."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import threading
 
 import pytest
 
-from paddlecloud.celery import app
-from paddlecloud.queue import TASKS, task_later, task_now
+from kernel.celery import app
+from kernel.queue import TASKS, task_later, task_now
 
 # What a worker does as it starts (the embedded one of runportal and `celery worker` alike):
 # it finds the apps' tasks modules (autodiscovery), which no module imports.
 WORKER_TASKS = """
 import json
-from paddlecloud.celery import app
+from kernel.celery import app
 app.loader.import_default_modules()
 print(json.dumps(sorted(app.tasks)))
 """

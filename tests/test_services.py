@@ -14,7 +14,7 @@ from django.utils import timezone
 from accounts.models import ApiToken
 from accounts.services import token_create
 from accounts.tasks import token_purge
-from paddlecloud.celery import app as celery_app
+from kernel.celery import app as celery_app
 
 
 @pytest.mark.django_db(transaction=True)

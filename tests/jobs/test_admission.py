@@ -306,14 +306,14 @@ def test_a_real_worker_admits_the_next_job_when_one_ends(submit, alice, datacent
 def no_launch(monkeypatch):
     """Admitted jobs are not started on a backend (their starts are recorded in ``starts``);
     every other task goes to the real broker: the test ends the jobs as the engine would."""
-    from paddlecloud import queue
+    from kernel import queue
 
     starts, send = [], queue._send
 
     def held(name, args, countdown=None):
         (starts.append(args[0]) if name == queue.JOB_START else send(name, args, countdown))
 
-    monkeypatch.setattr("paddlecloud.queue._send", held)
+    monkeypatch.setattr("kernel.queue._send", held)
     return starts
 
 

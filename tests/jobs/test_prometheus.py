@@ -1,4 +1,4 @@
-"""The portal's metrics that jobs/ records (paddlecloud/metrics.py): the admission wait and the
+"""The portal's metrics that jobs/ records (kernel/metrics.py): the admission wait and the
 start latency where a job's state changes, replica restarts, WebSocket followers. Recorded
 once the change is committed, never for one rolled back."""
 
@@ -14,7 +14,7 @@ from django.utils import timezone
 from jobs.models import Job, Replica
 from jobs.states import JobState, ReplicaState
 from jobs.transitions import job_transition, replica_transition
-from paddlecloud import metrics
+from kernel import metrics
 from tests.jobs.test_consumers import connect
 
 

@@ -19,7 +19,7 @@ from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_kill, job_submit
 from jobs.tasks import jobs_reconcile
-from paddlecloud.queue import JOB_START, task_claim
+from kernel.queue import JOB_START, task_claim
 from paddlecloud_core.processes import runner_alive
 
 transactional = pytest.mark.django_db(transaction=True)

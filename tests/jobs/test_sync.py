@@ -27,7 +27,7 @@ from jobs.services import job_submit
 from jobs.signals import replicas_changed
 from jobs.sync import sync_begins
 from jobs.tasks import jobs_reconcile
-from paddlecloud.queue import JOB_SYNC
+from kernel.queue import JOB_SYNC
 
 NS = "paddle-alice"
 

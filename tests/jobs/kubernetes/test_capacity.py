@@ -20,7 +20,7 @@ from jobs.backends.base import Capacity
 from jobs.backends.kubernetes.nodes import nodes_capacity, tolerates
 from jobs.models import Job
 from jobs.tasks import jobs_reconcile
-from paddlecloud.queue import JOBS_ADMIT, task_claim
+from kernel.queue import JOBS_ADMIT, task_claim
 from tests.accounts.test_admin_and_pages import DATACENTER_FORM
 
 Gi, Mi, Ki = 2**30, 2**20, 2**10

@@ -69,7 +69,7 @@ def task_claim(name: str, *args) -> None:
 
 def _check(name: str) -> None:
     if name not in TASKS:
-        raise ValueError(f"{name!r} is not a task queued through paddlecloud.queue")
+        raise ValueError(f"{name!r} is not a task queued through kernel.queue")
 
 
 def _once_key(name: str, args: tuple) -> str:

@@ -156,7 +156,7 @@ def task_ended(task_id: str | None, task_name: str, outcome: str) -> None:
 
 
 def celery_signals_connect() -> None:
-    """Time every task this process runs (paddlecloud.celery connects it once)."""
+    """Time every task this process runs (kernel.celery connects it once)."""
     from celery import signals
 
     def prerun(task_id=None, **_):
