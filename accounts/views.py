@@ -8,11 +8,12 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from kernel.api import validated
 from kernel.errors import ValidationError
-from paddlecloud import __version__
-from paddlecloud.views import DatacenterAPIView, validated
+from paddlecloud_core import __version__
 
 from . import device, selectors, services
+from .api import DatacenterAPIView
 from .models import ApiToken
 from .serializers import (
     ApiTokenSerializer,

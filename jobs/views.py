@@ -12,9 +12,10 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api import DatacenterAPIView
 from accounts.serializers import ErrorSerializer
+from kernel.api import flag_parameter, query_flag
 from kernel.errors import ValidationError
-from paddlecloud.views import DatacenterAPIView, flag_parameter, query_flag
 
 from . import master, services
 from .admission import quota_report

@@ -6,7 +6,7 @@ postprocessing hook describes them beside the rest of the PFS API.
 
 from __future__ import annotations
 
-from paddlecloud.views import FLAG_RULE
+from kernel.api import FLAG_RULE
 
 ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
 ENTRY = {"application/json": {"schema": {"$ref": "#/components/schemas/Entry"}}}

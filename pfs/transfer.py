@@ -32,6 +32,7 @@ from rest_framework.request import Request
 from accounts.authentication import ApiTokenAuthentication
 from accounts.selectors import request_datacenter
 from kernel import metrics
+from kernel.api import query_flag
 from kernel.before_django import (
     BUFFER,
     BeforeDjango,
@@ -47,7 +48,6 @@ from kernel.errors import (
     ValidationError,
 )
 from kernel.security import asgi_request, no_view
-from paddlecloud.views import query_flag
 
 from . import services, tar
 

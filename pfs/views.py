@@ -7,16 +7,16 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
+from accounts.api import DatacenterAPIView
 from accounts.serializers import ErrorSerializer
 from kernel import metrics
-from kernel.errors import ValidationError
-from paddlecloud.views import (
-    DatacenterAPIView,
+from kernel.api import (
     flag_parameter,
     query_flag,
     query_whole,
     validated,
 )
+from kernel.errors import ValidationError
 from paddlecloud_core.quantity import format_bytes
 
 from . import services

@@ -6,8 +6,8 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
+from accounts.api import DatacenterAPIView
 from accounts.serializers import ErrorSerializer
-from paddlecloud.views import DatacenterAPIView
 
 from . import services
 from .serializers import RegistrySerializer, RegistryWriteSerializer

@@ -8,9 +8,9 @@ import pytest
 from django.urls import URLResolver, get_resolver, reverse
 from django.urls.converters import IntConverter, UUIDConverter
 
+from accounts.api import DatacenterAPIView
 from accounts.models import Membership, Quota
 from accounts.services import token_create
-from paddlecloud.views import DatacenterAPIView
 from tests.conftest import PASSWORD, assert_error
 
 pytestmark = pytest.mark.django_db

@@ -1,0 +1,53 @@
+"""What the apps' API views build on: ``validated`` for a request's body, ``query_flag`` and
+``query_whole`` for its query parameters (DRF's requests and Django's alike), ``flag_parameter``
+for the schema. (A view that acts in a datacenter is ``accounts.api.DatacenterAPIView``.)"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter
+
+from .env import FALSE_WORDS, TRUE_WORDS
+from .errors import ValidationError
+
+FLAG_RULE = (f"a boolean: {', '.join(TRUE_WORDS[:-1])} or {TRUE_WORDS[-1]} for true; "
+             f"{', '.join(FALSE_WORDS[:-1])} or {FALSE_WORDS[-1]} for false (any case)")
+
+
+def validated(serializer_class, request) -> dict:
+    """The request's body as ``serializer_class`` validates it; else the 400 that names each
+    field and its rule."""
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def query_flag(request, name: str, default: bool = False) -> bool:
+    """The boolean query parameter ``name``: ``default`` when absent; else one of
+    ``TRUE_WORDS`` or ``FALSE_WORDS`` in any case; anything else (an empty value too) is a
+    400 that names the parameter and the rule. For DRF's requests and Django's alike."""
+    value = request.GET.get(name)
+    if value is None:
+        return default
+    word = value.lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ValidationError.for_field(name, FLAG_RULE)
+
+
+def query_whole(request, name: str, low: int, high: int, default: int | None
+                ) -> int | None:
+    """The whole-number query parameter ``name`` from ``low`` to ``high``: ``default`` when
+    absent; anything else is a 400 that names the parameter and the rule."""
+    value = request.GET.get(name)
+    if value is None:
+        return default
+    if not value.isdigit() or not low <= int(value) <= high:
+        raise ValidationError.for_field(name, f"a whole number from {low} to {high}")
+    return int(value)
+
+
+def flag_parameter(name: str, description: str) -> OpenApiParameter:
+    """A boolean query parameter read with ``query_flag``, for ``extend_schema``."""
+    return OpenApiParameter(name, bool, description=f"{description}; {FLAG_RULE}")
