@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "pfs",
     "registries",
     "dashboard",
+    "paddlecloud",  # the wiring itself: its runportal command, which starts the portal
 ]
 
 MIDDLEWARE = [
