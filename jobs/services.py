@@ -21,18 +21,24 @@ from paddlecloud_core.spec import name_taken
 from pfs.services import storage_check
 from registries.oci import image_ref_parse
 from registries.services import registry_get
+from scheduling.admission import (
+    queue_ahead_annotation,
+    quota_admit,
+    quota_fit_check,
+    quota_queue_check,
+)
+from scheduling.forecasts import datacenter_forecast
+from scheduling.pool import REQUEST_FIELDS, held_vec
 
 from . import builds
-from .admission import queue_ahead_annotation, quota_admit, quota_fit_check, quota_queue_check
 from .backends import backend_for
 from .backends.base import BackendError
 from .builds import job_build_needed
 from .engine import job_remains
 from .models import Build, Job, JobEvent, Replica
 from .notify import job_changed, job_deleted
-from .pool import ACTIVE_STATES, REQUEST_FIELDS, WAITING_STATES, datacenter_forecast, held_vec
 from .spec import JobSpec, job_spec_validate, package_target
-from .states import FINAL_JOB_STATES, JobState
+from .states import ACTIVE_STATES, FINAL_JOB_STATES, WAITING_STATES, JobState
 from .transitions import job_transition
 from .usage import usage_close
 

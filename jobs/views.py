@@ -15,18 +15,18 @@ from rest_framework.views import APIView
 from accounts.serializers import ErrorSerializer
 from paddlecloud.errors import ValidationError
 from paddlecloud.views import DatacenterAPIView, flag_parameter, query_flag
+from scheduling.admission import quota_report
+from scheduling.budgets import budget_report
+from scheduling.forecasts import job_predictions
 
 from . import master, services
-from .admission import quota_report
 from .backends import backend_for
-from .budgets import budget_report
 from .documents import to_yaml
 from .files import build_log_file, log_file
 from .logs import stream
 from .logs.lines import line_number, tail_offset
 from .metrics import metrics_get
 from .models import worker_ended
-from .pool import job_predictions
 from .serializers import (
     BudgetSerializer,
     BuildRequestSerializer,

@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "accounts",
     "jobs",
+    "scheduling",
     "pfs",
     "registries",
     "dashboard",
@@ -294,7 +295,7 @@ PADDLECLOUD_MASTER_BASE_URL = _base_url("PADDLECLOUD_MASTER_BASE_URL",
 
 PADDLECLOUD_DEFAULT_IMAGE = env_str("PADDLECLOUD_DEFAULT_IMAGE", DEFAULT_IMAGE)
 # How long a datacenter's forecast of predicted starts is reused while none of its jobs
-# changes state (jobs.pool.job_predictions); 0: computed on every request.
+# changes state (scheduling.forecasts.job_predictions); 0: computed on every request.
 PADDLECLOUD_FORECAST_CACHE_SECONDS = env_int("PADDLECLOUD_FORECAST_CACHE_SECONDS", 15)
 
 # PFS, the file service: the largest upload accepted (beside each user's storage quota), the

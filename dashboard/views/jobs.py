@@ -18,20 +18,20 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_http_methods
 
 from jobs import master, services
-from jobs.admission import queue_position
 from jobs.backends import backend_for
 from jobs.documents import to_yaml
 from jobs.files import log_file
 from jobs.logs import stream
 from jobs.logs.lines import lines_tail
 from jobs.metrics import metrics_last
-from jobs.pool import job_predictions
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
 from paddlecloud.errors import ConflictError, NotFoundError, PaddleCloudError
 from paddlecloud_core.layout import is_output, output_path, pfs_home
 from pfs.services import pfs_list
 from registries.services import registry_list
+from scheduling.admission import queue_position
+from scheduling.forecasts import job_predictions
 
 from ..context import dashboard_datacenter
 from ..forms import JobSubmitForm
