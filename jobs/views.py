@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -20,13 +19,10 @@ from scheduling.budgets import budget_report
 from scheduling.forecasts import job_predictions
 
 from . import master, services
-from .backends import backend_for
 from .documents import to_yaml
-from .files import build_log_file, log_file
-from .logs import stream
-from .logs.lines import line_number, tail_offset
+from .logs.lines import line_number
+from .logs.source import build_log_blocks, log_blocks
 from .metrics import metrics_get
-from .models import worker_ended
 from .serializers import (
     BudgetSerializer,
     BuildRequestSerializer,
@@ -200,15 +196,8 @@ class JobLogsView(DatacenterAPIView):
         if tail is not None and (not tail.isdigit() or int(tail) > MAX_TAIL):
             raise ValidationError.for_field("tail", f"a whole number from 0 to {MAX_TAIL}")
         tail = int(tail) if tail is not None else None
-        follow = query_flag(request, "follow")
-        live = backend_for(job.datacenter).log_stream(job, replica, follow=follow, tail=tail)
-        if live is not None:  # from where it runs (a pod), not the archive
-            return _streaming(stream.from_sync(live))
-        file = log_file(job, replica)
-        file.size()  # a link or a FIFO in its place is refused now, before anything is sent
-        offset = tail_offset(file, tail) if tail is not None else 0
-        finished = (lambda: sync_to_async(worker_ended)(replica)) if follow else None
-        return _streaming(stream.blocks(file, offset, finished))
+        return _streaming(log_blocks(job, replica, follow=query_flag(request, "follow"),
+                                     tail=tail))
 
 
 class BuildListView(DatacenterAPIView):
@@ -233,11 +222,7 @@ class BuildLogsView(DatacenterAPIView):
                    summary="A build's log")
     def get(self, request, uid):
         build = services.build_get(request.user, self.datacenter, uid)
-        file = build_log_file(build)
-        file.size()
-        finished = ((lambda: sync_to_async(worker_ended)(build))
-                    if query_flag(request, "follow") else None)
-        return _streaming(stream.blocks(file, 0, finished))
+        return _streaming(build_log_blocks(build, follow=query_flag(request, "follow")))
 
 
 class JobMetricsView(DatacenterAPIView):

@@ -21,8 +21,8 @@ from jobs import master, services
 from jobs.backends import backend_for
 from jobs.documents import to_yaml
 from jobs.files import log_file
-from jobs.logs import stream
 from jobs.logs.lines import lines_tail
+from jobs.logs.source import log_archived_blocks
 from jobs.metrics import metrics_last
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
@@ -273,14 +273,12 @@ def job_log_download(request, datacenter, name: str, worker: str):
     iterator: the ASGI server would read a sync one into memory first)."""
     job = services.job_get(request.user, datacenter, name)
     replica = services.job_worker(job, worker)
-    file = log_file(job, replica)
     try:
-        file.size()  # a link or a FIFO in its place is refused before anything is sent
-    except PaddleCloudError as exc:
+        blocks = log_archived_blocks(job, replica)
+    except PaddleCloudError as exc:  # a link or a FIFO in its place: refused, nothing sent
         return HttpResponse(exc.message, status=exc.status,
                             content_type="text/plain; charset=utf-8")
-    response = StreamingHttpResponse(stream.blocks(file),
-                                     content_type="text/plain; charset=utf-8")
+    response = StreamingHttpResponse(blocks, content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = content_disposition_header(
         as_attachment=True, filename=f"{job.name}-{replica.name}.log")
     return response
