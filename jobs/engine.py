@@ -43,7 +43,7 @@ from paddlecloud_core.spec import trainers_shown
 
 from .backends import backend_for
 from .backends.base import BackendError, Observation, Status
-from .master import tasks_left
+from .master.dispatch import tasks_left
 from .models import Build, Job, JobEvent, Replica
 from .notify import job_changed
 from .signals import job_requeued

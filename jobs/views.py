@@ -18,10 +18,11 @@ from scheduling.admission import quota_report
 from scheduling.budgets import budget_report
 from scheduling.forecasts import job_predictions
 
-from . import master, services
+from . import services
 from .documents import to_yaml
 from .logs.lines import line_number
 from .logs.source import build_log_blocks, log_blocks
+from .master import dispatch
 from .metrics import metrics_get
 from .serializers import (
     BudgetSerializer,
@@ -244,7 +245,7 @@ class JobTasksView(DatacenterAPIView):
                            "the current (or last) pass with who holds them")
     def get(self, request, name: str):
         job = services.job_get(request.user, self.datacenter, name)
-        return Response(master.tasks_report(job))
+        return Response(dispatch.tasks_report(job))
 
 
 # --- the master's calls: a job's trainers, with the job's master token --------------------------
@@ -252,16 +253,16 @@ class JobTasksView(DatacenterAPIView):
 class MasterView(APIView):
     """Called by a job's replicas with its master token (``Authorization: Bearer``), not by
     users: no session, no user token, no throttling (a job's trainers call often). Under the
-    ASGI app ``jobs.master_app`` answers these paths before Django; these views answer them
-    elsewhere (WSGI, the test client), with the same ``master.master_call``."""
+    ASGI app ``jobs.master.app`` answers these paths before Django; these views answer them
+    elsewhere (WSGI, the test client), with the same ``dispatch.master_call``."""
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
     throttle_classes: list = []
 
     def call(self, request, uid, action: str, task_id: int | None = None) -> Response:
-        token = master.bearer(request.META.get("HTTP_AUTHORIZATION"))
-        return Response(master.master_call(uid, token, action, task_id, request.data))
+        token = dispatch.bearer(request.META.get("HTTP_AUTHORIZATION"))
+        return Response(dispatch.master_call(uid, token, action, task_id, request.data))
 
 
 class MasterNextView(MasterView):

@@ -260,7 +260,7 @@ PADDLECLOUD_KUBE_REFUSED_SECONDS = env_int("PADDLECLOUD_KUBE_REFUSED_SECONDS", 6
 # A job master's lease on a task (docs/master.md): a trainer renews it while it reads the task;
 # one that stops renewing loses the task to another trainer this long after.
 PADDLECLOUD_MASTER_LEASE_SECONDS = env_int("PADDLECLOUD_MASTER_LEASE_SECONDS", 30)
-# The threads a portal process answers master calls on (jobs/master_app.py), each keeping a
+# The threads a portal process answers master calls on (jobs/master/app.py), each keeping a
 # database connection open (from the pool, with DATABASE_POOL_MAX_SIZE, which must be larger).
 PADDLECLOUD_MASTER_THREADS = env_int("PADDLECLOUD_MASTER_THREADS", 4)
 if PADDLECLOUD_MASTER_THREADS < 1:

@@ -17,12 +17,13 @@ from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_http_methods
 
-from jobs import master, services
+from jobs import services
 from jobs.backends import backend_for
 from jobs.documents import to_yaml
 from jobs.files import log_file
 from jobs.logs.lines import lines_tail
 from jobs.logs.source import log_archived_blocks
+from jobs.master import dispatch
 from jobs.metrics import metrics_last
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
@@ -202,7 +203,7 @@ def job_detail(request, datacenter, name: str):
         "runs_images": backend_for(datacenter).runs_images,
         "metrics_worker": metrics_replica.name,
         "metrics_last": metrics_last(job, metrics_replica),
-        "dataset": master.tasks_report(job) if job.dataset else None,
+        "dataset": dispatch.tasks_report(job) if job.dataset else None,
     })
 
 
