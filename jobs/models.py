@@ -25,7 +25,7 @@ class Build(models.Model):
         SUCCEEDED = "succeeded"
         FAILED = "failed"
 
-    # The reason of a build whose jobs were all killed while it ran (``builds.build_abandoned``).
+    # The reason of a build whose jobs were all killed while it ran (``builds.runs``).
     CANCELLED = "cancelled: no job waits for it any more"
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,

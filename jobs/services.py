@@ -30,10 +30,11 @@ from scheduling.admission import (
 from scheduling.forecasts import datacenter_forecast
 from scheduling.pool import REQUEST_FIELDS, held_vec
 
-from . import builds
 from .backends import backend_for
 from .backends.base import BackendError
-from .builds import job_build_needed
+from .builds.recipe import build_inputs, runtime_image, runtime_tag
+from .builds.registry import push_credentials
+from .builds.runs import build_abandoned, job_build_needed
 from .engine import job_remains
 from .models import Build, Job, JobEvent, Replica
 from .notify import job_changed, job_deleted
@@ -181,14 +182,14 @@ def build_create(user, datacenter, data: dict) -> Build:
     if (problem := backend_for(datacenter).image_build_problem(datacenter)) is not None:
         raise ConflictError(problem, code="builds_unavailable")
     try:
-        inputs = builds.build_inputs(datacenter, package, base, always=True)
+        inputs = build_inputs(datacenter, package, base, always=True)
     except BackendError as exc:
         raise ValidationError.for_field("package", str(exc)) from None
     if not image:
-        image = builds.runtime_image(datacenter, user, inputs.digest)
+        image = runtime_image(datacenter, user, inputs.digest)
     elif ":" not in image.rsplit("/", 1)[-1] and "@" not in image:
-        image = f"{image}:{builds.runtime_tag(inputs.digest)}"
-    registry = builds.push_credentials(user, datacenter, image, registry)
+        image = f"{image}:{runtime_tag(inputs.digest)}"
+    registry = push_credentials(user, datacenter, image, registry)
     with transaction.atomic():
         build = Build.objects.create(
             owner=user, datacenter=datacenter, package=package, base=base,
@@ -287,7 +288,7 @@ def job_kill(user, datacenter, name: str, *, by=None) -> Job:
     with transaction.atomic():
         job_transition(job, JobState.KILLED, f"killed by {(by or user).username}")
         if job.build_id is not None:
-            builds.build_abandoned(job.build_id)
+            build_abandoned(job.build_id)
     audit_record(by or user, AuditEntry.Action.JOB_KILL, f"{user.username}/{name}",
                  datacenter=datacenter)
 

@@ -29,10 +29,11 @@ from scheduling.admission import quota_admit, waiting_queues
 from scheduling.budgets import budget_overruns
 from scheduling.capacity import capacity_refresh
 
-from . import builds, engine, sync
+from . import engine, sync
 from .backends import backend_for
 from .backends.base import BackendError
 from .backends.local import isolation_notice
+from .builds import runs
 from .models import Job, JobEvent
 from .notify import job_changed
 from .services import job_remove
@@ -67,19 +68,20 @@ def job_sync(job_uid: str) -> None:
 
 
 # A build takes minutes: acknowledged as it starts, so that a broker's redelivery never runs
-# a second builder beside it (a build whose worker died is taken over: builds.BUILD_LOST_AFTER).
+# a second builder beside it (a build whose worker died is taken over:
+# builds.runs.BUILD_LOST_AFTER).
 @shared_task(name="jobs.tasks.job_build")
 def job_build(job_id: int) -> None:
     """A ``building`` job: its runtime image found in the registry, waited for, or built."""
     with contextlib.suppress(ObjectDoesNotExist):
-        builds.job_build(job_id)
+        runs.job_build(job_id)
 
 
 @shared_task(name="jobs.tasks.build_run")
 def build_run(build_id: int) -> None:
     """A build asked for by ``paddlectl build``."""
     with contextlib.suppress(ObjectDoesNotExist):
-        builds.build_run(build_id)
+        runs.build_run(build_id)
 
 
 @shared_task(name="jobs.tasks.job_stop", acks_late=True)

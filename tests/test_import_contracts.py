@@ -41,6 +41,8 @@ BAD_IMPORTS = [
      "jobs.master.app -> jobs.views"),
     ("jobs-layers", "jobs/master/dataset.py", "from .dispatch import tasks_left",
      "jobs.master.dataset -> jobs.master.dispatch"),
+    ("jobs-layers", "jobs/builds/recipe.py", "from .runs import job_build",
+     "jobs.builds.recipe -> jobs.builds.runs"),
     ("scheduling-in-jobs", "jobs/transitions.py", "from scheduling.admission import quota_admit",
      "jobs.transitions -> scheduling.admission"),
     ("scheduling-in-jobs", "scheduling/pool.py", "from jobs.services import job_get",
