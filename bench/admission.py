@@ -331,10 +331,10 @@ def check(plan: Plan, started, result: Result) -> None:
     """Order, quota and timing, from the jobs' recorded events alone."""
     from accounts.models import Datacenter
     from accounts.selectors import quota_get
-    from jobs.admission import COMPUTE
     from jobs.models import Job, JobEvent
-    from jobs.pool import request_vec
     from jobs.states import FINAL_JOB_STATES, JobState
+    from scheduling.admission import COMPUTE
+    from scheduling.pool import request_vec
 
     datacenter = Datacenter.objects.get(name=DATACENTER)
     jobs = {job.pk: job for job in Job.objects.filter(datacenter=datacenter)

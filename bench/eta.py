@@ -6,7 +6,7 @@
 It replays the committed trace (bench/traces/team-week.json, made by bench/eta_trace.py: 2 000
 jobs of ten users over a week) through the scheduling model the portal's admission plans with
 (``paddlecloud_core.scheduling.schedule``), with a simulated clock. Events are the jobs'
-arrivals and ends; at each event time the pool is built as ``jobs.pool.pool_load`` builds it
+arrivals and ends; at each event time the pool is built as ``scheduling.pool.pool_load`` builds it
 — running jobs' ends and waiting jobs' run times ESTIMATED from their owner's earlier jobs
 that succeeded (``estimate``, by ``shape``), never from their true run time — and what the
 plan admits starts, to run its TRUE run time (a job past its deadline ends at the deadline
@@ -66,7 +66,7 @@ from paddlecloud_core.scheduling import (  # noqa: E402
 )
 
 TARGET = 0.5  # median |error| <= 50 % of the median actual wait (issue 22)
-HISTORY = 50  # each owner's last succeeded jobs read for run times (jobs.pool.HISTORY)
+HISTORY = 50  # each owner's last succeeded jobs read for run times (scheduling.pool.HISTORY)
 PREDICTORS = ("forecast", "fifo", "now")
 
 
@@ -168,7 +168,7 @@ class Replay:
         return self.estimates[key]
 
     def pool(self, now: float) -> Pool:
-        """The pool as ``jobs.pool.pool_load`` reads it from the database at ``now``."""
+        """The pool as ``scheduling.pool.pool_load`` reads it from the database at ``now``."""
         running = []
         for job, began in self.running.values():
             run = self.estimate(job)

@@ -17,7 +17,7 @@ temporary PADDLECLOUD_VAR_DIR. It puts a text file of ``--tasks`` lines in the d
 home. Each round submits a job with that file as its dataset (``task_records`` 1: one task a
 line; ``--passes`` passes; one trainer whose entry only sleeps: the benchmark's threads are the
 trainers), waits until it runs, and kills it after the round. The job's master token comes from
-a ``manage.py shell`` (``jobs.master.master_token``) and is never printed.
+a ``manage.py shell`` (``jobs.master.dispatch.master_token``) and is never printed.
 
 Each round, for C trainers:
 
@@ -95,7 +95,7 @@ REFUSED_REDIS_DBS = (14, 15)  # the tests'
 
 JOB_CODE = """
 from jobs.models import Job
-from jobs.master import master_token
+from jobs.master.dispatch import master_token
 job = Job.objects.get(name=P["name"])
 answer([str(job.uid), master_token(job), job.pk])
 """

@@ -1,6 +1,7 @@
 """The scheduling model as the pages show it: when a waiting job is predicted to start, in
 words ("in 12 min"), why it waits (which limit), and a dry run's answer. Read-only: the
-forecasts are ``jobs.pool``'s; ``static/js/live.js`` (``until``) words times the same way."""
+forecasts are ``scheduling.forecasts``'; ``static/js/live.js`` (``until``) words times the same
+way."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from datetime import datetime
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from jobs.pool import WAITING_STATES, Prediction, datacenter_forecast
+from jobs.states import WAITING_STATES
 from paddlecloud_core.spec import priority_name
+from scheduling.forecasts import Prediction, datacenter_forecast
 
 # What each kind of reason (``paddlecloud_core.scheduling.Reason.kind``) waits for.
 REASON_LABELS = {

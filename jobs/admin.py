@@ -10,10 +10,9 @@ from django.utils.text import Truncator
 from accounts.admin import RecordAdmin
 from kernel.errors import PaddleCloudError
 
-from .admission import ACTIVE_STATES, WAITING_STATES
 from .models import Job, JobEvent, Replica, Usage
 from .services import job_kill, job_remove
-from .states import FINAL_JOB_STATES
+from .states import ACTIVE_STATES, FINAL_JOB_STATES, WAITING_STATES
 
 REASON_SHOWN = 60  # characters of a job's state reason in the list (its page has all of it)
 

@@ -1,8 +1,6 @@
 from django.apps import AppConfig
 
-from accounts.signals import quota_changed
-
-from .signals import job_built, job_ended, job_requeued, replicas_changed
+from .signals import replicas_changed
 
 
 class JobsConfig(AppConfig):
@@ -10,17 +8,8 @@ class JobsConfig(AppConfig):
     verbose_name = "Jobs"
 
     def ready(self):
-        # Here, not at the top: admission imports the models, which exist once every app is
-        # loaded.
-        from .admission import job_ended_admit, job_ended_measure, quota_changed_admit
-
-        quota_changed.connect(quota_changed_admit, dispatch_uid="jobs.quota_changed_admit")
-        job_ended.connect(job_ended_admit, dispatch_uid="jobs.job_ended_admit")
-        job_ended.connect(job_ended_measure, dispatch_uid="jobs.job_ended_measure")
-        # A requeued job is admitted again as ended jobs' queues are: at its place, its
-        # first (its submission time is kept).
-        job_requeued.connect(job_ended_admit, dispatch_uid="jobs.job_requeued_admit")
-        job_built.connect(job_ended_admit, dispatch_uid="jobs.job_built_admit")
+        # Here, not at the top: sync imports the models, which exist once every app is loaded.
+        # (What the jobs announce for admission, the scheduling app hears: scheduling.apps.)
         from .sync import replicas_changed_sync
 
         replicas_changed.connect(replicas_changed_sync, dispatch_uid="jobs.replicas_changed_sync")

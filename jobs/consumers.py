@@ -30,6 +30,7 @@ from kernel import metrics as portal_metrics
 from kernel.errors import AuthenticationError, PaddleCloudError
 from kernel.security import asgi_request
 from kernel.storable import request_problem
+from scheduling.forecasts import job_predictions
 
 from . import services
 from .files import JobFile, log_file, metrics_file
@@ -37,7 +38,6 @@ from .logs import lines, pumps
 from .metrics import metric_records
 from .models import worker_ended
 from .notify import job_group, jobs_group
-from .pool import job_predictions
 from .serializers import EventSerializer, JobSerializer, WorkerSerializer
 
 log = logging.getLogger(__name__)

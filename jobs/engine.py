@@ -43,7 +43,7 @@ from paddlecloud_core.spec import trainers_shown
 
 from .backends import backend_for
 from .backends.base import BackendError, Observation, Status
-from .master import tasks_left
+from .master.dispatch import tasks_left
 from .models import Build, Job, JobEvent, Replica
 from .notify import job_changed
 from .signals import job_requeued
@@ -61,7 +61,7 @@ def job_launch(job_id: int) -> None:
     """Start every replica of an admitted (``starting``) job, or those a cut-off start left."""
     job = Job.objects.select_related("datacenter", "owner").get(pk=job_id)
     if job.state not in (JobState.STARTING, JobState.RUNNING):
-        return  # not admitted yet (jobs.admission moves it to starting), or ended
+        return  # not admitted yet (scheduling.admission moves it to starting), or ended
     backend = backend_for(job.datacenter)
     try:
         backend.changes_watch(job.datacenter)  # from here on, what becomes of it is announced

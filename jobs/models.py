@@ -25,7 +25,7 @@ class Build(models.Model):
         SUCCEEDED = "succeeded"
         FAILED = "failed"
 
-    # The reason of a build whose jobs were all killed while it ran (``builds.build_abandoned``).
+    # The reason of a build whose jobs were all killed while it ran (``builds.runs``).
     CANCELLED = "cancelled: no job waits for it any more"
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
@@ -303,7 +303,7 @@ class Usage(models.Model):
     removed (``usage_close``); nothing else changes or deletes one. It names its job and
     replica by id without a foreign key: a job deleted (``DELETE``, ``kill -rm``, a TTL)
     takes its history with it, not its use. Budgets are summed from these rows
-    (``jobs.budgets``)."""
+    (``scheduling.budgets``)."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                               related_name="usage")

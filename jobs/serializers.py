@@ -7,10 +7,11 @@ from rest_framework import serializers
 from accounts.serializers import QuotaResourceSerializer
 from paddlecloud_core.quantity import format_bytes, format_cpu
 from paddlecloud_core.spec import priority_name
+from scheduling.admission import queue_position
+from scheduling.forecasts import job_predictions
 
-from .admission import queue_position
 from .models import Build, Job, JobEvent, Replica
-from .pool import WAITING_STATES, job_predictions
+from .states import WAITING_STATES
 
 
 @extend_schema_field(OpenApiTypes.STR)

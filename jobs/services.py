@@ -21,18 +21,25 @@ from paddlecloud_core.spec import name_taken
 from pfs.services import storage_check
 from registries.oci import image_ref_parse
 from registries.services import registry_get
+from scheduling.admission import (
+    queue_ahead_annotation,
+    quota_admit,
+    quota_fit_check,
+    quota_queue_check,
+)
+from scheduling.forecasts import datacenter_forecast
+from scheduling.pool import REQUEST_FIELDS, held_vec
 
-from . import builds
-from .admission import queue_ahead_annotation, quota_admit, quota_fit_check, quota_queue_check
 from .backends import backend_for
 from .backends.base import BackendError
-from .builds import job_build_needed
+from .builds.recipe import build_inputs, runtime_image, runtime_tag
+from .builds.registry import push_credentials
+from .builds.runs import build_abandoned, job_build_needed
 from .engine import job_remains
 from .models import Build, Job, JobEvent, Replica
 from .notify import job_changed, job_deleted
-from .pool import ACTIVE_STATES, REQUEST_FIELDS, WAITING_STATES, datacenter_forecast, held_vec
 from .spec import JobSpec, job_spec_validate, package_target
-from .states import FINAL_JOB_STATES, JobState
+from .states import ACTIVE_STATES, FINAL_JOB_STATES, WAITING_STATES, JobState
 from .transitions import job_transition
 from .usage import usage_close
 
@@ -175,14 +182,14 @@ def build_create(user, datacenter, data: dict) -> Build:
     if (problem := backend_for(datacenter).image_build_problem(datacenter)) is not None:
         raise ConflictError(problem, code="builds_unavailable")
     try:
-        inputs = builds.build_inputs(datacenter, package, base, always=True)
+        inputs = build_inputs(datacenter, package, base, always=True)
     except BackendError as exc:
         raise ValidationError.for_field("package", str(exc)) from None
     if not image:
-        image = builds.runtime_image(datacenter, user, inputs.digest)
+        image = runtime_image(datacenter, user, inputs.digest)
     elif ":" not in image.rsplit("/", 1)[-1] and "@" not in image:
-        image = f"{image}:{builds.runtime_tag(inputs.digest)}"
-    registry = builds.push_credentials(user, datacenter, image, registry)
+        image = f"{image}:{runtime_tag(inputs.digest)}"
+    registry = push_credentials(user, datacenter, image, registry)
     with transaction.atomic():
         build = Build.objects.create(
             owner=user, datacenter=datacenter, package=package, base=base,
@@ -281,7 +288,7 @@ def job_kill(user, datacenter, name: str, *, by=None) -> Job:
     with transaction.atomic():
         job_transition(job, JobState.KILLED, f"killed by {(by or user).username}")
         if job.build_id is not None:
-            builds.build_abandoned(job.build_id)
+            build_abandoned(job.build_id)
     audit_record(by or user, AuditEntry.Action.JOB_KILL, f"{user.username}/{name}",
                  datacenter=datacenter)
 

@@ -2,8 +2,9 @@
 
 ``job_ended`` — jobs of one owner in one datacenter reached a final state (``succeeded``,
 ``failed``, ``killed``): sent by ``transitions`` inside the transaction that ended them, with
-``owner_id``, ``datacenter_id`` and ``job_ids``. Admission listens: what they held (or their
-places in the queue) is free, so the owner's waiting jobs may start.
+``owner_id``, ``datacenter_id`` and ``job_ids``. Admission (``scheduling.admission``, connected
+in ``scheduling.apps``) listens: what they held (or their places in the queue) is free, so
+the owner's waiting jobs may start.
 
 ``job_requeued`` — a job's start timed out and it went back to its queue (``engine``), with the
 same arguments: its place, and what it held, are free again.

@@ -21,7 +21,7 @@ from registries.services import registry_get
 
 from .backends.base import BackendError
 from .backends.envs import indexes_allowed, requirements_stored
-from .master import dataset_problem
+from .master.dataset import dataset_problem
 from .models import Job
 
 __all__ = ["JobSpec", "job_spec_validate"]

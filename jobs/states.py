@@ -46,6 +46,8 @@ class ReplicaState(models.TextChoices):
 FINAL_JOB_STATES = frozenset(JobState(state) for state in FINAL_STATES)
 FINAL_REPLICA_STATES = frozenset(ReplicaState(state) for state in FINAL_STATES)
 LIVE_REPLICA_STATES = frozenset(ReplicaState) - FINAL_REPLICA_STATES  # may have a process
+ACTIVE_STATES = (JobState.STARTING, JobState.RUNNING)  # admitted: holding their request
+WAITING_STATES = (JobState.PENDING, JobState.QUEUED)  # in their owner's queue
 
 _ENDINGS = {JobState.FAILED, JobState.KILLED}
 

@@ -23,20 +23,19 @@ from django.db.models import (
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from accounts.models import Datacenter, Membership
-from kernel.queue import HOME_MEASURE, JOB_START, JOBS_ADMIT, task_claim, task_later_once
-from pfs.services import usage_measure
+from accounts.models import Datacenter
+from kernel.queue import JOB_START, task_claim, task_later_once
+from scheduling.admission import quota_admit, waiting_queues
+from scheduling.budgets import budget_overruns
+from scheduling.capacity import capacity_refresh
 
-from . import builds, engine, sync
-from .admission import admission_request, quota_admit, waiting_queues
+from . import engine, sync
 from .backends import backend_for
 from .backends.base import BackendError
 from .backends.local import isolation_notice
-from .budgets import budget_overruns
-from .capacity import capacity_refresh
+from .builds import runs
 from .models import Job, JobEvent
 from .notify import job_changed
-from .pool import ACTIVE_STATES
 from .services import job_remove
 from .states import FINAL_JOB_STATES, LIVE_REPLICA_STATES, JobState, ReplicaState
 
@@ -69,59 +68,20 @@ def job_sync(job_uid: str) -> None:
 
 
 # A build takes minutes: acknowledged as it starts, so that a broker's redelivery never runs
-# a second builder beside it (a build whose worker died is taken over: builds.BUILD_LOST_AFTER).
+# a second builder beside it (a build whose worker died is taken over:
+# builds.runs.BUILD_LOST_AFTER).
 @shared_task(name="jobs.tasks.job_build")
 def job_build(job_id: int) -> None:
     """A ``building`` job: its runtime image found in the registry, waited for, or built."""
     with contextlib.suppress(ObjectDoesNotExist):
-        builds.job_build(job_id)
+        runs.job_build(job_id)
 
 
 @shared_task(name="jobs.tasks.build_run")
 def build_run(build_id: int) -> None:
     """A build asked for by ``paddlectl build``."""
     with contextlib.suppress(ObjectDoesNotExist):
-        builds.build_run(build_id)
-
-
-@shared_task(name="jobs.tasks.jobs_admit", acks_late=True, ignore_result=True)
-def jobs_admit(user_id: int, datacenter_id: int | None = None) -> int:
-    """Admit what the user's quota has room for now (in one datacenter, or in each where they
-    have jobs waiting). Returns how many jobs were admitted."""
-    if datacenter_id is not None:
-        # Before reading the queue: a job that ends from now on asks for another admission
-        # (``admission.admission_request``), as this one may not see it.
-        task_claim(JOBS_ADMIT, user_id, datacenter_id)
-    places = {"datacenter_id": datacenter_id} if datacenter_id is not None else {}
-    return sum(len(quota_admit(owner_id, dc_id))
-               for owner_id, dc_id in waiting_queues(owner_id=user_id, **places))
-
-
-@shared_task(name=HOME_MEASURE, acks_late=True, ignore_result=True)
-def home_measure(owner_id: int, datacenter_id: int) -> None:
-    """Measure a home its jobs wrote into (as they end, and while they run), then admit its
-    owner's queue as the measure allows: a home over its storage quota, or that cannot be
-    measured, starts no job (``pfs.services.storage_problems``)."""
-    task_claim(HOME_MEASURE, owner_id, datacenter_id)
-    membership = Membership.objects.select_related("user", "datacenter").filter(
-        user_id=owner_id, datacenter_id=datacenter_id).first()
-    if membership is None:
-        return
-    usage_measure(membership.user, membership.datacenter)
-    admission_request(owner_id, datacenter_id)
-
-
-@shared_task(name="jobs.tasks.homes_measure", ignore_result=True)
-def homes_measure() -> int:
-    """While jobs run they write into their owners' homes behind the file service's back:
-    each such home is measured (celery beat, every PADDLECLOUD_PFS_RUNNING_USAGE_INTERVAL), so
-    a job writing past the storage quota stops its owner's uploads, submissions and starts
-    within that time. Returns how many homes were measured."""
-    homes = set(Job.objects.filter(state__in=ACTIVE_STATES).order_by()
-                .values_list("owner_id", "datacenter_id"))
-    for owner_id, datacenter_id in homes:
-        home_measure(owner_id, datacenter_id)
-    return len(homes)
+        runs.build_run(build_id)
 
 
 @shared_task(name="jobs.tasks.job_stop", acks_late=True)

@@ -1,6 +1,6 @@
 """The usage ledger (``models.Usage``): a row per run of a replica — whose, where, what it held,
 from when to when — appended as its process starts and closed as it ends or as its job is
-removed. Budgets (``jobs.budgets``) are summed from it, never from a job's history, which its
+removed. Budgets (``scheduling.budgets``) are summed from it, never from a job's history, which its
 owner may delete (``DELETE``, ``paddlectl kill -rm``) or its TTL remove."""
 
 from __future__ import annotations

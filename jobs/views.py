@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -16,18 +15,16 @@ from accounts.api import DatacenterAPIView
 from accounts.serializers import ErrorSerializer
 from kernel.api import flag_parameter, query_flag
 from kernel.errors import ValidationError
+from scheduling.admission import quota_report
+from scheduling.budgets import budget_report
+from scheduling.forecasts import job_predictions
 
-from . import master, services
-from .admission import quota_report
-from .backends import backend_for
-from .budgets import budget_report
+from . import services
 from .documents import to_yaml
-from .files import build_log_file, log_file
-from .logs import stream
-from .logs.lines import line_number, tail_offset
+from .logs.lines import line_number
+from .logs.source import build_log_blocks, log_blocks
+from .master import dispatch
 from .metrics import metrics_get
-from .models import worker_ended
-from .pool import job_predictions
 from .serializers import (
     BudgetSerializer,
     BuildRequestSerializer,
@@ -201,15 +198,8 @@ class JobLogsView(DatacenterAPIView):
         if tail is not None and (not tail.isdigit() or int(tail) > MAX_TAIL):
             raise ValidationError.for_field("tail", f"a whole number from 0 to {MAX_TAIL}")
         tail = int(tail) if tail is not None else None
-        follow = query_flag(request, "follow")
-        live = backend_for(job.datacenter).log_stream(job, replica, follow=follow, tail=tail)
-        if live is not None:  # from where it runs (a pod), not the archive
-            return _streaming(stream.from_sync(live))
-        file = log_file(job, replica)
-        file.size()  # a link or a FIFO in its place is refused now, before anything is sent
-        offset = tail_offset(file, tail) if tail is not None else 0
-        finished = (lambda: sync_to_async(worker_ended)(replica)) if follow else None
-        return _streaming(stream.blocks(file, offset, finished))
+        return _streaming(log_blocks(job, replica, follow=query_flag(request, "follow"),
+                                     tail=tail))
 
 
 class BuildListView(DatacenterAPIView):
@@ -234,11 +224,7 @@ class BuildLogsView(DatacenterAPIView):
                    summary="A build's log")
     def get(self, request, uid):
         build = services.build_get(request.user, self.datacenter, uid)
-        file = build_log_file(build)
-        file.size()
-        finished = ((lambda: sync_to_async(worker_ended)(build))
-                    if query_flag(request, "follow") else None)
-        return _streaming(stream.blocks(file, 0, finished))
+        return _streaming(build_log_blocks(build, follow=query_flag(request, "follow")))
 
 
 class JobMetricsView(DatacenterAPIView):
@@ -260,7 +246,7 @@ class JobTasksView(DatacenterAPIView):
                            "the current (or last) pass with who holds them")
     def get(self, request, name: str):
         job = services.job_get(request.user, self.datacenter, name)
-        return Response(master.tasks_report(job))
+        return Response(dispatch.tasks_report(job))
 
 
 # --- the master's calls: a job's trainers, with the job's master token --------------------------
@@ -268,16 +254,16 @@ class JobTasksView(DatacenterAPIView):
 class MasterView(APIView):
     """Called by a job's replicas with its master token (``Authorization: Bearer``), not by
     users: no session, no user token, no throttling (a job's trainers call often). Under the
-    ASGI app ``jobs.master_app`` answers these paths before Django; these views answer them
-    elsewhere (WSGI, the test client), with the same ``master.master_call``."""
+    ASGI app ``jobs.master.app`` answers these paths before Django; these views answer them
+    elsewhere (WSGI, the test client), with the same ``dispatch.master_call``."""
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
     throttle_classes: list = []
 
     def call(self, request, uid, action: str, task_id: int | None = None) -> Response:
-        token = master.bearer(request.META.get("HTTP_AUTHORIZATION"))
-        return Response(master.master_call(uid, token, action, task_id, request.data))
+        token = dispatch.bearer(request.META.get("HTTP_AUTHORIZATION"))
+        return Response(dispatch.master_call(uid, token, action, task_id, request.data))
 
 
 class MasterNextView(MasterView):

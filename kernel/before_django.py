@@ -1,7 +1,7 @@
 """Answering some HTTP requests on the raw ASGI interface, before Django.
 
 Two kinds of request are: the PFS byte streams (``pfs.transfer``), which Django would spool or
-collect whole, and a job master's task calls (``jobs.master_app``), which come many times a
+collect whole, and a job master's task calls (``jobs.master.app``), which come many times a
 second from every trainer and need none of Django's middleware. ``BeforeDjango`` does for them
 what Django's middleware does for every other answer — the Host checked against ALLOWED_HOSTS,
 plain HTTP sent to HTTPS (SECURE_SSL_REDIRECT), the security headers, every error in the API's

@@ -6,7 +6,7 @@ the portal â€” an environment value, an entry, a name, a PFS path, a password â€
 refused where every input comes in, before any rule of a field is applied:
 
 - a JSON body (``kernel.parsers.JSONParser``, and the master's calls answered before
-  Django, ``jobs.master_app``): every key and string, every whole number, however deep;
+  Django, ``jobs.master.app``): every key and string, every whole number, however deep;
 - a request's path and query parameters, for every page, API view and WebSocket
   (``UnstorableInputMiddleware``; ``kernel.before_django`` and ``jobs.consumers`` for
   what is answered outside Django's middleware);

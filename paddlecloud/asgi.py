@@ -17,7 +17,7 @@ django_asgi_app = get_asgi_application()  # before importing anything that touch
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from jobs.master_app import MasterApp  # noqa: E402
+from jobs.master.app import MasterApp  # noqa: E402
 from kernel.metrics import MetricsApp  # noqa: E402
 from kernel.security import ForwardedHeaders, websocket_origin_allowed  # noqa: E402
 from pfs.transfer import PfsTransferApp  # noqa: E402

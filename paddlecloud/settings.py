@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "accounts",
     "jobs",
+    "scheduling",
     "pfs",
     "registries",
     "dashboard",
@@ -259,7 +260,7 @@ PADDLECLOUD_KUBE_REFUSED_SECONDS = env_int("PADDLECLOUD_KUBE_REFUSED_SECONDS", 6
 # A job master's lease on a task (docs/master.md): a trainer renews it while it reads the task;
 # one that stops renewing loses the task to another trainer this long after.
 PADDLECLOUD_MASTER_LEASE_SECONDS = env_int("PADDLECLOUD_MASTER_LEASE_SECONDS", 30)
-# The threads a portal process answers master calls on (jobs/master_app.py), each keeping a
+# The threads a portal process answers master calls on (jobs/master/app.py), each keeping a
 # database connection open (from the pool, with DATABASE_POOL_MAX_SIZE, which must be larger).
 PADDLECLOUD_MASTER_THREADS = env_int("PADDLECLOUD_MASTER_THREADS", 4)
 if PADDLECLOUD_MASTER_THREADS < 1:
@@ -294,7 +295,7 @@ PADDLECLOUD_MASTER_BASE_URL = _base_url("PADDLECLOUD_MASTER_BASE_URL",
 
 PADDLECLOUD_DEFAULT_IMAGE = env_str("PADDLECLOUD_DEFAULT_IMAGE", DEFAULT_IMAGE)
 # How long a datacenter's forecast of predicted starts is reused while none of its jobs
-# changes state (jobs.pool.job_predictions); 0: computed on every request.
+# changes state (scheduling.forecasts.job_predictions); 0: computed on every request.
 PADDLECLOUD_FORECAST_CACHE_SECONDS = env_int("PADDLECLOUD_FORECAST_CACHE_SECONDS", 15)
 
 # PFS, the file service: the largest upload accepted (beside each user's storage quota), the

@@ -147,8 +147,8 @@ def master_url(portal: str, job_uid) -> str:
 def master_token(secret: str, job_uid) -> str:
     """The token of a job's master calls: an HMAC of the job's uid with the portal's secret
     (``SECRET_KEY``), so it is never stored and is good for that job only. The backends give
-    it to the replicas; ``jobs.master.master_token``, which the portal checks calls against,
-    must make the same (tests/jobs/test_master_access.py holds it)."""
+    it to the replicas; ``jobs.master.dispatch.master_token``, which the portal checks calls
+    against, must make the same (tests/jobs/test_master_access.py holds it)."""
     digest = hmac.new(secret.encode(), f"paddlecloud-master:{job_uid}".encode(),
                       "sha256").hexdigest()
     return f"pcm_{digest}"

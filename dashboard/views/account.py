@@ -20,11 +20,11 @@ from accounts import device as account_device
 from accounts import selectors as account_selectors
 from accounts import services as account_services
 from accounts.throttling import client_address
-from jobs.admission import quota_report
-from jobs.budgets import budget_report
 from jobs.states import FINAL_JOB_STATES
 from kernel.errors import PaddleCloudError
 from registries import services as registry_services
+from scheduling.admission import quota_report
+from scheduling.budgets import budget_report
 
 from ..confirm import confirm_page, confirmed
 from ..context import SESSION_KEY, dashboard_datacenter, dashboard_datacenters

@@ -10,9 +10,9 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from jobs import services
-from jobs.admission import queue_position
-from jobs.pool import job_predictions
 from kernel.errors import NotFoundError
+from scheduling.admission import queue_position
+from scheduling.forecasts import job_predictions
 
 from ..meters import meter
 from ..scheduling import prediction_shown

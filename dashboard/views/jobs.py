@@ -17,21 +17,22 @@ from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_http_methods
 
-from jobs import master, services
-from jobs.admission import queue_position
+from jobs import services
 from jobs.backends import backend_for
 from jobs.documents import to_yaml
 from jobs.files import log_file
-from jobs.logs import stream
 from jobs.logs.lines import lines_tail
+from jobs.logs.source import log_archived_blocks
+from jobs.master import dispatch
 from jobs.metrics import metrics_last
-from jobs.pool import job_predictions
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
 from kernel.errors import ConflictError, NotFoundError, PaddleCloudError
 from paddlecloud_core.layout import is_output, output_path, pfs_home
 from pfs.services import pfs_list
 from registries.services import registry_list
+from scheduling.admission import queue_position
+from scheduling.forecasts import job_predictions
 
 from ..context import dashboard_datacenter
 from ..forms import JobSubmitForm
@@ -202,7 +203,7 @@ def job_detail(request, datacenter, name: str):
         "runs_images": backend_for(datacenter).runs_images,
         "metrics_worker": metrics_replica.name,
         "metrics_last": metrics_last(job, metrics_replica),
-        "dataset": master.tasks_report(job) if job.dataset else None,
+        "dataset": dispatch.tasks_report(job) if job.dataset else None,
     })
 
 
@@ -273,14 +274,12 @@ def job_log_download(request, datacenter, name: str, worker: str):
     iterator: the ASGI server would read a sync one into memory first)."""
     job = services.job_get(request.user, datacenter, name)
     replica = services.job_worker(job, worker)
-    file = log_file(job, replica)
     try:
-        file.size()  # a link or a FIFO in its place is refused before anything is sent
-    except PaddleCloudError as exc:
+        blocks = log_archived_blocks(job, replica)
+    except PaddleCloudError as exc:  # a link or a FIFO in its place: refused, nothing sent
         return HttpResponse(exc.message, status=exc.status,
                             content_type="text/plain; charset=utf-8")
-    response = StreamingHttpResponse(stream.blocks(file),
-                                     content_type="text/plain; charset=utf-8")
+    response = StreamingHttpResponse(blocks, content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = content_disposition_header(
         as_attachment=True, filename=f"{job.name}-{replica.name}.log")
     return response

@@ -6,6 +6,8 @@
 - ``pumps``  — following a file over WebSockets: one pump per followed file publishes its new
   lines to the channel layer, and each process's relay hands them to its followers
   (``jobs.consumers`` serves them).
+- ``source`` — where a worker's log is read from (where it runs, or its file): the one place
+  that decides, for the API and the pages.
 
 The files themselves are reached the safe way through ``jobs.files``.
 """

@@ -327,7 +327,7 @@ def test_the_job_page_shows_spec_workers_events_and_the_log(browser, submit):
 
 def test_the_job_page_shows_each_pass_of_the_dataset_and_who_holds_what(
         browser, submit, pfs_home):
-    from jobs import master
+    from jobs.master import dispatch
 
     data = pfs_home / "data"
     data.mkdir()
@@ -336,7 +336,7 @@ def test_the_job_page_shows_each_pass_of_the_dataset_and_who_holds_what(
     job = submit("reader", trainers=2, passes=2,
                  dataset="/pfs/datacenter1/home/alice/data/part-*.txt")
     assert "No task dispatched yet" in element(browser.get("/jobs/reader/"), "dataset")[1]
-    held = master.task_next(job, 1)["task"]
+    held = dispatch.task_next(job, 1)["task"]
     response = browser.get("/jobs/reader/")
     attrs, shown = element(response, "dataset")
     assert attrs["data-tasks-url"] == "/api/v1/jobs/reader/tasks?datacenter=datacenter1"

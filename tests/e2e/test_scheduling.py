@@ -11,9 +11,9 @@ import pytest
 from playwright.sync_api import expect
 
 from accounts.services import quota_set
-from jobs.admission import quota_admit
 from jobs.models import Job
 from jobs.services import job_kill, job_submit
+from scheduling.admission import quota_admit
 from tests.e2e.conftest import login, screenshot
 
 PACKAGE = "/pfs/datacenter1/home/alice/pkg"

@@ -18,12 +18,13 @@ from django.utils import timezone
 from accounts.models import AuditEntry, Quota
 from accounts.services import quota_set
 from jobs import admission, tasks
-from jobs.admission import quota_admit, quota_report
 from jobs.models import Job, JobEvent, Replica
 from jobs.services import job_kill, job_submit
-from jobs.tasks import jobs_admit, jobs_reconcile
+from jobs.tasks import jobs_reconcile
 from jobs.transitions import job_transition
 from kernel.errors import ValidationError
+from scheduling.admission import quota_admit, quota_report
+from scheduling.tasks import jobs_admit
 from tests.conftest import assert_error
 
 GiB = 2**30
@@ -256,7 +257,7 @@ def test_two_submissions_racing_for_the_last_cpu_are_not_both_admitted(
     """Each admission reads what is in use, then admits. Here the read is slowed down, so
     without the lock both would read "all free" and both be admitted."""
     quota_set(None, datacenter, alice, cpu=1000, jobs=10)
-    monkeypatch.setattr("jobs.admission.quota_used", slowed(admission.quota_used))
+    monkeypatch.setattr("scheduling.admission.quota_used", slowed(admission.quota_used))
     for round_ in range(3):
         barrier = threading.Barrier(2)
         failures = []
@@ -474,7 +475,7 @@ def test_submissions_racing_for_the_last_place_in_the_queue_are_not_both_queued(
     slowed down, so without the lock both would see one place left and both be queued."""
     quota_set(None, datacenter, alice, jobs=1, queued=1)
     submit("runs")
-    monkeypatch.setattr("jobs.admission.quota_get", slowed(admission.quota_get))
+    monkeypatch.setattr("scheduling.admission.quota_get", slowed(admission.quota_get))
     barrier, outcomes = threading.Barrier(2), {}
 
     def race(name):

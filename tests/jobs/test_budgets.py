@@ -13,13 +13,14 @@ import pytest
 
 from accounts.models import Budget, Datacenter, Membership, Team
 from accounts.services import quota_set
-from jobs.admission import quota_admit
-from jobs.budgets import use, window_of
 from jobs.models import Job, Replica, Usage
 from jobs.services import job_delete, job_kill, job_submit
-from jobs.tasks import _budgets_enforce, jobs_admit
+from jobs.tasks import _budgets_enforce
 from jobs.transitions import replica_transition
 from jobs.usage import held
+from scheduling.admission import quota_admit
+from scheduling.budgets import use, window_of
+from scheduling.tasks import jobs_admit
 
 NOW = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)  # a Wednesday
 

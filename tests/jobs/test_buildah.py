@@ -23,7 +23,7 @@ import requests
 from jobs.backends.base import BackendError
 from jobs.backends.buildah import buildah_build
 from jobs.backends.envs import PYPI
-from jobs.builds import runtime_dockerfile
+from jobs.builds.recipe import runtime_dockerfile
 from registries.oci import blob_get, docker_config_json, manifest_digest, manifest_get
 from tests.images import BASE_REPOSITORY, SYSTEM_PATH, base_image_push, buildah, mounts_under
 from tests.processes import processes_naming

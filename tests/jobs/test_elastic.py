@@ -14,12 +14,12 @@ import pytest
 
 from accounts.services import quota_set
 from jobs import engine
-from jobs.admission import quota_report
 from jobs.backends import backend_for
 from jobs.models import Job, JobEvent
 from jobs.services import job_kill, job_submit
-from jobs.tasks import jobs_admit
 from kernel.errors import ValidationError
+from scheduling.admission import quota_report
+from scheduling.tasks import jobs_admit
 from tests.conftest import assert_error
 from tests.jobs.master_scenario import (
     READ_TASKS,

@@ -16,11 +16,11 @@ from rest_framework.test import APIClient
 
 from accounts.models import Datacenter, Membership, Team
 from accounts.services import quota_set, token_create
-from jobs.admission import quota_admit
 from jobs.models import Job, JobEvent
 from jobs.services import job_submit
-from jobs.tasks import jobs_admit
 from jobs.transitions import job_transition
+from scheduling.admission import quota_admit
+from scheduling.tasks import jobs_admit
 from tests.conftest import assert_error
 from tests.jobs.test_admission import no_launch, race_as_jobs_end  # noqa: F401 - a fixture
 

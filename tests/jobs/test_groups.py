@@ -10,10 +10,10 @@ from rest_framework.test import APIClient
 
 from accounts.models import AuditEntry, Datacenter, Membership, Team
 from accounts.services import quota_set, token_create
-from jobs.admission import quota_admit
 from jobs.models import Job
 from jobs.services import job_submit
 from jobs.transitions import job_transition
+from scheduling.admission import quota_admit
 from tests.conftest import assert_error
 
 GiB = 2**30
@@ -176,7 +176,7 @@ def test_a_member_sees_another_members_job_as_the_group_page_shows_it_never_its_
 def test_raising_a_groups_quota_in_the_admin_is_audited_and_admits(
         users, vision, datacenter, admin_browser, django_capture_on_commit_callbacks,
         held_tasks):
-    from jobs.tasks import jobs_admit
+    from scheduling.tasks import jobs_admit
 
     held_tasks.run("jobs.tasks.jobs_admit", jobs_admit)
     bob = users["bob"]

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs import master
 from jobs.backends import local
 from jobs.backends.base import Status
 from jobs.backends.local import LocalBackend, job_dir
 from jobs.files import output_dir
+from jobs.master import dispatch
 from jobs.models import Job, Replica
 from paddlecloud_core.contract import MASTER_TOKEN_VARIABLE, job_namespace, replica_env
 
@@ -151,7 +151,7 @@ def test_a_replicas_secrets_are_on_no_command_line_and_it_gets_them_exactly(job)
     envs = {r.name: replica_env(job, r.role, r.index, topology, backend.paths(job),
                                 job_namespace(job.datacenter, job.owner.username))
             for r in replicas}
-    token = master.master_token(job)
+    token = dispatch.master_token(job)
     assert all(env[MASTER_TOKEN_VARIABLE] == token for env in envs.values())
     secrets = [token.encode()] + [value.encode() for name, value in job.env.items() if value]
     # Their unique parts too: a value cut up or quoted would still show those.

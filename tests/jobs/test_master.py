@@ -13,7 +13,8 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from jobs import master
+from jobs.master import dispatch
+from jobs.master.dataset import dataset_spans
 from jobs.models import Job, JobEvent, Replica, Task
 from jobs.services import job_submit
 from kernel.errors import ValidationError
@@ -57,12 +58,12 @@ def read_all(job, trainer: int = 0) -> list[dict]:
     """Every task the trainer gets, reported done at once, until the master says done."""
     got = []
     while True:
-        answer = master.task_next(job, trainer)
+        answer = dispatch.task_next(job, trainer)
         if answer.get("done"):
             return got
         assert "task" in answer, answer
         got.append(answer["task"])
-        master.task_done(job, answer["task"]["id"], trainer, answer["task"]["lease"])
+        dispatch.task_done(job, answer["task"]["id"], trainer, answer["task"]["lease"])
 
 
 # --- the dataset at submission -----------------------------------------------------------------
@@ -112,7 +113,7 @@ def test_the_dataset_is_cut_as_asked(alice, datacenter, package, dataset, glob, 
                                      tasks, first):
     job = submit(alice, datacenter, dataset=f"{DATA}/{glob}", dataset_unit=unit,
                  task_records=size)
-    spans = master.dataset_spans(job)
+    spans = dataset_spans(job)
     assert len(spans) == tasks and spans[0] == [first]
     if unit == "records":  # every record once, a file's last task the rest of it
         counts = [s[0]["count"] for s in spans]
@@ -133,8 +134,8 @@ def test_each_task_is_done_once_a_pass_then_the_trainers_are_told_it_is_over(
     trainers(job, 2)
     got = read_all(job, 0)
     assert [(t["pass"], t["index"]) for t in got] == [(p, i) for p in range(2) for i in range(8)]
-    assert master.task_next(job, 1) == {"done": True}
-    progress = master.tasks_progress(job)
+    assert dispatch.task_next(job, 1) == {"done": True}
+    progress = dispatch.tasks_progress(job)
     assert [(p["pass"], p["done"], p["total"]) for p in progress["passes"]] == [(0, 8, 8),
                                                                                 (1, 8, 8)]
     assert progress["current_pass"] is None
@@ -144,33 +145,33 @@ def test_each_task_is_done_once_a_pass_then_the_trainers_are_told_it_is_over(
 def test_the_next_pass_waits_for_every_task_of_this_one(alice, datacenter, package, dataset):
     job = submit(alice, datacenter, dataset=f"{DATA}/part-[01].recordio", passes=2)
     trainers(job, 2)
-    first = master.task_next(job, 0)["task"]
-    second = master.task_next(job, 1)["task"]
-    assert master.task_next(job, 0) != {"done": True}  # gives first back: trainer 0 restarted
-    third = master.task_next(job, 0)
+    first = dispatch.task_next(job, 0)["task"]
+    second = dispatch.task_next(job, 1)["task"]
+    assert dispatch.task_next(job, 0) != {"done": True}  # gives first back: trainer 0 restarted
+    third = dispatch.task_next(job, 0)
     assert third["task"]["index"] == first["index"] and third["task"]["pass"] == 0
-    master.task_done(job, third["task"]["id"], 0, third["task"]["lease"])
-    assert master.task_next(job, 0) == {"wait": master.WAIT_SECONDS}  # trainer 1 holds one
-    master.task_done(job, second["id"], 1, second["lease"])
-    assert master.task_next(job, 0)["task"]["pass"] == 1
+    dispatch.task_done(job, third["task"]["id"], 0, third["task"]["lease"])
+    assert dispatch.task_next(job, 0) == {"wait": dispatch.WAIT_SECONDS}  # trainer 1 holds one
+    dispatch.task_done(job, second["id"], 1, second["lease"])
+    assert dispatch.task_next(job, 0)["task"]["pass"] == 1
 
 
 @pytest.mark.django_db
 def test_a_stale_lease_changes_nothing(alice, datacenter, package, dataset, settings):
     job = submit(alice, datacenter, dataset=f"{DATA}/part-0.recordio")
     trainers(job, 2)
-    task = master.task_next(job, 0)["task"]
+    task = dispatch.task_next(job, 0)["task"]
     Task.objects.filter(pk=task["id"]).update(
         lease_expires=timezone.now() - timedelta(seconds=1))  # trainer 0 stalled
-    again = master.task_next(job, 1)["task"]
+    again = dispatch.task_next(job, 1)["task"]
     assert again["id"] == task["id"] and again["lease"] != task["lease"]
-    for call in (master.task_renew, master.task_done):
-        with pytest.raises(master.LeaseLost):
+    for call in (dispatch.task_renew, dispatch.task_done):
+        with pytest.raises(dispatch.LeaseLost):
             call(job, task["id"], 0, task["lease"])
-    with pytest.raises(master.LeaseLost):
-        master.task_failed(job, task["id"], 0, task["lease"], "late")
+    with pytest.raises(dispatch.LeaseLost):
+        dispatch.task_failed(job, task["id"], 0, task["lease"], "late")
     assert Task.objects.get(pk=task["id"]).state == "leased"  # still trainer 1's
-    assert master.task_done(job, again["id"], 1, again["lease"]) == {"done": True}
+    assert dispatch.task_done(job, again["id"], 1, again["lease"]) == {"done": True}
     events = list(JobEvent.objects.filter(job=job, to_state="waiting")
                   .values_list("reason", flat=True))
     assert events == ["task 0 of pass 1 dispatched again: trainer-0 let its lease expire"]
@@ -181,10 +182,10 @@ def test_a_trainer_that_ended_gives_its_task_back_at_once(alice, datacenter, pac
                                                           dataset):
     job = submit(alice, datacenter, dataset=f"{DATA}/part-0.recordio")
     trainers(job, 2)
-    task = master.task_next(job, 0)["task"]
-    assert master.task_next(job, 1) == {"wait": master.WAIT_SECONDS}
+    task = dispatch.task_next(job, 0)["task"]
+    assert dispatch.task_next(job, 1) == {"wait": dispatch.WAIT_SECONDS}
     Replica.objects.filter(job=job, index=0).update(state="failed")
-    assert master.task_next(job, 1)["task"]["id"] == task["id"]
+    assert dispatch.task_next(job, 1)["task"]["id"] == task["id"]
 
 
 @pytest.mark.django_db
@@ -192,12 +193,12 @@ def test_a_task_failing_everywhere_is_set_aside(alice, datacenter, package, data
     job = submit(alice, datacenter, dataset=f"{DATA}/part-0.recordio")
     trainers(job, 3)
     answers = []
-    for trainer in range(master.TASK_FAILURES):
-        task = master.task_next(job, trainer)["task"]
-        answers.append(master.task_failed(job, task["id"], trainer, task["lease"],
+    for trainer in range(dispatch.TASK_FAILURES):
+        task = dispatch.task_next(job, trainer)["task"]
+        answers.append(dispatch.task_failed(job, task["id"], trainer, task["lease"],
                                           "ValueError: bad record"))
-    assert answers == [{"retried": True}] * (master.TASK_FAILURES - 1) + [{"set_aside": True}]
-    assert master.task_next(job, 0) == {"done": True}  # the pass is over without it
+    assert answers == [{"retried": True}] * (dispatch.TASK_FAILURES - 1) + [{"set_aside": True}]
+    assert dispatch.task_next(job, 0) == {"done": True}  # the pass is over without it
     reason = JobEvent.objects.filter(job=job, to_state="set_aside").get().reason
     assert reason == ("task 0 of pass 1 set aside: it failed 3 times, last on trainer-2: "
                       "ValueError: bad record")
@@ -217,13 +218,13 @@ def test_many_trainers_at_once_never_share_a_task(alice, datacenter, package, da
     def trainer(index: int) -> None:
         try:
             while True:
-                answer = master.task_next(job, index)
+                answer = dispatch.task_next(job, index)
                 if answer.get("done"):
                     return
                 if "wait" in answer:
                     continue
                 task = answer["task"]
-                master.task_done(job, task["id"], index, task["lease"])
+                dispatch.task_done(job, task["id"], index, task["lease"])
                 with lock:
                     done.append((task["pass"], task["index"]))
         except BaseException as exc:  # reported below, in the test's thread
@@ -256,10 +257,10 @@ def test_trainers_asking_together_as_a_pass_ends_both_go_on_to_the_next(
         try:
             for _ in range(passes + 1):
                 together.wait(30)
-                answer = master.task_next(job, index)
+                answer = dispatch.task_next(job, index)
                 answers[index].append(answer)
                 if "task" in answer:
-                    master.task_done(job, answer["task"]["id"], index, answer["task"]["lease"])
+                    dispatch.task_done(job, answer["task"]["id"], index, answer["task"]["lease"])
                 together.wait(30)  # both have reported their task done: the pass is over
         finally:
             connection.close()
@@ -285,13 +286,13 @@ def test_the_calls_need_the_jobs_own_token(alice, datacenter, package, dataset):
     trainers(job, 1)
     client = APIClient()
     url = f"/api/v1/master/{job.uid}/next"
-    for token in ("", "pcm_nope", master.master_token(other)):
+    for token in ("", "pcm_nope", dispatch.master_token(other)):
         response = client.post(url, {"trainer": 0}, format="json",
                                HTTP_AUTHORIZATION=f"Bearer {token}")
         assert response.status_code == 404, response.content
         assert response.json()["code"] == "not_found"
-    assert master.master_token(job) != master.master_token(other)
-    bearer = {"HTTP_AUTHORIZATION": f"Bearer {master.master_token(job)}"}
+    assert dispatch.master_token(job) != dispatch.master_token(other)
+    bearer = {"HTTP_AUTHORIZATION": f"Bearer {dispatch.master_token(job)}"}
     bad = client.post(url, {"trainer": "zero"}, format="json", **bearer)
     assert bad.status_code == 400 and "trainer" in bad.json()["fields"]
     task = client.post(url, {"trainer": 0}, format="json", **bearer).json()["task"]
@@ -318,7 +319,7 @@ def test_the_owner_sees_each_pass_and_who_holds_what(alice, datacenter, package,
                                                      token_client):
     job = submit(alice, datacenter, dataset=f"{DATA}/part-*.recordio", passes=2)
     trainers(job, 2)
-    task = master.task_next(job, 1)["task"]
+    task = dispatch.task_next(job, 1)["task"]
     answer = token_client.get("/api/v1/jobs/reader/tasks").json()
     assert answer["passes"] == [{"pass": 0, "waiting": 3, "leased": 1, "done": 0,
                                  "set_aside": 0, "total": 4}]
@@ -336,7 +337,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 from accounts.services import datacenter_upsert, user_upsert
-from jobs import master
+from jobs.master import dispatch
 from jobs.models import Replica, Task
 from jobs.services import job_submit
 
@@ -352,18 +353,18 @@ job = job_submit(alice, datacenter, {
     "dataset": "/pfs/datacenter1/home/alice/lines.txt", "task_records": 5, "passes": 2,
     "trainers": 4}).job
 Replica.objects.filter(job=job).update(state="running")
-held = master.task_next(job, 0)["task"]
-again = master.task_next(job, 0)["task"]  # trainer 0 restarted: its task goes back
+held = dispatch.task_next(job, 0)["task"]
+again = dispatch.task_next(job, 0)["task"]  # trainer 0 restarted: its task goes back
 done, lock = [], threading.Lock()
-master.task_done(job, again["id"], 0, again["lease"])
+dispatch.task_done(job, again["id"], 0, again["lease"])
 done.append((again["pass"], again["index"]))
 
 def trainer(index):
     try:
-        while "done" not in (answer := master.task_next(job, index)):
+        while "done" not in (answer := dispatch.task_next(job, index)):
             if "task" in answer:
                 task = answer["task"]
-                master.task_done(job, task["id"], index, task["lease"])
+                dispatch.task_done(job, task["id"], index, task["lease"])
                 with lock:
                     done.append((task["pass"], task["index"]))
     finally:

@@ -17,7 +17,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobs import master
 from jobs.backends import backend_for
 from jobs.backends.base import Status
 from jobs.backends.kubernetes.client import kube_for
@@ -26,6 +25,7 @@ from jobs.backends.local import job_dir, relay_file
 from jobs.backends.relay import relay_read
 from jobs.backends.sandbox import netns_read
 from jobs.files import output_dir
+from jobs.master import dispatch
 from jobs.models import Job
 from jobs.services import job_submit
 from kernel.errors import ValidationError
@@ -89,8 +89,8 @@ def test_users_cannot_set_them_through_the_portal(alice, datacenter, package):
 
 def test_the_backends_token_is_the_one_the_portal_checks(settings):
     job = Job(uid=uuid.uuid4())
-    assert master_token(settings.SECRET_KEY, job.uid) == master.master_token(job)
-    assert master_token(settings.SECRET_KEY, uuid.uuid4()) != master.master_token(job)
+    assert master_token(settings.SECRET_KEY, job.uid) == dispatch.master_token(job)
+    assert master_token(settings.SECRET_KEY, uuid.uuid4()) != dispatch.master_token(job)
 
 
 SETTINGS_PROBE = """
@@ -178,7 +178,7 @@ def test_every_replica_of_a_job_with_a_dataset_gets_its_master(backend, make_job
     assert set(seen) == {"pserver-0", "trainer-0", "trainer-1"}
     for env in seen.values():
         assert env[URL] == expected_url(backend, job, settings)
-        assert master.master_job(job.uid, env[TOKEN]).pk == job.pk  # the token the views accept
+        assert dispatch.master_job(job.uid, env[TOKEN]).pk == job.pk  # the token the views accept
     other = make_job(dataset="")
     for env in envs(backend, other).values():
         assert not set(MASTER_VARIABLES) & set(env)
@@ -201,7 +201,7 @@ def test_a_running_replica_finds_its_master_in_its_environment(backend, make_job
     caplog.set_level(logging.DEBUG)
     job = make_job()
     replica = job.replicas.get()
-    token = master.master_token(job)
+    token = dispatch.master_token(job)
     env = envs(backend, job)[replica.name]
     backend.start(job, replica, env)
     deadline = time.monotonic() + 60
@@ -256,7 +256,7 @@ def test_on_kubernetes_the_token_is_in_the_jobs_secret_and_pods_reference_it(
                                          "pservers": 1, "dataset": DATASET}).job
     try:
         backend.prepare(job)
-        token = master.master_token(job)
+        token = dispatch.master_token(job)
         namespace = job_namespace(datacenter, alice.username)
         made = kube_for(datacenter).get("Secret", namespace, job_secret_name(job))
         assert base64.b64decode(made["data"][TOKEN]).decode() == token
@@ -297,7 +297,7 @@ def test_a_local_replica_reads_a_task_from_the_portals_master(live_portal, held_
         answer = json.loads(log.split("ANSWER ", 1)[1].splitlines()[0])
         assert answer["task"]["spans"] == [
             {"path": "/pfs/datacenter1/home/alice/data/part-0.txt", "kind": "file"}]
-        assert master.master_token(job) not in caplog.text + log
+        assert dispatch.master_token(job) not in caplog.text + log
         # The job's network and its relay went when it ended; nothing is left of them.
         run = job_dir(job) / "run"
         assert netns_read(run / "netns.pid") is None

@@ -1,4 +1,4 @@
-"""The master's calls over real HTTP, answered before Django (jobs/master_app.py): the API's
+"""The master's calls over real HTTP, answered before Django (jobs/master/app.py): the API's
 error shape, naming the field; the token checked before anything else; the security headers
 Django's answers carry; and the threads that keep database connections stop with the server."""
 
@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from jobs.master import master_token
+from jobs.master.dispatch import master_token
 from jobs.models import Task
 from jobs.services import job_submit
 

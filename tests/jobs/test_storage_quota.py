@@ -19,7 +19,7 @@ import pytest
 
 from accounts.models import Quota
 from jobs.models import Job
-from jobs.tasks import homes_measure
+from scheduling.tasks import homes_measure
 from tests.jobs.kubernetes.test_backend import wait
 from tests.pfs.test_api import Pfs, check_error
 

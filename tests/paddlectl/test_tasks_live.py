@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from jobs import master
+from jobs.master import dispatch
 from jobs.models import Job
 from paddlecloud_sdk import recordio
 from tests.paddlectl.test_jobs_live import fails, ok, table
@@ -47,11 +47,11 @@ def test_submit_with_a_dataset_and_follow_its_tasks(live_cli, dataset):
 
     # Trainer 1 does two tasks and holds a third; trainer 0 fails one.
     for _ in range(2):
-        task = master.task_next(job, 1)["task"]
-        master.task_done(job, task["id"], 1, task["lease"])
-    held = master.task_next(job, 1)["task"]
-    failing = master.task_next(job, 0)["task"]
-    master.task_failed(job, failing["id"], 0, failing["lease"], "ValueError: x")
+        task = dispatch.task_next(job, 1)["task"]
+        dispatch.task_done(job, task["id"], 1, task["lease"])
+    held = dispatch.task_next(job, 1)["task"]
+    failing = dispatch.task_next(job, 0)["task"]
+    dispatch.task_failed(job, failing["id"], 0, failing["lease"], "ValueError: x")
 
     shown = table(ok(live_cli("get", "tasks", "reader")).stdout)
     assert shown == [

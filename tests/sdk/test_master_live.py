@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from jobs.master import master_token
+from jobs.master.dispatch import master_token
 from jobs.models import Job, JobEvent, Task
 from paddlecloud_sdk import PaddleJob, master, recordio
 

@@ -450,7 +450,7 @@ def test_a_job_whose_pods_do_not_all_start_in_time_is_requeued_then_fails(
     # Every pod released; the admission is asked to start it again, at its place.
     wait(lambda: not job_objects(kube, job), message="the pods to be released")
     assert no_starts.of("jobs.tasks.jobs_admit")[-1] == (alice.pk, datacenter.pk)
-    from jobs.admission import quota_admit
+    from scheduling.admission import quota_admit
 
     assert quota_admit(alice.pk, datacenter.pk) == [job.pk]
     engine.job_launch(job.pk)

@@ -169,7 +169,7 @@ def test_a_failing_api_server_keeps_the_last_numbers(kube, datacenter, held_task
     updated = numbers(datacenter), datacenter.capacity_updated_at
     kube.fail_next(503, count=3, method="GET", path=r"/nodes$")  # every attempt
 
-    with caplog.at_level(logging.WARNING, logger="jobs.capacity"):
+    with caplog.at_level(logging.WARNING, logger="scheduling.capacity"):
         counts = jobs_reconcile()
     assert counts["capacity"] == 0
     assert (numbers(datacenter), datacenter.capacity_updated_at) == updated

@@ -14,7 +14,7 @@ from jobs.backends.kubernetes import manifests
 from jobs.backends.kubernetes.names import object_base
 from jobs.backends.kubernetes.validation import validate_objects
 from jobs.models import JobEvent
-from jobs.tasks import jobs_admit
+from scheduling.tasks import jobs_admit
 from tests.jobs.kubernetes import factories
 from tests.jobs.kubernetes.test_backend import NS, running_pod, submit, wait
 from tests.jobs.master_scenario import package_write

@@ -10,11 +10,11 @@ import logging
 from django.utils import timezone
 
 from accounts.models import Datacenter
+from jobs.backends import backend_for
+from jobs.backends.base import BackendError
 from paddlecloud_core.quantity import format_bytes_about, format_cpu
 
 from .admission import admission_request, waiting_queues
-from .backends import backend_for
-from .backends.base import BackendError
 
 logger = logging.getLogger(__name__)
 

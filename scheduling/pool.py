@@ -1,56 +1,48 @@
 """A datacenter as the scheduling model sees it (``paddlecloud_core.scheduling.Pool``), read
 from the database: limits, weights, the jobs that hold resources and when each is predicted
-to end, and the heads of the queues. Admission plans with it under its lock; the job pages,
-the API and ``submit --dry-run`` forecast with it.
+to end, and the heads of the queues. Admission plans with it under its lock; ``forecasts``
+predicts with it the starts that the job pages, the API and ``submit --dry-run`` show.
 
 What a job ran before tells how long its kind runs: each owner's last ``HISTORY`` jobs that
-succeeded, by shape (``scheduling.shape``: name stem and size)."""
+succeeded, by shape (``paddlecloud_core.scheduling.shape``: name stem and size)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.cache import cache
-from django.db.models import F, Max, Q, Window
+from django.db.models import F, Q, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from accounts.models import Datacenter, Membership, Team
 from accounts.selectors import quotas_get
+from jobs.models import Job
+from jobs.states import ACTIVE_STATES, JobState
 from paddlecloud_core.contract import trainers_elastic, trainers_least
 from paddlecloud_core.scheduling import (
     Estimate,
     Limit,
-    Plan,
     Pool,
     Running,
     Vec,
     Waiting,
     estimate,
-    forecast,
-    schedule,
     shape,
 )
 from pfs.services import storage_problems
 
 from .budgets import budgets_spent
-from .models import Job, JobEvent
-from .states import JobState
 
-ACTIVE_STATES = (JobState.STARTING, JobState.RUNNING)
-WAITING_STATES = (JobState.PENDING, JobState.QUEUED)
 HISTORY = 50  # finished jobs of each owner read for run times
 # What admission and forecasts read of a job: its request, its place, its state.
 REQUEST_FIELDS = ("trainers", "trainers_min", "cpu", "memory", "gpu", "pservers", "pscpu",
                   "psmemory")
 HEAD_FIELDS = ("id", "name", "owner_id", "datacenter_id", "state", "state_reason",
                "created_at", "priority", "deadline_seconds", *REQUEST_FIELDS)
-# A queue's order (``scheduling.queue_order``) in SQL.
+# A queue's order (``paddlecloud_core.scheduling.queue_order``) in SQL.
 QUEUE_ORDER = ("-priority", "created_at", "id")
 
 
@@ -172,76 +164,3 @@ def waiting_of(job, history: dict[int, list]) -> Waiting:
     return Waiting(id=job.pk or 0, owner=job.owner_id, need=request_vec(job),
                    submitted=_seconds(job.created_at), priority=job.priority, name=job.name,
                    run=job_estimate(job, history), deadline=job.deadline_seconds)
-
-
-# --- forecasts -----------------------------------------------------------------------------------
-
-FORECAST_LOOK = 500  # waiting jobs of a datacenter a forecast reads at most
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """When a waiting job is predicted to start, with a range (None: not within the
-    forecast's horizon, or never)."""
-
-    at: datetime | None
-    earliest: datetime | None
-    latest: datetime | None
-
-    def as_dict(self) -> dict:
-        return {key: value.isoformat() if value else None
-                for key, value in (("at", self.at), ("earliest", self.earliest),
-                                   ("latest", self.latest))}
-
-
-def _moment(seconds: float | None) -> datetime | None:
-    return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
-
-
-def datacenter_forecast(datacenter: Datacenter, owner_ids: Iterable[int],
-                        extra: Job | None = None) -> tuple[Plan, dict[int, Prediction]]:
-    """The plan now and the predicted start of each waiting job of the datacenter (of
-    ``owner_ids`` only, unless the datacenter has a capacity: then everyone's count), with
-    ``extra`` (an unsaved job, id 0) as if it were submitted now."""
-    waiting = Job.objects.filter(datacenter=datacenter, state__in=WAITING_STATES)
-    if not shared(datacenter):
-        waiting = waiting.filter(owner_id__in=list(owner_ids))
-    waiting = list(waiting.order_by(*QUEUE_ORDER).only(*HEAD_FIELDS)[:FORECAST_LOOK])
-    owners = {job.owner_id for job in waiting} | set(owner_ids)
-    if extra is not None:
-        waiting.append(extra)
-    pool = pool_load(datacenter, owners, waiting)
-    now = timezone.now().timestamp()
-    predicted = forecast(pool, now)
-    return schedule(pool, now), {
-        job_id: Prediction(_moment(f.start), _moment(f.low), _moment(f.high))
-        for job_id, f in predicted.items()}
-
-
-def job_predictions(jobs: Iterable[Job]) -> dict[int, Prediction]:
-    """The predicted start of each waiting job among ``jobs`` (a forecast per datacenter,
-    reused while nothing in it changed state)."""
-    by_datacenter: dict[int, list[Job]] = defaultdict(list)
-    for job in jobs:
-        if job.state in WAITING_STATES:
-            by_datacenter[job.datacenter_id].append(job)
-    out: dict[int, Prediction] = {}
-    # A datacenter's forecast is kept a while (PADDLECLOUD_FORECAST_CACHE_SECONDS), for as long
-    # as no job of it changed state: a page of jobs, or paddlectl asking again, costs a cache
-    # read. (What no job's event records — a quota or a capacity changed — shows within it.)
-    keep = settings.PADDLECLOUD_FORECAST_CACHE_SECONDS
-    for waiting in by_datacenter.values():
-        datacenter = waiting[0].datacenter  # the lists read it with their jobs
-        owners = sorted({job.owner_id for job in waiting})
-        key = predicted = None
-        if keep:
-            last = JobEvent.objects.filter(job__datacenter=datacenter).aggregate(Max("id"))
-            key = (f"forecast:{datacenter.pk}:{last['id__max']}:"
-                   + ("all" if shared(datacenter) else ",".join(map(str, owners))))
-            predicted = cache.get(key)
-        if predicted is None or any(job.pk not in predicted for job in waiting):
-            _, predicted = datacenter_forecast(datacenter, owners)
-            if keep:
-                cache.set(key, predicted, keep)
-        out.update({job.pk: predicted[job.pk] for job in waiting if job.pk in predicted})
-    return out

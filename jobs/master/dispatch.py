@@ -1,5 +1,6 @@
-"""A job's master: its dataset cut into tasks, pass after pass, dispatched to its trainers
-(docs/master.md has the protocol and what is exactly once).
+"""A job master's dispatch: its dataset's tasks (``dataset``), pass after pass, leased to its
+trainers; who may call, and the calls (docs/master.md has the protocol and what is exactly
+once).
 
 The state is the ``Task`` rows: nothing lives in a process, so any portal process answers any
 trainer, and a restarted portal or worker goes on where it was. Many trainers take tasks at
@@ -16,12 +17,10 @@ tasks again; after the last, trainers are told there is nothing more.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import hmac
 import json
 import secrets
-import struct
 import threading
 import time
 from collections import OrderedDict
@@ -34,20 +33,17 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from kernel.errors import ConflictError, NotFoundError, PaddleCloudError, ValidationError
+from kernel.errors import ConflictError, NotFoundError, ValidationError
 from paddlecloud_core.contract import master_token as contract_master_token
 from paddlecloud_core.spec import MAX_REPLICAS
-from pfs.services import pfs_target
 
-from .models import Job, Replica, Task, event_repeatable
-from .notify import job_changed
-from .states import FINAL_REPLICA_STATES
+from ..models import Job, Replica, Task, event_repeatable
+from ..notify import job_changed
+from ..states import FINAL_REPLICA_STATES
+from .dataset import dataset_spans
 
 TASK_FAILURES = 3  # a task failing this often is set aside
 WAIT_SECONDS = 1.0  # what a trainer is told to wait while others hold the pass's last tasks
-RECORDIO_MAGIC = b"\x04\x03\x02\x01"
-CHUNK_HEADER = struct.Struct("<IIIII")  # magic, crc32, compressor, stored size, records
-READ_BLOCK = 1 << 20
 
 
 class LeaseLost(ConflictError):
@@ -110,84 +106,6 @@ def bearer(header: str | None) -> str:
     """The token of an ``Authorization: Bearer <token>`` header ("" without one)."""
     header = header or ""
     return header[7:].strip() if header.startswith("Bearer ") else ""
-
-
-# --- the dataset ---------------------------------------------------------------------------------
-
-def dataset_problem(user, datacenter, dataset: str) -> str | None:
-    """Why ``dataset`` (a glob) cannot be the job's, or None: it must match files the user may
-    read (their home or the public directory), with wildcards in its last part only."""
-    try:
-        return None if dataset_files(user, datacenter, dataset) else (
-            f"{dataset} matches no file")
-    except PaddleCloudError as exc:
-        return exc.fields.get("dataset", [exc.message])[0]
-
-
-def dataset_files(user, datacenter, dataset: str) -> list[tuple[str, object, tuple]]:
-    """The files ``dataset`` matches, sorted: (their path as replicas see it, storage, rel)."""
-    head, _, pattern = dataset.rpartition("/")
-    if any(c in head for c in "*?["):
-        raise ValidationError.for_field(
-            "dataset", "only the last part of the path may hold *, ? or [...]: "
-                       "/pfs/{dc}/home/{user}/data/part-*.recordio")
-    target = pfs_target(user, datacenter, head or "/", field="dataset")
-    storage = target.storage
-    found = []
-    for entry in storage.listdir(target.rel):
-        if fnmatch.fnmatchcase(entry.name, pattern) and entry.type == "file":
-            found.append((f"{str(target.path).rstrip('/')}/{entry.name}", storage,
-                          (*target.rel, entry.name)))
-    return sorted(found, key=lambda f: f[0])
-
-
-def _read(storage, rel, start: int, end: int) -> bytes:
-    return b"".join(storage.read(rel, start, end))
-
-
-def _chunks(storage, rel) -> list[tuple[int, int]]:
-    """A RecordIO file's chunks: (byte offset, records), from their headers alone."""
-    chunks, offset = [], 0
-    while True:
-        header = _read(storage, rel, offset, offset + CHUNK_HEADER.size)
-        if not header:
-            return chunks
-        if len(header) < CHUNK_HEADER.size or header[:4] != RECORDIO_MAGIC:
-            raise ValidationError.for_field("dataset", f"not a RecordIO file: {rel[-1]} "
-                                                       f"(at byte {offset})")
-        _, _, _, size, records = CHUNK_HEADER.unpack(header)
-        chunks.append((offset, records))
-        offset += CHUNK_HEADER.size + size
-
-
-def _lines(storage, rel) -> int:
-    count, last = 0, b""
-    for block in storage.read(rel):
-        count += block.count(b"\n")
-        last = block[-1:] or last
-    return count + (1 if last and last != b"\n" else 0)
-
-
-def _is_recordio(storage, rel) -> bool:
-    return _read(storage, rel, 0, 4) == RECORDIO_MAGIC
-
-
-def dataset_spans(job) -> list[list[dict]]:
-    """The job's dataset cut into tasks (each a list of spans), as ``dataset_unit`` says."""
-    tasks = []
-    for path, storage, rel in dataset_files(job.owner, job.datacenter, job.dataset):
-        if job.dataset_unit == "file":
-            tasks.append([{"path": path, "kind": "file"}])
-        elif job.dataset_unit == "chunk":
-            tasks += [[{"path": path, "kind": "chunk", "offset": offset}]
-                      for offset, _ in _chunks(storage, rel)]
-        else:
-            total = (sum(n for _, n in _chunks(storage, rel)) if _is_recordio(storage, rel)
-                     else _lines(storage, rel))
-            size = job.task_records
-            tasks += [[{"path": path, "kind": "records", "start": start,
-                        "count": min(size, total - start)}] for start in range(0, total, size)]
-    return tasks
 
 
 # --- the statements --------------------------------------------------------------------------
@@ -499,7 +417,7 @@ def _lease_of(data: dict) -> str:
 
 def master_call(uid, token: str, action: str, task_id: int | None, data) -> dict:
     """One call of docs/master.md: ``next``, or one of TASK_ACTIONS on ``task_id``, with its
-    JSON body ``data``: what both the API view and the ASGI fast path (``master_app``) run."""
+    JSON body ``data``: what both the API view and the ASGI fast path (``app``) run."""
     if action != "next" and action not in TASK_ACTIONS:
         raise NotFoundError(f"no such task call {action!r}: renew, done, failed or release")
     job = master_job(uid, token)

@@ -9,7 +9,7 @@ a job behind one that waits starts first only where it cannot delay it (backfill
 ``queued`` of a user's jobs may wait: a submission that would wait beyond that is refused.
 
 ``quota_admit`` is the one place jobs are admitted. It loads the datacenter's pool
-(``jobs.pool``) and applies the plan under a lock — the user's row, or, where members share a
+(``pool``) and applies the plan under a lock — the user's row, or, where members share a
 capacity or groups, the datacenter's — so two admissions racing for the last free CPU take
 it one after the other (on PostgreSQL, a ``SELECT … FOR UPDATE``; SQLite has one writer
 anyway). It is called by a submission, when a job ends, when a quota, a group, a budget or
@@ -40,6 +40,10 @@ from django.utils import timezone
 
 from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter, Membership, Team
 from accounts.selectors import quota_get, quotas_get
+from jobs.models import Job, Replica
+from jobs.notify import jobs_changed
+from jobs.states import ACTIVE_STATES, WAITING_STATES, JobState, ReplicaState
+from jobs.transitions import jobs_transition
 from kernel.errors import ValidationError
 from kernel.queue import (
     HOME_MEASURE,
@@ -54,14 +58,10 @@ from paddlecloud_core.quantity import format_bytes_about
 from paddlecloud_core.scheduling import LOOK_BEHIND, Vec, schedule
 from pfs.services import usage_report
 
-from .models import Job, Replica
-from .notify import jobs_changed
 from .pool import (
-    ACTIVE_STATES,
     HEAD_FIELDS,
     QUEUE_ORDER,
     REQUEST_FIELDS,
-    WAITING_STATES,
     ahead_of,
     behind,
     held_vec,
@@ -69,8 +69,6 @@ from .pool import (
     request_vec,
     shared,
 )
-from .states import JobState, ReplicaState
-from .transitions import jobs_transition
 
 COMPUTE = ("cpu", "memory", "gpu", "jobs")
 SHOWN = QUOTA_FORMATS
@@ -408,13 +406,13 @@ def admission_request(owner_id: int, datacenter_id: int) -> None:
 
 
 def job_ended_admit(sender, owner_id: int, datacenter_id: int, **kwargs) -> None:
-    """Jobs ended (``signals.job_ended``): what they held, or their places in the queue, is
+    """Jobs ended (``jobs.signals.job_ended``): what they held, or their places in the queue, is
     free — admit the owner's waiting jobs once that is committed."""
     admission_request(owner_id, datacenter_id)
 
 
 def job_ended_measure(sender, owner_id: int, datacenter_id: int, **kwargs) -> None:
-    """Jobs ended (``signals.job_ended``): what they wrote is in the owner's home; measure it
+    """Jobs ended (``jobs.signals.job_ended``): what they wrote is in the owner's home; measure it
     (then admit), so the next upload, submission or start counts it."""
     task_later_once(HOME_MEASURE, owner_id, datacenter_id)
 

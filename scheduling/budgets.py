@@ -19,9 +19,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import Budget, Datacenter, Membership
-
-from .models import Job, Usage
-from .states import JobState
+from jobs.models import Job, Usage
+from jobs.states import JobState
 
 LENGTHS = {"day": timedelta(days=1), "week": timedelta(days=7), "month": timedelta(days=30)}
 ROLLING_WORDS = {"day": "in the last 24 hours", "week": "in the last 7 days",

@@ -1,184 +1,37 @@
-"""Runtime images built from trainer packages (issue 19; the seeds' ``build_docker.sh``, done by
-the portal): ``FROM`` a base image, the package at ``/train/package`` (the seeds' path), its
-``requirements.txt`` installed, pushed to the datacenter's build registry.
+"""A build run: a job's (its image found in the registry, a build joined, or one run and its
+jobs released when it ends) and ``paddlectl build``'s, in the worker."""
 
-When: a datacenter that names a build registry (``Datacenter.build_registry``) builds the
-runtime image of every job whose package has a ``requirements.txt`` (the Dockerfile below) or
-a ``Dockerfile`` (used as given, the package as its context); ``paddlectl build`` builds one
-without a job. A package with neither builds nothing.
-
-Where: ``<build registry>/<the owner's namespace>/runtime:pc-<digest>``, the digest (sha256)
-of what decides the image: this recipe's version, the base image, the Dockerfile and every file
-of the package (name and contents; a link's target). Pushed with the owner's registry
-credentials for that host (the job's ``-registry``, else the owner's credentials whose server
-is the registry's host, else none). The job's pods then run that image pinned to the pushed
-digest, pulled with the same credentials.
-
-Once: before building, the registry is asked for the tag; a job whose image is there already
-builds nothing. Jobs that need an image being built wait for that build (one ``building``
-``Build`` per image: a database constraint); a failed build fails them all and is not kept —
-the next job builds again.
-
-How: the datacenter's backend runs the builder (``Backend.image_build``): BuildKit, rootless,
-as a Kubernetes Job in the owner's namespace; buildah on the portal's machine for the local
-backend (``paddlectl build`` only, where PADDLECLOUD_LOCAL_BUILDS allows it). Its output is the
-build's log (``.paddlecloud/builds/<uid>.log`` in the owner's home), which ``paddlectl logs JOB
--w build`` and the job's page follow like any worker's.
-"""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
-from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from kernel.errors import NotFoundError, PaddleCloudError
-from paddlecloud_core.contract import job_namespace
-from paddlecloud_core.layout import IMAGE_PACKAGE_DIR
 from pfs.paths import pfs_path_parse
 from pfs.storage import storage_for
-from registries.models import Registry
-from registries.oci import RegistryError, image_ref_parse, manifest_digest
-from registries.services import registry_password
 
-from .backends import backend_for
-from .backends.base import BackendError
-from .backends.envs import indexes_allowed, requirements_stored
-from .files import build_log_open
-from .models import Build, Job
-from .notify import job_changed
-from .signals import job_built
-from .states import JobState
-from .transitions import job_transition
+from ..backends import backend_for
+from ..backends.base import BackendError
+from ..files import build_log_open
+from ..models import Build, Job
+from ..notify import job_changed
+from ..signals import job_built
+from ..states import JobState
+from ..transitions import job_transition
+from .recipe import BuildInputs, build_inputs, runtime_image, runtime_tag
+from .registry import credentials, image_found, push_credentials, registry_insecure
 
 logger = logging.getLogger(__name__)
 
-RECIPE = 1  # the Dockerfile below and what the digest covers: a change names every image anew
-PACKAGE_DIR = IMAGE_PACKAGE_DIR
-REQUIREMENTS = "/train/requirements.txt"
-TAG_PREFIX = "pc-"
 # A build still ``building`` this long after it began lost its worker (a builder Job gives up
 # after an hour): the next job that needs its image builds it again.
 BUILD_LOST_AFTER = timedelta(hours=2)
-
-
-def runtime_dockerfile(base: str, *, requirements: bool = True) -> str:
-    """The Dockerfile of a package: its ``requirements.txt`` first (that layer is kept while
-    only the code changes), installed with the base's own ``python3 -m pip``; then the
-    package."""
-    pip_env = ("PIP_BREAK_SYSTEM_PACKAGES=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore "
-               "PIP_DISABLE_PIP_VERSION_CHECK=1")
-    install = (f"COPY requirements.txt {REQUIREMENTS}\n"
-               f"RUN {pip_env} python3 -m pip install -r {REQUIREMENTS}\n") if requirements else ""
-    return (f"# Made by PaddleCloud (jobs.builds, recipe {RECIPE}) for a trainer package\n"
-            f"FROM {base}\n{install}"
-            f"COPY . {PACKAGE_DIR}\n"
-            f"WORKDIR {PACKAGE_DIR}\n")
-
-
-@dataclass(frozen=True)
-class BuildInputs:
-    dockerfile: str  # its text
-    own: bool  # the package's own Dockerfile
-    digest: str
-
-
-def build_inputs(datacenter, package: str, base: str, *,
-                 always: bool = False) -> BuildInputs | None:
-    """What the runtime image of ``package`` on ``base`` is made of; None when the package has
-    neither a Dockerfile nor a requirements.txt (a job's: nothing to build), unless ``always``
-    (``paddlectl build``: the package on the base). Reads the package through its PFS storage
-    (links leaving it are not followed); ``BackendError`` if it cannot."""
-    path = pfs_path_parse(package, field="package")
-    storage = storage_for(datacenter, path)
-    hasher = hashlib.sha256(f"paddlecloud-build {RECIPE}\0".encode())
-    names = set()
-    try:
-        if not storage.is_dir(path.parts):
-            raise BackendError(f"the trainer package {package} is not a directory")
-        entries = sorted(storage.walk(path.parts), key=lambda e: e.rel)
-        for entry in entries:
-            rel = "/".join(entry.rel[len(path.parts):])
-            names.add(rel)
-            hasher.update(f"{entry.type}\0{rel}\0{entry.target or ''}\0".encode())
-            if entry.type == "file":
-                for chunk in storage.read(entry.rel):
-                    hasher.update(chunk)
-                hasher.update(b"\0")
-        if "Dockerfile" in names:
-            own, text = True, b"".join(storage.read((*path.parts, "Dockerfile"))).decode(
-                errors="replace")
-        elif "requirements.txt" in names or always:
-            if "requirements.txt" in names:  # installed by pip in the build: read as data
-                requirements_stored(storage, (*path.parts, "requirements.txt"),
-                                    indexes_allowed(datacenter))
-            own, text = False, runtime_dockerfile(base,
-                                                  requirements="requirements.txt" in names)
-        else:
-            return None
-    except NotFoundError:
-        raise BackendError(f"the trainer package {package} is gone") from None
-    except PaddleCloudError as exc:
-        raise BackendError(f"cannot read the trainer package: {exc.message}") from None
-    hasher.update(f"\0{base}\0{text}".encode())
-    return BuildInputs(dockerfile=text, own=own, digest=hasher.hexdigest())
-
-
-def runtime_tag(digest: str) -> str:
-    """The tag of the runtime image of that digest."""
-    return f"{TAG_PREFIX}{digest[:40]}"
-
-
-def runtime_image(datacenter, owner, digest: str) -> str:
-    """Where the runtime image of that digest goes: one repository per owner."""
-    return (f"{datacenter.build_registry}/{job_namespace(datacenter, owner.username)}/runtime:"
-            f"{runtime_tag(digest)}")
-
-
-def push_credentials(owner, datacenter, image: str, named: Registry | None = None):
-    """The owner's credentials for the registry of ``image``: ``named`` if it is for that
-    host, else the first of theirs whose server is that host; None (anonymous) if none."""
-    host = image_ref_parse(image).host
-    if named is not None and named.server == host:
-        return named
-    return (Registry.objects.filter(owner=owner, datacenter=datacenter, server=host)
-            .order_by("name").first())
-
-
-def registry_insecure(datacenter, image: str) -> bool:
-    """Whether ``image``'s registry is spoken to over plain HTTP: the build registry, when
-    its datacenter says so."""
-    return datacenter.build_registry_insecure and image_ref_parse(image).host == \
-        image_ref_parse(f"{datacenter.build_registry}/x").host
-
-
-def credentials(registry: Registry | None) -> tuple[str, str] | None:
-    return None if registry is None else (registry.username, registry_password(registry))
-
-
-def image_found(image: str, registry: Registry | None, insecure: bool) -> str | None:
-    """The digest of ``image`` if its registry has it; ``BackendError`` naming the registry
-    (and the credentials, when it refused them) if it cannot be asked."""
-    try:
-        return manifest_digest(image, auth=credentials(registry), insecure=insecure)
-    except RegistryError as exc:
-        raise BackendError(_registry_problem(exc, registry)) from None
-
-
-def _registry_problem(exc: RegistryError, registry: Registry | None) -> str:
-    if exc.refused and registry is not None:
-        return (f"{exc} (with your registry credentials {registry.name!r}: paddlectl registry "
-                f"-name {registry.name} -password … updates them)")
-    if exc.refused:
-        return (f"{exc} (you have no registry credentials for it: add some with paddlectl "
-                "registry -name NAME -server HOST -username … -password …)")
-    return str(exc)
 
 
 # --- a job's build ---------------------------------------------------------------------------

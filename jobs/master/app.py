@@ -1,7 +1,7 @@
 """A job master's task calls (docs/master.md), answered on the raw ASGI interface, before
 Django: every trainer of every job calls several times a second, and a call needs none of
 Django's middleware, sessions or users — the token names the job. The answer is
-``master.master_call``'s, the same the API view gives elsewhere.
+``dispatch.master_call``'s, the same the API view gives elsewhere.
 
 The calls' database work runs on a few threads of their own (``PADDLECLOUD_MASTER_THREADS``,
 ``kernel.before_django.DatabaseThreads``), each keeping its connection between calls, as
@@ -20,7 +20,7 @@ from kernel.before_django import BeforeDjango, DatabaseThreads, Exchange
 from kernel.errors import ValidationError
 from kernel.storable import storable
 
-from . import master
+from . import dispatch
 
 # jobs/urls.py's paths for the master's views (a uuid as Django's converter takes it).
 CALL_RE = re.compile(r"^/api/v1/master/(?P<uid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-"
@@ -55,6 +55,7 @@ class MasterApp(BeforeDjango):
         storable(data)
         task = found["task"]
         result = await self.threads.run(
-            master.master_call, found["uid"], master.bearer(exchange.header("authorization")),
+            dispatch.master_call, found["uid"],
+            dispatch.bearer(exchange.header("authorization")),
             found["action"] or "next", int(task) if task else None, data)
         await exchange.json(200, result)
