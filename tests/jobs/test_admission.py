@@ -17,12 +17,13 @@ from django.utils import timezone
 
 from accounts.models import AuditEntry, Quota
 from accounts.services import quota_set
-from jobs import admission, tasks
+from jobs import tasks
 from jobs.models import Job, JobEvent, Replica
 from jobs.services import job_kill, job_submit
 from jobs.tasks import jobs_reconcile
 from jobs.transitions import job_transition
 from kernel.errors import ValidationError
+from scheduling import admission
 from scheduling.admission import quota_admit, quota_report
 from scheduling.tasks import jobs_admit
 from tests.conftest import assert_error
