@@ -20,8 +20,8 @@ Each figure is the best of --repeat rounds of cp and of the API, both reading a 
 page cache and writing to fresh names. Every transfer is verified (size and SHA-256 of a file;
 count, bytes and contents of a tree) before its figure is printed. The server's peak RSS
 (VmHWM) is read per phase, to show it does not grow with the file size. The transfers go
-through ``paddlectl.transfer`` (what ``paddlectl cp`` runs) when it is importable with the
-expected functions, else through ``requests`` directly; the output says which.
+through ``paddlecloud_client.transfer`` (what ``paddlectl cp`` runs) when it is importable with
+the expected functions, else through ``requests`` directly; the output says which.
 
 Figures go to standard output, progress to standard error. It exits 0 even when a target is
 missed (the line says MISSED), 1 if a transfer failed or came out wrong, 130 on Ctrl-C. The
@@ -63,7 +63,7 @@ from portal import (  # noqa: E402
     run_checked,
 )
 
-if str(ROOT) not in sys.path:  # paddlectl, when it is not installed
+if str(ROOT) not in sys.path:  # paddlecloud_client, when it is not installed
     sys.path.insert(0, str(ROOT))
 
 DATACENTER = "datacenter1"
@@ -162,7 +162,7 @@ def mib(size: int) -> str:
 
 
 class Unusable(Exception):
-    """paddlectl.transfer is not (yet) there, or not in the shape this script expects."""
+    """paddlecloud_client.transfer is not (yet) there, or not in the shape this script expects."""
 
 
 class Transfers:
@@ -180,7 +180,7 @@ class Transfers:
     def close(self) -> None: ...
 
 
-EXPECTED = {  # paddlectl.transfer's functions and their leading parameters
+EXPECTED = {  # paddlecloud_client.transfer's functions and their leading parameters
     "upload_file": ["client", "local", "remote", "progress"],
     "upload_dir": ["client", "local", "remote", "progress", "warn"],
     "download_file": ["client", "remote", "dest", "progress"],
@@ -189,37 +189,38 @@ EXPECTED = {  # paddlectl.transfer's functions and their leading parameters
 
 
 class PaddlectlTransfers(Transfers):
-    """``paddlectl.transfer`` over a ``paddlectl.client.ApiClient``: what ``paddlectl cp``
-    runs (no progress bar)."""
+    """``paddlecloud_client.transfer`` over a ``paddlecloud_client.api.ApiClient``: what
+    ``paddlectl cp`` runs (no progress bar)."""
 
     name = "paddlectl"
 
     def __init__(self, base: str, password: str, tmp: Path):
         try:
-            from paddlectl import transfer
-            from paddlectl.client import ApiClient
-            from paddlectl.progress import Progress
-            from paddlectl.tokens import TokenCache
+            from paddlecloud_client import transfer
+            from paddlecloud_client.api import ApiClient
+            from paddlecloud_client.progress import Progress
+            from paddlecloud_client.tokens import TokenCache
         except Exception as exc:  # being written: anything may be missing
             raise Unusable(f"cannot import it ({type(exc).__name__}: {exc})") from None
         for name, params in EXPECTED.items():
             function = getattr(transfer, name, None)
             if not callable(function):
-                raise Unusable(f"paddlectl.transfer has no {name}()")
+                raise Unusable(f"paddlecloud_client.transfer has no {name}()")
             got = list(inspect.signature(function).parameters)[:len(params)]
             if got != params:
-                raise Unusable(f"paddlectl.transfer.{name}{inspect.signature(function)}: "
+                raise Unusable(f"paddlecloud_client.transfer.{name}{inspect.signature(function)}: "
                                f"expected ({', '.join(params)}, ...)")
         got = list(inspect.signature(ApiClient).parameters)[:5]
         if got != ["endpoint", "datacenter", "username", "password", "token_cache"]:
-            raise Unusable(f"paddlectl.client.ApiClient{inspect.signature(ApiClient)}")
+            raise Unusable(f"paddlecloud_client.api.ApiClient{inspect.signature(ApiClient)}")
         self.transfer = transfer
         self.progress = lambda: Progress(sys.stderr, "bench", None, False)
         self.client = ApiClient(base, DATACENTER, USERNAME, password,
                                 TokenCache(tmp / "paddlectl-tokens.json"))
-        self.description = ("paddlectl: paddlectl.transfer.upload_file / upload_dir / "
-                            "download_file / download_dir over paddlectl.client.ApiClient "
-                            "(requests), as `paddlectl cp` runs them")
+        self.description = ("paddlectl: paddlecloud_client.transfer.upload_file / upload_dir "
+                            "/ download_file / download_dir over "
+                            "paddlecloud_client.api.ApiClient (requests), as `paddlectl cp` "
+                            "runs them")
 
     def upload_file(self, local, remote):
         self.transfer.upload_file(self.client, local, remote, self.progress())
@@ -393,9 +394,9 @@ def make_transfers(choice: str, base: str, password: str, tmp: Path) -> Transfer
             return PaddlectlTransfers(base, password, tmp)
         except Unusable as exc:
             if choice == "paddlectl":
-                raise BenchError(f"--client paddlectl: paddlectl.transfer is unusable: {exc}") \
-                    from None
-            log(f"paddlectl.transfer is unusable ({exc}): using requests directly")
+                raise BenchError("--client paddlectl: paddlecloud_client.transfer is unusable: "
+                                 f"{exc}") from None
+            log(f"paddlecloud_client.transfer is unusable ({exc}): using requests directly")
     return RequestsTransfers(base, password)
 
 
@@ -959,8 +960,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the temporary directory (var dir, database, portal log; "
                              "the data moved is removed after each phase)")
     parser.add_argument("--client", choices=["auto", "paddlectl", "requests"], default="auto",
-                        help="measure through paddlectl.transfer or requests directly (default "
-                             "auto: paddlectl when usable)")
+                        help="measure through paddlecloud_client.transfer or requests directly "
+                             "(default auto: paddlectl when usable)")
     parser.add_argument("--phases", type=phase_list, default=PHASES,
                         help=f"which phases, comma-separated (default {','.join(PHASES)}): "
                              "small files, the two large files in-process, whole commands")

@@ -1,9 +1,9 @@
 """What to paste to point ``paddlectl`` at this portal.
 
-``~/.paddle/config`` (``paddlectl.config``) names each datacenter's endpoint, username and
-password; it has no place for a token. ``paddlectl`` keeps its tokens beside it in
-``~/.paddle/tokens.json`` (``paddlectl.tokens``) and uses a token found there until it
-expires, logging in with the password only then. So a token created in the browser is used
+``~/.paddle/config`` (``paddlecloud_client.config``) names each datacenter's endpoint,
+username and password; it has no place for a token. ``paddlectl`` keeps its tokens beside it
+in ``~/.paddle/tokens.json`` (``paddlecloud_client.tokens``) and uses a token found there until
+it expires, logging in with the password only then. So a token created in the browser is used
 by pasting both: the config, and the token's entry in ``tokens.json``.
 
 A user who logs in with single sign-on has no password: their config holds the token itself
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 
-from paddlectl.config import config_dump
-from paddlectl.tokens import token_key
+from paddlecloud_client.config import config_dump
+from paddlecloud_client.tokens import token_key
 
 PASSWORD_PLACEHOLDER = "YOUR-PASSWORD"  # noqa: S105 - what the user replaces
 

@@ -1,7 +1,8 @@
 """The PaddleCloud Python SDK.
 
 - ``PaddleJob`` (``paddlecloud_sdk.job``): submit a job, follow its state, workers and logs,
-  wait for it, kill it — through paddlectl's config, token cache and API client.
+  wait for it, kill it — through ``paddlecloud_client``: paddlectl's config, token cache and
+  API client.
 - ``dist_train`` (``paddlecloud_sdk.train``): submits when run outside a job, trains inside.
 - ``paddlecloud_sdk.env``: the environment contract as functions (``trainer_id()``,
   ``trainer_count()``, ``output_dir()`` …).
@@ -12,8 +13,8 @@
   master (``master.reader()``, ``master.tasks()``; docs/master.md).
 - ``report(step=…, **metrics)`` (``paddlecloud_sdk.metrics``): append a line of training
   metrics beside the replica's log, for the job's page to plot.
-- ``paddlecloud_sdk.errors``: what it raises, its own classes (each also paddlectl's of the
-  same name).
+- ``paddlecloud_sdk.errors``: what it raises, its own classes (each also the client's of the
+  same name, which paddlectl reports).
 
 ``env``, ``dataset``, ``master``, ``metrics`` and ``recordio`` need only the standard library (and
 ``paddlecloud_core``, which does too), so a trainer can import them in any image; ``PaddleJob``

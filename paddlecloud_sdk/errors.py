@@ -1,6 +1,7 @@
 """What the SDK raises: its own classes, named here (a traceback says
-``paddlecloud_sdk.errors.ApiError``), each also the paddlectl class of the same name, so code
-written against either catches them.
+``paddlecloud_sdk.errors.ApiError``), each also the class of the same name in
+``paddlecloud_client.errors`` (what paddlectl raises), so code written against either catches
+them.
 
     try:
         job.submit()
@@ -22,8 +23,8 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from paddlectl import errors as _cli
-from paddlectl.errors import PaddlectlError
+from paddlecloud_client import errors as _cli
+from paddlecloud_client.errors import PaddlectlError
 
 T = TypeVar("T")
 
@@ -68,13 +69,13 @@ class JobTimeoutError(PaddleCloudError, TimeoutError):
         super().__init__(f"job {name!r} is still {state} after {timeout:g}s")
 
 
-# paddlectl's class -> the SDK's, most specific first.
+# The client's class -> the SDK's, most specific first.
 _OWN = ((_cli.ApiError, ApiError), (_cli.NetworkError, NetworkError),
         (_cli.ConfigError, ConfigError), (_cli.UsageError, UsageError))
 
 
 def own(exc: PaddlectlError) -> PaddleCloudError:
-    """``exc`` (raised by paddlectl's layers) as the SDK's class of the same name."""
+    """``exc`` (raised by ``paddlecloud_client``) as the SDK's class of the same name."""
     if isinstance(exc, PaddleCloudError):
         return exc
     for theirs, ours in _OWN:
@@ -86,7 +87,7 @@ def own(exc: PaddlectlError) -> PaddleCloudError:
 
 
 def raises_own(function: Callable[..., T]) -> Callable[..., T]:
-    """``function``, raising the SDK's classes where paddlectl's layers raised theirs."""
+    """``function``, raising the SDK's classes where ``paddlecloud_client`` raised its own."""
 
     @functools.wraps(function)
     def call(*args, **kwargs):

@@ -8,11 +8,11 @@
         print(line)
     assert job.wait() == "succeeded"
 
-It talks to the portal through paddlectl's layers — the same config (``~/.paddle/config``,
-``$PADDLE_CONFIG``, or ``config=``), the same current datacenter (or ``datacenter=``), the same
-token cache beside the config, the same API client and upload code — and never prints:
-problems are exceptions (``paddlecloud_sdk.errors``), and ``logs()`` yields lines for the
-caller to show.
+It talks to the portal through ``paddlecloud_client``, as paddlectl does — the same config
+(``~/.paddle/config``, ``$PADDLE_CONFIG``, or ``config=``), the same current datacenter (or
+``datacenter=``), the same token cache beside the config, the same API client and upload code
+— and never prints: problems are exceptions (``paddlecloud_sdk.errors``), and ``logs()``
+yields lines for the caller to show.
 
 A local ``trainer_package`` directory is uploaded as ``paddlectl submit`` uploads one: to
 ``/pfs/{datacenter}/home/{user}/jobs/{job_name}/{dirname}`` (``package`` for a directory named
@@ -33,15 +33,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from paddlecloud_client import errors as client_errors
+from paddlecloud_client import jobs, pfspath
+from paddlecloud_client.api import ApiClient, datacenter_client
+from paddlecloud_client.config import Config, Datacenter, config_load, config_path
+from paddlecloud_client.progress import Progress
 from paddlecloud_core import layout, spec
 from paddlecloud_core.status import FINAL_STATES
-from paddlectl import __version__, jobs
-from paddlectl import errors as cli_errors
-from paddlectl.client import ApiClient
-from paddlectl.config import Config, Datacenter, config_load, config_path
-from paddlectl.pfspath import pfs_home
-from paddlectl.progress import Progress
-from paddlectl.tokens import FILENAME, TokenCache
 
 from .errors import (
     JobSpecError,
@@ -92,8 +90,8 @@ def _warn(message: str) -> None:
 
 
 class Connection:
-    """One datacenter of the config file and paddlectl's API client for it (no request is
-    made until one is needed)."""
+    """One datacenter of the config file and the API client for it (no request is made until
+    one is needed)."""
 
     @raises_own
     def __init__(self, config: str | os.PathLike | Config | None = None,
@@ -104,18 +102,12 @@ class Connection:
             explicit = os.fspath(config) if config is not None else None
             self.config = config_load(config_path(explicit), warn=_warn)
         self.datacenter: Datacenter = self.config.datacenter(datacenter)
-        dc = self.datacenter
-        self.client = ApiClient(
-            dc.endpoint, dc.name, dc.username, dc.password,
-            TokenCache(self.config.path.parent / FILENAME),
-            hint=f"check `endpoint` of datacenter {dc.name!r} in {self.config.path}",
-            token=dc.token)
-        self.client.session.headers["User-Agent"] = f"paddlecloud-sdk/{__version__}"
+        self.client = datacenter_client(self.config, self.datacenter, agent="paddlecloud-sdk")
 
     @property
     def home(self) -> str:
         """The user's PFS home in this datacenter."""
-        return pfs_home(self.datacenter.name, self.datacenter.username)
+        return self.datacenter.home
 
     def __repr__(self) -> str:
         dc = self.datacenter
@@ -417,7 +409,7 @@ class PaddleJob:
 
     @property
     def is_remote_package(self) -> bool:
-        return os.fspath(self.trainer_package).startswith("/pfs/")
+        return pfspath.is_remote(os.fspath(self.trainer_package))
 
     @property
     def package_path(self) -> str:
@@ -609,7 +601,7 @@ class PaddleJob:
                         *lines, pending = pending.split("\n")
                         yield from lines
                 break
-            except cli_errors.NetworkError:
+            except client_errors.NetworkError:
                 failures = 0 if received else failures + 1
                 if not follow or failures >= LOG_RECONNECTS:
                     raise
@@ -628,7 +620,7 @@ class PaddleJob:
         """Stop every worker; the job's state (``killed``, or how it ended before)."""
         try:
             self.info = self.client.job_kill(self.job_name)
-        except cli_errors.ApiError as exc:
+        except client_errors.ApiError as exc:
             if exc.code != "job_ended":
                 raise
             self.refresh()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from paddlectl.errors import UsageError
+from paddlecloud_client.errors import UsageError
 from paddlectl.output import FORMATS
 
 

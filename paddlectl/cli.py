@@ -8,11 +8,11 @@ import os
 import sys
 from typing import TextIO
 
+from paddlecloud_client.errors import INTERRUPTED, USAGE, PaddlectlError, UsageError
 from paddlectl import __version__
 from paddlectl.args import CliParser, add_global_flags, flag
 from paddlectl.commands import COMMANDS
 from paddlectl.context import Context
-from paddlectl.errors import INTERRUPTED, USAGE, PaddlectlError, UsageError
 
 
 def top_parser() -> CliParser:

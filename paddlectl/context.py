@@ -11,12 +11,10 @@ import sys
 from functools import cached_property
 from typing import Any, TextIO
 
+from paddlecloud_client.api import ApiClient, datacenter_client
+from paddlecloud_client.config import Config, Datacenter, config_load, config_path
+from paddlecloud_client.progress import Progress
 from paddlectl import output
-from paddlectl.client import ApiClient
-from paddlectl.config import Config, Datacenter, config_load, config_path
-from paddlectl.pfspath import pfs_home
-from paddlectl.progress import Progress
-from paddlectl.tokens import FILENAME, TokenCache
 
 
 class Context:
@@ -40,16 +38,12 @@ class Context:
 
     @cached_property
     def client(self) -> ApiClient:
-        dc = self.datacenter
-        return ApiClient(dc.endpoint, dc.name, dc.username, dc.password,
-                         TokenCache(self.config.path.parent / FILENAME),
-                         hint=f"check `endpoint` of datacenter {dc.name!r} in {self.config.path}",
-                         token=dc.token)
+        return datacenter_client(self.config, self.datacenter)
 
     @property
     def home(self) -> str:
         """The user's PFS home in the current datacenter."""
-        return pfs_home(self.datacenter.name, self.datacenter.username)
+        return self.datacenter.home
 
     def warn(self, message: str) -> None:
         self.stderr.write(f"paddlectl: warning: {message}\n")

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from paddlecloud_client.errors import PaddlectlError, UsageError
 from paddlecloud_core.contract import (
     ENV_NAME_RE,
     JOB_NAME_MAX,
@@ -54,7 +55,6 @@ from paddlecloud_core.processes import (
 )
 from paddlecloud_core.spec import DEFAULT_IMAGE, name_problem
 from paddlecloud_core.status import Status
-from paddlectl.errors import PaddlectlError, UsageError
 
 DATACENTER = "local"  # PADDLE_CLOUD_CURRENT_DATACENTER and JOB_NAMESPACE of a local training
 INPUT_VARIABLE = "PADDLE_INPUT_DIR"  # --input, as the replicas see it (local trainings only)

@@ -15,8 +15,9 @@ from typing import Any, TextIO
 
 import yaml
 
+from paddlecloud_client.progress import format_size
+
 FORMATS = ("table", "wide", "json", "yaml")
-UNITS = "KMGTPE"
 TAB = 8
 
 
@@ -30,20 +31,6 @@ class Column:
 
     def value(self, row: dict) -> Any:
         return self.key(row) if callable(self.key) else row.get(self.key)
-
-
-def format_size(size: int | None, exact: bool = False) -> str:
-    """``4.0K``, ``1.2G``: powers of 1024, one decimal; ``exact`` gives the byte count."""
-    if size is None:
-        return "-"
-    if exact or size < 1024:
-        return str(size)
-    value = float(size)
-    for unit in UNITS:
-        value /= 1024
-        if value < 1024 or unit == UNITS[-1]:
-            return f"{value:.1f}{unit}"
-    raise AssertionError("unreachable")
 
 
 def format_duration(seconds: float) -> str:

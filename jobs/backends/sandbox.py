@@ -9,8 +9,8 @@ What a sandboxed process sees (``sandbox_command``):
   still apply (``/etc/shadow`` would be readable);
 - the portal's Python, read-only (``sys.base_prefix``, ``sys.prefix``, and the directories of
   the client packages trainers import — ``paddlecloud_sdk`` and what it imports: the
-  Django-free ``paddlecloud_core`` (whose runner starts every replica) and ``paddlectl``:
-  ``client_dirs``);
+  Django-free ``paddlecloud_core`` (whose runner starts every replica) and
+  ``paddlecloud_client``: ``client_dirs``);
 - its own ``/proc`` (its own pid namespace: only its own processes), a minimal ``/dev``, a
   private ``/tmp``, and an ``/etc/hosts`` of its own, where its hostname is 127.0.0.1 (gloo,
   paddle.distributed's, looks its hostname up); the rest of its root is a tmpfs of its own;
@@ -230,7 +230,7 @@ def sandbox_problem() -> str | None:
 # --- what the sandbox sees -------------------------------------------------------------------
 
 # What a trainer may import of ours (and the runner every replica starts under).
-CLIENT_PACKAGES = ("paddlecloud_core", "paddlecloud_sdk", "paddlectl")
+CLIENT_PACKAGES = ("paddlecloud_core", "paddlecloud_client", "paddlecloud_sdk")
 
 
 def client_dirs() -> list[Path]:

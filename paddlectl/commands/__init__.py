@@ -7,10 +7,11 @@ A command ``NAME`` lives in ``module`` as two functions::
 
 (``-`` in a name becomes ``_``). Flags and arguments may come in any order (the parser is
 argparse's intermixed one, so no sub-parsers: take the action as a positional with
-``choices``, as ``config`` does). Commands parse arguments and call the client or
-``paddlectl.transfer``; they never do HTTP themselves. A command whose ``module`` is None is
-listed but not available yet: to add ``submit``, write ``paddlectl/commands/jobs.py`` with
-``setup_submit`` and ``run_submit`` and name the module below.
+``choices``, as ``config`` does). Commands parse arguments and call ``paddlecloud_client`` (its
+API client, ``transfer``, ``jobs``); they never do HTTP themselves. A command whose ``module``
+is None is listed but not available yet: to add ``submit``, write
+``paddlectl/commands/jobs.py`` with ``setup_submit`` and ``run_submit`` and name the module
+below.
 """
 
 from __future__ import annotations

@@ -5,12 +5,12 @@ and its digest printed, so that ``paddlectl submit -image`` can run it."""
 
 from __future__ import annotations
 
+from paddlecloud_client import pfspath
+from paddlecloud_client.errors import PaddlectlError
+from paddlecloud_client.jobs import package_upload
 from paddlecloud_core.layout import package_path
-from paddlectl import pfspath
 from paddlectl.args import flag
 from paddlectl.commands.jobs import local_package
-from paddlectl.errors import PaddlectlError
-from paddlectl.jobs import package_upload
 
 
 class BuildFailed(PaddlectlError):

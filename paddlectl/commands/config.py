@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from paddlectl.config import config_use_datacenter
-from paddlectl.errors import UsageError
+from paddlecloud_client.config import config_use_datacenter
+from paddlecloud_client.errors import UsageError
 from paddlectl.output import Column
 
 COLUMNS = [Column("current", "current"), Column("name", "name"),

@@ -1,7 +1,7 @@
 """The PFS commands: ``cp``, ``ls``, ``mkdir``, ``rm`` and the seeds' ``file``.
 
 Remote paths are absolute (``/pfs/{datacenter}/home/{user}/...``); a trailing slash on one
-means a directory. The bytes are moved by ``paddlectl.transfer``.
+means a directory. The bytes are moved by ``paddlecloud_client.transfer``.
 """
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from paddlectl import pfspath, transfer
+from paddlecloud_client import pfspath, transfer
+from paddlecloud_client.errors import ApiError, UsageError
+from paddlecloud_client.progress import format_size
 from paddlectl.args import flag
-from paddlectl.errors import ApiError, UsageError
-from paddlectl.output import Column, format_size
+from paddlectl.output import Column
 
 
 def _display_name(entry: dict) -> str:

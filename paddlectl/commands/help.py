@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import textwrap
 
+from paddlecloud_client.config import EXAMPLE
+from paddlecloud_client.errors import EXIT_CODES, UsageError
 from paddlectl.args import GLOBAL_FLAGS
 from paddlectl.commands import COMMANDS, Command
-from paddlectl.config import EXAMPLE
-from paddlectl.errors import EXIT_CODES, UsageError
 
 CONFIG_HELP = """\
 Config file:

@@ -16,19 +16,19 @@ import threading
 import time
 from pathlib import Path
 
-from paddlecloud_core.layout import output_path
-from paddlecloud_core.status import FINAL_STATES
-from paddlectl import pfspath
-from paddlectl.args import flag
-from paddlectl.commands.registry import registry_delete, registry_get
-from paddlectl.errors import ApiError, PaddlectlError, UsageError
-from paddlectl.jobs import (
+from paddlecloud_client import pfspath
+from paddlecloud_client.errors import ApiError, PaddlectlError, UsageError
+from paddlecloud_client.jobs import (
     job_probe,
     name_problem,
     package_path,
     package_upload,
     topology_problem,
 )
+from paddlecloud_core.layout import output_path
+from paddlecloud_core.status import FINAL_STATES
+from paddlectl.args import flag
+from paddlectl.commands.registry import registry_delete, registry_get
 from paddlectl.output import (
     BUDGET_COLUMNS,
     JOB_COLUMNS,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import getpass
 import sys
 
+from paddlecloud_client.errors import UsageError
 from paddlectl.args import flag
-from paddlectl.errors import UsageError
 from paddlectl.output import REGISTRY_COLUMNS
 
 # -- registry ---------------------------------------------------------------------------------

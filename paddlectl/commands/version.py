@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from paddlecloud_client.errors import PaddlectlError
 from paddlectl import __version__
-from paddlectl.errors import PaddlectlError
 
 
 def setup_version(parser) -> None:

@@ -11,8 +11,8 @@ from django.test import Client
 
 from accounts.models import ApiToken, Quota
 from accounts.services import token_create
-from paddlectl.config import config_load
-from paddlectl.tokens import TokenCache, token_key
+from paddlecloud_client.config import config_load
+from paddlecloud_client.tokens import TokenCache, token_key
 from pfs.models import Usage
 from registries.models import Registry
 from registries.services import registry_password

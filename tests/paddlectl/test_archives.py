@@ -10,8 +10,8 @@ import tarfile
 
 import pytest
 
-from paddlectl.progress import Progress
-from paddlectl.transfer import BlockReader, Window, _safe_member, build_tar
+from paddlecloud_client.progress import Progress
+from paddlecloud_client.transfer import BlockReader, Window, _safe_member, build_tar
 
 
 def no_progress() -> Progress:

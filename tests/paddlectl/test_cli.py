@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 import paddlectl
+from paddlecloud_client.errors import EXIT_CODES
 from paddlectl.commands import COMMANDS
-from paddlectl.errors import EXIT_CODES
 
 from .conftest import datacenter_entry
 

@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from paddlectl.config import MASK, config_load, config_parse, config_path, config_use_datacenter
-from paddlectl.errors import ConfigError
+from paddlecloud_client.config import (
+    MASK,
+    config_load,
+    config_parse,
+    config_path,
+    config_use_datacenter,
+)
+from paddlecloud_client.errors import ConfigError
 
 TWO = """\
 # my datacenters

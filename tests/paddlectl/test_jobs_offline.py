@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from paddlecloud_client.errors import UsageError
 from paddlectl.args import CliParser
 from paddlectl.commands.jobs import _submission, name_problem, setup_submit
-from paddlectl.errors import UsageError
 from paddlectl.output import JOB_COLUMNS, format_duration, format_since
 
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from paddlectl.output import Column, emit, format_age, format_size, format_time, tabulate
-from paddlectl.progress import Progress, format_rate
+from paddlecloud_client.progress import Progress, format_rate, format_size
+from paddlectl.output import Column, emit, format_age, format_time, tabulate
 
 
 @pytest.mark.parametrize(("size", "shown"), [

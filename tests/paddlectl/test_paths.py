@@ -6,9 +6,9 @@ import os
 
 import pytest
 
+from paddlecloud_client.errors import UsageError
+from paddlecloud_client.pfspath import is_inside, require_remote
 from paddlectl.commands.files import file_dest, file_source
-from paddlectl.errors import UsageError
-from paddlectl.pfspath import is_inside, require_remote
 
 HOME = "/pfs/datacenter1/home/alice"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 
-from paddlectl.transfer import RunningHash, Window
+from paddlecloud_client.transfer import RunningHash, Window
 
 
 class _Quiet:

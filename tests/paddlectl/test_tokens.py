@@ -6,7 +6,7 @@ import json
 import stat
 from datetime import UTC, datetime, timedelta
 
-from paddlectl.tokens import TokenCache, token_key
+from paddlecloud_client.tokens import TokenCache, token_key
 
 
 def entry(token: str = "pct_a", minutes: float = 60) -> dict:  # noqa: S107

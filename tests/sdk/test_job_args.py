@@ -191,20 +191,20 @@ def test_config_and_datacenter_arguments(tmp_path):
         job(config=config, datacenter="dc2").connection  # noqa: B018
 
 
-def test_the_sdk_raises_its_own_errors_which_are_paddlectls_too(tmp_path):
-    import paddlectl.errors
+def test_the_sdk_raises_its_own_errors_which_are_the_clients_too(tmp_path):
+    import paddlecloud_client.errors
 
     port = refused_port()
     config = write_config(tmp_path / "c", f"http://127.0.0.1:{port}")
     with pytest.raises(NetworkError) as refused:
         job(config=config, trainer_package="/pfs/dc1/home/alice/pkg").submit()
     assert type(refused.value).__module__ == "paddlecloud_sdk.errors"
-    assert isinstance(refused.value, paddlectl.errors.NetworkError)  # caught either way
+    assert isinstance(refused.value, paddlecloud_client.errors.NetworkError)  # caught either way
     assert f"127.0.0.1:{port}" in str(refused.value)
     with pytest.raises(ConfigError) as missing:
         job(config=tmp_path / "nowhere").connection  # noqa: B018
     assert type(missing.value).__module__ == "paddlecloud_sdk.errors"
-    assert issubclass(ApiError, paddlectl.errors.ApiError)
+    assert issubclass(ApiError, paddlecloud_client.errors.ApiError)
 
 
 # -- dist_train ---------------------------------------------------------------------------------

@@ -25,9 +25,9 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from paddlecloud_client.config import config_dump, config_load, private_write
+from paddlecloud_client.errors import ConfigError
 from paddlecloud_core.layout import output_path, pfs_home
-from paddlectl.config import config_dump, config_load, private_write
-from paddlectl.errors import ConfigError
 
 from .demo import DATACENTER, USERNAME
 

@@ -1,21 +1,18 @@
-"""PFS paths as written on the command line: ``/pfs/{datacenter}/home/{user}/...``.
+"""PFS paths as written on the command line and given to the SDK:
+``/pfs/{datacenter}/home/{user}/...``. Where things are below a home is
+``paddlecloud_core.layout``'s; this module reads and joins what users type.
 
 Every remote path is absolute and starts with ``/pfs/``; a trailing slash means a directory.
 """
 
 from __future__ import annotations
 
-from paddlectl.errors import UsageError
-
-PREFIX = "/pfs/"
-
-
-def pfs_home(datacenter: str, username: str) -> str:
-    return f"/pfs/{datacenter}/home/{username}"
+from paddlecloud_client.errors import UsageError
+from paddlecloud_core.layout import PFS_PREFIX
 
 
 def is_remote(path: str) -> bool:
-    return path.startswith(PREFIX)
+    return path.startswith(PFS_PREFIX)
 
 
 def require_remote(path: str, home: str) -> str:

@@ -17,10 +17,11 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import requests
 
+from paddlecloud_client.config import Config, Datacenter
+from paddlecloud_client.errors import ApiError, NetworkError
+from paddlecloud_client.tokens import FILENAME, TokenCache, token_key
+from paddlecloud_core import __version__
 from paddlecloud_core.errors import causes
-from paddlectl import __version__
-from paddlectl.errors import ApiError, NetworkError
-from paddlectl.tokens import TokenCache, token_key
 
 CONNECT_TIMEOUT = 10
 READ_TIMEOUT = 60
@@ -38,7 +39,7 @@ Body = bytes | Callable[[], Any] | None  # a callable makes a fresh body for eac
 class ApiClient:
     def __init__(self, endpoint: str, datacenter: str, username: str, password: str,
                  token_cache: TokenCache, *, hint: str = "check `endpoint` in ~/.paddle/config",
-                 token: str = ""):
+                 token: str = "", agent: str = "paddlectl"):
         self.endpoint = endpoint.rstrip("/")
         self.datacenter = datacenter
         self.username = username
@@ -49,7 +50,7 @@ class ApiClient:
         self.hint = hint
         self.key = token_key(self.endpoint, datacenter, username)
         self.session = requests.Session()
-        self.session.headers["User-Agent"] = f"paddlectl/{__version__}"
+        self.session.headers["User-Agent"] = f"{agent}/{__version__}"
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -363,3 +364,13 @@ def network_reason(exc: BaseException) -> str:
                 or type(cause).__name__ == "ReadTimeoutError":
             return "no answer in time"
     return "connection failed"
+
+
+def datacenter_client(config: Config, datacenter: Datacenter,
+                      agent: str = "paddlectl") -> ApiClient:
+    """The client of one datacenter of the config, its tokens cached beside the config file
+    (``agent`` names the program in its requests)."""
+    return ApiClient(datacenter.endpoint, datacenter.name, datacenter.username,
+                     datacenter.password, TokenCache(config.path.parent / FILENAME),
+                     hint=f"check `endpoint` of datacenter {datacenter.name!r} in {config.path}",
+                     token=datacenter.token, agent=agent)

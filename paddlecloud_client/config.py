@@ -27,7 +27,8 @@ from pathlib import Path
 
 import yaml
 
-from paddlectl.errors import ConfigError
+from paddlecloud_client.errors import ConfigError
+from paddlecloud_core.layout import pfs_home
 
 ENV_VAR = "PADDLE_CONFIG"
 DEFAULT_PATH = "~/.paddle/config"
@@ -53,6 +54,11 @@ class Datacenter:
     password: str
     endpoint: str
     token: str = ""  # an API token made on the Tokens page, used instead of logging in
+
+    @property
+    def home(self) -> str:
+        """The user's PFS home in this datacenter."""
+        return pfs_home(self.name, self.username)
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from paddlecloud_client import transfer
+from paddlecloud_client.api import ApiClient
+from paddlecloud_client.errors import ApiError
+from paddlecloud_client.progress import Progress
 from paddlecloud_core import layout, spec
-from paddlectl import transfer
-from paddlectl.client import ApiClient
-from paddlectl.errors import ApiError
-from paddlectl.progress import Progress
 
 
 def name_problem(name: str | None) -> str | None:

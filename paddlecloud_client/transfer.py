@@ -22,9 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
-from paddlectl.client import BLOCK, ApiClient
-from paddlectl.errors import ApiError, NetworkError, PaddlectlError
-from paddlectl.progress import Progress
+from paddlecloud_client.api import BLOCK, ApiClient
+from paddlecloud_client.errors import ApiError, NetworkError, PaddlectlError
+from paddlecloud_client.progress import Progress
 
 SINGLE_MAX = 8 << 20  # larger files and archives go up in chunks
 SPOOL_MAX = 64 << 20  # a directory's archive is kept in memory up to this size

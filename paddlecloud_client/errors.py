@@ -1,7 +1,8 @@
-"""The errors paddlectl reports, and the exit status of each failure class.
+"""The errors of the client, and paddlectl's exit status for each failure class.
 
-``main()`` catches every ``PaddlectlError``, prints ``paddlectl: <message>`` on stderr and
-exits with the error's ``exit_code``; no traceback for any of them.
+paddlectl's ``main()`` catches every ``PaddlectlError``, prints ``paddlectl: <message>`` on
+stderr and exits with the error's ``exit_code``; no traceback for any of them. The SDK raises
+its own subclass of each (``paddlecloud_sdk.errors``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A one-line progress bar on stderr: ``  fit_a_line.tar  45.0M/120.0M  37%  62.1 MB/s``.
+"""A one-line progress bar on stderr: ``  fit_a_line.tar  45.0M/120.0M  37%  62.1 MB/s``, and
+sizes as people read them (``format_size``, which ``paddlectl``'s tables show too).
 
 Shown only when enabled (stderr is a terminal and no ``-q``); otherwise every call is a no-op.
 Use it as a context manager: it ends its line however the transfer ends.
@@ -9,10 +10,23 @@ from __future__ import annotations
 import time
 from typing import TextIO
 
-from paddlectl.output import format_size
-
 INTERVAL = 0.1  # seconds between redraws
 LABEL_WIDTH = 32
+UNITS = "KMGTPE"
+
+
+def format_size(size: int | None, exact: bool = False) -> str:
+    """``4.0K``, ``1.2G``: powers of 1024, one decimal; ``exact`` gives the byte count."""
+    if size is None:
+        return "-"
+    if exact or size < 1024:
+        return str(size)
+    value = float(size)
+    for unit in UNITS:
+        value /= 1024
+        if value < 1024 or unit == UNITS[-1]:
+            return f"{value:.1f}{unit}"
+    raise AssertionError("unreachable")
 
 
 def format_rate(rate: float) -> str:

@@ -15,7 +15,7 @@ import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from paddlectl.config import private_write
+from paddlecloud_client.config import private_write
 
 FILENAME = "tokens.json"
 # A token this close to its expiry is replaced rather than used.
