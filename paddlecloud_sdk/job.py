@@ -298,15 +298,14 @@ class PaddleJob:
                 self.priority = self.priority.strip().lower()
 
         # Texts and choices the checks above leave (the dataset's are _check_dataset's).
-        for field in [f for f in _SDK_FIELDS if f.type in ("text", "choice")
-                      and not f.required and f.name not in _DATASET] + ["datacenter"]:
-            name = getattr(field, "sdk_name", field)
+        texts = {f.sdk_name: f.values for f in _SDK_FIELDS
+                 if f.type in ("text", "choice") and not f.required and f.name not in _DATASET}
+        for name, choices in {**texts, "datacenter": ()}.items():
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 fail(name, "a non-empty string")
-            elif value is not None and getattr(field, "choices", ()) \
-                    and value not in field.values:
-                fail(name, f"one of {', '.join(field.values)}, not {value!r}")
+            elif value is not None and choices and value not in choices:
+                fail(name, f"one of {', '.join(choices)}, not {value!r}")
 
         if env is not None:
             if not isinstance(env, Mapping):
