@@ -21,6 +21,7 @@ def form_field(f: Field) -> forms.Field:
         if f.placeholder:
             choices.insert(0, ("", f.placeholder))
         initial = priority_name(f.default) if f.type == "priority" else None
+        choices.sort(key=lambda choice: choice[0] != initial)  # the default first, chosen
         return forms.ChoiceField(choices=choices, initial=initial, **shared)
     if f.widget == "lines":
         return forms.CharField(widget=forms.Textarea(attrs={"rows": 3, **attrs}),
