@@ -6,7 +6,7 @@ from rest_framework import serializers
 
 from accounts.serializers import QuotaResourceSerializer
 from paddlecloud_core.quantity import format_bytes, format_cpu
-from paddlecloud_core.spec import priority_name
+from paddlecloud_core.spec import FIELDS, Field, priority_name
 from scheduling.admission import queue_position
 from scheduling.forecasts import job_predictions
 
@@ -26,17 +26,22 @@ class BytesField(serializers.Field):
         return format_bytes(value)
 
 
+@extend_schema_field(OpenApiTypes.STR)
+class PriorityField(serializers.Field):
+    def to_representation(self, value):
+        return priority_name(value)
+
+
+# A job's fields shown as users write them (paddlecloud_core.spec.TYPES), by type; the model's
+# own fields show the rest.
+SHOWN = {"cpu": CpuField, "memory": BytesField, "priority": PriorityField}
+
+
 class JobSerializer(serializers.ModelSerializer):
     datacenter = serializers.CharField(source="datacenter.name")
-    cpu = CpuField()
-    memory = BytesField()
-    pscpu = CpuField()
-    psmemory = BytesField()
     registry = serializers.CharField(source="registry.name", default=None, allow_null=True)
     queue_position = serializers.SerializerMethodField(
         help_text="While queued: 1 for the next of your jobs to start, 2 behind it, …")
-    priority = serializers.SerializerMethodField(
-        help_text="high, normal or low: its place in your queue (README, Scheduling)")
     predicted_start = serializers.SerializerMethodField(
         help_text='While it waits: when it is predicted to start, {"at", "earliest", '
                   '"latest"} (ISO times; null: not within 30 days); else null')
@@ -55,21 +60,19 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = ["name", "state", "state_reason", "queue_position", "predicted_start",
-                  "priority", "datacenter", "package",
-                  "entry", "topology", "image", "registry", "trainers", "trainers_min",
-                  "trainers_held", "trainers_shown", "trainers_lost", "trainers_lost_limit",
-                  "trainers_below_min_seconds", "trainers_below_min_since", "cpu", "memory",
-                  "gpu",
-                  "pservers", "pscpu", "psmemory", "passes", "env", "restart_limit",
-                  "deadline_seconds", "ttl_seconds_after_finished", "dataset", "dataset_unit",
-                  "task_records", "created_at", "started_at", "finished_at"]
+                  "datacenter", *(f.name for f in FIELDS if f.name != "name"),
+                  "trainers_held", "trainers_shown", "trainers_lost", "trainers_below_min_since",
+                  "created_at", "started_at", "finished_at"]
 
+    def get_fields(self):
+        fields = super().get_fields()
+        for f in FIELDS:
+            if f.type in SHOWN and f.name in fields:
+                fields[f.name] = SHOWN[f.type](help_text=f.help, read_only=True)
+        return fields
 
     def get_queue_position(self, job) -> int | None:
         return queue_position(job)
-
-    def get_priority(self, job) -> str:
-        return priority_name(job.priority)
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_predicted_start(self, job) -> dict | None:
@@ -142,50 +145,27 @@ class GroupSerializer(serializers.Serializer):
                                             "together")
 
 
-class JobSubmitSerializer(serializers.Serializer):
-    """For the schema only: the body is checked by jobs.spec, which names every mistake."""
+def submit_field(f: Field) -> serializers.Field:
+    """The API's field for a field of the table, as the schema shows it."""
+    shared = {"required": f.required, "help_text": f.help}
+    if f.type == "integer":
+        return serializers.IntegerField(min_value=f.minimum, max_value=f.maximum, **shared)
+    if f.choices:
+        return serializers.ChoiceField(f.values, **shared)
+    if f.type == "env":
+        return serializers.DictField(child=serializers.CharField(), **shared)
+    return serializers.CharField(max_length=f.maximum, **shared)  # text, trainers, quantities
 
-    name = serializers.CharField(help_text="DNS-1123 label, unique among your jobs "
-                                           "(the seeds' `jobname` is accepted too)")
-    package = serializers.CharField(help_text="/pfs/{dc}/home/{user}/… directory")
-    entry = serializers.CharField(help_text='e.g. "python train.py"')
-    image = serializers.CharField(required=False)
-    topology = serializers.CharField(required=False)
-    registry = serializers.CharField(required=False,
-                                     help_text="your registry credentials for a private image")
-    trainers = serializers.CharField(required=False, help_text=(
-        "how many trainers (the seeds' `parallelism`): a number, or a range `MIN:MAX` for "
-        "elastic trainers (a job with pservers and a dataset; docs/elastic.md)"))
-    trainers_min = serializers.IntegerField(required=False, help_text=(
-        "the fewest trainers an elastic job runs with (the MIN of `trainers` MIN:MAX, which "
-        "is then its MAX)"))
-    trainers_lost_limit = serializers.IntegerField(required=False, help_text=(
-        "elastic jobs: how many trainers it may lose, each replaced when there is room, "
-        "before it fails (default: trainers)"))
-    trainers_below_min_seconds = serializers.IntegerField(required=False, help_text=(
-        "elastic jobs: how long it may run with fewer than trainers_min trainers before it "
-        "fails (default 300)"))
-    cpu = serializers.CharField(required=False, help_text="1, 0.5 or 500m")
-    memory = serializers.CharField(required=False, help_text="1Gi, 512Mi, 2G")
-    gpu = serializers.IntegerField(required=False)
-    pservers = serializers.IntegerField(required=False)
-    pscpu = serializers.CharField(required=False)
-    psmemory = serializers.CharField(required=False)
-    passes = serializers.IntegerField(required=False)
-    env = serializers.DictField(child=serializers.CharField(), required=False)
-    restart_limit = serializers.IntegerField(required=False)
-    deadline_seconds = serializers.IntegerField(required=False)
-    ttl_seconds_after_finished = serializers.IntegerField(required=False)
-    dataset = serializers.CharField(required=False, help_text=(
-        "a glob of files in PFS that the job's master dispatches to its trainers, e.g. "
-        "/pfs/{dc}/home/{user}/data/part-*.recordio (docs/master.md)"))
-    dataset_unit = serializers.ChoiceField(["file", "chunk", "records"], required=False,
-                                           help_text="a task is a file, a RecordIO chunk, or "
-                                                     "task_records records")
-    task_records = serializers.IntegerField(required=False)
-    priority = serializers.ChoiceField(["high", "normal", "low"], required=False,
-                                       help_text="its place in your queue (default normal)")
-    dry_run = serializers.BooleanField(required=False)
+
+JobSubmitSerializer = type("JobSubmitSerializer", (serializers.Serializer,), {
+    "__module__": __name__,
+    "__doc__": "For the schema only: the body is checked by jobs.spec, which names every "
+               "mistake. Its fields are paddlecloud_core.spec.FIELDS.",
+    **{f.name: submit_field(f) for f in FIELDS},
+    "dry_run": serializers.BooleanField(
+        required=False, help_text="check everything and answer what would be started; start "
+                                  "nothing"),
+})
 
 
 class WorkerSerializer(serializers.ModelSerializer):

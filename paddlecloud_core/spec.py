@@ -5,13 +5,20 @@ before its own checks (is the name free, is the package a directory in PFS, does
 exist), and ``paddlectl`` and the SDK run the same rules before anything is uploaded. The
 field names are the API's; the seeds' flag names (``jobname``, ``parallelism`` …) are accepted
 beside them.
+
+``FIELDS`` is the table of every field a user sets: its name, type and rule, the words that
+explain it, and how each way of submitting offers it — the API's submit serializer
+(``jobs.serializers``), the flags of ``paddlectl submit``, the SDK's ``PaddleJob`` arguments
+and the dashboard's submit form are all made from it, and ``JobSpec`` too. A new field is a row
+here, the model's column and its migration.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, make_dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from .contract import ENV_NAME_RE, JOB_NAME_MAX, JOB_NAME_RE, RESERVED_ENV
@@ -35,30 +42,10 @@ MAX_TASK_RECORDS = 10**9
 # An elastic job (``trainers`` a range MIN:MAX) may run below MIN this long before it fails,
 # unless it says otherwise (``trainers_below_min_seconds``).
 BELOW_MIN_SECONDS = 300
-# How a job's dataset is cut into the master's tasks: a whole file each, a RecordIO chunk each,
-# or ``task_records`` records each (of RecordIO files, or lines of text files).
-DATASET_UNITS = ("file", "chunk", "records")
 
 # The seeds' flag names, accepted as aliases.
 ALIASES = {"jobname": "name", "parallelism": "trainers", "package_path": "package"}
 
-# Whole-number fields: (default, minimum, maximum).
-INTEGERS: dict[str, tuple[int | None, int, int]] = {
-    "trainers": (1, 1, MAX_REPLICAS),
-    "pservers": (0, 0, MAX_REPLICAS),
-    "gpu": (0, 0, MAX_GPU),
-    "passes": (1, 1, MAX_PASSES),
-    "restart_limit": (0, 0, MAX_RESTARTS),
-    "deadline_seconds": (None, 1, MAX_DEADLINE),
-    "ttl_seconds_after_finished": (None, 0, MAX_DEADLINE),
-    "task_records": (None, 1, MAX_TASK_RECORDS),
-    # Elastic trainers (``trainers`` given as MIN:MAX): the fewest it runs with, how many
-    # trainers it may lose (and replace) over its life, and how long it may run with fewer
-    # than MIN. Defaults are applied by ``_trainers_range``.
-    "trainers_min": (None, 1, MAX_REPLICAS),
-    "trainers_lost_limit": (None, 0, MAX_REPLICAS),
-    "trainers_below_min_seconds": (None, 1, MAX_DEADLINE),
-}
 # Quantities: (default, parser, most, formatter) — CPU in millicores, memory in bytes. The
 # most is far past any machine, and within what the portal's columns hold (a 32-bit count of
 # millicores, a 64-bit one of bytes): more is a mistake to name, not a job to store.
@@ -66,8 +53,6 @@ MAX_CPU = 10**9  # a million cores
 MAX_MEMORY = 2**60  # 1Ei
 _CPU = (1000, parse_cpu, MAX_CPU, format_cpu)
 _MEMORY = (2**30, parse_bytes, MAX_MEMORY, format_bytes)
-QUANTITIES: dict[str, tuple[int, Callable[[Any], int], int, Callable[[int], str]]] = {
-    "cpu": _CPU, "memory": _MEMORY, "pscpu": _CPU, "psmemory": _MEMORY}
 
 # Priority classes (``-priority``): the number underneath orders a user's queue, higher first.
 PRIORITIES = {"high": 100, "normal": 0, "low": -100}
@@ -75,42 +60,213 @@ PRIORITIES = {"high": 100, "normal": 0, "low": -100}
 ENTRY_REQUIRED = 'required: the command that starts a trainer, e.g. "python train.py"'
 
 
+# --- the fields a user sets ----------------------------------------------------------------------
+
+# What a field's value is, and the type ``JobSpec`` holds it as once checked: a quantity in
+# millicores or bytes, a priority's number. As sent (the API's JSON, a flag, an argument, the
+# form) a quantity is text (1, 0.5, 500m; 1Gi) and a priority a PRIORITIES name.
+TYPES: dict[str, type] = {
+    "text": str,
+    "integer": int,
+    "trainers": int,  # sent as a number, or a range "MIN:MAX" (elastic trainers)
+    "cpu": int,
+    "memory": int,
+    "choice": str,
+    "priority": int,
+    "env": dict,
+}
+REQUIRED = object()  # the default of a field that has none: it must be given
+# The dashboard's widgets: a line of text, a whole number, one of a list, lines of text.
+WIDGETS = ("text", "number", "select", "lines")
+
+
 @dataclass(frozen=True)
-class JobSpec:
-    name: str
-    package: str
-    entry: str
-    image: str
-    topology: str = ""
-    registry: str = ""
-    trainers: int = 1
-    cpu: int = 1000
-    memory: int = 2**30
-    gpu: int = 0
-    pservers: int = 0
-    pscpu: int = 1000
-    psmemory: int = 2**30
-    passes: int = 1
-    env: dict[str, str] = field(default_factory=dict)
-    restart_limit: int = 0
-    deadline_seconds: int | None = None
-    ttl_seconds_after_finished: int | None = None
-    # The data the job's master dispatches to its trainers, task by task (empty: none).
-    dataset: str = ""
-    dataset_unit: str = ""
-    task_records: int | None = None
-    # Elastic trainers: ``trainers`` is then the most that run at once (None: a fixed number).
-    trainers_min: int | None = None
-    trainers_lost_limit: int | None = None
-    trainers_below_min_seconds: int | None = None
-    priority: int = 0  # a PRIORITIES number; users write the class's name
+class Field:
+    """One field of a job as users set it, and how each way of submitting offers it."""
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    name: str  # the API's name, JobSpec's and the model's
+    type: str  # a key of TYPES
+    help: str  # what it is, in words every consumer shows (API schema, --help, help(), form)
+    # The rule of its type: the default (JobSpec's; None: not set), a whole number's range, a
+    # text's most characters, a choice's (value, words) pairs. Rules that need more than one
+    # value (name, image, package, topology, env, dataset, trainers) are ``spec_check``'s.
+    default: Any = None
+    minimum: int | None = None
+    maximum: int | None = None
+    choices: tuple[tuple[str, str], ...] = ()
+    # ``paddlectl submit``: the flag's names (none: not a flag) and its value's name in help.
+    flag: tuple[str, ...] = ()
+    metavar: str = ""
+    # ``PaddleJob``: the argument's name ("": the field's; None: not an argument) and its
+    # default there (None: not sent, the portal's default applies).
+    sdk: str | None = ""
+    sdk_default: Any = None
+    # The dashboard's submit form: its label (none: not on the form), widget (WIDGETS),
+    # fieldset, an example or default shown in the empty field, and more HTML attributes.
+    label: str = ""
+    widget: str = "text"
+    group: str = ""
+    placeholder: str = ""
+    attrs: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """A choice's values."""
+        return tuple(value for value, _ in self.choices)
+
+    @property
+    def sdk_name(self) -> str | None:
+        return self.name if self.sdk == "" else self.sdk
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def __post_init__(self):
+        if self.type not in TYPES or self.widget not in WIDGETS:
+            raise ValueError(f"field {self.name}: type {self.type!r} is not one of TYPES, "
+                             f"or widget {self.widget!r} not one of WIDGETS")
 
 
-FIELDS = frozenset(JobSpec.__dataclass_fields__)
+_SPELLED = (("spellcheck", "false"),)  # names and paths, not words
+_SECONDS = "SECONDS"
 
+# In the order of the form, where problems are listed in this order too.
+FIELDS: tuple[Field, ...] = (
+    # Job
+    Field("name", "text", "the job's name, unique among your jobs: lower-case letters, digits "
+          "and '-', at most 40 characters",
+          default=REQUIRED, flag=("jobname", "name"), metavar="NAME", sdk="job_name",
+          label="Name", group="Job", placeholder="e.g. fit-a-line",
+          attrs=(("autocomplete", "off"), *_SPELLED)),
+    Field("package", "text", "the trainer package: a directory in PFS "
+          "(/pfs/{dc}/home/{user}/… or /pfs/{dc}/public/…)", default=REQUIRED,
+          maximum=MAX_TEXT, sdk="trainer_package", label="Trainer package", group="Job",
+          attrs=(("list", "package-dirs"), *_SPELLED)),
+    Field("entry", "text", 'what starts a replica, e.g. "python train.py"', default=REQUIRED,
+          maximum=MAX_TEXT, flag=("entry",), metavar="COMMAND", sdk="entry_point",
+          label="Entry command", group="Job", placeholder="e.g. python train.py",
+          attrs=_SPELLED),
+    Field("priority", "priority", "high, normal or low: its place among your waiting jobs "
+          "(high ones start before normal ones, low ones after; others' jobs are not passed) "
+          "(default normal)", default=PRIORITIES["normal"],
+          choices=tuple((name, name) for name in PRIORITIES), flag=("priority",),
+          metavar="CLASS", label="Priority", widget="select", group="Job"),
+    # Trainers
+    Field("trainers", "trainers", "how many trainers (default 1), or "
+          "a range MIN:MAX for elastic trainers: added as your quota has room and replaced "
+          "when lost (a job with parameter servers and a dataset; docs/elastic.md)",
+          default=1, minimum=1, maximum=MAX_REPLICAS, flag=("parallelism", "trainers"),
+          metavar="N|MIN:MAX", sdk_default=1, label="Trainers", group="Trainers",
+          placeholder="e.g. 2, or 2:4",
+          attrs=(("inputmode", "text"), *_SPELLED, ("autocomplete", "off"))),
+    # Set by a range of trainers (its MIN), or on its own through the API.
+    Field("trainers_min", "integer", "the fewest trainers an elastic job runs with (the MIN of "
+          "trainers MIN:MAX, which is then its MAX)", minimum=1, maximum=MAX_REPLICAS,
+          sdk=None),
+    Field("cpu", "cpu", "CPU per trainer: 1, 0.5 or 500m (default 1)", default=_CPU[0],
+          flag=("cpu",), metavar="CPU", sdk="cpu_nums", sdk_default=1,
+          label="CPU per trainer", group="Trainers"),
+    Field("memory", "memory", "memory per trainer: 1Gi, 512Mi, 2G (default 1Gi)",
+          default=_MEMORY[0], flag=("memory",), metavar="SIZE", sdk_default="1Gi",
+          label="Memory per trainer", group="Trainers"),
+    Field("gpu", "integer", "GPUs per trainer (default 0)", default=0, minimum=0,
+          maximum=MAX_GPU, flag=("gpu",), metavar="N", sdk="gpu_nums", sdk_default=0,
+          label="GPUs per trainer", widget="number", group="Trainers"),
+    Field("trainers_lost_limit", "integer", "elastic trainers: how many the job may lose, "
+          "each replaced when there is room, before it fails (default: MAX)", minimum=0,
+          maximum=MAX_REPLICAS, flag=("trainers-lost-limit",), metavar="N",
+          label="Trainers lost at most", widget="number", group="Trainers"),
+    Field("trainers_below_min_seconds", "integer", "elastic trainers: how long the job may "
+          "run with fewer than MIN before it fails (default 300)", minimum=1,
+          maximum=MAX_DEADLINE, flag=("trainers-below-min-seconds",), metavar=_SECONDS,
+          label="Below MIN at most (seconds)", widget="number", group="Trainers"),
+    # Parameter servers
+    Field("pservers", "integer", "the number of parameter servers: none for collective jobs "
+          "(default 0)", default=0, minimum=0, maximum=MAX_REPLICAS, flag=("pservers",),
+          metavar="N", sdk_default=0, label="Parameter servers", widget="number",
+          group="Parameter servers"),
+    Field("pscpu", "cpu", "CPU per parameter server (default 1)", default=_CPU[0],
+          flag=("pscpu",), metavar="CPU", label="CPU per parameter server",
+          group="Parameter servers"),
+    Field("psmemory", "memory", "memory per parameter server (default 1Gi)",
+          default=_MEMORY[0], flag=("psmemory",), metavar="SIZE",
+          label="Memory per parameter server", group="Parameter servers"),
+    # Runtime
+    Field("image", "text", "the runtime image (default: the datacenter's)", default="",
+          maximum=MAX_IMAGE, flag=("image",), metavar="IMAGE", sdk="runtime_image",
+          label="Image", group="Runtime", attrs=_SPELLED),
+    Field("registry", "text", "your registry credentials for a private image (see `paddlectl "
+          "registry`)", default="", maximum=MAX_REGISTRY, flag=("registry",), metavar="NAME",
+          label="Registry credentials", widget="select", group="Runtime"),
+    Field("env", "env", "environment variables of every replica, KEY=VALUE", default={},
+          flag=("e", "env"), metavar="KEY=VALUE", label="Environment", widget="lines",
+          group="Runtime", placeholder="e.g. BATCH_SIZE=64", attrs=_SPELLED),
+    Field("passes", "integer", "passes, given as PADDLE_INIT_NUM_PASSES (default 1)",
+          default=1, minimum=1, maximum=MAX_PASSES, flag=("passes",), metavar="N",
+          label="Passes", widget="number", group="Runtime"),
+    Field("restart_limit", "integer", "how often a failed trainer is restarted (default 0)",
+          default=0, minimum=0, maximum=MAX_RESTARTS, flag=("restart-limit",), metavar="N",
+          label="Restart limit", widget="number", group="Runtime"),
+    Field("deadline_seconds", "integer", "fail the job if it runs longer", minimum=1,
+          maximum=MAX_DEADLINE, flag=("deadline",), metavar=_SECONDS,
+          label="Deadline (seconds)", widget="number", group="Runtime"),
+    Field("ttl_seconds_after_finished", "integer", "delete the job this long after it ended",
+          minimum=0, maximum=MAX_DEADLINE, flag=("ttl",), metavar=_SECONDS,
+          label="Keep after finish (seconds)", widget="number", group="Runtime"),
+    Field("topology", "text", "a PaddlePaddle v1 config file in the package (legacy)",
+          default="", maximum=MAX_TOPOLOGY, flag=("topology",), metavar="FILE",
+          label="Topology", group="Runtime", attrs=_SPELLED),
+    # Data
+    Field("dataset", "text", "files in PFS the job's master hands to the trainers task by "
+          "task, e.g. /pfs/{dc}/home/{user}/data/part-*.recordio (quoted on a command line: "
+          "the portal matches it); trainers read them with paddlecloud_sdk.master.reader() "
+          "(docs/master.md); empty: no master", default="", maximum=MAX_TEXT,
+          flag=("dataset",), metavar="GLOB", label="Dataset", group="Data",
+          placeholder="e.g. /pfs/{dc}/home/{user}/data/part-*.recordio",
+          attrs=(("autocomplete", "off"), *_SPELLED)),
+    Field("dataset_unit", "choice", "what a task is: a file, a RecordIO chunk, or task_records "
+          "records (lines of a text file) (default file, or records with task_records)",
+          default="", maximum=16, choices=(("file", "a file"), ("chunk", "a RecordIO chunk"),
+                                           ("records", "a number of records")),
+          flag=("dataset-unit",), metavar="UNIT", label="A task is", widget="select",
+          group="Data", placeholder="default: a file (records with a task size)"),
+    Field("task_records", "integer", "records (or lines of a text file) a task holds, for "
+          "dataset_unit records", minimum=1, maximum=MAX_TASK_RECORDS,
+          flag=("task-records",), metavar="N", label="Records a task", widget="number",
+          group="Data"),
+)
+FIELD = {field.name: field for field in FIELDS}
+
+# Whole-number fields: (default, minimum, maximum).
+INTEGERS: dict[str, tuple[int | None, int, int]] = {
+    f.name: (f.default, f.minimum, f.maximum) for f in FIELDS
+    if f.type in ("integer", "trainers")}
+QUANTITIES: dict[str, tuple[int, Callable[[Any], int], int, Callable[[int], str]]] = {
+    f.name: _CPU if f.type == "cpu" else _MEMORY for f in FIELDS if f.type in ("cpu", "memory")}
+# How a job's dataset is cut into the master's tasks: a whole file each, a RecordIO chunk each,
+# or ``task_records`` records each (of RecordIO files, or lines of text files).
+DATASET_UNITS = FIELD["dataset_unit"].values
+
+
+def _spec_field(f: Field) -> tuple:
+    kind = TYPES[f.type]
+    if f.required:
+        return f.name, kind
+    if isinstance(f.default, dict):
+        return f.name, kind, dataclass_field(default_factory=dict)
+    return f.name, (kind if f.default is not None else kind | None), f.default
+
+
+def _as_dict(self) -> dict:
+    return asdict(self)
+
+
+# A job as checked: every field of the table, with normalized values (CPU in millicores, memory
+# in bytes, a priority's number).
+JobSpec = make_dataclass("JobSpec", [("_", KW_ONLY), *map(_spec_field, FIELDS)], frozen=True,
+                         namespace={"as_dict": _as_dict, "__module__": __name__,
+                                    "__doc__": "A job as ``spec_check`` left it."})
 
 # --- one field at a time -----------------------------------------------------------------------
 
@@ -305,8 +461,7 @@ class SpecCheck:
         return "; ".join(f"{name}: {msgs[0]}" for name, msgs in self.ordered().items())
 
 
-ORDER = ("name", "entry", "image", "package", "registry", "topology", *INTEGERS, *QUANTITIES,
-         "env", "dataset", "dataset_unit", "priority")
+ORDER = tuple(FIELD)
 
 
 def spec_check(data: Mapping[str, Any], *, default_image: str,
@@ -317,7 +472,7 @@ def spec_check(data: Mapping[str, Any], *, default_image: str,
     checking the rest); ``package`` is the text as given, for the caller to resolve."""
     result = SpecCheck({}, {})
     check = _Checker(data, result)
-    known = FIELDS | set(ALIASES) | extra_fields
+    known = set(FIELD) | set(ALIASES) | extra_fields
     for unknown in sorted(set(data) - known):
         check.fail(unknown, "unknown field")
 
@@ -346,6 +501,12 @@ def spec_check(data: Mapping[str, Any], *, default_image: str,
     values.update(_dataset(check, values["task_records"]))
     values.update(_trainers_range(check, values, ranged))
     values["priority"] = _priority(check)
+    for f in FIELDS:  # the rest: a text or a choice, with the rule of its type alone
+        if f.name not in values:
+            values[f.name] = check.text(f.name, maximum=f.maximum or MAX_TEXT)
+            if f.choices and values[f.name] and values[f.name] not in f.values:
+                check.fail(f.name, f"one of {', '.join(f.values)}, not {values[f.name]!r}")
+                values[f.name] = f.default
     result.values = values
     return result
 

@@ -23,6 +23,7 @@ checked the rest of the job; a ``/pfs/…`` path is used as it is.
 from __future__ import annotations
 
 import codecs
+import inspect
 import io
 import os
 import time
@@ -52,17 +53,26 @@ from .errors import (
 LOG_RECONNECTS = 3  # lost log streams in a row, without a byte in between, before giving up
 LOG_RECONNECT_PAUSE = 1.0  # seconds
 
-# The seeds' parameter names (and the API's), accepted beside PaddleJob's own.
+# The seeds' parameter names and the API's, accepted beside PaddleJob's own.
 ALIASES = {
-    "name": "job_name", "jobname": "job_name",
-    "entry": "entry_point",
-    "trainer_package_path": "trainer_package", "package": "trainer_package",
-    "cpu_num": "cpu_nums", "cpu": "cpu_nums",
-    "gpu_num": "gpu_nums", "gpu": "gpu_nums",
-    "image": "runtime_image", "base_image": "runtime_image",
-    "parallelism": "trainers",
+    "jobname": "job_name", "trainer_package_path": "trainer_package", "cpu_num": "cpu_nums",
+    "gpu_num": "gpu_nums", "base_image": "runtime_image", "parallelism": "trainers",
     "memory_limit": "memory",
+    **{f.name: f.sdk_name for f in spec.FIELDS if f.sdk_name not in (None, f.name)},
 }
+# The seeds' order of the arguments that may be given by position (seed 002's PaddleJob);
+# the job's other fields are keyword-only.
+POSITIONAL = ("job_name", "entry_point", "trainer_package", "memory", "cpu_nums", "gpu_nums",
+              "runtime_image", "pservers", "trainers", "passes", "env", "registry",
+              "cephfs_volume", "topology", "datacenter", "config", "pscpu", "psmemory")
+# A field's argument as PaddleJob takes it, by the field's type (paddlecloud_core.spec.TYPES).
+ANNOTATIONS = {
+    "text": str, "choice": str, "priority": str, "integer": int,
+    "trainers": int | str | tuple[int, int], "cpu": int | float | str, "memory": str | int,
+    "env": Mapping[str, Any],
+}
+_SDK_FIELDS = tuple(f for f in spec.FIELDS if f.sdk_name is not None)
+_DATASET = ("dataset", "dataset_unit")  # checked together, by _check_dataset
 IGNORED = {
     "namespace": "namespaces are the portal's: every user has one per datacenter",
 }
@@ -171,35 +181,19 @@ class PaddleJob:
     every mistake is named in one ``JobSpecError``.
     """
 
-    def __init__(self, job_name: str | None = None, entry_point: str | None = None,
-                 trainer_package: str | os.PathLike | None = None, memory: str | int = "1Gi",
-                 cpu_nums: int | float | str = 1, gpu_nums: int = 0,
-                 runtime_image: str | None = None, pservers: int = 0, trainers: int = 1,
-                 passes: int | None = None, env: Mapping[str, Any] | None = None,
-                 registry: str | None = None, cephfs_volume: CephFSVolume | None = None,
-                 topology: str | None = None, datacenter: str | None = None,
-                 config: str | os.PathLike | Config | None = None,
-                 pscpu: int | float | str | None = None, psmemory: str | int | None = None, *,
-                 restart_limit: int | None = None, deadline_seconds: int | None = None,
-                 ttl_seconds_after_finished: int | None = None, dataset: str | None = None,
-                 dataset_unit: str | None = None, task_records: int | None = None,
-                 trainers_lost_limit: int | None = None,
-                 trainers_below_min_seconds: int | None = None,
-                 priority: str | None = None,
-                 connection: Connection | None = None, **aliases: Any):
-        values = {
-            "job_name": job_name, "entry_point": entry_point, "trainer_package": trainer_package,
-            "memory": memory, "cpu_nums": cpu_nums, "gpu_nums": gpu_nums,
-            "runtime_image": runtime_image, "pservers": pservers, "trainers": trainers,
-        }
-        defaults = {"job_name": None, "entry_point": None, "trainer_package": None,
-                    "memory": "1Gi", "cpu_nums": 1, "gpu_nums": 0, "runtime_image": None,
-                    "pservers": 0, "trainers": 1}
+    def __init__(self, *args: Any, **kwargs: Any):
+        # The signature is __signature__ (made from the field table, below PaddleJob).
+        bound = PaddleJob.__init__.__signature__.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        given = bound.arguments
+        values = {f.sdk_name: given[f.sdk_name] for f in _SDK_FIELDS}
+        defaults = {f.sdk_name: f.sdk_default for f in _SDK_FIELDS}
         problems: dict[str, list[str]] = {}
 
         def fail(name: str, message: str) -> None:
             problems.setdefault(name, []).append(message)
 
+        aliases = dict(given["aliases"])
         use_gpu = aliases.pop("use_gpu", None)
         for alias, value in aliases.items():
             if alias in IGNORED:
@@ -220,40 +214,21 @@ class PaddleJob:
             elif not use_gpu and values["gpu_nums"] not in (0, None):
                 fail("gpu_nums", "use_gpu=False asks for no GPU")
 
+        cephfs_volume = given["cephfs_volume"]
         if cephfs_volume is not None:
             warnings.warn(
                 "PaddleJob(cephfs_volume=...) is ignored: volumes are configured per datacenter "
                 "by the admins; jobs see your PFS home and the public datasets "
                 "($PADDLE_PFS_HOME, $PADDLE_PFS_PUBLIC)", IgnoredParameterWarning, stacklevel=2)
 
-        self.job_name = values["job_name"]
-        self.entry_point = values["entry_point"]
-        self.trainer_package = values["trainer_package"]
-        self.memory = values["memory"]
-        self.cpu_nums = values["cpu_nums"]
-        self.gpu_nums = values["gpu_nums"]
-        self.runtime_image = values["runtime_image"]
-        self.pservers = values["pservers"]
-        self.trainers = values["trainers"]
-        self.passes = passes
-        self.registry = registry
+        env = values.pop("env")
+        for name, value in values.items():
+            setattr(self, name, value)
         self.cephfs_volume = cephfs_volume
-        self.topology = topology
-        self.pscpu = pscpu
-        self.psmemory = psmemory
-        self.restart_limit = restart_limit
-        self.deadline_seconds = deadline_seconds
-        self.ttl_seconds_after_finished = ttl_seconds_after_finished
-        self.dataset = dataset
-        self.dataset_unit = dataset_unit
-        self.task_records = task_records
-        self.trainers_lost_limit = trainers_lost_limit
-        self.trainers_below_min_seconds = trainers_below_min_seconds
-        self.priority = priority
         self.env: dict[str, str] = {}
-        self.datacenter = datacenter
-        self._config = config
-        self._connection = connection
+        self.datacenter = given["datacenter"]
+        self._config = given["config"]
+        self._connection = given["connection"]
         self.info: dict | None = None
         self._check(env, fail, problems)
         if problems:
@@ -280,42 +255,29 @@ class PaddleJob:
             fail("trainer_package", "a path")
 
         # The portal's rules (paddlecloud_core.spec), under PaddleJob's names.
-        for field, api, value, required in (
-                ("cpu_nums", "cpu", self.cpu_nums, True), ("pscpu", "pscpu", self.pscpu, False),
-                ("memory", "memory", self.memory, True),
-                ("psmemory", "psmemory", self.psmemory, False)):
-            if value is None and not required:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float | str) or value == "":
-                value = repr(value)  # refused by the parser, in its own words
-            if (problem := spec.quantity(api, value)[1]) is not None:
-                fail(field, problem)
-
-        for field, api, value, required in (
-                ("gpu_nums", "gpu", self.gpu_nums, True),
-                ("pservers", "pservers", self.pservers, True),
-                ("trainers", "trainers", self.trainers, True),
-                ("passes", "passes", self.passes, False),
-                ("trainers_lost_limit", "trainers_lost_limit", self.trainers_lost_limit, False),
-                ("trainers_below_min_seconds", "trainers_below_min_seconds",
-                 self.trainers_below_min_seconds, False),
-                ("restart_limit", "restart_limit", self.restart_limit, False),
-                ("deadline_seconds", "deadline_seconds", self.deadline_seconds, False),
-                ("ttl_seconds_after_finished", "ttl_seconds_after_finished",
-                 self.ttl_seconds_after_finished, False),
-                ("task_records", "task_records", self.task_records, False)):
-            if value is None and not required:
-                continue
-            if field == "trainers" and (found := spec.trainers_range(value)) is not None:
-                if isinstance(found, str):
-                    fail(field, found)
-                else:
-                    self.trainers = found
-                continue
-            if not _is_int(value):
-                fail(field, f"{value!r} is not a whole number")
-            elif (problem := spec.integer_problem(api, value)) is not None:
-                fail(field, problem)
+        for f in _SDK_FIELDS:
+            value, name = getattr(self, f.sdk_name), f.sdk_name
+            if f.type in ("cpu", "memory"):
+                if value is None and f.sdk_default is None:
+                    continue
+                if isinstance(value, bool) or not isinstance(value, int | float | str) \
+                        or value == "":
+                    value = repr(value)  # refused by the parser, in its own words
+                if (problem := spec.quantity(f.name, value)[1]) is not None:
+                    fail(name, problem)
+            elif f.type in ("integer", "trainers"):
+                if value is None and f.sdk_default is None:
+                    continue
+                if f.type == "trainers" and (found := spec.trainers_range(value)) is not None:
+                    if isinstance(found, str):
+                        fail(name, found)
+                    else:
+                        setattr(self, name, found)
+                    continue
+                if not _is_int(value):
+                    fail(name, f"{value!r} is not a whole number")
+                elif (problem := spec.integer_problem(f.name, value)) is not None:
+                    fail(name, problem)
 
         self._check_dataset(fail)
         self._check_elastic(fail, problems)
@@ -327,10 +289,15 @@ class PaddleJob:
             else:
                 self.priority = self.priority.strip().lower()
 
-        for field in ("runtime_image", "registry", "topology", "datacenter"):
-            value = getattr(self, field)
+        # Texts and choices the checks above leave (the dataset's are _check_dataset's).
+        texts = {f.sdk_name: f.values for f in _SDK_FIELDS
+                 if f.type in ("text", "choice") and not f.required and f.name not in _DATASET}
+        for name, choices in {**texts, "datacenter": ()}.items():
+            value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
-                fail(field, "a non-empty string")
+                fail(name, "a non-empty string")
+            elif value is not None and choices and value not in choices:
+                fail(name, f"one of {', '.join(choices)}, not {value!r}")
 
         if env is not None:
             if not isinstance(env, Mapping):
@@ -432,28 +399,19 @@ class PaddleJob:
 
     def spec(self) -> dict:
         """The job as the API takes it (``POST /api/v1/jobs/``)."""
-        body: dict[str, Any] = {
-            "name": self.job_name, "package": self.package_path, "entry": self.entry_point,
-            "trainers": self._trainers_sent(), "pservers": self.pservers,
-            "cpu": str(self.cpu_nums),
-            "memory": str(self.memory), "gpu": self.gpu_nums,
-        }
-        optional = {
-            "passes": self.passes, "image": self.runtime_image, "topology": self.topology,
-            "registry": self.registry,
-            "pscpu": None if self.pscpu is None else str(self.pscpu),
-            "psmemory": None if self.psmemory is None else str(self.psmemory),
-            "restart_limit": self.restart_limit, "deadline_seconds": self.deadline_seconds,
-            "ttl_seconds_after_finished": self.ttl_seconds_after_finished,
-            "dataset": self.dataset, "dataset_unit": self.dataset_unit,
-            "task_records": self.task_records,
-            "trainers_lost_limit": self.trainers_lost_limit,
-            "trainers_below_min_seconds": self.trainers_below_min_seconds,
-            "priority": self.priority,
-        }
-        body.update({key: value for key, value in optional.items() if value is not None})
-        if self.env:
-            body["env"] = dict(self.env)
+        body: dict[str, Any] = {}
+        for f in _SDK_FIELDS:
+            value = getattr(self, f.sdk_name)
+            if f.name == "package":
+                value = self.package_path
+            elif f.type == "trainers":
+                value = self._trainers_sent()
+            elif f.type in ("cpu", "memory") and value is not None:
+                value = str(value)
+            elif f.type == "env":
+                value = dict(value) or None
+            if value is not None:
+                body[f.name] = value
         return body
 
     @raises_own
@@ -516,26 +474,19 @@ class PaddleJob:
         """A job submitted before (by this SDK, ``paddlectl`` or the dashboard), by name."""
         connection = connection or Connection(config, datacenter)
         info = connection.client.job_get(job_name)
-        job = cls(job_name=info["name"], entry_point=info["entry"],
-                  trainer_package=info["package"], memory=info["memory"],
-                  cpu_nums=info["cpu"], gpu_nums=info["gpu"], runtime_image=info["image"],
-                  pservers=info["pservers"], passes=info["passes"],
-                  trainers=(info["trainers"] if info.get("trainers_min") is None
-                            else (info["trainers_min"], info["trainers"])),
-                  trainers_lost_limit=info.get("trainers_lost_limit"),
-                  trainers_below_min_seconds=info.get("trainers_below_min_seconds"),
-                  env=info.get("env") or None, topology=info.get("topology") or None,
-                  pscpu=info["pscpu"], psmemory=info["psmemory"],
-                  restart_limit=info.get("restart_limit"),
-                  deadline_seconds=info.get("deadline_seconds"),
-                  ttl_seconds_after_finished=info.get("ttl_seconds_after_finished"),
-                  dataset=info.get("dataset") or None,
-                  dataset_unit=(info.get("dataset_unit") or None) if info.get("dataset")
-                  else None,
-                  task_records=info.get("task_records"),
-                  priority=info.get("priority") if info.get("priority") in spec.PRIORITIES
-                  else None,
-                  datacenter=connection.datacenter.name, connection=connection)
+        given = {}
+        for f in _SDK_FIELDS:
+            value = info.get(f.name)
+            if f.type in ("text", "choice", "env"):
+                value = value or None  # "" and {}: not given
+            elif f.type == "priority" and value not in spec.PRIORITIES:
+                value = None  # a number set by an admin: the job's, not an argument
+            given[f.sdk_name] = value
+        if info.get("trainers_min") is not None:
+            given["trainers"] = (info["trainers_min"], info["trainers"])
+        if not info.get("dataset"):
+            given["dataset_unit"] = None
+        job = cls(**given, datacenter=connection.datacenter.name, connection=connection)
         job.info = info
         return job
 
@@ -635,3 +586,29 @@ class PaddleJob:
     def __repr__(self) -> str:
         state = f" {self.state}" if self.info else ""
         return f"<PaddleJob {self.job_name!r}{state}>"
+
+
+def _signature() -> inspect.Signature:
+    """PaddleJob's arguments: the seeds' positional ones, then the job's other fields
+    (keyword-only), where to submit, and the seeds' and the API's names (``ALIASES``)."""
+    own = {"cephfs_volume": (CephFSVolume | None, None), "datacenter": (str | None, None),
+           "config": (str | os.PathLike | Config | None, None)}
+    for f in _SDK_FIELDS:
+        kind = str | os.PathLike if f.name == "package" else ANNOTATIONS[f.type]
+        own[f.sdk_name] = (kind if f.sdk_default is not None else kind | None, f.sdk_default)
+    own["connection"] = (Connection | None, None)
+    positional = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                    annotation=own[name][0], default=own[name][1])
+                  for name in POSITIONAL]
+    keywords = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
+                                  default=default)
+                for name, (kind, default) in own.items() if name not in POSITIONAL]
+    return inspect.Signature([inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                              *positional, *keywords,
+                              inspect.Parameter("aliases", inspect.Parameter.VAR_KEYWORD,
+                                                annotation=Any)])
+
+
+PaddleJob.__init__.__signature__ = _signature()
+PaddleJob.__init__.__doc__ = "The job's fields (paddlecloud_core.spec.FIELDS):\n\n" + "\n".join(
+    f"{f.sdk_name}: {f.help}" for f in _SDK_FIELDS)

@@ -26,6 +26,7 @@ from paddlecloud_client.jobs import (
     topology_problem,
 )
 from paddlecloud_core.layout import output_path
+from paddlecloud_core.spec import FIELDS
 from paddlecloud_core.status import FINAL_STATES
 from paddlectl.args import flag
 from paddlectl.commands.registry import registry_delete, registry_get
@@ -58,21 +59,6 @@ def _machine_output(ctx) -> bool:
 
 # -- submit -----------------------------------------------------------------------------------
 
-# (flag, the field it sets, whether the field is a whole number)
-SUBMIT_FIELDS = (
-    ("jobname", "name", False), ("cpu", "cpu", False), ("gpu", "gpu", True),
-    ("memory", "memory", False), ("parallelism", "trainers", True),
-    ("pscpu", "pscpu", False), ("pservers", "pservers", True),
-    ("psmemory", "psmemory", False), ("passes", "passes", True), ("entry", "entry", False),
-    ("topology", "topology", False), ("image", "image", False),
-    ("registry", "registry", False), ("restart_limit", "restart_limit", True),
-    ("deadline", "deadline_seconds", True), ("ttl", "ttl_seconds_after_finished", True),
-    ("dataset", "dataset", False), ("dataset_unit", "dataset_unit", False),
-    ("task_records", "task_records", True), ("priority", "priority", False),
-    ("trainers_lost_limit", "trainers_lost_limit", True),
-    ("trainers_below_min_seconds", "trainers_below_min_seconds", True),
-)
-
 SUBMIT_HELP = """\
 PACKAGE is the trainer package: a directory in PFS (/pfs/{dc}/home/{user}/... or
 /pfs/{dc}/public/...), used where it is, or a local directory, which is uploaded to
@@ -82,49 +68,13 @@ Values are checked by the server, which names every mistake at once."""
 
 def setup_submit(parser) -> None:
     parser.epilog = SUBMIT_HELP
-    flag(parser, "jobname", "name", dest="jobname", metavar="NAME",
-         help="the job's name: lower-case letters, digits and '-', at most 40 characters")
-    flag(parser, "entry", metavar="COMMAND", help='what starts a replica, e.g. "python train.py"')
-    flag(parser, "parallelism", "trainers", dest="parallelism", metavar="N|MIN:MAX",
-         help="the number of trainers (default 1), or a range MIN:MAX: elastic trainers, "
-              "added as your quota has room and replaced when lost (a job with -pservers "
-              "and a -dataset)")
-    flag(parser, "trainers-lost-limit", dest="trainers_lost_limit", metavar="N",
-         help="elastic trainers: how many the job may lose, each replaced when there is "
-              "room, before it fails (default: MAX)")
-    flag(parser, "trainers-below-min-seconds", dest="trainers_below_min_seconds",
-         metavar="SECONDS", help="elastic trainers: how long the job may run with fewer "
-                                 "than MIN before it fails (default 300)")
-    flag(parser, "cpu", metavar="CPU", help="CPU per trainer: 1, 0.5 or 500m (default 1)")
-    flag(parser, "gpu", metavar="N", help="GPUs per trainer (default 0)")
-    flag(parser, "memory", metavar="SIZE", help="memory per trainer: 1Gi, 512Mi (default 1Gi)")
-    flag(parser, "pservers", metavar="N", help="the number of parameter servers (default 0)")
-    flag(parser, "pscpu", metavar="CPU", help="CPU per parameter server (default 1)")
-    flag(parser, "psmemory", metavar="SIZE", help="memory per parameter server (default 1Gi)")
-    flag(parser, "passes", metavar="N", help="passes, given as PADDLE_INIT_NUM_PASSES "
-                                             "(default 1)")
-    flag(parser, "topology", metavar="FILE", help="a v1 training config file in the package")
-    flag(parser, "image", metavar="IMAGE", help="the runtime image (default: the datacenter's)")
-    flag(parser, "registry", metavar="NAME",
-         help="the registry credentials for a private -image (see `paddlectl registry`)")
-    flag(parser, "e", "env", action="append", default=[], metavar="KEY=VALUE",
-         help="an environment variable of every replica (repeatable); KEY alone takes its "
-              "value from here")
-    flag(parser, "restart-limit", dest="restart_limit", metavar="N",
-         help="how often a failed trainer is restarted (default 0)")
-    flag(parser, "deadline", metavar="SECONDS", help="fail the job if it runs longer")
-    flag(parser, "ttl", metavar="SECONDS", help="delete the job this long after it ended")
-    flag(parser, "dataset", metavar="GLOB",
-         help="files in PFS the job's master hands to the trainers task by task, e.g. "
-              "'/pfs/{dc}/home/{user}/data/part-*.recordio' (quoted: the server matches it); "
-              "trainers read them with paddlecloud_sdk.master.reader()")
-    flag(parser, "dataset-unit", dest="dataset_unit", metavar="UNIT",
-         help="what a task is: file, chunk (a RecordIO chunk) or records (-task-records of "
-              "them; lines of a text file) (default file, or records with -task-records)")
-    flag(parser, "task-records", dest="task_records", metavar="N",
-         help="records (or lines) a task holds, for -dataset-unit records")
-    flag(parser, "priority", metavar="CLASS",
-         help="high, normal or low: its place in your queue (default normal)")
+    for field in FIELDS:  # a flag for each field a user sets (paddlecloud_core.spec)
+        if field.flag:
+            extra, said = {}, field.help
+            if field.type == "env":  # -e KEY=VALUE, once a variable
+                extra = {"action": "append", "default": []}
+                said += " (repeatable); KEY alone takes its value from here"
+            flag(parser, *field.flag, dest=field.name, metavar=field.metavar, help=said, **extra)
     flag(parser, "dry-run", dest="dry_run", action="store_true",
          help="check everything and show what would be started; start nothing, upload "
               "nothing (-o yaml: the whole job)")
@@ -147,11 +97,12 @@ def _env(pairs: list[str]) -> dict[str, str]:
 
 def _submission(args) -> dict:
     body: dict = {}
-    for dest, field, whole in SUBMIT_FIELDS:
-        value = getattr(args, dest)
-        if value is None:
+    for field in FIELDS:
+        value = getattr(args, field.name, None)
+        if not field.flag or value is None or field.type == "env":
             continue
-        body[field] = int(value) if whole and value.strip().isdigit() else value
+        whole = field.type in ("integer", "trainers")
+        body[field.name] = int(value) if whole and value.strip().isdigit() else value
     if args.env:
         body["env"] = _env(args.env)
     return body
@@ -218,11 +169,11 @@ def run_submit(ctx, args) -> None:
         body["package"] = args.package
     else:
         local = local_package("submit", args.package)
-        if (problem := name_problem(args.jobname)) is not None:
+        if (problem := name_problem(args.name)) is not None:
             raise UsageError(f"submit: jobname: {problem}")
         if args.topology and (problem := topology_problem(args.topology, local)):
             raise UsageError(f"submit: topology: {problem}")
-        upload = (local, package_path(ctx.home, args.jobname, local))
+        upload = (local, package_path(ctx.home, args.name, local))
         plan = job_probe(ctx.client, ctx.home, body)  # every other mistake before uploading
         body["package"] = upload[1]
         if args.dry_run:

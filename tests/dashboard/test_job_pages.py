@@ -13,6 +13,7 @@ from django.test import Client
 
 from jobs.models import Job
 from jobs.services import job_submit
+from paddlecloud_core.spec import FIELDS
 from tests.conftest import PASSWORD, streamed
 from tests.jobs.files import log_path, metrics_path
 
@@ -152,9 +153,7 @@ def test_the_list_says_when_there_are_no_jobs(browser, package):
 
 # -- submit -----------------------------------------------------------------------------------
 
-SUBMIT_FIELDS = ["name", "package", "entry", "image", "registry", "trainers", "cpu", "memory",
-                 "gpu", "pservers", "pscpu", "psmemory", "passes", "env", "restart_limit",
-                 "deadline_seconds", "ttl_seconds_after_finished", "topology"]
+SUBMIT_FIELDS = [f.name for f in FIELDS if f.label]  # the table's fields the form shows
 
 
 def test_the_submit_form_has_every_field_and_offers_the_home_directories(
