@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -192,8 +193,9 @@ ROW = '''\
 COLUMN = '''\
     cooldown_seconds = models.PositiveIntegerField(null=True, blank=True)
 '''
-COPIED = ["manage.py", "paddlecloud", "paddlecloud_core", "paddlectl", "paddlecloud_sdk",
-          "accounts", "jobs", "pfs", "registries", "dashboard", "templates"]
+# The project's packages (as the import contracts list them), its templates and manage.py.
+COPIED = [*tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+          ["root_packages"], "templates", "manage.py"]
 
 PORTAL_SIDE = textwrap.dedent('''\
     import io, json, django
