@@ -49,7 +49,7 @@ from registries.services import registry_password
 
 from .backends import backend_for
 from .backends.base import BackendError
-from .backends.envs import indexes_allowed, requirements_stored
+from .backends.local.envs import indexes_allowed, requirements_stored
 from .files import build_log_open
 from .models import Build, Job
 from .notify import job_changed

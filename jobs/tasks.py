@@ -31,7 +31,7 @@ from . import builds, engine, sync
 from .admission import admission_request, quota_admit, waiting_queues
 from .backends import backend_for
 from .backends.base import BackendError
-from .backends.local import isolation_notice
+from .backends.local.backend import isolation_notice
 from .budgets import budget_overruns
 from .capacity import capacity_refresh
 from .models import Job, JobEvent

@@ -23,8 +23,8 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 BAD_IMPORTS = [
     ("core", "paddlecloud_core/quantity.py", "import django",
      "paddlecloud_core.quantity -> django"),
-    ("client", "paddlectl/jobs.py", "from jobs.backends import sandbox",
-     "paddlectl.jobs -> jobs.backends.sandbox"),
+    ("client", "paddlectl/jobs.py", "from jobs.backends.local import sandbox",
+     "paddlectl.jobs -> jobs.backends.local.sandbox"),
     ("client", "paddlecloud_sdk/job.py", "from paddlecloud import celery",
      "paddlecloud_sdk.job -> paddlecloud.celery"),
     ("kubernetes", "jobs/engine.py", "from kubernetes import client",

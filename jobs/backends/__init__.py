@@ -10,7 +10,7 @@ def _backend(name: str):
     # Imported here: a process loads only the backends its datacenters use (the Kubernetes
     # client is slow to import and needs nothing on a machine that runs jobs locally).
     if name == "local":
-        from .local import LocalBackend
+        from .local.backend import LocalBackend
 
         return LocalBackend()
     if name == "kubernetes":

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from jobs import master
-from jobs.backends import local
 from jobs.backends.base import Status
-from jobs.backends.local import LocalBackend, job_dir
+from jobs.backends.local import backend as local
+from jobs.backends.local.backend import LocalBackend, job_dir
 from jobs.files import output_dir
 from jobs.models import Job, Replica
 from paddlecloud_core.contract import MASTER_TOKEN_VARIABLE, job_namespace, replica_env

@@ -12,7 +12,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from accounts.models import Datacenter
-from jobs.backends.local import isolation_notice
+from jobs.backends.local.backend import isolation_notice
 from paddlecloud.serving import server_config
 from paddlecloud.worker import EmbeddedWorker
 
