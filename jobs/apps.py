@@ -1,4 +1,6 @@
 from django.apps import AppConfig
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from accounts.signals import quota_changed
 
@@ -10,6 +12,14 @@ class JobsConfig(AppConfig):
     verbose_name = "Jobs"
 
     def ready(self):
+        # The backends offered to datacenters, registered (``jobs.backends``) before anything
+        # asks for one; the default a new datacenter gets must be one of them.
+        from .backends import BACKENDS
+
+        if settings.PADDLECLOUD_BACKEND not in {kind.name for kind in BACKENDS}:
+            raise ImproperlyConfigured(
+                f"PADDLECLOUD_BACKEND={settings.PADDLECLOUD_BACKEND!r}: expected "
+                + " or ".join(repr(kind.name) for kind in BACKENDS))
         # Here, not at the top: admission imports the models, which exist once every app is
         # loaded.
         from .admission import job_ended_admit, job_ended_measure, quota_changed_admit

@@ -31,6 +31,7 @@ from . import builds, engine, sync
 from .admission import admission_request, quota_admit, waiting_queues
 from .backends import backend_for
 from .backends.base import BackendError
+from .backends.local import LOCAL
 from .backends.local.backend import isolation_notice
 from .budgets import budget_overruns
 from .capacity import capacity_refresh
@@ -291,6 +292,6 @@ def feeds_start(**kwargs) -> None:
 @worker_ready.connect
 def isolation_say(**kwargs) -> None:
     """A worker that starts says whether the local backend's jobs are sandboxed."""
-    if Datacenter.objects.filter(backend="local").exists():
+    if Datacenter.objects.filter(backend=LOCAL.name).exists():
         isolated, notice = isolation_notice()
         (logger.info if isolated else logger.warning)(notice)

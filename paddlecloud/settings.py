@@ -202,11 +202,9 @@ CELERY_BEAT_SCHEDULE = {
 # ---------------------------------------------------------------------------------------------
 # PaddleCloud
 
+# The backend of a datacenter made without one: a name of jobs/backends' registry (checked
+# there, when the jobs app is ready).
 PADDLECLOUD_BACKEND = env_str("PADDLECLOUD_BACKEND", "local")
-if PADDLECLOUD_BACKEND not in ("local", "kubernetes"):
-    raise ImproperlyConfigured(
-        f"PADDLECLOUD_BACKEND={PADDLECLOUD_BACKEND!r}: expected 'local' or 'kubernetes'"
-    )
 PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
 # The rootless BuildKit image of runtime image builders on Kubernetes (jobs.builds); a
 # datacenter's builder_image overrides it. Pin a version (moby/buildkit:v0.x.y-rootless) to

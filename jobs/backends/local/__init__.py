@@ -3,3 +3,8 @@ sandbox (``sandbox``) and its job's network, reaching the portal through the job
 (``relay``); their exits are announced (``exits``); requirements are installed in shared
 environments (``envs``) and images built with buildah (``buildah``), both through a network
 whose one way out is a proxy to the allowed package indexes (``egress``)."""
+
+from accounts.execution import BackendKind
+
+LOCAL = BackendKind(name="local", label="local processes on the portal's machine",
+                    backend="jobs.backends.local.backend.LocalBackend")

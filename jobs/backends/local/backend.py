@@ -227,7 +227,6 @@ def leftovers_stop(grace: float) -> int:
 
 
 class LocalBackend(Backend):
-    name = "local"
 
     # --- files -----------------------------------------------------------------------------
 
