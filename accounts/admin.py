@@ -1,5 +1,6 @@
 """Admins manage datacenters, users, memberships and quotas here."""
 
+from contextlib import suppress
 from decimal import Decimal
 
 from django import forms
@@ -15,6 +16,7 @@ from paddlecloud_core.quantity import (
     parse_cpu,
 )
 
+from .execution import backend_kind, backend_kinds, backend_settings_fields
 from .forms import ThrottledAdminAuthenticationForm
 from .models import (
     QUOTA_RESOURCES,
@@ -191,6 +193,24 @@ class DatacenterForm(forms.ModelForm):
         model = Datacenter
         fields = ["capacity_cpu", "capacity_memory"]  # the admin's fieldsets add the rest
 
+    # The backends' settings fields are added by DatacenterAdmin.get_form (they are registered
+    # when Django is ready, after this module): each shows what the datacenter holds, else its
+    # default; those of the backend chosen are its settings, checked by its rules.
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name, value in self.instance.backend_settings.items():
+            if name in self.fields:
+                self.initial.setdefault(name, value)
+
+    def clean(self):
+        cleaned = super().clean()
+        with suppress(ValueError):  # no such backend: its field says so
+            kind = backend_kind(cleaned.get("backend", ""))
+            self.instance.backend_settings = {name: cleaned[name] for name in kind.settings_fields
+                                              if name in cleaned}
+        return cleaned
+
 
 @admin.register(Datacenter)
 class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
@@ -199,12 +219,9 @@ class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
     list_display = ["name", "backend", "description", "pfs_root_path"]
     search_fields = ["name", "description"]
     fieldsets = [
-        (None, {"fields": ["name", "description", "backend", "default_image",
-                           "start_timeout", "start_tries"]}),
-        ("Kubernetes", {"fields": ["kube_in_cluster", "kubeconfig", "kube_context",
-                                   "namespace_prefix", "kube_volume", "kube_scheduler",
-                                   "kube_queue", "kube_run_as_user", "kube_run_as_group",
-                                   "kube_gpu_tolerations", "kube_gpu_node_selector"]}),
+        (None, {"fields": ["name", "description", "backend", "namespace_prefix",
+                           "default_image", "start_timeout", "start_tries"]}),
+        # here: a fieldset of each backend's settings (get_fieldsets)
         ("PFS", {"fields": ["pfs_storage", "pfs_root", "public_dir", "s3_bucket",
                             "s3_endpoint_url", "s3_region"]}),
         ("Runtime images", {"fields": ["build_registry", "build_registry_insecure",
@@ -215,6 +232,15 @@ class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
         ("Budgets", {"fields": ["budget_spent", "budget_grace_seconds"]}),
     ]
     readonly_fields = ["capacity_updated_at"]
+
+    def get_fieldsets(self, request, obj=None):
+        general, *rest = self.fieldsets
+        return [general, *[(kind.label, {"fields": list(kind.settings_fields)})
+                           for kind in backend_kinds() if kind.settings_fields], *rest]
+
+    def get_form(self, request, obj=None, **kwargs):
+        kwargs["form"] = type("DatacenterForm", (self.form,), backend_settings_fields())
+        return super().get_form(request, obj, **kwargs)
 
     def save_model(self, request, obj, form, change):
         before = {k: form.initial.get(k) for k in CAPACITY_FIELDS} if change else {}

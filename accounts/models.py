@@ -15,49 +15,11 @@ from django.utils import timezone
 
 from paddlecloud_core.quantity import format_bytes, format_cpu
 
+from .execution import backend_choices, backend_kind, backend_kinds
+
 GiB = 2**30
 # An allowed package index (``Datacenter.package_indexes``): a host, no credentials, no query.
 PACKAGE_INDEX_RE = re.compile(r"^https?://[^\s/?#@]+(/[^\s?#]*)?$")
-# What a datacenter's ``kube_volume`` may be: one volume source of these kinds, whose root holds
-# home/ and public/. Each but ``persistentVolume`` is put in every pod as it is given; a
-# ``persistentVolume`` holds a PersistentVolume's source (the way for CSI drivers such as
-# CephFS's, whose volumes are not inline): the portal makes a PersistentVolume and a claim bound
-# to it in each user namespace, as a claim is seen in its own namespace only.
-KUBE_VOLUME_SOURCES = ("nfs", "cephfs", "csi", "hostPath", "persistentVolume")
-PERSISTENT_VOLUME_SOURCES = ("csi", "nfs", "cephfs", "hostPath", "local")
-KUBE_VOLUME_CLAIM_HINT = (
-    "a persistentVolumeClaim is seen in its own namespace only, and jobs run in each user's: "
-    'give the volume instead, as {"persistentVolume": {"csi": {…}}}, and the portal makes a '
-    "PersistentVolume and a claim bound to it in each user namespace")
-
-
-def kube_volume_problem(source) -> str | None:
-    """Why ``source`` cannot be a datacenter's ``kube_volume``, or None."""
-    if isinstance(source, dict) and "persistentVolumeClaim" in source:
-        return KUBE_VOLUME_CLAIM_HINT
-    if (not isinstance(source, dict) or len(source) != 1
-            or next(iter(source)) not in KUBE_VOLUME_SOURCES
-            or not isinstance(next(iter(source.values())), dict)):
-        return ("one volume source: an object with one key, "
-                + ", ".join(KUBE_VOLUME_SOURCES) + ", holding its settings")
-    kind, settings_ = next(iter(source.items()))
-    if kind == "persistentVolume" and (
-            len(settings_) != 1 or next(iter(settings_)) not in PERSISTENT_VOLUME_SOURCES
-            or not isinstance(next(iter(settings_.values())), dict)):
-        return ("persistentVolume holds one PersistentVolume source: "
-                + ", ".join(PERSISTENT_VOLUME_SOURCES)
-                + ', e.g. {"persistentVolume": {"csi": {"driver": "cephfs.csi.ceph.com", …}}}')
-    if kind == "csi" and not isinstance(settings_.get("driver"), str):
-        return "a csi volume names its driver"
-    return None
-
-
-def json_list_problem(value, what: str) -> str | None:
-    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
-        return f"a JSON list of {what} objects"
-    return None
-
-
 dns_label_validator = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
     "use lower-case letters, digits and '-', starting and ending with a letter or digit",
@@ -78,64 +40,16 @@ def _default_backend() -> str:
 class Datacenter(models.Model):
     """A place jobs run: an execution backend plus the PFS the jobs and users share."""
 
-    class Backend(models.TextChoices):
-        LOCAL = "local", "local processes on the portal's machine"
-        KUBERNETES = "kubernetes", "Kubernetes"
-
     name = models.CharField(
         max_length=63, unique=True, validators=[dns_label_validator],
         help_text="As users write it in ~/.paddle/config, e.g. datacenter1.",
     )
     description = models.TextField(blank=True)
-    backend = models.CharField(max_length=16, choices=Backend.choices, default=_default_backend)
-
-    kube_in_cluster = models.BooleanField(
-        "in-cluster config", default=False,
-        help_text="Use the service account of the pod the portal runs in.",
-    )
-    kubeconfig = models.CharField(
-        max_length=1024, blank=True,
-        help_text="Path to a kubeconfig file; empty means the default (~/.kube/config).",
-    )
-    kube_context = models.CharField("kubeconfig context", max_length=253, blank=True)
-    kube_volume = models.JSONField(
-        "PFS volume in pods", default=dict, blank=True,
-        help_text='How pods mount the PFS root (the directory holding home/ and public/): one '
-                  'Kubernetes volume source, e.g. {"cephfs": {"monitors": ["10.0.0.1:6789"], '
-                  '"user": "admin", "secretRef": {"name": "ceph-secret"}, "path": "/"}}, '
-                  '{"nfs": {"server": "nfs.example.com", "path": "/pfs"}}, '
-                  '{"hostPath": {"path": "/mnt/pfs"}} or '
-                  '{"persistentVolumeClaim": {"claimName": "pfs"}}.',
-    )
-    class Scheduler(models.TextChoices):
-        DEFAULT = "default", "Kubernetes' own scheduler (the start timeout guards against deadlock)"
-        KUEUE = "kueue", "Kueue: jobs wait suspended until a ClusterQueue admits them whole"
-        VOLCANO = "volcano", "Volcano: a PodGroup schedules all of a job's pods or none"
-
-    kube_scheduler = models.CharField(
-        "gang scheduler", max_length=16, choices=Scheduler.choices, default=Scheduler.DEFAULT,
-        help_text="Who decides that a job's pods start together. Kueue and Volcano must be "
-                  "installed in the cluster (README, Kubernetes).")
-    kube_queue = models.CharField(
-        "scheduler queue", max_length=253, blank=True, validators=[RegexValidator(
-            r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "a Kubernetes object name")],
-        help_text="Kueue: the ClusterQueue each user's LocalQueue feeds (required). Volcano: "
-                  "the Queue of the jobs' PodGroups; empty means \"default\".")
-    kube_run_as_user = models.PositiveIntegerField(
-        "pods' user id", null=True, blank=True,
-        help_text="The uid every container of a job runs as, and so the owner of what jobs "
-                  "write in PFS. Empty means the portal's own uid, so that the portal can "
-                  "clear away what jobs leave and users can delete their output.")
-    kube_run_as_group = models.PositiveIntegerField(
-        "pods' group id", null=True, blank=True, help_text="Empty means the portal's gid.")
-    kube_gpu_tolerations = models.JSONField(
-        "GPU tolerations", default=list, blank=True,
-        help_text='Tolerations of the pods of replicas that ask for GPUs, e.g. [{"key": '
-                  '"nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}].')
-    kube_gpu_node_selector = models.JSONField(
-        "GPU node selector", default=dict, blank=True,
-        help_text='Node labels the pods of GPU replicas need, e.g. '
-                  '{"nvidia.com/gpu.present": "true"}.')
+    backend = models.CharField(max_length=16, choices=backend_choices, default=_default_backend)
+    # The settings its backend owns (the Kubernetes backend's cluster, PFS volume, scheduler
+    # …): a JSON object, its keys the backend's settings fields, checked by their rules
+    # (``accounts.execution``); each backend reads its own.
+    backend_settings = models.JSONField(default=dict, blank=True, editable=False)
     namespace_prefix = models.CharField(
         max_length=20, default="paddle-", validators=[RegexValidator(
             r"^[a-z0-9]([-a-z0-9]*)?$", "lower-case letters, digits and '-'")],
@@ -249,21 +163,22 @@ class Datacenter(models.Model):
         if self.pfs_storage == self.PfsStorage.S3 and not self.s3_bucket:
             raise DjangoValidationError({"s3_bucket": "required when PFS storage is S3"})
         problems = {}
-        if self.kube_volume and (problem := kube_volume_problem(self.kube_volume)):
-            problems["kube_volume"] = problem
-        if problem := json_list_problem(self.kube_gpu_tolerations, "toleration"):
-            problems["kube_gpu_tolerations"] = problem
-        if not isinstance(self.kube_gpu_node_selector, dict) or not all(
-                isinstance(v, str) for v in self.kube_gpu_node_selector.values()):
-            problems["kube_gpu_node_selector"] = 'an object of node labels, e.g. {"gpu": "true"}'
-        if self.kube_scheduler == self.Scheduler.KUEUE and not self.kube_queue:
-            problems["kube_queue"] = "required with Kueue: the ClusterQueue users' jobs go to"
+        try:
+            kind = backend_kind(self.backend)
+        except ValueError:
+            kind = None  # the field's choices say so
+        if kind is not None:
+            try:
+                self.backend_settings = kind.settings_clean(self.backend_settings)
+            except DjangoValidationError as exc:
+                problems.update(exc.error_dict)
         if bad := [u for u in self.package_indexes.split() if not PACKAGE_INDEX_RE.match(u)]:
             problems["package_indexes"] = (f"{bad[0]}: each line an http:// or https:// URL "
                                            "with a host, without credentials, a query or '#'")
-        if self.capacity_from_cluster and self.backend != self.Backend.KUBERNETES:
+        if self.capacity_from_cluster and kind is not None and not kind.reads_capacity:
             problems["capacity_from_cluster"] = (
-                "only with the Kubernetes backend: its nodes are what the capacity is read from")
+                "only with the " + " or ".join(k.label for k in backend_kinds() if k.reads_capacity)
+                + " backend: its nodes are what the capacity is read from")
         if problems:
             raise DjangoValidationError(problems)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -21,6 +22,7 @@ from kernel.errors import (
 )
 
 from .audit import audit_record
+from .execution import backend_kind, backend_settings_fields
 from .models import (
     QUOTA_RESOURCES,
     ApiToken,
@@ -123,11 +125,8 @@ def token_purge(*, older_than_days: int = 30) -> int:
 # Datacenters and users (management commands and the admin)
 
 DATACENTER_FIELDS = {
-    "description", "backend", "kube_in_cluster", "kubeconfig", "kube_context",
-    "namespace_prefix", "pfs_root", "public_dir", "default_image",
-    "pfs_storage", "s3_bucket", "s3_endpoint_url", "s3_region", "kube_volume",
-    "kube_scheduler", "kube_queue", "kube_run_as_user", "kube_run_as_group",
-    "kube_gpu_tolerations", "kube_gpu_node_selector", "start_timeout", "start_tries",
+    "description", "backend", "namespace_prefix", "pfs_root", "public_dir", "default_image",
+    "pfs_storage", "s3_bucket", "s3_endpoint_url", "s3_region", "start_timeout", "start_tries",
     "build_registry", "build_registry_insecure", "builder_image",
     "capacity_cpu", "capacity_memory", "capacity_gpu", "capacity_from_cluster",
 }
@@ -144,18 +143,27 @@ def _full_clean(instance, **kwargs) -> None:
 
 
 def datacenter_upsert(name: str, *, check=None, **changes) -> tuple[Datacenter, bool]:
-    """Create the datacenter, or update the fields given. Returns (datacenter, created).
-    ``check(datacenter)``, if given, sees it valid and not yet saved, and may refuse it."""
-    unknown = set(changes) - DATACENTER_FIELDS
+    """Create the datacenter, or update the fields given: its own and its backend's settings
+    (``accounts.execution``). Returns (datacenter, created). ``check(datacenter)``, if given,
+    sees it valid and not yet saved, and may refuse it."""
+    backend_fields = backend_settings_fields()
+    unknown = set(changes) - DATACENTER_FIELDS - set(backend_fields)
     if unknown:
         raise ValueError(f"unknown datacenter fields: {sorted(unknown)}")
     datacenter = Datacenter.objects.filter(name=name).first()
     created = datacenter is None
     if created:
         datacenter = Datacenter(name=name)
-    for field, value in changes.items():
-        if value is not None:
-            setattr(datacenter, field, value)
+    given = {field: value for field, value in changes.items() if value is not None}
+    for field in given.keys() & DATACENTER_FIELDS:
+        setattr(datacenter, field, given[field])
+    if settings_given := {k: v for k, v in given.items() if k in backend_fields}:
+        with suppress(ValueError):  # an unknown backend: full_clean names it
+            kind = backend_kind(datacenter.backend)
+            if foreign := sorted(settings_given.keys() - kind.settings_fields.keys()):
+                raise ValidationError.for_field(
+                    foreign[0], f"not a setting of the {kind.name} backend")
+        datacenter.backend_settings = {**datacenter.backend_settings, **settings_given}
     _full_clean(datacenter, validate_unique=created)
     if check is not None:
         check(datacenter)

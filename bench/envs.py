@@ -1,4 +1,5 @@
-"""Benchmark: what the environment cache (jobs/backends/envs.py) saves a job with requirements.
+"""Benchmark: what the environment cache (jobs/backends/local/envs.py) saves a job with
+requirements.
 
     .venv/bin/python bench/envs.py [--requirements "numpy requests six"] [--repeat 3] [--keep]
 

@@ -1,4 +1,6 @@
 from django.apps import AppConfig
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from .signals import replicas_changed
 
@@ -8,6 +10,14 @@ class JobsConfig(AppConfig):
     verbose_name = "Jobs"
 
     def ready(self):
+        # The backends offered to datacenters, registered (``jobs.backends``) before anything
+        # asks for one; the default a new datacenter gets must be one of them.
+        from .backends import BACKENDS
+
+        if settings.PADDLECLOUD_BACKEND not in {kind.name for kind in BACKENDS}:
+            raise ImproperlyConfigured(
+                f"PADDLECLOUD_BACKEND={settings.PADDLECLOUD_BACKEND!r}: expected "
+                + " or ".join(repr(kind.name) for kind in BACKENDS))
         # Here, not at the top: sync imports the models, which exist once every app is loaded.
         # (What the jobs announce for admission, the scheduling app hears: scheduling.apps.)
         from .sync import replicas_changed_sync

@@ -7,11 +7,12 @@ themselves are the core's (``paddlecloud_core.spec``, which ``paddlectl`` and th
 too); here are the ones that need the portal: the name is free, the package is a directory
 in PFS, its requirements.txt reads as data and names only the datacenter's allowed package
 indexes, the registry exists, the topology file is in the package, the dataset matches files
-the user may read, a range of trainers is offered in the datacenter.
+the user may read, and what the datacenter's backend cannot run (its ``spec_problems``).
 """
 
 from __future__ import annotations
 
+from accounts.execution import backend_kind
 from kernel.errors import NotFoundError, PaddleCloudError, ValidationError
 from paddlecloud_core.layout import pfs_home
 from paddlecloud_core.requirements import REQUIREMENTS_FILE
@@ -20,7 +21,7 @@ from pfs.services import pfs_target
 from registries.services import registry_get
 
 from .backends.base import BackendError
-from .backends.envs import indexes_allowed, requirements_stored
+from .backends.local.envs import indexes_allowed, requirements_stored
 from .master.dataset import dataset_problem
 from .models import Job
 
@@ -106,11 +107,8 @@ def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
             problem := dataset_problem(user, datacenter, values["dataset"])) is not None:
         check.fail("dataset", problem)
 
-    if values["trainers_min"] is not None and datacenter.backend == "kubernetes" \
-            and datacenter.kube_scheduler == "kueue":
-        check.fail("trainers", f"a range ({values['trainers_min']}:{values['trainers']}) is "
-                               f"not offered in datacenter {datacenter.name!r}: Kueue admits "
-                               "its jobs at one size; give a number")
+    for field, problem in backend_kind(datacenter.backend).spec_problems(datacenter, values):
+        check.fail(field, problem)
 
     if check.errors:
         raise ValidationError(check.message(), fields=check.ordered())

@@ -32,7 +32,8 @@ from scheduling.capacity import capacity_refresh
 from . import engine, sync
 from .backends import backend_for
 from .backends.base import BackendError
-from .backends.local import isolation_notice
+from .backends.local import LOCAL
+from .backends.local.backend import isolation_notice
 from .builds import runs
 from .models import Job, JobEvent
 from .notify import job_changed
@@ -251,6 +252,6 @@ def feeds_start(**kwargs) -> None:
 @worker_ready.connect
 def isolation_say(**kwargs) -> None:
     """A worker that starts says whether the local backend's jobs are sandboxed."""
-    if Datacenter.objects.filter(backend="local").exists():
+    if Datacenter.objects.filter(backend=LOCAL.name).exists():
         isolated, notice = isolation_notice()
         (logger.info if isolated else logger.warning)(notice)

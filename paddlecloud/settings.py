@@ -203,11 +203,9 @@ CELERY_BEAT_SCHEDULE = {
 # ---------------------------------------------------------------------------------------------
 # PaddleCloud
 
+# The backend of a datacenter made without one: a name of jobs/backends' registry (checked
+# there, when the jobs app is ready).
 PADDLECLOUD_BACKEND = env_str("PADDLECLOUD_BACKEND", "local")
-if PADDLECLOUD_BACKEND not in ("local", "kubernetes"):
-    raise ImproperlyConfigured(
-        f"PADDLECLOUD_BACKEND={PADDLECLOUD_BACKEND!r}: expected 'local' or 'kubernetes'"
-    )
 PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
 # The rootless BuildKit image of runtime image builders on Kubernetes (jobs.builds); a
 # datacenter's builder_image overrides it. Pin a version (moby/buildkit:v0.x.y-rootless) to
@@ -215,8 +213,8 @@ PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
 PADDLECLOUD_BUILDER_IMAGE = env_str("PADDLECLOUD_BUILDER_IMAGE", "moby/buildkit:rootless")
 # paddlectl build on a local datacenter: buildah on the portal's machine, whose build steps
 # (the user's code, contained in a user namespace) run in a network of their own that reaches
-# only the datacenter's allowed package indexes (jobs/backends/egress.py): off unless the admin
-# says so.
+# only the datacenter's allowed package indexes (jobs/backends/local/egress.py): off unless the
+# admin says so.
 PADDLECLOUD_LOCAL_BUILDS = env_bool("PADDLECLOUD_LOCAL_BUILDS", False)
 # permessage-deflate on the WebSockets (uvicorn's ws_per_message_deflate). uvicorn compresses
 # each socket's copy of each message on its own (one zlib stream per socket), so a log batch
@@ -226,7 +224,7 @@ PADDLECLOUD_LOCAL_BUILDS = env_bool("PADDLECLOUD_LOCAL_BUILDS", False)
 PADDLECLOUD_WS_DEFLATE = env_bool("PADDLECLOUD_WS_DEFLATE", False)
 # Where the local backend's builder (buildah) keeps its images and layers.
 PADDLECLOUD_BUILDAH_DIR = Path(env_str("PADDLECLOUD_BUILDAH_DIR") or VAR_DIR / "buildah")
-# The cache of requirements.txt environments (jobs/backends/envs.py, kubernetes/envs.py): at
+# The cache of requirements.txt environments (jobs/backends/local/envs.py, kubernetes/envs.py): at
 # most this many bytes per datacenter on the local backend, per user home on Kubernetes (a
 # quantity: "10Gi", "500Mi"); the least recently used not in use by a live job go first.
 PADDLECLOUD_ENV_CACHE_SIZE = env_str("PADDLECLOUD_ENV_CACHE_SIZE", "10Gi")
@@ -243,7 +241,7 @@ except QuantityError as _exc:
     raise ImproperlyConfigured(f"PADDLECLOUD_REQUIREMENTS_SIZE: {_exc}") from None
 # The local backend's replicas run in bubblewrap sandboxes: "auto" when this machine can make
 # them (else it warns, at start, that jobs can read what the portal can), "bwrap" to refuse to
-# run jobs without, "off" (see jobs/backends/local.py and the README's Security model).
+# run jobs without, "off" (see jobs/backends/local/backend.py and the README's Security model).
 PADDLECLOUD_LOCAL_SANDBOX = env_str("PADDLECLOUD_LOCAL_SANDBOX", "auto")
 if PADDLECLOUD_LOCAL_SANDBOX not in ("auto", "bwrap", "off"):
     raise ImproperlyConfigured(
@@ -286,7 +284,7 @@ def _base_url(name: str, default: str) -> str:
 # Where the replicas of jobs with a dataset call their master (docs/master.md).
 # PADDLECLOUD_PORTAL_URL: the portal as this machine reaches it, in plain HTTP (runportal's
 # --host and --port; `./dev up` serves on 127.0.0.1:8000 unless HOST or PORT say otherwise):
-# local replicas call it, sandboxed ones through their job's relay (jobs/backends/relay.py).
+# local replicas call it, sandboxed ones through their job's relay (jobs/backends/local/relay.py).
 # PADDLECLOUD_MASTER_BASE_URL: the portal as pods reach it (in a cluster, its Service:
 # deploy/config.yaml). Their hosts must be in ALLOWED_HOSTS, and 127.0.0.1 too (the relay's).
 PADDLECLOUD_PORTAL_URL = _base_url("PADDLECLOUD_PORTAL_URL", "http://127.0.0.1:8000")

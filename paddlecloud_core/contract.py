@@ -131,7 +131,7 @@ def job_namespace(datacenter, username: str) -> str:
     return name
 
 
-# The address a job's relay (jobs/backends/relay.py) connects to the portal from, on the
+# The address a job's relay (jobs/backends/local/relay.py) connects to the portal from, on the
 # machine's loopback: what a sandboxed replica sends the portal arrives from it, and the
 # portal never takes a forwarded header (X-Forwarded-For, X-Forwarded-Proto) from it, whatever
 # TRUSTED_PROXY_ADDRESSES says (kernel.security.ForwardedHeaders).

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from accounts.execution import backend_settings_fields
 from accounts.models import Datacenter
 from jobs.backends.kubernetes.client import kube_forget
 from jobs.backends.kubernetes.pods_watch import pod_caches_stop
@@ -94,15 +95,26 @@ def _remove_managed(api, selector: str, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
+def datacenter_set(datacenter, **fields) -> Datacenter:
+    """Write ``fields`` on the datacenter in the database, unchecked: its own, and its
+    backend's settings by their names (``kube_volume``, …); ``datacenter`` is read again."""
+    names = backend_settings_fields()
+    settings_ = {name: value for name, value in fields.items() if name in names}
+    own = {name: value for name, value in fields.items() if name not in names}
+    Datacenter.objects.filter(pk=datacenter.pk).update(
+        backend_settings={**datacenter.backend_settings, **settings_}, **own)
+    datacenter.refresh_from_db()
+    return datacenter
+
+
 @contextlib.contextmanager
 def on_kubernetes(datacenter, settings, kubeconfig, kube_volume: dict, *, timeout: float = 2):
     """``datacenter`` on the Kubernetes backend of ``kubeconfig`` for the block; the backend's
     cached clients and pod watches go with it."""
     settings.PADDLECLOUD_KUBE_TIMEOUT = timeout
     settings.PADDLECLOUD_KUBE_ATTEMPTS = 3
-    Datacenter.objects.filter(pk=datacenter.pk).update(
-        backend="kubernetes", kubeconfig=str(kubeconfig), kube_volume=kube_volume)
-    datacenter.refresh_from_db()
+    datacenter_set(datacenter, backend="kubernetes", kubeconfig=str(kubeconfig),
+                   kube_volume=kube_volume)
     try:
         yield datacenter
     finally:

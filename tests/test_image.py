@@ -322,7 +322,7 @@ def test_the_workers_settings_make_sandboxes(engine, image):
     worker = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["worker"]
     settings_ = [arg for opt in worker["security_opt"] for arg in ("--security-opt", opt)]
     settings_ += [arg for cap in worker["cap_drop"] for arg in ("--cap-drop", cap)]
-    probe = ["python3", "-c", "from jobs.backends.sandbox import sandbox_problem; "
+    probe = ["python3", "-c", "from jobs.backends.local.sandbox import sandbox_problem; "
              "print(sandbox_problem())"]
     made = engine.run("run", "--rm", "--network", "host", *settings_, image, *probe)
     assert made.stdout == "None\n"

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from jobs.backends.relay import RELAY_PORT
-from jobs.backends.sandbox import sandbox_problem
+from jobs.backends.local.relay import RELAY_PORT
+from jobs.backends.local.sandbox import sandbox_problem
 from paddlecloud_core.contract import RELAY_SOURCE_ADDRESS
 from tests.conftest import PASSWORD
 from tests.jobs.master_scenario import one_trainer_job

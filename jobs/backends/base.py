@@ -27,7 +27,7 @@ class Capacity:
 
 
 class Backend(abc.ABC):
-    name: str
+    name: str  # as the registry names it (``jobs.backends``), set by ``backend_for``
 
     @abc.abstractmethod
     def prepare(self, job) -> None:

@@ -128,10 +128,11 @@ def test_admin_sets_a_datacenters_cluster_choices(admin_browser, datacenter):
         "kube_gpu_node_selector": '{"gpu": "true"}'})
     assert response.status_code == 302, page(response)
     datacenter.refresh_from_db()
-    assert (datacenter.kube_scheduler, datacenter.kube_queue, datacenter.kube_run_as_user,
+    kube = datacenter.backend_settings
+    assert (kube["kube_scheduler"], kube["kube_queue"], kube["kube_run_as_user"],
             datacenter.start_timeout) == ("volcano", "research", 2000, 600)
-    assert datacenter.kube_gpu_tolerations == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
-    assert datacenter.kube_volume["persistentVolume"]["csi"]["driver"] == "cephfs.csi.ceph.com"
+    assert kube["kube_gpu_tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert kube["kube_volume"]["persistentVolume"]["csi"]["driver"] == "cephfs.csi.ceph.com"
 
 
 def test_admin_sets_the_queued_jobs_cap_on_the_user_page_and_as_the_default(

@@ -46,7 +46,7 @@ def test_adddatacenter_creates_a_datacenter(db):
     assert dc.description == "GPUs in the east"
     assert dc.backend == "kubernetes"
     assert dc.pfs_root == "/srv/pfs/east"
-    assert dc.kube_in_cluster is True
+    assert dc.backend_settings["kube_in_cluster"] is True
     assert dc.namespace_prefix == "pc-"
     assert dc.image == "paddle:gpu"
 
@@ -59,19 +59,20 @@ def test_adddatacenter_again_changes_only_the_options_given(db):
     out = run("adddatacenter", "gpu-east", "--description", "second", "--skip-cluster-check")
     assert out.startswith("Updated datacenter gpu-east (backend kubernetes, ")
     dc = Datacenter.objects.get(name="gpu-east")
-    assert (dc.description, dc.backend, dc.pfs_root, dc.kube_in_cluster, dc.kube_context) == (
-        "second", "kubernetes", "/srv/pfs/east", True, "prod")
+    kube = dc.backend_settings
+    assert (dc.description, dc.backend, dc.pfs_root, kube["kube_in_cluster"],
+            kube["kube_context"]) == ("second", "kubernetes", "/srv/pfs/east", True, "prod")
 
     run("adddatacenter", "gpu-east", "--no-in-cluster", "--skip-cluster-check")
     dc.refresh_from_db()
-    assert dc.kube_in_cluster is False
-    assert (dc.description, dc.backend, dc.pfs_root, dc.kube_context) == (
+    assert dc.backend_settings["kube_in_cluster"] is False
+    assert (dc.description, dc.backend, dc.pfs_root, dc.backend_settings["kube_context"]) == (
         "second", "kubernetes", "/srv/pfs/east", "prod")
 
     # No options at all: nothing changes, and there is still just one of it.
     run("adddatacenter", "gpu-east", "--skip-cluster-check")
     dc.refresh_from_db()
-    assert (dc.description, dc.backend, dc.pfs_root, dc.kube_in_cluster) == (
+    assert (dc.description, dc.backend, dc.pfs_root, dc.backend_settings["kube_in_cluster"]) == (
         "second", "kubernetes", "/srv/pfs/east", False)
     assert Datacenter.objects.filter(name="gpu-east").count() == 1
 
@@ -95,14 +96,16 @@ def test_adddatacenter_on_kubernetes_with_the_pfs_volume_of_pods(db, k8s_api):
               '{"nfs": {"server": "nfs.example.com", "path": "/exports/pfs/k8s"}}')
     assert "(backend kubernetes, Kubernetes 1.31, PFS root " in out  # the cluster was asked
     dc = Datacenter.objects.get(name="k8s")
-    assert (dc.backend, dc.kubeconfig, dc.kube_volume) == (
+    kube = dc.backend_settings
+    assert (dc.backend, kube["kubeconfig"], kube["kube_volume"]) == (
         "kubernetes", str(k8s_api.kubeconfig_path),
         {"nfs": {"server": "nfs.example.com", "path": "/exports/pfs/k8s"}})
     with pytest.raises(CommandError, match="kube_volume: one volume source"):
         run("adddatacenter", "k8s", "--kube-volume", '{"emptyDir": {}}')
     with pytest.raises(CommandError, match="not JSON"):
         run("adddatacenter", "k8s", "--kube-volume", "{nfs")
-    assert Datacenter.objects.get(name="k8s").kube_volume["nfs"]["server"] == "nfs.example.com"
+    kept = Datacenter.objects.get(name="k8s").backend_settings["kube_volume"]
+    assert kept["nfs"]["server"] == "nfs.example.com"
 
 
 def test_adddatacenter_sets_the_clusters_choices(db, k8s_api):
@@ -117,10 +120,12 @@ def test_adddatacenter_sets_the_clusters_choices(db, k8s_api):
         "--gpu-node-selector", '{"gpu": "a100"}', "--start-timeout", "900",
         "--start-tries", "5")
     dc = Datacenter.objects.get(name="gpus")
-    assert (dc.kube_scheduler, dc.kube_queue, dc.kube_run_as_user, dc.kube_run_as_group,
-            dc.kube_gpu_node_selector, dc.start_timeout, dc.start_tries) == (
+    kube = dc.backend_settings
+    assert (kube["kube_scheduler"], kube["kube_queue"], kube["kube_run_as_user"],
+            kube["kube_run_as_group"], kube["kube_gpu_node_selector"], dc.start_timeout,
+            dc.start_tries) == (
         "kueue", "gpu-team", 2000, 2000, {"gpu": "a100"}, 900, 5)
-    assert dc.kube_gpu_tolerations[0]["key"] == "nvidia.com/gpu"
+    assert kube["kube_gpu_tolerations"][0]["key"] == "nvidia.com/gpu"
     with pytest.raises(CommandError, match="kube_queue: required with Kueue"):
         run("adddatacenter", "other", "--backend", "kubernetes", "--kubeconfig",
             str(k8s_api.kubeconfig_path), "--scheduler", "kueue")

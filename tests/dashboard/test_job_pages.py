@@ -275,7 +275,7 @@ def test_a_dry_run_shows_the_plan_keeps_the_values_and_creates_nothing(browser, 
 
 def test_a_dry_run_on_kubernetes_shows_the_objects_as_yaml(browser, package, monkeypatch):
     objects = [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "fit-a-line"}}]
-    monkeypatch.setattr("jobs.backends.local.LocalBackend.objects",
+    monkeypatch.setattr("jobs.backends.local.backend.LocalBackend.objects",
                         lambda self, job, quota=None: objects)
     response = browser.post("/jobs/new/", form_data(dry_run="1"))
     _, plan = element(response, "plan")

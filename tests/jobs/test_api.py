@@ -23,7 +23,7 @@ from accounts.models import AuditEntry
 from accounts.services import quota_set
 from jobs import engine, tasks
 from jobs.backends import backend_for
-from jobs.backends.local import job_dir
+from jobs.backends.local.backend import job_dir
 from jobs.files import output_dir
 from jobs.models import Job, JobEvent, Replica
 from paddlecloud_core.layout import log_relpath

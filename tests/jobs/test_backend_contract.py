@@ -21,7 +21,7 @@ import pytest
 from jobs.backends import backend_for
 from jobs.backends.base import Backend, Observation, Status
 from jobs.backends.kubernetes.names import JOB_UID_LABEL
-from jobs.backends.local import job_dir
+from jobs.backends.local.backend import job_dir
 from jobs.files import output_dir
 from jobs.models import Job, Replica
 from paddlecloud_core.contract import job_namespace, replica_env

@@ -113,8 +113,8 @@ def test_a_range_is_a_job_with_min_max_and_defaults(token_client, alice, datacen
 
 @pytest.mark.django_db
 def test_a_kueue_datacenter_offers_no_range(alice, datacenter, package):
-    datacenter.backend, datacenter.kube_scheduler = "kubernetes", "kueue"
-    datacenter.kube_queue = "team"
+    datacenter.backend = "kubernetes"
+    datacenter.backend_settings = {"kube_scheduler": "kueue", "kube_queue": "team"}
     with pytest.raises(ValidationError) as raised:
         job_submit(alice, datacenter, {"name": "e", **elastic(trainers="2:4")})
     assert "Kueue admits its jobs at one size" in raised.value.fields["trainers"][0]

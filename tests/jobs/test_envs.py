@@ -1,4 +1,4 @@
-"""Environments keyed by their contents (jobs/backends/envs.py, issue 19): a package's
+"""Environments keyed by their contents (jobs/backends/local/envs.py, issue 19): a package's
 ``requirements.txt`` is installed once per datacenter and digest, by real uv from PyPI in a
 real sandbox, and shared; a real Celery worker runs the jobs. Hit, miss, single flight, a
 failure not cached, LRU eviction that never takes an environment a live job uses."""
@@ -13,8 +13,8 @@ import pytest
 from django.db import connection
 
 from jobs import engine
-from jobs.backends import envs
-from jobs.backends.local import job_dir
+from jobs.backends.local import envs
+from jobs.backends.local.backend import job_dir
 from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_kill

@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from jobs.backends import local
+from jobs.backends.local import backend as local
 from jobs.files import home_dir, output_dir
 from jobs.models import Job
 from jobs.services import job_submit

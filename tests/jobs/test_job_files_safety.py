@@ -32,7 +32,6 @@ import pytest
 import requests
 from django.test import Client
 
-from accounts.models import Datacenter
 from jobs.backends import backend_for
 from jobs.backends.base import BackendError
 from jobs.backends.kubernetes import pods
@@ -40,7 +39,7 @@ from jobs.files import home_remove, output_open, output_prepare
 from jobs.models import Job
 from kernel.errors import PaddleCloudError
 from tests.jobs.kubernetes.test_backend import wait
-from tests.kube import portal_kubeconfig
+from tests.kube import datacenter_set, portal_kubeconfig
 from tests.ws import ws_messages
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -66,9 +65,9 @@ def backend(request, live_portal, settings):
         k8s_api = request.getfixturevalue("k8s_api")
         settings.PADDLECLOUD_KUBE_TIMEOUT = 2
         pfs = settings.PADDLECLOUD_PFS_ROOT / "datacenter1"
-        Datacenter.objects.filter(pk=live_portal.datacenter.pk).update(
-            backend="kubernetes", kubeconfig=str(portal_kubeconfig(k8s_api)),
-            kube_volume={"hostPath": {"path": str(pfs)}})
+        datacenter_set(live_portal.datacenter, backend="kubernetes",
+                       kubeconfig=str(portal_kubeconfig(k8s_api)),
+                       kube_volume={"hostPath": {"path": str(pfs)}})
         k8s_api.controller.script_pods("*-tr-*", lines=[f"step {i}" for i in range(3)],
                                        exit_code=0)
         request.addfinalizer(lambda: _kube_stop())

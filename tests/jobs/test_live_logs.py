@@ -11,13 +11,12 @@ import pytest
 from django.test import Client
 from websockets.sync.client import connect
 
-from accounts.models import Datacenter
 from jobs.backends.kubernetes.client import kube_forget
 from jobs.backends.kubernetes.pods_watch import pod_caches_stop
 from jobs.models import Job, Replica
 from jobs.states import ReplicaState
 from tests.jobs.kubernetes.test_backend import wait
-from tests.kube import portal_kubeconfig
+from tests.kube import datacenter_set, portal_kubeconfig
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -91,9 +90,9 @@ def test_log_lines_of_a_kubernetes_job_come_while_it_runs(live_portal, k8s_api, 
                                                           celery_worker):
     settings.PADDLECLOUD_KUBE_TIMEOUT = 2
     pfs = settings.PADDLECLOUD_PFS_ROOT / "datacenter1"
-    Datacenter.objects.filter(pk=live_portal.datacenter.pk).update(
-        backend="kubernetes", kubeconfig=str(portal_kubeconfig(k8s_api)),
-        kube_volume={"hostPath": {"path": str(pfs)}})
+    datacenter_set(live_portal.datacenter, backend="kubernetes",
+                   kubeconfig=str(portal_kubeconfig(k8s_api)),
+                   kube_volume={"hostPath": {"path": str(pfs)}})
     k8s_api.controller.script_pods("*-tr-*", lines=[f"step {i}" for i in range(LINES)],
                                    line_interval=0.1, exit_code=0)
     try:
@@ -140,10 +139,10 @@ def test_the_build_log_of_a_kubernetes_job_comes_while_it_builds_and_on_its_page
                                    line_interval=0.2, message=json.dumps(
                                        {"containerimage.digest": "sha256:" + "cd" * 32}))
     with registry_server(tmp_path) as registry:
-        Datacenter.objects.filter(pk=live_portal.datacenter.pk).update(
-            backend="kubernetes", kubeconfig=str(portal_kubeconfig(k8s_api)),
-            kube_volume={"hostPath": {"path": str(pfs)}}, build_registry_insecure=True,
-            build_registry=f"{registry.host}/builds")
+        datacenter_set(live_portal.datacenter, backend="kubernetes",
+                       kubeconfig=str(portal_kubeconfig(k8s_api)),
+                       kube_volume={"hostPath": {"path": str(pfs)}}, build_registry_insecure=True,
+                       build_registry=f"{registry.host}/builds")
         registry_create(live_portal.user, live_portal.datacenter, {
             "name": "builds", "server": registry.host, "username": "x", "password": "y"})
         try:

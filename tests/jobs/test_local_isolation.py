@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends import envs, local
-from jobs.backends.local import job_dir
-from jobs.backends.sandbox import netns_read
+from jobs.backends.local import backend as local
+from jobs.backends.local import envs
+from jobs.backends.local.backend import job_dir
+from jobs.backends.local.sandbox import netns_read
 from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_submit

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends import local
 from jobs.backends.base import Status
-from jobs.backends.local import LocalBackend, job_dir
+from jobs.backends.local import backend as local
+from jobs.backends.local.backend import LocalBackend, job_dir
 from jobs.files import output_dir
 from jobs.master import dispatch
 from jobs.models import Job, Replica

@@ -21,9 +21,9 @@ from jobs.backends import backend_for
 from jobs.backends.base import Status
 from jobs.backends.kubernetes.client import kube_for
 from jobs.backends.kubernetes.pods import job_secret_name
-from jobs.backends.local import job_dir, relay_file
-from jobs.backends.relay import relay_read
-from jobs.backends.sandbox import netns_read
+from jobs.backends.local.backend import job_dir, relay_file
+from jobs.backends.local.relay import relay_read
+from jobs.backends.local.sandbox import netns_read
 from jobs.files import output_dir
 from jobs.master import dispatch
 from jobs.models import Job

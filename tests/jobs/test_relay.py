@@ -1,4 +1,4 @@
-"""The relay from a job's network to the portal (jobs/backends/relay.py), with the real bwrap,
+"""The relay from a job's network to the portal (jobs/backends/local/relay.py), with the real bwrap,
 real network namespaces and a stdlib HTTP server on the host's loopback standing in for the
 portal: a sandboxed process reaches the portal through it and through nothing else; it is found
 again, bounded, idle when nothing passes, ends cleanly on SIGTERM and goes with the job's
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends import relay as relay_module
-from jobs.backends.relay import (
+from jobs.backends.local import relay as relay_module
+from jobs.backends.local.relay import (
     RELAY_MARKER,
     RELAY_PORT,
     RelayError,
@@ -32,7 +32,7 @@ from jobs.backends.relay import (
     relay_start,
     relay_stop,
 )
-from jobs.backends.sandbox import (
+from jobs.backends.local.sandbox import (
     Sandbox,
     client_dirs,
     netns_start,

@@ -2,7 +2,7 @@
 as data and bounded (``paddlecloud_core/requirements.py``), checked at submit through the real
 API and again when the job's copy is installed, and installed by real uv in a real sandbox whose
 network reaches the datacenter's allowed package indexes and nothing else on the machine
-(``jobs/backends/egress.py``). The allowed index is a real one on loopback
+(``jobs/backends/local/egress.py``). The allowed index is a real one on loopback
 (``tests/package_index.py``); a second server on loopback stands for what must stay out of
 reach (PostgreSQL, Redis, the portal)."""
 
@@ -121,7 +121,7 @@ def test_the_machines_own_index_is_the_default_its_credentials_never_shown(live_
 @pytest.fixture
 def submit(alice, datacenter):
     """Submit a job of the package through the service; nothing of it is left after."""
-    from jobs.backends.local import LocalBackend
+    from jobs.backends.local.backend import LocalBackend
     from jobs.services import job_submit
 
     submitted = []

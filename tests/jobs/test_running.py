@@ -13,7 +13,7 @@ from django.db import connection
 
 from jobs import engine
 from jobs.backends import backend_for
-from jobs.backends.local import LocalBackend, job_dir
+from jobs.backends.local.backend import LocalBackend, job_dir
 from jobs.engine import exit_reason
 from jobs.files import output_dir
 from jobs.models import Job
@@ -298,7 +298,7 @@ def test_files_that_cannot_be_prepared_fail_the_job(submit, monkeypatch):
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("jobs.backends.local.package_copy", disk_full)
+    monkeypatch.setattr("jobs.backends.local.backend.package_copy", disk_full)
     engine.job_launch(job.pk)
     job.refresh_from_db()
     assert job.state == "failed"

@@ -1,4 +1,4 @@
-"""The sandbox of local replicas (jobs/backends/sandbox.py), with the real bwrap and real
+"""The sandbox of local replicas (jobs/backends/local/sandbox.py), with the real bwrap and real
 processes: what a replica sandbox can reach and what it cannot, its network, and how it
 behaves under the runner's process-group handling (exit codes, SIGTERM, leftovers)."""
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends.sandbox import (
+from jobs.backends.local.sandbox import (
     SETUP_FAILED,
     Bind,
     Netns,

@@ -18,10 +18,10 @@ from accounts.services import quota_set
 from jobs import engine
 from jobs.backends import backend_for
 from jobs.backends.base import Status
-from jobs.backends.exits import exits_following
 from jobs.backends.kubernetes.client import kube_for
 from jobs.backends.kubernetes.names import object_base
 from jobs.backends.kubernetes.pods_watch import pod_cache
+from jobs.backends.local.exits import exits_following
 from jobs.models import Job
 from jobs.services import job_submit
 from jobs.signals import replicas_changed

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends.sandbox import start_of
+from jobs.backends.local.sandbox import start_of
 from tests.k8s_real.api import Api
 from tests.processes import processes_naming
 from tests.real_kube import build, control_plane

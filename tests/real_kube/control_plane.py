@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from jobs.backends.sandbox import start_of
+from jobs.backends.local.sandbox import start_of
 from tests.real_kube import build
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,10 +1,8 @@
 """Create a datacenter, or update the settings given (running it again is safe)."""
 
-import argparse
-import json
-
 from django.core.management.base import BaseCommand
 
+from accounts.execution import backend_kinds, backend_settings_fields
 from accounts.models import Datacenter
 from accounts.services import datacenter_upsert
 from jobs.backends import backend_for
@@ -21,7 +19,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("name", help="datacenter name, as in ~/.paddle/config")
         parser.add_argument("--description")
-        parser.add_argument("--backend", choices=[c.value for c in Datacenter.Backend],
+        parser.add_argument("--backend", choices=[kind.name for kind in backend_kinds()],
                             help="execution backend (default: PADDLECLOUD_BACKEND)")
         parser.add_argument("--pfs-root", help="directory holding home/ and public/")
         parser.add_argument("--public-dir", help="read-only public dataset directory")
@@ -32,34 +30,10 @@ class Command(BaseCommand):
                             help="endpoint of an S3-compatible store (default: AWS)")
         parser.add_argument("--s3-region", help="region of the bucket")
         parser.add_argument("--default-image", help="image for jobs that name none")
-        parser.add_argument("--kubeconfig", help="kubeconfig path (kubernetes backend)")
-        parser.add_argument("--kube-context", help="kubeconfig context (kubernetes backend)")
-        parser.add_argument("--in-cluster", dest="kube_in_cluster", action="store_true",
-                            default=None, help="use the portal pod's service account")
-        parser.add_argument("--no-in-cluster", dest="kube_in_cluster", action="store_false")
         parser.add_argument("--namespace-prefix", help="prefix of users' namespaces")
-        parser.add_argument("--kube-volume", type=_json_object, metavar="JSON",
-                            help='how pods mount the PFS root: one Kubernetes volume source, '
-                                 'e.g. \'{"nfs": {"server": "nfs.example.com", "path": '
-                                 '"/exports/pfs/dc1"}}\', or {"persistentVolume": '
-                                 '{"csi": {…}}} for a volume the portal makes a '
-                                 'PersistentVolume and claim of in each user namespace')
-        parser.add_argument("--scheduler", dest="kube_scheduler",
-                            choices=[c.value for c in Datacenter.Scheduler],
-                            help="who starts a job's pods together (default: Kubernetes')")
-        parser.add_argument("--queue", dest="kube_queue",
-                            help="Kueue's ClusterQueue, or Volcano's Queue, of the jobs")
-        parser.add_argument("--run-as-user", dest="kube_run_as_user", type=int, metavar="UID",
-                            help="uid of the jobs' containers (default: the portal's)")
-        parser.add_argument("--run-as-group", dest="kube_run_as_group", type=int,
-                            metavar="GID", help="gid of the jobs' containers (default: the "
-                                                "portal's)")
-        parser.add_argument("--gpu-tolerations", dest="kube_gpu_tolerations",
-                            type=_json_list, metavar="JSON",
-                            help="tolerations of GPU replicas' pods, a JSON list")
-        parser.add_argument("--gpu-node-selector", dest="kube_gpu_node_selector",
-                            type=_json_object, metavar="JSON",
-                            help="node labels GPU replicas' pods need, a JSON object")
+        for kind in backend_kinds():  # the settings each backend owns
+            if kind.arguments is not None:
+                kind.arguments(parser)
         parser.add_argument("--start-timeout", type=int, metavar="SECONDS",
                             help="requeue a job whose replicas do not all run by then "
                                  "(0: never; default 300)")
@@ -101,17 +75,7 @@ class Command(BaseCommand):
             "s3_bucket": options["s3_bucket"],
             "s3_endpoint_url": options["s3_endpoint_url"],
             "s3_region": options["s3_region"],
-            "kubeconfig": options["kubeconfig"],
-            "kube_context": options["kube_context"],
-            "kube_in_cluster": options["kube_in_cluster"],
             "namespace_prefix": options["namespace_prefix"],
-            "kube_volume": options["kube_volume"],
-            "kube_scheduler": options["kube_scheduler"],
-            "kube_queue": options["kube_queue"],
-            "kube_run_as_user": options["kube_run_as_user"],
-            "kube_run_as_group": options["kube_run_as_group"],
-            "kube_gpu_tolerations": options["kube_gpu_tolerations"],
-            "kube_gpu_node_selector": options["kube_gpu_node_selector"],
             "start_timeout": options["start_timeout"],
             "start_tries": options["start_tries"],
             "build_registry": options["build_registry"],
@@ -122,6 +86,8 @@ class Command(BaseCommand):
             "capacity_gpu": options["capacity_gpu"],
             "capacity_from_cluster": options["capacity_from_cluster"],
         }
+        fields.update({name: options[name] for name in backend_settings_fields()
+                       if name in options})
         found = []
 
         def cluster_check(datacenter):
@@ -141,20 +107,3 @@ class Command(BaseCommand):
         backend = ", ".join(filter(None, [f"backend {datacenter.backend}", *found]))
         self.stdout.write(f"{verb} datacenter {datacenter.name} ({backend}, {pfs})")
 
-
-def _json_of(kind: type, example: str):
-    """An argparse type: the text as JSON of ``kind`` (a dict, a list), else what to write."""
-    def parse(text: str):
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
-        if not isinstance(value, kind):
-            raise argparse.ArgumentTypeError(example)
-        return value
-    return parse
-
-
-_json_object = _json_of(dict, 'a JSON object, e.g. {"hostPath": {"path": "/mnt/pfs"}}')
-_json_list = _json_of(list, 'a JSON list, e.g. [{"key": "nvidia.com/gpu", "operator": '
-                            '"Exists"}]')

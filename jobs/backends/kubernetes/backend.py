@@ -77,6 +77,7 @@ from .names import (
 )
 from .nodes import nodes_capacity
 from .pods_watch import pod_cache
+from .settings import kube_settings
 from .validation import validate_objects
 
 logger = logging.getLogger(__name__)
@@ -125,7 +126,6 @@ def pod_attempt(pod: dict) -> int:
 
 
 class KubernetesBackend(Backend):
-    name = "kubernetes"
 
     # -- objects ----------------------------------------------------------------------------
 
@@ -151,8 +151,9 @@ class KubernetesBackend(Backend):
     def capacity(self, datacenter) -> Capacity:
         """The allocatable of the nodes that can take jobs (``nodes``), from one list."""
         nodes, _ = kube_for(datacenter).list("Node")
-        return nodes_capacity(nodes, datacenter.kube_gpu_tolerations,
-                              datacenter.kube_gpu_node_selector)
+        settings_ = kube_settings(datacenter)
+        return nodes_capacity(nodes, settings_.kube_gpu_tolerations,
+                              settings_.kube_gpu_node_selector)
 
     def prepare(self, job) -> None:
         kube = kube_for(job.datacenter)
@@ -339,7 +340,8 @@ class KubernetesBackend(Backend):
                 and not seen.disrupted and self._trainers_disrupted(job)):
             seen = Observation(seen.status, exit_code=seen.exit_code, host=seen.host,
                                ref=seen.ref, disrupted=True, reason=seen.reason)
-        if seen.status == Status.WAITING and job.datacenter.kube_scheduler == "volcano":
+        if seen.status == Status.WAITING \
+                and kube_settings(job.datacenter).kube_scheduler == "volcano":
             return self._waiting_why(job, _current_pod(replica, mine), seen)
         if seen.status == Status.WAITING and pods.kueue_pod_group(job):
             pod = _current_pod(replica, mine)
@@ -361,7 +363,7 @@ class KubernetesBackend(Backend):
 
     def _waiting_why(self, job, pod: dict, seen: Observation) -> Observation:
         """A pending pod of a job whose gang scheduler holds it: what that scheduler says."""
-        if job.datacenter.kube_scheduler != "volcano" or (pod.get("spec") or {}).get(
+        if kube_settings(job.datacenter).kube_scheduler != "volcano" or (pod.get("spec") or {}).get(
                 "nodeName"):
             return seen
         try:

@@ -28,6 +28,7 @@ from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
 from ..base import BackendError
+from .settings import kube_settings
 from .validation import SUPPORTED_VERSIONS
 
 logger = logging.getLogger(__name__)
@@ -360,26 +361,32 @@ _clients_lock = threading.Lock()
 def kube_for(datacenter) -> Kube:
     """The datacenter's API server, its configuration loaded the first time (in-cluster, else
     its kubeconfig and context). A broken configuration raises ``KubeError`` saying so."""
-    key = (datacenter.kube_in_cluster, datacenter.kubeconfig, datacenter.kube_context)
+    key = _client_key(datacenter)
     with _clients_lock:
         if key not in _clients:
             _clients[key] = Kube(_api_client(datacenter), name=datacenter.name)
         return _clients[key]
 
 
+def _client_key(datacenter) -> tuple:
+    settings_ = kube_settings(datacenter)
+    return settings_.kube_in_cluster, settings_.kubeconfig, settings_.kube_context
+
+
 def _api_client(datacenter) -> k8s.ApiClient:
     configuration = k8s.Configuration()
+    settings_ = kube_settings(datacenter)
     try:
-        if datacenter.kube_in_cluster:
+        if settings_.kube_in_cluster:
             k8s_config.load_incluster_config(client_configuration=configuration)
         else:
             k8s_config.load_kube_config(
-                config_file=datacenter.kubeconfig or None,
-                context=datacenter.kube_context or None, client_configuration=configuration,
+                config_file=settings_.kubeconfig or None,
+                context=settings_.kube_context or None, client_configuration=configuration,
                 persist_config=False)
     except (ConfigException, OSError, ValueError, TypeError, yaml.YAMLError) as exc:
-        where = ("the in-cluster service account" if datacenter.kube_in_cluster else
-                 f"kubeconfig {datacenter.kubeconfig or '~/.kube/config'}")
+        where = ("the in-cluster service account" if settings_.kube_in_cluster else
+                 f"kubeconfig {settings_.kubeconfig or '~/.kube/config'}")
         raise KubeError(f"datacenter {datacenter.name}: cannot load {where}: {exc}") from None
     configuration.retries = False  # ours, with backoff, in Kube.request
     return k8s.ApiClient(configuration)
@@ -391,5 +398,4 @@ def kube_forget(datacenter=None) -> None:
         if datacenter is None:
             _clients.clear()
         else:
-            _clients.pop((datacenter.kube_in_cluster, datacenter.kubeconfig,
-                          datacenter.kube_context), None)
+            _clients.pop(_client_key(datacenter), None)

@@ -1,4 +1,4 @@
-"""The environment cache on Kubernetes (issue 19; ``jobs.backends.envs`` is the local one):
+"""The environment cache on Kubernetes (issue 19; ``jobs.backends.local.envs`` is the local one):
 a job's requirements are installed once per digest, in its owner's PFS home, by the init step of
 whichever of the owner's pods needs them first (``scripts.INIT_SCRIPT``), and shared by every
 later pod and job of the owner that needs the same.
@@ -42,7 +42,7 @@ from pfs.storage import storage_for
 
 from ...files import job_home
 from ..base import BackendError
-from ..envs import (
+from ..local.envs import (
     env_digest,
     env_in_use,
     image_env_inputs,

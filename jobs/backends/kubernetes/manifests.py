@@ -73,6 +73,7 @@ from .names import (
 from .pods import ManifestError as ManifestError  # raised by the builders; callers catch it here
 from .pods import job_secret_name, kueue_pod_group, pod_template, run_as, secret_env
 from .scripts import INIT_SCRIPT, INIT_SCRIPT_NAME, RUN_SCRIPT, RUN_SCRIPT_NAME
+from .settings import kube_settings
 
 QUOTA_NAME = "paddlecloud"
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
@@ -111,7 +112,7 @@ def pod_security_level(datacenter) -> str:
     host namespace, privilege or added capability); ``privileged`` where the
     PFS volume is a hostPath, which only that level allows (single-node trials and test
     clusters; deploy/admission-policy.yaml refuses such namespaces)."""
-    volume = datacenter.kube_volume or {}
+    volume = kube_settings(datacenter).kube_volume or {}
     if "hostPath" in volume:
         return "privileged"
     if any(kind in volume for kind in RESTRICTED_VOLUMES) and run_as(datacenter)[0] != 0 \
@@ -126,7 +127,7 @@ def pfs_claim_objects(datacenter, namespace: str, labels: dict) -> list[dict]:
     namespace, and a volume binds one claim). Retained when the claim goes: the files are the
     users'. A CSI volume's handle gets the namespace, as a driver takes one handle for one
     volume."""
-    source = copy.deepcopy(datacenter.kube_volume["persistentVolume"])
+    source = copy.deepcopy(kube_settings(datacenter).kube_volume["persistentVolume"])
     if "csi" in source:
         source["csi"]["volumeHandle"] = "-".join(
             filter(None, [source["csi"].get("volumeHandle", "paddlecloud-pfs"), namespace]))
@@ -171,12 +172,12 @@ def namespace_objects(datacenter, user, quota) -> list[dict]:
                               "defaultRequest": default,
                               "max": {"cpu": cpu, "memory": memory}}]}},
     ]
-    if "persistentVolume" in (datacenter.kube_volume or {}):
+    if "persistentVolume" in (kube_settings(datacenter).kube_volume or {}):
         objects += pfs_claim_objects(datacenter, name, labels)
-    if datacenter.kube_scheduler == "kueue":
+    if (settings_ := kube_settings(datacenter)).kube_scheduler == "kueue":
         objects.append({"apiVersion": KUEUE_API, "kind": "LocalQueue",
                         "metadata": _metadata(LOCAL_QUEUE, name, labels),
-                        "spec": {"clusterQueue": datacenter.kube_queue}})
+                        "spec": {"clusterQueue": settings_.kube_queue}})
     return objects
 
 
@@ -224,7 +225,7 @@ def _headless_service(job, namespace: str, role: str, name: str, port: int,
 def _queued(job, labels: dict) -> dict:
     """An object's labels, with Kueue's queue where the datacenter uses Kueue (on the pods
     instead, for a job Kueue admits as a pod group)."""
-    if job.datacenter.kube_scheduler == "kueue" and not kueue_pod_group(job):
+    if kube_settings(job.datacenter).kube_scheduler == "kueue" and not kueue_pod_group(job):
         return {**labels, KUEUE_QUEUE_LABEL: LOCAL_QUEUE}
     return labels
 
@@ -273,7 +274,7 @@ def trainers_job(job, namespace: str, root: dict | None, first_attempt: int = 0)
         # A failed index fails the Job. An elastic job's lost trainer is a failed index that
         # stays failed while the others go on (no maxFailedIndexes).
         spec["maxFailedIndexes"] = 0
-    if job.datacenter.kube_scheduler == "kueue" and not kueue_pod_group(job):
+    if kube_settings(job.datacenter).kube_scheduler == "kueue" and not kueue_pod_group(job):
         spec["suspend"] = True  # until Kueue admits it
     if job.deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = job.deadline_seconds
@@ -317,7 +318,7 @@ def _pod_group(job, namespace: str, root: dict | None) -> dict:
             "metadata": _metadata(object_base(job), namespace, job_labels(job, "job"),
                                   root=root),
             "spec": {"minMember": trainers + job.pservers,
-                     "queue": job.datacenter.kube_queue or "default",
+                     "queue": kube_settings(job.datacenter).kube_queue or "default",
                      "minResources": minimum}}
 
 
@@ -327,7 +328,8 @@ def job_children(job, namespace: str, root_uid: str | None, first_attempt: int =
     ``root_uid`` (None: no ownerReferences, for dry runs)."""
     root = None if root_uid is None else owner_reference(job, root_uid)
     secret = job_secret(job, namespace, root)
-    group = [_pod_group(job, namespace, root)] if job.datacenter.kube_scheduler == "volcano" else []
+    volcano = kube_settings(job.datacenter).kube_scheduler == "volcano"
+    group = [_pod_group(job, namespace, root)] if volcano else []
     pservers = _pserver_objects(job, namespace, root) if job.pservers else []
     return [*([secret] if secret else []), *group, *pservers,
             _headless_service(job, namespace, TRAINER, trainer_name(job), TRAINER_PORT, root),

@@ -18,7 +18,6 @@ import os
 
 from django.conf import settings
 
-from accounts.models import KUBE_VOLUME_SOURCES, kube_volume_problem
 from paddlecloud_core import layout
 from paddlecloud_core.contract import (
     SECRET_ENV,
@@ -70,6 +69,7 @@ from .scripts import (
     SITE_PACKAGES_ENV,
     WORKSPACE_ENV,
 )
+from .settings import KUBE_VOLUME_SOURCES, kube_settings, kube_volume_problem
 
 
 class ManifestError(Exception):
@@ -252,7 +252,7 @@ def pfs_volume(datacenter) -> dict:
     the namespace's claim of it (a ``persistentVolume``: ``manifests.pfs_claim_objects``). The
     in-tree cephfs plugin is gone from Kubernetes 1.31: there, give the CephFS CSI driver's
     volume as a ``persistentVolume``."""
-    source = datacenter.kube_volume
+    source = kube_settings(datacenter).kube_volume
     hint = ("set its kube_volume: one Kubernetes volume source, "
             + ", ".join(KUBE_VOLUME_SOURCES) + ", e.g. {\"nfs\": {\"server\": …, \"path\": …}}")
     if not source:
@@ -268,7 +268,8 @@ def pfs_volume(datacenter) -> dict:
 def run_as(datacenter) -> tuple[int, int]:
     """The uid and gid of a job's containers: the datacenter's, else the portal's own, so
     that the portal can clear away what jobs write and users can delete their output."""
-    uid, gid = datacenter.kube_run_as_user, datacenter.kube_run_as_group
+    settings_ = kube_settings(datacenter)
+    uid, gid = settings_.kube_run_as_user, settings_.kube_run_as_group
     return (os.getuid() if uid is None else uid, os.getgid() if gid is None else gid)
 
 
@@ -341,7 +342,7 @@ def kueue_pod_group(job) -> bool:
     queued; every pod of the job carries the group's labels, Kueue gates each pod as it is
     made and admits the group, both roles together, once all its pods exist. (An elastic
     job's group is its MIN trainers: Kueue removes pods past the group's count.)"""
-    return job.datacenter.kube_scheduler == "kueue" and bool(job.pservers)
+    return kube_settings(job.datacenter).kube_scheduler == "kueue" and bool(job.pservers)
 
 
 def peers_ended(job, first_attempt: int) -> str:
@@ -423,15 +424,16 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
     })
     if job.registry is not None:
         spec["imagePullSecrets"] = [{"name": pull_secret_name(job.registry)}]
+    settings_ = kube_settings(datacenter)
     if role == TRAINER and job.gpu:
-        if datacenter.kube_gpu_node_selector:
-            spec["nodeSelector"] = dict(datacenter.kube_gpu_node_selector)
-        if datacenter.kube_gpu_tolerations:
-            spec["tolerations"] = copy.deepcopy(datacenter.kube_gpu_tolerations)
+        if settings_.kube_gpu_node_selector:
+            spec["nodeSelector"] = dict(settings_.kube_gpu_node_selector)
+        if settings_.kube_gpu_tolerations:
+            spec["tolerations"] = copy.deepcopy(settings_.kube_gpu_tolerations)
     metadata = {"labels": job_labels(job, role)}
     if role == TRAINER:
         metadata["labels"][FIRST_ATTEMPT_LABEL] = str(first_attempt)
-    if datacenter.kube_scheduler == "volcano":
+    if settings_.kube_scheduler == "volcano":
         spec["schedulerName"] = "volcano"
         metadata["annotations"] = {VOLCANO_GROUP_ANNOTATION: object_base(job)}
     if kueue_pod_group(job):

@@ -12,7 +12,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from accounts.models import Datacenter
-from jobs.backends.local import isolation_notice
+from jobs.backends.local import LOCAL
+from jobs.backends.local.backend import isolation_notice
 from paddlecloud.serving import server_config
 from paddlecloud.worker import EmbeddedWorker
 
@@ -53,7 +54,7 @@ class Command(BaseCommand):
                                "`paddlecloud migrate` (or ./manage.py migrate) first")
         if not settings.DEBUG and not skip_collectstatic:
             call_command("collectstatic", interactive=False, verbosity=0)
-        if not no_worker and Datacenter.objects.filter(backend="local").exists():
+        if not no_worker and Datacenter.objects.filter(backend=LOCAL.name).exists():
             self.stdout.write(isolation_notice()[1])  # what local jobs can reach
         connection.close()  # the server and worker threads open their own
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 from accounts.models import Datacenter, Quota, User
+from jobs.backends.kubernetes.settings import KubernetesSettingsForm
 from jobs.models import Job
 from registries.models import Registry
 
@@ -20,10 +21,13 @@ def alice(username: str = "alice") -> User:
 
 def datacenter(kube_volume: dict | None = None, **fields) -> Datacenter:
     """Jobs run as uid and gid 1000 (not the test's root, which no restricted namespace
-    admits)."""
-    return Datacenter(name="dc1", namespace_prefix="paddle-",
-                      kube_volume=NFS if kube_volume is None else kube_volume,
-                      **{"kube_run_as_user": 1000, "kube_run_as_group": 1000, **fields})
+    admits). ``fields``: the datacenter's own, and its Kubernetes settings by name."""
+    settings = {"kube_volume": NFS if kube_volume is None else kube_volume,
+                "kube_run_as_user": 1000, "kube_run_as_group": 1000}
+    settings.update({name: fields.pop(name) for name in list(fields)
+                     if name in KubernetesSettingsForm.base_fields})
+    return Datacenter(name="dc1", namespace_prefix="paddle-", backend_settings=settings,
+                      **fields)
 
 
 def collective_job(**fields) -> Job:

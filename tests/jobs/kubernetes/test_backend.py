@@ -29,7 +29,7 @@ from jobs.services import job_delete, job_kill, job_submit
 from jobs.tasks import jobs_reconcile
 from paddlecloud_core.contract import STOP_GRACE_SECONDS
 from tests.conftest import assert_error
-from tests.kube import portal_kubeconfig
+from tests.kube import datacenter_set, portal_kubeconfig
 
 NS = "paddle-alice"
 KUBECTL = shutil.which("kubectl")
@@ -78,9 +78,8 @@ def test_a_job_runs_to_success_with_states_and_logs_from_pods(
         live_portal, k8s_api, settings, celery_worker):
     settings.PADDLECLOUD_KUBE_TIMEOUT = 2
     datacenter = live_portal.datacenter
-    Datacenter.objects.filter(pk=datacenter.pk).update(
-        backend="kubernetes", kubeconfig=str(portal_kubeconfig(k8s_api)),
-        kube_volume={"hostPath": {"path": "/mnt/pfs/datacenter1"}})
+    datacenter_set(datacenter, backend="kubernetes", kubeconfig=str(portal_kubeconfig(k8s_api)),
+                   kube_volume={"hostPath": {"path": "/mnt/pfs/datacenter1"}})
     (live_portal.home / "pkg").mkdir()
     # Trainers print a line every 0.2 s for a while, then exit 0; the pserver serves.
     lines = [f"step {i} loss {1 / (i + 1):.3f}" for i in range(15)]
@@ -513,8 +512,7 @@ def test_a_broken_kubeconfig_fails_the_job_saying_so(kube, alice, datacenter, pa
                                                      no_starts, tmp_path):
     broken = tmp_path / "broken-kubeconfig"
     broken.write_text("this: [is not a kubeconfig\n")
-    Datacenter.objects.filter(pk=datacenter.pk).update(kubeconfig=str(broken))
-    datacenter.refresh_from_db()
+    datacenter_set(datacenter, kubeconfig=str(broken))
     job = submit(alice, datacenter, package)
     engine.job_launch(job.pk)
     job.refresh_from_db()
@@ -530,8 +528,7 @@ def test_an_unreachable_api_server_fails_the_job_within_the_retry_budget(
         port = sock.getsockname()[1]  # nothing listens there
     config = kube.kubeconfig_path.read_text().replace(kube.url, f"http://127.0.0.1:{port}")
     (tmp_path / "gone").write_text(config)
-    Datacenter.objects.filter(pk=datacenter.pk).update(kubeconfig=str(tmp_path / "gone"))
-    datacenter.refresh_from_db()
+    datacenter_set(datacenter, kubeconfig=str(tmp_path / "gone"))
     job = submit(alice, datacenter, package)
     started = time.monotonic()
     engine.job_launch(job.pk)
@@ -576,8 +573,7 @@ def test_a_dry_run_shows_the_objects(kube, token_client, package):
 @pytest.mark.django_db
 def test_a_job_whose_objects_are_invalid_is_refused_with_the_schemas_message(
         kube, token_client, datacenter, package):
-    Datacenter.objects.filter(pk=datacenter.pk).update(
-        kube_volume={"nfs": {"server": 5, "path": "/pfs"}})
+    datacenter_set(datacenter, kube_volume={"nfs": {"server": 5, "path": "/pfs"}})
     body = assert_error(token_client.post("/api/v1/jobs/", {
         "name": "bad", "package": package, "entry": "x"}, format="json"), 400,
         "invalid_objects")

@@ -22,6 +22,7 @@ from jobs.models import Job
 from jobs.tasks import jobs_reconcile
 from kernel.queue import JOBS_ADMIT, task_claim
 from tests.accounts.test_admin_and_pages import DATACENTER_FORM
+from tests.kube import datacenter_set
 
 Gi, Mi, Ki = 2**30, 2**20, 2**10
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -59,9 +60,7 @@ def register(kube, *nodes: dict) -> None:
 
 
 def from_cluster(datacenter, **fields) -> Datacenter:
-    Datacenter.objects.filter(pk=datacenter.pk).update(capacity_from_cluster=True, **fields)
-    datacenter.refresh_from_db()
-    return datacenter
+    return datacenter_set(datacenter, capacity_from_cluster=True, **fields)
 
 
 def numbers(datacenter) -> tuple:
@@ -194,7 +193,8 @@ def test_the_capacity_comes_from_a_cluster_only_on_kubernetes(datacenter):
     with pytest.raises(DjangoValidationError) as refused:
         datacenter.full_clean()
     assert list(refused.value.message_dict) == ["capacity_from_cluster"]
-    datacenter.backend, datacenter.kube_volume = "kubernetes", {"hostPath": {"path": "/pfs"}}
+    datacenter.backend = "kubernetes"
+    datacenter.backend_settings = {"kube_volume": {"hostPath": {"path": "/pfs"}}}
     datacenter.full_clean()
 
 

@@ -17,11 +17,11 @@ from django.utils import timezone
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
-from accounts.models import Datacenter
 from jobs import engine
 from jobs.backends.kubernetes.names import object_base
 from tests.jobs.files import TRAINER
 from tests.k8s_api_server import crds
+from tests.kube import datacenter_set
 from tests.real_kube import kueue as real_kueue
 
 from .test_backend import NS, job_objects, reason, state, submit, wait
@@ -168,8 +168,7 @@ def no_starts(held_tasks):
 
 
 def choose(datacenter, **fields) -> None:
-    Datacenter.objects.filter(pk=datacenter.pk).update(**fields)
-    datacenter.refresh_from_db()
+    datacenter_set(datacenter, **fields)
 
 
 def sync_until(job, predicate, message: str, timeout: float = 90):

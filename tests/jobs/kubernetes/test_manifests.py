@@ -682,7 +682,7 @@ def test_kueue_admits_a_pserver_jobs_pods_as_one_group():
 @pytest.mark.parametrize("kube_volume", [{}, None])
 def test_a_datacenter_without_a_pfs_volume_cannot_run_jobs(kube_volume):
     job = collective_job(datacenter=datacenter(kube_volume={}))
-    job.datacenter.kube_volume = kube_volume
+    job.datacenter.backend_settings["kube_volume"] = kube_volume
     with pytest.raises(ManifestError, match=r"^datacenter dc1 has no PFS volume for pods: "
                                             r"set its kube_volume"):
         job_objects(job, namespace=NAMESPACE)

@@ -16,7 +16,7 @@ import os
 import select
 import threading
 
-from ..signals import replicas_changed
+from ...signals import replicas_changed
 
 logger = logging.getLogger(__name__)
 

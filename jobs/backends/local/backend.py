@@ -63,7 +63,7 @@ from paddlecloud_core.processes import (
     read_json,
 )
 
-from ..files import (
+from ...files import (
     home_dir,
     home_give,
     output_dir,
@@ -72,7 +72,7 @@ from ..files import (
     package_copy,
     tree_give,
 )
-from .base import Backend, BackendError, Observation, Status
+from ..base import Backend, BackendError, Observation, Status
 from .buildah import buildah_build
 from .envs import env_ensure, env_path, indexes_allowed
 from .exits import exits_follow
@@ -227,7 +227,6 @@ def leftovers_stop(grace: float) -> int:
 
 
 class LocalBackend(Backend):
-    name = "local"
 
     # --- files -----------------------------------------------------------------------------
 

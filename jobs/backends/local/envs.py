@@ -79,10 +79,10 @@ from paddlecloud_core.requirements import (
     requirements_text,
 )
 
-from ..files import tree_give
-from ..models import Job, JobEvent
-from ..states import FINAL_JOB_STATES
-from .base import BackendError
+from ...files import tree_give
+from ...models import Job, JobEvent
+from ...states import FINAL_JOB_STATES
+from ..base import BackendError
 from .egress import EgressError, egress
 from .sandbox import (
     PRIVATE_TMP,

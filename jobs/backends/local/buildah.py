@@ -56,7 +56,7 @@ from pathlib import Path
 
 from registries.oci import RegistryError, docker_config_json, image_ref_parse, manifest_digest
 
-from .base import BackendError
+from ..base import BackendError
 from .egress import EgressError, egress
 from .sandbox import SandboxError
 

@@ -1,0 +1,203 @@
+"""The settings a datacenter's Kubernetes backend owns: how the portal reaches the cluster, how
+pods mount the PFS, who starts a job's pods together, the pods' ids and GPU nodes.
+
+They are kept in ``Datacenter.backend_settings`` under the names of ``KubernetesSettingsForm``'s
+fields, which the admin and ``adddatacenter`` show and errors name (``kube_volume``, …); the
+form's rules are the settings' (``accounts.execution``). The backend reads them with
+``kube_settings``. Pure: no API server here (the manifests read them too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from django import forms
+from django.core.validators import RegexValidator
+from django.db import models
+
+from accounts.execution import BackendKind
+
+# What a datacenter's ``kube_volume`` may be: one volume source of these kinds, whose root holds
+# home/ and public/. Each but ``persistentVolume`` is put in every pod as it is given; a
+# ``persistentVolume`` holds a PersistentVolume's source (the way for CSI drivers such as
+# CephFS's, whose volumes are not inline): the portal makes a PersistentVolume and a claim bound
+# to it in each user namespace, as a claim is seen in its own namespace only.
+KUBE_VOLUME_SOURCES = ("nfs", "cephfs", "csi", "hostPath", "persistentVolume")
+PERSISTENT_VOLUME_SOURCES = ("csi", "nfs", "cephfs", "hostPath", "local")
+KUBE_VOLUME_CLAIM_HINT = (
+    "a persistentVolumeClaim is seen in its own namespace only, and jobs run in each user's: "
+    'give the volume instead, as {"persistentVolume": {"csi": {…}}}, and the portal makes a '
+    "PersistentVolume and a claim bound to it in each user namespace")
+
+
+def kube_volume_problem(source) -> str | None:
+    """Why ``source`` cannot be a datacenter's ``kube_volume``, or None."""
+    if isinstance(source, dict) and "persistentVolumeClaim" in source:
+        return KUBE_VOLUME_CLAIM_HINT
+    if (not isinstance(source, dict) or len(source) != 1
+            or next(iter(source)) not in KUBE_VOLUME_SOURCES
+            or not isinstance(next(iter(source.values())), dict)):
+        return ("one volume source: an object with one key, "
+                + ", ".join(KUBE_VOLUME_SOURCES) + ", holding its settings")
+    kind, settings_ = next(iter(source.items()))
+    if kind == "persistentVolume" and (
+            len(settings_) != 1 or next(iter(settings_)) not in PERSISTENT_VOLUME_SOURCES
+            or not isinstance(next(iter(settings_.values())), dict)):
+        return ("persistentVolume holds one PersistentVolume source: "
+                + ", ".join(PERSISTENT_VOLUME_SOURCES)
+                + ', e.g. {"persistentVolume": {"csi": {"driver": "cephfs.csi.ceph.com", …}}}')
+    if kind == "csi" and not isinstance(settings_.get("driver"), str):
+        return "a csi volume names its driver"
+    return None
+
+
+class Scheduler(models.TextChoices):
+    DEFAULT = "default", "Kubernetes' own scheduler (the start timeout guards against deadlock)"
+    KUEUE = "kueue", "Kueue: jobs wait suspended until a ClusterQueue admits them whole"
+    VOLCANO = "volcano", "Volcano: a PodGroup schedules all of a job's pods or none"
+
+
+class JSONSetting(forms.JSONField):
+    """A JSON setting whose empty value is ``empty`` ({} or []), not None."""
+
+    def __init__(self, *, empty: type, **kwargs):
+        super().__init__(required=False, initial=empty, **kwargs)
+        self.empty = empty
+
+    def clean(self, value):
+        cleaned = super().clean(value)
+        return self.empty() if cleaned is None else cleaned
+
+
+class KubernetesSettingsForm(forms.Form):
+    kube_in_cluster = forms.BooleanField(
+        label="in-cluster config", required=False, initial=False,
+        help_text="Use the service account of the pod the portal runs in.")
+    kubeconfig = forms.CharField(
+        max_length=1024, required=False, initial="",
+        help_text="Path to a kubeconfig file; empty means the default (~/.kube/config).")
+    kube_context = forms.CharField(label="kubeconfig context", max_length=253, required=False,
+                                   initial="")
+    kube_volume = JSONSetting(
+        empty=dict, label="PFS volume in pods",
+        help_text='How pods mount the PFS root (the directory holding home/ and public/): one '
+                  'Kubernetes volume source, e.g. {"cephfs": {"monitors": ["10.0.0.1:6789"], '
+                  '"user": "admin", "secretRef": {"name": "ceph-secret"}, "path": "/"}}, '
+                  '{"nfs": {"server": "nfs.example.com", "path": "/pfs"}}, '
+                  '{"hostPath": {"path": "/mnt/pfs"}} or '
+                  '{"persistentVolumeClaim": {"claimName": "pfs"}}.')
+    kube_scheduler = forms.ChoiceField(
+        label="gang scheduler", choices=Scheduler.choices, initial=Scheduler.DEFAULT,
+        help_text="Who decides that a job's pods start together. Kueue and Volcano must be "
+                  "installed in the cluster (README, Kubernetes).")
+    kube_queue = forms.CharField(
+        label="scheduler queue", max_length=253, required=False, initial="",
+        validators=[RegexValidator(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+                                   "a Kubernetes object name")],
+        help_text="Kueue: the ClusterQueue each user's LocalQueue feeds (required). Volcano: "
+                  "the Queue of the jobs' PodGroups; empty means \"default\".")
+    kube_run_as_user = forms.IntegerField(
+        label="pods' user id", min_value=0, required=False,
+        help_text="The uid every container of a job runs as, and so the owner of what jobs "
+                  "write in PFS. Empty means the portal's own uid, so that the portal can "
+                  "clear away what jobs leave and users can delete their output.")
+    kube_run_as_group = forms.IntegerField(
+        label="pods' group id", min_value=0, required=False,
+        help_text="Empty means the portal's gid.")
+    kube_gpu_tolerations = JSONSetting(
+        empty=list, label="GPU tolerations",
+        help_text='Tolerations of the pods of replicas that ask for GPUs, e.g. [{"key": '
+                  '"nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}].')
+    kube_gpu_node_selector = JSONSetting(
+        empty=dict, label="GPU node selector",
+        help_text='Node labels the pods of GPU replicas need, e.g. '
+                  '{"nvidia.com/gpu.present": "true"}.')
+
+    def clean(self):
+        values = super().clean()
+        if (volume := values.get("kube_volume")) and (problem := kube_volume_problem(volume)):
+            self.add_error("kube_volume", problem)
+        tolerations = values.get("kube_gpu_tolerations", [])
+        if not isinstance(tolerations, list) or not all(isinstance(t, dict) for t in tolerations):
+            self.add_error("kube_gpu_tolerations", "a JSON list of toleration objects")
+        selector = values.get("kube_gpu_node_selector", {})
+        if not isinstance(selector, dict) or not all(isinstance(v, str)
+                                                     for v in selector.values()):
+            self.add_error("kube_gpu_node_selector",
+                           'an object of node labels, e.g. {"gpu": "true"}')
+        if values.get("kube_scheduler") == Scheduler.KUEUE and not values.get("kube_queue") \
+                and "kube_queue" not in self.errors:
+            self.add_error("kube_queue", "required with Kueue: the ClusterQueue users' jobs go to")
+        return values
+
+
+def kube_settings(datacenter):
+    """The datacenter's Kubernetes settings, as attributes (``kube_settings(dc).kube_volume``)."""
+    return KUBERNETES.settings_of(datacenter)
+
+
+def spec_problems(datacenter, spec: dict) -> list[tuple[str, str]]:
+    """What a Kubernetes datacenter cannot run of a submission: Kueue admits a job at one
+    size, so a range of trainers is not offered where it decides."""
+    if spec["trainers_min"] is not None \
+            and kube_settings(datacenter).kube_scheduler == Scheduler.KUEUE:
+        return [("trainers", f"a range ({spec['trainers_min']}:{spec['trainers']}) is not "
+                             f"offered in datacenter {datacenter.name!r}: Kueue admits its "
+                             "jobs at one size; give a number")]
+    return []
+
+
+def _json_of(kind: type, example: str):
+    """An argparse type: the text as JSON of ``kind`` (a dict, a list), else what to write."""
+    def parse(text: str):
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+        if not isinstance(value, kind):
+            raise argparse.ArgumentTypeError(example)
+        return value
+    return parse
+
+
+_json_object = _json_of(dict, 'a JSON object, e.g. {"hostPath": {"path": "/mnt/pfs"}}')
+_json_list = _json_of(list, 'a JSON list, e.g. [{"key": "nvidia.com/gpu", "operator": '
+                            '"Exists"}]')
+
+
+def arguments(parser) -> None:
+    """``adddatacenter``'s options of these settings (each ``dest`` a setting's name)."""
+    parser.add_argument("--kubeconfig", help="kubeconfig path (kubernetes backend)")
+    parser.add_argument("--kube-context", help="kubeconfig context (kubernetes backend)")
+    parser.add_argument("--in-cluster", dest="kube_in_cluster", action="store_true",
+                        default=None, help="use the portal pod's service account")
+    parser.add_argument("--no-in-cluster", dest="kube_in_cluster", action="store_false")
+    parser.add_argument("--kube-volume", type=_json_object, metavar="JSON",
+                        help='how pods mount the PFS root: one Kubernetes volume source, '
+                             'e.g. \'{"nfs": {"server": "nfs.example.com", "path": '
+                             '"/exports/pfs/dc1"}}\', or {"persistentVolume": '
+                             '{"csi": {…}}} for a volume the portal makes a '
+                             'PersistentVolume and claim of in each user namespace')
+    parser.add_argument("--scheduler", dest="kube_scheduler", choices=Scheduler.values,
+                        help="who starts a job's pods together (default: Kubernetes')")
+    parser.add_argument("--queue", dest="kube_queue",
+                        help="Kueue's ClusterQueue, or Volcano's Queue, of the jobs")
+    parser.add_argument("--run-as-user", dest="kube_run_as_user", type=int, metavar="UID",
+                        help="uid of the jobs' containers (default: the portal's)")
+    parser.add_argument("--run-as-group", dest="kube_run_as_group", type=int,
+                        metavar="GID", help="gid of the jobs' containers (default: the "
+                                            "portal's)")
+    parser.add_argument("--gpu-tolerations", dest="kube_gpu_tolerations",
+                        type=_json_list, metavar="JSON",
+                        help="tolerations of GPU replicas' pods, a JSON list")
+    parser.add_argument("--gpu-node-selector", dest="kube_gpu_node_selector",
+                        type=_json_object, metavar="JSON",
+                        help="node labels GPU replicas' pods need, a JSON object")
+
+
+KUBERNETES = BackendKind(
+    name="kubernetes", label="Kubernetes",
+    backend="jobs.backends.kubernetes.backend.KubernetesBackend",
+    settings_form=KubernetesSettingsForm, spec_problems=spec_problems, reads_capacity=True,
+    arguments=arguments)
