@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async
+from django.db import connection
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -201,7 +202,8 @@ class JobLogsView(DatacenterAPIView):
             raise ValidationError.for_field("tail", f"a whole number from 0 to {MAX_TAIL}")
         tail = int(tail) if tail is not None else None
         follow = query_flag(request, "follow")
-        live = backend_for(job.datacenter).log_stream(job, replica, follow=follow, tail=tail)
+        live = backend_for(job.datacenter).log_stream(job, replica, follow=follow, tail=tail,
+                                                      ended=lambda: _ended(replica))
         if live is not None:  # from where it runs (a pod), not the archive
             return _streaming(stream.from_sync(live))
         file = log_file(job, replica)
@@ -291,6 +293,15 @@ class MasterTaskView(MasterView):
                    summary="Renew a task's lease, report it done or failed, or give it back")
     def post(self, request, uid, task_id: int, action: str):
         return self.call(request, uid, action, task_id)
+
+
+def _ended(worker) -> bool:
+    """``worker_ended``, asked by a backend following a live log on a worker thread of the
+    streaming response (which closes its own connection)."""
+    try:
+        return worker_ended(worker)
+    finally:
+        connection.close()
 
 
 def _streaming(chunks) -> StreamingHttpResponse:
