@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Max
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -43,6 +43,7 @@ from paddlecloud_core.spec import trainers_shown
 
 from .backends import backend_for
 from .backends.base import BackendError, Observation, Status
+from .files import output_prepare
 from .master.dispatch import tasks_left
 from .models import Build, Job, JobEvent, Replica
 from .notify import job_changed
@@ -65,7 +66,7 @@ def job_launch(job_id: int) -> None:
     backend = backend_for(job.datacenter)
     try:
         backend.changes_watch(job.datacenter)  # from here on, what becomes of it is announced
-        backend.prepare(job)
+        job_prepare(job, backend)
     except BackendError as exc:
         job_fail(job, str(exc))
         return
@@ -73,7 +74,7 @@ def job_launch(job_id: int) -> None:
         job_fail(job, f"could not prepare the job's files: {exc}")
         return
     replicas = _replicas(job)
-    topology = backend.topology(job, replicas)
+    topology = job_topology(job, backend, replicas)
     elastic = trainers_elastic(job)
     for replica in replicas:
         if not (elastic and replica.role == Replica.Role.TRAINER):
@@ -82,12 +83,41 @@ def job_launch(job_id: int) -> None:
         _trainers_place(job, backend)
 
 
+def job_prepare(job, backend) -> None:
+    """Make the job ready to start: its output directory, where the portal has the PFS
+    (``output_prepare``; two starts of one job take turns), then what its backend makes for
+    it, its trainers at their attempt (the same whenever the backend makes them anew)."""
+    if backend.pfs_mounted(job.datacenter):
+        with transaction.atomic():
+            list(Job.objects.select_for_update().filter(pk=job.pk).values_list("pk"))
+            output_prepare(job)
+    attempt = Replica.objects.filter(job_id=job.pk, role=Replica.Role.TRAINER).aggregate(
+        most=Max("attempt"))["most"]
+    backend.prepare(job, attempt or 0)
+
+
+def job_topology(job, backend, replicas) -> Topology:
+    """Where the job's ``replicas`` listen (``Backend.topology``), saved on them (with their
+    host, where the backend knows it before they start): the backend keeps what they hold,
+    so every call says the same."""
+    topology = backend.topology(job, replicas)
+    by_role = {Replica.Role.TRAINER: topology.trainers, Replica.Role.PSERVER: topology.pservers}
+    with transaction.atomic():
+        for replica in replicas:
+            endpoint = by_role[replica.role][replica.index]
+            if replica.endpoint != endpoint:
+                replica.endpoint = endpoint
+                replica.host = backend.placed_host or replica.host
+                replica.save(update_fields=["endpoint", "host"])
+    return topology
+
+
 def _start(job, backend, replica, expected: str, topology: Topology | None = None,
            reason: str = "process started") -> None:
     """Start the replica's current attempt if it is still in the ``expected`` state: pending
     (its first start), or starting (a restart). Under the replica's row lock, so two tasks
     cannot both start it."""
-    topology = topology or backend.topology(job, _replicas(job))
+    topology = topology or job_topology(job, backend, _replicas(job))
     env = replica_env(job, replica.role, replica.index, topology, backend.paths(job),
                       job_namespace(job.datacenter, job.owner.username))
     with transaction.atomic():
@@ -353,7 +383,7 @@ def _trainers_place(job, backend) -> None:
     job.trainers_held = locked.trainers_held
     if not chosen:
         return
-    topology = backend.topology(job, _replicas(job))
+    topology = job_topology(job, backend, _replicas(job))
     held = trainers_shown(locked.trainers_held, job.trainers_min, job.trainers)
     for replica in chosen:
         _start(job, backend, replica, ReplicaState.PENDING, topology,

@@ -215,8 +215,12 @@ def _reconcile(lease: Lease) -> dict[str, int]:
                   .filter(replicas__state__in=LIVE_REPLICA_STATES).distinct())
     for job_id in ended_live.values_list("pk", flat=True):
         engine.job_halt(job_id)
-    for backend in {backend_for(dc) for dc in Datacenter.objects.all()}:
-        counts["orphans"] += backend.orphans_stop(jobs_known, engine.STOP_GRACE_SECONDS)
+    on_backend: dict = {}
+    for datacenter in Datacenter.objects.all():
+        on_backend.setdefault(backend_for(datacenter), []).append(datacenter)
+    for backend, datacenters in on_backend.items():
+        counts["orphans"] += backend.orphans_stop(datacenters, jobs_known,
+                                                  engine.STOP_GRACE_SECONDS)
     for job in Job.objects.filter(state__in=FINAL_JOB_STATES,
                                   ttl_seconds_after_finished__isnull=False,
                                   finished_at__lt=_ttl_cutoff(now)

@@ -165,7 +165,7 @@ def _no_local_job_left(_var_in_tmp, settings, tmp_path_factory):
     if var.is_relative_to(tmp_path_factory.getbasetemp()) and (var / "jobs").is_dir():
         from jobs.backends.local.backend import LocalBackend
 
-        LocalBackend().orphans_stop(lambda uids: set(), grace=1)
+        LocalBackend().orphans_stop([], lambda uids: set(), grace=1)
     from jobs.backends.local.exits import exits_stop
 
     exits_stop()  # the thread that followed its runners' exits

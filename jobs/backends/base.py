@@ -28,11 +28,21 @@ class Capacity:
 
 class Backend(abc.ABC):
     name: str  # as the registry names it (``jobs.backends``), set by ``backend_for``
+    # Where every replica runs, known before it starts (the local backend: this machine),
+    # saved with its endpoint; "": each observation says (its node on Kubernetes).
+    placed_host = ""
 
     @abc.abstractmethod
-    def prepare(self, job) -> None:
-        """Make the job's files ready (package, requirements, output dir). Idempotent.
+    def prepare(self, job, attempt: int = 0) -> None:
+        """Make what the job's replicas need ready (package, requirements, objects), its
+        trainers starting at ``attempt`` (a requeued job's next start begins a new one); its
+        output directory is the engine's (``jobs.engine.job_prepare``). Idempotent.
         Raises BackendError with a message for the user when that fails."""
+
+    def pfs_mounted(self, datacenter) -> bool:
+        """Whether the portal has the datacenter's PFS as a directory of its own, where it
+        makes a job's output before ``prepare`` (always where jobs run on this machine)."""
+        return True
 
     @abc.abstractmethod
     def paths(self, job) -> Paths:
@@ -41,7 +51,9 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def topology(self, job, replicas) -> Topology:
-        """Assign each replica its endpoint (saved on the replicas); the same on every call."""
+        """Each replica's endpoint: those the replicas have kept, the rest given now (the
+        engine saves them on the replicas: ``jobs.engine.job_topology``). The same on every
+        call once saved."""
 
     @abc.abstractmethod
     def start(self, job, replica, env: dict[str, str]) -> str:
@@ -102,18 +114,21 @@ class Backend(abc.ABC):
         backend with no objects of its own."""
         return []
 
-    def log_stream(self, job, replica, *, follow: bool, tail: int | None):
+    def log_stream(self, job, replica, *, follow: bool, tail: int | None,
+                   ended: Callable[[], bool] | None = None):
         """The replica's log from where it runs (an iterator of bytes), or None when it is
         read from its file in the output (``jobs.files.log_file``: the local backend; pods
-        that are gone)."""
+        that are gone). ``ended()`` says whether the replica has ended, for a log followed
+        before it has begun (None: as if it had)."""
         return None
 
     @abc.abstractmethod
-    def orphans_stop(self, known: Callable[[set[str]], set[str]], grace: float) -> int:
+    def orphans_stop(self, datacenters, known: Callable[[set[str]], set[str]],
+                     grace: float) -> int:
         """Stop and remove whatever the backend runs or keeps for jobs the database no longer
-        knows: ``known(uids)`` says which of the job uids it found the database knows (one
-        query for all, so the cost is what the backend holds, not the jobs ever run).
-        Returns how many unknown jobs it found."""
+        knows, in ``datacenters`` (those on this backend): ``known(uids)`` says which of the
+        job uids it found the database knows (one query for all, so the cost is what the
+        backend holds, not the jobs ever run). Returns how many unknown jobs it found."""
 
     @abc.abstractmethod
     def cleanup(self, job) -> None:
@@ -124,13 +139,15 @@ class Backend(abc.ABC):
     runs_images = False  # replicas run in the job's image, which a build registry lets build
 
     def image_build(self, build, dockerfile: str, log: int, auth: tuple[str, str] | None, *,
-                    insecure: bool) -> str:
+                    insecure: bool, cancelled: Callable[[], str] = lambda: "") -> str:
         """Build ``build``'s runtime image (``dockerfile`` is its text; the package
         ``build.package`` its context) and push it to ``build.image`` with ``auth`` (user name
         and password; None: anonymously; ``insecure``: over plain HTTP). Returns the pushed
         manifest's digest. The builder's output goes to the file descriptor ``log``;
         ``BackendError`` with a one-line reason (the builder's last lines, or the registry's
-        refusal) if it fails."""
+        refusal) if it fails. A backend that follows its builder asks ``cancelled()`` as it
+        does (the reason, once the build was cancelled; "" until then), and once it answers
+        stops the builder and fails with that reason."""
         raise BackendError(f"datacenter {build.datacenter.name}'s backend cannot build images")
 
     def image_build_problem(self, datacenter) -> str | None:

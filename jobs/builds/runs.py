@@ -19,7 +19,7 @@ from pfs.storage import storage_for
 from ..backends import backend_for
 from ..backends.base import BackendError
 from ..files import build_log_open
-from ..models import Build, Job
+from ..models import Build, Job, build_ended
 from ..notify import job_changed
 from ..signals import job_built
 from ..states import JobState
@@ -149,7 +149,8 @@ def build_run(build_id: int, inputs: BuildInputs | None = None) -> None:
         _say(log, f"building {build.image} ({how})")
         digest = backend_for(build.datacenter).image_build(
             build, inputs.dockerfile, log, credentials(build.registry),
-            insecure=registry_insecure(build.datacenter, build.image))
+            insecure=registry_insecure(build.datacenter, build.image),
+            cancelled=lambda: Build.CANCELLED if build_ended(build.pk) else "")
     except BackendError as exc:
         if log is not None:
             _say(log, f"failed: {exc}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
+from django.db import connection
 
 from ..backends import backend_for
 from ..files import build_log_file, log_file
@@ -28,7 +29,8 @@ def log_blocks(job, worker, *, follow: bool = False,
     """The worker's log (a replica, or the job's ``Build``): its last ``tail`` lines or all
     of it, and with ``follow`` what it writes until it ends. A link or a FIFO where its file
     should be is refused here (``PaddleCloudError``), before anything is sent."""
-    live = backend_for(job.datacenter).log_stream(job, worker, follow=follow, tail=tail)
+    live = backend_for(job.datacenter).log_stream(job, worker, follow=follow, tail=tail,
+                                                  ended=lambda: _ended_here(worker))
     if live is not None:
         return stream.from_sync(live)
     file = log_file(job, worker)
@@ -54,3 +56,12 @@ def log_archived_blocks(job, replica) -> AsyncIterator[bytes]:
 
 def _ended(worker):
     return lambda: sync_to_async(worker_ended)(worker)
+
+
+def _ended_here(worker) -> bool:
+    """``worker_ended``, asked by a backend following a live log on a worker thread of the
+    streaming response (which closes its own connection)."""
+    try:
+        return worker_ended(worker)
+    finally:
+        connection.close()

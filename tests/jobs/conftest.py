@@ -87,6 +87,7 @@ def prepared_jobs(alice, datacenter, backend):
     /pfs/datacenter1/home/alice/pkg, entry ``python train.py``, image ``img``) made straight
     in the database with its replicas and prepared on the test's ``backend``; every job made
     is stopped and cleaned up after the test."""
+    from jobs.engine import job_prepare
     from jobs.models import Job, Replica
 
     made: list[Job] = []
@@ -99,7 +100,7 @@ def prepared_jobs(alice, datacenter, backend):
         for role, count in (("pserver", pservers), ("trainer", trainers)):
             for index in range(count):
                 Replica.objects.create(job=job, role=role, index=index)
-        backend.prepare(job)
+        job_prepare(job, backend)
         made.append(job)
         return job
 

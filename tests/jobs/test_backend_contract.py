@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs import engine
 from jobs.backends import backend_for
 from jobs.backends.base import Backend, Observation, Status
 from jobs.backends.kubernetes.names import JOB_UID_LABEL
@@ -75,7 +76,7 @@ def make_job(pfs_home, prepared_jobs):
 
 def start(backend, job, replica) -> str:
     replicas = list(job.replicas.order_by("role", "index"))
-    topology = backend.topology(job, replicas)
+    topology = engine.job_topology(job, backend, replicas)
     env = replica_env(job, replica.role, replica.index, topology, backend.paths(job),
                       job_namespace(job.datacenter, job.owner.username))
     return backend.start(job, replica, env)
@@ -157,8 +158,8 @@ def test_prepare_is_idempotent(request, backend, make_job, pfs_home):
     left = snapshot(output)
     first = kept(request, backend, job)
 
-    backend.prepare(job)
-    backend.prepare(job)
+    engine.job_prepare(job, backend)
+    engine.job_prepare(job, backend)
 
     assert sorted(os.listdir(pfs_home / "jobs")) == [job.name]
     assert os.listdir(output.parent) == ["output"]  # nothing set aside beside it
@@ -277,14 +278,15 @@ def test_cleanup_leaves_nothing_but_the_output(request, backend, make_job):
 def test_topology_is_stable_and_complete(backend, make_job):
     job = make_job(trainers=2, pservers=2)
     replicas = list(job.replicas.order_by("role", "index"))
-    first = backend.topology(job, replicas)
-    again = backend.topology(job, list(job.replicas.order_by("role", "index")))
+    first = engine.job_topology(job, backend, replicas)
+    again = engine.job_topology(job, backend, list(job.replicas.order_by("role", "index")))
     assert first == again
     assert len(first.pservers) == 2 and len(first.trainers) == 2
     assert len(set(first.pservers + first.trainers)) == 4  # every replica its own endpoint
     assert first.master is None  # parameter-server jobs have no collective master
     collective = make_job(trainers=2)
-    topology = backend.topology(collective, list(collective.replicas.all()))
+    topology = engine.job_topology(collective, backend,
+                                   list(collective.replicas.order_by("role", "index")))
     assert topology.master and topology.master not in topology.trainers
 
 
@@ -293,9 +295,10 @@ def test_orphans_are_stopped_and_removed(request, backend, make_job):
     replica = job.replicas.get()
     start(backend, job, replica)
     known = {str(job.uid)}
-    assert backend.orphans_stop(lambda uids: uids & known, grace=2) == 0  # known: left alone
+    datacenters = [job.datacenter]
+    assert backend.orphans_stop(datacenters, lambda uids: uids & known, grace=2) == 0  # known
     assert running(backend, job, replica).status == Status.RUNNING
-    assert backend.orphans_stop(lambda uids: set(), grace=2) == 1
+    assert backend.orphans_stop(datacenters, lambda uids: set(), grace=2) == 1
     eventually(backend, lambda: backend.observe(job, replica).status != Status.RUNNING,
                "the orphan still runs")
     eventually(backend, lambda: not kept(request, backend, job, pods=True),

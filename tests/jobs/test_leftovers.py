@@ -22,7 +22,7 @@ from paddlecloud_core.processes import attempt_start, group_live
 
 def reconcile() -> int:
     """What the reconciler does for the local backend (every job unknown to the database)."""
-    return LocalBackend().orphans_stop(lambda uids: uids, grace=1)
+    return LocalBackend().orphans_stop([], lambda uids: uids, grace=1)
 
 
 def gone(pid: int, timeout: float = 10) -> bool:
@@ -58,7 +58,7 @@ def test_a_network_started_but_never_recorded_is_released(private):
     reconcile()
     assert gone(held.pid)
     assert netns_alive(mine)  # the recorded one is the job's: kept
-    LocalBackend().orphans_stop(lambda uids: set(), grace=1)
+    LocalBackend().orphans_stop([], lambda uids: set(), grace=1)
     assert gone(mine.pid)
 
 

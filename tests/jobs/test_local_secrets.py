@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs import engine
 from jobs.backends.base import Status
 from jobs.backends.local import backend as local
 from jobs.backends.local.backend import LocalBackend, job_dir
@@ -137,7 +138,7 @@ def job(alice, datacenter, pfs_home):
     for index in range(2):
         Replica.objects.create(job=made, role="trainer", index=index)
     backend = LocalBackend()
-    backend.prepare(made)
+    engine.job_prepare(made, backend)
     yield made
     backend.stop(made, list(made.replicas.all()), grace=1)
     backend.cleanup(made)
@@ -147,7 +148,7 @@ def job(alice, datacenter, pfs_home):
 def test_a_replicas_secrets_are_on_no_command_line_and_it_gets_them_exactly(job):
     backend = LocalBackend()
     replicas = list(job.replicas.order_by("index"))
-    topology = backend.topology(job, replicas)
+    topology = engine.job_topology(job, backend, replicas)
     envs = {r.name: replica_env(job, r.role, r.index, topology, backend.paths(job),
                                 job_namespace(job.datacenter, job.owner.username))
             for r in replicas}

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from jobs import engine
 from jobs.backends import backend_for
 from jobs.backends.base import Status
 from jobs.backends.kubernetes.client import kube_for
@@ -158,7 +159,7 @@ def make_job(package, prepared_jobs):
 def envs(backend, job) -> dict[str, dict[str, str]]:
     """Each replica's environment as the engine builds it."""
     replicas = list(job.replicas.order_by("role", "index"))
-    topology = backend.topology(job, replicas)
+    topology = engine.job_topology(job, backend, replicas)
     return {r.name: replica_env(job, r.role, r.index, topology, backend.paths(job),
                                 job_namespace(job.datacenter, job.owner.username))
             for r in replicas}

@@ -78,7 +78,7 @@ def builder_job(build, namespace: str, image: str, *, insecure: bool, auth: bool
         mounts.append({"name": "docker-config", "mountPath": DOCKER_CONFIG_DIR,
                        "readOnly": True})
         volumes.append({"name": "docker-config", "secret": {
-            "secretName": pull_secret_name(build.registry),
+            "secretName": pull_secret_name(build.registry.name),
             "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}})
     container = {
         "name": CONTAINER, "image": image, "command": ["buildctl-daemonless.sh"], "args": args,

@@ -351,7 +351,7 @@ def pull_secret(namespace: str, registry, password: str) -> dict:
               REGISTRY_LABEL: registry.name, OWNER_LABEL: str(registry.owner_id)}
     return {
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": _metadata(pull_secret_name(registry), namespace, labels),
+        "metadata": _metadata(pull_secret_name(registry.name), namespace, labels),
         "type": "kubernetes.io/dockerconfigjson",
         "data": {".dockerconfigjson": base64.b64encode(config.encode()).decode()},
     }

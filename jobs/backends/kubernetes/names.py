@@ -106,10 +106,10 @@ def pfs_volume_name(namespace: str) -> str:
     return f"paddlecloud-pfs-{namespace}"
 
 
-def pull_secret_name(registry) -> str:
-    """A registry credential's pull secret in its owner's namespace (registry names are
-    DNS labels of at most 40 characters, unique per owner and datacenter)."""
-    return f"paddlecloud-registry-{registry.name}"
+def pull_secret_name(name: str) -> str:
+    """The pull secret of the registry credential ``name`` in its owner's namespace (registry
+    names are DNS labels of at most 40 characters, unique per owner and datacenter)."""
+    return f"paddlecloud-registry-{name}"
 
 
 def job_labels(job, component: str) -> dict[str, str]:

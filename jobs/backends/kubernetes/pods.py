@@ -423,7 +423,7 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
         "securityContext": pod_security_context(datacenter),
     })
     if job.registry is not None:
-        spec["imagePullSecrets"] = [{"name": pull_secret_name(job.registry)}]
+        spec["imagePullSecrets"] = [{"name": pull_secret_name(job.registry.name)}]
     settings_ = kube_settings(datacenter)
     if role == TRAINER and job.gpu:
         if settings_.kube_gpu_node_selector:

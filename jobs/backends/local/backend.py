@@ -47,7 +47,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db import transaction
 
 from paddlecloud_core.contract import Paths, TaskMaster, Topology, master_token, master_url
 from paddlecloud_core.layout import log_relpath
@@ -68,7 +67,6 @@ from ...files import (
     home_give,
     output_dir,
     output_open,
-    output_prepare,
     package_copy,
     tree_give,
 )
@@ -227,10 +225,11 @@ def leftovers_stop(grace: float) -> int:
 
 
 class LocalBackend(Backend):
+    placed_host = "127.0.0.1"
 
     # --- files -----------------------------------------------------------------------------
 
-    def prepare(self, job) -> None:
+    def prepare(self, job, attempt: int = 0) -> None:
         private = job_dir(job)
         (private / "run").mkdir(parents=True, exist_ok=True)
         # Two starts of one job (a retried task beside a slow one) take turns.
@@ -241,7 +240,6 @@ class LocalBackend(Backend):
     def _prepare(self, job, private: Path) -> None:
         if _as_owner():
             home_give(job, home_ids(job.owner))
-        output_prepare(job)
 
         pkg = private / "pkg"
         if not pkg.exists():
@@ -267,7 +265,8 @@ class LocalBackend(Backend):
                 "build steps in a network that reaches only the allowed package indexes): its "
                 "administrator allows that with PADDLECLOUD_LOCAL_BUILDS=1")
 
-    def image_build(self, build, dockerfile: str, log: int, auth, *, insecure: bool) -> str:
+    def image_build(self, build, dockerfile: str, log: int, auth, *, insecure: bool,
+                    cancelled=lambda: "") -> str:
         """``paddlectl build`` on this machine: buildah, daemonless, on a copy of the package
         (read through its PFS storage), with its images under PADDLECLOUD_BUILDAH_DIR. Jobs
         here run as processes, not in images: they never wait for a build."""
@@ -290,7 +289,7 @@ class LocalBackend(Backend):
         netns_stop(netns_file(private))
         relay_stop(relay_file(private))  # it ends with the network: this waits for it
 
-    def orphans_stop(self, known, grace: float) -> int:
+    def orphans_stop(self, datacenters, known, grace: float) -> int:
         root = jobs_root()
         if not root.is_dir():
             return leftovers_stop(grace)
@@ -322,12 +321,11 @@ class LocalBackend(Backend):
         # a network, its own or the machine's.
         fresh = free_endpoints(len(unset) + (collective and not master_file.exists()),
                                taken=kept)
-        with transaction.atomic():
-            for replica, endpoint in zip(unset, fresh, strict=False):
-                replica.host, replica.endpoint = "127.0.0.1", endpoint
-                replica.save(update_fields=["host", "endpoint"])
-        pservers = tuple(r.endpoint for r in replicas if r.role == "pserver")
-        trainers = tuple(r.endpoint for r in replicas if r.role == "trainer")
+        given = dict(zip(map(id, unset), fresh, strict=False))
+        endpoints = [(r.role, r.endpoint or given[id(r)])
+                     for r in sorted(replicas, key=lambda r: (r.role, r.index))]
+        pservers = tuple(endpoint for role, endpoint in endpoints if role == "pserver")
+        trainers = tuple(endpoint for role, endpoint in endpoints if role == "trainer")
         master = None
         if collective:
             if not master_file.exists():

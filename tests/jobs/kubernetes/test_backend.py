@@ -16,6 +16,7 @@ import time
 
 import pytest
 import yaml
+from django.db import connection
 
 from accounts.models import Datacenter
 from jobs import engine, tasks
@@ -24,7 +25,7 @@ from jobs.backends.base import Status
 from jobs.backends.kubernetes.client import kube_for, kube_forget
 from jobs.backends.kubernetes.names import JOB_UID_LABEL, object_base
 from jobs.backends.kubernetes.pods_watch import pod_cache, pod_caches_stop
-from jobs.models import Job
+from jobs.models import Job, replica_ended
 from jobs.services import job_delete, job_kill, job_submit
 from jobs.tasks import jobs_reconcile
 from paddlecloud_core.contract import STOP_GRACE_SECONDS
@@ -645,6 +646,15 @@ def test_the_pod_watch_lists_again_after_410_and_dropped_streams(kube, alice, da
     assert backend.observe(job, job.replicas.get()).status == Status.EXITED
 
 
+def replica_ended_now(replica) -> bool:
+    """Whether the replica has ended, asked on the reader's thread (which closes its own
+    connection, as the portal's streaming response does)."""
+    try:
+        return replica_ended(replica.pk)
+    finally:
+        connection.close()
+
+
 @pytest.mark.django_db(transaction=True)  # the reader thread reads the replica's state
 def test_logs_of_a_pod_still_being_created_wait_for_it(kube, alice, datacenter, package,
                                                        no_starts):
@@ -660,7 +670,8 @@ def test_logs_of_a_pod_still_being_created_wait_for_it(kube, alice, datacenter, 
 
     def follow():
         try:
-            chunks.extend(backend.log_stream(job, replica, follow=True, tail=None))
+            chunks.extend(backend.log_stream(job, replica, follow=True, tail=None,
+                                             ended=lambda: replica_ended_now(replica)))
         except Exception as exc:  # shown by the assertion below
             errors.append(exc)
 
