@@ -24,7 +24,7 @@ from tests.conftest import assert_error
 class ToyBackend(Backend):
     """Runs nothing: the registry is what is tried here."""
 
-    def prepare(self, job):
+    def prepare(self, job, attempt=0):
         raise NotImplementedError
 
     def paths(self, job):
@@ -42,7 +42,7 @@ class ToyBackend(Backend):
     def stop(self, job, replicas, grace):
         raise NotImplementedError
 
-    def orphans_stop(self, known, grace):
+    def orphans_stop(self, datacenters, known, grace):
         raise NotImplementedError
 
     def cleanup(self, job):
