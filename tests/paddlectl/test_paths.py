@@ -9,8 +9,7 @@ import pytest
 from paddlectl.commands.files import file_dest, file_source
 from paddlectl.errors import UsageError
 from paddlectl.pfspath import is_inside, require_remote
-
-HOME = "/pfs/datacenter1/home/alice"
+from tests.factories import HOME
 
 
 @pytest.mark.parametrize(("path", "hint"), [
