@@ -4,6 +4,7 @@ quietly falls back to SQLite or skips the service-backed tests."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import signal
@@ -23,6 +24,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from accounts.services import datacenter_upsert, token_create, user_upsert
+from tests.factories import home, job_fields, package_write, submit_job
 
 # Fixtures: the real cluster, Kueue on it.
 from tests.real_kube.fixtures import real_kube, real_kueue  # noqa: F401
@@ -31,6 +33,12 @@ PASSWORD = "correct horse battery staple"
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "package(program, name='pkg', files=None): what the "
+                            "``package`` fixture writes (tests.factories.package_write)")
+    _default_signal_handlers()
+
+
+def _default_signal_handlers():
     """The children tests signal get the default handlers: a run started in the background
     by a script ignores SIGINT and SIGQUIT, and an ignored signal stays ignored across exec
     (Ctrl-C to a paddlectl would do nothing). Handled here, they are reset in every child."""
@@ -261,9 +269,42 @@ def pfs_home(settings, tmp_path, fresh_pfs_root, datacenter):
     """alice's PFS home on disk, under a fresh PFS root."""
     settings.PADDLECLOUD_PFS_ROOT = fresh_pfs_root
     settings.VAR_DIR = tmp_path / "var"
-    home = fresh_pfs_root / "datacenter1" / "home" / "alice"
-    home.mkdir(parents=True)
-    return home
+    path = fresh_pfs_root / home().removeprefix("/pfs/")
+    path.mkdir(parents=True)
+    return path
+
+
+@pytest.fixture
+def package(request, pfs_home) -> str:
+    """alice's trainer package in her PFS home (/pfs/datacenter1/home/alice/pkg), its PFS path:
+    a train.py that says hi, or what the test's ``package`` mark gives (the arguments of
+    ``tests.factories.package_write``: program, name, files)."""
+    mark = request.node.get_closest_marker("package")
+    args, kwargs = (mark.args, mark.kwargs) if mark else ((), {})
+    return package_write(pfs_home, *args, **kwargs)
+
+
+@pytest.fixture
+def submit(request, alice, datacenter, package):
+    """``submit(name="fit", **fields)``: alice's job of ``package`` submitted through the
+    service (``tests.factories.submit_job``). Without the ``celery_worker`` fixture the test
+    drives the engine itself, so its tasks are held (a worker left running by an earlier test
+    would pick them up); no process of a job submitted is left after the test."""
+    from jobs.backends import backend_for
+    from jobs.models import Job
+
+    if "celery_worker" not in request.fixturenames:
+        request.getfixturevalue("held_tasks")
+    submitted: list[Job] = []
+
+    def do(name="fit", **fields) -> Job:
+        submitted.append(submit_job(alice, datacenter, name, package=package, **fields))
+        return submitted[-1]
+
+    yield do
+    for job in submitted:
+        if Job.objects.filter(pk=job.pk).exists():
+            backend_for(job.datacenter).stop(job, list(job.replicas.all()), grace=1)
 
 
 @pytest.fixture
@@ -376,6 +417,12 @@ class LivePortal:
 
     def __init__(self, url, datacenter, user, home):
         self.url, self.datacenter, self.user, self.home = url, datacenter, user, home
+        self.port = int(url.rsplit(":", 1)[1])
+
+    @functools.cached_property
+    def http(self):
+        """alice's ``session``, made once."""
+        return self.session()
 
     def token(self, user=None) -> str:
         return token_create(user or self.user, datacenter_name=self.datacenter.name).raw
@@ -388,11 +435,16 @@ class LivePortal:
         session.headers["Authorization"] = f"Bearer {self.token(user)}"
         return session
 
+    def job_post(self, name: str = "fit", *, timeout: float | None = None, **fields):
+        """The answer to alice's job (``tests.factories.job_fields``) submitted over the API."""
+        return self.session().post(f"{self.url}/api/v1/jobs/", timeout=timeout,
+                                   json=job_fields(self.user, self.datacenter, name, **fields))
+
 
 @pytest.fixture
-def live_portal(transactional_db, settings, tmp_path):
+def live_portal(transactional_db, settings, pfs_home, datacenter, alice):
     """The portal over real HTTP (uvicorn in a thread, the test database), alice a member of
-    datacenter1 with her PFS home under a fresh PFS root."""
+    datacenter1 with her PFS home under a fresh PFS root (``pfs_home``)."""
     import socket
     import threading
     import time
@@ -400,13 +452,7 @@ def live_portal(transactional_db, settings, tmp_path):
     import uvicorn
     from channels.layers import channel_layers
 
-    settings.PADDLECLOUD_PFS_ROOT = tmp_path / "pfs"
-    settings.VAR_DIR = tmp_path / "var"
     settings.ALLOWED_HOSTS = ["*"]
-    datacenter = datacenter_upsert("datacenter1", description="first")[0]
-    user = user_upsert("alice", password=PASSWORD, datacenter_names=["datacenter1"])[0]
-    home = tmp_path / "pfs" / "datacenter1" / "home" / "alice"
-    home.mkdir(parents=True)
 
     from paddlecloud.asgi import application, http
     from paddlecloud.serving import server_config
@@ -423,7 +469,7 @@ def live_portal(transactional_db, settings, tmp_path):
     while not server.started:
         assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.01)
-    yield LivePortal(f"http://127.0.0.1:{port}", datacenter, user, home)
+    yield LivePortal(f"http://127.0.0.1:{port}", datacenter, alice, pfs_home)
     server.should_exit = True
     thread.join(5)
     if thread.is_alive():  # a WebSocket still open (a browser page outlives the portal)

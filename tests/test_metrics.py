@@ -26,8 +26,9 @@ from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.services import quota_set
-from jobs.services import job_kill, job_submit
+from jobs.services import job_kill
 from kernel import metrics
+from tests.factories import HOME, submit_job
 
 TOKEN = "test-metrics-token-0123456789"
 PROMTOOL = shutil.which("promtool")
@@ -65,15 +66,9 @@ def read(metric, name: str, **labels) -> float:
 
 @pytest.fixture
 def portal(live_portal, settings):
+    """The live portal, its metrics endpoint open to TOKEN."""
     settings.PADDLECLOUD_METRICS_TOKEN = TOKEN
     return live_portal
-
-
-@pytest.fixture
-def package(live_portal) -> str:
-    (live_portal.home / "pkg").mkdir()
-    (live_portal.home / "pkg" / "train.py").write_text("print('hi')\n")
-    return "/pfs/datacenter1/home/alice/pkg"
 
 
 # -- protection ---------------------------------------------------------------------------------
@@ -131,10 +126,9 @@ def test_a_short_token_is_refused_at_start():
 def test_promtool_accepts_the_exposition_of_a_portal_with_jobs_in_several_states(
         portal, package, held_tasks):
     quota_set(None, portal.datacenter, portal.user, cpu=1000, jobs=10)
-    spec = {"package": package, "entry": "python train.py", "cpu": "1"}
-    job_submit(portal.user, portal.datacenter, {"name": "first", **spec})  # starting
-    job_submit(portal.user, portal.datacenter, {"name": "second", **spec})  # queued
-    third = job_submit(portal.user, portal.datacenter, {"name": "third", **spec}).job
+    submit_job(portal.user, portal.datacenter, "first", cpu="1")  # starting
+    submit_job(portal.user, portal.datacenter, "second", cpu="1")  # queued
+    third = submit_job(portal.user, portal.datacenter, "third", cpu="1")
     job_kill(portal.user, portal.datacenter, third.name)  # killed
     portal.session().get(f"{portal.url}/api/v1/jobs/", timeout=30)
     portal.session().get(f"{portal.url}/api/v1/jobs/nosuch/", timeout=30)
@@ -153,8 +147,7 @@ def test_promtool_accepts_the_exposition_of_a_portal_with_jobs_in_several_states
 
 
 def test_no_label_holds_a_path_or_a_job_name(portal, package, held_tasks):
-    job_submit(portal.user, portal.datacenter,
-               {"name": "secretname", "package": package, "entry": "python train.py"})
+    submit_job(portal.user, portal.datacenter, "secretname")
     session = portal.session()
     for path in ("/api/v1/jobs/secretname/", "/api/v1/jobs/secretname/events",
                  "/api/v1/jobs/othersecret/", "/api/v1/nowhere/secretpath",
@@ -171,8 +164,7 @@ def test_no_label_holds_a_path_or_a_job_name(portal, package, held_tasks):
 
 def test_a_submission_moves_the_jobs_gauge_and_the_admission_wait(portal, package, held_tasks):
     before = samples(scrape(portal).text)
-    response = portal.session().post(f"{portal.url}/api/v1/jobs/", json={
-        "name": "moves", "package": package, "entry": "python train.py"}, timeout=30)
+    response = portal.job_post("moves", timeout=30)
     assert response.status_code == 201, response.text
     after = samples(scrape(portal).text)
     labels = {"datacenter": "datacenter1", "state": "starting"}
@@ -254,7 +246,7 @@ def test_pfs_bytes_and_operations_are_counted_as_files_go_up_and_down(portal):
     """A PUT and a GET of a file, a listing and a directory's tar, through the live portal."""
     http = portal.session()
     content = f"{portal.url}/api/v1/pfs/content"
-    path = "/pfs/datacenter1/home/alice/data/blob.bin"
+    path = f"{HOME}/data/blob.bin"
 
     def exposed() -> dict:
         return samples(scrape(portal).text)
@@ -271,10 +263,10 @@ def test_pfs_bytes_and_operations_are_counted_as_files_go_up_and_down(portal):
                    headers={"X-Checksum-SHA256": hashlib.sha256(blob).hexdigest()})
     assert put.status_code == 201, put.text
     assert http.get(content, params={"path": path}, timeout=30).content == blob
-    tree = http.get(content, params={"path": "/pfs/datacenter1/home/alice/data"}, timeout=30)
+    tree = http.get(content, params={"path": f"{HOME}/data"}, timeout=30)
     assert tree.status_code == 200
     assert http.get(f"{portal.url}/api/v1/pfs/files",
-                    params={"path": "/pfs/datacenter1/home/alice"}, timeout=30).ok
+                    params={"path": HOME}, timeout=30).ok
     deadline = time.monotonic() + 30  # a stream is counted as its last bytes go out
     while pfs_bytes(after := exposed(), "download") < \
             pfs_bytes(before, "download") + len(blob) + len(tree.content):

@@ -13,11 +13,11 @@ from accounts.services import datacenter_upsert, token_create, user_upsert
 from jobs.models import Job, JobEvent, Replica, Task
 from registries.services import registry_create
 from tests.conftest import PASSWORD
-from tests.jobs.test_api import make_job, names
+from tests.factories import HOME, job_row
+from tests.jobs.test_api import names
 from tests.pfs.test_api import plant
 
 JOBS = "/api/v1/jobs/"
-HOME = "/pfs/datacenter1/home/alice"
 
 
 def registry_add(owner, datacenter, name: str):
@@ -29,7 +29,7 @@ def registry_add(owner, datacenter, name: str):
 def jobs_add(owner, datacenter, prefix: str, count: int, **fields) -> None:
     """``count`` jobs, every other one queued (each has a queue position to show)."""
     for i in range(count):
-        make_job(owner, datacenter, f"{prefix}-{i}", pservers=1,
+        job_row(owner, datacenter, f"{prefix}-{i}", pservers=1,
                  state="queued" if i % 2 else "running", **fields)
 
 
@@ -99,7 +99,7 @@ def test_a_filtered_later_page_of_jobs_takes_as_many_queries_for_many_jobs_as_fo
 @pytest.mark.parametrize("what", ["workers", "events"])
 def test_workers_and_events_take_as_many_queries_for_5_workers_as_for_1(
         token_client, alice, datacenter, assert_queries_flat, what):
-    job = make_job(alice, datacenter, "fit")
+    job = job_row(alice, datacenter, "fit")
     workers_add(job, 0, 1)
 
     one, five = assert_queries_flat(lambda: token_client.get(f"{JOBS}fit/{what}"),
@@ -116,7 +116,7 @@ def test_workers_and_events_take_as_many_queries_for_5_workers_as_for_1(
 
 def test_the_tasks_take_as_many_queries_for_5_as_for_1(token_client, alice, datacenter,
                                                        assert_queries_flat):
-    job = make_job(alice, datacenter, "fit", dataset=f"{HOME}/data/*", dataset_unit="file")
+    job = job_row(alice, datacenter, "fit", dataset=f"{HOME}/data/*", dataset_unit="file")
     tasks_add(job, 0, 1)
 
     one, five = assert_queries_flat(lambda: token_client.get(f"{JOBS}fit/tasks"),
@@ -205,7 +205,7 @@ def test_the_jobs_page_takes_as_many_queries_for_many_jobs_as_for_few(
 
 def test_the_job_page_takes_as_many_queries_for_5_workers_as_for_1(
         browser, alice, datacenter, pfs_home, assert_queries_flat):
-    job = make_job(alice, datacenter, "fit")
+    job = job_row(alice, datacenter, "fit")
     workers_add(job, 0, 1)
 
     one, five = assert_queries_flat(lambda: browser.get("/jobs/fit/"),
@@ -303,7 +303,7 @@ def test_each_admin_list_takes_as_many_queries_for_5_rows_as_for_1(
 
 def test_a_job_in_the_admin_takes_as_many_queries_for_5_workers_as_for_1(
         admin_browser, alice, datacenter, assert_queries_flat):
-    job = make_job(alice, datacenter, "fit")
+    job = job_row(alice, datacenter, "fit")
     workers_add(job, 0, 1)
 
     one, five = assert_queries_flat(lambda: admin_browser.get(f"/admin/jobs/job/{job.pk}/change/"),

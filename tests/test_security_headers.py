@@ -13,8 +13,9 @@ import requests
 from django.conf import settings as django_settings
 from django.test import Client
 
+from tests.factories import HOME
+
 CONTENT = "/api/v1/pfs/content"
-HOME = "/pfs/datacenter1/home/alice"
 # What Django's SecurityMiddleware and XFrameOptionsMiddleware add (HSTS only over HTTPS).
 SECURITY = ("X-Content-Type-Options", "X-Frame-Options", "Referrer-Policy",
             "Cross-Origin-Opener-Policy")
@@ -23,8 +24,8 @@ TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 
 @pytest.fixture
 def portal(live_portal, settings):
+    """The live portal, answering for 127.0.0.1 only (as a deployment names its hosts)."""
     settings.ALLOWED_HOSTS = ["127.0.0.1"]
-    live_portal.http = live_portal.session()
     return live_portal
 
 

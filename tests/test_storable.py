@@ -11,6 +11,7 @@ from django.test import Client
 
 from jobs.models import Job
 from registries.models import Registry
+from tests.factories import HOME, PACKAGE
 from tests.ws import ws_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,7 +28,7 @@ def refused(response, field: str, code: str = "unstorable") -> dict:
 @pytest.fixture
 def job_body(live_portal) -> dict:
     (live_portal.home / "pkg").mkdir()
-    return {"name": "fit", "package": "/pfs/datacenter1/home/alice/pkg",
+    return {"name": "fit", "package": PACKAGE,
             "entry": "python train.py"}
 
 
@@ -36,7 +37,7 @@ def job_body(live_portal) -> dict:
     ({"entry": "python train.py --lr=0.1\x00"}, "entry", "unstorable"),
     ({"topology": "topo\x00.py"}, "topology", "unstorable"),
     ({"name": "fit\x00"}, "name", "unstorable"),
-    ({"package": "/pfs/datacenter1/home/alice/pkg\x00"}, "package", "unstorable"),
+    ({"package": f"{HOME}/pkg\x00"}, "package", "unstorable"),
     ({"image": "paddle\x00"}, "image", "unstorable"),
     ({"env": {"API\x00KEY": "x"}}, "env", "unstorable"),
     ({"passes": 2**64}, "passes", "unstorable"),

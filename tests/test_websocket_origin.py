@@ -31,13 +31,12 @@ def open_socket(portal, origin: str, *, host: str | None = None, headers=None) -
 
 @pytest.fixture
 def portal(live_portal, settings):
+    """The live portal, answering for 127.0.0.1 and localhost only."""
     settings.ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
-    live_portal.port = live_portal.url.rsplit(":", 1)[1]
     # A channel layer is bound to the event loop that first used it: each test's server
-    # runs its own loop, so it gets its own layer.
+    # runs its own loop, so it gets its own layer (live_portal drops it as the server ends).
     channel_layers.backends.clear()
-    yield live_portal
-    channel_layers.backends.clear()
+    return live_portal
 
 
 def test_a_page_of_the_site_itself_opens_a_socket(portal):

@@ -17,6 +17,7 @@ from pfs.models import Usage
 from registries.models import Registry
 from registries.services import registry_password
 from tests.conftest import PASSWORD
+from tests.factories import PACKAGE
 
 pytestmark = pytest.mark.django_db
 
@@ -210,7 +211,7 @@ def test_a_registry_in_use_shows_its_jobs_and_is_not_deleted(browser, token_clie
     registry_add(browser)
     (pfs_home / "pkg").mkdir()
     submitted = token_client.post("/api/v1/jobs/", {
-        "name": "private", "package": "/pfs/datacenter1/home/alice/pkg", "entry": "x",
+        "name": "private", "package": PACKAGE, "entry": "x",
         "image": "registry.example.com:5000/me/img:1", "registry": "mine"}, format="json")
     assert submitted.status_code == 201, submitted.content
     assert "1 active job" in text(browser.get("/registries/"))

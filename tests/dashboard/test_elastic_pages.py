@@ -10,23 +10,16 @@ import pytest
 
 from jobs.models import Job
 from tests.dashboard.test_job_pages import element, text
-from tests.jobs.master_scenario import package_write
-from tests.jobs.test_elastic import DATASET, PROGRAM
+from tests.factories import PACKAGE
+from tests.jobs import test_elastic
+from tests.jobs.test_elastic import DATASET
 
-
-@pytest.fixture(autouse=True)
-def _no_starts(held_tasks):
-    return held_tasks
-
-
-@pytest.fixture
-def package(pfs_home):
-    package_write(pfs_home, PROGRAM)
-    return "/pfs/datacenter1/home/alice/pkg"
+pytestmark = pytest.mark.usefixtures("held_tasks")
+package = test_elastic.package  # the elastic package and its dataset, a fixture
 
 
 def form(**fields) -> dict:
-    return {"name": "el", "package": "/pfs/datacenter1/home/alice/pkg",
+    return {"name": "el", "package": PACKAGE,
             "entry": "python train.py", "pservers": "1", "dataset": DATASET, **fields}
 
 

@@ -11,10 +11,10 @@ import pytest
 from django.test import Client
 
 from tests.dashboard.test_account_pages import field_errors, messages_of
+from tests.factories import HOME
 
 pytestmark = pytest.mark.django_db
 
-HOME = "/pfs/datacenter1/home/alice"
 PUBLIC = "/pfs/datacenter1/public"
 
 

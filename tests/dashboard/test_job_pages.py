@@ -12,14 +12,13 @@ import pytest
 from django.test import Client
 
 from jobs.models import Job
-from jobs.services import job_submit
 from paddlecloud_core.spec import FIELDS
 from tests.conftest import PASSWORD, streamed
+from tests.factories import HOME, PACKAGE, package_write
 from tests.jobs.files import log_path, metrics_path
 
-pytestmark = pytest.mark.django_db
-
-PACKAGE = "/pfs/datacenter1/home/alice/pkg"
+# Jobs are recorded, not started (held_tasks): these tests look at pages, not processes.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("held_tasks")]
 
 
 class _Element(HTMLParser):
@@ -56,29 +55,12 @@ def text(response) -> str:
     return html.unescape(response.content.decode())
 
 
-@pytest.fixture(autouse=True)
-def _no_starts(held_tasks):
-    """Jobs are recorded, not started: these tests look at pages, not processes."""
-    return held_tasks
-
-
 @pytest.fixture
-def package(pfs_home):
-    pkg = pfs_home / "pkg"
-    pkg.mkdir()
-    (pkg / "train.py").write_text("print('hello')\n")
+def package(pfs_home) -> str:
+    """The package, and beside it an earlier job's uploaded package and its output."""
     (pfs_home / "jobs" / "old" / "pkg2").mkdir(parents=True)
     (pfs_home / "jobs" / "old" / "output").mkdir()
-    return PACKAGE
-
-
-@pytest.fixture
-def submit(alice, datacenter, package):
-    def do(name="fit", **fields) -> Job:
-        data = {"name": name, "package": package, "entry": "python train.py", **fields}
-        return job_submit(alice, datacenter, data).job
-
-    return do
+    return package_write(pfs_home, "print('hello')\n")
 
 
 def form_data(**fields) -> dict:
@@ -199,7 +181,7 @@ def test_submitting_creates_the_job_and_opens_its_page(browser, package):
     ({"trainers": "0"}, "trainers", "must be between 1 and 1000, not 0"),
     ({"name": "Bad_Name"}, "name", "'_' is not allowed"),
     ({"memory": "lots"}, "memory", "lots"),
-    ({"package": "/pfs/datacenter1/home/alice/nowhere"}, "package", "is not a directory"),
+    ({"package": f"{HOME}/nowhere"}, "package", "is not a directory"),
     ({"env": "JUST_A_NAME"}, "env", "line 1: write KEY=VALUE"),
     ({"env": "PADDLE_INIT_PORT=1"}, "env", "PADDLE_INIT_PORT: reserved"),
     ({"entry": ""}, "entry", "required"),
@@ -232,7 +214,7 @@ def test_mistakes_of_every_kind_are_shown_at_once(browser, package):
     """A form's own rules (a required field, an env line), the spec's (name, cpu) and those
     that need the database or PFS (the package): one submission shows them all."""
     response = browser.post("/jobs/new/", form_data(
-        name="Bad_Name", package="/pfs/datacenter1/home/alice/nowhere", cpu="lots",
+        name="Bad_Name", package=f"{HOME}/nowhere", cpu="lots",
         entry="", env="JUST_A_NAME"))
     invalid = {field for field in ("name", "package", "cpu", "entry", "env")
                if element(response, f"id_{field}")[0].get("aria-invalid") == "true"}
@@ -333,7 +315,7 @@ def test_the_job_page_shows_each_pass_of_the_dataset_and_who_holds_what(
     for part in range(3):
         (data / f"part-{part}.txt").write_text("a\nb\n")
     job = submit("reader", trainers=2, passes=2,
-                 dataset="/pfs/datacenter1/home/alice/data/part-*.txt")
+                 dataset=f"{HOME}/data/part-*.txt")
     assert "No task dispatched yet" in element(browser.get("/jobs/reader/"), "dataset")[1]
     held = dispatch.task_next(job, 1)["task"]
     response = browser.get("/jobs/reader/")

@@ -12,10 +12,12 @@ import pytest
 from accounts.models import Membership, Team
 from accounts.services import quota_set
 from jobs.models import Job
-from jobs.services import job_submit
-from tests.dashboard.test_job_pages import PACKAGE, _Element, element, form_data, text
+from tests.dashboard.test_job_pages import _Element, element, form_data, text
+from tests.factories import submit_job
 
-pytestmark = pytest.mark.django_db
+# Jobs are admitted (they hold the quota), not started (held_tasks).
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("held_tasks"),
+              pytest.mark.package("print('hello')\n")]
 
 GiB = 2**30
 # A predicted start in words, with its range: "around 2026-11-26 21:05 UTC (in 30 min),
@@ -24,35 +26,14 @@ WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d"
 PREDICTED = (rf"around {WHEN} UTC \(in 30 min\), between {WHEN} and {WHEN} UTC")
 
 
-@pytest.fixture(autouse=True)
-def _no_starts(held_tasks):
-    """Jobs are admitted (they hold the quota), not started."""
-    return held_tasks
-
-
-@pytest.fixture
-def package(pfs_home):
-    (pfs_home / "pkg").mkdir()
-    (pfs_home / "pkg" / "train.py").write_text("print('hello')\n")
-    return PACKAGE
-
-
 @pytest.fixture
 def one_cpu(alice, datacenter, package):
     """alice's quota holds one CPU, and her job ``holder`` holds it (for half an hour at
     most: its deadline)."""
     quota_set(None, datacenter, alice, cpu=1000, jobs=10, queued=10)
-    holder = job_submit(alice, datacenter, {"name": "holder", "package": PACKAGE,
-                                            "entry": "python train.py",
-                                            "deadline_seconds": 1800}).job
+    holder = submit_job(alice, datacenter, "holder", deadline_seconds=1800)
     assert holder.state == "starting"
     return holder
-
-
-def submit(user, datacenter, name, **fields) -> Job:
-    return job_submit(user, datacenter, {
-        "name": name, "package": f"/pfs/{datacenter.name}/home/{user.username}/pkg",
-        "entry": "python train.py", **fields}).job
 
 
 class _Words(_Element):
@@ -105,7 +86,7 @@ def test_a_dry_run_says_the_job_would_start_now(browser, package):
 
 def test_a_dry_run_says_where_the_job_would_queue_why_and_when_it_would_start(
         browser, one_cpu, alice, datacenter):
-    submit(alice, datacenter, "waiting")  # queued: #1
+    submit_job(alice, datacenter, "waiting")  # queued: #1
     response = browser.post("/jobs/new/", form_data(dry_run="1"))
     said = words(response, "admission")
     assert said.startswith("It would queue at #2 (waiting behind job waiting); start "
@@ -122,8 +103,8 @@ def test_a_dry_run_says_where_the_job_would_queue_why_and_when_it_would_start(
 
 def test_a_waiting_job_says_why_it_is_not_running_and_when_it_should_start(
         browser, one_cpu, alice, datacenter):
-    submit(alice, datacenter, "later", priority="low")
-    submit(alice, datacenter, "urgent", priority="high")
+    submit_job(alice, datacenter, "later", priority="low")
+    submit_job(alice, datacenter, "urgent", priority="high")
     response = browser.get("/jobs/urgent/")
     assert "hidden" not in element(response, "waiting")[0]
     said = words(response, "waiting")
@@ -153,7 +134,7 @@ def test_a_running_job_has_no_waiting_box_and_shows_its_priority(browser, one_cp
 # -- the jobs list ----------------------------------------------------------------------------
 
 def test_a_queued_row_shows_its_place_and_predicted_start(browser, one_cpu, alice, datacenter):
-    submit(alice, datacenter, "waiting")
+    submit_job(alice, datacenter, "waiting")
     response = browser.get("/jobs/")
     page = text(response)
     row = page[page.index('<tr data-name="waiting">'):]
@@ -168,11 +149,11 @@ def test_a_queued_row_shows_its_place_and_predicted_start(browser, one_cpu, alic
 
 def test_the_list_forecasts_once_for_the_page_not_once_a_row(
         browser, one_cpu, alice, datacenter, django_assert_max_num_queries):
-    submit(alice, datacenter, "w1")
+    submit_job(alice, datacenter, "w1")
     with django_assert_max_num_queries(1000) as few:
         browser.get("/jobs/")
     for n in range(2, 7):
-        submit(alice, datacenter, f"w{n}")
+        submit_job(alice, datacenter, f"w{n}")
     with django_assert_max_num_queries(1000) as many:
         response = browser.get("/jobs/")
     assert text(response).count("starts ~in") == 6
@@ -193,9 +174,9 @@ def vision(alice, make_user, datacenter, pfs_home):
     team = Team.objects.create(datacenter=datacenter, name="vision", cpu=2000, weight=3)
     Membership.objects.filter(user__in=[alice, bob], datacenter=datacenter).update(team=team)
     Membership.objects.filter(user=bob, datacenter=datacenter).update(weight=2)
-    submit(bob, datacenter, "bobs-run")
-    submit(alice, datacenter, "alices-run")
-    submit(bob, datacenter, "bobs-wait")
+    submit_job(bob, datacenter, "bobs-run")
+    submit_job(alice, datacenter, "alices-run")
+    submit_job(bob, datacenter, "bobs-wait")
     return team
 
 

@@ -12,10 +12,9 @@ from playwright.sync_api import expect
 
 from accounts.models import Quota
 from tests.e2e.conftest import login, screenshot
+from tests.factories import HOME
 
 pytestmark = pytest.mark.browser
-
-HOME = "/pfs/datacenter1/home/alice"
 
 
 def upload_row(page, name: str):

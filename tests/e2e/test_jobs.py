@@ -12,9 +12,9 @@ from playwright.sync_api import expect
 
 from accounts.services import user_upsert
 from jobs.models import Job
-from jobs.services import job_submit
 from tests.conftest import PASSWORD
 from tests.e2e.conftest import login, screenshot
+from tests.factories import submit_job
 
 # Prints numbered lines and reports a falling loss; STEPS and SLEEP set how long it runs.
 TRAINER = """\
@@ -29,20 +29,8 @@ for i in range(steps):
 print("done", flush=True)
 """
 
+pytestmark = pytest.mark.package(TRAINER, "quick")
 WAIT = 25_000  # ms: a job's state, as seen by the page
-
-
-@pytest.fixture
-def package(live_portal) -> str:
-    pkg = live_portal.home / "quick"
-    pkg.mkdir()
-    (pkg / "train.py").write_text(TRAINER)
-    return "/pfs/datacenter1/home/alice/quick"
-
-
-def submit(live_portal, **data):
-    """Submit as alice, as paddlectl would (the page hears of it over its socket)."""
-    return job_submit(live_portal.user, live_portal.datacenter, data)
 
 
 def state_of(page):
@@ -130,8 +118,8 @@ def test_the_list_updates_live_and_a_long_job_is_killed_through_the_dialog(
         page, live_portal, celery_worker, package):
     login(page, next_path="/jobs/")
     expect(page.get_by_text("No jobs yet.")).to_be_visible()
-    submit(live_portal, name="long", package=package, entry="python train.py",
-                 env={"STEPS": "1000", "SLEEP": "0.2"})
+    submit_job(live_portal.user, live_portal.datacenter, "long", package=package,
+               env={"STEPS": "1000", "SLEEP": "0.2"})
     # The new job appears at the top, and its row follows its state.
     row = page.locator('#jobs tr[data-name="long"]')
     expect(row).to_be_visible(timeout=WAIT)
@@ -181,8 +169,8 @@ def test_a_queued_jobs_page_says_its_workers_have_not_started(page, live_portal,
     from accounts.models import Quota
 
     Quota.objects.filter(user=live_portal.user).update(jobs=1)
-    submit(live_portal, name="first", package=package, entry="python train.py")
-    submit(live_portal, name="second", package=package, entry="python train.py")
+    submit_job(live_portal.user, live_portal.datacenter, "first", package=package)
+    submit_job(live_portal.user, live_portal.datacenter, "second", package=package)
     login(page, next_path="/jobs/second/")
     expect(page.locator("#log-status")).to_have_text(
         "trainer-0 has not started: the job is queued")
@@ -197,7 +185,7 @@ def test_an_event_repeated_past_the_burst_shows_its_count_live(page, live_portal
     from jobs.models import REPEAT_BURST, event_repeatable
     from jobs.notify import job_changed
 
-    job = submit(live_portal, name="flood", package=package, entry="python train.py").job
+    job = submit_job(live_portal.user, live_portal.datacenter, "flood", package=package)
     login(page, next_path="/jobs/flood/")
     expect(page.locator("#events")).to_contain_text("submitted by alice")
     for number in range(REPEAT_BURST + 5):
@@ -215,7 +203,7 @@ def test_an_event_repeated_past_the_burst_shows_its_count_live(page, live_portal
 
 def test_another_user_cannot_see_the_job(page, live_portal, package, held_tasks):
     # held_tasks: the job is not run
-    submit(live_portal, name="secret", package=package, entry="python train.py")
+    submit_job(live_portal.user, live_portal.datacenter, "secret", package=package)
     user_upsert("bob", password=PASSWORD, datacenter_names=["datacenter1"])
     login(page, "bob", next_path="/jobs/")
     expect(page.get_by_text("No jobs yet.")).to_be_visible()

@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 
 from jobs.services import job_submit
 from tests.e2e.conftest import login
+from tests.factories import package_write
 from tests.k8s_api_server import fixtures
 from tests.kube import on_kubernetes, pfs_volume, portal_kubeconfig
 
@@ -33,8 +34,7 @@ def kube_portal(live_portal, k8s_cluster, settings):
 
 
 def test_the_live_log_shows_the_pods_output(page, kube_portal, celery_worker):
-    (kube_portal.home / "pod").mkdir()
-    (kube_portal.home / "pod" / "train.py").write_text(TRAINER)
+    package_write(kube_portal.home, TRAINER, "pod")
     job_submit(kube_portal.user, kube_portal.datacenter, {
         "name": "on-pods", "package": "/pfs/datacenter1/home/alice/pod",
         "entry": "python train.py", "cpu": "1"})

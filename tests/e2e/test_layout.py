@@ -8,25 +8,14 @@ import pytest
 from playwright.sync_api import expect
 
 from accounts.services import user_upsert
-from jobs.services import job_submit
 from tests.conftest import PASSWORD
 from tests.e2e.conftest import login, screenshot
+from tests.factories import submit_job
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.package("print('hi')\n", "quick")]
 
 PAGES = ("/jobs/", "/jobs/new/", "/files/", "/registries/", "/quota/", "/tokens/")
 NAV = ("Jobs", "Submit", "Files", "Registries", "Quota", "Tokens")
-
-
-@pytest.fixture
-def package(live_portal) -> str:
-    (live_portal.home / "quick").mkdir()
-    (live_portal.home / "quick" / "train.py").write_text("print('hi')\n")
-    return "/pfs/datacenter1/home/alice/quick"
-
-
-def submit(live_portal, **data):
-    return job_submit(live_portal.user, live_portal.datacenter, data)
 
 
 def sideways(page) -> int:
@@ -37,8 +26,8 @@ def sideways(page) -> int:
 
 def test_a_phone_reaches_every_page_and_scrolls_none_sideways(page, live_portal, package,
                                                               held_tasks):
-    submit(live_portal, name="a-long-job-name-for-a-narrow-phone", package=package,
-           entry="python train.py")
+    submit_job(live_portal.user, live_portal.datacenter, "a-long-job-name-for-a-narrow-phone",
+               package=package)
     page.set_viewport_size({"width": 390, "height": 844})
     login(page, next_path="/jobs/")
     for path in PAGES:
@@ -54,7 +43,7 @@ def test_a_phone_reaches_every_page_and_scrolls_none_sideways(page, live_portal,
 
 def test_the_admins_job_list_fits_a_laptop(page, live_portal, package, held_tasks):
     user_upsert("root", password=PASSWORD, datacenter_names=["datacenter1"], superuser=True)
-    submit(live_portal, name="fit", package=package, entry="python train.py")
+    submit_job(live_portal.user, live_portal.datacenter, "fit", package=package)
     login(page, "root", next_path="/admin/jobs/job/")
     expect(page.get_by_role("link", name="fit", exact=True)).to_be_visible()
     assert sideways(page) == 0, screenshot(page, "admin-jobs")

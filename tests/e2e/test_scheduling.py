@@ -12,11 +12,11 @@ from playwright.sync_api import expect
 
 from accounts.services import quota_set
 from jobs.models import Job
-from jobs.services import job_kill, job_submit
+from jobs.services import job_kill
 from scheduling.admission import quota_admit
 from tests.e2e.conftest import login, screenshot
+from tests.factories import PACKAGE, package_write, submit_job
 
-PACKAGE = "/pfs/datacenter1/home/alice/pkg"
 WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d"
 
 
@@ -24,11 +24,9 @@ WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d"
 def full_quota(live_portal, held_tasks):
     """alice's one CPU held by her job ``holder`` for 30 minutes at most (its deadline)."""
     quota_set(None, live_portal.datacenter, live_portal.user, cpu=1000, jobs=10, queued=10)
-    (live_portal.home / "pkg").mkdir()
-    (live_portal.home / "pkg" / "train.py").write_text("print('hello')\n")
-    holder = job_submit(live_portal.user, live_portal.datacenter, {
-        "name": "holder", "package": PACKAGE, "entry": "python train.py",
-        "deadline_seconds": 1800}).job
+    package_write(live_portal.home, "print('hello')\n")
+    holder = submit_job(live_portal.user, live_portal.datacenter, "holder",
+                        deadline_seconds=1800)
     assert holder.state == "starting"
     return holder
 

@@ -9,6 +9,7 @@ from channels.layers import channel_layers
 from django.conf import settings as django_settings
 from django.db import connections
 
+from tests.factories import job_row
 from tests.k8s_api_server import fixtures
 from tests.kube import on_kubernetes, on_real_kubernetes, pfs_volume, portal_kubeconfig
 
@@ -17,11 +18,13 @@ k8s_cluster = fixtures.k8s_cluster  # the same, its pods really running
 
 
 @pytest.fixture
-def package(pfs_home) -> str:
-    """alice's trainer package: /pfs/datacenter1/home/alice/pkg, a train.py that says hi."""
-    (pfs_home / "pkg").mkdir()
-    (pfs_home / "pkg" / "train.py").write_text("print('hi')\n")
-    return "/pfs/datacenter1/home/alice/pkg"
+def held_starts(held_tasks):
+    """``held_tasks`` for tests that drive the engine step by step: starts are held (never
+    sent), and a kill's stop runs at once, here."""
+    from jobs import engine
+
+    held_tasks.run("jobs.tasks.job_stop", engine.job_halt)
+    return held_tasks
 
 
 @pytest.fixture
@@ -88,18 +91,12 @@ def prepared_jobs(alice, datacenter, backend):
     in the database with its replicas and prepared on the test's ``backend``; every job made
     is stopped and cleaned up after the test."""
     from jobs.engine import job_prepare
-    from jobs.models import Job, Replica
 
-    made: list[Job] = []
+    made = []
 
-    def make(prefix: str, trainers: int = 1, pservers: int = 0, **fields) -> Job:
-        job = Job.objects.create(
-            owner=alice, datacenter=datacenter, name=f"{prefix}{len(made)}",
-            package="/pfs/datacenter1/home/alice/pkg", entry="python train.py", image="img",
-            trainers=trainers, pservers=pservers, **fields)
-        for role, count in (("pserver", pservers), ("trainer", trainers)):
-            for index in range(count):
-                Replica.objects.create(job=job, role=role, index=index)
+    def make(prefix: str, trainers: int = 1, pservers: int = 0, **fields):
+        job = job_row(alice, datacenter, f"{prefix}{len(made)}", image="img",
+                      trainers=trainers, pservers=pservers, replicas={}, **fields)
         job_prepare(job, backend)
         made.append(job)
         return job

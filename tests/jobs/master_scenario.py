@@ -15,8 +15,9 @@ from jobs import engine
 from jobs.backends import backend_for
 from jobs.files import output_dir
 from jobs.models import Job, JobEvent, Task
-from jobs.services import job_submit
 from paddlecloud_sdk import recordio
+from tests.factories import HOME, package_write, submit_job
+from tests.polling import wait
 
 # Each trainer: for every task it is given, note it (taken), read its records (SLOW seconds
 # each for trainer SLOW_TRAINER), and once the master has the task done, write the records it
@@ -45,16 +46,15 @@ slow = float(os.environ.get("SLOW", "0")) if me == int(os.environ.get("SLOW_TRAI
 FINAL = ("succeeded", "failed", "killed")
 
 
-def package_write(home, program: str) -> None:
-    """``program`` as the trainer package's train.py in ``home``, and the dataset: 1000
-    records r0..r999 in 5 RecordIO files, data/part-*.recordio."""
-    (home / "pkg").mkdir()
-    (home / "pkg" / "train.py").write_text(program)
+def recordio_dataset_write(home) -> str:
+    """The dataset in ``home`` on disk: 1000 records r0..r999 in 5 RecordIO files,
+    data/part-*.recordio. Its PFS glob."""
     (home / "data").mkdir()
     for part in range(5):
         with recordio.Writer(home / "data" / f"part-{part}.recordio") as writer:
             for number in range(part * 200, part * 200 + 200):
                 writer.write(f"r{number}".encode())
+    return f"{HOME}/data/part-*.recordio"
 
 
 def dataset_job(live_portal) -> Callable[..., Job]:
@@ -62,13 +62,11 @@ def dataset_job(live_portal) -> Callable[..., Job]:
     home; a function submitting the job that reads them (50 tasks of 20 records, 2 passes,
     3 trainers, restart limit 1), ``env`` its variables."""
     package_write(live_portal.home, TRAINER)
+    dataset = recordio_dataset_write(live_portal.home)
 
     def submit(**env) -> Job:
-        return job_submit(live_portal.user, live_portal.datacenter, {
-            "name": "reader", "package": "/pfs/datacenter1/home/alice/pkg",
-            "entry": "python train.py", "trainers": 3, "passes": 2, "restart_limit": 1,
-            "dataset": "/pfs/datacenter1/home/alice/data/part-*.recordio",
-            "task_records": 20, "env": env}).job
+        return submit_job(live_portal.user, live_portal.datacenter, "reader", trainers=3,
+                          passes=2, restart_limit=1, dataset=dataset, task_records=20, env=env)
 
     return submit
 
@@ -78,13 +76,11 @@ def one_trainer_job(live_portal, program: str, timeout: float = 60) -> Iterator[
     """A job with a dataset (so a master, and in a sandbox a relay) whose one trainer runs
     ``program``, run to its end: the job and its trainer's log, stopped and removed after."""
     home = live_portal.home
-    (home / "pkg").mkdir()
-    (home / "pkg" / "train.py").write_text(program)
+    package_write(home, program)
     (home / "data").mkdir()
     (home / "data" / "part-0.txt").write_text("a\nb\n")
-    job = job_submit(live_portal.user, live_portal.datacenter, {
-        "name": "reader", "package": "/pfs/datacenter1/home/alice/pkg",
-        "entry": "python train.py", "dataset": "/pfs/datacenter1/home/alice/data/part-*.txt"}).job
+    job = submit_job(live_portal.user, live_portal.datacenter, "reader",
+                     dataset=f"{HOME}/data/part-*.txt")
     try:
         engine.job_launch(job.pk)
         deadline = time.monotonic() + timeout
@@ -96,14 +92,6 @@ def one_trainer_job(live_portal, program: str, timeout: float = 60) -> Iterator[
     finally:
         backend_for(job.datacenter).stop(job, list(job.replicas.all()), grace=1)
         backend_for(job.datacenter).cleanup(job)
-
-
-def wait_for(predicate, timeout: float, message: str | Callable[[], str]):
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        assert time.monotonic() < deadline, message() if callable(message) else message
-        time.sleep(0.1)
-    return result
 
 
 def taken(job, trainer: int) -> list[str]:
@@ -156,10 +144,10 @@ def trainer_killed_mid_task(job, kill: Callable[[], None], *,
     every record once a pass, and trainer 1's task is dispatched again at once (its replica
     ended, or its restart asked for another task), not after the 30 s lease. ``describe()``
     says more when the job does not get there."""
-    wait_for(lambda: taken(job, 1), 60, lambda: f"trainer 1 to take a task: {describe()}")
+    wait(lambda: taken(job, 1), 60, lambda: f"trainer 1 to take a task: {describe()}")
     killed_at = time.time()
     kill()
-    wait_for(lambda: state(job) in FINAL, 180, lambda: f"the job to end: {describe()}")
+    wait(lambda: state(job) in FINAL, 180, lambda: f"the job to end: {describe()}")
     assert_exactly_once(job)
     again = JobEvent.objects.filter(job=job, to_state="waiting", from_state="leased",
                                     reason__contains="trainer-1").first()
@@ -176,13 +164,13 @@ def worker_restarted_mid_pass(submit: Callable[..., Job], *, timeout: float = 18
     worker.start()
     try:
         job = submit(SLOW_TRAINER="0", SLOW="0.02")
-        wait_for(lambda: Task.objects.filter(job=job, state="done").count() >= 10, 120,
+        wait(lambda: Task.objects.filter(job=job, state="done").count() >= 10, 120,
                  "the first pass to be under way")
         worker.stop()
         time.sleep(1)
         worker = EmbeddedWorker(concurrency=2, beat=False)
         worker.start()
-        wait_for(lambda: state(job) in FINAL, timeout, "the job to end")
+        wait(lambda: state(job) in FINAL, timeout, "the job to end")
     finally:
         worker.stop()
     assert_exactly_once(job)

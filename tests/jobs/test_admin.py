@@ -5,18 +5,17 @@ from __future__ import annotations
 import pytest
 
 from accounts.models import AuditEntry
-from jobs.models import Job, Replica, Usage
+from jobs.models import Job, Usage
 from jobs.transitions import job_transition, replica_transition
+from tests.factories import job_row
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def job(alice, datacenter):
-    job = Job.objects.create(owner=alice, datacenter=datacenter, name="fit-a-line",
-                             package="/pfs/datacenter1/home/alice/pkg",
-                             entry="python train.py", image="paddle")
-    trainer = Replica.objects.create(job=job, role="trainer", index=0)
+    job = job_row(alice, datacenter, "fit-a-line", replicas={})
+    trainer = job.replicas.get()
     job_transition(job, "starting", "replicas created")
     replica_transition(trainer, "starting", "process started", host="node1")
     return job

@@ -19,7 +19,7 @@ from accounts.models import AuditEntry, Quota
 from accounts.services import quota_set
 from jobs import tasks
 from jobs.models import Job, JobEvent, Replica
-from jobs.services import job_kill, job_submit
+from jobs.services import job_kill
 from jobs.tasks import jobs_reconcile
 from jobs.transitions import job_transition
 from kernel.errors import ValidationError
@@ -31,33 +31,14 @@ from tests.conftest import assert_error
 GiB = 2**30
 
 
-@pytest.fixture
-def package(pfs_home) -> str:
-    (pfs_home / "pkg").mkdir()
-    (pfs_home / "pkg" / "train.py").write_text("import time; time.sleep(60)\n")
-    return "/pfs/datacenter1/home/alice/pkg"
+pytestmark = pytest.mark.package("import time; time.sleep(60)\n")
 
 
 @pytest.fixture
-def no_starts(held_tasks):
-    """Admitted jobs are not started: these tests are about admission alone."""
-    return held_tasks
-
-
-@pytest.fixture
-def admit_now(no_starts):
-    """Admission queued after a commit runs at once, here, instead of on a worker."""
-    no_starts.run("jobs.tasks.jobs_admit", jobs_admit)
-
-
-@pytest.fixture
-def submit(alice, datacenter, package):
-    def do(name, **fields) -> Job:
-        job = job_submit(alice, datacenter, {"name": name, "package": package,
-                                             "entry": "python train.py", **fields}).job
-        return job
-
-    return do
+def admit_now(held_tasks):
+    """Admission queued after a commit runs at once, here, instead of on a worker (admitted
+    jobs are not started: held_tasks holds their starts)."""
+    held_tasks.run("jobs.tasks.jobs_admit", jobs_admit)
 
 
 def states(*names) -> list[tuple[str, str]]:
@@ -103,7 +84,7 @@ def test_the_api_refuses_with_400_and_the_dry_run_says_so_too(token_client, pack
 
 @pytest.mark.django_db
 def test_jobs_wait_in_submission_order_and_a_big_one_is_not_overtaken(submit, alice,
-                                                                      datacenter, no_starts):
+                                                                      datacenter, held_tasks):
     quota_set(None, datacenter, alice, cpu=4000, jobs=10)
     submit("a", trainers=2, cpu="1")  # 2 of 4 CPUs
     big = submit("big", trainers=3, cpu="1")  # needs 3: only 2 free
@@ -121,7 +102,7 @@ def test_jobs_wait_in_submission_order_and_a_big_one_is_not_overtaken(submit, al
 
 @pytest.mark.django_db
 def test_a_small_job_starts_ahead_of_a_big_one_only_in_what_the_big_one_leaves_over(
-        submit, alice, datacenter, no_starts):
+        submit, alice, datacenter, held_tasks):
     """Backfill: when "a" ends, "big" takes 3 of the 4 CPUs; a job of 1 CPU fits beside it
     and starts at once, a second one would not and waits."""
     quota_set(None, datacenter, alice, cpu=4000, jobs=10)
@@ -137,7 +118,7 @@ def test_a_small_job_starts_ahead_of_a_big_one_only_in_what_the_big_one_leaves_o
 
 @pytest.mark.django_db
 def test_a_high_priority_job_goes_ahead_in_its_owners_queue(submit, alice, datacenter,
-                                                          no_starts):
+                                                          held_tasks):
     quota_set(None, datacenter, alice, jobs=1)
     submit("running")
     low = submit("low", priority="low")
@@ -226,7 +207,7 @@ def test_a_quota_lowered_below_use(submit, alice, datacenter, admit_now,
 
 @pytest.mark.django_db
 def test_the_quota_api_shows_use_against_every_limit(token_client, submit, alice, datacenter,
-                                                     pfs_home, no_starts):
+                                                     pfs_home, held_tasks):
     (pfs_home / "data.bin").write_bytes(b"x" * 3000)
     submit("a", trainers=2, cpu="500m", memory="1Gi", pservers=1, pscpu="250m",
            psmemory="512Mi")
@@ -254,7 +235,7 @@ def slowed(function, seconds: float = 0.3):
 
 @pytest.mark.django_db(transaction=True)
 def test_two_submissions_racing_for_the_last_cpu_are_not_both_admitted(
-        submit, alice, datacenter, monkeypatch, no_starts):
+        submit, alice, datacenter, monkeypatch, held_tasks):
     """Each admission reads what is in use, then admits. Here the read is slowed down, so
     without the lock both would read "all free" and both be admitted."""
     quota_set(None, datacenter, alice, cpu=1000, jobs=10)
@@ -381,7 +362,7 @@ def test_workers_admit_many_users_queues_in_order_never_over_quota_as_jobs_end(
 
 @pytest.mark.django_db
 def test_jobs_ending_while_an_admission_waits_to_run_queue_no_other(
-        submit, alice, datacenter, no_starts, django_capture_on_commit_callbacks):
+        submit, alice, datacenter, held_tasks, django_capture_on_commit_callbacks):
     """A user's jobs ending one after another while the admission the first asked for waits in
     the broker add nothing to the broker; once it has read the queue, the next end asks again
     (it may not have seen that end)."""
@@ -394,15 +375,15 @@ def test_jobs_ending_while_an_admission_waits_to_run_queue_no_other(
 
     for job in jobs[:3]:
         end(job)
-    assert no_starts.of("jobs.tasks.jobs_admit") == [(alice.pk, datacenter.pk)]
+    assert held_tasks.of("jobs.tasks.jobs_admit") == [(alice.pk, datacenter.pk)]
     assert jobs_admit(alice.pk, datacenter.pk) == 2
     end(jobs[3])
-    assert no_starts.of("jobs.tasks.jobs_admit") == [(alice.pk, datacenter.pk)] * 2
+    assert held_tasks.of("jobs.tasks.jobs_admit") == [(alice.pk, datacenter.pk)] * 2
 
 
 @pytest.mark.django_db
 def test_admins_see_everyones_running_and_queued_jobs(admin_browser, submit, alice,
-                                                      datacenter, make_user, no_starts):
+                                                      datacenter, make_user, held_tasks):
     quota_set(None, datacenter, alice, jobs=1)
     submit("running-one")
     submit("waiting-one")
@@ -422,7 +403,7 @@ def test_admins_see_everyones_running_and_queued_jobs(admin_browser, submit, ali
 @pytest.mark.django_db
 def test_a_job_that_would_wait_beyond_the_queued_cap_is_refused(token_client, alice,
                                                                  datacenter, package,
-                                                                 no_starts):
+                                                                 held_tasks):
     quota_set(None, datacenter, alice, jobs=1, queued=2)
     body = {"package": package, "entry": "python train.py"}
     for name in ("runs", "waits-1", "waits-2"):
@@ -446,7 +427,7 @@ def test_a_job_that_would_wait_beyond_the_queued_cap_is_refused(token_client, al
 
 @pytest.mark.django_db
 def test_with_no_queue_allowed_a_job_starts_at_once_or_is_refused(submit, alice, datacenter,
-                                                                  no_starts):
+                                                                  held_tasks):
     quota_set(None, datacenter, alice, jobs=1, queued=0)
     assert submit("first").state == "starting"
     with pytest.raises(ValidationError) as refused:
@@ -458,7 +439,7 @@ def test_with_no_queue_allowed_a_job_starts_at_once_or_is_refused(submit, alice,
 
 @pytest.mark.django_db
 def test_the_cap_is_the_datacenters_default_unless_the_user_has_one(submit, alice, datacenter,
-                                                                    no_starts):
+                                                                    held_tasks):
     assert quota_report(alice, datacenter)["queued"]["limit_value"] == 100  # built in
     quota_set(None, datacenter, None, jobs=1, queued=1)
     submit("runs")
@@ -471,7 +452,7 @@ def test_the_cap_is_the_datacenters_default_unless_the_user_has_one(submit, alic
 
 @pytest.mark.django_db(transaction=True)
 def test_submissions_racing_for_the_last_place_in_the_queue_are_not_both_queued(
-        submit, alice, datacenter, monkeypatch, no_starts):
+        submit, alice, datacenter, monkeypatch, held_tasks):
     """Each submission counts the jobs that wait, then records its own. Here the count is
     slowed down, so without the lock both would see one place left and both be queued."""
     quota_set(None, datacenter, alice, jobs=1, queued=1)
@@ -533,7 +514,7 @@ def reasons(owner) -> dict[str, list[str]]:
 
 @pytest.mark.django_db
 def test_admission_takes_as_many_queries_for_800_waiting_jobs_as_for_30(
-        alice, make_user, datacenter, no_starts, django_capture_on_commit_callbacks):
+        alice, make_user, datacenter, held_tasks, django_capture_on_commit_callbacks):
     bob = make_user("bob")
     # 30: more than admission reads of a queue (its head and the LOOK_BEHIND behind it)
     long_queue(alice, datacenter, 30)
@@ -563,7 +544,7 @@ def test_admission_takes_as_many_queries_for_800_waiting_jobs_as_for_30(
 
 @pytest.mark.django_db
 def test_a_raised_quota_admits_many_in_the_order_they_were_submitted(alice, datacenter,
-                                                                     no_starts):
+                                                                     held_tasks):
     long_queue(alice, datacenter, 30)
     quota_set(None, datacenter, alice, jobs=26, cpu=100_000, memory=100 * GiB)  # 25 more
     admitted = quota_admit(alice.pk, datacenter.pk)
@@ -577,7 +558,7 @@ def test_a_raised_quota_admits_many_in_the_order_they_were_submitted(alice, data
 
 @pytest.mark.django_db
 def test_a_lowered_quota_fails_every_waiting_job_that_can_never_fit_at_once(
-        alice, make_user, datacenter, no_starts):
+        alice, make_user, datacenter, held_tasks):
     bob = make_user("bob")
     counts = {}
     for user, count in ((alice, 10), (bob, 800)):
@@ -595,7 +576,7 @@ def test_a_lowered_quota_fails_every_waiting_job_that_can_never_fit_at_once(
 
 @pytest.mark.django_db
 def test_a_reconcile_takes_as_many_queries_for_800_waiting_jobs_as_for_30(
-        alice, make_user, datacenter, no_starts):
+        alice, make_user, datacenter, held_tasks):
     """The running job ended but the admission it queued was lost: the reconciler admits."""
     counts = []
     for user, count in ((alice, 30), (make_user("bob"), 800)):
@@ -615,7 +596,7 @@ def test_a_reconcile_takes_as_many_queries_for_800_waiting_jobs_as_for_30(
 
 @pytest.mark.django_db
 def test_the_reconciler_deletes_ended_jobs_past_their_ttl_only(submit, alice, datacenter,
-                                                               no_starts):
+                                                               held_tasks):
     quota_set(None, datacenter, alice, jobs=3)
     for name, ttl in (("past", 60), ("within", 3600), ("kept", None)):
         submit(name, ttl_seconds_after_finished=ttl)

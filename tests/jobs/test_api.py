@@ -28,12 +28,10 @@ from jobs.files import output_dir
 from jobs.models import Job, JobEvent, Replica
 from paddlecloud_core.layout import log_relpath
 from tests.conftest import BAD_FLAGS, FLAG_SPELLINGS, assert_error, streamed
+from tests.factories import PACKAGE, job_fields, job_row
 from tests.jobs.files import log_path
 
-pytestmark = pytest.mark.django_db
-
 URL = "/api/v1/jobs/"
-PACKAGE = "/pfs/datacenter1/home/alice/pkg"
 DRIVE_TIMEOUT = 15.0
 
 # A trainer (or pserver) that prints LINES lines, one every EVERY seconds, then sleeps SLEEP
@@ -51,17 +49,11 @@ time.sleep(float(os.environ.get("SLEEP", "0")))
 sys.exit(int(os.environ.get("CODE", "0")))
 """
 
+pytestmark = [pytest.mark.django_db, pytest.mark.package(TRAINER)]
+
 
 def job_url(name: str, what: str = "") -> str:
     return f"{URL}{name}/{what}"
-
-
-@pytest.fixture
-def package(pfs_home) -> str:
-    pkg = pfs_home / "pkg"
-    pkg.mkdir()
-    (pkg / "train.py").write_text(TRAINER)
-    return PACKAGE
 
 
 @pytest.fixture
@@ -73,9 +65,10 @@ def reaper(pfs_home):
 
 
 @pytest.fixture
-def submit(token_client, package, reaper):
+def submit(token_client, alice, datacenter, package, reaper):
+    """``submit(name="fit-a-line", **fields)``: alice's job posted to the API; its answer."""
     def post(name="fit-a-line", **fields):
-        data = {"name": name, "package": package, "entry": "python train.py", **fields}
+        data = job_fields(alice, datacenter, name, package=package, **fields)
         response = token_client.post(URL, data, format="json")
         assert response.status_code == 201, response.content
         return response.json()
@@ -112,12 +105,6 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def make_job(owner, datacenter, name: str, **fields) -> Job:
-    return Job.objects.create(owner=owner, datacenter=datacenter, name=name,
-                              package=f"/pfs/{datacenter.name}/home/{owner.username}/pkg",
-                              entry="python train.py", image="paddle", **fields)
 
 
 def names(response) -> list[str]:
@@ -255,10 +242,10 @@ def test_the_list_is_newest_first(token_client, submit):
 
 
 def test_the_list_filters_by_state_and_name(token_client, alice, datacenter):
-    make_job(alice, datacenter, "fit-a-line", state="succeeded")
-    make_job(alice, datacenter, "refit", state="failed")
-    make_job(alice, datacenter, "fit-more", state="running")
-    make_job(alice, datacenter, "other", state="killed")
+    job_row(alice, datacenter, "fit-a-line", state="succeeded")
+    job_row(alice, datacenter, "refit", state="failed")
+    job_row(alice, datacenter, "fit-more", state="running")
+    job_row(alice, datacenter, "other", state="killed")
 
     assert names(token_client.get(URL, {"state": "succeeded,failed"})) == ["refit",
                                                                           "fit-a-line"]
@@ -273,7 +260,7 @@ def test_the_list_filters_by_state_and_name(token_client, alice, datacenter):
 
 def test_the_list_pages_with_a_cursor(token_client, alice, datacenter):
     for i in range(5):
-        make_job(alice, datacenter, f"job-{i}")
+        job_row(alice, datacenter, f"job-{i}")
     seen, pages = [], 0
     url = f"{URL}?limit=2"
     while url:
@@ -290,8 +277,8 @@ def test_the_list_pages_with_a_cursor(token_client, alice, datacenter):
 
 def test_jobs_of_another_datacenter_are_not_listed(token_client, alice, datacenter,
                                                    other_datacenter):
-    make_job(alice, datacenter, "here")
-    make_job(alice, other_datacenter, "elsewhere")
+    job_row(alice, datacenter, "here")
+    job_row(alice, other_datacenter, "elsewhere")
     assert names(token_client.get(URL)) == ["here"]
     assert_error(token_client.get(job_url("elsewhere")), 404, "not_found")
 
@@ -318,7 +305,7 @@ def test_another_users_job_is_not_found_by_any_endpoint(token_client, make_user,
 
 
 def test_without_a_token_nothing_is_answered(api, alice, datacenter):
-    make_job(alice, datacenter, "fit-a-line")
+    job_row(alice, datacenter, "fit-a-line")
     for method, url in [("get", URL), ("post", URL), ("get", job_url("fit-a-line")),
                         ("post", job_url("fit-a-line", "kill")),
                         ("get", job_url("fit-a-line", "logs"))]:
@@ -428,7 +415,7 @@ def test_following_a_log_streams_it_until_the_trainer_ends(celery_worker, token_
 @pytest.mark.parametrize(("value", "follows"), FLAG_SPELLINGS)
 def test_follow_takes_every_spelling_of_a_boolean(token_client, alice, datacenter, pfs_home,
                                                   value, follows):
-    job = make_job(alice, datacenter, "fit", state="running")
+    job = job_row(alice, datacenter, "fit", state="running")
     replica = Replica.objects.create(job=job, role="trainer", index=0, state="running")
     log = log_path(job, replica)
     log.parent.mkdir(parents=True)
@@ -450,7 +437,7 @@ def test_follow_takes_every_spelling_of_a_boolean(token_client, alice, datacente
 
 @pytest.mark.parametrize("value", BAD_FLAGS)
 def test_follow_is_a_boolean_or_a_400_naming_it(token_client, alice, datacenter, value):
-    job = make_job(alice, datacenter, "fit")
+    job = job_row(alice, datacenter, "fit")
     Replica.objects.create(job=job, role="trainer", index=0)
     body = assert_error(token_client.get(job_url("fit", "logs"), {"follow": value}), 400,
                         "invalid", field="follow")

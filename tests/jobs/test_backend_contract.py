@@ -27,6 +27,7 @@ from jobs.files import output_dir
 from jobs.models import Job, Replica
 from paddlecloud_core.contract import job_namespace, replica_env
 from paddlecloud_core.layout import OUTPUT_MARKER
+from tests.factories import package_write
 from tests.jobs.files import log_path
 
 pytestmark = pytest.mark.django_db
@@ -65,8 +66,7 @@ def backend(request, datacenter) -> Backend:
 
 @pytest.fixture
 def make_job(pfs_home, prepared_jobs):
-    (pfs_home / "pkg").mkdir()
-    (pfs_home / "pkg" / "train.py").write_text(TRAINER)
+    package_write(pfs_home, TRAINER)
 
     def make(trainers=1, pservers=0, **env) -> Job:
         return prepared_jobs("c", trainers, pservers, env={k: str(v) for k, v in env.items()})

@@ -14,13 +14,14 @@ import pytest
 from accounts.models import Budget, Datacenter, Membership, Team
 from accounts.services import quota_set
 from jobs.models import Job, Replica, Usage
-from jobs.services import job_delete, job_kill, job_submit
+from jobs.services import job_delete, job_kill
 from jobs.tasks import _budgets_enforce
 from jobs.transitions import replica_transition
 from jobs.usage import held
 from scheduling.admission import quota_admit
 from scheduling.budgets import use, window_of
 from scheduling.tasks import jobs_admit
+from tests.factories import submit_job
 
 NOW = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)  # a Wednesday
 
@@ -75,7 +76,7 @@ def test_every_run_of_a_replica_is_kept_in_the_ledger_past_its_job(alice, datace
     removal; the job's history is gone, its use is not."""
     (pfs_home / "pkg").mkdir()
     quota_set(None, datacenter, alice, cpu=8000, jobs=10)
-    job = submit(alice, datacenter, "flaky", trainers=1, pservers=1, cpu="2", pscpu="0.5")
+    job = submit_job(alice, datacenter, "flaky", trainers=1, pservers=1, cpu="2", pscpu="0.5")
     trainer = job.replicas.get(role="trainer")
     for target, restart in (("starting", False), ("running", False), ("starting", True),
                             ("running", False)):
@@ -114,16 +115,10 @@ def spent(alice, datacenter, pfs_home):
     return Budget.objects.create(datacenter=datacenter, user=alice, gpu_hours=1)
 
 
-def submit(user, datacenter, name, **fields) -> Job:
-    return job_submit(user, datacenter, {
-        "name": name, "package": f"/pfs/datacenter1/home/{user.username}/pkg",
-        "entry": "python train.py", **fields}).job
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_spent_budget_holds_jobs_until_it_is_raised(alice, datacenter, spent,
                                                       celery_worker):
-    job = submit(alice, datacenter, "next", gpu=1)
+    job = submit_job(alice, datacenter, "next", gpu=1)
     job.refresh_from_db()
     assert (job.state, job.state_reason) == (
         "queued", "waiting for budget: 1.0 of 1 GPU-hours used in the last 7 days (rolling)")
@@ -189,7 +184,7 @@ def test_a_groups_budget_is_shared_by_its_members(alice, make_user, datacenter, 
     now = datetime.now(UTC)
     ran(alice, datacenter, "alices", cpu=2000, began=now - timedelta(hours=2),
         ended=now - timedelta(hours=1))  # 2 CPU-hours of alice's: the group's are spent
-    job = submit(bob, datacenter, "bobs")
+    job = submit_job(bob, datacenter, "bobs")
     job.refresh_from_db()
     assert job.state_reason == ("waiting for group vision's budget: 2.0 of 2 CPU-hours used "
                                 "in the last 24 hours (rolling)")

@@ -7,15 +7,15 @@ import pytest
 
 from jobs.models import Build
 from tests.conftest import assert_error
+from tests.factories import HOME
 
 URL = "/api/v1/builds/"
-H = "/pfs/datacenter1/home/alice"
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("body", "field", "says"), [
     ({}, "package", "required"),
-    ({"package": f"{H}/nowhere"}, "package", "is not a directory in PFS"),
+    ({"package": f"{HOME}/nowhere"}, "package", "is not a directory in PFS"),
     ({"package": "/pfs/datacenter1/home/bob/pkg"}, "package", ""),
     ({"package": "PKG", "image": "Bad Image!"}, "image", ""),
     ({"package": "PKG", "base": "registry.example.com/x:"}, "base", ""),

@@ -20,6 +20,7 @@ from jobs.models import REPEAT_BURST, Job, JobEvent, Replica, event_repeatable
 from jobs.services import EVENTS_SHOWN, job_delete
 from jobs.states import JobState, ReplicaState
 from jobs.transitions import job_transition, replica_transition
+from tests.factories import job_row
 from tests.jobs.files import file_at, log_path, metrics_path
 from tests.ws import WebsocketCommunicator
 
@@ -56,14 +57,8 @@ async def refused(socket) -> tuple[dict, int]:
 
 
 def make_job(owner, datacenter, name="train", trainers=1, state=JobState.RUNNING) -> Job:
-    job = Job.objects.create(owner=owner, datacenter=datacenter, name=name,
-                             package=f"/pfs/{datacenter.name}/home/{owner.username}/pkg",
-                             entry="python train.py", image="paddle", trainers=trainers,
-                             state=state)
-    for index in range(trainers):
-        Replica.objects.create(job=job, role="trainer", index=index,
-                               state=ReplicaState.RUNNING)
-    return job
+    return job_row(owner, datacenter, name, trainers=trainers, state=state,
+                   replicas={"state": ReplicaState.RUNNING})
 
 
 def write(path, text: str) -> None:

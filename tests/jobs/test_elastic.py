@@ -21,16 +21,16 @@ from kernel.errors import ValidationError
 from scheduling.admission import quota_report
 from scheduling.tasks import jobs_admit
 from tests.conftest import assert_error
+from tests.factories import HOME, package_write, submit_job
 from tests.jobs.master_scenario import (
     READ_TASKS,
     assert_every_record_once,
-    package_write,
+    recordio_dataset_write,
     taken,
-    wait_for,
 )
+from tests.polling import wait
 
-DATASET = "/pfs/datacenter1/home/alice/data/part-*.recordio"
-HOME = "/pfs/datacenter1/home/alice"
+DATASET = f"{HOME}/data/part-*.recordio"
 
 # Pservers wait to be stopped; trainers sleep (SLEEP) unless they read the master's tasks
 # (READ=1): then, for each task, note it (taken), read its records (SLOW seconds each; trainer
@@ -51,8 +51,9 @@ slow = float(os.environ["VERY_SLOW"] if me == int(os.environ.get("SLOW_TRAINER",
 
 @pytest.fixture
 def package(pfs_home) -> str:
-    package_write(pfs_home, PROGRAM)
-    return f"{HOME}/pkg"
+    """The package, and the dataset it reads."""
+    recordio_dataset_write(pfs_home)
+    return package_write(pfs_home, PROGRAM)
 
 
 def elastic(**fields) -> dict:
@@ -130,7 +131,7 @@ def admit_now(held_tasks):
 
 
 def submit(alice, datacenter, name, **fields) -> Job:
-    return job_submit(alice, datacenter, {"name": name, **elastic(**fields)}).job
+    return submit_job(alice, datacenter, name, **elastic(**fields))
 
 
 def held(name: str) -> tuple[str, int]:
@@ -202,7 +203,7 @@ def sync_until(job, predicate, timeout: float = 60.0, message: str = "condition"
         engine.job_sync(job.pk)
         job.refresh_from_db()
         return predicate()
-    return wait_for(look, timeout, message)
+    return wait(look, timeout, message)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -275,13 +276,14 @@ def test_a_lost_trainer_is_replaced_and_the_job_succeeds_with_every_record(
     with no restart allowed, is lost: its task goes to another trainer, trainer-3 replaces it,
     and the job succeeds with every record read in a task done exactly once per pass."""
     package_write(live_portal.home, PROGRAM)
+    recordio_dataset_write(live_portal.home)
     job = job_submit(live_portal.user, live_portal.datacenter, {
         "name": "reader", **elastic(trainers="2:3", passes=2, restart_limit=0, env={
             "READ": "1", "SLOW": "0.01", "SLOW_TRAINER": "1", "VERY_SLOW": "0.05"})}).job
-    wait_for(lambda: taken(job, 1), 60, "trainer 1 to take a task")
+    wait(lambda: taken(job, 1), 60, "trainer 1 to take a task")
     trainer = job.replicas.get(role="trainer", index=1)
     os.killpg(int(trainer.backend_ref.split(":")[1]), signal.SIGKILL)  # mid-task
-    wait_for(lambda: Job.objects.get(pk=job.pk).state in ("succeeded", "failed", "killed"), 180,
+    wait(lambda: Job.objects.get(pk=job.pk).state in ("succeeded", "failed", "killed"), 180,
          "the job to end")
     job.refresh_from_db()
     events = list(job.events.values_list("reason", flat=True))

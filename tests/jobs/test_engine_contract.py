@@ -16,8 +16,9 @@ import pytest
 from jobs import engine
 from jobs.backends import backend_for
 from jobs.models import Job
-from jobs.services import job_kill, job_submit
+from jobs.services import job_kill
 from jobs.tasks import jobs_reconcile
+from tests.factories import package_write, submit_job
 from tests.jobs.files import TRAINER, log_path
 
 pytestmark = pytest.mark.django_db
@@ -62,10 +63,8 @@ class FakeKubernetesDriver(Driver):
 
 
 @pytest.fixture(params=BACKENDS)
-def driver(request, datacenter, settings, pfs_home, monkeypatch, held_tasks):
-    held_tasks.run("jobs.tasks.job_stop", engine.job_halt)  # starts are held: never sent
-    (pfs_home / "pkg").mkdir()
-    (pfs_home / "pkg" / "train.py").write_text(TRAINER)
+def driver(request, datacenter, settings, pfs_home, monkeypatch, held_starts):
+    package_write(pfs_home, TRAINER)
     if request.param == "local":
         yield Driver("local")
         return
@@ -78,10 +77,8 @@ def driver(request, datacenter, settings, pfs_home, monkeypatch, held_tasks):
 
 
 def submit(driver, alice, datacenter, program: dict, **fields) -> Job:
-    job = job_submit(alice, datacenter, {"name": "contract", "entry": "python train.py",
-                                         "package": "/pfs/datacenter1/home/alice/pkg",
-                                         "image": "python:3.11-slim", **program,
-                                         **fields}).job
+    job = submit_job(alice, datacenter, "contract", image="python:3.11-slim", **program,
+                     **fields)
     engine.job_launch(job.pk)
     return job
 

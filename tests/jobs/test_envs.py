@@ -18,10 +18,6 @@ from jobs.backends.local.backend import job_dir
 from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_kill
-from tests.jobs import test_running
-
-pytestmark = pytest.mark.django_db(transaction=True)
-package, submit = test_running.package, test_running.submit  # the fixtures
 
 TRAINER = """\
 import os, time
@@ -29,15 +25,16 @@ import six
 print("six", six.__version__, "from", six.__file__, flush=True)
 time.sleep(float(os.environ.get("SLEEP", "60")))
 """
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.package(TRAINER)]
 GOOD = "six==1.17.0  # tiny, pure Python\n"
 BAD = "this-package-does-not-exist-pc==0\n"
 
 
 @pytest.fixture
 def pkg(pfs_home, package):
-    path = pfs_home / "pkg"
-    (path / "train.py").write_text(TRAINER)
-    return path
+    """The package on disk."""
+    return pfs_home / "pkg"
 
 
 def launch(job: Job) -> Job:

@@ -14,9 +14,11 @@ from django.test import Client
 from django.utils import timezone
 
 from jobs.models import REPEAT_BURST, Job, JobEvent
-from jobs.services import EVENTS_SHOWN, job_submit
+from jobs.services import EVENTS_SHOWN
+from tests.factories import package_write, submit_job
+from tests.polling import wait
 
-from .master_scenario import FINAL, package_write, state, wait_for
+from .master_scenario import FINAL, recordio_dataset_write, state
 
 GIVE_BACKS = 1000
 
@@ -37,11 +39,10 @@ def test_a_job_flooding_its_master_with_give_backs_does_not_flood_its_events(
         live_portal, settings, celery_worker):
     settings.PADDLECLOUD_PORTAL_URL = live_portal.url
     package_write(live_portal.home, FLOODER)
-    job = job_submit(live_portal.user, live_portal.datacenter, {
-        "name": "flood", "package": "/pfs/datacenter1/home/alice/pkg",
-        "entry": "python train.py", "dataset": "/pfs/datacenter1/home/alice/data/part-*.recordio",
-        "task_records": 20}).job
-    wait_for(lambda: state(job) in FINAL, 180, lambda: f"the job to end: {job.state_reason}")
+    dataset = recordio_dataset_write(live_portal.home)
+    job = submit_job(live_portal.user, live_portal.datacenter, "flood", dataset=dataset,
+                     task_records=20)
+    wait(lambda: state(job) in FINAL, 180, lambda: f"the job to end: {job.state_reason}")
     assert job.state == "succeeded", job.state_reason
 
     given_back = JobEvent.objects.filter(job=job, from_state="leased", to_state="waiting")
@@ -72,9 +73,7 @@ def test_a_job_flooding_its_master_with_give_backs_does_not_flood_its_events(
 def long_history(alice, pfs_home, datacenter, held_tasks) -> Job:
     """alice's job with 250 events, one a second (as a long-lived job's replicas make)."""
     (pfs_home / "pkg").mkdir()
-    job = job_submit(alice, datacenter, {"name": "long", "package":
-                                         "/pfs/datacenter1/home/alice/pkg",
-                                         "entry": "python train.py"}).job
+    job = submit_job(alice, datacenter, "long")
     start = timezone.now() - timedelta(hours=1)
     job.events.all().delete()
     JobEvent.objects.bulk_create(

@@ -23,6 +23,7 @@ from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_kill, job_submit
 from paddlecloud_core.contract import job_namespace
+from tests.factories import package_write
 from tests.real_kube.node_kubelet import signal_container
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -184,8 +185,7 @@ print("done", flush=True)
 
 
 def stepper(cluster: Cluster, alice, datacenter, pfs_home, **fields) -> Job:
-    (pfs_home / "stepper").mkdir()
-    (pfs_home / "stepper" / "train.py").write_text(STEPPER)
+    package_write(pfs_home, STEPPER, "stepper")
     spec = {"name": "stepper", "package": "/pfs/datacenter1/home/alice/stepper",
             "entry": "python train.py", "trainers": 1, "cpu": "500m", "pscpu": "500m",
             **fields}

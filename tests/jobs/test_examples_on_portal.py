@@ -16,6 +16,7 @@ from accounts.services import token_create
 from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_submit
+from tests.factories import HOME
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -24,7 +25,7 @@ def run_example(alice, datacenter, pfs_home, example: str, timeout: float = 240)
     shutil.copytree(EXAMPLES / example, pfs_home / example,
                     ignore=shutil.ignore_patterns("__pycache__"))
     spec = json.loads((EXAMPLES / example / "job.json").read_text())
-    spec["package"] = f"/pfs/datacenter1/home/alice/{example}"
+    spec["package"] = f"{HOME}/{example}"
     job = job_submit(alice, datacenter, spec).job
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

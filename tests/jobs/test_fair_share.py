@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import time
 from datetime import timedelta
+from functools import partial
 
 import pytest
 from django.utils import timezone
@@ -17,11 +18,11 @@ from rest_framework.test import APIClient
 from accounts.models import Datacenter, Membership, Team
 from accounts.services import quota_set, token_create
 from jobs.models import Job, JobEvent
-from jobs.services import job_submit
 from jobs.transitions import job_transition
 from scheduling.admission import quota_admit
 from scheduling.tasks import jobs_admit
 from tests.conftest import assert_error
+from tests.factories import PACKAGE, submit_job
 from tests.jobs.test_admission import no_launch, race_as_jobs_end  # noqa: F401 - a fixture
 
 GiB = 2**30
@@ -46,11 +47,7 @@ def big_quotas(alice, bob, shared_dc):
         quota_set(None, shared_dc, user, cpu=64000, memory=64 * GiB, jobs=100, queued=100)
 
 
-def submit(user, datacenter, name, **fields) -> Job:
-    home = f"/pfs/{datacenter.name}/home/{user.username}/pkg"
-    return job_submit(user, datacenter, {"name": name, "package": home,
-                                         "entry": "python train.py", "cpu": "1",
-                                         **fields}).job
+submit = partial(submit_job, cpu="1")  # a job of one CPU, by default
 
 
 def end(job) -> None:
@@ -110,7 +107,7 @@ def test_weights_divide_the_capacity(alice, bob, shared_dc, big_quotas, homes, h
 @pytest.mark.django_db
 def test_a_job_bigger_than_the_datacenter_is_refused_naming_the_capacity(
         token_client, alice, shared_dc, homes):
-    body = {"name": "huge", "package": "/pfs/datacenter1/home/alice/pkg", "entry": "x",
+    body = {"name": "huge", "package": PACKAGE, "entry": "x",
             "trainers": 5, "cpu": "1"}
     quota_set(None, shared_dc, alice, cpu=64000, jobs=10)
     for dry_run in (True, False):
@@ -146,7 +143,7 @@ def test_a_big_job_is_not_starved_by_small_ones_of_others(alice, bob, shared_dc,
 def test_a_dry_run_says_whether_the_job_would_start_and_when(
         token_client, alice, shared_dc, homes, held_tasks):
     quota_set(None, shared_dc, alice, cpu=64000, jobs=10, queued=10)
-    body = {"name": "probe", "package": "/pfs/datacenter1/home/alice/pkg", "entry": "x",
+    body = {"name": "probe", "package": PACKAGE, "entry": "x",
             "trainers": 2, "cpu": "1", "dry_run": True}
     now = token_client.post("/api/v1/jobs/", body, format="json").json()["admission"]
     assert now == {"starts": "now", "position": None, "reason": "", "predicted_start": None}
@@ -155,7 +152,7 @@ def test_a_dry_run_says_whether_the_job_would_start_and_when(
     for i in range(3):
         Job.objects.create(owner=alice, datacenter=shared_dc, name=f"probe-{i}", trainers=2,
                            cpu=1000, state="succeeded", entry="x", image="paddle",
-                           package="/pfs/datacenter1/home/alice/pkg", created_at=earlier,
+                           package=PACKAGE, created_at=earlier,
                            started_at=earlier, finished_at=earlier + timedelta(minutes=10))
     submit(alice, shared_dc, "probe-9", trainers=4)  # takes the datacenter: 10 min or so
     answer = token_client.post("/api/v1/jobs/", body, format="json").json()["admission"]
@@ -273,7 +270,7 @@ def test_through_real_workers_a_high_priority_job_goes_first_in_its_owners_queue
     for i, priority in enumerate((0, 0, 0, 100)):
         Job.objects.create(owner=alice, datacenter=datacenter, name=f"j{i}", priority=priority,
                            created_at=now - timedelta(seconds=10 - i), entry="python x.py",
-                           image="paddle", package="/pfs/datacenter1/home/alice/pkg")
+                           image="paddle", package=PACKAGE)
     order = []
     jobs_admit.delay(alice.pk, datacenter.pk)
     deadline = time.monotonic() + 60
@@ -311,7 +308,7 @@ def test_a_reason_names_another_users_job_only_to_those_who_may_see_it(
     shown = alices.get("/api/v1/jobs/small/").json()
     assert shown["state_reason"].startswith(turn + ", whose fair share is further from met")
     dry_run = alices.post("/api/v1/jobs/", {
-        "name": "probe", "package": "/pfs/datacenter1/home/alice/pkg", "entry": "x",
+        "name": "probe", "package": PACKAGE, "entry": "x",
         "cpu": "1", "dry_run": True}, format="json").json()["admission"]
     assert dry_run["reason"].startswith(turn)
     page = html.unescape(browser.get("/jobs/small/").content.decode())

@@ -19,9 +19,9 @@ import pytest
 from jobs.files import output_dir
 from jobs.models import Job, Task
 from jobs.services import job_submit
+from tests.factories import HOME
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fit_a_line"
-HOME = "/pfs/datacenter1/home/alice"
 ROWS = 64  # a file's
 PASSES = 3
 PASS_LINE = re.compile(r"^trainer (\d+) pass (\d+) done: (\d+) rows in (\d+) steps \((\d+) with "

@@ -4,6 +4,8 @@ only their own), and the admin's changes audited and admitting what now may star
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 from django.test import Client
 from rest_framework.test import APIClient
@@ -11,10 +13,10 @@ from rest_framework.test import APIClient
 from accounts.models import AuditEntry, Datacenter, Membership, Team
 from accounts.services import quota_set, token_create
 from jobs.models import Job
-from jobs.services import job_submit
 from jobs.transitions import job_transition
 from scheduling.admission import quota_admit
 from tests.conftest import assert_error
+from tests.factories import submit_job
 
 GiB = 2**30
 
@@ -37,10 +39,7 @@ def vision(users, datacenter):
     return team
 
 
-def submit(user, datacenter, name, **fields) -> Job:
-    return job_submit(user, datacenter, {
-        "name": name, "package": f"/pfs/{datacenter.name}/home/{user.username}/pkg",
-        "entry": "python train.py", "cpu": "1", **fields}).job
+submit = partial(submit_job, cpu="1")  # a job of one CPU, by default
 
 
 def end(job) -> None:

@@ -19,7 +19,8 @@ from jobs.backends.local import backend as local
 from jobs.files import home_dir, output_dir
 from jobs.models import Job
 from jobs.services import job_submit
-from tests.jobs.kubernetes.test_backend import wait
+from tests.factories import PACKAGE, package_write
+from tests.polling import wait
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis,
               pytest.mark.skipif(os.geteuid() != 0, reason="what a root portal's jobs hold "
@@ -80,10 +81,9 @@ def run_as_host_user(path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def hostile_job(celery_worker, alice, datacenter, pfs_home):
-    (pfs_home / "pkg").mkdir()
-    (pfs_home / "pkg" / "train.py").write_text(HOSTILE)
+    package_write(pfs_home, HOSTILE)
     job = job_submit(alice, datacenter, {"name": "hostile", "entry": "python train.py",
-                                         "package": "/pfs/datacenter1/home/alice/pkg"}).job
+                                         "package": PACKAGE}).job
     wait(lambda: Job.objects.get(pk=job.pk).state in ("succeeded", "failed"), timeout=120,
          message="the job to end")
     job.refresh_from_db()

@@ -38,8 +38,9 @@ from jobs.backends.kubernetes import pods
 from jobs.files import home_remove, output_open, output_prepare
 from jobs.models import Job
 from kernel.errors import PaddleCloudError
-from tests.jobs.kubernetes.test_backend import wait
+from tests.factories import package_write
 from tests.kube import datacenter_set, portal_kubeconfig
+from tests.polling import wait
 from tests.ws import ws_messages
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -96,15 +97,9 @@ def secrets(live_portal, make_user, settings):
     return {"bob": bob, "keys": keys}
 
 
-def package(portal) -> None:
-    (portal.home / "pkg").mkdir(exist_ok=True)
-    (portal.home / "pkg" / "train.py").write_text(TRAINER)
-
-
 def run_job(portal, backend: str) -> Job:
     """A job run to success: its log, its metrics and its output exist."""
-    response = portal.session().post(f"{portal.url}/api/v1/jobs/", json={
-        "name": "fit", "package": "/pfs/datacenter1/home/alice/pkg", "entry": "python train.py"})
+    response = portal.job_post("fit")
     assert response.status_code == 201, response.text
     job = Job.objects.get(name="fit")
     wait(lambda: Job.objects.get(pk=job.pk).state in ("succeeded", "failed"), timeout=60,
@@ -190,7 +185,7 @@ def job_paths(home: Path, job: Job) -> list[Path]:
 def test_links_planted_at_every_path_of_a_job_are_never_followed(live_portal, celery_worker,
                                                                  backend, secrets):
     home = live_portal.home
-    package(live_portal)
+    package_write(live_portal.home, TRAINER)
     job = run_job(live_portal, backend)
     paths = job_paths(home, job)
     assert {p.name for p in paths} >= {"output", "train.log", "metrics.jsonl",
@@ -274,7 +269,7 @@ def test_the_portal_names_no_path_inside_a_home(live_portal, celery_worker, back
     through directory descriptors (``jobs.files``); none hands the kernel a path
     that a planted link could redirect."""
     home = live_portal.home
-    package(live_portal)
+    package_write(live_portal.home, TRAINER)
     with watching(home, secrets["bob"]) as seen:
         job = run_job(live_portal, backend)
         read_everything(live_portal)
@@ -290,7 +285,7 @@ def test_the_portal_names_no_path_inside_a_home(live_portal, celery_worker, back
 
 def test_a_fifo_in_place_of_the_log_is_refused_without_waiting(live_portal, celery_worker,
                                                               secrets):
-    package(live_portal)
+    package_write(live_portal.home, TRAINER)
     job = run_job(live_portal, "local")
     log = live_portal.home / "jobs" / "fit" / "output" / "node_0" / "train.log"
     log.unlink()
@@ -308,7 +303,7 @@ def test_a_fifo_in_place_of_the_log_is_refused_without_waiting(live_portal, cele
 
 def test_a_link_where_the_log_is_is_refused_with_the_reason(live_portal, celery_worker,
                                                             secrets):
-    package(live_portal)
+    package_write(live_portal.home, TRAINER)
     run_job(live_portal, "local")
     log = live_portal.home / "jobs" / "fit" / "output" / "node_0" / "train.log"
     log.unlink()
@@ -331,9 +326,8 @@ def test_submitting_through_a_link_to_another_home_fails_the_job_and_leaves_it(
     (home / "jobs" / "fit").symlink_to(os.path.relpath(secrets["bob"] / "jobs" / "fit",
                                                        home / "jobs"))
     before = snapshot(secrets["bob"])
-    package(live_portal)
-    response = live_portal.session().post(f"{live_portal.url}/api/v1/jobs/", json={
-        "name": "fit", "package": "/pfs/datacenter1/home/alice/pkg", "entry": "python train.py"})
+    package_write(live_portal.home, TRAINER)
+    response = live_portal.job_post("fit")
     assert response.status_code == 201, response.text
     wait(lambda: Job.objects.get(name="fit").state == "failed", timeout=60,
          message="the job to fail")

@@ -15,8 +15,9 @@ from jobs.backends.kubernetes.client import kube_forget
 from jobs.backends.kubernetes.pods_watch import pod_caches_stop
 from jobs.models import Job, Replica
 from jobs.states import ReplicaState
-from tests.jobs.kubernetes.test_backend import wait
+from tests.factories import package_write
 from tests.kube import datacenter_set, portal_kubeconfig
+from tests.polling import wait
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -49,12 +50,10 @@ def messages(ws):
             return
 
 
-def submit(portal, **fields) -> Job:
-    (portal.home / "pkg").mkdir(exist_ok=True)
-    (portal.home / "pkg" / "train.py").write_text(TRAINER)
-    response = portal.session().post(f"{portal.url}/api/v1/jobs/", json={
-        "name": "live", "package": "/pfs/datacenter1/home/alice/pkg",
-        "entry": "python train.py", **fields})
+def submit(portal, files: dict[str, str] | None = None, **fields) -> Job:
+    """alice's job ``live`` of TRAINER (and ``files`` beside it), over the API."""
+    package_write(portal.home, TRAINER, files=files)
+    response = portal.job_post("live", **fields)
     assert response.status_code == 201, response.text
     return Job.objects.get(name="live")
 
@@ -146,9 +145,7 @@ def test_the_build_log_of_a_kubernetes_job_comes_while_it_builds_and_on_its_page
         registry_create(live_portal.user, live_portal.datacenter, {
             "name": "builds", "server": registry.host, "username": "x", "password": "y"})
         try:
-            (live_portal.home / "pkg").mkdir()
-            (live_portal.home / "pkg" / "requirements.txt").write_text("six\n")
-            job = submit(live_portal)
+            job = submit(live_portal, files={"requirements.txt": "six\n"})
             assert job.state == "building"
             got = []
             with socket(live_portal, "/ws/jobs/live/logs/?worker=build") as ws:

@@ -24,8 +24,8 @@ from jobs.backends.local.sandbox import netns_read
 from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_submit
-from tests.jobs.kubernetes.test_backend import wait
 from tests.package_index import make_wheel
+from tests.polling import wait
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 

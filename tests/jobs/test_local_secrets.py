@@ -26,11 +26,11 @@ from jobs.files import output_dir
 from jobs.master import dispatch
 from jobs.models import Job, Replica
 from paddlecloud_core.contract import MASTER_TOKEN_VARIABLE, job_namespace, replica_env
+from tests.factories import HOME, PACKAGE, package_write
 
 pytestmark = pytest.mark.django_db
 
-PACKAGE = "/pfs/datacenter1/home/alice/pkg"
-DATASET = "/pfs/datacenter1/home/alice/data/part-*.txt"
+DATASET = f"{HOME}/data/part-*.txt"
 
 # Says it is ready, waits to be told to go (the test watches the machine meanwhile), then
 # writes a digest of each of its variables (never a value: the test's files stay clean).
@@ -120,8 +120,7 @@ def job(alice, datacenter, pfs_home):
     in its env, two trainers, prepared on the local backend; stopped and cleaned up at the
     end, leaving no process or network behind."""
     assert local.sandboxing() is None, "this machine must make sandboxes (./dev installs bwrap)"
-    (pfs_home / "pkg").mkdir()
-    (pfs_home / "pkg" / "train.py").write_text(REPLICA)
+    package_write(pfs_home, REPLICA)
     (pfs_home / "data").mkdir()
     (pfs_home / "data" / "part-0.txt").write_text("a\nb\n")
     marker = uuid.uuid4().hex

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from datetime import timedelta
+from functools import partial
 
 import pytest
 from django.db import connection
@@ -16,13 +17,12 @@ from rest_framework.test import APIClient
 from jobs.master import dispatch
 from jobs.master.dataset import dataset_spans
 from jobs.models import Job, JobEvent, Replica, Task
-from jobs.services import job_submit
 from kernel.errors import ValidationError
 from paddlecloud_sdk import recordio
+from tests.factories import HOME, submit_job
 from tests.processes import run_python
 
-PACKAGE = "/pfs/datacenter1/home/alice/pkg"
-DATA = "/pfs/datacenter1/home/alice/data"
+DATA = f"{HOME}/data"
 
 
 @pytest.fixture
@@ -42,9 +42,7 @@ def dataset(pfs_home):
     return data
 
 
-def submit(alice, datacenter, **fields) -> Job:
-    spec = {"name": "reader", "package": PACKAGE, "entry": "python train.py", **fields}
-    return job_submit(alice, datacenter, spec).job
+submit = partial(submit_job, name="reader")
 
 
 def trainers(job, count: int) -> None:

@@ -42,13 +42,13 @@ from paddlecloud_core.contract import (
     replica_env,
 )
 from paddlecloud_core.spec import spec_check
+from tests.factories import HOME, PACKAGE, package_write
 from tests.jobs.files import log_path
 from tests.jobs.master_scenario import one_trainer_job
 from tests.processes import run_python
 
 URL, TOKEN = MASTER_VARIABLES
-PACKAGE = "/pfs/datacenter1/home/alice/pkg"
-DATASET = "/pfs/datacenter1/home/alice/data/part-*.txt"
+DATASET = f"{HOME}/data/part-*.txt"
 
 
 # --- the contract ---------------------------------------------------------------------------
@@ -120,12 +120,11 @@ def test_the_portals_addresses_are_settings_with_defaults(tmp_path):
 # --- on both backends ------------------------------------------------------------------------
 
 @pytest.fixture
-def package(pfs_home):
-    (pfs_home / "pkg").mkdir()
-    (pfs_home / "pkg" / "train.py").write_text(REPLICA)
+def package(pfs_home) -> str:
+    """The package, and a dataset beside it."""
     (pfs_home / "data").mkdir()
     (pfs_home / "data" / "part-0.txt").write_text("a\nb\nc\n")
-    return PACKAGE
+    return package_write(pfs_home, REPLICA)
 
 
 # Prints where its master is, and a digest of the token (never the token).
@@ -297,7 +296,7 @@ def test_a_local_replica_reads_a_task_from_the_portals_master(live_portal, held_
         assert job.state == "succeeded", (job.state_reason, log)
         answer = json.loads(log.split("ANSWER ", 1)[1].splitlines()[0])
         assert answer["task"]["spans"] == [
-            {"path": "/pfs/datacenter1/home/alice/data/part-0.txt", "kind": "file"}]
+            {"path": f"{HOME}/data/part-0.txt", "kind": "file"}]
         assert dispatch.master_token(job) not in caplog.text + log
         # The job's network and its relay went when it ended; nothing is left of them.
         run = job_dir(job) / "run"

@@ -15,6 +15,7 @@ import pytest
 from jobs.master.dispatch import master_token
 from jobs.models import Task
 from jobs.services import job_submit
+from tests.factories import HOME, PACKAGE, package_write
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,12 +35,11 @@ def call(portal, path: str, body: bytes | str, token: str = "") -> tuple[int, di
 @pytest.fixture
 def job(live_portal):
     home = live_portal.home
-    (home / "pkg").mkdir()
-    (home / "pkg" / "train.py").write_text("")
+    package_write(home, "")
     (home / "lines.txt").write_text("".join(f"line {i}\n" for i in range(10)))
     return job_submit(live_portal.user, live_portal.datacenter, {
-        "name": "fast", "package": "/pfs/datacenter1/home/alice/pkg", "entry": "python train.py",
-        "dataset": "/pfs/datacenter1/home/alice/lines.txt", "task_records": 5}).job
+        "name": "fast", "package": PACKAGE, "entry": "python train.py",
+        "dataset": f"{HOME}/lines.txt", "task_records": 5}).job
 
 
 def master_threads() -> list[str]:
@@ -52,7 +52,7 @@ def test_a_trainer_takes_and_completes_tasks_over_http(live_portal, job):
     assert status == 200, answer
     task = answer["task"]
     assert (task["pass"], task["index"], task["spans"]) == (0, 0, [
-        {"path": "/pfs/datacenter1/home/alice/lines.txt", "kind": "records", "start": 0,
+        {"path": f"{HOME}/lines.txt", "kind": "records", "start": 0,
          "count": 5}])
     assert headers["X-Content-Type-Options"] == "nosniff"  # Django's security headers
     assert headers["X-Frame-Options"] == "DENY"

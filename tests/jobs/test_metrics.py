@@ -16,8 +16,9 @@ from accounts.services import token_create
 from jobs import engine
 from jobs.backends import backend_for
 from jobs.metrics import metric_names, metric_record, metrics_read
-from jobs.models import Job, Replica
+from jobs.models import Job
 from tests.conftest import PASSWORD, assert_error
+from tests.factories import job_row
 from tests.jobs.files import file_at, metrics_path
 
 URL = "/api/v1/jobs/"
@@ -36,15 +37,7 @@ def metrics_url(name: str) -> str:
 
 
 def make_job(owner, datacenter, name: str, trainers: int = 1, pservers: int = 0) -> Job:
-    job = Job.objects.create(owner=owner, datacenter=datacenter, name=name,
-                             package=f"/pfs/{datacenter.name}/home/{owner.username}/pkg",
-                             entry="python train.py", image="paddle", trainers=trainers,
-                             pservers=pservers)
-    for index in range(trainers):
-        Replica.objects.create(job=job, role="trainer", index=index)
-    for index in range(pservers):
-        Replica.objects.create(job=job, role="pserver", index=index)
-    return job
+    return job_row(owner, datacenter, name, trainers=trainers, pservers=pservers, replicas={})
 
 
 def write(job: Job, worker: str, text: str):

@@ -11,10 +11,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from jobs.models import Job, Replica
+from jobs.models import Job
 from jobs.states import JobState, ReplicaState
 from jobs.transitions import job_transition, replica_transition
 from kernel import metrics
+from tests.factories import job_row
 from tests.jobs.test_consumers import connect
 
 
@@ -24,11 +25,8 @@ def read(metric, name: str, **labels) -> float:
 
 
 def make_job(alice, datacenter, *, age: timedelta, state=JobState.PENDING) -> Job:
-    job = Job.objects.create(owner=alice, datacenter=datacenter, name="train", image="img",
-                             package="/pfs/datacenter1/home/alice/pkg", entry="python t.py",
-                             state=state, created_at=timezone.now() - age)
-    Replica.objects.create(job=job, role="trainer", index=0, state=ReplicaState.PENDING)
-    return job
+    return job_row(alice, datacenter, "train", image="img", entry="python t.py", state=state,
+                   created_at=timezone.now() - age, replicas={"state": ReplicaState.PENDING})
 
 
 def admissions() -> tuple[float, float]:
@@ -140,9 +138,8 @@ def test_the_jobs_are_counted_with_one_query_however_many(alice, datacenter, oth
                                        ("state", "queued")))] == 0
     for index, state in enumerate([JobState.QUEUED, JobState.QUEUED, JobState.RUNNING,
                                    JobState.SUCCEEDED, JobState.PENDING]):
-        Job.objects.create(owner=alice, datacenter=datacenter, name=f"j{index}", image="img",
-                           package="/pfs/datacenter1/home/alice/pkg", entry="python t.py",
-                           state=state, created_at=timezone.now() - timedelta(minutes=index))
+        job_row(alice, datacenter, f"j{index}", image="img", entry="python t.py", state=state,
+                created_at=timezone.now() - timedelta(minutes=index))
     found = collected()
     assert set(found) == set(empty)  # the same series, other values
 

@@ -91,7 +91,8 @@ class PortalHandler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def portal():
+def fake_portal():
+    """A stand-in for the portal (``Portal``), serving on a free port of loopback."""
     server = Portal()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -146,9 +147,9 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-def test_a_sandboxed_process_reaches_the_portal_through_the_relay_only(portal, job_network):
+def test_a_sandboxed_process_reaches_the_portal_through_the_relay_only(fake_portal, job_network):
     run, netns, label = job_network
-    port = portal.server_address[1]
+    port = fake_portal.server_address[1]
     relay = relay_start(run / "relay.pid", netns, ("127.0.0.1", port), label)
     assert relay.port == RELAY_PORT == 80
     result = in_network(netns, f"""
@@ -193,9 +194,9 @@ def test_a_replica_cannot_listen_in_the_relays_place(job_network):
     assert result.stdout.strip() == "refused", result.stderr
 
 
-def test_the_relay_is_found_again_and_goes_with_the_jobs_network(portal, job_network):
+def test_the_relay_is_found_again_and_goes_with_the_jobs_network(fake_portal, job_network):
     run, netns, label = job_network
-    target = ("127.0.0.1", portal.server_address[1])
+    target = ("127.0.0.1", fake_portal.server_address[1])
     record = run / "relay.pid"
     relay = relay_start(record, netns, target, label)
     # As a restarted portal: the record names it, and it is not started twice.
@@ -235,11 +236,11 @@ def test_the_relay_is_found_again_and_goes_with_the_jobs_network(portal, job_net
         relay_start(run / "other.pid", netns, target, label)
 
 
-def test_connections_are_bounded_and_all_answered(portal, job_network, monkeypatch):
+def test_connections_are_bounded_and_all_answered(fake_portal, job_network, monkeypatch):
     run, netns, label = job_network
     monkeypatch.setattr(relay_module, "MAX_CONNECTIONS", 4)
-    portal.slow = 0.2
-    relay_start(run / "relay.pid", netns, ("127.0.0.1", portal.server_address[1]), label)
+    fake_portal.slow = 0.2
+    relay_start(run / "relay.pid", netns, ("127.0.0.1", fake_portal.server_address[1]), label)
     result = in_network(netns, f"""
         import concurrent.futures, json, urllib.request
         def call(i):
@@ -251,12 +252,12 @@ def test_connections_are_bounded_and_all_answered(portal, job_network, monkeypat
         """)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "20"  # each answered, to its own request
-    assert 1 <= portal.most <= 4  # never more at once than the relay takes
+    assert 1 <= fake_portal.most <= 4  # never more at once than the relay takes
 
 
-def test_the_relay_sleeps_while_idle_and_ends_cleanly_on_sigterm(portal, job_network):
+def test_the_relay_sleeps_while_idle_and_ends_cleanly_on_sigterm(fake_portal, job_network):
     run, netns, label = job_network
-    relay = relay_start(run / "relay.pid", netns, ("127.0.0.1", portal.server_address[1]),
+    relay = relay_start(run / "relay.pid", netns, ("127.0.0.1", fake_portal.server_address[1]),
                         label)
     # An idle connection held open from the job's side, and another to a portal that then
     # goes away, keep nothing busy.

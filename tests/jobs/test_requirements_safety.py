@@ -17,16 +17,11 @@ from jobs import engine
 from jobs.files import output_dir
 from jobs.models import Job
 from tests.conftest import assert_error
+from tests.factories import package_write
 from tests.jobs.test_local_isolation import ended
 from tests.package_index import make_wheel, package_index
 
 pytestmark = pytest.mark.django_db(transaction=True)
-PACKAGE = "/pfs/datacenter1/home/alice/pkg"
-
-
-def submit_over_http(portal, name: str):
-    return portal.session().post(f"{portal.url}/api/v1/jobs/", json={
-        "name": name, "package": PACKAGE, "entry": "python train.py"}, timeout=60)
 
 
 class Answer:
@@ -44,10 +39,9 @@ class Answer:
 
 @pytest.fixture
 def pkg(live_portal):
-    path = live_portal.home / "pkg"
-    path.mkdir()
-    (path / "train.py").write_text("print('hello')\n")
-    return path
+    """alice's package on disk."""
+    package_write(live_portal.home, "print('hello')\n")
+    return live_portal.home / "pkg"
 
 
 def test_a_requirements_txt_past_its_bound_is_refused_at_submit_unread(live_portal, pkg):
@@ -56,7 +50,7 @@ def test_a_requirements_txt_past_its_bound_is_refused_at_submit_unread(live_port
     with (pkg / "requirements.txt").open("wb") as f:
         f.truncate(1 << 40)
     started = time.monotonic()
-    body = assert_error(Answer(submit_over_http(live_portal, "huge")), 400, "invalid",
+    body = assert_error(Answer(live_portal.job_post("huge", timeout=60)), 400, "invalid",
                         "package")
     assert time.monotonic() - started < 10
     assert body["fields"]["package"] == [
@@ -74,7 +68,7 @@ def test_options_naming_paths_or_other_indexes_are_refused_at_submit(live_portal
         "-e .\n"
         "evil @ file:///etc/passwd\n"
         "../../bob/pkg/evil-1.0-py3-none-any.whl\n")
-    body = assert_error(Answer(submit_over_http(live_portal, "paths")), 400, "invalid",
+    body = assert_error(Answer(live_portal.job_post("paths", timeout=60)), 400, "invalid",
                         "package")
     said = body["fields"]["package"][0]
     assert said.startswith("requirements.txt: line 2 ('-r /etc/shadow'): -r is "
@@ -96,9 +90,9 @@ def test_an_allowed_index_is_named_and_used(live_portal, pkg):
     datacenter.package_indexes = "http://127.0.0.1:1/simple\nhttps://pypi.org/simple"
     datacenter.save()
     (pkg / "requirements.txt").write_text("--index-url http://127.0.0.1:1/simple/\nsix\n")
-    assert submit_over_http(live_portal, "allowed").status_code == 201
+    assert live_portal.job_post("allowed", timeout=60).status_code == 201
     (pkg / "requirements.txt").write_text("--index-url http://127.0.0.1:2/simple/\nsix\n")
-    body = assert_error(Answer(submit_over_http(live_portal, "other")), 400, "invalid",
+    body = assert_error(Answer(live_portal.job_post("other", timeout=60)), 400, "invalid",
                         "package")
     assert "not one of the package indexes this datacenter allows (http://127.0.0.1:1/simple, "\
            "https://pypi.org/simple)" in body["fields"]["package"][0]
@@ -108,9 +102,9 @@ def test_the_machines_own_index_is_the_default_its_credentials_never_shown(live_
                                                                            monkeypatch):
     monkeypatch.setenv("PIP_INDEX_URL", "https://mirror-user:s3cret@mirror.example.com/simple")
     (pkg / "requirements.txt").write_text("--index-url https://mirror.example.com/simple/\nsix\n")
-    assert submit_over_http(live_portal, "mirror").status_code == 201
+    assert live_portal.job_post("mirror", timeout=60).status_code == 201
     (pkg / "requirements.txt").write_text("--index-url http://127.0.0.1:5432/\n")
-    response = submit_over_http(live_portal, "postgres")
+    response = live_portal.job_post("postgres", timeout=60)
     body = assert_error(Answer(response), 400, "invalid", "package")
     assert body["fields"]["package"][0].endswith(
         "is not one of the package indexes this datacenter allows "
@@ -118,35 +112,17 @@ def test_the_machines_own_index_is_the_default_its_credentials_never_shown(live_
     assert "s3cret" not in response.text
 
 
-@pytest.fixture
-def submit(alice, datacenter):
-    """Submit a job of the package through the service; nothing of it is left after."""
-    from jobs.backends.local.backend import LocalBackend
-    from jobs.services import job_submit
-
-    submitted = []
-
-    def do(name: str) -> Job:
-        submitted.append(job_submit(alice, datacenter, {
-            "name": name, "package": PACKAGE, "entry": "python train.py"}).job)
-        return submitted[-1]
-
-    yield do
-    for job in submitted:
-        LocalBackend().stop(job, list(job.replicas.all()), grace=1)
-        LocalBackend().cleanup(job)
+IMPORTS_TINYDEP = "import tinydep; print('imported', tinydep.NAME)\n"
 
 
 @pytest.fixture
-def indexed(alice, datacenter, pfs_home, tmp_path):
-    """The package and a job submitter; the datacenter allows one index, on loopback, that
-    serves ``tinydep``; ``trap``, another server on loopback, is not allowed."""
+def indexed(datacenter, pfs_home, package, tmp_path):
+    """The package, on disk; the datacenter allows one index, on loopback, that serves
+    ``tinydep``; ``trap``, another server on loopback, is not allowed."""
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     wheel = make_wheel(wheels, "tinydep")
     pkg = pfs_home / "pkg"
-    pkg.mkdir()
-    (pkg / "train.py").write_text("import tinydep; print('imported', tinydep.NAME)\n")
     with package_index() as trap, package_index(
             [wheel], links={"trapdep": f"{trap.url}/files/"}) as index:
         datacenter.package_indexes = index.simple
@@ -154,6 +130,7 @@ def indexed(alice, datacenter, pfs_home, tmp_path):
         yield pkg, index, trap
 
 
+@pytest.mark.package(IMPORTS_TINYDEP)
 def test_uv_reaches_the_allowed_index_and_nothing_else_on_the_machine(celery_worker, indexed,
                                                                       submit):
     pkg, index, trap = indexed
@@ -178,6 +155,7 @@ def test_uv_reaches_the_allowed_index_and_nothing_else_on_the_machine(celery_wor
     assert f"the install's network refused {trap_at}: not an allowed package index" in setup
 
 
+@pytest.mark.package(IMPORTS_TINYDEP)
 def test_a_requirements_txt_changed_after_submit_is_checked_again(held_tasks, indexed,
                                                                   submit):
     pkg, index, _ = indexed

@@ -12,12 +12,11 @@ import pytest
 from django.db import connection
 
 from jobs import engine
-from jobs.backends import backend_for
 from jobs.backends.local.backend import LocalBackend, job_dir
 from jobs.engine import exit_reason
 from jobs.files import output_dir
 from jobs.models import Job
-from jobs.services import job_kill, job_submit
+from jobs.services import job_kill
 from jobs.tasks import jobs_reconcile
 from kernel.queue import JOB_START, task_claim
 from paddlecloud_core.processes import runner_alive
@@ -34,34 +33,7 @@ time.sleep(float(os.environ.get("SLEEP", "0.5")))
 sys.exit(int(os.environ.get("CODE", "0")))
 """
 
-
-@pytest.fixture
-def package(pfs_home) -> str:
-    pkg = pfs_home / "pkg"
-    pkg.mkdir()
-    (pkg / "train.py").write_text(COUNTING_TRAINER)
-    return "/pfs/datacenter1/home/alice/pkg"
-
-
-@pytest.fixture
-def submit(request, monkeypatch, alice, datacenter, package):
-    """Submit through the service. Without the ``celery_worker`` fixture the test drives the
-    engine itself, so the start task is not queued (a worker left running by an earlier test
-    would pick it up)."""
-    if "celery_worker" not in request.fixturenames:
-        request.getfixturevalue("held_tasks")
-    submitted: list[Job] = []
-
-    def do(name="job", **fields) -> Job:
-        data = {"name": name, "package": package, "entry": "python train.py", **fields}
-        job = job_submit(alice, datacenter, data).job
-        submitted.append(job)
-        return job
-
-    yield do
-    for job in submitted:  # leave no process behind
-        if Job.objects.filter(pk=job.pk).exists():
-            backend_for(job.datacenter).stop(job, list(job.replicas.all()), grace=1)
+pytestmark = pytest.mark.package(COUNTING_TRAINER)
 
 
 def wait_for(job: Job, states: set[str], timeout: float = 30) -> Job:
@@ -162,7 +134,7 @@ def test_the_reconciler_finishes_a_start_cut_off_half_way(submit, monkeypatch):
 
 @transactional
 def test_the_reconciler_starts_jobs_whose_start_was_lost(submit, held_tasks):
-    job = submit()  # its start is held: the message is lost
+    job = submit("job")  # its start is held: the message is lost
     assert job.state == "starting"  # admitted, but nothing will start it
     Job.objects.filter(pk=job.pk).update(updated_at=job.updated_at.replace(year=2000))
     assert jobs_reconcile()["restarted"] == 1
@@ -222,7 +194,7 @@ def test_a_job_past_its_deadline_fails_and_is_stopped(submit):
 def test_bad_requirements_fail_the_job_with_the_log(submit, pfs_home):
     (pfs_home / "pkg" / "requirements.txt").write_text(
         "--no-index\nthis-package-does-not-exist-pc==0\n")  # (no index is asked)
-    job = submit()
+    job = submit("job")
     engine.job_launch(job.pk)
     job.refresh_from_db()
     assert job.state == "failed"
@@ -293,7 +265,7 @@ def test_the_reconciler_resumes_a_start_that_died_on_an_unexpected_error(submit,
 
 @transactional
 def test_files_that_cannot_be_prepared_fail_the_job(submit, monkeypatch):
-    job = submit()
+    job = submit("job")
 
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")

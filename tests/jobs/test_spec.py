@@ -8,34 +8,33 @@ from jobs.models import Job
 from jobs.spec import job_spec_validate
 from kernel.errors import ValidationError
 from paddlecloud_core.contract import JOB_NAME_MAX as MAX_NAME
+from tests.factories import job_fields
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def home(settings, tmp_path, datacenter):
-    settings.PADDLECLOUD_PFS_ROOT = tmp_path
-    path = tmp_path / "datacenter1" / "home" / "alice"
-    (path / "pkg").mkdir(parents=True)
-    (path / "pkg" / "train.py").write_text("print('hi')\n")
-    (path / "notes.txt").write_text("not a package\n")
-    return path
+def home(pfs_home, package):
+    """alice's home on disk: her package, and a file that is not one."""
+    (pfs_home / "notes.txt").write_text("not a package\n")
+    return pfs_home
 
 
 @pytest.fixture
-def submit(alice, datacenter, home):
-    def validate(**changes):
-        data = {"name": "fit-a-line", "package": "/pfs/datacenter1/home/alice/pkg",
-                "entry": "python train.py", **changes}
+def validate(alice, datacenter, home):
+    """``validate(**changes)``: alice's job ``fit-a-line`` (``job_fields``) checked, with
+    ``changes`` (``...`` leaves a field out); its spec."""
+    def check(**changes):
+        data = {**job_fields(alice, datacenter, "fit-a-line"), **changes}
         return job_spec_validate(alice, datacenter, {k: v for k, v in data.items()
                                                      if v is not ...})
-    return validate
+    return check
 
 
-def refused(submit, field: str, **changes) -> str:
+def refused(validate, field: str, **changes) -> str:
     """The first message for ``field``, checking it is also named in the summary."""
     with pytest.raises(ValidationError) as raised:
-        submit(**changes)
+        validate(**changes)
     error = raised.value
     assert error.status == 400
     assert field in error.fields, error.fields
@@ -43,8 +42,8 @@ def refused(submit, field: str, **changes) -> str:
     return error.fields[field][0]
 
 
-def test_a_minimal_job_gets_the_defaults(submit, datacenter):
-    spec = submit()
+def test_a_minimal_job_gets_the_defaults(validate, datacenter):
+    spec = validate()
     assert spec.name == "fit-a-line"
     assert spec.package == "/pfs/datacenter1/home/alice/pkg"
     assert spec.image == datacenter.image
@@ -77,22 +76,22 @@ def test_the_seeds_flag_names_are_understood(alice, datacenter, home):
     ("a" * (MAX_NAME + 1), f"at most {MAX_NAME} characters"),
     ("", "required"),
 ])
-def test_bad_names(submit, name, says):
-    assert says in refused(submit, "name", name=name)
+def test_bad_names(validate, name, says):
+    assert says in refused(validate, "name", name=name)
 
 
-def test_name_missing(submit):
-    assert "required" in refused(submit, "name", name=...)
+def test_name_missing(validate):
+    assert "required" in refused(validate, "name", name=...)
 
 
-def test_the_longest_name_is_accepted(submit):
-    assert submit(name="a" * MAX_NAME).name == "a" * MAX_NAME
+def test_the_longest_name_is_accepted(validate):
+    assert validate(name="a" * MAX_NAME).name == "a" * MAX_NAME
 
 
-def test_names_are_unique_per_owner(submit, alice, datacenter, make_user):
+def test_names_are_unique_per_owner(validate, alice, datacenter, make_user):
     Job.objects.create(owner=alice, datacenter=datacenter, name="fit-a-line",
                        package="/pfs/datacenter1/home/alice/pkg", entry="x", image="i")
-    message = refused(submit, "name")
+    message = refused(validate, "name")
     assert "you already have a job named 'fit-a-line'" in message
     # Another user may use the same name.
     bob = make_user("bob")
@@ -108,29 +107,29 @@ def test_names_are_unique_per_owner(submit, alice, datacenter, make_user):
 
 @pytest.mark.parametrize(("value", "millicores"), [("1", 1000), ("0.5", 500), ("500m", 500),
                                                    (2, 2000)])
-def test_cpu_as_cores_or_millicores(submit, value, millicores):
-    assert submit(cpu=value, pscpu=value).cpu == millicores
+def test_cpu_as_cores_or_millicores(validate, value, millicores):
+    assert validate(cpu=value, pscpu=value).cpu == millicores
 
 
 @pytest.mark.parametrize("value", ["lots", "1Gi", "-1", "0", "0.0001", True])
-def test_bad_cpu(submit, value):
-    refused(submit, "cpu", cpu=value)
+def test_bad_cpu(validate, value):
+    refused(validate, "cpu", cpu=value)
 
 
 @pytest.mark.parametrize(("value", "size"), [("512Mi", 512 * 2**20), ("2Gi", 2 * 2**30),
                                              ("1G", 10**9), ("100K", 10**5)])
-def test_memory_with_binary_or_decimal_units(submit, value, size):
-    assert submit(memory=value).memory == size
+def test_memory_with_binary_or_decimal_units(validate, value, size):
+    assert validate(memory=value).memory == size
 
 
 @pytest.mark.parametrize("value", ["lots", "1.5", "0", "1Xi", "1GB", "512MB"])
-def test_bad_memory(submit, value):
-    refused(submit, "memory", memory=value)
+def test_bad_memory(validate, value):
+    refused(validate, "memory", memory=value)
 
 
-def test_bad_pserver_resources(submit):
+def test_bad_pserver_resources(validate):
     with pytest.raises(ValidationError) as raised:
-        submit(pservers=1, pscpu="x", psmemory="y")
+        validate(pservers=1, pscpu="x", psmemory="y")
     assert set(raised.value.fields) == {"pscpu", "psmemory"}
 
 
@@ -145,26 +144,26 @@ def test_bad_pserver_resources(submit):
     ("deadline_seconds", 0, "between 1 and"),
     ("trainers", True, "not a whole number"),
 ])
-def test_counts(submit, field, value, says):
-    assert says in refused(submit, field, **{field: value})
+def test_counts(validate, field, value, says):
+    assert says in refused(validate, field, **{field: value})
 
 
-def test_counts_may_be_strings_of_digits(submit):
-    spec = submit(trainers="2", pservers="1", gpu="1", deadline_seconds="3600")
+def test_counts_may_be_strings_of_digits(validate):
+    spec = validate(trainers="2", pservers="1", gpu="1", deadline_seconds="3600")
     assert (spec.trainers, spec.pservers, spec.gpu, spec.deadline_seconds) == (2, 1, 1, 3600)
 
 
 # --- package, entry, image, topology -----------------------------------------------------------
 
 
-def test_package_must_exist(submit):
-    message = refused(submit, "package", package="/pfs/datacenter1/home/alice/missing")
+def test_package_must_exist(validate):
+    message = refused(validate, "package", package="/pfs/datacenter1/home/alice/missing")
     assert "is not a directory in PFS" in message
 
 
-def test_package_must_be_a_directory(submit):
+def test_package_must_be_a_directory(validate):
     assert "is not a directory" in refused(
-        submit, "package", package="/pfs/datacenter1/home/alice/notes.txt")
+        validate, "package", package="/pfs/datacenter1/home/alice/notes.txt")
 
 
 @pytest.mark.parametrize(("package", "says"), [
@@ -174,42 +173,42 @@ def test_package_must_be_a_directory(submit):
     ("./pkg", "is not a PFS path"),
     ("/home/alice/pkg", "is not a PFS path"),
 ])
-def test_package_outside_the_users_home(submit, package, says):
-    assert says in refused(submit, "package", package=package)
+def test_package_outside_the_users_home(validate, package, says):
+    assert says in refused(validate, "package", package=package)
 
 
-def test_package_from_the_public_dir(submit, datacenter):
+def test_package_from_the_public_dir(validate, datacenter):
     (datacenter.public_path / "examples" / "fit_a_line").mkdir(parents=True)
-    spec = submit(package="/pfs/datacenter1/public/examples/fit_a_line")
+    spec = validate(package="/pfs/datacenter1/public/examples/fit_a_line")
     assert spec.package == "/pfs/datacenter1/public/examples/fit_a_line"
 
 
-def test_package_required(submit):
-    assert "required" in refused(submit, "package", package=...)
+def test_package_required(validate):
+    assert "required" in refused(validate, "package", package=...)
 
 
 @pytest.mark.parametrize("entry", [..., "", "   "])
-def test_entry_required(submit, entry):
-    assert "python train.py" in refused(submit, "entry", entry=entry)
+def test_entry_required(validate, entry):
+    assert "python train.py" in refused(validate, "entry", entry=entry)
 
 
-def test_image_defaults_and_is_checked(submit):
-    assert submit(image="registry.example.com:5000/team/paddle:2.6").image == \
+def test_image_defaults_and_is_checked(validate):
+    assert validate(image="registry.example.com:5000/team/paddle:2.6").image == \
         "registry.example.com:5000/team/paddle:2.6"
-    assert "is not an image reference" in refused(submit, "image", image="not an image")
+    assert "is not an image reference" in refused(validate, "image", image="not an image")
 
 
-def test_topology_is_a_file_in_the_package(submit):
-    assert submit(topology="train.py").topology == "train.py"
-    assert "is not a file in the package" in refused(submit, "topology", topology="nope.py")
-    assert "without '..'" in refused(submit, "topology", topology="../x.py")
+def test_topology_is_a_file_in_the_package(validate):
+    assert validate(topology="train.py").topology == "train.py"
+    assert "is not a file in the package" in refused(validate, "topology", topology="nope.py")
+    assert "without '..'" in refused(validate, "topology", topology="../x.py")
 
 
 # --- env ---------------------------------------------------------------------------------------
 
 
-def test_extra_env(submit):
-    assert submit(env={"NUM_PASS": "4", "_X1": ""}).env == {"NUM_PASS": "4", "_X1": ""}
+def test_extra_env(validate):
+    assert validate(env={"NUM_PASS": "4", "_X1": ""}).env == {"NUM_PASS": "4", "_X1": ""}
 
 
 @pytest.mark.parametrize(("name", "value", "says"), [
@@ -220,20 +219,20 @@ def test_extra_env(submit):
     ("PADDLE_INIT_PSERVERS", "x", "reserved"),
     ("NUM_PASS", 4, "values are strings"),
 ])
-def test_bad_env(submit, name, value, says):
-    assert says in refused(submit, f"env.{name}", env={name: value})
+def test_bad_env(validate, name, value, says):
+    assert says in refused(validate, f"env.{name}", env={name: value})
 
 
-def test_env_must_be_an_object(submit):
-    refused(submit, "env", env=["A=1"])
+def test_env_must_be_an_object(validate):
+    refused(validate, "env", env=["A=1"])
 
 
 # --- all at once -------------------------------------------------------------------------------
 
 
-def test_every_mistake_is_reported_at_once(submit):
+def test_every_mistake_is_reported_at_once(validate):
     with pytest.raises(ValidationError) as raised:
-        submit(name="Bad_Name", cpu="lots", trainers=0, entry="", colour="blue",
+        validate(name="Bad_Name", cpu="lots", trainers=0, entry="", colour="blue",
                env={"TRAINER_ID": "1"})
     assert set(raised.value.fields) == {"name", "cpu", "trainers", "entry", "colour",
                                         "env.TRAINER_ID"}

@@ -22,6 +22,7 @@ from jobs.states import (
 )
 from jobs.transitions import job_transition, replica_transition
 from kernel.errors import ConflictError
+from tests.factories import job_row
 
 # ---------------------------------------------------------------------------------------------
 # The tables (no database)
@@ -123,9 +124,7 @@ def test_replicas_have_no_queued_state():
 
 @pytest.fixture
 def job(alice, datacenter):
-    return Job.objects.create(owner=alice, datacenter=datacenter, name="j1",
-                              package="/pfs/datacenter1/home/alice/pkg",
-                              entry="python train.py", image="img")
+    return job_row(alice, datacenter, "j1", image="img")
 
 
 def events(job):
@@ -400,9 +399,7 @@ def test_replica_illegal_transition_changes_nothing(replica):
 
 @pytest.mark.django_db(transaction=True)
 def test_racing_final_transitions_are_serialized(alice, datacenter):
-    job = Job.objects.create(owner=alice, datacenter=datacenter, name="race",
-                             package="/pfs/datacenter1/home/alice/pkg",
-                             entry="python train.py", image="img")
+    job = job_row(alice, datacenter, "race", image="img")
     job_transition(job, "starting")
     job_transition(job, "running")
 

@@ -20,8 +20,9 @@ import pytest
 from accounts.models import Quota
 from jobs.models import Job
 from scheduling.tasks import homes_measure
-from tests.jobs.kubernetes.test_backend import wait
+from tests.factories import package_write
 from tests.pfs.test_api import Pfs, check_error
+from tests.polling import wait
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -47,12 +48,6 @@ def pfs(live_portal) -> Pfs:
     pfs.http.close()
 
 
-def submit(portal, name: str, package: str = "pkg"):
-    return portal.session().post(f"{portal.url}/api/v1/jobs/", json={
-        "name": name, "package": f"/pfs/datacenter1/home/alice/{package}",
-        "entry": "python train.py"})
-
-
 def job(name: str) -> Job:
     return Job.objects.get(name=name)
 
@@ -62,11 +57,10 @@ def test_a_job_writing_past_the_quota_stops_new_uploads_submissions_and_starts(
     home = live_portal.home
     Quota.objects.update_or_create(user=live_portal.user, datacenter=live_portal.datacenter,
                                    defaults={"storage": 100 * KiB, "jobs": 1})
-    (home / "pkg").mkdir()
-    (home / "pkg" / "train.py").write_text(WRITER)
-    assert submit(live_portal, "writer").status_code == 201
+    package_write(home, WRITER)
+    assert live_portal.job_post("writer").status_code == 201
     wait(lambda: (home / "sparse.bin").exists(), timeout=60, message="the job to write")
-    waiting = submit(live_portal, "waiting")  # accepted: nothing measured since the write
+    waiting = live_portal.job_post("waiting")  # accepted: nothing measured since the write
     assert waiting.status_code == 201, waiting.text
 
     # While it runs, its home is measured (as celery beat has it every minute): apparent
@@ -77,7 +71,7 @@ def test_a_job_writing_past_the_quota_stops_new_uploads_submissions_and_starts(
 
     body = check_error(pfs.put("more.txt", b"z"), 403, "quota_exceeded", "size")
     assert "over your storage quota of 100Ki" in body["message"], body
-    body = check_error(submit(live_portal, "third"), 403, "quota_exceeded", "storage")
+    body = check_error(live_portal.job_post("third"), 403, "quota_exceeded", "storage")
     assert "your home holds 1.0Ti, over" in body["message"], body
     assert "over your storage quota of 100Ki" in body["message"], body
     assert not Job.objects.filter(name="third").exists()
@@ -111,8 +105,7 @@ CHECKER = textwrap.dedent("""\
 def test_a_sparse_file_in_a_package_stays_sparse_in_the_jobs_copy(live_portal, celery_worker,
                                                                   settings):
     home = live_portal.home
-    (home / "pkg").mkdir()
-    (home / "pkg" / "train.py").write_text(CHECKER)
+    package_write(home, CHECKER)
     with open(home / "pkg" / "holes.bin", "wb") as out:
         out.truncate(GiB)
         out.seek(GiB // 2)
@@ -120,7 +113,7 @@ def test_a_sparse_file_in_a_package_stays_sparse_in_the_jobs_copy(live_portal, c
     Quota.objects.update_or_create(user=live_portal.user, datacenter=live_portal.datacenter,
                                    defaults={"storage": 2 * GiB})
 
-    assert submit(live_portal, "sparse").status_code == 201
+    assert live_portal.job_post("sparse").status_code == 201
     wait(lambda: job("sparse").state in ("succeeded", "failed"), timeout=60,
          message="the job to end")
 

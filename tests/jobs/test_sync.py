@@ -23,26 +23,14 @@ from jobs.backends.kubernetes.names import object_base
 from jobs.backends.kubernetes.pods_watch import pod_cache
 from jobs.backends.local.exits import exits_following
 from jobs.models import Job
-from jobs.services import job_submit
 from jobs.signals import replicas_changed
 from jobs.sync import sync_begins
 from jobs.tasks import jobs_reconcile
 from kernel.queue import JOB_SYNC
+from tests.factories import submit_job
+from tests.polling import wait
 
 NS = "paddle-alice"
-
-
-def submit(alice, datacenter, package, name, **fields) -> Job:
-    return job_submit(alice, datacenter, {"name": name, "package": package,
-                                          "entry": "python train.py", **fields}).job
-
-
-def wait(predicate, timeout=30.0, message="condition"):
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        assert time.monotonic() < deadline, message
-        time.sleep(0.02)
-    return result
 
 
 def state(job) -> str:
@@ -78,7 +66,7 @@ def trainer_pod(kube, job) -> str:
 def test_a_pod_that_exits_ends_its_job_at_once_and_no_job_is_polled_meanwhile(
         k8s_api, kube_datacenter, alice, datacenter, package, celery_worker, syncs):
     quota_set(None, datacenter, alice, jobs=2)
-    quiet, ending = (submit(alice, datacenter, package, name) for name in ("quiet", "ending"))
+    quiet, ending = (submit_job(alice, datacenter, name) for name in ("quiet", "ending"))
     wait(lambda: state(quiet) == state(ending) == "running", message="both jobs to run")
     before = dict(syncs)
     time.sleep(3)  # both run, nothing changes: nothing looks at them
@@ -98,7 +86,7 @@ def test_a_lost_announcement_is_caught_by_the_reconciler_which_syncs_that_job_al
     """The announcements are held (no worker runs them: as if lost); the reconciler's one
     look at every running replica finds the job whose pod ended, and syncs it alone."""
     quota_set(None, datacenter, alice, jobs=2)
-    jobs = [submit(alice, datacenter, package, name) for name in ("quiet", "ending")]
+    jobs = [submit_job(alice, datacenter, name) for name in ("quiet", "ending")]
     for job in jobs:
         engine.job_launch(job.pk)
     wait(lambda: all(engine.job_sync(j.pk) and state(j) == "running" for j in jobs),
@@ -123,7 +111,7 @@ def test_a_reconcile_of_many_running_jobs_takes_as_many_queries_as_of_few(
     quota_set(None, datacenter, alice, jobs=8, cpu=16000, memory=64 * 2**30)
     counts = []
     for count in (2, 8):
-        jobs = [submit(alice, datacenter, package, f"j{count}-{i}", pservers=1)
+        jobs = [submit_job(alice, datacenter, f"j{count}-{i}", pservers=1)
                 for i in range(count - Job.objects.count())]
         for job in jobs:
             engine.job_launch(job.pk)
@@ -150,7 +138,7 @@ def local_jobs(settings, datacenter, alice):
 @pytest.mark.django_db(transaction=True)
 def test_a_local_replica_that_exits_ends_its_job_at_once_with_no_poll_meanwhile(
         local_jobs, alice, datacenter, package, celery_worker, syncs):
-    job = submit(alice, datacenter, package, "short", entry="sleep 4; exit 3", restart_limit=0)
+    job = submit_job(alice, datacenter, "short", entry="sleep 4; exit 3", restart_limit=0)
     wait(lambda: state(job) == "running", message="the job to run")
     runner = int(job.replicas.get().backend_ref.removeprefix("pid:"))
     assert runner in exits_following()
@@ -166,7 +154,7 @@ def test_a_local_replica_that_exits_ends_its_job_at_once_with_no_poll_meanwhile(
 @pytest.mark.django_db(transaction=True)
 def test_a_deadline_ends_a_job_when_it_comes_though_nothing_changed(
         local_jobs, alice, datacenter, package, celery_worker, syncs):
-    job = submit(alice, datacenter, package, "slow", entry="sleep 60", deadline_seconds=2)
+    job = submit_job(alice, datacenter, "slow", entry="sleep 60", deadline_seconds=2)
     wait(lambda: state(job) == "running", message="the job to run")
     wait(lambda: state(job) == "failed", timeout=6, message="the deadline to end it")
     ended = Job.objects.get(pk=job.pk)
@@ -194,7 +182,7 @@ def test_announcements_until_a_sync_begins_are_one_sync(
 @pytest.mark.django_db
 def test_a_change_while_the_pod_watch_lists_again_is_announced(
         k8s_api, kube_datacenter, alice, datacenter, package, held_tasks):
-    job = submit(alice, datacenter, package, "fit")
+    job = submit_job(alice, datacenter, "fit")
     engine.job_launch(job.pk)  # its worker watches the cluster's pods from here on
     cache = pod_cache(kube_for(datacenter))
     wait(lambda: [p for p in cache.job_pods(str(job.uid))

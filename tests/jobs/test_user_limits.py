@@ -16,11 +16,12 @@ from websockets.sync.client import connect
 
 from accounts.services import user_upsert
 from tests.conftest import PASSWORD
+from tests.factories import PACKAGE, package_write
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 JOBS = "/api/v1/jobs/"
-SPEC = {"name": "plan", "package": "/pfs/datacenter1/home/alice/pkg",
+SPEC = {"name": "plan", "package": PACKAGE,
         "entry": "python train.py"}
 
 
@@ -77,8 +78,7 @@ def test_a_user_has_at_most_so_many_websockets_open(live_portal, settings):
 
 def test_dry_runs_are_limited_per_user_per_minute(live_portal, settings):
     settings.PADDLECLOUD_DRY_RUNS_PER_MINUTE = 3
-    (live_portal.home / "pkg").mkdir()
-    (live_portal.home / "pkg" / "train.py").write_text("print('hi')\n")
+    package_write(live_portal.home, "print('hi')\n")
     alice = live_portal.session()
     for _ in range(3):
         plan = alice.post(f"{live_portal.url}{JOBS}", json={**SPEC, "dry_run": True},

@@ -16,21 +16,22 @@ USER = "system:serviceaccount:paddlecloud:paddlecloud"
 
 
 @pytest.fixture
-def portal(k8s_api):
+def portal_api(k8s_api):
+    """An API client of the fake server as the portal's account, held to RULES."""
     k8s_api.settings.portal_rules = RULES
     with config.new_client_from_config(config_file=str(k8s_api.portal_kubeconfig_path)) as api:
         yield api
 
 
-def test_the_portal_may_do_what_its_rules_grant(portal, core, ns):
+def test_the_portal_may_do_what_its_rules_grant(portal_api, core, ns):
     core.create_namespaced_pod(ns, {"metadata": {"name": "p"}, "spec": {
         "containers": [{"name": "c", "image": "busybox"}]}})
-    pods = client.CoreV1Api(portal).list_pod_for_all_namespaces()
+    pods = client.CoreV1Api(portal_api).list_pod_for_all_namespaces()
     assert [p.metadata.name for p in pods.items] == ["p"]
     job = {"metadata": {"name": "j"}, "spec": {"template": {"spec": {
         "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}
-    client.BatchV1Api(portal).create_namespaced_job(ns, job)
-    client.BatchV1Api(portal).delete_namespaced_job("j", ns)
+    client.BatchV1Api(portal_api).create_namespaced_job(ns, job)
+    client.BatchV1Api(portal_api).delete_namespaced_job("j", ns)
 
 
 @pytest.mark.parametrize(("call", "message"), [
@@ -51,9 +52,9 @@ def test_the_portal_may_do_what_its_rules_grant(portal, core, ns):
      'pods "p" is forbidden: User "{user}" cannot create resource "pods/eviction" in API '
      'group "" in the namespace "{ns}"'),
 ])
-def test_anything_else_is_forbidden_as_a_real_server_says(portal, ns, call, message):
+def test_anything_else_is_forbidden_as_a_real_server_says(portal_api, ns, call, message):
     with pytest.raises(ApiException) as refused:
-        call(portal, ns)
+        call(portal_api, ns)
     assert refused.value.status == 403
     status = json.loads(refused.value.body)
     assert (status["reason"], status["message"]) == (

@@ -18,6 +18,7 @@ import pytest
 
 from accounts.models import Datacenter
 from registries.oci import manifest_digest, manifest_get
+from tests.factories import PACKAGE, package_write
 from tests.images import base_image_push, mounts_under
 from tests.k8s_api_server import fixtures
 from tests.kube import on_kubernetes, portal_kubeconfig
@@ -108,8 +109,7 @@ def test_logs_of_a_job_being_built_follow_its_build(live_cli, celery_worker, k8s
     k8s_api.controller.script_pods("build-*", container="buildkit", lines=lines,
                                    line_interval=0.3, message=json.dumps(
                                        {"containerimage.digest": "sha256:" + "ef" * 32}))
-    (portal.home / "pkg").mkdir()
-    (portal.home / "pkg" / "train.py").write_text("print('hi')\n")
+    package_write(portal.home, "print('hi')\n")
     (portal.home / "pkg" / "requirements.txt").write_text("six\n")
     with registry_server(tmp_path) as registry, on_kubernetes(
             portal.datacenter, settings, portal_kubeconfig(k8s_api),
@@ -117,7 +117,7 @@ def test_logs_of_a_job_being_built_follow_its_build(live_cli, celery_worker, k8s
         Datacenter.objects.filter(name="datacenter1").update(
             build_registry=f"{registry.host}/builds", build_registry_insecure=True)
         ok(live_cli("submit", "-jobname", "built", "-entry", "python3 train.py",
-                    "/pfs/datacenter1/home/alice/pkg"))
+                    PACKAGE))
         followed = ok(live_cli("logs", "built", "-f", timeout=60))
         # While the job builds, its log is the build's, each line after "build | ".
         assert all(line.startswith("build | ") for line in followed.stdout.splitlines())

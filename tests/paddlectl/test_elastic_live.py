@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import json
 
-from tests.paddlectl import test_jobs_live
-from tests.paddlectl.test_jobs_live import H, fails, ok, table
+import pytest
 
-package = test_jobs_live.package  # the seeds' package in alice's home, a fixture
+from tests.factories import HOME
+from tests.paddlectl import test_jobs_live
+from tests.paddlectl.test_jobs_live import fails, ok, table
+
+# The ``package`` fixture: the seeds' package in alice's home.
+pytestmark = pytest.mark.package(test_jobs_live.TRAINER, "package")
 
 
 def _data(live_cli) -> str:
     (live_cli.portal.home / "data").mkdir()
     (live_cli.portal.home / "data" / "part-0.txt").write_text("1\n2\n3\n")
-    return f"{H}/data/part-*.txt"
+    return f"{HOME}/data/part-*.txt"
 
 
 def test_submit_a_range_of_trainers_and_see_it(live_cli, package):

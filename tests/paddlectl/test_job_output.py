@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-HOME = "/pfs/datacenter1/home/alice"
+from tests.factories import HOME
 
 TRAINER = """\
 import os

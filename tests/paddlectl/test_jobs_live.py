@@ -14,9 +14,7 @@ import time
 import pytest
 import yaml
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-H = "/pfs/datacenter1/home/alice"
+from tests.factories import HOME
 
 # Trainers print who they are, GREETING, LINES lines (one every EVERY s), then sleep SLEEP s;
 # parameter servers serve until the job stops them.
@@ -37,6 +35,9 @@ time.sleep(float(os.environ.get("SLEEP", "0")))
 print("trainer", tid, "done", flush=True)
 """
 
+# The seeds' package in alice's PFS home (the ``package`` fixture).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.package(TRAINER, "package")]
+
 
 def ok(result):
     assert result.returncode == 0, result.stderr
@@ -55,15 +56,6 @@ def fails(result, code: int, *messages: str):
 def table(text: str) -> list[list[str]]:
     """A tab-aligned table as rows of cells."""
     return [[cell for cell in line.split("\t") if cell] for line in text.splitlines()]
-
-
-@pytest.fixture
-def package(live_cli) -> str:
-    """The seeds' package in alice's PFS home."""
-    pkg = live_cli.portal.home / "package"
-    pkg.mkdir()
-    (pkg / "train.py").write_text(TRAINER)
-    return f"{H}/package"
 
 
 @pytest.fixture
@@ -168,7 +160,7 @@ def test_the_seeds_submit_get_and_logs(live_cli, celery_worker, package, jobs):
     fails(live_cli("kill", name), 1, "has already ended (succeeded)")
     removed = ok(live_cli("kill", name, "-rm"))
     assert removed.stdout == (f"job {name} succeeded and removed from the history (its output "
-                              f"stays in {H}/jobs/{name}/output)\n")
+                              f"stays in {HOME}/jobs/{name}/output)\n")
     fails(live_cli("get", "workers", name), 3, f"you have no job named '{name}'")
     assert ok(live_cli("get", "jobs")).stdout == "no jobs in datacenter datacenter1\n"
 
@@ -178,7 +170,7 @@ def test_a_local_package_with_dashed_flags_env_kill_and_delete(live_cli, celery_
     name = "local-job"
     submitted = ok(live_cli("submit", "--jobname", name, "--entry", "python train.py",
                             "-e", "GREETING=hello world", "--env", "SLEEP=30", "mypkg"))
-    remote = f"{H}/jobs/{name}/mypkg"
+    remote = f"{HOME}/jobs/{name}/mypkg"
     assert submitted.stdout.startswith(f"uploading mypkg to {remote}\n"
                                        f"job {name} submitted: starting\n")
     uploaded = live_cli.portal.home / "jobs" / name / "mypkg"
@@ -221,7 +213,7 @@ def test_a_local_package_with_dashed_flags_env_kill_and_delete(live_cli, celery_
           f"you already have a job named '{name}'")
     assert not (live_cli.portal.home / "jobs" / name / "other").exists()
     deleted = ok(live_cli("delete", "job", name))
-    assert deleted.stdout == f"job {name} deleted (its output stays in {H}/jobs/{name}/output)\n"
+    assert deleted.stdout == f"job {name} deleted (its output stays in {HOME}/jobs/{name}/output)\n"
     fails(live_cli("get", "jobs", name), 3, f"you have no job named '{name}'")
 
 
@@ -306,9 +298,9 @@ def test_dry_run_shows_what_would_be_started_and_starts_nothing(live_cli, packag
     # A local package is not uploaded: the plan says where it would go.
     local = json.loads(ok(live_cli("submit", "-jobname", "try", "-entry", "python train.py",
                                    "-e", "A=1", "--dry-run", "-o", "json", "mypkg")).stdout)
-    assert local["job"]["package"] == f"{H}/jobs/try/mypkg"
+    assert local["job"]["package"] == f"{HOME}/jobs/try/mypkg"
     assert local["job"]["env"] == {"A": "1"}
-    assert local["upload"] == {"from": str(local_package.resolve()), "to": f"{H}/jobs/try/mypkg"}
+    assert local["upload"] == {"from": str(local_package.resolve()), "to": f"{HOME}/jobs/try/mypkg"}
     assert len(local["replicas"]) == 1
     text = ok(live_cli("submit", "-jobname", "try", "-entry", "x", "--dry-run", "mypkg")).stdout
     assert "The local package mypkg would be uploaded there first (dry run: not uploaded).\n" \
@@ -353,7 +345,7 @@ def test_mistakes_are_the_servers_messages_with_exit_codes(live_cli, package, lo
     both = fails(live_cli(*base, "-cpu", "abc", "-parallelism", "0", package), 1)
     assert "cpu:" in both.stderr and "trainers:" in both.stderr  # every mistake at once
     fails(live_cli(*base, "-gpu", "two", package), 1, "gpu: 'two' is not a whole number")
-    fails(live_cli(*base, f"{H}/nowhere"), 1, "package:")
+    fails(live_cli(*base, f"{HOME}/nowhere"), 1, "package:")
     fails(live_cli("submit", "-entry", "python train.py", package), 1, "name: required")
 
     # A local package: the name is checked here and the rest by the server, before uploading.

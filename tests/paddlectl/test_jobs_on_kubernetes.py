@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from tests.factories import package_write
 from tests.k8s_api_server import fixtures
 from tests.kube import on_kubernetes, pfs_volume, portal_kubeconfig
 
@@ -25,8 +26,7 @@ for step in range(3):
 
 def test_logs_follow_what_the_pods_print(live_cli, celery_worker, k8s_cluster, settings):
     portal = live_cli.portal
-    (portal.home / "where").mkdir()
-    (portal.home / "where" / "train.py").write_text(TRAINER)
+    package_write(portal.home, TRAINER, "where")
     with on_kubernetes(portal.datacenter, settings, portal_kubeconfig(k8s_cluster),
                        pfs_volume(portal.home.parents[1]), timeout=5):
         submitted = live_cli("submit", "-jobname", "where", "-parallelism", "2", "-cpu", "1",

@@ -10,6 +10,7 @@ import time
 import pytest
 import yaml
 
+from tests.factories import HOME
 from tests.paddlectl.test_jobs_live import fails, ok, table
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,7 +31,7 @@ def reported_job(live_cli, celery_worker):
     pkg.mkdir()
     (pkg / "train.py").write_text(TRAINER)
     ok(live_cli("submit", "-jobname", "reporter", "-parallelism", "2", "-entry",
-                "python train.py", "/pfs/datacenter1/home/alice/reporter"))
+                "python train.py", f"{HOME}/reporter"))
     http = live_cli.portal.session()
     url = f"{live_cli.portal.url}/api/v1/jobs/reporter/"
     deadline = time.monotonic() + 30

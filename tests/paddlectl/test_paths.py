@@ -9,8 +9,7 @@ import pytest
 from paddlecloud_client.errors import UsageError
 from paddlecloud_client.pfspath import is_inside, require_remote
 from paddlectl.commands.files import file_dest, file_source
-
-HOME = "/pfs/datacenter1/home/alice"
+from tests.factories import HOME
 
 
 @pytest.mark.parametrize(("path", "hint"), [

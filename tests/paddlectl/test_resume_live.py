@@ -12,11 +12,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.factories import HOME
+
 from .conftest import datacenter_entry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-H = "/pfs/datacenter1/home/alice"
 MiB = 1 << 20
 
 
@@ -97,7 +98,7 @@ def test_an_upload_cut_off_half_way_resumes(live_cli, flaky, settings):
     data = os.urandom(9 * MiB)
     (live_cli.cwd / "big.bin").write_bytes(data)
     proxy = flaky("up", 5 * MiB)
-    result = live_cli("cp", "big.bin", f"{H}/big.bin")
+    result = live_cli("cp", "big.bin", f"{HOME}/big.bin")
     assert result.returncode == 0, result.stderr
     assert proxy.cuts == 1
     assert (live_cli.portal.home / "big.bin").read_bytes() == data
@@ -107,7 +108,7 @@ def test_a_download_cut_off_half_way_resumes(live_cli, flaky):
     data = os.urandom(9 * MiB)
     (live_cli.portal.home / "big.bin").write_bytes(data)
     proxy = flaky("down", 3 * MiB)
-    result = live_cli("cp", f"{H}/big.bin", "big.bin")
+    result = live_cli("cp", f"{HOME}/big.bin", "big.bin")
     assert result.returncode == 0, result.stderr
     assert proxy.cuts == 1
     assert (live_cli.cwd / "big.bin").read_bytes() == data
@@ -118,7 +119,7 @@ def test_a_directory_download_cut_off_leaves_nothing_behind(live_cli, flaky):
     (live_cli.portal.home / "results").mkdir()
     (live_cli.portal.home / "results" / "big.bin").write_bytes(os.urandom(6 * MiB))
     flaky("down", 2 * MiB)
-    result = live_cli("cp", "-r", f"{H}/results", ".")
+    result = live_cli("cp", "-r", f"{HOME}/results", ".")
     assert result.returncode == 5
     assert "connection lost while receiving" in result.stderr
     assert list(live_cli.cwd.iterdir()) == []

@@ -12,30 +12,28 @@ import yaml
 from jobs.master import dispatch
 from jobs.models import Job
 from paddlecloud_sdk import recordio
+from tests.factories import HOME, package_write
 from tests.paddlectl.test_jobs_live import fails, ok, table
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-H = "/pfs/datacenter1/home/alice"
 
 
 @pytest.fixture
 def dataset(live_cli, held_tasks):
     home = live_cli.portal.home
-    (home / "pkg").mkdir()
-    (home / "pkg" / "train.py").write_text("print('hi')\n")
+    package_write(home)
     (home / "data").mkdir()
     for part in range(3):
         with recordio.Writer(home / "data" / f"part-{part}.recordio") as w:
             for number in range(10):
                 w.write(f"{part}-{number}".encode())
-    return f"{H}/data/part-*.recordio"
+    return f"{HOME}/data/part-*.recordio"
 
 
 def test_submit_with_a_dataset_and_follow_its_tasks(live_cli, dataset):
     ok(live_cli("submit", "-jobname", "reader", "-entry", "python train.py", "-passes", "2",
                 "-dataset", dataset, "-dataset-unit", "records", "-task-records", "5",
-                f"{H}/pkg"))
+                f"{HOME}/pkg"))
     job = Job.objects.get(name="reader")
     assert (job.dataset, job.dataset_unit, job.task_records) == (dataset, "records", 5)
     info = yaml.safe_load(ok(live_cli("get", "jobs", "reader", "-o", "yaml")).stdout)
@@ -81,9 +79,9 @@ def test_submit_with_a_dataset_and_follow_its_tasks(live_cli, dataset):
 
 
 def test_a_job_without_a_dataset_has_no_tasks(live_cli, dataset):
-    ok(live_cli("submit", "-jobname", "plain", "-entry", "python train.py", f"{H}/pkg"))
+    ok(live_cli("submit", "-jobname", "plain", "-entry", "python train.py", f"{HOME}/pkg"))
     assert ok(live_cli("get", "tasks", "plain")).stdout == (
         "job plain has no dataset, so no master and no tasks (submit it with -dataset GLOB)\n")
     fails(live_cli("get", "tasks", "nosuchjob"), 3)
     fails(live_cli("submit", "-jobname", "bad", "-entry", "python train.py", "-dataset",
-                   f"{H}/data/none-*", f"{H}/pkg"), 1, "dataset: ", "matches no file")
+                   f"{HOME}/data/none-*", f"{HOME}/pkg"), 1, "dataset: ", "matches no file")

@@ -30,10 +30,11 @@ from accounts.services import user_upsert
 from pfs import services
 from pfs.transfer import DATABASE_THREADS
 from tests.conftest import BAD_FLAGS, FLAG_SPELLINGS, PASSWORD
+from tests.factories import home
 
 API = "/api/v1/pfs"
 DC = "datacenter1"
-HOME = f"/pfs/{DC}/home/alice"
+HOME = home("alice", DC)
 PUBLIC = f"/pfs/{DC}/public"
 TEMP = ".pfs-upload-"
 KiB = 1024
@@ -309,7 +310,6 @@ def pfs_root(live_portal) -> Path:
 def set_storage_quota(portal, limit: int) -> None:
     Quota.objects.update_or_create(user=portal.user, datacenter=portal.datacenter,
                                    defaults={"storage": limit})
-
 
 
 # -- listing and stat -----------------------------------------------------------------------

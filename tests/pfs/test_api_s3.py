@@ -11,9 +11,9 @@ import uuid
 import boto3
 import pytest
 
-from .conftest import S3_KEYS
+from tests.factories import HOME
 
-HOME = "/pfs/datacenter1/home/alice"
+from .conftest import S3_KEYS
 
 
 @pytest.fixture

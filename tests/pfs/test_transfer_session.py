@@ -10,9 +10,9 @@ import pytest
 import requests
 
 from tests.conftest import PASSWORD
+from tests.factories import HOME
 
 CONTENT = "/api/v1/pfs/content"
-HOME = "/pfs/datacenter1/home/alice"
 
 
 def browser_session(portal) -> requests.Session:

@@ -15,6 +15,7 @@ from registries import crypto
 from registries.models import Registry
 from registries.services import registry_password
 from tests.conftest import assert_error
+from tests.factories import PACKAGE
 
 pytestmark = pytest.mark.django_db
 
@@ -199,7 +200,7 @@ def test_without_debug_the_keys_must_be_set(settings):
 def test_a_job_names_its_credential_and_keeps_it_until_it_ends(token_client, alice,
                                                                pfs_home):
     (pfs_home / "pkg").mkdir()
-    job = {"name": "private", "package": "/pfs/datacenter1/home/alice/pkg", "entry": "x",
+    job = {"name": "private", "package": PACKAGE, "entry": "x",
            "image": "registry.example.com:5000/me/img:1"}
     body = assert_error(token_client.post("/api/v1/jobs/", {**job, "registry": "nope"},
                                           format="json"), 400, "invalid", "registry")

@@ -16,13 +16,12 @@ from paddlecloud_sdk.errors import (
     PaddlectlError,
 )
 from paddlecloud_sdk.job import IgnoredParameterWarning
+from tests.factories import PACKAGE
 from tests.sdk.conftest import set_env, write_config
-
-PKG = "/pfs/datacenter1/home/alice/pkg"
 
 
 def job(**kwargs) -> PaddleJob:
-    args = {"job_name": "fit-a-line", "entry_point": "python train.py", "trainer_package": PKG}
+    args = {"job_name": "fit-a-line", "entry_point": "python train.py", "trainer_package": PACKAGE}
     return PaddleJob(**{**args, **kwargs})
 
 
@@ -42,7 +41,7 @@ def offline_config(tmp_path, monkeypatch):
 
 def test_defaults_make_the_apis_defaults():
     assert job().spec() == {
-        "name": "fit-a-line", "package": PKG, "entry": "python train.py", "trainers": 1,
+        "name": "fit-a-line", "package": PACKAGE, "entry": "python train.py", "trainers": 1,
         "pservers": 0, "cpu": "1", "memory": "1Gi", "gpu": 0}
 
 
@@ -51,9 +50,9 @@ def test_every_parameter_reaches_the_api():
                pservers=2, trainers=3, passes=5, env={"NUM_PASS": 4, "MODE": "x"},
                topology="trainer_config.py", pscpu="500m", psmemory="512Mi",
                restart_limit=2, deadline_seconds=3600, ttl_seconds_after_finished=60,
-               trainer_package=PKG + "/").spec()
+               trainer_package=PACKAGE + "/").spec()
     assert spec == {
-        "name": "fit-a-line", "package": PKG, "entry": "python train.py", "trainers": 3,
+        "name": "fit-a-line", "package": PACKAGE, "entry": "python train.py", "trainers": 3,
         "pservers": 2, "cpu": "0.5", "memory": "2Gi", "gpu": 1, "passes": 5,
         "image": "paddle:2.6", "topology": "trainer_config.py", "pscpu": "500m",
         "psmemory": "512Mi", "restart_limit": 2, "deadline_seconds": 3600,
@@ -75,7 +74,7 @@ def test_the_seeds_names_are_accepted():
     assert seed.trainer_package == "/pfs/dc/home/u/word2vec"
     assert seed.runtime_image == "yancey1989/paddle-job"
 
-    other = PaddleJob(jobname="quickstart", entry="python t.py", package=PKG, use_gpu=True,
+    other = PaddleJob(jobname="quickstart", entry="python t.py", package=PACKAGE, use_gpu=True,
                       base_image="paddlepaddle/paddle:0.10.rc2", memory="512M", parallelism=4,
                       gpu_num=2, cpu=2)
     assert (other.job_name, other.entry_point, other.runtime_image) == \

@@ -15,6 +15,7 @@ import pytest
 from jobs.models import Replica
 from paddlecloud_sdk import PaddleJob
 from paddlecloud_sdk.errors import ApiError, JobSpecError, JobTimeoutError
+from tests.factories import HOME
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -181,7 +182,7 @@ def test_a_package_already_in_pfs(live_portal, sdk_config, celery_worker):
     pkg.mkdir(parents=True)
     (pkg / "train.py").write_text(TRAIN)
     job = PaddleJob(job_name="in-pfs", entry_point="python train.py",
-                    trainer_package="/pfs/datacenter1/home/alice/packages/quick").submit()
+                    trainer_package=f"{HOME}/packages/quick").submit()
     assert job.info["package"] == "/pfs/datacenter1/home/alice/packages/quick"
     assert job.wait(timeout=60, poll=0.2) == "succeeded"
     assert sorted(p.name for p in (live_portal.home / "jobs" / "in-pfs").iterdir()) == ["output"]

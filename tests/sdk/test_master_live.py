@@ -16,10 +16,10 @@ import pytest
 from jobs.master.dispatch import master_token
 from jobs.models import Job, JobEvent, Task
 from paddlecloud_sdk import PaddleJob, master, recordio
+from tests.factories import HOME, package_write
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-HOME = "/pfs/datacenter1/home/alice"
 DATA = f"{HOME}/data"
 ALL = [f"record-{n:04d}".encode() for n in range(1000)]
 FIRST = ALL[:250]  # part-0.recordio
@@ -31,8 +31,7 @@ def dataset(live_portal, sdk_config, held_tasks, monkeypatch):
     """1000 records in 4 RecordIO files of 2 chunks each (250 a file) in alice's home, a
     package beside them; this process sees PFS as a replica of the local backend does."""
     home = live_portal.home
-    (home / "pkg").mkdir()
-    (home / "pkg" / "train.py").write_text("print('hi')\n")
+    package_write(home, "print('hi')\n")
     data = home / "data"
     data.mkdir()
     for part in range(4):

@@ -21,6 +21,7 @@ from paddlecloud_sdk.master import (
     read_span,
     read_spans,
 )
+from tests.factories import HOME
 from tests.json_answer import json_answer
 
 
@@ -177,7 +178,7 @@ def test_pfs_paths_are_found_where_the_replica_sees_pfs(rio, monkeypatch, tmp_pa
     (home / "data").mkdir(parents=True)
     rio.rename(home / "data" / "part-0.recordio")
     monkeypatch.setenv("PADDLE_PFS_HOME", str(home))
-    span = {"path": "/pfs/datacenter1/home/alice/data/part-0.recordio", "kind": "records",
+    span = {"path": f"{HOME}/data/part-0.recordio", "kind": "records",
             "start": 0, "count": 2}
     assert read(span) == records(2)
 

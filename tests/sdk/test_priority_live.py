@@ -11,18 +11,16 @@ import pytest
 from accounts.services import quota_set
 from paddlecloud_sdk import PaddleJob
 from paddlecloud_sdk.errors import JobSpecError
+from tests.factories import PACKAGE, package_write
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-PACKAGE = "/pfs/datacenter1/home/alice/pkg"
 
 
 @pytest.fixture
 def one_cpu(live_portal, sdk_config, held_tasks):
     """alice's quota holds one CPU; her package is in PFS."""
     quota_set(None, live_portal.datacenter, live_portal.user, cpu=1000, jobs=10, queued=10)
-    (live_portal.home / "pkg").mkdir()
-    (live_portal.home / "pkg" / "train.py").write_text("print('hello')\n")
+    package_write(live_portal.home, "print('hello')\n")
     return live_portal
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from paddlecloud_sdk import PaddleJob
+from tests.factories import HOME, package_write
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,10 +28,9 @@ def readme_sdk_example() -> str:
 def test_the_readme_sdk_example_runs_as_printed_beside_dev_ups_job(
         live_portal, sdk_config, celery_worker, tmp_path):
     home = live_portal.home
-    (home / "quick").mkdir()
-    (home / "quick" / "train.py").write_text("print('done')\n")
+    package_write(home, "print('done')\n", "quick")
     dev_up = PaddleJob(job_name="fit-a-line", entry_point="python train.py",
-                       trainer_package="/pfs/datacenter1/home/alice/quick").submit()
+                       trainer_package=f"{HOME}/quick").submit()
     assert dev_up.wait(timeout=120) == "succeeded"
 
     clone = tmp_path / "clone"

@@ -26,11 +26,13 @@ from jobs.backends.kubernetes.client import kube_for, kube_forget
 from jobs.backends.kubernetes.names import JOB_UID_LABEL, object_base
 from jobs.backends.kubernetes.pods_watch import pod_cache, pod_caches_stop
 from jobs.models import Job, replica_ended
-from jobs.services import job_delete, job_kill, job_submit
+from jobs.services import job_delete, job_kill
 from jobs.tasks import jobs_reconcile
 from paddlecloud_core.contract import STOP_GRACE_SECONDS
 from tests.conftest import assert_error
+from tests.factories import PACKAGE, submit_job
 from tests.kube import datacenter_set, portal_kubeconfig
+from tests.polling import wait
 
 NS = "paddle-alice"
 KUBECTL = shutil.which("kubectl")
@@ -43,11 +45,6 @@ def kube(k8s_api, kube_datacenter):
     return k8s_api
 
 
-def submit(alice, datacenter, package, name="fit", **fields) -> Job:
-    return job_submit(alice, datacenter, {"name": name, "package": package,
-                                          "entry": "python train.py", **fields}).job
-
-
 def job_objects(k8s_api, job) -> dict[str, list[str]]:
     """The job's objects on the server, by kind (its pods included)."""
     found = {}
@@ -57,14 +54,6 @@ def job_objects(k8s_api, job) -> dict[str, list[str]]:
         if names:
             found[kind] = sorted(names)
     return found
-
-
-def wait(predicate, timeout=30.0, message="condition"):
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        assert time.monotonic() < deadline, message
-        time.sleep(0.05)
-    return result
 
 
 def state(job) -> str:
@@ -88,7 +77,7 @@ def test_a_job_runs_to_success_with_states_and_logs_from_pods(
     session = live_portal.session()
     try:
         response = session.post(f"{live_portal.url}/api/v1/jobs/", json={
-            "name": "fit", "package": "/pfs/datacenter1/home/alice/pkg",
+            "name": "fit", "package": PACKAGE,
             "entry": "python train.py", "trainers": 2, "pservers": 1})
         assert response.status_code == 201, response.text
         job = Job.objects.get(name="fit")
@@ -138,16 +127,9 @@ def test_a_job_runs_to_success_with_states_and_logs_from_pods(
 
 # -- driven step by step (the engine, as the tasks call it) --------------------------------------
 
-@pytest.fixture
-def no_starts(held_tasks):
-    """Starts are held (never sent): the tests drive the engine; a kill's stop runs here."""
-    held_tasks.run("jobs.tasks.job_stop", engine.job_halt)
-    return held_tasks
-
-
 @pytest.mark.django_db
-def test_objects_the_job_owns_and_the_namespace(kube, alice, datacenter, package, no_starts):
-    job = submit(alice, datacenter, package, trainers=2, pservers=2, cpu="500m")
+def test_objects_the_job_owns_and_the_namespace(kube, alice, datacenter, package, held_starts):
+    job = submit_job(alice, datacenter, trainers=2, pservers=2, cpu="500m")
     engine.job_launch(job.pk)
     base = object_base(job)
     assert job_objects(kube, job) | {"pods": []} == {
@@ -167,11 +149,11 @@ def test_objects_the_job_owns_and_the_namespace(kube, alice, datacenter, package
 
 @pytest.mark.django_db
 def test_why_a_pod_waits_is_shown_on_the_worker_and_the_job(kube, alice, datacenter, package,
-                                                              no_starts):
+                                                              held_starts):
     kube.controller.hold_pods("*-tr-0-*", reason="Unschedulable",
                               message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
     kube.controller.hold_pods("*-tr-1-*", reason="ErrImagePull")
-    job = submit(alice, datacenter, package, trainers=2)
+    job = submit_job(alice, datacenter, trainers=2)
     engine.job_launch(job.pk)
 
     def reasons():
@@ -189,9 +171,9 @@ def test_why_a_pod_waits_is_shown_on_the_worker_and_the_job(kube, alice, datacen
 
 @pytest.mark.django_db
 def test_a_failing_trainer_is_restarted_then_fails_the_job(kube, alice, datacenter, package,
-                                                            no_starts):
+                                                            held_starts):
     kube.controller.script_pods("*-tr-*", lines=["oops"], exit_code=3)
-    job = submit(alice, datacenter, package, restart_limit=1)
+    job = submit_job(alice, datacenter, restart_limit=1)
     engine.job_launch(job.pk)
     wait(lambda: not engine.job_sync(job.pk), message="the job to end")
     job.refresh_from_db()
@@ -228,10 +210,10 @@ def running_pod(kube, job, role: str, index: int = 0) -> dict | None:
 
 @pytest.mark.django_db
 def test_an_evicted_trainer_restarts_without_counting_against_its_limit(
-        kube, alice, datacenter, package, no_starts):
+        kube, alice, datacenter, package, held_starts):
     """Preemption, a drain, a lost node are not the job's fault: with no restarts allowed,
     an evicted trainer still comes back, and the job does not fail."""
-    job = submit(alice, datacenter, package, pservers=1, restart_limit=0)
+    job = submit_job(alice, datacenter, pservers=1, restart_limit=0)
     engine.job_launch(job.pk)
     wait(lambda: engine.job_sync(job.pk) and state(job) == "running")
     first = running_pod(kube, job, "trainer")
@@ -254,10 +236,10 @@ def test_an_evicted_trainer_restarts_without_counting_against_its_limit(
 
 @pytest.mark.django_db
 def test_a_failed_trainer_of_a_collective_job_restarts_all_trainers(
-        kube, alice, datacenter, package, no_starts):
+        kube, alice, datacenter, package, held_starts):
     """A communicator cannot take back one rank: trainer 1 fails, both restart (a new
     trainers' Job), within the limit; then the job fails."""
-    job = submit(alice, datacenter, package, trainers=2, restart_limit=1)
+    job = submit_job(alice, datacenter, trainers=2, restart_limit=1)
     kube.controller.script_pods(f"{object_base(job)}-tr-1-*", lines=["diverged"],
                                 exit_code=5, run_seconds=0.5)
     engine.job_launch(job.pk)
@@ -284,9 +266,9 @@ def test_a_failed_trainer_of_a_collective_job_restarts_all_trainers(
 
 @pytest.mark.django_db
 def test_a_pserver_replaced_by_its_statefulset_fails_the_job(
-        kube, alice, datacenter, package, no_starts):
+        kube, alice, datacenter, package, held_starts):
     """A new pserver pod holds none of the parameters: the job must not train on."""
-    job = submit(alice, datacenter, package, pservers=1, restart_limit=3)
+    job = submit_job(alice, datacenter, pservers=1, restart_limit=3)
     engine.job_launch(job.pk)
     wait(lambda: engine.job_sync(job.pk) and state(job) == "running")
     evict(kube, f"{object_base(job)}-ps-0")
@@ -299,10 +281,10 @@ def test_a_pserver_replaced_by_its_statefulset_fails_the_job(
 
 @pytest.mark.django_db
 def test_a_running_pserver_is_known_by_its_pods_uid(kube, alice, datacenter, package,
-                                                   no_starts):
+                                                   held_starts):
     """Its handle once it runs; a handle from before (a pod name, as an earlier version
     kept) is not taken for a replaced pod."""
-    job = submit(alice, datacenter, package, pservers=1)
+    job = submit_job(alice, datacenter, pservers=1)
     engine.job_launch(job.pk)
     wait(lambda: engine.job_sync(job.pk) and state(job) == "running")
     pserver = job.replicas.get(role="pserver")
@@ -314,16 +296,16 @@ def test_a_running_pserver_is_known_by_its_pods_uid(kube, alice, datacenter, pac
 
 @pytest.mark.django_db
 def test_kill_and_delete_leave_no_objects_and_the_name_is_reused_at_once(
-        kube, alice, datacenter, package, no_starts, monkeypatch,
+        kube, alice, datacenter, package, held_starts, monkeypatch,
         django_capture_on_commit_callbacks):
     kube.settings.pod_termination_seconds = 2.0  # old pods linger, terminating
-    job = submit(alice, datacenter, package, pservers=1)
+    job = submit_job(alice, datacenter, pservers=1)
     engine.job_launch(job.pk)
     wait(lambda: engine.job_sync(job.pk) and state(job) == "running")
     with django_capture_on_commit_callbacks(execute=True):
         job_kill(alice, datacenter, "fit")
     removals = []
-    no_starts.run("jobs.tasks.job_remains_remove", removals.append)
+    held_starts.run("jobs.tasks.job_remains_remove", removals.append)
     with django_capture_on_commit_callbacks(execute=True):
         job_delete(alice, datacenter, "fit")
     tasks.job_remains_remove(*removals)  # what the worker does once the delete commits
@@ -331,7 +313,7 @@ def test_kill_and_delete_leave_no_objects_and_the_name_is_reused_at_once(
                    if p["metadata"].get("deletionTimestamp")]
     assert terminating  # still there, on their way out
 
-    again = submit(alice, datacenter, package, pservers=1)
+    again = submit_job(alice, datacenter, pservers=1)
     engine.job_launch(again.pk)
     assert object_base(again) != object_base(job)
     wait(lambda: engine.job_sync(again.pk) and state(again) == "running")
@@ -341,10 +323,10 @@ def test_kill_and_delete_leave_no_objects_and_the_name_is_reused_at_once(
 
 @pytest.mark.django_db
 def test_a_killed_jobs_pods_get_the_portals_grace_period(kube, alice, datacenter, package,
-                                                          no_starts,
+                                                          held_starts,
                                                           django_capture_on_commit_callbacks):
     kube.settings.pod_termination_seconds = 2.0  # pods take a while to go: their grace shows
-    job = submit(alice, datacenter, package, trainers=2, pservers=1)
+    job = submit_job(alice, datacenter, trainers=2, pservers=1)
     engine.job_launch(job.pk)
     wait(lambda: engine.job_sync(job.pk) and state(job) == "running")
     with django_capture_on_commit_callbacks(execute=True):
@@ -359,10 +341,10 @@ def test_a_killed_jobs_pods_get_the_portals_grace_period(kube, alice, datacenter
 
 @pytest.mark.django_db
 def test_a_finished_collective_jobs_objects_go_as_a_pserver_jobs_do(kube, alice, datacenter,
-                                                                     package, no_starts):
+                                                                     package, held_starts):
     kube.controller.script_pods("*-tr-*", lines=["done"], exit_code=0)
-    collective = submit(alice, datacenter, package, name="ring", trainers=2)
-    with_pservers = submit(alice, datacenter, package, name="ps", trainers=1, pservers=1)
+    collective = submit_job(alice, datacenter, name="ring", trainers=2)
+    with_pservers = submit_job(alice, datacenter, name="ps", trainers=1, pservers=1)
     for job in (collective, with_pservers):
         engine.job_launch(job.pk)
         wait(lambda job=job: not engine.job_sync(job.pk), message=f"{job.name} to end")
@@ -383,12 +365,12 @@ def _namespace_with(kube, make) -> None:
 
 @pytest.mark.django_db
 def test_a_pod_refused_by_a_resource_quota_waits_for_it(
-        kube, alice, datacenter, package, no_starts):
+        kube, alice, datacenter, package, held_starts):
     """Right after a job ends its pods still count against the namespace's quota until they
     are gone: a refusal for "exceeded quota" is a wait, shown, not a failure."""
     _namespace_with(kube, lambda core: core.create_namespaced_resource_quota(NS, {
         "metadata": {"name": "cluster-cap"}, "spec": {"hard": {"limits.cpu": "500m"}}}))
-    job = submit(alice, datacenter, package, cpu="1")
+    job = submit_job(alice, datacenter, cpu="1")
     engine.job_launch(job.pk)
     trainer = job.replicas.get(role="trainer")
     wait(lambda: engine.job_sync(job.pk) and "exceeded quota" in reason(trainer),
@@ -405,13 +387,13 @@ def test_a_pod_refused_by_a_resource_quota_waits_for_it(
 
 @pytest.mark.django_db
 def test_another_refusal_is_shown_then_fails_the_job_when_it_persists(
-        kube, alice, datacenter, package, no_starts, settings):
+        kube, alice, datacenter, package, held_starts, settings):
     """Pod Security, a LimitRange, a webhook: the cluster will refuse the pod every time."""
     settings.PADDLECLOUD_KUBE_REFUSED_SECONDS = 1
     _namespace_with(kube, lambda core: core.create_namespaced_limit_range(NS, {
         "metadata": {"name": "cluster-max"},
         "spec": {"limits": [{"type": "Container", "max": {"cpu": "500m"}}]}}))
-    job = submit(alice, datacenter, package, cpu="1")
+    job = submit_job(alice, datacenter, cpu="1")
     engine.job_launch(job.pk)
     trainer = job.replicas.get(role="trainer")
     wait(lambda: engine.job_sync(job.pk) and "refuses" in reason(trainer),
@@ -430,11 +412,11 @@ def reason(replica) -> str:
 
 @pytest.mark.django_db
 def test_a_job_whose_pods_do_not_all_start_in_time_is_requeued_then_fails(
-        kube, alice, datacenter, package, no_starts, django_capture_on_commit_callbacks):
+        kube, alice, datacenter, package, held_starts, django_capture_on_commit_callbacks):
     """2 of 3 trainers run, the third cannot be scheduled: after the start timeout every pod
     is released and the job goes back to the head of its queue; after its tries, it fails."""
     Datacenter.objects.filter(pk=datacenter.pk).update(start_timeout=1, start_tries=2)
-    job = submit(alice, datacenter, package, trainers=3, cpu="500m")
+    job = submit_job(alice, datacenter, trainers=3, cpu="500m")
     kube.controller.hold_pods(f"{object_base(job)}-tr-2-*", namespace=NS,
                               message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
     engine.job_launch(job.pk)
@@ -449,7 +431,7 @@ def test_a_job_whose_pods_do_not_all_start_in_time_is_requeued_then_fails(
     assert set(job.replicas.values_list("attempt", flat=True)) == {1}
     # Every pod released; the admission is asked to start it again, at its place.
     wait(lambda: not job_objects(kube, job), message="the pods to be released")
-    assert no_starts.of("jobs.tasks.jobs_admit")[-1] == (alice.pk, datacenter.pk)
+    assert held_starts.of("jobs.tasks.jobs_admit")[-1] == (alice.pk, datacenter.pk)
     from scheduling.admission import quota_admit
 
     assert quota_admit(alice.pk, datacenter.pk) == [job.pk]
@@ -464,8 +446,8 @@ def test_a_job_whose_pods_do_not_all_start_in_time_is_requeued_then_fails(
 
 @pytest.mark.django_db
 def test_objects_deleted_behind_our_back_fail_the_job(kube, alice, datacenter, package,
-                                                      no_starts):
-    job = submit(alice, datacenter, package)
+                                                      held_starts):
+    job = submit_job(alice, datacenter)
     engine.job_launch(job.pk)
     wait(lambda: engine.job_sync(job.pk) and state(job) == "running")
     kube_for(datacenter).delete("ConfigMap", NS, object_base(job), grace=0)
@@ -477,8 +459,8 @@ def test_objects_deleted_behind_our_back_fail_the_job(kube, alice, datacenter, p
 
 @pytest.mark.django_db
 def test_the_reconciler_deletes_objects_of_jobs_it_does_not_know(kube, alice, datacenter,
-                                                                  package, no_starts):
-    job = submit(alice, datacenter, package)
+                                                                  package, held_starts):
+    job = submit_job(alice, datacenter)
     engine.job_launch(job.pk)
     assert job_objects(kube, job)
     Job.objects.filter(pk=job.pk).delete()  # the database forgot it (restored from backup)
@@ -488,9 +470,9 @@ def test_the_reconciler_deletes_objects_of_jobs_it_does_not_know(kube, alice, da
 
 @pytest.mark.django_db
 def test_a_cluster_too_old_for_the_objects_fails_the_job_and_the_reconciler_says_so(
-        kube, alice, datacenter, package, no_starts, caplog):
+        kube, alice, datacenter, package, held_starts, caplog):
     kube.settings.kubernetes_version = "1.28"
-    job = submit(alice, datacenter, package)
+    job = submit_job(alice, datacenter)
     engine.job_launch(job.pk)
     job.refresh_from_db()
     assert (job.state, job.state_reason) == ("failed", (
@@ -503,18 +485,18 @@ def test_a_cluster_too_old_for_the_objects_fails_the_job_and_the_reconciler_says
            "Kubernetes 1.28" in caplog.text
     kube.settings.kubernetes_version = "1.29"  # upgraded: the reconciler sees it
     assert jobs_reconcile()["unfit"] == 0
-    again = submit(alice, datacenter, package, name="again")
+    again = submit_job(alice, datacenter, name="again")
     engine.job_launch(again.pk)
     assert state(again) == "starting" and job_objects(kube, again)
 
 
 @pytest.mark.django_db
 def test_a_broken_kubeconfig_fails_the_job_saying_so(kube, alice, datacenter, package,
-                                                     no_starts, tmp_path):
+                                                     held_starts, tmp_path):
     broken = tmp_path / "broken-kubeconfig"
     broken.write_text("this: [is not a kubeconfig\n")
     datacenter_set(datacenter, kubeconfig=str(broken))
-    job = submit(alice, datacenter, package)
+    job = submit_job(alice, datacenter)
     engine.job_launch(job.pk)
     job.refresh_from_db()
     assert job.state == "failed"
@@ -523,14 +505,14 @@ def test_a_broken_kubeconfig_fails_the_job_saying_so(kube, alice, datacenter, pa
 
 @pytest.mark.django_db
 def test_an_unreachable_api_server_fails_the_job_within_the_retry_budget(
-        kube, alice, datacenter, package, no_starts, tmp_path, api, token_client):
+        kube, alice, datacenter, package, held_starts, tmp_path, api, token_client):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # nothing listens there
     config = kube.kubeconfig_path.read_text().replace(kube.url, f"http://127.0.0.1:{port}")
     (tmp_path / "gone").write_text(config)
     datacenter_set(datacenter, kubeconfig=str(tmp_path / "gone"))
-    job = submit(alice, datacenter, package)
+    job = submit_job(alice, datacenter)
     started = time.monotonic()
     engine.job_launch(job.pk)
     assert time.monotonic() - started < 10
@@ -541,12 +523,12 @@ def test_an_unreachable_api_server_fails_the_job_within_the_retry_budget(
 
 
 @pytest.mark.django_db
-def test_server_errors_and_timeouts_are_retried(kube, alice, datacenter, package, no_starts,
+def test_server_errors_and_timeouts_are_retried(kube, alice, datacenter, package, held_starts,
                                                 settings):
     settings.PADDLECLOUD_KUBE_TIMEOUT = 0.5
     kube.fail_next(503, count=2, method="POST", path="configmaps")
     kube.hang_next(1.5, count=1, method="POST", path="jobs")  # applied, answer too late
-    job = submit(alice, datacenter, package)
+    job = submit_job(alice, datacenter)
     engine.job_launch(job.pk)
     assert state(job) == "starting"
     assert job_objects(kube, job)["jobs.batch"] == [f"{object_base(job)}-tr"]
@@ -586,10 +568,10 @@ def test_a_job_whose_objects_are_invalid_is_refused_with_the_schemas_message(
 
 @pytest.mark.django_db
 def test_registry_credentials_become_pull_secrets_kept_in_sync(
-        kube, token_client, alice, datacenter, package, no_starts,
+        kube, token_client, alice, datacenter, package, held_starts,
         django_capture_on_commit_callbacks, monkeypatch):
-    no_starts.run("registries.tasks.pull_secret_sync")  # on a worker, done here
-    no_starts.run("registries.tasks.pull_secret_remove")
+    held_starts.run("registries.tasks.pull_secret_sync")  # on a worker, done here
+    held_starts.run("registries.tasks.pull_secret_remove")
     url = "/api/v1/registries/"
     with django_capture_on_commit_callbacks(execute=True):
         assert token_client.post(url, {"name": "mine", "server": "registry.example.com:5000",
@@ -611,7 +593,7 @@ def test_registry_credentials_become_pull_secrets_kept_in_sync(
         token_client.patch(f"{url}mine/", {"password": "second"}, format="json")
     assert config()["auths"]["registry.example.com:5000"]["password"] == "second"
 
-    job = submit(alice, datacenter, package, registry="mine",
+    job = submit_job(alice, datacenter, registry="mine",
                  image="registry.example.com:5000/me/trainer:1")
     engine.job_launch(job.pk)
     template = kube.get("jobs.batch", NS, f"{object_base(job)}-tr")["spec"]["template"]
@@ -627,8 +609,8 @@ def test_registry_credentials_become_pull_secrets_kept_in_sync(
 
 @pytest.mark.django_db
 def test_the_pod_watch_lists_again_after_410_and_dropped_streams(kube, alice, datacenter,
-                                                                 package, no_starts):
-    job = submit(alice, datacenter, package)
+                                                                 package, held_starts):
+    job = submit_job(alice, datacenter)
     engine.job_launch(job.pk)
     cache = pod_cache(kube_for(datacenter))
     assert cache.synced(timeout=5)
@@ -657,10 +639,10 @@ def replica_ended_now(replica) -> bool:
 
 @pytest.mark.django_db(transaction=True)  # the reader thread reads the replica's state
 def test_logs_of_a_pod_still_being_created_wait_for_it(kube, alice, datacenter, package,
-                                                       no_starts):
+                                                       held_starts):
     kube.controller.hold_pods("*", reason="ContainerCreating")
     kube.controller.script_pods("*-tr-*", lines=["first", "second"], exit_code=0)
-    job = submit(alice, datacenter, package)
+    job = submit_job(alice, datacenter)
     engine.job_launch(job.pk)
     backend = backend_for(datacenter)
     replica = job.replicas.get()
@@ -681,4 +663,3 @@ def test_logs_of_a_pod_still_being_created_wait_for_it(kube, alice, datacenter, 
     kube.controller.release_pods()
     reader.join(20)
     assert (b"".join(chunks), errors) == (b"first\nsecond\n", [])
-

@@ -18,9 +18,9 @@ import requests
 
 from jobs.backends.kubernetes.builder import CONTAINER
 from jobs.models import Build, Job
-from jobs.services import job_submit
 from registries.services import registry_create
 from tests.conftest import streamed
+from tests.factories import package_write, submit_job
 from tests.jobs.test_examples_on_kubernetes import wait_for
 from tests.registry_server import registry_server
 
@@ -50,18 +50,15 @@ def build_datacenter(kube_datacenter, registry, alice, pfs_home):
     return with_build_registry(kube_datacenter, registry, alice)
 
 
-def package(pfs_home, name: str = "pkg", requirements: str = "six==1.16.0\n") -> str:
-    pkg = pfs_home / name
-    pkg.mkdir()
-    (pkg / "train.py").write_text("import six\nprint('trained with six', six.__version__)\n")
-    if requirements is not None:
-        (pkg / "requirements.txt").write_text(requirements)
-    return f"/pfs/datacenter1/home/alice/{name}"
+def package(pfs_home, name: str = "pkg", requirements: str | None = "six==1.16.0\n") -> str:
+    """A package of a trainer that imports six, with ``requirements`` (none: no file)."""
+    return package_write(pfs_home, "import six\nprint('trained with six', six.__version__)\n",
+                         name, None if requirements is None else {"requirements.txt": requirements})
 
 
 def submit(alice, datacenter, pkg: str, name: str) -> Job:
-    return job_submit(alice, datacenter, {"name": name, "package": pkg, "entry": "python3 train.py",
-                                          "image": "registry.example.com/paddle:2.6"}).job
+    return submit_job(alice, datacenter, name, package=pkg, entry="python3 train.py",
+                      image="registry.example.com/paddle:2.6")
 
 
 def builder_objects(k8s_api, kind: str) -> list[dict]:
@@ -225,9 +222,8 @@ def test_a_packages_own_dockerfile_is_built_as_given_and_a_runtime_image_is_not_
     assert Build.objects.get().dockerfile is True
 
     # Submitting the built image itself (paddlectl build, then submit -image): run as it is.
-    again = job_submit(alice, build_datacenter, {
-        "name": "as-built", "package": pkg, "entry": "python3 train.py",
-        "image": job.image}).job
+    again = submit_job(alice, build_datacenter, "as-built", package=pkg,
+                       entry="python3 train.py", image=job.image)
     assert again.state != "building" and again.image == job.image
     assert Build.objects.count() == 1
 
@@ -236,7 +232,7 @@ def test_a_packages_own_dockerfile_is_built_as_given_and_a_runtime_image_is_not_
 def test_killing_the_only_job_waiting_for_a_build_cancels_it(
         build_datacenter, celery_worker, alice, pfs_home, k8s_api):
     from jobs.services import job_kill
-    from tests.jobs.kubernetes.test_backend import wait
+    from tests.polling import wait
 
     k8s_api.controller.script_pods("build-*", container=CONTAINER, lines=["#1 working"],
                                    run_seconds=120)

@@ -19,12 +19,14 @@ from kubernetes.utils import parse_quantity
 
 from jobs import engine
 from jobs.backends.kubernetes.names import object_base
+from tests.factories import submit_job
 from tests.jobs.files import TRAINER
 from tests.k8s_api_server import crds
 from tests.kube import datacenter_set
+from tests.polling import wait
 from tests.real_kube import kueue as real_kueue
 
-from .test_backend import NS, job_objects, reason, state, submit, wait
+from .test_backend import NS, job_objects, reason, state
 
 KUEUE = ("kueue.x-k8s.io", "v1beta1")
 # What the real cluster's pods run (the package's train.py): a pserver listens on its port
@@ -75,7 +77,7 @@ class FakeCluster:
     def submit(self, alice, datacenter, package, *, lines=(), seconds=FOREVER, exit_code=0,
                **fields):
         """A job whose trainers print ``lines``, run ``seconds`` and exit ``exit_code``."""
-        job = submit(alice, datacenter, package, **fields)
+        job = submit_job(alice, datacenter, **fields)
         if seconds != FOREVER:
             self.fake.controller.script_pods(f"{object_base(job)}-tr-*", lines=list(lines),
                                              run_seconds=seconds, exit_code=exit_code)
@@ -124,7 +126,7 @@ class RealCluster(FakeCluster):
 
     def submit(self, alice, datacenter, package, *, lines=(), seconds=FOREVER, exit_code=0,
                **fields):
-        return submit(alice, datacenter, package, env={
+        return submit_job(alice, datacenter, env={
             "LINES": "|".join(lines), "SECONDS": str(seconds), "CODE": str(exit_code)},
             **fields)
 
@@ -161,12 +163,6 @@ def cluster(request, datacenter, package, pfs_home):
     made.close()
 
 
-@pytest.fixture
-def no_starts(held_tasks):
-    held_tasks.run("jobs.tasks.job_stop", engine.job_halt)
-    return held_tasks
-
-
 def choose(datacenter, **fields) -> None:
     datacenter_set(datacenter, **fields)
 
@@ -200,7 +196,7 @@ def kueue_cluster_queue(kube, cpu: str) -> None:
 
 @pytest.mark.django_db
 def test_kueue_admits_jobs_whole_and_the_portal_shows_where_one_waits(
-        cluster, alice, datacenter, package, no_starts):
+        cluster, alice, datacenter, package, held_starts):
     queue = cluster.cluster_queue(cpu="2")
     choose(datacenter, kube_scheduler="kueue", kube_queue=queue)
     first = cluster.submit(alice, datacenter, package, name="first", cpu="1500m",
@@ -226,7 +222,7 @@ def test_kueue_admits_jobs_whole_and_the_portal_shows_where_one_waits(
 
 @pytest.mark.django_db
 def test_kueue_admits_a_pserver_job_whole_or_none_of_it(cluster, alice, datacenter, package,
-                                                          no_starts):
+                                                          held_starts):
     """Room in the ClusterQueue for the pservers but not for the trainers too: nothing of the
     job runs (Kueue's integrations for the StatefulSet and the Job alone would admit the
     pservers, which would hold their share while the trainers wait); with room for all of
@@ -267,7 +263,7 @@ def test_kueue_admits_a_pserver_job_whole_or_none_of_it(cluster, alice, datacent
 
 @pytest.mark.django_db
 def test_a_job_kueue_holds_is_not_timed_out_its_start_runs_from_kueues_admission(
-        cluster, alice, datacenter, package, no_starts):
+        cluster, alice, datacenter, package, held_starts):
     """Kueue holds the second job for longer than the datacenter's start timeout: it waits
     (nothing of it runs, nothing to release), and its start timeout runs once Kueue lets it
     go, as the first job's did."""
@@ -304,12 +300,12 @@ def test_a_job_kueue_holds_is_not_timed_out_its_start_runs_from_kueues_admission
 
 @pytest.mark.django_db
 def test_volcano_starts_all_of_a_jobs_pods_or_none(kube, alice, datacenter, package,
-                                                    no_starts):
+                                                    held_starts):
     """One trainer cannot be placed: none of the job's pods is, so none holds a node's
     resources while it waits; the portal says why."""
     kube.install("volcano")
     choose(datacenter, kube_scheduler="volcano")
-    job = submit(alice, datacenter, package, trainers=2, pservers=1, cpu="500m")
+    job = submit_job(alice, datacenter, trainers=2, pservers=1, cpu="500m")
     kube.controller.hold_pods(f"{object_base(job)}-tr-1-*", namespace=NS)
     engine.job_launch(job.pk)
     group = kube.get("podgroups.scheduling.volcano.sh", NS, object_base(job))
@@ -328,7 +324,7 @@ def test_volcano_starts_all_of_a_jobs_pods_or_none(kube, alice, datacenter, pack
 
 @pytest.mark.django_db
 def test_each_user_namespace_gets_its_pfs_volume_and_restricted_pods_run(
-        cluster, alice, datacenter, package, no_starts, pfs_home, request):
+        cluster, alice, datacenter, package, held_starts, pfs_home, request):
     """A PersistentVolume source for the PFS: the portal binds a volume and a claim in the
     user's namespace; jobs run as a non-root uid, admitted by the namespace's restricted Pod
     Security level, which the API server enforces (the real one's Pod Security admission)."""
@@ -355,7 +351,7 @@ def test_each_user_namespace_gets_its_pfs_volume_and_restricted_pods_run(
 
 @pytest.mark.django_db
 def test_the_namespace_quota_and_limits_are_the_users_and_the_cluster_holds_pods_to_them(
-        cluster, alice, datacenter, package, no_starts):
+        cluster, alice, datacenter, package, held_starts):
     """The ResourceQuota and LimitRange the backend makes mirror the user's quota, and the
     API server enforces them: a container asking for nothing gets the LimitRange's defaults,
     one asking for more than the quota has left is refused."""
@@ -390,16 +386,16 @@ def test_the_namespace_quota_and_limits_are_the_users_and_the_cluster_holds_pods
 
 @pytest.mark.django_db
 def test_a_namespace_made_before_gets_the_level_its_pods_need(
-        kube, alice, datacenter, package, no_starts, tmp_path):
+        kube, alice, datacenter, package, held_starts, tmp_path):
     """The datacenter's volume became a hostPath (a trial cluster): the namespace the portal
     made earlier, at baseline, would refuse its pods; it is relabelled."""
     choose(datacenter, kube_volume={"nfs": {"server": "nfs", "path": "/pfs"}})
-    first = submit(alice, datacenter, package, name="first")
+    first = submit_job(alice, datacenter, name="first")
     engine.job_launch(first.pk)
     labels = kube.get("namespaces", "", NS)["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
     choose(datacenter, kube_volume={"hostPath": {"path": str(tmp_path)}})
-    second = submit(alice, datacenter, package, name="second")
+    second = submit_job(alice, datacenter, name="second")
     engine.job_launch(second.pk)
     labels = kube.get("namespaces", "", NS)["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"

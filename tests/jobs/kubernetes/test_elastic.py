@@ -15,12 +15,12 @@ from jobs.backends.kubernetes.names import object_base
 from jobs.backends.kubernetes.validation import validate_objects
 from jobs.models import JobEvent
 from scheduling.tasks import jobs_admit
+from tests.factories import package_write, submit_job
 from tests.jobs.kubernetes import factories
-from tests.jobs.kubernetes.test_backend import NS, running_pod, submit, wait
-from tests.jobs.master_scenario import package_write
+from tests.jobs.kubernetes.test_backend import NS, running_pod
+from tests.jobs.master_scenario import recordio_dataset_write
 from tests.jobs.test_elastic import PROGRAM
-
-DATASET = "/pfs/datacenter1/home/alice/data/part-*.recordio"
+from tests.polling import wait
 
 
 def test_the_trainers_job_starts_with_min_and_its_gang_needs_min():
@@ -49,9 +49,10 @@ def test_the_indexed_job_grows_as_trainers_are_added_and_lost_ones_replaced(
         django_capture_on_commit_callbacks):
     held_tasks.run("jobs.tasks.jobs_admit", jobs_admit)
     package_write(pfs_home, PROGRAM)
+    dataset = recordio_dataset_write(pfs_home)
     quota_set(None, datacenter, alice, cpu=4000, jobs=5)  # the pserver and 3 trainers
-    job = submit(alice, datacenter, "/pfs/datacenter1/home/alice/pkg", name="el",
-                 trainers="2:4", pservers=1, dataset=DATASET, task_records=20)
+    job = submit_job(alice, datacenter, "el", trainers="2:4", pservers=1, dataset=dataset,
+                     task_records=20)
     engine.job_launch(job.pk)
     name = f"{object_base(job)}-tr"
     made = k8s_api.get("jobs.batch", NS, name)

@@ -15,7 +15,7 @@ import pytest
 
 from jobs.backends.kubernetes.envs import env_prune
 from jobs.models import Job
-from jobs.services import job_submit
+from tests.factories import HOME, submit_job
 from tests.jobs.kubernetes.test_scripts import tiny_wheel
 from tests.jobs.test_examples_on_kubernetes import logs_of, wait_for
 
@@ -29,12 +29,11 @@ def package(pfs_home, name: str, requirement: str = "tinydep") -> str:
     tiny_wheel(pkg / "wheels")
     (pkg / "requirements.txt").write_text(
         f"--no-index\n--find-links wheels   # beside the code\n{requirement}\n")
-    return f"/pfs/datacenter1/home/alice/{name}"
+    return f"{HOME}/{name}"
 
 
 def submit(alice, datacenter, pkg: str, name: str, **fields) -> Job:
-    return job_submit(alice, datacenter, {"name": name, "package": pkg, "entry": ENTRY,
-                                          **fields}).job
+    return submit_job(alice, datacenter, name, package=pkg, entry=ENTRY, **fields)
 
 
 def requirements_log(job) -> str:
@@ -62,7 +61,7 @@ def test_one_build_for_two_pods_then_a_second_job_finds_it(
     assert log.count("installs requirements.txt") == 1, log  # one build for both pods
     logs = logs_of(first)
     assert len(logs) == 2, logs
-    seen = f"/pfs/datacenter1/home/alice/.paddlecloud/envs/{digest}/site-packages"
+    seen = f"{HOME}/.paddlecloud/envs/{digest}/site-packages"
     for text in logs.values():  # both trainers imported it from the environment
         assert f"tinydep 42 {seen}/tinydep/__init__.py" in text, text
 
