@@ -53,41 +53,16 @@ from urllib.parse import urlsplit, urlunsplit
 BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:  # portal.py, when this script is not run as bench/admission.py
     sys.path.insert(0, str(BENCH))
+from admission_plan import CLASSES, CPU, QUOTA_CPUS, QUOTA_JOBS, Plan  # noqa: E402
 from admission_worker import ROOT, STARTS_QUEUE, app  # noqa: E402
 from portal import BenchError, Stopped, cell, handle_signals, log, percentile  # noqa: E402
 
 DATACENTER = "datacenter1"
 TARGET_PER_S = 100.0  # admissions per second (issue 20)
 KUEUE_PER_S = 15_000 / 351  # Kueue's baseline: 15 000 workloads in 351 s
-CPU = 1000  # millicores
-# Kueue's baseline workload classes: share of a queue's jobs, CPUs, run time, and the interval
-# at which its generator creates them (which decides the submission order).
-CLASSES = {"small": (0.7, 1, 0.2, 0.1), "medium": (0.2, 5, 0.5, 0.5),
-           "large": (0.1, 20, 1.0, 1.2)}
-QUOTA_CPUS = 20
-QUOTA_JOBS = 20  # Kueue counts no jobs: as many as the CPUs allow (20 small ones)
 POLL = 0.01  # seconds between two looks for newly admitted jobs
 WORKER_READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
-
-
-@dataclass
-class Plan:
-    """The jobs of one run: each job's class by name, and the users' queues."""
-
-    jobs: int
-    users: int
-    per_user: list[tuple[str, str]] = field(default_factory=list)  # (name, class), in order
-
-    def __post_init__(self):
-        if self.jobs % self.users:
-            raise BenchError(f"--jobs {self.jobs} is not a multiple of --users {self.users}")
-        each = self.jobs // self.users
-        counts = {c: round(each * share) for c, (share, *_) in CLASSES.items()}
-        counts["small"] += each - sum(counts.values())
-        timed = [(i * interval, n, c, i) for n, (c, (_, _, _, interval))
-                 in enumerate(CLASSES.items()) for i in range(counts[c])]
-        self.per_user = [(f"{c}-{i:04d}", c) for _, _, c, i in sorted(timed)]
 
 
 # --- set-up ------------------------------------------------------------------------------------

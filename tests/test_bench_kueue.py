@@ -14,7 +14,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
-import admission  # noqa: E402
+import admission_plan as admission  # noqa: E402
 import kueue_scheduler  # noqa: E402
 
 from tests.real_kube.kueue import kueue_source  # noqa: E402
@@ -40,3 +40,13 @@ def test_kueues_scaled_baseline_is_the_portal_benchmarks_scale(jobs, users, coho
                               / 1000) for s in queue_set["workloadsSets"] for w in s["workloads"]}
     assert sizes == {name: (cpus, runs, every) for name, (_, cpus, runs, every)
                      in admission.CLASSES.items()}
+
+
+def test_reading_the_scenario_leaves_the_portals_job_starts_alone():
+    """The benchmark's workers route job starts to a queue nobody reads (admission_worker);
+    importing that into the suite's process would leave every later job of the suite
+    ``starting``."""
+    from paddlecloud.celery import app
+
+    assert "admission_worker" not in sys.modules
+    assert not app.conf.task_routes
