@@ -46,7 +46,7 @@ def test_reading_the_scenario_leaves_the_portals_job_starts_alone():
     """The benchmark's workers route job starts to a queue nobody reads (admission_worker);
     importing that into the suite's process would leave every later job of the suite
     ``starting``."""
-    from paddlecloud.celery import app
+    from kernel.celery import app
 
     assert "admission_worker" not in sys.modules
     assert not app.conf.task_routes
