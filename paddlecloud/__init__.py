@@ -12,12 +12,14 @@ from paddlecloud_core import __version__
 # What `pip install "paddlecloud[server]"` adds to the client (see pyproject.toml).
 SERVER_PACKAGES = ("celery", "django", "prometheus_client")
 
+# `celery -A paddlecloud` finds the app here, and its settings by this default: set before the
+# app is made, which is when Celery decides to set Django up in its workers (and so to find the
+# apps' tasks).
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paddlecloud.settings")
+
 try:
     # The Celery app is created when Django starts, so that @shared_task binds to it.
     from kernel.celery import app as celery_app
-
-    # `celery -A paddlecloud` finds the app here, and its settings by this default.
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paddlecloud.settings")
 except ModuleNotFoundError as missing:  # the client install: paddlectl and the SDK, no portal
     if missing.name not in SERVER_PACKAGES:
         raise

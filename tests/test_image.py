@@ -468,7 +468,10 @@ def test_docker_compose_runs_a_job(engine, image, services, tmp_path):
         submitted = cli("submit", "--jobname", "hello", "--entry", "python3 train.py", "hello",
                         timeout=120)
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-        followed = cli("logs", "hello", "-f", timeout=300)
+        try:
+            followed = cli("logs", "hello", "-f", timeout=300)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the job's log did not end within 300 s:\n" + compose.logs())
         assert followed.returncode == 0, followed.stdout + followed.stderr + compose.logs()
         # In the worker's container, in a sandbox (docker-compose.yml's security_opt): nobody
         # (uid 65534), without the portal's environment or its code.

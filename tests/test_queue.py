@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -12,20 +13,24 @@ import pytest
 from kernel.celery import app
 from kernel.queue import TASKS, task_later, task_now
 
-# What a worker does as it starts (the embedded one of runportal and `celery worker` alike):
-# it finds the apps' tasks modules (autodiscovery), which no module imports.
+# What a worker does as it starts (`celery -A paddlecloud worker`, and the embedded one of
+# runportal alike): it finds the app as `-A paddlecloud` names it, then the apps' tasks modules
+# (autodiscovery), which no module imports.
 WORKER_TASKS = """
 import json
-from kernel.celery import app
+from celery.bin.celery import find_app
+app = find_app("paddlecloud")
 app.loader.import_default_modules()
 print(json.dumps(sorted(app.tasks)))
 """
 
 
 def test_every_name_queued_is_a_task_a_worker_finds():
-    # In a process of its own: here, tests have imported the tasks modules already.
+    # In a process of its own (here, tests have imported the tasks modules already), with no
+    # DJANGO_SETTINGS_MODULE, as the image's `celery -A paddlecloud worker` starts.
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     found = subprocess.run([sys.executable, "-c", WORKER_TASKS], capture_output=True,
-                           text=True, timeout=60, check=True)
+                           text=True, timeout=60, check=True, env=env)
     assert set(json.loads(found.stdout)) >= TASKS, TASKS - set(json.loads(found.stdout))
 
 
