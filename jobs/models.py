@@ -83,7 +83,8 @@ class Job(models.Model):
     state_reason = models.TextField(blank=True)
     environment = models.CharField(
         max_length=64, blank=True, help_text="The digest of the environment its "
-        "requirements.txt is installed in (jobs/backends/envs.py): in use while the job lives.")
+        "requirements.txt is installed in (jobs/backends/local/envs.py): in use while the job "
+        "lives.")
 
     # What to run: a trainer package in PFS, the command that starts it, the image.
     package = models.CharField("trainer package", max_length=4096,
