@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import uuid
+from pathlib import Path
 
 import boto3
 import pytest
@@ -70,3 +71,9 @@ def read_only_storage(make_storage):
 def s3_storage(s3_endpoint):
     """For what only S3 has (parts, markers, keys written by other tools)."""
     return s3_area(s3_endpoint)()
+
+
+@pytest.fixture
+def home(live_portal) -> Path:
+    """alice's home on disk, as the live portal serves it."""
+    return live_portal.home

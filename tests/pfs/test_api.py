@@ -283,12 +283,6 @@ def pfs(live_portal) -> Pfs:
 
 
 @pytest.fixture
-def home(live_portal) -> Path:
-    """alice's home on disk."""
-    return live_portal.home
-
-
-@pytest.fixture
 def bob(live_portal):
     return user_upsert("bob", password=PASSWORD, datacenter_names=[DC])[0]
 

@@ -57,11 +57,6 @@ def pfs(live_portal) -> Pfs:
     pfs.http.close()
 
 
-@pytest.fixture
-def home(live_portal) -> Path:
-    return live_portal.home
-
-
 def packed(members: dict[str, bytes], mode: str) -> bytes:
     """A tar of ``members`` written with ``mode`` (``w``, ``w:gz``, ``w:bz2``, ``w:xz``)."""
     buffer = io.BytesIO()
