@@ -116,6 +116,17 @@ def _threads_left() -> list[str]:
             and thread not in shared]
 
 
+_LEFT_BY_WORKERS: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """What a pytest-xdist worker's tests left behind (its ``pytest_sessionfinish``)."""
+    name = node.gateway.id
+    _LEFT_BY_WORKERS.extend(f"{line} (worker {name})"
+                            for line in getattr(node, "workeroutput", {}).get("left_behind", ()))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     """No test leaves a process or a thread behind, whatever its outcome: what is still there
@@ -125,11 +136,15 @@ def pytest_sessionfinish(session, exitstatus):
         if time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    threads = _threads_left()
-    if not (processes or threads):
-        return
     lines = [f"process {pid}: {command}" for pid, command in processes]
-    lines += [f"thread {name}" for name in threads]
+    lines += [f"thread {name}" for name in _threads_left()]
+    worker = getattr(session.config, "workeroutput", None)
+    if worker is not None:  # a pytest-xdist worker: the controller reports it
+        worker["left_behind"] = lines
+        return
+    lines += _LEFT_BY_WORKERS
+    if not lines:
+        return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     message = "left behind by the tests:\n  " + "\n  ".join(lines)
     if reporter is not None:
