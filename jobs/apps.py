@@ -18,6 +18,11 @@ class JobsConfig(AppConfig):
             raise ImproperlyConfigured(
                 f"PADDLECLOUD_BACKEND={settings.PADDLECLOUD_BACKEND!r}: expected "
                 + " or ".join(repr(kind.name) for kind in BACKENDS))
+        # What the backends read and write of the records, which they import none of.
+        from .backend_records import JobRecords
+        from .backends.base import records_set
+
+        records_set(JobRecords())
         # Here, not at the top: sync imports the models, which exist once every app is loaded.
         # (What the jobs announce for admission, the scheduling app hears: scheduling.apps.)
         from .sync import replicas_changed_sync

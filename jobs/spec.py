@@ -21,7 +21,7 @@ from pfs.services import pfs_target
 from registries.services import registry_get
 
 from .backends.base import BackendError
-from .backends.local.envs import indexes_allowed, requirements_stored
+from .backends.environments import indexes_allowed, requirements_stored
 from .master.dataset import dataset_problem
 from .models import Job
 

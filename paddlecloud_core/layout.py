@@ -161,7 +161,7 @@ def build_log_rel(uid) -> Rel:
 
 
 def env_rel(digest: str) -> Rel:
-    """An environment of the owner's Kubernetes jobs (``jobs.backends.local.envs``' digest of the
+    """An environment of the owner's Kubernetes jobs (``jobs.backends.environments``' digest of the
     requirements and image): ``.paddlecloud/envs/{digest}``, its packages in
     ``site-packages``, shared by every job of the owner that needs the same."""
     return (*ENVS_REL, digest)

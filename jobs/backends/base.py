@@ -166,3 +166,46 @@ class Backend(abc.ABC):
 
     def pull_secret_delete(self, datacenter, owner, name: str) -> None:  # noqa: B027
         """Remove the pull secret of the owner's credential ``name``; done if it is gone."""
+
+
+class Records(abc.ABC):
+    """What a backend reads and writes of the portal's records. A backend imports no record
+    (the ``backends-records`` contract): the jobs app gives it these when Django starts
+    (``jobs.backend_records``, set by ``jobs.apps``), and a backend asks ``records()``."""
+
+    @abc.abstractmethod
+    def quota(self, user, datacenter):
+        """The user's effective quota in the datacenter (what the namespace's ResourceQuota
+        states)."""
+
+    @abc.abstractmethod
+    def registry_password(self, registry) -> str:
+        """A registry credential's password, decrypted (what its pull secret holds)."""
+
+    @abc.abstractmethod
+    def environment_use(self, job, digest: str) -> None:
+        """Record that ``job`` uses the environment ``digest`` (before it looks for it: no
+        eviction takes an environment a live job has recorded)."""
+
+    @abc.abstractmethod
+    def environment_in_use(self, digest: str) -> bool:
+        """Whether a job not yet ended uses the environment ``digest``."""
+
+    @abc.abstractmethod
+    def event(self, job, reason: str) -> None:
+        """A line in the job's events, its state unchanged (what its environment's build did)."""
+
+
+_records: Records | None = None
+
+
+def records_set(given: Records) -> None:
+    global _records
+    _records = given
+
+
+def records() -> Records:
+    if _records is None:
+        raise RuntimeError("the backends' records are not set: jobs.apps sets them when Django "
+                           "starts")
+    return _records

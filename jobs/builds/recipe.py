@@ -15,7 +15,7 @@ from pfs.paths import pfs_path_parse
 from pfs.storage import storage_for
 
 from ..backends.base import BackendError
-from ..backends.local.envs import indexes_allowed, requirements_stored
+from ..backends.environments import indexes_allowed, requirements_stored
 
 RECIPE = 1  # the Dockerfile below and what the digest covers: a change names every image anew
 PACKAGE_DIR = IMAGE_PACKAGE_DIR

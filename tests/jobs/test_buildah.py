@@ -21,8 +21,8 @@ import pytest
 import requests
 
 from jobs.backends.base import BackendError
+from jobs.backends.environments import PYPI
 from jobs.backends.local.buildah import buildah_build
-from jobs.backends.local.envs import PYPI
 from jobs.builds.recipe import runtime_dockerfile
 from registries.oci import blob_get, docker_config_json, manifest_digest, manifest_get
 from tests.images import BASE_REPOSITORY, SYSTEM_PATH, base_image_push, buildah, mounts_under

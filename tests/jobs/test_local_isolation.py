@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.backends import environments
 from jobs.backends.local import backend as local
 from jobs.backends.local import envs
 from jobs.backends.local.backend import job_dir
@@ -238,7 +239,7 @@ def test_the_sandboxed_pip_sees_the_files_the_machines_pip_configuration_names(
     config.write_text(f"[global]\nconstraint = {constraints}\nextra = {secret}\n"
                       "cert = /usr/share/ca-certificates\n")
     tmp_path.chmod(0o755)
-    monkeypatch.setattr(envs, "PIP_CONFIG", (str(config), str(tmp_path / "absent.conf")))
+    monkeypatch.setattr(environments, "PIP_CONFIG", (str(config), str(tmp_path / "absent.conf")))
     uv_env = envs._uv_env({"PIP_FIND_LINKS": str(wheels), "OTHER": "/opt"})
     assert uv_env["UV_CONSTRAINT"] == str(constraints)  # pip's settings in uv's words
     binds = envs._config_binds(uv_env)

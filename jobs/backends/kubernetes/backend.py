@@ -30,7 +30,6 @@ import time
 
 from django.conf import settings
 
-from accounts.selectors import quota_get
 from kernel.errors import PaddleCloudError, ValidationError
 from paddlecloud_core.contract import (
     STOP_GRACE_SECONDS,
@@ -40,10 +39,9 @@ from paddlecloud_core.contract import (
     trainers_elastic,
     trainers_restart_together,
 )
-from registries.services import registry_password
 
 from ...files import home_remove
-from ..base import Backend, BackendError, Capacity, Observation, Status
+from ..base import Backend, BackendError, Capacity, Observation, Status, records
 from . import builder, manifests, observe, pods
 from .builder_follow import BuildCancelled, build_follow
 from .client import KubeError, kube_for
@@ -89,7 +87,7 @@ class KubernetesBackend(Backend):
     def objects(self, job, quota=None) -> list[dict]:
         """The namespace objects and the job's, as a dry run shows them; a job whose
         objects the Kubernetes schemas refuse is refused with the schema's message."""
-        quota = quota or quota_get(job.owner, job.datacenter)
+        quota = quota or records().quota(job.owner, job.datacenter)
         try:
             objects = [*manifests.namespace_objects(job.datacenter, job.owner, quota),
                        *manifests.job_objects(job, namespace=_namespace(job))]
@@ -141,9 +139,7 @@ class KubernetesBackend(Backend):
         """Record the digest of the job's environment (``envs``) before its pods exist, and
         keep the owner's environments within their bound."""
         digest = job_env_digest(job)
-        if job.environment != digest:
-            job.environment = digest
-            type(job).objects.filter(pk=job.pk).update(environment=digest)
+        records().environment_use(job, digest)
         if digest:
             env_prune(job, keep=digest)
 
@@ -161,7 +157,8 @@ class KubernetesBackend(Backend):
             time.sleep(0.2)
 
     def _namespace_ensure(self, kube, datacenter, user) -> None:
-        for obj in manifests.namespace_objects(datacenter, user, quota_get(user, datacenter)):
+        for obj in manifests.namespace_objects(datacenter, user,
+                                                 records().quota(user, datacenter)):
             kube.apply(obj)
 
     def paths(self, job) -> Paths:
@@ -535,7 +532,8 @@ class KubernetesBackend(Backend):
     def _pull_secret_write(self, kube, registry) -> None:
         self._namespace_ensure(kube, registry.datacenter, registry.owner)
         namespace = job_namespace(registry.datacenter, registry.owner.username)
-        kube.apply(manifests.pull_secret(namespace, registry, registry_password(registry)))
+        kube.apply(manifests.pull_secret(namespace, registry,
+                                        records().registry_password(registry)))
 
     def pull_secret_delete(self, datacenter, owner, name: str) -> None:
         namespace = job_namespace(datacenter, owner.username)

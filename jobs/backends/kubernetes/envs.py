@@ -1,4 +1,5 @@
-"""The environment cache on Kubernetes (issue 19; ``jobs.backends.local.envs`` is the local one):
+"""The environment cache on Kubernetes (issue 19; ``jobs.backends.local.envs`` is the local one,
+``jobs.backends.environments`` what both share):
 a job's requirements are installed once per digest, in its owner's PFS home, by the init step of
 whichever of the owner's pods needs them first (``scripts.INIT_SCRIPT``), and shared by every
 later pod and job of the owner that needs the same.
@@ -41,10 +42,9 @@ from pfs.paths import pfs_path_parse
 from pfs.storage import storage_for
 
 from ...files import job_home
-from ..base import BackendError
-from ..local.envs import (
+from ..base import BackendError, records
+from ..environments import (
     env_digest,
-    env_in_use,
     image_env_inputs,
     indexes_allowed,
     requirements_stored,
@@ -126,14 +126,14 @@ def env_prune(job, *, keep: str = "", limit: int | None = None) -> list[str]:
         if total <= limit:
             break
         digest = rel[-1]
-        if digest == keep or env_in_use(digest):
+        if digest == keep or records().environment_in_use(digest):
             continue
         aside = (*ENVS_REL, f"{digest}.tmp-evicted")
         try:
             with contextlib.suppress(NotFoundError):
                 home.remove(aside, recursive=True)
             home.move(rel, aside)
-            if env_in_use(digest):  # a job started with it meanwhile: put back
+            if records().environment_in_use(digest):  # a job started with it meanwhile: put back
                 with contextlib.suppress(PaddleCloudError):
                     home.move(aside, rel)
                 continue

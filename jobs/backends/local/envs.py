@@ -1,21 +1,12 @@
 """Environments keyed by their contents (issue 19): the installed result of a trainer package's
 ``requirements.txt``, built once per datacenter and shared by every job that needs the same.
 
-What is installed is first read as data (``requirements_read``, issue 33): at most
-``PADDLECLOUD_REQUIREMENTS_SIZE`` bytes, never through a link, with the strict grammar of
-``paddlecloud_core.requirements`` — requirements, hashes and markers; indexes only among the
-datacenter's allowed ones (``indexes_allowed``); paths only inside the package (no ``-r``,
-``-c``, ``-e``, nothing absolute). The submission is checked so too (``jobs/spec.py``), and the
-copy the job runs is checked again here: the owner may change the file in between.
-
-An environment is named by the digest (sha256) of what decides its contents (``env_inputs``):
-the checked requirements (comments, blank lines and continuations normalized away), the
-contents of the package's files and directories it names (``--find-links wheels``, a wheel of
-the package; read without following a link), the Python it is for (version, ABI, platform,
-its path: scripts' ``#!`` name it), the installer and its version and flags, and the index
-settings (``PIP_*``/``UV_*`` variables, the machine's ``pip.conf``). A requirement left
-unpinned is frozen at its first build: what a digest names does not change while it is
-cached.
+What is installed is read as data and named by its digest as on every backend
+(``jobs/backends/environments.py``); here the digest also covers the Python it is for
+(version, ABI, platform, its path: scripts' ``#!`` name it), the installer and its version and
+flags, and the index settings (``PIP_*``/``UV_*`` variables, the machine's ``pip.conf``):
+``env_inputs``. A requirement left unpinned is frozen at its first build: what a digest names
+does not change while it is cached.
 
 Where: ``var/envs/<datacenter>/<digest>/site-packages`` — under the portal's private ``var/``,
 never in PFS, where users write: a job sees its environment only as a read-only bind, and no
@@ -50,16 +41,12 @@ names it, and the job is not final) nor one being built or looked up (its lock i
 
 from __future__ import annotations
 
-import configparser
 import contextlib
-import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 import sysconfig
@@ -70,19 +57,16 @@ from pathlib import Path
 
 from django.conf import settings
 
-from kernel.errors import NotFoundError, PaddleCloudError
-from paddlecloud_core.requirements import (
-    REQUIREMENTS_FILE,
-    Requirements,
-    RequirementsError,
-    requirements_check,
-    requirements_text,
-)
-
 from ...files import tree_give
-from ...models import Job, JobEvent
-from ...states import FINAL_JOB_STATES
-from ..base import BackendError
+from ..base import BackendError, records
+from ..environments import (
+    env_digest,
+    index_settings,
+    indexes_allowed,
+    machine_indexes,
+    requirements_inputs,
+    uv_index_env,
+)
 from .egress import EgressError, egress
 from .sandbox import (
     PRIVATE_TMP,
@@ -99,9 +83,6 @@ from .sandbox import (
 # the environments and their cache, which every job reads and none writes. Below the homes'
 # (local.HOME_IDS + a user's id), above local builds' (buildah.BUILD_IDS).
 INSTALL_IDS = (1_099_999_999, 1_099_999_999)
-FORMAT = 1  # the layout of an environment: a change names every environment anew
-PYPI = ("https://pypi.org/simple", "https://files.pythonhosted.org")  # its index, its files
-PIP_CONFIG = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf")
 UV_FLAGS = ("--no-config", "--no-build", "--link-mode", "copy", "--no-progress")
 WHEELS_ONLY = ("on the local backend requirements come as wheels only (uv pip install "
                "--no-build)")
@@ -140,112 +121,6 @@ def env_path(datacenter, digest: str) -> Path:
 
 # --- the digest --------------------------------------------------------------------------------
 
-def _tree_digest(pkg: Path, relpath: str) -> str | None:
-    """The contents of the package's file ``relpath``, or of its directory's regular files
-    with their names; None if it is not there. No link is followed, at any depth (the
-    package is the portal's own copy, ``local.py``: nothing changes it meanwhile)."""
-    path = pkg
-    for part in relpath.split("/"):
-        path = path / part
-        if not path.exists() or path.is_symlink():
-            return None
-    hasher = hashlib.sha256()
-    if path.is_dir():
-        files = []
-        for top, dirs, names in os.walk(path):  # followlinks=False
-            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
-            files += [Path(top, name) for name in names]
-        files = sorted(f for f in files if stat.S_ISREG(f.lstat().st_mode))
-    else:
-        files = [path] if stat.S_ISREG(path.lstat().st_mode) else []
-    for file in files:
-        hasher.update(str(file.relative_to(path) if file != path else "").encode() + b"\0")
-        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as f:
-            for block in iter(lambda f=f: f.read(1 << 20), b""):
-                hasher.update(block)
-        hasher.update(b"\0")
-    return hasher.hexdigest()
-
-
-def _index_settings(environ: dict[str, str]) -> dict[str, str]:
-    """What of the machine's pip configuration and the portal's environment the installer
-    reads: index, extra index, find-links, certificates."""
-    found = {name: value for name, value in environ.items()
-             if name.startswith(("PIP_", "UV_")) or name in ("SSL_CERT_FILE",)}
-    for path in PIP_CONFIG:
-        parser = configparser.ConfigParser(interpolation=None)
-        with contextlib.suppress(configparser.Error, OSError, UnicodeDecodeError):
-            parser.read(path)
-            for section in parser.sections():
-                for key, value in parser[section].items():
-                    found.setdefault(f"{path}[{section}]{key}", value)
-    return dict(sorted(found.items()))
-
-
-def machine_indexes(environ: dict[str, str]) -> list[str]:
-    """The index URLs the machine's configuration gives the installer (``UV_*``/``PIP_*``
-    variables, pip.conf), PyPI's (and its file host's) when it names no index."""
-    env = _uv_env(environ)
-    urls = [item for name in ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL",
-                              "UV_INDEX", "UV_FIND_LINKS")
-            for item in re.split(r"[\s,]+", env.get(name, "")) if "://" in item]
-    if not (env.get("UV_INDEX_URL") or env.get("UV_DEFAULT_INDEX")):
-        urls = [*PYPI, *urls]
-    return urls
-
-
-def indexes_allowed(datacenter, environ: dict[str, str] | None = None) -> list[str]:
-    """The package indexes a requirements.txt of the datacenter may name (its administrator's
-    ``package_indexes``; the machine's own when that is empty)."""
-    return datacenter.package_indexes.split() or machine_indexes(
-        dict(os.environ) if environ is None else environ)
-
-
-def requirements_read(pkg: Path, indexes: list[str]) -> Requirements:
-    """The package's requirements.txt checked (``paddlecloud_core.requirements``): read no
-    further than the bound, never through a link. Raises ``BackendError`` saying what is
-    wrong."""
-    try:
-        fd = os.open(pkg / REQUIREMENTS_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise RequirementsError(["it is not a regular file"])
-            text = requirements_text(iter(lambda: f.read(1 << 16), b""),
-                                     settings.PADDLECLOUD_REQUIREMENTS_BYTES)
-        return requirements_check(text, indexes)
-    except OSError as exc:
-        why = "it is a link" if exc.errno == errno.ELOOP else exc.strerror
-        raise BackendError(f"{REQUIREMENTS_FILE}: cannot be read ({why})") from None
-    except RequirementsError as exc:
-        raise BackendError(f"{REQUIREMENTS_FILE}: {exc}") from None
-
-
-def requirements_stored(storage, rel, indexes: list[str]) -> tuple[str, Requirements] | None:
-    """The text of the requirements.txt at ``rel`` of a PFS storage (a package's, as its owner
-    may read it), read no further than the bound, and its checked form; None if there is
-    none. Raises ``BackendError`` saying what is wrong."""
-    limit = settings.PADDLECLOUD_REQUIREMENTS_BYTES
-    try:
-        text = requirements_text(storage.read(rel, 0, limit + 1), limit)
-        return text, requirements_check(text, indexes)
-    except NotFoundError:
-        return None
-    except PaddleCloudError as exc:
-        raise BackendError(f"{REQUIREMENTS_FILE}: {exc.message}") from None
-    except RequirementsError as exc:
-        raise BackendError(f"{REQUIREMENTS_FILE}: {exc}") from None
-
-
-def requirements_inputs(pkg: Path, indexes: list[str]) -> dict:
-    """What of a package decides its environment, on every backend: its checked requirements
-    and the contents of the package's paths they name."""
-    checked = requirements_read(pkg, indexes)
-    files = {rel: digest for rel in checked.paths
-             if (digest := _tree_digest(pkg, rel)) is not None}
-    return {"format": FORMAT, "requirements": list(checked.lines), "files": files}
-
-
 def env_inputs(pkg: Path, uv: str, environ: dict[str, str], indexes: list[str]) -> dict:
     """What decides an environment's contents (its digest is of these)."""
     return {
@@ -256,20 +131,8 @@ def env_inputs(pkg: Path, uv: str, environ: dict[str, str], indexes: list[str]) 
                    "platform": sysconfig.get_platform(),
                    "libc": os.confstr("CS_GNU_LIBC_VERSION") or ""},
         "installer": [uv_version(uv), *UV_FLAGS],
-        "index": _index_settings(environ),
+        "index": index_settings(environ),
     }
-
-
-def env_digest(inputs: dict) -> str:
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-
-
-def image_env_inputs(pkg: Path, image: str, installer: list[str], indexes: list[str]) -> dict:
-    """What decides the environment of a package's requirements on Kubernetes, where the pods
-    install them with the image's own Python and pip (``kubernetes/scripts.py``): the same
-    requirements part as here, the image reference instead of the portal's Python, and the
-    installer's command (its index settings are the image's: the reference stands for them)."""
-    return {**requirements_inputs(pkg, indexes), "image": image, "installer": installer}
 
 
 # --- finding, building, waiting ----------------------------------------------------------------
@@ -287,7 +150,7 @@ def _locked(path: Path, *, block: bool = True) -> Iterator[bool]:
 
 
 def _event(job, reason: str) -> None:
-    JobEvent.objects.create(job=job, from_state=job.state, to_state=job.state, reason=reason)
+    records().event(job, reason)
 
 
 def _say(out, line: str) -> None:
@@ -309,27 +172,8 @@ class EnvBuildError(BackendError):
 
 def _uv_env(environ: dict[str, str]) -> dict[str, str]:
     """uv's environment: the machine's index settings in uv's words."""
-    env = {"PATH": f"{os.path.dirname(sys.executable)}:{SYSTEM_PATH}", "HOME": PRIVATE_TMP,
-           "LANG": environ.get("LANG", "C.UTF-8"), "NO_COLOR": "1",
-           **{k: v for k, v in environ.items() if k.startswith("UV_")}}
-    settings_ = _index_settings(environ)
-
-    def pip(name: str) -> str | None:
-        value = environ.get(f"PIP_{name.upper().replace('-', '_')}")
-        for path in PIP_CONFIG:
-            for section in ("install", "global"):
-                value = value or settings_.get(f"{path}[{section}]{name}")
-        return value
-
-    for name, uv_name in (("index-url", "UV_INDEX_URL"),
-                          ("extra-index-url", "UV_EXTRA_INDEX_URL"),
-                          ("find-links", "UV_FIND_LINKS"), ("constraint", "UV_CONSTRAINT"),
-                          ("cert", "SSL_CERT_FILE")):
-        value = pip(name)
-        if value and uv_name not in env:
-            env[uv_name] = " ".join(value.split()) if name != "find-links" else ",".join(
-                value.split())
-    return env
+    return {"PATH": f"{os.path.dirname(sys.executable)}:{SYSTEM_PATH}", "HOME": PRIVATE_TMP,
+            "LANG": environ.get("LANG", "C.UTF-8"), "NO_COLOR": "1", **uv_index_env(environ)}
 
 
 def _config_binds(env: dict[str, str]) -> list[Bind]:
@@ -406,9 +250,7 @@ def env_ensure(job, pkg: Path, out, *, sandboxed: bool) -> str:
     indexes = indexes_allowed(job.datacenter)
     digest = env_digest(env_inputs(pkg, uv, dict(os.environ), indexes))
     short = digest[:12]
-    if job.environment != digest:
-        job.environment = digest
-        Job.objects.filter(pk=job.pk).update(environment=digest)
+    records().environment_use(job, digest)
     root = envs_root(job.datacenter)
     home = root / digest
     failed = root / f"{digest}.failed"
@@ -476,11 +318,6 @@ def _found(job, home: Path, short: str, out) -> str:
 
 # --- the bound ---------------------------------------------------------------------------------
 
-def env_in_use(digest: str) -> bool:
-    return Job.objects.filter(environment=digest).exclude(
-        state__in=FINAL_JOB_STATES).exists()
-
-
 def env_evict(datacenter, *, keep: str = "", limit: int | None = None) -> list[str]:
     """Remove the least recently used environments of the datacenter until what is left fits
     the bound (``PADDLECLOUD_ENV_CACHE_SIZE``), never ``keep``, one a live job uses, or one
@@ -502,11 +339,11 @@ def env_evict(datacenter, *, keep: str = "", limit: int | None = None) -> list[s
         for _, home, size in sorted(envs, key=lambda item: item[0]):
             if total <= limit:
                 break
-            if home.name == keep or env_in_use(home.name):
+            if home.name == keep or records().environment_in_use(home.name):
                 continue
             with _locked(root / f"{home.name}.lock", block=False) as free:
                 # Under its lock a job records its use before it looks: asked again here.
-                if not free or env_in_use(home.name):
+                if not free or records().environment_in_use(home.name):
                     continue
                 gone = root / f"{home.name}.tmp-evicted"
                 home.rename(gone)
