@@ -188,9 +188,10 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# The reconciler (jobs.tasks.jobs_reconcile) is not beat's: every worker keeps its schedule
+# (every 15 s while any worker lives, one run at a time: jobs.tasks.reconcile_when_due).
 CELERY_BEAT_SCHEDULE = {
     "purge-stale-api-tokens": {"task": "accounts.tasks.token_purge", "schedule": 3600.0},
-    "reconcile-jobs": {"task": "jobs.tasks.jobs_reconcile", "schedule": 15.0},
     "pfs-uploads-purge": {"task": "pfs.tasks.uploads_purge", "schedule": 3600.0},
     "pfs-usage-measure": {"task": "pfs.tasks.usage_measure_all",
                           "schedule": float(env_int("PADDLECLOUD_PFS_USAGE_INTERVAL", 600))},
