@@ -9,7 +9,8 @@ import uuid
 from datetime import timedelta
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import task_received, worker_ready
+from celery.worker import state as worker_state
 from django.core.cache import cache
 from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import (
@@ -25,12 +26,12 @@ from django.utils import timezone
 
 from accounts.models import Datacenter
 from kernel.celery import every_worker
-from kernel.queue import JOB_START, task_claim, task_later_once
+from kernel.queue import JOB_START
 from scheduling.admission import quota_admit, waiting_queues
 from scheduling.budgets import budget_overruns
 from scheduling.capacity import capacity_refresh
 
-from . import engine, sync
+from . import engine, starts, sync
 from .backends import backend_for
 from .backends.base import BackendError
 from .backends.local import LOCAL
@@ -50,14 +51,33 @@ RECONCILE_LEASE = "jobs:reconcile:lease"
 RECONCILE_LEASE_SECONDS = 10  # renewed while a run works; how long a dead run blocks others
 
 
-@shared_task(name="jobs.tasks.job_start", acks_late=True)
+@shared_task(name=JOB_START, acks_late=True)
 def job_start(job_id: int) -> None:
-    task_claim(JOB_START, job_id)  # a start found stalled from now on is asked for again
-    uid = Job.objects.filter(pk=job_id).values_list("uid", flat=True).first()
-    if uid is None:
-        return
-    engine.job_launch(job_id)
+    """Start an admitted job's replicas, holding its start (``starts``): never beside
+    another living worker's run of it."""
+    with starts.start_held(job_id) as held:
+        if not held:
+            return  # a living worker runs it (this message was a copy)
+        uid = Job.objects.filter(pk=job_id).values_list("uid", flat=True).first()
+        if uid is None:
+            return
+        engine.job_launch(job_id)
     sync.job_sync_soon(str(uid))  # what it started: running, or refused, now
+
+
+@task_received.connect
+def start_received(request=None, **kwargs) -> None:
+    """A worker that takes a start's message from the broker holds it until it runs it:
+    killed meanwhile, its hold runs out and the start is sent again (``starts``)."""
+    if request is not None and request.name == JOB_START:
+        starts.start_received(*request.args,
+                              waiting=lambda: request in worker_state.reserved_requests)
+
+
+@every_worker(1.0)
+def starts_resend() -> None:
+    """Every worker, every second: the starts whose holder died are sent again."""
+    starts.starts_resend()
 
 
 @shared_task(name="jobs.tasks.job_sync", acks_late=True, ignore_result=True)
@@ -220,7 +240,7 @@ def _reconcile() -> dict[str, int]:
         Q(replicas__role="pserver") | Q(trainers_min__isnull=True), state=JobState.STARTING,
         replicas__state=ReplicaState.PENDING, updated_at__lt=now - LOST_START_AFTER).distinct()
     for job_id in stalled.values_list("pk", flat=True):
-        task_later_once(JOB_START, job_id)  # not while one waits in the broker's queue
+        starts.starts_later([job_id])  # not while one is held (queued, taken, running)
         counts["restarted"] += 1
     # Jobs are synced as their replicas change; these are those a change missed.
     for job_id in sync.jobs_stale():

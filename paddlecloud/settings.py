@@ -180,6 +180,10 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "paddlecloud.layers.InProcessChannelLayer"}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
+# A message is acknowledged once its task ran. One that a worker killed -9 had taken comes back
+# after the Redis transport's visibility timeout (its default, an hour: a shorter one would hand
+# a task still running, or one waiting for its countdown, to a second worker). A job's start
+# does not wait for that: who holds it is in the database (jobs/starts.py).
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
