@@ -161,6 +161,15 @@ class Job(models.Model):
                                          "budget is spent; empty while it is not.")
     requeues = models.PositiveIntegerField(
         default=0, help_text="How often a start timed out and it went back to its queue.")
+    # Who holds its start, and until when (jobs/starts.py): a start no living process holds
+    # is sent again within seconds.
+    start_holder = models.CharField(
+        max_length=200, blank=True, editable=False,
+        help_text="Who holds its start: being sent, queued, or a worker's process taking or "
+                  "running it; empty when none is asked for.")
+    start_lease_until = models.DateTimeField(
+        null=True, blank=True, editable=False,
+        help_text="Until when its start's holder holds it unless it renews (a living one does).")
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
+import threading
 import uuid
 from datetime import timedelta
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import task_received, worker_ready
+from celery.worker import state as worker_state
 from django.core.cache import cache
 from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import (
@@ -24,12 +25,13 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from accounts.models import Datacenter
-from kernel.queue import JOB_START, task_claim, task_later_once
+from kernel.celery import every_worker
+from kernel.queue import JOB_START
 from scheduling.admission import quota_admit, waiting_queues
 from scheduling.budgets import budget_overruns
 from scheduling.capacity import capacity_refresh
 
-from . import engine, sync
+from . import engine, starts, sync
 from .backends import backend_for
 from .backends.base import BackendError
 from .backends.local import LOCAL
@@ -43,18 +45,39 @@ from .states import FINAL_JOB_STATES, LIVE_REPLICA_STATES, JobState, ReplicaStat
 logger = logging.getLogger(__name__)
 
 LOST_START_AFTER = timedelta(seconds=30)
+RECONCILE_SECONDS = 15  # how often the workers run the reconciler, beat or not
+RECONCILE_DUE = "jobs:reconcile:due"
 RECONCILE_LEASE = "jobs:reconcile:lease"
-RECONCILE_LEASE_SECONDS = 120  # renewed while a run works; how long a dead run blocks others
+RECONCILE_LEASE_SECONDS = 10  # renewed while a run works; how long a dead run blocks others
 
 
-@shared_task(name="jobs.tasks.job_start", acks_late=True)
+@shared_task(name=JOB_START, acks_late=True)
 def job_start(job_id: int) -> None:
-    task_claim(JOB_START, job_id)  # a start found stalled from now on is asked for again
-    uid = Job.objects.filter(pk=job_id).values_list("uid", flat=True).first()
-    if uid is None:
-        return
-    engine.job_launch(job_id)
+    """Start an admitted job's replicas, holding its start (``starts``): never beside
+    another living worker's run of it."""
+    with starts.start_held(job_id) as held:
+        if not held:
+            return  # a living worker runs it (this message was a copy)
+        uid = Job.objects.filter(pk=job_id).values_list("uid", flat=True).first()
+        if uid is None:
+            return
+        engine.job_launch(job_id)
     sync.job_sync_soon(str(uid))  # what it started: running, or refused, now
+
+
+@task_received.connect
+def start_received(request=None, **kwargs) -> None:
+    """A worker that takes a start's message from the broker holds it until it runs it:
+    killed meanwhile, its hold runs out and the start is sent again (``starts``)."""
+    if request is not None and request.name == JOB_START:
+        starts.start_received(*request.args,
+                              waiting=lambda: request in worker_state.reserved_requests)
+
+
+@every_worker(1.0)
+def starts_resend() -> None:
+    """Every worker, every second: the starts whose holder died are sent again."""
+    starts.starts_resend()
 
 
 @shared_task(name="jobs.tasks.job_sync", acks_late=True, ignore_result=True)
@@ -102,32 +125,43 @@ def job_remains_remove(remains: dict) -> None:
 
 class Lease:
     """A lease in the cache (Redis; in-process on the embedded default): one holder at a time,
-    renewed while it works, released at the end, and expiring by itself if its holder dies."""
+    renewed by a thread of its holder while it works (a step that takes long keeps it),
+    released at the end, and expiring by itself soon after its holder dies."""
 
     def __init__(self, key: str, seconds: float):
         self.key, self.seconds, self.token = key, seconds, uuid.uuid4().hex
-        self.renewed = 0.0
+        self.ended = threading.Event()
 
-    def take(self) -> bool:
-        self.renewed = time.monotonic()
-        return cache.add(self.key, self.token, self.seconds)
+    @contextlib.contextmanager
+    def held(self):
+        """``with lease.held() as held:``, held False (and nothing kept) when another holds
+        it."""
+        if not cache.add(self.key, self.token, self.seconds):
+            yield False
+            return
+        renewer = threading.Thread(target=self._renew, name=f"lease {self.key}", daemon=True)
+        renewer.start()
+        try:
+            yield True
+        finally:
+            self.ended.set()
+            renewer.join()
+            if cache.get(self.key) == self.token:  # not another's, taken after ours ran out
+                cache.delete(self.key)
 
-    def renew(self) -> None:
-        """Keep it, at most a few times per lease (a run that lost it goes on: at worst two
-        runs overlap once, and every step of a run may run twice)."""
-        if time.monotonic() - self.renewed >= self.seconds / 4:
-            self.renewed = time.monotonic()
-            if cache.get(self.key) == self.token:
-                cache.touch(self.key, self.seconds)
-
-    def release(self) -> None:
-        if cache.get(self.key) == self.token:  # not another's, taken after ours ran out
-            cache.delete(self.key)
+    def _renew(self) -> None:
+        while not self.ended.wait(self.seconds / 4):
+            try:
+                if cache.get(self.key) == self.token:
+                    cache.touch(self.key, self.seconds)
+            except Exception:  # Redis away a moment: the next round tries again
+                logger.warning("could not renew the lease %s", self.key, exc_info=True)
 
 
 @shared_task(name="jobs.tasks.jobs_reconcile")
 def jobs_reconcile() -> dict[str, int] | None:
-    """Bring the database and the processes back in line (celery beat, every 15 s): admit
+    """Bring the database and the processes back in line (every worker runs it every
+    RECONCILE_SECONDS: ``reconcile_when_due``): admit
     jobs the quota has room for, start jobs whose start was lost, sync the running jobs whose
     replicas are not what the database says or that are due (``sync.jobs_stale``: what a lost
     announcement missed, replicas that vanished while the portal was down), stop what is left
@@ -136,19 +170,22 @@ def jobs_reconcile() -> dict[str, int] | None:
     change feed where it is not running. Returns None, doing nothing, while another
     run holds the lease.
 
-    Beat queues a run every 15 s whether or not the last one has finished. Without the lease
-    a slow run (a long queue, a slow API server) and the ones queued behind it would take
-    every worker slot, and everyone's starts, watches and admissions would wait behind them.
-    With it, runs never overlap and a run that finds the lease held returns at once, so
-    reconciling takes at most one slot; the lease expires if its worker dies, so the next
-    run after that takes over."""
-    lease = Lease(RECONCILE_LEASE, RECONCILE_LEASE_SECONDS)
-    if not lease.take():
-        return None
-    try:
-        return _reconcile(lease)
-    finally:
-        lease.release()
+    Runs never overlap, across workers: a run holds a lease (renewed while it works; it
+    runs out RECONCILE_LEASE_SECONDS after its worker dies) and one that finds it held
+    returns at once, so a slow run (a long queue, a slow API server) never piles others up
+    behind it."""
+    with Lease(RECONCILE_LEASE, RECONCILE_LEASE_SECONDS).held() as held:
+        return _reconcile() if held else None
+
+
+@every_worker(RECONCILE_SECONDS)
+def reconcile_when_due() -> None:
+    """The reconciler's schedule, kept by every worker rather than by beat alone (a process
+    that may be down): each looks every RECONCILE_SECONDS, and the first to find that no run
+    began in the last RECONCILE_SECONDS - 1 runs it (in this thread: not behind queued work),
+    so it runs every RECONCILE_SECONDS while any worker lives."""
+    if cache.add(RECONCILE_DUE, 1, RECONCILE_SECONDS - 1):
+        jobs_reconcile()
 
 
 def _budgets_enforce(now) -> int:
@@ -174,7 +211,7 @@ def _budgets_enforce(now) -> int:
     return acted
 
 
-def _reconcile(lease: Lease) -> dict[str, int]:
+def _reconcile() -> dict[str, int]:
     counts = {"admitted": 0, "restarted": 0, "synced": 0, "expired": 0, "orphans": 0,
               "unfit": 0, "capacity": 0, "budget": 0}
     now = timezone.now()
@@ -197,20 +234,18 @@ def _reconcile(lease: Lease) -> dict[str, int]:
     # One call per queue, each a fixed number of queries however long its queue.
     for owner_id, datacenter_id in waiting_queues():
         counts["admitted"] += len(quota_admit(owner_id, datacenter_id))
-        lease.renew()
     # A start that was lost, or died half way (replicas still pending under a starting job;
     # an elastic job's trainers may wait pending for room: its watch starts them).
     stalled = Job.objects.filter(
         Q(replicas__role="pserver") | Q(trainers_min__isnull=True), state=JobState.STARTING,
         replicas__state=ReplicaState.PENDING, updated_at__lt=now - LOST_START_AFTER).distinct()
     for job_id in stalled.values_list("pk", flat=True):
-        task_later_once(JOB_START, job_id)  # not while one waits in the broker's queue
+        starts.starts_later([job_id])  # not while one is held (queued, taken, running)
         counts["restarted"] += 1
     # Jobs are synced as their replicas change; these are those a change missed.
     for job_id in sync.jobs_stale():
         sync.job_sync_one_at_a_time(job_id)
         counts["synced"] += 1
-        lease.renew()
     ended_live = (Job.objects.filter(state__in=FINAL_JOB_STATES)
                   .filter(replicas__state__in=LIVE_REPLICA_STATES).distinct())
     for job_id in ended_live.values_list("pk", flat=True):

@@ -6,7 +6,7 @@ that do it, so they cannot import those tasks. They name them instead (``TASKS``
 work is sent when the transaction that asked for it commits: a worker never looks for a row
 that is not there yet, and a rolled-back request queues nothing.
 
-    task_later(JOB_START, job.pk)
+    task_later(JOB_STOP, job.pk)
     task_later_once(JOBS_ADMIT, owner_id, datacenter_id)  # once while one waits to run
     task_now_once(JOB_SYNC, job_uid, countdown=0.1)  # from a thread without the database
 """
@@ -32,10 +32,6 @@ PULL_SECRET_REMOVE = "registries.tasks.pull_secret_remove"  # noqa: S105
 TASKS = frozenset({JOB_START, JOB_SYNC, JOB_STOP, JOBS_ADMIT, JOB_REMAINS_REMOVE, JOB_BUILD,
                    BUILD_RUN, HOME_MEASURE, PULL_SECRET_SYNC, PULL_SECRET_REMOVE})
 ONCE_SECONDS = 30  # how long a task queued by task_later_once stands for later requests
-# ... a job's start, which may wait longer behind others (a worker starting hundreds of jobs):
-# the reconciler asks again for a start it finds stalled, which must not queue it twice.
-START_ONCE_SECONDS = 600
-ONCE = {JOB_START: START_ONCE_SECONDS}
 
 
 def task_later(name: str, *args, countdown: float | None = None) -> None:
@@ -49,8 +45,9 @@ def task_later_once(name: str, *args) -> None:
     """As ``task_later``, unless the same task with the same ``args`` is queued already and
     has not begun (``task_claim``): that one will see this transaction's changes too, so a
     burst of requests (a user's jobs ending one after another) runs it once rather than once
-    each. The mark that one is queued expires after ONCE_SECONDS (a start's, after
-    START_ONCE_SECONDS), should its message be lost (the reconciler catches up then)."""
+    each. The mark that one is queued expires after ONCE_SECONDS, should its message be lost
+    (the reconciler catches up then). (A job's start is held in the database instead:
+    ``jobs.starts``.)"""
     _check(name)
     transaction.on_commit(lambda: _send_once(name, args))
 
@@ -86,7 +83,7 @@ def task_now(name: str, *args, countdown: float | None = None) -> None:
 
 
 def _send_once(name: str, args: tuple, countdown: float | None = None) -> None:
-    if cache.add(_once_key(name, args), 1, ONCE.get(name, ONCE_SECONDS)):
+    if cache.add(_once_key(name, args), 1, ONCE_SECONDS):
         _send(name, args, countdown)
 
 

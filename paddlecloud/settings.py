@@ -180,6 +180,10 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "paddlecloud.layers.InProcessChannelLayer"}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
+# A message is acknowledged once its task ran. One that a worker killed -9 had taken comes back
+# after the Redis transport's visibility timeout (its default, an hour: a shorter one would hand
+# a task still running, or one waiting for its countdown, to a second worker). A job's start
+# does not wait for that: who holds it is in the database (jobs/starts.py).
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -188,9 +192,10 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# The reconciler (jobs.tasks.jobs_reconcile) is not beat's: every worker keeps its schedule
+# (every 15 s while any worker lives, one run at a time: jobs.tasks.reconcile_when_due).
 CELERY_BEAT_SCHEDULE = {
     "purge-stale-api-tokens": {"task": "accounts.tasks.token_purge", "schedule": 3600.0},
-    "reconcile-jobs": {"task": "jobs.tasks.jobs_reconcile", "schedule": 15.0},
     "pfs-uploads-purge": {"task": "pfs.tasks.uploads_purge", "schedule": 3600.0},
     "pfs-usage-measure": {"task": "pfs.tasks.usage_measure_all",
                           "schedule": float(env_int("PADDLECLOUD_PFS_USAGE_INTERVAL", 600))},

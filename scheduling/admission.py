@@ -42,12 +42,12 @@ from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter, Membersh
 from accounts.selectors import quota_get, quotas_get
 from jobs.models import Job, Replica
 from jobs.notify import jobs_changed
+from jobs.starts import starts_later
 from jobs.states import ACTIVE_STATES, WAITING_STATES, JobState, ReplicaState
 from jobs.transitions import jobs_transition
 from kernel.errors import ValidationError
 from kernel.queue import (
     HOME_MEASURE,
-    JOB_START,
     JOB_SYNC,
     JOBS_ADMIT,
     task_later,
@@ -261,8 +261,7 @@ def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
         else:
             _grow(owner_id, datacenter, quotas[owner_id])
     ids = [job.pk for job in admitted]
-    for job_id in ids:
-        task_later_once(JOB_START, job_id)
+    starts_later(ids)
     return ids
 
 
