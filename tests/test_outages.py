@@ -9,8 +9,6 @@ test closes: real refused connections, nothing patched."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import requests
 
@@ -35,7 +33,7 @@ def login_page(portal, session: requests.Session) -> str:
     """The login form's CSRF token (its cookie set in ``session``)."""
     page = session.get(f"{portal.url}/login/", timeout=10)
     assert page.status_code == 200, page.text
-    return re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)[1]
+    return session.cookies["csrftoken"]
 
 
 def page_login(portal, session: requests.Session, password: str) -> requests.Response:
