@@ -511,6 +511,12 @@ def portal_process(transactional_db, pfs_home, datacenter, alice, tmp_path):
     (through ``database_port``, a proxy's, when given), alice's home under pfs_home's root,
     and ``env`` (REDIS_URL, say: without it, the embedded default's in-process queue). Stopped
     at the end."""
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+
+    # alice's password hashed as the portal's process can check it (the test run's hasher is
+    # a fast one only it has), with few rounds: her first login there upgrades it.
+    alice.password = PBKDF2PasswordHasher().encode(PASSWORD, "portal", iterations=1000)
+    alice.save(update_fields=["password"])
     started: list[PortalProcess] = []
     db = connection.settings_dict
 

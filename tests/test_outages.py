@@ -37,6 +37,7 @@ def login_page(portal, session: requests.Session) -> str:
 
 
 def page_login(portal, session: requests.Session, password: str) -> requests.Response:
+    """Logged in through the login page, as a browser is."""
     token = login_page(portal, session)
     return session.post(f"{portal.url}/login/", timeout=10, allow_redirects=False,
                         data={"username": "alice", "password": password,

@@ -51,8 +51,9 @@ def test_a_put_to_a_full_file_system_is_507_and_leaves_nothing(live_portal, full
     assert used(full_home) < 16 * KiB
 
     small = b"it fits\n"  # and the space is there again
-    response = live_portal.http.put(f"{live_portal.url}{CONTENT}",
-                                    params={"path": f"{HOME}/small.txt"}, data=small)
+    response = live_portal.http.put(
+        f"{live_portal.url}{CONTENT}", params={"path": f"{HOME}/small.txt"}, data=small,
+        headers={"X-Checksum-Sha256": hashlib.sha256(small).hexdigest()})
     assert response.status_code == 201, response.text
     assert (full_home / "small.txt").read_bytes() == small
 
