@@ -398,3 +398,24 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job.name} pass {self.pass_no} task {self.index} ({self.state})"
+
+
+class SubmitKey(models.Model):
+    """An ``Idempotency-Key`` a submission came with (``POST /api/v1/jobs/``): for a day, the
+    same key from the same user answers with the job it made instead of making another (a
+    client that lost the answer sends its submission again, with the key)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                              related_name="+")
+    key = models.CharField(max_length=200)
+    digest = models.CharField(max_length=64, help_text="SHA-256 of the request it came with.")
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True,
+                            related_name="+")
+    answer = models.JSONField(null=True, blank=True, help_text="The body of the first answer.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "key"], name="unique_submit_key")]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id}: {self.key}"

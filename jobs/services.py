@@ -3,6 +3,10 @@ call these; they validate, record, and hand the work on to the Celery tasks."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Callable
+from datetime import timedelta
 from typing import NamedTuple
 
 from django.conf import settings
@@ -13,7 +17,7 @@ from django.utils import timezone
 from accounts.audit import audit_record
 from accounts.models import QUOTA_FORMATS, AuditEntry, Membership, Team
 from accounts.throttling import rate_take
-from kernel.errors import ConflictError, NotFoundError, ValidationError
+from kernel.errors import ConflictError, NotFoundError, UnprocessableError, ValidationError
 from kernel.queue import BUILD_RUN, JOB_BUILD, JOB_REMAINS_REMOVE, JOB_STOP, task_later
 from paddlecloud_core.quantity import format_bytes, format_cpu
 from paddlecloud_core.scheduling import Vec
@@ -36,7 +40,7 @@ from .builds.recipe import build_inputs, runtime_image, runtime_tag
 from .builds.registry import push_credentials
 from .builds.runs import build_abandoned, job_build_needed
 from .engine import job_remains
-from .models import Build, Job, JobEvent, Replica
+from .models import Build, Job, JobEvent, Replica, SubmitKey
 from .notify import job_changed, job_deleted
 from .spec import JobSpec, job_spec_validate, package_target
 from .states import ACTIVE_STATES, FINAL_JOB_STATES, WAITING_STATES, JobState
@@ -136,6 +140,53 @@ def job_submit(user, datacenter, data: dict) -> Submission:
     job.refresh_from_db(fields=["state", "state_reason", "started_at", "updated_at",
                                 "trainers_held"])
     return Submission(job, spec, objects)
+
+
+SUBMIT_KEY_HEADER = "Idempotency-Key"
+SUBMIT_KEY_RULE = "1 to 200 printable ASCII characters (a fresh UUID for each job)"
+SUBMIT_KEY_LIFETIME = timedelta(hours=24)
+
+
+def submit_key_check(key: str | None) -> str | None:
+    """The ``Idempotency-Key`` a submission came with, checked (None: none)."""
+    if key is not None and not (0 < len(key) <= 200 and all(" " <= c <= "~" for c in key)):
+        raise ValidationError.for_field(SUBMIT_KEY_HEADER, SUBMIT_KEY_RULE)
+    return key
+
+
+def job_submit_once(user, datacenter, data: dict, key: str,
+                    answer: Callable[[Job], dict]) -> tuple[dict, bool]:
+    """``job_submit`` under an ``Idempotency-Key``: the first submission with ``key`` makes the
+    job and keeps ``answer(job)`` with the key; the same key again from ``user`` within
+    SUBMIT_KEY_LIFETIME makes nothing and has that answer back. Returns the answer and whether
+    it is a replay. The same key with another request is refused (422)."""
+    digest = hashlib.sha256(json.dumps({"datacenter": datacenter.name, "job": data},
+                                       sort_keys=True, default=str).encode()).hexdigest()
+    SubmitKey.objects.filter(owner=user, created_at__lt=timezone.now() - SUBMIT_KEY_LIFETIME
+                             ).delete()
+    if (found := SubmitKey.objects.filter(owner=user, key=key).first()) is not None:
+        return _submit_replay(found, digest), True
+    try:
+        with transaction.atomic():
+            # Taken first: a second request with the key waits here for the first to commit.
+            record = SubmitKey.objects.create(owner=user, key=key, digest=digest)
+            job = job_submit(user, datacenter, data).job
+            record.job, record.answer = job, answer(job)
+            record.save(update_fields=["job", "answer"])
+    except IntegrityError:
+        found = SubmitKey.objects.filter(owner=user, key=key).first()
+        if found is None:  # not the key's row that clashed
+            raise
+        return _submit_replay(found, digest), True
+    return record.answer, False
+
+
+def _submit_replay(found: SubmitKey, digest: str) -> dict:
+    if found.digest != digest:
+        raise UnprocessableError.for_field(
+            SUBMIT_KEY_HEADER, "used already, within 24 hours, for another submission; send "
+                               "a new key for a new job", code="idempotency_key_reused")
+    return found.answer
 
 
 BUILD_FIELDS = frozenset({"package", "base", "image", "registry"})

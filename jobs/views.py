@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from accounts.api import DatacenterAPIView
 from accounts.serializers import ErrorSerializer
-from kernel.api import flag_parameter, query_flag
+from kernel.api import flag_parameter, query_flag, query_whole
 from kernel.errors import ValidationError
 from scheduling.admission import quota_report
 from scheduling.budgets import budget_report
@@ -43,6 +43,8 @@ from .services import job_plan, job_spec_display
 
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409)}
 MAX_TAIL = 100_000
+MAX_LOG_OFFSET = 2**62
+LOG_OFFSET = "Log-Offset"  # the header: where in the log's file an answer begins
 
 
 class JobCursor(CursorPagination):
@@ -79,11 +81,24 @@ class JobListView(DatacenterAPIView):
             JobSerializer(page, many=True, context={"predictions": job_predictions(page)}).data)
 
     @extend_schema(request=JobSubmitSerializer,
-                   responses={201: JobSerializer, 200: DryRunSerializer, **ERRORS},
+                   parameters=[OpenApiParameter(
+                       services.SUBMIT_KEY_HEADER, str, OpenApiParameter.HEADER,
+                       description=f"{services.SUBMIT_KEY_RULE}: the same key again within 24 "
+                       "hours answers with the job the first request made (header "
+                       "Idempotent-Replayed: true) and makes none; with another request, 422")],
+                   responses={201: JobSerializer, 200: DryRunSerializer,
+                              **ERRORS, 422: ErrorSerializer},
                    summary="Submit a job (or, with dry_run, check it and see what it would start)")
     def post(self, request):
         if not isinstance(request.data, dict):
             raise ValidationError("the job must be a JSON object")
+        key = services.submit_key_check(request.headers.get(services.SUBMIT_KEY_HEADER))
+        if key is not None and not request.data.get("dry_run"):
+            body, replayed = services.job_submit_once(
+                request.user, self.datacenter, request.data, key,
+                answer=lambda job: JobSerializer(job).data)
+            return Response(body, status=status.HTTP_201_CREATED,
+                            headers={"Idempotent-Replayed": "true"} if replayed else None)
         job, spec, objects, admission = services.job_submit(request.user, self.datacenter,
                                                             request.data)
         if job is None:
@@ -188,18 +203,24 @@ class JobLogsView(DatacenterAPIView):
     @extend_schema(parameters=[
         OpenApiParameter("worker", str, description="e.g. trainer-0 (default), pserver-1"),
         OpenApiParameter("tail", int, description="only the last N lines"),
+        OpenApiParameter("offset", int, description=f"from this byte of the log on (what "
+                         f"{LOG_OFFSET} said, plus the bytes read since): a follower "
+                         "going on after a lost connection"),
         flag_parameter("follow", "keep streaming until the worker ends")],
         responses={(200, "text/plain"): OpenApiTypes.STR, **ERRORS},
-        summary="A worker's log (kept after the job ends)")
+        summary="A worker's log (kept after the job ends); header Log-Offset: where in the "
+                "log's file it begins")
     def get(self, request, name: str):
         job = services.job_get(request.user, self.datacenter, name)
         replica = services.job_worker(job, request.query_params.get("worker"))
-        tail = request.query_params.get("tail")
-        if tail is not None and (not tail.isdigit() or int(tail) > MAX_TAIL):
-            raise ValidationError.for_field("tail", f"a whole number from 0 to {MAX_TAIL}")
-        tail = int(tail) if tail is not None else None
-        return _streaming(log_blocks(job, replica, follow=query_flag(request, "follow"),
-                                     tail=tail))
+        tail = query_whole(request, "tail", 0, MAX_TAIL, None)
+        offset = query_whole(request, "offset", 0, MAX_LOG_OFFSET, None)
+        start, blocks = log_blocks(job, replica, follow=query_flag(request, "follow"),
+                                   tail=tail, offset=offset)
+        response = _streaming(blocks)
+        if start is not None:
+            response[LOG_OFFSET] = str(start)
+        return response
 
 
 class BuildListView(DatacenterAPIView):

@@ -8,23 +8,33 @@ error answer of the API is::
 
 ``code`` is stable and machine-readable, ``message`` is one line a user can act on (it names
 the field and the rule), ``fields`` maps each offending field to its messages.
+
+An outage of PostgreSQL or Redis is never a 500: whatever it breaks answers 503 with
+``Retry-After`` (``outage``; the API in this shape with code ``unavailable``, the pages with
+a page of their own: ``OutageMiddleware``, ``handler500``), and a full file system is 507.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import sys
 import uuid
 
+import redis.exceptions
 from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404, HttpResponse, JsonResponse
 from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.defaults import ERROR_PAGE_TEMPLATE, bad_request, page_not_found, server_error
+from kombu.exceptions import OperationalError as BrokerError
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from paddlecloud_core.errors import causes
 from paddlecloud_core.quantity import format_bytes
 
 logger = logging.getLogger(__name__)
@@ -112,6 +122,51 @@ class ThrottledError(PaddleCloudError):
         self.retry_after = retry_after
 
 
+class UnavailableError(PaddleCloudError):
+    """A service the request needs is down (the database, Redis): try again shortly."""
+
+    code = "unavailable"
+    status = 503
+    retry_after = 5  # seconds: a restart, a failover
+
+
+class StorageFullError(PaddleCloudError):
+    code = "storage_full"
+    status = 507
+
+
+# What each outage says, by the errors its clients raise: the database's (a refused or lost
+# connection, a pool with none to give), Redis's as the cache, the channel layer and the
+# Celery broker (kombu's wraps redis-py's) meet it.
+DATABASE_DOWN = (OperationalError, InterfaceError)
+REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, BrokerError)
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def outage(exc: BaseException) -> UnavailableError | None:
+    """The 503 that ``exc`` (or an error behind it) calls for when it says the database or
+    Redis is unreachable; None for any other error (an error of ours is an answer already,
+    whatever it was raised while handling)."""
+    if isinstance(exc, PaddleCloudError):
+        return None
+    for cause in causes(exc):
+        if isinstance(cause, DATABASE_DOWN):
+            return UnavailableError("the database is unavailable")
+        if isinstance(cause, REDIS_DOWN):
+            return UnavailableError("the queue is unavailable")
+        if isinstance(cause, DatabaseError):  # a query's own error (an IntegrityError …)
+            return None
+    return None
+
+
+def storage_full(exc: BaseException) -> StorageFullError | None:
+    """The 507 for an ``OSError`` saying the file system (or its quota) is full (PFS's
+    storage says it where it writes; any other such error is answered the same)."""
+    if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS:
+        return StorageFullError("the file service is full")
+    return None
+
+
 def body_too_large() -> TooLargeError:
     """A request body over DATA_UPLOAD_MAX_MEMORY_SIZE, the most the portal reads whole (the
     PFS byte streams, which it does not, have limits of their own)."""
@@ -167,6 +222,7 @@ def render_error(exc, context=None) -> tuple[int, dict, dict[str, str]]:
     """Any exception as (status, body, headers) in the one shape; unexpected ones are logged
     with a reference and answered without details."""
     headers: dict[str, str] = {}
+    exc = outage(exc) or storage_full(exc) or exc
     if isinstance(exc, RequestDataTooBig):
         exc = body_too_large()
     elif isinstance(exc, DisallowedHost):
@@ -175,8 +231,10 @@ def render_error(exc, context=None) -> tuple[int, dict, dict[str, str]]:
     if isinstance(exc, PaddleCloudError):
         body = error_body(exc.code, exc.message, exc.fields)
         status = exc.status
-        if isinstance(exc, ThrottledError):
+        if isinstance(exc, ThrottledError | UnavailableError):
             headers["Retry-After"] = str(exc.retry_after)
+        if isinstance(exc, UnavailableError):
+            logger.warning("%s: %s", _view_name(context), exc.message)
         if isinstance(exc, RangeNotSatisfiableError):
             headers["Content-Range"] = f"bytes */{exc.size}"
     elif isinstance(exc, Http404):
@@ -251,9 +309,46 @@ def handler404(request, exception=None):
 
 
 def handler500(request):
+    # Called while the exception is handled (from a middleware or anywhere outside a view).
+    unavailable = outage(sys.exc_info()[1] or Exception())
+    if unavailable is not None:
+        return unavailable_response(request, unavailable)
     if _is_api(request):
         return JsonResponse(error_body("server_error", "internal error"), status=500)
     return server_error(request)
+
+
+def unavailable_response(request, error: UnavailableError) -> HttpResponse:
+    """The 503 of an outage: the API's JSON shape under /api/, a page elsewhere."""
+    if _is_api(request):
+        response = JsonResponse(error_body(error.code, error.message), status=503)
+    else:
+        message = f"{error.message[0].upper()}{error.message[1:]}"
+        response = HttpResponse(ERROR_PAGE_TEMPLATE % {
+            "title": "Service Unavailable (503)",
+            "details": f"{message} for a moment: try again in a few seconds.",
+        }, status=503)
+    response["Retry-After"] = str(error.retry_after)
+    return response
+
+
+class OutageMiddleware:
+    """A view (a page, or an API view outside DRF) that fails because the database or Redis is
+    down answers 503 with Retry-After, not 500. (DRF's views answer through
+    ``exception_handler``; failures outside any view, through ``handler500``.)"""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        unavailable = outage(exception)
+        if unavailable is None:
+            return None
+        logger.warning("%s: %s", request.path, unavailable.message)
+        return unavailable_response(request, unavailable)
 
 
 def request_too_large(request):

@@ -13,10 +13,15 @@ that is not there yet, and a rolled-back request queues nothing.
 
 from __future__ import annotations
 
+import logging
+
 from django.core.cache import cache
 from django.db import transaction
 
 from .celery import app
+from .errors import outage
+
+log = logging.getLogger(__name__)
 
 # Every task queued from below the tasks' layer, by its registered name.
 JOB_START = "jobs.tasks.job_start"
@@ -38,7 +43,7 @@ def task_later(name: str, *args, countdown: float | None = None) -> None:
     """Queue task ``name`` with ``args`` when the current transaction commits (at once
     outside one), to run no sooner than ``countdown`` seconds after."""
     _check(name)
-    transaction.on_commit(lambda: _send(name, args, countdown))
+    _after_commit(name, args, lambda: _send(name, args, countdown))
 
 
 def task_later_once(name: str, *args) -> None:
@@ -49,13 +54,29 @@ def task_later_once(name: str, *args) -> None:
     (the reconciler catches up then). (A job's start is held in the database instead:
     ``jobs.starts``.)"""
     _check(name)
-    transaction.on_commit(lambda: _send_once(name, args))
+    _after_commit(name, args, lambda: _send_once(name, args))
 
 
 def task_now_once(name: str, *args, countdown: float | None = None) -> None:
     """As ``task_later_once``, at once and without the database, as ``task_now``."""
     _check(name)
     _send_once(name, args, countdown)
+
+
+def _after_commit(name: str, args: tuple, send) -> None:
+    """``send`` once the transaction commits. Redis down does not fail the request whose change
+    committed: the work is not queued, and the reconciler, which finds what it was for (a job
+    whose start is due, a queue to admit), queues it again when Redis is back."""
+
+    def run():
+        try:
+            send()
+        except Exception as exc:
+            if outage(exc) is None:
+                raise
+            log.warning("%s%s not queued (the reconciler will): %s", name, args, exc)
+
+    transaction.on_commit(run)
 
 
 def task_claim(name: str, *args) -> None:

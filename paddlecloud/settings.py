@@ -71,6 +71,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "kernel.security.ContentSecurityPolicyMiddleware",
+    # A view failing because PostgreSQL or Redis is down: 503 with Retry-After, not 500.
+    "kernel.errors.OutageMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Every request Django answers, by route (after WhiteNoise: static files are not counted).
     "kernel.metrics.RequestMetricsMiddleware",
@@ -468,9 +470,10 @@ OIDC_USE_PKCE = True
 # (HTTPS behind a proxy: X-Forwarded-Proto from a trusted proxy is the request's scheme,
 # kernel.security.ForwardedHeaders; no SECURE_PROXY_SSL_HEADER, which believes anyone.)
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
-# Plain HTTP from inside: the kubelet's probes, and trainers calling their job's master through
-# the portal's Service (PADDLECLOUD_MASTER_BASE_URL), which never passes the TLS proxy.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^api/v1/master/"]
+# Plain HTTP from inside: the kubelet's probes (/healthz, /readyz), and trainers calling their
+# job's master through the portal's Service (PADDLECLOUD_MASTER_BASE_URL), which never passes
+# the TLS proxy.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^api/v1/master/"]
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)

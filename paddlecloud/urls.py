@@ -16,6 +16,7 @@ from . import views
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
     path("login/", sso_views.LoginView.as_view(), name="login"),
     # Single sign-on (accounts/sso_views.py): 404 unless PADDLECLOUD_OIDC_ISSUER is set.
     path("oidc/authenticate/", sso_views.SsoLoginView.as_view(),

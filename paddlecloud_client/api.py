@@ -4,6 +4,10 @@ Every request carries ``Authorization: Bearer <token>``; the token comes from th
 login, and a cached token the server refuses (401) is replaced by one fresh login and the
 request retried once. Non-2xx answers become ``ApiError`` with the server's message;
 connection failures and timeouts become ``NetworkError`` naming the endpoint.
+
+A job's submission carries an ``Idempotency-Key`` and is tried again, with that key, when the
+portal cannot be reached or answers 503 (a restart, its database or Redis down): the portal
+makes the job once however often it is sent.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
@@ -34,6 +39,11 @@ JOBS = "/api/v1/jobs/"
 BUILDS = "/api/v1/builds/"
 
 Body = bytes | Callable[[], Any] | None  # a callable makes a fresh body for each attempt
+SUBMIT_ATTEMPTS = 5
+SUBMIT_BACKOFF = 1.0  # seconds before the second attempt, doubled each time (Retry-After wins)
+SUBMIT_BACKOFF_MAX = 15.0
+LOG_RECONNECT_SECONDS = 60  # a followed log lost is asked for again for this long at most
+LOG_RECONNECT_BACKOFF = (0.2, 5.0)  # seconds between the attempts: the first, the most
 
 
 class ApiClient:
@@ -118,11 +128,15 @@ class ApiClient:
                            + f"; the token is `token` of datacenter {self.datacenter!r} in "
                            f"your config: make a new one on the Tokens page, "
                            f"{self.endpoint}/tokens/, and put it there")
-            raise ApiError(response.status_code, str(payload.get("code") or "error"),
-                           message, payload.get("fields"))
-        request, status = response.request, response.status_code
-        raise ApiError(status, "http_error",
-                       f"{request.method} {request.url}: {status} {response.reason}")
+            error = ApiError(response.status_code, str(payload.get("code") or "error"),
+                             message, payload.get("fields"))
+        else:
+            request, status = response.request, response.status_code
+            error = ApiError(status, "http_error",
+                             f"{request.method} {request.url}: {status} {response.reason}")
+        retry_after = response.headers.get("Retry-After", "")
+        error.retry_after = int(retry_after) if retry_after.isdigit() else None
+        raise error
 
     def _network_error(self, exc: requests.RequestException,
                        doing: str = "cannot reach") -> NetworkError:
@@ -282,8 +296,35 @@ class ApiClient:
                       for key, values in parse_qs(urlsplit(page["next"]).query).items()}
 
     def job_submit(self, body: dict) -> dict:
-        """The job created, or with ``dry_run`` in ``body`` the plan of what it would start."""
-        return self.call("POST", JOBS, json=body)
+        """The job created, or with ``dry_run`` in ``body`` the plan of what it would start.
+        A submission the portal may not have received, or could not take (503), is sent again
+        with the same ``Idempotency-Key``, SUBMIT_ATTEMPTS times at most."""
+        if body.get("dry_run"):
+            return self.call("POST", JOBS, json=body)
+        key = {"Idempotency-Key": str(uuid.uuid4())}
+        return self.retried(lambda: self.call("POST", JOBS, json=body, headers=key))
+
+    def retried(self, send: Callable[[], Any], attempts: int = SUBMIT_ATTEMPTS) -> Any:
+        """``send()``, again after a network error or a 503, with backoff (the server's
+        Retry-After when it gives one), ``attempts`` times at most; then the last error, saying
+        how long it was tried."""
+        started, delay = time.monotonic(), SUBMIT_BACKOFF
+        for attempt in range(1, attempts + 1):
+            try:
+                return send()
+            except (NetworkError, ApiError) as exc:
+                if not _transient(exc, (503,)):
+                    raise
+                if attempt == attempts:
+                    tried = (f" (tried {attempts} times over "
+                             f"{time.monotonic() - started:.0f} s; try again later)")
+                    if isinstance(exc, ApiError):
+                        raise ApiError(exc.status, exc.code, exc.message + tried,
+                                       exc.fields) from None
+                    raise NetworkError(exc.message + tried) from None
+                time.sleep(getattr(exc, "retry_after", None) or delay)
+                delay = min(delay * 2, SUBMIT_BACKOFF_MAX)
+        return None  # (attempts < 1)
 
     def job_get(self, name: str) -> dict:
         return self.call("GET", _job_path(name))
@@ -302,13 +343,55 @@ class ApiClient:
         self.call("DELETE", _job_path(name))
 
     def job_logs(self, name: str, *, worker: str | None = None, tail: int | None = None,
-                 follow: bool = False) -> requests.Response:
-        """A worker's log as a streamed response (close it when done)."""
+                 follow: bool = False, offset: int | None = None) -> requests.Response:
+        """A worker's log as a streamed response (close it when done); header ``Log-Offset``:
+        the byte of the log's file it begins at (absent for a pod's log as it runs)."""
         params = {key: value for key, value in
-                  {"worker": worker, "tail": tail, "follow": 1 if follow else None}.items()
-                  if value is not None}
+                  {"worker": worker, "tail": tail, "offset": offset,
+                   "follow": 1 if follow else None}.items() if value is not None}
         return self.request("GET", _job_path(name, "logs"), params=params, stream=True,
                             wait=follow)
+
+    def job_log_blocks(self, name: str, *, worker: str | None = None,
+                       tail: int | None = None, follow: bool = False) -> Iterator[bytes]:
+        """A worker's log, block by block. Followed, it outlives a restart of the portal: a
+        connection lost is made again (with backoff, for LOG_RECONNECT_SECONDS at most) and
+        the log goes on from the byte after the last one given, so no line comes twice and
+        none is missed. (A pod's log served as it runs has no offsets: a lost one is an
+        error.)"""
+        start, given, lost = None, 0, None
+        delay = LOG_RECONNECT_BACKOFF[0]
+        while True:
+            try:
+                response = self.job_logs(
+                    name, worker=worker, follow=follow,
+                    **({"tail": tail} if start is None else {"offset": start + given}))
+            except (NetworkError, ApiError) as exc:
+                if lost is None or not _transient(exc):
+                    raise
+                error = exc
+            else:
+                try:
+                    if start is None:
+                        offset = response.headers.get("Log-Offset", "")
+                        start = int(offset) if offset.isdigit() else -1
+                    for block in self.iter_content(response):
+                        given += len(block)
+                        lost = None
+                        yield block
+                    return
+                except NetworkError as exc:
+                    if not follow or start < 0:
+                        raise
+                    error = exc
+                finally:
+                    response.close()
+            lost = lost or time.monotonic()
+            if time.monotonic() - lost > LOG_RECONNECT_SECONDS:
+                raise NetworkError(f"{error.message} (the log was asked for again for "
+                                   f"{LOG_RECONNECT_SECONDS} s)") from None
+            time.sleep(delay)
+            delay = min(delay * 2, LOG_RECONNECT_BACKOFF[1])
 
     def build_create(self, body: dict) -> dict:
         """Build a runtime image (``paddlectl build``): the build, ``building``."""
@@ -341,6 +424,13 @@ class ApiClient:
             records += page["records"]
             names.update(page["names"])
         return {"worker": page["worker"], "names": sorted(names), "records": records}
+
+
+def _transient(exc: BaseException, statuses=(502, 503, 504)) -> bool:
+    """Whether ``exc`` may pass if the request is made again: the portal not reached, or
+    unavailable for a while (restarting behind a proxy, its database or Redis down)."""
+    return isinstance(exc, NetworkError) or (isinstance(exc, ApiError)
+                                             and exc.status in statuses)
 
 
 def _job_path(name: str, what: str = "") -> str:

@@ -59,6 +59,7 @@ class ApiError(PaddlectlError):
         self.status = status
         self.code = code
         self.fields = fields or {}
+        self.retry_after: int | None = None  # seconds, when the server said (503, 429)
 
     @property
     def exit_code(self) -> int:  # type: ignore[override]

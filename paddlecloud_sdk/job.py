@@ -23,6 +23,7 @@ checked the rest of the job; a ``/pfs/…`` path is used as it is.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import inspect
 import io
 import os
@@ -49,9 +50,6 @@ from .errors import (
     iterates_own,
     raises_own,
 )
-
-LOG_RECONNECTS = 3  # lost log streams in a row, without a byte in between, before giving up
-LOG_RECONNECT_PAUSE = 1.0  # seconds
 
 # The seeds' parameter names and the API's, accepted beside PaddleJob's own.
 ALIASES = {
@@ -533,33 +531,22 @@ class PaddleJob:
              tail: int | None = None) -> Iterator[str]:
         """The lines of a worker's log (``trainer-0`` by default; ``pserver-1`` …), without
         their newlines. ``tail``: only the last lines. ``follow``: go on until the worker
-        ends (after a lost connection, following resumes at the log's end)."""
+        ends (after a lost connection, or the portal's restart, it goes on from the line
+        after the last one given)."""
         if tail is not None and (not _is_int(tail) or tail < 0):
             raise ValueError(f"tail must be a whole number of lines, not {tail!r}")
         return iterates_own(self._lines(worker, tail, follow))
 
     def _lines(self, worker: str | None, tail: int | None, follow: bool) -> Iterator[str]:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pending, failures, anything = "", 0, False
-        while True:
-            received = False
-            try:
-                with self.client.job_logs(self.job_name, worker=worker, tail=tail,
-                                          follow=follow) as response:
-                    for block in self.client.iter_content(response):
-                        received = received or bool(block)
-                        pending += decoder.decode(block)
-                        *lines, pending = pending.split("\n")
-                        yield from lines
-                break
-            except client_errors.NetworkError:
-                failures = 0 if received else failures + 1
-                if not follow or failures >= LOG_RECONNECTS:
-                    raise
-                anything = anything or received
-                if anything:  # go on with what comes next, not all of it again
-                    tail = 0
-                time.sleep(LOG_RECONNECT_PAUSE)
+        pending = ""
+        blocks = self.client.job_log_blocks(self.job_name, worker=worker, tail=tail,
+                                            follow=follow)
+        with contextlib.closing(blocks):
+            for block in blocks:
+                pending += decoder.decode(block)
+                *lines, pending = pending.split("\n")
+                yield from lines
         pending += decoder.decode(b"", final=True)
         if pending:
             yield pending

@@ -18,6 +18,7 @@ from django.utils import timezone
 from accounts.models import Datacenter
 from jobs.models import Job, JobEvent
 from jobs.states import WAITING_STATES
+from kernel.errors import REDIS_DOWN
 from paddlecloud_core.scheduling import Plan, forecast, schedule
 
 from .pool import HEAD_FIELDS, QUEUE_ORDER, pool_load, shared
@@ -64,6 +65,15 @@ def datacenter_forecast(datacenter: Datacenter, owner_ids: Iterable[int],
         for job_id, f in predicted.items()}
 
 
+def _cache_call(method, *args):
+    """A call to the cache that Redis down turns into a miss: a forecast decorates the lists
+    and pages, which it must never fail (computed afresh meanwhile)."""
+    try:
+        return method(*args)
+    except REDIS_DOWN:
+        return None
+
+
 def job_predictions(jobs: Iterable[Job]) -> dict[int, Prediction]:
     """The predicted start of each waiting job among ``jobs`` (a forecast per datacenter,
     reused while nothing in it changed state)."""
@@ -84,10 +94,10 @@ def job_predictions(jobs: Iterable[Job]) -> dict[int, Prediction]:
             last = JobEvent.objects.filter(job__datacenter=datacenter).aggregate(Max("id"))
             key = (f"forecast:{datacenter.pk}:{last['id__max']}:"
                    + ("all" if shared(datacenter) else ",".join(map(str, owners))))
-            predicted = cache.get(key)
+            predicted = _cache_call(cache.get, key)
         if predicted is None or any(job.pk not in predicted for job in waiting):
             _, predicted = datacenter_forecast(datacenter, owners)
             if keep:
-                cache.set(key, predicted, keep)
+                _cache_call(cache.set, key, predicted, keep)
         out.update({job.pk: predicted[job.pk] for job in waiting if job.pk in predicted})
     return out

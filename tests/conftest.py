@@ -25,6 +25,7 @@ from rest_framework.test import APIClient
 
 from accounts.services import datacenter_upsert, token_create, user_upsert
 from tests.factories import home, job_fields, package_write, submit_job
+from tests.outages import PortalProcess, RedisServer, TcpProxy
 
 # Fixtures: the real cluster, Kueue on it.
 from tests.real_kube.fixtures import real_kube, real_kueue  # noqa: F401
@@ -495,6 +496,57 @@ def live_portal(transactional_db, settings, pfs_home, datacenter, alice):
     # server's loop would make every consumer of the next live portal fail ("Two event loops
     # are trying to receive() on one channel layer at once!"). The next portal gets a new one.
     channel_layers.backends.clear()
+    close_server_connections()
+
+
+@pytest.fixture
+def own_redis(tmp_path) -> RedisServer:
+    """A Redis server of the test's own (never the machine's: the test stops it), killed at
+    the end whatever happened."""
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def database_proxy() -> TcpProxy:
+    """A proxy in front of the test's PostgreSQL (``portal_process(database_port=…)``) that the
+    test closes (connections refused, open ones cut) and opens again; closed at the end."""
+    proxy = TcpProxy(int(connection.settings_dict["PORT"] or 5432))
+    proxy.start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def portal_process(transactional_db, pfs_home, datacenter, alice, tmp_path):
+    """``portal_process(database_port=None, **env)``: the portal served by ``runportal`` in a
+    process of its own (``tests.outages.PortalProcess``), started, on the test's database
+    (through ``database_port``, a proxy's, when given), alice's home under pfs_home's root,
+    and ``env`` (REDIS_URL, say: without it, the embedded default's in-process queue). Stopped
+    at the end."""
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+
+    # alice's password hashed as the portal's process can check it (the test run's hasher is
+    # a fast one only it has), with few rounds: her first login there upgrades it.
+    alice.password = PBKDF2PasswordHasher().encode(PASSWORD, "portal", iterations=1000)
+    alice.save(update_fields=["password"])
+    started: list[PortalProcess] = []
+    db = connection.settings_dict
+
+    def start(database_port: int | None = None, **env: str) -> PortalProcess:
+        url = (f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:"
+               f"{database_port or db['PORT'] or 5432}/{db['NAME']}")
+        portal = PortalProcess(tmp_path / f"portal{len(started)}", DATABASE_URL=url,
+                               PADDLECLOUD_PFS_ROOT=str(settings.PADDLECLOUD_PFS_ROOT), **env)
+        started.append(portal)
+        portal.start()
+        return portal
+
+    yield start
+    for portal in started:
+        portal.stop()
     close_server_connections()
 
 

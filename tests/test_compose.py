@@ -35,6 +35,13 @@ def test_the_full_stack_is_there():
         assert set(services[name]["depends_on"]) == {"postgres", "redis"}
 
 
+def test_the_web_is_healthy_when_it_is_ready():
+    """Compose waits on a service's health check: the web's is readiness (its database and
+    Redis answer), not liveness."""
+    test = " ".join(load()["services"]["web"]["healthcheck"]["test"])
+    assert "http://127.0.0.1:8000/readyz" in test
+
+
 def test_commands_name_things_that_exist():
     services = load()["services"]
     commands = get_commands()

@@ -279,14 +279,17 @@ def test_commands_are_the_ones_compose_runs():
             assert {c["image"] for c in containers(workload)} == {"paddlecloud:latest"}
 
 
-def test_web_probes_reach_healthz():
+def test_web_probes_reach_healthz_and_readyz():
     web = one("Deployment", "paddlecloud-web")["spec"]["template"]["spec"]["containers"][0]
     allowed = config()["ALLOWED_HOSTS"].split(",")
-    assert resolve("/healthz").url_name == "healthz"
-    assert r"^healthz$" in settings.SECURE_REDIRECT_EXEMPT  # plain HTTP from the kubelet
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for name in ("healthz", "readyz"):
+        assert resolve(f"/{name}").url_name == name
+        assert f"^{name}$" in settings.SECURE_REDIRECT_EXEMPT  # plain HTTP from the kubelet
+    # Liveness while the process answers; readiness while its dependencies do.
+    paths = {"startupProbe": "/healthz", "readinessProbe": "/readyz", "livenessProbe": "/healthz"}
+    for probe, path in paths.items():
         get = web[probe]["httpGet"]
-        assert get["path"] == "/healthz" and get["port"] == web["ports"][0]["name"]
+        assert get["path"] == path and get["port"] == web["ports"][0]["name"]
         host = {h["name"]: h["value"] for h in get["httpHeaders"]}["Host"]
         assert host in allowed  # else Django answers 400 (DisallowedHost)
 

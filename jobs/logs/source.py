@@ -24,19 +24,23 @@ from . import stream
 from .lines import tail_offset
 
 
-def log_blocks(job, worker, *, follow: bool = False,
-               tail: int | None = None) -> AsyncIterator[bytes]:
-    """The worker's log (a replica, or the job's ``Build``): its last ``tail`` lines or all
-    of it, and with ``follow`` what it writes until it ends. A link or a FIFO where its file
-    should be is refused here (``PaddleCloudError``), before anything is sent."""
+def log_blocks(job, worker, *, follow: bool = False, tail: int | None = None,
+               offset: int | None = None) -> tuple[int | None, AsyncIterator[bytes]]:
+    """The worker's log (a replica, or the job's ``Build``): its last ``tail`` lines, or from
+    byte ``offset`` on, or all of it, and with ``follow`` what it writes until it ends; and
+    the byte offset in its file where that begins (None for a log served from where it runs,
+    which has no offsets). A follower that lost its connection asks again from the offset it
+    had read to. A link or a FIFO where its file should be is refused here
+    (``PaddleCloudError``), before anything is sent."""
     live = backend_for(job.datacenter).log_stream(job, worker, follow=follow, tail=tail,
                                                   ended=lambda: _ended_here(worker))
     if live is not None:
-        return stream.from_sync(live)
+        return None, stream.from_sync(live)
     file = log_file(job, worker)
     file.size()
-    offset = tail_offset(file, tail) if tail is not None else 0
-    return stream.blocks(file, offset, _ended(worker) if follow else None)
+    if offset is None:
+        offset = tail_offset(file, tail) if tail is not None else 0
+    return offset, stream.blocks(file, offset, _ended(worker) if follow else None)
 
 
 def build_log_blocks(build, *, follow: bool = False) -> AsyncIterator[bytes]:

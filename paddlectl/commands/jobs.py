@@ -373,13 +373,14 @@ def run_logs(ctx, args) -> None:
 
 
 def _print_log(ctx, args, worker: str, *, prefix: str, lock=None) -> None:
-    """One worker's log to stdout: as it is, or line by line after ``prefix``."""
-    response = ctx.client.job_logs(args.job, worker=worker, tail=args.tail,
-                                   follow=args.follow)
+    """One worker's log to stdout: as it is, or line by line after ``prefix``. Followed, it
+    goes on after the portal restarts (``job_log_blocks``), from where it was."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     pending = ""
-    try:
-        for block in ctx.client.iter_content(response):
+    blocks = ctx.client.job_log_blocks(args.job, worker=worker, tail=args.tail,
+                                       follow=args.follow)
+    with contextlib.closing(blocks):
+        for block in blocks:
             text = decoder.decode(block)
             if not prefix:
                 ctx.stdout.write(text)
@@ -387,11 +388,9 @@ def _print_log(ctx, args, worker: str, *, prefix: str, lock=None) -> None:
                 continue
             *lines, pending = (pending + text).split("\n")
             _write_lines(ctx, [f"{prefix}{line}\n" for line in lines], lock)
-        rest = pending + decoder.decode(b"", final=True)
-        if rest:
-            _write_lines(ctx, [f"{prefix}{rest}\n" if prefix else rest], lock)
-    finally:
-        response.close()
+    rest = pending + decoder.decode(b"", final=True)
+    if rest:
+        _write_lines(ctx, [f"{prefix}{rest}\n" if prefix else rest], lock)
 
 
 def _write_lines(ctx, lines: list[str], lock) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import hashlib
 import os
 import stat as stat_mod
 import uuid
@@ -24,7 +25,7 @@ from collections.abc import Iterator
 from concurrent.futures import Executor
 from pathlib import Path
 
-from kernel.errors import ForbiddenError, ValidationError
+from kernel.errors import ForbiddenError, ValidationError, storage_full
 
 from .base import CHUNK, TEMP_PREFIX, Entry, Rel, Storage, Upload
 
@@ -77,6 +78,8 @@ def _os_errors(method):
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise self.through_link(rel) from None
+            if (full := storage_full(exc)) is not None:
+                raise full from None
             raise
 
     return wrapper
@@ -526,7 +529,13 @@ class _PosixUpload(Upload):
 
     def write(self, data: bytes, hashing: Executor | None = None) -> None:
         self._rehash()
-        super().write(data, hashing)
+        try:
+            super().write(data, hashing)
+        except BaseException:
+            # The hash may have taken bytes that were not stored: taken again from those that
+            # are, should the upload go on.
+            self.hasher, self._hashed = hashlib.sha256(), False
+            raise
 
     def finish(self) -> str:
         self._rehash()
@@ -534,9 +543,18 @@ class _PosixUpload(Upload):
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
-        while view:
-            written = os.pwrite(self.fd, view, self.offset + len(data) - len(view))
-            view = view[written:]
+        try:
+            while view:
+                written = os.pwrite(self.fd, view, self.offset + len(data) - len(view))
+                view = view[written:]
+        except OSError as exc:
+            # (A full file system, say.) What was written of ``data`` goes: the upload holds
+            # what it received whole, and the space a part took is given back.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, self.offset)
+            if (full := storage_full(exc)) is not None:
+                raise full from None
+            raise
 
     def commit(self, *, overwrite: bool = True) -> Entry:
         # No fsync, as cp does not: an interrupted upload is never visible, a power loss is the

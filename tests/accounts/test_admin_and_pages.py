@@ -368,11 +368,13 @@ def test_too_many_failed_logins_refuse_even_the_right_password(alice):
     assert api.status_code == 429
 
 
-def test_healthz(db):
-    response = Client().get("/healthz")
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+def test_health_checks_say_what_each_dependency_answered(db, path, settings):
+    settings.REDIS_URL = None  # the embedded default: the queue is this process's own
+    response = Client().get(path)
     assert response.status_code == 200
-    assert response.json() == {"status": "ok"}
-    assert Client().post("/healthz").status_code == 405
+    assert response.json() == {"status": "ok", "checks": {"database": {"ok": True}}}
+    assert Client().post(path).status_code == 405
 
 
 def test_logged_in_user_is_taken_home_from_the_login_page(alice):
