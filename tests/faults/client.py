@@ -24,9 +24,10 @@ from pathlib import Path
 
 import requests
 
+from jobs.backends.local.sandbox import process_argvs
 from tests.polling import wait
 
-from .deployment import DATACENTER, JOBS_QUOTA, Deployment, process_argvs
+from .deployment import DATACENTER, JOBS_QUOTA, Deployment
 
 FINAL = ("succeeded", "failed", "killed")
 ACTIVE = ("starting", "running")
@@ -62,8 +63,7 @@ class Answer:
     error: str = ""
 
     def __str__(self):
-        body = self.body if isinstance(self.body, dict) else str(self.body)[:300]
-        return f"{self.method} {self.path} -> {self.status or self.error} {body}"
+        return f"{self.method} {self.path} -> {self.status or self.error} {str(self.body)[:200]}"
 
     @property
     def code(self) -> str | None:
@@ -115,8 +115,9 @@ class Api:
 
 def contract_breaches(answers: list[Answer]) -> list[str]:
     """The answers that break the contract of an outage: a 5xx that is not a 503 with
-    Retry-After and code ``unavailable`` (nor a full PFS's 507 ``storage_full``)."""
-    breaches = []
+    Retry-After and code ``unavailable`` (nor a full PFS's 507 ``storage_full``); the same
+    request and status once, with how often it came."""
+    breaches: dict[tuple, list[Answer]] = {}
     for answer in answers:
         if answer.status is None or answer.status < 500:
             continue
@@ -125,8 +126,8 @@ def contract_breaches(answers: list[Answer]) -> list[str]:
             continue
         if answer.status == 507 and answer.code == "storage_full":
             continue
-        breaches.append(str(answer))
-    return breaches
+        breaches.setdefault((answer.method, answer.path, answer.status), []).append(answer)
+    return [f"{len(seen)} x {seen[0]}" for seen in breaches.values()]
 
 
 class QuotaWatch:

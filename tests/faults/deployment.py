@@ -34,6 +34,7 @@ import redis
 import requests
 from cryptography.fernet import Fernet
 
+from jobs.backends.local.sandbox import process_argvs
 from tests.polling import wait
 from tests.processes import ROOT, clean_env
 
@@ -188,10 +189,12 @@ class Deployment:
             SESSION_COOKIE_SECURE="0", CSRF_COOKIE_SECURE="0", SECURE_HSTS_SECONDS="0",
             STATIC_ROOT=str(self.base / "static"), PADDLECLOUD_BACKEND="local",
             PADDLECLOUD_PFS_ROOT=str(self.pfs), PADDLECLOUD_PORTAL_URL=self.url,
-            PYTHONUNBUFFERED="1", **extra)
+            # Its own temporary files (a probe killed half way leaves its directory there).
+            TMPDIR=str(self.base / "tmp"), PYTHONUNBUFFERED="1", **extra)
 
     def open(self) -> None:
         self.var.mkdir(parents=True, exist_ok=True)
+        (self.base / "tmp").mkdir()
         self._pfs_mount()
         self._postgres_init()
         self.redis_dir.mkdir()
@@ -212,7 +215,6 @@ class Deployment:
             out = step.communicate(timeout=300)[0]
             assert step.returncode == 0, f"{step.args}: {out}"
         self.redis.wait_ready()
-        self._users_make()
         python = sys.executable
         web_argv = [python, "manage.py", "runportal", "--host", "127.0.0.1", "--port",
                     str(self.web_port), "--no-worker", "--skip-collectstatic"]
@@ -229,7 +231,11 @@ class Deployment:
                      "--schedule", str(self.base / "celerybeat-schedule")]
         self.services["beat"] = Service("beat", beat_argv, self.env(CELERY_LOG_LEVEL="INFO"),
                                         self.base / "beat.log", ready=_said("beat: Starting"))
-        self.ensure_up()
+        for name in ("web", "worker1", "worker2", "beat"):
+            self.services[name].start()
+        self._users_make()  # while they start
+        for service in self.services.values():
+            service.wait_ready()
 
     def ensure_up(self) -> None:
         """Start whatever is not running (a fault left it stopped or killed), as a
@@ -389,16 +395,6 @@ for n in range({count}):
 print(json.dumps(made))
 """
 
-
-
-def process_argvs():
-    """(pid, argv as bytes) of every process that can still be read."""
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                yield int(entry.name), Path(entry.path, "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
 
 
 def socket_owner(port: int) -> int | None:
