@@ -63,7 +63,8 @@ class Answer:
     error: str = ""
 
     def __str__(self):
-        return f"{self.method} {self.path} -> {self.status or self.error} {str(self.body)[:200]}"
+        body = " ".join(str(self.body).split())[:200]  # a page's HTML on one line
+        return f"{self.method} {self.path} -> {self.status or self.error} {body}"
 
     @property
     def code(self) -> str | None:
