@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0015_environment_help_text'),
+        ('jobs', '0016_start_holds'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
