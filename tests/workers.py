@@ -8,8 +8,8 @@ so that what one worker process changes never reaches another:
   start inherit it. PostgreSQL needs nothing: pytest-django gives each worker a database.
 - **One worker for what is one of a kind** (``pytest_collection_modifyitems``): the tests on
   the real control plane share one (``real_kube`` is a session fixture: started once per
-  process), so they run on the same worker, as the Docker engines' tests do (each has a
-  private dockerd: two at once only fight for the disk).
+  process), so they run on the same worker, as the image's tests do (built once a worker) and
+  the fault suite's (its deployment: PostgreSQL, Redis, the portal's five processes).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pytest
 ONE_OF_A_KIND = {
     "real_kubernetes": "real-kubernetes",  # the session's control plane and Kueue
     "image": "docker",                     # the portal's image and docker-compose
+    "faults": "faults",                    # the fault suite's deployment (tests/faults)
 }
 ONE_OF_A_KIND_FIXTURES = {"real_kube": "real-kubernetes", "real_kueue": "real-kubernetes"}
 
