@@ -12,6 +12,7 @@ import logging
 import socket
 import threading
 
+from celery import signals
 from celery.beat import EmbeddedService
 from celery.result import _set_task_join_will_block
 from celery.worker import WorkController
@@ -23,13 +24,15 @@ logger = logging.getLogger(__name__)
 
 
 class _ReadyWorkController(WorkController):
-    """A WorkController that says when its consumer is ready to take tasks."""
+    """A WorkController that says when its consumer is ready to take tasks, and tells the
+    receivers of ``worker_ready`` as ``celery worker`` does."""
 
     def __init__(self, *args, ready: threading.Event, **kwargs):
         self._ready = ready
         super().__init__(*args, **kwargs)
 
     def on_consumer_ready(self, consumer):
+        signals.worker_ready.send(sender=consumer)  # what a worker does as it starts
         self._ready.set()
 
 
