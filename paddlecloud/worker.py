@@ -17,6 +17,7 @@ from celery.beat import EmbeddedService
 from celery.result import _set_task_join_will_block
 from celery.worker import WorkController
 from django.conf import settings
+from django.db import connections
 
 from kernel.celery import app
 
@@ -32,7 +33,10 @@ class _ReadyWorkController(WorkController):
         super().__init__(*args, **kwargs)
 
     def on_consumer_ready(self, consumer):
-        signals.worker_ready.send(sender=consumer)  # what a worker does as it starts
+        try:
+            signals.worker_ready.send(sender=consumer)  # what a worker does as it starts
+        finally:
+            connections.close_all()  # this thread's, which its receivers opened: not kept
         self._ready.set()
 
 

@@ -131,13 +131,16 @@ def state(job: Job) -> str:
 def test_an_ended_replica_reaches_its_job_within_a_second_when_its_worker_was_killed(
         workers, alice, datacenter, package):
     """Its first run ends (exit 3: restarted by its policy), then its second (failed): each
-    within a second, through the worker still alive; each end recorded once."""
-    for name in ("one", "two"):
-        workers.ready(workers.start(name))
+    within a second, through the worker still alive, which had never looked at the job; each
+    end recorded once."""
+    first = workers.start("first")
+    workers.ready(first)
     job = submit_job(alice, datacenter, "ends", package=package, restart_limit=1,
-                     env={"SLEEP": "3", "CODE": "3"})
+                     env={"SLEEP": "4", "CODE": "3"})
     wait(lambda: state(job) == "running", message="the job to run")
-    workers.kill(workers.of(runner_of(job)))  # the worker that started it, and follows it
+    workers.ready(workers.start("second"))
+    assert workers.of(runner_of(job)) is first
+    workers.kill(first)  # the worker that started it, and follows it
 
     wait(lambda: state(job) == "failed", timeout=30,
          message=lambda: f"the job to fail: {list(JobEvent.objects.filter(job=job))}")
