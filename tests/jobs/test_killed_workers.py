@@ -92,6 +92,9 @@ class Workers:
         parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
         return next(w for w in self.started if os.getpgid(parent) == w.pid)
 
+    def logs(self) -> str:
+        return "\n".join(f"--- {w.log.name}\n{w.log.read_text()}" for w in self.started)
+
     def stop(self) -> None:
         for worker in self.started:
             if worker.poll() is None:
@@ -168,7 +171,8 @@ def test_a_worker_that_starts_takes_what_the_killed_workers_followed(
     assert state(job) == "running"  # nobody saw it
 
     workers.ready(workers.start("next"))
-    wait(lambda: state(job) == "succeeded", timeout=1, message="its end to reach the job")
+    wait(lambda: state(job) == "succeeded", timeout=1,
+         message=lambda: f"its end to reach the job:\n{workers.logs()}")
 
 
 def test_a_job_whose_worker_and_replicas_were_stopped_lets_its_network_go(
@@ -187,7 +191,8 @@ def test_a_job_whose_worker_and_replicas_were_stopped_lets_its_network_go(
         str(job_dir(job))]
 
     workers.ready(workers.start("next"))
-    wait(lambda: state(job) == "failed", timeout=10, message="the job to fail")
+    wait(lambda: state(job) == "failed", timeout=10,
+         message=lambda: f"the job to fail:\n{workers.logs()}")
     assert "vanished" in Job.objects.get(pk=job.pk).state_reason
     wait(lambda: not [pid for pid, _, _ in holders() if pid == network["pid"]], timeout=10,
          message="its network to be released")
@@ -220,9 +225,9 @@ def test_a_worker_that_starts_releases_every_network_nothing_living_holds(
     networks["other"] = netns_start(netns_file(other), str(other))
     try:
         workers.ready(workers.start("next"))
-        assert probe not in {pid for pid, _, _ in holders()}
-        assert not netns_alive(networks["ended"])
-        assert netns_alive(networks["living"])
-        assert netns_alive(networks["other"])
+        running = {pid for pid, _, _ in holders()}
+        assert {"probe's": probe in running,
+                **{f"{name}'s": netns_alive(held) for name, held in networks.items()}} == {
+            "probe's": False, "ended's": False, "living's": True, "other's": True}
     finally:
         netns_stop(netns_file(other))
