@@ -29,6 +29,7 @@ from django.utils import timezone
 from accounts.models import Datacenter
 from kernel.queue import JOB_SYNC, task_claim, task_later, task_now_once
 from paddlecloud_core.contract import trainers_elastic
+from paddlecloud_core.processes import process_gone, process_identity
 
 from . import engine
 from .backends import backend_for
@@ -39,7 +40,8 @@ from .states import JobState, ReplicaState
 logger = logging.getLogger(__name__)
 
 SYNC_DEBOUNCE = 0.1  # seconds an announcement waits for the others of the same change
-# How long a sync may keep others of its job waiting: only if its worker died mid-sync.
+# How long a sync may keep others of its job waiting: only if its worker died mid-sync on
+# another machine (one on this machine that died is seen at once: ``_sync_taken_over``).
 SYNC_LEASE_SECONDS = 120
 RUNNING = (JobState.STARTING, JobState.RUNNING)  # jobs whose replicas may run
 LIVE = (ReplicaState.STARTING, ReplicaState.RUNNING)  # replicas that may run
@@ -64,7 +66,8 @@ def job_sync_one_at_a_time(job_id: int) -> bool | None:
     again, running = f"jobs:sync-again:{job_id}", f"jobs:syncing:{job_id}"
     cache.set(again, 1, SYNC_LEASE_SECONDS)  # first: a sync ending now sees it
     result = None
-    while cache.add(running, 1, SYNC_LEASE_SECONDS):
+    while cache.add(running, process_identity(), SYNC_LEASE_SECONDS) or _sync_taken_over(
+            running):
         try:
             cache.delete(again)
             result = engine.job_sync(job_id)
@@ -73,6 +76,19 @@ def job_sync_one_at_a_time(job_id: int) -> bool | None:
         if not result or not cache.get(again):
             break
     return result
+
+
+def _sync_taken_over(running: str) -> bool:
+    """Whether this process takes the sync of a job from one that died holding it (killed
+    mid-sync, on this machine: it can tell), rather than wait out its lease. Once per dead
+    holder, whoever asks first."""
+    holder = cache.get(running)
+    if not isinstance(holder, str) or not process_gone(holder):
+        return False
+    if not cache.add(f"{running}:dead:{holder}", 1, SYNC_LEASE_SECONDS):
+        return False  # another took it over
+    cache.set(running, process_identity(), SYNC_LEASE_SECONDS)
+    return True
 
 
 def replicas_changed_sync(sender, job_uid: str, **kwargs) -> None:

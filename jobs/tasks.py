@@ -35,7 +35,7 @@ from . import engine, starts, sync
 from .backends import backend_for
 from .backends.base import BackendError
 from .backends.local import LOCAL
-from .backends.local.backend import isolation_notice
+from .backends.local.backend import isolation_notice, worker_start
 from .builds import runs
 from .models import Job, JobEvent
 from .notify import job_changed
@@ -267,11 +267,21 @@ def _reconcile() -> dict[str, int]:
 
 def jobs_known(uids: set[str]) -> set[str]:
     """Which of these job uids the database knows (one query, for what a backend found)."""
+    return {str(uid) for uid in _jobs_of(uids).values_list("uid", flat=True)}
+
+
+def jobs_live(uids: set[str]) -> set[str]:
+    """Which of these job uids are of jobs that may still run (known, not ended)."""
+    return {str(uid) for uid in _jobs_of(uids).exclude(state__in=FINAL_JOB_STATES)
+            .values_list("uid", flat=True)}
+
+
+def _jobs_of(uids: set[str]):
     valid = set()
     for uid in uids:
         with contextlib.suppress(ValueError):
             valid.add(uuid.UUID(uid))
-    return {str(uid) for uid in Job.objects.filter(uid__in=valid).values_list("uid", flat=True)}
+    return Job.objects.filter(uid__in=valid)
 
 
 def _ttl_cutoff(now):
@@ -286,6 +296,14 @@ def _ttl_cutoff(now):
 def feeds_start(**kwargs) -> None:
     """A worker follows what becomes of the replicas of every datacenter from the start."""
     sync.feeds_start()
+
+
+@worker_ready.connect
+def local_leftovers(**kwargs) -> None:
+    """A worker that starts follows the local runners nobody follows (their workers died)
+    and releases the networks no living job holds (``local.backend.worker_start``)."""
+    if Datacenter.objects.filter(backend=LOCAL.name).exists():
+        worker_start(jobs_live, engine.STOP_GRACE_SECONDS)
 
 
 @worker_ready.connect

@@ -12,10 +12,12 @@ import logging
 import socket
 import threading
 
+from celery import signals
 from celery.beat import EmbeddedService
 from celery.result import _set_task_join_will_block
 from celery.worker import WorkController
 from django.conf import settings
+from django.db import connections
 
 from kernel.celery import app
 
@@ -23,13 +25,18 @@ logger = logging.getLogger(__name__)
 
 
 class _ReadyWorkController(WorkController):
-    """A WorkController that says when its consumer is ready to take tasks."""
+    """A WorkController that says when its consumer is ready to take tasks, and tells the
+    receivers of ``worker_ready`` as ``celery worker`` does."""
 
     def __init__(self, *args, ready: threading.Event, **kwargs):
         self._ready = ready
         super().__init__(*args, **kwargs)
 
     def on_consumer_ready(self, consumer):
+        try:
+            signals.worker_ready.send(sender=consumer)  # what a worker does as it starts
+        finally:
+            connections.close_all()  # this thread's, which its receivers opened: not kept
         self._ready.set()
 
 

@@ -186,6 +186,41 @@ def exit_reason(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+# --- processes ---------------------------------------------------------------------------------
+
+def start_of(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot), None when it is gone (or a zombie)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def _machine() -> str:
+    """This boot of this machine and this process's pid namespace: where a pid means one
+    process."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+def process_identity() -> str:
+    """This process, as another can later tell whether it still runs (``process_gone``)."""
+    return f"{_machine()}:{os.getpid()}:{start_of(os.getpid())}"
+
+
+def process_gone(identity: str) -> bool:
+    """Whether the process ``process_identity`` named has ended, for sure: False when it runs,
+    or when it is of another machine or pid namespace (this one cannot tell)."""
+    machine, pid, start = ([*identity.rsplit(":", 2), "", ""])[:3]
+    if not machine or machine != _machine() or not pid.isdigit():
+        return False
+    return str(start_of(int(pid))) != start
+
+
 # --- process groups -------------------------------------------------------------------------------
 
 def runner_alive(pid: int) -> bool:

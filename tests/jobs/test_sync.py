@@ -5,11 +5,14 @@ replica, the jobs whose change was missed, and only those."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 
 import pytest
+from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -24,10 +27,11 @@ from jobs.backends.kubernetes.pods_watch import pod_cache
 from jobs.backends.local.exits import exits_following
 from jobs.models import Job
 from jobs.signals import replicas_changed
-from jobs.sync import sync_begins
+from jobs.sync import job_sync_one_at_a_time, sync_begins
 from jobs.tasks import jobs_reconcile
 from kernel.queue import JOB_SYNC
-from tests.factories import submit_job
+from paddlecloud_core.processes import process_identity
+from tests.factories import job_row, submit_job
 from tests.polling import wait
 
 NS = "paddle-alice"
@@ -161,6 +165,23 @@ def test_a_deadline_ends_a_job_when_it_comes_though_nothing_changed(
     assert ended.state_reason == "ran past its deadline of 2 seconds"
     assert (ended.finished_at - ended.started_at).total_seconds() < 3.5
     assert syncs[job.pk] <= 4  # its start, its running, its deadline (and one to spare)
+
+
+# -- one at a time ---------------------------------------------------------------------------
+
+@pytest.mark.django_db
+def test_a_sync_whose_worker_died_holding_it_is_taken_over_at_once(alice, datacenter):
+    """A worker killed -9 in the middle of a job's sync: the next sync of that job runs at
+    once (not after the lease, two minutes); while its holder lives, it is left to it."""
+    job = job_row(alice, datacenter, "held")
+    dead = subprocess.run(
+        [sys.executable, "-c", "from paddlecloud_core.processes import process_identity as i; "
+                               "print(i())"],
+        capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    cache.set(f"jobs:syncing:{job.pk}", dead, 120)
+    assert job_sync_one_at_a_time(job.pk) is True  # it ran (a pending job: still to run)
+    cache.set(f"jobs:syncing:{job.pk}", process_identity(), 120)  # one that lives
+    assert job_sync_one_at_a_time(job.pk) is None
 
 
 # -- debouncing ------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ descriptor.
 Replicas run with the portal's Python first on PATH. CPU and memory requests are not
 enforced on this backend. Starting, observing and stopping the processes is
 ``processes.py``, which ``paddlectl local train`` uses too; ``exits.py`` announces each
-runner's end the moment it comes, so a job is synced when its replicas change.
+runner's end the moment it comes, so a job is synced when its replicas change, whichever
+worker is alive (a runner whose worker died is taken by another within half a second).
 
 A job with a dataset has a master, the portal's (docs/master.md): its replicas reach it at
 ``PADDLECLOUD_PORTAL_URL``, or, in a sandbox, through the job's relay (``relay.py``): a process
@@ -43,6 +44,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -73,7 +75,7 @@ from ...files import (
 from ..base import Backend, BackendError, Observation, Status
 from .buildah import buildah_build
 from .envs import env_ensure, env_path, indexes_allowed
-from .exits import exits_follow
+from .exits import ExitWatch, exits_watch
 from .relay import RELAY_PORT, RelayError, relay_start, relay_stop
 from .sandbox import (
     SYSTEM_PATH,
@@ -117,6 +119,12 @@ def jobs_root() -> Path:
 def netns_file(private: Path) -> Path:
     """Where a job's network holder is recorded, in its private directory."""
     return private / "run" / "netns.pid"
+
+
+def exits() -> ExitWatch:
+    """This process's watch over the runners' exits (``exits.py``), its followers recorded
+    in ``var/exits/``."""
+    return exits_watch(jobs_root(), settings.VAR_DIR / "exits")
 
 
 def relay_file(private: Path) -> Path:
@@ -195,16 +203,22 @@ def isolation_notice() -> tuple[bool, str]:
                    "trusting users, or install bubblewrap (see the README's Security model)")
 
 
-def leftovers_stop(grace: float) -> int:
+def leftovers_stop(grace: float, live: Callable[[set[str]], set[str]] | None = None) -> int:
     """Stop what local jobs hold on this machine that no portal can reach any more, and
     return how many: job networks whose private directory is gone (its var/ removed, its job
     cleaned up by a portal killed half way) or whose directory records another holder (one
     started by a portal killed before it recorded it), probes' networks whose prober was
-    killed, and runners whose run directory is gone. Another portal's living jobs, under its
-    own var/, are left alone. Runs with every reconciliation, so at a portal's start."""
+    killed, and runners whose run directory is gone. With ``live`` (which of this portal's job
+    uids are of jobs that may still run), also the networks of this portal's jobs that have
+    ended or are gone (their release cut off). Another portal's living jobs, under its own
+    var/, are left alone. Runs with every reconciliation, and with ``live`` as a worker
+    starts (``worker_start``)."""
     stopped = 0
     root = jobs_root()
-    for pid, start, label in holders():
+    found = holders()
+    ours = {Path(label).name for _, _, label in found if Path(label).parent == root}
+    alive = live(ours) if live is not None and ours else ours
+    for pid, start, label in found:
         left = probe_left(label)
         private = Path(label)
         if private.is_absolute():
@@ -214,6 +228,9 @@ def leftovers_stop(grace: float) -> int:
                 with dir_locked(private / "run"):  # not one being started and recorded now
                     recorded = read_json(netns_file(private))
                     left = not recorded or recorded.get("pid") != pid
+                if private.name not in alive:
+                    _release(private)
+                    left = True
         if left:
             holder_kill(pid, start)  # its relay watches it and goes with it
             stopped += 1
@@ -222,6 +239,20 @@ def leftovers_stop(grace: float) -> int:
                and not os.path.isdir(argv[3])]
     groups_stop(runners, grace)
     return stopped + len(runners)
+
+
+def worker_start(live: Callable[[set[str]], set[str]], grace: float) -> int:
+    """What a worker does for local jobs as it starts: follow the runners that nobody follows
+    (their followers died while no worker ran: those that ended are announced at once), and
+    release every network nothing living owns (``leftovers_stop`` with ``live``: probes', and
+    jobs' that ended). Returns how many of both."""
+    return exits().adopt_all() + leftovers_stop(grace, live)
+
+
+def _release(private: Path) -> None:
+    """Let go of the network (and relay) a job's private directory records."""
+    netns_stop(netns_file(private))
+    relay_stop(relay_file(private))  # it ends with the network: this waits for it
 
 
 class LocalBackend(Backend):
@@ -285,9 +316,7 @@ class LocalBackend(Backend):
         shutil.rmtree(job_dir(job), ignore_errors=True)
 
     def release(self, job) -> None:
-        private = job_dir(job)
-        netns_stop(netns_file(private))
-        relay_stop(relay_file(private))  # it ends with the network: this waits for it
+        _release(job_dir(job))
 
     def orphans_stop(self, datacenters, known, grace: float) -> int:
         root = jobs_root()
@@ -303,8 +332,7 @@ class LocalBackend(Backend):
             started = [read_json(pid_file) for pid_file in (private / "run").glob("*.pid")
                        if pid_file not in (netns_file(private), relay_file(private))]
             groups_stop([s["pid"] for s in started if s], grace)
-            netns_stop(netns_file(private))
-            relay_stop(relay_file(private))
+            _release(private)
             shutil.rmtree(private, ignore_errors=True)
         return found + leftovers_stop(grace)
 
@@ -367,12 +395,23 @@ class LocalBackend(Backend):
         except (SandboxError, RelayError) as exc:
             raise BackendError(f"cannot make its sandbox: {exc}") from None
         log = output_open(job, log_relpath(replica.role, replica.index))
+        claim = None
         try:
+            # Followed from before it starts: its worker killed at any moment leaves it to
+            # another (exits.py).
+            claim = exits().claim(pid_file.parent, replica.name, replica.attempt, str(job.uid))
             pid = attempt_start(pid_file.parent, replica.name, replica.attempt, log, command,
                                 cwd=pkg, env=runner_env, stdin=stdin)
+        except BaseException:
+            if claim:
+                exits().drop(claim)
+            raise
         finally:
             os.close(log)
-        exits_follow(pid, str(job.uid))
+        if claim:
+            exits().follow(claim, pid)
+        else:  # its lock was held for a moment (a start cut off before, its end announced)
+            exits().adopt(pid_file.parent, replica.name, replica.attempt, str(job.uid))
         return f"pid:{pid}"
 
     def _sandbox(self, job, replica, env: dict[str, str]) -> Sandbox:
@@ -395,8 +434,8 @@ class LocalBackend(Backend):
 
     def observe(self, job, replica) -> Observation:
         seen = attempt_observe(job_dir(job) / "run", replica.name, replica.attempt)
-        if seen.status == Status.RUNNING:  # one its starter no longer follows (it restarted)
-            exits_follow(int(seen.ref.removeprefix("pid:")), str(job.uid))
+        if seen.status == Status.RUNNING:  # one nobody follows (of a portal before followers)
+            exits().adopt(job_dir(job) / "run", replica.name, replica.attempt, str(job.uid))
         return seen
 
     def stop(self, job, replicas, grace: float) -> None:

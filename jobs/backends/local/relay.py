@@ -42,8 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paddlecloud_core.contract import RELAY_SOURCE_ADDRESS
+from paddlecloud_core.processes import start_of
 
-from .sandbox import Netns, dir_locked, netns_alive, recorded_stop, start_of
+from .sandbox import Netns, dir_locked, netns_alive, recorded_stop
 
 RELAY_PORT = 80
 MAX_CONNECTIONS = 64

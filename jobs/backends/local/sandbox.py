@@ -93,7 +93,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paddlecloud_core.processes import memory_fd
+from paddlecloud_core.processes import memory_fd, start_of
 
 # The host ids of a sandbox's process when the portal runs as root and none are given.
 NOBODY = (65534, 65534)
@@ -442,15 +442,6 @@ def _probe_label() -> str:
     """What names a probe's network holder: its prober (pid and start), so that a holder
     whose prober was killed mid-probe is known as left over (``leftovers_stop``)."""
     return f"probe:{os.getpid()}:{start_of(os.getpid())}"
-
-
-def start_of(pid: int) -> int | None:
-    """A process's start time (clock ticks since boot), None when it is gone (or a zombie)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == "Z" else int(fields[19])
 
 
 # --- a job's network -------------------------------------------------------------------------
