@@ -218,9 +218,9 @@ def outage(deployment, user, service, name: str) -> list[str]:
                         f"{RECOVERY_SECONDS} s of the recovery: {exc}")
     for thread in threads[1:]:
         thread.join(OUTAGE_SECONDS + 90)
-    for name, answer in submits.items():
+    for job_name, answer in submits.items():
         if answer.status != 201:
-            problems.append(f"{name} was never accepted: {answer}")
+            problems.append(f"{job_name} was never accepted: {answer}")
     # Each submitted job ends; the three queue behind the quota, a few seconds each.
     bound = RECOVERY_SECONDS + 3 * START_SECONDS
     try:
