@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from accounts.models import Datacenter
 from kernel.celery import every_worker
+from kernel.errors import outage
 from kernel.queue import JOB_START
 from scheduling.admission import quota_admit, waiting_queues
 from scheduling.budgets import budget_overruns
@@ -80,15 +81,26 @@ def starts_resend() -> None:
     starts.starts_resend()
 
 
-@shared_task(name="jobs.tasks.job_sync", acks_late=True, ignore_result=True)
-def job_sync(job_uid: str) -> None:
+# A sync asked for while the database is away (a replica that ended during the outage) runs
+# again every second, so that its change is recorded within a second of the database's return
+# rather than at the reconciler's next pass; past OUTAGE_RETRIES the reconciler has it.
+OUTAGE_RETRIES = 300
+
+
+@shared_task(name="jobs.tasks.job_sync", acks_late=True, ignore_result=True, bind=True)
+def job_sync(self, job_uid: str) -> None:
     """Look at a job whose replicas changed (``sync``), or that is due."""
-    sync.sync_begins(job_uid)
-    job_id = Job.objects.filter(uid=job_uid).values_list("pk", flat=True).first()
-    if job_id is None:
-        return  # deleted
-    if sync.job_sync_one_at_a_time(job_id):
-        sync.job_sync_when_due(Job.objects.select_related("datacenter").get(pk=job_id))
+    try:
+        sync.sync_begins(job_uid)
+        job_id = Job.objects.filter(uid=job_uid).values_list("pk", flat=True).first()
+        if job_id is None:
+            return  # deleted
+        if sync.job_sync_one_at_a_time(job_id):
+            sync.job_sync_when_due(Job.objects.select_related("datacenter").get(pk=job_id))
+    except Exception as exc:
+        if outage(exc) is None:
+            raise
+        raise self.retry(countdown=1, max_retries=OUTAGE_RETRIES) from exc
 
 
 # A build takes minutes: acknowledged as it starts, so that a broker's redelivery never runs
