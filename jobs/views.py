@@ -15,6 +15,7 @@ from accounts.api import DatacenterAPIView
 from accounts.serializers import ErrorSerializer
 from kernel.api import flag_parameter, query_flag, query_whole
 from kernel.errors import ValidationError
+from paddlecloud_core.logcursor import RULE, log_cursor
 from scheduling.admission import quota_report
 from scheduling.budgets import budget_report
 from scheduling.forecasts import job_predictions
@@ -43,8 +44,7 @@ from .services import job_plan, job_spec_display
 
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409)}
 MAX_TAIL = 100_000
-MAX_LOG_OFFSET = 2**62
-LOG_OFFSET = "Log-Offset"  # the header: where in the log's file an answer begins
+LOG_OFFSET = "Log-Offset"  # the header: where an answer begins (paddlecloud_core.logcursor)
 
 
 class JobCursor(CursorPagination):
@@ -203,18 +203,20 @@ class JobLogsView(DatacenterAPIView):
     @extend_schema(parameters=[
         OpenApiParameter("worker", str, description="e.g. trainer-0 (default), pserver-1"),
         OpenApiParameter("tail", int, description="only the last N lines"),
-        OpenApiParameter("offset", int, description=f"from this byte of the log on (what "
-                         f"{LOG_OFFSET} said, plus the bytes read since): a follower "
-                         "going on after a lost connection"),
+        OpenApiParameter("offset", str, description=f"from there on ({LOG_OFFSET}: what it "
+                         "said, advanced by the bytes read since): a follower going on "
+                         "after a lost connection"),
         flag_parameter("follow", "keep streaming until the worker ends")],
         responses={(200, "text/plain"): OpenApiTypes.STR, **ERRORS},
-        summary="A worker's log (kept after the job ends); header Log-Offset: where in the "
-                "log's file it begins")
+        summary="A worker's log (kept after the job ends); header Log-Offset: where it "
+                "begins (a byte of its file; with a pod's uid for a pod's log as it runs)")
     def get(self, request, name: str):
         job = services.job_get(request.user, self.datacenter, name)
         replica = services.job_worker(job, request.query_params.get("worker"))
         tail = query_whole(request, "tail", 0, MAX_TAIL, None)
-        offset = query_whole(request, "offset", 0, MAX_LOG_OFFSET, None)
+        offset = request.GET.get("offset")
+        if offset is not None and (offset := log_cursor(offset)) is None:
+            raise ValidationError.for_field("offset", RULE)
         start, blocks = log_blocks(job, replica, follow=query_flag(request, "follow"),
                                    tail=tail, offset=offset)
         response = _streaming(blocks)

@@ -27,6 +27,7 @@ from paddlecloud_client.errors import ApiError, NetworkError
 from paddlecloud_client.tokens import FILENAME, TokenCache, token_key
 from paddlecloud_core import __version__
 from paddlecloud_core.errors import causes
+from paddlecloud_core.logcursor import log_cursor
 
 CONNECT_TIMEOUT = 10
 READ_TIMEOUT = 60
@@ -343,9 +344,10 @@ class ApiClient:
         self.call("DELETE", _job_path(name))
 
     def job_logs(self, name: str, *, worker: str | None = None, tail: int | None = None,
-                 follow: bool = False, offset: int | None = None) -> requests.Response:
+                 follow: bool = False, offset: str | None = None) -> requests.Response:
         """A worker's log as a streamed response (close it when done); header ``Log-Offset``:
-        the byte of the log's file it begins at (absent for a pod's log as it runs)."""
+        where it begins (``paddlecloud_core.logcursor``; absent for a tail of a pod's log
+        not followed)."""
         params = {key: value for key, value in
                   {"worker": worker, "tail": tail, "offset": offset,
                    "follow": 1 if follow else None}.items() if value is not None}
@@ -356,16 +358,16 @@ class ApiClient:
                        tail: int | None = None, follow: bool = False) -> Iterator[bytes]:
         """A worker's log, block by block. Followed, it outlives a restart of the portal: a
         connection lost is made again (with backoff, for LOG_RECONNECT_SECONDS at most) and
-        the log goes on from the byte after the last one given, so no line comes twice and
-        none is missed. (A pod's log served as it runs has no offsets: a lost one is an
-        error.)"""
+        the log goes on from the byte after the last one given (of the file, or of the pod's
+        container run: the ``Log-Offset`` cursor), so no line comes twice and none is missed.
+        (An answer without one, from an older portal, cannot go on: a lost one is an error.)"""
         start, given, lost = None, 0, None
         delay = LOG_RECONNECT_BACKOFF[0]
         while True:
             try:
-                response = self.job_logs(
-                    name, worker=worker, follow=follow,
-                    **({"tail": tail} if start is None else {"offset": start + given}))
+                where = {"tail": tail} if start is None else \
+                    {"offset": str(start.advanced(given))}
+                response = self.job_logs(name, worker=worker, follow=follow, **where)
             except (NetworkError, ApiError) as exc:
                 if lost is None or not _transient(exc):
                     raise
@@ -373,15 +375,14 @@ class ApiClient:
             else:
                 try:
                     if start is None:
-                        offset = response.headers.get("Log-Offset", "")
-                        start = int(offset) if offset.isdigit() else -1
+                        start = log_cursor(response.headers.get("Log-Offset", "")) or False
                     for block in self.iter_content(response):
                         given += len(block)
                         lost = None
                         yield block
                     return
                 except NetworkError as exc:
-                    if not follow or start < 0:
+                    if not follow or not start:
                         raise
                     error = exc
                 finally:

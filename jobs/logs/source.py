@@ -17,6 +17,9 @@ from collections.abc import AsyncIterator
 from asgiref.sync import sync_to_async
 from django.db import connection
 
+from kernel.errors import ConflictError
+from paddlecloud_core.logcursor import LogCursor
+
 from ..backends import backend_for
 from ..files import build_log_file, log_file
 from ..models import worker_ended
@@ -25,22 +28,31 @@ from .lines import tail_offset
 
 
 def log_blocks(job, worker, *, follow: bool = False, tail: int | None = None,
-               offset: int | None = None) -> tuple[int | None, AsyncIterator[bytes]]:
+               offset: LogCursor | None = None
+               ) -> tuple[LogCursor | None, AsyncIterator[bytes]]:
     """The worker's log (a replica, or the job's ``Build``): its last ``tail`` lines, or from
-    byte ``offset`` on, or all of it, and with ``follow`` what it writes until it ends; and
-    the byte offset in its file where that begins (None for a log served from where it runs,
-    which has no offsets). A follower that lost its connection asks again from the offset it
-    had read to. A link or a FIFO where its file should be is refused here
-    (``PaddleCloudError``), before anything is sent."""
+    ``offset`` on, or all of it, and with ``follow`` what it writes until it ends; and where
+    that begins (``paddlecloud_core.logcursor``: a byte of its file, or of a pod's container
+    run for a log served from where it runs; None where that cannot be said). A follower that
+    lost its connection asks again from where it had read to. A link or a FIFO where its file
+    should be is refused here (``PaddleCloudError``), before anything is sent."""
     live = backend_for(job.datacenter).log_stream(job, worker, follow=follow, tail=tail,
-                                                  ended=lambda: _ended_here(worker))
+                                                  ended=lambda: _ended_here(worker),
+                                                  at=offset)
     if live is not None:
-        return None, stream.from_sync(live)
+        start, chunks = live
+        return start, stream.from_sync(chunks)
+    if offset is not None and offset.pod is not None:
+        raise ConflictError.for_field(
+            "offset", "the pod whose log was followed is gone: its whole log is kept in the "
+            "job's output (ask for the log again, without offset)", code="log_gone")
     file = log_file(job, worker)
     file.size()
     if offset is None:
-        offset = tail_offset(file, tail) if tail is not None else 0
-    return offset, stream.blocks(file, offset, _ended(worker) if follow else None)
+        start = tail_offset(file, tail) if tail is not None else 0
+    else:
+        start = offset.offset
+    return LogCursor(start), stream.blocks(file, start, _ended(worker) if follow else None)
 
 
 def build_log_blocks(build, *, follow: bool = False) -> AsyncIterator[bytes]:

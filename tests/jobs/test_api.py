@@ -358,6 +358,17 @@ def test_a_two_trainer_job_runs_and_keeps_its_logs(token_client, submit, pfs_hom
     assert "'nope'" in body["message"] and "trainer-0, trainer-1" in body["message"]
     assert_error(token_client.get(job_url("fit-a-line", "logs"), {"tail": "abc"}),
                  400, "invalid", field="tail")
+    # Where an answer begins (Log-Offset), and from there on (offset=): a byte of the file.
+    assert tail["Log-Offset"] == str(len(expected) - len("trainer 1 line 3\ntrainer 1 line 4\n"))
+    part = token_client.get(job_url("fit-a-line", "logs"), {"worker": "trainer-1",
+                                                            "offset": "17"})
+    assert (part["Log-Offset"], streamed(part).decode()) == ("17", expected[17:])
+    for bad in ("-1", "x", "17:", "17:uid", str(2**63)):
+        assert_error(token_client.get(job_url("fit-a-line", "logs"), {"offset": bad}),
+                     400, "invalid", field="offset")
+    # A cursor naming a pod (no pod ever ran this job's log): nothing to go on from.
+    assert_error(token_client.get(job_url("fit-a-line", "logs"), {"offset": "17:ab-12:0"}),
+                 409, "log_gone", field="offset")
 
     # The seeds' layout in the owner's PFS home, kept after the job ended.
     log = pfs_home / "jobs" / "fit-a-line" / "output" / "node_1" / "train.log"

@@ -58,8 +58,8 @@ class FakeKubernetesDriver(Driver):
         return {}
 
     def log(self, job, replica) -> str:
-        stream = backend_for(job.datacenter).log_stream(job, replica, follow=False, tail=None)
-        return b"".join(stream).decode() if stream is not None else ""
+        live = backend_for(job.datacenter).log_stream(job, replica, follow=False, tail=None)
+        return b"".join(live[1]).decode() if live is not None else ""
 
 
 @pytest.fixture(params=BACKENDS)

@@ -1,23 +1,31 @@
 """paddlectl through the portal's outages: a submission whose answer was lost, or that met the
 database down, is sent again with its Idempotency-Key and makes one job; ``logs -f`` goes on
-after the portal restarts, from the line after the last one it printed."""
+after the portal restarts, from the line after the last one it printed (a log file's, and a
+running pod's log served by the cluster)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
 
+from jobs import engine
+from jobs.backends import backend_for
 from jobs.models import Job, Replica
 from jobs.states import JobState, ReplicaState
-from tests.factories import job_row
+from tests.factories import job_row, submit_job
 from tests.jobs.files import log_path
+from tests.k8s_api_server import fixtures
+from tests.kube import on_kubernetes, portal_kubeconfig
 from tests.outages import TcpProxy
 from tests.polling import wait
 
 from .conftest import datacenter_entry
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+k8s_api = fixtures.k8s_api  # the fake API server, a fixture
 
 SUBMIT = ("submit", "-jobname", "fit", "-entry", "python train.py")
 
@@ -58,6 +66,23 @@ def test_a_submission_waits_out_a_database_outage(portal_process, database_proxy
     assert Job.objects.filter(name="fit").count() == 1
 
 
+@contextlib.contextmanager
+def logs_followed(cli):
+    """``paddlectl logs fit -f`` in the background: the process, and the lines it has printed
+    (a list that grows); it is ended on leaving, if it has not."""
+    following = cli.start("logs", "fit", "-f")
+    printed: list[str] = []
+    reader = threading.Thread(target=lambda: printed.extend(following.stdout), daemon=True)
+    reader.start()
+    try:
+        yield following, printed
+    finally:
+        if following.poll() is None:
+            following.kill()
+        following.wait(10)
+        reader.join(10)
+
+
 def test_logs_follow_goes_on_after_the_portal_restarts(portal_process, cli, alice,
                                                        datacenter):
     job = job_row(alice, datacenter, "fit", state=JobState.RUNNING,
@@ -73,11 +98,7 @@ def test_logs_follow_goes_on_after_the_portal_restarts(portal_process, cli, alic
     portal = portal_process()
     cli.write_config([datacenter_entry(endpoint=portal.url)])
     write("line 1\nline 2\n")
-    following = cli.start("logs", "fit", "-f")
-    printed: list[str] = []
-    reader = threading.Thread(target=lambda: printed.extend(following.stdout), daemon=True)
-    reader.start()
-    try:
+    with logs_followed(cli) as (following, printed):
         wait(lambda: "trainer-0 | line 2\n" in printed, message=lambda: str(printed))
         write("line 3\nthe start of ")  # a line half written when the portal goes
         wait(lambda: "trainer-0 | line 3\n" in printed, message=lambda: str(printed))
@@ -89,11 +110,38 @@ def test_logs_follow_goes_on_after_the_portal_restarts(portal_process, cli, alic
              message=lambda: str(printed))
         Replica.objects.filter(pk=replica.pk).update(state=ReplicaState.SUCCEEDED)
         following.wait(30)
-    finally:
-        if following.poll() is None:
-            following.kill()
-        following.wait(10)
-        reader.join(10)
     assert following.returncode == 0, following.stderr.read()
     assert printed == ["trainer-0 | line 1\n", "trainer-0 | line 2\n", "trainer-0 | line 3\n",
                        "trainer-0 | the start of line 4\n", "trainer-0 | line 5\n"]
+
+
+def test_logs_follow_of_a_running_pod_goes_on_after_the_portal_restarts(
+        portal_process, cli, alice, datacenter, package, k8s_api, settings, held_tasks):
+    with on_kubernetes(datacenter, settings, portal_kubeconfig(k8s_api),
+                       {"hostPath": {"path": "/mnt/pfs"}}):
+        job = submit_job(alice, datacenter)
+        engine.job_launch(job.pk)
+        backend = backend_for(datacenter)
+        pod = wait(lambda: next((p["metadata"] for p in backend._pods(job)
+                                 if p.get("status", {}).get("phase") == "Running"), None),
+                   message="the trainer's pod to run")
+
+        def write(*lines: str) -> None:
+            k8s_api.controller.append_log(pod["namespace"], pod["name"], list(lines),
+                                          container="trainer")
+
+        portal = portal_process()
+        cli.write_config([datacenter_entry(endpoint=portal.url)])
+        write("line 1", "line 2")
+        with logs_followed(cli) as (following, printed):
+            wait(lambda: "trainer-0 | line 2\n" in printed, message=lambda: str(printed))
+            portal.stop(kill=True)
+            write("line 3")
+            portal.start()
+            write("line 4")
+            wait(lambda: "trainer-0 | line 4\n" in printed, timeout=60,
+                 message=lambda: str(printed))
+            k8s_api.controller.terminate_container(pod["namespace"], pod["name"])
+            following.wait(30)
+        assert following.returncode == 0, following.stderr.read()
+        assert printed == [f"trainer-0 | line {i}\n" for i in (1, 2, 3, 4)]

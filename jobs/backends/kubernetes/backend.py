@@ -23,6 +23,7 @@ Indexed Job (trainers) in the owner's namespace, all owned by one root ConfigMap
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import logging
@@ -39,6 +40,7 @@ from paddlecloud_core.contract import (
     trainers_elastic,
     trainers_restart_together,
 )
+from paddlecloud_core.logcursor import LogCursor
 
 from ...files import home_remove
 from ..base import Backend, BackendError, Capacity, Observation, Status, records
@@ -434,36 +436,50 @@ class KubernetesBackend(Backend):
 
     # -- logs -------------------------------------------------------------------------------
 
-    def log_stream(self, job, replica, *, follow: bool, tail: int | None, ended=None):
-        """The current pod's log while it exists (following it), else None: the archive (and
-        for a build: its log, which the worker fills from the builder's pod)."""
-        if replica.role == "build":
+    def log_stream(self, job, replica, *, follow: bool, tail: int | None, ended=None,
+                   at: LogCursor | None = None):
+        """The current pod's log while it exists (following it), from ``at`` when that names
+        a run of one of the replica's pods, and where it begins (a ``LogCursor``: the byte of
+        that pod's container run, None for a tail not followed); else None: the archive (and
+        for a build: its log, which the worker fills from the builder's pod). A cursor naming
+        a run the cluster no longer has answers None too; one of a file (no pod), None."""
+        if replica.role == "build" or (at is not None and at.pod is None):
             return None
         try:
             mine = observe.replica_pods(self._pods(job), replica)
         except KubeError:
             return None
+        previous = False
+        if at is not None:  # that pod's run, to its end if it has ended since
+            latest = bool(mine) and mine[-1]["metadata"].get("uid") == at.pod
+            mine = [p for p in mine if p["metadata"].get("uid") == at.pod]
+            runs = _restarts(mine[0], replica.role) - at.restarts if mine else -1
+            if runs not in (0, 1):
+                return None
+            previous, follow = runs == 1, follow and runs == 0 and latest
         if not mine:
             return None
         pod = mine[-1]["metadata"]
         kube = kube_for(job.datacenter)
+        restarts = at.restarts if at is not None else _restarts(mine[-1], replica.role)
 
-        def read(follow: bool):
+        def read(follow: bool, tail_lines: int | None = None):
             return kube.pod_log(pod["namespace"], pod["name"], container=replica.role,
-                                follow=follow, tail_lines=tail)
+                                follow=follow, tail_lines=tail_lines, previous=previous)
 
-        if not follow:  # streamed as it comes, never read whole
-            chunks = read(False)
-            try:
-                first = next(chunks, b"")
-            except KubeError as exc:
-                if exc.status == 404:  # the pod went meanwhile: its log is in the archive
-                    return None
-                if exc.status != 400:  # 400: its container is still being created
-                    raise
-                return iter([b""])
-            return itertools.chain([first], chunks)
-        return self._follow(read, ended or (lambda: True))
+        if at is None and tail is not None and not follow:
+            return None, _read(lambda: read(False, tail)) or iter([])
+        if at is not None:
+            offset = at.offset
+        elif tail is not None:  # followed: where its last lines begin, to go on from there
+            offset = _tail_start(_read(lambda: read(False)) or iter([]), tail)
+        else:
+            offset = 0
+        chunks = self._follow(read, ended or (lambda: True)) if follow else \
+            _read(lambda: read(False))
+        if chunks is None:  # the pod went meanwhile: its log is in the archive
+            return None
+        return LogCursor(offset, pod.get("uid"), restarts), _from_byte(chunks, offset)
 
     def _follow(self, read, ended):
         """Follow the pod's log. Until its container has started (the log answers 400, or
@@ -538,3 +554,52 @@ class KubernetesBackend(Backend):
     def pull_secret_delete(self, datacenter, owner, name: str) -> None:
         namespace = job_namespace(datacenter, owner.username)
         kube_for(datacenter).delete("Secret", namespace, pull_secret_name(name))
+
+
+def _restarts(pod: dict, container: str) -> int:
+    """How often the pod's ``container`` has restarted: which run of it its log is."""
+    for entry in (pod.get("status") or {}).get("containerStatuses") or []:
+        if entry.get("name") == container:
+            return entry.get("restartCount") or 0
+    return 0
+
+
+def _from_byte(chunks, skip: int):
+    """``chunks`` from byte ``skip`` on."""
+    for chunk in chunks:
+        if skip >= len(chunk):
+            skip -= len(chunk)
+            continue
+        yield chunk[skip:]
+        skip = 0
+
+
+def _read(read):
+    """A log read once, streamed as it comes (never read whole): empty while its container is
+    being created; None once its pod is gone."""
+    chunks = read()
+    try:
+        first = next(chunks, b"")
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        if exc.status != 400:  # 400: its container is still being created
+            raise
+        return iter([b""])
+    return itertools.chain([first], chunks)
+
+
+def _tail_start(chunks, tail: int) -> int:
+    """The byte where the last ``tail`` lines of ``chunks`` begin."""
+    size, starts = 0, collections.deque([0], maxlen=tail + 1)
+    for chunk in chunks:
+        at = chunk.find(b"\n")
+        while at >= 0:
+            starts.append(size + at + 1)
+            at = chunk.find(b"\n", at + 1)
+        size += len(chunk)
+    if starts and starts[-1] == size:
+        starts.pop()  # no line begins at the end
+    if tail == 0:
+        return size
+    return starts[-tail] if len(starts) >= tail else 0

@@ -323,11 +323,13 @@ class Kube:
     # -- pods -------------------------------------------------------------------------------
 
     def pod_log(self, namespace: str, name: str, *, container: str | None = None,
-                follow: bool = False, tail_lines: int | None = None) -> Iterator[bytes]:
-        """A pod's log, in chunks as they come (following until the container ends)."""
+                follow: bool = False, tail_lines: int | None = None,
+                previous: bool = False) -> Iterator[bytes]:
+        """A pod's log, in chunks as they come (following until the container ends); with
+        ``previous``, its container's run before the current one."""
         path = self.path("Pod", namespace, name) + "/log"
         query = {"container": container, "follow": "true" if follow else None,
-                 "tailLines": tail_lines}
+                 "tailLines": tail_lines, "previous": "true" if previous else None}
         response = self.request("GET", path, query=query, stream=True,
                                 read_timeout=3600 if follow else None)
         try:

@@ -647,13 +647,13 @@ def test_logs_of_a_pod_still_being_created_wait_for_it(kube, alice, datacenter, 
     backend = backend_for(datacenter)
     replica = job.replicas.get()
     wait(lambda: backend._pods(job), message="the pod")
-    assert b"".join(backend.log_stream(job, replica, follow=False, tail=None)) == b""
+    assert b"".join(backend.log_stream(job, replica, follow=False, tail=None)[1]) == b""
     chunks, errors = [], []
 
     def follow():
         try:
             chunks.extend(backend.log_stream(job, replica, follow=True, tail=None,
-                                             ended=lambda: replica_ended_now(replica)))
+                                             ended=lambda: replica_ended_now(replica))[1])
         except Exception as exc:  # shown by the assertion below
             errors.append(exc)
 
@@ -663,3 +663,60 @@ def test_logs_of_a_pod_still_being_created_wait_for_it(kube, alice, datacenter, 
     kube.controller.release_pods()
     reader.join(20)
     assert (b"".join(chunks), errors) == (b"first\nsecond\n", [])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_pods_log_goes_on_from_its_cursor_in_that_pod(kube, alice, datacenter,
+                                                                package, held_starts):
+    """The cursor of a pod's log served live names the pod: it goes on in that pod's log
+    (to its end, once a newer pod has replaced it), and is refused once that pod is gone."""
+    from kubernetes import client
+
+    from jobs.logs.source import log_blocks
+    from kernel.errors import ConflictError
+    from paddlecloud_core.logcursor import LogCursor
+
+    job = submit_job(alice, datacenter)
+    engine.job_launch(job.pk)
+    backend, replica = backend_for(datacenter), job.replicas.get()
+    first = wait(lambda: next((p for p in backend._pods(job)
+                               if p.get("status", {}).get("phase") == "Running"), None),
+                 message="the trainer's pod to run")["metadata"]
+    kube.controller.append_log(NS, first["name"], ["one", "two"], container="trainer")
+
+    def read(**asked) -> tuple[LogCursor | None, bytes]:
+        start, chunks = backend.log_stream(job, replica, follow=False, tail=None, **asked)
+        return start, b"".join(chunks)
+
+    assert read() == (LogCursor(0, first["uid"], 0), b"one\ntwo\n")
+    assert read(at=LogCursor(4, first["uid"], 0)) == (LogCursor(4, first["uid"], 0), b"two\n")
+    # Followed from its last line: the cursor says where that line begins in the pod's log.
+    start, chunks = backend.log_stream(job, replica, follow=True, tail=1,
+                                       ended=lambda: replica_ended_now(replica))
+    chunks.close()
+    assert start == LogCursor(4, first["uid"], 0)
+
+    # A newer pod of the replica: the first one's cursor still reads the rest of its log.
+    kube.controller.terminate_container(NS, first["name"], exit_code=1)
+    pod = kube.get("pods", NS, first["name"])
+    core = client.CoreV1Api(kube.api_client())
+    core.create_namespaced_pod(NS, {
+        "metadata": {"name": first["name"] + "-again", "labels": pod["metadata"]["labels"],
+                     "annotations": pod["metadata"].get("annotations", {})},
+        "spec": {key: value for key, value in pod["spec"].items() if key != "nodeName"}})
+    second = wait(lambda: next((p["metadata"] for p in backend._pods(job)
+                                if p["metadata"]["uid"] != first["uid"]
+                                and p.get("status", {}).get("phase") == "Running"), None),
+                  message="the second pod to run")
+    kube.controller.append_log(NS, second["name"], ["three"], container="trainer")
+    assert read(at=LogCursor(4, first["uid"], 0)) == (LogCursor(4, first["uid"], 0), b"two\n")
+    assert read() == (LogCursor(0, second["uid"], 0), b"three\n")
+
+    # Gone (its log kept in the job's output, where its bytes are not where they were in the
+    # pod's): refused, not guessed at.
+    core.delete_namespaced_pod(first["name"], NS, grace_period_seconds=0)
+    wait(lambda: all(p["metadata"]["uid"] != first["uid"] for p in backend._pods(job)),
+         message="the first pod to go")
+    with pytest.raises(ConflictError) as refused:
+        log_blocks(job, replica, follow=True, offset=LogCursor(4, first["uid"], 0))
+    assert (refused.value.code, list(refused.value.fields)) == ("log_gone", ["offset"])
