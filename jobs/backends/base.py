@@ -116,9 +116,10 @@ class Backend(abc.ABC):
 
     def log_stream(self, job, replica, *, follow: bool, tail: int | None,
                    ended: Callable[[], bool] | None = None, at=None):
-        """The replica's log from where it runs (an iterator of bytes) and where it begins
-        (a ``paddlecloud_core.logcursor.LogCursor`` naming the run, None if it cannot be
-        said), from ``at`` (a cursor such an answer gave, advanced); or None when it is read
+        """The replica's log from where it runs, as (where it begins: a
+        ``paddlecloud_core.logcursor.LogCursor`` naming the run, None if it cannot be said;
+        an iterator of bytes), from ``at`` (a cursor such an answer gave, advanced); or None
+        when it is read
         from its file in the output (``jobs.files.log_file``: the local backend; pods that
         are gone; a cursor naming a run the backend no longer has). ``ended()`` says whether
         the replica has ended, for a log followed before it has begun (None: as if it had)."""

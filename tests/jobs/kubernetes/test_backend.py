@@ -669,13 +669,15 @@ def test_logs_of_a_pod_still_being_created_wait_for_it(kube, alice, datacenter, 
 def test_a_running_pods_log_goes_on_from_its_cursor_in_that_pod(kube, alice, datacenter,
                                                                 package, held_starts):
     """The cursor of a pod's log served live names the pod: it goes on in that pod's log
-    (to its end, once a newer pod has replaced it), and is refused once that pod is gone."""
+    (to its end, once a newer pod or run has replaced it), and is refused once that pod is
+    gone."""
     from kubernetes import client
 
     from jobs.logs.source import log_blocks
     from kernel.errors import ConflictError
     from paddlecloud_core.logcursor import LogCursor
 
+    kube.settings.crash_backoff_seconds = 0.0
     job = submit_job(alice, datacenter)
     engine.job_launch(job.pk)
     backend, replica = backend_for(datacenter), job.replicas.get()
@@ -703,7 +705,8 @@ def test_a_running_pods_log_goes_on_from_its_cursor_in_that_pod(kube, alice, dat
     core.create_namespaced_pod(NS, {
         "metadata": {"name": first["name"] + "-again", "labels": pod["metadata"]["labels"],
                      "annotations": pod["metadata"].get("annotations", {})},
-        "spec": {key: value for key, value in pod["spec"].items() if key != "nodeName"}})
+        "spec": {**{key: value for key, value in pod["spec"].items() if key != "nodeName"},
+                 "restartPolicy": "OnFailure"}})  # as a pserver's: its container restarts
     second = wait(lambda: next((p["metadata"] for p in backend._pods(job)
                                 if p["metadata"]["uid"] != first["uid"]
                                 and p.get("status", {}).get("phase") == "Running"), None),
@@ -711,6 +714,18 @@ def test_a_running_pods_log_goes_on_from_its_cursor_in_that_pod(kube, alice, dat
     kube.controller.append_log(NS, second["name"], ["three"], container="trainer")
     assert read(at=LogCursor(4, first["uid"], 0)) == (LogCursor(4, first["uid"], 0), b"two\n")
     assert read() == (LogCursor(0, second["uid"], 0), b"three\n")
+
+    # Its container restarted (a new run, whose log begins at 0): the run before is read from
+    # the old cursor, to its end; a new request names the new run.
+    kube.controller.terminate_container(NS, second["name"], exit_code=1)
+    wait(lambda: any(p["metadata"]["uid"] == second["uid"] and "running" in
+                     p["status"]["containerStatuses"][0]["state"] and
+                     p["status"]["containerStatuses"][0]["restartCount"] == 1
+                     for p in backend._pods(job)), message="the second pod's restart")
+    kube.controller.append_log(NS, second["name"], ["four"], container="trainer")
+    assert read(at=LogCursor(2, second["uid"], 0)) == (LogCursor(2, second["uid"], 0),
+                                                       b"ree\n")
+    assert read() == (LogCursor(0, second["uid"], 1), b"four\n")
 
     # Gone (its log kept in the job's output, where its bytes are not where they were in the
     # pod's): refused, not guessed at.
