@@ -119,10 +119,10 @@ class Backend(abc.ABC):
         """The replica's log from where it runs, as (where it begins: a
         ``paddlecloud_core.logcursor.LogCursor`` naming the run, None if it cannot be said;
         an iterator of bytes), from ``at`` (a cursor such an answer gave, advanced); or None
-        when it is read
-        from its file in the output (``jobs.files.log_file``: the local backend; pods that
-        are gone; a cursor naming a run the backend no longer has). ``ended()`` says whether
-        the replica has ended, for a log followed before it has begun (None: as if it had)."""
+        when it is read from its file in the output (``jobs.files.log_file``: the local
+        backend; pods that are gone; a cursor naming a run the backend no longer has).
+        ``ended()`` says whether the replica has ended, for a log followed before it has begun
+        (None: as if it had)."""
         return None
 
     @abc.abstractmethod
