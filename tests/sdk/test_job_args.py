@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from paddlecloud_client.api import ApiClient
 from paddlecloud_sdk import CephFSVolume, PaddleJob, dist_train
 from paddlecloud_sdk.errors import (
     ApiError,
@@ -299,26 +300,33 @@ def test_dist_train_needs_a_trainer():
 # -- logs over a connection that breaks ------------------------------------------------------
 
 class Response:
-    def __enter__(self):
-        return self
+    def __init__(self, offset: str | None):
+        self.headers = {} if offset is None else {"Log-Offset": offset}
 
-    def __exit__(self, *exc):
-        return False
+    def close(self):
+        pass
 
 
-class BreakingClient:
-    """Answers log requests with the given streams; an exception in a stream breaks it."""
+class BreakingClient(ApiClient):
+    """The SDK's client (``ApiClient.job_log_blocks``, what ``PaddleJob.logs`` reads) over a
+    connection that breaks: each request answers the next stream, an exception in a stream
+    breaks it; ``offsets`` are the ``Log-Offset`` headers of the answers."""
 
-    def __init__(self, *streams):
+    def __init__(self, *streams, offsets=("0",)):  # no portal: only the log's transport
         self.streams, self.requests = list(streams), []
+        self.offsets = list(offsets)
 
-    def job_logs(self, name, *, worker, tail, follow):
-        params = {"worker": worker, "tail": tail}
+    def job_logs(self, name, *, worker=None, tail=None, follow=False, offset=None):
+        params = {"worker": worker, "tail": tail, "offset": offset}
         self.requests.append((name, {k: v for k, v in params.items() if v is not None}, follow))
-        return Response()
+        stream = self.streams.pop(0)
+        if isinstance(stream, Exception):
+            raise stream
+        self._stream = stream
+        return Response(self.offsets.pop(0) if self.offsets else None)
 
     def iter_content(self, response):
-        for block in self.streams.pop(0):
+        for block in self._stream:
             if isinstance(block, Exception):
                 raise block
             yield block
@@ -330,26 +338,26 @@ def with_client(client) -> PaddleJob:
     return paddle_job
 
 
-def test_following_logs_goes_on_after_a_lost_connection(monkeypatch):
-    monkeypatch.setattr("paddlecloud_sdk.job.LOG_RECONNECT_PAUSE", 0)
+def test_following_logs_goes_on_from_the_byte_after_the_last_one_given(monkeypatch):
+    monkeypatch.setattr("paddlecloud_client.api.LOG_RECONNECT_BACKOFF", (0, 0))
     lost = NetworkError("connection lost while receiving")
     client = BreakingClient([b"one\ntw", "é".encode()[:1], lost],
                             ["é".encode()[1:], b"o\nthree"])
     lines = list(with_client(client).logs(worker="trainer-1", follow=True))
-    assert lines == ["one", "twéo", "three"]
+    assert lines == ["one", "twéo", "three"]  # no line twice, the half-written one whole
     assert client.requests == [
         ("fit-a-line", {"worker": "trainer-1"}, True),
-        ("fit-a-line", {"worker": "trainer-1", "tail": 0}, True)]
+        ("fit-a-line", {"worker": "trainer-1", "offset": "7"}, True)]
 
 
-def test_following_logs_gives_up_after_lost_connections_without_a_byte(monkeypatch):
-    monkeypatch.setattr("paddlecloud_sdk.job.LOG_RECONNECT_PAUSE", 0)
-    lost = NetworkError("connection refused")
-    client = BreakingClient([lost], [lost], [lost], [b"never"])
-    with pytest.raises(NetworkError):
+def test_following_logs_gives_up_once_the_portal_stays_away(monkeypatch):
+    monkeypatch.setattr("paddlecloud_client.api.LOG_RECONNECT_BACKOFF", (0, 0))
+    monkeypatch.setattr("paddlecloud_client.api.LOG_RECONNECT_SECONDS", 0.2)
+    refused = NetworkError("connection refused")
+    client = BreakingClient([b"a\n", NetworkError("lost")], *[refused] * 10_000)
+    with pytest.raises(NetworkError, match="asked for again"):
         list(with_client(client).logs(follow=True))
-    assert len(client.requests) == 3
-    assert all("tail" not in params for _, params, _ in client.requests)  # from the start
+    assert all(params.get("offset") == "2" for _, params, _ in client.requests[1:])
 
 
 def test_logs_without_follow_do_not_retry():
