@@ -190,13 +190,14 @@ def jobs_reconcile() -> dict[str, int] | None:
         return _reconcile() if held else None
 
 
-@every_worker(RECONCILE_SECONDS)
+@every_worker(1)
 def reconcile_when_due() -> None:
     """The reconciler's schedule, kept by every worker rather than by beat alone (a process
-    that may be down): each looks every RECONCILE_SECONDS, and the first to find that no run
-    began in the last RECONCILE_SECONDS - 1 runs it (in this thread: not behind queued work),
-    so it runs every RECONCILE_SECONDS while any worker lives."""
-    if cache.add(RECONCILE_DUE, 1, RECONCILE_SECONDS - 1):
+    that may be down): each looks every second, and the first to find that no run began in
+    the last RECONCILE_SECONDS runs it (in this thread: not behind queued work), so it runs
+    every RECONCILE_SECONDS (a second late at most) while any worker lives, whichever worker
+    ran it last and even if that one was killed."""
+    if cache.add(RECONCILE_DUE, 1, RECONCILE_SECONDS):
         jobs_reconcile()
 
 

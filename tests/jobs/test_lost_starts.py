@@ -192,4 +192,14 @@ def test_the_workers_run_the_reconciler_without_beat_one_run_at_a_time(workers):
         assert end <= after, runs  # one at a time
         assert after - start <= RECONCILE_SECONDS + 1, runs
     assert time.time() - runs[-1][0] <= RECONCILE_SECONDS + 1, runs
+    # The worker that ran it last killed: the other keeps the schedule, not a run late.
+    last = next(w for w in both if [float(s) for s, _ in w.lines("reconcile")][-1:] ==
+                [runs[-1][0]])
+    last.kill()
+    survivor = next(w for w in both if w is not last)
+    wait(lambda: any(float(start) > runs[-1][0] for start, _ in survivor.lines("reconcile")),
+         2 * RECONCILE_SECONDS, "the surviving worker never ran the reconciler")
+    after = min(float(start) for start, _ in survivor.lines("reconcile")
+                if float(start) > runs[-1][0])
+    assert after - runs[-1][0] <= RECONCILE_SECONDS + 1.5, (runs[-1], after)
 
