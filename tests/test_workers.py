@@ -31,7 +31,10 @@ def run_suite(tmp_path: Path, tests: str, conftest: str = "") -> subprocess.Comp
     """``tests`` as a suite of its own on two workers, with the plugin as ./dev test loads it."""
     (tmp_path / "test_it.py").write_text(textwrap.dedent(tests))
     (tmp_path / "conftest.py").write_text(textwrap.dedent(conftest))
-    env = {**os.environ, "REDIS_URL": "redis://127.0.0.1:6379/15", "PYTHONPATH": str(ROOT)}
+    # Not a worker's: when this test runs on one, the inner run is a controller of its own.
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("PYTEST_XDIST_")}
+    env.update(REDIS_URL="redis://127.0.0.1:6379/15", PYTHONPATH=str(ROOT))
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(tmp_path),
          "-p", "tests.workers", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",

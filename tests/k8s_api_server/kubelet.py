@@ -64,6 +64,7 @@ class _Run:
 @dataclass
 class _PodRuntime:
     scheduled_at: float
+    metadata: dict  # the pod's, as scheduled (what its logs are kept under once it is gone)
     pull_failed_at: float | None = None
     runs: dict[str, _Run] = field(default_factory=dict)  # running containers
     restart_at: dict[str, float] = field(default_factory=dict)  # containers in back-off
@@ -88,8 +89,7 @@ class Kubelet:
                 self.api.store.write(resources.PODS.key, pod)
         alive = self.api.store.uids(resources.PODS.key)
         for uid in [u for u in self._runtimes if u not in alive]:
-            del self._runtimes[uid]
-            self.logs.forget(uid)
+            self.logs.forget(uid, self._runtimes.pop(uid).metadata)
 
     def _sync_pod(self, pod: dict) -> bool:
         """Advance one pod; False when it was removed instead."""
@@ -209,7 +209,8 @@ class Kubelet:
         status["containerStatuses"] = [_waiting_status(c, "PodInitializing" if inits
                                                        else "ContainerCreating")
                                        for c in pod["spec"]["containers"]]
-        self._runtimes[pod["metadata"]["uid"]] = _PodRuntime(time.monotonic())
+        self._runtimes[pod["metadata"]["uid"]] = _PodRuntime(time.monotonic(),
+                                                               json_copy(pod["metadata"]))
 
     # --- starting ------------------------------------------------------------------------
 

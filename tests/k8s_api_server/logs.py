@@ -22,6 +22,9 @@ class LogStore:
     def __init__(self, store):
         self.store = store
         self._logs: dict[tuple[str, str], ContainerLog] = {}
+        # What pods that are gone printed, with their metadata: a real pod of the portal's
+        # leaves its log in the job's output, a scripted one only here (``gone``).
+        self._gone: list[tuple[dict, str, list[tuple[float, str]]]] = []
 
     def append(self, pod_uid: str, container: str, lines: list[str]) -> None:
         with self.store.lock:
@@ -42,10 +45,21 @@ class LogStore:
             log = self._logs.get((pod_uid, container), ContainerLog())
             return list(log.previous if previous else log.current)
 
-    def forget(self, pod_uid: str) -> None:
+    def forget(self, pod_uid: str, metadata: dict | None = None) -> None:
+        """The pod is gone: the API serves its logs no more. With its ``metadata``, what it
+        printed is kept for ``gone``."""
         with self.store.lock:
             for key in [k for k in self._logs if k[0] == pod_uid]:
+                if metadata is not None:
+                    self._gone.append((metadata, key[1], self._logs[key].current))
                 del self._logs[key]
+
+    def gone(self, container: str) -> list[dict]:
+        """Pods that are gone, oldest first, as ``{"metadata": …, "log": …}``: ``log`` what
+        their ``container`` printed in its last run."""
+        with self.store.lock:
+            return [{"metadata": meta, "log": "".join(f"{line}\n" for _, line in lines)}
+                    for meta, name, lines in self._gone if name == container]
 
 
 def container_state(pod: dict, container: str) -> dict | None:
