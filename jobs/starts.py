@@ -34,7 +34,6 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -172,11 +171,12 @@ class _Renewer:
     """The thread of a process that renews its holds while it has any, then ends (closing its
     database connection). A ``run:`` hold is renewed until its run releases it; a ``recv:``
     one while its message waits in the worker (a message the worker dropped, its connection
-    to the broker lost, is not held)."""
+    to the broker lost, is not held). ``stop`` ends it at once (a worker stopping)."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
+        self.stopping = threading.Event()
         self.asked = False  # a hold was taken since the thread last looked
         self.received: dict[int, Callable[[], bool]] = {}
 
@@ -186,9 +186,20 @@ class _Renewer:
             if received is not None:
                 self.received[received] = waiting
             if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._run, name="job-start-holds",
-                                               daemon=True)
+                self.stopping = threading.Event()  # the stopped thread keeps the old one
+                self.thread = threading.Thread(target=self._run, args=(self.stopping,),
+                                               name="job-start-holds", daemon=True)
                 self.thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """No hold of this process is renewed from now: they run out within
+        ``LEASE_SECONDS`` unless one is taken again."""
+        with self.lock:
+            thread, self.thread = self.thread, None
+            self.stopping.set()
+            self.received.clear()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
 
     def _waiting(self) -> list[int]:
         with self.lock:
@@ -197,10 +208,9 @@ class _Renewer:
                     del self.received[job_id]
             return list(self.received)
 
-    def _run(self) -> None:
+    def _run(self, stopping: threading.Event) -> None:
         try:
-            while True:
-                time.sleep(RENEW_SECONDS)
+            while not stopping.wait(RENEW_SECONDS):
                 with self.lock:
                     asked, self.asked = self.asked, False
                 me = _me()
@@ -216,11 +226,16 @@ class _Renewer:
                     held = 1  # try again
                 if not held and not asked:
                     with self.lock:
-                        if not self.asked:  # none taken since: done
-                            self.thread = None
+                        if not self.asked and self.thread is threading.current_thread():
+                            self.thread = None  # none taken since: done
                             return
         finally:
             connection.close()
 
 
 _renewer = _Renewer()
+
+
+def holds_stop() -> None:
+    """This process renews its holds no more (its worker stops): ``_Renewer.stop``."""
+    _renewer.stop()

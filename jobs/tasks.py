@@ -9,7 +9,7 @@ import uuid
 from datetime import timedelta
 
 from celery import shared_task
-from celery.signals import task_received, worker_ready
+from celery.signals import task_received, worker_ready, worker_shutdown
 from celery.worker import state as worker_state
 from django.core.cache import cache
 from django.core.exceptions import ObjectDoesNotExist
@@ -317,6 +317,13 @@ def local_leftovers(**kwargs) -> None:
     and releases the networks no living job holds (``local.backend.worker_start``)."""
     if Datacenter.objects.filter(backend=LOCAL.name).exists():
         worker_start(jobs_live, engine.STOP_GRACE_SECONDS)
+
+
+@worker_shutdown.connect
+def start_holds_stop(**kwargs) -> None:
+    """A worker that stops renews its start holds no more: what it had not run is another's
+    once they run out (``starts``)."""
+    starts.holds_stop()
 
 
 @worker_ready.connect

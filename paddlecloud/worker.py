@@ -16,6 +16,7 @@ from celery import signals
 from celery.beat import EmbeddedService
 from celery.result import _set_task_join_will_block
 from celery.worker import WorkController
+from celery.worker import state as worker_state
 from django.conf import settings
 from django.db import connections
 
@@ -81,10 +82,20 @@ class EmbeddedWorker:
                     self.concurrency, "on" if self._beat else "off",
                     app.connection().as_uri())
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop it warm, as ``celery worker`` stops on SIGTERM: its own thread leaves its loop
+        at the loop's next turn (within a second), lets the tasks running end and closes its
+        connection to the broker. (Stopping it from this thread would close that connection
+        under the loop reading it: kombu's Redis channel then waits for ever for a reply the
+        loop had taken.)"""
         if self._beat is not None:
             self._beat.stop()
-        if self._controller is not None:
-            self._controller.stop()
-        if self._thread is not None:
+        if self._thread is None:
+            return
+        worker_state.should_stop = 0  # what the loop looks at each turn: exit code 0
+        try:
             self._thread.join(timeout)
+        finally:
+            worker_state.should_stop = None
+        if self._thread.is_alive():
+            logger.warning("the embedded worker did not stop in %.0fs", timeout)

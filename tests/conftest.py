@@ -195,6 +195,17 @@ def _no_local_job_left(_var_in_tmp, settings, tmp_path_factory):
     exits_stop()  # the thread that followed its runners' exits
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """A test's start holds are renewed no more once it has run (the thread that renews them
+    would query a database its fixtures are about to close). A worker the test started stops
+    renewing its own as it stops (``jobs.tasks.start_holds_stop``)."""
+    from jobs.starts import holds_stop
+
+    holds_stop()
+    return (yield)
+
+
 @pytest.fixture(autouse=True)
 def _no_pod_watch_left():
     """A test that watched a cluster's pods stops the watch (it would poll a fake API server

@@ -16,8 +16,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from celery.signals import worker_shutdown
 from django.conf import settings
 from django.db import connection
+from django.db.models.functions import Now
 
 from jobs import starts as job_starts
 from jobs.files import output_dir
@@ -163,6 +165,23 @@ def test_a_start_a_living_worker_runs_is_not_run_beside_it(workers, alice, datac
     assert second.lines("launch") == []
     assert len(first.lines("launch")) == 1
     assert (output_dir(job) / "starts.txt").read_text() == "0\n"
+
+
+def test_a_worker_that_stops_leaves_its_holds_to_run_out(alice, datacenter, package):
+    """A stopping worker (``worker_shutdown``) renews no hold of its own after: a start it
+    was running is another worker's once its hold runs out, and no thread of its is left
+    querying the database."""
+    job = job_row(alice, datacenter, "fit", state="starting", package=package)
+    with job_starts.start_held(job.pk) as held:
+        assert held
+        renewer = job_starts._renewer.thread
+        time.sleep(job_starts.LEASE_SECONDS + 1)
+        assert Job.objects.filter(pk=job.pk, start_lease_until__gt=Now()).exists()  # renewed
+        worker_shutdown.send(sender=None)
+        assert not renewer.is_alive()
+        time.sleep(job_starts.LEASE_SECONDS + 1)
+        assert not Job.objects.filter(pk=job.pk, start_lease_until__gt=Now()).exists()
+        assert job_starts.starts_lost() == [job.pk]
 
 
 def test_a_burst_of_requests_for_a_start_queues_one_message(alice, datacenter, package,
