@@ -206,6 +206,7 @@ def outage(deployment, user, service, name: str) -> list[str]:
     time.sleep(min(2, OUTAGE_SECONDS / 2))
     user.release("before")  # its trainer ends while the service is down
     time.sleep(max(OUTAGE_SECONDS - (time.monotonic() - down), 0))
+    back = time.monotonic()  # from here the service may answer again
     service.start()
     service.wait_ready()
     up = time.monotonic()
@@ -241,7 +242,7 @@ def outage(deployment, user, service, name: str) -> list[str]:
           f"{len(replayed)} replayed submits")
     problems += [f"contract: {breach}" for breach in contract_breaches(probes.answers)]
 
-    during = [a for a in probes.answers if down < a.at < up]
+    during = [a for a in probes.answers if down < a.at < back]
     health = [a for a in during if a.path == "/healthz"]
     if not any(a.status == 200 and isinstance(a.body, dict) and a.body.get("status") ==
                "degraded" for a in health):

@@ -28,7 +28,7 @@ from jobs.backends.local.exits import exits_following
 from jobs.models import Job
 from jobs.signals import replicas_changed
 from jobs.sync import job_sync_one_at_a_time, sync_begins
-from jobs.tasks import jobs_reconcile
+from jobs.tasks import RECONCILE_DUE, jobs_reconcile
 from kernel.queue import JOB_SYNC
 from paddlecloud_core.processes import process_identity
 from tests.factories import job_row, submit_job
@@ -44,7 +44,10 @@ def state(job) -> str:
 @pytest.fixture
 def syncs(monkeypatch):
     """How often each job was synced, by id (the embedded worker's threads run in this
-    process, the reconciler's too)."""
+    process, the reconciler's too). The worker's own reconciler is held off (its schedule
+    taken for the test, ``reconcile_when_due``): the reconciler syncs only when a test runs
+    it."""
+    cache.set(RECONCILE_DUE, 1, 3600)
     counted = Counter()
     lock = threading.Lock()
     real = engine.job_sync
@@ -55,7 +58,8 @@ def syncs(monkeypatch):
         return real(job_id)
 
     monkeypatch.setattr("jobs.engine.job_sync", counting)
-    return counted
+    yield counted
+    cache.delete(RECONCILE_DUE)
 
 
 def trainer_pod(kube, job) -> str:
