@@ -130,6 +130,13 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+# PostgreSQL: a server that does not answer (a host dropping packets) fails a connection after
+# DATABASE_CONNECT_TIMEOUT seconds, an outage the portal answers with 503, rather than hanging
+# the request and the health checks (libpq waits for ever). ``connect_timeout`` in
+# DATABASE_URL's query wins.
+if _database["ENGINE"] == "django.db.backends.postgresql":
+    _database.setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 5))
 # PostgreSQL: a bounded pool of connections per process (DATABASE_POOL_MAX_SIZE; 0, the default,
 # opens one per request). Many trainers calling a job's master at once would otherwise take
 # more connections than the server allows (bench/master.py).

@@ -62,7 +62,8 @@ class TcpProxy:
     and cuts every connection (a server gone: new connections are refused); ``start()`` opens
     it again. With ``drop_answer`` (bytes a request holds), the first answer to a request
     holding them is never delivered: the connection is cut when it comes back (the server did
-    the work; the client lost the answer)."""
+    the work; the client lost the answer). While ``silent``, connections are taken and never
+    answered (a host that drops packets, as its clients see it)."""
 
     def __init__(self, upstream_port: int, drop_answer: bytes | None = None):
         self.upstream = ("127.0.0.1", upstream_port)
@@ -70,6 +71,7 @@ class TcpProxy:
         self.url = f"http://127.0.0.1:{self.port}"
         self.drop_answer = drop_answer
         self.dropped = 0
+        self.silent = False
         self.lock = threading.Lock()
         self.listener: socket.socket | None = None
         self.sockets: list[socket.socket] = []
@@ -87,6 +89,10 @@ class TcpProxy:
                 client, _ = listener.accept()
             except OSError:
                 return
+            if self.silent:
+                with self.lock:
+                    self.sockets.append(client)  # held, unanswered, until stop()
+                continue
             try:
                 server = socket.create_connection(self.upstream)
             except OSError:

@@ -152,3 +152,25 @@ def test_database_down_answers_503_never_500(portal_process, database_proxy, ali
     assert browser.get(f"{portal.url}/jobs/", timeout=10).status_code == 200
     assert_no_500(portal)
 
+
+
+def test_a_database_that_never_answers_is_down_within_its_connect_timeout(
+        portal_process, database_proxy, alice):
+    """A database host that takes connections and then says nothing (one dropping packets):
+    the portal gives up connecting after DATABASE_CONNECT_TIMEOUT and answers as for any
+    outage, rather than hanging its requests and its health checks."""
+    portal = portal_process(database_port=database_proxy.port, DATABASE_CONNECT_TIMEOUT="2")
+    api = api_session(alice)
+    database_proxy.silent = True
+
+    healthz = requests.get(f"{portal.url}/healthz", timeout=30)
+    assert healthz.status_code == 200
+    assert healthz.json()["checks"]["database"]["ok"] is False
+    assert "timeout" in healthz.json()["checks"]["database"]["error"]
+    assert requests.get(f"{portal.url}/readyz", timeout=30).status_code == 503
+    assert_unavailable(api.get(f"{portal.url}/api/v1/jobs/", timeout=30), "database")
+
+    database_proxy.silent = False
+    wait(lambda: requests.get(f"{portal.url}/readyz", timeout=30).status_code == 200,
+         timeout=15, message="the portal did not get its database back")
+    assert_no_500(portal)
