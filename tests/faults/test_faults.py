@@ -363,6 +363,9 @@ def test_5_holders_no_living_job_owns_are_released_at_a_workers_start(deployment
             if probe[0] in holders():
                 worker.kill()
                 planted[probe[0]] = "a probe whose worker was killed during it"
+                probe_dirs = list((deployment.base / "tmp").glob(
+                    f"{sandbox.PROBE_DIR}{worker.pid}:*"))
+                assert probe_dirs, "the killed probe's directory is not where it was made"
                 break
             worker.signal(signal.SIGCONT)
         else:
@@ -380,6 +383,8 @@ def test_5_holders_no_living_job_owns_are_released_at_a_workers_start(deployment
             left = [planted[pid] for pid in set(planted) & set(holders())]
             pytest.fail(f"left running {REQUEUE_SECONDS} s after a worker started: {left}")
         print(f"holders released {time.monotonic() - started:.1f} s after the worker started")
+        assert not [path for path in probe_dirs if path.exists()], \
+            "the killed probe's directory is left"
     finally:
         for pid in planted:
             kill_process(pid)

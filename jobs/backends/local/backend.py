@@ -88,6 +88,7 @@ from .sandbox import (
     holders,
     netns_start,
     netns_stop,
+    probe_dirs_left,
     probe_left,
     process_argvs,
     sandbox_command,
@@ -208,11 +209,11 @@ def leftovers_stop(grace: float, live: Callable[[set[str]], set[str]] | None = N
     return how many: job networks whose private directory is gone (its var/ removed, its job
     cleaned up by a portal killed half way) or whose directory records another holder (one
     started by a portal killed before it recorded it), probes' networks whose prober was
-    killed, and runners whose run directory is gone. With ``live`` (which of this portal's job
-    uids are of jobs that may still run), also the networks of this portal's jobs that have
-    ended or are gone (their release cut off). Another portal's living jobs, under its own
-    var/, are left alone. Runs with every reconciliation, and with ``live`` as a worker
-    starts (``worker_start``)."""
+    killed (their directories removed too), and runners whose run directory is gone. With
+    ``live`` (which of this portal's job uids are of jobs that may still run), also the
+    networks of this portal's jobs that have ended or are gone (their release cut off).
+    Another portal's living jobs, under its own var/, are left alone. Runs with every
+    reconciliation, and with ``live`` as a worker starts (``worker_start``)."""
     stopped = 0
     root = jobs_root()
     found = holders()
@@ -234,6 +235,8 @@ def leftovers_stop(grace: float, live: Callable[[set[str]], set[str]] | None = N
         if left:
             holder_kill(pid, start)  # its relay watches it and goes with it
             stopped += 1
+    for path in probe_dirs_left():  # what a killed prober's holder and sandboxes had used
+        shutil.rmtree(path, ignore_errors=True)
     runners = [pid for pid, argv in process_argvs()  # each the leader of its own group
                if len(argv) > 3 and argv[1] == os.fsencode(RUNNER) and argv[2] == b"--state"
                and not os.path.isdir(argv[3])]
