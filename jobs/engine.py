@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import F, Max, Q
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -176,7 +176,8 @@ def job_sync(job_id: int) -> bool:
                        if not trainers_elastic(job) else
                        f"its parameter servers and {_running(trainers)} trainers are running "
                        f"(at least {trainers_least(job)})")
-    elif job.state == JobState.STARTING and _passed(_start_deadline(job)):
+    elif job.state == JobState.STARTING and _passed(_start_deadline(job)) \
+            and not _start_goes_on(job, backend, replicas):
         _requeue(job, backend, replicas)
     return True
 
@@ -531,14 +532,40 @@ def _waiting(job, replica, reason: str) -> None:
         job_changed(job.pk)
 
 
-def _held(job) -> None:
-    """The cluster's own queue holds the starting job (Kueue, Volcano): its start begins when
-    that queue lets it go, so its start timeout runs from then, not from the portal's
-    admission. A held job is looked at again when its start timeout would have passed."""
-    if job.state == JobState.STARTING:
-        now = timezone.now()
-        Job.objects.filter(pk=job.pk, state=JobState.STARTING).update(admitted_at=now)
-        job.admitted_at = now
+def _held(job, since: datetime | None = None) -> None:
+    """The cluster's own queue held the starting job until ``since`` (Kueue, Volcano; None:
+    it still does), or its start made progress then: its start timeout runs from then, not
+    from the portal's admission (never from earlier than it already did). A held job is
+    looked at again when its start timeout would have passed."""
+    since = since or timezone.now()
+    if job.state == JobState.STARTING and (job.admitted_at is None or since > job.admitted_at):
+        Job.objects.filter(Q(admitted_at__isnull=True) | Q(admitted_at__lt=since),
+                           pk=job.pk, state=JobState.STARTING).update(admitted_at=since)
+        job.admitted_at = since
+
+
+def _start_goes_on(job, backend, replicas) -> bool:
+    """Whether a start past its timeout by the portal's clock goes on: the cluster's queue
+    admitted it after the portal last saw it held (Kueue's admission), or a pod of it makes
+    progress a timeout must not cut short (an image being pulled, a node the autoscaler
+    adds), which a stuck pod (unschedulable, nothing added for it) does not. Its start
+    timeout then runs from that moment, the job's reason saying why."""
+    waiting = [r for r in replicas if r.state == ReplicaState.STARTING]
+    try:
+        progress = backend.start_progress(job, waiting)
+    except BackendError as exc:  # as stuck: the timeout is the job's way out
+        logger.warning("job %s: what its start waits for cannot be seen: %s", job.pk, exc)
+        return False
+    if progress is None:
+        return False
+    _held(job, progress.since)
+    if _passed(_start_deadline(job)):
+        return False
+    if progress.why:
+        Job.objects.filter(pk=job.pk, state=JobState.STARTING).update(
+            state_reason=progress.why)
+        job_changed(job.pk)
+    return True
 
 
 def job_fail(job, reason: str) -> None:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from paddlecloud_core.contract import Paths, Topology
 from paddlecloud_core.status import Observation, Status
 
-__all__ = ["Backend", "BackendError", "Capacity", "Observation", "Status"]
+__all__ = ["Backend", "BackendError", "Capacity", "Observation", "StartProgress", "Status"]
 
 
 class BackendError(Exception):
@@ -24,6 +25,16 @@ class Capacity:
     cpu: int  # millicores
     memory: int  # bytes
     gpu: int
+
+
+@dataclass(frozen=True)
+class StartProgress:
+    """A starting job's start goes on from ``since``, though its replicas do not all run
+    yet: the cluster's own queue admitted it then, or one of its pods makes progress now
+    (``why``, in words for the user, for the job's reason; "" to leave it as it is)."""
+
+    since: datetime
+    why: str
 
 
 class Backend(abc.ABC):
@@ -86,6 +97,13 @@ class Backend(abc.ABC):
         replica id, as cheaply as the backend can tell: the reconciler looks at every running
         replica with it. None where it cannot tell without a closer look (``observe``)."""
         return {replica.pk: self.observe(replica.job, replica) for replica in replicas}
+
+    def start_progress(self, job, replicas) -> StartProgress | None:
+        """Asked when the job's start timeout has passed by the portal's clock, with its
+        ``replicas`` that do not run yet: whether its start began later than the portal knew
+        (a queue of the cluster's admitted it then) or still goes on (what its pods wait for
+        is under way, not stuck). None where the backend sees neither: the start timed out."""
+        return None
 
     def changes_watch(self, datacenter) -> None:  # noqa: B027 - where a feed must be started
         """Start the datacenter's change feed in this process, if it has one to start (once;

@@ -85,8 +85,11 @@ class Controller:
     def hold_pods(self, name: str = "*", *, namespace: str | None = None,
                   reason: str = "Unschedulable", message: str | None = None) -> PodPlan:
         """Keep matching pods Pending: ``Unschedulable`` (PodScheduled False and a
-        FailedScheduling event), ``ErrImagePull`` (then ImagePullBackOff, with the kubelet's
-        events) or ``ContainerCreating``. ``name`` is a glob on the pod name."""
+        FailedScheduling event; ``TriggeredScaleUp`` or ``NotTriggerScaleUp``: so, and
+        cluster-autoscaler's Event of that reason), ``ErrImagePull`` (then ImagePullBackOff,
+        with the kubelet's events), ``Pulling`` (its image pull begun, not ended: the
+        kubelet's Pulling event, Pulled once released) or ``ContainerCreating``. ``name`` is a
+        glob on the pod name."""
         if reason not in HOLD_REASONS:
             raise ValueError(f"reason must be one of {HOLD_REASONS}")
         return self._add_plan(PodPlan(name, namespace, hold=reason, message=message))

@@ -1,7 +1,8 @@
 """The scheduler and the kubelets of the fake nodes: bind pods to nodes, start their
 containers after a delay, run the tests' scripts (log lines, then an exit code), restart or
 finish containers by the pod's restartPolicy, and remove pods whose termination is over.
-Tests steer pods with plans: hold them unschedulable, failing to pull, or creating."""
+Tests steer pods with plans: hold them unschedulable (a node being added for them by the
+cluster's autoscaler, or none), failing to pull, pulling, or creating."""
 
 from __future__ import annotations
 
@@ -19,9 +20,16 @@ from .objects import now_iso, set_condition
 from .storage import claim_problem
 from .store import json_copy
 
-HOLD_REASONS = ("Unschedulable", "ErrImagePull", "ContainerCreating")
+HOLD_REASONS = ("Unschedulable", "ErrImagePull", "ContainerCreating", "Pulling",
+                "TriggeredScaleUp", "NotTriggerScaleUp")
+# Unschedulable, and what cluster-autoscaler says of the pod (its Event's reason and message,
+# worded as its own): a node group grows for it, or none can.
+SCALE_UP_VERDICTS = {
+    "TriggeredScaleUp": "pod triggered scale-up: [{fake-pool 3->4 (max: 10)}]",
+    "NotTriggerScaleUp": "pod didn't trigger scale-up: 1 max node group size reached",
+}
 _TERMINAL = ("Succeeded", "Failed")
-_SCHEDULER, _KUBELET = "default-scheduler", "kubelet"
+_SCHEDULER, _KUBELET, _AUTOSCALER = "default-scheduler", "kubelet", "cluster-autoscaler"
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,7 @@ class _PodRuntime:
     scheduled_at: float
     metadata: dict  # the pod's, as scheduled (what its logs are kept under once it is gone)
     pull_failed_at: float | None = None
+    pulling: str | None = None  # the container whose image is being pulled (a Pulling hold)
     runs: dict[str, _Run] = field(default_factory=dict)  # running containers
     restart_at: dict[str, float] = field(default_factory=dict)  # containers in back-off
 
@@ -79,6 +88,7 @@ class Kubelet:
         self._binds = itertools.count()
         self._ips = itertools.count(2)
         self.lost_nodes: set[str] = set()  # nodes whose kubelet is gone (``lose_node``)
+        self._verdicts: dict[str, str] = {}  # the autoscaler's last word on a pod, by uid
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -90,6 +100,8 @@ class Kubelet:
         alive = self.api.store.uids(resources.PODS.key)
         for uid in [u for u in self._runtimes if u not in alive]:
             self.logs.forget(uid, self._runtimes.pop(uid).metadata)
+        for uid in [u for u in self._verdicts if u not in alive]:
+            del self._verdicts[uid]
 
     def _sync_pod(self, pod: dict) -> bool:
         """Advance one pod; False when it was removed instead."""
@@ -144,8 +156,19 @@ class Kubelet:
         message = self.unschedulable(pod)
         if message is not None:
             self.report_unschedulable(pod, message)
+            self._autoscaler_verdict(pod)
         else:
             self.bind(pod)
+
+    def _autoscaler_verdict(self, pod: dict) -> None:
+        """cluster-autoscaler's Event on an unschedulable pod a test holds so: once per
+        verdict, as it does not repeat a scale-up it has triggered."""
+        plan = self.hold_for(pod)
+        uid = pod["metadata"]["uid"]
+        if plan and plan.hold in SCALE_UP_VERDICTS and self._verdicts.get(uid) != plan.hold:
+            self._verdicts[uid] = plan.hold
+            self.api.recorder.record(resources.PODS, pod, "Normal", plan.hold,
+                                     SCALE_UP_VERDICTS[plan.hold], component=_AUTOSCALER)
 
     def unschedulable(self, pod: dict) -> str | None:
         """Why no node can take the pod (its claims, or a test's ``Unschedulable`` hold), as
@@ -153,7 +176,7 @@ class Kubelet:
         plan = self.hold_for(pod)
         nodes = self.api.settings.node_count
         claims = claim_problem(self.api.store, pod)
-        if not claims and not (plan and plan.hold == "Unschedulable"):
+        if not claims and not (plan and plan.hold in ("Unschedulable", *SCALE_UP_VERDICTS)):
             return None
         return (f"0/{nodes} nodes are available: {claims}. preemption: 0/{nodes} nodes "
                 f"are available: {nodes} Preemption is not helpful for scheduling."
@@ -216,17 +239,29 @@ class Kubelet:
 
     def _held(self, pod: dict, runtime: _PodRuntime) -> bool:
         """Whether a test holds the pod before its containers start (``hold_pods``): still
-        being created, or failing to pull its image (which this reports)."""
+        being created, failing to pull its image or pulling it (which this reports: the
+        first container's, an init container's when it has one, as the kubelet pulls)."""
         plan = self.hold_for(pod)
         if plan and plan.hold == "ErrImagePull":
             self._fail_pull(pod, runtime, plan)
-        return bool(plan) and plan.hold in ("ContainerCreating", "ErrImagePull")
+        if plan and plan.hold == "Pulling" and runtime.pulling is None:
+            first = (pod["spec"].get("initContainers") or pod["spec"]["containers"])[0]
+            runtime.pulling = first["name"]
+            self._event(pod, "Normal", "Pulling", f'Pulling image "{first["image"]}"',
+                        first["name"])
+        return bool(plan) and plan.hold in ("ContainerCreating", "ErrImagePull", "Pulling")
 
     def _start(self, pod: dict, runtime: _PodRuntime) -> None:
         if self._held(pod, runtime):
             return
         if time.monotonic() - runtime.scheduled_at < self.api.settings.pod_start_seconds:
             return
+        if runtime.pulling is not None:  # the pull a test held is over
+            image = next(c["image"] for c in (pod["spec"].get("initContainers") or [])
+                         + pod["spec"]["containers"] if c["name"] == runtime.pulling)
+            self._event(pod, "Normal", "Pulled", f'Successfully pulled image "{image}"',
+                        runtime.pulling)
+            runtime.pulling = None
         status, now = pod["status"], time.monotonic()
         for entry in status.get("initContainerStatuses") or []:
             entry.update(state={"terminated": _terminated(0, "Completed", _new_id())},

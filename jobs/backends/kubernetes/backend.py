@@ -30,6 +30,7 @@ import logging
 import time
 
 from django.conf import settings
+from django.utils import timezone
 
 from kernel.errors import PaddleCloudError, ValidationError
 from paddlecloud_core.contract import (
@@ -43,7 +44,15 @@ from paddlecloud_core.contract import (
 from paddlecloud_core.logcursor import LogCursor
 
 from ...files import home_remove
-from ..base import Backend, BackendError, Capacity, Observation, Status, records
+from ..base import (
+    Backend,
+    BackendError,
+    Capacity,
+    Observation,
+    StartProgress,
+    Status,
+    records,
+)
 from . import builder, manifests, observe, pods
 from .builder_follow import BuildCancelled, build_follow
 from .client import KubeError, kube_for
@@ -80,6 +89,14 @@ ROOTS = f"{MANAGED_BY_LABEL}={MANAGED_BY},{COMPONENT_LABEL}=job"
 
 def _namespace(job) -> str:
     return job_namespace(job.datacenter, job.owner.username)
+
+
+def _owner_workload(kube, owner: dict) -> dict | None:
+    """The Workload Kueue made for ``owner`` (a Job it queues), None before it has."""
+    meta = owner["metadata"]
+    found, _ = kube.list("Workload", meta["namespace"],
+                         selector=f"kueue.x-k8s.io/job-uid={meta['uid']}")
+    return found[0] if found else None
 
 
 class KubernetesBackend(Backend):
@@ -341,13 +358,11 @@ class KubernetesBackend(Backend):
 
     def _queued(self, kube, owner: dict) -> Observation:
         """A suspended Job: Kueue has not admitted it. Its Workload says why."""
-        meta = owner["metadata"]
         try:
-            workloads, _ = kube.list("Workload", meta["namespace"],
-                                     selector=f"kueue.x-k8s.io/job-uid={meta['uid']}")
+            workload = _owner_workload(kube, owner)
         except KubeError as exc:
             return observe.kueue_unasked(exc)
-        return self._kueue_holds(kube, meta["namespace"], workloads[0] if workloads else None,
+        return self._kueue_holds(kube, owner["metadata"]["namespace"], workload,
                                  "is Kueue installed, and its LocalQueue there?")
 
     def _group_queued(self, kube, pod: dict, seen: Observation) -> Observation:
@@ -371,6 +386,38 @@ class KubernetesBackend(Backend):
             return observe.kueue_unseen(unseen)
         return observe.kueue_held(workload, kube.queue_position(
             namespace, LOCAL_QUEUE, workload["metadata"]["name"]))
+
+    def start_progress(self, job, replicas) -> StartProgress | None:
+        """A pending pod of the job whose Events say its start is under way (its image being
+        pulled, a node being added for it: ``observe.start_underway``), from now; else, on
+        Kueue, when Kueue admitted the job (its Workload's Admitted condition), which may be
+        well after the portal last saw it held. A look taken at the start timeout only, not
+        at every sync: an Event list per pending pod."""
+        kube = kube_for(job.datacenter)
+        namespace = _namespace(job)
+        try:
+            found = self._pods(job)
+            now = timezone.now()
+            for replica in replicas:
+                pod = observe.current_pod(replica, observe.replica_pods(found, replica))
+                if pod is None or (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+                    continue
+                why = observe.start_underway(
+                    pod, kube.events_for(namespace, pod["metadata"]["uid"]), now)
+                if why:
+                    return StartProgress(now, f"{replica.name}: {why}; its start timeout "
+                                              f"runs again from now")
+            if kube_settings(job.datacenter).kube_scheduler != "kueue":
+                return None
+            if pods.kueue_pod_group(job):
+                workload = kube.get("Workload", namespace, object_base(job))
+            else:
+                owner = kube.get("Job", namespace, trainer_name(job))
+                workload = owner and _owner_workload(kube, owner)
+        except KubeError as exc:
+            raise BackendError(f"cannot see what its start waits for: {exc}") from exc
+        admitted = observe.kueue_admitted_at(workload)
+        return StartProgress(admitted, "") if admitted else None
 
     # -- stopping ---------------------------------------------------------------------------
 

@@ -206,15 +206,18 @@ def _pending_reason(status: dict) -> str:
 
 # -- what the pods' owners and the cluster's queues say ------------------------------------------
 
+def _moment(stamp: str | None) -> datetime | None:
+    """An RFC 3339 timestamp of the API server's, None if missing or unreadable."""
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
+    except ValueError:
+        return None
+
+
 def _seconds_between(first: str | None, last: str | None) -> float:
     """Seconds from one RFC 3339 timestamp of an Event to another (0 if one is missing)."""
-    if not first or not last:
-        return 0.0
-    try:
-        return (datetime.fromisoformat(last.replace("Z", "+00:00"))
-                - datetime.fromisoformat(first.replace("Z", "+00:00"))).total_seconds()
-    except ValueError:
-        return 0.0
+    begun, ended = _moment(first), _moment(last)
+    return (ended - begun).total_seconds() if begun and ended else 0.0
 
 
 def refusal(events: list[dict], refused_seconds: float) -> Observation | None:
@@ -303,6 +306,64 @@ def kueue_held(workload: dict, position: int | None) -> Observation:
     where = "" if position is None else f", position {position + 1} in its ClusterQueue"
     return Observation(Status.WAITING, held=True, reason=(
         f"waiting for Kueue to admit it{where}" + (f": {why}" if why else "")))
+
+
+def kueue_admitted_at(workload: dict | None) -> datetime | None:
+    """When Kueue admitted the ``workload`` (its Admitted condition), None while it has not."""
+    for condition in ((workload or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Admitted" and condition.get("status") == "True":
+            return _moment(condition.get("lastTransitionTime"))
+    return None
+
+
+# -- a pending pod's start: under way, or stuck ---------------------------------------------------
+
+# The kubelet's Events of an image pull: ``Pulling`` begins one, the others end it (pulled,
+# failed, backing off, not to be pulled).
+PULL_BEGUN, PULL_ENDED = "Pulling", ("Pulled", "Failed", "BackOff", "ErrImageNeverPull")
+# cluster-autoscaler's verdicts on an unschedulable pod: a node group grows for it, or none can.
+SCALE_UP, NO_SCALE_UP = "TriggeredScaleUp", "NotTriggerScaleUp"
+# How long a scale-up is taken as under way: cluster-autoscaler's default
+# --max-node-provision-time, past which it gives the node up itself.
+SCALE_UP_SECONDS = 15 * 60
+
+
+def _event_moment(event: dict) -> datetime | None:
+    """When an Event last happened (a repeated one's latest time; to the second)."""
+    return _moment((event.get("series") or {}).get("lastObservedTime")
+                   or event.get("lastTimestamp") or event.get("eventTime")
+                   or event.get("firstTimestamp"))
+
+
+def _last(events: list[dict], reasons: tuple[str, ...], where: str | None = None
+          ) -> tuple[datetime, dict] | None:
+    """The latest of the ``events`` with one of ``reasons`` (about the container ``where``,
+    when given), and when it was."""
+    found = [(moment, event) for event in events if event.get("reason") in reasons
+             and (where is None or (event.get("involvedObject") or {}).get("fieldPath", "")
+                  == where) and (moment := _event_moment(event)) is not None]
+    return max(found, key=lambda each: each[0], default=None)
+
+
+def start_underway(pod: dict, events: list[dict], now: datetime) -> str:
+    """What of a pending pod's start is under way, by its ``events``: an image being pulled
+    (a ``Pulling`` with no end after it, for one of its containers) or, while it is not
+    scheduled, a node the autoscaler adds for it (its last verdict a ``TriggeredScaleUp``,
+    less than ``SCALE_UP_SECONDS`` old); in words for the user, "" when nothing is (it is
+    stuck: unschedulable with no node coming, a pull that failed). Events are to the
+    second: a pull that began and ended within one is over."""
+    for where in sorted({(e.get("involvedObject") or {}).get("fieldPath", "")
+                         for e in events if e.get("reason") == PULL_BEGUN}):
+        begun, ended = _last(events, (PULL_BEGUN,), where), _last(events, PULL_ENDED, where)
+        if ended is None or begun[0] > ended[0]:
+            return f"its image is being pulled ({begun[1].get('message') or PULL_BEGUN})"
+    if not (pod.get("spec") or {}).get("nodeName"):
+        grown, refused = _last(events, (SCALE_UP,)), _last(events, (NO_SCALE_UP,))
+        if grown is not None and (refused is None or grown[0] > refused[0]) and (
+                now - grown[0]).total_seconds() < SCALE_UP_SECONDS:
+            return (f"the cluster's autoscaler is adding a node for it "
+                    f"({grown[1].get('message') or SCALE_UP})")
+    return ""
 
 
 def owner_gone(kind: str, name: str, namespace: str, *, root_exists: bool) -> Observation:

@@ -445,6 +445,52 @@ def test_a_job_whose_pods_do_not_all_start_in_time_is_requeued_then_fails(
 
 
 @pytest.mark.django_db
+def test_a_start_under_way_outlasts_its_start_timeout_a_stuck_one_does_not(
+        kube, alice, datacenter, package, held_starts):
+    """One trainer's image is being pulled, a node is being added for the other: past its
+    start timeout the job waits on, saying why, and the first runs once pulled. Then the
+    autoscaler says no node can come for the second: that start is stuck, and times out.
+    On the fake API server: the real control plane's node agent pulls no images and no
+    cluster-autoscaler runs there, so the kubelet's ``Pulling`` and cluster-autoscaler's
+    ``TriggeredScaleUp``/``NotTriggerScaleUp`` Events are the fake's, on the pod, with the
+    reasons, words and timing of theirs."""
+    Datacenter.objects.filter(pk=datacenter.pk).update(start_timeout=1, start_tries=1)
+    job = submit_job(alice, datacenter, trainers=2, cpu="500m")
+    pulled, added = f"{object_base(job)}-tr-0-*", f"{object_base(job)}-tr-1-*"
+    kube.controller.hold_pods(pulled, namespace=NS, reason="Pulling")
+    kube.controller.hold_pods(added, namespace=NS, reason="TriggeredScaleUp")
+    engine.job_launch(job.pk)
+    begun = time.monotonic()
+    while time.monotonic() - begun < 3:  # three start timeouts
+        engine.job_sync(job.pk)
+        assert state(job) == "starting", job.state_reason
+        time.sleep(0.2)
+    job.refresh_from_db()
+    assert job.state_reason.startswith("trainer-0: its image is being pulled (Pulling image ")
+    assert job.state_reason.endswith("; its start timeout runs again from now")
+
+    kube.controller.release_pods(pulled, namespace=NS)
+    wait(lambda: engine.job_sync(job.pk) and job.replicas.get(index=0).state == "running",
+         message="the pulled trainer to run")
+    wait(lambda: engine.job_sync(job.pk) and "autoscaler" in state_reason(job),
+         message="the job to wait for its node")
+    assert state_reason(job).startswith(
+        "trainer-1: the cluster's autoscaler is adding a node for it (pod triggered scale-up:")
+    assert state(job) == "starting"
+
+    kube.controller.hold_pods(added, namespace=NS, reason="NotTriggerScaleUp")
+    wait(lambda: not engine.job_sync(job.pk), message="the stuck start to time out")
+    assert state(job) == "failed"
+    assert state_reason(job).startswith("its replicas were not all running within 1 s of its "
+                                        "start, 1 times (trainer-1: cannot be scheduled")
+
+
+def state_reason(job) -> str:
+    job.refresh_from_db()
+    return job.state_reason
+
+
+@pytest.mark.django_db
 def test_objects_deleted_behind_our_back_fail_the_job(kube, alice, datacenter, package,
                                                       held_starts):
     job = submit_job(alice, datacenter)

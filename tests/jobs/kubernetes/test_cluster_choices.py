@@ -19,6 +19,7 @@ from kubernetes.utils import parse_quantity
 
 from jobs import engine
 from jobs.backends.kubernetes.names import object_base
+from jobs.services import job_kill
 from tests.factories import submit_job
 from tests.jobs.files import TRAINER
 from tests.k8s_api_server import crds
@@ -74,6 +75,10 @@ class FakeCluster:
     def pfs_volume(self, root) -> dict:
         return {"persistentVolume": {"hostPath": {"path": str(root)}}}
 
+    def slow_starts(self, seconds: float) -> None:
+        """Scheduled pods take ``seconds`` to run (a scripted pod starts at once)."""
+        self.fake.settings.pod_start_seconds = seconds
+
     def submit(self, alice, datacenter, package, *, lines=(), seconds=FOREVER, exit_code=0,
                **fields):
         """A job whose trainers print ``lines``, run ``seconds`` and exit ``exit_code``."""
@@ -123,6 +128,9 @@ class RealCluster(FakeCluster):
         from tests.kube import nfs_pfs_volume
 
         return nfs_pfs_volume(root)
+
+    def slow_starts(self, seconds: float) -> None:
+        """Its pods take their own time: their init containers, then their entry."""
 
     def submit(self, alice, datacenter, package, *, lines=(), seconds=FOREVER, exit_code=0,
                **fields):
@@ -291,6 +299,45 @@ def test_a_job_kueue_holds_is_not_timed_out_its_start_runs_from_kueues_admission
     sync_until(first, lambda: state(first) == "succeeded", "the first job to end")
     sync_until(second, lambda: state(second) in ("running", "succeeded", "failed"),
                "Kueue to admit the second job")
+    assert state(second) != "failed", second.state_reason
+    second.refresh_from_db()
+    assert second.requeues == 0
+
+
+@pytest.mark.django_db
+def test_a_job_kueue_admits_after_the_portals_last_look_gets_its_whole_start_timeout(
+        cluster, alice, datacenter, package, held_starts, django_capture_on_commit_callbacks):
+    """The portal last saw the second job held more than a start timeout before Kueue
+    admitted it (its next look came late: a busy worker; or Kueue admitted it just before
+    that look): its start timeout runs from Kueue's admission (its Workload's Admitted
+    condition), not from the portal's last sight of it held, and it runs, never requeued."""
+    queue = cluster.cluster_queue(cpu="2")
+    timeout = cluster.start_timeout
+    cluster.slow_starts(2)
+    choose(datacenter, kube_scheduler="kueue", kube_queue=queue, start_timeout=timeout,
+           start_tries=1)
+    first = cluster.submit(alice, datacenter, package, name="first", cpu="1500m")
+    engine.job_launch(first.pk)
+    sync_until(first, lambda: state(first) == "running", "Kueue to admit the first job",
+               timeout=120)
+
+    second = cluster.submit(alice, datacenter, package, name="second", cpu="1500m",
+                            lines=["training"], seconds=1)
+    engine.job_launch(second.pk)
+    trainer = second.replicas.get()
+    sync_until(second, lambda: "insufficient" in reason(trainer), "the second job to wait")
+    second.refresh_from_db()
+    looked_again = engine.job_due(second)
+    wait(lambda: timezone.now() > looked_again, timeout=timeout + 10,
+         message="the second job's start timeout to pass by the portal's last look")
+    with django_capture_on_commit_callbacks(execute=True):
+        job_kill(alice, datacenter, "first")  # room in the ClusterQueue
+    wait(lambda: cluster.pods_of(second), timeout=90, message="Kueue to admit the second job")
+
+    engine.job_sync(second.pk)
+    assert state(second) == "starting", second.state_reason
+    sync_until(second, lambda: state(second) in ("running", "succeeded", "failed"),
+               "the second job to run")
     assert state(second) != "failed", second.state_reason
     second.refresh_from_db()
     assert second.requeues == 0

@@ -5,6 +5,7 @@ show the same through the fake API server, end to end."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -227,6 +228,57 @@ def test_kueue_says_why_it_holds_and_where_the_job_stands():
     assert observe.kueue_unseen("is Kueue installed?").held
     assert observe.kueue_gated(pod(gates=[KUEUE_GATE]), KUEUE_GATE)
     assert not observe.kueue_gated(pod(), KUEUE_GATE)
+
+
+def test_kueues_admission_is_when_its_workload_was_admitted():
+    admitted = {"status": {"conditions": [
+        {"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-01-01T00:01:00Z"},
+        {"type": "Admitted", "status": "True", "lastTransitionTime": "2026-01-01T00:02:00Z"}]}}
+    assert observe.kueue_admitted_at(admitted) == datetime(2026, 1, 1, 0, 2, tzinfo=UTC)
+    pending = {"status": {"conditions": [{"type": "Admitted", "status": "False",
+                                          "lastTransitionTime": "2026-01-01T00:02:00Z"}]}}
+    assert observe.kueue_admitted_at(pending) is None
+    assert observe.kueue_admitted_at(None) is None
+
+
+def at(second: int) -> str:
+    return f"2026-01-01T00:00:{second:02d}Z"
+
+
+def kubelet(reason: str, second: int, container="setup") -> dict:
+    return {**event(reason, f'{reason} image "paddle:3"', at(second), at(second)),
+            "involvedObject": {"fieldPath": f"spec.initContainers{{{container}}}"}}
+
+
+NOW = datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
+SCALE_UP = event("TriggeredScaleUp", "pod triggered scale-up: [{pool 1->2 (max: 5)}]", at(5),
+                 at(5))
+
+
+@pytest.mark.parametrize(("node", "events", "said"), [
+    ("n", [kubelet("Pulling", 1)], 'its image is being pulled (Pulling image "paddle:3")'),
+    ("n", [kubelet("Pulling", 1), kubelet("Pulled", 9)], ""),
+    ("n", [kubelet("Pulling", 1), kubelet("Pulled", 1)], ""),  # begun and over in a second
+    ("n", [kubelet("Pulling", 1), kubelet("Failed", 2)], ""),  # a failed pull is stuck
+    ("n", [kubelet("Failed", 2), kubelet("BackOff", 3), kubelet("Pulling", 9)],
+     'its image is being pulled (Pulling image "paddle:3")'),  # tried again after back-off
+    ("n", [kubelet("Pulled", 3, "setup"), kubelet("Pulling", 4, "peers")],
+     'its image is being pulled (Pulling image "paddle:3")'),  # each container's own pull
+    ("", [event("FailedScheduling", "0/3 nodes are available", at(1), at(9))], ""),
+    ("", [event("FailedScheduling", "0/3 nodes are available", at(1), at(9)), SCALE_UP],
+     "the cluster's autoscaler is adding a node for it (pod triggered scale-up: "
+     "[{pool 1->2 (max: 5)}])"),
+    ("", [SCALE_UP, event("NotTriggerScaleUp", "pod didn't trigger scale-up: max size",
+                          at(7), at(7))], ""),  # no node comes after all
+    ("n", [SCALE_UP], ""),  # its node came: scheduled
+])
+def test_a_pending_pods_events_tell_a_start_under_way_from_a_stuck_one(node, events, said):
+    assert observe.start_underway(pod(node=node), events, NOW) == said
+
+
+def test_a_scale_up_is_under_way_as_long_as_the_autoscaler_waits_for_its_node():
+    assert observe.start_underway(pod(), [SCALE_UP], NOW + timedelta(minutes=14))
+    assert not observe.start_underway(pod(), [SCALE_UP], NOW + timedelta(minutes=15))
 
 
 def test_an_owner_deleted_outside_the_portal_loses_the_replica():
