@@ -142,14 +142,15 @@ def test_adddatacenter_sets_the_clusters_choices(db, k8s_api):
 
 def test_adddatacenter_refuses_a_cluster_too_old_or_out_of_reach_unless_told(db, k8s_api,
                                                                               tmp_path):
-    k8s_api.settings.kubernetes_version = "1.28"
+    k8s_api.settings.kubernetes_version = "1.29"
     with pytest.raises(CommandError) as refused:
         run("adddatacenter", "old", "--backend", "kubernetes", "--kubeconfig",
             str(k8s_api.kubeconfig_path))
     assert str(refused.value) == (
-        "datacenter old: its cluster runs Kubernetes 1.28, older than PaddleCloud needs "
-        "(1.29 or newer: the trainers' indexed Job uses backoffLimitPerIndex and "
-        "podReplacementPolicy); upgrade the cluster (--skip-cluster-check saves it anyway)")
+        "datacenter old: its cluster runs Kubernetes 1.29, older than PaddleCloud needs "
+        "(1.30 or newer: the trainers' indexed Job uses backoffLimitPerIndex and "
+        "podReplacementPolicy, deploy/'s admission policy admissionregistration.k8s.io/v1); "
+        "upgrade the cluster (--skip-cluster-check saves it anyway)")
     assert not Datacenter.objects.exists()  # nothing half-made
     missing = tmp_path / "nowhere"
     with pytest.raises(CommandError, match=f"cannot load kubeconfig {missing}"):
