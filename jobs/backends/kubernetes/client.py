@@ -398,7 +398,22 @@ def _client_key(datacenter) -> tuple:
     return settings_.kube_in_cluster, settings_.kubeconfig, settings_.kube_context
 
 
+def api_server(datacenter) -> str | None:
+    """The URL of the datacenter's API server, as its configuration names it (None: that
+    cannot be loaded): datacenters with the same one share a cluster and its namespaces."""
+    try:
+        return _configuration(datacenter).host.rstrip("/").lower()
+    except KubeError:
+        return None
+
+
 def _api_client(datacenter) -> k8s.ApiClient:
+    configuration = _configuration(datacenter)
+    configuration.retries = False  # ours, with backoff, in Kube.request
+    return k8s.ApiClient(configuration)
+
+
+def _configuration(datacenter) -> k8s.Configuration:
     configuration = k8s.Configuration()
     settings_ = kube_settings(datacenter)
     try:
@@ -413,8 +428,7 @@ def _api_client(datacenter) -> k8s.ApiClient:
         where = ("the in-cluster service account" if settings_.kube_in_cluster else
                  f"kubeconfig {settings_.kubeconfig or '~/.kube/config'}")
         raise KubeError(f"datacenter {datacenter.name}: cannot load {where}: {exc}") from None
-    configuration.retries = False  # ours, with backoff, in Kube.request
-    return k8s.ApiClient(configuration)
+    return configuration
 
 
 def kube_forget(datacenter=None) -> None:

@@ -286,4 +286,4 @@ KUBERNETES = BackendKind(
     name="kubernetes", label="Kubernetes",
     backend="jobs.backends.kubernetes.backend.KubernetesBackend",
     settings_form=KubernetesSettingsForm, spec_problems=spec_problems, reads_capacity=True,
-    arguments=arguments)
+    arguments=arguments, place="jobs.backends.kubernetes.client.api_server")
