@@ -84,6 +84,12 @@ class Datacenter(models.Model):
         max_length=512, blank=True,
         help_text="Image for jobs that name none; empty means PADDLECLOUD_DEFAULT_IMAGE.",
     )
+    gpu_image = models.CharField(
+        "default GPU image", max_length=512, blank=True,
+        help_text="Image for jobs that ask for GPUs (-gpu > 0) and name none: the CUDA build "
+                  "of the default image's Paddle. Empty means the default image where one is "
+                  "set above (its CUDA build is not known), else PADDLECLOUD_DEFAULT_GPU_IMAGE.",
+    )
     build_registry = models.CharField(
         "build registry", max_length=255, blank=True, validators=[RegexValidator(
             r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*"
@@ -222,6 +228,11 @@ class Datacenter(models.Model):
     @property
     def image(self) -> str:
         return self.default_image or settings.PADDLECLOUD_DEFAULT_IMAGE
+
+    @property
+    def image_gpu(self) -> str:
+        """The image of GPU jobs that name none (``gpu_image``'s help says which)."""
+        return self.gpu_image or self.default_image or settings.PADDLECLOUD_DEFAULT_GPU_IMAGE
 
 
 class Team(models.Model):

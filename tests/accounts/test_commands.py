@@ -199,6 +199,15 @@ def test_adddatacenter_refuses_a_namespace_prefix_another_datacenter_uses_on_its
     assert Datacenter.objects.get(name="dc1").namespace_prefix == "paddle-"
 
 
+def test_adddatacenter_sets_the_image_of_gpu_jobs(db):
+    run("adddatacenter", "gpus", "--default-image", "registry.example.com/paddle:2.6.1",
+        "--gpu-image", "registry.example.com/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6")
+    dc = Datacenter.objects.get(name="gpus")
+    assert (dc.image, dc.image_gpu) == ("registry.example.com/paddle:2.6.1",
+                                        "registry.example.com/paddle:2.6.1-gpu-cuda12.0-"
+                                        "cudnn8.9-trt8.6")
+
+
 def test_adddatacenter_without_pfs_root_reports_the_default_one(db, settings, tmp_path):
     settings.PADDLECLOUD_PFS_ROOT = tmp_path / "pfs"
     settings.PADDLECLOUD_BACKEND = "local"
