@@ -220,7 +220,7 @@ class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
     search_fields = ["name", "description"]
     fieldsets = [
         (None, {"fields": ["name", "description", "backend", "namespace_prefix",
-                           "default_image", "start_timeout", "start_tries"]}),
+                           "default_image", "gpu_image", "start_timeout", "start_tries"]}),
         # here: a fieldset of each backend's settings (get_fieldsets)
         ("PFS", {"fields": ["pfs_storage", "pfs_root", "public_dir", "s3_bucket",
                             "s3_endpoint_url", "s3_region"]}),

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 from django import forms
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.module_loading import import_string
 
 
 def no_spec_problems(datacenter, spec: dict) -> Iterable[tuple[str, str]]:
@@ -39,6 +40,14 @@ class BackendKind:
     reads_capacity: bool = False
     # Its ``adddatacenter`` options, added to that command's parser (dest: the settings' names).
     arguments: Callable[..., None] | None = field(default=None, compare=False)
+    # The dotted path of a function of a datacenter: where its users' namespaces are (a
+    # Kubernetes API server's URL; None: not known now); None for a backend that makes none.
+    # Two datacenters of the backend in one place share those namespaces where their
+    # prefixes allow the same names.
+    place: str | None = None
+
+    def place_of(self, datacenter) -> str | None:
+        return import_string(self.place)(datacenter)
 
     @property
     def settings_fields(self) -> dict[str, forms.Field]:

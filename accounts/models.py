@@ -84,6 +84,12 @@ class Datacenter(models.Model):
         max_length=512, blank=True,
         help_text="Image for jobs that name none; empty means PADDLECLOUD_DEFAULT_IMAGE.",
     )
+    gpu_image = models.CharField(
+        "default GPU image", max_length=512, blank=True,
+        help_text="Image for jobs that ask for GPUs (-gpu > 0) and name none: the CUDA build "
+                  "of the default image's Paddle. Empty means the default image where one is "
+                  "set above (its CUDA build is not known), else PADDLECLOUD_DEFAULT_GPU_IMAGE.",
+    )
     build_registry = models.CharField(
         "build registry", max_length=255, blank=True, validators=[RegexValidator(
             r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*"
@@ -175,12 +181,35 @@ class Datacenter(models.Model):
         if bad := [u for u in self.package_indexes.split() if not PACKAGE_INDEX_RE.match(u)]:
             problems["package_indexes"] = (f"{bad[0]}: each line an http:// or https:// URL "
                                            "with a host, without credentials, a query or '#'")
+        if kind is not None and kind.place is not None and not problems \
+                and (clash := self._namespaces_shared(kind)):
+            problems["namespace_prefix"] = clash
         if self.capacity_from_cluster and kind is not None and not kind.reads_capacity:
             problems["capacity_from_cluster"] = (
                 "only with the " + " or ".join(k.label for k in backend_kinds() if k.reads_capacity)
                 + " backend: its nodes are what the capacity is read from")
         if problems:
             raise DjangoValidationError(problems)
+
+    def _namespaces_shared(self, kind) -> str | None:
+        """Why another datacenter in the same place (its cluster) would share users'
+        namespaces with this one: a prefix that is, or starts, the other's makes the same
+        names (``paddle-`` + ``dc2-alice`` is ``paddle-dc2-`` + ``alice``), and so the same
+        quota, PFS volume and claim; None when none would."""
+        mine = self.namespace_prefix
+        others = [other for other in Datacenter.objects.filter(backend=self.backend)
+                  .exclude(pk=self.pk).order_by("name")
+                  if other.namespace_prefix.startswith(mine)
+                  or mine.startswith(other.namespace_prefix)]
+        if not others or (here := kind.place_of(self)) is None:
+            return None
+        for other in others:
+            if kind.place_of(other) == here:
+                return (f"{mine!r} would share users' namespaces with datacenter {other.name} "
+                        f"on the same cluster ({here}), whose prefix is "
+                        f"{other.namespace_prefix!r}: on one cluster each datacenter's prefix "
+                        f"must neither equal nor begin another's, e.g. {self.name}-")
+        return None
 
     @property
     def pfs_root_path(self) -> Path:
@@ -199,6 +228,11 @@ class Datacenter(models.Model):
     @property
     def image(self) -> str:
         return self.default_image or settings.PADDLECLOUD_DEFAULT_IMAGE
+
+    @property
+    def image_gpu(self) -> str:
+        """The image of GPU jobs that name none (``gpu_image``'s help says which)."""
+        return self.gpu_image or self.default_image or settings.PADDLECLOUD_DEFAULT_GPU_IMAGE
 
 
 class Team(models.Model):

@@ -126,7 +126,8 @@ def token_purge(*, older_than_days: int = 30) -> int:
 
 DATACENTER_FIELDS = {
     "description", "backend", "namespace_prefix", "pfs_root", "public_dir", "default_image",
-    "pfs_storage", "s3_bucket", "s3_endpoint_url", "s3_region", "start_timeout", "start_tries",
+    "gpu_image", "pfs_storage", "s3_bucket", "s3_endpoint_url", "s3_region", "start_timeout",
+    "start_tries",
     "build_registry", "build_registry_insecure", "builder_image",
     "capacity_cpu", "capacity_memory", "capacity_gpu", "capacity_from_cluster",
 }

@@ -71,7 +71,8 @@ def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
     """Check a submission against every rule; raise one ValidationError naming each field."""
     if not isinstance(data, dict):
         raise ValidationError("the job must be a JSON object")
-    check = spec_check(data, default_image=datacenter.image, extra_fields=frozenset({"dry_run"}),
+    check = spec_check(data, default_image=datacenter.image,
+                       default_gpu_image=datacenter.image_gpu, extra_fields=frozenset({"dry_run"}),
                        package_example=f"{pfs_home(datacenter.name, user.username)}/pkg")
     values = check.values
 

@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from kernel.env import env_bool, env_int, env_list, env_str
 from paddlecloud_core.quantity import QuantityError, parse_bytes
-from paddlecloud_core.spec import DEFAULT_IMAGE
+from paddlecloud_core.spec import DEFAULT_GPU_IMAGE, DEFAULT_IMAGE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PADDLECLOUD_VAR_DIR") or BASE_DIR / "var")
@@ -306,6 +306,11 @@ PADDLECLOUD_MASTER_BASE_URL = _base_url("PADDLECLOUD_MASTER_BASE_URL",
                                         "http://paddlecloud.paddlecloud.svc")
 
 PADDLECLOUD_DEFAULT_IMAGE = env_str("PADDLECLOUD_DEFAULT_IMAGE", DEFAULT_IMAGE)
+# GPU jobs' (-gpu > 0): the CUDA build of the same Paddle; where the default image above was
+# changed and this was not, that image (its CUDA build is not known here).
+PADDLECLOUD_DEFAULT_GPU_IMAGE = env_str(
+    "PADDLECLOUD_DEFAULT_GPU_IMAGE",
+    DEFAULT_GPU_IMAGE if PADDLECLOUD_DEFAULT_IMAGE == DEFAULT_IMAGE else PADDLECLOUD_DEFAULT_IMAGE)
 # How long a datacenter's forecast of predicted starts is reused while none of its jobs
 # changes state (scheduling.forecasts.job_predictions); 0: computed on every request.
 PADDLECLOUD_FORECAST_CACHE_SECONDS = env_int("PADDLECLOUD_FORECAST_CACHE_SECONDS", 15)

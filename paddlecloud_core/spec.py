@@ -26,6 +26,8 @@ from .quantity import QuantityError, format_bytes, format_cpu, parse_bytes, pars
 
 # The image a job runs in when neither it nor its datacenter names one.
 DEFAULT_IMAGE = "paddlepaddle/paddle:2.6.1"
+# The same Paddle built for CUDA: the image of a job that asks for GPUs and names none.
+DEFAULT_GPU_IMAGE = "paddlepaddle/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6"
 IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/:@]*$")
 MAX_REPLICAS = 1000
 MAX_GPU = 64
@@ -193,7 +195,8 @@ FIELDS: tuple[Field, ...] = (
           default=_MEMORY[0], flag=("psmemory",), metavar="SIZE",
           label="Memory per parameter server", group="Parameter servers"),
     # Runtime
-    Field("image", "text", "the runtime image (default: the datacenter's)", default="",
+    Field("image", "text", "the runtime image (default: the datacenter's; with -gpu, its "
+          "CUDA image)", default="",
           maximum=MAX_IMAGE, flag=("image",), metavar="IMAGE", sdk="runtime_image",
           label="Image", group="Runtime", attrs=_SPELLED),
     Field("registry", "text", "your registry credentials for a private image (see `paddlectl "
@@ -465,11 +468,14 @@ ORDER = tuple(FIELD)
 
 
 def spec_check(data: Mapping[str, Any], *, default_image: str,
+               default_gpu_image: str | None = None,
                package_example: str = "/pfs/{datacenter}/home/{user}/pkg",
                extra_fields: frozenset[str] = frozenset()) -> SpecCheck:
     """Apply every rule that needs only the submission ``data``. ``values`` holds what a
     ``JobSpec`` is made of (a field with a problem keeps its default, so callers can go on
-    checking the rest); ``package`` is the text as given, for the caller to resolve."""
+    checking the rest); ``package`` is the text as given, for the caller to resolve. A job
+    that names no image runs ``default_image``, or ``default_gpu_image`` (where given) if its
+    trainers ask for GPUs."""
     result = SpecCheck({}, {})
     check = _Checker(data, result)
     known = set(FIELD) | set(ALIASES) | extra_fields
@@ -481,7 +487,9 @@ def spec_check(data: Mapping[str, Any], *, default_image: str,
         check.fail("name", problem)
 
     entry = check.text("entry", required=ENTRY_REQUIRED)
-    image = check.text("image", maximum=MAX_IMAGE) or default_image
+    image = check.text("image", maximum=MAX_IMAGE)
+    image_given = bool(image)
+    image = image or default_image
     if not IMAGE_RE.match(image):
         check.fail("image", f"{image!r} is not an image reference like "
                             f"{DEFAULT_IMAGE}")
@@ -497,6 +505,8 @@ def spec_check(data: Mapping[str, Any], *, default_image: str,
     ranged = _trainers_written(check)
     values.update({key: check.integer(key) for key in INTEGERS})
     values.update({key: check.quantity(key) for key in QUANTITIES})
+    if not image_given and default_gpu_image and values["gpu"]:
+        values["image"] = default_gpu_image
     values["env"] = check.env()
     values.update(_dataset(check, values["task_records"]))
     values.update(_trainers_range(check, values, ranged))

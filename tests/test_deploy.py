@@ -20,13 +20,14 @@ from django.urls import resolve
 
 from jobs.backends.kubernetes.client import RESOURCES
 from jobs.backends.kubernetes.names import MANAGED_BY, MANAGED_BY_LABEL
+from jobs.backends.kubernetes.validation import SUPPORTED_VERSIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 NAMESPACE = "paddlecloud"
-# The oldest and newest Kubernetes the job manifests are validated for
-# (jobs/backends/kubernetes/validation.py); the portal's own objects follow them.
-VERSIONS = ("1.30", "1.33")
+# The oldest and newest Kubernetes the backend runs on (and validates the job manifests for):
+# deploy/ must apply on both.
+VERSIONS = SUPPORTED_VERSIONS
 KUSTOMIZED = ["namespace.yaml", "rbac.yaml", "admission-policy.yaml", "config.yaml", "pfs.yaml",
               "web.yaml", "worker.yaml", "beat.yaml"]
 PORTAL = {"paddlecloud-web", "paddlecloud-worker", "paddlecloud-beat"}

@@ -135,6 +135,34 @@ def test_admin_sets_a_datacenters_cluster_choices(admin_browser, datacenter):
     assert kube["kube_volume"]["persistentVolume"]["csi"]["driver"] == "cephfs.csi.ceph.com"
 
 
+def test_admin_refuses_a_namespace_prefix_another_datacenter_uses_on_its_cluster(
+        admin_browser, datacenter, other_datacenter, tmp_path):
+    """datacenter2 is on the cluster datacenter1 is on (another kubeconfig naming the same
+    API server): moving it there with datacenter1's prefix is refused on its field, naming
+    datacenter1; with a prefix apart it is saved."""
+    from tests.k8s_api_server.kubeconfig import write_kubeconfig
+    from tests.kube import datacenter_set
+
+    server = "https://10.1.2.3:6443"
+    datacenter_set(datacenter, backend="kubernetes", kubeconfig=str(write_kubeconfig(
+        tmp_path / "one.kubeconfig", server, "t")))
+    url = f"/admin/accounts/datacenter/{other_datacenter.pk}/change/"
+    form = {**DATACENTER_FORM, "name": "datacenter2", "backend": "kubernetes",
+            "kubeconfig": str(write_kubeconfig(tmp_path / "two.kubeconfig", server, "u")),
+            "quotas-TOTAL_FORMS": "0", "quotas-INITIAL_FORMS": "0"}
+    refused = admin_browser.post(url, form)
+    assert refused.status_code == 200
+    assert "'paddle-' would share users' namespaces with datacenter datacenter1 on the same " \
+           f"cluster ({server})" in page(refused)
+    other_datacenter.refresh_from_db()
+    assert other_datacenter.backend != "kubernetes"
+    saved = admin_browser.post(url, {**form, "namespace_prefix": "dc2-"})
+    assert saved.status_code == 302, page(saved)
+    other_datacenter.refresh_from_db()
+    assert (other_datacenter.backend, other_datacenter.namespace_prefix) == ("kubernetes",
+                                                                             "dc2-")
+
+
 def test_admin_sets_the_queued_jobs_cap_on_the_user_page_and_as_the_default(
         admin_browser, alice, datacenter):
     own = Quota.objects.get(user=alice, datacenter=datacenter)

@@ -8,6 +8,7 @@ import stat
 import sys
 
 import pytest
+import yaml
 from django.contrib.auth import authenticate
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -142,14 +143,15 @@ def test_adddatacenter_sets_the_clusters_choices(db, k8s_api):
 
 def test_adddatacenter_refuses_a_cluster_too_old_or_out_of_reach_unless_told(db, k8s_api,
                                                                               tmp_path):
-    k8s_api.settings.kubernetes_version = "1.28"
+    k8s_api.settings.kubernetes_version = "1.29"
     with pytest.raises(CommandError) as refused:
         run("adddatacenter", "old", "--backend", "kubernetes", "--kubeconfig",
             str(k8s_api.kubeconfig_path))
     assert str(refused.value) == (
-        "datacenter old: its cluster runs Kubernetes 1.28, older than PaddleCloud needs "
-        "(1.29 or newer: the trainers' indexed Job uses backoffLimitPerIndex and "
-        "podReplacementPolicy); upgrade the cluster (--skip-cluster-check saves it anyway)")
+        "datacenter old: its cluster runs Kubernetes 1.29, older than PaddleCloud needs "
+        "(1.30 or newer: the trainers' indexed Job uses backoffLimitPerIndex and "
+        "podReplacementPolicy, deploy/'s admission policy admissionregistration.k8s.io/v1); "
+        "upgrade the cluster (--skip-cluster-check saves it anyway)")
     assert not Datacenter.objects.exists()  # nothing half-made
     missing = tmp_path / "nowhere"
     with pytest.raises(CommandError, match=f"cannot load kubeconfig {missing}"):
@@ -158,6 +160,52 @@ def test_adddatacenter_refuses_a_cluster_too_old_or_out_of_reach_unless_told(db,
     out = run("adddatacenter", "old", "--backend", "kubernetes", "--kubeconfig",
               str(missing), "--skip-cluster-check")
     assert out.startswith("Created datacenter old (backend kubernetes, PFS root ")
+
+
+def test_adddatacenter_refuses_a_namespace_prefix_another_datacenter_uses_on_its_cluster(
+        db, k8s_api, tmp_path):
+    """Two datacenters on one API server (whatever their kubeconfigs and contexts are
+    called) whose prefixes make the same names would share users' namespaces, their quota and
+    PFS claim: the second is refused, naming the field and the other datacenter, and nothing
+    is saved; on another cluster, or with a prefix apart, it is made."""
+    from tests.k8s_api_server.kubeconfig import write_kubeconfig
+
+    first = str(k8s_api.kubeconfig_path)
+    run("adddatacenter", "dc1", "--backend", "kubernetes", "--kubeconfig", first)
+    same = yaml.safe_load(k8s_api.kubeconfig_path.read_text())
+    same["clusters"][0]["cluster"]["server"] += "/"  # the same server, written another way
+    same["contexts"][0]["name"] = same["current-context"] = "prod"
+    again = tmp_path / "again.kubeconfig"
+    again.write_text(yaml.safe_dump(same))
+    for prefix in ("paddle-", "paddle-dc2-", "pad"):
+        with pytest.raises(CommandError) as refused:
+            run("adddatacenter", "dc2", "--backend", "kubernetes", "--kubeconfig", str(again),
+                "--namespace-prefix", prefix)
+        assert str(refused.value) == (
+            f"namespace_prefix: {prefix!r} would share users' namespaces with datacenter dc1 "
+            f"on the same cluster ({k8s_api.url.lower()}), whose prefix is 'paddle-': on one "
+            "cluster each datacenter's prefix must neither equal nor begin another's, e.g. "
+            "dc2-")
+        assert not Datacenter.objects.filter(name="dc2").exists()
+    run("adddatacenter", "dc2", "--backend", "kubernetes", "--kubeconfig", str(again),
+        "--namespace-prefix", "dc2-")
+    elsewhere = write_kubeconfig(tmp_path / "elsewhere.kubeconfig", "https://10.0.0.9:6443", "t")
+    run("adddatacenter", "dc3", "--backend", "kubernetes", "--kubeconfig", str(elsewhere),
+        "--skip-cluster-check")
+    assert Datacenter.objects.get(name="dc3").namespace_prefix == "paddle-"
+    with pytest.raises(CommandError, match="namespace_prefix: 'dc2-' would share users' "
+                                           "namespaces with datacenter dc2"):
+        run("adddatacenter", "dc1", "--namespace-prefix", "dc2-")
+    assert Datacenter.objects.get(name="dc1").namespace_prefix == "paddle-"
+
+
+def test_adddatacenter_sets_the_image_of_gpu_jobs(db):
+    run("adddatacenter", "gpus", "--default-image", "registry.example.com/paddle:2.6.1",
+        "--gpu-image", "registry.example.com/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6")
+    dc = Datacenter.objects.get(name="gpus")
+    assert (dc.image, dc.image_gpu) == ("registry.example.com/paddle:2.6.1",
+                                        "registry.example.com/paddle:2.6.1-gpu-cuda12.0-"
+                                        "cudnn8.9-trt8.6")
 
 
 def test_adddatacenter_without_pfs_root_reports_the_default_one(db, settings, tmp_path):

@@ -148,6 +148,35 @@ def test_submit_records_an_admitted_job_and_queues_one_start(
     assert held_tasks.sent == [("jobs.tasks.job_start", (Job.objects.get(name="fit-a-line").pk,))]
 
 
+def test_a_gpu_job_that_names_no_image_runs_the_cuda_build_and_says_so(
+        token_client, package, alice, datacenter, held_tasks, settings):
+    """-gpu > 0 and no image: the CUDA build of the default image's Paddle (the portal's, or
+    the datacenter's GPU image); a CPU job keeps the default image, and an image named wins.
+    The job says which image it runs, in the API (and ``paddlectl get jobs -o wide``)."""
+    quota_set(None, datacenter, alice, cpu=8000, gpu=4)
+
+    def image_of(name: str, **fields) -> str:
+        response = token_client.post(URL, {"name": name, "package": package,
+                                           "entry": "python train.py", **fields}, format="json")
+        assert response.status_code == 201, response.content
+        shown = token_client.get(job_url(name)).json()
+        assert shown["image"] == response.json()["image"]
+        return shown["image"]
+
+    assert image_of("gpu", gpu=1) == "paddlepaddle/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6"
+    assert image_of("cpu") == "paddlepaddle/paddle:2.6.1"
+    assert image_of("named", gpu=2, image="registry.example.com/paddle:mine") == \
+        "registry.example.com/paddle:mine"
+    datacenter.gpu_image = "registry.example.com/paddle:3.0.0-gpu-cuda12.6"
+    datacenter.save()
+    assert image_of("gpu-here", gpu=1) == "registry.example.com/paddle:3.0.0-gpu-cuda12.6"
+    # A datacenter whose CPU image is its administrator's own, without a GPU image: that
+    # image (the portal cannot know its CUDA build), not another Paddle's.
+    datacenter.gpu_image, datacenter.default_image = "", "registry.example.com/paddle:2.5"
+    datacenter.save()
+    assert image_of("gpu-own", gpu=1) == "registry.example.com/paddle:2.5"
+
+
 def test_dry_run_shows_the_plan_and_creates_nothing(
         token_client, package, alice, datacenter, django_capture_on_commit_callbacks):
     quota_set(None, datacenter, alice, cpu=8000, gpu=4)
@@ -164,7 +193,7 @@ def test_dry_run_shows_the_plan_and_creates_nothing(
     job = body["job"]
     assert (job["name"], job["package"], job["entry"]) == ("probe", PACKAGE, "python train.py")
     assert (job["trainers"], job["pservers"], job["gpu"]) == (3, 2, 1)
-    assert job["image"] == datacenter.image
+    assert job["image"] == datacenter.image_gpu  # its trainers ask for GPUs
     replicas = body["replicas"]
     assert [(r["role"], r["index"]) for r in replicas] == [
         ("pserver", 0), ("pserver", 1), ("trainer", 0), ("trainer", 1), ("trainer", 2)]

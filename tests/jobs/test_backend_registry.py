@@ -169,14 +169,59 @@ def test_the_kubernetes_settings_come_over_from_their_old_columns():
     old.objects.create(name="here", backend="local", kube_context="unused")
     try:
         MigrationExecutor(connection).migrate(after)
-        assert Datacenter.objects.get(name="east").backend_settings == {
+        # (read as values: the model has columns of later migrations)
+        settings_of = Datacenter.objects.values_list("backend_settings", flat=True)
+        assert settings_of.get(name="east") == {
             "kube_in_cluster": False, "kubeconfig": "/etc/k", "kube_context": "",
             "kube_volume": {"nfs": {"server": "nfs", "path": "/pfs"}},
             "kube_scheduler": "kueue", "kube_queue": "team", "kube_run_as_user": 1000,
             "kube_run_as_group": None, "kube_gpu_tolerations": [{"key": "gpu",
                                                                  "operator": "Exists"}],
             "kube_gpu_node_selector": {}}
-        assert Datacenter.objects.get(name="here").backend_settings == {}
+        assert settings_of.get(name="here") == {}
+    finally:  # the database as every other test has it: every migration applied
+        latest = MigrationExecutor(connection)
+        latest.migrate(latest.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_csi_volume_handles_made_before_become_the_templates_of_the_same_handles():
+    """Upgrading: a CSI PersistentVolume's handle became the administrator's template
+    (``{namespace}`` in it); migration 0014 writes what the portal did before (the handle, or
+    paddlecloud-pfs, then -<namespace>) as the template, so existing volumes keep theirs."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from jobs.backends.kubernetes.settings import volume_handle
+
+    before = [("accounts", "0013_datacenter_backend_settings")]
+    after = [("accounts", "0014_datacenter_volume_handle")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps.get_model("accounts", "Datacenter")
+
+    def csi(**fields) -> dict:
+        return {"kube_volume": {"persistentVolume": {"csi": {"driver": "cephfs.csi.ceph.com",
+                                                             **fields}}}}
+
+    old.objects.create(name="named", backend="kubernetes", backend_settings=csi(
+        volumeHandle="pfs"))
+    old.objects.create(name="unnamed", backend="kubernetes", backend_settings=csi())
+    nfs = {"kube_volume": {"nfs": {"server": "nfs", "path": "/pfs"}}}
+    old.objects.create(name="inline", backend="kubernetes", backend_settings=nfs)
+    try:
+        MigrationExecutor(connection).migrate(after)
+        settings_of = Datacenter.objects.values_list("backend_settings", flat=True)
+        handles = {name: settings_of.get(name=name)["kube_volume"]["persistentVolume"]["csi"]
+                   for name in ("named", "unnamed")}
+        assert {n: h["volumeHandle"] for n, h in handles.items()} == {
+            "named": "pfs-{namespace}", "unnamed": "paddlecloud-pfs-{namespace}"}
+        # the handles the volumes were made with
+        assert volume_handle(handles["named"], "paddle-alice") == "pfs-paddle-alice"
+        assert volume_handle(handles["unnamed"], "paddle-bob") == "paddlecloud-pfs-paddle-bob"
+        assert settings_of.get(name="inline") == nfs
+        MigrationExecutor(connection).migrate(before)  # and back
+        assert old.objects.get(name="named").backend_settings == csi(volumeHandle="pfs")
     finally:  # the database as every other test has it: every migration applied
         latest = MigrationExecutor(connection)
         latest.migrate(latest.loader.graph.leaf_nodes())

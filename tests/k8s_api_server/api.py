@@ -55,6 +55,7 @@ class Api:
         # every write (``mutate(rt, obj, old)``, ``validate(rt, obj, old)``, ``old`` None on
         # create; ``validate_delete(rt, obj)``), the controllers' writes too.
         self.types: tuple[resources.ResourceType, ...] = resources.ALL
+        self._namespaces_made: dict[str, float] = {}  # name -> monotonic time it was made
         self.webhooks: list = []
         self._cluster_ips = itertools.count(10)
         for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
@@ -166,11 +167,24 @@ class Api:
             if isinstance(rt, crds.CustomType) and not trusted:
                 crds.check(rt, obj)
             rules.validate(rt, obj)
+            if not trusted:  # (the controllers retry a refused create anyway)
+                self._namespace_cached(rt, namespace)
             admission.validate_create(self.store, rt, obj)
             self._call_webhooks("validate", rt, obj, None)
             if self.store.get(rt.key, meta.get("namespace", ""), meta["name"]) is not None:
                 raise errors.already_exists(rt, meta["name"])
+            if rt is resources.NAMESPACES and not dry_run:
+                self._namespaces_made[meta["name"]] = time.monotonic()
             return obj if dry_run else self.store.write(rt.key, obj)
+
+    def _namespace_cached(self, rt, namespace: str) -> None:
+        """``Settings.admission_namespace_lag_seconds``: the policy's informer has not seen a
+        namespace made so recently; its lister's NotFound (singular resource) is the answer."""
+        made = self._namespaces_made.get(namespace)
+        if rt.namespaced and made is not None and \
+                time.monotonic() - made < self.settings.admission_namespace_lag_seconds:
+            raise errors.ApiError(404, "NotFound", f'namespace "{namespace}" not found',
+                                  details={"name": namespace, "kind": "namespace"})
 
     def replace(self, rt, namespace: str, name: str, body: dict, *, subresource: str | None = None,
                 field_validation: str | None = None, dry_run: bool = False,

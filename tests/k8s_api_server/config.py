@@ -27,6 +27,12 @@ class Settings:
     job_backoff_seconds: float = 0.05  # a Job's first retry of a failed pod (real: 10 s),
     # doubling with each failure of the index (or of the Job), at most 36 times this (6 min)
     service_account_delay_seconds: float = 0.05  # a new namespace's "default" ServiceAccount
+    # How long after a namespace is made admission still answers creates in it 404
+    # 'namespace "NAME" not found': a ValidatingAdmissionPolicy's matcher read namespaces
+    # from an informer's cache, which had not seen a new one yet, and did not look it up
+    # (fixed in the patches of late 2025); 0: the fix (a real server's lag is milliseconds to
+    # seconds under load, which a test cannot choose there).
+    admission_namespace_lag_seconds: float = 0.0
     tick_seconds: float = 0.01  # the controller loop's period when nothing wakes it
     # The Job controller looks at every Job at least this often; between, at those that
     # changed, whose pods changed or that wait for a moment (a back-off, a deadline, a TTL).

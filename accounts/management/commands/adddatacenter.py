@@ -30,6 +30,9 @@ class Command(BaseCommand):
                             help="endpoint of an S3-compatible store (default: AWS)")
         parser.add_argument("--s3-region", help="region of the bucket")
         parser.add_argument("--default-image", help="image for jobs that name none")
+        parser.add_argument("--gpu-image", help="image for GPU jobs that name none (default: "
+                                                "PADDLECLOUD_DEFAULT_GPU_IMAGE, the CUDA "
+                                                "build of the default image's Paddle)")
         parser.add_argument("--namespace-prefix", help="prefix of users' namespaces")
         for kind in backend_kinds():  # the settings each backend owns
             if kind.arguments is not None:
@@ -71,6 +74,7 @@ class Command(BaseCommand):
             "pfs_root": options["pfs_root"],
             "public_dir": options["public_dir"],
             "default_image": options["default_image"],
+            "gpu_image": options["gpu_image"],
             "pfs_storage": options["pfs_storage"],
             "s3_bucket": options["s3_bucket"],
             "s3_endpoint_url": options["s3_endpoint_url"],

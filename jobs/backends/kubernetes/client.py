@@ -64,6 +64,10 @@ RESOURCES = {
 CREATED_ONCE = frozenset({"PersistentVolume", "PersistentVolumeClaim", "LocalQueue"})
 
 RETRIED_STATUSES = frozenset({500, 502, 503, 504})
+# A namespace made a moment ago can be "not found" by admission that reads namespaces from its
+# cache (ValidatingAdmissionPolicy's matcher, until the patches of late 2025: its informer had
+# not seen the namespace yet): a create in it answered so is tried again for this long.
+NEW_NAMESPACE_SECONDS = 5.0
 # The oldest Kubernetes whose API has every field of the job objects (the oldest they are
 # validated against), and how long a server's version is taken as known.
 MIN_VERSION = tuple(int(part) for part in SUPPORTED_VERSIONS[0].split("."))
@@ -174,7 +178,8 @@ class Kube:
             raise KubeError(
                 f"datacenter {self.name}: its cluster runs Kubernetes {shown}, older than "
                 f"PaddleCloud needs ({needed} or newer: the trainers' indexed Job uses "
-                "backoffLimitPerIndex and podReplacementPolicy); upgrade the cluster")
+                "backoffLimitPerIndex and podReplacementPolicy, deploy/'s admission policy "
+                "admissionregistration.k8s.io/v1); upgrade the cluster")
         return shown
 
     # -- objects ----------------------------------------------------------------------------
@@ -202,7 +207,7 @@ class Kube:
         any other 409 is an error that names the object."""
         kind, meta = obj["kind"], obj["metadata"]
         try:
-            return self.request("POST", self.path(kind, meta.get("namespace")), body=obj)
+            return self._post(obj)
         except KubeError as exc:
             if exc.status != 409 or exc.reason != "AlreadyExists":
                 raise
@@ -222,8 +227,7 @@ class Kube:
             existing = self.get(kind, meta.get("namespace"), meta["name"])
             if existing is None:
                 try:
-                    return self.request("POST", self.path(kind, meta.get("namespace")),
-                                        body=obj)
+                    return self._post(obj)
                 except KubeError as exc:
                     if exc.reason != "AlreadyExists":
                         raise
@@ -248,6 +252,25 @@ class Kube:
                 if exc.status != 409:
                     raise
         raise KubeError(f"{kind} {meta['name']} keeps changing under us; try again")
+
+    def _post(self, obj: dict) -> dict:
+        """Create ``obj``; while its namespace is "not found" by admission (just made:
+        ``NEW_NAMESPACE_SECONDS``), again, backing off."""
+        namespace = obj["metadata"].get("namespace")
+        missing = re.compile(rf'^namespaces? "{re.escape(namespace or "")}" not found$')
+        deadline = time.monotonic() + NEW_NAMESPACE_SECONDS
+        delay = 0.05
+        while True:
+            try:
+                return self.request("POST", self.path(obj["kind"], namespace), body=obj)
+            except KubeError as exc:
+                if not namespace or exc.status != 404 or not missing.match(str(exc)) \
+                        or time.monotonic() + delay > deadline:
+                    raise
+                logger.info("Kubernetes %s: creating %s %s: %s; trying again", self.name,
+                            obj["kind"], obj["metadata"]["name"], exc)
+            time.sleep(delay)
+            delay = min(2 * delay, 1.0)
 
     def delete(self, kind: str, namespace: str | None, name: str, *,
                grace: float | None = None, propagation: str = "Background") -> bool:
@@ -375,7 +398,22 @@ def _client_key(datacenter) -> tuple:
     return settings_.kube_in_cluster, settings_.kubeconfig, settings_.kube_context
 
 
+def api_server(datacenter) -> str | None:
+    """The URL of the datacenter's API server, as its configuration names it (None: that
+    cannot be loaded): datacenters with the same one share a cluster and its namespaces."""
+    try:
+        return _configuration(datacenter).host.rstrip("/").lower()
+    except KubeError:
+        return None
+
+
 def _api_client(datacenter) -> k8s.ApiClient:
+    configuration = _configuration(datacenter)
+    configuration.retries = False  # ours, with backoff, in Kube.request
+    return k8s.ApiClient(configuration)
+
+
+def _configuration(datacenter) -> k8s.Configuration:
     configuration = k8s.Configuration()
     settings_ = kube_settings(datacenter)
     try:
@@ -390,8 +428,7 @@ def _api_client(datacenter) -> k8s.ApiClient:
         where = ("the in-cluster service account" if settings_.kube_in_cluster else
                  f"kubeconfig {settings_.kubeconfig or '~/.kube/config'}")
         raise KubeError(f"datacenter {datacenter.name}: cannot load {where}: {exc}") from None
-    configuration.retries = False  # ours, with backoff, in Kube.request
-    return k8s.ApiClient(configuration)
+    return configuration
 
 
 def kube_forget(datacenter=None) -> None:

@@ -73,7 +73,7 @@ from .names import (
 from .pods import ManifestError as ManifestError  # raised by the builders; callers catch it here
 from .pods import job_secret_name, kueue_pod_group, pod_template, run_as, secret_env
 from .scripts import INIT_SCRIPT, INIT_SCRIPT_NAME, RUN_SCRIPT, RUN_SCRIPT_NAME
-from .settings import kube_settings
+from .settings import kube_settings, volume_handle
 
 QUOTA_NAME = "paddlecloud"
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
@@ -125,12 +125,11 @@ def pfs_claim_objects(datacenter, namespace: str, labels: dict) -> list[dict]:
     """For a ``persistentVolume`` kube_volume: a PersistentVolume of that source reserved for
     the namespace's claim, and the claim, bound to each other (a claim is seen only in its
     namespace, and a volume binds one claim). Retained when the claim goes: the files are the
-    users'. A CSI volume's handle gets the namespace, as a driver takes one handle for one
-    volume."""
+    users'. A CSI volume's handle is the administrator's, ``{namespace}`` in it the
+    namespace's name (``settings.NAMESPACE_FIELD``)."""
     source = copy.deepcopy(kube_settings(datacenter).kube_volume["persistentVolume"])
     if "csi" in source:
-        source["csi"]["volumeHandle"] = "-".join(
-            filter(None, [source["csi"].get("volumeHandle", "paddlecloud-pfs"), namespace]))
+        source["csi"]["volumeHandle"] = volume_handle(source["csi"], namespace)
     size = {"storage": "1Ti"}  # a static volume's capacity binds the claim; it limits nothing
     return [
         {"apiVersion": "v1", "kind": "PersistentVolume",

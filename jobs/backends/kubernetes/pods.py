@@ -21,7 +21,6 @@ from django.conf import settings
 from paddlecloud_core import layout
 from paddlecloud_core.contract import (
     SECRET_ENV,
-    STOP_GRACE_SECONDS,
     Paths,
     TaskMaster,
     Topology,
@@ -69,7 +68,13 @@ from .scripts import (
     SITE_PACKAGES_ENV,
     WORKSPACE_ENV,
 )
-from .settings import KUBE_VOLUME_SOURCES, kube_settings, kube_volume_problem
+from .settings import (
+    KUBE_VOLUME_SOURCES,
+    ephemeral_storage,
+    kube_settings,
+    kube_volume_problem,
+    termination_grace,
+)
 
 
 class ManifestError(Exception):
@@ -77,8 +82,14 @@ class ManifestError(Exception):
 
 
 WORKSPACE = "/workspace"
+# The containers' HOME (and XDG_CACHE_HOME under it), writable whatever the uid: a uid the
+# image's /etc/passwd does not name gets HOME=/, where nothing can be written (pip's, Paddle's
+# and the datasets' caches go to ~/.cache).
+HOME = "/home/paddlecloud"
+HOME_ENV = {"HOME": HOME, "XDG_CACHE_HOME": f"{HOME}/.cache"}
 PFS_VOLUME = "pfs"
 WORKSPACE_VOLUME = "workspace"
+HOME_VOLUME = "home"
 SCRIPTS_VOLUME = "paddlecloud"
 SHM_VOLUME = "dshm"
 # Every container: no way to gain privileges or capabilities (Pod Security "restricted").
@@ -295,22 +306,26 @@ def pfs_mounts(job) -> list[dict]:
     ]
 
 
-def resources(cpu: int, memory: int, gpu: int = 0) -> dict:
-    """Requests equal to limits (millicores, bytes); GPUs as a limit, which Kubernetes also
-    takes as the request."""
+def resources(cpu: int, memory: int, gpu: int = 0, storage: int = 0) -> dict:
+    """Requests equal to limits (millicores, bytes; ``storage``: ephemeral-storage bytes, 0
+    for none); GPUs as a limit, which Kubernetes also takes as the request."""
     amounts = {"cpu": f"{cpu}m", "memory": str(memory)}
+    if storage:
+        amounts["ephemeral-storage"] = str(storage)
     limits = {**amounts, "nvidia.com/gpu": str(gpu)} if gpu else dict(amounts)
     return {"requests": amounts, "limits": limits}
 
 
 def _role_resources(job, role: str) -> dict:
+    storage = ephemeral_storage(job.datacenter)
     if role == TRAINER:
-        return resources(job.cpu, job.memory, job.gpu)
-    return resources(job.pscpu, job.psmemory)
+        return resources(job.cpu, job.memory, job.gpu, storage)
+    return resources(job.pscpu, job.psmemory, storage=storage)
 
 
 def _mounts(job) -> list[dict]:
     return [*pfs_mounts(job), {"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE},
+            {"name": HOME_VOLUME, "mountPath": HOME},
             {"name": SCRIPTS_VOLUME, "mountPath": SCRIPTS_DIR, "readOnly": True}]
 
 
@@ -373,7 +388,7 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
             (WORKSPACE_ENV, WORKSPACE), (SITE_PACKAGES_ENV, site),
             (REQUIREMENTS_LOG_ENV, f"{paths(job).output}/requirements.log"),
             *([(ENV_DIGEST_ENV, job.environment)] if job.environment else []),
-            *([(INSTALLED_ENV, "1")] if built else []))],
+            *([(INSTALLED_ENV, "1")] if built else []), *HOME_ENV.items())],
         "resources": _role_resources(job, role),
         "volumeMounts": _mounts(job),
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -385,13 +400,14 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
         defaults[PEERS_LISTENING_ENV] = listening
     if role == TRAINER and not job.pservers:
         defaults[PEERS_ENDED_ENV] = peers_ended(job, first_attempt)
+    defaults.update(HOME_ENV)
     env = _with_defaults(role_env(job, role, namespace), defaults)
     peers = {
         "name": "peers",
         "image": job.image,
         "command": ["/bin/sh", f"{SCRIPTS_DIR}/{RUN_SCRIPT_NAME}", PEERS_ARGUMENT],
         "env": copy.deepcopy(env),
-        "resources": resources(100, 64 * 2**20),
+        "resources": resources(100, 64 * 2**20, storage=ephemeral_storage(datacenter)),
         "volumeMounts": _mounts(job),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": copy.deepcopy(CONTAINER_SECURITY),
@@ -415,9 +431,9 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
     if role == TRAINER:
         spec["subdomain"] = trainer_name(job)
     spec.update({
-        # What the portal means by stopping a replica politely (a kill, a failed job): the
-        # garbage collector deletes the pods of a deleted root with their own grace period.
-        "terminationGracePeriodSeconds": STOP_GRACE_SECONDS,
+        # What the datacenter means by stopping a replica politely (a kill, a failed job):
+        # the garbage collector deletes the pods of a deleted root with their own grace.
+        "terminationGracePeriodSeconds": termination_grace(datacenter),
         "enableServiceLinks": False,  # no variables for every Service of the namespace
         "automountServiceAccountToken": False,  # trainers have no business with the API
         "securityContext": pod_security_context(datacenter),
@@ -443,6 +459,7 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
             KUEUE_GROUP_TOTAL_ANNOTATION: str(job.pservers + trainers_least(job)),
             KUEUE_RETRIABLE_ANNOTATION: "false"}
     volumes = [pfs_volume(datacenter), {"name": WORKSPACE_VOLUME, "emptyDir": {}},
+               {"name": HOME_VOLUME, "emptyDir": {}},
                {"name": SCRIPTS_VOLUME, "configMap": {"name": scripts_config_map}}]
     if role == TRAINER:
         volumes.append(shm_volume(job))

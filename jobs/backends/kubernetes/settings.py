@@ -17,6 +17,8 @@ from django.core.validators import RegexValidator
 from django.db import models
 
 from accounts.execution import BackendKind
+from paddlecloud_core.contract import STOP_GRACE_SECONDS
+from paddlecloud_core.quantity import QuantityError, parse_bytes
 
 # What a datacenter's ``kube_volume`` may be: one volume source of these kinds, whose root holds
 # home/ and public/. Each but ``persistentVolume`` is put in every pod as it is given; a
@@ -25,6 +27,10 @@ from accounts.execution import BackendKind
 # to it in each user namespace, as a claim is seen in its own namespace only.
 KUBE_VOLUME_SOURCES = ("nfs", "cephfs", "csi", "hostPath", "persistentVolume")
 PERSISTENT_VOLUME_SOURCES = ("csi", "nfs", "cephfs", "hostPath", "local")
+# What a csi persistentVolume's volumeHandle holds for the user namespace it is made in: a
+# driver that takes one handle for one volume gets a handle of each namespace's; one that
+# takes the same handle many times (EFS, Filestore, GCS FUSE) the same handle everywhere.
+NAMESPACE_FIELD = "{namespace}"
 KUBE_VOLUME_CLAIM_HINT = (
     "a persistentVolumeClaim is seen in its own namespace only, and jobs run in each user's: "
     'give the volume instead, as {"persistentVolume": {"csi": {…}}}, and the portal makes a '
@@ -49,7 +55,44 @@ def kube_volume_problem(source) -> str | None:
                 + ', e.g. {"persistentVolume": {"csi": {"driver": "cephfs.csi.ceph.com", …}}}')
     if kind == "csi" and not isinstance(settings_.get("driver"), str):
         return "a csi volume names its driver"
+    if kind == "persistentVolume" and "csi" in settings_:
+        return _volume_handle_problem(settings_["csi"])
     return None
+
+
+def _volume_handle_problem(csi: dict) -> str | None:
+    handle = csi.get("volumeHandle")
+    example = ('e.g. "fs-0123456789abcdef0::fsap-0123456789abcdef0" (EFS, one for every '
+               'namespace) or "pfs-{namespace}"')
+    if not isinstance(csi.get("driver"), str):
+        return "a csi volume names its driver"
+    if not isinstance(handle, str) or not handle:
+        return ("a csi persistentVolume names its volumeHandle: the driver's handle of the "
+                "PFS root, the same for every user namespace, or a template in which "
+                f"{NAMESPACE_FIELD} is each namespace, {example}")
+    if "{" in handle.replace(NAMESPACE_FIELD, "") or "}" in handle.replace(NAMESPACE_FIELD, ""):
+        return (f"volumeHandle {handle!r}: {NAMESPACE_FIELD} is the only field a handle may "
+                f"hold, {example}")
+    return None
+
+
+def volume_handle(csi: dict, namespace: str) -> str:
+    """A user namespace's handle of the datacenter's CSI volume (``volumeHandle`` with
+    ``{namespace}`` filled in)."""
+    return csi["volumeHandle"].replace(NAMESPACE_FIELD, namespace)
+
+
+# What each container of a job asks for and may use of its node's disk (its writable layer, its
+# logs, the pod's workspace and home emptyDirs) where the datacenter says nothing; none where
+# Kueue decides, as Kueue admits no pod asking for a resource its ClusterQueue does not cover.
+EPHEMERAL_STORAGE_DEFAULT = "4Gi"
+
+
+def _storage_amount(value: str) -> None:
+    try:
+        parse_bytes(value)
+    except QuantityError as exc:
+        raise forms.ValidationError(str(exc)) from None
 
 
 class Scheduler(models.TextChoices):
@@ -85,8 +128,12 @@ class KubernetesSettingsForm(forms.Form):
                   'Kubernetes volume source, e.g. {"cephfs": {"monitors": ["10.0.0.1:6789"], '
                   '"user": "admin", "secretRef": {"name": "ceph-secret"}, "path": "/"}}, '
                   '{"nfs": {"server": "nfs.example.com", "path": "/pfs"}}, '
-                  '{"hostPath": {"path": "/mnt/pfs"}} or '
-                  '{"persistentVolumeClaim": {"claimName": "pfs"}}.')
+                  '{"hostPath": {"path": "/mnt/pfs"}}, or a PersistentVolume source the '
+                  'portal makes a volume and claim of in each user namespace, '
+                  '{"persistentVolume": {"csi": {"driver": "efs.csi.aws.com", "volumeHandle": '
+                  '"fs-0123456789abcdef0::fsap-0123456789abcdef0"}}}: its volumeHandle the '
+                  'same in every namespace, or a template in which {namespace} is each '
+                  'namespace ("pfs-{namespace}"), as the driver needs.')
     kube_scheduler = forms.ChoiceField(
         label="gang scheduler", choices=Scheduler.choices, initial=Scheduler.DEFAULT,
         help_text="Who decides that a job's pods start together. Kueue and Volcano must be "
@@ -105,6 +152,20 @@ class KubernetesSettingsForm(forms.Form):
     kube_run_as_group = forms.IntegerField(
         label="pods' group id", min_value=0, required=False,
         help_text="Empty means the portal's gid.")
+    kube_ephemeral_storage = forms.CharField(
+        label="ephemeral storage per container", max_length=32, required=False, initial="",
+        validators=[_storage_amount],
+        help_text="The ephemeral-storage request and limit of each container of a job (its "
+                  "writable layer and logs, the pod's workspace and home): the kubelet evicts "
+                  "a pod that writes more. Empty means " + EPHEMERAL_STORAGE_DEFAULT + ", or "
+                  "none with Kueue (which admits no pod asking for ephemeral-storage unless "
+                  "the ClusterQueue covers it: set it once yours does); 0 means none.")
+    kube_termination_grace = forms.IntegerField(
+        label="termination grace (seconds)", min_value=0, required=False,
+        initial=STOP_GRACE_SECONDS,
+        help_text="How long a stopped job's containers have between SIGTERM and SIGKILL "
+                  "(terminationGracePeriodSeconds): give a job that checkpoints when it is "
+                  f"stopped the time it needs. Empty means {STOP_GRACE_SECONDS}.")
     kube_gpu_tolerations = JSONSetting(
         empty=list, label="GPU tolerations",
         help_text='Tolerations of the pods of replicas that ask for GPUs, e.g. [{"key": '
@@ -135,6 +196,22 @@ class KubernetesSettingsForm(forms.Form):
 def kube_settings(datacenter):
     """The datacenter's Kubernetes settings, as attributes (``kube_settings(dc).kube_volume``)."""
     return KUBERNETES.settings_of(datacenter)
+
+
+def termination_grace(datacenter) -> int:
+    """Seconds a job's containers have between SIGTERM and SIGKILL."""
+    grace = kube_settings(datacenter).kube_termination_grace
+    return STOP_GRACE_SECONDS if grace is None else grace
+
+
+def ephemeral_storage(datacenter) -> int:
+    """Bytes of ephemeral storage each container of a job asks for and may use; 0: none."""
+    settings_ = kube_settings(datacenter)
+    if settings_.kube_ephemeral_storage:
+        return parse_bytes(settings_.kube_ephemeral_storage)
+    if settings_.kube_scheduler == Scheduler.KUEUE:
+        return 0
+    return parse_bytes(EPHEMERAL_STORAGE_DEFAULT)
 
 
 def spec_problems(datacenter, spec: dict) -> list[tuple[str, str]]:
@@ -178,7 +255,8 @@ def arguments(parser) -> None:
                              'e.g. \'{"nfs": {"server": "nfs.example.com", "path": '
                              '"/exports/pfs/dc1"}}\', or {"persistentVolume": '
                              '{"csi": {…}}} for a volume the portal makes a '
-                             'PersistentVolume and claim of in each user namespace')
+                             'PersistentVolume and claim of in each user namespace (its '
+                             'volumeHandle the same in all, or with {namespace} in it)')
     parser.add_argument("--scheduler", dest="kube_scheduler", choices=Scheduler.values,
                         help="who starts a job's pods together (default: Kubernetes')")
     parser.add_argument("--queue", dest="kube_queue",
@@ -188,6 +266,14 @@ def arguments(parser) -> None:
     parser.add_argument("--run-as-group", dest="kube_run_as_group", type=int,
                         metavar="GID", help="gid of the jobs' containers (default: the "
                                             "portal's)")
+    parser.add_argument("--ephemeral-storage", dest="kube_ephemeral_storage", metavar="BYTES",
+                        help="ephemeral-storage request and limit of each job container, "
+                             "e.g. 8Gi (default: " + EPHEMERAL_STORAGE_DEFAULT + ", none "
+                             "with Kueue; 0: none)")
+    parser.add_argument("--termination-grace", dest="kube_termination_grace", type=int,
+                        metavar="SECONDS", help="seconds a stopped job's containers have "
+                                                "after SIGTERM (default: "
+                                                f"{STOP_GRACE_SECONDS})")
     parser.add_argument("--gpu-tolerations", dest="kube_gpu_tolerations",
                         type=_json_list, metavar="JSON",
                         help="tolerations of GPU replicas' pods, a JSON list")
@@ -200,4 +286,4 @@ KUBERNETES = BackendKind(
     name="kubernetes", label="Kubernetes",
     backend="jobs.backends.kubernetes.backend.KubernetesBackend",
     settings_form=KubernetesSettingsForm, spec_problems=spec_problems, reads_capacity=True,
-    arguments=arguments)
+    arguments=arguments, place="jobs.backends.kubernetes.client.api_server")

@@ -20,8 +20,9 @@ from referencing import Registry, Resource
 
 # The oldest and the newest Kubernetes we mean to run on: the trainers' Job needs
 # backoffLimitPerIndex and podReplacementPolicy, the pservers' pods the pod-index label (on by
-# default from 1.29 and 1.28).
-SUPPORTED_VERSIONS = ("1.29", "1.33")
+# default from 1.29 and 1.28), and deploy/'s admission policy admissionregistration.k8s.io/v1
+# (served from 1.30; tests/test_deploy.py holds deploy/ to these versions too).
+SUPPORTED_VERSIONS = ("1.30", "1.33")
 SCHEMAS = resources.files(kubernetes_validate) / "kubernetes-json-schema"
 # Kueue's and Volcano's objects: their schemas are their CRDs', installed with them, which the
 # tests hold these objects to (tests/k8s_api_server/crds/); the cluster checks them on create.
@@ -86,7 +87,7 @@ def object_problems(obj: dict, version: str) -> list[str]:
 def validate_objects(objects: list[dict], versions: tuple[str, ...] = SUPPORTED_VERSIONS
                      ) -> list[str]:
     """Every problem of every object, for users: ``Job fit-a-line-3f2a1-tr:
-    spec.completions: -1 is less than the minimum of 0 (Kubernetes 1.29, 1.33)``. Empty when
+    spec.completions: -1 is less than the minimum of 0 (Kubernetes 1.30, 1.33)``. Empty when
     all are valid for every version."""
     found: dict[str, list[str]] = {}
     for obj in objects:

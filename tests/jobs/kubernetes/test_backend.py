@@ -517,19 +517,20 @@ def test_the_reconciler_deletes_objects_of_jobs_it_does_not_know(kube, alice, da
 @pytest.mark.django_db
 def test_a_cluster_too_old_for_the_objects_fails_the_job_and_the_reconciler_says_so(
         kube, alice, datacenter, package, held_starts, caplog):
-    kube.settings.kubernetes_version = "1.28"
+    kube.settings.kubernetes_version = "1.29"  # deploy/'s admission policy is not served
     job = submit_job(alice, datacenter)
     engine.job_launch(job.pk)
     job.refresh_from_db()
     assert (job.state, job.state_reason) == ("failed", (
-        "datacenter datacenter1: its cluster runs Kubernetes 1.28, older than PaddleCloud "
-        "needs (1.29 or newer: the trainers' indexed Job uses backoffLimitPerIndex and "
-        "podReplacementPolicy); upgrade the cluster"))
+        "datacenter datacenter1: its cluster runs Kubernetes 1.29, older than PaddleCloud "
+        "needs (1.30 or newer: the trainers' indexed Job uses backoffLimitPerIndex and "
+        "podReplacementPolicy, deploy/'s admission policy admissionregistration.k8s.io/v1); "
+        "upgrade the cluster"))
     assert not job_objects(kube, job) and kube.get("namespaces", "", NS) is None
     assert jobs_reconcile()["unfit"] == 1
     assert "datacenter datacenter1 cannot run jobs: datacenter datacenter1: its cluster runs " \
-           "Kubernetes 1.28" in caplog.text
-    kube.settings.kubernetes_version = "1.29"  # upgraded: the reconciler sees it
+           "Kubernetes 1.29" in caplog.text
+    kube.settings.kubernetes_version = "1.30"  # upgraded: the reconciler sees it
     assert jobs_reconcile()["unfit"] == 0
     again = submit_job(alice, datacenter, name="again")
     engine.job_launch(again.pk)

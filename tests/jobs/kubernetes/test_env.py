@@ -16,7 +16,7 @@ from tests.k8s_api_server.env import Sources, pod_env
 from .factories import NAMESPACE, ROOT_UID, collective_job, pserver_job
 
 # What the main container has beyond the contract (not compared with replica_env).
-RUNTIME_ENV = ("PYTHONPATH", "PADDLECLOUD_LOG", "PADDLECLOUD_PEERS")
+RUNTIME_ENV = ("PYTHONPATH", "PADDLECLOUD_LOG", "PADDLECLOUD_PEERS", "HOME", "XDG_CACHE_HOME")
 
 
 def containers(job) -> dict[str, dict]:
@@ -83,6 +83,9 @@ def test_every_index_gets_the_contract_environment(make_job):
             collective = role == "trainer" and not job.pservers
             assert ended == (f"{job_paths.output}/.paddlecloud-ended/0" if collective
                              else None)
+            # HOME writable whatever the uid (an emptyDir), caches under it.
+            assert (runtime["HOME"], runtime["XDG_CACHE_HOME"]) == (
+                "/home/paddlecloud", "/home/paddlecloud/.cache")
             assert runtime["PADDLECLOUD_LOG"] == (
                 f"{job_paths.output}/{log_relpath(role, index)}")
             # run.sh waits for itself and the pservers, or a collective job's trainers.

@@ -56,11 +56,18 @@ ALICE_MOUNTS = [
     {"name": "pfs", "mountPath": "/pfs/dc1/home/alice", "subPath": "home/alice"},
     {"name": "pfs", "mountPath": "/pfs/dc1/public", "subPath": "public", "readOnly": True},
     {"name": "workspace", "mountPath": "/workspace"},
+    # HOME, writable whatever the uid
+    {"name": "home", "mountPath": "/home/paddlecloud"},
     {"name": "paddlecloud", "mountPath": "/paddlecloud", "readOnly": True},
 ]
+# Where every container's HOME and caches are: an emptyDir (the uid may have no passwd entry).
+HOME_ENV = [{"name": "HOME", "value": "/home/paddlecloud"},
+            {"name": "XDG_CACHE_HOME", "value": "/home/paddlecloud/.cache"}]
+# Each container's ephemeral storage, requested and limited: the default, 4Gi.
+DISK = {"ephemeral-storage": "4294967296"}
 FIT_HOSTS = "fit-a-line-0a1b2-tr.paddle-alice.svc"
-FIT_RESOURCES = {"requests": {"cpu": "1500m", "memory": "1073741824"},
-                 "limits": {"cpu": "1500m", "memory": "1073741824"}}
+FIT_RESOURCES = {"requests": {"cpu": "1500m", "memory": "1073741824", **DISK},
+                 "limits": {"cpu": "1500m", "memory": "1073741824", **DISK}}
 
 FIT_TRAINER_ENV = [
         {"name": "PADDLE_TRAINER_ID",
@@ -111,6 +118,7 @@ FIT_TRAINER_ENV = [
                   f":6170,fit-a-line-0a1b2-tr-1.{FIT_HOSTS}:6170"},
         {"name": "PADDLECLOUD_PEERS_ENDED",  # those that succeeded, for the others to know
          "value": "/pfs/dc1/home/alice/jobs/fit-a-line/output/.paddlecloud-ended/0"},
+        *HOME_ENV,
 ]
 FIT_POD_SECURITY = {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True,
                     "seccompProfile": {"type": "RuntimeDefault"}}
@@ -157,6 +165,7 @@ FIT_TRAINERS_JOB = {
                          "value": "/pfs/dc1/home/alice/jobs/fit-a-line/.site-packages-0a1b2"},
                         {"name": "PADDLECLOUD_REQUIREMENTS_LOG",
                          "value": "/pfs/dc1/home/alice/jobs/fit-a-line/output/requirements.log"},
+                        *HOME_ENV,
                     ],
                     "resources": FIT_RESOURCES,
                     "volumeMounts": ALICE_MOUNTS,
@@ -167,8 +176,8 @@ FIT_TRAINERS_JOB = {
                     "image": "paddlepaddle/paddle:2.6.1",
                     "command": ["/bin/sh", "/paddlecloud/run.sh", "--peers"],
                     "env": FIT_TRAINER_ENV,
-                    "resources": {"requests": {"cpu": "100m", "memory": "67108864"},
-                                  "limits": {"cpu": "100m", "memory": "67108864"}},
+                    "resources": {"requests": {"cpu": "100m", "memory": "67108864", **DISK},
+                                  "limits": {"cpu": "100m", "memory": "67108864", **DISK}},
                     "volumeMounts": ALICE_MOUNTS,
                     "terminationMessagePolicy": "FallbackToLogsOnError",
                     "securityContext": LOCKED_DOWN,
@@ -188,6 +197,7 @@ FIT_TRAINERS_JOB = {
                 "volumes": [
                     {"name": "pfs", "nfs": {"server": "nfs.example.com", "path": "/exports/pfs"}},
                     {"name": "workspace", "emptyDir": {}},
+                    {"name": "home", "emptyDir": {}},
                     {"name": "paddlecloud", "configMap": {"name": "fit-a-line-0a1b2"}},
                     # half the trainer's 1 GiB of memory
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "536870912"}},
@@ -275,6 +285,7 @@ CTR_SETUP_ENV = [
     {"name": "PADDLECLOUD_WORKSPACE", "value": "/workspace"},
     {"name": "PADDLECLOUD_SITE_PACKAGES", "value": CTR_SITE},
     {"name": "PADDLECLOUD_REQUIREMENTS_LOG", "value": f"{CTR_OUTPUT}/requirements.log"},
+    *HOME_ENV,
 ]
 CTR_SHARED_ENV = [  # the same for pservers and trainers, after the index and POD_IP
     {"name": "JOB_NAME", "value": "ctr"},
@@ -302,6 +313,7 @@ CTR_PEERS = {"name": "PADDLECLOUD_PEERS",
 CTR_VOLUMES = [
     {"name": "pfs", "nfs": {"server": "nfs.example.com", "path": "/exports/pfs"}},
     {"name": "workspace", "emptyDir": {}},
+    {"name": "home", "emptyDir": {}},
     {"name": "paddlecloud", "configMap": {"name": "ctr-f9e8d"}},
 ]
 CTR_PSERVER_ENV = [
@@ -324,6 +336,7 @@ CTR_PSERVER_ENV = [
         {"name": "PADDLECLOUD_LOG",
          "value": f"{CTR_OUTPUT}/node_$(PADDLE_PSERVER_ID)/server.log"},
         CTR_PEERS,
+        *HOME_ENV,
 ]
 CTR_TRAINER_ENV = [
         {"name": "PADDLE_TRAINER_ID",
@@ -350,9 +363,10 @@ CTR_TRAINER_ENV = [
     # ... and until they accept connections
     {"name": "PADDLECLOUD_PEERS_LISTENING",
      "value": f"ctr-f9e8d-ps-0.{PS}:6174,ctr-f9e8d-ps-1.{PS}:6174"},
+    *HOME_ENV,
 ]
-PEERS_RESOURCES = {"requests": {"cpu": "100m", "memory": "67108864"},
-                   "limits": {"cpu": "100m", "memory": "67108864"}}
+PEERS_RESOURCES = {"requests": {"cpu": "100m", "memory": "67108864", **DISK},
+                   "limits": {"cpu": "100m", "memory": "67108864", **DISK}}
 
 
 def ctr_init_containers(resources: dict, env: list[dict]) -> list[dict]:
@@ -369,10 +383,11 @@ def ctr_init_containers(resources: dict, env: list[dict]) -> list[dict]:
     }]
 
 
-PS_RESOURCES = {"requests": {"cpu": "500m", "memory": "536870912"},
-                "limits": {"cpu": "500m", "memory": "536870912"}}
-TR_RESOURCES = {"requests": {"cpu": "2000m", "memory": "4294967296"},
-                "limits": {"cpu": "2000m", "memory": "4294967296", "nvidia.com/gpu": "1"}}
+PS_RESOURCES = {"requests": {"cpu": "500m", "memory": "536870912", **DISK},
+                "limits": {"cpu": "500m", "memory": "536870912", **DISK}}
+TR_RESOURCES = {"requests": {"cpu": "2000m", "memory": "4294967296", **DISK},
+                "limits": {"cpu": "2000m", "memory": "4294967296", **DISK,
+                           "nvidia.com/gpu": "1"}}
 
 CTR_PSERVERS_SERVICE = {
     "apiVersion": "v1", "kind": "Service",
@@ -540,7 +555,7 @@ def test_every_pod_mounts_the_datacenter_volume_as_given(source):
                 assert container["volumeMounts"][:len(ALICE_MOUNTS)] == ALICE_MOUNTS
 
 
-PV_CSI = {"driver": "cephfs.csi.ceph.com", "volumeHandle": "pfs",
+PV_CSI = {"driver": "cephfs.csi.ceph.com", "volumeHandle": "pfs-{namespace}",
           "volumeAttributes": {"clusterID": "ceph", "fsName": "cephfs", "staticVolume": "true",
                                "rootPath": "/volumes/pfs"},
           "nodeStageSecretRef": {"name": "csi-cephfs", "namespace": "ceph-csi"}}
@@ -558,7 +573,8 @@ def test_a_persistent_volume_becomes_a_volume_and_claim_in_each_user_namespace()
         "capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteMany"],
         "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
         "claimRef": {"namespace": "paddle-alice", "name": "paddlecloud-pfs"},
-        # a CSI driver takes one handle for one volume: the namespace's own
+        # CephFS's driver takes one handle for one volume: the namespace's own, as the
+        # administrator's template says
         "csi": {**PV_CSI, "volumeHandle": "pfs-paddle-alice"}}
     assert claim["metadata"]["namespace"] == "paddle-alice"
     assert claim["spec"] == {"accessModes": ["ReadWriteMany"], "storageClassName": "",
@@ -569,7 +585,20 @@ def test_a_persistent_volume_becomes_a_volume_and_claim_in_each_user_namespace()
         if obj["kind"] in ("StatefulSet", "Job"):
             assert obj["spec"]["template"]["spec"]["volumes"][0] == {
                 "name": "pfs", "persistentVolumeClaim": {"claimName": "paddlecloud-pfs"}}
-    assert PV_CSI["volumeHandle"] == "pfs"  # the datacenter's setting is left as it was
+    assert PV_CSI["volumeHandle"] == "pfs-{namespace}"  # the datacenter's setting is left
+
+
+@pytest.mark.parametrize(("handle", "problem"), [
+    (None, "names its volumeHandle"),
+    ("", "names its volumeHandle"),
+    ("pfs-{user}", "{namespace} is the only field a handle may hold"),
+    ("pfs-{namespace", "{namespace} is the only field a handle may hold"),
+])
+def test_a_csi_volume_without_a_usable_handle_is_refused_naming_the_rule(handle, problem):
+    csi = {"driver": "efs.csi.aws.com", **({} if handle is None else {"volumeHandle": handle})}
+    job = collective_job(datacenter=datacenter(kube_volume={"persistentVolume": {"csi": csi}}))
+    with pytest.raises(ManifestError, match=re.escape(problem)):
+        job_objects(job, namespace=NAMESPACE)
 
 
 def test_a_claim_named_as_the_pfs_volume_is_refused_with_the_way_that_works():
@@ -812,3 +841,28 @@ def test_builders_are_json_serializable():
                *namespace_objects(datacenter(), alice(), quota()),
                pull_secret(NAMESPACE, private_registry(), "pw")]
     assert json.loads(json.dumps(objects)) == objects
+
+
+@pytest.mark.parametrize(("chosen", "grace", "disk"), [
+    ({}, 10, "4294967296"),  # the defaults: the portal's grace, 4Gi
+    ({"kube_termination_grace": 300, "kube_ephemeral_storage": "20Gi"}, 300, "21474836480"),
+    ({"kube_ephemeral_storage": "0"}, 10, None),
+    # Kueue admits no pod asking for a resource its ClusterQueue does not cover: none by
+    # default, what the administrator gives once theirs does
+    ({"kube_scheduler": "kueue", "kube_queue": "team"}, 10, None),
+    ({"kube_scheduler": "kueue", "kube_queue": "team", "kube_ephemeral_storage": "1Gi"}, 10,
+     "1073741824"),
+], ids=["defaults", "given", "none", "kueue", "kueue-given"])
+def test_every_container_gets_the_datacenters_disk_and_every_pod_its_grace(chosen, grace,
+                                                                            disk):
+    job = pserver_job(datacenter=datacenter(**chosen))
+    pods = [o["spec"]["template"]["spec"] for o in job_children(job, NAMESPACE, ROOT_UID)
+            if o["kind"] in ("StatefulSet", "Job")]
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod["terminationGracePeriodSeconds"] == grace
+        for container in pod["initContainers"] + pod["containers"]:
+            for kind in ("requests", "limits"):
+                assert container["resources"][kind].get("ephemeral-storage") == disk
+            assert container["env"][-2:] == HOME_ENV, container["name"]
+        assert {"name": "home", "emptyDir": {}} in pod["volumes"]

@@ -86,9 +86,9 @@ def test_problems_name_the_object_the_field_and_the_versions():
                                                 "spec": {**pod, "containers": [container]}}}}
     assert validate_objects([root, service, broken]) == [
         "Job fit-a-line-0a1b2-tr: spec.parallelism: 'two' is not of type 'integer', 'null' "
-        "(Kubernetes 1.29, 1.33)",
+        "(Kubernetes 1.30, 1.33)",
         "Job fit-a-line-0a1b2-tr: spec.template.spec.containers[0].env[0]: Additional "
-        "properties are not allowed ('valu' was unexpected) (Kubernetes 1.29, 1.33)",
+        "properties are not allowed ('valu' was unexpected) (Kubernetes 1.30, 1.33)",
     ]
     # kubernetes-validate agrees.
     with pytest.raises(kubernetes_validate.ValidationError):
