@@ -76,6 +76,9 @@ LOG_RETRY_SECONDS = 0.5
 # How long ``prepare`` waits for the objects of an earlier start (a requeued job's) to go.
 EARLIER_OBJECTS_SECONDS = 3 * STOP_GRACE_SECONDS
 ROOTS = f"{MANAGED_BY_LABEL}={MANAGED_BY},{COMPONENT_LABEL}=job"
+# How long the portal's rights in a namespace it just made may take to arrive: the API
+# server's RBAC authorizer learns of a new RoleBinding from a watch, a moment later.
+BINDING_SECONDS = 10.0
 
 
 def _namespace(job) -> str:
@@ -159,9 +162,22 @@ class KubernetesBackend(Backend):
             time.sleep(0.2)
 
     def _namespace_ensure(self, kube, datacenter, user) -> None:
-        for obj in manifests.namespace_objects(datacenter, user,
-                                                 records().quota(user, datacenter)):
-            kube.apply(obj)
+        """The user's namespace, the RoleBinding that gives the portal its rights in it
+        (deploy/rbac.yaml: none there before), then what the namespace holds."""
+        namespace, *inside = manifests.namespace_objects(datacenter, user,
+                                                          records().quota(user, datacenter))
+        kube.apply(namespace)
+        kube.apply(manifests.portal_binding(namespace["metadata"]["name"], kube.username()))
+        deadline = time.monotonic() + BINDING_SECONDS
+        for obj in inside:
+            while True:
+                try:
+                    kube.apply(obj)
+                    break
+                except KubeError as exc:
+                    if exc.status != 403 or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)  # the binding has not reached the authorizer yet
 
     def paths(self, job) -> Paths:
         return pods.paths(job)
@@ -421,7 +437,10 @@ class KubernetesBackend(Backend):
         for datacenter in datacenters:
             try:
                 kube = kube_for(datacenter)
-                roots, _ = kube.list("ConfigMap", selector=ROOTS)
+                # Namespace by namespace: the portal may read ConfigMaps only in its own.
+                namespaces, _ = kube.list("Namespace", selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}")
+                roots = [root for namespace in namespaces for root in kube.list(
+                    "ConfigMap", namespace["metadata"]["name"], selector=ROOTS)[0]]
             except KubeError as exc:
                 logger.warning("orphans in %s: %s", datacenter.name, exc)
                 continue

@@ -63,10 +63,12 @@ RESOURCES = {
     "LocalQueue": Resource("/apis/kueue.x-k8s.io/v1beta1", "localqueues"),
     "Workload": Resource("/apis/kueue.x-k8s.io/v1beta1", "workloads"),
     "PodGroup": Resource("/apis/scheduling.volcano.sh/v1beta1", "podgroups"),
+    "RoleBinding": Resource("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
 }
 # Made once and left as they are: their specs cannot change (a volume and its claim, a
 # LocalQueue's ClusterQueue). A namespace gets only its labels brought up to date.
-CREATED_ONCE = frozenset({"PersistentVolume", "PersistentVolumeClaim", "LocalQueue"})
+CREATED_ONCE = frozenset({"PersistentVolume", "PersistentVolumeClaim", "LocalQueue",
+                          "RoleBinding"})
 
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 # The longest wait between two tries: doubling backoff stops growing there.
@@ -127,6 +129,7 @@ class Kube:
         self.attempts = settings.PADDLECLOUD_KUBE_ATTEMPTS
         self.throttle_seconds = settings.PADDLECLOUD_KUBE_THROTTLE_SECONDS
         self._version: tuple[tuple[int, int], float] | None = None  # (version, when asked)
+        self._username: str | None = None
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -221,6 +224,20 @@ class Kube:
                 f"PaddleCloud needs ({needed} or newer: the trainers' indexed Job uses "
                 "backoffLimitPerIndex and podReplacementPolicy); upgrade the cluster")
         return shown
+
+    def username(self) -> str:
+        """Who the API server takes us for ("system:serviceaccount:paddlecloud:paddlecloud"),
+        from a SelfSubjectReview (which every authenticated account may make); asked once."""
+        if self._username is None:
+            answer = self.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                                  body={"apiVersion": "authentication.k8s.io/v1",
+                                        "kind": "SelfSubjectReview"})
+            try:
+                self._username = answer["status"]["userInfo"]["username"]
+            except (KeyError, TypeError):
+                raise KubeError(f"Kubernetes ({self.name}) answered a SelfSubjectReview with "
+                                f"{answer!r}, not who we are") from None
+        return self._username
 
     # -- objects ----------------------------------------------------------------------------
 

@@ -28,7 +28,8 @@ limit); a deadline and the TTL after finishing are the trainers' Job's: the back
 root, and with it the pservers, when the job ends.
 
 A user's namespace (``namespace_objects``) comes with its ResourceQuota and LimitRange, its PFS
-volume and claim (``pfs_claim_objects``) and Kueue's LocalQueue where the datacenter needs them.
+volume and claim (``pfs_claim_objects``) and Kueue's LocalQueue where the datacenter needs them;
+before them, the RoleBinding that gives the portal its rights there (``portal_binding``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ from .names import (
     OWNER_LABEL,
     OWNER_NAME_ANNOTATION,
     PFS_CLAIM,
+    PORTAL_BINDING,
+    PORTAL_NAMESPACE_ROLE,
     PSERVER,
     PSERVER_PORT,
     REGISTRY_LABEL,
@@ -179,6 +182,23 @@ def namespace_objects(datacenter, user, quota) -> list[dict]:
                         "metadata": _metadata(LOCAL_QUEUE, name, labels),
                         "spec": {"clusterQueue": settings_.kube_queue}})
     return objects
+
+
+def portal_binding(namespace: str, username: str) -> dict:
+    """The RoleBinding that gives ``username`` (the portal, as the API server knows it) the
+    rights of deploy/rbac.yaml's ``PORTAL_NAMESPACE_ROLE`` in ``namespace``, and nowhere
+    else: a ServiceAccount as such, any other account as a User."""
+    account = username.split(":")
+    if len(account) == 4 and account[:2] == ["system", "serviceaccount"]:
+        subject = {"kind": "ServiceAccount", "name": account[3], "namespace": account[2]}
+    else:
+        subject = {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": username}
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": _metadata(PORTAL_BINDING, namespace, {
+                MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "namespace"}),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": PORTAL_NAMESPACE_ROLE},
+            "subjects": [subject]}
 
 
 # --- a job ---------------------------------------------------------------------------------------
