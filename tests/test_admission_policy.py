@@ -56,6 +56,7 @@ RESOURCES = {
     "LocalQueue": ("kueue.x-k8s.io", "localqueues"),
     "PodGroup": ("scheduling.volcano.sh", "podgroups"),
     "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
+    "NetworkPolicy": ("networking.k8s.io", "networkpolicies"),
 }
 # Kinds whose schema is a CRD's: the type checker knows Kubernetes' own kinds only (the
 # rules name no field of these beyond their metadata).

@@ -57,6 +57,7 @@ NAMESPACE_RBAC = {
     ("", "pods/log"): {"get"},
     ("", "events"): {"list"},
     ("", "persistentvolumeclaims"): {"create", "get"},
+    ("networking.k8s.io", "networkpolicies"): {"create", "get", "update"},
     ("kueue.x-k8s.io", "localqueues"): {"create", "get"},
     ("kueue.x-k8s.io", "workloads"): {"get", "list"},
     ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads"): {"get"},

@@ -64,6 +64,7 @@ RESOURCES = {
     "Workload": Resource("/apis/kueue.x-k8s.io/v1beta1", "workloads"),
     "PodGroup": Resource("/apis/scheduling.volcano.sh/v1beta1", "podgroups"),
     "RoleBinding": Resource("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    "NetworkPolicy": Resource("/apis/networking.k8s.io/v1", "networkpolicies"),
 }
 # Made once and left as they are: their specs cannot change (a volume and its claim, a
 # LocalQueue's ClusterQueue). A namespace gets only its labels brought up to date.

@@ -10,6 +10,7 @@ form's rules are the settings' (``accounts.execution``). The backend reads them 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 
 from django import forms
@@ -58,11 +59,35 @@ class Scheduler(models.TextChoices):
     VOLCANO = "volcano", "Volcano: a PodGroup schedules all of a job's pods or none"
 
 
-class JSONSetting(forms.JSONField):
-    """A JSON setting whose empty value is ``empty`` ({} or []), not None."""
+# Where a job's pods may connect outside their namespace, DNS and the portal (the NetworkPolicy
+# "paddlecloud-egress" of each user namespace): anywhere, by default. The clouds' instance
+# metadata (credentials of the node's role on EC2, GCE, Azure) is taken out of every range
+# that holds it: a range naming one of these exactly is how an admin lets pods reach it.
+DEFAULT_EGRESS = ("0.0.0.0/0", "::/0")
+METADATA_ADDRESSES = ("169.254.169.254/32", "fd00:ec2::254/128")
 
-    def __init__(self, *, empty: type, **kwargs):
-        super().__init__(required=False, initial=empty, **kwargs)
+
+def egress_problem(ranges) -> str | None:
+    """Why ``ranges`` cannot be a datacenter's ``kube_egress``, or None."""
+    if not isinstance(ranges, list):
+        return 'a JSON list of CIDR ranges, e.g. ["10.0.0.0/8", "0.0.0.0/0"]'
+    for cidr in ranges:
+        try:
+            if not isinstance(cidr, str) or "/" not in cidr:
+                raise ValueError(cidr)
+            ipaddress.ip_network(cidr)
+        except ValueError:
+            return (f"{cidr!r} is not a CIDR range (an address and a prefix length, host "
+                    'bits zero, e.g. "10.0.0.0/8")')
+    return None
+
+
+class JSONSetting(forms.JSONField):
+    """A JSON setting whose empty value is ``empty`` ({} or []), not None; its default
+    ``default`` (a callable), else empty."""
+
+    def __init__(self, *, empty: type, default=None, **kwargs):
+        super().__init__(required=False, initial=default or empty, **kwargs)
         self.empty = empty
 
     def clean(self, value):
@@ -114,10 +139,21 @@ class KubernetesSettingsForm(forms.Form):
         help_text='Node labels the pods of GPU replicas need, e.g. '
                   '{"nvidia.com/gpu.present": "true"}.')
 
+    kube_egress = JSONSetting(
+        empty=list, default=lambda: list(DEFAULT_EGRESS), label="pods' egress",
+        help_text="Where a job's pods may connect, beside their own namespace, the cluster's "
+                  "DNS and the portal: CIDR ranges, e.g. [\"10.0.0.0/8\"]; [] for nowhere "
+                  "else. The default is anywhere but the cloud's instance metadata "
+                  "(169.254.169.254), which is taken out of every range unless given on its "
+                  "own. Enforced by the cluster's network plugin (one that implements "
+                  "NetworkPolicy).")
+
     def clean(self):
         values = super().clean()
         if (volume := values.get("kube_volume")) and (problem := kube_volume_problem(volume)):
             self.add_error("kube_volume", problem)
+        if problem := egress_problem(values.get("kube_egress", [])):
+            self.add_error("kube_egress", problem)
         tolerations = values.get("kube_gpu_tolerations", [])
         if not isinstance(tolerations, list) or not all(isinstance(t, dict) for t in tolerations):
             self.add_error("kube_gpu_tolerations", "a JSON list of toleration objects")
@@ -188,6 +224,10 @@ def arguments(parser) -> None:
     parser.add_argument("--run-as-group", dest="kube_run_as_group", type=int,
                         metavar="GID", help="gid of the jobs' containers (default: the "
                                             "portal's)")
+    parser.add_argument("--egress", dest="kube_egress", type=_json_list, metavar="JSON",
+                        help="CIDR ranges jobs' pods may connect to beside their namespace, "
+                             "DNS and the portal, a JSON list (default: anywhere but the "
+                             "cloud's instance metadata)")
     parser.add_argument("--gpu-tolerations", dest="kube_gpu_tolerations",
                         type=_json_list, metavar="JSON",
                         help="tolerations of GPU replicas' pods, a JSON list")

@@ -589,8 +589,8 @@ def test_a_dry_run_shows_the_objects(kube, token_client, package):
         "dry_run": True}, format="json")
     assert response.status_code == 200, response.content
     kinds = [(o["kind"], o["metadata"]["name"]) for o in response.json()["objects"]]
-    assert [k for k, _ in kinds] == ["Namespace", "ResourceQuota", "LimitRange", "ConfigMap",
-                                     "Service", "Job"]
+    assert [k for k, _ in kinds] == ["Namespace", "ResourceQuota", "LimitRange",
+                                     *["NetworkPolicy"] * 5, "ConfigMap", "Service", "Job"]
     assert kinds[0] == ("Namespace", NS)
     # The same objects as documents for `kubectl apply -f`, keys in kubectl's order.
     documents = response.json()["yaml"]
