@@ -126,6 +126,21 @@ def test_adddatacenter_sets_the_pods_egress(db, k8s_api):
         "10.0.0.0/8", "fd00::/8"]
 
 
+def test_adddatacenter_sets_the_image_builder(db, k8s_api):
+    """Rootless unless told; unconfined names the namespace the administrator made for it."""
+    run("adddatacenter", "cos", "--backend", "kubernetes", "--kubeconfig",
+        str(k8s_api.kubeconfig_path))
+    assert Datacenter.objects.get(name="cos").backend_settings["kube_builder"] == "rootless"
+    with pytest.raises(CommandError, match="kube_builder_namespace: required with the "
+                                           "unconfined builder"):
+        run("adddatacenter", "cos", "--builder", "unconfined")
+    with pytest.raises(CommandError, match="kube_builder_namespace: a namespace name"):
+        run("adddatacenter", "cos", "--builder", "unconfined", "--builder-namespace", "Builds")
+    run("adddatacenter", "cos", "--builder", "unconfined", "--builder-namespace", "builds")
+    kube = Datacenter.objects.get(name="cos").backend_settings
+    assert (kube["kube_builder"], kube["kube_builder_namespace"]) == ("unconfined", "builds")
+
+
 def test_adddatacenter_sets_the_clusters_choices(db, k8s_api):
     """Scheduler, queue, uid, GPU nodes, start timeout: given as flags, kept when not given;
     a choice that cannot work is refused and nothing is saved."""

@@ -82,6 +82,15 @@ def egress_problem(ranges) -> str | None:
     return None
 
 
+class Builder(models.TextChoices):
+    """Where and how runtime images are built (builder.py has the matrix of managed clusters)."""
+    ROOTLESS = "rootless", ("BuildKit rootless in the user's namespace, under the nodes' "
+                            "default seccomp and AppArmor profiles")
+    UNCONFINED = "unconfined", ("BuildKit rootless with seccomp and AppArmor unconfined, in the "
+                                "namespace kube_builder_namespace (made by the administrator)")
+    OFF = "off", "no image builds on this datacenter"
+
+
 class JSONSetting(forms.JSONField):
     """A JSON setting whose empty value is ``empty`` ({} or []), not None; its default
     ``default`` (a callable), else empty."""
@@ -138,7 +147,6 @@ class KubernetesSettingsForm(forms.Form):
         empty=dict, label="GPU node selector",
         help_text='Node labels the pods of GPU replicas need, e.g. '
                   '{"nvidia.com/gpu.present": "true"}.')
-
     kube_egress = JSONSetting(
         empty=list, default=lambda: list(DEFAULT_EGRESS), label="pods' egress",
         help_text="Where a job's pods may connect, beside their own namespace, the cluster's "
@@ -147,9 +155,30 @@ class KubernetesSettingsForm(forms.Form):
                   "(169.254.169.254), which is taken out of every range unless given on its "
                   "own. Enforced by the cluster's network plugin (one that implements "
                   "NetworkPolicy).")
+    kube_builder = forms.ChoiceField(
+        label="image builder", choices=Builder.choices, initial=Builder.ROOTLESS,
+        required=False,  # a form from before this setting: the default
+        help_text="How runtime images are built: rootless needs nodes that let a process make "
+                  "a user namespace (not GKE on COS, nor kubelets with --seccomp-default); "
+                  "unconfined works there, in a namespace you make for it; off where nothing "
+                  "in the cluster can build (GKE Autopilot).")
+    kube_builder_namespace = forms.CharField(
+        label="builder namespace", max_length=63, required=False, initial="",
+        validators=[RegexValidator(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "a namespace name")],
+        help_text="The unconfined builder's namespace: labelled pod-security.kubernetes.io/"
+                  "enforce=privileged and app.kubernetes.io/managed-by=paddlecloud.")
 
     def clean(self):
         values = super().clean()
+        if "kube_builder" in values:
+            values["kube_builder"] = values["kube_builder"] or Builder.ROOTLESS
+        if values.get("kube_builder") == Builder.UNCONFINED \
+                and not values.get("kube_builder_namespace") \
+                and "kube_builder_namespace" not in self.errors:
+            self.add_error("kube_builder_namespace",
+                           "required with the unconfined builder: the namespace its pods run "
+                           "in (Pod Security privileged, labelled "
+                           "app.kubernetes.io/managed-by=paddlecloud)")
         if (volume := values.get("kube_volume")) and (problem := kube_volume_problem(volume)):
             self.add_error("kube_volume", problem)
         if problem := egress_problem(values.get("kube_egress", [])):
@@ -228,6 +257,10 @@ def arguments(parser) -> None:
                         help="CIDR ranges jobs' pods may connect to beside their namespace, "
                              "DNS and the portal, a JSON list (default: anywhere but the "
                              "cloud's instance metadata)")
+    parser.add_argument("--builder", dest="kube_builder", choices=Builder.values,
+                        help="how runtime images are built (default: rootless)")
+    parser.add_argument("--builder-namespace", dest="kube_builder_namespace",
+                        help="the unconfined builder's namespace, made by you")
     parser.add_argument("--gpu-tolerations", dest="kube_gpu_tolerations",
                         type=_json_list, metavar="JSON",
                         help="tolerations of GPU replicas' pods, a JSON list")
