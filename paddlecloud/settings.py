@@ -266,6 +266,9 @@ if PADDLECLOUD_LOCAL_SANDBOX not in ("auto", "bwrap", "off"):
 # (5xx answers and network errors are retried with backoff: 0.2 s, 0.4 s, …).
 PADDLECLOUD_KUBE_TIMEOUT = float(env_int("PADDLECLOUD_KUBE_TIMEOUT", 10))
 PADDLECLOUD_KUBE_ATTEMPTS = env_int("PADDLECLOUD_KUBE_ATTEMPTS", 4)
+# How long one API call may wait out the server's throttling (429 from API Priority and
+# Fairness, a 5xx with Retry-After: each wait as long as the server asks) before it fails.
+PADDLECLOUD_KUBE_THROTTLE_SECONDS = env_int("PADDLECLOUD_KUBE_THROTTLE_SECONDS", 60)
 # How long the cluster may go on refusing to create a job's pod (Pod Security, a LimitRange, a
 # webhook: not its ResourceQuota, which is waited for) before the job fails with its reason.
 PADDLECLOUD_KUBE_REFUSED_SECONDS = env_int("PADDLECLOUD_KUBE_REFUSED_SECONDS", 60)

@@ -16,20 +16,22 @@ from jobs.backends.kubernetes.client import kube_forget
 from jobs.backends.kubernetes.pods_watch import pod_caches_stop
 
 RBAC = Path(__file__).resolve().parent.parent / "deploy" / "rbac.yaml"
+CLUSTER_ROLE = "paddlecloud-portal"  # the one bound cluster-wide
 
 
-def portal_rules() -> list[dict]:
-    """The rules deploy/rbac.yaml grants the portal (its ClusterRole's)."""
-    roles = [doc for doc in yaml.safe_load_all(RBAC.read_text())
-             if doc and doc["kind"] == "ClusterRole"]
-    assert len(roles) == 1, "deploy/rbac.yaml has one ClusterRole"
-    return roles[0]["rules"]
+def portal_roles() -> dict[str, list[dict]]:
+    """The rules of deploy/rbac.yaml's ClusterRoles, by name."""
+    return {doc["metadata"]["name"]: doc["rules"] for doc in yaml.safe_load_all(RBAC.read_text())
+            if doc and doc["kind"] == "ClusterRole"}
 
 
 def portal_kubeconfig(fake) -> Path:
     """The kubeconfig the portal uses on the fake API server ``fake``: its requests are held
-    to deploy/rbac.yaml, as in a cluster (403 for anything it does not grant)."""
-    fake.settings.portal_rules = portal_rules()
+    to deploy/rbac.yaml, as in a cluster (403 for anything it does not grant): its bound
+    ClusterRole everywhere, the namespace role where the portal bound it."""
+    roles = portal_roles()
+    fake.settings.portal_rules = roles.pop(CLUSTER_ROLE)
+    fake.settings.portal_namespace_roles = roles
     return fake.portal_kubeconfig_path
 
 

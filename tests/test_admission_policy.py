@@ -20,7 +20,12 @@ import yaml
 from celpy import celtypes
 from lark import Token, Tree
 
-from jobs.backends.kubernetes.manifests import job_objects, namespace_objects, pull_secret
+from jobs.backends.kubernetes.manifests import (
+    job_objects,
+    namespace_objects,
+    portal_binding,
+    pull_secret,
+)
 from jobs.backends.kubernetes.names import MANAGED_BY, MANAGED_BY_LABEL
 from tests.jobs.kubernetes.factories import (
     ROOT_UID,
@@ -50,6 +55,8 @@ RESOURCES = {
     "PersistentVolumeClaim": ("", "persistentvolumeclaims"),
     "LocalQueue": ("kueue.x-k8s.io", "localqueues"),
     "PodGroup": ("scheduling.volcano.sh", "podgroups"),
+    "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
+    "NetworkPolicy": ("networking.k8s.io", "networkpolicies"),
 }
 # Kinds whose schema is a CRD's: the type checker knows Kubernetes' own kinds only (the
 # rules name no field of these beyond their metadata).
@@ -372,7 +379,7 @@ def definitions(version: str) -> dict:
 
 
 def schema_name(kind: str) -> str:
-    group = RESOURCES[kind][0] or "core"
+    group = RESOURCES[kind][0].split(".")[0] or "core"  # rbac.authorization.k8s.io: rbac
     return f"io.k8s.api.{group}.v1.{kind}"
 
 
@@ -563,10 +570,10 @@ def test_every_expression_type_checks(where, expression):
     checker = TypeChecker(expression)
     assert checker.problems == []
     for fields, kinds in checker.object_paths.items():
-        # The rules read a Namespace (its labels), the pod template of both workload kinds or a
-        # PersistentVolume's source.
+        # The rules read a Namespace (its labels), the pod template of both workload kinds, a
+        # PersistentVolume's source or a RoleBinding's role and subjects.
         assert (set(WORKLOAD_KINDS) <= kinds or "Namespace" in kinds
-                or "PersistentVolume" in kinds), (fields, kinds)
+                or "PersistentVolume" in kinds or "RoleBinding" in kinds), (fields, kinds)
 
 
 @pytest.mark.parametrize("expression", [
@@ -795,6 +802,40 @@ def test_the_portal_is_matched_for_its_writes_only():
            "metadata": {"name": "p", "namespace": "kube-system"}, "spec": {"hostNetwork": True}}
     assert not request("CREATE", pod, namespace=KUBE_SYSTEM).matched
     assert request("CREATE", moved(a_job(), KUBE_SYSTEM), namespace=KUBE_SYSTEM).matched
+
+
+# --- the portal's rights in its namespaces -------------------------------------------------------
+
+def test_the_portals_binding_in_its_namespace_is_admitted():
+    """The RoleBinding the backend makes right after the namespace (rbac.yaml: the portal's
+    rights there)."""
+    assert_admitted(request("CREATE", portal_binding(the_namespace(), PORTAL),
+                            namespace=portal_namespace()))
+
+
+@pytest.mark.parametrize("namespace", [KUBE_SYSTEM, HAND_MADE, portal_own_namespace()],
+                         ids=["kube-system", "hand-made", "the-portals-own"])
+def test_the_portal_gives_itself_no_rights_outside_its_namespaces(namespace):
+    binding = moved(portal_binding(the_namespace(), PORTAL), namespace)
+    decision = request("CREATE", binding, namespace=namespace)
+    assert decision.refused == ["managed-namespace"] and decision.errors == []
+
+
+@pytest.mark.parametrize(("change", "what"), [
+    (lambda b: b["roleRef"].update(name="admin"), "another role"),
+    (lambda b: b["roleRef"].update(kind="Role", name="paddlecloud-portal-namespace"), "a Role"),
+    (lambda b: b["subjects"].append({"kind": "ServiceAccount", "name": "default",
+                                     "namespace": b["metadata"]["namespace"]}),
+     "the user's pods too"),
+    (lambda b: b.update(subjects=[{"kind": "User", "name": PORTAL,
+                                   "apiGroup": "rbac.authorization.k8s.io"}]), "as a User"),
+    (lambda b: b.pop("subjects"), "no subjects"),
+], ids=["role", "kind", "subject", "user", "none"])
+def test_a_binding_of_other_rights_or_to_others_is_refused(change, what):
+    binding = portal_binding(the_namespace(), PORTAL)
+    change(binding)
+    decision = request("CREATE", binding, namespace=portal_namespace())
+    assert decision.refused == ["portal-binding"] and decision.errors == [], what
 
 
 # --- a PFS volume per user namespace -------------------------------------------------------------

@@ -20,6 +20,7 @@ from django.urls import resolve
 
 from jobs.backends.kubernetes.client import RESOURCES
 from jobs.backends.kubernetes.names import MANAGED_BY, MANAGED_BY_LABEL
+from jobs.backends.kubernetes.names import PORTAL_NAMESPACE_ROLE as NAMESPACE_ROLE
 from jobs.backends.kubernetes.validation import SUPPORTED_VERSIONS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,8 +36,18 @@ WORKLOADS = ("Deployment", "StatefulSet")
 
 # What the portal may do, by (API group, resource): the verbs its kubernetes client calls
 # (jobs/backends/kubernetes/), nothing more. Changing this is changing the portal's rights.
-RBAC = {
-    ("", "namespaces"): {"create", "get", "update"},
+# Cluster-wide (the ClusterRole bound by a ClusterRoleBinding): what is cluster-scoped, the
+# binding it makes in each of its namespaces, and its pod watch.
+CLUSTER_RBAC = {
+    ("", "namespaces"): {"create", "get", "list", "update"},  # list: the orphans' namespaces
+    ("rbac.authorization.k8s.io", "rolebindings"): {"create", "get"},
+    ("rbac.authorization.k8s.io", "clusterroles"): {"bind"},  # paddlecloud-portal-namespace
+    ("", "pods"): {"list", "watch"},
+    ("", "nodes"): {"list"},  # a datacenter's capacity from the cluster: read, never written
+    ("", "persistentvolumes"): {"create", "get"},
+}
+# In each namespace the portal made (paddlecloud-portal-namespace, bound there by the portal).
+NAMESPACE_RBAC = {
     ("", "resourcequotas"): {"create", "get", "update"},
     ("", "limitranges"): {"create", "get", "update"},
     ("", "secrets"): {"create", "get", "update", "delete"},
@@ -44,17 +55,17 @@ RBAC = {
     ("", "services"): {"create", "get", "list", "delete"},
     ("apps", "statefulsets"): {"create", "get", "list", "delete"},
     ("batch", "jobs"): {"create", "get", "list", "update", "delete"},  # update: elastic jobs
-    ("", "pods"): {"list", "watch"},
     ("", "pods/log"): {"get"},
     ("", "events"): {"list"},
-    ("", "nodes"): {"list"},  # a datacenter's capacity from the cluster: read, never written
-    ("", "persistentvolumes"): {"create", "get"},
     ("", "persistentvolumeclaims"): {"create", "get"},
+    ("networking.k8s.io", "networkpolicies"): {"create", "get", "update"},
     ("kueue.x-k8s.io", "localqueues"): {"create", "get"},
     ("kueue.x-k8s.io", "workloads"): {"get", "list"},
     ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads"): {"get"},
     ("scheduling.volcano.sh", "podgroups"): {"create", "get"},
 }
+# Everything the portal may do in a namespace of its own.
+RBAC = {**CLUSTER_RBAC, **NAMESPACE_RBAC}
 
 
 def manifest_files() -> list[Path]:
@@ -107,7 +118,8 @@ def test_the_manifests_are_there():
     kinds = {(obj["kind"], obj["metadata"]["name"]) for _, obj in objects()}
     assert {("Namespace", NAMESPACE), ("ServiceAccount", "paddlecloud"),
             ("ClusterRole", "paddlecloud-portal"), ("ClusterRoleBinding", "paddlecloud-portal"),
-            ("ConfigMap", "paddlecloud"), ("Secret", "paddlecloud"),
+            ("ClusterRole", NAMESPACE_ROLE), ("ConfigMap", "paddlecloud"),
+            ("Secret", "paddlecloud"),
             ("PersistentVolumeClaim", "pfs"), ("Service", "paddlecloud"),
             *(("Deployment", name) for name in PORTAL)} <= kinds
     kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
@@ -151,10 +163,15 @@ def test_nothing_here_looks_managed_by_the_portal():
 
 # --- RBAC ----------------------------------------------------------------------------------------
 
-def granted() -> dict[tuple[str, str], set[str]]:
+def granted(role: str) -> dict[tuple[str, str], set[str]]:
     rules: dict[tuple[str, str], set[str]] = {}
-    for rule in one("ClusterRole", "paddlecloud-portal")["rules"]:
-        assert set(rule) <= {"apiGroups", "resources", "verbs"}, rule  # no names, no URLs
+    for rule in one("ClusterRole", role)["rules"]:
+        if rule["resources"] == ["clusterroles"]:  # bind, on the namespace role by name only
+            assert rule == {"apiGroups": ["rbac.authorization.k8s.io"],
+                            "resources": ["clusterroles"], "verbs": ["bind"],
+                            "resourceNames": [NAMESPACE_ROLE]}, rule
+        else:
+            assert set(rule) <= {"apiGroups", "resources", "verbs"}, rule  # no names, no URLs
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 rules.setdefault((group, resource), set()).update(rule["verbs"])
@@ -162,19 +179,34 @@ def granted() -> dict[tuple[str, str], set[str]]:
 
 
 def test_rbac_grants_exactly_what_the_portal_calls():
-    assert granted() == RBAC
+    assert granted("paddlecloud-portal") == CLUSTER_RBAC
+    assert granted(NAMESPACE_ROLE) == NAMESPACE_RBAC
 
 
 def test_rbac_has_no_wildcards_and_no_dangerous_rights():
-    for (group, resource), verbs in granted().items():
+    for (group, resource), verbs in {**granted("paddlecloud-portal"),
+                                     **granted(NAMESPACE_ROLE)}.items():
         assert "*" not in group + resource and "*" not in verbs
-        assert not verbs & {"escalate", "bind", "impersonate", "patch", "deletecollection"}
-        assert resource.split("/")[0] not in {"roles", "clusterroles", "rolebindings",
-                                              "clusterrolebindings", "serviceaccounts"}
+        assert not verbs & {"escalate", "impersonate", "patch", "deletecollection"}
+        if resource == "clusterroles":
+            assert verbs == {"bind"}  # on the namespace role only (granted() holds it)
+        else:
+            assert "bind" not in verbs
+        assert resource.split("/")[0] not in {"roles", "clusterrolebindings", "serviceaccounts"}
+        if resource == "rolebindings":
+            assert verbs == {"create", "get"}  # admission-policy.yaml: its own, in its own
         if resource.startswith("nodes"):
             assert (resource, verbs) == ("nodes", {"list"})  # only read, for the capacity
     roles = [obj for _, obj in objects() if obj["kind"] in {"Role", "ClusterRole"}]
-    assert len(roles) == 1
+    assert len(roles) == 2
+
+
+def test_users_objects_are_granted_only_in_the_namespaces_the_portal_made():
+    """No Secret, ConfigMap, log or job object of any namespace through the cluster-wide
+    role: those rights come with the RoleBinding the portal makes in its namespaces."""
+    assert not set(CLUSTER_RBAC) & set(NAMESPACE_RBAC)
+    assert {resource for _, resource in CLUSTER_RBAC} == {
+        "namespaces", "rolebindings", "clusterroles", "pods", "nodes", "persistentvolumes"}
 
 
 def test_rbac_covers_every_resource_the_client_addresses():
@@ -182,7 +214,8 @@ def test_rbac_covers_every_resource_the_client_addresses():
     groups = {"/api/v1": ""} | {r.api: r.api.split("/")[2] for r in RESOURCES.values()
                                  if r.api.startswith("/apis/")}
     addressed = {(groups[r.api], r.plural) for r in RESOURCES.values()} | {
-        ("", "pods/log"), ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads")}
+        ("", "pods/log"), ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads"),
+        ("rbac.authorization.k8s.io", "clusterroles")}
     assert addressed == set(RBAC)
 
 
@@ -192,7 +225,9 @@ def test_the_role_is_bound_to_the_portal_service_account_only():
                                   "kind": "ClusterRole", "name": "paddlecloud-portal"}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "paddlecloud",
                                     "namespace": NAMESPACE}]
-    assert not [obj for _, obj in objects() if obj["kind"] == "RoleBinding"]
+    # The namespace role is bound by the portal, namespace by namespace: not here.
+    assert [obj["kind"] for _, obj in objects() if obj["kind"] in {
+        "RoleBinding", "ClusterRoleBinding"}] == ["ClusterRoleBinding"]
     account = one("ServiceAccount", "paddlecloud")
     assert account["automountServiceAccountToken"] is False  # only where a pod asks
 

@@ -109,6 +109,39 @@ def test_adddatacenter_on_kubernetes_with_the_pfs_volume_of_pods(db, k8s_api):
     assert kept["nfs"]["server"] == "nfs.example.com"
 
 
+def test_adddatacenter_sets_the_pods_egress(db, k8s_api):
+    """Anywhere but the instance metadata unless told; CIDR ranges, or a clear refusal."""
+    run("adddatacenter", "net", "--backend", "kubernetes", "--kubeconfig",
+        str(k8s_api.kubeconfig_path))
+    assert Datacenter.objects.get(name="net").backend_settings["kube_egress"] == [
+        "0.0.0.0/0", "::/0"]
+    run("adddatacenter", "net", "--egress", '["10.0.0.0/8", "fd00::/8"]')
+    assert Datacenter.objects.get(name="net").backend_settings["kube_egress"] == [
+        "10.0.0.0/8", "fd00::/8"]
+    for wrong in ('["10.0.0.1/8"]', '["10.0.0.0"]', '["example.com"]', "[8]"):
+        with pytest.raises(CommandError, match=r"kube_egress: .* is not a CIDR range"):
+            run("adddatacenter", "net", "--egress", wrong)
+    with pytest.raises(CommandError, match="a JSON list"):
+        run("adddatacenter", "net", "--egress", '"0.0.0.0/0"')
+    assert Datacenter.objects.get(name="net").backend_settings["kube_egress"] == [
+        "10.0.0.0/8", "fd00::/8"]
+
+
+def test_adddatacenter_sets_the_image_builder(db, k8s_api):
+    """Rootless unless told; unconfined names the namespace the administrator made for it."""
+    run("adddatacenter", "cos", "--backend", "kubernetes", "--kubeconfig",
+        str(k8s_api.kubeconfig_path))
+    assert Datacenter.objects.get(name="cos").backend_settings["kube_builder"] == "rootless"
+    with pytest.raises(CommandError, match="kube_builder_namespace: required with the "
+                                           "unconfined builder"):
+        run("adddatacenter", "cos", "--builder", "unconfined")
+    with pytest.raises(CommandError, match="kube_builder_namespace: a namespace name"):
+        run("adddatacenter", "cos", "--builder", "unconfined", "--builder-namespace", "Builds")
+    run("adddatacenter", "cos", "--builder", "unconfined", "--builder-namespace", "builds")
+    kube = Datacenter.objects.get(name="cos").backend_settings
+    assert (kube["kube_builder"], kube["kube_builder_namespace"]) == ("unconfined", "builds")
+
+
 def test_adddatacenter_sets_the_clusters_choices(db, k8s_api):
     """Scheduler, queue, uid, GPU nodes, start timeout: given as flags, kept when not given;
     a choice that cannot work is refused and nothing is saved."""

@@ -418,7 +418,9 @@ def test_discovery_and_version(api_client):
     assert (version.major, version.minor) == ("1", "31")
     groups = client.ApisApi(api_client).get_api_versions().groups
     assert {g.name: g.preferred_version.group_version for g in groups} == {
-        "apps": "apps/v1", "batch": "batch/v1", "discovery.k8s.io": "discovery.k8s.io/v1"}
+        "apps": "apps/v1", "batch": "batch/v1", "discovery.k8s.io": "discovery.k8s.io/v1",
+        "rbac.authorization.k8s.io": "rbac.authorization.k8s.io/v1",
+        "networking.k8s.io": "networking.k8s.io/v1"}
     core_resources = {r.name for r in client.CoreV1Api(api_client).get_api_resources().resources}
     assert {"pods", "pods/log", "pods/status", "namespaces", "events", "resourcequotas",
             "limitranges", "secrets", "configmaps", "services"} <= core_resources

@@ -14,9 +14,12 @@ class Settings:
     history_size: int = 1000  # changes kept for watch replay; older ones answer 410 Expired
     token: str = "fake-token"  # the bearer token requests must carry
     # The portal's bearer token (``FakeKubernetes.portal_kubeconfig_path``): its requests are
-    # allowed only by these RBAC rules (a ClusterRole's), when they are set (rbac.py).
+    # allowed only by these RBAC rules (a ClusterRole's, bound cluster-wide), when they are
+    # set, and in a namespace also by the ClusterRoles named here (name: rules) that a
+    # RoleBinding of that namespace binds it to (rbac.py).
     portal_token: str = "portal-token"
     portal_rules: list[dict] | None = None
+    portal_namespace_roles: dict[str, list[dict]] = field(default_factory=dict)
     field_validation: str = "Strict"  # when the request names none: Strict, Warn or Ignore
     node_count: int = 3
     pod_start_seconds: float = 0.05  # ContainerCreating -> Running

@@ -114,6 +114,9 @@ class Handler(BaseHTTPRequestHandler):
             if document is None:
                 raise _no_such_path()
             return self._send_json(200, document)
+        if path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" and \
+                self.command == "POST":
+            return self._send_json(201, rbac.self_subject_review(self.portal))
         parts = [p for p in path.split("/") if p]
         if parts[:1] == ["apis"] and len(parts) == 2 and parts[1] in resources.groups(types):
             return self._send_json(200, discovery.api_group(parts[1], types))
@@ -136,7 +139,12 @@ class Handler(BaseHTTPRequestHandler):
         api, method = app.api, self.command
         if self.portal:
             watch = watch_path or query.get("watch") in ("true", "1")
-            rbac.authorize(app.settings.portal_rules,
+            rules = app.settings.portal_rules
+            if namespace and app.settings.portal_namespace_roles:
+                bindings = app.store.list(resources.ROLEBINDINGS.key, namespace)
+                rules = rules + rbac.namespace_rules(bindings,
+                                                     app.settings.portal_namespace_roles)
+            rbac.authorize(rules,
                            rbac.verb(method, named=name is not None, watch=watch),
                            rt, namespace, name, subresource)
         self.deprecation = getattr(rt, "deprecation", None)

@@ -1,7 +1,9 @@
 """RBAC for one account, as the API server's authorizer checks it: the requests of the bearer
 token ``Settings.portal_token`` are allowed only by ``Settings.portal_rules`` (the rules of a
-ClusterRole bound cluster-wide to that account), and refused otherwise with 403 Forbidden and
-the real server's message. Every other request (the admin token, or none) is allowed."""
+ClusterRole bound cluster-wide to that account) and, in a namespace, by the rules of the
+ClusterRoles of ``Settings.portal_namespace_roles`` that a RoleBinding there binds it to; and
+refused otherwise with 403 Forbidden and the real server's message. Every other request (the
+admin token, or none) is allowed."""
 
 from __future__ import annotations
 
@@ -35,6 +37,21 @@ def allowed(rules: list[dict], verb_name: str, group: str, resource: str) -> boo
                and not rule.get("resourceNames") for rule in rules)
 
 
+def namespace_rules(bindings: list[dict], roles: dict[str, list[dict]]) -> list[dict]:
+    """The rules the RoleBindings ``bindings`` (one namespace's) give the portal there: those
+    of each ClusterRole of ``roles`` bound to its ServiceAccount."""
+    account = PORTAL_USER.split(":")
+    found = []
+    for binding in bindings:
+        ref = binding.get("roleRef") or {}
+        if ref.get("kind") != "ClusterRole" or ref.get("name") not in roles:
+            continue
+        if any((s.get("kind"), s.get("namespace"), s.get("name")) == (
+                "ServiceAccount", account[2], account[3]) for s in binding.get("subjects") or []):
+            found += roles[ref["name"]]
+    return found
+
+
 def authorize(rules: list[dict], verb_name: str, rt, namespace: str | None, name: str | None,
               subresource: str | None) -> None:
     """Raise 403 unless ``rules`` grant the request."""
@@ -48,3 +65,15 @@ def authorize(rules: list[dict], verb_name: str, rt, namespace: str | None, name
     details = {"kind": rt.plural, **({"group": rt.group} if rt.group else {}),
                **({"name": name} if name else {})}
     raise ApiError(403, "Forbidden", message, details=details)
+
+
+def self_subject_review(portal: bool) -> dict:
+    """Who the server takes the requester for: the portal's ServiceAccount, or (the admin
+    token, no token) the cluster's admin."""
+    user = ({"username": PORTAL_USER, "groups": ["system:serviceaccounts",
+                                                  "system:serviceaccounts:paddlecloud",
+                                                  "system:authenticated"]}
+            if portal else {"username": "kubernetes-admin",
+                            "groups": ["system:masters", "system:authenticated"]})
+    return {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
+            "metadata": {"creationTimestamp": None}, "status": {"userInfo": user}}

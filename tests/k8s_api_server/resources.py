@@ -97,9 +97,18 @@ NODES = ResourceType(
     subresources=("status",), field_selectors=_fields(**{"spec.unschedulable":
                                                          "spec.unschedulable"}))
 
+# What the portal binds in each namespace it makes (rbac.py reads them: there is no role
+# controller to run).
+ROLEBINDINGS = ResourceType("rolebindings", "rolebinding", "RoleBinding",
+                            "rbac.authorization.k8s.io", "v1")
+# Stored and served, not enforced: the process kubelet's pods share one bridge, as pods do on
+# a network plugin that does not implement NetworkPolicy.
+NETWORKPOLICIES = ResourceType("networkpolicies", "networkpolicy", "NetworkPolicy",
+                               "networking.k8s.io", "v1", short_names=("netpol",))
+
 ALL = (NAMESPACES, PODS, SERVICES, CONFIGMAPS, SECRETS, RESOURCEQUOTAS, LIMITRANGES, EVENTS,
        SERVICEACCOUNTS, PERSISTENTVOLUMECLAIMS, PERSISTENTVOLUMES, STATEFULSETS, JOBS,
-       ENDPOINTSLICES, NODES)
+       ENDPOINTSLICES, NODES, ROLEBINDINGS, NETWORKPOLICIES)
 _BY_PATH = {(rt.group, rt.version, rt.plural): rt for rt in ALL}
 
 

@@ -26,6 +26,8 @@ KINDS = {
     "Job": ("batch", "v1", "jobs", True),
     "LocalQueue": ("kueue.x-k8s.io", "v1beta1", "localqueues", True),
     "PodGroup": ("scheduling.volcano.sh", "v1beta1", "podgroups", True),
+    "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings", True),
+    "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies", True),
 }
 
 

@@ -5,7 +5,12 @@ stored but the namespaces and objects a case needs to exist), and the server's a
 with the model's decision: admitted, or refused with the message of the first rule broken.
 
 Where rbac.yaml does not grant the verb (deleting a namespace or a PersistentVolume), the
-authorizer refuses the request before admission: the policy is never asked. Those cases say so."""
+authorizer refuses the request before admission: the policy is never asked. Those cases say so.
+
+The portal's rights on users' objects come with the RoleBinding it makes in each of its
+namespaces (rbac.yaml): in the others, RBAC alone refuses its writes. To show that the policy
+holds them too (should a rule be widened, or that role bound there by mistake), the admin binds
+the portal's namespace role in every namespace the cases write in, for this module."""
 
 from __future__ import annotations
 
@@ -14,15 +19,18 @@ import uuid
 
 import pytest
 
+from jobs.backends.kubernetes.manifests import portal_binding
 from jobs.backends.kubernetes.names import MANAGED_BY, MANAGED_BY_LABEL
 from tests import test_admission_policy as model
 from tests.jobs.kubernetes.factories import collective_job, private_registry, pserver_job
 from tests.k8s_real.api import KINDS, Answer, Api
+from tests.polling import wait
 from tests.test_deploy import RBAC
 
 PREFIX = ("ValidatingAdmissionPolicy 'paddlecloud-portal' with binding 'paddlecloud-portal' "
           "denied request: ")
 VERBS = {"CREATE": "create", "UPDATE": "update", "DELETE": "delete"}
+WIDENED = "paddlecloud-portal-widened-by-the-test"
 
 
 class Cluster:
@@ -39,6 +47,7 @@ class Cluster:
         self.hand_made["metadata"]["name"] = f"team-a-{suffix}"
         self.another = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
             "name": f"other-{suffix}", "labels": {MANAGED_BY_LABEL: "helm"}}}
+        self.widened: list[dict] = []
 
     def namespaces(self) -> dict[str, dict]:
         """The namespaces by the ids of tests/test_admission_policy.py."""
@@ -60,7 +69,19 @@ class Cluster:
         assert answer.ok, answer.body
         return answer.body
 
+    def widen(self) -> None:
+        """The portal's namespace role bound (by the admin) where the portal did not make the
+        namespace: RBAC lets its writes through, the policy alone decides."""
+        for namespace in self.namespaces().values():
+            binding = portal_binding(namespace["metadata"]["name"], model.PORTAL)
+            binding["metadata"]["name"] = WIDENED
+            answer = self.admin.create(binding)
+            assert answer.ok, answer.body
+            self.widened.append(answer.body)
+
     def clean(self) -> None:
+        for binding in self.widened:
+            self.admin.delete(binding)
         for namespace in (self.user, self.hand_made, self.another):
             self.admin.delete(namespace)
 
@@ -70,11 +91,19 @@ def cluster(real_kube):
     admin, portal = Api(real_kube.admin_kubeconfig), Api(real_kube.portal_kubeconfig)
     made = Cluster(admin, portal)
     try:
-        # The portal makes its user's namespace (a real request: the policy admits it).
+        # The portal makes its user's namespace and its rights there, as the backend does
+        # (real requests: the policy admits them).
         answer = portal.create(made.user)
+        assert answer.ok, answer.body
+        answer = portal.create(portal_binding(made.user["metadata"]["name"], model.PORTAL))
         assert answer.ok, answer.body
         for namespace in (made.hand_made, made.another):
             assert admin.create(namespace).ok
+        made.widen()
+        for namespace in made.namespaces().values():
+            wait(lambda namespace=namespace: PREFIX in portal.create(
+                into(model.a_job("ConfigMap"), namespace), dry_run=True).message,
+                 message="the admin's bindings to reach the authorizer")
         yield made
     finally:
         made.clean()
@@ -200,6 +229,25 @@ def test_no_quota_is_written_in_kube_system(cluster):
     for obj in model.namespaced_objects():
         obj = into(obj, model.KUBE_SYSTEM)
         check(cluster, "UPDATE", obj, old=obj, namespace=model.KUBE_SYSTEM)
+
+
+@pytest.mark.parametrize("where", ["kube-system", "the-portals-own", "hand-made", "user"])
+def test_the_portal_binds_its_rights_in_its_namespaces_only(cluster, where):
+    namespace = cluster.user if where == "user" else cluster.namespaces()[where]
+    binding = portal_binding(namespace["metadata"]["name"], model.PORTAL)
+    binding["metadata"]["name"] += "-again"
+    check(cluster, "CREATE", binding, namespace=namespace)
+
+
+def test_the_portal_gives_its_rights_to_nobody_else(cluster):
+    """To the user's pods' ServiceAccount: RBAC lets it (the portal may bind that role), the
+    policy does not."""
+    binding = portal_binding(cluster.user["metadata"]["name"], model.PORTAL)
+    binding["metadata"]["name"] += "-default"
+    binding["subjects"] = [{"kind": "ServiceAccount", "name": "default",
+                            "namespace": cluster.user["metadata"]["name"]}]
+    assert expected("CREATE", binding, namespace=cluster.user) == "portal-binding"
+    check(cluster, "CREATE", binding, namespace=cluster.user)
 
 
 def in_user_namespace(cluster: Cluster, kind: str) -> dict:

@@ -545,14 +545,20 @@ def portal_access(client, kubeconfig: Path, url: str, ca: Path, timeout: float =
             spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=TOKEN_SECONDS)))
     write_kubeconfig(kubeconfig, url, ca, user=PORTAL_ACCOUNT, token=token.status.token)
     # A new policy takes a moment to reach the admission plugin: until the portal's dry-run
-    # write in kube-system (which its ClusterRole allows) is refused, it is not enforced.
+    # write in kube-system (which its ClusterRole allows: a RoleBinding giving itself its
+    # namespace role) is refused, it is not enforced.
     portal = api_client(kubeconfig)
-    probe = k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="policy-probe"))
+    probe = k8s.V1RoleBinding(
+        metadata=k8s.V1ObjectMeta(name="policy-probe"),
+        role_ref=k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
+                               name="paddlecloud-portal-namespace"),
+        subjects=[k8s.RbacV1Subject(kind="ServiceAccount", name=PORTAL_ACCOUNT,
+                                    namespace=PORTAL_NAMESPACE)])
     deadline = time.monotonic() + timeout
     try:
         while True:
             try:
-                k8s.CoreV1Api(portal).create_namespaced_config_map(
+                k8s.RbacAuthorizationV1Api(portal).create_namespaced_role_binding(
                     "kube-system", probe, dry_run="All")
             except k8s.ApiException as exc:
                 if exc.status == 403 and "managed-namespace" in (exc.body or ""):

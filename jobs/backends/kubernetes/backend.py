@@ -76,7 +76,7 @@ from .names import (
 )
 from .nodes import nodes_capacity
 from .pods_watch import pod_cache
-from .settings import kube_settings
+from .settings import Builder, kube_settings
 from .validation import validate_objects
 
 logger = logging.getLogger(__name__)
@@ -85,6 +85,9 @@ LOG_RETRY_SECONDS = 0.5
 # How long ``prepare`` waits for the objects of an earlier start (a requeued job's) to go.
 EARLIER_OBJECTS_SECONDS = 3 * STOP_GRACE_SECONDS
 ROOTS = f"{MANAGED_BY_LABEL}={MANAGED_BY},{COMPONENT_LABEL}=job"
+# How long the portal's rights in a namespace it just made may take to arrive: the API
+# server's RBAC authorizer learns of a new RoleBinding from a watch, a moment later.
+BINDING_SECONDS = 10.0
 
 
 def _namespace(job) -> str:
@@ -176,9 +179,27 @@ class KubernetesBackend(Backend):
             time.sleep(0.2)
 
     def _namespace_ensure(self, kube, datacenter, user) -> None:
-        for obj in manifests.namespace_objects(datacenter, user,
-                                                 records().quota(user, datacenter)):
-            kube.apply(obj)
+        """The user's namespace, the RoleBinding that gives the portal its rights in it
+        (deploy/rbac.yaml: none there before), then what the namespace holds."""
+        namespace, *inside = manifests.namespace_objects(datacenter, user,
+                                                          records().quota(user, datacenter))
+        kube.apply(namespace)
+        self._bound_apply(kube, namespace["metadata"]["name"], inside)
+
+    def _bound_apply(self, kube, namespace: str, objects) -> None:
+        """The RoleBinding that gives the portal its rights in ``namespace`` (deploy/
+        rbac.yaml: none there before), then ``objects`` there."""
+        kube.apply(manifests.portal_binding(namespace, kube.username()))
+        deadline = time.monotonic() + BINDING_SECONDS
+        for obj in objects:
+            while True:
+                try:
+                    kube.apply(obj)
+                    break
+                except KubeError as exc:
+                    if exc.status != 403 or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)  # the binding has not reached the authorizer yet
 
     def paths(self, job) -> Paths:
         return pods.paths(job)
@@ -468,7 +489,10 @@ class KubernetesBackend(Backend):
         for datacenter in datacenters:
             try:
                 kube = kube_for(datacenter)
-                roots, _ = kube.list("ConfigMap", selector=ROOTS)
+                # Namespace by namespace: the portal may read ConfigMaps only in its own.
+                namespaces, _ = kube.list("Namespace", selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}")
+                roots = [root for namespace in namespaces for root in kube.list(
+                    "ConfigMap", namespace["metadata"]["name"], selector=ROOTS)[0]]
             except KubeError as exc:
                 logger.warning("orphans in %s: %s", datacenter.name, exc)
                 continue
@@ -558,8 +582,11 @@ class KubernetesBackend(Backend):
                     cancelled=lambda: "") -> str:
         """A builder Job in the owner's namespace (``builder``); its log copied to ``log`` as
         it comes; the digest it pushed read from its pod's termination message."""
+        if (problem := self.image_build_problem(build.datacenter)) is not None:
+            raise BackendError(problem)
         kube = kube_for(build.datacenter)
-        namespace = job_namespace(build.datacenter, build.owner.username)
+        namespace = _builder_namespace(build)
+        unconfined = kube_settings(build.datacenter).kube_builder == Builder.UNCONFINED
         image = build.datacenter.builder_image or settings.PADDLECLOUD_BUILDER_IMAGE
         same = (builder.BUILD_LABEL, str(build.uid))
         try:
@@ -567,13 +594,23 @@ class KubernetesBackend(Backend):
             self._namespace_ensure(kube, build.datacenter, build.owner)
             if build.registry is not None:
                 self._pull_secret_write(kube, build.registry)
+            if unconfined:  # the administrator's namespace: the portal's rights, the PFS
+                self._bound_apply(kube, namespace, manifests.pfs_claim_objects(
+                    build.datacenter, namespace, {MANAGED_BY_LABEL: MANAGED_BY,
+                                                  COMPONENT_LABEL: "build"})
+                    if "persistentVolume" in (kube_settings(build.datacenter).kube_volume or {})
+                    else [])
             job = builder.builder_job(build, namespace, image, insecure=insecure,
-                                      auth=build.registry is not None)
+                                      auth=build.registry is not None, unconfined=unconfined)
             if problems := validate_objects([job]):
                 raise BackendError("; ".join(problems))
             created = kube.create(job, same_if=same)
             kube.create(builder.builder_dockerfile(build, namespace, dockerfile, created),
                         same_if=same)
+            if unconfined and build.registry is not None:
+                kube.create(builder.builder_push_secret(build, manifests.pull_secret(
+                    namespace, build.registry, records().registry_password(build.registry)),
+                    created), same_if=same)
         except manifests.ManifestError as exc:
             raise BackendError(str(exc)) from None
         except KubeError as exc:
@@ -584,11 +621,18 @@ class KubernetesBackend(Backend):
             self.image_build_cancel(build)
             raise BackendError(str(cancel)) from None
 
+    def image_build_problem(self, datacenter) -> str | None:
+        if kube_settings(datacenter).kube_builder == Builder.OFF:
+            return (f"datacenter {datacenter.name!r} builds no images (its administrator "
+                    "turned the builder off: its cluster cannot run one): give an image "
+                    "that has what the package needs")
+        return None
+
     def image_build_cancel(self, build) -> None:
-        """Delete the builder Job (its pod and its Dockerfile go with it)."""
-        namespace = job_namespace(build.datacenter, build.owner.username)
+        """Delete the builder Job (its pod, its Dockerfile and its credentials go with it)."""
         try:
-            kube_for(build.datacenter).delete("Job", namespace, builder.builder_name(build))
+            kube_for(build.datacenter).delete("Job", _builder_namespace(build),
+                                              builder.builder_name(build))
         except KubeError as exc:
             raise BackendError(f"could not delete the builder: {exc}") from None
 
@@ -601,6 +645,14 @@ class KubernetesBackend(Backend):
     def pull_secret_delete(self, datacenter, owner, name: str) -> None:
         namespace = job_namespace(datacenter, owner.username)
         kube_for(datacenter).delete("Secret", namespace, pull_secret_name(name))
+
+
+def _builder_namespace(build) -> str:
+    """Where ``build``'s builder runs: the owner's namespace, or the unconfined builders'."""
+    settings_ = kube_settings(build.datacenter)
+    if settings_.kube_builder == Builder.UNCONFINED:
+        return settings_.kube_builder_namespace
+    return job_namespace(build.datacenter, build.owner.username)
 
 
 def _restarts(pod: dict, container: str) -> int:

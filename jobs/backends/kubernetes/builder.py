@@ -12,6 +12,19 @@ namespaces of a datacenter with a build registry are ``baseline``): it runs wher
 defaults let a user namespace be made — the kubelet's default ``Unconfined`` seccomp, and no
 AppArmor profile forbidding it.
 
+Where the nodes' defaults do not allow it, the datacenter's ``kube_builder`` says what to do
+(the README has the matrix): ``rootless`` (the above, in the owner's namespace) works on
+kubeadm, EKS, AKS and GKE on Ubuntu nodes whose kubelet keeps the default ``Unconfined``
+seccomp; it fails where the kubelet runs ``--seccomp-default`` (RuntimeDefault refuses
+``unshare``), on GKE's COS nodes (their containers' AppArmor profile refuses the mounts
+RootlessKit makes) and on Ubuntu 23.10+ nodes (unprivileged user namespaces restricted by
+AppArmor). ``unconfined`` runs the same builder, still uid 1000 and unprivileged, with seccomp
+and AppArmor ``Unconfined``, which no ``baseline`` namespace admits: so in a namespace the
+administrator makes for builds (``kube_builder_namespace``, Pod Security ``privileged``,
+labelled as the portal's so that it may write there), with the push credentials copied there
+as a Secret the builder Job owns. ``off`` refuses builds with a reason: GKE Autopilot admits
+neither profile, nor a privileged pod, so nothing in the cluster can build there.
+
 The build context is the trainer package, read-only from the PFS mount; the Dockerfile comes
 in a ConfigMap the Job owns; the push credentials are the owner's pull secret for the
 registry, as ``DOCKER_CONFIG``. buildctl writes what it pushed (``containerimage.digest``) to
@@ -28,6 +41,7 @@ from .names import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, OWNER_LABEL, p
 from .pods import PFS_VOLUME, pfs_volume, resources
 
 BUILD_LABEL = "paddlecloud.org/build"
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io"
 CONTAINER = "buildkit"
 BUILDER_UID = 1000  # the rootless BuildKit image's user
 DOCKERFILE_DIR = "/paddlecloud-build"
@@ -44,6 +58,11 @@ def builder_name(build) -> str:
     return f"build-{build.uid.hex[:20]}"
 
 
+def push_secret_name(build) -> str:
+    """The push credentials of an unconfined build, in the builders' namespace."""
+    return f"{builder_name(build)}-push"
+
+
 def _labels(build) -> dict:
     return {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "build", BUILD_LABEL: str(build.uid),
             OWNER_LABEL: str(build.owner_id)}
@@ -55,9 +74,11 @@ def _package_subpath(build) -> str:
     return "/".join((path.area, *((path.user,) if path.area == "home" else ()), *path.parts))
 
 
-def builder_job(build, namespace: str, image: str, *, insecure: bool, auth: bool) -> dict:
+def builder_job(build, namespace: str, image: str, *, insecure: bool, auth: bool,
+                unconfined: bool = False) -> dict:
     """The Job that builds and pushes ``build.image``; ``auth``: push with the owner's pull
-    secret of ``build.registry``."""
+    secret of ``build.registry`` (``unconfined``: its copy ``push_secret_name``); and
+    ``unconfined``: with seccomp and AppArmor unconfined."""
     name = builder_name(build)
     output = f"type=image,name={build.image},push=true"
     if insecure:
@@ -78,7 +99,8 @@ def builder_job(build, namespace: str, image: str, *, insecure: bool, auth: bool
         mounts.append({"name": "docker-config", "mountPath": DOCKER_CONFIG_DIR,
                        "readOnly": True})
         volumes.append({"name": "docker-config", "secret": {
-            "secretName": pull_secret_name(build.registry.name),
+            "secretName": push_secret_name(build) if unconfined
+            else pull_secret_name(build.registry.name),
             "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}})
     container = {
         "name": CONTAINER, "image": image, "command": ["buildctl-daemonless.sh"], "args": args,
@@ -88,6 +110,12 @@ def builder_job(build, namespace: str, image: str, *, insecure: bool, auth: bool
         "securityContext": {"privileged": False, "runAsNonRoot": True,
                             "runAsUser": BUILDER_UID, "runAsGroup": BUILDER_UID},
     }
+    template = {"labels": _labels(build)}
+    if unconfined:
+        container["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
+        # The annotation, not securityContext.appArmorProfile: that field came with 1.30, and
+        # the API server keeps the two in step.
+        template["annotations"] = {f"{APPARMOR_ANNOTATION}/{CONTAINER}": "unconfined"}
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": namespace, "labels": _labels(build)},
@@ -95,7 +123,7 @@ def builder_job(build, namespace: str, image: str, *, insecure: bool, auth: bool
             "backoffLimit": 0, "activeDeadlineSeconds": BUILD_SECONDS,
             "ttlSecondsAfterFinished": KEEP_SECONDS,
             "template": {
-                "metadata": {"labels": _labels(build)},
+                "metadata": template,
                 "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
                          "enableServiceLinks": False, "containers": [container],
                          "volumes": volumes},
@@ -107,17 +135,28 @@ def builder_job(build, namespace: str, image: str, *, insecure: bool, auth: bool
 def builder_dockerfile(build, namespace: str, dockerfile: str, owner: dict) -> dict:
     """The ConfigMap holding the Dockerfile, owned by the builder Job (``owner``: the Job as
     the API server returned it), so that it goes with it."""
-    meta = owner["metadata"]
     return {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": builder_name(build), "namespace": namespace,
-                     "labels": _labels(build),
-                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
-                                          "name": meta["name"], "uid": meta["uid"],
-                                          "controller": False,
-                                          "blockOwnerDeletion": False}]},
+                     "labels": _labels(build), "ownerReferences": _owned_by(owner)},
         "data": {"Dockerfile": dockerfile},
     }
+
+
+def _owned_by(job: dict) -> list[dict]:
+    """The ownerReferences to the builder Job ``job`` (as the API server returned it)."""
+    meta = job["metadata"]
+    return [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta["uid"],
+             "controller": False, "blockOwnerDeletion": False}]
+
+
+def builder_push_secret(build, secret: dict, owner: dict) -> dict:
+    """The owner's pull secret ``secret`` (``manifests.pull_secret``, in the builders'
+    namespace) as the unconfined builder's push credentials, owned by its Job ``owner`` so
+    that they go with it."""
+    return {**secret, "metadata": {
+        "name": push_secret_name(build), "namespace": owner["metadata"]["namespace"],
+        "labels": _labels(build), "ownerReferences": _owned_by(owner)}}
 
 
 def pushed_digest(message: str) -> str | None:

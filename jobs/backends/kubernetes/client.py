@@ -4,6 +4,10 @@ server. Objects go in and come out as plain dicts (built by ``manifests``).
 - Configuration is loaded once per datacenter: in-cluster, else its kubeconfig and context.
 - Every call has a timeout; 5xx answers, timeouts and dropped connections are retried with
   exponential backoff, within a small budget, then raised as ``KubeError``.
+- Throttling is waited out, not failed: a 429 (API Priority and Fairness sheds load with it,
+  as does a server shutting down) and a 5xx that says ``Retry-After`` are retried after the
+  time the server asks for (else the backoff), for up to ``PADDLECLOUD_KUBE_THROTTLE_SECONDS``
+  of waiting, then raised as a ``KubeError`` that says the server kept throttling.
 - ``create`` treats 409 AlreadyExists as success when the object there belongs to the same
   job (a retried task), and as a clear error otherwise; ``delete`` treats 404 as done.
 - ``watch`` streams changes from a resourceVersion and raises ``WatchExpired`` on 410 Gone,
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import re
 import threading
 import time
@@ -58,12 +63,17 @@ RESOURCES = {
     "LocalQueue": Resource("/apis/kueue.x-k8s.io/v1beta1", "localqueues"),
     "Workload": Resource("/apis/kueue.x-k8s.io/v1beta1", "workloads"),
     "PodGroup": Resource("/apis/scheduling.volcano.sh/v1beta1", "podgroups"),
+    "RoleBinding": Resource("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    "NetworkPolicy": Resource("/apis/networking.k8s.io/v1", "networkpolicies"),
 }
 # Made once and left as they are: their specs cannot change (a volume and its claim, a
 # LocalQueue's ClusterQueue). A namespace gets only its labels brought up to date.
-CREATED_ONCE = frozenset({"PersistentVolume", "PersistentVolumeClaim", "LocalQueue"})
+CREATED_ONCE = frozenset({"PersistentVolume", "PersistentVolumeClaim", "LocalQueue",
+                          "RoleBinding"})
 
-RETRIED_STATUSES = frozenset({500, 502, 503, 504})
+RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+# The longest wait between two tries: doubling backoff stops growing there.
+MAX_BACKOFF_SECONDS = 10.0
 # A namespace made a moment ago can be "not found" by admission that reads namespaces from its
 # cache (ValidatingAdmissionPolicy's matcher, until the patches of late 2025: its informer had
 # not seen the namespace yet): a create in it answered so is tried again for this long.
@@ -97,6 +107,23 @@ def _status_message(status: int, data: bytes) -> tuple[str, str]:
         return "", data.decode(errors="replace")[:500] if data else f"HTTP {status}"
 
 
+def _retry_after(response) -> float | None:
+    """The seconds the server asks us to wait before trying again: its ``Retry-After``
+    header (seconds; Kubernetes never sends an HTTP date), else the Status'
+    ``details.retryAfterSeconds``; None if it says neither."""
+    header = (response.headers or {}).get("Retry-After")
+    if header is not None:
+        try:
+            return max(0.0, float(header))
+        except ValueError:
+            pass
+    try:
+        seconds = json.loads(response.data)["details"]["retryAfterSeconds"]
+        return max(0.0, float(seconds))
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
 class Kube:
     """One API server, with the timeout and retry budget of the settings."""
 
@@ -105,7 +132,9 @@ class Kube:
         self.name = name
         self.timeout = settings.PADDLECLOUD_KUBE_TIMEOUT
         self.attempts = settings.PADDLECLOUD_KUBE_ATTEMPTS
+        self.throttle_seconds = settings.PADDLECLOUD_KUBE_THROTTLE_SECONDS
         self._version: tuple[tuple[int, int], float] | None = None  # (version, when asked)
+        self._username: str | None = None
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -128,31 +157,51 @@ class Kube:
     def request(self, method: str, path: str, *, query: dict | None = None, body=None,
                 stream: bool = False, read_timeout: float | None = None):
         """The answer's JSON (or, with ``stream``, the open response), retrying 5xx and
-        network errors. 4xx answers raise ``KubeError`` with the Status' reason at once."""
+        network errors (``attempts`` tries) and waiting out throttling (429, or a 5xx with
+        ``Retry-After``: up to ``throttle_seconds`` of waiting, not counted as tries). Other
+        4xx answers raise ``KubeError`` with the Status' reason at once."""
         timeout = (self.timeout, read_timeout or self.timeout)
-        delay = 0.2
-        for attempt in range(1, self.attempts + 1):
+        backoff, failures, throttled, waited = 0.2, 0, 0, 0.0
+        while True:
             try:
                 response = self._send(method, path, query, body, stream=stream,
                                       timeout=timeout)
             except NETWORK_ERRORS as exc:
-                problem, status = f"cannot reach the API server: {exc}", 0
+                problem, status, asked = f"cannot reach the API server: {exc}", 0, None
             else:
                 if response.status < 400:
                     return response if stream else json.loads(response.data or b"null")
-                data = response.read() if stream else response.data
+                data = response.read()
                 reason, message = _status_message(response.status, data)
                 if response.status not in RETRIED_STATUSES:
                     raise KubeError(message, status=response.status, reason=reason)
                 problem, status = f"the API server answered {response.status}: {message}", \
                     response.status
-            if attempt == self.attempts:
-                raise KubeError(f"Kubernetes ({self.name}): {problem} "
-                                f"(after {attempt} attempts)", status=status)
-            logger.warning("Kubernetes %s %s (attempt %d): %s", method, path, attempt, problem)
+                asked = _retry_after(response)
+            # Jitter, so that the workers a throttle turned away do not all come back at once.
+            delay = backoff * random.uniform(0.5, 1.0)  # noqa: S311 (not a secret)
+            throttling = status == 429 or asked is not None
+            if throttling:
+                throttled += 1
+                delay = max(delay, asked or 0.0)
+                if waited + delay > self.throttle_seconds:
+                    raise KubeError(
+                        f"Kubernetes ({self.name}): the API server kept throttling us: "
+                        f"{problem} (throttled {throttled} times in {waited:.0f} s; waiting "
+                        f"{delay:.0f} s more would pass PADDLECLOUD_KUBE_THROTTLE_SECONDS="
+                        f"{self.throttle_seconds:g})", status=status,
+                        reason="TooManyRequests" if status == 429 else "")
+            else:
+                failures += 1
+                if failures >= self.attempts:
+                    raise KubeError(f"Kubernetes ({self.name}): {problem} "
+                                    f"(after {failures} attempts)", status=status)
+            logger.warning("Kubernetes %s %s (%s): %s; trying again in %.1f s", method, path,
+                           f"throttled {throttled}" if throttling else f"attempt {failures}",
+                           problem, delay)
             time.sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")
+            waited += delay
+            backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
     # -- the server -------------------------------------------------------------------------
 
@@ -181,6 +230,20 @@ class Kube:
                 "backoffLimitPerIndex and podReplacementPolicy, deploy/'s admission policy "
                 "admissionregistration.k8s.io/v1); upgrade the cluster")
         return shown
+
+    def username(self) -> str:
+        """Who the API server takes us for ("system:serviceaccount:paddlecloud:paddlecloud"),
+        from a SelfSubjectReview (which every authenticated account may make); asked once."""
+        if self._username is None:
+            answer = self.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                                  body={"apiVersion": "authentication.k8s.io/v1",
+                                        "kind": "SelfSubjectReview"})
+            try:
+                self._username = answer["status"]["userInfo"]["username"]
+            except (KeyError, TypeError):
+                raise KubeError(f"Kubernetes ({self.name}) answered a SelfSubjectReview with "
+                                f"{answer!r}, not who we are") from None
+        return self._username
 
     # -- objects ----------------------------------------------------------------------------
 

@@ -27,8 +27,10 @@ Pservers restart in place (their StatefulSet's pods are restarted by the kubelet
 limit); a deadline and the TTL after finishing are the trainers' Job's: the backend deletes the
 root, and with it the pservers, when the job ends.
 
-A user's namespace (``namespace_objects``) comes with its ResourceQuota and LimitRange, its PFS
-volume and claim (``pfs_claim_objects``) and Kueue's LocalQueue where the datacenter needs them.
+A user's namespace (``namespace_objects``) comes with its ResourceQuota and LimitRange, the
+NetworkPolicies that keep other tenants out and its pods in (``network_policies``), its PFS
+volume and claim (``pfs_claim_objects``) and Kueue's LocalQueue where the datacenter needs them;
+before them, the RoleBinding that gives the portal its rights there (``portal_binding``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,11 @@ from __future__ import annotations
 import base64
 import copy
 import dataclasses
+import ipaddress
 import json
+from urllib.parse import urlsplit
+
+from django.conf import settings
 
 from paddlecloud_core.contract import (
     job_namespace,
@@ -57,6 +63,8 @@ from .names import (
     OWNER_LABEL,
     OWNER_NAME_ANNOTATION,
     PFS_CLAIM,
+    PORTAL_BINDING,
+    PORTAL_NAMESPACE_ROLE,
     PSERVER,
     PSERVER_PORT,
     REGISTRY_LABEL,
@@ -73,7 +81,7 @@ from .names import (
 from .pods import ManifestError as ManifestError  # raised by the builders; callers catch it here
 from .pods import job_secret_name, kueue_pod_group, pod_template, run_as, secret_env
 from .scripts import INIT_SCRIPT, INIT_SCRIPT_NAME, RUN_SCRIPT, RUN_SCRIPT_NAME
-from .settings import kube_settings, volume_handle
+from .settings import METADATA_ADDRESSES, kube_settings, volume_handle
 
 QUOTA_NAME = "paddlecloud"
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
@@ -171,6 +179,7 @@ def namespace_objects(datacenter, user, quota) -> list[dict]:
                               "defaultRequest": default,
                               "max": {"cpu": cpu, "memory": memory}}]}},
     ]
+    objects += network_policies(datacenter, name, labels)
     if "persistentVolume" in (kube_settings(datacenter).kube_volume or {}):
         objects += pfs_claim_objects(datacenter, name, labels)
     if (settings_ := kube_settings(datacenter)).kube_scheduler == "kueue":
@@ -178,6 +187,78 @@ def namespace_objects(datacenter, user, quota) -> list[dict]:
                         "metadata": _metadata(LOCAL_QUEUE, name, labels),
                         "spec": {"clusterQueue": settings_.kube_queue}})
     return objects
+
+
+# The cluster's DNS (CoreDNS and kube-dns carry this label on EKS, GKE, AKS and kubeadm).
+DNS_PODS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+# The portal's web pods (deploy/web.yaml), which serve the jobs' masters on their port "http".
+PORTAL_WEB_LABELS = {"app.kubernetes.io/name": "paddlecloud", "app.kubernetes.io/component": "web"}
+
+
+def network_policies(datacenter, namespace: str, labels: dict) -> list[dict]:
+    """A user namespace's NetworkPolicies (enforced by the cluster's network plugin, where it
+    implements them). Policies add up: a pod they select takes only what one of them allows.
+
+    - ``paddlecloud-isolate``: nothing in or out, but what the policies below allow;
+    - ``paddlecloud-namespace``: to and from the namespace's own pods (a job's replicas talk
+      to each other; a user's jobs are one tenant). Other tenants' pods are let in by none:
+      even a range of the egress below that holds their addresses ends at their ingress;
+    - ``paddlecloud-dns``: the cluster's DNS (the replicas find each other by name);
+    - ``paddlecloud-master``: the portal's web pods on their port "http", where the jobs'
+      masters answer: in the namespace of ``PADDLECLOUD_MASTER_BASE_URL``'s Service
+      (``<service>.<namespace>.svc``); a portal outside the cluster is reached through the
+      egress below instead;
+    - ``paddlecloud-egress``: the datacenter's ``kube_egress`` ranges, less the clouds'
+      instance metadata (``METADATA_ADDRESSES``) unless a range names it alone."""
+    def policy(name: str, *, ingress=None, egress=None) -> dict:
+        spec = {"podSelector": {}, "policyTypes": [
+            kind for kind, rules in (("Ingress", ingress), ("Egress", egress))
+            if rules is not None]}
+        spec.update({k: v for k, v in (("ingress", ingress), ("egress", egress)) if v})
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": _metadata(name, namespace, labels), "spec": spec}
+
+    dns_ports = [{"protocol": protocol, "port": 53} for protocol in ("UDP", "TCP")]
+    policies = [
+        policy("paddlecloud-isolate", ingress=[], egress=[]),
+        policy("paddlecloud-namespace", ingress=[{"from": [{"podSelector": {}}]}],
+               egress=[{"to": [{"podSelector": {}}]}]),
+        policy("paddlecloud-dns", egress=[{"to": [DNS_PODS], "ports": dns_ports}]),
+    ]
+    host = (urlsplit(settings.PADDLECLOUD_MASTER_BASE_URL).hostname or "").split(".")
+    in_cluster = len(host) >= 3 and host[2] == "svc"
+    # Always made, allowing nothing where there is nothing to allow: a policy left out would
+    # stay as it was when the setting allowed more.
+    policies.append(policy("paddlecloud-master", egress=[{"to": [{
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": host[1]}},
+        "podSelector": {"matchLabels": PORTAL_WEB_LABELS}}],
+        "ports": [{"protocol": "TCP", "port": "http"}]}] if in_cluster else []))
+    blocks = []
+    for cidr in kube_settings(datacenter).kube_egress:
+        network = ipaddress.ip_network(cidr)
+        hidden = [str(m) for m in map(ipaddress.ip_network, METADATA_ADDRESSES)
+                  if m.version == network.version and m != network and m.subnet_of(network)]
+        blocks.append({"ipBlock": {"cidr": cidr, **({"except": hidden} if hidden else {})}})
+    policies.append(policy("paddlecloud-egress", egress=[{"to": blocks}] if blocks else []))
+    return policies
+
+
+def portal_binding(namespace: str, username: str) -> dict:
+    """The RoleBinding that gives ``username`` (the portal, as the API server knows it) the
+    rights of deploy/rbac.yaml's ``PORTAL_NAMESPACE_ROLE`` in ``namespace``, and nowhere
+    else: a ServiceAccount as such, any other account as a User."""
+    account = username.split(":")
+    if len(account) == 4 and account[:2] == ["system", "serviceaccount"]:
+        subject = {"kind": "ServiceAccount", "name": account[3], "namespace": account[2]}
+    else:
+        subject = {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": username}
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": _metadata(PORTAL_BINDING, namespace, {
+                MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "namespace"}),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": PORTAL_NAMESPACE_ROLE},
+            "subjects": [subject]}
 
 
 # --- a job ---------------------------------------------------------------------------------------

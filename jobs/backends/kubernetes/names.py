@@ -27,6 +27,10 @@ FIRST_ATTEMPT_LABEL = "paddlecloud.org/first-attempt"
 # The claim of the PFS volume in a user namespace (a ``persistentVolume`` kube_volume), and its
 # PersistentVolume, one per namespace.
 PFS_CLAIM = "paddlecloud-pfs"
+# The portal's rights inside a user namespace: deploy/rbac.yaml's ClusterRole of that name,
+# bound there, to the portal only, by the RoleBinding PORTAL_BINDING it makes in the namespace.
+PORTAL_NAMESPACE_ROLE = "paddlecloud-portal-namespace"
+PORTAL_BINDING = "paddlecloud-portal"
 # Kueue and Volcano.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 LOCAL_QUEUE = "paddlecloud"

@@ -10,6 +10,7 @@ form's rules are the settings' (``accounts.execution``). The backend reads them 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 
 from django import forms
@@ -101,11 +102,44 @@ class Scheduler(models.TextChoices):
     VOLCANO = "volcano", "Volcano: a PodGroup schedules all of a job's pods or none"
 
 
-class JSONSetting(forms.JSONField):
-    """A JSON setting whose empty value is ``empty`` ({} or []), not None."""
+# Where a job's pods may connect outside their namespace, DNS and the portal (the NetworkPolicy
+# "paddlecloud-egress" of each user namespace): anywhere, by default. The clouds' instance
+# metadata (credentials of the node's role on EC2, GCE, Azure) is taken out of every range
+# that holds it: a range naming one of these exactly is how an admin lets pods reach it.
+DEFAULT_EGRESS = ("0.0.0.0/0", "::/0")
+METADATA_ADDRESSES = ("169.254.169.254/32", "fd00:ec2::254/128")
 
-    def __init__(self, *, empty: type, **kwargs):
-        super().__init__(required=False, initial=empty, **kwargs)
+
+def egress_problem(ranges) -> str | None:
+    """Why ``ranges`` cannot be a datacenter's ``kube_egress``, or None."""
+    if not isinstance(ranges, list):
+        return 'a JSON list of CIDR ranges, e.g. ["10.0.0.0/8", "0.0.0.0/0"]'
+    for cidr in ranges:
+        try:
+            if not isinstance(cidr, str) or "/" not in cidr:
+                raise ValueError(cidr)
+            ipaddress.ip_network(cidr)
+        except ValueError:
+            return (f"{cidr!r} is not a CIDR range (an address and a prefix length, host "
+                    'bits zero, e.g. "10.0.0.0/8")')
+    return None
+
+
+class Builder(models.TextChoices):
+    """Where and how runtime images are built (builder.py has the matrix of managed clusters)."""
+    ROOTLESS = "rootless", ("BuildKit rootless in the user's namespace, under the nodes' "
+                            "default seccomp and AppArmor profiles")
+    UNCONFINED = "unconfined", ("BuildKit rootless with seccomp and AppArmor unconfined, in the "
+                                "namespace kube_builder_namespace (made by the administrator)")
+    OFF = "off", "no image builds on this datacenter"
+
+
+class JSONSetting(forms.JSONField):
+    """A JSON setting whose empty value is ``empty`` ({} or []), not None; its default
+    ``default`` (a callable), else empty."""
+
+    def __init__(self, *, empty: type, default=None, **kwargs):
+        super().__init__(required=False, initial=default or empty, **kwargs)
         self.empty = empty
 
     def clean(self, value):
@@ -174,11 +208,42 @@ class KubernetesSettingsForm(forms.Form):
         empty=dict, label="GPU node selector",
         help_text='Node labels the pods of GPU replicas need, e.g. '
                   '{"nvidia.com/gpu.present": "true"}.')
+    kube_egress = JSONSetting(
+        empty=list, default=lambda: list(DEFAULT_EGRESS), label="pods' egress",
+        help_text="Where a job's pods may connect, beside their own namespace, the cluster's "
+                  "DNS and the portal: CIDR ranges, e.g. [\"10.0.0.0/8\"]; [] for nowhere "
+                  "else. The default is anywhere but the cloud's instance metadata "
+                  "(169.254.169.254), which is taken out of every range unless given on its "
+                  "own. Enforced by the cluster's network plugin (one that implements "
+                  "NetworkPolicy).")
+    kube_builder = forms.ChoiceField(
+        label="image builder", choices=Builder.choices, initial=Builder.ROOTLESS,
+        required=False,  # a form from before this setting: the default
+        help_text="How runtime images are built: rootless needs nodes that let a process make "
+                  "a user namespace (not GKE on COS, nor kubelets with --seccomp-default); "
+                  "unconfined works there, in a namespace you make for it; off where nothing "
+                  "in the cluster can build (GKE Autopilot).")
+    kube_builder_namespace = forms.CharField(
+        label="builder namespace", max_length=63, required=False, initial="",
+        validators=[RegexValidator(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "a namespace name")],
+        help_text="The unconfined builder's namespace: labelled pod-security.kubernetes.io/"
+                  "enforce=privileged and app.kubernetes.io/managed-by=paddlecloud.")
 
     def clean(self):
         values = super().clean()
+        if "kube_builder" in values:
+            values["kube_builder"] = values["kube_builder"] or Builder.ROOTLESS
+        if values.get("kube_builder") == Builder.UNCONFINED \
+                and not values.get("kube_builder_namespace") \
+                and "kube_builder_namespace" not in self.errors:
+            self.add_error("kube_builder_namespace",
+                           "required with the unconfined builder: the namespace its pods run "
+                           "in (Pod Security privileged, labelled "
+                           "app.kubernetes.io/managed-by=paddlecloud)")
         if (volume := values.get("kube_volume")) and (problem := kube_volume_problem(volume)):
             self.add_error("kube_volume", problem)
+        if problem := egress_problem(values.get("kube_egress", [])):
+            self.add_error("kube_egress", problem)
         tolerations = values.get("kube_gpu_tolerations", [])
         if not isinstance(tolerations, list) or not all(isinstance(t, dict) for t in tolerations):
             self.add_error("kube_gpu_tolerations", "a JSON list of toleration objects")
@@ -274,6 +339,14 @@ def arguments(parser) -> None:
                         metavar="SECONDS", help="seconds a stopped job's containers have "
                                                 "after SIGTERM (default: "
                                                 f"{STOP_GRACE_SECONDS})")
+    parser.add_argument("--egress", dest="kube_egress", type=_json_list, metavar="JSON",
+                        help="CIDR ranges jobs' pods may connect to beside their namespace, "
+                             "DNS and the portal, a JSON list (default: anywhere but the "
+                             "cloud's instance metadata)")
+    parser.add_argument("--builder", dest="kube_builder", choices=Builder.values,
+                        help="how runtime images are built (default: rootless)")
+    parser.add_argument("--builder-namespace", dest="kube_builder_namespace",
+                        help="the unconfined builder's namespace, made by you")
     parser.add_argument("--gpu-tolerations", dest="kube_gpu_tolerations",
                         type=_json_list, metavar="JSON",
                         help="tolerations of GPU replicas' pods, a JSON list")

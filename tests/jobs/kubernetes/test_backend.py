@@ -581,6 +581,52 @@ def test_server_errors_and_timeouts_are_retried(kube, alice, datacenter, package
     assert job_objects(kube, job)["jobs.batch"] == [f"{object_base(job)}-tr"]
 
 
+@pytest.mark.django_db
+def test_a_burst_of_throttling_is_waited_out_as_the_server_asks(kube, alice, datacenter,
+                                                                package, held_starts):
+    """The fake API server, because the real one cannot be made to throttle on demand: it
+    answers as API Priority and Fairness does (429 TooManyRequests, ``Retry-After`` and
+    ``details.retryAfterSeconds``), and as a server that is briefly unavailable (503 with
+    ``Retry-After``). More throttles than the retry budget's tries (3 here) do not fail the
+    job, and the waits are the server's."""
+    kube.fail_next(429, count=4, method="POST", path="configmaps", retry_after=0)
+    kube.fail_next(429, count=1, method="POST", path="services", retry_after=1)
+    kube.fail_next(503, count=1, method="POST", path="jobs", retry_after=1)
+    job = submit_job(alice, datacenter)
+    started = time.monotonic()
+    engine.job_launch(job.pk)
+    assert state(job) == "starting"
+    assert job_objects(kube, job)["jobs.batch"] == [f"{object_base(job)}-tr"]
+    assert time.monotonic() - started >= 2  # the two seconds the server asked for
+    posts = [path for method, path in kube.request_log if method == "POST"]
+    made = len(job_objects(kube, job)["configmaps"])
+    assert sum(path.endswith("/configmaps") for path in posts) == 4 + made
+
+
+@pytest.mark.django_db
+def test_throttling_that_persists_fails_the_job_after_its_budget(kube, alice, datacenter,
+                                                                 package, held_starts,
+                                                                 settings):
+    """The fake API server (the real one cannot throttle on demand): it refuses every create
+    of the job's root with 429, ``Retry-After: 1``. The job fails with the reason after the
+    throttle budget, not at once and not never."""
+    settings.PADDLECLOUD_KUBE_THROTTLE_SECONDS = 3
+    kube_forget()
+    kube.fail_next(429, count=1000, method="POST", path="configmaps", retry_after=1)
+    job = submit_job(alice, datacenter)
+    started = time.monotonic()
+    engine.job_launch(job.pk)
+    assert 3 <= time.monotonic() - started < 10
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert "the API server kept throttling us" in job.state_reason
+    assert "PADDLECLOUD_KUBE_THROTTLE_SECONDS=3" in job.state_reason
+    posts = [path for method, path in kube.request_log
+             if method == "POST" and path.endswith("/configmaps")]
+    assert len(posts) == 4  # tried again after each second the server asked for
+    assert not job_objects(kube, job)
+
+
 # -- dry runs and bad objects ---------------------------------------------------------------------
 
 @pytest.mark.django_db
@@ -590,8 +636,8 @@ def test_a_dry_run_shows_the_objects(kube, token_client, package):
         "dry_run": True}, format="json")
     assert response.status_code == 200, response.content
     kinds = [(o["kind"], o["metadata"]["name"]) for o in response.json()["objects"]]
-    assert [k for k, _ in kinds] == ["Namespace", "ResourceQuota", "LimitRange", "ConfigMap",
-                                     "Service", "Job"]
+    assert [k for k, _ in kinds] == ["Namespace", "ResourceQuota", "LimitRange",
+                                     *["NetworkPolicy"] * 5, "ConfigMap", "Service", "Job"]
     assert kinds[0] == ("Namespace", NS)
     # The same objects as documents for `kubectl apply -f`, keys in kubectl's order.
     documents = response.json()["yaml"]

@@ -22,6 +22,7 @@ from registries.services import registry_create
 from tests.conftest import streamed
 from tests.factories import package_write, submit_job
 from tests.jobs.test_examples_on_kubernetes import wait_for
+from tests.kube import datacenter_set
 from tests.registry_server import registry_server
 
 RESOURCES = {"Job": "jobs.batch", "ConfigMap": "configmaps"}
@@ -278,3 +279,110 @@ def test_the_real_api_server_takes_the_builders_objects_and_its_node_runs_the_bu
     assert pod.spec.node_name == "node-1" and pod.status.phase == "Failed"
     assert pod.spec.containers[0].command == ["buildctl-daemonless.sh"]
     assert dockerfile.metadata.owner_references[0].uid == builder.metadata.uid
+
+
+@pytest.mark.real_kubernetes
+@pytest.mark.django_db(transaction=True)
+def test_the_real_api_server_takes_the_unconfined_builder_in_the_administrators_namespace(
+        real_kube_datacenter, registry, celery_worker, alice, pfs_home, real_kube):
+    """The unconfined builder on the real control plane, as the portal's ServiceAccount: in
+    the namespace the administrator made (Pod Security privileged, labelled as the
+    portal's), the portal binds its rights, makes the PFS claim, the builder Job with seccomp
+    and AppArmor unconfined and the push credentials, and Pod Security admits the pod, which
+    the node agent runs (and which fails: no BuildKit on this machine). That pod is what
+    ``baseline`` refuses in the user's namespace. (The node agent ignores the profiles: that
+    the builder then works on COS is BuildKit's documented rootless setup, not shown here.)"""
+    from kubernetes import client
+
+    from tests.real_kube.control_plane import api_client
+
+    with api_client(real_kube.admin_kubeconfig) as admin:
+        client.CoreV1Api(admin).create_namespace({"metadata": {
+            "name": BUILDS_NAMESPACE, "labels": {
+                "app.kubernetes.io/managed-by": "paddlecloud",
+                "pod-security.kubernetes.io/enforce": "privileged"}}})
+    datacenter = with_build_registry(real_kube_datacenter, registry, alice)
+    datacenter_set(datacenter, kube_builder="unconfined",
+                   kube_builder_namespace=BUILDS_NAMESPACE)
+    job = wait_for(submit(alice, datacenter, package(pfs_home), "built"), FINAL, timeout=120)
+    assert job.state == "failed"
+    assert "buildctl-daemonless.sh" in job.state_reason, job.state_reason
+    build = Build.objects.get()
+    with api_client(real_kube.admin_kubeconfig) as admin:
+        selector = f"paddlecloud.org/build={build.uid}"
+        core = client.CoreV1Api(admin)
+        [builder] = client.BatchV1Api(admin).list_namespaced_job(
+            BUILDS_NAMESPACE, label_selector=selector).items
+        [pod] = core.list_namespaced_pod(BUILDS_NAMESPACE, label_selector=selector).items
+        [secret] = core.list_namespaced_secret(BUILDS_NAMESPACE, label_selector=selector).items
+        refused = None
+        try:  # the same pod in the user's (baseline) namespace, as the admin, a dry run
+            core.create_namespaced_pod("paddle-alice", {
+                "metadata": {"name": "unconfined-builder",
+                             "annotations": pod.metadata.annotations},
+                "spec": {"containers": [{
+                    "name": CONTAINER, "image": pod.spec.containers[0].image,
+                    "securityContext": admin.sanitize_for_serialization(
+                        pod.spec.containers[0].security_context)}],
+                    "restartPolicy": "Never"}}, dry_run="All")
+        except client.ApiException as exc:
+            refused = exc
+    assert pod.spec.containers[0].security_context.seccomp_profile.type == "Unconfined"
+    assert pod.spec.node_name == "node-1" and pod.status.phase == "Failed"
+    assert secret.metadata.owner_references[0].uid == builder.metadata.uid
+    assert refused is not None and refused.status == 403, refused
+    assert "violates PodSecurity" in refused.body and "seccompProfile" in refused.body
+
+
+BUILDS_NAMESPACE = "paddlecloud-builds"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_unconfined_builder_runs_in_the_administrators_namespace(
+        build_datacenter, celery_worker, alice, pfs_home, k8s_api):
+    """Where the nodes' defaults refuse a rootless builder (GKE on COS, --seccomp-default):
+    the same builder, unprivileged, with seccomp and AppArmor unconfined, in the namespace the
+    administrator made for it (Pod Security privileged, labelled as the portal's), with the
+    portal's rights there and the push credentials copied there, owned by the builder."""
+    from kubernetes import client
+
+    with k8s_api.api_client() as api:  # as the administrator
+        client.CoreV1Api(api).create_namespace({"metadata": {
+            "name": BUILDS_NAMESPACE, "labels": {
+                "app.kubernetes.io/managed-by": "paddlecloud",
+                "pod-security.kubernetes.io/enforce": "privileged"}}})
+    datacenter_set(build_datacenter, kube_builder="unconfined",
+                   kube_builder_namespace=BUILDS_NAMESPACE)
+    k8s_api.controller.script_pods("build-*", container=CONTAINER,
+                                   message=json.dumps({"containerimage.digest": PUSHED}))
+    job = wait_for(submit(alice, build_datacenter, package(pfs_home), "built"),
+                   ("starting", "running", *FINAL))
+    assert job.state in ("starting", "running"), job.state_reason
+    [builder] = k8s_api.store.list("jobs.batch", BUILDS_NAMESPACE)
+    [container] = builder["spec"]["template"]["spec"]["containers"]
+    assert container["securityContext"] == {
+        "privileged": False, "runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+        "seccompProfile": {"type": "Unconfined"}}
+    assert builder["spec"]["template"]["metadata"]["annotations"] == {
+        f"container.apparmor.security.beta.kubernetes.io/{CONTAINER}": "unconfined"}
+    [auth] = [v for v in builder["spec"]["template"]["spec"]["volumes"]
+              if v["name"] == "docker-config"]
+    secret = k8s_api.get("secrets", BUILDS_NAMESPACE, auth["secret"]["secretName"])
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == builder["metadata"]["uid"]
+    binding = k8s_api.get("rolebindings.rbac.authorization.k8s.io", BUILDS_NAMESPACE,
+                          "paddlecloud-portal")
+    assert binding["roleRef"]["name"] == "paddlecloud-portal-namespace"
+    assert not builder_objects(k8s_api, "Job")  # none in the user's namespace
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_datacenter_whose_builder_is_off_fails_builds_saying_why(
+        build_datacenter, celery_worker, alice, pfs_home, k8s_api):
+    """GKE Autopilot: nothing in the cluster can build; a job that needs a build fails with
+    the reason, and no builder is made."""
+    datacenter_set(build_datacenter, kube_builder="off")
+    job = wait_for(submit(alice, build_datacenter, package(pfs_home), "built"), FINAL)
+    assert job.state == "failed"
+    assert "builds no images" in job.state_reason, job.state_reason
+    assert not builder_objects(k8s_api, "Job")

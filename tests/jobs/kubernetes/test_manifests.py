@@ -747,7 +747,9 @@ def test_namespace_objects_for_a_username_that_needs_a_hash():
     labels = {"app.kubernetes.io/managed-by": "paddlecloud",
               "app.kubernetes.io/component": "namespace", "paddlecloud.org/owner": "7"}
     name = "paddle-alice-example-com-ff8d9819"
-    assert namespace_objects(datacenter(), alice("alice@example.com"), quota()) == [
+    objects = namespace_objects(datacenter(), alice("alice@example.com"), quota())
+    assert [o["kind"] for o in objects[3:]] == ["NetworkPolicy"] * 5
+    assert objects[:3] == [
         {"apiVersion": "v1", "kind": "Namespace",
          "metadata": {"name": name, "labels": {
              **labels, "pod-security.kubernetes.io/enforce": "baseline",
@@ -866,3 +868,58 @@ def test_every_container_gets_the_datacenters_disk_and_every_pod_its_grace(chose
                 assert container["resources"][kind].get("ephemeral-storage") == disk
             assert container["env"][-2:] == HOME_ENV, container["name"]
         assert {"name": "home", "emptyDir": {}} in pod["volumes"]
+
+
+# --- NetworkPolicies -----------------------------------------------------------------------------
+
+def policies(**fields) -> dict[str, dict]:
+    """The user namespace's NetworkPolicies by name: their specs."""
+    return {o["metadata"]["name"]: o["spec"]
+            for o in namespace_objects(datacenter(**fields), alice(), quota())
+            if o["kind"] == "NetworkPolicy"}
+
+
+def test_a_user_namespace_is_closed_but_to_itself_dns_and_the_portal():
+    found = policies()
+    assert found["paddlecloud-isolate"] == {"podSelector": {},
+                                            "policyTypes": ["Ingress", "Egress"]}
+    assert found["paddlecloud-namespace"] == {
+        "podSelector": {}, "policyTypes": ["Ingress", "Egress"],
+        "ingress": [{"from": [{"podSelector": {}}]}], "egress": [{"to": [{"podSelector": {}}]}]}
+    assert found["paddlecloud-dns"] == {
+        "podSelector": {}, "policyTypes": ["Egress"],
+        "egress": [{"to": [{"namespaceSelector": {"matchLabels": {
+            "kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]}
+    # PADDLECLOUD_MASTER_BASE_URL: http://paddlecloud.paddlecloud.svc (deploy/config.yaml)
+    assert found["paddlecloud-master"] == {
+        "podSelector": {}, "policyTypes": ["Egress"],
+        "egress": [{"to": [{"namespaceSelector": {"matchLabels": {
+            "kubernetes.io/metadata.name": "paddlecloud"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "paddlecloud",
+                                            "app.kubernetes.io/component": "web"}}}],
+            "ports": [{"protocol": "TCP", "port": "http"}]}]}
+
+
+def test_egress_is_anywhere_but_the_instance_metadata_by_default():
+    assert policies()["paddlecloud-egress"] == {
+        "podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [
+            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}},
+            {"ipBlock": {"cidr": "::/0", "except": ["fd00:ec2::254/128"]}}]}]}
+
+
+def test_egress_is_the_datacenters_choice():
+    found = policies(kube_egress=["10.0.0.0/8", "169.254.0.0/16", "169.254.169.254/32"])
+    assert found["paddlecloud-egress"]["egress"] == [{"to": [
+        {"ipBlock": {"cidr": "10.0.0.0/8"}},
+        {"ipBlock": {"cidr": "169.254.0.0/16", "except": ["169.254.169.254/32"]}},
+        {"ipBlock": {"cidr": "169.254.169.254/32"}}]}]  # named alone: the admin lets it in
+    # Nowhere else: the policy allows nothing (left out, it would stay as it was).
+    assert policies(kube_egress=[])["paddlecloud-egress"] == {"podSelector": {},
+                                                             "policyTypes": ["Egress"]}
+
+
+def test_a_portal_outside_the_cluster_is_reached_through_the_egress(settings):
+    settings.PADDLECLOUD_MASTER_BASE_URL = "https://paddlecloud.example.com"
+    assert policies()["paddlecloud-master"] == {"podSelector": {}, "policyTypes": ["Egress"]}
