@@ -197,9 +197,11 @@ class FakeKubernetes:
 
         return config.new_client_from_config(config_file=str(self.kubeconfig_path))
 
-    def wait_for(self, predicate, *, timeout: float = 5.0, interval: float = 0.01,
+    def wait_for(self, predicate, *, timeout: float = 30.0, interval: float = 0.01,
                  message: str = "condition"):
-        """Poll ``predicate`` until it returns something truthy (returned), or fail."""
+        """Poll ``predicate`` until it returns something truthy (returned), or fail. What
+        comes within a tick or two on a quiet machine can take seconds on a loaded one: the
+        bound is for what never comes."""
         deadline = time.monotonic() + timeout
         while True:
             result = predicate()
