@@ -38,7 +38,7 @@ import json
 from paddlecloud_core.layout import pfs_path_split
 
 from .names import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, OWNER_LABEL, pull_secret_name
-from .pods import PFS_VOLUME, pfs_volume, resources
+from .pods import PFS_VOLUME, pfs_annotations, pfs_volume, resources
 
 BUILD_LABEL = "paddlecloud.org/build"
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io"
@@ -111,11 +111,14 @@ def builder_job(build, namespace: str, image: str, *, insecure: bool, auth: bool
                             "runAsUser": BUILDER_UID, "runAsGroup": BUILDER_UID},
     }
     template = {"labels": _labels(build)}
+    annotations = pfs_annotations(build.datacenter)
     if unconfined:
         container["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
         # The annotation, not securityContext.appArmorProfile: that field came with 1.30, and
         # the API server keeps the two in step.
-        template["annotations"] = {f"{APPARMOR_ANNOTATION}/{CONTAINER}": "unconfined"}
+        annotations[f"{APPARMOR_ANNOTATION}/{CONTAINER}"] = "unconfined"
+    if annotations:
+        template["annotations"] = annotations
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": namespace, "labels": _labels(build)},

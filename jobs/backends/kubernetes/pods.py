@@ -276,6 +276,18 @@ def pfs_volume(datacenter) -> dict:
     return {"name": PFS_VOLUME, **copy.deepcopy(source)}
 
 
+# GKE's Cloud Storage FUSE CSI driver mounts a bucket only in a pod that asks for its sidecar.
+GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+GCSFUSE_ANNOTATION = "gke-gcsfuse/volumes"
+
+
+def pfs_annotations(datacenter) -> dict[str, str]:
+    """What a pod mounting the datacenter's PFS must say of it: GCS FUSE's sidecar wanted."""
+    source = kube_settings(datacenter).kube_volume or {}
+    csi = source.get("csi") or (source.get("persistentVolume") or {}).get("csi") or {}
+    return {GCSFUSE_ANNOTATION: "true"} if csi.get("driver") == GCSFUSE_DRIVER else {}
+
+
 def run_as(datacenter) -> tuple[int, int]:
     """The uid and gid of a job's containers: the datacenter's, else the portal's own, so
     that the portal can clear away what jobs write and users can delete their output."""
@@ -449,15 +461,18 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
     metadata = {"labels": job_labels(job, role)}
     if role == TRAINER:
         metadata["labels"][FIRST_ATTEMPT_LABEL] = str(first_attempt)
+    annotations = pfs_annotations(datacenter)
     if settings_.kube_scheduler == "volcano":
         spec["schedulerName"] = "volcano"
-        metadata["annotations"] = {VOLCANO_GROUP_ANNOTATION: object_base(job)}
+        annotations[VOLCANO_GROUP_ANNOTATION] = object_base(job)
     if kueue_pod_group(job):
         metadata["labels"].update({KUEUE_QUEUE_LABEL: LOCAL_QUEUE,
                                    KUEUE_GROUP_LABEL: object_base(job)})
-        metadata["annotations"] = {
+        annotations.update({
             KUEUE_GROUP_TOTAL_ANNOTATION: str(job.pservers + trainers_least(job)),
-            KUEUE_RETRIABLE_ANNOTATION: "false"}
+            KUEUE_RETRIABLE_ANNOTATION: "false"})
+    if annotations:
+        metadata["annotations"] = annotations
     volumes = [pfs_volume(datacenter), {"name": WORKSPACE_VOLUME, "emptyDir": {}},
                {"name": HOME_VOLUME, "emptyDir": {}},
                {"name": SCRIPTS_VOLUME, "configMap": {"name": scripts_config_map}}]

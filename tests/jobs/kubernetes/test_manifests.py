@@ -601,6 +601,29 @@ def test_a_csi_volume_without_a_usable_handle_is_refused_naming_the_rule(handle,
         job_objects(job, namespace=NAMESPACE)
 
 
+GCSFUSE = "gcsfuse.csi.storage.gke.io"
+
+
+@pytest.mark.parametrize(("volume", "asked"), [
+    ({"persistentVolume": {"csi": {"driver": GCSFUSE, "volumeHandle": "team-pfs-bucket"}}}, True),
+    ({"csi": {"driver": GCSFUSE, "volumeAttributes": {"bucketName": "team-pfs-bucket"}}}, True),
+    ({"persistentVolume": {"csi": {"driver": "efs.csi.aws.com",
+                                   "volumeHandle": "fs-0123::fsap-4567"}}}, False),
+], ids=["gcsfuse", "gcsfuse-inline", "efs"])
+def test_pods_on_a_gcs_fuse_pfs_ask_for_its_sidecar(volume, asked):
+    """GKE's Cloud Storage FUSE driver mounts a bucket only in a pod annotated
+    ``gke-gcsfuse/volumes: "true"`` (the sidecar it injects); beside a gang scheduler's own
+    annotations. Other drivers' pods say nothing of it."""
+    job = pserver_job(datacenter=datacenter(kube_volume=volume, kube_scheduler="volcano",
+                                            kube_queue="team"))
+    templates = [o["spec"]["template"]["metadata"] for o in job_children(job, NAMESPACE, ROOT_UID)
+                 if o["kind"] in ("StatefulSet", "Job")]
+    assert len(templates) == 2
+    for metadata in templates:
+        assert (metadata["annotations"].get("gke-gcsfuse/volumes") == "true") is asked
+        assert metadata["annotations"]["scheduling.k8s.io/group-name"]
+
+
 def test_a_claim_named_as_the_pfs_volume_is_refused_with_the_way_that_works():
     job = collective_job(datacenter=datacenter(
         kube_volume={"persistentVolumeClaim": {"claimName": "pfs"}}))
