@@ -29,6 +29,7 @@ from paddlecloud_core.contract import job_namespace, replica_env
 from paddlecloud_core.layout import OUTPUT_MARKER
 from tests.factories import package_write
 from tests.jobs.files import log_path
+from tests.kube import datacenter_set
 
 pytestmark = pytest.mark.django_db
 
@@ -239,11 +240,11 @@ def test_stop_ends_running_replicas(backend, make_job):
 
 @pytest.mark.parametrize("backend", ["kubernetes-pods"], indirect=True)
 def test_a_replica_that_ignores_sigterm_is_killed_after_the_grace(backend, make_job,
-                                                                  monkeypatch):
-    """``stop`` gives the pods the portal's grace period, not Kubernetes' default 30 s: it is
-    their terminationGracePeriodSeconds, which the garbage collector honours when it deletes
-    them with their owners (the portal may not delete pods itself)."""
-    monkeypatch.setattr("jobs.backends.kubernetes.pods.STOP_GRACE_SECONDS", 2)
+                                                                  datacenter):
+    """``stop`` gives the pods the datacenter's grace period, not Kubernetes' default 30 s: it
+    is their terminationGracePeriodSeconds, which the garbage collector honours when it
+    deletes them with their owners (the portal may not delete pods itself)."""
+    datacenter_set(datacenter, kube_termination_grace=2)
     job = make_job(SLEEP=120, IGNORE_TERM=1)
     replica = job.replicas.get()
     start(backend, job, replica)
