@@ -364,7 +364,7 @@ def test_5_holders_no_living_job_owns_are_released_at_a_workers_start(deployment
                 worker.kill()
                 planted[probe[0]] = "a probe whose worker was killed during it"
                 probe_dirs = list((deployment.base / "tmp").glob(
-                    f"{sandbox.PROBE_DIR}{worker.pid}:*"))
+                    f"{sandbox.PROBE_DIR}probe:{worker.pid}:*"))
                 assert probe_dirs, "the killed probe's directory is not where it was made"
                 break
             worker.signal(signal.SIGCONT)

@@ -206,7 +206,7 @@ def sandbox_problem() -> str | None:
     running the portal's Python in a sandbox of each kind a replica uses."""
     try:
         _tools()
-        with tempfile.TemporaryDirectory(prefix=f"{PROBE_DIR}{_probe_label()[6:]}:") as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"{PROBE_DIR}{_probe_label()}:") as tmp:
             pid_file = Path(tmp) / "netns.pid"
             try:
                 for network in ("none", netns_start(pid_file, _probe_label())):
@@ -445,7 +445,7 @@ def _probe_label() -> str:
     return f"probe:{os.getpid()}:{start_of(os.getpid())}"
 
 
-# A probe's directory: ``<PROBE_DIR><pid>:<start>:<random>`` in the temporary directory.
+# A probe's directory: ``<PROBE_DIR><its label>:<random>`` in the temporary directory.
 PROBE_DIR = "paddlecloud-sandbox-probe-"
 
 
@@ -453,8 +453,8 @@ def probe_dirs_left() -> list[Path]:
     """The directories of probes whose prober is gone (killed in the middle of one)."""
     left = []
     for path in Path(tempfile.gettempdir()).glob(f"{PROBE_DIR}*"):
-        prober = path.name.removeprefix(PROBE_DIR).split(":")[:2]
-        if len(prober) == 2 and probe_left(f"probe:{prober[0]}:{prober[1]}"):
+        label = path.name.removeprefix(PROBE_DIR).rpartition(":")[0]
+        if probe_left(label):
             left.append(path)
     return left
 
