@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from jobs.backends.local.sandbox import holders
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_VARS = ("DATABASE_URL", "REDIS_URL", "PADDLECLOUD_BACKEND", "SECRET_KEY", "DEBUG",
                "ALLOWED_HOSTS", "PADDLECLOUD_PFS_ROOT", "PADDLECLOUD_VAR_DIR")
@@ -41,3 +43,20 @@ def processes_naming(*texts: str) -> list[int]:
         if all(text in cmdline for text in wanted):
             found.append(int(proc.name))
     return found
+
+
+def probe_holders(prober: int) -> list[int]:
+    """The network holders of the sandbox probe that process ``prober`` runs, once they hold
+    a network (in a namespace of their own: not the holder's first process, which forks and
+    exits, nor the holder before it unshares)."""
+    ours = network_of(os.getpid())
+    return [pid for pid, _, label in holders()
+            if label.startswith(f"probe:{prober}:") and network_of(pid) not in (None, ours)]
+
+
+def network_of(pid: int) -> int | None:
+    """The network namespace (inode) of process ``pid``; None once it is gone."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None

@@ -30,6 +30,7 @@ import pytest
 
 from jobs.backends.local import sandbox
 from tests.polling import wait
+from tests.processes import probe_holders
 
 from .client import ACTIVE, FINAL, Api, contract_breaches, kill_process
 from .deployment import DATACENTER, PASSWORD, group_of, parent_of, socket_owner
@@ -347,17 +348,14 @@ def test_5_holders_no_living_job_owns_are_released_at_a_workers_start(deployment
     sweeps a probe whose prober is gone too; only this deployment's sweeps the network under
     its own var/.)"""
     deployment.beat.kill()
-    ours = os.stat("/proc/self/ns/net").st_ino
     worker = deployment.workers[0]
     planted: dict[int, str] = {}
     try:
         for _ in range(3):  # a probe takes a fraction of a second: caught, or tried again
             worker.kill()
             worker.start()
-            prober = f"probe:{worker.pid}:"
-            probe = wait(lambda: [pid for pid, label in holders().items() if label.startswith(
-                prober) and net_of(pid) not in (None, ours)], 60,  # noqa: B023
-                "the worker ran no sandbox probe as it started", every=0.002)
+            probe = wait(lambda: probe_holders(worker.pid), 60,
+                         "the worker ran no sandbox probe as it started", every=0.002)
             worker.signal(signal.SIGSTOP)
             time.sleep(0.05)  # a holder its worker was stopping as it froze is gone by now
             if probe[0] in holders():
@@ -390,14 +388,6 @@ def test_5_holders_no_living_job_owns_are_released_at_a_workers_start(deployment
             kill_process(pid)
     problems = user.problems()
     assert not problems, say(problems)
-
-
-def net_of(pid: int) -> int | None:
-    """The network namespace (inode) of process ``pid``."""
-    try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino
-    except OSError:
-        return None
 
 
 # --- 6. a full PFS ----------------------------------------------------------------------------

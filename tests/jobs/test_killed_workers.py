@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +33,7 @@ from jobs.models import Job, JobEvent
 from paddlecloud_core.processes import read_json, runner_alive
 from tests.factories import job_row, submit_job
 from tests.polling import wait
+from tests.processes import probe_holders
 
 ROOT = Path(__file__).resolve().parents[2]
 ENDING_TRAINER = """\
@@ -203,16 +205,18 @@ def test_a_worker_that_starts_releases_every_network_nothing_living_holds(
     """A worker killed -9 during its sandbox probe; an ended job whose network was not
     released (its worker died first). The next worker that starts releases both, and keeps
     the networks of living jobs, this portal's and another's (another var/)."""
-    for _ in range(5):  # until one is killed while its probe's network is up
+    for _ in range(5):  # a probe takes a fraction of a second: caught, or tried again
         probing = workers.start("probing")  # it probes as it starts (its notice)
-        probe = wait(lambda: [pid for pid, _, label in holders()
-                              if label.startswith(f"probe:{probing.pid}:")],  # noqa: B023
-                     timeout=60, every=0.005, message="the worker's probe")[0]
+        probe = wait(lambda: probe_holders(probing.pid),  # noqa: B023
+                     timeout=60, every=0.002, message="the worker's probe")[0]
+        os.killpg(probing.pid, signal.SIGSTOP)
+        time.sleep(0.05)  # a holder its worker was releasing as it froze is gone by now
+        caught = probe in {pid for pid, _, _ in holders()}
         workers.kill(probing)
-        if probe in {pid for pid, _, _ in holders()}:
+        if caught:
             break
     else:
-        pytest.fail("no worker could be killed during its probe")
+        pytest.fail("five workers finished their sandbox probe before they were stopped")
 
     ended, living = (job_row(alice, datacenter, name, state=now, replicas={})
                      for name, now in (("ended", "failed"), ("living", "running")))

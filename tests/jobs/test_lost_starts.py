@@ -132,8 +132,10 @@ def test_a_start_whose_worker_is_killed_mid_start_is_queued_again_within_seconds
     wait(lambda: first.lines("launch"), 60, "the first worker did not take the start")
     took = started_after_the_kill(first, job, workers)
     assert took < REQUEUED_WITHIN + 2, took
-    wait(lambda: (output_dir(job) / "starts.txt").exists(), 10)
-    assert (output_dir(job) / "starts.txt").read_text() == "0\n"
+    starts = output_dir(job) / "starts.txt"  # the trainer opens it, then writes its line
+    wait(lambda: starts.exists() and starts.read_text().endswith("\n"), 10,
+         "the trainer did not write its start")
+    assert starts.read_text() == "0\n"
 
 
 def test_a_start_lost_between_the_admissions_commit_and_its_send_is_queued_again(
