@@ -238,8 +238,9 @@ def _has_room(group: dict, queue: dict, groups: list) -> bool:
         return True
     name = queue["metadata"]["name"]
     used: dict = defaultdict(Fraction)
-    for other in [*groups, group]:
-        if other["metadata"]["uid"] != group["metadata"]["uid"] and (
+    others = [g for g in groups if g["metadata"]["uid"] != group["metadata"]["uid"]]
+    for other in [*others, group]:
+        if other is not group and (
                 ((other.get("spec") or {}).get("queue") or "default") != name or
                 (other.get("status") or {}).get("phase") not in ("Inqueue", "Running")):
             continue

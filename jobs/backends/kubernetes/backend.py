@@ -410,10 +410,11 @@ class KubernetesBackend(Backend):
 
     def start_progress(self, job, replicas) -> StartProgress | None:
         """A pending pod of the job whose Events say its start is under way (its image being
-        pulled, a node being added for it: ``observe.start_underway``), from now; else, on
-        Kueue, when Kueue admitted the job (its Workload's Admitted condition), which may be
-        well after the portal last saw it held. A look taken at the start timeout only, not
-        at every sync: an Event list per pending pod."""
+        pulled, a node being added for it: ``observe.start_underway``), from now; else when
+        the cluster's queue let the job go, which may be well after the portal last saw it
+        held: on Kueue its Workload's Admitted condition, on Volcano its PodGroup's Scheduled
+        one. A look taken at the start timeout only, not at every sync: an Event list per
+        pending pod."""
         kube = kube_for(job.datacenter)
         namespace = _namespace(job)
         try:
@@ -428,16 +429,20 @@ class KubernetesBackend(Backend):
                 if why:
                     return StartProgress(now, f"{replica.name}: {why}; its start timeout "
                                               f"runs again from now")
-            if kube_settings(job.datacenter).kube_scheduler != "kueue":
+            scheduler = kube_settings(job.datacenter).kube_scheduler
+            if scheduler == "volcano":
+                admitted = observe.gang_scheduled_at(
+                    kube.get("PodGroup", namespace, object_base(job)))
+            elif scheduler != "kueue":
                 return None
-            if pods.kueue_pod_group(job):
-                workload = kube.get("Workload", namespace, object_base(job))
+            elif pods.kueue_pod_group(job):
+                admitted = observe.kueue_admitted_at(
+                    kube.get("Workload", namespace, object_base(job)))
             else:
                 owner = kube.get("Job", namespace, trainer_name(job))
-                workload = owner and _owner_workload(kube, owner)
+                admitted = observe.kueue_admitted_at(owner and _owner_workload(kube, owner))
         except KubeError as exc:
             raise BackendError(f"cannot see what its start waits for: {exc}") from exc
-        admitted = observe.kueue_admitted_at(workload)
         return StartProgress(admitted, "") if admitted else None
 
     # -- stopping ---------------------------------------------------------------------------

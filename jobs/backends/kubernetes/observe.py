@@ -278,6 +278,19 @@ def gang_held(group: dict | None, seen: Observation) -> Observation:
     return seen
 
 
+def gang_scheduled_at(group: dict | None) -> datetime | None:
+    """When Volcano last scheduled the gang of a PodGroup (``group``): its ``Scheduled``
+    condition, if that is newer than any ``Unschedulable`` one (a group that ran and lost
+    pods is held again). Volcano rewrites the condition's time only with the rest of the
+    group's status (a pod's phase changing): never before the gang was placed."""
+    moments = {}
+    for condition in ((group or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("status") == "True":
+            moments[condition.get("type")] = _moment(condition.get("lastTransitionTime"))
+    scheduled, held = moments.get("Scheduled"), moments.get("Unschedulable")
+    return scheduled if scheduled and (held is None or scheduled >= held) else None
+
+
 def kueue_gated(pod: dict, gate: str) -> bool:
     """Whether Kueue's scheduling ``gate`` still holds the pod."""
     return any(each.get("name") == gate

@@ -367,6 +367,50 @@ def test_volcano_starts_all_of_a_jobs_pods_or_none(kube, alice, datacenter, pack
     sync_until(job, lambda: state(job) == "running", "the gang to run")
 
 
+@pytest.mark.django_db
+def test_a_job_volcano_schedules_after_the_portals_last_look_gets_its_whole_start_timeout(
+        kube, alice, datacenter, package, held_starts, django_capture_on_commit_callbacks):
+    """As with Kueue: the portal last saw the second job's PodGroup Pending (its Queue full)
+    more than a start timeout before Volcano scheduled it; its start timeout runs from the
+    group's Scheduled condition, not from the portal's last sight of it held. On the fake:
+    Volcano is not among the components this machine builds (tests/real_kube); the fake's
+    Volcano writes the gang plugin's conditions as Volcano does (tests/k8s_api_server/
+    volcano.py)."""
+    timeout = FakeCluster.start_timeout
+    kube.install("volcano")
+    with kube.api_client() as api:
+        client.CustomObjectsApi(api).create_cluster_custom_object(
+            "scheduling.volcano.sh", "v1beta1", "queues", {
+                "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                "metadata": {"name": "team"}, "spec": {"capability": {"cpu": "2"}}})
+    kube.settings.pod_start_seconds = 2  # scheduled pods take a while to run
+    choose(datacenter, kube_scheduler="volcano", kube_queue="team", start_timeout=timeout,
+           start_tries=1)
+    first = submit_job(alice, datacenter, name="first", cpu="1500m")
+    engine.job_launch(first.pk)
+    sync_until(first, lambda: state(first) == "running", "Volcano to schedule the first job")
+
+    second = submit_job(alice, datacenter, name="second", cpu="1500m")
+    engine.job_launch(second.pk)
+    trainer = second.replicas.get()
+    sync_until(second, lambda: "(Pending)" in reason(trainer), "the second job to wait")
+    second.refresh_from_db()
+    looked_again = engine.job_due(second)
+    wait(lambda: timezone.now() > looked_again, timeout=timeout + 10,
+         message="the second job's start timeout to pass by the portal's last look")
+    with django_capture_on_commit_callbacks(execute=True):
+        job_kill(alice, datacenter, "first")  # room in the Queue
+    wait(lambda: [p for p in kube.store.list("pods", NS) if p["metadata"]["name"].startswith(
+        object_base(second)) and p["spec"].get("nodeName")], timeout=30,
+         message="Volcano to schedule the second job")
+
+    engine.job_sync(second.pk)
+    assert state(second) == "starting", second.state_reason
+    sync_until(second, lambda: state(second) == "running", "the second job to run")
+    second.refresh_from_db()
+    assert second.requeues == 0
+
+
 # --- storage and Pod Security --------------------------------------------------------------------
 
 @pytest.mark.django_db

@@ -218,6 +218,19 @@ def test_volcanos_pending_group_holds_the_job_and_an_inqueue_one_waits_for_room(
     assert observe.gang_held(None, seen) is seen
 
 
+def test_volcano_scheduled_a_gang_when_its_scheduled_condition_is_newer_than_any_hold():
+    def group(**moments):
+        return {"status": {"conditions": [
+            {"type": kind, "status": "True", "lastTransitionTime": f"2026-01-01T00:0{m}:00Z"}
+            for kind, m in moments.items()]}}
+
+    assert observe.gang_scheduled_at(group(Unschedulable=1, Scheduled=2)) == datetime(
+        2026, 1, 1, 0, 2, tzinfo=UTC)
+    assert observe.gang_scheduled_at(group(Scheduled=2, Unschedulable=3)) is None  # held again
+    assert observe.gang_scheduled_at(group(Unschedulable=1)) is None
+    assert observe.gang_scheduled_at(None) is None
+
+
 def test_kueue_says_why_it_holds_and_where_the_job_stands():
     workload = {"metadata": {"name": "w"}, "status": {"conditions": [
         {"type": "QuotaReserved", "status": "False", "message": "insufficient quota"}]}}
