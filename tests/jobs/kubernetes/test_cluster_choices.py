@@ -304,6 +304,17 @@ def test_a_job_kueue_holds_is_not_timed_out_its_start_runs_from_kueues_admission
     assert second.requeues == 0
 
 
+def room_after_the_last_look(second, timeout, alice, datacenter, on_commit) -> None:
+    """Once the held job ``second``'s start timeout has passed by the portal's last look at
+    it, the job ``first`` that fills the queue is killed: room for ``second``."""
+    second.refresh_from_db()
+    looked_again = engine.job_due(second)
+    wait(lambda: timezone.now() > looked_again, timeout=timeout + 10,
+         message="the second job's start timeout to pass by the portal's last look")
+    with on_commit(execute=True):
+        job_kill(alice, datacenter, "first")
+
+
 @pytest.mark.django_db
 def test_a_job_kueue_admits_after_the_portals_last_look_gets_its_whole_start_timeout(
         cluster, alice, datacenter, package, held_starts, django_capture_on_commit_callbacks):
@@ -326,12 +337,8 @@ def test_a_job_kueue_admits_after_the_portals_last_look_gets_its_whole_start_tim
     engine.job_launch(second.pk)
     trainer = second.replicas.get()
     sync_until(second, lambda: "insufficient" in reason(trainer), "the second job to wait")
-    second.refresh_from_db()
-    looked_again = engine.job_due(second)
-    wait(lambda: timezone.now() > looked_again, timeout=timeout + 10,
-         message="the second job's start timeout to pass by the portal's last look")
-    with django_capture_on_commit_callbacks(execute=True):
-        job_kill(alice, datacenter, "first")  # room in the ClusterQueue
+    room_after_the_last_look(second, timeout, alice, datacenter,
+                             django_capture_on_commit_callbacks)
     wait(lambda: cluster.pods_of(second), timeout=90, message="Kueue to admit the second job")
 
     engine.job_sync(second.pk)
@@ -394,12 +401,8 @@ def test_a_job_volcano_schedules_after_the_portals_last_look_gets_its_whole_star
     engine.job_launch(second.pk)
     trainer = second.replicas.get()
     sync_until(second, lambda: "(Pending)" in reason(trainer), "the second job to wait")
-    second.refresh_from_db()
-    looked_again = engine.job_due(second)
-    wait(lambda: timezone.now() > looked_again, timeout=timeout + 10,
-         message="the second job's start timeout to pass by the portal's last look")
-    with django_capture_on_commit_callbacks(execute=True):
-        job_kill(alice, datacenter, "first")  # room in the Queue
+    room_after_the_last_look(second, timeout, alice, datacenter,
+                             django_capture_on_commit_callbacks)
     wait(lambda: [p for p in kube.store.list("pods", NS) if p["metadata"]["name"].startswith(
         object_base(second)) and p["spec"].get("nodeName")], timeout=30,
          message="Volcano to schedule the second job")
