@@ -8,6 +8,8 @@ Flags work with one dash as in the seeds (``-jobname x``, ``-recursive``) and wi
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 
 from paddlecloud_client.errors import UsageError
 from paddlectl.output import FORMATS
@@ -39,11 +41,44 @@ class CliParser(argparse.ArgumentParser):
         if help_flag:
             flag(self, "h", "help", action="help", help="show this help and exit")
 
+    def parse_args(self, args=None, namespace=None):
+        parsed, extras = self.parse_known_args(args, namespace)
+        self._refuse(extras)
+        return parsed
+
+    def parse_intermixed_args(self, args=None, namespace=None):
+        parsed, extras = self.parse_known_intermixed_args(args, namespace)
+        self._refuse(extras)
+        return parsed
+
+    def _refuse(self, extras: list[str]) -> None:
+        """Arguments left over: an unknown flag is named alone (the arguments after it are
+        only left over because of it), with the flag it is closest to."""
+        flags = [e for e in extras if e.startswith("-") and e != "-" and not NUMBER.fullmatch(e)]
+        if flags:
+            self.error(unknown_flag(self, flags[0]))
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+
     def error(self, message: str):
         name = self.prog.removeprefix("paddlectl").strip()
         where = f"{name}: " if name else ""
         see = f"paddlectl help {name.split()[0]}" if name else "paddlectl flags"
         raise UsageError(f"{where}{message} (see `{see}`)")
+
+
+NUMBER = re.compile(r"-\d+(\.\d*)?")  # a negative number: a value, not a flag
+
+
+def unknown_flag(parser: argparse.ArgumentParser, given: str) -> str:
+    """``unknown flag -paralelism; did you mean -parallelism?``: the closest of the parser's
+    flags written with as many dashes as ``given``."""
+    given = given.partition("=")[0]
+    dashes = given.startswith("--")
+    known = [s for action in parser._actions for s in action.option_strings
+             if s.startswith("--") == dashes]
+    close = difflib.get_close_matches(given, known, n=1)
+    return f"unknown flag {given}" + (f"; did you mean {close[0]}?" if close else "")
 
 
 # The top-level flags: (names, argparse keywords). Commands accept them too, before or after

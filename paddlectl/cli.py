@@ -10,7 +10,7 @@ from typing import TextIO
 
 from paddlecloud_client.errors import INTERRUPTED, USAGE, PaddlectlError, UsageError
 from paddlectl import __version__
-from paddlectl.args import CliParser, add_global_flags, flag
+from paddlectl.args import CliParser, add_global_flags, flag, unknown_flag
 from paddlectl.commands import COMMANDS
 from paddlectl.context import Context
 
@@ -31,7 +31,7 @@ def _command_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
         return options, "help", options.argv[:1]  # `paddlectl -h ls` is `paddlectl help ls`
     name, *rest = options.argv
     if name.startswith("-"):
-        raise UsageError(f"unknown flag {name!r} (see `paddlectl flags`)")
+        raise UsageError(f"{unknown_flag(top_parser(), name)} (see `paddlectl flags`)")
     if name not in COMMANDS:
         close = difflib.get_close_matches(name, COMMANDS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""

@@ -66,10 +66,18 @@ def test_help_of_one_command(cli):
                       "them)\n"),
     (("lss",), "paddlectl: unknown subcommand 'lss'; did you mean 'ls'? (`paddlectl help` "
                "lists them)\n"),
-    (("--frobnicate", "ls"), "paddlectl: unrecognized arguments: --frobnicate "
-                             "(see `paddlectl flags`)\n"),
-    (("ls", "--frobnicate"), "paddlectl: ls: unrecognized arguments: --frobnicate "
+    (("--frobnicate", "ls"), "paddlectl: unknown flag --frobnicate (see `paddlectl flags`)\n"),
+    (("ls", "--frobnicate"), "paddlectl: ls: unknown flag --frobnicate "
                              "(see `paddlectl help ls`)\n"),
+    # a typo: the flag alone is named (not the package after it), and the flag it is close to
+    (("submit", "-paralelism", "2", "examples/fit_a_line"),
+     "paddlectl: submit: unknown flag -paralelism; did you mean -parallelism? "
+     "(see `paddlectl help submit`)\n"),
+    (("submit", "--jobname=x", "--cpus", "2", "pkg"),
+     "paddlectl: submit: unknown flag --cpus; did you mean --cpu? "
+     "(see `paddlectl help submit`)\n"),
+    (("logs", "a", "b", "-1"), "paddlectl: logs: unrecognized arguments: b -1 "
+                               "(see `paddlectl help logs`)\n"),  # -1: a value, no flag
     (("rm",), "paddlectl: rm: the following arguments are required: PATH "
               "(see `paddlectl help rm`)\n"),
     (("-o", "xml", "ls"), "paddlectl: argument -o/--output/-output: invalid choice: 'xml' "
