@@ -1,8 +1,8 @@
 """How results are shown: one printer per ``-o`` format, and the formatting of cells.
 
-``table`` aligns columns with tabs under upper-case headers, shows times in local time with
-their age and sizes human-readable; ``wide`` adds the wide-only columns and exact sizes;
-``json`` and ``yaml`` print the API's data as it came.
+``table`` aligns columns with spaces under upper-case headers, as kubectl does, shows times
+in local time with their age and sizes human-readable; ``wide`` adds the wide-only columns
+and exact sizes; ``json`` and ``yaml`` print the API's data as it came.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import yaml
 from paddlecloud_client.progress import format_size
 
 FORMATS = ("table", "wide", "json", "yaml")
-TAB = 8
+PADDING = 3  # spaces between columns at least (kubectl's)
 
 
 @dataclass(frozen=True)
@@ -79,16 +79,13 @@ def format_since(text: str | None, now: datetime | None = None) -> str:
 
 
 def tabulate(rows: list[list[str]]) -> str:
-    """Rows as lines whose cells are padded with tabs to shared tab stops."""
+    """Rows as lines whose cells are padded with spaces to their column's widest cell, and
+    ``PADDING`` more: columns line up whatever the terminal's tab stops, or a pager's."""
     if not rows:
         return ""
-    widths = [max(len(row[i]) for row in rows) // TAB * TAB + TAB for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [cell + "\t" * (width // TAB - len(cell) // TAB)
-                 for cell, width in zip(row[:-1], widths, strict=False)]
-        lines.append("".join(cells) + row[-1])
-    return "\n".join(lines) + "\n"
+    widths = [max(len(row[i]) for row in rows) + PADDING for i in range(len(rows[0]) - 1)]
+    return "".join("".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+                   + row[-1] + "\n" for row in rows)
 
 
 def _cell(column: Column, row: dict, wide: bool) -> str:

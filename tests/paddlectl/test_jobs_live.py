@@ -54,8 +54,8 @@ def fails(result, code: int, *messages: str):
 
 
 def table(text: str) -> list[list[str]]:
-    """A tab-aligned table as rows of cells."""
-    return [[cell for cell in line.split("\t") if cell] for line in text.splitlines()]
+    """An aligned table as rows of cells (columns are 3 spaces apart at least)."""
+    return [re.split(r" {2,}", line.strip()) for line in text.splitlines()]
 
 
 @pytest.fixture

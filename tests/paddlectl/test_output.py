@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -40,15 +41,23 @@ def test_times_are_local_with_their_age():
     assert format_time(None) == "-"
 
 
-def test_tables_align_columns_on_tab_stops():
+def test_tables_align_columns_with_spaces_as_kubectl_does():
     text = tabulate([["NAME", "STATUS", "START"],
-                     ["paddle-cluster-job-trainer-3s4nz", "Running", "2017-05-24"],
+                     ["paddle-cluster-job-trainer-3s4nz", "Running", "2017-05-24 10:02 (3m ago)"],
                      ["x", "Pending", "-"]])
-    lines = [line.expandtabs() for line in text.splitlines()]
-    starts = {line.index(word) for line, word in zip(lines, ["STATUS", "Running", "Pending"],
-                                                      strict=True)}
-    assert len(starts) == 1
-    assert text.splitlines()[0].startswith("NAME\t")
+    lines = text.splitlines()
+    assert "\t" not in text
+    for column, words in enumerate((["STATUS", "Running", "Pending"], ["START", "2017", "-"])):
+        starts = {line.index(word) for line, word in zip(lines, words, strict=True)}
+        assert starts == {len("paddle-cluster-job-trainer-3s4nz   ") + column * len("Running   ")}
+    assert lines[0] == "NAME" + " " * 31 + "STATUS    START"
+    assert cells(lines[1]) == ["paddle-cluster-job-trainer-3s4nz", "Running",
+                               "2017-05-24 10:02 (3m ago)"]
+
+
+def cells(line: str) -> list[str]:
+    """A table's line as its cells (columns are 3 spaces apart at least)."""
+    return re.split(r" {2,}", line.strip())
 
 
 COLUMNS = [Column("name", "name"), Column("size", "size", "size"),
@@ -65,7 +74,7 @@ def printed(fmt: str) -> str:
 def test_table_and_wide():
     table = printed("table").splitlines()
     assert table[0].split() == ["NAME", "SIZE", "MODIFIED"]
-    assert "\t5.0G\t" in table[1] and table[1].endswith(" ago)")
+    assert cells(table[1])[1] == "5.0G" and table[1].endswith(" ago)")
     wide = printed("wide").splitlines()
     assert wide[0].split() == ["NAME", "SIZE", "MODIFIED", "TARGET"]
     assert str(5 * 2**30) in wide[1]
