@@ -10,6 +10,7 @@ from paddlecloud_core.spec import FIELDS, Field, priority_name
 from scheduling.admission import queue_position
 from scheduling.forecasts import job_predictions
 
+from .backends import image_shown
 from .models import Build, Job, JobEvent, Replica
 from .states import WAITING_STATES
 
@@ -69,7 +70,18 @@ class JobSerializer(serializers.ModelSerializer):
         for f in FIELDS:
             if f.type in SHOWN and f.name in fields:
                 fields[f.name] = SHOWN[f.type](help_text=f.help, read_only=True)
+        if "image" in fields:
+            fields["image"] = serializers.CharField(
+                read_only=True, allow_null=True,
+                help_text="The image its replicas run; null where they run in none (a "
+                          "datacenter whose jobs run as processes on the portal's machine)")
         return fields
+
+    def to_representation(self, job):
+        data = super().to_representation(job)
+        if "image" in data:
+            data["image"] = image_shown(job.datacenter, data["image"])
+        return data
 
     def get_queue_position(self, job) -> int | None:
         return queue_position(job)

@@ -34,7 +34,7 @@ from scheduling.admission import (
 from scheduling.forecasts import datacenter_forecast
 from scheduling.pool import REQUEST_FIELDS, held_vec
 
-from .backends import backend_for
+from .backends import backend_for, image_shown
 from .backends.base import BackendError
 from .builds.recipe import build_inputs, runtime_image, runtime_tag
 from .builds.registry import push_credentials
@@ -58,13 +58,15 @@ def job_plan(spec: JobSpec) -> list[dict]:
                 "gpu": spec.gpu} for i in range(spec.trainers)])
 
 
-def job_spec_display(spec: JobSpec) -> dict:
-    """A spec as the API shows a job: quantities as users write them."""
+def job_spec_display(spec: JobSpec, datacenter) -> dict:
+    """A spec as the API shows a job: quantities as users write them, and the image it
+    runs (``image_shown``)."""
     shown = spec.as_dict()
     for key in ("cpu", "pscpu"):
         shown[key] = format_cpu(shown[key])
     for key in ("memory", "psmemory"):
         shown[key] = format_bytes(shown[key])
+    shown["image"] = image_shown(datacenter, shown["image"])
     return shown
 
 

@@ -102,7 +102,7 @@ class JobListView(DatacenterAPIView):
         job, spec, objects, admission = services.job_submit(request.user, self.datacenter,
                                                             request.data)
         if job is None:
-            return Response({"dry_run": True, "job": job_spec_display(spec),
+            return Response({"dry_run": True, "job": job_spec_display(spec, self.datacenter),
                              "replicas": job_plan(spec), "admission": admission,
                              "objects": objects, "yaml": to_yaml(objects) if objects else ""})
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)

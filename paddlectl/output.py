@@ -162,7 +162,8 @@ JOB_COLUMNS = [
     Column("cpu", "cpu", wide_only=True), Column("memory", "memory", wide_only=True),
     Column("gpu", "gpu", wide_only=True), Column("pscpu", "pscpu", wide_only=True),
     Column("psmemory", "psmemory", wide_only=True), Column("passes", "passes", wide_only=True),
-    Column("image", "image", wide_only=True), Column("entry", "entry", wide_only=True),
+    Column("image", lambda row: row.get("image") or "none", wide_only=True),  # none: processes
+    Column("entry", "entry", wide_only=True),
     Column("reason", "state_reason", wide_only=True),
 ]
 

@@ -128,7 +128,7 @@ def job_submit(request, datacenter):
                 messages.success(request, f"job {job.name} submitted")
                 return redirect("dashboard:job", name=job.name)
             if not mistaken:
-                plan = {"job": services.job_spec_display(spec),
+                plan = {"job": services.job_spec_display(spec, datacenter),
                         "replicas": services.job_plan(spec), "objects": objects,
                         "yaml": to_yaml(objects) if objects else "",
                         "admission": admission_shown(admission)}

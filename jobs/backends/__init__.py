@@ -33,3 +33,9 @@ def _backend(name: str):
 
 def backend_for(datacenter):
     return _backend(datacenter.backend)
+
+
+def image_shown(datacenter, image: str) -> str | None:
+    """The image a job of ``datacenter`` runs, as users are told: none (None) where its
+    replicas run as processes on the portal's machine, whatever image its spec names."""
+    return image if backend_for(datacenter).runs_images else None

@@ -251,6 +251,7 @@ def test_a_dry_run_shows_the_plan_keeps_the_values_and_creates_nothing(browser, 
     for replica in ("pserver-0", "trainer-0", "trainer-1"):
         assert replica in plan
     assert "no Kubernetes objects" in plan  # the local backend creates none
+    assert "as processes on the portal's machine (no image)" in plan  # as the API says
     assert element(response, "id_trainers")[0]["value"] == "2"
     assert element(response, "id_name")[0]["value"] == "fit-a-line"
 

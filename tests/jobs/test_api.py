@@ -149,7 +149,7 @@ def test_submit_records_an_admitted_job_and_queues_one_start(
 
 
 def test_a_gpu_job_that_names_no_image_runs_the_cuda_build_and_says_so(
-        token_client, package, alice, datacenter, held_tasks, settings):
+        token_client, package, alice, datacenter, kube_datacenter, held_tasks, settings):
     """-gpu > 0 and no image: the CUDA build of the default image's Paddle (the portal's, or
     the datacenter's GPU image); a CPU job keeps the default image, and an image named wins.
     The job says which image it runs, in the API (and ``paddlectl get jobs -o wide``)."""
@@ -177,6 +177,21 @@ def test_a_gpu_job_that_names_no_image_runs_the_cuda_build_and_says_so(
     assert image_of("gpu-own", gpu=1) == "registry.example.com/paddle:2.5"
 
 
+def test_a_job_that_runs_as_processes_says_it_runs_no_image(token_client, package, alice,
+                                                             datacenter, held_tasks):
+    """On a datacenter whose replicas run as processes on the portal's machine, the job, its
+    dry run and the job's page all say it runs no image (not the default image it never
+    pulls)."""
+    quota_set(None, datacenter, alice, cpu=8000, gpu=4)
+    body = {"name": "local", "package": package, "entry": "python train.py",
+            "image": "registry.example.com/paddle:mine"}
+    plan = token_client.post(URL, {**body, "dry_run": True}, format="json")
+    assert plan.status_code == 200 and plan.json()["job"]["image"] is None, plan.content
+    response = token_client.post(URL, body, format="json")
+    assert response.status_code == 201 and response.json()["image"] is None, response.content
+    assert token_client.get(job_url("local")).json()["image"] is None
+
+
 def test_dry_run_shows_the_plan_and_creates_nothing(
         token_client, package, alice, datacenter, django_capture_on_commit_callbacks):
     quota_set(None, datacenter, alice, cpu=8000, gpu=4)
@@ -193,7 +208,7 @@ def test_dry_run_shows_the_plan_and_creates_nothing(
     job = body["job"]
     assert (job["name"], job["package"], job["entry"]) == ("probe", PACKAGE, "python train.py")
     assert (job["trainers"], job["pservers"], job["gpu"]) == (3, 2, 1)
-    assert job["image"] == datacenter.image_gpu  # its trainers ask for GPUs
+    assert job["image"] is None  # a local datacenter's replicas run as processes
     replicas = body["replicas"]
     assert [(r["role"], r["index"]) for r in replicas] == [
         ("pserver", 0), ("pserver", 1), ("trainer", 0), ("trainer", 1), ("trainer", 2)]

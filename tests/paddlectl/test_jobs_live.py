@@ -131,6 +131,8 @@ def test_the_seeds_submit_get_and_logs(live_cli, celery_worker, package, jobs):
     assert wide[1][6].endswith("ago)")  # local time with its age
     assert wide[1][7:9] == ["normal", "-"]  # it no longer waits: no predicted start
     assert wide[1][9:13] == ["1", "1Gi", "0", "1"] and "python train.py" in wide[1]
+    # a local job runs as processes, in no image: "none", as its page says
+    assert dict(zip(wide[0], wide[1], strict=True))["IMAGE"] == "none"
     as_json = json.loads(ok(live_cli("get", "jobs", "-o", "json")).stdout)
     assert [(j["name"], j["trainers"], j["package"]) for j in as_json] == [(name, 2, package)]
     assert yaml.safe_load(ok(live_cli("get", "jobs", name, "-o", "yaml")).stdout)["name"] == name
