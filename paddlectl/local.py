@@ -247,18 +247,24 @@ def replica_name(role: str, index: int) -> str:
 
 # --- Docker ---------------------------------------------------------------------------------------
 
-def docker_available(docker: str | None = None) -> bool:
-    """``docker`` is on PATH and ``docker info`` reaches an engine."""
-    docker = docker or shutil.which("docker")
+def docker_problem(docker: str | None) -> str | None:
+    """Why the Docker client ``docker`` (None: none on PATH) cannot run replicas here, in a
+    few words for the user; None when ``docker info`` reaches an engine."""
     if not docker:
-        return False
+        return "no docker command on PATH"
     try:
-        return subprocess.run(  # noqa: S603 - the docker client found on PATH
+        info = subprocess.run(  # noqa: S603 - the docker client found on PATH
             [docker, "info", "--format", "{{.ServerVersion}}"], stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30,
-            check=False).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+            capture_output=True, text=True, timeout=30, check=False)
+    except subprocess.TimeoutExpired:
+        return "`docker info` did not answer within 30 s"
+    except OSError as exc:
+        return f"{docker}: {exc.strerror or exc}"
+    if info.returncode == 0:
+        return None
+    said = next((line.strip() for line in info.stderr.splitlines() if line.strip()), "")
+    return f"`docker info` failed: {said}" if said else \
+        f"`docker info` exited {info.returncode}"
 
 
 def container_name(plan: Plan, role: str, index: int, run_id: str) -> str:

@@ -10,7 +10,7 @@ from paddlectl.local import (
     DEFAULT_IMAGE,
     IN_CONTAINER,
     INPUT_VARIABLE,
-    docker_available,
+    docker_problem,
     plan_build,
     plan_run,
 )
@@ -95,9 +95,13 @@ def run_local(ctx, args) -> int:
     docker = None
     if not args.no_docker:
         client = shutil.which("docker")
-        if client and docker_available(client):
+        problem = docker_problem(client)
+        if problem is None:
             docker = client
         elif args.image:
-            ctx.warn("no Docker engine here (`docker info` failed): running local processes; "
-                     "--image is not used")
+            ctx.warn(f"no Docker engine here ({problem}): running local processes; --image "
+                     "is not used")
+        else:
+            ctx.info(f"running the replicas as local processes, not in containers: no Docker "
+                     f"engine here ({problem})")
     return plan_run(plan, docker=docker, stdout=ctx.stdout, stderr=ctx.stderr, info=ctx.info)

@@ -68,6 +68,9 @@ if record and args[:1] != ["info"]:
     with open(record, "a") as f:
         f.write(json.dumps(sys.argv) + "\\n")
 if args[:1] == ["info"]:
+    if os.environ.get("FAKE_DOCKER_INFO", "1") != "0":  # as Docker's client says it
+        print("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the "
+              "docker daemon running?", file=sys.stderr)
     sys.exit(int(os.environ.get("FAKE_DOCKER_INFO", "1")))
 if args[:1] == ["ps"] and os.path.isdir(containers):
     label = args[args.index("--filter") + 1].removeprefix("label=")
@@ -506,11 +509,19 @@ def test_docker_run_failing_is_explained(cli, dirs):
 
 
 def test_no_docker_and_an_unreachable_engine(cli, dirs, no_engine):
+    why = ("`docker info` failed: Cannot connect to the Docker daemon at "
+           "unix:///var/run/docker.sock. Is the docker daemon running?")
     result = train(cli, dirs, "--image", "img:1", env=no_engine)
     assert result.returncode == 0
-    assert result.stderr == ("paddlectl: warning: no Docker engine here (`docker info` "
-                             "failed): running local processes; --image is not used\n")
+    assert result.stderr == (f"paddlectl: warning: no Docker engine here ({why}): running "
+                             "local processes; --image is not used\n")
     assert (dirs.output / "model-0.txt").exists()
+    # No image asked for: still told why it runs processes, not containers (not with -q).
+    result = train(cli, dirs, env=no_engine)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith("running the replicas as local processes, not in "
+                                    f"containers: no Docker engine here ({why})\n")
+    assert "no Docker engine" not in train(cli, dirs, "-q", env=no_engine).stdout
     # --no-docker: local processes even though an engine answers.
     result = train(cli, dirs, "--no-docker", env={**no_engine, "FAKE_DOCKER_INFO": "0"})
     assert result.returncode == 0 and "as local processes" in result.stdout
