@@ -23,12 +23,14 @@ def test_runexample_prints_a_paddlectl_command_that_works_as_printed(live_cli, t
     command = Command()
     command.config = config
     hint = command.config_hint()
-    assert hint.startswith("PADDLE_CONFIG=var/paddle-config ")
+    assert hint.startswith(f"PADDLE_CONFIG={config} ")  # absolute: works from anywhere
 
     fresh = {"PATH": "/usr/bin:/bin", "HOME": str(live_cli.home),
              "NO_PROXY": "127.0.0.1,localhost"}
     assert shutil.which("paddlectl", path=fresh["PATH"]) is None  # not on this PATH
-    result = subprocess.run(["sh", "-c", f"{hint} get jobs"], cwd=clone, env=fresh,
+    elsewhere = tmp_path / "elsewhere"  # another terminal, in another directory
+    elsewhere.mkdir()
+    result = subprocess.run(["sh", "-c", f"{hint} get jobs"], cwd=elsewhere, env=fresh,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("no jobs")  # the portal answered, as the config's user

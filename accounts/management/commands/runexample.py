@@ -72,18 +72,19 @@ class Command(BaseCommand):
             time.sleep(0.5)
         self.paddlectl("get", "workers", name)
         self.paddlectl("ls", output_path(pfs_home(DATACENTER, USERNAME), name))
-        self.stdout.write(f"Job {name} {state}. paddlectl as the demo user (from this "
+        self.stdout.write(f"Job {name} {state}. paddlectl as the demo user (from any "
                           f"directory): {self.config_hint()} get jobs")
         if state != "succeeded":
             raise CommandError(f"job {name} {state}")
 
     def config_hint(self) -> str:
-        """The demo user's paddlectl, as a command that works as printed from here: the
-        virtualenv's paddlectl need not be on PATH."""
+        """The demo user's paddlectl, as a command that works as printed from any directory
+        (absolute paths): the virtualenv's paddlectl need not be on PATH."""
         paddlectl = Path(sys.executable).with_name("paddlectl")
         if not paddlectl.exists():
             paddlectl = Path(shutil.which("paddlectl") or "paddlectl")
-        return f"PADDLE_CONFIG={_shown(self.config)} {_shown(paddlectl)}"
+        return (f"PADDLE_CONFIG={shlex.quote(str(Path(self.config).absolute()))} "
+                f"{shlex.quote(str(paddlectl.absolute()))}")
 
     def _endpoint_written(self) -> str:
         """The portal the demo user's config names already, else the default."""
@@ -114,12 +115,3 @@ class Command(BaseCommand):
         if check and result.returncode != 0:
             raise CommandError(f"paddlectl {args[0]} failed (exit {result.returncode})")
         return result
-
-
-def _shown(path: Path) -> str:
-    """A path as short as it can be written from the current directory."""
-    path = Path(path).absolute()
-    try:
-        return shlex.quote(str(path.relative_to(Path.cwd())))
-    except ValueError:
-        return shlex.quote(str(path))
