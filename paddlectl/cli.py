@@ -12,6 +12,7 @@ from paddlecloud_client.errors import INTERRUPTED, USAGE, PaddlectlError, UsageE
 from paddlectl import __version__
 from paddlectl.args import CliParser, add_global_flags, flag, unknown_flag
 from paddlectl.commands import COMMANDS
+from paddlectl.completion import COMPLETE, complete
 from paddlectl.context import Context
 
 
@@ -40,6 +41,8 @@ def _command_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
 
 
 def _run(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
+    if argv[:1] == [COMPLETE]:  # the shells' completion scripts ask (paddlectl/completion.py)
+        return complete(argv[1:], stdout)
     options, name, rest = _command_args(argv)
     if options.version:
         stdout.write(f"paddlectl {__version__}\n")
