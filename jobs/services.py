@@ -29,6 +29,7 @@ from scheduling.admission import (
     queue_ahead_annotation,
     quota_admit,
     quota_fit_check,
+    quota_fit_problems,
     quota_queue_check,
 )
 from scheduling.forecasts import datacenter_forecast
@@ -104,7 +105,8 @@ def job_submit(user, datacenter, data: dict) -> Submission:
     dry_run = bool(data.get("dry_run"))
     if dry_run:  # costly (the objects, a forecast) and free of quota: a rate of its own
         rate_take("dry runs", user, limit=settings.PADDLECLOUD_DRY_RUNS_PER_MINUTE, window=60)
-    spec = job_spec_validate(user, datacenter, data)
+    spec = job_spec_validate(user, datacenter, data, fit=(
+        REQUEST_FIELDS, lambda spec: quota_fit_problems(user, datacenter, spec)[0]))
     quota_fit_check(user, datacenter, spec)
     storage_check(user, datacenter)  # a job writes into the home: not one over its quota
     fields = spec.as_dict()

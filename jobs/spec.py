@@ -12,6 +12,8 @@ the user may read, and what the datacenter's backend cannot run (its ``spec_prob
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
+
 from accounts.execution import backend_kind
 from kernel.errors import NotFoundError, PaddleCloudError, ValidationError
 from paddlecloud_core.layout import pfs_home
@@ -67,8 +69,13 @@ def package_target(user, datacenter, package: str):
         return None, [exc.fields.get("path", [exc.message])[0]]
 
 
-def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
-    """Check a submission against every rule; raise one ValidationError naming each field."""
+def job_spec_validate(user, datacenter, data: dict, *,
+                      fit: tuple[Collection[str], Callable[[JobSpec], dict[str, str]]]
+                      | None = None) -> JobSpec:
+    """Check a submission against every rule; raise one ValidationError naming each field.
+    ``fit``: the fields a job's size is made of, and what the job's size breaks (the user's
+    quota: field -> problem), told with the other mistakes when those fields are right (a
+    job with no other mistake has its own check, its own error code)."""
     if not isinstance(data, dict):
         raise ValidationError("the job must be a JSON object")
     check = spec_check(data, default_image=datacenter.image,
@@ -110,6 +117,10 @@ def job_spec_validate(user, datacenter, data: dict) -> JobSpec:
 
     for field, problem in backend_kind(datacenter.backend).spec_problems(datacenter, values):
         check.fail(field, problem)
+
+    if fit is not None and check.errors and not check.errors.keys() & set(fit[0]):
+        for field, problem in fit[1](JobSpec(**values)).items():
+            check.fail(field, problem)
 
     if check.errors:
         raise ValidationError(check.message(), fields=check.ordered())

@@ -144,13 +144,19 @@ def capacity_problems(job, datacenter) -> dict[str, str]:
     return problems
 
 
+def quota_fit_problems(user, datacenter, job) -> tuple[dict[str, str], str]:
+    """Why a job can never fit the user's quota or the datacenter's capacity, by resource,
+    and the error's code; no problem: ``{}``."""
+    problems = quota_problems(job, quota_get(user, datacenter))
+    if problems:
+        return problems, "over_quota"
+    return capacity_problems(job, datacenter), "over_capacity"
+
+
 def quota_fit_check(user, datacenter, job) -> None:
     """Refuse at submission a job that can never fit the user's quota or the datacenter's
     capacity, naming each resource."""
-    problems = quota_problems(job, quota_get(user, datacenter))
-    code = "over_quota"
-    if not problems:
-        problems, code = capacity_problems(job, datacenter), "over_capacity"
+    problems, code = quota_fit_problems(user, datacenter, job)
     if problems:
         raise ValidationError("; ".join(f"{k}: {v}" for k, v in problems.items()),
                               fields={k: [v] for k, v in problems.items()}, code=code)

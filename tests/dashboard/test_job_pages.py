@@ -239,6 +239,14 @@ def test_a_job_over_the_quota_is_refused_on_the_form(browser, package, alice):
     assert response.status_code == 200
     assert element(response, "error-summary")[1]
     assert not Job.objects.exists()
+    # With another mistake: both at once, the quota's beside the CPU (not once the other
+    # is fixed)
+    response = browser.post("/jobs/new/", form_data(trainers="4", name="Bad_Name"))
+    invalid = {field for field in ("name", "trainers", "cpu")
+               if element(response, f"id_{field}")[0].get("aria-invalid") == "true"}
+    assert invalid == {"name", "cpu"}
+    assert "more than your quota" in html.unescape(element(response, "id_cpu_error")[1])
+    assert not Job.objects.exists()
 
 
 def test_a_dry_run_shows_the_plan_keeps_the_values_and_creates_nothing(browser, package):

@@ -73,6 +73,19 @@ def test_no_jobs_at_all_when_the_quota_allows_none(submit, alice, datacenter):
 
 
 @pytest.mark.django_db
+def test_a_job_over_the_quota_with_other_mistakes_is_told_them_all_at_once(token_client,
+                                                                           package):
+    body = {"name": "Bad_Name", "package": package, "entry": "x", "trainers": 5, "cpu": "1"}
+    fields = token_client.post("/api/v1/jobs/", body, format="json").json()["fields"]
+    assert set(fields) == {"name", "cpu"}, fields
+    assert "more than your quota" in fields["cpu"][0]
+    # a size that is itself wrong: its own mistake only, no quota sum of it
+    fields = token_client.post("/api/v1/jobs/", {**body, "cpu": "lots"}, format="json").json()[
+        "fields"]
+    assert set(fields) == {"name", "cpu"} and "quota" not in fields["cpu"][0], fields
+
+
+@pytest.mark.django_db
 def test_the_api_refuses_with_400_and_the_dry_run_says_so_too(token_client, package):
     body = {"name": "big", "package": package, "entry": "x", "trainers": 5, "cpu": "1"}
     for dry_run in (True, False):
