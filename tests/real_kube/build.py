@@ -117,9 +117,7 @@ def _build(go: str, args: list[str], target: Path, name: str) -> None:
 def ensure(names: tuple[str, ...] = tuple(PACKAGES), *, kueue: bool = False) -> dict[str, Path]:
     """The binaries by name (the control plane's, or those of ``names``, and Kueue's with
     ``kueue``), built first where missing."""
-    wanted = {name: kube_dir() / name for name in names}
-    if kueue:
-        wanted["kueue"] = kueue_path()
+    wanted = _wanted(names, kueue)
     if all(path.exists() for path in wanted.values()):
         return wanted
     go = go_binary()
@@ -138,7 +136,23 @@ def ensure(names: tuple[str, ...] = tuple(PACKAGES), *, kueue: bool = False) -> 
     return wanted
 
 
+def missing(*, kueue: bool = False) -> list[str]:
+    """The binaries not built yet (``ensure`` would build them)."""
+    return [name for name, path in _wanted(tuple(PACKAGES), kueue).items() if not path.exists()]
+
+
+def _wanted(names: tuple[str, ...], kueue: bool) -> dict[str, Path]:
+    wanted = {name: kube_dir() / name for name in names}
+    if kueue:
+        wanted["kueue"] = kueue_path()
+    return wanted
+
+
 if __name__ == "__main__":
+    if "--check" in sys.argv:  # exit 1 naming what is not built yet; build nothing
+        left = missing(kueue="--kueue" in sys.argv)
+        print(" ".join(left))
+        sys.exit(1 if left else 0)
     try:
         for name, path in ensure(kueue="--kueue" in sys.argv).items():
             print(f"{name}\t{path}")
