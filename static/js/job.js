@@ -149,7 +149,25 @@ document.addEventListener("DOMContentLoaded", () => {
   function keepLatestInView(list, change, always = false) {
     const atEnd = list.scrollHeight - list.scrollTop - list.clientHeight < 8;
     change(list);
+    fitWholeEvents(list);
     if (always || atEnd) list.scrollTop = list.scrollHeight;
+  }
+
+  // As tall as the newest events that fit in its stylesheet's height: scrolled to the
+  // newest, no event is cut at its top.
+  function fitWholeEvents(list) {
+    list.style.maxHeight = "";
+    const room = list.clientHeight;
+    if (list.scrollHeight <= room) return;
+    const items = [...list.children];
+    const end = items[items.length - 1].getBoundingClientRect().bottom;
+    let height = 0; // from the top of the oldest that fits to the end (fractions of pixels)
+    for (let i = items.length - 1; i >= 0; i--) {
+      const span = end - items[i].getBoundingClientRect().top;
+      if (span > room) break;
+      height = span;
+    }
+    if (height) list.style.maxHeight = `${height}px`;
   }
 
   open(base, {
@@ -333,7 +351,17 @@ document.addEventListener("DOMContentLoaded", () => {
   const charts = byId("charts");
   const chartsEmpty = byId("charts-empty");
   const metrics = { socket: null, series: new Map(), dirty: new Set(), frame: 0 };
-  const { draw, format } = window.PaddleCloudChart;
+  const { draw, format, loggable } = window.PaddleCloudChart;
+
+  function toggle(label, title) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "btn-secondary btn-sm toggle";
+    button.textContent = label;
+    button.title = title;
+    button.setAttribute("aria-pressed", "false");
+    return button;
+  }
 
   function seriesFor(name) {
     let series = metrics.series.get(name);
@@ -347,10 +375,32 @@ document.addEventListener("DOMContentLoaded", () => {
     title.textContent = name;
     const last = document.createElement("span");
     last.className = "last";
-    caption.append(title, " ", last);
+    const tools = document.createElement("span");
+    tools.className = "chart-tools";
+    const log = toggle("log scale", "a logarithmic value axis (every value must be positive)");
+    const smooth = toggle("smooth", "a moving average, the raw curve faint behind");
+    const reset = toggle("whole run", "show every step again (drag across the chart to zoom)");
+    reset.hidden = true;
+    tools.append(log, smooth, reset);
+    caption.append(title, " ", last, tools);
     const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
     figure.append(caption, svg);
-    series = { points: [], svg, last };
+    series = { points: [], svg, last, options: {}, log, chart: null };
+    const flip = (button, key) => button.addEventListener("click", () => {
+      series.options[key] = !series.options[key];
+      button.setAttribute("aria-pressed", String(series.options[key]));
+      drawSeries(name, series);
+    });
+    flip(log, "log");
+    flip(smooth, "smooth");
+    const zoom = (steps) => {
+      series.options.steps = steps;
+      reset.hidden = !steps;
+      drawSeries(name, series);
+    };
+    reset.addEventListener("click", () => zoom(null));
+    svg.addEventListener("dblclick", () => zoom(null));
+    zoomByDragging(svg, () => series.chart, zoom);
     metrics.series.set(name, series);
     // "loss" first, then by name
     const order = (n) => (n === "loss" ? "" : n);
@@ -360,16 +410,59 @@ document.addEventListener("DOMContentLoaded", () => {
     return series;
   }
 
+  // Drag across a chart: the steps between where it began and ended are shown alone.
+  function zoomByDragging(svg, chart, zoom) {
+    let from = null;
+    let band = null;
+    svg.addEventListener("pointerdown", (event) => {
+      if (!chart() || event.button !== 0) return;
+      from = event.clientX;
+      svg.setPointerCapture(event.pointerId);
+      band = document.createElementNS("http://www.w3.org/2000/svg", "rect");
+      band.setAttribute("class", "zoom-band");
+    });
+    svg.addEventListener("pointermove", (event) => {
+      if (from === null) return;
+      const box = svg.getBoundingClientRect();
+      const scale = svg.viewBox.baseVal.width / box.width;
+      const [a, b] = [from, event.clientX].map((x) => (x - box.left) * scale).sort((p, q) => p - q);
+      band.setAttribute("x", a.toFixed(1));
+      band.setAttribute("width", (b - a).toFixed(1));
+      band.setAttribute("y", "0");
+      band.setAttribute("height", String(svg.viewBox.baseVal.height));
+      if (!band.parentNode) svg.append(band);
+    });
+    svg.addEventListener("pointerup", (event) => {
+      if (from === null) return;
+      const [a, b] = [from, event.clientX].map((x) => chart().stepAt(x)).sort((p, q) => p - q);
+      const dragged = Math.abs(event.clientX - from) > 4;
+      from = null;
+      band?.remove();
+      if (dragged && b - a >= 1) zoom([Math.floor(a), Math.ceil(b)]);
+    });
+  }
+
+  function drawSeries(name, series) {
+    series.chart = draw(series.svg, name, series.points, series.options);
+    series.log.disabled = !loggable(series.points);
+  }
+
   function redraw() {
     metrics.frame = 0;
     for (const name of metrics.dirty) {
       const series = metrics.series.get(name);
-      draw(series.svg, name, series.points);
+      drawSeries(name, series);
       const [step, value] = series.points[series.points.length - 1];
       series.last.textContent = `${format(value)} at step ${step}`;
     }
     metrics.dirty.clear();
   }
+
+  // The charts are as wide as the page: drawn again when it changes width.
+  new ResizeObserver(() => {
+    for (const name of metrics.series.keys()) metrics.dirty.add(name);
+    if (metrics.dirty.size && !metrics.frame) metrics.frame = requestAnimationFrame(redraw);
+  }).observe(charts);
 
   function receiveRecords(records) {
     for (const record of records) {

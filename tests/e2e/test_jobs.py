@@ -5,6 +5,7 @@ dialog; the list updating live; nobody else sees the job."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -255,3 +256,70 @@ def test_submit_and_kill_work_without_javascript(browser, live_portal, package, 
         expect(page.get_by_text("job plain deleted")).to_be_visible()
     finally:
         context.close()
+
+
+def test_the_curves_are_the_pages_width_with_a_log_scale_smoothing_and_zoom(
+        page, live_portal, package, held_tasks):
+    """A loss whose first point is a hundred times the rest: drawn across the card's width; a
+    log scale shows the rest apart (powers of ten on its axis); smoothing draws the average
+    with the raw curve faint behind; dragging across steps 20 to 60 shows those alone, a
+    double click the whole run again."""
+    from tests.jobs.files import metrics_path
+
+    job = submit_job(live_portal.user, live_portal.datacenter, "curves", package=package)
+    path = metrics_path(job, job.replicas.get(role="trainer", index=0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"step": step, "time": 1763700000.0 + step,
+                                        "loss": 100.0 if step == 0 else 1 / step})
+                            + "\n" for step in range(100)))
+    login(page, next_path="/jobs/curves/")
+    figure = page.locator('#charts figure[data-metric="loss"]')
+    chart = figure.locator("svg")
+    expect(chart).to_have_attribute("data-points", "100", timeout=WAIT)
+    card = page.locator("#charts").bounding_box()
+    assert chart.bounding_box()["width"] > 0.95 * card["width"]  # the card's width, not a tile
+
+    figure.get_by_role("button", name="log scale").click()
+    expect(chart).to_have_attribute("data-scale", "log")
+    ticks = chart.locator("text.tick.y").all_text_contents()
+    assert {"100", "1", "0.01"} <= set(ticks), ticks  # decades, each point in its own
+    figure.get_by_role("button", name="smooth").click()
+    expect(chart).to_have_attribute("data-smooth", "on")
+    expect(chart.locator("path.curve.raw")).to_have_count(1)
+
+    chart.scroll_into_view_if_needed()
+    box = chart.bounding_box()
+    left, right = box["x"] + 0.3 * box["width"], box["x"] + 0.65 * box["width"]
+    page.mouse.move(left, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(right, box["y"] + box["height"] / 2, steps=5)
+    page.mouse.up()
+    shown = int(chart.get_attribute("data-shown"))
+    assert 10 < shown < 60, shown
+    expect(figure.get_by_role("button", name="whole run")).to_be_visible()
+    chart.dblclick()
+    expect(chart).to_have_attribute("data-shown", "100")
+    expect(figure.get_by_role("button", name="whole run")).to_be_hidden()
+
+
+def test_the_events_open_on_the_newest_none_cut_at_the_top(page, live_portal, package,
+                                                           held_tasks):
+    from jobs.models import JobEvent
+
+    job = submit_job(live_portal.user, live_portal.datacenter, "eventful", package=package)
+    JobEvent.objects.bulk_create(
+        JobEvent(job=job, from_state="pending", to_state="pending",
+                 reason=f"event {n}" + (": a longer reason that wraps" * 8 * (n % 3)))
+        for n in range(40))
+    login(page, next_path="/jobs/eventful/")
+    events = page.locator("#events")
+    expect(events).to_contain_text("event 39")
+    page.wait_for_function(  # the live list scrolls to the newest once it comes
+        "l => l.scrollTop > 0 && l.scrollHeight - l.scrollTop - l.clientHeight < 1",
+        arg=events.element_handle())
+    cut = events.evaluate("""list => {
+        const top = list.getBoundingClientRect().top;
+        const first = [...list.children].find(e => e.getBoundingClientRect().bottom > top + 1);
+        return top - first.getBoundingClientRect().top;
+    }""")
+    assert cut <= 0.5, (cut, screenshot(page, "events-cut"))

@@ -67,3 +67,27 @@ def test_a_placeholder_does_not_look_typed_in(page, live_portal):
     channels = [sum(int(c) for c in color[color.index("(") + 1:-1].split(",")[:3])
                 for color in (typed, placeholder)]
     assert channels[1] - channels[0] >= 150, (typed, placeholder)
+
+
+def test_a_phone_reads_every_column_of_the_lists(page, live_portal, package, held_tasks):
+    """At 390 px a list's rows are blocks, each cell named by its column: nothing cut off at
+    the right, nothing to scroll sideways in the table's box either."""
+    submit_job(live_portal.user, live_portal.datacenter, "a-long-job-name-for-a-narrow-phone",
+               package=package, trainers=3)
+    page.set_viewport_size({"width": 390, "height": 844})
+    login(page, next_path="/jobs/")
+    for path, table in (("/jobs/", "#jobs"),
+                        ("/jobs/a-long-job-name-for-a-narrow-phone/", "#workers")):
+        page.goto(path)
+        box = page.locator(table).locator("xpath=..")
+        expect(page.locator(f"{table} tbody tr").first).to_be_visible()
+        assert box.evaluate("b => b.scrollWidth - b.clientWidth") == 0, screenshot(
+            page, f"phone-list{path.replace('/', '-')}")
+        for cell in page.locator(f"{table} tbody tr").first.locator("td").all():
+            if cell.is_visible():
+                expect(cell).to_be_in_viewport(ratio=1)
+    first = page.locator("#workers tbody tr").first
+    expect(first.locator('td[data-label="State"]')).to_be_visible()
+    label = first.locator('td[data-label="State"]').evaluate(
+        "td => getComputedStyle(td, '::before').content")
+    assert label == '"State: "'
