@@ -44,6 +44,25 @@ def test_the_first_creates_in_a_new_namespace_are_tried_again_while_admission_mi
 
 
 @pytest.mark.django_db
+def test_the_first_objects_wait_for_the_portals_rights_in_its_new_namespace(
+        kube, alice, datacenter, package, held_starts):
+    """The portal's rights in its new namespace come with the RoleBinding it makes there,
+    which the RBAC authorizer sees a moment later (it reads RoleBindings from a watch: on a
+    cluster of several API servers, each in its own time): for 0.6 s its requests there are
+    refused 403, while admission still misses the namespace too. The namespace's objects and
+    the job's are made, and the job starts. (The fake's authorizer ignores bindings younger
+    than the lag the test chooses; a real one's cannot be chosen.)"""
+    kube.settings.admission_namespace_lag_seconds = 0.6
+    kube.settings.rbac_binding_lag_seconds = 0.6
+    job = submit_job(alice, datacenter, trainers=2, pservers=1)
+    engine.job_launch(job.pk)
+    job.refresh_from_db()
+    assert job.state == "starting", job.state_reason
+    assert kube.get("resourcequotas", NS, "paddlecloud")["spec"]["hard"]
+    assert job_objects(kube, job)["jobs.batch"] == [f"{object_base(job)}-tr"]
+
+
+@pytest.mark.django_db
 def test_a_namespace_still_missing_after_the_wait_fails_the_start_saying_so(
         kube, alice, datacenter, package, held_starts, monkeypatch):
     """A namespace admission never sees (the lag outlasts the wait): the start fails with the
