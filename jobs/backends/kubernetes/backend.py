@@ -75,7 +75,7 @@ from .names import (
     trainer_name,
 )
 from .nodes import nodes_capacity
-from .pods_watch import pod_cache
+from .pods_watch import pod_cache, pods_listed
 from .settings import Builder, kube_settings
 from .validation import validate_objects
 
@@ -292,12 +292,11 @@ class KubernetesBackend(Backend):
         pod_cache(kube_for(datacenter)).announce()
 
     def observe_all(self, datacenter, replicas) -> dict[int, Observation | None]:
-        """From one list of the cluster's pods (the watch's, else one request): what each
-        pod says, without the closer looks ``observe`` may take (None: no pod)."""
+        """From one list of the cluster's pods (the watch's, else one per namespace): what
+        each pod says, without the closer looks ``observe`` may take (None: no pod)."""
         kube = kube_for(datacenter)
         cache = pod_cache(kube)
-        found = cache.pods() if cache.synced(timeout=2) else kube.list(
-            "Pod", selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}")[0]
+        found = cache.pods() if cache.synced(timeout=2) else pods_listed(kube)
         by_job: dict[str, list[dict]] = {}
         for pod in found:
             by_job.setdefault((pod["metadata"].get("labels") or {}).get(JOB_UID_LABEL),

@@ -19,6 +19,7 @@ server. Objects go in and come out as plain dicts (built by ``manifests``).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import random
@@ -92,6 +93,12 @@ NEW_NAMESPACE_SECONDS = 10.0
 MIN_VERSION = tuple(int(part) for part in SUPPORTED_VERSIONS[0].split("."))
 VERSION_CHECK_SECONDS = 600.0
 NETWORK_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+# An open watch holds its connection as long as it runs (the pod cache keeps one open per user
+# namespace, and lists in each at once when it starts), so watches have a pool of connections
+# of their own (``Kube.for_watches``): never the one the other requests reuse theirs from,
+# which would then make (and, that pool full, throw away) a new connection for each request.
+# Up to this many are kept there for the next watch.
+WATCH_CONNECTIONS = 256
 
 
 class KubeError(BackendError):
@@ -161,8 +168,21 @@ class Kube:
         self.throttle_seconds = settings.PADDLECLOUD_KUBE_THROTTLE_SECONDS
         self._version: tuple[tuple[int, int], float] | None = None  # (version, when asked)
         self._username: str | None = None
+        self._watches: Kube | None = None
+        self._lock = threading.Lock()
 
     # -- requests ---------------------------------------------------------------------------
+
+    def for_watches(self) -> Kube:
+        """The same server, as the same account, on connections of its own (a pool of
+        ``WATCH_CONNECTIONS``): for watches, each of which holds one while it runs, and the
+        lists they start from."""
+        with self._lock:
+            if self._watches is None:
+                configuration = copy.deepcopy(self.api_client.configuration)
+                configuration.connection_pool_maxsize = WATCH_CONNECTIONS
+                self._watches = Kube(k8s.ApiClient(configuration), name=self.name)
+            return self._watches
 
     def _send(self, method: str, path: str, query: dict | None, body, *, stream: bool,
               timeout) -> k8s.rest.RESTResponse:
@@ -400,9 +420,13 @@ class Kube:
         return items, answer["metadata"].get("resourceVersion", "")
 
     def watch(self, kind: str, namespace: str | None, *, selector: str | None,
-              resource_version: str, timeout_seconds: int = 60) -> Iterator[dict]:
+              resource_version: str, timeout_seconds: int = 60,
+              opened: Callable[[urllib3.BaseHTTPResponse], None] | None = None
+              ) -> Iterator[dict]:
         """The changes after ``resource_version``, as ``{"type", "object"}`` events, until the
-        server ends the stream. Raises ``WatchExpired`` on 410 Gone (in-stream or not)."""
+        server ends the stream (best on ``for_watches``' connections). Raises ``WatchExpired``
+        on 410 Gone (in-stream or not). ``opened`` is given the open stream: another thread
+        may ``shutdown()`` it to end the watch at once."""
         try:
             response = self.request("GET", self.path(kind, namespace), stream=True, query={
                 "watch": "true", "labelSelector": selector,
@@ -413,6 +437,8 @@ class Kube:
                 raise WatchExpired(str(exc), status=410, reason=exc.reason) from None
             raise
         try:
+            if opened is not None:
+                opened(response.response)
             for line in _lines(response.response):
                 event = json.loads(line)
                 if event.get("type") == "ERROR":
