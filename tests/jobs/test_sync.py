@@ -210,7 +210,10 @@ def test_a_namespace_made_after_the_pod_watch_started_is_watched_and_its_pods_an
     """The portal may read pods only in the namespaces it made (deploy/rbac.yaml: not those
     of the whole cluster), so its watch reads them namespace by namespace: one it makes after
     the watch started (alice's, for her first job) is watched from then, and its pods are
-    announced as they come and as they change, on the watch (not at a list again)."""
+    announced as they come and as they change, on the watch (not at a list again); once the
+    namespace is gone, so is its watch."""
+    from kubernetes import client
+
     cache = pod_cache(kube_for(datacenter))
     assert cache.synced(timeout=5) and cache.namespaces() == []
     cache.announce()
@@ -229,6 +232,13 @@ def test_a_namespace_made_after_the_pod_watch_started_is_watched_and_its_pods_an
          message="the change announced")
     assert cache.relists == relists
     assert not [path for _, path in k8s_api.request_log if path.startswith("/api/v1/pods")]
+
+    with k8s_api.api_client() as api:  # the namespace goes (its administrator deletes it)
+        client.CoreV1Api(api).delete_namespace(NS)
+    wait(lambda: cache.namespaces() == [], message="its watch to stop")
+    assert cache.job_pods(str(job.uid)) == []
+    wait(lambda: not [t for t in threading.enumerate() if t.name.endswith(f"-{NS}")],
+         message="its thread to end")
 
 
 @pytest.mark.django_db

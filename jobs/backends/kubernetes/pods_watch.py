@@ -142,6 +142,7 @@ class PodCache:
         self.kube = kube
         self._pods: dict[str, dict[str, dict]] = {}  # by namespace, then name
         self._watches: dict[str, _ListWatch] = {}  # by namespace
+        self._stopping: list[_ListWatch] = []  # of namespaces gone, until their threads end
         self._listed: set[str] = set()  # the namespaces read at least once
         self._lock = threading.Condition()
         self._stop = threading.Event()
@@ -184,7 +185,7 @@ class PodCache:
         """Stop every watch, and wait for their threads to end."""
         self._stop.set()
         with self._lock:
-            watches = [self._namespaces, *self._watches.values()]
+            watches = [self._namespaces, *self._watches.values(), *self._stopping]
             self._watches.clear()
         for watch in watches:
             watch.stop()
@@ -231,7 +232,9 @@ class PodCache:
 
     def _forget(self, namespace: str) -> list[dict]:
         """Stop watching ``namespace`` (holding the lock); its pods, gone with it."""
-        self._watches.pop(namespace).stop()
+        watch = self._watches.pop(namespace)
+        watch.stop()  # (its thread may wait for the lock held here: ``stop`` joins it)
+        self._stopping = [w for w in self._stopping if w.thread.is_alive()] + [watch]
         self._listed.discard(namespace)
         return list(self._pods.pop(namespace, {}).values())
 
