@@ -209,13 +209,17 @@ def pytest_runtest_teardown(item, nextitem):
 @pytest.fixture(autouse=True)
 def _no_pod_watch_left():
     """A test that watched a cluster's pods stops the watch (it would poll a fake API server
-    that is gone, for the rest of the run). A stopped watch's thread ends with its stream."""
+    that is gone, for the rest of the run), and its threads have ended (``stop`` cuts their
+    streams and waits for them)."""
     from jobs.backends.kubernetes.pods_watch import pod_caches_stop, pod_caches_watching
 
     yield
     if left := pod_caches_watching():
         pod_caches_stop()
         pytest.fail(f"pod watches left running: {left}")
+    if threads := [t.name for t in threading.enumerate()
+                   if t.name.startswith(("pods-", "namespaces-"))]:
+        pytest.fail(f"pod watch threads left running: {threads}")
 
 
 @pytest.fixture(autouse=True)

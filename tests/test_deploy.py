@@ -36,13 +36,13 @@ WORKLOADS = ("Deployment", "StatefulSet")
 
 # What the portal may do, by (API group, resource): the verbs its kubernetes client calls
 # (jobs/backends/kubernetes/), nothing more. Changing this is changing the portal's rights.
-# Cluster-wide (the ClusterRole bound by a ClusterRoleBinding): what is cluster-scoped, the
-# binding it makes in each of its namespaces, and its pod watch.
+# Cluster-wide (the ClusterRole bound by a ClusterRoleBinding): what is cluster-scoped and the
+# binding it makes in each of its namespaces.
 CLUSTER_RBAC = {
-    ("", "namespaces"): {"create", "get", "list", "update"},  # list: the orphans' namespaces
+    # list, watch: the namespaces whose pods the pod watch watches, the orphans' namespaces
+    ("", "namespaces"): {"create", "get", "list", "watch", "update"},
     ("rbac.authorization.k8s.io", "rolebindings"): {"create", "get"},
     ("rbac.authorization.k8s.io", "clusterroles"): {"bind"},  # paddlecloud-portal-namespace
-    ("", "pods"): {"list", "watch"},
     ("", "nodes"): {"list"},  # a datacenter's capacity from the cluster: read, never written
     ("", "persistentvolumes"): {"create", "get"},
 }
@@ -55,6 +55,7 @@ NAMESPACE_RBAC = {
     ("", "services"): {"create", "get", "list", "delete"},
     ("apps", "statefulsets"): {"create", "get", "list", "delete"},
     ("batch", "jobs"): {"create", "get", "list", "update", "delete"},  # update: elastic jobs
+    ("", "pods"): {"list", "watch"},  # the pod watch, namespace by namespace
     ("", "pods/log"): {"get"},
     ("", "events"): {"list"},
     ("", "persistentvolumeclaims"): {"create", "get"},
@@ -151,8 +152,8 @@ def test_namespaced_objects_name_the_portal_namespace():
 
 
 def test_nothing_here_looks_managed_by_the_portal():
-    """The portal watches pods with this label in every namespace and makes namespaces with
-    it: its own objects must not carry it."""
+    """The portal makes namespaces with this label and watches the pods with it in each
+    namespace with it: its own objects must not carry it."""
     for _, obj in objects():
         labelled = [obj["metadata"]]
         if obj["kind"] in WORKLOADS:
@@ -202,11 +203,11 @@ def test_rbac_has_no_wildcards_and_no_dangerous_rights():
 
 
 def test_users_objects_are_granted_only_in_the_namespaces_the_portal_made():
-    """No Secret, ConfigMap, log or job object of any namespace through the cluster-wide
+    """No pod, Secret, ConfigMap, log or job object of any namespace through the cluster-wide
     role: those rights come with the RoleBinding the portal makes in its namespaces."""
     assert not set(CLUSTER_RBAC) & set(NAMESPACE_RBAC)
     assert {resource for _, resource in CLUSTER_RBAC} == {
-        "namespaces", "rolebindings", "clusterroles", "pods", "nodes", "persistentvolumes"}
+        "namespaces", "rolebindings", "clusterroles", "nodes", "persistentvolumes"}
 
 
 def test_rbac_covers_every_resource_the_client_addresses():

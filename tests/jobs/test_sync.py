@@ -205,6 +205,43 @@ def test_announcements_until_a_sync_begins_are_one_sync(
 
 
 @pytest.mark.django_db
+def test_a_namespace_made_after_the_pod_watch_started_is_watched_and_its_pods_announced(
+        k8s_api, kube_datacenter, alice, datacenter, package, held_tasks):
+    """The portal may read pods only in the namespaces it made (deploy/rbac.yaml: not those
+    of the whole cluster), so its watch reads them namespace by namespace: one it makes after
+    the watch started (alice's, for her first job) is watched from then, and its pods are
+    announced as they come and as they change, on the watch (not at a list again); once the
+    namespace is gone, so is its watch."""
+    from kubernetes import client
+
+    cache = pod_cache(kube_for(datacenter))
+    assert cache.synced(timeout=5) and cache.namespaces() == []
+    cache.announce()
+    job = submit_job(alice, datacenter, "fit")
+    engine.job_launch(job.pk)
+    wait(lambda: [p for p in cache.job_pods(str(job.uid))
+                  if p["status"].get("phase") == "Running"], message="the pod in the watch")
+    assert cache.namespaces() == [NS]
+    wait(lambda: (str(job.uid),) in held_tasks.of(JOB_SYNC), message="the pod announced")
+    sync_begins(str(job.uid))
+    announced, relists = len(held_tasks.of(JOB_SYNC)), cache.relists
+    k8s_api.controller.terminate_container(NS, trainer_pod(k8s_api, job), exit_code=0)
+    wait(lambda: [p for p in cache.job_pods(str(job.uid))
+                  if p["status"].get("phase") == "Succeeded"], message="the change to arrive")
+    wait(lambda: held_tasks.of(JOB_SYNC)[announced:] == [(str(job.uid),)],
+         message="the change announced")
+    assert cache.relists == relists
+    assert not [path for _, path in k8s_api.request_log if path.startswith("/api/v1/pods")]
+
+    with k8s_api.api_client() as api:  # the namespace goes (its administrator deletes it)
+        client.CoreV1Api(api).delete_namespace(NS)
+    wait(lambda: cache.namespaces() == [], message="its watch to stop")
+    assert cache.job_pods(str(job.uid)) == []
+    wait(lambda: not [t for t in threading.enumerate() if t.name.endswith(f"-{NS}")],
+         message="its thread to end")
+
+
+@pytest.mark.django_db
 def test_a_change_while_the_pod_watch_lists_again_is_announced(
         k8s_api, kube_datacenter, alice, datacenter, package, held_tasks):
     job = submit_job(alice, datacenter, "fit")

@@ -55,7 +55,9 @@ class Api:
         # every write (``mutate(rt, obj, old)``, ``validate(rt, obj, old)``, ``old`` None on
         # create; ``validate_delete(rt, obj)``), the controllers' writes too.
         self.types: tuple[resources.ResourceType, ...] = resources.ALL
-        self._namespaces_made: dict[str, float] = {}  # name -> monotonic time it was made
+        # (kind, namespace, name) -> the monotonic time it was made: namespaces and
+        # RoleBindings, which caches of a real server see a moment later.
+        self._made: dict[tuple[str, str, str], float] = {}
         self.webhooks: list = []
         self._cluster_ips = itertools.count(10)
         for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
@@ -173,18 +175,27 @@ class Api:
             self._call_webhooks("validate", rt, obj, None)
             if self.store.get(rt.key, meta.get("namespace", ""), meta["name"]) is not None:
                 raise errors.already_exists(rt, meta["name"])
-            if rt is resources.NAMESPACES and not dry_run:
-                self._namespaces_made[meta["name"]] = time.monotonic()
+            if rt in (resources.NAMESPACES, resources.ROLEBINDINGS) and not dry_run:
+                self._made[(rt.key, meta.get("namespace", ""), meta["name"])] = \
+                    time.monotonic()
             return obj if dry_run else self.store.write(rt.key, obj)
 
     def _namespace_cached(self, rt, namespace: str) -> None:
         """``Settings.admission_namespace_lag_seconds``: the policy's informer has not seen a
         namespace made so recently; its lister's NotFound (singular resource) is the answer."""
-        made = self._namespaces_made.get(namespace)
+        made = self._made.get((resources.NAMESPACES.key, "", namespace))
         if rt.namespaced and made is not None and \
                 time.monotonic() - made < self.settings.admission_namespace_lag_seconds:
             raise errors.ApiError(404, "NotFound", f'namespace "{namespace}" not found',
                                   details={"name": namespace, "kind": "namespace"})
+
+    def bindings_seen(self, namespace: str) -> list[dict]:
+        """The RoleBindings of ``namespace`` the RBAC authorizer knows of: those made at least
+        ``Settings.rbac_binding_lag_seconds`` ago (its informer's lag)."""
+        lag, now = self.settings.rbac_binding_lag_seconds, time.monotonic()
+        return [b for b in self.store.list(resources.ROLEBINDINGS.key, namespace)
+                if now - self._made.get((resources.ROLEBINDINGS.key, namespace,
+                                         b["metadata"]["name"]), 0.0) >= lag]
 
     def replace(self, rt, namespace: str, name: str, body: dict, *, subresource: str | None = None,
                 field_validation: str | None = None, dry_run: bool = False,

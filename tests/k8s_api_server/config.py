@@ -36,6 +36,10 @@ class Settings:
     # (fixed in the patches of late 2025); 0: the fix (a real server's lag is milliseconds to
     # seconds under load, which a test cannot choose there).
     admission_namespace_lag_seconds: float = 0.0
+    # How long after a RoleBinding is made the portal's requests are still authorized without
+    # it: the RBAC authorizer reads RoleBindings from an informer, which sees a new one a
+    # moment later (on a cluster of several API servers, each its own); 0: at once.
+    rbac_binding_lag_seconds: float = 0.0
     tick_seconds: float = 0.01  # the controller loop's period when nothing wakes it
     # The Job controller looks at every Job at least this often; between, at those that
     # changed, whose pods changed or that wait for a moment (a back-off, a deadline, a TTL).

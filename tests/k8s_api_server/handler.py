@@ -141,8 +141,7 @@ class Handler(BaseHTTPRequestHandler):
             watch = watch_path or query.get("watch") in ("true", "1")
             rules = app.settings.portal_rules
             if namespace and app.settings.portal_namespace_roles:
-                bindings = app.store.list(resources.ROLEBINDINGS.key, namespace)
-                rules = rules + rbac.namespace_rules(bindings,
+                rules = rules + rbac.namespace_rules(api.bindings_seen(namespace),
                                                      app.settings.portal_namespace_roles)
             rbac.authorize(rules,
                            rbac.verb(method, named=name is not None, watch=watch),

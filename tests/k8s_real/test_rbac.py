@@ -65,6 +65,9 @@ def test_the_portal_may_bind_its_namespace_role_and_no_other(portal):
 def test_what_it_is_refused_is_refused(portal):
     """Real requests, not reviews: 403 for what the role leaves out."""
     assert portal.get("Secret").status == 403  # list secrets in every namespace
+    pods = portal.get("Pod")  # nor pods: it watches those of its namespaces, one by one
+    assert pods.status == 403, pods.body
+    assert portal.request("GET", "/api/v1/pods?watch=true&timeoutSeconds=1").status == 403
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "portal-made"}}
     assert portal.create(node, dry_run=True).status == 403
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
@@ -75,10 +78,9 @@ def test_what_it_is_refused_is_refused(portal):
 
 
 def test_what_it_is_granted_works(portal):
-    assert portal.get("Pod").ok  # the pod watch lists across namespaces
     nodes = portal.get("Node")
     assert nodes.ok
     assert portal.get("Namespace", name="paddlecloud").ok
-    assert portal.get("Namespace").ok  # the orphans' sweep lists its namespaces
+    assert portal.get("Namespace").ok  # the pod watch and the orphans' sweep list them
     if nodes.body["items"]:  # the node agent's Node, where this checkout has one
         assert NODE_NAME in {n["metadata"]["name"] for n in nodes.body["items"]}

@@ -75,7 +75,7 @@ from .names import (
     trainer_name,
 )
 from .nodes import nodes_capacity
-from .pods_watch import pod_cache
+from .pods_watch import pod_cache, pods_listed
 from .settings import Builder, kube_settings
 from .validation import validate_objects
 
@@ -85,9 +85,6 @@ LOG_RETRY_SECONDS = 0.5
 # How long ``prepare`` waits for the objects of an earlier start (a requeued job's) to go.
 EARLIER_OBJECTS_SECONDS = 3 * STOP_GRACE_SECONDS
 ROOTS = f"{MANAGED_BY_LABEL}={MANAGED_BY},{COMPONENT_LABEL}=job"
-# How long the portal's rights in a namespace it just made may take to arrive: the API
-# server's RBAC authorizer learns of a new RoleBinding from a watch, a moment later.
-BINDING_SECONDS = 10.0
 
 
 def _namespace(job) -> str:
@@ -188,18 +185,11 @@ class KubernetesBackend(Backend):
 
     def _bound_apply(self, kube, namespace: str, objects) -> None:
         """The RoleBinding that gives the portal its rights in ``namespace`` (deploy/
-        rbac.yaml: none there before), then ``objects`` there."""
+        rbac.yaml: none there before), then ``objects`` there, while the authorizer may
+        not know the binding yet (``Kube.new_namespace_retry``)."""
         kube.apply(manifests.portal_binding(namespace, kube.username()))
-        deadline = time.monotonic() + BINDING_SECONDS
         for obj in objects:
-            while True:
-                try:
-                    kube.apply(obj)
-                    break
-                except KubeError as exc:
-                    if exc.status != 403 or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)  # the binding has not reached the authorizer yet
+            kube.new_namespace_retry(namespace, lambda obj=obj: kube.apply(obj))
 
     def paths(self, job) -> Paths:
         return pods.paths(job)
@@ -302,12 +292,11 @@ class KubernetesBackend(Backend):
         pod_cache(kube_for(datacenter)).announce()
 
     def observe_all(self, datacenter, replicas) -> dict[int, Observation | None]:
-        """From one list of the cluster's pods (the watch's, else one request): what each
-        pod says, without the closer looks ``observe`` may take (None: no pod)."""
+        """From one list of the cluster's pods (the watch's, else one per namespace): what
+        each pod says, without the closer looks ``observe`` may take (None: no pod)."""
         kube = kube_for(datacenter)
         cache = pod_cache(kube)
-        found = cache.pods() if cache.synced(timeout=2) else kube.list(
-            "Pod", selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}")[0]
+        found = cache.pods() if cache.synced(timeout=2) else pods_listed(kube)
         by_job: dict[str, list[dict]] = {}
         for pod in found:
             by_job.setdefault((pod["metadata"].get("labels") or {}).get(JOB_UID_LABEL),

@@ -8,6 +8,9 @@ server. Objects go in and come out as plain dicts (built by ``manifests``).
   as does a server shutting down) and a 5xx that says ``Retry-After`` are retried after the
   time the server asks for (else the backoff), for up to ``PADDLECLOUD_KUBE_THROTTLE_SECONDS``
   of waiting, then raised as a ``KubeError`` that says the server kept throttling.
+- In a namespace made a moment ago, the answers that only mean the server has not caught up
+  with it (admission's "namespace not found", RBAC's 403 before it knows the portal's
+  RoleBinding there) are tried again for a few seconds (``new_namespace_retry``).
 - ``create`` treats 409 AlreadyExists as success when the object there belongs to the same
   job (a retried task), and as a clear error otherwise; ``delete`` treats 404 as done.
 - ``watch`` streams changes from a resourceVersion and raises ``WatchExpired`` on 410 Gone,
@@ -16,14 +19,16 @@ server. Objects go in and come out as plain dicts (built by ``manifests``).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import random
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import urllib3
 import yaml
@@ -37,6 +42,7 @@ from .settings import kube_settings
 from .validation import SUPPORTED_VERSIONS
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -74,15 +80,25 @@ CREATED_ONCE = frozenset({"PersistentVolume", "PersistentVolumeClaim", "LocalQue
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 # The longest wait between two tries: doubling backoff stops growing there.
 MAX_BACKOFF_SECONDS = 10.0
-# A namespace made a moment ago can be "not found" by admission that reads namespaces from its
-# cache (ValidatingAdmissionPolicy's matcher, until the patches of late 2025: its informer had
-# not seen the namespace yet): a create in it answered so is tried again for this long.
-NEW_NAMESPACE_SECONDS = 5.0
+# For a moment after a namespace is made, parts of the API server that read from caches answer
+# as if it (or what was just made in it) were not there: admission that reads namespaces from
+# its informer (ValidatingAdmissionPolicy's matcher, until the patches of late 2025) answers a
+# create in it 404 'namespace "NAME" not found'; the RBAC authorizer, which learns of
+# RoleBindings from a watch (each API server of the cluster from its own), refuses 403 what the
+# portal's new RoleBinding there allows. Those two answers about a namespace are tried again
+# for this long (``Kube.new_namespace_retry``); any other answer is final at once.
+NEW_NAMESPACE_SECONDS = 10.0
 # The oldest Kubernetes whose API has every field of the job objects (the oldest they are
 # validated against), and how long a server's version is taken as known.
 MIN_VERSION = tuple(int(part) for part in SUPPORTED_VERSIONS[0].split("."))
 VERSION_CHECK_SECONDS = 600.0
 NETWORK_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+# An open watch holds its connection as long as it runs (the pod cache keeps one open per user
+# namespace, and lists in each at once when it starts), so watches have a pool of connections
+# of their own (``Kube.for_watches``): never the one the other requests reuse theirs from,
+# which would then make (and, that pool full, throw away) a new connection for each request.
+# Up to this many are kept there for the next watch.
+WATCH_CONNECTIONS = 256
 
 
 class KubeError(BackendError):
@@ -96,6 +112,23 @@ class KubeError(BackendError):
 
 class WatchExpired(KubeError):
     """The resourceVersion a watch started from is too old (410 Gone): list again."""
+
+
+def new_namespace_answer(exc: KubeError, namespace: str) -> bool:
+    """Whether ``exc`` is an answer about ``namespace`` that, just after it was made, only
+    means the server has not caught up with it yet (``NEW_NAMESPACE_SECONDS``): admission's
+    404 that it does not exist, or RBAC's 403 to us there (not, say, a quota's or Pod
+    Security's 403, which are "is forbidden: exceeded quota", "…: violates PodSecurity")."""
+    quoted = re.escape(f'"{namespace}"')
+    if exc.status == 404:
+        return re.match(rf"^namespaces? {quoted} not found$", str(exc)) is not None
+    return exc.status == 403 and re.search(
+        rf' is forbidden: User ".+" cannot .+ in the namespace {quoted}$', str(exc)) is not None
+
+
+# The namespace whose new-namespace answers a call of this thread already retries: the calls
+# it makes (an apply's create) leave them to it, so its deadline is the one that holds.
+_retrying = threading.local()
 
 
 def _status_message(status: int, data: bytes) -> tuple[str, str]:
@@ -135,8 +168,21 @@ class Kube:
         self.throttle_seconds = settings.PADDLECLOUD_KUBE_THROTTLE_SECONDS
         self._version: tuple[tuple[int, int], float] | None = None  # (version, when asked)
         self._username: str | None = None
+        self._watches: Kube | None = None
+        self._lock = threading.Lock()
 
     # -- requests ---------------------------------------------------------------------------
+
+    def for_watches(self) -> Kube:
+        """The same server, as the same account, on connections of its own (a pool of
+        ``WATCH_CONNECTIONS``): for watches, each of which holds one while it runs, and the
+        lists they start from."""
+        with self._lock:
+            if self._watches is None:
+                configuration = copy.deepcopy(self.api_client.configuration)
+                configuration.connection_pool_maxsize = WATCH_CONNECTIONS
+                self._watches = Kube(k8s.ApiClient(configuration), name=self.name)
+            return self._watches
 
     def _send(self, method: str, path: str, query: dict | None, body, *, stream: bool,
               timeout) -> k8s.rest.RESTResponse:
@@ -317,23 +363,35 @@ class Kube:
         raise KubeError(f"{kind} {meta['name']} keeps changing under us; try again")
 
     def _post(self, obj: dict) -> dict:
-        """Create ``obj``; while its namespace is "not found" by admission (just made:
-        ``NEW_NAMESPACE_SECONDS``), again, backing off."""
+        """Create ``obj``; in a namespace just made, as ``new_namespace_retry`` tries."""
         namespace = obj["metadata"].get("namespace")
-        missing = re.compile(rf'^namespaces? "{re.escape(namespace or "")}" not found$')
-        deadline = time.monotonic() + NEW_NAMESPACE_SECONDS
-        delay = 0.05
-        while True:
-            try:
-                return self.request("POST", self.path(obj["kind"], namespace), body=obj)
-            except KubeError as exc:
-                if not namespace or exc.status != 404 or not missing.match(str(exc)) \
-                        or time.monotonic() + delay > deadline:
-                    raise
-                logger.info("Kubernetes %s: creating %s %s: %s; trying again", self.name,
-                            obj["kind"], obj["metadata"]["name"], exc)
-            time.sleep(delay)
-            delay = min(2 * delay, 1.0)
+        return self.new_namespace_retry(namespace, lambda: self.request(
+            "POST", self.path(obj["kind"], namespace), body=obj))
+
+    def new_namespace_retry(self, namespace: str | None, call: Callable[[], T]) -> T:
+        """``call()``, tried again, backing off, while it meets an answer that only means
+        ``namespace`` was made a moment ago (``new_namespace_answer``), for up to
+        ``NEW_NAMESPACE_SECONDS``; then that answer is raised. Within such a call, another
+        (an apply's create in the same namespace) is not retried again: the outer one is."""
+        if not namespace or getattr(_retrying, "namespace", None) == namespace:
+            return call()
+        outer, _retrying.namespace = getattr(_retrying, "namespace", None), namespace
+        try:
+            deadline = time.monotonic() + NEW_NAMESPACE_SECONDS
+            delay = 0.05
+            while True:
+                try:
+                    return call()
+                except KubeError as exc:
+                    if not new_namespace_answer(exc, namespace) \
+                            or time.monotonic() + delay > deadline:
+                        raise
+                    logger.info("Kubernetes %s: in namespace %s, just made: %s; trying again",
+                                self.name, namespace, exc)
+                time.sleep(delay)
+                delay = min(2 * delay, 1.0)
+        finally:
+            _retrying.namespace = outer
 
     def delete(self, kind: str, namespace: str | None, name: str, *,
                grace: float | None = None, propagation: str = "Background") -> bool:
@@ -362,9 +420,13 @@ class Kube:
         return items, answer["metadata"].get("resourceVersion", "")
 
     def watch(self, kind: str, namespace: str | None, *, selector: str | None,
-              resource_version: str, timeout_seconds: int = 60) -> Iterator[dict]:
+              resource_version: str, timeout_seconds: int = 60,
+              opened: Callable[[urllib3.BaseHTTPResponse], None] | None = None
+              ) -> Iterator[dict]:
         """The changes after ``resource_version``, as ``{"type", "object"}`` events, until the
-        server ends the stream. Raises ``WatchExpired`` on 410 Gone (in-stream or not)."""
+        server ends the stream (best on ``for_watches``' connections). Raises ``WatchExpired``
+        on 410 Gone (in-stream or not). ``opened`` is given the open stream: another thread
+        may ``shutdown()`` it to end the watch at once."""
         try:
             response = self.request("GET", self.path(kind, namespace), stream=True, query={
                 "watch": "true", "labelSelector": selector,
@@ -375,6 +437,8 @@ class Kube:
                 raise WatchExpired(str(exc), status=410, reason=exc.reason) from None
             raise
         try:
+            if opened is not None:
+                opened(response.response)
             for line in _lines(response.response):
                 event = json.loads(line)
                 if event.get("type") == "ERROR":

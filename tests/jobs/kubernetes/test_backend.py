@@ -23,6 +23,7 @@ from jobs import engine, tasks
 from jobs.backends import backend_for
 from jobs.backends.base import Status
 from jobs.backends.kubernetes.client import kube_for, kube_forget
+from jobs.backends.kubernetes.manifests import portal_binding
 from jobs.backends.kubernetes.names import JOB_UID_LABEL, object_base
 from jobs.backends.kubernetes.pods_watch import pod_cache, pod_caches_stop
 from jobs.models import Job, replica_ended
@@ -31,6 +32,7 @@ from jobs.tasks import jobs_reconcile
 from paddlecloud_core.contract import STOP_GRACE_SECONDS
 from tests.conftest import assert_error
 from tests.factories import PACKAGE, submit_job
+from tests.k8s_api_server.rbac import PORTAL_USER
 from tests.kube import datacenter_set, portal_kubeconfig
 from tests.polling import wait
 
@@ -719,6 +721,41 @@ def test_the_pod_watch_lists_again_after_410_and_dropped_streams(kube, alice, da
     assert cache.relists > relists
     backend = backend_for(datacenter)
     assert backend.observe(job, job.replicas.get()).status == Status.EXITED
+
+
+@pytest.mark.django_db
+def test_the_watches_of_many_namespaces_take_no_connection_of_the_other_requests(
+        kube, datacenter, caplog):
+    """Each open watch holds a connection; watching more namespaces than the client keeps
+    connections for (its pool), the other requests would make a new one each, and every
+    watch cut (they end every few minutes) would throw connections away ("Connection pool is
+    full"). The pod watch's lists and watches have connections of their own."""
+    from kubernetes import client
+
+    requests = kube_for(datacenter)
+    kept = requests.api_client.configuration.connection_pool_maxsize
+    names = sorted(f"paddle-user{i}" for i in range(kept + 3))
+    with kube.api_client() as api:  # as the administrator, as if the portal had made them
+        for name in names:
+            client.CoreV1Api(api).create_namespace({"metadata": {
+                "name": name, "labels": {"app.kubernetes.io/managed-by": "paddlecloud"}}})
+            client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(
+                name, portal_binding(name, PORTAL_USER))
+    cache = pod_cache(requests)
+    assert cache.synced(timeout=10) and cache.namespaces() == names
+    watching = lambda: sum("watch=true" in path and "/pods?" in path  # noqa: E731
+                           for _, path in kube.request_log)
+    wait(lambda: watching() >= len(names), message="every namespace's watch open")
+    pool = requests.api_client.rest_client.pool_manager.connection_from_url(
+        requests.api_client.configuration.host)
+    assert pool.num_connections == 0  # not one of the portal's other requests' connections
+    relists, opened = cache.relists, watching()
+    kube.drop_watches()
+    wait(lambda: cache.relists >= relists + len(names) and watching() >= opened + len(names),
+         message="every watch open again")
+    assert requests.get("Namespace", None, names[0])
+    assert pool.num_connections == 1
+    assert "Connection pool is full" not in caplog.text
 
 
 def replica_ended_now(replica) -> bool:

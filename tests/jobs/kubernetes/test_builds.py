@@ -337,13 +337,9 @@ def test_the_real_api_server_takes_the_unconfined_builder_in_the_administrators_
 BUILDS_NAMESPACE = "paddlecloud-builds"
 
 
-@pytest.mark.django_db(transaction=True)
-def test_the_unconfined_builder_runs_in_the_administrators_namespace(
-        build_datacenter, celery_worker, alice, pfs_home, k8s_api):
-    """Where the nodes' defaults refuse a rootless builder (GKE on COS, --seccomp-default):
-    the same builder, unprivileged, with seccomp and AppArmor unconfined, in the namespace the
-    administrator made for it (Pod Security privileged, labelled as the portal's), with the
-    portal's rights there and the push credentials copied there, owned by the builder."""
+def unconfined_builds(k8s_api, datacenter) -> None:
+    """The datacenter builds unconfined in ``BUILDS_NAMESPACE``, which its administrator made
+    (Pod Security privileged, labelled as the portal's); its builders push ``PUSHED``."""
     from kubernetes import client
 
     with k8s_api.api_client() as api:  # as the administrator
@@ -351,10 +347,20 @@ def test_the_unconfined_builder_runs_in_the_administrators_namespace(
             "name": BUILDS_NAMESPACE, "labels": {
                 "app.kubernetes.io/managed-by": "paddlecloud",
                 "pod-security.kubernetes.io/enforce": "privileged"}}})
-    datacenter_set(build_datacenter, kube_builder="unconfined",
+    datacenter_set(datacenter, kube_builder="unconfined",
                    kube_builder_namespace=BUILDS_NAMESPACE)
     k8s_api.controller.script_pods("build-*", container=CONTAINER,
                                    message=json.dumps({"containerimage.digest": PUSHED}))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_unconfined_builder_runs_in_the_administrators_namespace(
+        build_datacenter, celery_worker, alice, pfs_home, k8s_api):
+    """Where the nodes' defaults refuse a rootless builder (GKE on COS, --seccomp-default):
+    the same builder, unprivileged, with seccomp and AppArmor unconfined, in the namespace the
+    administrator made for it (Pod Security privileged, labelled as the portal's), with the
+    portal's rights there and the push credentials copied there, owned by the builder."""
+    unconfined_builds(k8s_api, build_datacenter)
     job = wait_for(submit(alice, build_datacenter, package(pfs_home), "built"),
                    ("starting", "running", *FINAL))
     assert job.state in ("starting", "running"), job.state_reason
@@ -374,6 +380,22 @@ def test_the_unconfined_builder_runs_in_the_administrators_namespace(
                           "paddlecloud-portal")
     assert binding["roleRef"]["name"] == "paddlecloud-portal-namespace"
     assert not builder_objects(k8s_api, "Job")  # none in the user's namespace
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_unconfined_builder_waits_for_the_portals_rights_in_its_namespace(
+        build_datacenter, celery_worker, alice, pfs_home, k8s_api):
+    """The portal binds its role in the administrator's namespace and makes the builder there
+    at once; the API server's RBAC authorizer, which learns of RoleBindings from a watch,
+    refuses it 403 until it has seen the binding. The builder is made once it has, not
+    refused. (The fake API server, whose authorizer ignores bindings younger than a lag the
+    test chooses: the real one's lag is milliseconds, longer under load, and cannot be.)"""
+    k8s_api.settings.rbac_binding_lag_seconds = 0.6
+    unconfined_builds(k8s_api, build_datacenter)
+    job = wait_for(submit(alice, build_datacenter, package(pfs_home), "built"),
+                   ("starting", "running", *FINAL))
+    assert job.state in ("starting", "running"), job.state_reason
+    assert [b["metadata"]["name"] for b in k8s_api.store.list("jobs.batch", BUILDS_NAMESPACE)]
 
 
 @pytest.mark.django_db(transaction=True)

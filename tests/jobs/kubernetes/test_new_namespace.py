@@ -1,5 +1,6 @@
 """The first objects in a namespace the portal has just made, when the API server's admission
-does not see that namespace yet.
+does not see that namespace yet, nor its authorizer the portal's RoleBinding there
+(``Kube.new_namespace_retry``).
 
 Why the fake API server and not the real control plane: the defect is a race in the real
 server (a ValidatingAdmissionPolicy's matcher read namespaces from an informer's cache and,
@@ -27,13 +28,21 @@ def kube(k8s_api, kube_datacenter):
     return k8s_api
 
 
+@pytest.mark.parametrize("lags", [
+    {"admission_namespace_lag_seconds": 0.6},
+    {"admission_namespace_lag_seconds": 0.6, "rbac_binding_lag_seconds": 0.6},
+], ids=["admission", "admission-and-authorizer"])
 @pytest.mark.django_db
-def test_the_first_creates_in_a_new_namespace_are_tried_again_while_admission_misses_it(
-        kube, alice, datacenter, package, held_starts):
+def test_the_first_creates_in_a_new_namespace_are_tried_again_while_the_server_catches_up(
+        kube, alice, datacenter, package, held_starts, lags):
     """For 0.6 s after the portal makes alice's namespace, admission answers that it does not
-    exist: the portal tries its ResourceQuota, LimitRange and the job's objects again, and the
-    job starts, rather than failing on the first answer."""
-    kube.settings.admission_namespace_lag_seconds = 0.6
+    exist; and (the second case) the portal's rights there, which come with the RoleBinding it
+    makes, are refused 403 as long: the RBAC authorizer reads RoleBindings from a watch (on a
+    cluster of several API servers, each in its own time), and the fake's ignores bindings
+    younger than the lag the test chooses. The portal tries its ResourceQuota, LimitRange and
+    the job's objects again, and the job starts, rather than failing on the first answer."""
+    for name, seconds in lags.items():
+        setattr(kube.settings, name, seconds)
     job = submit_job(alice, datacenter, trainers=2, pservers=1)
     engine.job_launch(job.pk)
     job.refresh_from_db()

@@ -1,7 +1,8 @@
 """Tenants on the real control plane, the portal as its own ServiceAccount (deploy/rbac.yaml,
 its token): it runs a job in the namespace it makes, where it binds its namespace role to
-itself, and reads nothing of a namespace it did not make (no Secret, no ConfigMap); each user
-namespace gets the NetworkPolicies that keep other tenants out and its pods in."""
+itself, and reads nothing of a namespace it did not make (no Secret, no ConfigMap, no pod: it
+watches the pods of its namespaces, one by one); each user namespace gets the NetworkPolicies
+that keep other tenants out and its pods in."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from jobs.backends import backend_for
 from jobs.backends.kubernetes.client import kube_for
 from jobs.backends.kubernetes.manifests import network_policies
 from jobs.backends.kubernetes.names import PORTAL_BINDING, PORTAL_NAMESPACE_ROLE
+from jobs.backends.kubernetes.pods_watch import pod_cache
 from paddlecloud_core.contract import job_namespace
 from tests.factories import package_write, submit_job
 from tests.jobs.files import TRAINER
@@ -78,6 +80,31 @@ def test_the_portal_runs_a_job_in_its_namespace_and_reads_nothing_elsewhere(
         assert portal.get("ConfigMap").status == 403
     finally:
         portal.close()
+
+
+def test_the_pod_watch_sees_the_jobs_pods_with_the_rights_of_its_namespaces(
+        real_kube, real_kube_datacenter, alice, pfs_home, held_starts):
+    """The portal may not read the pods of the whole cluster (tests/k8s_real/test_rbac.py:
+    403), only those of the namespaces it made: its pod watch, as its ServiceAccount, started
+    before alice's namespace exists, watches that namespace once the portal makes it (and
+    binds its rights there), and sees the job's pod run and end."""
+    datacenter = real_kube_datacenter
+    package_write(pfs_home, TRAINER)
+    cache = pod_cache(kube_for(datacenter))
+    mine = job_namespace(datacenter, alice.username)
+    assert cache.synced(timeout=30) and mine not in cache.namespaces()
+    job = submit_job(alice, datacenter, "watched", image="python:3.11-slim",
+                     env={"LINES": "step 1", "SECONDS": "2", "CODE": "0"})
+    engine.job_launch(job.pk)
+    phases = set()
+
+    def ended() -> bool:
+        phases.update(p["status"].get("phase") for p in cache.job_pods(str(job.uid)))
+        return "Succeeded" in phases
+
+    wait(ended, timeout=120, message=lambda: f"the pod's end in the watch (seen: {phases})")
+    assert "Running" in phases and mine in cache.namespaces()
+    run_until(job, {"succeeded"})
 
 
 def test_a_user_namespace_gets_network_policies_the_server_accepts(
