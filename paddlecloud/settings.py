@@ -227,7 +227,7 @@ PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
 PADDLECLOUD_BUILDER_IMAGE = env_str("PADDLECLOUD_BUILDER_IMAGE", "moby/buildkit:rootless")
 # paddlectl build on a local datacenter: buildah on the portal's machine, whose build steps
 # (the user's code, contained in a user namespace) run in a network of their own that reaches
-# only the datacenter's allowed package indexes (jobs/backends/local/egress.py): off unless the
+# only the datacenter's allowed package indexes (jobs/backends/egress.py): off unless the
 # admin says so.
 PADDLECLOUD_LOCAL_BUILDS = env_bool("PADDLECLOUD_LOCAL_BUILDS", False)
 # permessage-deflate on the WebSockets (uvicorn's ws_per_message_deflate). uvicorn compresses

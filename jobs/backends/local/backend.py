@@ -73,7 +73,16 @@ from ...files import (
     tree_give,
 )
 from ..base import Backend, BackendError, Observation, Status
-from .buildah import buildah_build
+from ..buildah import buildah_build
+from ..netns import (
+    SandboxError,
+    dir_locked,
+    holder_kill,
+    holders,
+    netns_start,
+    netns_stop,
+    process_argvs,
+)
 from .envs import env_ensure, env_path, indexes_allowed
 from .exits import ExitWatch, exits_watch
 from .relay import RELAY_PORT, RelayError, relay_start, relay_stop
@@ -81,16 +90,9 @@ from .sandbox import (
     SYSTEM_PATH,
     Bind,
     Sandbox,
-    SandboxError,
     client_dirs,
-    dir_locked,
-    holder_kill,
-    holders,
-    netns_start,
-    netns_stop,
     probe_dirs_left,
     probe_left,
-    process_argvs,
     sandbox_command,
     sandbox_problem,
 )

@@ -56,9 +56,9 @@ from pathlib import Path
 
 from registries.oci import RegistryError, docker_config_json, image_ref_parse, manifest_digest
 
-from ..base import BackendError
+from .base import BackendError
 from .egress import EgressError, egress
-from .sandbox import SandboxError
+from .netns import SandboxError
 
 INSTALL = ("buildah is not installed on the portal's machine: install it "
            "(apt-get install buildah on Debian/Ubuntu, dnf install buildah on Fedora/RHEL)")
