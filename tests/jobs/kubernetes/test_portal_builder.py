@@ -31,6 +31,7 @@ from tests.jobs.test_buildah import no_build_left
 from tests.jobs.test_examples_on_kubernetes import wait_for
 from tests.kube import datacenter_set
 from tests.polling import wait
+from tests.processes import processes_naming
 from tests.registry_server import registry_server
 
 pytestmark = pytest.mark.timeout(900)
@@ -126,6 +127,33 @@ def test_the_portal_builds_with_buildah_and_the_pods_run_the_pushed_digest(
     assert 'RUN echo "built on the portal' in text
     assert f"paddlecloud: pushed {build.image}@{build.image_digest}" in text
     assert "s3cret" not in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_killing_the_only_job_waiting_for_a_portal_build_stops_buildah(
+        kube_datacenter, registry, base, storage, celery_worker, alice, pfs_home):
+    """As a cluster builder is deleted when no job waits for its image any more, the portal's
+    buildah is stopped (its process group) within seconds, pushing nothing; the storage
+    fixture then finds nothing of it left (no process, working container, image or mount)."""
+    from jobs.services import job_kill
+
+    datacenter = portal_built(kube_datacenter, registry, alice)
+    pkg = package_write(pfs_home, "print('trained')\n", "slow")
+    (pfs_home / "slow" / "Dockerfile").write_text(f"FROM {base}\nRUN echo started && sleep 617\n")
+    job = submit(alice, datacenter, pkg, "doomed")
+    build = wait(lambda: Build.objects.filter(state="building").first(), message="the build")
+    log = pfs_home / ".paddlecloud" / "builds" / f"{build.uid}.log"
+    wait(lambda: log.is_file() and "\nstarted\n" in log.read_text(), timeout=300,
+         message=lambda: f"its RUN step to start: {log.read_text() if log.is_file() else ''}")
+    job_kill(alice, datacenter, "doomed")
+    wait(lambda: not processes_naming(str(storage)) and not processes_naming("sleep 617"),
+         timeout=60, message="buildah and its RUN step to be stopped")
+    job.refresh_from_db()
+    build.refresh_from_db()
+    assert job.state == "killed"
+    assert (build.state, build.reason) == ("failed", Build.CANCELLED)
+    assert manifest_digest(build.image, auth=AUTH, insecure=True) is None
+    wait(lambda: f"failed: {Build.CANCELLED}" in log.read_text(), message="the log's end")
 
 
 @pytest.mark.django_db(transaction=True)
