@@ -124,9 +124,9 @@ def buildah_build(context: Path, dockerfile: str, image: str, *, insecure: bool,
     jobs.backends.base.BackendError with a one-line reason (the registry's refusal naming the
     registry, the failing step and the builder's last lines, or what ``cancelled()`` said)
     on failure."""
-    if (problem := buildah_problem()) is not None:
-        raise BackendError(problem)
     buildah = shutil.which("buildah")
+    if buildah is None:
+        raise BackendError(INSTALL)
     try:
         target = image_ref_parse(image)
     except ValueError as exc:
