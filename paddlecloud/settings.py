@@ -227,7 +227,7 @@ PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
 PADDLECLOUD_BUILDER_IMAGE = env_str("PADDLECLOUD_BUILDER_IMAGE", "moby/buildkit:rootless")
 # paddlectl build on a local datacenter: buildah on the portal's machine, whose build steps
 # (the user's code, contained in a user namespace) run in a network of their own that reaches
-# only the datacenter's allowed package indexes (jobs/backends/local/egress.py): off unless the
+# only the datacenter's allowed package indexes (jobs/backends/egress.py): off unless the
 # admin says so.
 PADDLECLOUD_LOCAL_BUILDS = env_bool("PADDLECLOUD_LOCAL_BUILDS", False)
 # permessage-deflate on the WebSockets (uvicorn's ws_per_message_deflate). uvicorn compresses
@@ -236,7 +236,8 @@ PADDLECLOUD_LOCAL_BUILDS = env_bool("PADDLECLOUD_LOCAL_BUILDS", False)
 # time (bench/README.md, logs.py). Off: the sockets carry plain text (a log followed at 1 000
 # lines/s is ~90 KB/s).
 PADDLECLOUD_WS_DEFLATE = env_bool("PADDLECLOUD_WS_DEFLATE", False)
-# Where the local backend's builder (buildah) keeps its images and layers.
+# Where buildah keeps its images and layers on the portal's machine (a local datacenter's
+# builds, and a Kubernetes one's whose kube_builder is portal), a storage per datacenter.
 PADDLECLOUD_BUILDAH_DIR = Path(env_str("PADDLECLOUD_BUILDAH_DIR") or VAR_DIR / "buildah")
 # The cache of requirements.txt environments (jobs/backends/local/envs.py, kubernetes/envs.py): at
 # most this many bytes per datacenter on the local backend, per user home on Kubernetes (a

@@ -1,7 +1,7 @@
 """A client of the Distribution (OCI) HTTP API v2: image references, manifests and blobs,
 and the ``config.json`` form of a registry credential.
 
-No Django here: the portal's services, the builder (``jobs.backends.local.buildah``) and the
+No Django here: the portal's services, the builder (``jobs.backends.buildah``) and the
 Kubernetes pull secrets use it alike.
 
 - ``image_ref_parse``: Docker's reference grammar (``distribution/reference``): an optional

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobs.backends.local.sandbox import holders
+from jobs.backends.netns import holders
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_VARS = ("DATABASE_URL", "REDIS_URL", "PADDLECLOUD_BACKEND", "SECRET_KEY", "DEBUG",

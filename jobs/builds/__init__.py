@@ -20,8 +20,10 @@ builds nothing. Jobs that need an image being built wait for that build (one ``b
 the next job builds again.
 
 How: the datacenter's backend runs the builder (``Backend.image_build``): BuildKit, rootless,
-as a Kubernetes Job in the owner's namespace; buildah on the portal's machine for the local
-backend (``paddlectl build`` only, where PADDLECLOUD_LOCAL_BUILDS allows it). Its output is the
+as a Kubernetes Job in the owner's namespace (or the administrator's, ``kube_builder``); buildah
+on the portal's machine (``jobs.backends.buildah``) for the local backend (``paddlectl build``
+only, where PADDLECLOUD_LOCAL_BUILDS allows it) and for a Kubernetes datacenter whose cluster
+cannot build (``kube_builder`` portal). Its output is the
 build's log (``.paddlecloud/builds/<uid>.log`` in the owner's home), which ``paddlectl logs JOB
 -w build`` and the job's page follow like any worker's.
 

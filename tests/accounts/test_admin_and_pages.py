@@ -135,6 +135,18 @@ def test_admin_sets_a_datacenters_cluster_choices(admin_browser, datacenter):
     assert kube["kube_volume"]["persistentVolume"]["csi"]["driver"] == "cephfs.csi.ceph.com"
 
 
+def test_admin_offers_the_portal_builder(admin_browser, datacenter):
+    """GKE Autopilot's choice: the portal builds its images (buildah is on this machine)."""
+    url = f"/admin/accounts/datacenter/{datacenter.pk}/change/"
+    assert 'value="portal"' in page(admin_browser.get(url))
+    response = admin_browser.post(url, {**DATACENTER_FORM, "backend": "kubernetes",
+                                        "quotas-TOTAL_FORMS": "0", "quotas-INITIAL_FORMS": "0",
+                                        "kube_builder": "portal"})
+    assert response.status_code == 302, page(response)
+    datacenter.refresh_from_db()
+    assert datacenter.backend_settings["kube_builder"] == "portal"
+
+
 def test_admin_refuses_a_namespace_prefix_another_datacenter_uses_on_its_cluster(
         admin_browser, datacenter, other_datacenter, tmp_path):
     """datacenter2 is on the cluster datacenter1 is on (another kubeconfig naming the same

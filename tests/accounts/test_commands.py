@@ -142,6 +142,24 @@ def test_adddatacenter_sets_the_image_builder(db, k8s_api):
     assert (kube["kube_builder"], kube["kube_builder_namespace"]) == ("unconfined", "builds")
 
 
+def test_adddatacenter_offers_the_portal_builder_where_the_portal_has_buildah(
+        db, k8s_api, monkeypatch, tmp_path):
+    """GKE Autopilot: builds on the portal's machine, which needs buildah there; without it
+    the choice is refused naming the setting and saying how to install it."""
+    run("adddatacenter", "autopilot", "--backend", "kubernetes", "--kubeconfig",
+        str(k8s_api.kubeconfig_path))
+    with monkeypatch.context() as patch, pytest.raises(
+            CommandError, match=r"kube_builder: the portal builder builds on the portal's "
+                                r"machine, with buildah: buildah is not installed on the "
+                                r"portal's machine: install it \(apt-get install buildah"):
+        patch.setenv("PATH", str(tmp_path))  # a machine where buildah is not installed
+        run("adddatacenter", "autopilot", "--builder", "portal")
+    assert Datacenter.objects.get(name="autopilot").backend_settings["kube_builder"] == \
+        "rootless"
+    run("adddatacenter", "autopilot", "--builder", "portal")
+    assert Datacenter.objects.get(name="autopilot").backend_settings["kube_builder"] == "portal"
+
+
 def test_adddatacenter_sets_the_clusters_choices(db, k8s_api):
     """Scheduler, queue, uid, GPU nodes, start timeout: given as flags, kept when not given;
     a choice that cannot work is refused and nothing is saved."""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import requests
 
-from jobs.backends.local.sandbox import process_argvs
+from jobs.backends.netns import process_argvs
 from tests.polling import wait
 
 from .deployment import DATACENTER, JOBS_QUOTA, Deployment

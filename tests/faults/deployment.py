@@ -34,7 +34,7 @@ import redis
 import requests
 from cryptography.fernet import Fernet
 
-from jobs.backends.local.sandbox import process_argvs
+from jobs.backends.netns import process_argvs
 from tests.polling import wait
 from tests.processes import ROOT, clean_env
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.backends import netns
 from jobs.backends.local import sandbox
 from tests.polling import wait
 from tests.processes import probe_holders
@@ -67,7 +68,7 @@ def worker_of(deployment, pid: int):
 
 def holders() -> dict[int, str]:
     """Every network-namespace holder running on this machine: pid: label."""
-    return {pid: label for pid, _, label in sandbox.holders()}
+    return {pid: label for pid, _, label in netns.holders()}
 
 
 def runs_within(user, name: str, bound: float, since: float, why: str) -> list[str]:
@@ -370,8 +371,9 @@ def test_5_holders_no_living_job_owns_are_released_at_a_workers_start(deployment
             pytest.fail("three workers finished their sandbox probe before they were stopped")
         private = deployment.var / "jobs" / str(uuid.uuid4())
         (private / "run").mkdir(parents=True)
-        netns = sandbox.netns_start(deployment.base / f"netns-{uuid.uuid4().hex}.pid", str(private))
-        planted[netns.pid] = "the network of a job the database does not know"
+        network = netns.netns_start(deployment.base / f"netns-{uuid.uuid4().hex}.pid",
+                                    str(private))
+        planted[network.pid] = "the network of a job the database does not know"
         worker.start()
         worker.wait_ready()
         started = time.monotonic()

@@ -1,4 +1,4 @@
-"""jobs.backends.local.buildah with real parts: buildah builds a trainer package's image on a base
+"""jobs.backends.buildah with real parts: buildah builds a trainer package's image on a base
 image pulled from a real registry with a user and a password (Distribution 2.8,
 ``tests/registry_server.py``), ``pip`` in the build installs from PyPI, the image is pushed
 there, and what the registry then holds is read back through its HTTP API.
@@ -21,8 +21,8 @@ import pytest
 import requests
 
 from jobs.backends.base import BackendError
+from jobs.backends.buildah import buildah_build
 from jobs.backends.environments import PYPI
-from jobs.backends.local.buildah import buildah_build
 from jobs.builds.recipe import runtime_dockerfile
 from registries.oci import blob_get, docker_config_json, manifest_digest, manifest_get
 from tests.images import BASE_REPOSITORY, SYSTEM_PATH, base_image_push, buildah, mounts_under

@@ -21,13 +21,8 @@ from django.conf import settings
 from django.db import connection
 
 from jobs.backends.local.backend import job_dir, netns_file
-from jobs.backends.local.sandbox import (
-    holders,
-    netns_alive,
-    netns_start,
-    netns_stop,
-    sandbox_problem,
-)
+from jobs.backends.local.sandbox import sandbox_problem
+from jobs.backends.netns import holders, netns_alive, netns_start, netns_stop
 from jobs.files import output_dir
 from jobs.models import Job, JobEvent
 from paddlecloud_core.processes import read_json, runner_alive

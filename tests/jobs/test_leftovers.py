@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from jobs.backends.local.backend import LocalBackend, jobs_root, netns_file
-from jobs.backends.local.sandbox import holders, netns_alive, netns_start
+from jobs.backends.netns import holders, netns_alive, netns_start
 from paddlecloud_core.processes import attempt_start, group_live
 
 
@@ -66,7 +66,8 @@ def test_a_probes_network_outlives_no_killed_prober(tmp_path):
     prober = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""\
         import sys, time
         sys.path[:0] = {sys.path!r}
-        from jobs.backends.local.sandbox import _probe_label, netns_start
+        from jobs.backends.local.sandbox import _probe_label
+        from jobs.backends.netns import netns_start
         netns_start({str(tmp_path / "netns.pid")!r}, _probe_label())
         print("held", flush=True)
         time.sleep(60)

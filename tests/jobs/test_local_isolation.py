@@ -21,7 +21,7 @@ from jobs.backends import environments
 from jobs.backends.local import backend as local
 from jobs.backends.local import envs
 from jobs.backends.local.backend import job_dir
-from jobs.backends.local.sandbox import netns_read
+from jobs.backends.netns import netns_read
 from jobs.files import output_dir
 from jobs.models import Job
 from jobs.services import job_submit

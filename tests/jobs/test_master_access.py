@@ -24,7 +24,7 @@ from jobs.backends.kubernetes.client import kube_for
 from jobs.backends.kubernetes.pods import job_secret_name
 from jobs.backends.local.backend import job_dir, relay_file
 from jobs.backends.local.relay import relay_read
-from jobs.backends.local.sandbox import netns_read
+from jobs.backends.netns import netns_read
 from jobs.files import output_dir
 from jobs.master import dispatch
 from jobs.models import Job

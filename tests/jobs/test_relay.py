@@ -32,14 +32,8 @@ from jobs.backends.local.relay import (
     relay_start,
     relay_stop,
 )
-from jobs.backends.local.sandbox import (
-    Sandbox,
-    client_dirs,
-    netns_start,
-    netns_stop,
-    sandbox_command,
-    sandbox_problem,
-)
+from jobs.backends.local.sandbox import Sandbox, client_dirs, sandbox_command, sandbox_problem
+from jobs.backends.netns import netns_start, netns_stop
 from paddlecloud_core.contract import RELAY_SOURCE_ADDRESS
 
 pytestmark = pytest.mark.skipif(sandbox_problem() is not None,

@@ -2,7 +2,7 @@
 as data and bounded (``paddlecloud_core/requirements.py``), checked at submit through the real
 API and again when the job's copy is installed, and installed by real uv in a real sandbox whose
 network reaches the datacenter's allowed package indexes and nothing else on the machine
-(``jobs/backends/local/egress.py``). The allowed index is a real one on loopback
+(``jobs/backends/egress.py``). The allowed index is a real one on loopback
 (``tests/package_index.py``); a second server on loopback stands for what must stay out of
 reach (PostgreSQL, Redis, the portal)."""
 

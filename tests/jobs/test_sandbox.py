@@ -22,17 +22,19 @@ import pytest
 from jobs.backends.local.sandbox import (
     SETUP_FAILED,
     Bind,
-    Netns,
     Sandbox,
     SandboxCommand,
-    SandboxError,
     client_dirs,
+    sandbox_command,
+    sandbox_problem,
+)
+from jobs.backends.netns import (
+    Netns,
+    SandboxError,
     netns_alive,
     netns_read,
     netns_start,
     netns_stop,
-    sandbox_command,
-    sandbox_problem,
 )
 
 VENV_BIN = str(Path(sys.executable).parent)

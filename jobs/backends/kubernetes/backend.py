@@ -14,7 +14,8 @@ Indexed Job (trainers) in the owner's namespace, all owned by one root ConfigMap
   ``start`` of a trainer past them grows ``completions`` and ``parallelism`` together to
   include its index (a lost trainer's index stays a failed one; its replacement is the next).
 - ``image_build`` makes a runtime image's builder (``builder``) and follows it to its end
-  (``builder_follow``).
+  (``builder_follow``); with ``kube_builder`` portal it builds on the portal's machine
+  instead (``jobs.backends.buildah``), and the cluster only pulls what was pushed.
 - ``stop``, ``release`` (the job ended) and ``cleanup`` delete the root: the garbage
   collector deletes the rest, the pods with the portal's grace period.
 - Logs come from the pods while they exist, else from the copy each pod writes to the job's
@@ -53,6 +54,7 @@ from ..base import (
     Status,
     records,
 )
+from ..buildah import buildah_problem, package_build
 from . import builder, manifests, observe, pods
 from .builder_follow import BuildCancelled, build_follow
 from .client import KubeError, kube_for
@@ -575,9 +577,13 @@ class KubernetesBackend(Backend):
     def image_build(self, build, dockerfile: str, log: int, auth, *, insecure: bool,
                     cancelled=lambda: "") -> str:
         """A builder Job in the owner's namespace (``builder``); its log copied to ``log`` as
-        it comes; the digest it pushed read from its pod's termination message."""
+        it comes; the digest it pushed read from its pod's termination message. With the
+        portal builder: buildah in this worker, as a local datacenter builds."""
         if (problem := self.image_build_problem(build.datacenter)) is not None:
             raise BackendError(problem)
+        if kube_settings(build.datacenter).kube_builder == Builder.PORTAL:
+            return package_build(build, dockerfile, log, auth, insecure=insecure,
+                                 cancelled=cancelled)
         kube = kube_for(build.datacenter)
         namespace = _builder_namespace(build)
         unconfined = kube_settings(build.datacenter).kube_builder == Builder.UNCONFINED
@@ -616,14 +622,21 @@ class KubernetesBackend(Backend):
             raise BackendError(str(cancel)) from None
 
     def image_build_problem(self, datacenter) -> str | None:
-        if kube_settings(datacenter).kube_builder == Builder.OFF:
+        chosen = kube_settings(datacenter).kube_builder
+        if chosen == Builder.OFF:
             return (f"datacenter {datacenter.name!r} builds no images (its administrator "
                     "turned the builder off: its cluster cannot run one): give an image "
                     "that has what the package needs")
+        if chosen == Builder.PORTAL and (problem := buildah_problem()):
+            return (f"datacenter {datacenter.name!r} builds images on the portal's machine "
+                    f"(kube_builder portal), which cannot build: {problem}")
         return None
 
     def image_build_cancel(self, build) -> None:
-        """Delete the builder Job (its pod, its Dockerfile and its credentials go with it)."""
+        """Delete the builder Job (its pod, its Dockerfile and its credentials go with it).
+        The portal builder's buildah stops by itself (``cancelled``)."""
+        if kube_settings(build.datacenter).kube_builder == Builder.PORTAL:
+            return
         try:
             kube_for(build.datacenter).delete("Job", _builder_namespace(build),
                                               builder.builder_name(build))

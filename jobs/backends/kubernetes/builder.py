@@ -22,8 +22,14 @@ AppArmor). ``unconfined`` runs the same builder, still uid 1000 and unprivileged
 and AppArmor ``Unconfined``, which no ``baseline`` namespace admits: so in a namespace the
 administrator makes for builds (``kube_builder_namespace``, Pod Security ``privileged``,
 labelled as the portal's so that it may write there), with the push credentials copied there
-as a Secret the builder Job owns. ``off`` refuses builds with a reason: GKE Autopilot admits
-neither profile, nor a privileged pod, so nothing in the cluster can build there.
+as a Secret the builder Job owns. GKE Autopilot admits neither profile, nor a privileged pod,
+so nothing in the cluster can build there: ``portal`` builds on the portal's machine instead
+(buildah in its worker, ``jobs.backends.buildah``, as a local datacenter builds: the package
+read from the owner's PFS, the steps reaching only the allowed package indexes, pushed with
+the owner's credentials), and the pods pull the pushed digest as after a builder Job. buildah
+there makes containers in user namespaces too, so the portal's worker must run where that is
+allowed (a VM, a node pool of its own): not in a pod of the Autopilot cluster. ``off`` refuses
+builds with a reason.
 
 The build context is the trainer package, read-only from the PFS mount; the Dockerfile comes
 in a ConfigMap the Job owns; the push credentials are the owner's pull secret for the

@@ -21,6 +21,8 @@ from accounts.execution import BackendKind
 from paddlecloud_core.contract import STOP_GRACE_SECONDS
 from paddlecloud_core.quantity import QuantityError, parse_bytes
 
+from ..buildah import buildah_problem
+
 # What a datacenter's ``kube_volume`` may be: one volume source of these kinds, whose root holds
 # home/ and public/. Each but ``persistentVolume`` is put in every pod as it is given; a
 # ``persistentVolume`` holds a PersistentVolume's source (the way for CSI drivers such as
@@ -131,6 +133,8 @@ class Builder(models.TextChoices):
                             "default seccomp and AppArmor profiles")
     UNCONFINED = "unconfined", ("BuildKit rootless with seccomp and AppArmor unconfined, in the "
                                 "namespace kube_builder_namespace (made by the administrator)")
+    PORTAL = "portal", ("buildah on the portal's machine (its worker), pushed to the build "
+                        "registry, which the pods pull from: nothing of the build in the cluster")
     OFF = "off", "no image builds on this datacenter"
 
 
@@ -221,8 +225,9 @@ class KubernetesSettingsForm(forms.Form):
         required=False,  # a form from before this setting: the default
         help_text="How runtime images are built: rootless needs nodes that let a process make "
                   "a user namespace (not GKE on COS, nor kubelets with --seccomp-default); "
-                  "unconfined works there, in a namespace you make for it; off where nothing "
-                  "in the cluster can build (GKE Autopilot).")
+                  "unconfined works there, in a namespace you make for it; portal builds on "
+                  "the portal's machine with buildah, for clusters where nothing can build "
+                  "(GKE Autopilot); off builds nothing.")
     kube_builder_namespace = forms.CharField(
         label="builder namespace", max_length=63, required=False, initial="",
         validators=[RegexValidator(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "a namespace name")],
@@ -233,6 +238,9 @@ class KubernetesSettingsForm(forms.Form):
         values = super().clean()
         if "kube_builder" in values:
             values["kube_builder"] = values["kube_builder"] or Builder.ROOTLESS
+        if values.get("kube_builder") == Builder.PORTAL and (problem := buildah_problem()):
+            self.add_error("kube_builder", f"the portal builder builds on the portal's "
+                                           f"machine, with buildah: {problem}")
         if values.get("kube_builder") == Builder.UNCONFINED \
                 and not values.get("kube_builder_namespace") \
                 and "kube_builder_namespace" not in self.errors:

@@ -43,7 +43,6 @@ import fcntl
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -73,24 +72,26 @@ from ...files import (
     tree_give,
 )
 from ..base import Backend, BackendError, Observation, Status
-from .buildah import buildah_build
-from .envs import env_ensure, env_path, indexes_allowed
+from ..buildah import package_build
+from ..netns import (
+    SandboxError,
+    dir_locked,
+    holder_kill,
+    holders,
+    netns_start,
+    netns_stop,
+    process_argvs,
+)
+from .envs import env_ensure, env_path
 from .exits import ExitWatch, exits_watch
 from .relay import RELAY_PORT, RelayError, relay_start, relay_stop
 from .sandbox import (
     SYSTEM_PATH,
     Bind,
     Sandbox,
-    SandboxError,
     client_dirs,
-    dir_locked,
-    holder_kill,
-    holders,
-    netns_start,
-    netns_stop,
     probe_dirs_left,
     probe_left,
-    process_argvs,
     sandbox_command,
     sandbox_problem,
 )
@@ -301,18 +302,12 @@ class LocalBackend(Backend):
 
     def image_build(self, build, dockerfile: str, log: int, auth, *, insecure: bool,
                     cancelled=lambda: "") -> str:
-        """``paddlectl build`` on this machine: buildah, daemonless, on a copy of the package
-        (read through its PFS storage), with its images under PADDLECLOUD_BUILDAH_DIR. Jobs
+        """``paddlectl build`` on this machine: buildah, daemonless (``package_build``). Jobs
         here run as processes, not in images: they never wait for a build."""
         if (problem := self.image_build_problem(build.datacenter)) is not None:
             raise BackendError(problem)
-        with tempfile.TemporaryDirectory(prefix="paddlecloud-build-") as tmp:
-            context = Path(tmp) / "context"
-            package_copy(build, context)
-            return buildah_build(context, dockerfile, build.image, insecure=insecure,
-                                 auth=auth, log=log,
-                                 storage=settings.PADDLECLOUD_BUILDAH_DIR / build.datacenter.name,
-                                 indexes=indexes_allowed(build.datacenter))
+        return package_build(build, dockerfile, log, auth, insecure=insecure,
+                             cancelled=cancelled)
 
     def cleanup(self, job) -> None:
         self.release(job)

@@ -59,6 +59,7 @@ from django.conf import settings
 
 from ...files import tree_give
 from ..base import BackendError, records
+from ..egress import EgressError, egress
 from ..environments import (
     env_digest,
     index_settings,
@@ -67,13 +68,12 @@ from ..environments import (
     requirements_inputs,
     uv_index_env,
 )
-from .egress import EgressError, egress
+from ..netns import SandboxError
 from .sandbox import (
     PRIVATE_TMP,
     SYSTEM_PATH,
     Bind,
     Sandbox,
-    SandboxError,
     sandbox_command,
     sandbox_shows,
     world_readable,

@@ -1,7 +1,7 @@
 """The relay from a job's network to the portal: how sandboxed replicas reach their job's
 master (docs/master.md). Standard library only.
 
-A sandboxed replica is in its job's network namespace (``sandbox.netns_start``), where
+A sandboxed replica is in its job's network namespace (``netns.netns_start``), where
 127.0.0.1 is the job's own loopback: nothing on the machine is in reach, the portal included.
 The relay makes the portal, and only the portal, reachable from there: a small process of the
 portal's user in the machine's network that holds one listening socket made inside the job's
@@ -44,7 +44,7 @@ from pathlib import Path
 from paddlecloud_core.contract import RELAY_SOURCE_ADDRESS
 from paddlecloud_core.processes import start_of
 
-from .sandbox import Netns, dir_locked, netns_alive, recorded_stop
+from ..netns import Netns, dir_locked, netns_alive, recorded_stop
 
 RELAY_PORT = 80
 MAX_CONNECTIONS = 64

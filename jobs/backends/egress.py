@@ -5,7 +5,7 @@ package's ``requirements.txt`` (``envs.py``), the ``RUN`` steps of a local build
 
 On the machine's own network those would reach what listens on its loopback: PostgreSQL and
 Redis (trust authentication there), the portal, any service of the host. Instead each install
-or build gets a network namespace of its own (``sandbox.netns_start``: only ``lo``, no route
+or build gets a network namespace of its own (``netns.netns_start``: only ``lo``, no route
 out, no DNS) whose one way out is a forwarding proxy on ``127.0.0.1:PROXY_PORT`` there, given to
 the programs as ``HTTP_PROXY``/``HTTPS_PROXY``. The proxy is a thread of the portal's process,
 in the machine's network, that holds a listening socket made inside the namespace (as the
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .sandbox import Netns, netns_start, netns_stop
+from .netns import Netns, netns_start, netns_stop
 
 PROXY_PORT = 3128
 MAX_CONNECTIONS = 64

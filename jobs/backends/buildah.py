@@ -1,9 +1,14 @@
 """Building a runtime image on the portal's machine with buildah (issue 19): no daemon, buildah
 run as the portal's user (root; the build steps are not: see Isolation), and pushing it to
-the job's registry.
+the job's registry. Both backends build here: a local datacenter's ``paddlectl build``, and a
+Kubernetes datacenter's builds when its cluster cannot run a builder (``kube_builder`` portal,
+issue 36: GKE Autopilot), whose pods then pull what was pushed.
 
 ``buildah_build`` builds a Dockerfile's text with a directory as the context and pushes the
 image; it returns the pushed manifest's digest, which jobs then run by (``image@digest``).
+``package_build`` does so for a build (``jobs.builds``): its package copied from its owner's
+PFS, its storage under PADDLECLOUD_BUILDAH_DIR, its steps reaching the datacenter's allowed
+package indexes. ``buildah_problem`` says whether this machine can build at all.
 
 - Storage: buildah's own under ``storage`` (``root``, ``runroot``, ``tmp``; the ``vfs`` driver,
   which needs no overlay support nor mounts). One build at a time uses a storage (a lock file
@@ -32,9 +37,11 @@ image; it returns the pushed manifest's digest, which jobs then run by (``image@
 - Everything buildah prints goes to ``log``; what went wrong comes back as a one-line
   ``BackendError``: the registry that refused the credentials, or the failing step and its
   last lines.
-- A build that runs past ``timeout`` is stopped (its process group: SIGTERM, after which
-  buildah removes its working container, then SIGKILL). The working containers a stopped
-  build left, or one whose portal died, are removed (after it, or before the next build).
+- A build that runs past ``timeout``, or whose ``cancelled()`` gives a reason (asked every
+  ``CANCEL_POLL`` seconds: its jobs were killed), is stopped (its process group: SIGTERM,
+  after which buildah removes its working container, then SIGKILL). The working containers a
+  stopped build left, or one whose portal died, are removed (after it, or before the next
+  build).
 """
 
 from __future__ import annotations
@@ -51,14 +58,18 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from django.conf import settings
 
 from registries.oci import RegistryError, docker_config_json, image_ref_parse, manifest_digest
 
-from ..base import BackendError
+from ..files import package_copy
+from .base import BackendError
 from .egress import EgressError, egress
-from .sandbox import SandboxError
+from .environments import indexes_allowed
+from .netns import SandboxError
 
 INSTALL = ("buildah is not installed on the portal's machine: install it "
            "(apt-get install buildah on Debian/Ubuntu, dnf install buildah on Fedora/RHEL)")
@@ -74,6 +85,7 @@ USERNS = ("--userns-uid-map", BUILD_IDS, "--userns-gid-map", BUILD_IDS)
 SYS = "/sys:/sys:ro,nosuid,nodev,noexec"  # the steps' /sys: the machine's, as on its network
 RUNTIME_TMP = "/var/tmp"  # noqa: S108 - buildah's own default; a private directory in it
 LOCK_POLL = 1.0
+CANCEL_POLL = 1.0
 REFUSED_RE = re.compile(r"unauthorized|authentication required|denied|\b40[13]\b", re.I)
 NOISE_RE = re.compile(r"^(?:subprocess exited |Getting image source signatures|Copying |"
                       r"Writing manifest|Storing signatures|Trying to pull )")
@@ -81,16 +93,37 @@ TAIL = 200
 REASON_MAX = 600
 
 
+def buildah_problem() -> str | None:
+    """Why this machine cannot build (buildah is not installed), or None."""
+    return None if shutil.which("buildah") else INSTALL
+
+
+def package_build(build, dockerfile: str, log: int, auth: tuple[str, str] | None, *,
+                  insecure: bool, cancelled: Callable[[], str] = lambda: "") -> str:
+    """``build``'s image (``Backend.image_build``) built here: ``buildah_build`` on a copy of
+    its package (read through its PFS storage), in its datacenter's storage under
+    PADDLECLOUD_BUILDAH_DIR, its steps reaching the datacenter's allowed package indexes."""
+    with tempfile.TemporaryDirectory(prefix="paddlecloud-build-") as tmp:
+        context = Path(tmp) / "context"
+        package_copy(build, context)
+        return buildah_build(context, dockerfile, build.image, insecure=insecure, auth=auth,
+                             log=log,
+                             storage=settings.PADDLECLOUD_BUILDAH_DIR / build.datacenter.name,
+                             indexes=indexes_allowed(build.datacenter), cancelled=cancelled)
+
+
 def buildah_build(context: Path, dockerfile: str, image: str, *, insecure: bool,
                   auth: tuple[str, str] | None, storage: Path, log: int,
-                  indexes: Sequence[str] = (), timeout: float = 3600) -> str:
+                  indexes: Sequence[str] = (), timeout: float = 3600,
+                  cancelled: Callable[[], str] = lambda: "") -> str:
     """Build ``dockerfile`` (its text) with ``context`` as the build context, its ``RUN`` steps
     in a network that reaches the hosts of ``indexes`` (the allowed package indexes) and
     nothing else, push the result to ``image`` (host[:port]/repo:tag) and return the pushed
     manifest's digest (sha256:…).
     Everything buildah prints goes to the file descriptor ``log``. Raises
     jobs.backends.base.BackendError with a one-line reason (the registry's refusal naming the
-    registry, or the failing step and the builder's last lines) on failure."""
+    registry, the failing step and the builder's last lines, or what ``cancelled()`` said)
+    on failure."""
     buildah = shutil.which("buildah")
     if buildah is None:
         raise BackendError(INSTALL)
@@ -126,7 +159,7 @@ def buildah_build(context: Path, dockerfile: str, image: str, *, insecure: bool,
         # storage may be under a private one): /var/tmp, in one of its own (searchable only).
         mounts = Path(tempfile.mkdtemp(prefix="paddlecloud-buildah-", dir=RUNTIME_TMP))
         mounts.chmod(0o711)
-        builder = _Buildah(buildah, dirs, log, timeout)
+        builder = _Buildah(buildah, dirs, log, timeout, cancelled)
         builder.env["TMPDIR"] = str(mounts)
         builder.lock(lock, deadline, target)
         builder.cleanup()  # what a build that died (with its portal) left
@@ -190,17 +223,19 @@ def buildah_build(context: Path, dockerfile: str, image: str, *, insecure: bool,
 
 class _Ran:
     def __init__(self, returncode: int | None, lines: list[str], timed_out: bool,
-                 allowed: float):
+                 allowed: float, cancelled: str = ""):
         self.returncode = returncode
         self.lines = lines
         self.timed_out = timed_out
         self.allowed = allowed
+        self.cancelled = cancelled
 
 
 class _Buildah:
     """buildah on its storage, its output copied to ``log``."""
 
-    def __init__(self, path: str, dirs: dict[str, Path], log: int, timeout: float):
+    def __init__(self, path: str, dirs: dict[str, Path], log: int, timeout: float,
+                 cancelled: Callable[[], str]):
         self.argv = [path, "--root", str(dirs["root"]), "--runroot", str(dirs["runroot"]),
                      "--storage-driver", "vfs"]
         self.env = {"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "HOME": str(dirs["tmp"]),
@@ -208,6 +243,7 @@ class _Buildah:
                     **{k: v for k, v in os.environ.items() if PASSED.match(k)}}
         self.log = log
         self.timeout = timeout
+        self.cancelled = cancelled
 
     def lock(self, fd: int, deadline: float, target) -> None:
         """One build at a time in a storage (``flock``, let go by the kernel when a builder
@@ -218,6 +254,8 @@ class _Buildah:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return
             except BlockingIOError:
+                if why := self.cancelled():
+                    raise BackendError(why) from None
                 if time.monotonic() >= deadline:
                     raise BackendError(
                         f"building {target} did not start: another build used the builder "
@@ -236,7 +274,7 @@ class _Buildah:
 
     def run(self, args: list[str], deadline: float) -> _Ran:
         """``buildah ARGS`` in a process group of its own, stopped (the whole group) at
-        ``deadline``."""
+        ``deadline`` or once ``cancelled()`` says why."""
         tail: collections.deque[str] = collections.deque(maxlen=TAIL)
         try:
             process = subprocess.Popen(  # noqa: S603 - buildah, with arguments of ours
@@ -252,19 +290,24 @@ class _Buildah:
 
         thread = threading.Thread(target=pump, daemon=True)
         thread.start()
-        timed_out = False
+        timed_out, cancelled = False, ""
         try:
-            try:
-                process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _stop_group(process)
+            while True:
+                try:
+                    process.wait(min(CANCEL_POLL, max(0.0, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    timed_out = time.monotonic() >= deadline
+                    cancelled = "" if timed_out else self.cancelled()
+                    if timed_out or cancelled:
+                        _stop_group(process)
+                        break
         finally:
             if process.poll() is None:  # interrupted: nothing of buildah outlives us
                 _stop_group(process, grace=0)
             thread.join(30)
             process.stdout.close()
-        return _Ran(process.returncode, list(tail), timed_out, self.timeout)
+        return _Ran(process.returncode, list(tail), timed_out, self.timeout, cancelled)
 
     def quiet(self, *args: str) -> subprocess.CompletedProcess:
         """``buildah ARGS`` for its answer (listing, removing); a failure is its return code."""
@@ -341,6 +384,8 @@ def _last_step(lines: list[str]) -> str:
 
 
 def _build_failure(ran: _Ran, target, dockerfile: str, auth) -> str:
+    if ran.cancelled:
+        return ran.cancelled
     if ran.timed_out:
         return _timed_out(ran, f"building {target}")
     error = _error_line(ran.lines)
@@ -364,6 +409,8 @@ def _build_failure(ran: _Ran, target, dockerfile: str, auth) -> str:
 
 
 def _push_failure(ran: _Ran, target, auth) -> str:
+    if ran.cancelled:
+        return ran.cancelled
     if ran.timed_out:
         return _timed_out(ran, f"pushing {target}")
     error = _error_line(ran.lines)
