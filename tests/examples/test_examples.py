@@ -368,8 +368,9 @@ def test_the_helper_builds_the_portals_environment(tmp_path):
         trainers=tuple(by_role["trainer", i]["PADDLE_CURRENT_ENDPOINT"] for i in range(2)),
         master=None)
     paths = Paths(output=str(tmp_path / "out"), pfs_home=str(tmp_path / "home"),
-                  pfs_public=str(tmp_path / "public"))
+                  pfs_public=str(tmp_path / "public"), checkpoints=str(tmp_path / "ckpt"))
     job = SimpleNamespace(env={}, name="ps-numpy", trainers=2, passes=3, gpu=0,
+                          keep_checkpoints=3,
                           datacenter=SimpleNamespace(name="datacenter1"))
     for (role, index), env in by_role.items():
         assert env == replica_env(job, role, index, topology, paths, "paddle-alice")
