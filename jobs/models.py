@@ -386,6 +386,9 @@ class Task(models.Model):
     lease_expires = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0, help_text="Leases given.")
     failures = models.PositiveIntegerField(default=0)
+    trained = models.PositiveIntegerField(
+        default=0, help_text="Its records trained as of the latest checkpoint (or the one a "
+                             "restarted job resumed from): the next holder skips them.")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

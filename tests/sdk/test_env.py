@@ -190,7 +190,7 @@ def test_env_imports_nothing_but_the_standard_library():
     import sys
 
     code = ("import sys; import paddlecloud_sdk.env, paddlecloud_sdk.dataset, "
-            "paddlecloud_sdk.recordio; "
+            "paddlecloud_sdk.recordio, paddlecloud_sdk.checkpoint; "
             "bad = sorted(m for m in ('django', 'requests', 'yaml', 'paddlectl', 'jobs') "
             "if m in sys.modules); print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
