@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from collections import Counter
 
 import pytest
@@ -18,7 +17,7 @@ from jobs.services import job_delete
 from paddlecloud_core.layout import OUTPUT_MARKER, checkpoint_dirname, checkpoints_aside
 from tests.conftest import assert_error
 from tests.factories import PACKAGE, package_write, submit_job
-from tests.jobs.master_scenario import recordio_dataset_write
+from tests.jobs.master_scenario import FINAL, recordio_dataset_write, state
 from tests.polling import wait
 
 transactional = pytest.mark.django_db(transaction=True)
@@ -37,14 +36,9 @@ with open(os.path.join(out, "told-" + os.environ["TRAINER_ID"] + ".json"), "w") 
 """
 
 
-def ended(job: Job, timeout: float = 60) -> Job:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job.refresh_from_db()
-        if job.state in ("succeeded", "failed", "killed"):
-            return job
-        time.sleep(0.1)
-    raise AssertionError(f"job stayed {job.state}; events: {list(job.events.all())}")
+def ended(job: Job) -> Job:
+    wait(lambda: state(job) in FINAL, 60, lambda: f"the job to end: {list(job.events.all())}")
+    return job
 
 
 def told(job: Job, trainer: int) -> dict:
@@ -155,13 +149,12 @@ def test_a_trainer_killed_mid_run_resumes_from_the_latest_complete_checkpoint(
     assert len(kept) == 2  # keep_checkpoints
     expected = kept[-1]
     if damaged:
-        state = checkpoints_dir(job) / checkpoint_dirname(kept[-1]) / "state.bin"
-        state.write_bytes(state.read_bytes()[:-1] + b"!")
+        newest = checkpoints_dir(job) / checkpoint_dirname(kept[-1]) / "state.bin"
+        newest.write_bytes(newest.read_bytes()[:-1] + b"!")
         expected = kept[-2]
     (output_dir(job) / "hold").unlink()
 
-    wait(lambda: state_of(job) in ("succeeded", "failed", "killed"), 180,
-         lambda: f"the job to end: {list(job.events.all())}")
+    wait(lambda: state(job) in FINAL, 180, lambda: f"the job to end: {list(job.events.all())}")
     assert job.state == "succeeded", list(job.events.all())
     starts = (output_dir(job) / "starts.txt").read_text().split()
     assert starts == ["0", str(expected)]  # from the checkpoint, not from step 0
@@ -174,11 +167,6 @@ def test_a_trainer_killed_mid_run_resumes_from_the_latest_complete_checkpoint(
     resumed = JobEvent.objects.filter(job=job, to_state="resumed").values_list("reason",
                                                                                flat=True)
     assert [r for r in resumed if f"checkpoint of step {expected} left it" in r], list(resumed)
-
-
-def state_of(job: Job) -> str:
-    job.refresh_from_db()
-    return job.state
 
 
 @pytest.mark.django_db

@@ -22,6 +22,7 @@ from jobs.files import checkpoints_dir, output_dir
 from jobs.models import Job, Task
 from jobs.services import job_submit
 from tests.factories import HOME
+from tests.jobs.master_scenario import FINAL, state
 from tests.polling import wait
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fit_a_line"
@@ -188,7 +189,7 @@ def test_killed_mid_run_both_trainers_resume_from_the_checkpoint_and_train_each_
     wait(lambda: saved() and saved()[-1] >= 20, 120, lambda: f"a checkpoint: {saved()}")
     trainer = job.replicas.get(role="trainer", index=1)
     os.killpg(int(trainer.backend_ref.removeprefix("pid:")), signal.SIGKILL)
-    wait(lambda: state_of(job) in ("succeeded", "failed", "killed"), 180, "the job to end")
+    wait(lambda: state(job) in FINAL, 180, "the job to end")
     logs = {i: trainer_log(job, i) for i in range(2)}
     assert job.state == "succeeded", (job.state_reason, logs)
 
@@ -214,7 +215,3 @@ def test_killed_mid_run_both_trainers_resume_from_the_checkpoint_and_train_each_
     summary = json.loads((output_dir(job) / "model" / "summary.json").read_text())
     assert summary["test_loss"] < 0.1, summary
 
-
-def state_of(job: Job) -> str:
-    job.refresh_from_db()
-    return job.state
