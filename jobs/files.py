@@ -29,6 +29,8 @@ from paddlecloud_core.layout import (
     OUTPUT_MARKER,
     PfsPath,
     build_log_rel,
+    checkpoints_aside,
+    checkpoints_rel,
     log_relpath,
     metrics_relpath,
     output_aside,
@@ -60,6 +62,11 @@ def job_home(job) -> PosixStorage:
 def output_dir(job) -> Path:
     """The output directory on disk, as replicas see it (``PADDLE_OUTPUT_DIR``)."""
     return home_dir(job).joinpath(*output_rel(job.name))
+
+
+def checkpoints_dir(job) -> Path:
+    """The checkpoint directory on disk, as replicas see it (``PADDLE_CHECKPOINT_DIR``)."""
+    return home_dir(job).joinpath(*checkpoints_rel(job.name))
 
 
 def _in_output(job, relpath: str) -> Rel:
@@ -139,23 +146,29 @@ def output_open(job, relpath: str) -> int:
 
 
 def output_prepare(job) -> None:
-    """Make the job's output directory, keeping whatever had its place — an earlier job's
-    output of the same name, or anything else — beside it (``output-<its uid>``, else
-    ``output-<time>``). Idempotent for the same job."""
-    home, output = job_home(job), output_rel(job.name)
-    marker = (*output, OUTPUT_MARKER)
+    """Make the job's output and checkpoint directories, keeping whatever had their place —
+    an earlier job's of the same name, or anything else — beside them (``output-<its uid>``,
+    ``checkpoints-<its uid>``, else ``-<time>``): a new job of a name never writes into an
+    earlier one's output, nor resumes from its checkpoints. Idempotent for the same job."""
+    _dir_prepare(job, output_rel(job.name), output_aside, "output directory")
+    _dir_prepare(job, checkpoints_rel(job.name), checkpoints_aside, "checkpoint directory")
+
+
+def _dir_prepare(job, rel: Rel, aside, what: str) -> None:
+    home = job_home(job)
+    marker = (*rel, OUTPUT_MARKER)
     try:
         try:
-            found = home.stat(output)
+            found = home.stat(rel)
         except NotFoundError:
             found = None
         if found is not None and _marker(home, marker) != str(job.uid):
             earlier = found.type == "dir" and _marker(home, marker)
-            home.move(output, _aside(home, output, earlier or str(int(time.time()))))
-        home.mkdir(output, parents=True)
+            home.move(rel, _aside(home, rel, aside(earlier or str(int(time.time())))))
+        home.mkdir(rel, parents=True)
         home.write_bytes(marker, str(job.uid).encode(), f"marker-{job.uid}")
     except PaddleCloudError as exc:
-        raise BackendError(f"cannot prepare its output directory: {exc.message}") from None
+        raise BackendError(f"cannot prepare its {what}: {exc.message}") from None
 
 
 def _marker(home: PosixStorage, rel: Rel) -> str | None:
@@ -167,16 +180,17 @@ def _marker(home: PosixStorage, rel: Rel) -> str | None:
     return data.decode("ascii", "replace").strip()
 
 
-def _aside(home: PosixStorage, output: Rel, suffix: str) -> Rel:
-    """A free name beside the output for what is in its place."""
-    name = output_aside(suffix)[:200]
+def _aside(home: PosixStorage, kept: Rel, name: str) -> Rel:
+    """A free name beside ``kept`` (the output or checkpoint directory) for what is in its
+    place."""
+    name = name[:200]
     for attempt in range(100):
-        rel = (*output[:-1], name if not attempt else f"{name}-{attempt}")
+        rel = (*kept[:-1], name if not attempt else f"{name}-{attempt}")
         try:
             home.stat(rel)
         except NotFoundError:
             return rel
-    raise BackendError(f"too many earlier outputs beside {home.display(output)}")
+    raise BackendError(f"too many earlier ones beside {home.display(kept)}")
 
 
 def package_copy(job, dest: Path) -> None:

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from paddlecloud_core.contract import KEEP_CHECKPOINTS
 from paddlecloud_core.spec import trainers_shown
 
 from .states import FINAL_REPLICA_STATES, JobState, ReplicaState
@@ -138,6 +139,8 @@ class Job(models.Model):
     env = models.JSONField("extra environment", default=dict, blank=True)
     restart_limit = models.PositiveIntegerField(
         default=0, help_text="How often a failed trainer is restarted before the job fails.")
+    keep_checkpoints = models.PositiveIntegerField(
+        default=KEEP_CHECKPOINTS, help_text="How many of its newest checkpoints the job keeps.")
     deadline_seconds = models.PositiveIntegerField(
         null=True, blank=True, help_text="The job fails if it runs longer than this.")
     ttl_seconds_after_finished = models.PositiveIntegerField(
@@ -383,6 +386,9 @@ class Task(models.Model):
     lease_expires = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0, help_text="Leases given.")
     failures = models.PositiveIntegerField(default=0)
+    trained = models.PositiveIntegerField(
+        default=0, help_text="Its records trained as of the latest checkpoint (or the one a "
+                             "restarted job resumed from): the next holder skips them.")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -296,6 +296,20 @@ class MasterNextView(MasterView):
         return self.call(request, uid, "next")
 
 
+class MasterPositionView(MasterView):
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, **ERRORS},
+                   summary="Where the pass is, for a checkpoint (docs/master.md)")
+    def post(self, request, uid):
+        return self.call(request, uid, "position")
+
+
+class MasterResumeView(MasterView):
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, **ERRORS},
+                   summary="Put the pass back where a checkpoint left it (docs/master.md)")
+    def post(self, request, uid):
+        return self.call(request, uid, "resume")
+
+
 class MasterTaskView(MasterView):
     @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, **ERRORS},
                    summary="Renew a task's lease, report it done or failed, or give it back")

@@ -24,9 +24,16 @@ FLEET_VARIABLES = (
     "PADDLE_TRAINER_ENDPOINTS", "PADDLE_CURRENT_ENDPOINT", "POD_IP", "PADDLE_PORT",
     "PADDLE_MASTER", "PADDLE_NNODES",
 )
-# Ours: which pserver this is, and where the job's files are as the replica sees them.
+# Ours: which pserver this is, where the job's files are as the replica sees them, and how many
+# checkpoints it keeps (paddlecloud_sdk.checkpoint).
+CHECKPOINT_DIR_VARIABLE = "PADDLE_CHECKPOINT_DIR"
+KEEP_CHECKPOINTS_VARIABLE = "PADDLE_KEEP_CHECKPOINTS"
 PADDLECLOUD_VARIABLES = ("PADDLE_PSERVER_ID", "PADDLE_OUTPUT_DIR", "PADDLE_PFS_HOME",
-                         "PADDLE_PFS_PUBLIC")
+                         "PADDLE_PFS_PUBLIC", CHECKPOINT_DIR_VARIABLE,
+                         KEEP_CHECKPOINTS_VARIABLE)
+# The newest checkpoints a job keeps unless it says (``keep_checkpoints``): older ones are
+# removed once a newer one is complete.
+KEEP_CHECKPOINTS = 3
 # A job with a dataset: where its master answers, and the token its task calls carry
 # (docs/master.md).
 MASTER_URL_VARIABLE = "PADDLECLOUD_MASTER_URL"
@@ -83,6 +90,7 @@ class Paths:
     output: str
     pfs_home: str
     pfs_public: str
+    checkpoints: str
 
 
 PADDLE_QUIET_WARNINGS = "ignore:No ccache found:UserWarning"
@@ -195,6 +203,8 @@ def replica_env(job, role: str, index: int, topology: Topology, paths: Paths,
         "PADDLE_OUTPUT_DIR": paths.output,
         "PADDLE_PFS_HOME": paths.pfs_home,
         "PADDLE_PFS_PUBLIC": paths.pfs_public,
+        CHECKPOINT_DIR_VARIABLE: paths.checkpoints,
+        KEEP_CHECKPOINTS_VARIABLE: str(job.keep_checkpoints),
     })
     for name, value in REPLICA_DEFAULT_ENV.items():
         env.setdefault(name, value)

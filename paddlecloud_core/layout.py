@@ -8,6 +8,12 @@
     {home}/jobs/{name}/output/node_{i}/train.log   trainer i's log (the seeds' layout)
     {home}/jobs/{name}/output/node_{i}/server.log  pserver i's log
     {home}/jobs/{name}/output/node_{i}/metrics.jsonl, server-metrics.jsonl
+    {home}/jobs/{name}/checkpoints/                the job's checkpoints (PADDLE_CHECKPOINT_DIR)
+    {home}/jobs/{name}/checkpoints/step-{step:012d}/   one complete checkpoint: its files and
+                                                   manifest.json (paddlecloud_sdk.checkpoint)
+    {home}/jobs/{name}/checkpoints/.step-{step:012d}.tmp-{random}/   one being written
+    {home}/jobs/{name}/checkpoints-{uid or time}/  an earlier job's of that name, kept aside:
+                                                   a new job of the name starts from none
     {home}/jobs/{name}/{dirname}/                  a local package uploaded by paddlectl/SDK
     {home}/jobs/{name}/.site-packages-{key}/       its requirements, installed by its pods
                                                    (when the portal could not read them)
@@ -30,7 +36,11 @@ UPLOAD_PREFIX = ".pfs-upload-"
 
 JOBS_DIR = "jobs"
 OUTPUT_DIR = "output"
-OUTPUT_MARKER = ".paddlecloud-job"  # in the output directory: the uid of the job it is for
+# In the output and checkpoint directories: the uid of the job they are for.
+OUTPUT_MARKER = ".paddlecloud-job"
+CHECKPOINTS_DIR = "checkpoints"
+CHECKPOINT_PREFIX = "step-"
+CHECKPOINT_MANIFEST = "manifest.json"  # in a checkpoint's directory, written last
 # In the output directory (Kubernetes): which of a collective job's trainers have succeeded.
 PEERS_ENDED_DIR = ".paddlecloud-ended"
 SITE_PACKAGES_PREFIX = ".site-packages-"
@@ -135,6 +145,43 @@ def output_path(home: str, name: str) -> str:
 def output_aside(suffix: str) -> str:
     """The name an earlier output is kept under beside the new one: ``output-{suffix}``."""
     return f"{OUTPUT_DIR}-{suffix}"
+
+
+def checkpoints_rel(name: str) -> Rel:
+    """The job's checkpoint directory: ``jobs/{name}/checkpoints``."""
+    return (*job_rel(name), CHECKPOINTS_DIR)
+
+
+def checkpoints_path(home: str, name: str) -> str:
+    """The checkpoint directory below ``home`` (a PFS path, or a mount point as replicas see
+    it): ``PADDLE_CHECKPOINT_DIR``."""
+    return "/".join((home, *checkpoints_rel(name)))
+
+
+def checkpoints_aside(suffix: str) -> str:
+    """The name an earlier job's checkpoints are kept under: ``checkpoints-{suffix}``."""
+    return f"{CHECKPOINTS_DIR}-{suffix}"
+
+
+def checkpoint_dirname(step: int) -> str:
+    """A complete checkpoint's directory in the checkpoint directory: ``step-{step:012d}``
+    (names sort as steps do)."""
+    return f"{CHECKPOINT_PREFIX}{step:012d}"
+
+
+def checkpoint_step(dirname: str) -> int | None:
+    """The step of a complete checkpoint's directory name; None for any other name (one
+    being written, a marker, something a user put there)."""
+    digits = dirname.removeprefix(CHECKPOINT_PREFIX)
+    if digits == dirname or len(digits) != 12 or not digits.isdigit():
+        return None
+    return int(digits)
+
+
+def checkpoint_tmpname(step: int, token: str) -> str:
+    """Where a checkpoint is written before it is renamed to ``checkpoint_dirname``: hidden,
+    never taken for a complete one."""
+    return f".{checkpoint_dirname(step)}.tmp-{token}"
 
 
 def is_output(dirname: str) -> bool:

@@ -21,7 +21,7 @@ from dataclasses import KW_ONLY, asdict, dataclass, make_dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from .contract import ENV_NAME_RE, JOB_NAME_MAX, JOB_NAME_RE, RESERVED_ENV
+from .contract import ENV_NAME_RE, JOB_NAME_MAX, JOB_NAME_RE, KEEP_CHECKPOINTS, RESERVED_ENV
 from .quantity import QuantityError, format_bytes, format_cpu, parse_bytes, parse_cpu
 
 # The image a job runs in when neither it nor its datacenter names one.
@@ -33,6 +33,7 @@ MAX_REPLICAS = 1000
 MAX_GPU = 64
 MAX_PASSES = 100_000
 MAX_RESTARTS = 100
+MAX_KEEP_CHECKPOINTS = 1000
 MAX_ENV = 100
 MAX_ENV_VALUE = 32 * 1024
 MAX_DEADLINE = 30 * 24 * 3600
@@ -211,6 +212,11 @@ FIELDS: tuple[Field, ...] = (
     Field("restart_limit", "integer", "how often a failed trainer is restarted (default 0)",
           default=0, minimum=0, maximum=MAX_RESTARTS, flag=("restart-limit",), metavar="N",
           label="Restart limit", widget="number", group="Runtime"),
+    Field("keep_checkpoints", "integer", "how many of its newest checkpoints the job keeps in "
+          "jobs/{name}/checkpoints/ (PADDLE_CHECKPOINT_DIR, paddlecloud_sdk.checkpoint); "
+          f"older ones are removed (default {KEEP_CHECKPOINTS})", default=KEEP_CHECKPOINTS,
+          minimum=1, maximum=MAX_KEEP_CHECKPOINTS, flag=("keep-checkpoints",), metavar="N",
+          label="Checkpoints kept", widget="number", group="Runtime"),
     Field("deadline_seconds", "integer", "fail the job if it runs longer", minimum=1,
           maximum=MAX_DEADLINE, flag=("deadline",), metavar=_SECONDS,
           label="Deadline (seconds)", widget="number", group="Runtime"),

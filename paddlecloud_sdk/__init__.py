@@ -11,14 +11,17 @@
 - ``paddlecloud_sdk.recordio``: PaddlePaddle's RecordIO format, pure Python.
 - ``paddlecloud_sdk.master``: a trainer's share of a job's dataset, task by task, from the job's
   master (``master.reader()``, ``master.tasks()``; docs/master.md).
+- ``paddlecloud_sdk.checkpoint``: ``save(state, step)``, ``latest()``, ``load()``: checkpoints
+  in the job's ``PADDLE_CHECKPOINT_DIR``, written whole or not at all, that a restarted job
+  resumes from (with its master's position).
 - ``report(step=…, **metrics)`` (``paddlecloud_sdk.metrics``): append a line of training
   metrics beside the replica's log, for the job's page to plot.
 - ``paddlecloud_sdk.errors``: what it raises, its own classes (each also the client's of the
   same name, which paddlectl reports).
 
-``env``, ``dataset``, ``master``, ``metrics`` and ``recordio`` need only the standard library (and
-``paddlecloud_core``, which does too), so a trainer can import them in any image; ``PaddleJob``
-and ``dist_train`` are loaded on first use.
+``env``, ``dataset``, ``master``, ``metrics``, ``checkpoint`` and ``recordio`` need only the
+standard library (and ``paddlecloud_core``, which does too), so a trainer can import them in
+any image; ``PaddleJob`` and ``dist_train`` are loaded on first use.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import dataset, env, master, metrics, recordio
+from . import checkpoint, dataset, env, master, metrics, recordio
 from .metrics import report
 
 _LAZY = {
@@ -34,8 +37,8 @@ _LAZY = {
     "dist_train": "train", "errors": None, "job": None, "train": None,
 }
 
-__all__ = ["CephFSVolume", "Connection", "PaddleJob", "connect", "dataset", "dist_train",
-           "env", "errors", "master", "metrics", "recordio", "report"]
+__all__ = ["CephFSVolume", "Connection", "PaddleJob", "checkpoint", "connect", "dataset",
+           "dist_train", "env", "errors", "master", "metrics", "recordio", "report"]
 
 
 def __getattr__(name: str) -> Any:

@@ -79,6 +79,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -126,6 +127,9 @@ class LeaseLost(MasterError):
 class SpanError(ValueError):
     """A span the master sent that cannot be read as it says (unknown kind, a file shorter
     than the span, not RecordIO where a chunk is asked for)."""
+
+
+_END = object()
 
 
 class _Stopped(Exception):
@@ -184,6 +188,17 @@ class Master:
 
     def done(self, task_id: int, lease: str) -> dict:
         return self.post(f"/tasks/{task_id}/done", {"trainer": self.trainer, "lease": lease})
+
+    def position(self, held: list[dict]) -> dict:
+        """Tell the master how many records of each task this trainer holds it has trained
+        (``held``: ``{"task", "lease", "read"}``); the pass's position as it is now."""
+        return self.post("/position", {"trainer": self.trainer, "held": held})
+
+    def resume(self, position: dict | None, step: int | None) -> dict:
+        """Have the master make the pass as ``position`` (a checkpoint's, of ``step``) says;
+        None: the dataset from its start."""
+        return self.post("/resume", {"trainer": self.trainer, "position": position,
+                                     "step": step})
 
     def failed(self, task_id: int, lease: str, reason: str, *,
                retry_seconds: float | None = None, counted: bool = True) -> dict:
@@ -459,6 +474,28 @@ class _Lease:
             self._thread.join()
 
 
+# The tasks this process holds, for a checkpoint to tell the master how far each is trained.
+_holding: weakref.WeakSet[Task] = weakref.WeakSet()
+
+
+def position_report(master: Master | None = None) -> dict:
+    """Tell the job's master how many records of each task this trainer holds have been read
+    (handed to the trainer: trained, at a checkpoint) — ``paddlecloud_sdk.checkpoint`` does,
+    at every save — and return the master's position: ``{"pass", "done", "read"}``."""
+    master = master or Master()
+    held = [{"task": task.id, "lease": task.info["lease"], "read": task.records_read}
+            for task in list(_holding)
+            if task.state == "held" and task._master.url == master.url]
+    return master.position(held)
+
+
+def resume(position: dict | None, step: int | None, master: Master | None = None) -> dict:
+    """Have the job's master go back to ``position`` (a checkpoint's, of ``step``; None: the
+    start of the dataset): ``paddlecloud_sdk.checkpoint.load`` does, before any trainer asks
+    for a task."""
+    return (master or Master()).resume(position, step)
+
+
 class Task:
     """A task the master gave this trainer: ``task["id"]``, ``["pass"]``, ``["index"]``,
     ``["spans"]``, ``["lease_seconds"]`` (and as attributes ``id``, ``pass_no``, ``index``,
@@ -484,7 +521,12 @@ class Task:
             seconds = 30
         self._lease = _Lease(master, info["id"], info["lease"], seconds)
         self.state = "held"
-        self.records_read = 0
+        # Records of it trained before a restart (the master says, from a checkpoint): not
+        # read again, but counted as read.
+        skip = info.get("skip", 0)
+        self.skip = skip if isinstance(skip, int) and not isinstance(skip, bool) \
+            and skip > 0 else 0
+        self.records_read = self.skip
         self._reading = False
         self._read_all = False
 
@@ -528,6 +570,10 @@ class Task:
     def _records(self) -> Iterator:
         source = read_spans(self.spans, self._decode)
         try:
+            for _ in range(self.skip):  # trained before the job was restarted
+                if next(source, _END) is _END:
+                    self._read_all = True
+                    return
             while True:
                 if self._lease.lost:
                     self._end_lost("its renewal was refused")
@@ -622,6 +668,7 @@ class Task:
                     "another trainer; going on with the next task", self._where(), how)
 
     def _start(self) -> None:
+        _holding.add(self)
         self._lease.start()
 
     def _release(self, exc: BaseException | None) -> None:
@@ -788,5 +835,5 @@ def tasks(url: str | None = None, token: str | None = None, trainer: int | None 
 
 
 __all__ = ["LeaseLost", "Master", "MasterError", "MasterUnavailable", "NoMasterError",
-           "Reader", "SpanError", "Task", "Tasks", "read_span", "read_spans", "reader",
-           "tasks"]
+           "Reader", "SpanError", "Task", "Tasks", "position_report", "read_span",
+           "read_spans", "reader", "resume", "tasks"]

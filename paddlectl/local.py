@@ -36,13 +36,14 @@ from paddlecloud_client.errors import PaddlectlError, UsageError
 from paddlecloud_core.contract import (
     ENV_NAME_RE,
     JOB_NAME_MAX,
+    KEEP_CHECKPOINTS,
     RESERVED_ENV,
     STOP_GRACE_SECONDS,
     Paths,
     Topology,
     replica_env,
 )
-from paddlecloud_core.layout import log_relpath
+from paddlecloud_core.layout import CHECKPOINTS_DIR, log_relpath
 from paddlecloud_core.processes import (
     attempt_observe,
     attempt_start,
@@ -113,6 +114,7 @@ class LocalJob:
     passes: int = 1
     env: Mapping[str, str] = field(default_factory=dict)
     gpu: int = 0
+    keep_checkpoints: int = KEEP_CHECKPOINTS
     datacenter: LocalDatacenter = LocalDatacenter()
 
 
@@ -234,8 +236,9 @@ def local_env(plan: Plan, role: str, index: int, topology: Topology, *,
               input_dir: str, output_dir: str) -> dict[str, str]:
     """The contract's environment of one replica, and the input directory. There is no PFS
     on this machine: the user's files are the input directory, so PADDLE_PFS_HOME and
-    PADDLE_PFS_PUBLIC name it too."""
-    paths = Paths(output=output_dir, pfs_home=input_dir, pfs_public=input_dir)
+    PADDLE_PFS_PUBLIC name it too; checkpoints are kept in the output directory."""
+    paths = Paths(output=output_dir, pfs_home=input_dir, pfs_public=input_dir,
+                  checkpoints=f"{output_dir.rstrip('/')}/{CHECKPOINTS_DIR}")
     env = replica_env(plan.job, role, index, topology, paths, DATACENTER)
     env[INPUT_VARIABLE] = input_dir
     return env

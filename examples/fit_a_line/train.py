@@ -24,6 +24,11 @@ Every trainer prints the loss of every step; trainer 0 reports the mean loss ove
 with ``paddlecloud_sdk.report`` (``$PADDLE_OUTPUT_DIR/node_0/metrics.jsonl``, plotted on the
 job's page) and saves the model in ``$PADDLE_OUTPUT_DIR/model/``.
 
+Every ``CHECKPOINT_EVERY`` steps (20; the job's ``env`` may say) the trainers save a checkpoint
+(``paddlecloud_sdk.checkpoint``: the model's and the optimizer's state, trainer 0 writing); a
+restarted job goes on from the latest one instead of step 0 — with the master, where the
+checkpoint left the pass (``checkpoint.load`` before any task is asked for).
+
 ``python train.py --write-data DIR`` writes the text dataset (what ``data/`` holds).
 """
 
@@ -40,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paddlecloud_sdk import dataset, env, master, report
+from paddlecloud_sdk import checkpoint, dataset, env, master, report
 
 FEATURES = 13  # as in UCI housing
 SHARDS = 8  # training-set files: at most this many trainers
@@ -54,6 +59,7 @@ DEFAULT_PASSES = 10
 DATA = Path(__file__).resolve().parent / "data"  # the text dataset shipped with the example
 ASK_AGAIN_SECONDS = 1.0  # a trainer told to wait asks the master again after this at the latest
 IDLE_SECONDS = 0.1  # the pause of a step no trainer has rows for
+CHECKPOINT_EVERY = 20  # steps between checkpoints, unless the environment says
 
 
 def log(message: str) -> None:
@@ -204,13 +210,40 @@ def without_flags_banner(text: str) -> str:
     return "".join(kept)
 
 
+# --- checkpoints ------------------------------------------------------------------------------
+
+
+class Saving:
+    """The model's and the optimizer's state saved every ``every`` steps (every trainer calls,
+    trainer 0 writes: ``paddlecloud_sdk.checkpoint``), and the step the run resumed from (0 on
+    a first start)."""
+
+    def __init__(self, model, optimizer, trainer_id: int, every: int):
+        self.model, self.optimizer, self.every = model, optimizer, every
+        self.step = 0
+        # Before any task is asked for: the master goes back to where the checkpoint was.
+        resumed = checkpoint.load()
+        if resumed is not None:
+            model.set_state_dict(resumed.state["model"])
+            optimizer.set_state_dict(resumed.state["optimizer"])
+            self.step = resumed.step
+            log(f"trainer {trainer_id} resumed from the checkpoint of step {resumed.step} "
+                f"(pass {resumed.pass_})")
+
+    def after(self, step: int, pass_id: int) -> None:
+        if step % self.every == 0:
+            checkpoint.save({"model": self.model.state_dict(),
+                             "optimizer": self.optimizer.state_dict()}, step, pass_=pass_id)
+
+
 # --- training: a trainer's own shards ----------------------------------------------------------
 
 
 def train_shards(paddle, dist, net, optimizer, x: np.ndarray, y: np.ndarray, trainer_id: int,
-                 trainers: int, passes: int) -> tuple[int, int]:
+                 trainers: int, passes: int, saving: Saving) -> tuple[int, int]:
     """``passes`` passes over this trainer's shards, ``BATCH_SIZE`` rows a step; (passes,
-    steps)."""
+    steps). Resumed at ``saving.step``: the passes before it are skipped, and the rows of its
+    pass taken in the order they had (the same random order, drawn again)."""
     # DataParallel needs every trainer to take the same number of steps.
     steps_per_pass = len(x) // BATCH_SIZE
     if dist is not None:
@@ -221,11 +254,13 @@ def train_shards(paddle, dist, net, optimizer, x: np.ndarray, y: np.ndarray, tra
         raise SystemExit(f"trainer {trainer_id} has fewer than {BATCH_SIZE} rows")
 
     rng = np.random.default_rng(SEED + trainer_id)
-    step = 0
+    step = saving.step
     for pass_id in range(passes):
         order = rng.permutation(len(x))
+        if step >= (pass_id + 1) * steps_per_pass:
+            continue  # trained before the checkpoint it resumed from
         total = 0.0
-        for i in range(steps_per_pass):
+        for i in range(step - pass_id * steps_per_pass, steps_per_pass):
             batch = order[i * BATCH_SIZE:(i + 1) * BATCH_SIZE]
             loss = paddle.nn.functional.mse_loss(net(paddle.to_tensor(x[batch])),
                                                  paddle.to_tensor(y[batch]))
@@ -246,6 +281,7 @@ def train_shards(paddle, dist, net, optimizer, x: np.ndarray, y: np.ndarray, tra
             log(f"trainer {trainer_id} pass {pass_id} step {step} {shown}")
             if trainer_id == 0:
                 report(step=step, loss=mean)  # the job's page plots it
+            saving.after(step, pass_id)
         log(f"trainer {trainer_id} pass {pass_id} done: mean loss {total / steps_per_pass:.6f}")
     return passes, step
 
@@ -341,7 +377,7 @@ def gather(paddle, dist, values: list[int]) -> list[list[int]]:
 
 
 def train_from_master(paddle, dist, net, optimizer, trainer_id: int, trainers: int,
-                      output: Path) -> tuple[int, int]:
+                      output: Path, saving: Saving) -> tuple[int, int]:
     """Train on what the job's master hands this trainer, pass after pass, until every pass is
     over; (passes, steps).
 
@@ -362,9 +398,10 @@ def train_from_master(paddle, dist, net, optimizer, trainer_id: int, trainers: i
     A pass is the master's: it makes pass ``p + 1`` only once every task of ``p`` is done, and
     a trainer reports a task done only after the step that trained its last rows, so a step
     never mixes two passes, and every row of a pass is trained once (the master completes a
-    task once a pass).
+    task once a pass) — across a restart too: the master went back to where the checkpoint
+    resumed from (``saving.step``) left the pass.
     """
-    step = 0
+    step = saving.step
     passes = 0
     current: int | None = None  # the pass being trained
     newest = -1.0  # the newest pass any trainer has trained rows of (inf: one was told done)
@@ -432,6 +469,7 @@ def train_from_master(paddle, dist, net, optimizer, trainer_id: int, trainers: i
                 f"mean over the {total} rows of the trainers {mean:.6f}")
             if trainer_id == 0:
                 report(step=step, loss=mean)  # the job's page plots it
+            saving.after(step, this_pass)
     if current is not None:
         end_of_pass()
         passes += 1
@@ -491,13 +529,15 @@ def main() -> int:
         init_parallel_env(dist)
         net = paddle.DataParallel(model)  # starts from trainer 0's parameters
     optimizer = paddle.optimizer.SGD(learning_rate=LEARNING_RATE, parameters=model.parameters())
+    every = int(os.environ.get("CHECKPOINT_EVERY", CHECKPOINT_EVERY))
+    saving = Saving(model, optimizer, trainer_id, every)
 
     if from_master:
         passes, step = train_from_master(paddle, dist, net, optimizer, trainer_id, trainers,
-                                         output)
+                                         output, saving)
     else:
         passes, step = train_shards(paddle, dist, net, optimizer, x, y, trainer_id, trainers,
-                                    passes)
+                                    passes, saving)
 
     if trainer_id == 0:
         save(paddle, model, test, truth, output / "model")

@@ -24,7 +24,7 @@ from . import dispatch
 
 # jobs/urls.py's paths for the master's views (a uuid as Django's converter takes it).
 CALL_RE = re.compile(r"^/api/v1/master/(?P<uid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-"
-                     r"[0-9a-f]{4}-[0-9a-f]{12})/(?:next|tasks/(?P<task>[0-9]{1,18})/"
+                     r"[0-9a-f]{4}-[0-9a-f]{12})/(?:next|(?P<job_action>position|resume)|tasks/(?P<task>[0-9]{1,18})/"
                      r"(?P<action>[^/]+))$")
 BODY_LIMIT = 64 * 1024  # a call's body is a few dozen bytes; a reason at most 500 characters
 
@@ -57,5 +57,6 @@ class MasterApp(BeforeDjango):
         result = await self.threads.run(
             dispatch.master_call, found["uid"],
             dispatch.bearer(exchange.header("authorization")),
-            found["action"] or "next", int(task) if task else None, data)
+            found["action"] or found["job_action"] or "next", int(task) if task else None,
+            data)
         await exchange.json(200, result)

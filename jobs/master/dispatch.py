@@ -141,6 +141,7 @@ _TAKE = (f"UPDATE {TASKS} SET state = 'leased', trainer = %s, lease = %s, lease_
          f"attempts = attempts + 1, updated_at = %s WHERE id = (SELECT id FROM {TASKS} "
          f"WHERE job_id = %s AND pass_no = {_LAST_PASS} AND state = 'waiting' "
          f"ORDER BY \"index\" LIMIT 1 {{lock}}) RETURNING id, pass_no, \"index\", spans, "
+         f"trained, "
          # Whether the trainer holds another lease still (it was restarted): rarely.
          f"(SELECT COUNT(*) FROM {TASKS} AS held WHERE held.job_id = %s "
          f"AND held.state = 'leased' AND held.trainer = %s AND held.id <> {TASKS}.id)")
@@ -152,6 +153,7 @@ _WAITING = (f"SELECT 1 FROM {TASKS} WHERE job_id = %s AND pass_no = {_LAST_PASS}
 _HELD = ("id = %s AND job_id = %s AND state = 'leased' AND trainer = %s AND lease = %s")
 _RENEW = f"UPDATE {TASKS} SET lease_expires = %s, updated_at = %s WHERE {_HELD}"
 _DONE = f"UPDATE {TASKS} SET state = 'done', lease_expires = NULL, updated_at = %s WHERE {_HELD}"
+_TRAINED = f"UPDATE {TASKS} SET trained = %s, updated_at = %s WHERE {_HELD}"
 _DONE_BEFORE = (f"SELECT 1 FROM {TASKS} WHERE id = %s AND job_id = %s AND state = 'done' "
                 f"AND trainer = %s AND lease = %s")
 
@@ -292,12 +294,15 @@ def _take(job, trainer: int) -> dict | None:
                          trainer])
     if not taken:
         return None
-    task_id, pass_no, index, spans, held_before = taken[0]
+    task_id, pass_no, index, spans, trained, held_before = taken[0]
     if held_before:
         _reclaim(job, trainer, sweep=False, keep=task_id)
-    return {"task": {"id": task_id, "pass": pass_no, "index": index, "lease": lease,
-                     "lease_seconds": _lease_seconds(),
-                     "spans": json.loads(spans) if isinstance(spans, str | bytes) else spans}}
+    task = {"id": task_id, "pass": pass_no, "index": index, "lease": lease,
+            "lease_seconds": _lease_seconds(),
+            "spans": json.loads(spans) if isinstance(spans, str | bytes) else spans}
+    if trained:
+        task["skip"] = trained  # trained before the job resumed from a checkpoint
+    return {"task": task}
 
 
 def task_next(job, trainer: int) -> dict:
@@ -393,9 +398,112 @@ def task_failed(job, task_id: int, trainer: int, lease: str, reason: str) -> dic
     return {"set_aside": True} if task.state == Task.State.SET_ASIDE else {"retried": True}
 
 
+# --- checkpoints: the master's position, and a restarted job back at it ---------------------------
+#
+# A checkpoint (paddlecloud_sdk.checkpoint) keeps the pass's position as it was when its model
+# was saved: which tasks were done, and how many records of each other one had been trained.
+# A job restarted from it has the master put back there — the tasks done since go back to the
+# queue, a task partly trained is handed out with ``skip`` — so that every record of the pass
+# is trained once in the model that goes on.
+
+def master_position(job, trainer: int, held: list[dict]) -> dict:
+    """Note how many records of each task ``trainer`` holds it has trained (``held``: each
+    ``{"task", "lease", "read"}``; a lease it no longer holds is passed over), then the
+    position: ``{"pass", "done": [indexes], "read": {index: records}}`` of the last pass made
+    (``pass`` None before the first)."""
+    now = _when(timezone.now())
+    for entry in held:
+        _run(_TRAINED, [entry["read"], now, *_held(job, entry["task"], trainer,
+                                                    entry["lease"])], rows=False)
+    last = _last_pass(job)
+    if last is None:
+        return {"pass": None, "done": [], "read": {}}
+    rows = Task.objects.filter(job_id=job.pk, pass_no=last).values_list("index", "state",
+                                                                        "trained")
+    return {"pass": last,
+            "done": sorted(index for index, state, _ in rows if state == Task.State.DONE),
+            "read": {str(index): trained for index, state, trained in rows
+                     if state in (Task.State.WAITING, Task.State.LEASED) and trained}}
+
+
+def master_resume(job, trainer: int, position: dict | None, step: int | None) -> dict:
+    """Put the master back where ``position`` says (a checkpoint's, of ``step``), or at the
+    start of the dataset (None): what a restarted job's trainer 0 asks before any trainer asks
+    for a task. Every lease is over (the trainers that held them were restarted)."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().select_related(
+            "owner", "datacenter").filter(pk=job.pk).first()
+        if locked is None:
+            raise _forget(job)
+        tasks = Task.objects.filter(job_id=job.pk)
+        if position is None:
+            if tasks.exists():
+                tasks.delete()
+                event_repeatable(job.pk, "pass", "resumed", (
+                    f"the master starts the dataset over: trainer-{trainer} restarted "
+                    "without a checkpoint"))
+            return {"resumed": True, "pass": None}
+        pass_no, done, read = position["pass"], position["done"], position["read"]
+        tasks.filter(pass_no__gt=pass_no).delete()
+        if not tasks.filter(pass_no=pass_no).exists():
+            _pass_make(locked, 0)  # nothing when made already
+            _pass_make(locked, pass_no)
+        current = tasks.filter(pass_no=pass_no).exclude(state=Task.State.SET_ASIDE)
+        current.filter(index__in=done).update(state=Task.State.DONE, lease_expires=None,
+                                              trained=0, updated_at=timezone.now())
+        current.exclude(index__in=done).update(state=Task.State.WAITING, lease="",
+                                               lease_expires=None, trained=0,
+                                               updated_at=timezone.now())
+        for index, records in read.items():
+            current.filter(index=index).exclude(index__in=done).update(trained=records)
+        total = current.count()
+        event_repeatable(job.pk, "pass", "resumed", (
+            f"the master resumes pass {pass_no + 1} as the checkpoint of step {step} left it: "
+            f"{len(done)} of {total} tasks done, {len(read)} partly trained"))
+    job_changed(job.pk)
+    return {"resumed": True, "pass": pass_no}
+
+
+def _count(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+        raise ValidationError.for_field(what, "a whole number from 0")
+    return value
+
+
+def _held_of(data: dict) -> list[dict]:
+    held = data.get("held", [])
+    if not isinstance(held, list) or len(held) > MAX_REPLICAS or not all(
+            isinstance(entry, dict) for entry in held):
+        raise ValidationError.for_field("held", "a list of the tasks the trainer holds, each "
+                                                '{"task", "lease", "read"}')
+    return [{"task": _count(entry.get("task"), "held"), "lease": _lease_of(entry),
+             "read": _count(entry.get("read"), "held")} for entry in held]
+
+
+def _position_of(data: dict) -> dict | None:
+    """A checkpoint's position as ``master_position`` gave it, checked; None: from the
+    start."""
+    position = data.get("position")
+    if position is None or (isinstance(position, dict) and position.get("pass") is None):
+        return None
+    rule = ('{"pass": N, "done": [indexes], "read": {"index": records}}, as /position '
+            "answered, or null")
+    if not isinstance(position, dict) or not isinstance(position.get("done"), list) \
+            or not isinstance(position.get("read"), dict):
+        raise ValidationError.for_field("position", rule)
+    try:
+        return {"pass": _count(position["pass"], "position"),
+                "done": [_count(index, "position") for index in position["done"]],
+                "read": {_count(int(index), "position"): _count(records, "position")
+                         for index, records in position["read"].items()}}
+    except ValueError:
+        raise ValidationError.for_field("position", rule) from None
+
+
 # --- the calls, as both transports take them ----------------------------------------------
 
 TASK_ACTIONS = ("renew", "done", "failed", "release")
+JOB_ACTIONS = ("position", "resume")
 
 
 def _trainer(data: dict) -> int:
@@ -418,13 +526,19 @@ def _lease_of(data: dict) -> str:
 def master_call(uid, token: str, action: str, task_id: int | None, data) -> dict:
     """One call of docs/master.md: ``next``, or one of TASK_ACTIONS on ``task_id``, with its
     JSON body ``data``: what both the API view and the ASGI fast path (``app``) run."""
-    if action != "next" and action not in TASK_ACTIONS:
+    if action != "next" and action not in TASK_ACTIONS + JOB_ACTIONS:
         raise NotFoundError(f"no such task call {action!r}: renew, done, failed or release")
     job = master_job(uid, token)
     data = data if isinstance(data, dict) else {}
     trainer = _trainer(data)
     if action == "next":
         return task_next(job, trainer)
+    if action == "position":
+        return master_position(job, trainer, _held_of(data))
+    if action == "resume":
+        step = data.get("step")
+        return master_resume(job, trainer, _position_of(data),
+                             None if step is None else _count(step, "step"))
     lease = _lease_of(data)
     if action in ("failed", "release"):
         reason = data.get("reason", "")

@@ -6,6 +6,7 @@ run's own."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
@@ -21,6 +22,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+from paddlecloud_core.layout import checkpoints_rel
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -163,6 +166,8 @@ def replica_envs(trainers: int, pservers: int, passes: int, output: Path, pfs_ho
         "PADDLE_OUTPUT_DIR": str(output),
         "PADDLE_PFS_HOME": str(pfs_home),
         "PADDLE_PFS_PUBLIC": str(pfs_public),
+        "PADDLE_CHECKPOINT_DIR": "/".join((str(pfs_home), *checkpoints_rel(job_name))),
+        "PADDLE_KEEP_CHECKPOINTS": "3",
         "PYTHONUNBUFFERED": "1",
         "PYTHONWARNINGS": "ignore:No ccache found:UserWarning",
         "GLOG_minloglevel": "1",
@@ -368,8 +373,10 @@ def test_the_helper_builds_the_portals_environment(tmp_path):
         trainers=tuple(by_role["trainer", i]["PADDLE_CURRENT_ENDPOINT"] for i in range(2)),
         master=None)
     paths = Paths(output=str(tmp_path / "out"), pfs_home=str(tmp_path / "home"),
-                  pfs_public=str(tmp_path / "public"))
+                  pfs_public=str(tmp_path / "public"),
+                  checkpoints=str(tmp_path / "home" / "jobs" / "ps-numpy" / "checkpoints"))
     job = SimpleNamespace(env={}, name="ps-numpy", trainers=2, passes=3, gpu=0,
+                          keep_checkpoints=3,
                           datacenter=SimpleNamespace(name="datacenter1"))
     for (role, index), env in by_role.items():
         assert env == replica_env(job, role, index, topology, paths, "paddle-alice")
@@ -380,6 +387,8 @@ def test_the_helper_builds_the_portals_environment(tmp_path):
     master = envs[0][2]["PADDLE_MASTER"]
     assert master not in trainers
     job.name = "fit-a-line"
+    paths = dataclasses.replace(paths, checkpoints=str(
+        tmp_path / "home" / "jobs" / "fit-a-line" / "checkpoints"))
     for role, index, env in envs:
         assert env == replica_env(job, role, index,
                                   Topology(pservers=(), trainers=trainers, master=master),

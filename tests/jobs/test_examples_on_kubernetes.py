@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from jobs.files import output_dir
+from jobs.files import checkpoints_dir, output_dir
 from jobs.models import Job
 from jobs.services import job_kill, job_submit
 from paddlecloud_core.contract import job_namespace
@@ -125,6 +125,9 @@ def test_fit_a_line_trains_through_paddle_distributed_launch(cluster, celery_wor
     assert len(losses) >= 4 and losses[-1] < losses[0] / 10, losses
     summary = json.loads((output_dir(job) / "model" / "summary.json").read_text())
     assert summary["test_loss"] < 0.1, summary
+    # Its checkpoints (every 20 steps of 48), in the PFS home through the pods' mount.
+    assert sorted(p.name for p in checkpoints_dir(job).glob("step-*")) == [
+        "step-000000000020", "step-000000000040"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -251,6 +254,45 @@ def test_a_trainer_killed_mid_run_is_restarted_within_its_limit(cluster, celery_
     assert attempts[0] == attempts[1]
     log = (output_dir(job) / "node_0" / "train.log").read_text()
     assert "--- restart ---" in log and log.rstrip().endswith("done")
+
+
+CHECKPOINTING_STEPPER = """\
+import os, time
+from paddlecloud_sdk import checkpoint
+found = checkpoint.load()
+start = found.step if found else 0
+print("from step", start, "in", os.environ["PADDLE_CHECKPOINT_DIR"], flush=True)
+for step in range(start + 1, int(os.environ["STEPS"]) + 1):
+    time.sleep(0.2)
+    checkpoint.save(str(step).encode(), step)
+    print("step", step, "saved", flush=True)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pod_killed_mid_run_resumes_from_its_latest_checkpoint(cluster, celery_worker,
+                                                                alice, datacenter, pfs_home):
+    """A trainer saving a checkpoint every step (``PADDLE_CHECKPOINT_DIR``: in the owner's
+    home under the pods' PFS mount) has its container killed: the new pod goes on from the
+    newest checkpoint, not step 0."""
+    package_write(pfs_home, CHECKPOINTING_STEPPER, "stepper")
+    job = job_submit(alice, datacenter, {
+        "name": "stepper", "package": "/pfs/datacenter1/home/alice/stepper",
+        "entry": "python train.py", "cpu": "500m", "restart_limit": 1,
+        "env": {"STEPS": "30"}}).job
+    wait_for_line(job, "step 5 saved")
+    cluster.signal_container(trainer_pod(cluster, job), signal.SIGKILL)
+    wait_for(job, FINAL, timeout=120)
+    assert job.state == "succeeded", (job.state_reason, logs_of(job))
+    log = (output_dir(job) / "node_0" / "train.log").read_text()
+    assert "from step 0 in /pfs/datacenter1/home/alice/jobs/stepper/checkpoints\n" in log
+    resumed = [int(line.split()[2]) for line in log.splitlines()
+               if line.startswith("from step ")]
+    assert len(resumed) == 2 and resumed[1] >= 5, log  # the second pod: not from step 0
+    assert f"step {resumed[1] + 1} saved" in log.split("--- restart ---")[1]
+    assert sorted(p.name for p in checkpoints_dir(job).glob("step-*")) == [
+        "step-000000000028", "step-000000000029", "step-000000000030"]  # 3 kept
 
 
 def _descendants(pid: int) -> set[int]:

@@ -8,18 +8,22 @@ trained exactly once."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from jobs.files import output_dir
+from jobs.files import checkpoints_dir, output_dir
 from jobs.models import Job, Task
 from jobs.services import job_submit
 from tests.factories import HOME
+from tests.jobs.master_scenario import FINAL, state
+from tests.polling import wait
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fit_a_line"
 ROWS = 64  # a file's
@@ -153,3 +157,61 @@ def test_the_shipped_dataset_is_the_one_the_example_generates(tmp_path):
     assert shipped == sorted(p.name for p in tmp_path.iterdir())
     for name in shipped:
         assert (EXAMPLE / "data" / name).read_bytes() == (tmp_path / name).read_bytes(), name
+
+
+STEP_LINE = re.compile(r"^trainer (\d+) pass (\d+) step (\d+) (?:(\d+) rows|no rows)",
+                       re.MULTILINE)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_killed_mid_run_both_trainers_resume_from_the_checkpoint_and_train_each_row_once(
+        live_portal, celery_worker):
+    """Trainer 1 killed (SIGKILL) once the trainers have saved a checkpoint: the portal
+    restarts both (a collective job restarts together), both resume from the latest
+    checkpoint (not step 0), and the master from where that checkpoint left the pass: the
+    rows each pass's steps trained — those of the first run up to the checkpoint, then those
+    of the second — are the dataset's, none lost, none twice (counted from the trainers'
+    logs: a step's rows on each trainer)."""
+    home = live_portal.home
+    shutil.copytree(EXAMPLE, home / "fit_a_line", ignore=shutil.ignore_patterns(
+        "__pycache__", "output"))
+    shutil.copytree(EXAMPLE / "data", home / "data" / "fit_a_line")
+    spec = {**json.loads((EXAMPLE / "job.json").read_text()),
+            "package": f"{HOME}/fit_a_line", "passes": 6, "restart_limit": 1,
+            "dataset": f"{HOME}/data/fit_a_line/part-*.txt", "task_records": 40,
+            "env": {"CHECKPOINT_EVERY": "10"}}
+    job = job_submit(live_portal.user, live_portal.datacenter, spec).job
+    ckpt = checkpoints_dir(job)
+
+    def saved() -> list[int]:
+        return sorted(int(p.name.removeprefix("step-")) for p in ckpt.glob("step-*"))
+
+    wait(lambda: saved() and saved()[-1] >= 20, 120, lambda: f"a checkpoint: {saved()}")
+    trainer = job.replicas.get(role="trainer", index=1)
+    os.killpg(int(trainer.backend_ref.removeprefix("pid:")), signal.SIGKILL)
+    wait(lambda: state(job) in FINAL, 180, "the job to end")
+    logs = {i: trainer_log(job, i) for i in range(2)}
+    assert job.state == "succeeded", (job.state_reason, logs)
+
+    first, second = {}, {}
+    for i in range(2):
+        assert "--- restart 1 ---" in logs[i], logs[i]
+        before, after = logs[i].split("--- restart 1 ---")
+        resumed = re.search(r"trainer \d resumed from the checkpoint of step (\d+)", after)
+        assert resumed, after
+        first[i], second[i] = before, after
+    step = int(re.search(r"from the checkpoint of step (\d+)", second[0])[1])
+    assert step >= 20 and f"from the checkpoint of step {step} " in second[1]
+    assert "trainer 0 finished" in second[0] and "trainer 1 finished" in second[1]
+
+    rows: Counter = Counter()  # (pass) -> rows trained into the model that went on
+    for i in range(2):
+        for run, keep in ((first[i], lambda s: s <= step), (second[i], lambda s: s > step)):
+            for _, pass_no, at, n in STEP_LINE.findall(run):
+                if keep(int(at)):
+                    rows[int(pass_no)] += int(n or 0)
+    assert rows == {p: 8 * ROWS for p in range(6)}, rows
+    assert set(Task.objects.filter(job=job).values_list("state", flat=True)) == {"done"}
+    summary = json.loads((output_dir(job) / "model" / "summary.json").read_text())
+    assert summary["test_loss"] < 0.1, summary
+

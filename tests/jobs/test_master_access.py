@@ -55,11 +55,12 @@ DATASET = f"{HOME}/data/part-*.txt"
 
 # What replica_env reads of a job.
 Plain = SimpleNamespace(name="j", trainers=2, pservers=1, passes=1, gpu=0, env={},
+                        keep_checkpoints=3,
                         datacenter=SimpleNamespace(name="dc1"))
 
 
 def test_replicas_get_the_master_exactly_when_the_topology_has_one():
-    paths = Paths(output="/o", pfs_home="/h", pfs_public="/p")
+    paths = Paths(output="/o", pfs_home="/h", pfs_public="/p", checkpoints="/c")
     plain = Topology(pservers=("127.0.0.1:1",), trainers=("127.0.0.1:2", "127.0.0.1:3"),
                      master=None)
     access = TaskMaster(url="http://portal/api/v1/master/u", token="pcm_secret")

@@ -157,9 +157,9 @@ def contract_env(role: str, index: int, env: dict, dirs, trainers: int, pservers
         trainers=tuple(env["PADDLE_TRAINER_ENDPOINTS"].split(",")),
         master=env.get("PADDLE_MASTER") if not pservers else None)
     job = SimpleNamespace(name=name, env=extra, datacenter=SimpleNamespace(name="local"),
-                          trainers=trainers, passes=1, gpu=0)
+                          trainers=trainers, passes=1, gpu=0, keep_checkpoints=3)
     paths = Paths(output=str(dirs.output), pfs_home=str(dirs.input),
-                  pfs_public=str(dirs.input))
+                  pfs_public=str(dirs.input), checkpoints=f"{dirs.output}/checkpoints")
     return replica_env(job, role, index, topology, paths, "local")
 
 
@@ -402,6 +402,8 @@ def test_docker_command_line_of_a_trainer(dirs):
         "-e", "PADDLE_OUTPUT_DIR=/train/output",
         "-e", "PADDLE_PFS_HOME=/train/input",
         "-e", "PADDLE_PFS_PUBLIC=/train/input",
+        "-e", "PADDLE_CHECKPOINT_DIR=/train/output/checkpoints",
+        "-e", "PADDLE_KEEP_CHECKPOINTS=3",
         "-e", "PYTHONUNBUFFERED=1",
         "-e", "PYTHONWARNINGS=ignore:No ccache found:UserWarning",
         "-e", "GLOG_minloglevel=1",

@@ -17,13 +17,14 @@ def contract_env(role: str, index: int, *, trainers=3, pservers=2, passes=4, gpu
                  tmp=Path("/tmp/x")) -> dict[str, str]:
     """What paddlecloud_core/contract.py gives a replica of a job."""
     job = SimpleNamespace(env={"EXTRA": "1"}, name="fit-a-line", trainers=trainers,
-                          passes=passes, gpu=gpu, datacenter=SimpleNamespace(name="dc1"))
+                          passes=passes, gpu=gpu, datacenter=SimpleNamespace(name="dc1"),
+                          keep_checkpoints=3)
     topology = Topology(
         pservers=tuple(f"10.0.0.{i}:700{i}" for i in range(pservers)),
         trainers=tuple(f"10.0.1.{i}:800{i}" for i in range(trainers)),
         master=None if pservers else "10.0.1.0:9000")
     paths = Paths(output=str(tmp / "out"), pfs_home=str(tmp / "home" / "alice"),
-                  pfs_public=str(tmp / "public"))
+                  pfs_public=str(tmp / "public"), checkpoints=str(tmp / "ckpt"))
     return replica_env(job, role, index, topology, paths, "paddle-alice")
 
 
@@ -189,7 +190,7 @@ def test_env_imports_nothing_but_the_standard_library():
     import sys
 
     code = ("import sys; import paddlecloud_sdk.env, paddlecloud_sdk.dataset, "
-            "paddlecloud_sdk.recordio; "
+            "paddlecloud_sdk.recordio, paddlecloud_sdk.checkpoint; "
             "bad = sorted(m for m in ('django', 'requests', 'yaml', 'paddlectl', 'jobs') "
             "if m in sys.modules); print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

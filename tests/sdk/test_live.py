@@ -185,7 +185,8 @@ def test_a_package_already_in_pfs(live_portal, sdk_config, celery_worker):
                     trainer_package=f"{HOME}/packages/quick").submit()
     assert job.info["package"] == "/pfs/datacenter1/home/alice/packages/quick"
     assert job.wait(timeout=60, poll=0.2) == "succeeded"
-    assert sorted(p.name for p in (live_portal.home / "jobs" / "in-pfs").iterdir()) == ["output"]
+    assert sorted(p.name for p in (live_portal.home / "jobs" / "in-pfs").iterdir()) == [
+        "checkpoints", "output"]
 
 
 def test_dist_train_submits_from_a_laptop_and_trains_in_the_job(live_portal, sdk_config,

@@ -111,10 +111,12 @@ def pfs_home(job) -> str:
 
 
 def paths(job) -> Paths:
-    """As on the local backend, under the mounts: output in the owner's home."""
+    """As on the local backend, under the mounts: output and checkpoints in the owner's
+    home."""
     home = pfs_home(job)
     return Paths(output=layout.output_path(home, job.name), pfs_home=home,
-                 pfs_public=layout.pfs_public(job.datacenter.name))
+                 pfs_public=layout.pfs_public(job.datacenter.name),
+                 checkpoints=layout.checkpoints_path(home, job.name))
 
 
 def site_packages_rel(job) -> layout.Rel:

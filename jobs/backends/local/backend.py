@@ -64,6 +64,7 @@ from paddlecloud_core.processes import (
 )
 
 from ...files import (
+    checkpoints_dir,
     home_dir,
     home_give,
     output_dir,
@@ -291,7 +292,8 @@ class LocalBackend(Backend):
 
     def paths(self, job) -> Paths:
         return Paths(output=str(output_dir(job)), pfs_home=str(home_dir(job)),
-                     pfs_public=str(job.datacenter.public_path))
+                     pfs_public=str(job.datacenter.public_path),
+                     checkpoints=str(checkpoints_dir(job)))
 
     def image_build_problem(self, datacenter) -> str | None:
         if settings.PADDLECLOUD_LOCAL_BUILDS:

@@ -1,0 +1,133 @@
+"""paddlecloud_sdk.checkpoint in this process, on a real directory: what a save writes, what
+``latest()`` takes and what it skips, pruning, and who writes in a collective job. (A job
+killed and restarted through the portal resumes from them: tests/jobs/test_checkpoints.py.)"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from paddlecloud_core.layout import checkpoint_dirname
+from paddlecloud_sdk import checkpoint
+
+
+@pytest.fixture
+def ckpt(tmp_path, monkeypatch):
+    where = tmp_path / "checkpoints"
+    monkeypatch.setenv("PADDLE_CHECKPOINT_DIR", str(where))
+    monkeypatch.setenv("PADDLE_OUTPUT_DIR", str(tmp_path / "out"))
+    return where
+
+
+def steps(where) -> list[str]:
+    return sorted(os.listdir(where))
+
+
+def test_a_save_is_a_step_directory_with_its_manifest_and_loads_back(ckpt):
+    assert checkpoint.load() is None  # a first start
+    written = checkpoint.save(b"weights-1", 10, pass_=0)
+    assert written == ckpt / "step-000000000010"
+    assert steps(ckpt) == ["step-000000000010"]  # nothing half written left beside it
+    manifest = json.loads((written / "manifest.json").read_text())
+    assert set(manifest) == {"format", "step", "pass", "time", "job", "trainers", "kind",
+                             "files", "master"}
+    assert (manifest["step"], manifest["pass"], manifest["kind"], manifest["master"]) == (
+        10, 0, "bytes", None)
+    assert manifest["files"] == {"state.bin": {
+        "size": 9, "sha256": hashlib.sha256(b"weights-1").hexdigest()}}
+
+    checkpoint.save(b"weights-2", 20)
+    found = checkpoint.load()
+    assert (found.step, found.pass_, found.state) == (20, None, b"weights-2")
+
+
+def test_files_of_any_framework_and_paddle_state_dicts(ckpt, tmp_path):
+    (tmp_path / "opt.npz").write_bytes(b"npz bytes")
+    checkpoint.save({"model.bin": b"m", "opt.npz": tmp_path / "opt.npz"}, 1)
+    assert checkpoint.load().state == {"model.bin": b"m", "opt.npz": b"npz bytes"}
+
+    paddle = pytest.importorskip("paddle")
+    layer = paddle.nn.Linear(3, 1)
+    checkpoint.save({"model": layer.state_dict()}, 2)
+    found = checkpoint.load()
+    assert found.kind == "paddle" and list(found.files) == ["state.pdparams"]
+    other = paddle.nn.Linear(3, 1)
+    other.set_state_dict(found.state["model"])
+    assert (other.weight.numpy() == layer.weight.numpy()).all()
+
+
+@pytest.mark.parametrize("damage", ["a byte changed", "truncated", "no manifest",
+                                    "manifest not json", "another step's manifest"])
+def test_a_corrupt_or_partial_latest_is_skipped_for_the_one_before(ckpt, capsys, damage):
+    checkpoint.save(b"good", 5)
+    newest = checkpoint.save(b"newer", 6)
+    state = newest / "state.bin"
+    if damage == "a byte changed":
+        state.write_bytes(b"nEwer")
+    elif damage == "truncated":
+        state.write_bytes(b"new")
+    elif damage == "no manifest":
+        (newest / "manifest.json").unlink()
+    elif damage == "manifest not json":
+        (newest / "manifest.json").write_text('{"step": 6, ')
+    else:
+        manifest = json.loads((newest / "manifest.json").read_text())
+        (newest / "manifest.json").write_text(json.dumps({**manifest, "step": 7}))
+
+    found = checkpoint.load()
+    assert (found.step, found.state) == (5, b"good")  # never the damaged one
+    err = capsys.readouterr().err
+    assert "skipped the checkpoint of step 6" in err and "it is not loaded" in err
+    metrics = (ckpt.parent / "out" / "node_0" / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(metrics[-1])["checkpoint_skipped"] == 1  # on the job's page
+    assert json.loads(metrics[-1])["step"] == 6
+
+
+def test_one_being_written_is_never_taken(ckpt):
+    checkpoint.save(b"done", 3)
+    # What a trainer killed while saving step 4 leaves.
+    half = ckpt / ".step-000000000004.tmp-dead"
+    half.mkdir()
+    (half / "state.bin").write_bytes(b"half")
+    assert checkpoint.latest().step == 3
+    checkpoint.save(b"next", 4)  # the next save clears it away
+    assert steps(ckpt) == ["step-000000000003", "step-000000000004"]
+
+
+def test_the_oldest_are_removed_to_keep_the_jobs_number(ckpt, monkeypatch):
+    monkeypatch.setenv("PADDLE_KEEP_CHECKPOINTS", "2")
+    for step in (1, 2, 3, 4):
+        checkpoint.save(str(step).encode(), step)
+    assert steps(ckpt) == [checkpoint_dirname(3), checkpoint_dirname(4)]
+    checkpoint.save(b"again", 4)  # the same step saved again (after a resume) replaces it
+    assert checkpoint.load().state == b"again"
+    assert steps(ckpt) == [checkpoint_dirname(3), checkpoint_dirname(4)]
+
+
+def test_bad_arguments_say_the_rule(ckpt, monkeypatch):
+    with pytest.raises(ValueError, match="step must be a whole number from 0"):
+        checkpoint.save(b"x", -1)
+    with pytest.raises(ValueError, match="not hidden"):
+        checkpoint.save({"../x": b"x"}, 1)
+    monkeypatch.setenv("PADDLE_KEEP_CHECKPOINTS", "0")
+    with pytest.raises(ValueError, match="PADDLE_KEEP_CHECKPOINTS='0'"):
+        checkpoint.save(b"x", 1)
+    assert not ckpt.exists() or steps(ckpt) == []
+
+
+def test_in_a_collective_job_trainer_0_writes_and_all_wait_for_each_other(ckpt, monkeypatch):
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
+    calls = []
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "1")
+    assert checkpoint.save(b"s", 7, barrier=lambda: calls.append(1)) is None
+    assert calls == [1, 1] and not ckpt.exists()  # before and after; nothing written
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "0")
+    assert checkpoint.save(b"s", 7, barrier=lambda: calls.append(0)) == ckpt / \
+        checkpoint_dirname(7)
+    assert calls == [1, 1, 0, 0]
+    # Without paddle.distributed's group (nor a barrier given) the trainers could not agree.
+    with pytest.raises(RuntimeError, match="init_parallel_env"):
+        checkpoint.save(b"s", 8)
