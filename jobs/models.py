@@ -403,7 +403,7 @@ class Task(models.Model):
                                 condition=models.Q(state="leased"))]
 
     def __str__(self) -> str:
-        return f"{self.job.name} pass {self.pass_no} task {self.index} ({self.state})"
+        return f"{self.job.name} pass {self.pass_no + 1} task {self.index} ({self.state})"
 
 
 class SubmitKey(models.Model):

@@ -544,11 +544,11 @@ class Task:
         return self.info.get(key, default)
 
     def __repr__(self) -> str:
-        return (f"<Task {self.id} pass {self.pass_no} index {self.index} {self.state}, "
+        return (f"<Task {self.id} pass {self.pass_no + 1} index {self.index} {self.state}, "
                 f"{len(self.spans)} span{'s' if len(self.spans) != 1 else ''}>")
 
     def _where(self) -> str:
-        return f"task {self.id} (pass {self.pass_no}, index {self.index})"
+        return f"task {self.id} (pass {self.pass_no + 1}, index {self.index})"
 
     # -- reading --
 

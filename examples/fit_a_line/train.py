@@ -228,7 +228,7 @@ class Saving:
             optimizer.set_state_dict(resumed.state["optimizer"])
             self.step = resumed.step
             log(f"trainer {trainer_id} resumed from the checkpoint of step {resumed.step} "
-                f"(pass {resumed.pass_})")
+                f"(pass {resumed.pass_ + 1})")  # saved below with its pass
 
     def after(self, step: int, pass_id: int) -> None:
         if step % self.every == 0:
@@ -278,11 +278,12 @@ def train_shards(paddle, dist, net, optimizer, x: np.ndarray, y: np.ndarray, tra
             shown = f"loss {mine:.6f}"
             if dist is not None:
                 shown += f" (mean over trainers {mean:.6f})"
-            log(f"trainer {trainer_id} pass {pass_id} step {step} {shown}")
+            log(f"trainer {trainer_id} pass {pass_id + 1} step {step} {shown}")
             if trainer_id == 0:
                 report(step=step, loss=mean)  # the job's page plots it
             saving.after(step, pass_id)
-        log(f"trainer {trainer_id} pass {pass_id} done: mean loss {total / steps_per_pass:.6f}")
+        log(f"trainer {trainer_id} pass {pass_id + 1} done: mean loss "
+            f"{total / steps_per_pass:.6f}")
     return passes, step
 
 
@@ -358,7 +359,7 @@ class MasterRows:
         task = self.task
         done = task.done()  # False: its lease was lost, another trainer reads it again
         if not done:
-            log(f"trainer {self.trainer_id}: task {task['index']} of pass {task['pass']} was "
+            log(f"trainer {self.trainer_id}: task {task['index']} of pass {task['pass'] + 1} was "
                 "taken back by the master (its lease was lost): another trainer trains it")
         with self._journal.open("a") as journal:
             journal.write(json.dumps({"pass": task["pass"], "index": task["index"],
@@ -408,7 +409,7 @@ def train_from_master(paddle, dist, net, optimizer, trainer_id: int, trainers: i
     sums = {"rows": 0, "mine": 0, "steps": 0, "idle": 0, "sse": 0.0}
 
     def end_of_pass() -> None:
-        log(f"trainer {trainer_id} pass {current} done: {sums['rows']} rows in "
+        log(f"trainer {trainer_id} pass {current + 1} done: {sums['rows']} rows in "
             f"{sums['steps']} steps ({sums['idle']} with a trainer without rows), "
             f"{sums['mine']} of them here; mean loss {sums['sse'] / sums['rows']:.6f}")
 
@@ -465,7 +466,7 @@ def train_from_master(paddle, dist, net, optimizer, trainer_id: int, trainers: i
             sums["sse"] += summed
             held = (f"{n} rows, loss {mine / n:.6f}" if n else
                     "no rows (waiting for a task): weight 0")
-            log(f"trainer {trainer_id} pass {this_pass} step {step} {held}; "
+            log(f"trainer {trainer_id} pass {this_pass + 1} step {step} {held}; "
                 f"mean over the {total} rows of the trainers {mean:.6f}")
             if trainer_id == 0:
                 report(step=step, loss=mean)  # the job's page plots it

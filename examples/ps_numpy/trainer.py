@@ -211,12 +211,13 @@ def run() -> int:
                 ps.call({"op": "push", "trainer": trainer_id}, gradient[ps.block])
             step += 1
             total += loss
-            log(f"trainer {trainer_id} pass {pass_id} step {step} loss {loss:.6f}")
+            log(f"trainer {trainer_id} pass {pass_id + 1} step {step} loss {loss:.6f}")
             if trainer_id == 0:
                 line = {"step": step, "loss": loss, "trainer": trainer_id, "pass": pass_id}
                 with metrics.open("a") as out:
                     out.write(json.dumps(line) + "\n")
-        log(f"trainer {trainer_id} pass {pass_id} done: mean loss {total / steps_per_pass:.6f}")
+        log(f"trainer {trainer_id} pass {pass_id + 1} done: mean loss "
+            f"{total / steps_per_pass:.6f}")
 
     if trainer_id == 0:
         # Leave the rounds (the others may have more steps), then wait until the others are

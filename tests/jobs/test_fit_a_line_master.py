@@ -104,7 +104,8 @@ def assert_every_row_once_a_pass(job: Job, logs: dict[int, str], files: list[str
 
     # Each trainer's account of each pass: the rows of its steps, summed over the trainers,
     # are the dataset's; the same steps on both; the two share the rows.
-    passes = {(int(t), int(p)): m for t, p, *m in PASS_LINE.findall(logs[0] + logs[1])}
+    # (trainer, pass from 0): the logs number passes from 1, as the events and get tasks do
+    passes = {(int(t), int(p) - 1): m for t, p, *m in PASS_LINE.findall(logs[0] + logs[1])}
     assert sorted(passes) == [(t, p) for t in range(2) for p in range(PASSES)], logs
     for pass_no in range(PASSES):
         both = [passes[(t, pass_no)] for t in range(2)]
@@ -209,7 +210,7 @@ def test_killed_mid_run_both_trainers_resume_from_the_checkpoint_and_train_each_
         for run, keep in ((first[i], lambda s: s <= step), (second[i], lambda s: s > step)):
             for _, pass_no, at, n in STEP_LINE.findall(run):
                 if keep(int(at)):
-                    rows[int(pass_no)] += int(n or 0)
+                    rows[int(pass_no) - 1] += int(n or 0)  # the logs count from 1
     assert rows == {p: 8 * ROWS for p in range(6)}, rows
     assert set(Task.objects.filter(job=job).values_list("state", flat=True)) == {"done"}
     summary = json.loads((output_dir(job) / "model" / "summary.json").read_text())

@@ -193,7 +193,7 @@ def test_a_task_left_half_read_is_given_back_when_the_next_is_asked_for(live_por
     assert list(tasks) == []
     assert [(t.state, t.attempts, t.failures) for t in tasks_of()] == [("done", 2, 0),
                                                                       ("done", 1, 0)]
-    with pytest.raises(RuntimeError, match=r"task \d+ \(pass 0, index 0\) is failed: it is "
+    with pytest.raises(RuntimeError, match=r"task \d+ \(pass 1, index 0\) is failed: it is "
                                            "no longer this trainer's"):
         iter(first)
     assert lease_threads() == []
@@ -291,7 +291,7 @@ def test_a_lost_lease_is_a_warning_and_the_reader_goes_on(live_portal, dataset, 
     assert got == FIRST[:1] + FIRST + SECOND
     first = tasks_of()[0]
     assert warnings_of(caplog) == [
-        f"paddlecloud_sdk.master: task {first.pk} (pass 0, index 0): lease lost (its "
+        f"paddlecloud_sdk.master: task {first.pk} (pass 1, index 0): lease lost (its "
         "renewal was refused): the master gave the task to another trainer; going on with the "
         "next task"]
     assert [(t.state, t.attempts) for t in tasks_of()] == [("done", 2), ("done", 2)]
