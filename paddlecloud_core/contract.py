@@ -28,9 +28,12 @@ FLEET_VARIABLES = (
 # checkpoints it keeps (paddlecloud_sdk.checkpoint).
 CHECKPOINT_DIR_VARIABLE = "PADDLE_CHECKPOINT_DIR"
 KEEP_CHECKPOINTS_VARIABLE = "PADDLE_KEEP_CHECKPOINTS"
+# Which run of a name this is (the job's uid): its checkpoints are its own, never those of an
+# earlier job of the name left in the same directory.
+JOB_UID_VARIABLE = "PADDLE_JOB_UID"
 PADDLECLOUD_VARIABLES = ("PADDLE_PSERVER_ID", "PADDLE_OUTPUT_DIR", "PADDLE_PFS_HOME",
                          "PADDLE_PFS_PUBLIC", CHECKPOINT_DIR_VARIABLE,
-                         KEEP_CHECKPOINTS_VARIABLE)
+                         KEEP_CHECKPOINTS_VARIABLE, JOB_UID_VARIABLE)
 # The newest checkpoints a job keeps unless it says (``keep_checkpoints``): older ones are
 # removed once a newer one is complete.
 KEEP_CHECKPOINTS = 3
@@ -205,6 +208,7 @@ def replica_env(job, role: str, index: int, topology: Topology, paths: Paths,
         "PADDLE_PFS_PUBLIC": paths.pfs_public,
         CHECKPOINT_DIR_VARIABLE: paths.checkpoints,
         KEEP_CHECKPOINTS_VARIABLE: str(job.keep_checkpoints),
+        JOB_UID_VARIABLE: str(job.uid),
     })
     for name, value in REPLICA_DEFAULT_ENV.items():
         env.setdefault(name, value)

@@ -13,13 +13,14 @@
 
 Where: the job's checkpoint directory, ``PADDLE_CHECKPOINT_DIR`` (``jobs/<name>/checkpoints/``
 in its owner's PFS home, on every backend; ``./output/checkpoints`` outside a job). A job of
-the same name submitted later starts with none (the portal keeps the earlier one's beside it).
+the same name submitted later starts with none (the portal keeps the earlier one's beside it;
+where it cannot reach the PFS, the SDK takes and prunes only its own run's: ``job_uid``).
 
 What: each checkpoint is a directory ``step-<step, 12 digits>/`` (``paddlecloud_core.layout``)
 holding the state's files and ``manifest.json`` (``MANIFEST_FORMAT``)::
 
     {"format": 1, "step": 120, "pass": 3, "time": 1764300000.5, "job": "fit",
-     "trainers": 2, "kind": "paddle",
+     "job_uid": "6f1c…", "trainers": 2, "kind": "paddle",
      "files": {"state.pdparams": {"size": 5120, "sha256": "9f…"}},
      "master": {"pass": 0, "done": [0, 1, 4], "read": {"2": 12}}}
 
@@ -85,6 +86,7 @@ from paddlecloud_core.layout import (
     checkpoint_dirname,
     checkpoint_step,
     checkpoint_tmpname,
+    checkpoints_aside,
 )
 
 from . import env
@@ -233,13 +235,15 @@ def _write(root: Path, state: Any, step: int, pass_: int | None,
         kind = _state_write(tmp, state)
         files = {name: _described(tmp / name) for name in sorted(_names(tmp))}
         manifest = {"format": MANIFEST_FORMAT, "step": step, "pass": pass_,
-                    "time": time.time(), "job": env.job_name(),
+                    "time": time.time(), "job": env.job_name(), "job_uid": env.job_uid(),
                     "trainers": env.trainer_count(), "kind": kind, "files": files,
                     "master": position}
         _write_synced(tmp / CHECKPOINT_MANIFEST, json.dumps(manifest, indent=1).encode())
         _fsync_dir(tmp)
         final = root / checkpoint_dirname(step)
         old = None
+        if final.exists() and _another_runs(final):
+            _set_aside(final)
         if final.exists():  # the same step saved again (after a resume): the new one wins
             old = root / checkpoint_tmpname(step, f"old-{secrets.token_hex(4)}")
             final.rename(old)
@@ -323,7 +327,7 @@ def _prune(root: Path, keep_last: int, written: Path) -> None:
     """Keep the newest ``keep_last`` complete checkpoints (``written`` among them); remove
     the older ones, and what earlier writers left half written."""
     steps = sorted((step, p) for p in root.iterdir()
-                   if (step := checkpoint_step(p.name)) is not None)
+                   if (step := checkpoint_step(p.name)) is not None and not _another_runs(p))
     for _, old in steps[:-keep_last]:
         if old != written:
             shutil.rmtree(old, ignore_errors=True)
@@ -347,6 +351,11 @@ def _verified(path: str | os.PathLike | None) -> Iterator[Checkpoint]:
         return
     for step, name in sorted(((checkpoint_step(n), n) for n in names
                               if checkpoint_step(n) is not None), reverse=True):
+        if path is None and (other := _another_runs(root / name)):
+            _skipped(root / name, step, f"it is another run's of the name (job uid {other}): "
+                                        "a job submitted again starts from none of the "
+                                        "earlier one's (load(path=...) takes one)", metric=False)
+            continue
         try:
             yield verified(root / name)
         except CheckpointError as exc:
@@ -404,15 +413,40 @@ def verified(path: Path) -> Checkpoint:
                       kind=manifest["kind"], master=manifest.get("master"), manifest=manifest)
 
 
-def _skipped(path: Path, step: int, why: str) -> None:
+def _skipped(path: Path, step: int, why: str, *, metric: bool = True) -> None:
     if (str(path), why) in _reported:
         return
     _reported.add((str(path), why))
     print(f"paddlecloud_sdk.checkpoint: skipped the checkpoint of step {step} ({path}): "
           f"{why}; it is not loaded", file=sys.stderr, flush=True)
     with contextlib.suppress(Exception):  # the log line is the report that matters
-        if env.trainer_id() == 0:
+        if metric and env.trainer_id() == 0:
             report(step=step, checkpoint_skipped=1)
+
+
+def _another_runs(checkpoint_dir: Path) -> str | None:
+    """The job uid of an earlier run of the name whose checkpoint this is (None: this run's,
+    or not known: outside a job, or a manifest that cannot be read, which ``verified``
+    tells). The portal sets an earlier run's directory aside before a new run starts where
+    it can reach the PFS; where it cannot (a cluster whose portal does not mount it), the
+    new run's trainers must not take, nor prune, what the earlier one left."""
+    mine = env.job_uid()
+    if mine is None:
+        return None
+    try:
+        theirs = json.loads((checkpoint_dir / CHECKPOINT_MANIFEST).read_bytes()).get("job_uid")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(theirs) if theirs != mine else None
+
+
+def _set_aside(checkpoint_dir: Path) -> None:
+    """An earlier run's checkpoint, where this run saves the same step: kept, beside the
+    job's directory (``checkpoints-<its uid>``, as the portal sets a whole directory aside)."""
+    other = _another_runs(checkpoint_dir)
+    aside = checkpoint_dir.parent.parent / checkpoints_aside(other)
+    aside.mkdir(parents=True, exist_ok=True)
+    checkpoint_dir.rename(aside / checkpoint_dir.name)
 
 
 def load(path: str | os.PathLike | None = None, *,

@@ -66,6 +66,11 @@ def job_name() -> str | None:
     return _get("JOB_NAME")
 
 
+def job_uid() -> str | None:
+    """Which run of its name the job is (``PADDLE_JOB_UID``); None outside a job."""
+    return _get("PADDLE_JOB_UID")
+
+
 def namespace() -> str | None:
     return _get("JOB_NAMESPACE")
 

@@ -32,8 +32,8 @@ def test_a_save_is_a_step_directory_with_its_manifest_and_loads_back(ckpt):
     assert written == ckpt / "step-000000000010"
     assert steps(ckpt) == ["step-000000000010"]  # nothing half written left beside it
     manifest = json.loads((written / "manifest.json").read_text())
-    assert set(manifest) == {"format", "step", "pass", "time", "job", "trainers", "kind",
-                             "files", "master"}
+    assert set(manifest) == {"format", "step", "pass", "time", "job", "job_uid", "trainers",
+                             "kind", "files", "master"}
     assert (manifest["step"], manifest["pass"], manifest["kind"], manifest["master"]) == (
         10, 0, "bytes", None)
     assert manifest["files"] == {"state.bin": {
@@ -131,3 +131,25 @@ def test_in_a_collective_job_trainer_0_writes_and_all_wait_for_each_other(ckpt, 
     # Without paddle.distributed's group (nor a barrier given) the trainers could not agree.
     with pytest.raises(RuntimeError, match="init_parallel_env"):
         checkpoint.save(b"s", 8)
+
+
+def test_a_new_run_of_a_name_takes_and_prunes_none_of_an_earlier_runs_left_beside_it(
+        ckpt, monkeypatch, capsys):
+    """Where the portal could not set an earlier job's checkpoints aside (a cluster whose
+    portal does not mount the PFS), a job submitted again under the name starts from none of
+    them, never prunes them, and keeps the one a save of the same step would replace."""
+    monkeypatch.setenv("PADDLE_JOB_UID", "run-a")
+    checkpoint.save(b"a-10", 10, keep_last=3)
+    checkpoint.save(b"a-20", 20, keep_last=3)
+    monkeypatch.setenv("PADDLE_JOB_UID", "run-b")
+    assert checkpoint.load() is None  # not run a's, however new
+    assert "it is another run's of the name (job uid run-a)" in capsys.readouterr().err
+    checkpoint.save(b"b-5", 5, keep_last=1)
+    assert steps(ckpt) == ["step-000000000005", "step-000000000010", "step-000000000020"]
+    checkpoint.save(b"b-20", 20, keep_last=1)  # run a's step 20 is kept aside, not replaced
+    assert steps(ckpt) == ["step-000000000010", "step-000000000020"]
+    aside = ckpt.parent / "checkpoints-run-a" / "step-000000000020"
+    assert (aside / "state.bin").read_bytes() == b"a-20"
+    assert checkpoint.load().state == b"b-20"
+    monkeypatch.setenv("PADDLE_JOB_UID", "run-a")  # run a, restarted: its own again
+    assert checkpoint.load().state == b"a-10"
