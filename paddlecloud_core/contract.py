@@ -13,6 +13,8 @@ import hmac
 import re
 from dataclasses import dataclass, field
 
+from . import layout
+
 LEGACY_VARIABLES = (
     "PADDLE_INIT_TRAINER_ID", "PADDLE_INIT_NUM_GRADIENT_SERVERS", "PADDLE_INIT_PSERVERS",
     "PADDLE_INIT_PORT", "PADDLE_INIT_PORTS_NUM", "PADDLE_INIT_PORTS_NUM_FOR_SPARSE",
@@ -94,6 +96,16 @@ class Paths:
     pfs_home: str
     pfs_public: str
     checkpoints: str
+
+
+def pfs_paths(datacenter: str, username: str, name: str) -> Paths:
+    """The job's directories at their PFS paths (``/pfs/{dc}/home/{user}/jobs/{name}/…``):
+    where its replicas see them on Kubernetes and in a local sandbox, so that what they print
+    is what users write."""
+    home = layout.pfs_home(datacenter, username)
+    return Paths(output=layout.output_path(home, name), pfs_home=home,
+                 pfs_public=layout.pfs_public(datacenter),
+                 checkpoints=layout.checkpoints_path(home, name))
 
 
 PADDLE_QUIET_WARNINGS = "ignore:No ccache found:UserWarning"

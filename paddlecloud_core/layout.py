@@ -35,6 +35,8 @@ MAX_COMPONENT = 255
 UPLOAD_PREFIX = ".pfs-upload-"
 
 JOBS_DIR = "jobs"
+# A replica's working directory, where its package is: a pod's, and a local sandbox's.
+WORKSPACE = "/workspace"
 OUTPUT_DIR = "output"
 # In the output and checkpoint directories: the uid of the job they are for.
 OUTPUT_MARKER = ".paddlecloud-job"

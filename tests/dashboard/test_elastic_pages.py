@@ -30,7 +30,7 @@ def test_a_range_is_submitted_and_shown(browser, package):
     assert (job.trainers, job.trainers_min, job.trainers_lost_limit, job.trainers_held) == (
         4, 2, 2, 3)  # the default quota: 4 CPU, one for the pserver
     listed = browser.get("/jobs/").content.decode()
-    assert '<td class="num" data-field="trainers">3 (2\u20134)</td>' in listed
+    assert '<td class="num" data-label="Trainers" data-field="trainers">3 (2\u20134)</td>' in listed
     page = browser.get("/jobs/el/")
     _, shown = element(page, "trainers-shown")
     assert shown == "3 (2\u20134)"

@@ -97,8 +97,8 @@ def test_the_list_shows_each_job_with_its_state_and_numbers(browser, submit):
     page = text(response)
     assert 'href="/jobs/first/"' in page
     assert "trainer-0 failed" in page
-    assert '<td class="num" data-field="trainers">2</td>' in page
-    assert '<td class="num" data-field="pservers">1</td>' in page
+    assert '<td class="num" data-label="Trainers" data-field="trainers">2</td>' in page
+    assert '<td class="num" data-label="Pservers" data-field="pservers">1</td>' in page
     # Newest first; the script that keeps it live is on the page.
     assert page.index('data-name="second"') < page.index('data-name="first"')
     assert "js/jobs.js" in page

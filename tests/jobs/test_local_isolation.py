@@ -57,6 +57,10 @@ PROBE = textwrap.dedent("""\
 
     found["host_ports"] = {str(p): can_connect(p) for p in
                            map(int, os.environ["PROBE_PORTS"].split(","))}
+    found["cwd"] = os.getcwd()
+    found["paths"] = {name: os.environ[name] for name in (
+        "PADDLE_OUTPUT_DIR", "PADDLE_PFS_HOME", "PADDLE_PFS_PUBLIC", "PADDLE_CHECKPOINT_DIR")}
+    found["public_read"] = can_read(os.path.join(os.environ["PADDLE_PFS_PUBLIC"], "shared.txt"))
     home = os.environ["PADDLE_OUTPUT_DIR"]
     with open(os.path.join(home, f"written-{found['id']}"), "w") as f:
         f.write("ok")
@@ -106,6 +110,7 @@ def submit(alice, datacenter, pfs_home, settings, make_user, host_listener):
         (var / name).write_text(text)
     public = datacenter.public_path
     public.mkdir(parents=True, exist_ok=True)
+    (public / "shared.txt").write_text("everyone's")
     pkg = pfs_home / "pkg"
     pkg.mkdir()
     (pkg / "train.py").write_text(PROBE)
@@ -116,7 +121,8 @@ def submit(alice, datacenter, pfs_home, settings, make_user, host_listener):
                "PROBE_SQLITE": str(var / "paddlecloud.sqlite3"),
                "PROBE_KEYS": str(var / "credential_keys"),
                "PROBE_PORTAL_ENVIRON": f"/proc/{os.getpid()}/environ",
-               "PROBE_PORTS": f"{host_listener},5432,6379", "PROBE_PUBLIC": str(public)}
+               "PROBE_PORTS": f"{host_listener},5432,6379",
+               "PROBE_PUBLIC": "/pfs/datacenter1/public"}
         job = job_submit(alice, datacenter, {"name": name, "package": "/pfs/datacenter1/home/"
                                              "alice/pkg", "entry": "python train.py",
                                              "env": env, **fields}).job
@@ -164,6 +170,26 @@ def test_a_local_job_reaches_nothing_of_the_portal_nor_of_other_users(
         assert (output_dir(job) / f"written-{index}").read_text() == "ok"
     # The job's network is let go once it has ended.
     assert netns_read(job_dir(job) / "run" / "netns.pid") is None
+
+
+def test_a_local_job_sees_its_files_at_their_pfs_paths_and_prints_no_host_path(
+        celery_worker, submit, settings):
+    """As on Kubernetes: the owner's home and the public directory at /pfs/…, the package
+    in /workspace (its working directory); so what a trainer prints is what users write,
+    never where the portal keeps them on its disk."""
+    job = ended(submit(trainers=2))
+    assert job.state == "succeeded", job.state_reason
+    home, public = "/pfs/datacenter1/home/alice", "/pfs/datacenter1/public"
+    for probe in probes(job):
+        assert probe["cwd"] == "/workspace"
+        assert probe["paths"] == {
+            "PADDLE_OUTPUT_DIR": f"{home}/jobs/probe/output", "PADDLE_PFS_HOME": home,
+            "PADDLE_PFS_PUBLIC": public, "PADDLE_CHECKPOINT_DIR": f"{home}/jobs/probe/checkpoints"}
+        assert probe["public_read"] == "everyone's" and probe["public_writable"] is False
+    for index in (0, 1):
+        log = (output_dir(job) / f"node_{index}" / "train.log").read_text()
+        for host in (str(settings.PADDLECLOUD_PFS_ROOT), str(settings.VAR_DIR)):
+            assert host not in log, log
 
 
 def test_requirements_come_as_wheels_and_are_installed_for_the_job_only(

@@ -328,7 +328,9 @@ def test_a_killed_agents_pods_run_again_on_the_next_and_its_leftovers_go(cluster
     assert again.status.init_container_statuses[0].state.terminated.exit_code == 0
     assert again.status.phase == "Running"
     assert processes_naming(marker)
-    assert core.read_namespaced_pod_log("survivor", ns) == "up\n"
+    # its shell echoes a moment after it starts: the new container's log, not the old one's
+    cluster.wait(lambda: core.read_namespaced_pod_log("survivor", ns) == "up\n", 10,
+                 "the new container's log")
     # A pod that must not run twice (restartPolicy Never) failed instead, as on a kubelet.
     lost = wait_pod(cluster, core, ns, "once", lambda p: p.status.phase == "Failed")
     ended = lost.status.container_statuses[0].state.terminated

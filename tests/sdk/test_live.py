@@ -123,7 +123,8 @@ def test_submit_follow_wait(live_portal, sdk_config, celery_worker, tmp_path):
     summary = json.loads((output / "trainer-1.json").read_text())
     assert summary["in_job"] is True
     assert (summary["trainer_id"], summary["trainer_count"], summary["num_passes"]) == (1, 2, 3)
-    assert summary["output_dir"] == str(output)
+    # what the trainer sees: its output at its PFS path (the sandbox binds the home there)
+    assert summary["output_dir"] == "/pfs/datacenter1/home/alice/jobs/sdk-job/output"
 
     attached = PaddleJob.attach("sdk-job")
     assert attached.state == "succeeded" and attached.trainers == 2

@@ -26,6 +26,7 @@ from paddlecloud_core.contract import (
     Topology,
     master_token,
     master_url,
+    pfs_paths,
     replica_env,
     trainers_least,
 )
@@ -81,7 +82,7 @@ class ManifestError(Exception):
     """A job's objects cannot be built; the message says what an admin or the user must do."""
 
 
-WORKSPACE = "/workspace"
+WORKSPACE = layout.WORKSPACE
 # The containers' HOME (and XDG_CACHE_HOME under it), writable whatever the uid: a uid the
 # image's /etc/passwd does not name gets HOME=/, where nothing can be written (pip's, Paddle's
 # and the datasets' caches go to ~/.cache).
@@ -111,12 +112,9 @@ def pfs_home(job) -> str:
 
 
 def paths(job) -> Paths:
-    """As on the local backend, under the mounts: output and checkpoints in the owner's
-    home."""
-    home = pfs_home(job)
-    return Paths(output=layout.output_path(home, job.name), pfs_home=home,
-                 pfs_public=layout.pfs_public(job.datacenter.name),
-                 checkpoints=layout.checkpoints_path(home, job.name))
+    """Under the mounts, at their PFS paths (as in a local sandbox): output and checkpoints
+    in the owner's home."""
+    return pfs_paths(job.datacenter.name, job.owner.username, job.name)
 
 
 def site_packages_rel(job) -> layout.Rel:

@@ -49,8 +49,15 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from paddlecloud_core.contract import Paths, TaskMaster, Topology, master_token, master_url
-from paddlecloud_core.layout import log_relpath
+from paddlecloud_core.contract import (
+    Paths,
+    TaskMaster,
+    Topology,
+    master_token,
+    master_url,
+    pfs_paths,
+)
+from paddlecloud_core.layout import WORKSPACE, log_relpath, pfs_home, pfs_public
 from paddlecloud_core.processes import (
     RUNNER,
     attempt_files,
@@ -291,6 +298,14 @@ class LocalBackend(Backend):
                 env_ensure(job, pkg, out, sandboxed=sandboxing() is None)
 
     def paths(self, job) -> Paths:
+        """In a sandbox, at their PFS paths, as on Kubernetes (the sandbox binds the home and
+        the public directory there); without one, where they are on the disk."""
+        try:
+            sandboxed = sandboxing() is None
+        except BackendError:  # a sandbox is required and cannot be made: start says so
+            sandboxed = True
+        if sandboxed:
+            return pfs_paths(job.datacenter.name, job.owner.username, job.name)
         return Paths(output=str(output_dir(job)), pfs_home=str(home_dir(job)),
                      pfs_public=str(job.datacenter.public_path),
                      checkpoints=str(checkpoints_dir(job)))
@@ -379,9 +394,9 @@ class LocalBackend(Backend):
             if problem is None:
                 full_env = process_env(
                     env, path=f"{os.path.dirname(sys.executable)}:{SYSTEM_PATH}",
-                    home=str(home_dir(job)),
-                    pythonpath=[*pythonpath, *dict.fromkeys(str(d.parent)
-                                                            for d in client_dirs())])
+                    home=pfs_home(job.datacenter.name, job.owner.username),
+                    pythonpath=[str(site) if site else "", WORKSPACE,
+                                *dict.fromkeys(str(d.parent) for d in client_dirs())])
                 sandboxed = sandbox_command(self._sandbox(job, replica, full_env),
                                             entry_argv(job.entry))
                 # Its environment goes in on bwrap's stdin, never on a command line.
@@ -415,21 +430,25 @@ class LocalBackend(Backend):
         return f"pid:{pid}"
 
     def _sandbox(self, job, replica, env: dict[str, str]) -> Sandbox:
-        """What a replica sees: its package and requirements read-only, its owner's home
-        read-write, the public directory read-only; its job's network, with the relay to the
-        portal in it when the job has a master."""
+        """What a replica sees: its package read-only at ``WORKSPACE`` (its working
+        directory, as on Kubernetes), its owner's home read-write and the public directory
+        read-only at their PFS paths (what it prints is what users write), its requirements
+        read-only; its job's network, with the relay to the portal in it when the job has a
+        master."""
         private = job_dir(job)
-        binds = [Bind(str(private / "pkg")), Bind(str(home_dir(job)), writable=True)]
+        dc, user = job.datacenter.name, job.owner.username
+        binds = [Bind(str(private / "pkg"), WORKSPACE),
+                 Bind(str(home_dir(job)), pfs_home(dc, user), writable=True)]
         site = _site(job)
         if site:
             binds.append(Bind(str(site)))  # shared with other jobs: read-only
         public = job.datacenter.public_path
         if public.is_dir() and not public.is_symlink():
-            binds.append(Bind(str(public)))
+            binds.append(Bind(str(public), pfs_public(dc)))
         network = netns_start(netns_file(private), str(private))  # named: leftovers_stop
         if job.dataset:
             relay_start(relay_file(private), network, portal_address(), f"job-{job.uid}")
-        return Sandbox(binds=binds, env=env, cwd=str(private / "pkg"), network=network,
+        return Sandbox(binds=binds, env=env, cwd=WORKSPACE, network=network,
                        hostname=replica.name, ids=home_ids(job.owner))
 
     def observe(self, job, replica) -> Observation:
