@@ -75,4 +75,5 @@ def test_the_users_pages_commands_run_as_printed_as_the_demo_user(live_portal, s
     assert '"username":"demo"' in result.stdout.replace(" ", "")  # the API's /me answered
     assert (demo_home / "data" / "fit_a_line" / "train.py").is_file()  # paddlectl file
     assert not (demo_home / "data" / "raw").exists()  # made, filled, removed
-    assert Job.objects.filter(name="fit-a-line-api", owner__username="demo").exists()
+    for job in ("my-first-job", "fit-a-line-api"):  # the quick start's, the API's
+        assert Job.objects.filter(name=job, owner__username="demo").exists()
