@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import expect
 
 from paddlectl.commands import COMMANDS
-from tests.e2e.conftest import ConsoleWatch, screenshot
+from tests.e2e.conftest import screenshot, watched_page
 
 pytestmark = pytest.mark.browser
 
@@ -58,27 +58,16 @@ def site(tmp_path_factory):
 
 @pytest.fixture
 def reader(browser, site, request):
-    """A page of the site in a fresh context; fails on console errors and on any request
-    that leaves 127.0.0.1 (a CDN the offline site must not need)."""
-    context = browser.new_context(base_url=site, viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(15_000)
-    page = context.new_page()
-    page.console = ConsoleWatch(page)
-    page.console.allow(REDOC_LOGO)
-    context.route(REDOC_LOGO, lambda route: route.abort())
+    """A page of the site (``watched_page``); fails too on any request that leaves 127.0.0.1
+    (a CDN the offline site must not need)."""
     elsewhere = []
-    page.on("request", lambda r: r.url.startswith((site, "data:", "blob:", REDOC_LOGO))
-            or elsewhere.append(r.url))
-    yield page
-    try:
-        outcome = getattr(request.node, "rep_call", None)
-        if outcome is not None and outcome.failed:
-            screenshot(page, f"FAILED-{request.node.name}")
-    finally:
-        context.close()
+    with watched_page(browser, site, request) as page:
+        page.console.allow(REDOC_LOGO)
+        page.context.route(REDOC_LOGO, lambda route: route.abort())
+        page.on("request", lambda r: r.url.startswith((site, "data:", "blob:", REDOC_LOGO))
+                or elsewhere.append(r.url))
+        yield page
     assert not elsewhere, f"the site asked for what is not its own: {elsewhere}"
-    errors = page.console.unexpected()
-    assert not errors, "the browser console reported errors:\n" + "\n".join(errors)
 
 
 def heading(page, text: str):
