@@ -366,15 +366,16 @@ def test_a_prefork_celery_worker_serves_the_sum_of_its_processes(tmp_path):
         app.control.purge()
 
 
-def test_the_readmes_scrape_job_is_a_prometheus_configuration(tmp_path):
-    """README "Metrics"'s scrape job, checked by promtool: its relabelling and its bearer
-    token file. (Debian's promtool is built without Kubernetes discovery: a static target
-    stands in for kubernetes_sd_configs, which is checked to be there.)"""
+def test_the_docs_scrape_job_is_a_prometheus_configuration(tmp_path):
+    """The scrape job of the docs' "Metrics" page (docs/admin/metrics.md), checked by
+    promtool: its relabelling and its bearer token file. (Debian's promtool is built without
+    Kubernetes discovery: a static target stands in for kubernetes_sd_configs, which is
+    checked to be there.)"""
     import textwrap
 
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "admin" / "metrics.md").read_text()
     block = textwrap.dedent(re.search(r"\n  ```yaml\n(  - job_name: paddlecloud\n.*?)  ```\n",
-                                      readme, re.S)[1])
+                                      page, re.S)[1])
     assert "kubernetes_sd_configs: [{role: pod" in block
     token = tmp_path / "token"
     token.write_text(TOKEN)

@@ -7,6 +7,7 @@ fails the test. Screenshots go to ``test-artifacts/screenshots/`` (``PADDLECLOUD
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -67,11 +68,11 @@ class ConsoleWatch:
         return [e for e in self.errors if not any(a in e for a in self.allowed)]
 
 
-@pytest.fixture
-def page(browser, live_portal, request):
-    """A fresh browser context (no cookies) on the live portal; fails on console errors."""
-    context = browser.new_context(base_url=live_portal.url, viewport={"width": 1280,
-                                                                      "height": 900})
+@contextlib.contextmanager
+def watched_page(browser, base_url: str, request):
+    """A page in a fresh browser context (no cookies) on ``base_url``: a screenshot when the
+    test failed, and a failure on console errors."""
+    context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
     context.set_default_timeout(15_000)
     page = context.new_page()
     page.console = ConsoleWatch(page)
@@ -84,6 +85,13 @@ def page(browser, live_portal, request):
         context.close()
     errors = page.console.unexpected()
     assert not errors, "the browser console reported errors:\n" + "\n".join(errors)
+
+
+@pytest.fixture
+def page(browser, live_portal, request):
+    """A fresh browser context (no cookies) on the live portal; fails on console errors."""
+    with watched_page(browser, live_portal.url, request) as page:
+        yield page
 
 
 @pytest.hookimpl(hookwrapper=True)

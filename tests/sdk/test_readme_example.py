@@ -1,5 +1,6 @@
-"""The README's SDK example, as printed, after `./dev up` (whose fit-a-line job exists): run from
-a clone's directory with the demo user's config, against a live portal and worker."""
+"""The SDK example of the docs' "Python SDK" page (docs/users/sdk.md), as printed, after
+`./dev up` (whose fit-a-line job exists): run from a clone's directory with the demo user's
+config, against a live portal and worker."""
 
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def readme_sdk_example() -> str:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Python SDK"):]
+    section = (ROOT / "docs" / "users" / "sdk.md").read_text()
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 

@@ -175,7 +175,7 @@ class KubernetesSettingsForm(forms.Form):
     kube_scheduler = forms.ChoiceField(
         label="gang scheduler", choices=Scheduler.choices, initial=Scheduler.DEFAULT,
         help_text="Who decides that a job's pods start together. Kueue and Volcano must be "
-                  "installed in the cluster (README, Kubernetes).")
+                  "installed in the cluster (docs/admin/kubernetes.md).")
     kube_queue = forms.CharField(
         label="scheduler queue", max_length=253, required=False, initial="",
         validators=[RegexValidator(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",

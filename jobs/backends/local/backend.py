@@ -210,7 +210,7 @@ def isolation_notice() -> tuple[bool, str]:
     return False, ("WARNING: local jobs are not sandboxed (" + problem + "): they run as this "
                    "portal's user and can read everything it can, other users' homes and the "
                    "portal's secrets included. Use the local backend only for mutually "
-                   "trusting users, or install bubblewrap (see the README's Security model)")
+                   "trusting users, or install bubblewrap (see docs/admin/security.md)")
 
 
 def leftovers_stop(grace: float, live: Callable[[set[str]], set[str]] | None = None) -> int:

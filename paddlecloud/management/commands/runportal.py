@@ -47,7 +47,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"DEBUG is on, and its error pages show code and settings to anyone who can "
                 f"reach {host}:{port}: serve on 127.0.0.1, or set DEBUG=0 with SECRET_KEY, "
-                f"PADDLECLOUD_CREDENTIAL_KEYS and ALLOWED_HOSTS (README: Configuration)")
+                f"PADDLECLOUD_CREDENTIAL_KEYS and ALLOWED_HOSTS (docs/admin/configuration.md)")
         executor = MigrationExecutor(connection)
         if executor.migration_plan(executor.loader.graph.leaf_nodes()):
             raise CommandError("the database has unapplied migrations: run "
