@@ -220,8 +220,9 @@ def replica_env(job, role: str, index: int, topology: Topology, paths: Paths,
         "PADDLE_PFS_PUBLIC": paths.pfs_public,
         CHECKPOINT_DIR_VARIABLE: paths.checkpoints,
         KEEP_CHECKPOINTS_VARIABLE: str(job.keep_checkpoints),
-        JOB_UID_VARIABLE: str(job.uid),
     })
+    if job.uid:  # a job of the portal (``paddlectl local train`` has none)
+        env[JOB_UID_VARIABLE] = str(job.uid)
     for name, value in REPLICA_DEFAULT_ENV.items():
         env.setdefault(name, value)
     if role == "trainer":

@@ -116,6 +116,7 @@ class LocalJob:
     gpu: int = 0
     keep_checkpoints: int = KEEP_CHECKPOINTS
     datacenter: LocalDatacenter = LocalDatacenter()
+    uid: str = ""  # no runs of a name here: the output directory is the user's
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,6 @@ from accounts.execution import BackendKind
 from paddlecloud_core.contract import STOP_GRACE_SECONDS
 from paddlecloud_core.quantity import QuantityError, parse_bytes
 
-from ..buildah import buildah_problem
-
 # What a datacenter's ``kube_volume`` may be: one volume source of these kinds, whose root holds
 # home/ and public/. Each but ``persistentVolume`` is put in every pod as it is given; a
 # ``persistentVolume`` holds a PersistentVolume's source (the way for CSI drivers such as
@@ -238,6 +236,10 @@ class KubernetesSettingsForm(forms.Form):
         values = super().clean()
         if "kube_builder" in values:
             values["kube_builder"] = values["kube_builder"] or Builder.ROOTLESS
+        # (imported here: buildah's module reads the jobs' files, and the backends' registry
+        # imports this one where Django is not set up: the sandbox's probes, the tests' tools)
+        from ..buildah import buildah_problem
+
         if values.get("kube_builder") == Builder.PORTAL and (problem := buildah_problem()):
             self.add_error("kube_builder", f"the portal builder builds on the portal's "
                                            f"machine, with buildah: {problem}")
