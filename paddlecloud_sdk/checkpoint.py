@@ -242,8 +242,8 @@ def _write(root: Path, state: Any, step: int, pass_: int | None,
         _fsync_dir(tmp)
         final = root / checkpoint_dirname(step)
         old = None
-        if final.exists() and _another_runs(final):
-            _set_aside(final)
+        if final.exists() and (other := _another_runs(final)):
+            _set_aside(final, other)
         if final.exists():  # the same step saved again (after a resume): the new one wins
             old = root / checkpoint_tmpname(step, f"old-{secrets.token_hex(4)}")
             final.rename(old)
@@ -440,10 +440,10 @@ def _another_runs(checkpoint_dir: Path) -> str | None:
     return str(theirs) if theirs != mine else None
 
 
-def _set_aside(checkpoint_dir: Path) -> None:
-    """An earlier run's checkpoint, where this run saves the same step: kept, beside the
-    job's directory (``checkpoints-<its uid>``, as the portal sets a whole directory aside)."""
-    other = _another_runs(checkpoint_dir)
+def _set_aside(checkpoint_dir: Path, other: str) -> None:
+    """An earlier run's (job uid ``other``) checkpoint, where this run saves the same step:
+    kept, beside the job's directory (``checkpoints-<its uid>``, as the portal sets a whole
+    directory aside)."""
     aside = checkpoint_dir.parent.parent / checkpoints_aside(other)
     aside.mkdir(parents=True, exist_ok=True)
     checkpoint_dir.rename(aside / checkpoint_dir.name)

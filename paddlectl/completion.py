@@ -17,11 +17,11 @@ import itertools
 import posixpath
 from typing import TextIO
 
-from paddlecloud_client.config import config_load, config_path
 from paddlecloud_client.errors import PaddlectlError
 from paddlecloud_client.pfspath import PFS_PREFIX
 from paddlectl.args import CliParser
 from paddlectl.commands import COMMANDS
+from paddlectl.context import Context
 from paddlectl.output import FORMATS
 
 COMPLETE = "__complete"
@@ -68,20 +68,12 @@ def _candidates(before: list[str], current: str) -> tuple[list[str], str]:
 
 
 class _Line:
-    """The words typed, the global options among them (to reach the right portal)."""
+    """The words typed, and the command's context as their global options make it (the
+    config, the datacenter, its client: reached only when a value needs the portal)."""
 
     def __init__(self, words: list[str], config: str | None, datacenter: str | None):
-        self.words, self.config, self.datacenter = words, config, datacenter
-
-    def client(self):
-        from paddlecloud_client.api import datacenter_client
-
-        config = config_load(config_path(self.config))
-        return datacenter_client(config, config.datacenter(self.datacenter))
-
-    def home(self) -> str:
-        config = config_load(config_path(self.config))
-        return config.datacenter(self.datacenter).home
+        self.words = words
+        self.context = Context(argparse.Namespace(config=config, datacenter=datacenter))
 
 
 def _global_options(words: list[str]) -> _Line:
@@ -121,7 +113,7 @@ def _value_of(parser: argparse.ArgumentParser, before: list[str],
     if action.dest == "output":
         return list(FORMATS), NOTHING
     if action.dest == "datacenter":
-        return [d.name for d in config_load(config_path(line.config)).datacenters], NOTHING
+        return _datacenters(line), NOTHING
     return [], FILES  # a local path (a config file, an input directory, ...), or a value
 
 
@@ -173,10 +165,10 @@ def _positional(name: str, parser: argparse.ArgumentParser, given: list[str], cu
         if resource in JOB_RESOURCES:
             return _jobs(line), NOTHING
         if resource == "registry":
-            return [r["name"] for r in line.client().registry_list()], NOTHING
+            return [r["name"] for r in line.context.client.registry_list()], NOTHING
         return [], NOTHING
     if action.metavar == "NAME" and name == "config":
-        return [d.name for d in config_load(config_path(line.config)).datacenters], NOTHING
+        return _datacenters(line), NOTHING
     if action.metavar in JOB_ARGS:
         return _jobs(line), NOTHING
     if action.metavar in PATH_ARGS:
@@ -187,17 +179,21 @@ def _positional(name: str, parser: argparse.ArgumentParser, given: list[str], cu
     return [], NOTHING
 
 
+def _datacenters(line: _Line) -> list[str]:
+    return [datacenter.name for datacenter in line.context.config.datacenters]
+
+
 def _jobs(line: _Line) -> list[str]:
-    return sorted(job["name"] for job in line.client().job_list())
+    return sorted(job["name"] for job in line.context.client.job_list())
 
 
 def _pfs_paths(line: _Line, current: str) -> list[str]:
     """The PFS paths that continue ``current``: its directory's entries (directories end in
     ``/``); an empty word starts at the user's home."""
     if not current.startswith(PFS_PREFIX):
-        return [line.home() + "/"]
+        return [line.context.home + "/"]
     directory = current if current.endswith("/") else posixpath.dirname(current) + "/"
-    listing = line.client().pfs_list(directory.rstrip("/") or "/")
+    listing = line.context.client.pfs_list(directory.rstrip("/") or "/")
     return [directory + entry["name"] + ("/" if entry.get("type") == "dir" else "")
             for entry in listing.get("entries") or []]
 
