@@ -414,15 +414,16 @@ def _alive(pid: int) -> bool:
 def test_what_a_killed_run_left_is_swept_by_the_next_cluster():
     """A test run killed with SIGKILL cannot clean up: the next cluster removes its network
     namespaces and files."""
-    from tests.k8s_api_server.runtime.network import PREFIX
+    from tests.k8s_api_server.runtime.network import PREFIX, sweeping
     from tests.k8s_api_server.server import FakeKubernetes
 
     dead = subprocess.Popen(["true"])
     dead.wait()
     name = f"{PREFIX}-{dead.pid}-1-node"
     files = Path(tempfile.gettempdir(), f"{PREFIX}-{dead.pid}-1-abcd")
-    (files / "pod").mkdir(parents=True)
-    subprocess.run(["ip", "netns", "add", name], check=True)
+    with sweeping():  # a cluster starting in another test process must not sweep them half-made
+        (files / "pod").mkdir(parents=True)
+        subprocess.run(["ip", "netns", "add", name], check=True)
     try:
         FakeKubernetes(kubelet="process").start().stop()
         left = [name] if name in os.listdir(NETNS_DIR) else []

@@ -33,7 +33,7 @@ from ..storage import claim_source
 from .container import Container, ContainerSpec, Mount, sweep_cgroups
 from .dns import ZONE, DnsServer
 from .forward import HostForward
-from .network import PREFIX, ClusterNetwork, dead_owner
+from .network import PREFIX, ClusterNetwork, dead_owner, sweeping
 
 # The containers' PATH: the Python environment running the fake cluster first (images are not
 # pulled: pods run this machine's programs), then the usual image PATH.
@@ -84,11 +84,12 @@ class ProcessKubelet(Kubelet):
                                "needs root" + (f" and {', '.join(missing)}" if missing else "")
                                + " (./dev test installs bubblewrap)")
         super().__init__(api, logs)
-        sweep_cgroups(dead_owner)  # what a killed test run left, and its files:
-        for parent in (Path(tempfile.gettempdir()), Path("/dev/shm")):
-            for left in parent.glob(f"{PREFIX}-*"):
-                if dead_owner(left.name):
-                    shutil.rmtree(left, ignore_errors=True)
+        with sweeping():
+            sweep_cgroups(dead_owner)  # what a killed test run left, and its files:
+            for parent in (Path(tempfile.gettempdir()), Path("/dev/shm")):
+                for left in parent.glob(f"{PREFIX}-*"):
+                    if dead_owner(left.name):
+                        shutil.rmtree(left, ignore_errors=True)
         self.network = ClusterNetwork().open()
         try:
             self.dns = DnsServer(api.store, self.network.node_netns_path,

@@ -8,7 +8,9 @@ removes those of processes that died without cleaning up (a killed test run)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import ipaddress
 import os
 import re
@@ -70,13 +72,28 @@ def dead_owner(name: str) -> bool:
     return bool(match) and not _alive(int(match.group(1)))
 
 
+@contextlib.contextmanager
+def sweeping():
+    """Held while leftovers of dead clusters are swept, and while a test plants such leftovers:
+    ``ip netns add`` makes the namespace's file before it mounts the namespace on it, and a sweep
+    in another test process between the two makes the add fail. The lock is ``/run`` itself
+    (``/run/netns`` may not exist yet, and a lock file would outlive the tests)."""
+    fd = os.open("/run", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # and with it the lock
+
+
 def sweep_stale() -> list[str]:
     """Remove the namespaces left by fake clusters whose process is gone; their names."""
     removed = []
-    for name in _namespaces():
-        if dead_owner(name):
-            subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
-            removed.append(name)
+    with sweeping():
+        for name in _namespaces():
+            if dead_owner(name):
+                subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
+                removed.append(name)
     return removed
 
 
