@@ -43,7 +43,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PADDLECLOUD_VAR_DIR=/var/lib/paddlecloud \
     STATIC_ROOT=/app/staticfiles
 # bubblewrap: the sandboxes of the local backend's replicas (the worker service runs local
-# jobs: README "Docker Compose"); passwd: useradd, should the base lack it.
+# jobs: docs/admin/compose.md); passwd: useradd, should the base lack it.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap passwd \
  && rm -rf /var/lib/apt/lists/* \

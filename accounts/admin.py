@@ -296,7 +296,7 @@ class TeamAdmin(admin.ModelAdmin):
 
 @admin.register(Budget)
 class BudgetAdmin(admin.ModelAdmin):
-    """GPU-hours and CPU-hours a user or a group may use per window (README "Scheduling")."""
+    """GPU-hours and CPU-hours a user or a group may use per window (docs/admin/scheduling.md)."""
 
     list_display = ["__str__", "gpu_hours", "cpu_hours", "window", "kind"]
     list_filter = ["datacenter", "window", "kind"]

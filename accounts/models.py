@@ -124,7 +124,7 @@ class Datacenter(models.Model):
         "start tries", default=3, validators=[MinValueValidator(1)],
         help_text="How many starts that time out a job gets before it fails.")
 
-    # What the datacenter has for jobs, shared by everyone (README "Scheduling"): empty means
+    # What the datacenter has for jobs, shared by everyone (docs/admin/scheduling.md): empty means
     # no limit but each user's quota.
     capacity_cpu = models.PositiveIntegerField(
         "capacity: CPU (millicores)", null=True, blank=True,
@@ -238,7 +238,7 @@ class Datacenter(models.Model):
 class Team(models.Model):
     """A group of a datacenter's members (a team): its members' jobs together hold at most
     the group's quota, and when the datacenter's capacity is contended the group's share is
-    weighed first, then each member's within it (README "Scheduling"). Members see each
+    weighed first, then each member's within it (docs/admin/scheduling.md). Members see each
     other's jobs (the group view), and change only their own."""
 
     datacenter = models.ForeignKey(Datacenter, on_delete=models.CASCADE, related_name="teams")
@@ -274,7 +274,7 @@ class Team(models.Model):
 
 class Budget(models.Model):
     """GPU-hours and CPU-hours a user or a group may use in a datacenter per window, measured
-    from their replicas' run time (README "Scheduling"). While one is spent, their jobs wait;
+    from their replicas' run time (docs/admin/scheduling.md). While one is spent, their jobs wait;
     a running one is warned, then stopped or let finish (``Datacenter.budget_spent``)."""
 
     class Window(models.TextChoices):

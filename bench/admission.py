@@ -20,7 +20,7 @@ the end, which queues the owner's ``jobs_admit``. No beat runs: every admission 
 comes from a job's end. Afterwards it checks, from the recorded JobEvents alone, that every job
 was admitted once and that at no moment did a user's admitted jobs hold more than their quota,
 and counts the jobs admitted ahead of an earlier one of their user (backfilled where they could
-not delay it: README "Scheduling"). The workers are stopped and the scratch
+not delay it: docs/admin/scheduling.md). The workers are stopped and the scratch
 database dropped (unless --keep), whatever happens. With ``--kueue``, Kueue's own test follows
 on the real Kueue, scaled alike, and both rates are printed (bench/kueue_scheduler.py).
 
@@ -254,7 +254,7 @@ class Result:
     nodes_cpu_ms: float | None = None  # the benchmark's own (the nodes') per job
     out_of_order: list[str] = field(default_factory=list)  # admitted twice, or never
     # Jobs admitted while an earlier job of their user still waited: backfilled beside a big
-    # job's reservation (README "Scheduling"), counted, not an error.
+    # job's reservation (docs/admin/scheduling.md), counted, not an error.
     ahead: int = 0
     over_quota: list[str] = field(default_factory=list)
     error: str | None = None

@@ -279,7 +279,7 @@ def replica_ended(replica_id: int) -> bool:
 # What a job can make happen as often as it likes (its master's tasks given back, failed,
 # dispatched again) is recorded at most REPEAT_BURST times a kind in REPEAT_WINDOW_SECONDS; the
 # rest of a burst is counted on the last event of its kind (``JobEvent.repeats``), so that a
-# job flooding its master cannot flood its event list (README, "Security model").
+# job flooding its master cannot flood its event list (docs/admin/security.md).
 REPEAT_BURST = 10
 REPEAT_WINDOW_SECONDS = 60
 

@@ -101,7 +101,7 @@ class GroupJobSerializer(JobSerializer):
     """Another member's job as the group page shows it: whose it is, its state and place in
     the queue, and what it holds of the group's quota. Never what only its owner may see —
     its environment (API keys, cloud credentials), entry and its arguments, package, image,
-    registry, topology or dataset (README, "Security model")."""
+    registry, topology or dataset (docs/admin/security.md)."""
 
     owner = serializers.CharField(source="owner.username", read_only=True)
 

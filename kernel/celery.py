@@ -24,7 +24,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 # Every task this process runs is timed; a worker started with PADDLECLOUD_METRICS_PORT serves
-# its metrics there (kernel.metrics, README "Metrics").
+# its metrics there (kernel.metrics, docs/admin/metrics.md).
 metrics.celery_signals_connect()
 metrics.worker_signals_connect()
 

@@ -1,6 +1,7 @@
-"""The portal's own metrics, for Prometheus (README "Metrics"): what the people who run it watch.
+"""The portal's own metrics, for Prometheus (docs/admin/metrics.md): what the people who run it
+watch.
 
-Two kinds, exposed differently (the README says why):
+Two kinds, exposed differently (docs/admin/metrics.md says why):
 
 - **State kept in the database** (jobs by state and datacenter, the queues) is counted when
   Prometheus scrapes, by ``jobs.collector`` with one GROUP BY: right in any process, cheap, and

@@ -1,4 +1,4 @@
-"""WebSocket routes (the protocol is in jobs/consumers.py and the README)."""
+"""WebSocket routes (the protocol is in jobs/consumers.py and docs/users/api.md)."""
 
 from django.urls import path
 

@@ -3,7 +3,7 @@
 With no variables set, the portal runs on the embedded default: SQLite under ``var/``, the
 in-memory channel layer and Celery broker (the worker runs inside ``manage.py runportal``),
 the ``local`` execution backend and a PFS root under ``var/pfs``. The variables below switch
-to the real parts; nothing else changes. See the README's "Configuration" table.
+to the real parts; nothing else changes. docs/admin/configuration.md has a row for each.
 """
 
 import ipaddress
@@ -256,7 +256,7 @@ except QuantityError as _exc:
     raise ImproperlyConfigured(f"PADDLECLOUD_REQUIREMENTS_SIZE: {_exc}") from None
 # The local backend's replicas run in bubblewrap sandboxes: "auto" when this machine can make
 # them (else it warns, at start, that jobs can read what the portal can), "bwrap" to refuse to
-# run jobs without, "off" (see jobs/backends/local/backend.py and the README's Security model).
+# run jobs without, "off" (see jobs/backends/local/backend.py and docs/admin/security.md).
 PADDLECLOUD_LOCAL_SANDBOX = env_str("PADDLECLOUD_LOCAL_SANDBOX", "auto")
 if PADDLECLOUD_LOCAL_SANDBOX not in ("auto", "bwrap", "off"):
     raise ImproperlyConfigured(
@@ -345,7 +345,7 @@ PADDLECLOUD_S3_SECRET_ACCESS_KEY = env_str("PADDLECLOUD_S3_SECRET_ACCESS_KEY")
 # encrypts, all decrypt; rotate with manage.py rotate_credential_keys).
 PADDLECLOUD_CREDENTIAL_KEYS = env_list("PADDLECLOUD_CREDENTIAL_KEYS", [])
 
-# GET /metrics (kernel/metrics.py, README "Metrics"): Prometheus sends this bearer token.
+# GET /metrics (kernel/metrics.py, docs/admin/metrics.md): Prometheus sends this bearer token.
 # Unset: the endpoint answers 404 to everybody.
 PADDLECLOUD_METRICS_TOKEN = (env_str("PADDLECLOUD_METRICS_TOKEN") or "").strip()
 if 0 < len(PADDLECLOUD_METRICS_TOKEN) < 16:
@@ -447,7 +447,7 @@ AUTHENTICATION_BACKENDS = [
     "accounts.sso.SsoBackend",
 ]
 
-# Single sign-on with OpenID Connect (mozilla-django-oidc; README "Single sign-on"): off unless
+# Single sign-on with OpenID Connect (mozilla-django-oidc; docs/admin/sso.md): off unless
 # PADDLECLOUD_OIDC_ISSUER and PADDLECLOUD_OIDC_CLIENT_ID are set. The provider's endpoints and
 # keys come from ISSUER/.well-known/openid-configuration, read at the first login (and again
 # an hour later); ID tokens must be RS256, signed by a key of the provider's JWKS, issued by

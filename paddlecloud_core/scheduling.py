@@ -1,5 +1,5 @@
 """Who starts next in a datacenter, and when each waiting job will start: the scheduling model
-(README, "Scheduling"). Pure: the portal's admission (``scheduling.admission``) loads a ``Pool``
+(docs/admin/scheduling.md). Pure: the portal's admission (``scheduling.admission``) loads a ``Pool``
 from the database under its lock and applies the ``Plan``; ``bench/eta.py`` replays a trace
 through the very same functions with a simulated clock.
 

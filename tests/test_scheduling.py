@@ -212,7 +212,7 @@ def test_estimates_come_from_the_same_kind_of_job():
 
 
 def test_the_readmes_worked_example():
-    """README, "Scheduling": dc1 (64 CPUs, 512Gi, 16 GPUs), group vision (weight 2, 12 GPUs:
+    """docs/admin/scheduling.md: dc1 (64 CPUs, 512Gi, 16 GPUs), group vision (weight 2, 12 GPUs:
     alice, bob) and carol alone."""
     sweeps = [Waiting(i, 1, Vec(8000, 32 * GiB, 2, 1), submitted=i, name=f"sweep-lr-{i}",
                       run=Estimate(1800, 1200, 2400)) for i in range(1, 9)]

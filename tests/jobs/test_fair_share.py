@@ -1,4 +1,4 @@
-"""A datacenter's capacity shared fairly (README "Scheduling"): the next job to start is the
+"""A datacenter's capacity shared fairly (docs/admin/scheduling.md): the next job to start is the
 next of the user furthest below their weighted share, not the next submitted; a job that can
 never fit the capacity is refused; a reservation keeps a big job from being starved; a dry run
 says whether a job would start now or wait, and until when; and with real workers racing as

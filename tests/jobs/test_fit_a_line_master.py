@@ -54,8 +54,9 @@ def lines_of(span: dict) -> list[tuple[str, int]]:
 
 
 def run(live_portal, **fields) -> tuple[Job, dict[int, str]]:
-    """fit_a_line submitted as the README says (its directory and its data/ uploaded to alice's
-    home: ``paddlectl cp -r data …/data/fit_a_line``) with ``fields``, run to its end."""
+    """fit_a_line submitted as docs/users/quickstart.md does (its directory and its data/
+    uploaded to alice's home: ``paddlectl cp -r data …/data/fit_a_line``) with ``fields``, run
+    to its end."""
     home = live_portal.home
     shutil.copytree(EXAMPLE, home / "fit_a_line", ignore=shutil.ignore_patterns(
         "__pycache__", "output"))
@@ -138,7 +139,7 @@ def test_a_trainer_without_a_task_steps_with_the_other(live_portal, celery_worke
 @pytest.mark.django_db(transaction=True)
 def test_the_readmes_submission_trains_every_row_once_a_pass(live_portal, celery_worker):
     """The whole dataset in tasks of 40 lines (40 and 24 of each file: batches of 16, 16, 8
-    and 16, 8), as the README submits it."""
+    and 16, 8), as the docs submit it."""
     files = [f"part-{n:05d}.txt" for n in range(8)]
     job, logs = run(live_portal, dataset=f"{HOME}/data/fit_a_line/part-*.txt",
                     task_records=40)

@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True),
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW_WORKER = Path(__file__).with_name("slow_worker.py")
-REQUEUED_WITHIN = 5  # seconds: the promise (README "Operations")
+REQUEUED_WITHIN = 5  # seconds: the promise (docs/admin/failures.md)
 
 
 @dataclass

@@ -38,7 +38,7 @@ def test_runexample_prints_a_paddlectl_command_that_works_as_printed(live_cli, t
 
 def test_runexample_without_endpoint_uses_the_portal_dev_up_wrote(tmp_path):
     """`PORT=9000 ./dev up` writes var/paddle-config for :9000; a later `paddlecloud runexample
-    ps_numpy` (no --endpoint, as the README runs it) goes to that portal, not to :8000."""
+    ps_numpy` (no --endpoint, as the docs run it) goes to that portal, not to :8000."""
     command = Command()
     command.config = tmp_path / "paddle-config"
     assert command._endpoint_written() == "http://127.0.0.1:8000"  # nothing written yet

@@ -1,4 +1,4 @@
-"""Map an identity provider's group to a datacenter (single sign-on; README "Single sign-on")."""
+"""Map an identity provider's group to a datacenter (single sign-on; docs/admin/sso.md)."""
 
 from django.core.management.base import BaseCommand
 

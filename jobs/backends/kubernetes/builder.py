@@ -13,7 +13,7 @@ defaults let a user namespace be made — the kubelet's default ``Unconfined`` s
 AppArmor profile forbidding it.
 
 Where the nodes' defaults do not allow it, the datacenter's ``kube_builder`` says what to do
-(the README has the matrix): ``rootless`` (the above, in the owner's namespace) works on
+(docs/users/jobs.md has the matrix): ``rootless`` (the above, in the owner's namespace) works on
 kubeadm, EKS, AKS and GKE on Ubuntu nodes whose kubelet keeps the default ``Unconfined``
 seccomp; it fails where the kubelet runs ``--seccomp-default`` (RuntimeDefault refuses
 ``unshare``), on GKE's COS nodes (their containers' AppArmor profile refuses the mounts
