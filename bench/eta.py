@@ -56,7 +56,6 @@ from paddlecloud_core.scheduling import (  # noqa: E402
     HORIZON,
     Limit,
     Pool,
-    Running,
     Vec,
     Waiting,
     estimate,
@@ -64,6 +63,7 @@ from paddlecloud_core.scheduling import (  # noqa: E402
     schedule,
     shape,
 )
+from paddlecloud_core.scheduling import running as running_job  # noqa: E402
 
 TARGET = 0.5  # median |error| <= 50 % of the median actual wait (issue 22)
 HISTORY = 50  # each owner's last succeeded jobs read for run times (scheduling.pool.HISTORY)
@@ -134,6 +134,7 @@ class Record:
     low: float | None = None  # forecast's range
     high: float | None = None
     start: float | None = None
+    unknown: str = ""  # why the forecast could tell no start ("": it predicted one)
 
     @property
     def wait(self) -> float:
@@ -169,13 +170,9 @@ class Replay:
 
     def pool(self, now: float) -> Pool:
         """The pool as ``scheduling.pool.pool_load`` reads it from the database at ``now``."""
-        running = []
-        for job, began in self.running.values():
-            run = self.estimate(job)
-            running.append(Running(job.id, job.owner, job.need,
-                                   ends=max(now, began + run.seconds),
-                                   ends_low=max(now, began + run.low),
-                                   ends_high=max(now, began + run.high)))
+        running = [running_job(job.id, job.owner, job.need, began, self.estimate(job), now,
+                               name=job.name, deadline=job.deadline)
+                   for job, began in self.running.values()]
         waiting = [Waiting(id=job.id, owner=job.owner, need=job.need, submitted=job.arrival,
                            priority=job.priority, name=job.name, run=self.estimate(job),
                            deadline=job.deadline) for job in self.waiting.values()]
@@ -230,6 +227,7 @@ class Replay:
         got = forecast(pool, now, only=[job.id], horizon=self.horizon)[job.id]
         self.forecast_seconds.append(time.perf_counter() - began)
         record.predicted["forecast"], record.low, record.high = got.start, got.low, got.high
+        record.unknown = got.unknown
         record.predicted["fifo"] = fifo_start(pool, now, job.id)
         record.predicted["now"] = now
 
@@ -332,26 +330,31 @@ def figures(replay: Replay) -> dict:
     def error(r: Record, p: str) -> float:  # a start not predicted (beyond the horizon): inf
         return float("inf") if r.predicted[p] is None else abs(r.predicted[p] - r.start)
 
+    # The forecast says "unknown" where nothing tells (scheduling.forecast): no time is given,
+    # so none is scored; how many is a figure of its own (the baselines always give a time).
+    told = [r for r in started if not r.unknown]
+    told_waited = [r for r in waited if not r.unknown]
     for p in PREDICTORS:
-        err_waited = [error(r, p) for r in waited]
-        mae = median(err_waited)
+        scored, scored_waited = (told, told_waited) if p == "forecast" else (started, waited)
+        mae = median([error(r, p) for r in scored_waited])
         wait = out["wait_median_waited_s"]
         out[p] = {
-            "mae_all_s": median([error(r, p) for r in started]),
+            "mae_all_s": median([error(r, p) for r in scored]),
             "mae_waited_s": mae,
             "ratio": mae / wait if mae is not None and wait else None,
-            "relative_median": median([error(r, p) / r.wait for r in waited]),
-            "unpredicted": sum(r.predicted[p] is None for r in started),
+            "relative_median": median([error(r, p) / r.wait for r in scored_waited]),
+            "unpredicted": sum(r.predicted[p] is None for r in scored),
         }
+    out["forecast"]["unknown"] = len(started) - len(told)
+    out["forecast"]["unknown_waited"] = len(waited) - len(told_waited)
 
     def within(r: Record) -> bool:
         return (r.low is not None and r.high is not None
                 and r.low - 1e-6 <= r.start <= r.high + 1e-6)
-    out["forecast"]["no_range"] = sum(r.low is None or r.high is None for r in started)
-    out["forecast"]["in_range_all"] = (sum(map(within, started)) / len(started)
-                                       if started else None)
-    out["forecast"]["in_range_waited"] = (sum(map(within, waited)) / len(waited)
-                                          if waited else None)
+    out["forecast"]["no_range"] = sum(r.low is None or r.high is None for r in told)
+    out["forecast"]["in_range_all"] = sum(map(within, told)) / len(told) if told else None
+    out["forecast"]["in_range_waited"] = (sum(map(within, told_waited)) / len(told_waited)
+                                          if told_waited else None)
     calls = replay.forecast_seconds
     out["forecast_ms"] = {"calls": len(calls), "total_s": sum(calls),
                           "median": median(calls) and median(calls) * 1e3,
@@ -429,8 +432,11 @@ def report(f: dict) -> str:
         lines.append(f"{p:<10}{hours(g['mae_waited_s']):>12}{pct(g['ratio']):>12}"
                      f"{'<= 50 %':>9}  {('met' if met else 'missed') if p == 'forecast' else '':<8}"
                      f"{pct(g['relative_median']):>19}{hours(g['mae_all_s']):>11}{in_range:>15}")
-    lines.append("(in [low,high]: of all jobs / of those that waited; forecast not within the "
-                 f"horizon: {f['forecast']['unpredicted']} jobs, counted as an infinite error; "
+    lines.append("(in [low,high]: of all jobs / of those that waited; forecast \"unknown\" "
+                 f"(nothing told when what it waited for ends): {f['forecast']['unknown']} jobs "
+                 f"({f['forecast']['unknown_waited']} of those that waited), not scored; "
+                 f"not within the horizon: {f['forecast']['unpredicted']} jobs, counted as an "
+                 "infinite error; "
                  f"no range (low or high not within the horizon): {f['forecast']['no_range']} "
                  "jobs, counted as out of range)")
     ms = f["forecast_ms"]

@@ -48,7 +48,7 @@ def prediction_shown(prediction: Prediction | None, now: datetime | None = None)
     if prediction is None:
         return None
     return {"at": prediction.at, "earliest": prediction.earliest, "latest": prediction.latest,
-            "until": until(prediction.at, now)}
+            "until": until(prediction.at, now), "unknown": prediction.unknown}
 
 
 def prediction_parsed(shown: dict | None) -> Prediction | None:
@@ -56,7 +56,7 @@ def prediction_parsed(shown: dict | None) -> Prediction | None:
     if not shown:
         return None
     return Prediction(*(parse_datetime(shown[key]) if shown.get(key) else None
-                        for key in ("at", "earliest", "latest")))
+                        for key in ("at", "earliest", "latest")), shown.get("unknown") or "")
 
 
 def waiting_report(job) -> tuple[dict | None, Prediction | None]:

@@ -45,7 +45,8 @@ class JobSerializer(serializers.ModelSerializer):
         help_text="While queued: 1 for the next of your jobs to start, 2 behind it, …")
     predicted_start = serializers.SerializerMethodField(
         help_text='While it waits: when it is predicted to start, {"at", "earliest", '
-                  '"latest"} (ISO times; null: not within 30 days); else null')
+                  '"latest", "unknown"} (ISO times; "at" null: not within 30 days, or '
+                  '"unknown" says why nothing tells when); else null')
     trainers_held = serializers.IntegerField(
         source="trainers_now", read_only=True, allow_null=True,
         help_text="The trainers it holds now (running, or being started), which your quota "
@@ -261,7 +262,8 @@ class DryRunSerializer(serializers.Serializer):
     replicas = PlannedReplicaSerializer(many=True)
     admission = serializers.DictField(
         help_text='Would it start now? {"starts": "now" or "queued", "position" in your queue, '
-                  '"reason" it would wait, "predicted_start": {"at", "earliest", "latest"}}')
+                  '"reason" it would wait, "predicted_start": {"at", "earliest", "latest", '
+                  '"unknown"}}')
     objects = serializers.ListField(
         child=serializers.DictField(),
         help_text="On a Kubernetes datacenter, the objects that would be created, in order")

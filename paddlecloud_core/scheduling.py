@@ -23,7 +23,10 @@ The model, in order:
   never starved by small ones.
 - **Predicted start.** ``forecast`` runs the plan forward in time, each running job ending when
   predicted (``Estimate``: its deadline where set, else the run times of its owner's earlier
-  jobs of the same shape), and reads off when each waiting job starts, with a range.
+  jobs of the same shape), and reads off when each waiting job starts, with a range. Where
+  nothing tells when a job ends — no job of its owner has ended yet and it has no deadline, or
+  it has run past every run time of the jobs it was estimated from — the forecast does not
+  make one up: what can only start once that job has ended is predicted ``unknown``, with why.
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ CAPACITY = "capacity"  # the key of the datacenter's limit (an owner's is their 
 LOOK_BEHIND = 20
 # How far ahead ``forecast`` looks before it calls a start "not within the horizon".
 HORIZON = 30 * 24 * 3600.0
-# A run time guessed when nothing is known of a job's kind (an hour), and how wide its range is.
+# The run time a job of which nothing is known holds its place with in a plan (``Estimate`` with
+# ``known`` False; a forecast never predicts a start from it), and the range of a run time
+# bounded only by a deadline (its low end, as a fraction of it).
 UNKNOWN_RUN = 3600.0
 UNKNOWN_SPREAD = (0.25, 4.0)
 
@@ -93,11 +98,17 @@ class Limit:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A predicted run time in seconds, with a range."""
+    """A predicted run time in seconds, with a range; ``known`` False: nothing to go by (no
+    earlier job of the owner, no deadline), the figures only hold the job's place."""
 
     seconds: float
     low: float
     high: float
+    known: bool = True
+
+
+NOTHING_KNOWN = Estimate(UNKNOWN_RUN, UNKNOWN_RUN * UNKNOWN_SPREAD[0],
+                         UNKNOWN_RUN * UNKNOWN_SPREAD[1], known=False)
 
 
 @dataclass(frozen=True)
@@ -108,8 +119,7 @@ class Waiting:
     submitted: float
     priority: int = 0
     name: str = ""
-    run: Estimate = Estimate(UNKNOWN_RUN, UNKNOWN_RUN * UNKNOWN_SPREAD[0],
-                             UNKNOWN_RUN * UNKNOWN_SPREAD[1])
+    run: Estimate = NOTHING_KNOWN
     deadline: float | None = None  # the most it may run, in seconds (it fails after)
 
 
@@ -121,6 +131,24 @@ class Running:
     ends: float  # when it is predicted to end (at the latest its deadline)
     ends_low: float | None = None  # the range of that prediction (None: ``ends``)
     ends_high: float | None = None
+    unknown: str = ""  # why nothing tells when it ends ("": ``ends`` does)
+    name: str = ""
+
+
+def running(job_id: int, owner: int, held: Vec, began: float, run: Estimate, now: float, *,
+            name: str = "", deadline: float | None = None) -> Running:
+    """A job that began at ``began`` and runs ``run`` (its estimate), as a plan at ``now``
+    sees it: ending when predicted, or now if that has passed (any moment: a plan never waits
+    on the past); its end ``unknown`` where its estimate had nothing to go by, or where it has
+    run past the high end of it, and no deadline bounds it."""
+    unknown = ""
+    if deadline is None and not run.known:
+        unknown = "no job of its owner has ended yet to tell how long it runs"
+    elif deadline is None and now > began + run.high:
+        unknown = "it has run longer than its owner's jobs like it did"
+    return Running(job_id, owner, held, ends=max(now, began + run.seconds),
+                   ends_low=max(now, began + run.low), ends_high=max(now, began + run.high),
+                   unknown=unknown, name=name)
 
 
 @dataclass
@@ -409,22 +437,28 @@ def _when(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class Forecast:
-    start: float | None  # None: not within the horizon
+    start: float | None  # None: not within the horizon, or ``unknown``
     low: float | None
     high: float | None
+    unknown: str = ""  # why no start can be predicted ("": ``start`` is the prediction)
 
 
 def forecast(pool: Pool, now: float, only: Iterable[int] | None = None,
              horizon: float = HORIZON) -> dict[int, Forecast]:
     """When each waiting job (or each of ``only``) is predicted to start: the plan run forward,
     running jobs ending when predicted and started ones running their predicted time; the range
-    from the same run with every run time at the low and at the high end of its range."""
-    starts = {case: _simulate(pool, now, case, only, horizon)
-              for case in ("seconds", "low", "high")}
+    from the same run with every run time at the low and at the high end of its range. A job
+    that can only start after a job whose end nothing tells (``Running.unknown``, or a waiting
+    job started on the way whose ``Estimate`` is not ``known``) is ``unknown``, with why."""
+    runs = {case: _simulate(pool, now, case, only, horizon)
+            for case in ("seconds", "low", "high")}
     ids = [j.id for j in pool.waiting] if only is None else list(only)
     out = {}
     for job_id in ids:
-        s, lo, hi = (starts[c].get(job_id) for c in ("seconds", "low", "high"))
+        s, lo, hi = (runs[c][0].get(job_id) for c in ("seconds", "low", "high"))
+        if s is None and runs["seconds"][1]:
+            out[job_id] = Forecast(None, None, None, unknown=runs["seconds"][1])
+            continue
         known = [t for t in (s, lo, hi) if t is not None]
         out[job_id] = Forecast(s, min(known) if known else None,
                                max(known) if len(known) == 3 else None)
@@ -432,21 +466,32 @@ def forecast(pool: Pool, now: float, only: Iterable[int] | None = None,
 
 
 def _simulate(pool: Pool, now: float, case: str, only: Iterable[int] | None,
-              horizon: float) -> dict[int, float]:
+              horizon: float) -> tuple[dict[int, float], str]:
+    """When each wanted job starts as the plan runs forward; and, if some never do while a job
+    whose end nothing tells still runs, why (that job)."""
     def end_of(run: Running) -> float:
         picked = {"seconds": run.ends, "low": run.ends_low, "high": run.ends_high}[case]
         return max(now, run.ends if picked is None else picked)
 
-    running = [replace(run, ends=end_of(run)) for run in pool.running]
+    # A job whose end nothing tells never ends here; each plan sees it end any moment, as
+    # admission does (``running``), so that what starts meanwhile is what admission starts.
+    endless = [run for run in pool.running if run.unknown]
+    running = [replace(run, ends=end_of(run)) for run in pool.running if not run.unknown]
     waiting = {job.id: job for job in sorted(pool.waiting, key=queue_order)}
     wanted = set(waiting if only is None else only) & set(waiting)
     started: dict[int, float] = {}
     t = now
     while wanted - started.keys() and t <= now + horizon:
-        plan = schedule(replace(pool, running=running, waiting=_heads(pool, waiting)), t)
+        plan = schedule(replace(pool, running=running + [replace(run, ends=t) for run in endless],
+                                waiting=_heads(pool, waiting)), t)
         for job_id in plan.admit:
             job = waiting.pop(job_id)
             started[job_id] = t
+            if job.deadline is None and not job.run.known:
+                endless.append(Running(job.id, job.owner, job.need, t, name=job.name,
+                                       unknown="no job of its owner has ended yet to tell "
+                                               "how long it runs"))
+                continue
             run = getattr(job.run, case)
             if job.deadline is not None:
                 run = min(run, job.deadline)
@@ -459,7 +504,13 @@ def _simulate(pool: Pool, now: float, case: str, only: Iterable[int] | None,
         # The next end (a job predicted to have ended already ends now: plan again at once).
         t = max(t, min(run.ends for run in running))
         running = [run for run in running if run.ends > t]
-    return started
+    why = ""
+    if endless and wanted - started.keys():
+        first = endless[0]
+        who = pool.names.get(first.owner, first.owner)
+        why = (f"it waits for room that job {first.name or first.id} ({who}'s) holds, and "
+               f"nothing tells when that ends: {first.unknown}")
+    return started, why
 
 
 def _heads(pool: Pool, waiting: dict[int, Waiting]) -> list[Waiting]:
@@ -495,7 +546,9 @@ def estimate(history: Sequence[tuple[tuple, float]], of: tuple,
              deadline: float | None = None) -> Estimate:
     """How long a job of shape ``of`` will run, from ``history`` (its owner's earlier jobs:
     (shape, seconds), oldest first): the median of the last runs of the same shape, else of the
-    same name stem, else of all; the range their 10th to 90th percentile. A deadline caps it."""
+    same name stem, else of all; the range their 10th to 90th percentile. A deadline caps it;
+    with no earlier job, the deadline is all there is to go by, and without one nothing is
+    (``NOTHING_KNOWN``)."""
     same = [s for k, s in history if k == of]
     if not same:
         same = [s for k, s in history if k[0] == of[0]]
@@ -509,9 +562,10 @@ def estimate(history: Sequence[tuple[tuple, float]], of: tuple,
         if len(recent) < 3:  # two runs say little of the spread
             low, high = min(low, mid * 0.5), max(high, mid * 2.0)
         found = Estimate(mid, low, high)
+    elif deadline is not None:  # it ends by its deadline, at the latest
+        return Estimate(deadline, deadline * UNKNOWN_SPREAD[0], deadline)
     else:
-        found = Estimate(UNKNOWN_RUN, UNKNOWN_RUN * UNKNOWN_SPREAD[0],
-                         UNKNOWN_RUN * UNKNOWN_SPREAD[1])
+        return NOTHING_KNOWN
     if deadline is not None:
         found = Estimate(min(found.seconds, deadline), min(found.low, deadline),
                          min(found.high, deadline))

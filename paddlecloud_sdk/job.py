@@ -135,11 +135,13 @@ def _is_int(value) -> bool:
 
 @dataclass(frozen=True)
 class PredictedStart:
-    """When a waiting job is predicted to start, with a range (``PaddleJob.predicted_start``)."""
+    """When a waiting job is predicted to start, with a range (``PaddleJob.predicted_start``);
+    ``unknown``: why no time can be told (then ``at`` is None)."""
 
     at: datetime | None
     earliest: datetime | None
     latest: datetime | None
+    unknown: str | None = None
 
 
 class PaddleJob:
@@ -457,12 +459,14 @@ class PaddleJob:
     def predicted_start(self) -> PredictedStart | None:
         """When the job, while it waits (pending or queued), is predicted to start, asked of
         the portal now: ``at``, and the range ``earliest`` to ``latest`` (aware datetimes in UTC;
-        ``at`` None: not within 30 days). None once it no longer waits."""
+        ``at`` None: not within 30 days, or ``unknown`` says why nothing tells). None once it
+        no longer waits."""
         predicted = self.refresh().get("predicted_start")
         if predicted is None:
             return None
         return PredictedStart(*(datetime.fromisoformat(predicted[key]) if predicted.get(key)
-                                else None for key in ("at", "earliest", "latest")))
+                                else None for key in ("at", "earliest", "latest")),
+                              unknown=predicted.get("unknown"))
 
     @classmethod
     @raises_own

@@ -124,13 +124,19 @@ def _job_state(job: dict) -> str | None:
 
 
 def predicted_start(prediction: dict | None) -> str:
-    """A waiting job's predicted start for people: ``2026-11-21 10:12 (in 10m; 5m-40m)``."""
+    """A waiting job's predicted start for people: ``2026-11-21 10:12 (in 10m; 5m-40m)``;
+    ``unknown (why)`` where nothing tells; a moment just passed (the prediction is as old
+    as the answer) is ``now``."""
     if not prediction:
         return "-"
+    if prediction.get("unknown"):
+        return f"unknown ({prediction['unknown']})"
     if not prediction.get("at"):
         return "not within 30 days"
     now = datetime.now(UTC)
-    shown = format_time(prediction["at"], now)
+    at = parse_time(prediction["at"])
+    shown = format_time(prediction["at"], now) if at is None or at > now else \
+        f"{at.astimezone():%Y-%m-%d %H:%M} (now)"
     ends = [parse_time(prediction.get(k)) for k in ("earliest", "latest")]
     if all(ends):
         low, high = (max(0.0, (t - now).total_seconds()) for t in ends)

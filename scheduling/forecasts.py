@@ -29,16 +29,18 @@ FORECAST_LOOK = 500  # waiting jobs of a datacenter a forecast reads at most
 @dataclass(frozen=True)
 class Prediction:
     """When a waiting job is predicted to start, with a range (None: not within the
-    forecast's horizon, or never)."""
+    forecast's horizon, or never; or ``unknown``, which says why no time can be told)."""
 
     at: datetime | None
     earliest: datetime | None
     latest: datetime | None
+    unknown: str = ""
 
     def as_dict(self) -> dict:
-        return {key: value.isoformat() if value else None
-                for key, value in (("at", self.at), ("earliest", self.earliest),
-                                   ("latest", self.latest))}
+        return {**{key: value.isoformat() if value else None
+                   for key, value in (("at", self.at), ("earliest", self.earliest),
+                                      ("latest", self.latest))},
+                "unknown": self.unknown or None}
 
 
 def _moment(seconds: float | None) -> datetime | None:
@@ -61,7 +63,7 @@ def datacenter_forecast(datacenter: Datacenter, owner_ids: Iterable[int],
     now = timezone.now().timestamp()
     predicted = forecast(pool, now)
     return schedule(pool, now), {
-        job_id: Prediction(_moment(f.start), _moment(f.low), _moment(f.high))
+        job_id: Prediction(_moment(f.start), _moment(f.low), _moment(f.high), f.unknown)
         for job_id, f in predicted.items()}
 
 
@@ -72,6 +74,21 @@ def _cache_call(method, *args):
         return method(*args)
     except REDIS_DOWN:
         return None
+
+
+def forecast_key(datacenter: Datacenter, owners: list[int]) -> str:
+    """Where the datacenter's forecast for ``owners`` is cached: a new key as soon as any
+    job of it changes state (its last event)."""
+    last = JobEvent.objects.filter(job__datacenter=datacenter).aggregate(Max("id"))
+    return (f"forecast:{datacenter.pk}:{last['id__max']}:"
+            + ("all" if shared(datacenter) else ",".join(map(str, owners))))
+
+
+def _passed(predictions: Iterable[Prediction]) -> bool:
+    """Whether a start predicted has passed (the job still waits): the forecast is made
+    again, never shown as a moment gone by."""
+    now = timezone.now()
+    return any(p.at is not None and p.at < now for p in predictions)
 
 
 def job_predictions(jobs: Iterable[Job]) -> dict[int, Prediction]:
@@ -91,11 +108,10 @@ def job_predictions(jobs: Iterable[Job]) -> dict[int, Prediction]:
         owners = sorted({job.owner_id for job in waiting})
         key = predicted = None
         if keep:
-            last = JobEvent.objects.filter(job__datacenter=datacenter).aggregate(Max("id"))
-            key = (f"forecast:{datacenter.pk}:{last['id__max']}:"
-                   + ("all" if shared(datacenter) else ",".join(map(str, owners))))
+            key = forecast_key(datacenter, owners)
             predicted = _cache_call(cache.get, key)
-        if predicted is None or any(job.pk not in predicted for job in waiting):
+        if predicted is None or any(job.pk not in predicted for job in waiting) \
+                or _passed(predicted.values()):
             _, predicted = datacenter_forecast(datacenter, owners)
             if keep:
                 _cache_call(cache.set, key, predicted, keep)

@@ -26,12 +26,12 @@ from paddlecloud_core.scheduling import (
     Estimate,
     Limit,
     Pool,
-    Running,
     Vec,
     Waiting,
     estimate,
     shape,
 )
+from paddlecloud_core.scheduling import running as running_job
 from pfs.services import storage_problems
 
 from .budgets import budgets_spent
@@ -126,15 +126,11 @@ def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterabl
     active = list(active)
     holders = {job.owner_id for job in active} | set(owner_ids)
     history = run_history(datacenter.pk, holders)
-    running = []
-    for job in active:
-        began = _seconds(job.started_at or job.admitted_at or now)
-        run = job_estimate(job, history)
-        floor = _seconds(now)
-        running.append(Running(job.pk, job.owner_id, held_vec(job),
-                               ends=max(floor, began + run.seconds),
-                               ends_low=max(floor, began + run.low),
-                               ends_high=max(floor, began + run.high)))
+    running = [running_job(job.pk, job.owner_id, held_vec(job),
+                           _seconds(job.started_at or job.admitted_at or now),
+                           job_estimate(job, history), _seconds(now), name=job.name,
+                           deadline=job.deadline_seconds)
+               for job in active]
     quotas = quotas_get(datacenter, holders)
     memberships = list(Membership.objects.filter(datacenter=datacenter, user_id__in=holders)
                        .values_list("user_id", "weight", "team_id"))

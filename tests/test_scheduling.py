@@ -7,11 +7,14 @@ estimates from history. The portal's admission applies exactly these plans
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 from paddlecloud_core.scheduling import (
+    NOTHING_KNOWN,
     Estimate,
+    Forecast,
     Limit,
     Pool,
     Running,
@@ -20,6 +23,7 @@ from paddlecloud_core.scheduling import (
     estimate,
     forecast,
     name_stem,
+    running,
     schedule,
     shape,
 )
@@ -189,6 +193,61 @@ def test_forecasts_are_exact_when_run_times_are():
     actual = replay(pool, {1: 30, 2: 10, 3: 30})
     assert {k: f.start for k, f in predicted.items()} == actual
     assert all(f.low == f.start == f.high for f in predicted.values())
+
+
+def test_what_waits_for_a_job_whose_end_nothing_tells_is_predicted_unknown_saying_why():
+    """Issue 40.1: a running job with no earlier job of its owner to go by and no deadline
+    (or one run past every estimate of it) has no end to predict from: the job that needs its
+    room is predicted ``unknown``, naming it and why — not "now", not a made-up hour. What does
+    not need its room is still predicted."""
+    fresh = running(1, 1, Vec(gpu=1, jobs=1), began=0.0, run=NOTHING_KNOWN, now=100.0,
+                    name="first-ever")
+    others = Running(2, 2, Vec(gpu=1, jobs=1), ends=700.0)
+    pool = Pool(capacity=Limit(gpu=2), names={1: "alice", 2: "bob"}, running=[fresh, others],
+                waiting=[Waiting(3, 2, Vec(gpu=2, jobs=1), submitted=50.0)])
+    assert forecast(pool, 100.0)[3] == Forecast(None, None, None, unknown=(
+        "it waits for room that job first-ever (alice's) holds, and nothing tells when that "
+        "ends: no job of its owner has ended yet to tell how long it runs"))
+    # A job of one GPU needs only the room bob's job frees at 700.
+    pool = replace(pool, waiting=[Waiting(4, 2, Vec(gpu=1, jobs=1), submitted=60.0)])
+    assert forecast(pool, 100.0)[4] == Forecast(700.0, 700.0, 700.0)
+
+    # Run past the high end of what its owner's jobs like it ran: the same.
+    overdue = running(1, 1, Vec(gpu=2, jobs=1), began=0.0, run=Estimate(60, 30, 120),
+                      now=500.0, name="slow")
+    assert overdue.unknown == "it has run longer than its owner's jobs like it did"
+    pool = Pool(capacity=Limit(gpu=2), names={1: "alice"}, running=[overdue],
+                waiting=[Waiting(3, 2, Vec(gpu=1, jobs=1), submitted=50.0)])
+    assert "job slow (alice's)" in forecast(pool, 500.0)[3].unknown
+    # Within its range, or bounded by a deadline, it is taken to end any moment.
+    for late in (running(1, 1, Vec(gpu=2, jobs=1), began=0.0, run=Estimate(60, 30, 120),
+                         now=100.0),
+                 running(1, 1, Vec(gpu=2, jobs=1), began=0.0, run=estimate([], ("x",), 300),
+                         now=500.0, deadline=300)):
+        pool = Pool(capacity=Limit(gpu=2), running=[late],
+                    waiting=[Waiting(3, 2, Vec(gpu=1, jobs=1), submitted=50.0)])
+        assert forecast(pool, late.ends)[3] == Forecast(late.ends, late.ends, late.ends_high)
+
+
+def test_a_job_behind_a_waiting_job_of_unknown_run_time_is_predicted_unknown():
+    """A waiting job predicted to start, whose own run time nothing tells, holds its room for
+    an unknown time: the job that can only start after it is ``unknown``; the first job's own
+    start is known."""
+    pool = Pool(capacity=Limit(gpu=1), names={1: "alice"},
+                running=[Running(9, 2, Vec(gpu=1, jobs=1), ends=50.0)],
+                waiting=[Waiting(1, 1, Vec(gpu=1, jobs=1), submitted=1.0, name="new-kind"),
+                         Waiting(2, 1, Vec(gpu=1, jobs=1), submitted=2.0,
+                                 run=Estimate(10, 10, 10))])
+    predicted = forecast(pool, 0.0)
+    assert predicted[1].start == 50.0
+    assert predicted[2].start is None and "job new-kind (alice's)" in predicted[2].unknown
+
+
+def test_an_estimate_from_nothing_is_not_known_and_a_deadline_bounds_one():
+    assert not estimate([], ("a", 1, 0, 0)).known
+    bounded = estimate([], ("a", 1, 0, 0), deadline=600)
+    assert bounded.known and bounded.high == bounded.seconds == 600
+    assert estimate([(("a", 1, 0, 0), 60.0)], ("b", 2, 0, 0)).known  # the owner's other runs
 
 
 def test_a_job_past_its_predicted_end_is_taken_to_end_now():

@@ -82,6 +82,7 @@ document.addEventListener("DOMContentLoaded", () => {
     const predicted = job.predicted_start;
     const cell = box.querySelector('[data-field="predicted"]');
     if (!predicted) cell.textContent = "not predicted";
+    else if (predicted.unknown) cell.textContent = `unknown: ${predicted.unknown}`;
     else if (!predicted.at) cell.textContent = "not within the next 30 days";
     else {
       const inWords = document.createElement("span");

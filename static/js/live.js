@@ -131,13 +131,17 @@
   }
 
   // The predicted start of templates/dashboard/jobs/_state.html, from an API job's
-  // predicted_start ({at, earliest, latest}, or null while it does not wait).
+  // predicted_start ({at, earliest, latest, unknown}, or null while it does not wait).
   function fillPrediction(element, predicted) {
     element.hidden = !predicted;
     if (!predicted) {
       element.textContent = "";
       delete element.dataset.at;
       element.removeAttribute("title");
+    } else if (predicted.unknown) {
+      element.textContent = "start unknown";
+      delete element.dataset.at;
+      element.title = predicted.unknown;
     } else if (!predicted.at) {
       element.textContent = "no start predicted within 30 days";
       delete element.dataset.at;

@@ -89,8 +89,11 @@ def test_a_dry_run_says_where_the_job_would_queue_why_and_when_it_would_start(
     submit_job(alice, datacenter, "waiting")  # queued: #1
     response = browser.post("/jobs/new/", form_data(dry_run="1"))
     said = words(response, "admission")
-    assert said.startswith("It would queue at #2 (waiting behind job waiting); start "
-                           "predicted around "), said
+    # Behind a job whose run time nothing tells (her first, no deadline): no time made up.
+    assert said == ("It would queue at #2 (waiting behind job waiting); its start cannot be "
+                    "predicted: it waits for room that job waiting (alice's) holds, and nothing "
+                    "tells when that ends: no job of its owner has ended yet to tell how long "
+                    "it runs."), said
     # High priority goes before her normal job, and waits for the quota itself.
     said = words(browser.post("/jobs/new/", form_data(dry_run="1", priority="high")),
                  "admission")
@@ -149,11 +152,12 @@ def test_a_queued_row_shows_its_place_and_predicted_start(browser, one_cpu, alic
 
 def test_the_list_forecasts_once_for_the_page_not_once_a_row(
         browser, one_cpu, alice, datacenter, django_assert_max_num_queries):
-    submit_job(alice, datacenter, "w1")
+    # Each runs 10 min at most (a deadline): what waits behind it has a start to predict.
+    submit_job(alice, datacenter, "w1", deadline_seconds=600)
     with django_assert_max_num_queries(1000) as few:
         browser.get("/jobs/")
     for n in range(2, 7):
-        submit_job(alice, datacenter, f"w{n}")
+        submit_job(alice, datacenter, f"w{n}", deadline_seconds=600)
     with django_assert_max_num_queries(1000) as many:
         response = browser.get("/jobs/")
     assert text(response).count("starts ~in") == 6
@@ -191,7 +195,8 @@ def test_the_group_page_shows_the_group_its_quota_and_its_members_jobs(browser, 
     assert words(response, "group-quota-gpu") == "GPUs 0, no limit"
 
     jobs = words(response, "group-jobs")
-    assert re.search(r"bobs-wait bob queued #1 starts ~in 1.0 h waiting for group "
+    # The group's running jobs are its members' first: nothing tells when they end.
+    assert re.search(r"bobs-wait bob queued #1 start unknown waiting for group "
                      r"vision's quota: cpu 1 asked, 0 of 2 free", jobs), jobs
     assert "alices-run alice starting" in jobs and "bobs-run bob starting" in jobs
     # Only her own job links to its page; nothing here kills or deletes.

@@ -12,6 +12,7 @@ from datetime import timedelta
 from functools import partial
 
 import pytest
+from django.core.cache import cache
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -19,7 +20,9 @@ from accounts.models import Datacenter, Membership, Team
 from accounts.services import quota_set, token_create
 from jobs.models import Job, JobEvent
 from jobs.transitions import job_transition
+from paddlectl.output import predicted_start
 from scheduling.admission import quota_admit
+from scheduling.forecasts import Prediction, forecast_key, job_predictions
 from scheduling.tasks import jobs_admit
 from tests.conftest import assert_error
 from tests.factories import PACKAGE, submit_job
@@ -158,8 +161,9 @@ def test_a_dry_run_says_whether_the_job_would_start_and_when(
     answer = token_client.post("/api/v1/jobs/", body, format="json").json()["admission"]
     assert answer["starts"] == "queued" and answer["position"] == 1
     assert answer["reason"] == "waiting for the datacenter's capacity: cpu 2 asked, 0 of 4 free"
-    predicted = {k: timezone.datetime.fromisoformat(v)
-                 for k, v in answer["predicted_start"].items()}
+    assert answer["predicted_start"]["unknown"] is None
+    predicted = {k: timezone.datetime.fromisoformat(answer["predicted_start"][k])
+                 for k in ("at", "earliest", "latest")}
     in_ten = timezone.now() + timedelta(minutes=10)
     assert abs((predicted["at"] - in_ten).total_seconds()) < 60
     assert predicted["earliest"] <= predicted["at"] <= predicted["latest"]
@@ -173,6 +177,59 @@ def test_a_dry_run_says_whether_the_job_would_start_and_when(
     listed = token_client.get("/api/v1/jobs/").json()["results"]
     assert [j["predicted_start"] is not None for j in listed if j["name"].startswith(
         "probe")] == [True] + [False] * 4
+
+
+@pytest.mark.django_db
+def test_a_start_nothing_can_tell_is_unknown_with_why_never_a_time_gone_by(
+        token_client, alice, shared_dc, homes, held_tasks):
+    """Issue 40.1: alice's first job ever takes the datacenter; nothing tells when it ends (no
+    job of hers has ended, it has no deadline). A job that waits for its room is predicted
+    "unknown", saying why, in the dry run, the API and paddlectl's words — not "in 3 s" and
+    then "3 s ago". Given a deadline, the first job ends by it: the start is predicted then."""
+    quota_set(None, shared_dc, alice, cpu=64000, jobs=10, queued=10)
+    submit(alice, shared_dc, "first", trainers=4)
+    why = ("it waits for room that job first (alice's) holds, and nothing tells when that "
+           "ends: no job of its owner has ended yet to tell how long it runs")
+    body = {"name": "second", "package": PACKAGE, "entry": "x", "trainers": 2, "cpu": "1"}
+    answer = token_client.post("/api/v1/jobs/", {**body, "dry_run": True},
+                               format="json").json()["admission"]
+    unknown = {"at": None, "earliest": None, "latest": None, "unknown": why}
+    assert (answer["starts"], answer["predicted_start"]) == ("queued", unknown)
+    submit(alice, shared_dc, "second", trainers=2)
+    shown = token_client.get("/api/v1/jobs/second/").json()
+    assert (shown["state"], shown["predicted_start"]) == ("queued", unknown)
+    assert predicted_start(shown["predicted_start"]) == f"unknown ({why})"
+
+    Job.objects.filter(name="first").update(deadline_seconds=600)  # it fails after 10 min
+    cache.clear()
+    at = timezone.datetime.fromisoformat(
+        token_client.get("/api/v1/jobs/second/").json()["predicted_start"]["at"])
+    started = Job.objects.get(name="first")
+    began = started.started_at or started.admitted_at
+    assert abs((at - (began + timedelta(minutes=10))).total_seconds()) < 5
+
+
+@pytest.mark.django_db
+def test_a_cached_prediction_that_has_passed_is_made_again(alice, shared_dc, homes,
+                                                           held_tasks, settings):
+    """A forecast is reused a while (PADDLECLOUD_FORECAST_CACHE_SECONDS) while no job changes
+    state; a start it predicted that has passed since is never given out: the forecast is made
+    again."""
+    settings.PADDLECLOUD_FORECAST_CACHE_SECONDS = 600
+    quota_set(None, shared_dc, alice, cpu=64000, jobs=10, queued=10)
+    submit(alice, shared_dc, "first", trainers=4)
+    Job.objects.filter(name="first").update(deadline_seconds=600)
+    waiting = submit(alice, shared_dc, "second", trainers=2)
+    cache.clear()
+    made = job_predictions([waiting])[waiting.pk]
+    assert made.at > timezone.now()
+    # The same datacenter's forecast, as if it had been made ten minutes ago.
+    key = forecast_key(shared_dc, [alice.pk])
+    assert cache.get(key)[waiting.pk] == made
+    stale = Prediction(made.at - timedelta(minutes=11), None, None)
+    cache.set(key, {waiting.pk: stale}, 600)
+    again = job_predictions([waiting])[waiting.pk]
+    assert again.at > timezone.now() and abs((again.at - made.at).total_seconds()) < 5
 
 
 @pytest.mark.django_db(transaction=True)

@@ -451,10 +451,13 @@ def test_jobs_over_the_free_quota_wait_in_line(live_cli, package):
 
 
 def test_priority_places_a_job_and_a_dry_run_says_when_it_would_start(live_cli, package):
+    # Deadlines: the user's first jobs, each ends by its own at the latest (else nothing would
+    # tell when, and the starts behind them would be "unknown").
     for name in ("one", "two", "three"):
-        ok(live_cli("submit", "-jobname", name, "-entry", "python train.py", package))
+        ok(live_cli("submit", "-jobname", name, "-entry", "python train.py", "-deadline", "3600",
+                    package))
     urgent = ok(live_cli("submit", "-jobname", "urgent", "-entry", "x", "-priority", "high",
-                         package)).stdout
+                         "-deadline", "600", package)).stdout
     assert urgent.startswith("job urgent submitted: queued #1 (waiting for quota: jobs 1 "
                              "asked, 0 of 2 free)\nstart predicted 20")
     dry = ok(live_cli("submit", "-jobname", "later", "-entry", "x", "-priority", "low",

@@ -40,7 +40,7 @@ def test_a_high_priority_job_previewed_submitted_and_predicted(one_cpu, tmp_path
     answer = urgent.preview()
     assert answer["starts"] == "queued" and answer["position"] == 1  # before normal-one
     assert answer["reason"] == "waiting for quota: cpu 1 asked, 0 of 1 free"
-    assert set(answer["predicted_start"]) == {"at", "earliest", "latest"}
+    assert set(answer["predicted_start"]) == {"at", "earliest", "latest", "unknown"}
 
     urgent.submit()
     assert urgent.state == "queued" and urgent.info["priority"] == "high"
