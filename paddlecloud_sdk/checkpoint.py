@@ -62,7 +62,6 @@ else to import this module.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import secrets
@@ -74,6 +73,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paddlecloud_core.checkpoints import (
+    BYTES_FILE,
+    CHUNK,
+    MANIFEST_FORMAT,
+    PADDLE_FILE,
+    CheckpointError,
+    described,
+    file_name_check,
+    newest_first,
+    verify,
+)
 from paddlecloud_core.contract import (
     CHECKPOINT_DIR_VARIABLE,
     KEEP_CHECKPOINTS,
@@ -92,17 +102,6 @@ from paddlecloud_core.layout import (
 from . import env
 from . import master as master_calls
 from .metrics import report
-
-MANIFEST_FORMAT = 1
-PADDLE_FILE = "state.pdparams"
-BYTES_FILE = "state.bin"
-KINDS = ("paddle", "bytes", "files")
-CHUNK = 1 << 20
-MAX_MANIFEST = 16 << 20  # bytes: a manifest larger than this is no manifest of ours
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used as its manifest says (the message says why)."""
 
 
 @dataclass
@@ -264,7 +263,7 @@ def _state_write(tmp: Path, state: Any) -> str:
     if isinstance(state, Mapping) and state and all(
             isinstance(v, bytes | bytearray | memoryview | os.PathLike) for v in state.values()):
         for name, value in state.items():
-            _file_name(name)
+            file_name_check(name)
             if isinstance(value, os.PathLike):
                 with open(value, "rb") as source, open(tmp / name, "xb") as out:
                     shutil.copyfileobj(source, out, CHUNK)
@@ -284,14 +283,6 @@ def _state_write(tmp: Path, state: Any) -> str:
     with open(tmp / PADDLE_FILE, "rb") as written:
         os.fsync(written.fileno())
     return "paddle"
-
-
-def _file_name(name: Any) -> None:
-    if not isinstance(name, str) or not name or name in (".", "..", CHECKPOINT_MANIFEST) \
-            or "/" in name or "\0" in name or name.startswith("."):
-        raise ValueError(f"checkpoint.save: a file of the state is named like a file in one "
-                         f"directory (no '/', not hidden, not {CHECKPOINT_MANIFEST}), not "
-                         f"{name!r}")
 
 
 def _names(directory: Path) -> list[str]:
@@ -314,13 +305,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _described(path: Path) -> dict:
-    """A file's size and SHA-256, read from the disk."""
-    digest, size = hashlib.sha256(), 0
     with open(path, "rb") as source:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return {"size": size, "sha256": digest.hexdigest()}
+        return described(source)
 
 
 def _prune(root: Path, keep_last: int, written: Path) -> None:
@@ -349,8 +335,7 @@ def _verified(path: str | os.PathLike | None) -> Iterator[Checkpoint]:
         names = [p.name for p in root.iterdir()]
     except (FileNotFoundError, NotADirectoryError):
         return
-    for step, name in sorted(((checkpoint_step(n), n) for n in names
-                              if checkpoint_step(n) is not None), reverse=True):
+    for step, name in newest_first(names):
         if path is None and (other := _another_runs(root / name)):
             _skipped(root / name, step, f"it is another run's of the name (job uid {other}): "
                                         "a job submitted again starts from none of the "
@@ -376,39 +361,10 @@ def latest(path: str | os.PathLike | None = None) -> Checkpoint | None:
 
 def verified(path: Path) -> Checkpoint:
     """The checkpoint at ``path``, its manifest read and every file's size and digest
-    checked; ``CheckpointError`` saying what is wrong."""
-    step = checkpoint_step(path.name)
-    try:
-        with open(path / CHECKPOINT_MANIFEST, "rb") as source:
-            raw = source.read(MAX_MANIFEST + 1)
-    except FileNotFoundError:
-        raise CheckpointError(f"it has no {CHECKPOINT_MANIFEST}") from None
-    except OSError as exc:
-        raise CheckpointError(f"its {CHECKPOINT_MANIFEST} cannot be read: {exc}") from None
-    try:
-        manifest = json.loads(raw)
-    except ValueError:
-        raise CheckpointError(f"its {CHECKPOINT_MANIFEST} is not JSON") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT \
-            or manifest.get("step") != step or manifest.get("kind") not in KINDS \
-            or not isinstance(manifest.get("files"), dict) or not manifest["files"]:
-        raise CheckpointError(f"its {CHECKPOINT_MANIFEST} is not a manifest of step {step} "
-                              f"(format {MANIFEST_FORMAT})")
-    for name, described in manifest["files"].items():
-        if not isinstance(described, dict):
-            raise CheckpointError(f"its manifest's entry for {name!r} is not an object")
-        try:
-            _file_name(name)
-            actual = _described(path / name)
-        except (ValueError, OSError) as exc:
-            raise CheckpointError(f"its file {name!r} cannot be read: {exc}") from None
-        if actual["size"] != described.get("size"):
-            raise CheckpointError(f"its file {name!r} has {actual['size']} bytes, its "
-                                  f"manifest says {described.get('size')}")
-        if actual["sha256"] != described.get("sha256"):
-            raise CheckpointError(f"its file {name!r} does not have the digest its manifest "
-                                  "says")
-    return Checkpoint(path=path, step=step, pass_=manifest.get("pass"),
+    checked (``paddlecloud_core.checkpoints``); ``CheckpointError`` saying what is wrong."""
+    manifest = verify(checkpoint_step(path.name),
+                      lambda name: open(path / name, "rb"))  # noqa: SIM115 (verify closes it)
+    return Checkpoint(path=path, step=manifest["step"], pass_=manifest.get("pass"),
                       time=manifest.get("time"), files=manifest["files"],
                       kind=manifest["kind"], master=manifest.get("master"), manifest=manifest)
 
