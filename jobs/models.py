@@ -332,6 +332,17 @@ class Usage(models.Model):
     gpu = models.PositiveIntegerField("GPUs held", default=0)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
+    # Checkpoints (issue 37), set by ``jobs.usage`` alone: the step a run resumed from (its
+    # trainer 0's SDK said so), and what a run that ended by a restart lost — the time it
+    # trained since its job's last complete checkpoint, and the steps it reported since.
+    resumed_from = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The checkpoint's step this run resumed from.")
+    lost_seconds = models.FloatField(
+        null=True, blank=True, help_text="Ended by a restart: the seconds it trained since "
+                                         "its job's last complete checkpoint (lost).")
+    lost_steps = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Ended by a restart: the steps reported since its "
+                                         "job's last complete checkpoint (lost).")
 
     class Meta:
         verbose_name = "usage record"  # the admin's "Usage records"

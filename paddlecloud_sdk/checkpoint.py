@@ -36,7 +36,9 @@ successful save the oldest are removed, so that ``PADDLE_KEEP_CHECKPOINTS`` (the
 ``keep_checkpoints``, 3 by default) remain. ``latest()`` is the newest checkpoint whose
 manifest reads and whose files all have the size and digest it says; one that does not is
 skipped (never loaded), with a line on stderr (the replica's log) and a
-``checkpoint_skipped`` metric at its step (``paddlecloud_sdk.report``: the job's page).
+``checkpoint_skipped`` metric at its step (``paddlecloud_sdk.report``: the job's page). The
+checkpoint ``load()`` resumes from is reported too (``checkpoint_resumed`` at its step): the
+portal makes the job's events of both ("run 2 resumed from step 120 (lost 15 steps)").
 
 Who: trainer 0 writes. In a collective job (trainers only, more than one) every trainer calls
 ``save`` at the same step and all of them wait for each other before and after (a barrier:
@@ -78,6 +80,8 @@ from paddlecloud_core.checkpoints import (
     CHUNK,
     MANIFEST_FORMAT,
     PADDLE_FILE,
+    RESUMED_METRIC,
+    SKIPPED_METRIC,
     CheckpointError,
     described,
     file_name_check,
@@ -377,7 +381,7 @@ def _skipped(path: Path, step: int, why: str, *, metric: bool = True) -> None:
           f"{why}; it is not loaded", file=sys.stderr, flush=True)
     with contextlib.suppress(Exception):  # the log line is the report that matters
         if metric and env.trainer_id() == 0:
-            report(step=step, checkpoint_skipped=1)
+            report(step=step, **{SKIPPED_METRIC: 1})
 
 
 def _another_runs(checkpoint_dir: Path) -> str | None:
@@ -411,11 +415,15 @@ def load(path: str | os.PathLike | None = None, *,
     is none. In a job with a master (and no pservers) the master is given the checkpoint's
     position back — the dataset from the start without a checkpoint — before any trainer
     asks it for a task: call ``load`` before ``master.tasks()``/``reader()``; every trainer
-    of a collective job calls it (they wait for each other)."""
+    of a collective job calls it (they wait for each other). Trainer 0 reports the step it
+    resumes from (``RESUMED_METRIC``: the portal's event)."""
     wait = _barrier_of(barrier)
     found = latest(path)
     if found is not None:
         found.state = _state_read(found)
+        if env.trainer_id() == 0:
+            with contextlib.suppress(Exception):  # the portal's event; the resume goes on
+                report(step=found.step, **{RESUMED_METRIC: 1})
     if _master_in_use() and env.pserver_count() == 0 and env.trainer_id() == 0:
         master_calls.resume(found.master if found is not None else None,
                             found.step if found is not None else None)
