@@ -29,7 +29,7 @@ class JobsConfig(AppConfig):
 
         replicas_changed.connect(replicas_changed_sync, dispatch_uid="jobs.replicas_changed_sync")
         # What a run that restarts lost since its job's last checkpoint (issue 37).
-        from .checkpoints import runs_lost
+        from .resumes import runs_lost
 
         runs_restarted.connect(runs_lost, dispatch_uid="jobs.runs_lost")
         # The jobs by state and the queues, counted when Prometheus scrapes (once a process).

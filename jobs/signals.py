@@ -18,7 +18,7 @@ with nothing read from the database. ``sync`` listens: the job's sync runs soon.
 
 ``runs_restarted`` — runs of a job's replicas ended because they restart (or their job went
 back to its queue), with ``job_id``, ``usage_ids`` (their rows in the usage ledger) and
-``ended``: sent by ``transitions`` once the move is committed. ``checkpoints`` listens (connected in
+``ended``: sent by ``transitions`` once the move is committed. ``resumes`` listens (connected in
 ``jobs.apps``): it records on the rows what they lost since the job's last checkpoint.
 """
 

@@ -38,9 +38,9 @@ from .backends.base import BackendError
 from .backends.local import LOCAL
 from .backends.local.backend import isolation_notice, worker_start
 from .builds import runs
-from .checkpoints import resumes_note
 from .models import Job, JobEvent
 from .notify import job_changed
+from .resumes import resumes_note
 from .services import job_remove
 from .states import FINAL_JOB_STATES, LIVE_REPLICA_STATES, JobState, ReplicaState
 

@@ -177,7 +177,7 @@ def replica_transition(replica: Replica, target: str, reason: str = "", *,
     Replica.objects.filter(pk=replica.pk).update(**changes)
     restarted = usage_record(replica, locked.job_id, locked.state, target, restart=restart,
                              attempt=changes.get("attempt", locked.attempt), now=now)
-    if restarted:  # what they lost since the job's last checkpoint (jobs.checkpoints)
+    if restarted:  # what they lost since the job's last checkpoint (jobs.resumes)
         transaction.on_commit(partial(runs_restarted.send, Replica, job_id=locked.job_id,
                                       usage_ids=restarted, ended=now), robust=True)
     JobEvent.objects.create(job_id=locked.job_id, replica=replica, time=now,

@@ -5,7 +5,7 @@ owner may delete (``DELETE``, ``paddlectl kill -rm``) or its TTL remove.
 
 A run that ends by a restart (the replica restarts, or its job is requeued) lost what it
 trained since its job's last complete checkpoint (issue 37): ``usage_record`` returns such
-runs, ``transitions`` announces them (``runs_restarted``) and ``jobs.checkpoints.runs_lost``
+runs, ``transitions`` announces them (``runs_restarted``) and ``jobs.resumes.runs_lost``
 records it on their rows."""
 
 from __future__ import annotations

@@ -21,12 +21,12 @@ from scheduling.budgets import budget_report
 from scheduling.forecasts import job_predictions
 
 from . import services
-from .checkpoints import checkpoints_report
 from .documents import to_yaml
 from .logs.lines import line_number
 from .logs.source import build_log_blocks, log_blocks
 from .master import dispatch
 from .metrics import metrics_get
+from .resumes import checkpoints_report
 from .serializers import (
     BudgetSerializer,
     BuildRequestSerializer,

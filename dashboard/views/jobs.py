@@ -20,13 +20,13 @@ from django.views.decorators.http import require_http_methods
 
 from jobs import services
 from jobs.backends import backend_for
-from jobs.checkpoints import checkpoints_report
 from jobs.documents import to_yaml
 from jobs.files import log_file
 from jobs.logs.lines import lines_tail
 from jobs.logs.source import log_archived_blocks
 from jobs.master import dispatch
 from jobs.metrics import metrics_last
+from jobs.resumes import checkpoints_report
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
 from kernel.errors import ConflictError, NotFoundError, PaddleCloudError

@@ -13,9 +13,9 @@ import signal
 import pytest
 
 from accounts.models import Budget
-from jobs.checkpoints import resumes_note
 from jobs.files import checkpoints_dir, output_dir
 from jobs.models import Job, Usage
+from jobs.resumes import resumes_note
 from paddlecloud_core.layout import checkpoint_dirname
 from tests.jobs.master_scenario import FINAL, state
 from tests.polling import wait
