@@ -19,10 +19,12 @@ from datetime import UTC, datetime
 from kernel.errors import NotFoundError, PaddleCloudError
 from paddlecloud_core import checkpoints as manifests
 from paddlecloud_core.layout import checkpoint_dirname, checkpoints_rel
+from paddlecloud_core.spec import resume_from_parse
 from pfs.storage import Rel
 from pfs.storage.posix import PosixStorage
 
 from .files import job_home
+from .models import Job
 
 
 @dataclass(frozen=True)
@@ -135,3 +137,22 @@ def checkpoint_before(job, moment: datetime) -> Listed | None:
     cutoff = moment.timestamp()
     return next((c for c in job_checkpoints(job)
                  if c.complete and c.time is not None and c.time <= cutoff), None)
+
+
+def resume_from_check(user, datacenter, text: str) -> str:
+    """A submission's ``resume_from`` (``JOB`` or ``JOB:STEP``, its form checked by the
+    core) as ``JOB:STEP``: one of the user's jobs in the datacenter, and a checkpoint of it
+    that is complete and reads as its manifest says (its latest complete one without a step).
+    ValueError saying what is wrong; another user's job is no job of theirs, as everywhere
+    in the API."""
+    name, step = resume_from_parse(text)
+    job = Job.objects.select_related("datacenter", "owner").filter(
+        owner=user, datacenter=datacenter, name=name).first()
+    if job is None:
+        raise ValueError(f"you have no job named {name!r} in datacenter {datacenter.name!r} "
+                         "(a job starts only from a checkpoint of one of your own jobs)")
+    try:
+        found = checkpoint_verified(job, step)
+    except manifests.CheckpointError as exc:
+        raise ValueError(str(exc)) from None
+    return f"{name}:{found.step}"

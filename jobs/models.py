@@ -141,6 +141,10 @@ class Job(models.Model):
         default=0, help_text="How often a failed trainer is restarted before the job fails.")
     keep_checkpoints = models.PositiveIntegerField(
         default=KEEP_CHECKPOINTS, help_text="How many of its newest checkpoints the job keeps.")
+    resume_from = models.CharField(
+        max_length=64, blank=True, default="",
+        help_text="JOB:STEP: the checkpoint of another of the owner's jobs it starts from "
+                  "(the step made explicit at submission).")
     deadline_seconds = models.PositiveIntegerField(
         null=True, blank=True, help_text="The job fails if it runs longer than this.")
     ttl_seconds_after_finished = models.PositiveIntegerField(

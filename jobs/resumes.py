@@ -71,14 +71,16 @@ def resumes_note() -> int:
     trainer 0 reported it (``RESUMED_METRIC``, ``SKIPPED_METRIC``): "resumed from step N
     (lost M steps)", M the highest step the job reported before the run began; and record
     the step on the run (``Usage.resumed_from``). Looked for while trainer 0's current run
-    is a restart (or started from another job's checkpoint) and has not said so yet; the
-    reconciler calls it (a run that ended in the last LOOK_BACK is looked at too: a short one
-    may end between two of its runs). Returns how many events it made."""
+    is a restart (or its job starts from another job's checkpoint: "started from step N of
+    job X") and has not said so yet; the reconciler calls it (a run that ended in the last
+    LOOK_BACK is looked at too: a short one may end between two of its runs). Returns how
+    many events it made."""
     made = 0
     recent = timezone.now() - LOOK_BACK
-    runs = Usage.objects.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=recent),
-                                role=Replica.Role.TRAINER, index=0,
-                                resumed_from__isnull=True, attempt__gt=0)
+    runs = (Usage.objects.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=recent),
+                                 role=Replica.Role.TRAINER, index=0, resumed_from__isnull=True)
+            .filter(Q(attempt__gt=0) | Q(job_key__in=Job.objects.exclude(resume_from="")
+                                         .values("pk"))))
     for run in runs:
         job = Job.objects.select_related("datacenter", "owner").filter(pk=run.job_key).first()
         trainer = Replica.objects.filter(pk=run.replica_key).first()
@@ -97,14 +99,19 @@ def resumes_note() -> int:
             continue
         step = resumed["step"]
         reported = step_reported_before(job, run.started_at)
-        lost = "" if reported is None else f" (lost {max(0, reported - step)} steps)"
+        if reported is not None:
+            said = f"resumed from step {step} (lost {max(0, reported - step)} steps)"
+        elif job.resume_from:  # nothing of its own before: the checkpoint it was given
+            said = (f"started from step {step} of job "
+                    f"{job.resume_from.rpartition(':')[0]} (resume_from)")
+        else:
+            said = f"resumed from step {step}"
         with transaction.atomic():
             if Usage.objects.filter(pk=run.pk, resumed_from__isnull=True).update(
                     resumed_from=step):
                 JobEvent.objects.create(job=job, replica=trainer, from_state=job.state,
                                         to_state=job.state,
-                                        reason=f"run {run.attempt + 1} resumed from step "
-                                               f"{step}{lost}")
+                                        reason=f"run {run.attempt + 1} {said}")
                 made += 1
         job_changed(job.pk)
     return made
@@ -135,6 +142,7 @@ def checkpoints_report(job) -> dict:
     return {
         "job": job.name,
         "directory": job_home(job).display(checkpoints_rel(job.name)),
+        "resume_from": job.resume_from,
         "checkpoints": [{**c.as_dict(), "resumed_by": [r.attempt + 1 for r in runs
                                                        if r.resumed_from == c.step]}
                         for c in listed],

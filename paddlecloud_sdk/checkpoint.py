@@ -16,6 +16,11 @@ in its owner's PFS home, on every backend; ``./output/checkpoints`` outside a jo
 the same name submitted later starts with none (the portal keeps the earlier one's beside it;
 where it cannot reach the PFS, the SDK takes and prunes only its own run's: ``job_uid``).
 
+A job submitted with ``-resume-from JOB[:STEP]`` (``PaddleJob(resume_from=...)``) is given
+that checkpoint of another of its owner's jobs (``PADDLE_RESUME_FROM``, checked whole by the
+portal at submission): ``latest()``/``load()`` take it while the job has none of its own
+(its job uid is the other job's: that is expected here), and nothing writes there.
+
 What: each checkpoint is a directory ``step-<step, 12 digits>/`` (``paddlecloud_core.layout``)
 holding the state's files and ``manifest.json`` (``MANIFEST_FORMAT``)::
 
@@ -92,6 +97,7 @@ from paddlecloud_core.contract import (
     CHECKPOINT_DIR_VARIABLE,
     KEEP_CHECKPOINTS,
     KEEP_CHECKPOINTS_VARIABLE,
+    RESUME_FROM_VARIABLE,
 )
 from paddlecloud_core.layout import (
     CHECKPOINT_MANIFEST,
@@ -141,6 +147,14 @@ def keep() -> int:
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"{KEEP_CHECKPOINTS_VARIABLE}={value!r}: a whole number from 1")
     return int(value)
+
+
+def resume_from() -> Path | None:
+    """The checkpoint of another job this one was submitted to start from
+    (``PADDLE_RESUME_FROM``, ``-resume-from JOB[:STEP]``); None without one. Read, never
+    written."""
+    value = os.environ.get(RESUME_FROM_VARIABLE, "").strip()
+    return Path(value) if value else None
 
 
 def _where(path: str | os.PathLike | None) -> Path:
@@ -333,12 +347,14 @@ _reported: set[tuple[str, str]] = set()
 
 def _verified(path: str | os.PathLike | None) -> Iterator[Checkpoint]:
     """The complete checkpoints, newest first, each checked as it comes; one that fails is
-    skipped and reported."""
+    skipped and reported. The job's own first; then, when none of them verified, the one it
+    was submitted to start from (``resume_from()``: another job's, whatever its job uid)."""
     root = _where(path)
     try:
         names = [p.name for p in root.iterdir()]
     except (FileNotFoundError, NotADirectoryError):
-        return
+        names = []
+    own = False
     for step, name in newest_first(names):
         if path is None and (other := _another_runs(root / name)):
             _skipped(root / name, step, f"it is another run's of the name (job uid {other}): "
@@ -346,9 +362,18 @@ def _verified(path: str | os.PathLike | None) -> Iterator[Checkpoint]:
                                         "earlier one's (load(path=...) takes one)", metric=False)
             continue
         try:
-            yield verified(root / name)
+            found = verified(root / name)
         except CheckpointError as exc:
             _skipped(root / name, step, str(exc))
+            continue
+        own = True
+        yield found
+    given = resume_from() if path is None else None
+    if given is not None and not own:
+        try:
+            yield verified(given)
+        except CheckpointError as exc:
+            _skipped(given, checkpoint_step(given.name) or 0, str(exc))
 
 
 def checkpoints(path: str | os.PathLike | None = None) -> list[Checkpoint]:
@@ -442,4 +467,4 @@ def _state_read(found: Checkpoint) -> Any:
 
 
 __all__ = ["Checkpoint", "CheckpointError", "checkpoints", "directory", "keep", "latest",
-           "load", "save", "verified"]
+           "load", "resume_from", "save", "verified"]

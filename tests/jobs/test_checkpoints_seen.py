@@ -17,6 +17,8 @@ from jobs.files import checkpoints_dir, output_dir
 from jobs.models import Job, Usage
 from jobs.resumes import resumes_note
 from paddlecloud_core.layout import checkpoint_dirname
+from tests.conftest import assert_error
+from tests.factories import job_row
 from tests.jobs.master_scenario import FINAL, state
 from tests.polling import wait
 
@@ -148,3 +150,115 @@ def test_budgets_show_the_hours_lost_to_restarts(alice, datacenter, client):
     assert budget["cpu_hours"]["lost"] == pytest.approx(1.0, abs=0.02)
     page = client.get("/quota/").content.decode()
     assert "1.0 lost to restarts since a checkpoint" in page, json.dumps(budget)
+
+
+# --- submit -resume-from JOB[:STEP]: a new job starts from another job's checkpoint ------------
+
+def sdk_saves(job: Job, monkeypatch, steps, *, state=lambda step: json.dumps(
+        {"step": step}).encode()) -> None:
+    """Checkpoints of ``job`` written by the SDK's own ``save``, as its trainer 0 would."""
+    from paddlecloud_sdk import checkpoint
+
+    with monkeypatch.context() as env:
+        env.setenv("PADDLE_CHECKPOINT_DIR", str(checkpoints_dir(job)))
+        env.setenv("PADDLE_JOB_UID", str(job.uid))
+        env.setenv("PADDLE_OUTPUT_DIR", str(output_dir(job)))
+        env.setenv("PADDLE_KEEP_CHECKPOINTS", "10")
+        for step in steps:
+            checkpoint.save(state(step), step)
+
+
+@pytest.mark.django_db
+def test_resume_from_is_checked_at_submission_naming_the_field(
+        token_client, package, submit, make_user, datacenter, monkeypatch):
+    """Another job that is not the user's, a step it has no checkpoint of, a damaged one, a
+    job without any: 400, each naming ``resume_from`` and the rule; nothing is made. Without
+    a step, the latest complete one is taken, and the job shows it."""
+    base = submit("base")
+    sdk_saves(base, monkeypatch, [10, 20, 30])
+    cut = checkpoints_dir(base) / checkpoint_dirname(30) / "state.bin"
+    cut.write_bytes(b"{" + cut.read_bytes()[1:].replace(b"3", b"4"))  # same size, changed
+    submit("empty")
+    theirs = job_row(make_user("bob"), datacenter, "bobs")
+
+    def refused(value, *words):
+        response = token_client.post("/api/v1/jobs/", {
+            "name": "next", "package": package, "entry": "python train.py",
+            "resume_from": value}, format="json")
+        body = assert_error(response, 400, "invalid", "resume_from")
+        for word in words:
+            assert word in body["fields"]["resume_from"][0], body
+        assert not Job.objects.filter(name="next").exists()
+
+    refused("nosuch", "you have no job named 'nosuch' in datacenter 'datacenter1'",
+            "one of your own jobs")
+    refused(theirs.name, "you have no job named 'bobs'")
+    refused("base:15", "job base has no checkpoint of step 15 (its complete ones: 30, 20, "
+                       "10)")
+    refused("base:30", "the checkpoint of step 30 of job base is corrupt or partial: its file "
+                       "'state.bin' does not have the digest its manifest says")
+    refused("base", "corrupt or partial")  # its latest, 30, listed complete, is not whole
+    refused("empty", "job empty has no complete checkpoint")
+    refused("base:x1", "JOB or JOB:STEP", "the step is a whole number, not 'x1'")
+    refused(":20", "JOB or JOB:STEP", "the job's name is missing")
+    refused("Base", "JOB or JOB:STEP", "use lower-case letters")
+
+    response = token_client.post("/api/v1/jobs/", {
+        "name": "next", "package": package, "entry": "python train.py",
+        "resume_from": "base:20"}, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["resume_from"] == "base:20"
+
+
+# Started from another job's checkpoint: says what it was given and where it started, trains
+# to step 30 saving every 10 (its own checkpoints).
+STARTED_TRAINER = """\
+import json, os
+from paddlecloud_sdk import checkpoint, report
+out = os.environ["PADDLE_OUTPUT_DIR"]
+resumed = checkpoint.load()
+with open(os.path.join(out, "started.json"), "w") as f:
+    json.dump({"given": os.environ.get("PADDLE_RESUME_FROM"), "step": resumed.step,
+               "state": json.loads(resumed.state)}, f)
+step = resumed.step
+while step < 30:
+    step += 1
+    report(step=step, loss=1.0 / step)
+    if step % 10 == 0:
+        checkpoint.save(json.dumps({"step": step, "from": resumed.step}).encode(), step)
+"""
+
+
+@transactional
+@pytest.mark.package(STARTED_TRAINER)
+def test_a_job_submitted_to_resume_from_another_starts_from_its_checkpoint(
+        celery_worker, submit, alice, client, monkeypatch):
+    """``resume_from: base`` takes base's latest complete checkpoint (12); the new job's
+    trainer is given its path (read-only to it: the SDK never writes there) as it sees the
+    home, ``load()`` takes it although its manifest's job uid is base's, and the job goes on
+    with checkpoints of its own (20, 30) — base's are untouched. Its events say where it
+    started, and its page."""
+    base = submit("base")  # it fails (nothing to start from): the job a user re-runs
+    wait(lambda: state(base) in FINAL, 60, lambda: f"base to end: {events(base)}")
+    sdk_saves(base, monkeypatch, [4, 8, 12])  # as if it had saved them
+    before = sorted(p.name for p in checkpoints_dir(base).iterdir())
+
+    job = submit("tuned", resume_from="base")
+    assert job.resume_from == "base:12"
+    wait(lambda: state(job) in FINAL, 60, lambda: f"the job to end: {events(job)}")
+    assert job.state == "succeeded", (output_dir(job) / "node_0" / "train.log").read_text()
+    started = json.loads((output_dir(job) / "started.json").read_text())
+    assert started == {"given": "/pfs/datacenter1/home/alice/jobs/base/checkpoints/"
+                                + checkpoint_dirname(12),
+                       "step": 12, "state": {"step": 12}}
+    own = sorted(p.name for p in checkpoints_dir(job).glob("step-*"))
+    assert own == [checkpoint_dirname(20), checkpoint_dirname(30)]
+    assert sorted(p.name for p in checkpoints_dir(base).iterdir()) == before
+
+    wait(lambda: resumes_note() >= 0 and Usage.objects.filter(
+        job_key=job.pk, resumed_from=12).exists(), 30,
+        lambda: f"the start to be noted: {events(job)}")
+    assert "run 1 started from step 12 of job base (resume_from)" in events(job)
+    client.force_login(alice)
+    page = client.get("/jobs/tuned/").content.decode()
+    assert "Started from the checkpoint <code>base:12</code>" in page

@@ -54,3 +54,24 @@ def test_get_checkpoints_lists_them_newest_first(live_cli, package, held_tasks, 
 
     fails(live_cli("get", "checkpoints"), 1, "name one job: paddlectl get checkpoints JOB")
     fails(live_cli("get", "checkpoints", "nosuch"), 3, "no job named 'nosuch'")
+
+
+def test_submit_resume_from_starts_a_job_from_another_jobs_checkpoint(
+        live_cli, package, held_tasks, monkeypatch):
+    """``submit -resume-from JOB[:STEP]``: checked by the portal (the error names the field
+    and the rule); without a step, the latest complete checkpoint, which the job shows."""
+    portal = live_cli.portal
+    job = submit_job(portal.user, portal.datacenter, "fit", package=package)
+    monkeypatch.setenv("PADDLE_CHECKPOINT_DIR", str(checkpoints_dir(job)))
+    monkeypatch.setenv("PADDLE_JOB_UID", str(job.uid))
+    monkeypatch.setenv("PADDLE_OUTPUT_DIR", str(portal.home / "out"))
+    for step in (100, 200):
+        checkpoint.save(b"x" * step, step)
+
+    fails(live_cli("submit", "-jobname", "tuned", "-entry", "python train.py",
+                   "-resume-from", "fit:150", package), 1,
+          "resume_from: job fit has no checkpoint of step 150 (its complete ones: 200, 100)")
+    ok(live_cli("submit", "-jobname", "tuned", "-entry", "python train.py",
+                "-resume-from", "fit", package))
+    shown = json.loads(ok(live_cli("get", "jobs", "tuned", "-o", "json")).stdout)
+    assert shown["resume_from"] == "fit:200"
