@@ -2,7 +2,7 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from .signals import replicas_changed
+from .signals import replicas_changed, runs_restarted
 
 
 class JobsConfig(AppConfig):
@@ -28,6 +28,10 @@ class JobsConfig(AppConfig):
         from .sync import replicas_changed_sync
 
         replicas_changed.connect(replicas_changed_sync, dispatch_uid="jobs.replicas_changed_sync")
+        # What a run that restarts lost since its job's last checkpoint (issue 37).
+        from .resumes import runs_lost
+
+        runs_restarted.connect(runs_lost, dispatch_uid="jobs.runs_lost")
         # The jobs by state and the queues, counted when Prometheus scrapes (once a process).
         from .collector import collector_register
 

@@ -26,7 +26,7 @@ from kernel.errors import PaddleCloudError
 from paddlecloud_core.layout import METRICS_RESERVED
 
 from .files import JobFile, metrics_file
-from .logs.lines import BATCH_LINES, Cursor, lines_read, lines_skip, lines_tail
+from .logs.lines import BATCH_LINES, Cursor, lines_read, lines_skip, lines_tail, tail_offset
 
 PAGE = 10_000  # records in one answer of the API
 
@@ -122,3 +122,18 @@ def metrics_last(job, replica, lines: int = 20) -> dict | None:
         return None
     records = metric_records(first, tail)
     return records[-1] if records else None
+
+
+def metrics_recent(job, replica, lines: int) -> list[dict]:
+    """The records among the last ``lines`` complete lines of a worker's metrics, reading no
+    more of the file than they span (their ``seq`` counts from the first of them, not from
+    the file's start); none before it reported anything."""
+    file = metrics_file(job, replica)
+    try:
+        cursor = Cursor(offset=tail_offset(file, lines))
+        found: list[str] = []
+        while batch := lines_read(file, cursor):
+            found += batch
+    except (PaddleCloudError, OSError):
+        return []
+    return metric_records(0, found)

@@ -141,6 +141,10 @@ class Job(models.Model):
         default=0, help_text="How often a failed trainer is restarted before the job fails.")
     keep_checkpoints = models.PositiveIntegerField(
         default=KEEP_CHECKPOINTS, help_text="How many of its newest checkpoints the job keeps.")
+    resume_from = models.CharField(
+        max_length=64, blank=True, default="",
+        help_text="JOB:STEP: the checkpoint of another of the owner's jobs it starts from "
+                  "(the step made explicit at submission).")
     deadline_seconds = models.PositiveIntegerField(
         null=True, blank=True, help_text="The job fails if it runs longer than this.")
     ttl_seconds_after_finished = models.PositiveIntegerField(
@@ -332,6 +336,17 @@ class Usage(models.Model):
     gpu = models.PositiveIntegerField("GPUs held", default=0)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
+    # Checkpoints (issue 37), set by ``jobs.usage`` alone: the step a run resumed from (its
+    # trainer 0's SDK said so), and what a run that ended by a restart lost — the time it
+    # trained since its job's last complete checkpoint, and the steps it reported since.
+    resumed_from = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The checkpoint's step this run resumed from.")
+    lost_seconds = models.FloatField(
+        null=True, blank=True, help_text="Ended by a restart: the seconds it trained since "
+                                         "its job's last complete checkpoint (lost).")
+    lost_steps = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Ended by a restart: the steps reported since its "
+                                         "job's last complete checkpoint (lost).")
 
     class Meta:
         verbose_name = "usage record"  # the admin's "Usage records"

@@ -117,6 +117,8 @@ class BudgetUseSerializer(serializers.Serializer):
     limit = serializers.FloatField()
     used = serializers.FloatField()
     left = serializers.FloatField()
+    lost = serializers.FloatField(help_text="of used: trained since a checkpoint by runs "
+                                            "that ended by a restart, and lost")
 
 
 class BudgetBucketSerializer(serializers.Serializer):

@@ -15,6 +15,11 @@ same arguments: its place, and what it held, are free again.
 ``replicas_changed`` — something became of a job's replicas where they run (a pod changed, a
 local process ended), with ``job_uid``: sent by a backend's change feed, from its own thread,
 with nothing read from the database. ``sync`` listens: the job's sync runs soon.
+
+``runs_restarted`` — runs of a job's replicas ended because they restart (or their job went
+back to its queue), with ``job_id``, ``usage_ids`` (their rows in the usage ledger) and
+``ended``: sent by ``transitions`` once the move is committed. ``resumes`` listens (connected in
+``jobs.apps``): it records on the rows what they lost since the job's last checkpoint.
 """
 
 from django.dispatch import Signal
@@ -23,3 +28,4 @@ job_ended = Signal()
 job_requeued = Signal()
 job_built = Signal()
 replicas_changed = Signal()
+runs_restarted = Signal()

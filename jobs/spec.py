@@ -7,7 +7,8 @@ themselves are the core's (``paddlecloud_core.spec``, which ``paddlectl`` and th
 too); here are the ones that need the portal: the name is free, the package is a directory
 in PFS, its requirements.txt reads as data and names only the datacenter's allowed package
 indexes, the registry exists, the topology file is in the package, the dataset matches files
-the user may read, and what the datacenter's backend cannot run (its ``spec_problems``).
+the user may read, the checkpoint it resumes from is one of the user's jobs' and whole, and
+what the datacenter's backend cannot run (its ``spec_problems``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from registries.services import registry_get
 
 from .backends.base import BackendError
 from .backends.environments import indexes_allowed, requirements_stored
+from .checkpoints import resume_from_check
 from .master.dataset import dataset_problem
 from .models import Job
 
@@ -114,6 +116,12 @@ def job_spec_validate(user, datacenter, data: dict, *,
     if values["dataset"] and "dataset" not in check.errors and (
             problem := dataset_problem(user, datacenter, values["dataset"])) is not None:
         check.fail("dataset", problem)
+
+    if values["resume_from"] and "resume_from" not in check.errors:
+        try:
+            values["resume_from"] = resume_from_check(user, datacenter, values["resume_from"])
+        except ValueError as exc:
+            check.fail("resume_from", str(exc))
 
     for field, problem in backend_kind(datacenter.backend).spec_problems(datacenter, values):
         check.fail(field, problem)

@@ -40,6 +40,7 @@ from .backends.local.backend import isolation_notice, worker_start
 from .builds import runs
 from .models import Job, JobEvent
 from .notify import job_changed
+from .resumes import resumes_note
 from .services import job_remove
 from .states import FINAL_JOB_STATES, LIVE_REPLICA_STATES, JobState, ReplicaState
 
@@ -226,7 +227,7 @@ def _budgets_enforce(now) -> int:
 
 def _reconcile() -> dict[str, int]:
     counts = {"admitted": 0, "restarted": 0, "synced": 0, "expired": 0, "orphans": 0,
-              "unfit": 0, "capacity": 0, "budget": 0}
+              "unfit": 0, "capacity": 0, "budget": 0, "resumed": 0}
     now = timezone.now()
     # A cluster upgraded (or rolled back) since: asked again, so jobs started there meet
     # what it is now; one it cannot run on is logged here and fails the jobs that try.
@@ -243,6 +244,8 @@ def _reconcile() -> dict[str, int]:
             if datacenter.capacity_from_cluster:
                 counts["capacity"] += capacity_refresh(datacenter)
     counts["budget"] = _budgets_enforce(now)
+    # What restarted trainers' SDKs said of their checkpoints: events (issue 37).
+    counts["resumed"] = resumes_note()
     # Admission happens when jobs are submitted and end; this catches what a crash missed.
     # One call per queue, each a fixed number of queries however long its queue.
     for owner_id, datacenter_id in waiting_queues():

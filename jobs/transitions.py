@@ -20,7 +20,7 @@ from kernel import metrics
 
 from .models import Job, JobEvent, Replica
 from .notify import job_changed, jobs_changed
-from .signals import job_ended
+from .signals import job_ended, runs_restarted
 from .states import (
     FINAL_JOB_STATES,
     FINAL_REPLICA_STATES,
@@ -175,8 +175,11 @@ def replica_transition(replica: Replica, target: str, reason: str = "", *,
     if target in FINAL_REPLICA_STATES:
         changes["finished_at"] = now
     Replica.objects.filter(pk=replica.pk).update(**changes)
-    usage_record(replica, locked.job_id, locked.state, target, restart=restart,
-                 attempt=changes.get("attempt", locked.attempt), now=now)
+    restarted = usage_record(replica, locked.job_id, locked.state, target, restart=restart,
+                             attempt=changes.get("attempt", locked.attempt), now=now)
+    if restarted:  # what they lost since the job's last checkpoint (jobs.resumes)
+        transaction.on_commit(partial(runs_restarted.send, Replica, job_id=locked.job_id,
+                                      usage_ids=restarted, ended=now), robust=True)
     JobEvent.objects.create(job_id=locked.job_id, replica=replica, time=now,
                             from_state=locked.state, to_state=target, reason=reason)
     job_changed(locked.job_id)

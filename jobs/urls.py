@@ -11,6 +11,8 @@ urlpatterns = [
     path("jobs/<str:name>/logs", views.JobLogsView.as_view(), name="api-job-logs"),
     path("jobs/<str:name>/metrics", views.JobMetricsView.as_view(), name="api-job-metrics"),
     path("jobs/<str:name>/tasks", views.JobTasksView.as_view(), name="api-job-tasks"),
+    path("jobs/<str:name>/checkpoints", views.JobCheckpointsView.as_view(),
+         name="api-job-checkpoints"),
     path("master/<uuid:uid>/next", views.MasterNextView.as_view(), name="api-master-next"),
     path("master/<uuid:uid>/position", views.MasterPositionView.as_view(),
          name="api-master-position"),

@@ -26,6 +26,7 @@ from .logs.lines import line_number
 from .logs.source import build_log_blocks, log_blocks
 from .master import dispatch
 from .metrics import metrics_get
+from .resumes import checkpoints_report
 from .serializers import (
     BudgetSerializer,
     BuildRequestSerializer,
@@ -270,6 +271,17 @@ class JobTasksView(DatacenterAPIView):
     def get(self, request, name: str):
         job = services.job_get(request.user, self.datacenter, name)
         return Response(dispatch.tasks_report(job))
+
+
+class JobCheckpointsView(DatacenterAPIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **ERRORS},
+                   summary="The job's checkpoints (step, pass, time, size, complete or why "
+                           "not), newest first, each with the runs that resumed from it; and "
+                           "its trainer 0's runs: the step each resumed from, what each that "
+                           "ended by a restart lost")
+    def get(self, request, name: str):
+        job = services.job_get(request.user, self.datacenter, name)
+        return Response(checkpoints_report(job))
 
 
 # --- the master's calls: a job's trainers, with the job's master token --------------------------

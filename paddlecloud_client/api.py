@@ -412,6 +412,13 @@ class ApiClient:
         (the tasks of the current pass, or the last)."""
         return self.call("GET", _job_path(name, "tasks"))
 
+    def job_checkpoints(self, name: str) -> dict:
+        """The job's checkpoints and its trainer 0's runs: ``{"job", "directory",
+        "checkpoints": [{"step", "pass", "time", "size", "complete", "problem", "path",
+        "resumed_by"}], "runs": [{"run", "started_at", "ended_at", "resumed_from",
+        "lost_steps", "lost_seconds"}]}``."""
+        return self.call("GET", _job_path(name, "checkpoints"))
+
     def job_metrics(self, name: str, *, worker: str | None = None) -> dict:
         """What a worker reported with ``paddlecloud_sdk.report``: ``{"worker", "names",
         "records"}``, each record ``{"seq", "step", "time", "metrics": {name: value}}``. Every

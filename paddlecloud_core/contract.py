@@ -33,9 +33,13 @@ KEEP_CHECKPOINTS_VARIABLE = "PADDLE_KEEP_CHECKPOINTS"
 # Which run of a name this is (the job's uid): its checkpoints are its own, never those of an
 # earlier job of the name left in the same directory.
 JOB_UID_VARIABLE = "PADDLE_JOB_UID"
+# A job submitted with ``resume_from``: the checkpoint of another of the owner's jobs it starts
+# from (its step directory), which the SDK's ``latest()``/``load()`` take while the job has
+# none of its own, and never write.
+RESUME_FROM_VARIABLE = "PADDLE_RESUME_FROM"
 PADDLECLOUD_VARIABLES = ("PADDLE_PSERVER_ID", "PADDLE_OUTPUT_DIR", "PADDLE_PFS_HOME",
                          "PADDLE_PFS_PUBLIC", CHECKPOINT_DIR_VARIABLE,
-                         KEEP_CHECKPOINTS_VARIABLE, JOB_UID_VARIABLE)
+                         KEEP_CHECKPOINTS_VARIABLE, JOB_UID_VARIABLE, RESUME_FROM_VARIABLE)
 # The newest checkpoints a job keeps unless it says (``keep_checkpoints``): older ones are
 # removed once a newer one is complete.
 KEEP_CHECKPOINTS = 3
@@ -223,6 +227,9 @@ def replica_env(job, role: str, index: int, topology: Topology, paths: Paths,
     })
     if job.uid:  # a job of the portal (``paddlectl local train`` has none)
         env[JOB_UID_VARIABLE] = str(job.uid)
+    if job.resume_from:  # "JOB:STEP", as the portal checked it
+        other, _, step = job.resume_from.rpartition(":")
+        env[RESUME_FROM_VARIABLE] = layout.checkpoint_path(paths.pfs_home, other, int(step))
     for name, value in REPLICA_DEFAULT_ENV.items():
         env.setdefault(name, value)
     if role == "trainer":

@@ -171,6 +171,12 @@ def checkpoint_dirname(step: int) -> str:
     return f"{CHECKPOINT_PREFIX}{step:012d}"
 
 
+def checkpoint_path(home: str, name: str, step: int) -> str:
+    """Job ``name``'s checkpoint of ``step`` below ``home`` (as ``checkpoints_path``): what a
+    job that resumes from it is given (``PADDLE_RESUME_FROM``)."""
+    return f"{checkpoints_path(home, name)}/{checkpoint_dirname(step)}"
+
+
 def checkpoint_step(dirname: str) -> int | None:
     """The step of a complete checkpoint's directory name; None for any other name (one
     being written, a marker, something a user put there)."""

@@ -41,6 +41,7 @@ MAX_TEXT = 4096
 MAX_IMAGE = 512
 MAX_REGISTRY = 64
 MAX_TOPOLOGY = 1024
+MAX_RESUME_FROM = 64  # a job's name, ":" and a step
 MAX_TASK_RECORDS = 10**9
 # An elastic job (``trainers`` a range MIN:MAX) may run below MIN this long before it fails,
 # unless it says otherwise (``trainers_below_min_seconds``).
@@ -217,6 +218,12 @@ FIELDS: tuple[Field, ...] = (
           f"older ones are removed (default {KEEP_CHECKPOINTS})", default=KEEP_CHECKPOINTS,
           minimum=1, maximum=MAX_KEEP_CHECKPOINTS, flag=("keep-checkpoints",), metavar="N",
           label="Checkpoints kept", widget="number", group="Runtime"),
+    Field("resume_from", "text", "start from a checkpoint of another of your jobs: JOB (its "
+          "latest complete one) or JOB:STEP; its replicas find it as PADDLE_RESUME_FROM, and "
+          "paddlecloud_sdk.checkpoint.load() resumes from it while the job has none of its own",
+          default="", maximum=MAX_RESUME_FROM, flag=("resume-from",), metavar="JOB[:STEP]",
+          label="Resume from", group="Runtime", placeholder="e.g. fit or fit:1200",
+          attrs=_SPELLED),
     Field("deadline_seconds", "integer", "fail the job if it runs longer", minimum=1,
           maximum=MAX_DEADLINE, flag=("deadline",), metavar=_SECONDS,
           label="Deadline (seconds)", widget="number", group="Runtime"),
@@ -517,6 +524,7 @@ def spec_check(data: Mapping[str, Any], *, default_image: str,
     values.update(_dataset(check, values["task_records"]))
     values.update(_trainers_range(check, values, ranged))
     values["priority"] = _priority(check)
+    values["resume_from"] = _resume_from(check)
     for f in FIELDS:  # the rest: a text or a choice, with the rule of its type alone
         if f.name not in values:
             values[f.name] = check.text(f.name, maximum=f.maximum or MAX_TEXT)
@@ -599,6 +607,33 @@ def _priority(check: _Checker) -> int:
         return PRIORITIES[given.strip().lower()]
     check.fail("priority", f"one of {', '.join(PRIORITIES)}, not {given!r}")
     return PRIORITIES["normal"]
+
+
+RESUME_FROM_RULE = "JOB or JOB:STEP: one of your jobs, and the step of one of its checkpoints"
+
+
+def resume_from_parse(text: str) -> tuple[str, int | None]:
+    """``JOB`` or ``JOB:STEP`` as (job, step or None: its latest complete checkpoint);
+    ValueError saying the rule."""
+    name, colon, step = text.partition(":")
+    if not name:
+        raise ValueError(f"{RESUME_FROM_RULE}: the job's name is missing")
+    if (problem := name_problem(name)) is not None:
+        raise ValueError(f"{RESUME_FROM_RULE} ({problem})")
+    if colon and not (step.isascii() and step.isdigit() and len(step) <= 12):
+        raise ValueError(f"{RESUME_FROM_RULE}: the step is a whole number, not {step!r}")
+    return name, int(step) if colon else None
+
+
+def _resume_from(check: _Checker) -> str:
+    text = check.text("resume_from", maximum=MAX_RESUME_FROM)
+    if text:
+        try:
+            resume_from_parse(text)
+        except ValueError as exc:
+            check.fail("resume_from", str(exc))
+            return ""
+    return text
 
 
 def _dataset(check: _Checker, task_records: int | None) -> dict[str, Any]:

@@ -16,6 +16,11 @@ in its owner's PFS home, on every backend; ``./output/checkpoints`` outside a jo
 the same name submitted later starts with none (the portal keeps the earlier one's beside it;
 where it cannot reach the PFS, the SDK takes and prunes only its own run's: ``job_uid``).
 
+A job submitted with ``-resume-from JOB[:STEP]`` (``PaddleJob(resume_from=...)``) is given
+that checkpoint of another of its owner's jobs (``PADDLE_RESUME_FROM``, checked whole by the
+portal at submission): ``latest()``/``load()`` take it while the job has none of its own
+(its job uid is the other job's: that is expected here), and nothing writes there.
+
 What: each checkpoint is a directory ``step-<step, 12 digits>/`` (``paddlecloud_core.layout``)
 holding the state's files and ``manifest.json`` (``MANIFEST_FORMAT``)::
 
@@ -36,7 +41,9 @@ successful save the oldest are removed, so that ``PADDLE_KEEP_CHECKPOINTS`` (the
 ``keep_checkpoints``, 3 by default) remain. ``latest()`` is the newest checkpoint whose
 manifest reads and whose files all have the size and digest it says; one that does not is
 skipped (never loaded), with a line on stderr (the replica's log) and a
-``checkpoint_skipped`` metric at its step (``paddlecloud_sdk.report``: the job's page).
+``checkpoint_skipped`` metric at its step (``paddlecloud_sdk.report``: the job's page). The
+checkpoint ``load()`` resumes from is reported too (``checkpoint_resumed`` at its step): the
+portal makes the job's events of both ("run 2 resumed from step 120 (lost 15 steps)").
 
 Who: trainer 0 writes. In a collective job (trainers only, more than one) every trainer calls
 ``save`` at the same step and all of them wait for each other before and after (a barrier:
@@ -62,7 +69,6 @@ else to import this module.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import secrets
@@ -74,10 +80,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paddlecloud_core.checkpoints import (
+    BYTES_FILE,
+    CHUNK,
+    MANIFEST_FORMAT,
+    PADDLE_FILE,
+    RESUMED_METRIC,
+    SKIPPED_METRIC,
+    CheckpointError,
+    described,
+    file_name_check,
+    newest_first,
+    verify,
+)
 from paddlecloud_core.contract import (
     CHECKPOINT_DIR_VARIABLE,
     KEEP_CHECKPOINTS,
     KEEP_CHECKPOINTS_VARIABLE,
+    RESUME_FROM_VARIABLE,
 )
 from paddlecloud_core.layout import (
     CHECKPOINT_MANIFEST,
@@ -92,17 +112,6 @@ from paddlecloud_core.layout import (
 from . import env
 from . import master as master_calls
 from .metrics import report
-
-MANIFEST_FORMAT = 1
-PADDLE_FILE = "state.pdparams"
-BYTES_FILE = "state.bin"
-KINDS = ("paddle", "bytes", "files")
-CHUNK = 1 << 20
-MAX_MANIFEST = 16 << 20  # bytes: a manifest larger than this is no manifest of ours
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used as its manifest says (the message says why)."""
 
 
 @dataclass
@@ -138,6 +147,14 @@ def keep() -> int:
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"{KEEP_CHECKPOINTS_VARIABLE}={value!r}: a whole number from 1")
     return int(value)
+
+
+def resume_from() -> Path | None:
+    """The checkpoint of another job this one was submitted to start from
+    (``PADDLE_RESUME_FROM``, ``-resume-from JOB[:STEP]``); None without one. Read, never
+    written."""
+    value = os.environ.get(RESUME_FROM_VARIABLE, "").strip()
+    return Path(value) if value else None
 
 
 def _where(path: str | os.PathLike | None) -> Path:
@@ -264,7 +281,7 @@ def _state_write(tmp: Path, state: Any) -> str:
     if isinstance(state, Mapping) and state and all(
             isinstance(v, bytes | bytearray | memoryview | os.PathLike) for v in state.values()):
         for name, value in state.items():
-            _file_name(name)
+            file_name_check(name)
             if isinstance(value, os.PathLike):
                 with open(value, "rb") as source, open(tmp / name, "xb") as out:
                     shutil.copyfileobj(source, out, CHUNK)
@@ -284,14 +301,6 @@ def _state_write(tmp: Path, state: Any) -> str:
     with open(tmp / PADDLE_FILE, "rb") as written:
         os.fsync(written.fileno())
     return "paddle"
-
-
-def _file_name(name: Any) -> None:
-    if not isinstance(name, str) or not name or name in (".", "..", CHECKPOINT_MANIFEST) \
-            or "/" in name or "\0" in name or name.startswith("."):
-        raise ValueError(f"checkpoint.save: a file of the state is named like a file in one "
-                         f"directory (no '/', not hidden, not {CHECKPOINT_MANIFEST}), not "
-                         f"{name!r}")
 
 
 def _names(directory: Path) -> list[str]:
@@ -314,13 +323,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _described(path: Path) -> dict:
-    """A file's size and SHA-256, read from the disk."""
-    digest, size = hashlib.sha256(), 0
     with open(path, "rb") as source:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return {"size": size, "sha256": digest.hexdigest()}
+        return described(source)
 
 
 def _prune(root: Path, keep_last: int, written: Path) -> None:
@@ -343,23 +347,33 @@ _reported: set[tuple[str, str]] = set()
 
 def _verified(path: str | os.PathLike | None) -> Iterator[Checkpoint]:
     """The complete checkpoints, newest first, each checked as it comes; one that fails is
-    skipped and reported."""
+    skipped and reported. The job's own first; then, when none of them verified, the one it
+    was submitted to start from (``resume_from()``: another job's, whatever its job uid)."""
     root = _where(path)
     try:
         names = [p.name for p in root.iterdir()]
     except (FileNotFoundError, NotADirectoryError):
-        return
-    for step, name in sorted(((checkpoint_step(n), n) for n in names
-                              if checkpoint_step(n) is not None), reverse=True):
+        names = []
+    own = False
+    for step, name in newest_first(names):
         if path is None and (other := _another_runs(root / name)):
             _skipped(root / name, step, f"it is another run's of the name (job uid {other}): "
                                         "a job submitted again starts from none of the "
                                         "earlier one's (load(path=...) takes one)", metric=False)
             continue
         try:
-            yield verified(root / name)
+            found = verified(root / name)
         except CheckpointError as exc:
             _skipped(root / name, step, str(exc))
+            continue
+        own = True
+        yield found
+    given = resume_from() if path is None else None
+    if given is not None and not own:
+        try:
+            yield verified(given)
+        except CheckpointError as exc:
+            _skipped(given, checkpoint_step(given.name) or 0, str(exc))
 
 
 def checkpoints(path: str | os.PathLike | None = None) -> list[Checkpoint]:
@@ -376,39 +390,10 @@ def latest(path: str | os.PathLike | None = None) -> Checkpoint | None:
 
 def verified(path: Path) -> Checkpoint:
     """The checkpoint at ``path``, its manifest read and every file's size and digest
-    checked; ``CheckpointError`` saying what is wrong."""
-    step = checkpoint_step(path.name)
-    try:
-        with open(path / CHECKPOINT_MANIFEST, "rb") as source:
-            raw = source.read(MAX_MANIFEST + 1)
-    except FileNotFoundError:
-        raise CheckpointError(f"it has no {CHECKPOINT_MANIFEST}") from None
-    except OSError as exc:
-        raise CheckpointError(f"its {CHECKPOINT_MANIFEST} cannot be read: {exc}") from None
-    try:
-        manifest = json.loads(raw)
-    except ValueError:
-        raise CheckpointError(f"its {CHECKPOINT_MANIFEST} is not JSON") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT \
-            or manifest.get("step") != step or manifest.get("kind") not in KINDS \
-            or not isinstance(manifest.get("files"), dict) or not manifest["files"]:
-        raise CheckpointError(f"its {CHECKPOINT_MANIFEST} is not a manifest of step {step} "
-                              f"(format {MANIFEST_FORMAT})")
-    for name, described in manifest["files"].items():
-        if not isinstance(described, dict):
-            raise CheckpointError(f"its manifest's entry for {name!r} is not an object")
-        try:
-            _file_name(name)
-            actual = _described(path / name)
-        except (ValueError, OSError) as exc:
-            raise CheckpointError(f"its file {name!r} cannot be read: {exc}") from None
-        if actual["size"] != described.get("size"):
-            raise CheckpointError(f"its file {name!r} has {actual['size']} bytes, its "
-                                  f"manifest says {described.get('size')}")
-        if actual["sha256"] != described.get("sha256"):
-            raise CheckpointError(f"its file {name!r} does not have the digest its manifest "
-                                  "says")
-    return Checkpoint(path=path, step=step, pass_=manifest.get("pass"),
+    checked (``paddlecloud_core.checkpoints``); ``CheckpointError`` saying what is wrong."""
+    manifest = verify(checkpoint_step(path.name),
+                      lambda name: open(path / name, "rb"))  # noqa: SIM115 (verify closes it)
+    return Checkpoint(path=path, step=manifest["step"], pass_=manifest.get("pass"),
                       time=manifest.get("time"), files=manifest["files"],
                       kind=manifest["kind"], master=manifest.get("master"), manifest=manifest)
 
@@ -421,7 +406,7 @@ def _skipped(path: Path, step: int, why: str, *, metric: bool = True) -> None:
           f"{why}; it is not loaded", file=sys.stderr, flush=True)
     with contextlib.suppress(Exception):  # the log line is the report that matters
         if metric and env.trainer_id() == 0:
-            report(step=step, checkpoint_skipped=1)
+            report(step=step, **{SKIPPED_METRIC: 1})
 
 
 def _another_runs(checkpoint_dir: Path) -> str | None:
@@ -455,11 +440,15 @@ def load(path: str | os.PathLike | None = None, *,
     is none. In a job with a master (and no pservers) the master is given the checkpoint's
     position back — the dataset from the start without a checkpoint — before any trainer
     asks it for a task: call ``load`` before ``master.tasks()``/``reader()``; every trainer
-    of a collective job calls it (they wait for each other)."""
+    of a collective job calls it (they wait for each other). Trainer 0 reports the step it
+    resumes from (``RESUMED_METRIC``: the portal's event)."""
     wait = _barrier_of(barrier)
     found = latest(path)
     if found is not None:
         found.state = _state_read(found)
+        if env.trainer_id() == 0:
+            with contextlib.suppress(Exception):  # the portal's event; the resume goes on
+                report(step=found.step, **{RESUMED_METRIC: 1})
     if _master_in_use() and env.pserver_count() == 0 and env.trainer_id() == 0:
         master_calls.resume(found.master if found is not None else None,
                             found.step if found is not None else None)
@@ -478,4 +467,4 @@ def _state_read(found: Checkpoint) -> Any:
 
 
 __all__ = ["Checkpoint", "CheckpointError", "checkpoints", "directory", "keep", "latest",
-           "load", "save", "verified"]
+           "load", "resume_from", "save", "verified"]

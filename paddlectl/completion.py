@@ -33,7 +33,7 @@ JOB_ARGS = {"JOB"}
 PATH_ARGS = {"PATH", "SRC", "DEST"}
 LOCAL_ARGS = {"PACKAGE"}
 # ``get RESOURCE NAME`` / ``delete RESOURCE NAME``: the resources whose names are jobs'.
-JOB_RESOURCES = {"jobs", "workers", "tasks"}
+JOB_RESOURCES = {"jobs", "workers", "tasks", "checkpoints"}
 
 
 def complete(words: list[str], stdout: TextIO) -> int:

@@ -117,6 +117,7 @@ class LocalJob:
     keep_checkpoints: int = KEEP_CHECKPOINTS
     datacenter: LocalDatacenter = LocalDatacenter()
     uid: str = ""  # no runs of a name here: the output directory is the user's
+    resume_from: str = ""  # nor other jobs' checkpoints
 
 
 @dataclass(frozen=True)

@@ -214,13 +214,22 @@ TASK_COLUMNS = [
     Column("lease expires", "lease_expires", "time"),
 ]
 
+# ``get checkpoints JOB``: newest first; RESUMED names the runs that resumed from it.
+CHECKPOINT_COLUMNS = [
+    Column("step", "step"), Column("pass", "pass"), Column("saved", "time", "time"),
+    Column("size", "size", "size"),
+    Column("complete", lambda row: "yes" if row["complete"] else f"no: {row['problem']}"),
+    Column("resumed by", lambda row: ", ".join(f"run {n}" for n in row.get("resumed_by") or [])),
+    Column("path", "path", wide_only=True),
+]
+
 # A dry run's plan: the replicas a job would start.
 PLAN_COLUMNS = [Column("name", "name"), Column("role", "role"), Column("cpu", "cpu"),
                 Column("memory", "memory"), Column("gpu", "gpu")]
 
 # ``get quota``'s budgets: a row per budget and resource (GPU-hours, CPU-hours).
 BUDGET_COLUMNS = [Column("budget", "budget"), Column("limit", "limit"), Column("used", "used"),
-                  Column("left", "left")]
+                  Column("left", "left"), Column("lost to restarts", "lost")]
 
 # ``get quota``: rows made by the command from /me and /pfs/usage.
 QUOTA_COLUMNS = [Column("resource", "resource"), Column("limit", "limit"),

@@ -7,7 +7,9 @@ get quota`` and the Quota page show, with the use over the window for a chart.
 
 Use is read from the usage ledger (``jobs.usage``): a row per run of a replica, what it held
 (its job's ``cpu`` and ``gpu`` for a trainer, ``pscpu`` for a parameter server) from its start
-to its end (or now), wherever that falls in the window. Deleting a job does not reach it."""
+to its end (or now), wherever that falls in the window. Deleting a job does not reach it.
+Of that use, what runs lost to restarts (``Usage.lost_seconds``: trained since their job's last
+checkpoint, the end of each such run) is shown as ``lost``."""
 
 from __future__ import annotations
 
@@ -53,6 +55,8 @@ class Use:
     cpu_hours: float
     gpu_hours: float
     series: list[tuple[datetime, float, float]]  # (bucket start, CPU-hours, GPU-hours)
+    lost_cpu_hours: float = 0.0  # of cpu_hours, trained since a checkpoint and lost
+    lost_gpu_hours: float = 0.0
 
 
 def use(budget: Budget, now: datetime) -> Use:
@@ -65,12 +69,18 @@ def use(budget: Budget, now: datetime) -> Use:
                                  owner_id__in=owners_of(budget), started_at__lt=now)
             .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
             .filter(Q(cpu__gt=0) | Q(gpu__gt=0))
-            .values_list("started_at", "ended_at", "cpu", "gpu"))
+            .values_list("started_at", "ended_at", "cpu", "gpu", "lost_seconds"))
     step = BUCKETS[budget.window]
     buckets = int((now - start) / step) + 1
     cpu = [0.0] * buckets
     gpu = [0.0] * buckets
-    for first, last, cores, gpus in runs:
+    lost_cpu = lost_gpu = 0.0
+    for first, last, cores, gpus, lost in runs:
+        if lost and last is not None:  # its last lost_seconds were lost to its restart
+            hours = max(0.0, (min(last, now) - max(last - timedelta(seconds=lost), start,
+                                                   first)).total_seconds()) / 3600
+            lost_cpu += cores / 1000 * hours
+            lost_gpu += gpus * hours
         first, last = max(first, start), min(last or now, now)
         while first < last:  # spread over the buckets it spans
             index = int((first - start) / step)
@@ -80,7 +90,8 @@ def use(budget: Budget, now: datetime) -> Use:
             gpu[index] += gpus * hours
             first = edge
     return Use(sum(cpu), sum(gpu),
-               [(start + i * step, cpu[i], gpu[i]) for i in range(buckets)])
+               [(start + i * step, cpu[i], gpu[i]) for i in range(buckets)],
+               lost_cpu, lost_gpu)
 
 
 def _spent(budget: Budget, used: Use) -> list[str]:
@@ -163,11 +174,12 @@ def budget_report(user, datacenter) -> list[dict]:
         entry = {"whose": f"group {budget.team.name}" if budget.team_id else "you",
                  "window": budget.window, "kind": budget.kind, "since": start.isoformat(),
                  "in_words": words}
-        for key, limit, value in (("gpu_hours", budget.gpu_hours, used.gpu_hours),
-                                  ("cpu_hours", budget.cpu_hours, used.cpu_hours)):
+        for key, limit, value, lost in (
+                ("gpu_hours", budget.gpu_hours, used.gpu_hours, used.lost_gpu_hours),
+                ("cpu_hours", budget.cpu_hours, used.cpu_hours, used.lost_cpu_hours)):
             entry[key] = None if limit is None else {
                 "limit": float(limit), "used": round(value, 2),
-                "left": round(max(float(limit) - value, 0.0), 2)}
+                "left": round(max(float(limit) - value, 0.0), 2), "lost": round(lost, 2)}
         entry["series"] = [{"start": at.isoformat(), "cpu_hours": round(c, 3),
                             "gpu_hours": round(g, 3)} for at, c, g in used.series]
         report.append(entry)

@@ -115,7 +115,7 @@ def test_paddlejob_takes_every_field():
              "env": {"A": "1"}, "dataset": "/pfs/dc/home/u/data/*", "dataset_unit": "records",
              "task_records": 5, "priority": "low", "pservers": 1, "trainers": (1, 2),
              "runtime_image": "paddle:2", "registry": "mine", "topology": "t.py",
-             "pscpu": "500m", "psmemory": "1Gi"}
+             "pscpu": "500m", "psmemory": "1Gi", "resume_from": "base:10"}
     for f in on_sdk:
         if f.sdk_name not in given and f.type == "integer":
             given[f.sdk_name] = f.minimum + 1

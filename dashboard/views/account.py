@@ -168,6 +168,7 @@ def _budget_meters(report: list[dict]) -> list[dict]:
                 "label": f"{label} {budget['in_words']}", "whose": budget["whose"],
                 "kind": budget["kind"], "used": f"{figures['used']:.1f}",
                 "limit": f"{figures['limit']:g}", "left": f"{figures['left']:.1f}",
+                "lost": f"{figures['lost']:.1f}" if figures["lost"] else "",
                 **meter(figures["used"], figures["limit"]),
                 "step": step, "count": len(series),
                 "bars": [{"x": i + 0.1, "height": round(100 * value / top, 1),

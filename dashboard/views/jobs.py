@@ -14,6 +14,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_http_methods
 
@@ -25,6 +26,7 @@ from jobs.logs.lines import lines_tail
 from jobs.logs.source import log_archived_blocks
 from jobs.master import dispatch
 from jobs.metrics import metrics_last
+from jobs.resumes import checkpoints_report
 from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
 from kernel.errors import ConflictError, NotFoundError, PaddleCloudError
@@ -204,7 +206,17 @@ def job_detail(request, datacenter, name: str):
         "metrics_worker": metrics_replica.name,
         "metrics_last": metrics_last(job, metrics_replica),
         "dataset": dispatch.tasks_report(job) if job.dataset else None,
+        "checkpoints": _checkpoints(job),
     })
+
+
+def _checkpoints(job) -> dict:
+    """The job's checkpoints as its page lists them, and the runs that resumed from one."""
+    report = checkpoints_report(job)
+    return {"directory": report["directory"],
+            "checkpoints": [{**c, "saved": parse_datetime(c["time"]) if c["time"] else None}
+                            for c in report["checkpoints"]],
+            "resumed": [r for r in report["runs"] if r["resumed_from"] is not None]}
 
 
 @dashboard_page

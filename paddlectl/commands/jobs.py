@@ -32,6 +32,7 @@ from paddlectl.args import flag
 from paddlectl.commands.registry import registry_delete, registry_get
 from paddlectl.output import (
     BUDGET_COLUMNS,
+    CHECKPOINT_COLUMNS,
     JOB_COLUMNS,
     PLAN_COLUMNS,
     QUOTA_COLUMNS,
@@ -206,7 +207,8 @@ def run_submit(ctx, args) -> None:
 # -- get --------------------------------------------------------------------------------------
 
 RESOURCES = {"jobs": "jobs", "job": "jobs", "workers": "workers", "worker": "workers",
-             "tasks": "tasks", "task": "tasks",
+             "tasks": "tasks", "task": "tasks", "checkpoints": "checkpoints",
+             "checkpoint": "checkpoints",
              "registry": "registry", "registries": "registry", "quota": "quota",
              "group": "group"}
 
@@ -217,12 +219,14 @@ def setup_get(parser) -> None:
         "get workers JOB        the job's workers (parameter servers and trainers)\n"
         "get tasks JOB          what the job's master has handed out, pass by pass\n"
         "                       (-o wide: and each task of the current pass)\n"
+        "get checkpoints JOB    the job's checkpoints, newest first, and the runs that\n"
+        "                       resumed from each\n"
         "get registry           your registry credentials\n"
         "get quota              your quota in this datacenter: each resource's limit and use\n"
         "get group              your group: its members, its quota and use, and its\n"
         "                       members' jobs (to look at; each changes only their own)")
     parser.add_argument("resource", metavar="RESOURCE",
-                        help="jobs, workers, tasks, registry, quota or group")
+                        help="jobs, workers, tasks, checkpoints, registry, quota or group")
     parser.add_argument("names", nargs="*", metavar="NAME")
     flag(parser, "state", metavar="STATES",
          help="jobs only in these states, comma-separated (running,failed)")
@@ -276,6 +280,18 @@ def _get_tasks(ctx, args) -> None:
         ctx.emit(data, data["tasks"], TASK_COLUMNS)
 
 
+def _get_checkpoints(ctx, args) -> None:
+    if len(args.names) != 1:
+        raise UsageError("get checkpoints: name one job: paddlectl get checkpoints JOB")
+    name = args.names[0]
+    data = ctx.client.job_checkpoints(name)
+    if not data["checkpoints"] and not _machine_output(ctx):
+        ctx.info(f"job {name} has no checkpoints in {data['directory']} (its trainers save "
+                 "them with paddlecloud_sdk.checkpoint.save)")
+        return
+    ctx.emit(data, data["checkpoints"], CHECKPOINT_COLUMNS)
+
+
 def _get_quota(ctx, args) -> None:
     quota, budgets = ctx.client.quota(), ctx.client.budgets()
     if _machine_output(ctx):
@@ -312,12 +328,13 @@ def run_get(ctx, args) -> None:
     resource = RESOURCES.get(args.resource)
     if resource is None:
         raise UsageError(f"get: unknown resource {args.resource!r}: use jobs, workers JOB, "
-                         "tasks JOB, registry, quota or group")
+                         "tasks JOB, checkpoints JOB, registry, quota or group")
     if args.state and resource not in ("jobs", "group"):
         raise UsageError("get: -state is for get jobs and get group")
     if resource in ("quota", "group") and args.names:
         raise UsageError(f"get {resource} takes no names")
-    {"jobs": _get_jobs, "workers": _get_workers, "tasks": _get_tasks, "quota": _get_quota,
+    {"jobs": _get_jobs, "workers": _get_workers, "tasks": _get_tasks,
+     "checkpoints": _get_checkpoints, "quota": _get_quota,
      "group": _get_group,
      "registry": lambda ctx, args: registry_get(ctx, args.names)}[resource](ctx, args)
 

@@ -193,7 +193,7 @@ def test_a_groups_budget_is_shared_by_its_members(alice, make_user, datacenter, 
     # What alice sees: the group's budget, spent, and its use hour by hour.
     [shown] = token_client.get("/api/v1/quota/budgets").json()
     assert shown["whose"] == "group vision" and shown["gpu_hours"] is None
-    assert shown["cpu_hours"] == {"limit": 2.0, "used": 2.0, "left": 0.0}
+    assert shown["cpu_hours"] == {"limit": 2.0, "used": 2.0, "left": 0.0, "lost": 0.0}
     assert len(shown["series"]) == 25
     assert round(sum(b["cpu_hours"] for b in shown["series"]), 3) == 2.0
 

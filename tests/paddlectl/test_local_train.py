@@ -157,7 +157,8 @@ def contract_env(role: str, index: int, env: dict, dirs, trainers: int, pservers
         trainers=tuple(env["PADDLE_TRAINER_ENDPOINTS"].split(",")),
         master=env.get("PADDLE_MASTER") if not pservers else None)
     job = SimpleNamespace(name=name, env=extra, datacenter=SimpleNamespace(name="local"),
-                          trainers=trainers, passes=1, gpu=0, keep_checkpoints=3, uid="")
+                          trainers=trainers, passes=1, gpu=0, keep_checkpoints=3, uid="",
+                          resume_from="")
     paths = Paths(output=str(dirs.output), pfs_home=str(dirs.input),
                   pfs_public=str(dirs.input), checkpoints=f"{dirs.output}/checkpoints")
     return replica_env(job, role, index, topology, paths, "local")

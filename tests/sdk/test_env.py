@@ -18,7 +18,8 @@ def contract_env(role: str, index: int, *, trainers=3, pservers=2, passes=4, gpu
     """What paddlecloud_core/contract.py gives a replica of a job."""
     job = SimpleNamespace(env={"EXTRA": "1"}, name="fit-a-line", trainers=trainers,
                           passes=passes, gpu=gpu, datacenter=SimpleNamespace(name="dc1"),
-                          keep_checkpoints=3, uid="5a0c8f1e-0000-4000-8000-00000000000b")
+                          keep_checkpoints=3, uid="5a0c8f1e-0000-4000-8000-00000000000b",
+                          resume_from="")
     topology = Topology(
         pservers=tuple(f"10.0.0.{i}:700{i}" for i in range(pservers)),
         trainers=tuple(f"10.0.1.{i}:800{i}" for i in range(trainers)),

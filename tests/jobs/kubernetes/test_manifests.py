@@ -236,7 +236,7 @@ def test_collective_job_root():
         "image": "paddlepaddle/paddle:2.6.1", "topology": "", "registry": "",
         "trainers": 2, "cpu": 1500, "memory": 1073741824, "gpu": 0,
         "pservers": 0, "pscpu": 1000, "psmemory": 1073741824, "passes": 3,
-        "env": {"NUM_PASS": "3"}, "restart_limit": 0, "keep_checkpoints": 3,
+        "env": {"NUM_PASS": "3"}, "restart_limit": 0, "keep_checkpoints": 3, "resume_from": "",
         "deadline_seconds": None,
         "ttl_seconds_after_finished": None, "dataset": "", "dataset_unit": "",
         "task_records": None, "trainers_min": None, "trainers_lost_limit": None,
@@ -959,3 +959,15 @@ def test_egress_is_the_datacenters_choice():
 def test_a_portal_outside_the_cluster_is_reached_through_the_egress(settings):
     settings.PADDLECLOUD_MASTER_BASE_URL = "https://paddlecloud.example.com"
     assert policies()["paddlecloud-master"] == {"podSelector": {}, "policyTypes": ["Egress"]}
+
+
+def test_a_job_resumed_from_another_gets_its_checkpoint_under_the_mount():
+    """``resume_from`` (``JOB:STEP``, as the portal checked it): every replica finds that
+    checkpoint at its PFS path in the pod, as in a local sandbox (PADDLE_RESUME_FROM)."""
+    job = collective_job(resume_from="base:120")
+    for pod in _pod_specs(job):
+        env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        assert env["PADDLE_RESUME_FROM"] == (
+            "/pfs/dc1/home/alice/jobs/base/checkpoints/step-000000000120")
+    plain = _pod_specs(collective_job())[0]["containers"][0]["env"]
+    assert "PADDLE_RESUME_FROM" not in {e["name"] for e in plain}
