@@ -221,10 +221,11 @@ def _budgets_enforce(now) -> int:
             job_changed(job.pk)
             acted += 1
         elif not finish and now >= job.budget_warned_at + timedelta(seconds=grace):
-            engine.job_requeue(job, f"stopped: {why}; back in its queue, it runs again (its "
-                                    f"trainers from their latest checkpoint) once the budget "
-                                    f"allows")
-            acted += 1
+            reason = (f"stopped: {why}; back in its queue, it runs again (its trainers from "
+                      f"their latest checkpoint) once the budget allows")
+            # In the job's turn: a sync that saw its replicas end would fail it instead.
+            acted += sync.job_in_turn(job.pk, lambda job=job, reason=reason: engine.job_requeue(
+                job, reason))
     return acted
 
 
