@@ -496,6 +496,27 @@ def _requeue(job, backend, replicas) -> None:
         job_fail(job, f"its replicas were not all running within {datacenter.start_timeout} s "
                       f"of its start, {tries} times ({why})")
         return
+    _queue_again(job, backend, replicas, (
+        f"requeued at the head of its queue, start {tries + 1} of {datacenter.start_tries} "
+        f"next: its replicas were not all running after {datacenter.start_timeout} s "
+        f"({why}); every pod was released"), start_try=True)
+
+
+def job_requeue(job, reason: str) -> None:
+    """Stop a running (or starting) job the portal needs stopped for now, its owner's budget
+    being spent, and put it back in its queue rather than end it: it starts again when it may
+    (its trainers resume from their latest checkpoint, as after any restart) instead of
+    losing what it trained. Not a start try of its own (``requeues``)."""
+    job = Job.objects.select_related("datacenter", "owner").get(pk=job.pk)
+    if job.state not in (JobState.STARTING, JobState.RUNNING):
+        return
+    _queue_again(job, backend_for(job.datacenter), _replicas(job), reason, start_try=False)
+
+
+def _queue_again(job, backend, replicas, reason: str, *, start_try: bool) -> None:
+    """Stop the job's live replicas, release what it held and put it back in its queue, its
+    replicas pending their next attempt (a new one, so nothing of the stopped one is taken
+    for it); ``start_try`` counts it against the datacenter's ``start_tries``."""
     live = [r for r in replicas if r.state not in FINAL_REPLICA_STATES]
     try:
         backend.stop(job, live, STOP_GRACE_SECONDS)
@@ -511,11 +532,9 @@ def _requeue(job, backend, replicas) -> None:
                                    "stopped: its job went back to its queue", attempt=attempt)
             else:
                 Replica.objects.filter(pk=replica.pk).update(attempt=attempt)
-        Job.objects.filter(pk=job.pk).update(requeues=F("requeues") + 1, trainers_held=0)
-        job_transition(job, JobState.QUEUED, (
-            f"requeued at the head of its queue, start {tries + 1} of {datacenter.start_tries} "
-            f"next: its replicas were not all running after {datacenter.start_timeout} s "
-            f"({why}); every pod was released"))
+        Job.objects.filter(pk=job.pk).update(
+            requeues=F("requeues") + int(start_try), trainers_held=0, budget_warned_at=None)
+        job_transition(job, JobState.QUEUED, reason)
         job_requeued.send(Job, owner_id=job.owner_id, datacenter_id=job.datacenter_id,
                           job_ids=[job.pk])
 

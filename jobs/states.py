@@ -12,7 +12,9 @@ created; it is ``running`` once they all run. ``succeeded``, ``failed`` and ``ki
 A replica that fails and may restart goes back from ``running`` (or ``starting``) to
 ``starting``. A start that times out (the replicas are not all running within the datacenter's
 start timeout: the cluster has no room for all of them) puts the job back from ``starting`` to
-``queued``, at the head of its queue, and its replicas back to ``pending``.
+``queued``, at the head of its queue, and its replicas back to ``pending``; so does a stop the
+portal makes for a while (its owner's budget spent), from ``running`` too: it starts again
+when it may, its trainers from their latest checkpoint.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ JOB_TRANSITIONS: dict[str, frozenset[str]] = {
     # A start that timed out puts it back in its queue.
     JobState.STARTING: frozenset({JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED,
                                   *_ENDINGS}),
-    JobState.RUNNING: frozenset({JobState.SUCCEEDED, *_ENDINGS}),
+    # Stopped for a while (its owner's budget spent), it goes back to its queue.
+    JobState.RUNNING: frozenset({JobState.QUEUED, JobState.SUCCEEDED, *_ENDINGS}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.KILLED: frozenset(),

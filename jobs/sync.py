@@ -21,7 +21,9 @@ did not change.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 
 from django.core.cache import cache
 from django.utils import timezone
@@ -63,7 +65,7 @@ def job_sync_one_at_a_time(job_id: int) -> bool | None:
     sync asked for while one runs is left to that one, which runs once more when it is done
     (two at once would both act on what they saw: a trainer's end, restarted twice). Returns
     what the last sync here returned (True while the job runs), None when left to another."""
-    again, running = f"jobs:sync-again:{job_id}", f"jobs:syncing:{job_id}"
+    again, running = f"jobs:sync-again:{job_id}", _syncing(job_id)
     cache.set(again, 1, SYNC_LEASE_SECONDS)  # first: a sync ending now sees it
     result = None
     while cache.add(running, process_identity(), SYNC_LEASE_SECONDS) or _sync_taken_over(
@@ -76,6 +78,30 @@ def job_sync_one_at_a_time(job_id: int) -> bool | None:
         if not result or not cache.get(again):
             break
     return result
+
+
+def job_in_turn(job_id: int, action: Callable[[], None], wait: float = 30.0) -> bool:
+    """Run ``action`` where no sync of the job runs (in its turn, as a sync would: waited for
+    ``wait`` seconds at most), so that what it does to the job's replicas (stopping them to
+    requeue it) is not also acted on by a sync that saw them end. The syncs asked for meanwhile
+    are left to it and find what it left. False when its turn did not come in time (the
+    caller tries again later)."""
+    running = _syncing(job_id)
+    deadline = time.monotonic() + wait
+    while not (cache.add(running, process_identity(), SYNC_LEASE_SECONDS)
+               or _sync_taken_over(running)):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    try:
+        action()
+    finally:
+        cache.delete(running)
+    return True
+
+
+def _syncing(job_id: int) -> str:
+    return f"jobs:syncing:{job_id}"
 
 
 def _sync_taken_over(running: str) -> bool:

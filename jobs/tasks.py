@@ -205,8 +205,10 @@ def reconcile_when_due() -> None:
 def _budgets_enforce(now) -> int:
     """Running jobs whose owner's (or group's) budget is spent: warned once (an event, and a
     notice on the job's page), then, where the datacenter says so, stopped after its grace
-    period — unless the budget was raised (or its window moved on) meanwhile. Returns how
-    many were warned or stopped."""
+    period — unless the budget was raised (or its window moved on) meanwhile. A stopped job
+    goes back to its queue, where admission holds it while the budget is spent: what it
+    trained is not lost (it resumes from its latest checkpoint), and its owner, not the
+    budget, decides whether it is done (a kill). Returns how many were warned or stopped."""
     acted = 0
     for job, datacenter, why in budget_overruns():
         finish = datacenter.budget_spent == Datacenter.BudgetSpent.FINISH
@@ -220,8 +222,11 @@ def _budgets_enforce(now) -> int:
             job_changed(job.pk)
             acted += 1
         elif not finish and now >= job.budget_warned_at + timedelta(seconds=grace):
-            engine.job_fail(job, f"stopped: {why}")
-            acted += 1
+            reason = (f"stopped: {why}; back in its queue, it runs again (its trainers from "
+                      f"their latest checkpoint) once the budget allows")
+            # In the job's turn: a sync that saw its replicas end would fail it instead.
+            acted += sync.job_in_turn(job.pk, lambda job=job, reason=reason: engine.job_requeue(
+                job, reason))
     return acted
 
 

@@ -55,7 +55,7 @@ NAMESPACE_RBAC = {
     ("", "services"): {"create", "get", "list", "delete"},
     ("apps", "statefulsets"): {"create", "get", "list", "delete"},
     ("batch", "jobs"): {"create", "get", "list", "update", "delete"},  # update: elastic jobs
-    ("", "pods"): {"list", "watch"},  # the pod watch, namespace by namespace
+    ("", "pods"): {"list", "watch", "delete"},  # the pod watch; a lost node's trainer pods
     ("", "pods/log"): {"get"},
     ("", "events"): {"list"},
     ("", "persistentvolumeclaims"): {"create", "get"},

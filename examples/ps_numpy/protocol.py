@@ -17,6 +17,9 @@ Requests and their replies (every reply has ``"ok"``; ``"error"`` when it is fal
 ``{"op": "done", "trainer": ID}``
     -> ``{"ok": true}``; finish, and the trainer needs the pserver no more: the pserver exits
     when every trainer said so
+``{"op": "restore", "trainer": 0, "round": N}`` + this pserver's parameters
+    -> ``{"ok": true, "round": N}``; a new pserver (no round applied, no gradient pushed)
+    takes the parameters of trainer 0's checkpoint of step N, and goes on from round N
 ``{"op": "status"}``
     -> ``{"ok": true, "round": N, "trainers": N, "finished": [IDS], "done": [IDS]}``
 """

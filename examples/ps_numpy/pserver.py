@@ -1,7 +1,10 @@
 """A parameter server: holds one contiguous block of the model's parameters, sends them to
 trainers that pull, and applies synchronous SGD: a round ends when every trainer still training
 pushed its gradient; the pserver then applies ``params -= learning_rate * mean(gradients)`` and
-answers the pushes. It exits 0 when every trainer said it is done, or on SIGTERM/SIGINT."""
+answers the pushes. It exits 0 when every trainer said it is done, or on SIGTERM/SIGINT.
+
+A new pserver of a job that ran before (the whole job started again) starts at zero; trainer
+0 gives it back the parameters of its latest checkpoint, and their round (``restore``)."""
 
 from __future__ import annotations
 
@@ -51,6 +54,8 @@ class Shard:
                 return {"ok": False, "error": f"no trainer {trainer!r}"}, None
             if op == "push":
                 return self._push(trainer, values), None
+            if op == "restore":
+                return self._restore(header.get("round"), values), None
             if op in ("finish", "done"):
                 if trainer not in self.finished:
                     self.finished.add(trainer)
@@ -79,6 +84,23 @@ class Shard:
             self.cond.wait(timeout=1.0)
         if self.round == mine:
             return {"ok": False, "error": "the pserver is stopping"}
+        return {"ok": True, "round": self.round}
+
+    def _restore(self, round_: object, values: np.ndarray | None) -> dict:
+        """Take the parameters of a checkpoint (trainer 0's, of step ``round_``): only while
+        this pserver is new (no round applied, no gradient pushed), so a model it trained is
+        never thrown away."""
+        if values is None or values.shape != self.params.shape:
+            got = 0 if values is None else values.size
+            return {"ok": False, "error": f"expected {self.params.size} values, got {got}"}
+        if isinstance(round_, bool) or not isinstance(round_, int) or round_ < 1:
+            return {"ok": False, "error": f"round must be a whole number from 1, not {round_!r}"}
+        if self.round or self.pending:
+            return {"ok": False, "error": f"it has trained already (round {self.round})"}
+        self.params = values.copy()
+        self.round = round_
+        log(f"restored the parameters of round {round_} from a checkpoint")
+        self.cond.notify_all()
         return {"ok": True, "round": self.round}
 
     def _end_round_if_complete(self) -> None:

@@ -2,11 +2,23 @@
 parameters from all pservers, computes the gradient of the mean squared error, and pushes each
 pserver its block of the gradient (a push returns when every trainer pushed for the round and
 the pserver applied their mean). Trainer 0 records the metrics and, once the other trainers are
-done, saves the final parameters."""
+done, saves the final parameters.
+
+Checkpoints: the model lives in the pservers, a step is a round of theirs. Every
+``CHECKPOINT_EVERY`` steps trainer 0, its push of the step answered (the round applied, the
+next one waiting for its own push), pulls the parameters and saves them
+(``paddlecloud_sdk.checkpoint``): they are the model of exactly that step. A run that starts
+goes on from the pservers' round: a trainer restarted alone finds its pservers where the
+others are (nothing lost); pservers that are new (the whole job started again) are given back
+the parameters of the latest checkpoint and its step by trainer 0 (``restore``), the other
+trainers waiting for it. The data goes on at the same row: every pass's order is drawn again
+from the trainer's seed."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import socket
 import time
 from pathlib import Path
@@ -22,7 +34,7 @@ from protocol import (
     split_endpoint,
 )
 
-from paddlecloud_sdk import dataset, env
+from paddlecloud_sdk import checkpoint, dataset, env
 
 SHARDS = 8  # training-set files: at most this many trainers
 ROWS_PER_SHARD = 64
@@ -34,6 +46,7 @@ DEFAULT_PASSES = 10
 CONNECT_TIMEOUT = 300.0  # pservers start at the same time as the trainers
 REPLY_TIMEOUT = 600.0  # a push waits for the slowest trainer
 PEERS_TIMEOUT = 3600.0  # how long trainer 0 waits for the other trainers to finish
+CHECKPOINT_EVERY = 20  # steps between trainer 0's checkpoints, unless the environment says
 
 
 # --- the dataset -------------------------------------------------------------------------------
@@ -145,6 +158,44 @@ def pull(pservers: list[Pserver]) -> np.ndarray:
     return theta
 
 
+def rounds(pservers: list[Pserver]) -> int:
+    """The round the pservers are at (the same on each while this trainer has no push under
+    way: no round ends without it)."""
+    return min(ps.call({"op": "pull"})[0]["round"] for ps in pservers)
+
+
+def resume(pservers: list[Pserver], trainer_id: int) -> int:
+    """The step this run goes on from (0: the start): the pservers' round, once trainer 0 has
+    given new pservers the latest checkpoint's parameters (the others wait for that)."""
+    found = checkpoint.load() if trainer_id == 0 else checkpoint.latest()
+    saved = found.step if found is not None else 0
+    at = rounds(pservers)
+    if at == 0 and saved and trainer_id == 0:
+        theta = np.load(io.BytesIO(found.state["params.npy"]))
+        for ps in pservers:
+            ps.call({"op": "restore", "trainer": trainer_id, "round": saved}, theta[ps.block])
+        log(f"trainer 0 resumed from the checkpoint of step {saved} (pass {found.pass_ + 1}): "
+            f"its parameters given back to the pservers")
+        return saved
+    deadline = time.monotonic() + CONNECT_TIMEOUT
+    while at < saved:  # new pservers: trainer 0 gives them the checkpoint
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the pservers were not given the checkpoint of step {saved} in "
+                             f"{CONNECT_TIMEOUT:.0f}s")
+        time.sleep(0.2)
+        at = rounds(pservers)
+    if at:
+        log(f"trainer {trainer_id} goes on from step {at}, where its pservers are "
+            f"(latest checkpoint: step {saved})")
+    return at
+
+
+def params_file(theta: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.save(out, theta)
+    return out.getvalue()
+
+
 def wait_for_peers(pservers: list[Pserver], trainer_id: int, trainers: int) -> None:
     """Until every other trainer told every pserver that it is done."""
     others = set(range(trainers)) - {trainer_id}
@@ -198,13 +249,18 @@ def run() -> int:
     metrics = output / "metrics.jsonl"
     if trainer_id == 0:
         output.mkdir(parents=True, exist_ok=True)
+    every = int(os.environ.get("CHECKPOINT_EVERY", CHECKPOINT_EVERY))
+    pause = float(os.environ.get("STEP_SECONDS", "0"))  # to watch it (or stop it) mid-run
+    step = resume(pservers, trainer_id)
     rng = np.random.default_rng(SEED + trainer_id)
     steps_per_pass = max(1, len(y) // BATCH_SIZE)
-    step = 0
+    first_pass, first_step = divmod(step, steps_per_pass)
     for pass_id in range(passes):
-        order = rng.permutation(len(y))
-        total = 0.0
-        for i in range(steps_per_pass):
+        order = rng.permutation(len(y))  # drawn for the passes before too: the same orders
+        if pass_id < first_pass:
+            continue
+        total, begin = 0.0, first_step if pass_id == first_pass else 0
+        for i in range(begin, steps_per_pass):
             batch = order[i * BATCH_SIZE:(i + 1) * BATCH_SIZE]
             loss, gradient = mse_and_gradient(pull(pservers), x[batch], y[batch])
             for ps in pservers:
@@ -216,8 +272,13 @@ def run() -> int:
                 line = {"step": step, "loss": loss, "trainer": trainer_id, "pass": pass_id}
                 with metrics.open("a") as out:
                     out.write(json.dumps(line) + "\n")
-        log(f"trainer {trainer_id} pass {pass_id + 1} done: mean loss "
-            f"{total / steps_per_pass:.6f}")
+                if step % every == 0:  # the round of this step applied, the next not begun
+                    checkpoint.save({"params.npy": params_file(pull(pservers))}, step,
+                                    pass_=pass_id)
+            time.sleep(pause)
+        if begin < steps_per_pass:
+            log(f"trainer {trainer_id} pass {pass_id + 1} done: mean loss "
+                f"{total / (steps_per_pass - begin):.6f}")
 
     if trainer_id == 0:
         # Leave the rounds (the others may have more steps), then wait until the others are

@@ -69,6 +69,7 @@ from .names import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     PSERVER,
+    ROLE_LABEL,
     TRAINER,
     object_base,
     pserver_host,
@@ -346,6 +347,8 @@ class KubernetesBackend(Backend):
         kind, name = (("Job", trainer_name(job)) if replica.role == TRAINER
                       else ("StatefulSet", pserver_name(job)))
         try:
+            if kind == "Job":
+                self._stranded_remove(kube, job)
             if kind == "Job" and trainers_restart_together(job) and replica.attempt:
                 owner = self._trainers_ensure(job, replica.attempt)
                 if owner is None and kube.get("ConfigMap", namespace, object_base(job)):
@@ -367,6 +370,20 @@ class KubernetesBackend(Backend):
         except KubeError as exc:
             return Observation(Status.WAITING, reason=f"cannot see its pod: {exc}")
         return Observation(Status.WAITING, reason="waiting for its pod to be created")
+
+    def _stranded_remove(self, kube, job) -> None:
+        """Force-delete the job's trainer pods stranded on a lost node (``observe.stranded``),
+        as an administrator would (``kubectl delete --force``): a trainer waiting for its next
+        pod gets it, and resumes from its latest checkpoint, rather than wait for a node that
+        may never come back. A pserver's is left: its parameters are gone with it anyway."""
+        now = timezone.now()
+        for pod in self._pods(job):
+            meta = pod["metadata"]
+            if (meta.get("labels") or {}).get(ROLE_LABEL) == TRAINER and observe.stranded(
+                    pod, now):
+                logger.warning("job %s: force-deleting pod %s, stranded on lost node %s",
+                               job.pk, meta["name"], (pod.get("spec") or {}).get("nodeName"))
+                kube.delete("Pod", _namespace(job), meta["name"], grace=0)
 
     def _queued(self, kube, owner: dict) -> Observation:
         """A suspended Job: Kueue has not admitted it. Its Workload says why."""

@@ -115,6 +115,15 @@ def _disrupted(status: dict) -> bool:
                for c in status.get("conditions") or [])
 
 
+def stranded(pod: dict, now: datetime) -> bool:
+    """A pod the cluster took away whose node is lost: ``DisruptionTarget`` (the node
+    lifecycle controller's, for a node that stopped answering), deleted and past its grace,
+    and still there, as no kubelet is left to confirm it stopped. Until it goes, its Job makes
+    its index no new pod (nor does a Foreground delete of the Job end)."""
+    due = _moment(pod["metadata"].get("deletionTimestamp"))
+    return due is not None and due < now and _disrupted(pod.get("status") or {})
+
+
 def _setup_detail(message: str) -> str:
     """What of the setup container's last lines says why it failed: pip's error, if it is
     there (init.sh puts pip's last lines on its stderr), and where the whole of it is."""
