@@ -145,6 +145,9 @@ def job_sync(job_id: int) -> bool:
         return False
     if job.state in (JobState.PENDING, JobState.QUEUED):
         return True  # job_launch has not run yet
+    if job.preempting:
+        _preempt(job, backend, replicas)
+        return True
 
     for replica in replicas:
         if replica.state in (ReplicaState.STARTING, ReplicaState.RUNNING) and _observe(
@@ -496,6 +499,27 @@ def _requeue(job, backend, replicas) -> None:
         job_fail(job, f"its replicas were not all running within {datacenter.start_timeout} s "
                       f"of its start, {tries} times ({why})")
         return
+    _back_to_queue(job, backend, replicas, (
+        f"requeued at the head of its queue, start {tries + 1} of {datacenter.start_tries} "
+        f"next: its replicas were not all running after {datacenter.start_timeout} s "
+        f"({why}); every pod was released"), "stopped: its job went back to its queue",
+        requeues=F("requeues") + 1)
+
+
+def _preempt(job, backend, replicas) -> None:
+    """Stop the job to make room for another user's (``scheduling.preemption`` marked it,
+    ``preempting`` saying why): its replicas are warned (SIGTERM) and stopped after the
+    grace period — in which a trainer that asked for it saves a checkpoint
+    (``paddlecloud_sdk.checkpoint.save_on_preempt``) — and it goes back to the head of its
+    queue, not failed nor killed; its next run resumes from its latest checkpoint."""
+    _back_to_queue(job, backend, replicas, job.preempting, "stopped: its job was preempted")
+
+
+def _back_to_queue(job, backend, replicas, reason: str, replica_reason: str,
+                   **changes) -> None:
+    """Stop the job's replicas (SIGTERM, SIGKILL after the grace period), release every pod,
+    and put it back in its queue at its place (its submission time is kept), ``reason`` its
+    event's; the replicas wait for its next start as a new attempt."""
     live = [r for r in replicas if r.state not in FINAL_REPLICA_STATES]
     try:
         backend.stop(job, live, STOP_GRACE_SECONDS)
@@ -507,15 +531,12 @@ def _requeue(job, backend, replicas) -> None:
     with transaction.atomic():
         for replica in live:
             if replica.state != ReplicaState.PENDING:
-                replica_transition(replica, ReplicaState.PENDING,
-                                   "stopped: its job went back to its queue", attempt=attempt)
+                replica_transition(replica, ReplicaState.PENDING, replica_reason,
+                                   attempt=attempt)
             else:
                 Replica.objects.filter(pk=replica.pk).update(attempt=attempt)
-        Job.objects.filter(pk=job.pk).update(requeues=F("requeues") + 1, trainers_held=0)
-        job_transition(job, JobState.QUEUED, (
-            f"requeued at the head of its queue, start {tries + 1} of {datacenter.start_tries} "
-            f"next: its replicas were not all running after {datacenter.start_timeout} s "
-            f"({why}); every pod was released"))
+        Job.objects.filter(pk=job.pk).update(trainers_held=0, preempting="", **changes)
+        job_transition(job, JobState.QUEUED, reason)
         job_requeued.send(Job, owner_id=job.owner_id, datacenter_id=job.datacenter_id,
                           job_ids=[job.pk])
 

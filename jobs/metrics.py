@@ -122,3 +122,14 @@ def metrics_last(job, replica, lines: int = 20) -> dict | None:
         return None
     records = metric_records(first, tail)
     return records[-1] if records else None
+
+
+def metric_latest(job, replica, name: str, lines: int = 5000) -> dict | None:
+    """The latest record among the worker's last ``lines`` that has metric ``name`` (e.g. the
+    ``checkpoint`` the SDK reports after each save); None when there is none there."""
+    try:
+        first, tail = lines_tail(metrics_file(job, replica), lines)
+    except (PaddleCloudError, OSError):
+        return None
+    return next((record for record in reversed(metric_records(first, tail))
+                 if name in record["metrics"]), None)

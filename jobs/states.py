@@ -59,7 +59,8 @@ JOB_TRANSITIONS: dict[str, frozenset[str]] = {
     # A start that timed out puts it back in its queue.
     JobState.STARTING: frozenset({JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED,
                                   *_ENDINGS}),
-    JobState.RUNNING: frozenset({JobState.SUCCEEDED, *_ENDINGS}),
+    # A running job preempted to make room for another's goes back to its queue.
+    JobState.RUNNING: frozenset({JobState.QUEUED, JobState.SUCCEEDED, *_ENDINGS}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.KILLED: frozenset(),

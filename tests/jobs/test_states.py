@@ -72,7 +72,7 @@ def test_shortcuts_are_allowed(current, target):
 @pytest.mark.parametrize(
     ("current", "target"),
     [
-        ("running", "queued"),
+        ("running", "starting"),
         ("succeeded", "running"),
         ("killed", "failed"),
         ("running", "pending"),
@@ -93,8 +93,8 @@ def test_illegal_job_transitions_are_refused(current, target):
 
 def test_refusal_says_what_is_allowed():
     with pytest.raises(IllegalTransitionError) as info:
-        transition_check("job", JOB_TRANSITIONS, "running", "queued")
-    assert "failed, killed, succeeded" in info.value.message
+        transition_check("job", JOB_TRANSITIONS, "running", "pending")
+    assert "failed, killed, queued, succeeded" in info.value.message
 
 
 def test_replica_restart_transitions():
@@ -220,8 +220,8 @@ def test_illegal_job_transition_changes_nothing(job):
     job_transition(job, "running", "all up")
     before = Job.objects.get(pk=job.pk)
     with pytest.raises(IllegalTransitionError) as info:
-        job_transition(job, "queued", "nope")
-    assert "from running to queued" in info.value.message
+        job_transition(job, "pending", "nope")
+    assert "from running to pending" in info.value.message
     after = Job.objects.get(pk=job.pk)
     assert after.state == "running"
     assert after.state_reason == "all up"
