@@ -230,6 +230,7 @@ class DatacenterAdmin(QuotaAuditMixin, admin.ModelAdmin):
         ("Capacity", {"fields": ["capacity_cpu", "capacity_memory", "capacity_gpu",
                                  "capacity_from_cluster", "capacity_updated_at"]}),
         ("Budgets", {"fields": ["budget_spent", "budget_grace_seconds"]}),
+        ("Preemption", {"fields": ["preempt_after"]}),
     ]
     readonly_fields = ["capacity_updated_at"]
 

@@ -26,6 +26,15 @@ dns_label_validator = RegexValidator(
 )
 
 
+def preempt_after_check(value: int | None) -> None:
+    if value and value < MIN_PREEMPT_AFTER:
+        raise DjangoValidationError(f"at least {MIN_PREEMPT_AFTER} seconds (0 or empty: no "
+                                    "preemption)")
+
+
+MIN_PREEMPT_AFTER = 60  # seconds: less would stop jobs for waits that end by themselves
+
+
 class User(AbstractUser):
     """A PaddleCloud user. Usernames are often e-mail addresses, as in the seeds' config."""
 
@@ -152,6 +161,14 @@ class Datacenter(models.Model):
         "budget grace (seconds)", default=600,
         help_text="How long a running job whose owner's (or group's) budget is spent runs "
                   "on after the warning, when it is stopped.")
+    # Preemption (README "Scheduling"; ``paddlecloud_core.scheduling``): off unless set.
+    preempt_after = models.PositiveIntegerField(
+        "preempt after (seconds)", null=True, blank=True, validators=[preempt_after_check],
+        help_text="With a capacity: a job of a user below their fair share that has waited "
+                  "this long for the capacity may start by stopping running jobs of users "
+                  "over theirs — those that lose the least work since their last checkpoint — "
+                  "which are warned (SIGTERM and the grace period) and go back to the head "
+                  "of their owners' queues. At least 60; 0 or empty: never.")
 
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="datacenters"
@@ -166,6 +183,8 @@ class Datacenter(models.Model):
         return self.name
 
     def clean(self):
+        if self.preempt_after == 0:  # as empty: one way to store "never"
+            self.preempt_after = None
         if self.pfs_storage == self.PfsStorage.S3 and not self.s3_bucket:
             raise DjangoValidationError({"s3_bucket": "required when PFS storage is S3"})
         problems = {}

@@ -129,7 +129,7 @@ DATACENTER_FIELDS = {
     "gpu_image", "pfs_storage", "s3_bucket", "s3_endpoint_url", "s3_region", "start_timeout",
     "start_tries",
     "build_registry", "build_registry_insecure", "builder_image",
-    "capacity_cpu", "capacity_memory", "capacity_gpu", "capacity_from_cluster",
+    "capacity_cpu", "capacity_memory", "capacity_gpu", "capacity_from_cluster", "preempt_after",
 }
 QUOTA_FIELDS = set(QUOTA_RESOURCES)
 

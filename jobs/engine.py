@@ -145,6 +145,9 @@ def job_sync(job_id: int) -> bool:
         return False
     if job.state in (JobState.PENDING, JobState.QUEUED):
         return True  # job_launch has not run yet
+    if job.preempting:
+        _preempt(job, backend, replicas)
+        return True
 
     for replica in replicas:
         if replica.state in (ReplicaState.STARTING, ReplicaState.RUNNING) and _observe(
@@ -513,10 +516,23 @@ def job_requeue(job, reason: str) -> None:
     _queue_again(job, backend_for(job.datacenter), _replicas(job), reason, start_try=False)
 
 
-def _queue_again(job, backend, replicas, reason: str, *, start_try: bool) -> None:
-    """Stop the job's live replicas, release what it held and put it back in its queue, its
-    replicas pending their next attempt (a new one, so nothing of the stopped one is taken
-    for it); ``start_try`` counts it against the datacenter's ``start_tries``."""
+def _preempt(job, backend, replicas) -> None:
+    """Stop the job to make room for another user's (``scheduling.preemption`` marked it,
+    ``preempting`` saying why): its replicas are warned (SIGTERM) and stopped after the
+    grace period — in which a trainer that asked for it saves a checkpoint
+    (``paddlecloud_sdk.checkpoint.save_on_preempt``) — and it goes back to the head of its
+    queue, not failed nor killed; its next run resumes from its latest checkpoint."""
+    _queue_again(job, backend, replicas, job.preempting, start_try=False,
+                 replica_reason="stopped: its job was preempted")
+
+
+def _queue_again(job, backend, replicas, reason: str, *, start_try: bool,
+                 replica_reason: str = "stopped: its job went back to its queue") -> None:
+    """Stop the job's live replicas (SIGTERM, SIGKILL after the grace period), release what
+    it held and put it back in its queue at its place (its submission time is kept),
+    ``reason`` its event's; its replicas wait for its next start as a new attempt (so nothing
+    of the stopped one is taken for it). ``start_try`` counts it against the datacenter's
+    ``start_tries``."""
     live = [r for r in replicas if r.state not in FINAL_REPLICA_STATES]
     try:
         backend.stop(job, live, STOP_GRACE_SECONDS)
@@ -528,12 +544,13 @@ def _queue_again(job, backend, replicas, reason: str, *, start_try: bool) -> Non
     with transaction.atomic():
         for replica in live:
             if replica.state != ReplicaState.PENDING:
-                replica_transition(replica, ReplicaState.PENDING,
-                                   "stopped: its job went back to its queue", attempt=attempt)
+                replica_transition(replica, ReplicaState.PENDING, replica_reason,
+                                   attempt=attempt)
             else:
                 Replica.objects.filter(pk=replica.pk).update(attempt=attempt)
         Job.objects.filter(pk=job.pk).update(
-            requeues=F("requeues") + int(start_try), trainers_held=0, budget_warned_at=None)
+            requeues=F("requeues") + int(start_try), trainers_held=0, budget_warned_at=None,
+            preempting="")
         job_transition(job, JobState.QUEUED, reason)
         job_requeued.send(Job, owner_id=job.owner_id, datacenter_id=job.datacenter_id,
                           job_ids=[job.pk])

@@ -137,3 +137,10 @@ def metrics_recent(job, replica, lines: int) -> list[dict]:
     except (PaddleCloudError, OSError):
         return []
     return metric_records(0, found)
+
+
+def metric_latest(job, replica, name: str, lines: int = 5000) -> dict | None:
+    """The latest record among the worker's last ``lines`` that has metric ``name`` (e.g. the
+    ``checkpoint`` the SDK reports after each save); None when there is none there."""
+    return next((record for record in reversed(metrics_recent(job, replica, lines))
+                 if name in record["metrics"]), None)

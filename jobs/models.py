@@ -168,6 +168,10 @@ class Job(models.Model):
                                          "budget is spent; empty while it is not.")
     requeues = models.PositiveIntegerField(
         default=0, help_text="How often a start timed out and it went back to its queue.")
+    preempting = models.TextField(
+        blank=True, editable=False,
+        help_text="Why the portal is stopping it to make room for another's job (its next "
+                  "sync does: scheduling.preemption); empty while it is not.")
     # Who holds its start, and until when (jobs/starts.py): a start no living process holds
     # is sent again within seconds.
     start_holder = models.CharField(

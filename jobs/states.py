@@ -61,7 +61,8 @@ JOB_TRANSITIONS: dict[str, frozenset[str]] = {
     # A start that timed out puts it back in its queue.
     JobState.STARTING: frozenset({JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED,
                                   *_ENDINGS}),
-    # Stopped for a while (its owner's budget spent), it goes back to its queue.
+    # Stopped for a while (its owner's budget spent, or preempted to make room for another
+    # user's job), it goes back to its queue.
     JobState.RUNNING: frozenset({JobState.QUEUED, JobState.SUCCEEDED, *_ENDINGS}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),

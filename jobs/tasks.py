@@ -31,6 +31,7 @@ from kernel.queue import JOB_START
 from scheduling.admission import quota_admit, waiting_queues
 from scheduling.budgets import budget_overruns
 from scheduling.capacity import capacity_refresh
+from scheduling.preemption import preemptions_due
 
 from . import engine, starts, sync
 from .backends import backend_for
@@ -232,7 +233,7 @@ def _budgets_enforce(now) -> int:
 
 def _reconcile() -> dict[str, int]:
     counts = {"admitted": 0, "restarted": 0, "synced": 0, "expired": 0, "orphans": 0,
-              "unfit": 0, "capacity": 0, "budget": 0, "resumed": 0}
+              "unfit": 0, "capacity": 0, "budget": 0, "resumed": 0, "preempted": 0}
     now = timezone.now()
     # A cluster upgraded (or rolled back) since: asked again, so jobs started there meet
     # what it is now; one it cannot run on is logged here and fails the jobs that try.
@@ -251,6 +252,8 @@ def _reconcile() -> dict[str, int]:
     counts["budget"] = _budgets_enforce(now)
     # What restarted trainers' SDKs said of their checkpoints: events (issue 37).
     counts["resumed"] = resumes_note()
+    # Jobs below their owners' share that waited past their datacenter's preempt_after.
+    counts["preempted"] = preemptions_due()
     # Admission happens when jobs are submitted and end; this catches what a crash missed.
     # One call per queue, each a fixed number of queries however long its queue.
     for owner_id, datacenter_id in waiting_queues():

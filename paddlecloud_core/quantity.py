@@ -1,4 +1,5 @@
-"""Resource quantities as users write them: cpu ``1``, ``0.5``, ``500m``; memory ``512Mi``, ``2G``.
+"""Resource quantities as users write them: cpu ``1``, ``0.5``, ``500m``; memory ``512Mi``, ``2G``;
+lengths of time ``90s``, ``30m``, ``2h``, ``1d``.
 
 CPU is stored in millicores, memory and storage in bytes, as Kubernetes counts them.
 """
@@ -15,6 +16,8 @@ _DECIMAL = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, 
 _POWERS = {"K": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([KMGTPE]i)B?|([kKMGTPE])(b|B)?)?\s*$")
 _CPU_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m?)\s*$")
+_SECONDS_RE = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class QuantityError(ValueError):
@@ -59,6 +62,15 @@ def parse_bytes(value: str | int) -> int:
     if amount != amount.to_integral_value():
         raise QuantityError(f"{value!r} is not a whole number of bytes")
     return int(amount)
+
+
+def parse_seconds(value: str | int) -> int:
+    """A length of time: ``90`` or ``90s`` (seconds), ``30m``, ``2h``, ``1d`` as seconds."""
+    match = _SECONDS_RE.match(str(value))
+    if not match:
+        raise QuantityError(f"{value!r} is not a length of time: use a whole number with s, m, "
+                            "h or d (90s, 30m, 2h, 1d)")
+    return int(match.group(1)) * _SECONDS[match.group(2)]
 
 
 def format_cpu(millicores: int) -> str:

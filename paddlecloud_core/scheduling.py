@@ -27,6 +27,14 @@ The model, in order:
   nothing tells when a job ends — no job of its owner has ended yet and it has no deadline, or
   it has run past every run time of the jobs it was estimated from — the forecast does not
   make one up: what can only start once that job has ended is predicted ``unknown``, with why.
+- **Preemption** (only where the datacenter sets ``preempt_after``, ``Pool.preempt_after``).
+  A job waiting for the datacenter's capacity whose owner (their group, if in one) holds less
+  than their fair share — their weight's part of the capacity among everyone who holds or
+  waits — may start by stopping running jobs of those over theirs, once it has waited
+  ``preempt_after``: the victims are those that lose the fewest GPU-minutes (CPU-minutes
+  where they hold no GPUs) since their last checkpoint (``lost_minutes``), as few as make
+  room. ``Plan.preempt`` says which and when; the job's reason says when. Predicted starts
+  leave preemption out.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from .quantity import format_bytes, format_cpu
 
@@ -121,6 +130,7 @@ class Waiting:
     name: str = ""
     run: Estimate = NOTHING_KNOWN
     deadline: float | None = None  # the most it may run, in seconds (it fails after)
+    since: float | None = None  # when it began to wait this time (None: ``submitted``)
 
 
 @dataclass(frozen=True)
@@ -133,14 +143,18 @@ class Running:
     ends_high: float | None = None
     unknown: str = ""  # why nothing tells when it ends ("": ``ends`` does)
     name: str = ""
+    began: float | None = None  # when this run began (None: not running yet: never preempted)
+    saved: float | None = None  # when it last saved a checkpoint (None: not known)
 
 
 def running(job_id: int, owner: int, held: Vec, began: float, run: Estimate, now: float, *,
-            name: str = "", deadline: float | None = None) -> Running:
+            name: str = "", deadline: float | None = None,
+            run_began: float | None = None) -> Running:
     """A job that began at ``began`` and runs ``run`` (its estimate), as a plan at ``now``
     sees it: ending when predicted, or now if that has passed (any moment: a plan never waits
     on the past); its end ``unknown`` where its estimate had nothing to go by, or where it has
-    run past the high end of it, and no deadline bounds it."""
+    run past the high end of it, and no deadline bounds it. ``run_began``: this run's start,
+    for preemption (``Running.began``)."""
     unknown = ""
     if deadline is None and not run.known:
         unknown = "no job of its owner has ended yet to tell how long it runs"
@@ -148,7 +162,7 @@ def running(job_id: int, owner: int, held: Vec, began: float, run: Estimate, now
         unknown = "it has run longer than its owner's jobs like it did"
     return Running(job_id, owner, held, ends=max(now, began + run.seconds),
                    ends_low=max(now, began + run.low), ends_high=max(now, began + run.high),
-                   unknown=unknown, name=name)
+                   unknown=unknown, name=name, began=run_began)
 
 
 @dataclass
@@ -169,6 +183,9 @@ class Pool:
     # Owners none of whose jobs may start now whatever is free, the kind of reason (budget: a
     # spent budget; storage: a home over its storage quota, or not measured) and why.
     blocked: Mapping[int, tuple[str, str]] = field(default_factory=dict)
+    # How long a job below its owner's fair share waits before running jobs of those over
+    # theirs may be stopped for it, in seconds (None: never).
+    preempt_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -182,12 +199,24 @@ class Reason:
     blocking: int | None = None  # the job it waits for (its reservation, or the one ahead)
 
 
+@dataclass(frozen=True)
+class Preemption:
+    """What would start a waiting job by preemption: when (its wait reaches
+    ``preempt_after``), the running jobs to stop, and what each loses (GPU-minutes,
+    CPU-minutes) since its last checkpoint."""
+
+    at: float
+    victims: tuple[int, ...]
+    lost: Mapping[int, tuple[float, float]]
+
+
 @dataclass
 class Plan:
     admit: list[int] = field(default_factory=list)  # in the order they were taken
     reasons: dict[int, Reason] = field(default_factory=dict)  # every waiting job not admitted
     never: dict[int, Reason] = field(default_factory=dict)  # can never fit its limits
     reserved: dict[int, float] = field(default_factory=dict)  # job -> its reserved start
+    preempt: dict[int, Preemption] = field(default_factory=dict)  # waiting job -> its own
 
 
 def queue_order(job: Waiting) -> tuple:
@@ -321,6 +350,8 @@ def schedule(pool: Pool, now: float) -> Plan:
             queues[owner].clear()
         if any(queues[o] for o in members[entity]):
             heapq.heappush(heap, (turn(entity), n, entity))
+    if pool.preempt_after is not None:
+        _preemptions(pool, ledger, plan)
     return plan
 
 
@@ -433,6 +464,85 @@ def _when(seconds: float) -> str:
     return f"in {seconds / 86400:.1f} days"
 
 
+# --- preemption ---------------------------------------------------------------------------------
+
+def lost_minutes(run: Running, now: float) -> tuple[float, float]:
+    """What stopping ``run`` at ``now`` loses: GPU-minutes and CPU-minutes of work since its
+    last checkpoint, or since its run began when it saved none since."""
+    began = now if run.began is None else run.began
+    minutes = max(now - max(run.saved or began, began), 0.0) / 60
+    return run.held.gpu * minutes, run.held.cpu / 1000 * minutes
+
+
+def _entity(pool: Pool, owner: int):
+    """Whose share an owner's jobs count in: their group's, else their own (ledger keys)."""
+    team = pool.teams.get(owner)
+    return ("team", team) if team is not None else owner
+
+
+def _preemptions(pool: Pool, ledger: _Ledger, plan: Plan) -> None:
+    """For each job waiting for the capacity whose owner is below their fair share, the
+    running jobs of those over theirs whose stop would let it start, the cheapest (what
+    ``lost_minutes`` says) and as few as make room; its reason says when (``Plan.preempt``)."""
+    now, capacity = ledger.now, pool.capacity
+    weights = {}
+    for owner in {run.owner for run in pool.running} | {job.owner for job in pool.waiting}:
+        entity = _entity(pool, owner)
+        weights[entity] = (pool.team_weights.get(entity[1], 1.0) if isinstance(entity, tuple)
+                           else pool.weights.get(entity, 1.0)) or 1.0
+    fair = 1.0 / sum(weights.values()) if weights else 0.0
+    share = {entity: dominant_share(ledger.held[entity], capacity, weight)
+             for entity, weight in weights.items()}
+    jobs = {job.id: job for job in pool.waiting}
+    held = ledger.held[CAPACITY]
+    for job_id, reason in list(plan.reasons.items()):
+        job = jobs.get(job_id)
+        if reason.kind != "capacity" or job is None:
+            continue
+        entity = _entity(pool, job.owner)
+        if share[entity] >= fair:
+            continue
+        short = capacity.short(held, job.need)
+        candidates = sorted(
+            (run for run in pool.running if run.began is not None
+             and share[_entity(pool, run.owner)] > fair and _entity(pool, run.owner) != entity
+             and any(getattr(run.held, r) for r in short)),
+            key=lambda run: (*lost_minutes(run, now), run.id))
+        chosen, freed = [], Vec()
+        for run in candidates:
+            if not capacity.short(held - freed, job.need):
+                break
+            chosen.append(run)
+            freed = freed + run.held
+        if capacity.short(held - freed, job.need):
+            continue  # stopping them all would not make room
+        for run in reversed(chosen):  # the costliest first: is it needed after all?
+            if not capacity.short(held - (freed - run.held), job.need):
+                chosen.remove(run)
+                freed = freed - run.held
+        at = (job.since if job.since is not None else job.submitted) + pool.preempt_after
+        plan.preempt[job_id] = Preemption(at, tuple(run.id for run in chosen),
+                                          {run.id: lost_minutes(run, now) for run in chosen})
+        plan.reasons[job_id] = replace(reason, message=(
+            f"{reason.message}; would start by preemption at {_clock(at)}, after "
+            f"preempt_after ({span_words(pool.preempt_after)}) of waiting"))
+
+
+def _clock(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def span_words(seconds: float) -> str:
+    """A length of time as people say it: 45 s, 30 min, 2 h, 1.5 h, 3 days."""
+    if seconds < 120:
+        return f"{seconds:g} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:g} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:g} h"
+    return f"{seconds / 86400:g} days"
+
+
 # --- predicted starts ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -483,7 +593,7 @@ def _simulate(pool: Pool, now: float, case: str, only: Iterable[int] | None,
     t = now
     while wanted - started.keys() and t <= now + horizon:
         plan = schedule(replace(pool, running=running + [replace(run, ends=t) for run in endless],
-                                waiting=_heads(pool, waiting)), t)
+                                waiting=_heads(pool, waiting), preempt_after=None), t)
         for job_id in plan.admit:
             job = waiting.pop(job_id)
             started[job_id] = t

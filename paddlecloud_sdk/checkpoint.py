@@ -62,6 +62,24 @@ restart (all its trainers restart together) and a single trainer's. Without a ch
 master starts the dataset over, as the model does. A job with pservers keeps the master as
 it is (its pservers, not the checkpoint, hold the model).
 
+After each save trainer 0 reports a ``checkpoint`` metric (``paddlecloud_sdk.report(step=N,
+checkpoint=N)``): the portal reads when the job last saved, which is what stopping it would
+lose. **Preemption** (a datacenter's ``preempt_after``) stops the running jobs that lose the
+least work since their last checkpoint to start a job of a user below their fair share; a
+stopped job goes back to the head of its queue and its next run resumes from its latest
+checkpoint. It is warned first: its replicas get SIGTERM, then the grace period before
+SIGKILL (10 s on the local backend; the datacenter's termination grace on Kubernetes). A job
+that would rather save then asks for it::
+
+    checkpoint.save_on_preempt(lambda: checkpoint.save(model.state_dict(), step))
+
+``save_on_preempt(callback)`` installs a SIGTERM handler (call it from the main thread) that
+calls ``callback`` once and exits with 143 (as SIGTERM would). The callback runs between two
+steps of Python code, wherever the trainer was: give it the state of the last whole step (a
+collective job's trainers all get the signal and all call ``save``, which waits for them at a
+barrier, so they must pass the same step). Any stop sends the same signal (a kill, a budget
+spent): the job saves then too.
+
 Standard library only (and paddle when the state is paddle's): a trainer image needs nothing
 else to import this module.
 """
@@ -73,6 +91,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -232,6 +251,8 @@ def save(state: Any, step: int, *, pass_: int | None = None,
                 position = master_calls.position_report()
             written = _write(_where(path), state, step, pass_, position)
             _prune(_where(path), keep_last, written)
+            with contextlib.suppress(Exception):  # saved all the same; only the portal's
+                report(step=step, checkpoint=step)  # preemption reads when (its cost)
     finally:
         wait()  # nobody goes on (nor asks the master for more) before it is written
     return written
@@ -466,5 +487,23 @@ def _state_read(found: Checkpoint) -> Any:
     return paddle.load(str(found.path / PADDLE_FILE))
 
 
+# --- when the job is stopped --------------------------------------------------------------------
+
+PREEMPT_EXIT = 128 + signal.SIGTERM  # what SIGTERM's default would have made of it
+
+
+def save_on_preempt(callback: Callable[[], Any]) -> None:
+    """On SIGTERM (the portal's warning before it stops the job: a preemption, a kill), call
+    ``callback`` (which saves a checkpoint) once, then exit with 143. From the main thread."""
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends it at once
+        try:
+            callback()
+        finally:
+            sys.exit(PREEMPT_EXIT)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 __all__ = ["Checkpoint", "CheckpointError", "checkpoints", "directory", "keep", "latest",
-           "load", "resume_from", "save", "verified"]
+           "load", "resume_from", "save", "save_on_preempt", "verified"]

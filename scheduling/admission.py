@@ -76,7 +76,8 @@ SHOWN = QUOTA_FORMATS
 SHOWN_USED = {**QUOTA_FORMATS, "memory": format_bytes_about, "storage": format_bytes_about}
 UNITS = {"cpu": " CPU", "memory": "", "gpu": " GPU"}
 # What admission reads of a datacenter.
-CAPACITY_FIELDS = ("id", "name", "capacity_cpu", "capacity_memory", "capacity_gpu")
+CAPACITY_FIELDS = ("id", "name", "capacity_cpu", "capacity_memory", "capacity_gpu",
+                   "preempt_after")
 # The trainers a waiting job needs to start (an elastic job's MIN); elastic jobs.
 LEAST = Coalesce(F("trainers_min"), F("trainers"))
 ELASTIC = Q(trainers_min__isnull=False, trainers_min__lt=F("trainers"))

@@ -13,13 +13,13 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.db.models import F, Q, Window
+from django.db.models import F, Max, Q, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from accounts.models import Datacenter, Membership, Team
 from accounts.selectors import quotas_get
-from jobs.models import Job
+from jobs.models import Job, JobEvent
 from jobs.states import ACTIVE_STATES, JobState
 from paddlecloud_core.contract import trainers_elastic, trainers_least
 from paddlecloud_core.scheduling import (
@@ -119,7 +119,7 @@ def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterabl
     now = now or timezone.now()
     owner_ids = list(owner_ids)
     active = Job.objects.filter(datacenter=datacenter, state__in=ACTIVE_STATES).only(
-        "id", "owner_id", "name", "admitted_at", "started_at", "deadline_seconds",
+        "id", "owner_id", "name", "state", "admitted_at", "started_at", "deadline_seconds",
         "trainers_held", *REQUEST_FIELDS)
     if not shared(datacenter):
         active = active.filter(owner_id__in=owner_ids)
@@ -129,7 +129,11 @@ def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterabl
     running = [running_job(job.pk, job.owner_id, held_vec(job),
                            _seconds(job.started_at or job.admitted_at or now),
                            job_estimate(job, history), _seconds(now), name=job.name,
-                           deadline=job.deadline_seconds)
+                           deadline=job.deadline_seconds,
+                           # this run's start (admitted_at is each start's): only a running
+                           # job may be preempted
+                           run_began=(_seconds(job.admitted_at or job.started_at or now)
+                                      if job.state == JobState.RUNNING else None))
                for job in active]
     quotas = quotas_get(datacenter, holders)
     memberships = list(Membership.objects.filter(datacenter=datacenter, user_id__in=holders)
@@ -138,13 +142,16 @@ def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterabl
     teams = {user_id: team_id for user_id, _, team_id in memberships if team_id is not None}
     groups = {team.pk: team for team in Team.objects.filter(pk__in=set(teams.values()))}
     names = dict(get_user_model().objects.filter(pk__in=holders).values_list("pk", "username"))
+    preempt_after = datacenter.preempt_after
+    waiting = list(waiting)
+    since = _waits_since([job.pk for job in waiting if job.pk]) if preempt_after else {}
     return Pool(
         capacity=Limit(**datacenter.capacity),
         quotas={owner: Limit(cpu=q.cpu, memory=q.memory, gpu=q.gpu, jobs=q.jobs)
                 for owner, q in quotas.items()},
         weights=weights,
         running=running,
-        waiting=[waiting_of(job, history) for job in waiting],
+        waiting=[waiting_of(job, history, since.get(job.pk)) for job in waiting],
         names=names,
         teams=teams,
         team_quotas={pk: Limit(**team.quota) for pk, team in groups.items()},
@@ -153,10 +160,19 @@ def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterabl
         blocked={**{owner: ("storage", f"waiting for storage: {why}") for owner, (_, why)
                     in storage_problems(datacenter, owner_ids).items()},
                  **{owner: ("budget", why)
-                    for owner, why in budgets_spent(datacenter, owner_ids).items()}})
+                    for owner, why in budgets_spent(datacenter, owner_ids).items()}},
+        preempt_after=preempt_after)
 
 
-def waiting_of(job, history: dict[int, list]) -> Waiting:
+def _waits_since(job_ids: list[int]) -> dict[int, datetime]:
+    """When each of these waiting jobs last went into its queue (a requeued one waits from
+    then); one that never did waits from its submission (not here)."""
+    return dict(JobEvent.objects.filter(job_id__in=job_ids, to_state=JobState.QUEUED)
+                .values("job_id").annotate(last=Max("time")).values_list("job_id", "last"))
+
+
+def waiting_of(job, history: dict[int, list], since: datetime | None = None) -> Waiting:
     return Waiting(id=job.pk or 0, owner=job.owner_id, need=request_vec(job),
                    submitted=_seconds(job.created_at), priority=job.priority, name=job.name,
-                   run=job_estimate(job, history), deadline=job.deadline_seconds)
+                   run=job_estimate(job, history), deadline=job.deadline_seconds,
+                   since=None if since is None else _seconds(since))

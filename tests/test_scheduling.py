@@ -22,6 +22,7 @@ from paddlecloud_core.scheduling import (
     Waiting,
     estimate,
     forecast,
+    lost_minutes,
     name_stem,
     running,
     schedule,
@@ -298,3 +299,45 @@ def test_the_readmes_worked_example():
     assert len(plan.admit) == 6  # 12 GPUs: the group's quota
     assert plan.reasons[7].message == ("waiting for group vision's quota: gpu 2 asked, 0 of "
                                        "12 free")
+
+
+# --- preemption (issue 37 point 5) --------------------------------------------------------------
+
+def gpu_run(id_, owner, gpus, began, saved=None):
+    return Running(id_, owner, Vec(gpus * 1000, 0, gpus, 1), ends=1e6, began=began, saved=saved)
+
+
+def test_preemption_stops_the_fewest_jobs_that_lose_the_least_gpu_time():
+    """16 GPUs; alice holds all in four jobs, bob's 6-GPU job waited past preempt_after.
+    Stopping a1 (2 GPUs, saved a minute ago) is cheapest but frees too little: with a2 (4
+    GPUs, saved 5 min ago: 20 GPU-minutes) it makes room; a3 and a4 lose more."""
+    now = 3600.0
+    pool = Pool(capacity=Limit(gpu=16), preempt_after=600, running=[
+        gpu_run(1, 1, 2, began=0, saved=now - 60),       # 2 GPU-minutes
+        gpu_run(2, 1, 4, began=0, saved=now - 300),      # 20
+        gpu_run(3, 1, 6, began=now - 600),               # none saved: 60, since it began
+        gpu_run(4, 1, 4, began=0, saved=now - 1800)],    # 120
+        waiting=[job(9, 2, cpu=6, gpu=6, at=now - 700)])
+    plan = schedule(pool, now)
+    assert plan.preempt[9].victims == (1, 2)
+    assert plan.preempt[9].at == pytest.approx(now - 700 + 9e-3 + 600)
+    assert plan.preempt[9].lost == {1: (2.0, 2.0), 2: (20.0, 20.0)}
+    assert lost_minutes(pool.running[2], now) == (60.0, 60.0)
+    assert plan.reasons[9].message.endswith(
+        "; would start by preemption at 1970-01-01 00:58 UTC, after preempt_after (10 min) "
+        "of waiting")
+
+
+def test_preemption_only_for_a_user_below_their_share_and_only_of_those_over_theirs():
+    now = 3600.0
+    running = [gpu_run(1, 1, 8, began=0), gpu_run(2, 2, 8, began=0)]
+    # alice and bob hold half each: carol is below, they are over (three users: 1/3 each).
+    pool = Pool(capacity=Limit(gpu=16), preempt_after=60, running=running,
+                waiting=[job(8, 1, cpu=1, gpu=1), job(9, 3, cpu=1, gpu=1)])
+    plan = schedule(pool, now)
+    assert set(plan.preempt) == {9}  # alice's own job is not started by preemption
+    assert "preemption" not in plan.reasons[8].message
+    # Without the setting, nothing; a job not yet running is never a victim.
+    assert not schedule(Pool(**{**pool.__dict__, "preempt_after": None}), now).preempt
+    starting = [Running(r.id, r.owner, r.held, r.ends) for r in running]
+    assert not schedule(Pool(**{**pool.__dict__, "running": starting}), now).preempt

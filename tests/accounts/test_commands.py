@@ -259,6 +259,22 @@ def test_adddatacenter_sets_the_image_of_gpu_jobs(db):
                                         "cudnn8.9-trt8.6")
 
 
+def test_adddatacenter_sets_preemption_off_by_default(db):
+    run("adddatacenter", "dc1")
+    assert Datacenter.objects.get(name="dc1").preempt_after is None  # off unless set
+    run("adddatacenter", "dc1", "--preempt-after", "30m")
+    assert Datacenter.objects.get(name="dc1").preempt_after == 1800
+    with pytest.raises(CommandError, match=r"preempt_after: at least 60 seconds \(0 or empty: "
+                                           r"no preemption\)"):
+        run("adddatacenter", "dc1", "--preempt-after", "30s")
+    with pytest.raises(CommandError, match="'soon' is not a length of time: use a whole number "
+                                           "with s, m, h or d"):
+        run("adddatacenter", "dc1", "--preempt-after", "soon")
+    assert Datacenter.objects.get(name="dc1").preempt_after == 1800  # neither was saved
+    run("adddatacenter", "dc1", "--preempt-after", "0")
+    assert Datacenter.objects.get(name="dc1").preempt_after is None
+
+
 def test_adddatacenter_without_pfs_root_reports_the_default_one(db, settings, tmp_path):
     settings.PADDLECLOUD_PFS_ROOT = tmp_path / "pfs"
     settings.PADDLECLOUD_BACKEND = "local"

@@ -73,6 +73,7 @@ def test_shortcuts_are_allowed(current, target):
 @pytest.mark.parametrize(
     ("current", "target"),
     [
+        ("running", "starting"),
         ("succeeded", "running"),
         ("killed", "failed"),
         ("running", "pending"),

@@ -7,11 +7,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
 from paddlecloud_core.layout import checkpoint_dirname
 from paddlecloud_sdk import checkpoint
+from tests.polling import wait
 
 
 @pytest.fixture
@@ -155,3 +159,39 @@ def test_a_new_run_of_a_name_takes_and_prunes_none_of_an_earlier_runs_left_besid
     assert checkpoint.load().state == b"b-20"
     monkeypatch.setenv("PADDLE_JOB_UID", "run-a")  # run a, restarted: its own again
     assert checkpoint.load().state == b"a-10"
+
+
+# --- what preemption needs (issue 37 point 5) --------------------------------------------------
+
+def test_each_save_is_reported_as_a_metric_the_portal_reads_its_time_from(ckpt, tmp_path):
+    checkpoint.save(b"w", 7)
+    checkpoint.save(b"w", 9)
+    metrics = tmp_path / "out" / "node_0" / "metrics.jsonl"
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [(line["step"], line["checkpoint"]) for line in lines] == [(7, 7), (9, 9)]
+    assert all(isinstance(line["time"], float) for line in lines)
+
+
+SAVES_ON_PREEMPT = """\
+import os, sys, time
+from paddlecloud_sdk import checkpoint
+step = 3
+checkpoint.save_on_preempt(lambda: checkpoint.save(b"at the warning", step))
+step = 5  # the callback sees the step of when it is called
+open(sys.argv[1], "w").close()
+time.sleep(60)
+"""
+
+
+def test_save_on_preempt_saves_when_warned_then_exits_as_sigterm_would(ckpt, tmp_path):
+    ready = tmp_path / "ready"
+    trainer = subprocess.Popen([sys.executable, "-c", SAVES_ON_PREEMPT, str(ready)])
+    try:
+        wait(ready.exists, 30, "the trainer to install its handler")
+        trainer.send_signal(signal.SIGTERM)
+        assert trainer.wait(30) == 143
+    finally:
+        trainer.kill()
+        trainer.wait()
+    found = checkpoint.load()
+    assert (found.step, found.state) == (5, b"at the warning")

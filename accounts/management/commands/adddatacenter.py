@@ -8,7 +8,7 @@ from accounts.services import datacenter_upsert
 from jobs.backends import backend_for
 from jobs.backends.base import BackendError
 from kernel.errors import ValidationError
-from paddlecloud_core.quantity import parse_bytes, parse_cpu
+from paddlecloud_core.quantity import parse_bytes, parse_cpu, parse_seconds
 
 from ._errors import quantity_argument, user_errors
 
@@ -62,6 +62,12 @@ class Command(BaseCommand):
                                  "schedulable nodes offer, read again by the reconciler")
         parser.add_argument("--no-capacity-from-cluster", dest="capacity_from_cluster",
                             action="store_false")
+        parser.add_argument("--preempt-after", type=quantity_argument(parse_seconds),
+                            metavar="DURATION",
+                            help="a job below its owner's fair share that waited this long "
+                                 "(90s, 30m, 2h; at least 60s) may stop running jobs of users "
+                                 "over theirs, the cheapest since their last checkpoint "
+                                 "(0: never, the default)")
 
         parser.add_argument("--skip-cluster-check", action="store_true",
                             help="save it even if its cluster cannot be reached (or is too "
@@ -89,6 +95,7 @@ class Command(BaseCommand):
             "capacity_memory": options["capacity_memory"],
             "capacity_gpu": options["capacity_gpu"],
             "capacity_from_cluster": options["capacity_from_cluster"],
+            "preempt_after": options["preempt_after"],
         }
         fields.update({name: options[name] for name in backend_settings_fields()
                        if name in options})

@@ -102,6 +102,7 @@ from .sandbox import (
     probe_left,
     sandbox_command,
     sandbox_problem,
+    stoppable,
 )
 
 HOME_IDS = 1_100_000_000
@@ -398,7 +399,7 @@ class LocalBackend(Backend):
                     pythonpath=[str(site) if site else "", WORKSPACE,
                                 *dict.fromkeys(str(d.parent) for d in client_dirs())])
                 sandboxed = sandbox_command(self._sandbox(job, replica, full_env),
-                                            entry_argv(job.entry))
+                                            entry_argv(stoppable(job.entry)))
                 # Its environment goes in on bwrap's stdin, never on a command line.
                 command, stdin = list(sandboxed.argv), sandboxed.args
                 runner_env = _runner_env()

@@ -297,6 +297,19 @@ def _bind_mounts(binds: Sequence[Bind]) -> list[tuple[str, list[str]]]:
 # the namespace the job's holder made (a holder that died and whose pid was reused in between
 # cannot put a job on the host's network); then it writes its own /etc/hosts (in its own
 # tmpfs), so that its hostname resolves to 127.0.0.1 — gloo looks it up.
+# What a job's entry (a shell command) is prefixed with in a sandbox: on SIGTERM or SIGINT its
+# shell waits for the command it runs to end, then exits as the signal would have made it
+# (143, 130). Ended at once, it would end the sandbox (``--die-with-parent``), killing what it
+# runs in the middle of its grace period (a trainer saving a checkpoint as it is stopped). A
+# trap's action is reset in the programs it starts: they get the signal as they would have.
+STOPPABLE = 'trap "exit 143" TERM; trap "exit 130" INT; '
+
+
+def stoppable(entry: str) -> str:
+    """The entry, its shell outliving its command on SIGTERM or SIGINT (``STOPPABLE``)."""
+    return STOPPABLE + entry
+
+
 PRELUDE = (
     f'exec < /dev/null || exit {SETUP_FAILED}; '
     'if [ -n "$2" ] && [ "$("$1" /proc/self/ns/net)" != "net:[$2]" ]; then '
