@@ -27,6 +27,7 @@ from .webhooks import (
     EVENT_HEADER,
     ID_HEADER,
     SIGNATURE_HEADER,
+    TIMEOUT_SECONDS,
     DestinationError,
     body_of,
     signature,
@@ -35,8 +36,9 @@ from .webhooks import (
 
 log = logging.getLogger(__name__)
 
-# Longer than a webhook's timeout: a claim runs out only when its worker is gone.
-CLAIM_SECONDS = 30
+# Longer than a webhook's (and an SMTP server's) timeout: a claim runs out only when its
+# worker is gone.
+CLAIM_SECONDS = TIMEOUT_SECONDS + 5
 BATCH = 50
 BACKOFF_MAX_SECONDS = 3600
 
