@@ -29,10 +29,10 @@ class SubscriptionWriteSerializer(serializers.Serializer):
     """For the schema only: the body is checked by notifications.services."""
 
     events = serializers.ListField(child=serializers.ChoiceField(choices=list(EVENTS)))
-    channel = serializers.ChoiceField(choices=Subscription.Channel.values)
+    channel = serializers.ChoiceField(choices=Subscription.Channel.choices)
     target = serializers.CharField(required=False, help_text="an e-mail address (default: "
                                    "yours) or a webhook's https:// URL")
-    format = serializers.ChoiceField(choices=Subscription.Format.values, required=False)
+    format = serializers.ChoiceField(choices=Subscription.Format.choices, required=False)
     wait_minutes = serializers.IntegerField(required=False)
     earlier_minutes = serializers.IntegerField(required=False)
     group = serializers.CharField(required=False, help_text="a group's (administrators only)")

@@ -453,7 +453,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # A job's states, shown by Job and GroupJob alike: one enum, named.
-    "ENUM_NAME_OVERRIDES": {"JobStateEnum": "jobs.states.JobState"},
+    "ENUM_NAME_OVERRIDES": {"JobStateEnum": "jobs.states.JobState",
+                            "SubscriptionChannelEnum": "notifications.models.Subscription.Channel",
+                            "SubscriptionFormatEnum": "notifications.models.Subscription.Format"},
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "pfs.schema.transfer_paths",
