@@ -131,3 +131,21 @@ def test_a_test_notification_goes_through_the_outbox(token_client, held_tasks,
     assert notification.kind == "test" and notification.payload["id"] == str(notification.pk)
     assert held_tasks.sent == [("notifications.tasks.notifications_send",
                                 ([str(notification.pk)],))]
+
+
+def test_the_list_and_the_page_take_as_many_queries_for_5_as_for_1(
+        token_client, browser, alice, datacenter, assert_queries_flat):
+    Team.objects.create(datacenter=datacenter, name="vision")
+
+    def grow():
+        for team in ("vision", None, None, None):
+            Subscription.objects.create(owner=alice, datacenter=datacenter, channel="dashboard",
+                                        events=["job.failed"],
+                                        team=Team.objects.filter(name=team).first())
+
+    Subscription.objects.create(owner=alice, datacenter=datacenter, channel="dashboard",
+                                events=["job.failed"])
+    small, large = assert_queries_flat(lambda: token_client.get(URL), grow)
+    assert (len(small.json()), len(large.json())) == (1, 5)
+    small, large = assert_queries_flat(lambda: browser.get("/notifications/"), grow)
+    assert (len(small.context["subscriptions"]), len(large.context["subscriptions"])) == (5, 9)
