@@ -86,3 +86,23 @@ def test_a_budget_is_told_at_80_percent_and_spent_once_each_window(alice, datace
         notifications_watch()
     assert sorted(Notification.objects.values_list("kind", flat=True)) == [
         "budget.spent", "budget.warning"]
+
+
+def test_a_predicted_start_moved_earlier_is_told(alice, datacenter, held_tasks):
+    """The watch keeps each waiting job's predicted start from one round to the next; one
+    that moved earlier by more than the subscription's minutes is told (here the earlier
+    prediction is planted: two hours later than the forecast now says)."""
+    watched = subscription(alice, datacenter, "job.earlier", earlier_minutes=30)
+    job = job_row(alice, datacenter, "fit", state="queued")
+    notifications_watch()
+    assert not Notification.objects.exists()  # the first prediction seen: nothing to compare
+    key = f"notifications:predicted:{watched.pk}:{job.pk}"
+    now_predicted = cache.get(key)
+    assert now_predicted is not None
+    cache.set(key, now_predicted + 2 * 3600)
+    cache.delete("notifications:watch")
+    notifications_watch()
+    (notification,) = Notification.objects.all()
+    assert notification.kind == "job.earlier"
+    assert notification.payload["text"].startswith("job alice/fit is now predicted to start")
+    assert notification.payload["text"].endswith("120 minutes earlier")
