@@ -150,6 +150,12 @@ def subscription_test(user, datacenter, pk) -> Notification:
         return test_record(subscription)
 
 
+def subscription_rotate_keys() -> int:
+    """Encrypt every webhook's secret again with the newest key (``rotate_credential_keys``).
+    Returns how many."""
+    return crypto.rows_rotate(Subscription, "secret_encrypted")
+
+
 def dashboard_notifications(user, datacenter, limit: int = 20):
     """The latest notifications of the user's dashboard subscriptions in the datacenter."""
     return (Notification.objects.filter(subscription__owner=user,

@@ -149,3 +149,20 @@ def test_the_list_and_the_page_take_as_many_queries_for_5_as_for_1(
     assert (len(small.json()), len(large.json())) == (1, 5)
     small, large = assert_queries_flat(lambda: browser.get("/notifications/"), grow)
     assert (len(small.context["subscriptions"]), len(large.context["subscriptions"])) == (5, 9)
+
+
+def test_webhook_secrets_rotate_with_the_credential_keys(token_client, settings,
+                                                         webhook_receiver):
+    from cryptography.fernet import Fernet
+    from django.core.management import call_command
+
+    old_key = settings.PADDLECLOUD_CREDENTIAL_KEYS[0]
+    secret = add(token_client, events=["job.failed"], channel="webhook",
+                 target=webhook_receiver.url("/a")).json()["secret"]
+    add(token_client, events=["job.failed"], channel="dashboard")  # no secret to rotate
+    new_key = Fernet.generate_key().decode()
+    settings.PADDLECLOUD_CREDENTIAL_KEYS = [new_key, old_key]
+    call_command("rotate_credential_keys")
+    settings.PADDLECLOUD_CREDENTIAL_KEYS = [new_key]  # the old key can go now
+    stored = Subscription.objects.get(channel="webhook").secret_encrypted
+    assert crypto.decrypt(stored) == secret
