@@ -1,7 +1,8 @@
 """The events no single change makes, looked for every half minute (one worker at a time): a
 job waiting longer than a subscription's ``wait_minutes``, a job's predicted start moved
 earlier by more than its ``earlier_minutes``, a budget 80 % used or spent. Each is told once
-(its ``once_key``: the job, the new prediction, the budget's window)."""
+(its ``once_key``: the job, the new prediction, the budget's window). Notifications sent
+more than KEEP_DAYS ago are deleted."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from datetime import timedelta
 
 from django.core.cache import cache
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import Budget, Membership
@@ -19,10 +21,11 @@ from kernel.errors import REDIS_DOWN
 from scheduling.budgets import LENGTHS, use, window_of
 from scheduling.forecasts import job_predictions
 
-from .models import Subscription
+from .models import Notification, Subscription
 from .outbox import JOB_VALUES, job_payload, notifications_record
 
 LOCK_SECONDS = 25
+KEEP_DAYS = 30  # a notification sent (or given up on) is kept this long: the dashboard's list
 BUDGET_WARNING = 0.8
 PREDICTION_KEEP = 7 * 24 * 3600
 
@@ -33,6 +36,9 @@ def notifications_watch() -> None:
             return  # another worker's round
     except REDIS_DOWN:
         return
+    now = timezone.now()
+    Notification.objects.filter(created_at__lt=now - timedelta(days=KEEP_DAYS)).filter(
+        Q(sent_at__isnull=False) | Q(given_up_at__isnull=False)).delete()
     wanted = [s for s in Subscription.objects.filter(disabled_at__isnull=True)
               .select_related("datacenter")
               if {"job.waiting", "job.earlier", "budget.warning", "budget.spent"}
@@ -40,7 +46,6 @@ def notifications_watch() -> None:
     if not wanted:
         return
     owners = _owners(wanted)
-    now = timezone.now()
     entries = _waits(wanted, owners, now) + _earlier(wanted, owners, now) + \
         _budgets(wanted, now)
     if entries:

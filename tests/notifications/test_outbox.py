@@ -106,3 +106,30 @@ def test_a_predicted_start_moved_earlier_is_told(alice, datacenter, held_tasks):
     assert notification.kind == "job.earlier"
     assert notification.payload["text"].startswith("job alice/fit is now predicted to start")
     assert notification.payload["text"].endswith("120 minutes earlier")
+
+
+def test_a_groups_subscription_hears_of_its_members_jobs(alice, datacenter, make_user,
+                                                         held_tasks):
+    from accounts.models import Membership, Team
+
+    team = Team.objects.create(datacenter=datacenter, name="vision")
+    bob, carol = make_user("bob"), make_user("carol")
+    Membership.objects.filter(user__in=[alice, bob]).update(team=team)
+    subscription(alice, datacenter, "job.failed", team=team)
+    for owner in (bob, carol):
+        job_transition(job_row(owner, datacenter, "fit", state="queued"), "failed", "no")
+    (notification,) = Notification.objects.all()
+    assert notification.payload["text"] == "job bob/fit failed: no"
+
+
+def test_notifications_sent_a_month_ago_are_deleted(alice, datacenter, held_tasks):
+    watched = subscription(alice, datacenter, "job.failed")
+    now = timezone.now()
+    for sent, created in ((True, now - timedelta(days=31)), (False, now - timedelta(days=31)),
+                          (True, now - timedelta(days=29))):
+        Notification.objects.create(subscription=watched, kind="test", payload={},
+                                    created_at=created, due_at=created,
+                                    sent_at=created if sent else None)
+    notifications_watch()
+    assert sorted(Notification.objects.values_list("sent_at", flat=True),
+                  key=lambda at: at is None) == [now - timedelta(days=29), None]
