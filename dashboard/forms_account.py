@@ -1,6 +1,7 @@
 """The forms of the account pages. They check what a browser sends (present, not too long);
-the rules themselves are the services' (``registries.services``, ``accounts.services``), whose
-errors ``dashboard.service_errors`` puts beside these fields."""
+the rules themselves are the services' (``registries.services``, ``accounts.services``,
+``notifications.services``), whose errors ``dashboard.service_errors`` puts beside these
+fields."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from django import forms
 from django.conf import settings
 
 from accounts.services import MAX_TOKEN_TTL_DAYS
+from notifications.events import EVENTS
+from notifications.models import Subscription
+from notifications.webhooks import URL_MAX
 from registries.services import NAME_MAX, PASSWORD_MAX, USERNAME_MAX
 
 # The password is write-only: never rendered back, not even after an error.
@@ -65,3 +69,25 @@ class TokenCreateForm(forms.Form):
             "once": secrets.token_urlsafe(16)})
         super().__init__(*args, **kwargs)
         self.fields["datacenter"].choices = [(dc.name, dc.name) for dc in datacenters]
+
+
+class NotificationAddForm(forms.Form):
+    """A subscription (``notifications.services`` checks it)."""
+
+    events = forms.MultipleChoiceField(
+        choices=[(kind, f"{kind}: {event.summary}") for kind, event in EVENTS.items()],
+        widget=forms.CheckboxSelectMultiple)
+    channel = forms.ChoiceField(choices=Subscription.Channel.choices)
+    target = forms.CharField(max_length=URL_MAX, required=False, help_text=(
+        "An e-mail address (empty: yours) or a webhook's https:// URL; none for the "
+        "dashboard."))
+    format = forms.ChoiceField(choices=Subscription.Format.choices, required=False,
+                               help_text="A webhook's payload.")
+    wait_minutes = forms.IntegerField(required=False, min_value=1, label="Waiting longer than "
+                                      "(minutes)", help_text="With job.waiting.")
+    earlier_minutes = forms.IntegerField(required=False, min_value=1, label="Start earlier by "
+                                         "more than (minutes)", help_text="With job.earlier.")
+
+    def service_data(self) -> dict:
+        return {key: value for key, value in self.cleaned_data.items()
+                if value not in (None, "")}

@@ -3,7 +3,7 @@ states, log lines, metrics) come over the WebSockets in ``paddlecloud/routing.py
 
 from django.urls import path
 
-from .views import account, files, group, jobs
+from .views import account, files, group, jobs, notifications
 
 app_name = "dashboard"
 
@@ -20,6 +20,7 @@ urlpatterns = [
     path("registries/", account.registry_list, name="registries"),
     path("quota/", account.quota, name="quota"),
     path("tokens/", account.token_list, name="tokens"),
+    path("notifications/", notifications.notification_list, name="notifications"),
     path("device/", account.device_login, name="device"),
     path("datacenter", account.datacenter_switch, name="datacenter"),
 ]

@@ -12,6 +12,10 @@ same arguments: its place, and what it held, are free again.
 ``job_built`` — jobs' runtime images are ready (``builds``): they went from ``building`` to
 ``pending``, with the same arguments, and the owner's queue may admit them.
 
+``job_moved`` — jobs reached a state (any), with ``target`` and ``moves``, a (job id, owner id,
+datacenter id) per job: sent by ``transitions`` inside the transaction that moved them, so a
+receiver's rows commit (or roll back) with the move. The notifications' outbox listens.
+
 ``replicas_changed`` — something became of a job's replicas where they run (a pod changed, a
 local process ended), with ``job_uid``: sent by a backend's change feed, from its own thread,
 with nothing read from the database. ``sync`` listens: the job's sync runs soon.
@@ -27,5 +31,6 @@ from django.dispatch import Signal
 job_ended = Signal()
 job_requeued = Signal()
 job_built = Signal()
+job_moved = Signal()
 replicas_changed = Signal()
 runs_restarted = Signal()

@@ -20,7 +20,7 @@ from kernel import metrics
 
 from .models import Job, JobEvent, Replica
 from .notify import job_changed, jobs_changed
-from .signals import job_ended, runs_restarted
+from .signals import job_ended, job_moved, runs_restarted
 from .states import (
     FINAL_JOB_STATES,
     FINAL_REPLICA_STATES,
@@ -89,6 +89,8 @@ def _jobs_move(moves: list[tuple[Job, Job]], target: str, reasons: dict[int, str
     for owner in owners:
         jobs_changed(*owner, [job.pk for job, current in moves
                               if (current.owner_id, current.datacenter_id) == owner])
+    job_moved.send(Job, target=target, moves=[(job.pk, current.owner_id, current.datacenter_id)
+                                              for job, current in moves])
     if target in FINAL_JOB_STATES:
         for owner_id, datacenter_id in owners:
             job_ended.send(Job, owner_id=owner_id, datacenter_id=datacenter_id,

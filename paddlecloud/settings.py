@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "scheduling",
     "pfs",
     "registries",
+    "notifications",
     "dashboard",
     "paddlecloud",  # the wiring itself: its runportal command, which starts the portal
 ]
@@ -345,6 +346,38 @@ PADDLECLOUD_S3_SECRET_ACCESS_KEY = env_str("PADDLECLOUD_S3_SECRET_ACCESS_KEY")
 # encrypts, all decrypt; rotate with manage.py rotate_credential_keys).
 PADDLECLOUD_CREDENTIAL_KEYS = env_list("PADDLECLOUD_CREDENTIAL_KEYS", [])
 
+# Notifications (notifications/): e-mail goes through Django's mail backend (EMAIL_BACKEND, the
+# SMTP one unless set; EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD,
+# EMAIL_USE_TLS or EMAIL_USE_SSL, from DEFAULT_FROM_EMAIL).
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "paddlecloud@localhost")
+# The portal's address as users' browsers reach it: notifications link to a job's page.
+PADDLECLOUD_PUBLIC_URL = (env_str("PADDLECLOUD_PUBLIC_URL", "") or "").rstrip("/")
+# A failed delivery is tried again after this many seconds, doubling (an hour at most), for
+# PADDLECLOUD_NOTIFY_RETRY_HOURS; an endpoint failing for PADDLECLOUD_NOTIFY_DISABLE_DAYS is
+# disabled and its owner told by e-mail.
+PADDLECLOUD_NOTIFY_RETRY_SECONDS = env_int("PADDLECLOUD_NOTIFY_RETRY_SECONDS", 10)
+PADDLECLOUD_NOTIFY_RETRY_HOURS = env_int("PADDLECLOUD_NOTIFY_RETRY_HOURS", 24)
+PADDLECLOUD_NOTIFY_DISABLE_DAYS = env_int("PADDLECLOUD_NOTIFY_DISABLE_DAYS", 3)
+# Webhooks go to public addresses only, unless their address is in one of these networks
+# (CIDRs, comma-separated: a chat server inside, e.g. 10.1.2.0/24); plain http:// only with
+# PADDLECLOUD_WEBHOOK_ALLOW_HTTP.
+PADDLECLOUD_WEBHOOK_ALLOWED_NETWORKS = env_list("PADDLECLOUD_WEBHOOK_ALLOWED_NETWORKS", [])
+for _network in PADDLECLOUD_WEBHOOK_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"PADDLECLOUD_WEBHOOK_ALLOWED_NETWORKS: {_network!r} is not "
+                                   "a network like 10.1.2.0/24 or 192.0.2.7") from None
+PADDLECLOUD_WEBHOOK_ALLOW_HTTP = env_bool("PADDLECLOUD_WEBHOOK_ALLOW_HTTP", False)
+
 # GET /metrics (kernel/metrics.py, docs/admin/metrics.md): Prometheus sends this bearer token.
 # Unset: the endpoint answers 404 to everybody.
 PADDLECLOUD_METRICS_TOKEN = (env_str("PADDLECLOUD_METRICS_TOKEN") or "").strip()
@@ -420,7 +453,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # A job's states, shown by Job and GroupJob alike: one enum, named.
-    "ENUM_NAME_OVERRIDES": {"JobStateEnum": "jobs.states.JobState"},
+    "ENUM_NAME_OVERRIDES": {"JobStateEnum": "jobs.states.JobState",
+                            "SubscriptionChannelEnum": "notifications.models.Subscription.Channel",
+                            "SubscriptionFormatEnum": "notifications.models.Subscription.Format"},
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "pfs.schema.transfer_paths",

@@ -259,6 +259,22 @@ class ApiClient:
     def registry_delete(self, name: str) -> None:
         self.call("DELETE", f"/api/v1/registries/{quote(name, safe='')}/")
 
+    # -- notification subscriptions ---------------------------------------------------------
+
+    def notify_list(self) -> list[dict]:
+        return self.call("GET", "/api/v1/notifications/subscriptions/")
+
+    def notify_create(self, fields: dict) -> dict:
+        """A new subscription; a webhook's comes with its ``secret``, shown this once."""
+        return self.call("POST", "/api/v1/notifications/subscriptions/", json=fields)
+
+    def notify_delete(self, subscription: str) -> None:
+        self.call("DELETE", f"/api/v1/notifications/subscriptions/{quote(subscription, safe='')}/")
+
+    def notify_test(self, subscription: str) -> dict:
+        return self.call("POST",
+                         f"/api/v1/notifications/subscriptions/{quote(subscription, safe='')}/test")
+
     def quota(self) -> dict:
         """Each resource's limit and use: ``{"cpu": {"limit", "used", …}, …}``."""
         return self.call("GET", "/api/v1/quota")

@@ -167,6 +167,8 @@ def _positional(name: str, parser: argparse.ArgumentParser, given: list[str], cu
         if resource == "registry":
             return [r["name"] for r in line.context.client.registry_list()], NOTHING
         return [], NOTHING
+    if action.metavar == "ID" and name == "notify":
+        return [str(s["id"]) for s in line.context.client.notify_list()], NOTHING
     if action.metavar == "NAME" and name == "config":
         return _datacenters(line), NOTHING
     if action.metavar in JOB_ARGS:

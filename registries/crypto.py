@@ -14,6 +14,7 @@ from functools import cache
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
 
 
 class CredentialKeyError(Exception):
@@ -76,3 +77,19 @@ def rotate(token: bytes) -> bytes:
     except InvalidToken:
         raise CredentialKeyError("a registry password cannot be decrypted with any key in "
                                  "PADDLECLOUD_CREDENTIAL_KEYS") from None
+
+
+def rows_rotate(model, field: str) -> int:
+    """Encrypt ``field`` of every row of ``model`` (empty ones left out) again with the newest
+    key, a row at a time under its lock. Returns how many."""
+    count = 0
+    for pk in model.objects.filter(**{f"{field}__isnull": False}).values_list(
+            "pk", flat=True).iterator():
+        with transaction.atomic():
+            token = model.objects.select_for_update().filter(pk=pk).values_list(
+                field, flat=True).first()
+            if token is None:
+                continue
+            model.objects.filter(pk=pk).update(**{field: rotate(token)})
+            count += 1
+    return count

@@ -189,13 +189,4 @@ def registry_delete(user, datacenter, name: str, *, by=None) -> None:
 
 def registry_rotate_keys() -> int:
     """Encrypt every stored password again with the first (newest) key. Returns how many."""
-    count = 0
-    for pk in Registry.objects.values_list("pk", flat=True).iterator():
-        with transaction.atomic():
-            registry = Registry.objects.select_for_update().filter(pk=pk).first()
-            if registry is None:
-                continue
-            Registry.objects.filter(pk=pk).update(
-                password_encrypted=crypto.rotate(registry.password_encrypted))
-            count += 1
-    return count
+    return crypto.rows_rotate(Registry, "password_encrypted")

@@ -25,6 +25,7 @@ from rest_framework.test import APIClient
 
 from accounts.services import datacenter_upsert, token_create, user_upsert
 from tests.factories import home, job_fields, package_write, submit_job
+from tests.notify_receivers import SmtpServer, WebhookReceiver
 from tests.outages import PortalProcess, RedisServer, TcpProxy
 
 # Fixtures: the real cluster, Kueue on it.
@@ -287,6 +288,27 @@ def celery_worker():
     from jobs.backends.kubernetes.pods_watch import pod_caches_stop
 
     pod_caches_stop()
+
+
+@pytest.fixture
+def smtp_server(settings) -> SmtpServer:
+    """A real SMTP server on loopback, the portal's mail going to it (the SMTP backend)."""
+    server = SmtpServer()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", server.port
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def webhook_receiver(settings) -> WebhookReceiver:
+    """A webhook receiver on loopback, which the portal is allowed to reach (plain HTTP, on
+    127.0.0.0/8: the administrator's settings)."""
+    receiver = WebhookReceiver()
+    settings.PADDLECLOUD_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    settings.PADDLECLOUD_WEBHOOK_ALLOW_HTTP = True
+    yield receiver
+    receiver.stop()
 
 
 @pytest.fixture

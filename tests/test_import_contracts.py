@@ -91,6 +91,10 @@ BAD_IMPORTS = [
      "jobs.models -> dashboard.views"),
     ("accounts-base", "accounts/models.py", "from jobs.states import JobState",
      "accounts.models -> jobs.states"),
+    ("notifications-layers", "notifications/outbox.py", "from .services import subscription_get",
+     "notifications.outbox -> notifications.services"),
+    ("notifications-on-top", "jobs/transitions.py", "from notifications.outbox import test_record",
+     "jobs.transitions -> notifications.outbox"),
 ]
 
 

@@ -150,7 +150,8 @@ def test_a_directory_downloads_as_a_sandboxed_tar(portal):
 
 # --- the pages' Content-Security-Policy -----------------------------------------------------
 
-PAGES = ["/jobs/", "/jobs/new/", "/files/", "/registries/", "/quota/", "/tokens/"]
+PAGES = ["/jobs/", "/jobs/new/", "/files/", "/registries/", "/quota/", "/tokens/",
+         "/notifications/"]
 
 
 def directives(policy: str) -> dict[str, str]:

@@ -1,0 +1,16 @@
+from django.apps import AppConfig
+
+from jobs.signals import job_moved
+
+
+class NotificationsConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "notifications"
+    verbose_name = "notifications"
+
+    def ready(self):
+        # Here, not at the top: the outbox imports the models, which exist once every app is
+        # loaded.
+        from .outbox import job_moved_record
+
+        job_moved.connect(job_moved_record, dispatch_uid="notifications.job_moved_record")
