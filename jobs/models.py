@@ -332,6 +332,8 @@ class Usage(models.Model):
     gpu = models.PositiveIntegerField("GPUs held", default=0)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
+    # Its job's submission, for the usage reports' wait (``scheduling.reports``).
+    submitted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "usage record"  # the admin's "Usage records"
