@@ -9,15 +9,15 @@ from django.db.models import Q, QuerySet
 
 from .models import AuditEntry, Membership
 
-ACTORS = object()  # ``audit_record``'s default subject: what the actor did is their own
+ACTORS = object()  # ``audit_record``'s default ``whose``: what the actor did is their own
 
 
-def audit_record(actor, action: str, target: str, *, datacenter=None, subject=ACTORS,
+def audit_record(actor, action: str, target: str, *, datacenter=None, whose=ACTORS,
                  **details) -> AuditEntry:
     """Record that ``actor`` (a user, or None for the system) did ``action`` to ``target``,
-    which is ``subject``'s (a user; None: nobody's, e.g. a datacenter's default quota).
+    which is ``whose`` (a user; None: nobody's, e.g. a datacenter's default quota).
     ``details`` must never carry a secret: callers pass names and numbers only."""
-    subject = actor if subject is ACTORS else subject
+    subject = actor if whose is ACTORS else whose
     return AuditEntry.objects.create(
         actor=actor if actor is not None and actor.pk else None,
         actor_name=actor.username if actor is not None else "system",

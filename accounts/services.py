@@ -243,7 +243,7 @@ def quota_change_record(actor, datacenter, user, before: dict, after: dict) -> N
         return
     audit_record(actor, AuditEntry.Action.QUOTA_CHANGE,
                  user.username if user is not None else "(datacenter default)",
-                 datacenter=datacenter, subject=user, changes=changes)
+                 datacenter=datacenter, whose=user, changes=changes)
     transaction.on_commit(lambda: quota_changed.send(
         sender=Quota, user=user, datacenter=datacenter))
 

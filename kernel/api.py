@@ -62,10 +62,11 @@ def flag_parameter(name: str, description: str) -> OpenApiParameter:
 
 def query_time(request, name: str) -> datetime | None:
     """The time query parameter ``name``: a date (``2026-11-01``, its midnight) or an ISO 8601
-    time, UTC unless it names its zone; None when absent; anything else is a 400 that names the
+    time, UTC unless it names its zone; None when absent or empty (a form's field left
+    blank); anything else is a 400 that names the
     parameter and the rule."""
     value = request.GET.get(name)
-    if value is None:
+    if not value:
         return None
     try:
         moment = datetime.fromisoformat(value.replace(" ", "T"))
