@@ -69,7 +69,10 @@ def usage(request, datacenter):
 def audit(request, datacenter):
     query = {name: request.GET.get(name, "") for name in ("action", "since", "until", "user")}
     context = {"query": query, "actions": AuditEntry.Action.choices, "error": None,
-               "exports": _export_links("api-audit", query)}
+               "exports": _export_links("api-audit", query),
+               "leads": sorted(Membership.objects.filter(user=request.user, lead=True,
+                                                         team__isnull=False)
+                               .values_list("team__name", flat=True))}
     try:
         if query["action"] and query["action"] not in AuditEntry.Action.values:
             raise ValidationError.for_field("action", "one of the actions listed")
