@@ -354,6 +354,10 @@ class Membership(models.Model):
         Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="memberships",
         verbose_name="group", help_text="The group (team) the member's jobs count against, "
                                         "beside their own quota; one at most.")
+    lead = models.BooleanField(
+        "group lead", default=False,
+        help_text="Sees the usage report and the audit trail of every member of their group "
+                  "(in this datacenter), beside their own.")
     weight = models.PositiveIntegerField(
         "fair-share weight", default=1, validators=[MinValueValidator(1)],
         help_text="When the datacenter's capacity is contended, a member with weight 2 is "
@@ -569,8 +573,11 @@ class DeviceLogin(models.Model):
 
 class AuditEntry(models.Model):
     """Who did what, when: submissions, kills and deletions of jobs, changes of registry
-    credentials and of quotas. Written by the services (``accounts.audit.audit_record``), shown
-    read-only to admins. Never holds a secret."""
+    credentials, of API tokens and of quotas. Written by the services
+    (``accounts.audit.audit_record``); read by admins, by group leads for their group and by
+    each user for what they did or was done to what is theirs (``accounts.audit.audit_visible``).
+    Once written an entry is never changed or deleted (``save`` and ``delete`` refuse; the admin
+    and the API only read). Never holds a secret."""
 
     class Action(models.TextChoices):
         JOB_SUBMIT = "job.submit", "job submitted"
@@ -579,6 +586,8 @@ class AuditEntry(models.Model):
         REGISTRY_CREATE = "registry.create", "registry credential added"
         REGISTRY_UPDATE = "registry.update", "registry credential changed"
         REGISTRY_DELETE = "registry.delete", "registry credential deleted"
+        TOKEN_CREATE = "token.create", "API token made"
+        TOKEN_REVOKE = "token.revoke", "API token revoked"
         QUOTA_CHANGE = "quota.change", "quota changed"
         SSO_USER_CREATE = "sso.user_create", "user created at single sign-on"
         SSO_USER_LINK = "sso.user_link", "user matched by e-mail at single sign-on"
@@ -590,6 +599,11 @@ class AuditEntry(models.Model):
                               blank=True, related_name="+")
     actor_name = models.CharField("who", max_length=150,
                                   help_text="Kept when the user is deleted.")
+    subject = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+", verbose_name="whose",
+        help_text="The user whose job, registry, token or quota it was: they see the entry "
+                  "beside its actor.")
     action = models.CharField(max_length=32, choices=Action.choices)
     datacenter = models.CharField(max_length=63, blank=True)
     target = models.CharField("what", max_length=300,
@@ -599,7 +613,17 @@ class AuditEntry(models.Model):
     class Meta:
         ordering = ["-time", "-id"]
         verbose_name_plural = "audit log"
-        indexes = [models.Index(fields=["action", "-time"], name="audit_action_time")]
+        indexes = [models.Index(fields=["action", "-time"], name="audit_action_time"),
+                   models.Index(fields=["actor", "-time"], name="audit_actor_time"),
+                   models.Index(fields=["subject", "-time"], name="audit_subject_time")]
 
     def __str__(self) -> str:
         return f"{self.time:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.target}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise TypeError("an audit entry is written once and never changed")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise TypeError("an audit entry is never deleted")

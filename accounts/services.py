@@ -62,6 +62,7 @@ def _datacenter_for(user, datacenter_name: str | None) -> Datacenter:
     return membership.datacenter
 
 
+@transaction.atomic
 def token_create(user, *, datacenter_name: str | None = None, name: str = "",
                  ttl_days: int | None = None) -> IssuedToken:
     """A new token for ``user`` in one of their datacenters."""
@@ -80,6 +81,8 @@ def token_create(user, *, datacenter_name: str | None = None, name: str = "",
         digest=ApiToken.digest_of(raw),
         expires_at=timezone.now() + timedelta(days=ttl_days),
     )
+    audit_record(user, AuditEntry.Action.TOKEN_CREATE, f"{user.username}/{token.prefix}",
+                 datacenter=datacenter, name=name, expires_at=token.expires_at.isoformat())
     return IssuedToken(token=token, raw=raw)
 
 
@@ -101,6 +104,7 @@ def token_issue(*, username: str, password: str, address: str,
     return token_create(user, datacenter_name=datacenter_name, name=name)
 
 
+@transaction.atomic
 def token_revoke(user, token_id: int) -> ApiToken:
     """Revoke one of the user's own tokens; another user's token is not found."""
     token = ApiToken.objects.filter(user=user, pk=token_id).first()
@@ -109,6 +113,8 @@ def token_revoke(user, token_id: int) -> ApiToken:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
+        audit_record(user, AuditEntry.Action.TOKEN_REVOKE, f"{user.username}/{token.prefix}",
+                     datacenter=token.datacenter, name=token.name)
     return token
 
 
@@ -237,7 +243,7 @@ def quota_change_record(actor, datacenter, user, before: dict, after: dict) -> N
         return
     audit_record(actor, AuditEntry.Action.QUOTA_CHANGE,
                  user.username if user is not None else "(datacenter default)",
-                 datacenter=datacenter, changes=changes)
+                 datacenter=datacenter, whose=user, changes=changes)
     transaction.on_commit(lambda: quota_changed.send(
         sender=Quota, user=user, datacenter=datacenter))
 

@@ -286,12 +286,13 @@ def sso_memberships_sync(user, groups: list[str]) -> None:
             continue
         membership, _ = membership_grant(user, datacenters[datacenter_id], granted_by_sso=True)
         audit_record(None, AuditEntry.Action.SSO_MEMBERSHIP_ADD, user.username,
-                     datacenter=membership.datacenter, groups=sorted(mapped_groups))
+                     datacenter=membership.datacenter, whose=user,
+                     groups=sorted(mapped_groups))
     for datacenter_id, membership in current.items():
         if membership.granted_by_sso and datacenter_id not in mapped:
             membership.delete()
             audit_record(None, AuditEntry.Action.SSO_MEMBERSHIP_REMOVE, user.username,
-                         datacenter=membership.datacenter, groups=groups)
+                         datacenter=membership.datacenter, whose=user, groups=groups)
 
 
 def sso_only(user) -> bool:

@@ -10,4 +10,5 @@ urlpatterns = [
     path("auth/device/", views.DeviceLoginView.as_view(), name="api-device-login"),
     path("auth/device/token/", views.DeviceTokenView.as_view(), name="api-device-token"),
     path("auth/tokens/<int:token_id>/", views.TokenDetailView.as_view(), name="api-token-detail"),
+    path("audit", views.AuditView.as_view(), name="api-audit"),
 ]

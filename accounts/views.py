@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.permissions import AllowAny
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from kernel.api import validated
+from kernel.api import CsvRenderer, query_time, query_whole, validated
 from kernel.errors import ValidationError
 from paddlecloud_core import __version__
 
 from . import device, selectors, services
 from .api import DatacenterAPIView
-from .models import ApiToken
+from .audit import AUDIT_COLUMNS, audit_rows, audit_visible
+from .models import ApiToken, AuditEntry
 from .serializers import (
     ApiTokenSerializer,
     DatacenterSerializer,
@@ -30,6 +33,8 @@ from .serializers import (
 )
 from .throttling import client_address
 
+AUDIT_LIMIT = 500
+AUDIT_MAX = 10_000
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 429)}
 
 
@@ -151,6 +156,39 @@ class TokenDetailView(APIView):
     def delete(self, request, token_id: int):
         services.token_revoke(request.user, token_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AuditView(APIView):
+    renderer_classes = [JSONRenderer, CsvRenderer]
+    csv_columns = AUDIT_COLUMNS
+
+    @extend_schema(parameters=[
+        OpenApiParameter("action", str, description="comma-separated, e.g. job.kill,"
+                         "token.create"),
+        OpenApiParameter("since", str, description="from this date or time"),
+        OpenApiParameter("until", str, description="before this date or time"),
+        OpenApiParameter("user", str, description="only what this user did or was done to "
+                                                  "what is theirs"),
+        OpenApiParameter("limit", int, description=f"at most this many, newest first "
+                                                   f"(default {AUDIT_LIMIT})"),
+        OpenApiParameter("format", str, enum=["json", "csv"])],
+        responses={200: OpenApiTypes.OBJECT, (200, "text/csv"): OpenApiTypes.STR, **ERRORS},
+        summary="The audit trail you may read, newest first: what you did and what was done "
+                "to what is yours; your group's as its lead; everything as an admin. Read "
+                "only: entries are never changed or deleted")
+    def get(self, request):
+        return Response(audit_rows(_audit_entries(request)))
+
+
+def _audit_entries(request):
+    actions = [a for a in request.GET.get("action", "").split(",") if a]
+    if unknown := sorted(set(actions) - set(AuditEntry.Action.values)):
+        raise ValidationError.for_field("action", f"{unknown[0]} is none of "
+                                                  + ", ".join(AuditEntry.Action.values))
+    limit = query_whole(request, "limit", 1, AUDIT_MAX, AUDIT_LIMIT)
+    return audit_visible(request.user, actions=actions, since=query_time(request, "since"),
+                         until=query_time(request, "until"),
+                         username=request.GET.get("user") or None)[:limit]
 
 
 class MeView(DatacenterAPIView):

@@ -3,7 +3,7 @@ states, log lines, metrics) come over the WebSockets in ``paddlecloud/routing.py
 
 from django.urls import path
 
-from .views import account, files, group, jobs, notifications
+from .views import account, files, group, jobs, notifications, reports
 
 app_name = "dashboard"
 
@@ -21,6 +21,8 @@ urlpatterns = [
     path("quota/", account.quota, name="quota"),
     path("tokens/", account.token_list, name="tokens"),
     path("notifications/", notifications.notification_list, name="notifications"),
+    path("usage/", reports.usage, name="usage"),
+    path("audit/", reports.audit, name="audit"),
     path("device/", account.device_login, name="device"),
     path("datacenter", account.datacenter_switch, name="datacenter"),
 ]

@@ -351,6 +351,8 @@ class Usage(models.Model):
     lost_steps = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="Ended by a restart: the steps reported since its "
                                          "job's last complete checkpoint (lost).")
+    # Its job's submission, for the usage reports' wait (``scheduling.reports``).
+    submitted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "usage record"  # the admin's "Usage records"

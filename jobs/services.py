@@ -345,7 +345,7 @@ def job_kill(user, datacenter, name: str, *, by=None) -> Job:
         if job.build_id is not None:
             build_abandoned(job.build_id)
     audit_record(by or user, AuditEntry.Action.JOB_KILL, f"{user.username}/{name}",
-                 datacenter=datacenter)
+                 datacenter=datacenter, whose=user)
 
     task_later(JOB_STOP, job.pk)
     return job
@@ -375,7 +375,7 @@ def job_remove(job: Job, *, by=None, **details) -> None:
         usage_close(job.pk, timezone.now())  # its use stays in the ledger, its runs ended
         job.delete()
         audit_record(by, AuditEntry.Action.JOB_DELETE, f"{job.owner.username}/{job.name}",
-                     datacenter=job.datacenter, **details)
+                     datacenter=job.datacenter, whose=job.owner, **details)
         task_later(JOB_REMAINS_REMOVE, remains)
 
 

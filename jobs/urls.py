@@ -25,6 +25,7 @@ urlpatterns = [
     path("builds/<uuid:uid>/logs", views.BuildLogsView.as_view(), name="api-build-logs"),
     path("quota", views.QuotaView.as_view(), name="api-quota"),
     path("quota/budgets", views.BudgetsView.as_view(), name="api-budgets"),
+    path("usage", views.UsageView.as_view(), name="api-usage"),
     path("group", views.GroupView.as_view(), name="api-group"),
     path("group/jobs/", views.GroupJobsView.as_view(), name="api-group-jobs"),
 ]

@@ -44,12 +44,12 @@ def usage_record(replica: Replica, job_id: int, before: str, target: str, *, res
         ending.update(ended_at=now)
     if target in RUNS and (before not in RUNS or restart):
         job = Job.objects.only("owner_id", "datacenter_id", "name", "cpu", "pscpu",
-                               "gpu").get(pk=job_id)
+                               "gpu", "created_at").get(pk=job_id)
         cpu, gpu = held(replica.role, job.cpu, job.pscpu, job.gpu)
         Usage.objects.create(owner_id=job.owner_id, datacenter_id=job.datacenter_id,
                              job_key=job_id, job_name=job.name, replica_key=replica.pk,
                              role=replica.role, index=replica.index, attempt=attempt,
-                             cpu=cpu, gpu=gpu, started_at=now)
+                             cpu=cpu, gpu=gpu, started_at=now, submitted_at=job.created_at)
     return restarted
 
 

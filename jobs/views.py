@@ -8,17 +8,20 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serial
 from rest_framework import serializers, status
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import AllowAny
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.api import DatacenterAPIView
 from accounts.serializers import ErrorSerializer
-from kernel.api import flag_parameter, query_flag, query_whole
+from kernel.api import CsvRenderer, flag_parameter, query_flag, query_time, query_whole
 from kernel.errors import ValidationError
 from paddlecloud_core.logcursor import RULE, log_cursor
 from scheduling.admission import quota_report
 from scheduling.budgets import budget_report
 from scheduling.forecasts import job_predictions
+from scheduling.reports import COLUMNS as USAGE_COLUMNS
+from scheduling.reports import usage_report
 
 from . import services
 from .documents import to_yaml
@@ -166,6 +169,39 @@ class BudgetsView(DatacenterAPIView):
                            "CPU-hours per window, used, left, and the use over the window")
     def get(self, request):
         return Response(budget_report(request.user, self.datacenter))
+
+
+class UsageView(DatacenterAPIView):
+    renderer_classes = [JSONRenderer, CsvRenderer]
+    csv_columns = USAGE_COLUMNS
+
+    @extend_schema(parameters=[
+        OpenApiParameter("since", str, description="from the period holding this date or "
+                         "time (default: 30 days ago)"),
+        OpenApiParameter("until", str, description="to this date or time (default: now)"),
+        OpenApiParameter("by", str, enum=["day", "week", "month"],
+                         description="the periods: calendar days, weeks from Monday or "
+                                     "months, UTC (default: day)"),
+        OpenApiParameter("per", str, enum=["user", "group", "datacenter"],
+                         description="a row per user (default), group or the datacenter, "
+                                     "each period; group and datacenter: leads and admins"),
+        OpenApiParameter("group", str, description="only this group's members (its leads "
+                                                   "and the admins)"),
+        OpenApiParameter("user", str, description="only this user"),
+        OpenApiParameter("format", str, enum=["json", "csv"], description="csv: the rows"),
+    ], responses={200: OpenApiTypes.OBJECT, (200, "text/csv"): OpenApiTypes.STR, **ERRORS},
+        summary="Usage in this datacenter: GPU-hours, CPU-hours, jobs and the median wait, "
+                "period by period (summed as budgets are); yours, your group's as its lead, "
+                "everyone's as an admin")
+    def get(self, request):
+        params = request.query_params
+        report = usage_report(request.user, self.datacenter, since=query_time(request, "since"),
+                              until=query_time(request, "until"), by=params.get("by", "day"),
+                              per=params.get("per", "user"), group=params.get("group"),
+                              username=params.get("user"))
+        if request.accepted_renderer.format == "csv":
+            return Response(report["rows"])
+        return Response(report)
 
 
 class GroupView(DatacenterAPIView):

@@ -1,10 +1,17 @@
-"""What the apps' API views build on: ``validated`` for a request's body, ``query_flag`` and
-``query_whole`` for its query parameters (DRF's requests and Django's alike), ``flag_parameter``
-for the schema. (A view that acts in a datacenter is ``accounts.api.DatacenterAPIView``.)"""
+"""What the apps' API views build on: ``validated`` for a request's body, ``query_flag``,
+``query_whole`` and ``query_time`` for its query parameters (DRF's requests and Django's
+alike), ``flag_parameter`` for the schema, ``CsvRenderer`` for exports. (A view that acts in a
+datacenter is ``accounts.api.DatacenterAPIView``.)"""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+from datetime import UTC, datetime
+
 from drf_spectacular.utils import OpenApiParameter
+from rest_framework.renderers import BaseRenderer
 
 from .env import FALSE_WORDS, TRUE_WORDS
 from .errors import ValidationError
@@ -51,3 +58,44 @@ def query_whole(request, name: str, low: int, high: int, default: int | None
 def flag_parameter(name: str, description: str) -> OpenApiParameter:
     """A boolean query parameter read with ``query_flag``, for ``extend_schema``."""
     return OpenApiParameter(name, bool, description=f"{description}; {FLAG_RULE}")
+
+
+def query_time(request, name: str) -> datetime | None:
+    """The time query parameter ``name``: a date (``2026-11-01``, its midnight) or an ISO 8601
+    time, UTC unless it names its zone; None when absent or empty (a form's field left
+    blank); anything else is a 400 that names the
+    parameter and the rule."""
+    value = request.GET.get(name)
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace(" ", "T"))
+    except ValueError:
+        raise ValidationError.for_field(
+            name, "a date (2026-11-01) or an ISO 8601 time (2026-11-01T09:30Z)") from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+class CsvRenderer(BaseRenderer):
+    """Rows (a list of flat objects) as CSV, a header line of their keys first (the view's
+    ``csv_columns`` when it names them, so an empty export still has its header); an object
+    (an error) as one row. ``?format=csv`` or ``Accept: text/csv`` asks for it."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
+        rows = data if isinstance(data, list) else [data]
+        view = (renderer_context or {}).get("view")
+        columns = list(getattr(view, "csv_columns", None) or (rows[0] if rows else []))
+        if isinstance(data, dict):
+            columns = list(data)
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow(["" if row.get(c) is None else
+                             json.dumps(row[c]) if isinstance(row.get(c), dict | list)
+                             else row[c] for c in columns])
+        return out.getvalue().encode()

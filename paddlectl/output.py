@@ -2,11 +2,14 @@
 
 ``table`` aligns columns with spaces under upper-case headers, as kubectl does, shows times
 in local time with their age and sizes human-readable; ``wide`` adds the wide-only columns
-and exact sizes; ``json`` and ``yaml`` print the API's data as it came.
+and exact sizes; ``json`` and ``yaml`` print the API's data as it came; ``csv`` the rows in
+the table's columns (``get usage`` and ``get audit``: the portal's own export).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +20,7 @@ import yaml
 
 from paddlecloud_client.progress import format_size
 
-FORMATS = ("table", "wide", "json", "yaml")
+FORMATS = ("table", "wide", "json", "yaml", "csv")
 PADDING = 3  # spaces between columns at least (kubectl's)
 
 
@@ -242,13 +245,40 @@ REGISTRY_COLUMNS = [Column("name", "name"), Column("server", "server"),
                     Column("created", "created_at", "time", wide_only=True)]
 
 
+# ``get usage``: the report's rows; ``get audit``: the entries.
+USAGE_COLUMNS = [Column("period", "period"), Column("user", "user"), Column("group", "group"),
+                 Column("jobs", "jobs"), Column("gpu-hours", "gpu_hours"),
+                 Column("cpu-hours", "cpu_hours"),
+                 Column("median wait", lambda r: None if r["median_wait_seconds"] is None
+                        else format_duration(r["median_wait_seconds"])),
+                 Column("lost gpu-hours", "lost_gpu_hours", wide_only=True),
+                 Column("lost cpu-hours", "lost_cpu_hours", wide_only=True)]
+AUDIT_COLUMNS = [Column("time", "time", "time"), Column("who", "actor"),
+                 Column("action", "action"), Column("what", "target"),
+                 Column("whose", "whose"), Column("datacenter", "datacenter", wide_only=True),
+                 Column("details", lambda r: " ".join(f"{k}={v}" for k, v in
+                                                      (r.get("details") or {}).items()),
+                        wide_only=True)]
+
+
 PRINTERS: dict[str, Callable[[Any, list[dict], list[Column]], str]] = {
     "table": _table,
     "wide": lambda data, rows, columns: _table(data, rows, columns, wide=True),
     "json": lambda data, rows, columns: json.dumps(data, indent=2, ensure_ascii=False) + "\n",
     "yaml": lambda data, rows, columns: yaml.safe_dump(data, default_flow_style=False,
                                                        sort_keys=False, allow_unicode=True),
+    "csv": lambda data, rows, columns: _csv(rows, columns),
 }
+
+
+def _csv(rows: list[dict], columns: list[Column]) -> str:
+    """Rows as CSV in the table's columns (every one), values as they came."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([c.header for c in columns])
+    writer.writerows([["" if (v := c.value(row)) is None else v for c in columns]
+                      for row in rows])
+    return out.getvalue()
 
 
 def emit(stream: TextIO, fmt: str, data: Any, rows: list[dict] | None = None,

@@ -183,7 +183,7 @@ def registry_delete(user, datacenter, name: str, *, by=None) -> None:
     with transaction.atomic():
         registry.delete()
         audit_record(by or user, AuditEntry.Action.REGISTRY_DELETE, f"{user.username}/{name}",
-                     datacenter=datacenter)
+                     datacenter=datacenter, whose=user)
         task_later(PULL_SECRET_REMOVE, datacenter_id, owner_id, name)
 
 

@@ -13,6 +13,8 @@ checkpoint, the end of each such run) is shown as ``lost``."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -36,10 +38,15 @@ def window_of(budget: Budget, now: datetime) -> tuple[datetime, str]:
     """When the budget's window began, and the window in words."""
     if budget.kind == Budget.Kind.ROLLING:
         return now - LENGTHS[budget.window], ROLLING_WORDS[budget.window]
-    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    start = {"day": day, "week": day - timedelta(days=day.weekday()),
-             "month": day.replace(day=1)}[budget.window]
-    return start, CALENDAR_WORDS[budget.window]
+    return period_start(now, budget.window), CALENDAR_WORDS[budget.window]
+
+
+def period_start(at: datetime, period: str) -> datetime:
+    """When the calendar ``period`` (day, week from Monday, month; UTC) holding ``at`` began:
+    a calendar budget's window, a usage report's row."""
+    day = at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return {"day": day, "week": day - timedelta(days=day.weekday()),
+            "month": day.replace(day=1)}[period]
 
 
 def owners_of(budget: Budget) -> list[int]:
@@ -65,33 +72,49 @@ def use(budget: Budget, now: datetime) -> Use:
     their time there times the CPUs and GPUs they held, in all and bucket by bucket. The
     ledger outlives the jobs: a job deleted, by its owner or its TTL, still counts."""
     start, _ = window_of(budget, now)
-    runs = (Usage.objects.filter(datacenter_id=budget.datacenter_id,
-                                 owner_id__in=owners_of(budget), started_at__lt=now)
-            .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
-            .filter(Q(cpu__gt=0) | Q(gpu__gt=0))
-            .values_list("started_at", "ended_at", "cpu", "gpu", "lost_seconds"))
     step = BUCKETS[budget.window]
-    buckets = int((now - start) / step) + 1
-    cpu = [0.0] * buckets
-    gpu = [0.0] * buckets
+    edges = [start + i * step for i in range(int((now - start) / step) + 1)] + [now]
+    cpu = [0.0] * (len(edges) - 1)
+    gpu = [0.0] * (len(edges) - 1)
     lost_cpu = lost_gpu = 0.0
-    for first, last, cores, gpus, lost in runs:
+    runs = ledger_runs(budget.datacenter_id, owners_of(budget), start, now)
+    for first, last, cores, gpus, lost in runs.values_list("started_at", "ended_at", "cpu", "gpu",
+                                                           "lost_seconds"):
+        for index, cpu_hours, gpu_hours in run_hours(first, last, cores, gpus, edges):
+            cpu[index] += cpu_hours
+            gpu[index] += gpu_hours
         if lost and last is not None:  # its last lost_seconds were lost to its restart
-            hours = max(0.0, (min(last, now) - max(last - timedelta(seconds=lost), start,
-                                                   first)).total_seconds()) / 3600
-            lost_cpu += cores / 1000 * hours
-            lost_gpu += gpus * hours
-        first, last = max(first, start), min(last or now, now)
-        while first < last:  # spread over the buckets it spans
-            index = int((first - start) / step)
-            edge = min(last, start + (index + 1) * step)
-            hours = (edge - first).total_seconds() / 3600
-            cpu[index] += cores / 1000 * hours
-            gpu[index] += gpus * hours
-            first = edge
-    return Use(sum(cpu), sum(gpu),
-               [(start + i * step, cpu[i], gpu[i]) for i in range(buckets)],
+            lost_from = max(first, last - timedelta(seconds=lost))
+            for _, cpu_hours, gpu_hours in run_hours(lost_from, last, cores, gpus, [start, now]):
+                lost_cpu += cpu_hours
+                lost_gpu += gpu_hours
+    return Use(sum(cpu), sum(gpu), [(edges[i], cpu[i], gpu[i]) for i in range(len(cpu))],
                lost_cpu, lost_gpu)
+
+
+def ledger_runs(datacenter_id: int, owner_ids: Iterable[int], start: datetime, end: datetime):
+    """The runs in the usage ledger of ``owner_ids`` in the datacenter that overlap ``start``
+    to ``end`` and held something (a master holds nothing counted): what budgets and the
+    usage reports (``scheduling.reports``) are summed from."""
+    return (Usage.objects.filter(datacenter_id=datacenter_id, owner_id__in=owner_ids,
+                                 started_at__lt=end)
+            .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
+            .filter(Q(cpu__gt=0) | Q(gpu__gt=0)))
+
+
+def run_hours(first: datetime, last: datetime | None, cores: int, gpus: int,
+              edges: list[datetime]) -> Iterator[tuple[int, float, float]]:
+    """A run's use bucket by bucket, ``edges`` being the buckets' starts and the last one's
+    end (a run still going runs to it): (bucket, CPU-hours, GPU-hours) for each bucket it
+    spans, its time there times the millicores and GPUs it held. The one rule budgets and
+    usage reports count by."""
+    first, last = max(first, edges[0]), min(last or edges[-1], edges[-1])
+    while first < last:
+        index = bisect_right(edges, first) - 1
+        edge = min(last, edges[index + 1])
+        hours = (edge - first).total_seconds() / 3600
+        yield index, cores / 1000 * hours, gpus * hours
+        first = edge
 
 
 def _spent(budget: Budget, used: Use) -> list[str]:

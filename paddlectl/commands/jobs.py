@@ -31,6 +31,7 @@ from paddlecloud_core.status import FINAL_STATES
 from paddlectl.args import flag
 from paddlectl.commands.registry import registry_delete, registry_get
 from paddlectl.output import (
+    AUDIT_COLUMNS,
     BUDGET_COLUMNS,
     CHECKPOINT_COLUMNS,
     JOB_COLUMNS,
@@ -38,6 +39,7 @@ from paddlectl.output import (
     QUOTA_COLUMNS,
     TASK_COLUMNS,
     TASK_PASS_COLUMNS,
+    USAGE_COLUMNS,
     WORKER_COLUMNS,
     Column,
     predicted_start,
@@ -210,7 +212,7 @@ RESOURCES = {"jobs": "jobs", "job": "jobs", "workers": "workers", "worker": "wor
              "tasks": "tasks", "task": "tasks", "checkpoints": "checkpoints",
              "checkpoint": "checkpoints",
              "registry": "registry", "registries": "registry", "quota": "quota",
-             "group": "group"}
+             "group": "group", "usage": "usage", "audit": "audit"}
 
 
 def setup_get(parser) -> None:
@@ -224,12 +226,27 @@ def setup_get(parser) -> None:
         "get registry           your registry credentials\n"
         "get quota              your quota in this datacenter: each resource's limit and use\n"
         "get group              your group: its members, its quota and use, and its\n"
-        "                       members' jobs (to look at; each changes only their own)")
+        "                       members' jobs (to look at; each changes only their own)\n"
+        "get usage              GPU-hours, CPU-hours, jobs and median wait, period by\n"
+        "                       period (yours; your group's as its lead; all as an admin)\n"
+        "get audit              the audit trail you may read, newest first")
     parser.add_argument("resource", metavar="RESOURCE",
-                        help="jobs, workers, tasks, checkpoints, registry, quota or group")
+                        help="jobs, workers, tasks, checkpoints, registry, quota, group, usage "
+                             "or audit")
     parser.add_argument("names", nargs="*", metavar="NAME")
     flag(parser, "state", metavar="STATES",
          help="jobs only in these states, comma-separated (running,failed)")
+    flag(parser, "since", metavar="DATE",
+         help="usage and audit: from this date or time (2026-11-01, 2026-11-01T09:00Z)")
+    flag(parser, "until", metavar="DATE", help="usage and audit: before this date or time")
+    flag(parser, "by", choices=("day", "week", "month"), metavar="PERIOD",
+         help="usage: a row per day (default), week or month")
+    flag(parser, "per", choices=("user", "group", "datacenter"), metavar="WHO",
+         help="usage: a row per user (default), group or the datacenter")
+    flag(parser, "group", metavar="GROUP", help="usage: only this group's members")
+    flag(parser, "user", metavar="USER", help="usage and audit: only this user's")
+    flag(parser, "action", metavar="ACTIONS",
+         help="audit: only these actions, comma-separated (job.kill,token.create)")
 
 
 def _get_jobs(ctx, args) -> None:
@@ -324,18 +341,49 @@ def _get_group(ctx, args) -> None:
         ctx.emit(jobs, jobs, [Column("owner", "owner"), *JOB_COLUMNS])
 
 
+def _get_usage(ctx, args) -> None:
+    params = {"since": args.since, "until": args.until, "by": args.by, "per": args.per,
+              "group": args.group, "user": args.user}
+    if ctx.output_format() == "csv":
+        ctx.stdout.write(ctx.client.usage(params, "csv"))
+        return
+    report = ctx.client.usage(params)
+    if not report["rows"] and not _machine_output(ctx):
+        ctx.info(f"no use in datacenter {ctx.datacenter.name} since {report['since'][:10]}")
+        return
+    ctx.emit(report, report["rows"], USAGE_COLUMNS)
+
+
+def _get_audit(ctx, args) -> None:
+    params = {"since": args.since, "until": args.until, "user": args.user,
+              "action": args.action}
+    if ctx.output_format() == "csv":
+        ctx.stdout.write(ctx.client.audit(params, "csv"))
+        return
+    entries = ctx.client.audit(params)
+    if not entries and not _machine_output(ctx):
+        ctx.info("no audit entries")
+        return
+    ctx.emit(entries, entries, AUDIT_COLUMNS)
+
+
 def run_get(ctx, args) -> None:
     resource = RESOURCES.get(args.resource)
     if resource is None:
         raise UsageError(f"get: unknown resource {args.resource!r}: use jobs, workers JOB, "
-                         "tasks JOB, checkpoints JOB, registry, quota or group")
+                         "tasks JOB, checkpoints JOB, registry, quota, group, usage or audit")
     if args.state and resource not in ("jobs", "group"):
         raise UsageError("get: -state is for get jobs and get group")
-    if resource in ("quota", "group") and args.names:
+    if resource in ("quota", "group", "usage", "audit") and args.names:
         raise UsageError(f"get {resource} takes no names")
+    for name, only in (("since", "usage audit"), ("until", "usage audit"), ("by", "usage"),
+                       ("per", "usage"), ("group", "usage"), ("user", "usage audit"),
+                       ("action", "audit")):
+        if getattr(args, name) and resource not in only.split():
+            raise UsageError(f"get: -{name} is for get {' and get '.join(only.split())}")
     {"jobs": _get_jobs, "workers": _get_workers, "tasks": _get_tasks,
-     "checkpoints": _get_checkpoints, "quota": _get_quota,
-     "group": _get_group,
+     "checkpoints": _get_checkpoints, "quota": _get_quota, "group": _get_group,
+     "usage": _get_usage, "audit": _get_audit,
      "registry": lambda ctx, args: registry_get(ctx, args.names)}[resource](ctx, args)
 
 

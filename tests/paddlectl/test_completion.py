@@ -45,10 +45,11 @@ def test_subcommands_and_flags_come_from_the_parsers(offline_cli):
     # flags as the user started them: the seeds' one dash, or two
     assert offered(offline_cli, "submit", "-par") == (["-parallelism"], ":")
     assert offered(offline_cli, "submit", "--jobn") == (["--jobname"], ":")
-    assert offered(offline_cli, "-o", "") == (["table", "wide", "json", "yaml"], ":")
+    assert offered(offline_cli, "-o", "") == (["table", "wide", "json", "yaml", "csv"], ":")
     assert offered(offline_cli, "get", "jobs", "-o", "w") == (["wide"], ":")
     assert offered(offline_cli, "get", "") == (
-        ["group", "jobs", "quota", "registry", "tasks", "workers"], ":")
+        ["audit", "group", "jobs", "quota", "registry", "tasks", "usage", "workers"], ":")
+    assert offered(offline_cli, "get", "usage", "-by", "") == (["day", "week", "month"], ":")
     assert offered(offline_cli, "delete", "") == (["job", "registry"], ":")
     assert offered(offline_cli, "help", "k") == (["kill"], ":")
     assert offered(offline_cli, "completion", "") == (["bash", "zsh", "fish"], ":")

@@ -420,6 +420,34 @@ def test_get_quota_shows_budgets_used_and_left(live_cli):
     assert data["budgets"][0]["since"].endswith("-01T00:00:00+00:00")
 
 
+def test_get_usage_and_get_audit(live_cli):
+    """``get usage`` shows the report as a table, and as the portal's CSV with -o csv; ``get
+    audit`` the entries the user may read, -action narrowing them."""
+    from datetime import UTC, datetime, timedelta
+
+    from accounts.services import token_create
+    from tests.jobs.test_budgets import ran
+
+    portal = live_cli.portal
+    began = datetime.now(UTC) - timedelta(hours=2)
+    ran(portal.user, portal.datacenter, "earlier", gpu=2, began=began,
+        ended=began + timedelta(minutes=30))
+    rows = table(ok(live_cli("get", "usage", "-by", "month")).stdout)
+    assert rows == [["PERIOD", "USER", "GROUP", "JOBS", "GPU-HOURS", "CPU-HOURS", "MEDIAN WAIT"],
+                    [began.strftime("%Y-%m-01"), portal.user.username, "-", "1", "1.0", "0.5",
+                     "-"]]
+    out = ok(live_cli("get", "usage", "-o", "csv")).stdout
+    assert out.splitlines()[0].startswith("period,user,group,datacenter,jobs,gpu_hours")
+    assert out.splitlines()[1].split(",")[5] == "1.0"
+    fails(live_cli("get", "usage", "-by", "year"), 1, "invalid choice: 'year'")
+    fails(live_cli("get", "jobs", "-by", "week"), 1, "-by is for get usage")
+    token_create(portal.user, name="for-audit")
+    audit = table(ok(live_cli("get", "audit", "-action", "token.create")).stdout)
+    assert audit[0][:4] == ["TIME", "WHO", "ACTION", "WHAT"]
+    assert {row[-3] for row in audit[1:]} == {"token.create"}
+    assert "for-audit" in ok(live_cli("get", "audit", "-o", "csv")).stdout
+
+
 def test_the_tables_say_why_a_job_failed_without_o_wide(live_cli, celery_worker, package,
                                                         jobs):
     ok(live_cli("submit", "-jobname", "broken", "-entry", "python nothing-here.py", package))
