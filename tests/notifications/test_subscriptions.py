@@ -166,3 +166,21 @@ def test_webhook_secrets_rotate_with_the_credential_keys(token_client, settings,
     settings.PADDLECLOUD_CREDENTIAL_KEYS = [new_key]  # the old key can go now
     stored = Subscription.objects.get(channel="webhook").secret_encrypted
     assert crypto.decrypt(stored) == secret
+
+
+def test_a_webhook_is_checked_again_at_each_sending(token_client, settings, webhook_receiver,
+                                                    held_tasks):
+    """Where its host points now counts (a name may resolve elsewhere later, an
+    administrator may take an allowance back): nothing is sent to a refused address."""
+    from notifications.delivery import notifications_send
+
+    created = add(token_client, events=["job.failed"], channel="webhook",
+                  target=webhook_receiver.url("/a")).json()
+    settings.PADDLECLOUD_WEBHOOK_ALLOWED_NETWORKS = []
+    token_client.post(f"{URL}{created['id']}/test")
+    assert notifications_send() == 1
+    notification = Notification.objects.get()
+    assert (notification.attempts, notification.sent_at) == (1, None)
+    assert "private or reserved network" in notification.last_error
+    assert notification.due_at > notification.created_at  # to be tried again later
+    assert webhook_receiver.requests == 0
