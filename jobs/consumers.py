@@ -158,6 +158,9 @@ class JobListConsumer(PortalConsumer):
     async def job_deleted(self, event):
         await self.send_json({"type": "job_deleted", "name": event["name"]})
 
+    async def notification_shown(self, event):
+        await self.send_json({"type": "notification", "id": event["id"], "text": event["text"]})
+
     async def send_jobs(self, job_ids):
         for job in await self.jobs_read(job_ids):
             await self.send_json({"type": "job", "job": job})

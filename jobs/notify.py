@@ -1,4 +1,5 @@
-"""Telling the dashboards that a job changed: its owner's job list and the job's own page.
+"""Telling the dashboards that a job changed: its owner's job list and the job's own page; and
+showing a notification on the owner's job lists.
 
 The message carries ids only; each consumer reads what it shows from the database, so a
 message that is late, doubled or dropped never shows anything stale for long. Sent once the
@@ -43,6 +44,26 @@ def jobs_changed(owner_id: int, datacenter_id: int, job_ids: list[int]) -> None:
     if job_ids:
         _after_commit([{"type": "job.changed", "job_id": job_id} for job_id in job_ids],
                       (owner_id, datacenter_id))
+
+
+def notification_shown(owner_id: int, datacenter_id: int, notification_id: str,
+                       text: str) -> None:
+    """A notification of the owner's dashboard subscription, to their open job lists, at once
+    (the worker delivering it calls this; the notifications page lists it too, so a channel
+    layer that is down loses nothing)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    message = {"type": "notification.shown", "id": notification_id, "text": text}
+
+    async def send():
+        await layer.group_send(jobs_group(owner_id, datacenter_id), message)
+
+    try:
+        _run_async(send)
+    except Exception:
+        log.warning("could not show notification %s on the dashboards", notification_id,
+                    exc_info=True)
 
 
 def job_deleted(job) -> None:

@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from jobs.notify import notification_shown
 from registries import crypto
 
 from .models import Notification, Subscription
@@ -93,7 +94,9 @@ def _send(notification: Notification) -> None:
             _webhook(subscription, notification.payload)
         elif subscription.channel == Subscription.Channel.EMAIL:
             _email(subscription, notification.payload)
-        # The dashboard's: the account page lists them from the outbox.
+        else:  # the dashboard's: shown on open job lists, listed on the notifications page
+            notification_shown(subscription.owner_id, subscription.datacenter_id,
+                               str(notification.pk), notification.payload["text"])
     except (DeliveryError, DestinationError, OSError, smtplib.SMTPException,
             urllib3.exceptions.HTTPError) as exc:
         _failed(notification, f"{type(exc).__name__}: {exc}"[:500])

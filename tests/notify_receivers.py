@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import json
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,8 +32,39 @@ class Delivery:
     headers: dict = field(default_factory=dict)
 
 
+def loopback_certificate(where) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 and its key, as PEM files in ``where``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = where / "webhook.crt", where / "webhook.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_file), str(key_file)
+
+
 class WebhookReceiver:
-    def __init__(self):
+    """Over plain HTTP, or HTTPS with ``tls`` (a certificate file and its key)."""
+
+    def __init__(self, tls: tuple[str, str] | None = None):
         self.secrets: dict[str, str] = {}  # path -> the subscription's secret
         self.received: dict[str, Delivery] = {}  # id -> its first delivery
         self.repeats: list[str] = []
@@ -58,12 +90,18 @@ class WebhookReceiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        self.scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.scheme = "https"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
                                        name="webhook-receiver")
         self.thread.start()
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+        return f"{self.scheme}://127.0.0.1:{self.server.server_address[1]}{path}"
 
     def fail(self, count: int) -> None:
         self._failing = count

@@ -75,6 +75,7 @@ document.addEventListener("DOMContentLoaded", () => {
     onMessage(message) {
       if (message.type === "job") update(message.job);
       else if (message.type === "job_deleted") remove(message.name);
+      else if (message.type === "notification") status.textContent = message.text;
     },
     onRefused(error) { status.textContent = error?.message || "live updates are off"; },
     onStatus(state) {

@@ -14,8 +14,9 @@ from tests.factories import submit_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.package("print('hi')\n", "quick")]
 
-PAGES = ("/jobs/", "/jobs/new/", "/files/", "/registries/", "/quota/", "/tokens/")
-NAV = ("Jobs", "Submit", "Files", "Registries", "Quota", "Tokens")
+PAGES = ("/jobs/", "/jobs/new/", "/files/", "/registries/", "/quota/", "/tokens/",
+         "/notifications/")
+NAV = ("Jobs", "Submit", "Files", "Registries", "Quota", "Tokens", "Notifications")
 
 
 def sideways(page) -> int:

@@ -419,3 +419,27 @@ def test_the_tail_of_a_log_and_the_number_of_its_first_line(tmp_path):
     write(path, "half a line")  # being written: shown, and it counts as one
     assert lines.lines_tail(log, 2) == (9, ["line 9", "half a line"])
     assert lines.lines_tail(log, 0) == (10, [])
+
+
+async def test_a_dashboard_notification_shows_on_the_open_job_list(app, alice, datacenter):
+    from notifications.delivery import notifications_send
+    from notifications.models import Notification, Subscription
+    from notifications.outbox import test_record
+
+    socket = await connect(app, "/ws/jobs/", alice)
+    assert await socket.receive_nothing(timeout=1)  # it joins its group once accepted
+
+    @sync_to_async
+    def notify() -> str:
+        subscription = Subscription.objects.create(owner=alice, datacenter=datacenter,
+                                                   events=["job.failed"], channel="dashboard")
+        notification = test_record(subscription)
+        in_a_worker_thread(notifications_send, [str(notification.pk)])
+        assert Notification.objects.get().sent_at is not None
+        return str(notification.pk)
+
+    notification = await notify()
+    assert await receive(socket) == {
+        "type": "notification", "id": notification,
+        "text": "a test of PaddleCloud's notifications to the dashboard"}
+    await socket.disconnect()

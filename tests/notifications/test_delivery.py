@@ -99,7 +99,9 @@ def test_each_subscribed_event_arrives_once_signed_and_in_time(
     assert subjects[1].startswith("[PaddleCloud] job alice/good succeeded")
     assert all(m["X-Envelope-To"] == "alice@example.com" for m in smtp_server.messages)
     assert len(smtp_server.ids()) == 2
-    assert not Notification.objects.filter(sent_at__isnull=True).exists()
+    # (the sender marks one sent once the receiver's answer reaches it)
+    wait(lambda: not Notification.objects.filter(sent_at__isnull=True).exists(), timeout=10,
+         message="every notification marked sent")
 
 
 def test_a_failing_endpoint_is_tried_again_with_back_off(

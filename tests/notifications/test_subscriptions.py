@@ -166,3 +166,50 @@ def test_webhook_secrets_rotate_with_the_credential_keys(token_client, settings,
     settings.PADDLECLOUD_CREDENTIAL_KEYS = [new_key]  # the old key can go now
     stored = Subscription.objects.get(channel="webhook").secret_encrypted
     assert crypto.decrypt(stored) == secret
+
+
+def test_a_webhook_is_checked_again_at_each_sending(token_client, settings, webhook_receiver,
+                                                    held_tasks):
+    """Where its host points now counts (a name may resolve elsewhere later, an
+    administrator may take an allowance back): nothing is sent to a refused address."""
+    from notifications.delivery import notifications_send
+
+    created = add(token_client, events=["job.failed"], channel="webhook",
+                  target=webhook_receiver.url("/a")).json()
+    settings.PADDLECLOUD_WEBHOOK_ALLOWED_NETWORKS = []
+    token_client.post(f"{URL}{created['id']}/test")
+    assert notifications_send() == 1
+    notification = Notification.objects.get()
+    assert (notification.attempts, notification.sent_at) == (1, None)
+    assert "private or reserved network" in notification.last_error
+    assert notification.due_at > notification.created_at  # to be tried again later
+    assert webhook_receiver.requests == 0
+
+
+def test_a_webhook_over_https_is_sent_to_the_checked_address_with_its_certificate_checked(
+        token_client, settings, tmp_path, monkeypatch, held_tasks):
+    """The request goes to the address the check found, and TLS still checks the
+    certificate against the URL's host: trusted, it arrives; untrusted, nothing is sent."""
+    from notifications.delivery import notifications_send
+    from tests.notify_receivers import WebhookReceiver, loopback_certificate
+
+    settings.PADDLECLOUD_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    cert, key = loopback_certificate(tmp_path)
+    receiver = WebhookReceiver(tls=(cert, key))
+    try:
+        created = add(token_client, events=["job.failed"], channel="webhook",
+                      target=receiver.url("/tls")).json()
+        receiver.secrets["/tls"] = created["secret"]
+        token_client.post(f"{URL}{created['id']}/test")
+        assert notifications_send() == 1
+        untrusted = Notification.objects.get()
+        assert "CERTIFICATE_VERIFY_FAILED" in untrusted.last_error
+        assert receiver.received == {}
+
+        monkeypatch.setenv("SSL_CERT_FILE", cert)  # the portal trusts it now
+        Notification.objects.update(due_at=untrusted.created_at)
+        assert notifications_send() == 1
+        assert receiver.events() == ["test"] and not receiver.refused
+        assert Notification.objects.get().sent_at is not None
+    finally:
+        receiver.stop()
