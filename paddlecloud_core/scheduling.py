@@ -33,8 +33,9 @@ The model, in order:
   waits — may start by stopping running jobs of those over theirs, once it has waited
   ``preempt_after``: the victims are those that lose the fewest GPU-minutes (CPU-minutes
   where they hold no GPUs) since their last checkpoint (``lost_minutes``), as few as make
-  room. ``Plan.preempt`` says which and when; the job's reason says when. Predicted starts
-  leave preemption out.
+  room, and only while each victim's owner keeps a larger share than the job's owner will
+  then hold (else they would only change places). ``Plan.preempt`` says which and when; the
+  job's reason says when. Predicted starts leave preemption out.
 """
 
 from __future__ import annotations
@@ -508,12 +509,19 @@ def _preemptions(pool: Pool, ledger: _Ledger, plan: Plan) -> None:
              and share[_entity(pool, run.owner)] > fair and _entity(pool, run.owner) != entity
              and any(getattr(run.held, r) for r in short)),
             key=lambda run: (*lost_minutes(run, now), run.id))
-        chosen, freed = [], Vec()
+        # Whoever loses a job keeps more than the job's owner will hold: else the two would
+        # only change places (and the victim, first at equal shares, would start again).
+        gains = dominant_share(ledger.held[entity] + job.need, capacity, weights[entity])
+        chosen, freed, freed_of = [], Vec(), defaultdict(Vec)
         for run in candidates:
             if not capacity.short(held - freed, job.need):
                 break
+            loser = _entity(pool, run.owner)
+            if dominant_share(ledger.held[loser] - freed_of[loser] - run.held, capacity,
+                              weights[loser]) <= gains:
+                continue
             chosen.append(run)
-            freed = freed + run.held
+            freed, freed_of[loser] = freed + run.held, freed_of[loser] + run.held
         if capacity.short(held - freed, job.need):
             continue  # stopping them all would not make room
         for run in reversed(chosen):  # the costliest first: is it needed after all?

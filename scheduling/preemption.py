@@ -63,7 +63,11 @@ def preempt_due(datacenter: Datacenter) -> int:
     waiting = list(Job.objects.filter(datacenter=datacenter, state__in=WAITING_STATES)
                    .order_by(*QUEUE_ORDER).only(*HEAD_FIELDS)[:LOOK])
     pool = pool_load(datacenter, {job.owner_id for job in waiting}, waiting)
-    if not any(run.began is not None for run in pool.running):
+    now = timezone.now()
+    # Whether any is due at all, before the running jobs' metrics files are read for what
+    # each would lose (which only changes who the victims are).
+    if not any(found.at <= now.timestamp()
+               for found in schedule(pool, now.timestamp()).preempt.values()):
         return 0
     running = {job.pk: job for job in Job.objects.filter(
         pk__in=[run.id for run in pool.running if run.began is not None]).select_related(
@@ -71,7 +75,6 @@ def preempt_due(datacenter: Datacenter) -> int:
     pool = replace(pool, running=[
         replace(run, saved=checkpoint_saved(running[run.id])) if run.id in running else run
         for run in pool.running])
-    now = timezone.now()
     plan = schedule(pool, now.timestamp())
     due = next(((job_id, found) for job_id, found in plan.preempt.items()
                 if found.at <= now.timestamp()), None)

@@ -330,7 +330,8 @@ def test_preemption_stops_the_fewest_jobs_that_lose_the_least_gpu_time():
 
 def test_preemption_only_for_a_user_below_their_share_and_only_of_those_over_theirs():
     now = 3600.0
-    running = [gpu_run(1, 1, 8, began=0), gpu_run(2, 2, 8, began=0)]
+    running = [gpu_run(1, 1, 4, began=0), gpu_run(2, 2, 4, began=0),
+               gpu_run(3, 1, 4, began=0), gpu_run(4, 2, 4, began=0)]
     # alice and bob hold half each: carol is below, they are over (three users: 1/3 each).
     pool = Pool(capacity=Limit(gpu=16), preempt_after=60, running=running,
                 waiting=[job(8, 1, cpu=1, gpu=1), job(9, 3, cpu=1, gpu=1)])
@@ -341,3 +342,19 @@ def test_preemption_only_for_a_user_below_their_share_and_only_of_those_over_the
     assert not schedule(Pool(**{**pool.__dict__, "preempt_after": None}), now).preempt
     starting = [Running(r.id, r.owner, r.held, r.ends) for r in running]
     assert not schedule(Pool(**{**pool.__dict__, "running": starting}), now).preempt
+
+
+def test_preemption_never_only_swaps_who_is_over_their_share():
+    """alice's one job holds all 16 GPUs: stopping it for bob's 16-GPU job would leave her
+    below him (and her job, first at equal shares, would start again). With a second job
+    of hers, bob's 8-GPU job may take one: she keeps more than he then holds."""
+    now = 3600.0
+    alone = Pool(capacity=Limit(gpu=16), preempt_after=60, running=[gpu_run(1, 1, 16, began=0)],
+                 waiting=[job(9, 2, cpu=1, gpu=16)])
+    assert not schedule(alone, now).preempt
+    two = Pool(capacity=Limit(gpu=24), preempt_after=60,
+               running=[gpu_run(1, 1, 16, began=0), gpu_run(2, 1, 8, began=0)],
+               waiting=[job(9, 2, cpu=1, gpu=8)])
+    assert schedule(two, now).preempt[9].victims == (2,)  # alice keeps 16 of 24, bob 8
+    half = Pool(**{**two.__dict__, "waiting": [job(9, 2, cpu=1, gpu=12)]})
+    assert not schedule(half, now).preempt  # room for 12 takes both: she would keep none

@@ -111,10 +111,12 @@ class Job:
 
     def metrics(self, relpath: str = "metrics.jsonl") -> list[dict]:
         """The lines of a metrics file in the output: fit_a_line's trainer 0 reports into
-        ``node_0/metrics.jsonl`` (paddlecloud_sdk.report), ps_numpy writes ``metrics.jsonl``."""
+        ``node_0/metrics.jsonl`` (paddlecloud_sdk.report), ps_numpy writes ``metrics.jsonl``;
+        not those the SDK reports after each checkpoint (``checkpoint``: not the trainer's)."""
         path = self.output / relpath
         assert path.is_file(), f"no {path}\n{self.logs()}"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [line for line in lines if "checkpoint" not in line]
 
     def shards_read(self) -> dict[int, list[str]]:
         """Trainer id -> the shard files it says it read."""

@@ -121,7 +121,7 @@ def test_fit_a_line_trains_through_paddle_distributed_launch(cluster, celery_wor
         [("trainer", "succeeded")] * 2
     records = [json.loads(line) for line in (output_dir(job) / "node_0" / "metrics.jsonl")
                .read_text().splitlines() if line.strip()]
-    losses = [r["loss"] for r in records]
+    losses = [r["loss"] for r in records if "loss" in r]  # not the SDK's checkpoint reports
     assert len(losses) >= 4 and losses[-1] < losses[0] / 10, losses
     summary = json.loads((output_dir(job) / "model" / "summary.json").read_text())
     assert summary["test_loss"] < 0.1, summary
