@@ -83,11 +83,9 @@ def use(budget: Budget, now: datetime) -> Use:
         for index, cpu_hours, gpu_hours in run_hours(first, last, cores, gpus, edges):
             cpu[index] += cpu_hours
             gpu[index] += gpu_hours
-        if lost and last is not None:  # its last lost_seconds were lost to its restart
-            lost_from = max(first, last - timedelta(seconds=lost))
-            for _, cpu_hours, gpu_hours in run_hours(lost_from, last, cores, gpus, [start, now]):
-                lost_cpu += cpu_hours
-                lost_gpu += gpu_hours
+        if (lost_use := lost_hours(first, last, cores, gpus, lost, start, now)) is not None:
+            lost_cpu += lost_use[0]
+            lost_gpu += lost_use[1]
     return Use(sum(cpu), sum(gpu), [(edges[i], cpu[i], gpu[i]) for i in range(len(cpu))],
                lost_cpu, lost_gpu)
 
@@ -100,6 +98,20 @@ def ledger_runs(datacenter_id: int, owner_ids: Iterable[int], start: datetime, e
                                  started_at__lt=end)
             .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
             .filter(Q(cpu__gt=0) | Q(gpu__gt=0)))
+
+
+def lost_hours(first: datetime, last: datetime | None, cores: int, gpus: int,
+               lost_seconds: float | None, start: datetime,
+               end: datetime) -> tuple[float, float] | None:
+    """What a restart lost of a run (``Usage.lost_seconds``: the time it trained since its
+    job's last complete checkpoint, before it ended) within ``start`` to ``end``, as
+    (CPU-hours, GPU-hours); None when it lost nothing recorded. Budgets and the usage reports
+    count it so."""
+    if not lost_seconds or last is None:
+        return None
+    lost_from = max(first, last - timedelta(seconds=lost_seconds))
+    hours = list(run_hours(lost_from, last, cores, gpus, [start, end]))
+    return sum(cpu for _, cpu, _ in hours), sum(gpu for _, _, gpu in hours)
 
 
 def run_hours(first: datetime, last: datetime | None, cores: int, gpus: int,

@@ -20,7 +20,7 @@ from accounts.models import Membership, Team, User
 from jobs.models import Usage
 from kernel.errors import ForbiddenError, ValidationError
 
-from .budgets import ledger_runs, period_start, run_hours
+from .budgets import ledger_runs, lost_hours, period_start, run_hours
 
 PERIODS = ("day", "week", "month")
 PER = ("user", "group", "datacenter")
@@ -44,13 +44,6 @@ def period_edges(since: datetime, until: datetime, by: str) -> list[datetime]:
     while (after := next_period(edges[-1], by)) < until:
         edges.append(after)
     return [*edges, until]
-
-
-def lost_hours(run: dict) -> tuple[float, float] | None:
-    """What a restart lost of this run (work done since the checkpoint it resumed from), as
-    (CPU-hours, GPU-hours); None while the ledger does not record it. The one place the
-    report's ``lost_*`` columns are filled from."""
-    return None
 
 
 def _scope(user, datacenter, group: str | None, username: str | None, per: str):
@@ -135,7 +128,8 @@ def usage_report(user, datacenter, *, since: datetime | None = None,
             entry = row(index, who)
             entry["cpu_hours"] += cpu_hours
             entry["gpu_hours"] += gpu_hours
-        if (lost := lost_hours(run)) is not None:
+        if (lost := lost_hours(run.started_at, run.ended_at, run.cpu, run.gpu,
+                               run.lost_seconds, edges[0], edges[-1])) is not None:
             # Counted in the period the lost run ended in (it restarted then).
             entry = row(_index(edges, run.ended_at or until), who)
             entry["lost_cpu_hours"] = (entry["lost_cpu_hours"] or 0.0) + lost[0]

@@ -85,7 +85,7 @@ def test_usage_csv_equals_the_budget_for_the_same_window(alice, datacenter, cele
     assert report["total"] == {"jobs": 2, "gpu_hours": 0.0, "cpu_hours": figure,
                                "median_wait_seconds": rows[0]["median_wait_seconds"]
                                and float(rows[0]["median_wait_seconds"])}
-    assert report["rows"][0]["lost_cpu_hours"] is None  # not recorded (yet)
+    assert report["rows"][0]["lost_cpu_hours"] is None  # nothing restarted: nothing lost
 
 
 @pytest.mark.django_db
@@ -121,6 +121,25 @@ def test_days_weeks_and_months_add_up_to_the_whole(alice, datacenter):
     # What a calendar month's budget counts is November's row.
     budget = Budget(datacenter=datacenter, user=alice, window="month", kind="calendar")
     assert round(use(budget, NOW).gpu_hours, 4) == months["rows"][1]["gpu_hours"]
+
+
+@pytest.mark.django_db
+def test_what_restarts_lost_is_its_own_column_and_what_the_budget_counts(alice, datacenter):
+    """A run ended by a restart 20 min after its job's last checkpoint lost those 20 min
+    (``Usage.lost_seconds``, as the restart recorded it): the report's "lost to restarts"
+    columns, in the period the run ended in, are what the budget counts as lost."""
+    began = NOW - timedelta(hours=5)
+    ran(alice, datacenter, "restarted", gpu=2, cpu=4000, began=began,
+        ended=began + timedelta(hours=2))
+    Usage.objects.filter(job_name="restarted").update(lost_seconds=1200, lost_steps=40)
+    ran(alice, datacenter, "clean", gpu=1, began=began, ended=began + timedelta(hours=1))
+    report = usage_report(alice, datacenter, since=NOW - timedelta(days=1), by="day", now=NOW)
+    (row,) = report["rows"]
+    assert (row["lost_gpu_hours"], row["lost_cpu_hours"]) == (  # 4 decimals, as every figure
+        round(2 * 20 / 60, 4), round(4 * 20 / 60, 4))
+    spent = use(Budget(datacenter=datacenter, user=alice, window="day", kind="calendar"), NOW)
+    assert (round(spent.lost_gpu_hours, 4), round(spent.lost_cpu_hours, 4)) == (
+        row["lost_gpu_hours"], row["lost_cpu_hours"])
 
 
 @pytest.mark.django_db
