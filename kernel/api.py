@@ -76,6 +76,17 @@ def query_time(request, name: str) -> datetime | None:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
+def time_parameter(name: str, description: str) -> OpenApiParameter:
+    """A time query parameter read with ``query_time``, for ``extend_schema``."""
+    return OpenApiParameter(name, str, description=f"{description}: a date (2026-11-01) or an "
+                                                   "ISO 8601 time, UTC unless it says")
+
+
+# An export's ``?format=``, for ``extend_schema`` (``CsvRenderer``).
+FORMAT_PARAMETER = OpenApiParameter("format", str, enum=["json", "csv"],
+                                    description="csv: the rows as CSV (or Accept: text/csv)")
+
+
 class CsvRenderer(BaseRenderer):
     """Rows (a list of flat objects) as CSV, a header line of their keys first (the view's
     ``csv_columns`` when it names them, so an empty export still has its header); an object
