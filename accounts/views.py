@@ -6,13 +6,12 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.permissions import AllowAny
-from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from kernel.api import (
     FORMAT_PARAMETER,
-    CsvRenderer,
+    CsvExport,
     query_time,
     query_whole,
     time_parameter,
@@ -165,8 +164,7 @@ class TokenDetailView(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class AuditView(APIView):
-    renderer_classes = [JSONRenderer, CsvRenderer]
+class AuditView(CsvExport, APIView):
     csv_columns = AUDIT_COLUMNS
 
     @extend_schema(parameters=[

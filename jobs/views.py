@@ -8,7 +8,6 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serial
 from rest_framework import serializers, status
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import AllowAny
-from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -16,7 +15,7 @@ from accounts.api import DatacenterAPIView
 from accounts.serializers import ErrorSerializer
 from kernel.api import (
     FORMAT_PARAMETER,
-    CsvRenderer,
+    CsvExport,
     flag_parameter,
     query_flag,
     query_time,
@@ -178,8 +177,7 @@ class BudgetsView(DatacenterAPIView):
         return Response(budget_report(request.user, self.datacenter))
 
 
-class UsageView(DatacenterAPIView):
-    renderer_classes = [JSONRenderer, CsvRenderer]
+class UsageView(CsvExport, DatacenterAPIView):
     csv_columns = USAGE_COLUMNS
 
     @extend_schema(parameters=[
