@@ -116,7 +116,7 @@ class MembershipInline(UserRowsInline):
     model = Membership
     extra = 0
     autocomplete_fields = ["datacenter"]
-    fields = ["datacenter", "team", "weight", "granted_by_sso"]
+    fields = ["datacenter", "team", "lead", "weight", "granted_by_sso"]
     readonly_fields = ["granted_by_sso"]  # an admin's membership is theirs, never single sign-on's
 
 
@@ -257,8 +257,8 @@ class TeamMemberInline(admin.TabularInline):
     model = Membership
     fk_name = "team"
     extra = 0
-    fields = ["user", "weight"]
-    readonly_fields = ["user", "weight"]
+    fields = ["user", "lead", "weight"]
+    readonly_fields = ["user", "lead", "weight"]
     can_delete = False
     verbose_name_plural = "members (put a user in a group on their user's page)"
 

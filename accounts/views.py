@@ -6,11 +6,17 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.permissions import AllowAny
-from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from kernel.api import CsvRenderer, query_time, query_whole, validated
+from kernel.api import (
+    FORMAT_PARAMETER,
+    CsvExport,
+    query_time,
+    query_whole,
+    time_parameter,
+    validated,
+)
 from kernel.errors import ValidationError
 from paddlecloud_core import __version__
 
@@ -158,20 +164,18 @@ class TokenDetailView(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class AuditView(APIView):
-    renderer_classes = [JSONRenderer, CsvRenderer]
+class AuditView(CsvExport, APIView):
     csv_columns = AUDIT_COLUMNS
 
     @extend_schema(parameters=[
         OpenApiParameter("action", str, description="comma-separated, e.g. job.kill,"
                          "token.create"),
-        OpenApiParameter("since", str, description="from this date or time"),
-        OpenApiParameter("until", str, description="before this date or time"),
+        time_parameter("since", "from this"), time_parameter("until", "before this"),
         OpenApiParameter("user", str, description="only what this user did or was done to "
                                                   "what is theirs"),
         OpenApiParameter("limit", int, description=f"at most this many, newest first "
                                                    f"(default {AUDIT_LIMIT})"),
-        OpenApiParameter("format", str, enum=["json", "csv"])],
+        FORMAT_PARAMETER],
         responses={200: OpenApiTypes.OBJECT, (200, "text/csv"): OpenApiTypes.STR, **ERRORS},
         summary="The audit trail you may read, newest first: what you did and what was done "
                 "to what is yours; your group's as its lead; everything as an admin. Read "

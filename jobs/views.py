@@ -8,13 +8,20 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serial
 from rest_framework import serializers, status
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import AllowAny
-from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.api import DatacenterAPIView
 from accounts.serializers import ErrorSerializer
-from kernel.api import CsvRenderer, flag_parameter, query_flag, query_time, query_whole
+from kernel.api import (
+    FORMAT_PARAMETER,
+    CsvExport,
+    flag_parameter,
+    query_flag,
+    query_time,
+    query_whole,
+    time_parameter,
+)
 from kernel.errors import ValidationError
 from paddlecloud_core.logcursor import RULE, log_cursor
 from scheduling.admission import quota_report
@@ -171,14 +178,12 @@ class BudgetsView(DatacenterAPIView):
         return Response(budget_report(request.user, self.datacenter))
 
 
-class UsageView(DatacenterAPIView):
-    renderer_classes = [JSONRenderer, CsvRenderer]
+class UsageView(CsvExport, DatacenterAPIView):
     csv_columns = USAGE_COLUMNS
 
     @extend_schema(parameters=[
-        OpenApiParameter("since", str, description="from the period holding this date or "
-                         "time (default: 30 days ago)"),
-        OpenApiParameter("until", str, description="to this date or time (default: now)"),
+        time_parameter("since", "from the period holding this (default: 30 days ago)"),
+        time_parameter("until", "to this (default: now)"),
         OpenApiParameter("by", str, enum=["day", "week", "month"],
                          description="the periods: calendar days, weeks from Monday or "
                                      "months, UTC (default: day)"),
@@ -187,8 +192,7 @@ class UsageView(DatacenterAPIView):
                                      "each period; group and datacenter: leads and admins"),
         OpenApiParameter("group", str, description="only this group's members (its leads "
                                                    "and the admins)"),
-        OpenApiParameter("user", str, description="only this user"),
-        OpenApiParameter("format", str, enum=["json", "csv"], description="csv: the rows"),
+        OpenApiParameter("user", str, description="only this user"), FORMAT_PARAMETER,
     ], responses={200: OpenApiTypes.OBJECT, (200, "text/csv"): OpenApiTypes.STR, **ERRORS},
         summary="Usage in this datacenter: GPU-hours, CPU-hours, jobs and the median wait, "
                 "period by period (summed as budgets are); yours, your group's as its lead, "

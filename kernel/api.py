@@ -1,6 +1,6 @@
 """What the apps' API views build on: ``validated`` for a request's body, ``query_flag``,
 ``query_whole`` and ``query_time`` for its query parameters (DRF's requests and Django's
-alike), ``flag_parameter`` for the schema, ``CsvRenderer`` for exports. (A view that acts in a
+alike), ``flag_parameter`` for the schema, ``CsvExport`` for exports. (A view that acts in a
 datacenter is ``accounts.api.DatacenterAPIView``.)"""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 from datetime import UTC, datetime
 
 from drf_spectacular.utils import OpenApiParameter
-from rest_framework.renderers import BaseRenderer
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 
 from .env import FALSE_WORDS, TRUE_WORDS
 from .errors import ValidationError
@@ -76,10 +76,21 @@ def query_time(request, name: str) -> datetime | None:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
+def time_parameter(name: str, description: str) -> OpenApiParameter:
+    """A time query parameter read with ``query_time``, for ``extend_schema``."""
+    return OpenApiParameter(name, str, description=f"{description}: a date (2026-11-01) or an "
+                                                   "ISO 8601 time, UTC unless it says")
+
+
+# An export's ``?format=``, for ``extend_schema`` (``CsvRenderer``).
+FORMAT_PARAMETER = OpenApiParameter("format", str, enum=["json", "csv"],
+                                    description="csv: the rows as CSV (or Accept: text/csv)")
+
+
 class CsvRenderer(BaseRenderer):
     """Rows (a list of flat objects) as CSV, a header line of their keys first (the view's
-    ``csv_columns`` when it names them, so an empty export still has its header); an object
-    (an error) as one row. ``?format=csv`` or ``Accept: text/csv`` asks for it."""
+    ``csv_columns`` when it names them, so an empty export still has its header). ``?format=csv``
+    or ``Accept: text/csv`` asks for it (``CsvExport``)."""
 
     media_type = "text/csv"
     format = "csv"
@@ -89,8 +100,6 @@ class CsvRenderer(BaseRenderer):
         rows = data if isinstance(data, list) else [data]
         view = (renderer_context or {}).get("view")
         columns = list(getattr(view, "csv_columns", None) or (rows[0] if rows else []))
-        if isinstance(data, dict):
-            columns = list(data)
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(columns)
@@ -99,3 +108,16 @@ class CsvRenderer(BaseRenderer):
                              json.dumps(row[c]) if isinstance(row.get(c), dict | list)
                              else row[c] for c in columns])
         return out.getvalue().encode()
+
+
+class CsvExport:
+    """A view whose answer is JSON or, asked for, CSV (``CsvRenderer``, in ``csv_columns``);
+    its errors are JSON either way, the one error shape (a client reads it for the message)."""
+
+    renderer_classes = [JSONRenderer, CsvRenderer]
+    csv_columns: tuple[str, ...] = ()
+
+    def handle_exception(self, exc):
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return super().handle_exception(exc)

@@ -292,20 +292,19 @@ class ApiClient:
     def usage(self, params: dict, fmt: str = "json") -> dict | str:
         """The usage report (``since``, ``until``, ``by``, ``per``, ``group``, ``user``): its
         JSON, or with ``fmt`` csv the rows as the portal exports them."""
-        params = {k: v for k, v in params.items() if v}
-        if fmt == "csv":
-            return self.request("GET", "/api/v1/usage", params={**params,
-                                                                "format": "csv"}).text
-        return self.call("GET", "/api/v1/usage", params=params)
+        return self._export("/api/v1/usage", params, fmt)
 
     def audit(self, params: dict, fmt: str = "json") -> list[dict] | str:
         """The audit entries you may read (``action``, ``since``, ``until``, ``user``,
         ``limit``), newest first; with ``fmt`` csv as the portal exports them."""
+        return self._export("/api/v1/audit", params, fmt)
+
+    def _export(self, path: str, params: dict, fmt: str) -> Any:
+        """An export's JSON, or its CSV text (``fmt`` csv); empty ``params`` left out."""
         params = {k: v for k, v in params.items() if v}
         if fmt == "csv":
-            return self.request("GET", "/api/v1/audit", params={**params,
-                                                                "format": "csv"}).text
-        return self.call("GET", "/api/v1/audit", params=params)
+            return self.request("GET", path, params={**params, "format": "csv"}).text
+        return self.call("GET", path, params=params)
 
     def group(self) -> dict:
         """Your group: ``{"name", "weight", "members", "quota"}`` (404 when in none)."""

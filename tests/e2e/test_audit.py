@@ -99,3 +99,20 @@ def test_the_usage_page_charts_alices_use(page, people):
     page.console.allow("403 (Forbidden)")  # the page that says so is a 403
     login(page, "carol", next_path="/usage/?group=vision")
     expect(page.locator("#usage-error")).to_contain_text("you do not lead group vision")
+
+
+def test_an_admin_makes_a_member_their_groups_lead(page, people):
+    """The admin ticks "group lead" on bob's membership; bob's Usage page then has the
+    group's report, alice's use in it."""
+    Membership.objects.filter(user=people["bob"]).update(lead=False)
+    user_upsert("root", superuser=True)
+    login(page, "root", next_path=f"/admin/accounts/user/{people['bob'].pk}/change/")
+    page.locator("input[name='memberships-0-lead']").check()
+    page.get_by_role("button", name="Save", exact=True).click()
+    expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
+    assert Membership.objects.get(user=people["bob"]).lead
+    page.context.clear_cookies()
+    login(page, "bob", next_path="/usage/?per=group&by=month")
+    expect(page.locator("#usage-rows tbody tr")).to_have_count(1)
+    expect(page.locator("#usage-rows tbody tr")).to_contain_text("vision")
+    expect(page.locator("#usage-total")).to_contain_text("2.0 GPU-hours")

@@ -176,6 +176,9 @@ def test_who_sees_whose_use(alice, make_user, datacenter, api):
         assert_error(client_of(who).get(f"/api/v1/usage?{query}"), 403, "permission_denied",
                      field)
     assert_error(client_of(alice).get("/api/v1/usage?by=year"), 400, "invalid", "by")
+    # An export's errors are JSON too: the one error shape, which paddlectl reads.
+    assert_error(client_of(alice).get("/api/v1/usage?group=vision&format=csv"), 403,
+                 "permission_denied", "group")
     assert_error(client_of(alice).get("/api/v1/usage?since=yesterday"), 400, "invalid",
                  "since")
     empty = client_of(carol).get("/api/v1/usage?since=2020-01-01&until=2020-01-02&format=csv")

@@ -81,8 +81,8 @@ def test_help_of_one_command(cli):
     (("rm",), "paddlectl: rm: the following arguments are required: PATH "
               "(see `paddlectl help rm`)\n"),
     (("-o", "xml", "ls"), "paddlectl: argument -o/--output/-output: invalid choice: 'xml' "
-                          "(choose from 'table', 'wide', 'json', 'yaml') (see `paddlectl "
-                          "flags`)\n"),
+                          "(choose from 'table', 'wide', 'json', 'yaml', 'csv') (see "
+                          "`paddlectl flags`)\n"),
     (("--datacenter",), "paddlectl: argument --datacenter/-datacenter: expected one argument "
                         "(see `paddlectl flags`)\n"),
 ])

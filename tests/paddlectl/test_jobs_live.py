@@ -441,6 +441,8 @@ def test_get_usage_and_get_audit(live_cli):
     assert out.splitlines()[1].split(",")[5] == "1.0"
     fails(live_cli("get", "usage", "-by", "year"), 1, "invalid choice: 'year'")
     fails(live_cli("get", "jobs", "-by", "week"), 1, "-by is for get usage")
+    fails(live_cli("get", "usage", "-per", "group", "-o", "csv"), 1,
+          "a report per group is for group leads and admins")
     token_create(portal.user, name="for-audit")
     audit = table(ok(live_cli("get", "audit", "-action", "token.create")).stdout)
     assert audit[0][:4] == ["TIME", "WHO", "ACTION", "WHAT"]
