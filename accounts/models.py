@@ -588,6 +588,8 @@ class AuditEntry(models.Model):
         REGISTRY_DELETE = "registry.delete", "registry credential deleted"
         TOKEN_CREATE = "token.create", "API token made"
         TOKEN_REVOKE = "token.revoke", "API token revoked"
+        NOTIFY_ADD = "notify.add", "notification subscription added"
+        NOTIFY_REMOVE = "notify.remove", "notification subscription removed"
         QUOTA_CHANGE = "quota.change", "quota changed"
         SSO_USER_CREATE = "sso.user_create", "user created at single sign-on"
         SSO_USER_LINK = "sso.user_link", "user matched by e-mail at single sign-on"

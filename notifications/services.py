@@ -1,15 +1,17 @@
 """What users do with their subscriptions: add (a webhook's secret is returned this once), list,
-remove, test. A group's subscription is made by an administrator."""
+remove, test. A group's subscription is made by its lead or an administrator."""
 
 from __future__ import annotations
 
 import secrets
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import validate_email
 from django.db import transaction
 
-from accounts.models import Team
+from accounts.audit import audit_record
+from accounts.models import AuditEntry, Membership, Team
 from kernel.errors import ForbiddenError, NotFoundError, ValidationError
 from registries import crypto
 
@@ -92,9 +94,10 @@ def _check(user, datacenter, data) -> dict:
             if isinstance(group, str) else None
         if team is None:
             errors["group"] = [f"no group {group!r} in datacenter {datacenter.name!r}"]
-        elif not user.is_staff:
+        elif not user.is_staff and not Membership.objects.filter(
+                user=user, team=team, lead=True).exists():
             raise ForbiddenError.for_field(
-                "group", f"only an administrator subscribes for group {group!r}")
+                "group", f"only group {group!r}'s lead or an administrator subscribes for it")
     if errors:
         raise ValidationError("; ".join(f"{k}: {v[0]}" for k, v in errors.items()),
                               fields=errors)
@@ -132,11 +135,27 @@ def subscription_create(user, datacenter, data) -> tuple[Subscription, str | Non
         subscription = Subscription.objects.create(
             owner=user, datacenter=datacenter,
             secret_encrypted=crypto.encrypt(secret) if secret else None, **values)
+        audit_record(user, AuditEntry.Action.NOTIFY_ADD, _audited(subscription),
+                     datacenter=datacenter, events=subscription.events)
     return subscription, secret
 
 
 def subscription_delete(user, datacenter, pk) -> None:
-    subscription_get(user, datacenter, pk).delete()
+    subscription = subscription_get(user, datacenter, pk)
+    with transaction.atomic():
+        audit_record(user, AuditEntry.Action.NOTIFY_REMOVE, _audited(subscription),
+                     datacenter=datacenter)
+        subscription.delete()
+
+
+def _audited(subscription: Subscription) -> str:
+    """A subscription as its audit entries name it: where it sends — of a webhook only its
+    host, for its URL's path may be a secret (Slack's incoming webhooks)."""
+    where = subscription.target or "your open pages"
+    if subscription.channel == Subscription.Channel.WEBHOOK:
+        where = urlsplit(subscription.target).hostname or "?"
+    group = f" for group {subscription.team.name}" if subscription.team_id else ""
+    return f"subscription {subscription.pk} ({subscription.channel} {where}{group})"
 
 
 def subscription_test(user, datacenter, pk) -> Notification:

@@ -43,7 +43,7 @@ def setup_notify(parser) -> None:
     flag(parser, "wait-minutes", type=int, metavar="N", help="job.waiting: after N minutes")
     flag(parser, "earlier-minutes", type=int, metavar="N",
          help="job.earlier: when a predicted start moves more than N minutes earlier")
-    flag(parser, "group", metavar="GROUP", help="your group's jobs (administrators)")
+    flag(parser, "group", metavar="GROUP", help="your group's jobs (its lead or an administrator)")
 
 
 def run_notify(ctx, args) -> None:

@@ -1,6 +1,6 @@
 """Subscriptions through the API: what is checked (each mistake named by its field and rule),
 where a webhook may point (no way into the portal's network), the secret shown once and
-stored encrypted, a group's subscription an administrator's."""
+stored encrypted, a group's subscription its lead's or an administrator's."""
 
 from __future__ import annotations
 
@@ -41,6 +41,14 @@ def test_a_webhook_is_added_with_its_secret_shown_once_and_stored_encrypted(
     assert not Subscription.objects.exists()
     assert_error(token_client.delete(f"{URL}{created['id']}/"), 404, "not_found",
                  "subscription")
+    # Both are in her audit trail, naming the webhook's host only (a Slack URL's path is a
+    # secret), never the signing secret.
+    trail = token_client.get("/api/v1/audit").json()
+    entries = [(e["action"], e["target"]) for e in trail]
+    assert entries[:2] == [
+        ("notify.remove", f"subscription {created['id']} (webhook 127.0.0.1)"),
+        ("notify.add", f"subscription {created['id']} (webhook 127.0.0.1)")]
+    assert secret not in str(trail) and "/a" not in str(entries)
 
 
 @pytest.mark.parametrize(("fields", "field", "says"), [
@@ -108,17 +116,21 @@ def test_email_goes_to_the_users_own_address_unless_another_is_given(token_clien
     assert created["secret"] is None
 
 
-def test_a_groups_subscription_is_an_administrators(token_client, alice, datacenter,
-                                                      make_user):
+def test_a_groups_subscription_is_its_leads_or_an_administrators(token_client, alice,
+                                                                    datacenter, make_user):
     team = Team.objects.create(datacenter=datacenter, name="vision")
     Membership.objects.filter(user=alice).update(team=team)
     assert_error(add(token_client, events=["job.failed"], channel="dashboard", group="vision"),
                  403, "permission_denied", "group")
-    alice.is_staff = True
-    alice.save()
+    Membership.objects.filter(user=alice).update(lead=True)  # the admin made her its lead
     created = add(token_client, events=["job.failed"], channel="dashboard", group="vision")
     assert created.status_code == 201, created.content
     assert created.json()["group"] == "vision"
+    Membership.objects.filter(user=alice).update(lead=False)
+    alice.is_staff = True
+    alice.save()
+    created = add(token_client, events=["job.killed"], channel="dashboard", group="vision")
+    assert created.status_code == 201, created.content
 
 
 def test_a_test_notification_goes_through_the_outbox(token_client, held_tasks,
