@@ -25,6 +25,7 @@ from .files import job_home
 from .metrics import metrics_recent
 from .models import Job, JobEvent, Replica, Usage
 from .notify import job_changed
+from .signals import run_resumed
 
 RECENT_LINES = 500  # of trainer 0's metrics read for its steps around a restart
 LOOK_BACK = timedelta(minutes=1)  # ended runs resumes_note still looks at (4 reconciles)
@@ -109,9 +110,11 @@ def resumes_note() -> int:
         with transaction.atomic():
             if Usage.objects.filter(pk=run.pk, resumed_from__isnull=True).update(
                     resumed_from=step):
+                said = f"run {run.attempt + 1} {said}"
                 JobEvent.objects.create(job=job, replica=trainer, from_state=job.state,
-                                        to_state=job.state,
-                                        reason=f"run {run.attempt + 1} {said}")
+                                        to_state=job.state, reason=said)
+                run_resumed.send(Job, job_id=job.pk, owner_id=job.owner_id,
+                                 datacenter_id=job.datacenter_id, said=said)
                 made += 1
         job_changed(job.pk)
     return made

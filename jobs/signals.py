@@ -24,6 +24,11 @@ with nothing read from the database. ``sync`` listens: the job's sync runs soon.
 back to its queue), with ``job_id``, ``usage_ids`` (their rows in the usage ledger) and
 ``ended``: sent by ``transitions`` once the move is committed. ``resumes`` listens (connected in
 ``jobs.apps``): it records on the rows what they lost since the job's last checkpoint.
+
+``run_resumed`` — a run of a job resumed from a checkpoint (its trainer 0's SDK said so), with
+``job_id``, ``owner_id``, ``datacenter_id`` and ``said`` (the event's words, "run 2 resumed from
+step 120 (lost 15 steps)"): sent by ``resumes`` inside the transaction of its event. The
+notifications' outbox listens.
 """
 
 from django.dispatch import Signal
@@ -34,3 +39,4 @@ job_built = Signal()
 job_moved = Signal()
 replicas_changed = Signal()
 runs_restarted = Signal()
+run_resumed = Signal()

@@ -24,6 +24,7 @@ EVENTS: dict[str, Event] = {event.kind: event for event in (
     Event("job.waiting", "a job has waited longer than -wait-minutes", "wait_minutes"),
     Event("job.earlier", "a job's predicted start moved earlier by more than -earlier-minutes",
           "earlier_minutes"),
+    Event("job.resumed", "a job's run resumed from a checkpoint"),
     Event("budget.warning", "a budget is 80 % used"),
     Event("budget.spent", "a budget is spent"),
 )}

@@ -75,6 +75,22 @@ def job_moved_record(sender, *, target: str, moves: list[tuple[int, int, int]], 
                           for job_id, s in wanted if job_id in jobs], now)
 
 
+def run_resumed_record(sender, *, job_id: int, owner_id: int, datacenter_id: int, said: str,
+                       **kwargs):
+    """``jobs.signals.run_resumed``'s receiver: ``job.resumed`` notifications, written in the
+    transaction of the run's event."""
+    wanted = [s for s in subscriptions_for({datacenter_id}, {owner_id}).get(owner_id, ())
+              if s.datacenter_id == datacenter_id and "job.resumed" in s.events]
+    if not wanted:
+        return
+    now = timezone.now()
+    job = Job.objects.filter(pk=job_id).values(*JOB_VALUES).first()
+    if job is not None:
+        payload = job_payload("job.resumed", job, now)
+        payload["text"] = f"job {job['owner__username']}/{job['name']}: {said}"
+        notifications_record([(s, "job.resumed", payload, None) for s in wanted], now)
+
+
 def notifications_record(entries, now=None) -> list[Notification]:
     """Write notifications — ``(subscription, kind, payload, once_key)`` each — into the
     outbox, due now, and queue their sending for when the transaction commits. One with a

@@ -16,6 +16,7 @@ from accounts.models import Budget
 from jobs.files import checkpoints_dir, output_dir
 from jobs.models import Job, Usage
 from jobs.resumes import resumes_note
+from notifications.models import Subscription
 from paddlecloud_core.layout import checkpoint_dirname
 from tests.conftest import assert_error
 from tests.factories import job_row
@@ -63,6 +64,8 @@ def test_a_restarted_jobs_checkpoints_events_and_loss_are_shown(
     damaged one was skipped; run 1's usage row lost 5 (15) steps and the seconds since that
     checkpoint; the job page shows the list and the mark."""
     job = submit("again", restart_limit=1, keep_checkpoints=10)
+    told = Subscription.objects.create(owner=alice, datacenter=job.datacenter,
+                                       events=["job.resumed"], channel="dashboard")
     wait(lambda: (output_dir(job) / "paused").exists(), 60,
          lambda: f"the trainer to reach step 35: {events(job)}")
     trainer = job.replicas.get()
@@ -82,6 +85,10 @@ def test_a_restarted_jobs_checkpoints_events_and_loss_are_shown(
         lambda: f"the resume to be noted: {events(job)}")
     reasons = events(job)
     assert f"run 2 resumed from step {resumed_from} (lost {lost} steps)" in reasons, reasons
+    # Who subscribed to job.resumed is told, once, in the words of the event.
+    assert [(n.kind, n.payload["text"]) for n in told.notifications.all()] == [
+        ("job.resumed", f"job alice/again: run 2 resumed from step {resumed_from} "
+                        f"(lost {lost} steps)")]
     skipped = [r for r in reasons if "skipped the checkpoint of step 30" in r]
     assert len(skipped) == (1 if damaged else 0), reasons
 
