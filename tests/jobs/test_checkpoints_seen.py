@@ -131,9 +131,16 @@ def test_a_restarted_jobs_checkpoints_events_and_loss_are_shown(
 def test_a_users_checkpoints_are_not_anothers(alice, make_user, datacenter, client, submit):
     """Another user asking for a job's checkpoints gets a 404, as for the rest of the job."""
     submit("mine")
+    url = f"/api/v1/jobs/mine/checkpoints?datacenter={datacenter.name}"
+    client.force_login(alice)
+    assert client.get(url).json() == {
+        "job": "mine", "directory": "/pfs/datacenter1/home/alice/jobs/mine/checkpoints",
+        "resume_from": "", "checkpoints": [], "runs": []}
     client.force_login(make_user("bob"))
-    answer = client.get(f"/api/v1/jobs/mine/checkpoints?datacenter={datacenter.name}")
+    answer = client.get(url)
     assert answer.status_code == 404
+    assert answer.json()["message"] == "you have no job named 'mine' in datacenter " \
+                                       "'datacenter1'"
 
 
 @pytest.mark.django_db

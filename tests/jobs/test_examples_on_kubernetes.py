@@ -20,10 +20,12 @@ import pytest
 from kubernetes import client
 
 from jobs.files import checkpoints_dir, output_dir
-from jobs.models import Job
+from jobs.models import Job, Usage
+from jobs.resumes import resumes_note
 from jobs.services import job_kill, job_submit
 from paddlecloud_core.contract import job_namespace
 from tests.factories import package_write
+from tests.polling import wait
 from tests.real_kube.node_kubelet import signal_container
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -293,6 +295,35 @@ def test_a_pod_killed_mid_run_resumes_from_its_latest_checkpoint(cluster, celery
     assert f"step {resumed[1] + 1} saved" in log.split("--- restart ---")[1]
     assert sorted(p.name for p in checkpoints_dir(job).glob("step-*")) == [
         "step-000000000028", "step-000000000029", "step-000000000030"]  # 3 kept
+    # What users see of it (jobs.resumes): the event of the step the new pod resumed from
+    # (it reports no steps: no "lost" count), and the time its first run lost.
+    wait(lambda: resumes_note() >= 0 and Usage.objects.filter(
+        job_key=job.pk, resumed_from=resumed[1]).exists(), 30, "the resume to be noted")
+    assert job.events.filter(reason=f"run 2 resumed from step {resumed[1]}").exists()
+    first = Usage.objects.filter(job_key=job.pk).order_by("attempt").first()
+    assert 0 < first.lost_seconds < (first.ended_at - first.started_at).total_seconds()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_submitted_to_resume_from_another_starts_from_its_checkpoint(
+        cluster, celery_worker, alice, datacenter, pfs_home):
+    """``resume_from: base``: the new job's pod finds base's latest checkpoint at its PFS path
+    under the pod's mount (``PADDLE_RESUME_FROM``), starts from it, and saves its own."""
+    package_write(pfs_home, CHECKPOINTING_STEPPER, "stepper")
+    fields = {"package": "/pfs/datacenter1/home/alice/stepper", "entry": "python train.py",
+              "cpu": "500m"}
+    base = job_submit(alice, datacenter, {"name": "base", **fields, "env": {"STEPS": "4"}}).job
+    wait_for(base, FINAL, timeout=120)
+    assert base.state == "succeeded", (base.state_reason, logs_of(base))
+    job = job_submit(alice, datacenter, {"name": "tuned", **fields, "resume_from": "base",
+                                         "env": {"STEPS": "6"}}).job
+    assert job.resume_from == "base:4"
+    wait_for(job, FINAL, timeout=120)
+    assert job.state == "succeeded", (job.state_reason, logs_of(job))
+    log = (output_dir(job) / "node_0" / "train.log").read_text()
+    assert "from step 4 in /pfs/datacenter1/home/alice/jobs/tuned/checkpoints\n" in log, log
+    assert sorted(p.name for p in checkpoints_dir(job).glob("step-*")) == [
+        "step-000000000005", "step-000000000006"]
 
 
 def _descendants(pid: int) -> set[int]:

@@ -48,7 +48,8 @@ def test_subcommands_and_flags_come_from_the_parsers(offline_cli):
     assert offered(offline_cli, "-o", "") == (["table", "wide", "json", "yaml", "csv"], ":")
     assert offered(offline_cli, "get", "jobs", "-o", "w") == (["wide"], ":")
     assert offered(offline_cli, "get", "") == (
-        ["audit", "group", "jobs", "quota", "registry", "tasks", "usage", "workers"], ":")
+        ["audit", "checkpoints", "group", "jobs", "quota", "registry", "tasks", "usage",
+         "workers"], ":")
     assert offered(offline_cli, "get", "usage", "-by", "") == (["day", "week", "month"], ":")
     assert offered(offline_cli, "delete", "") == (["job", "registry"], ":")
     assert offered(offline_cli, "help", "k") == (["kill"], ":")
@@ -66,6 +67,7 @@ def test_names_and_paths_come_from_the_portal(portal):
     assert offered(portal, "logs", "fit") == (["fit-a-line", "fit-more"], ":")
     assert offered(portal, "kill", "fit-a-line", "fit-m") == (["fit-more"], ":")
     assert offered(portal, "get", "workers", "") == (["fit-a-line", "fit-more"], ":")
+    assert offered(portal, "get", "checkpoints", "") == (["fit-a-line", "fit-more"], ":")
     assert offered(portal, "delete", "registry", "") == (["mine"], ":")
     assert offered(portal, "ls", "") == ([f"{HOME}/"], ":")
     assert offered(portal, "ls", f"{HOME}/da") == (

@@ -412,9 +412,9 @@ def test_get_quota_shows_budgets_used_and_left(live_cli):
                           cpu_hours=100, window="month", kind="calendar")
     out = ok(live_cli("get", "quota")).stdout
     budgets = table(out.split("\n\n")[1])
-    assert budgets == [["BUDGET", "LIMIT", "USED", "LEFT"],
-                       ["you: gpu-hours this month", "10.0", "0.0", "10.0"],
-                       ["you: cpu-hours this month", "100.0", "0.0", "100.0"]]
+    assert budgets == [["BUDGET", "LIMIT", "USED", "LEFT", "LOST TO RESTARTS"],
+                       ["you: gpu-hours this month", "10.0", "0.0", "10.0", "0.0"],
+                       ["you: cpu-hours this month", "100.0", "0.0", "100.0", "0.0"]]
     data = json.loads(ok(live_cli("get", "quota", "-o", "json")).stdout)
     assert data["budgets"][0]["kind"] == "calendar"
     assert data["budgets"][0]["since"].endswith("-01T00:00:00+00:00")

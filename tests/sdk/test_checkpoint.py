@@ -161,6 +161,33 @@ def test_a_new_run_of_a_name_takes_and_prunes_none_of_an_earlier_runs_left_besid
     assert checkpoint.load().state == b"a-10"
 
 
+def test_a_job_resumed_from_another_takes_its_checkpoint_until_it_has_its_own(
+        ckpt, tmp_path, monkeypatch, capsys):
+    """``PADDLE_RESUME_FROM`` (``-resume-from``): ``load()`` takes that checkpoint of another
+    job — its job uid is the other's, which is expected here — while the job has none of its
+    own that verifies; once it has, its own; a damaged one given is skipped and said so."""
+    other = tmp_path / "other" / "checkpoints"
+    monkeypatch.setenv("PADDLE_JOB_UID", "base-run")
+    given = checkpoint.save(b"base", 40, path=other)
+    monkeypatch.setenv("PADDLE_JOB_UID", "tuned-run")
+    monkeypatch.setenv("PADDLE_RESUME_FROM", str(given))
+    found = checkpoint.load()
+    assert (found.path, found.step, found.state) == (given, 40, b"base")
+    assert "skipped" not in capsys.readouterr().err
+
+    mine = checkpoint.save(b"mine", 50)
+    assert [c.path for c in checkpoint.checkpoints()] == [mine]  # the given one: not its own
+    assert checkpoint.load().state == b"mine"
+    assert sorted(os.listdir(other)) == [given.name]  # never written nor pruned
+
+    (mine / "state.bin").write_bytes(b"mIne")  # its own damaged: the given one again
+    assert checkpoint.load().state == b"base"
+    (given / "state.bin").write_bytes(b"bAse")
+    assert checkpoint.load() is None
+    err = capsys.readouterr().err
+    assert f"skipped the checkpoint of step 40 ({given})" in err
+
+
 # --- what preemption needs (issue 37 point 5) --------------------------------------------------
 
 def test_each_save_is_reported_as_a_metric_the_portal_reads_its_time_from(ckpt, tmp_path):
