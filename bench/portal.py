@@ -71,6 +71,37 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def database_url(server: str, name: str) -> str:
+    """The URL of the database ``name`` on the PostgreSQL ``server`` (a URL)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    return urlunsplit(urlsplit(server)._replace(path=f"/{name}"))
+
+
+def database_admin(server: str, statement: str) -> None:
+    """Run ``statement`` on the PostgreSQL ``server`` as its admin (CREATE, DROP DATABASE)."""
+    import psycopg
+
+    with psycopg.connect(database_url(server, "postgres"), autocommit=True) as conn:
+        conn.execute(statement)
+
+
+def in_process_scratch_remove(server: str, database: str, tmp: Path, *, keep: bool) -> None:
+    """What a benchmark that runs Django in its own process made: its Redis database emptied,
+    its connections closed, then (unless ``keep``) its database dropped and ``tmp`` removed."""
+    with contextlib.suppress(Exception):
+        from django.core.cache import cache
+        from django.db import connections
+
+        cache.clear()
+        connections.close_all()
+    if keep:
+        log(f"kept database {database} and {tmp}")
+        return
+    database_admin(server, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))

@@ -36,10 +36,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from portal import ROOT, BenchError, Stopped, cell, handle_signals, log
+from portal import (
+    ROOT,
+    BenchError,
+    Stopped,
+    cell,
+    database_admin,
+    database_url,
+    handle_signals,
+    in_process_scratch_remove,
+    log,
+)
 
 sys.path.insert(0, str(ROOT))
 
@@ -55,18 +64,6 @@ def _env(database_url: str, redis_url: str, tmp: Path, log_level: str) -> dict[s
                SECRET_KEY="bench-scale-" + os.urandom(8).hex(), CELERY_LOG_LEVEL=log_level,
                DJANGO_SETTINGS_MODULE="paddlecloud.settings")
     return env
-
-
-def _database_url(server: str, name: str) -> str:
-    parts = urlsplit(server)
-    return urlunsplit(parts._replace(path=f"/{name}"))
-
-
-def _admin(server: str, statement: str) -> None:
-    import psycopg
-
-    with psycopg.connect(_database_url(server, "postgres"), autocommit=True) as conn:
-        conn.execute(statement)
 
 
 def _tree_cpu_seconds(pid: int) -> float:
@@ -95,7 +92,7 @@ class Bench:
         self.args = args
         self.tmp = Path(tempfile.mkdtemp(prefix="paddlecloud-bench-scale-"))
         self.database = f"{DATABASE}_{os.getpid()}"
-        self.database_url = _database_url(args.database_url, self.database)
+        self.database_url = database_url(args.database_url, self.database)
         self.env = _env(self.database_url, args.redis_url, self.tmp, args.worker_log_level)
         self.processes: dict[str, subprocess.Popen] = {}
         self.fake = None
@@ -105,7 +102,7 @@ class Bench:
 
     def setup(self) -> None:
         log(f"database {self.database}, Redis {self.args.redis_url}, files in {self.tmp}")
-        _admin(self.args.database_url, f'CREATE DATABASE "{self.database}"')
+        database_admin(self.args.database_url, f'CREATE DATABASE "{self.database}"')
         self.created = True
         os.environ.update(self.env)
         import django
@@ -316,18 +313,9 @@ class Bench:
         if self.fake is not None:
             self.fake.stop()
         if self.created:
-            with contextlib.suppress(Exception):
-                from django.core.cache import cache
-                from django.db import connections
-
-                cache.clear()
-                connections.close_all()
-            if self.args.keep:
-                log(f"kept database {self.database} and {self.tmp}")
-                return
-            _admin(self.args.database_url, f'DROP DATABASE IF EXISTS "{self.database}" '
-                                           "WITH (FORCE)")
-        if not self.args.keep:
+            in_process_scratch_remove(self.args.database_url, self.database, self.tmp,
+                                      keep=self.args.keep)
+        elif not self.args.keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
