@@ -86,6 +86,19 @@ def database_admin(server: str, statement: str) -> None:
         conn.execute(statement)
 
 
+def in_process_options(parser, *, redis_db: int,
+                       database_url: str = "postgres://postgres@127.0.0.1:5432/postgres") -> None:
+    """The options of a benchmark that runs Django in its own process: where it makes its
+    database, its Redis database, and whether it keeps them."""
+    parser.add_argument("--database-url", default=os.environ.get(
+        "BENCH_DATABASE_URL", database_url),
+                        help="a PostgreSQL server where the bench may create a database")
+    parser.add_argument("--redis-url", default=os.environ.get(
+        "BENCH_REDIS_URL", f"redis://127.0.0.1:6379/{redis_db}"),
+                        help="a Redis database of the bench's own (emptied)")
+    parser.add_argument("--keep", action="store_true", help="keep the database and files")
+
+
 def in_process_scratch_remove(server: str, database: str, tmp: Path, *, keep: bool) -> None:
     """What a benchmark that runs Django in its own process made: its Redis database emptied,
     its connections closed, then (unless ``keep``) its database dropped and ``tmp`` removed."""

@@ -2,14 +2,19 @@
 loses, whether every record is still trained once a pass, and whether its model ends as good
 as an uninterrupted run's (issue 37).
 
-    .venv/bin/python bench/resume.py [--jobs collective,pserver] [--rounds kill,stop]
-                                     [--seed N] [--keep]
+    .venv/bin/python bench/resume.py [--backends local,kubernetes] [--jobs collective,pserver]
+                                     [--rounds kill,evict,stop] [--seed N] [--kubeconfig F]
+                                     [--keep]
 
 On PostgreSQL and Redis (a database and a Redis database of its own, removed afterwards), the
 portal runs in this process as a deployment runs it: its API served by uvicorn over HTTP (the
-job's master, which the replicas call), the embedded Celery worker, the local backend (each
-replica a sandboxed process). Two jobs, each first run uninterrupted twice (the run-to-run
-noise of its final loss), then once per round:
+job's master, which the replicas call), the embedded Celery worker; on the local backend (each
+replica a sandboxed process), then on Kubernetes: the real control plane (tests/real_kube:
+Kubernetes' own API server, controllers and scheduler, its node agent running the pods on this
+machine, the PFS an NFS volume; started for the bench and stopped after it, unless
+``--kubeconfig`` names a running one), the portal reached by the pods through a Service.
+On each backend two jobs, each first run uninterrupted twice (the run-to-run noise of its
+final loss), then once per round:
 
 - ``collective``: examples/fit_a_line, real PaddlePaddle, 2 collective trainers reading the
   example's dataset through the job's master (tasks of 40 rows, 6 passes, a checkpoint every
@@ -19,23 +24,21 @@ noise of its final loss), then once per round:
 
 Rounds: ``kill`` — at a random step (past the first checkpoint) a trainer's processes are
 killed (SIGKILL; trainer 1 of the collective job, whose trainers then all restart; trainer 0
-of the pserver job, which restarts alone); ``stop`` — the whole job is stopped by the portal
-(its owner's budget spent) and started again once the budget is raised, new pservers and
-all: on one machine the nearest thing to a lost node or an evicted pod, which on Kubernetes
-restart the pods the same way (tests/jobs/test_resume_on_kubernetes.py shows those).
+of the pserver job, which restarts alone); ``evict`` (Kubernetes only) — that trainer's pod
+is evicted (the Eviction API, as a drain or a preemption); ``stop`` — the whole job is
+stopped by the portal (its owner's budget spent) and started again once the budget is raised,
+new pservers and all. A lost node cannot be made on demand on a real control plane
+(tests/jobs/test_resume_on_kubernetes.py shows it on the fake API server).
 
-Each round prints one JSON line: ``resumed_from_step`` (what the trainer's log says it went on
-from), ``killed_at_step`` (trainer 0's last reported step when it was stopped), ``lost_steps``
-(their difference), ``records_trained_twice`` and ``records_skipped`` (records of the final
-model's steps, pass by pass: the first run's up to the step it resumed from, then the second
-run's — from the trainers' logs), ``final_loss`` (the model's test loss) and the baseline's,
-with each target and OK or MISSED. Targets: ``lost_steps`` at most the checkpoint interval, 0
-records twice or skipped, the final loss within the uninterrupted runs' noise (their spread,
-at least 10 % of their mean). Exit 1 when a round failed or missed a target.
-
-Not here: Kubernetes. The bench drives the local backend only; the restarts a cluster makes
-(an eviction, a lost node, a requeued start) are shown resuming by the tests above, on the
-real control plane and the fake API server.
+Each round prints one JSON line: ``resumed_from_step`` (where trainer 0's log says it first
+went on from), ``restarts`` (of trainer 0, that trained), ``killed_at_step`` (trainer 0's last
+reported step when it was stopped), ``lost_steps`` (their difference),
+``records_trained_twice`` and ``records_skipped`` (records of the final model's steps, pass by
+pass: each run's up to where the next run went on from, and the last run's — from the
+trainers' logs), ``final_loss`` (the model's test loss) and the baseline's, with each target
+and OK or MISSED. Targets: ``lost_steps`` at most the checkpoint interval, 0 records twice or
+skipped, the final loss within the uninterrupted runs' noise (their spread, at least 10 % of
+their mean). Exit 1 when a round failed or missed a target.
 """
 
 from __future__ import annotations
@@ -82,11 +85,15 @@ JOBS = {
                    "env": {"CHECKPOINT_EVERY": "10", "STEP_SECONDS": "0.05"}}},
 }
 RESUMED = re.compile(r"trainer 0 (?:resumed from the checkpoint of|goes on from) step (\d+)")
+ANY_RESUMED = re.compile(r"trainer \d+ (?:resumed from the checkpoint of|goes on from) step (\d+)")
 # fit_a_line's step lines: trainer, pass (from 1), step, rows (none: a step of weight 0)
 FIT_STEP = re.compile(r"^trainer (\d+) pass (\d+) step (\d+) (?:(\d+) rows|no rows)", re.M)
 # ps_numpy's: trainer, pass (from 1), step; a step is a mini-batch of 16 rows on each trainer
 PS_STEP = re.compile(r"^trainer (\d+) pass (\d+) step (\d+) loss", re.M)
 PS_BATCH = 16
+# Where a replica's log says it started again (a Kubernetes pod's log also has one after its
+# init phase's lines).
+RESTART = re.compile(r"\n--- restart(?: \d+)? ---\n")
 
 
 class Bench:
@@ -98,6 +105,7 @@ class Bench:
         self.server = self.thread = self.worker = None
         self.random = random.Random(args.seed)  # noqa: S311 - when to stop, no secret
         self.steps: dict[str, int] = {}  # trainer 0's steps in an uninterrupted run, by job
+        self.cluster = self.core = None  # the real control plane, while the bench is on it
 
     # -- the portal ---------------------------------------------------------------------------
 
@@ -140,7 +148,7 @@ class Bench:
         from paddlecloud.serving import server_config
         from paddlecloud.worker import EmbeddedWorker
 
-        port = portal.free_port()
+        self.port = port = portal.free_port()
         settings.ALLOWED_HOSTS = ["*"]
         settings.PADDLECLOUD_PORTAL_URL = f"http://127.0.0.1:{port}"  # the replicas' master
         self.server = uvicorn.Server(server_config(application, host="127.0.0.1", port=port,
@@ -184,7 +192,55 @@ class Bench:
         job = JOBS[kind]
         spec = {**json.loads((EXAMPLES / job["example"] / "job.json").read_text()),
                 **job["fields"], "name": name, "package": f"{HOME}/{job['example']}"}
+        if self.cluster is not None:
+            spec.update(cpu="1", pscpu="500m")
         return job_submit(self.user, self.datacenter, spec).job
+
+    @contextlib.contextmanager
+    def on_kubernetes(self):
+        """The datacenter on the real control plane for the block (tests/kube.py's
+        ``on_real_kubernetes``), the portal exposed to its pods by a Service."""
+        from django.conf import settings
+        from kubernetes import client
+
+        from tests.kube import on_real_kubernetes
+        from tests.real_kube import control_plane
+        from tests.real_kube.node_kubelet import expose_host_port
+
+        started = None
+        if self.args.kubeconfig:
+            from tests.real_kube.fixtures import reused
+
+            cluster = reused(Path(self.args.kubeconfig).resolve(), self.tmp)
+        else:
+            log("starting the real control plane (about a minute)")
+            started = self.tmp / "kube"
+            cluster = control_plane.up(started)
+        admin = control_plane.api_client(cluster.admin_kubeconfig)
+        try:
+            settings.PADDLECLOUD_MASTER_BASE_URL = expose_host_port(
+                admin, self.port, namespace="paddlecloud", service="paddlecloud")
+            self.core = client.CoreV1Api(admin)
+            with on_real_kubernetes(self.datacenter, settings, cluster, self.tmp / "pfs" / DC):
+                self.cluster = cluster
+                yield
+        finally:
+            self.cluster = None
+            with contextlib.suppress(Exception):
+                client.CoreV1Api(admin).delete_namespaced_service("paddlecloud", "paddlecloud")
+            admin.close()
+            if started is not None:
+                control_plane.down(started)
+
+    def trainer_pod(self, job, index: int):
+        from paddlecloud_core.contract import job_namespace
+
+        pods = self.core.list_namespaced_pod(
+            job_namespace(job.datacenter, job.owner.username),
+            label_selector=f"paddlecloud.org/job-uid={job.uid}").items
+        return next(p for p in pods if (p.metadata.annotations or {}).get(
+            "batch.kubernetes.io/job-completion-index") == str(index)
+            and p.status.phase == "Running" and not p.metadata.deletion_timestamp)
 
     def wait(self, test, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -232,12 +288,23 @@ class Bench:
         self.wait(lambda: self.reported(job) and self.reported(job)[-1] >= at
                   and any(checkpoints_dir(job).glob("step-*")), self.args.timeout,
                   f"{job.name} to pass step {at}")
-        if round_ == "kill":
-            index = 0 if job.pservers else 1
+        index = 0 if job.pservers else 1
+        if round_ == "kill" and self.cluster is None:
             trainer = job.replicas.get(role="trainer", index=index)
             os.killpg(int(trainer.backend_ref.removeprefix("pid:")), signal.SIGKILL)
-            killed = self.reported(job)[-1]
-            return killed
+            return self.reported(job)[-1]
+        if round_ in ("kill", "evict"):
+            from tests.real_kube.node_kubelet import signal_container
+
+            pod = self.trainer_pod(job, index)
+            if round_ == "kill":  # its container's processes, as a node's OOM killer would
+                signal_container(pod.metadata.uid, pod.spec.containers[0].name, signal.SIGKILL)
+            else:
+                self.core.create_namespaced_pod_eviction(
+                    pod.metadata.name, pod.metadata.namespace,
+                    {"metadata": {"name": pod.metadata.name,
+                                  "namespace": pod.metadata.namespace}})
+            return self.reported(job)[-1]
         from decimal import Decimal
 
         from django.utils import timezone
@@ -262,18 +329,24 @@ class Bench:
 
     # -- what a run trained -------------------------------------------------------------------
 
-    def records(self, job, resumed: int) -> tuple[int, int]:
+    def records(self, job) -> tuple[int, int]:
         """Records trained twice and skipped in the final model: each pass's records of the
-        first run's steps up to ``resumed`` and of the last run's, against the pass's."""
+        steps each run kept (up to where the next run went on from), against the pass's."""
         from jobs.files import output_dir
 
         spec = JOBS[job_kind(job)]
         trained: Counter = Counter()
         for index in range(job.trainers):
             log_text = (output_dir(job) / f"node_{index}" / "train.log").read_text()
-            runs = re.split(r"\n--- restart(?: \d+)? ---\n", log_text)
-            first, last = runs[0], runs[-1]
-            for run, keep in ((first, lambda s: s <= resumed), (last, lambda s: s > resumed)):
+            runs = RESTART.split(log_text)
+            # A run's steps count up to where the next run went on from (the rest went with
+            # the model it had not saved); the last run's all count.
+            starts = [int(found[0]) if (found := ANY_RESUMED.findall(run)) else 0
+                      for run in runs]
+            for run, first, until in zip(runs, starts, [*starts[1:], None], strict=True):
+                def keep(step: int, first=first, until=until) -> bool:
+                    return first < step and (until is None or step <= until)
+
                 if job.pservers:
                     for _, pass_no, step in PS_STEP.findall(run):
                         if keep(int(step)):
@@ -292,42 +365,48 @@ class Bench:
 
     # -- rounds -------------------------------------------------------------------------------
 
-    def baseline(self, kind: str) -> tuple[float, float]:
+    def baseline(self, backend: str, kind: str) -> tuple[float, float]:
         losses = []
         for n in range(2):
-            job = self.ended(self.submit(kind, f"{kind}-base-{n}"))
+            job = self.ended(self.submit(kind, f"{backend}-{kind}-base-{n}"))
             losses.append(self.final_loss(job))
             self.steps[kind] = self.reported(job)[-1]
-            log(f"{kind}: uninterrupted run {n + 1}: final loss {losses[-1]:.6f}")
+            log(f"{backend}/{kind}: uninterrupted run {n + 1}: final loss {losses[-1]:.6f}")
         mean = sum(losses) / len(losses)
         return mean, max(abs(losses[0] - losses[1]), NOISE_FLOOR * mean)
 
-    def round(self, kind: str, round_: str, baseline: tuple[float, float]) -> dict:
+    def round(self, backend: str, kind: str, round_: str, baseline: tuple[float, float]
+              ) -> dict:
         from jobs.files import output_dir
 
-        job = self.submit(kind, f"{kind}-{round_}")
+        job = self.submit(kind, f"{backend}-{kind}-{round_}")
         killed = self.stop(job, round_)
-        log(f"{kind}/{round_}: stopped at step {killed}")
+        log(f"{backend}/{kind}/{round_}: stopped at step {killed}")
         job = self.ended(job)
         log0 = (output_dir(job) / "node_0" / "train.log").read_text()
         found = RESUMED.findall(log0)
         if not found:
             raise BenchError(f"{job.name}: trainer 0 never said where it resumed from")
-        resumed = int(found[-1])
-        twice, skipped = self.records(job, resumed)
+        resumed = int(found[0])  # the restart the round made (a later one counts too)
+        twice, skipped = self.records(job)
         loss = self.final_loss(job)
         interval = JOBS[kind]["interval"]
         mean, noise = baseline
         checks = {"lost_steps": killed - resumed <= interval, "records_trained_twice": twice == 0,
                   "records_skipped": skipped == 0, "final_loss": abs(loss - mean) <= noise}
-        return {"bench": "resume", "backend": "local", "job": kind, "round": round_,
+        return {"bench": "resume", "backend": backend, "job": kind, "round": round_,
                 "killed_at_step": killed, "resumed_from_step": resumed,
+                "restarts": sum(1 for run in RESTART.split(log0) if step_line(job).search(run)) - 1,
                 "lost_steps": killed - resumed, "lost_steps_target": f"<= {interval}",
                 "records_trained_twice": twice, "records_skipped": skipped,
                 "records_target": 0, "final_loss": round(loss, 6),
                 "baseline_loss": round(mean, 6), "final_loss_target": f"within {noise:.6f}",
                 "result": "OK" if all(checks.values()) else
                 "MISSED " + ", ".join(k for k, ok in checks.items() if not ok)}
+
+
+def step_line(job) -> re.Pattern:
+    return PS_STEP if job.pservers else FIT_STEP
 
 
 def job_kind(job) -> str:
@@ -343,40 +422,47 @@ def trained_uninterrupted(job, pass_no: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", default="local,kubernetes",
+                        help="where: local, kubernetes (comma separated)")
+    parser.add_argument("--kubeconfig",
+                        help="an admin's kubeconfig of a running control plane (./dev kube "
+                             "up's); else one is started")
     parser.add_argument("--jobs", default="collective,pserver",
                         help="which jobs: collective, pserver (comma separated)")
-    parser.add_argument("--rounds", default="kill,stop",
-                        help="which restarts: kill, stop (comma separated)")
+    parser.add_argument("--rounds", default="kill,evict,stop",
+                        help="which restarts: kill, evict (Kubernetes), stop (comma separated)")
     parser.add_argument("--seed", type=int, default=None,
                         help="of the random steps the restarts come at")
     parser.add_argument("--timeout", type=float, default=600, help="seconds a run may take")
-    parser.add_argument("--database-url", default=os.environ.get(
-        "BENCH_DATABASE_URL", "postgres://postgres:postgres@127.0.0.1:5432/postgres"),
-                        help="a PostgreSQL server where the bench may create a database")
-    parser.add_argument("--redis-url", default=os.environ.get(
-        "BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"),
-                        help="a Redis database of the bench's own (emptied)")
-    parser.add_argument("--keep", action="store_true", help="keep the database and files")
+    portal.in_process_options(parser, redis_db=13,
+                              database_url="postgres://postgres:postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args(argv)
+    backends = [b for b in args.backends.split(",") if b]
     kinds = [k for k in args.jobs.split(",") if k]
     rounds = [r for r in args.rounds.split(",") if r]
-    if set(kinds) - set(JOBS) or set(rounds) - {"kill", "stop"}:
-        parser.error("--jobs: collective, pserver; --rounds: kill, stop")
+    if set(backends) - {"local", "kubernetes"} or set(kinds) - set(JOBS) or set(rounds) - {
+            "kill", "evict", "stop"}:
+        parser.error("--backends: local, kubernetes; --jobs: collective, pserver; --rounds: "
+                     "kill, evict, stop")
     portal.handle_signals()
     bench = Bench(args)
     failed = False
     try:
         bench.setup()
-        for kind in kinds:
-            baseline = bench.baseline(kind)
-            for round_ in rounds:
-                try:
-                    line = bench.round(kind, round_, baseline)
-                except BenchError as exc:
-                    line = {"bench": "resume", "backend": "local", "job": kind,
-                            "round": round_, "result": f"FAILED {exc}"}
-                print(json.dumps(line), flush=True)
-                failed |= line["result"] != "OK"
+        for backend in backends:
+            with bench.on_kubernetes() if backend == "kubernetes" else contextlib.nullcontext():
+                for kind in kinds:
+                    baseline = bench.baseline(backend, kind)
+                    for round_ in rounds:
+                        if round_ == "evict" and backend == "local":
+                            continue  # no pods to evict
+                        try:
+                            line = bench.round(backend, kind, round_, baseline)
+                        except BenchError as exc:
+                            line = {"bench": "resume", "backend": backend, "job": kind,
+                                    "round": round_, "result": f"FAILED {exc}"}
+                        print(json.dumps(line), flush=True)
+                        failed |= line["result"] != "OK"
     except (BenchError, Stopped, KeyboardInterrupt) as exc:
         log(f"failed: {exc}" if isinstance(exc, BenchError) else "stopped")
         return 1

@@ -46,6 +46,7 @@ from portal import (
     database_admin,
     database_url,
     handle_signals,
+    in_process_options,
     in_process_scratch_remove,
     log,
 )
@@ -349,13 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=2, help="the worker's processes")
     parser.add_argument("--timeout", type=float, default=1800,
                         help="seconds the jobs may take to all run")
-    parser.add_argument("--database-url", default=os.environ.get(
-        "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
-                        help="a PostgreSQL server where the bench may create a database")
-    parser.add_argument("--redis-url", default=os.environ.get(
-        "BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"),
-                        help="a Redis database of the bench's own (emptied)")
-    parser.add_argument("--keep", action="store_true", help="keep the database and files")
+    in_process_options(parser, redis_db=14)
     parser.add_argument("--worker-log-level", default="WARNING",
                         help="the worker's log level (INFO: each task and its time)")
     args = parser.parse_args(argv)
