@@ -71,6 +71,50 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def database_url(server: str, name: str) -> str:
+    """The URL of the database ``name`` on the PostgreSQL ``server`` (a URL)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    return urlunsplit(urlsplit(server)._replace(path=f"/{name}"))
+
+
+def database_admin(server: str, statement: str) -> None:
+    """Run ``statement`` on the PostgreSQL ``server`` as its admin (CREATE, DROP DATABASE)."""
+    import psycopg
+
+    with psycopg.connect(database_url(server, "postgres"), autocommit=True) as conn:
+        conn.execute(statement)
+
+
+def in_process_options(parser, *, redis_db: int,
+                       database_url: str = "postgres://postgres@127.0.0.1:5432/postgres") -> None:
+    """The options of a benchmark that runs Django in its own process: where it makes its
+    database, its Redis database, and whether it keeps them."""
+    parser.add_argument("--database-url", default=os.environ.get(
+        "BENCH_DATABASE_URL", database_url),
+                        help="a PostgreSQL server where the bench may create a database")
+    parser.add_argument("--redis-url", default=os.environ.get(
+        "BENCH_REDIS_URL", f"redis://127.0.0.1:6379/{redis_db}"),
+                        help="a Redis database of the bench's own (emptied)")
+    parser.add_argument("--keep", action="store_true", help="keep the database and files")
+
+
+def in_process_scratch_remove(server: str, database: str, tmp: Path, *, keep: bool) -> None:
+    """What a benchmark that runs Django in its own process made: its Redis database emptied,
+    its connections closed, then (unless ``keep``) its database dropped and ``tmp`` removed."""
+    with contextlib.suppress(Exception):
+        from django.core.cache import cache
+        from django.db import connections
+
+        cache.clear()
+        connections.close_all()
+    if keep:
+        log(f"kept database {database} and {tmp}")
+        return
+    database_admin(server, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))

@@ -36,10 +36,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from portal import ROOT, BenchError, Stopped, cell, handle_signals, log
+from portal import (
+    ROOT,
+    BenchError,
+    Stopped,
+    cell,
+    database_admin,
+    database_url,
+    handle_signals,
+    in_process_options,
+    in_process_scratch_remove,
+    log,
+)
 
 sys.path.insert(0, str(ROOT))
 
@@ -55,18 +65,6 @@ def _env(database_url: str, redis_url: str, tmp: Path, log_level: str) -> dict[s
                SECRET_KEY="bench-scale-" + os.urandom(8).hex(), CELERY_LOG_LEVEL=log_level,
                DJANGO_SETTINGS_MODULE="paddlecloud.settings")
     return env
-
-
-def _database_url(server: str, name: str) -> str:
-    parts = urlsplit(server)
-    return urlunsplit(parts._replace(path=f"/{name}"))
-
-
-def _admin(server: str, statement: str) -> None:
-    import psycopg
-
-    with psycopg.connect(_database_url(server, "postgres"), autocommit=True) as conn:
-        conn.execute(statement)
 
 
 def _tree_cpu_seconds(pid: int) -> float:
@@ -95,7 +93,7 @@ class Bench:
         self.args = args
         self.tmp = Path(tempfile.mkdtemp(prefix="paddlecloud-bench-scale-"))
         self.database = f"{DATABASE}_{os.getpid()}"
-        self.database_url = _database_url(args.database_url, self.database)
+        self.database_url = database_url(args.database_url, self.database)
         self.env = _env(self.database_url, args.redis_url, self.tmp, args.worker_log_level)
         self.processes: dict[str, subprocess.Popen] = {}
         self.fake = None
@@ -105,7 +103,7 @@ class Bench:
 
     def setup(self) -> None:
         log(f"database {self.database}, Redis {self.args.redis_url}, files in {self.tmp}")
-        _admin(self.args.database_url, f'CREATE DATABASE "{self.database}"')
+        database_admin(self.args.database_url, f'CREATE DATABASE "{self.database}"')
         self.created = True
         os.environ.update(self.env)
         import django
@@ -316,18 +314,9 @@ class Bench:
         if self.fake is not None:
             self.fake.stop()
         if self.created:
-            with contextlib.suppress(Exception):
-                from django.core.cache import cache
-                from django.db import connections
-
-                cache.clear()
-                connections.close_all()
-            if self.args.keep:
-                log(f"kept database {self.database} and {self.tmp}")
-                return
-            _admin(self.args.database_url, f'DROP DATABASE IF EXISTS "{self.database}" '
-                                           "WITH (FORCE)")
-        if not self.args.keep:
+            in_process_scratch_remove(self.args.database_url, self.database, self.tmp,
+                                      keep=self.args.keep)
+        elif not self.args.keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
@@ -361,13 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=2, help="the worker's processes")
     parser.add_argument("--timeout", type=float, default=1800,
                         help="seconds the jobs may take to all run")
-    parser.add_argument("--database-url", default=os.environ.get(
-        "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
-                        help="a PostgreSQL server where the bench may create a database")
-    parser.add_argument("--redis-url", default=os.environ.get(
-        "BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"),
-                        help="a Redis database of the bench's own (emptied)")
-    parser.add_argument("--keep", action="store_true", help="keep the database and files")
+    in_process_options(parser, redis_db=14)
     parser.add_argument("--worker-log-level", default="WARNING",
                         help="the worker's log level (INFO: each task and its time)")
     args = parser.parse_args(argv)

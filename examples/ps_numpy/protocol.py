@@ -9,9 +9,12 @@ Requests and their replies (every reply has ``"ok"``; ``"error"`` when it is fal
 
 ``{"op": "pull"}``
     -> ``{"ok": true, "round": N}`` + this pserver's parameters
-``{"op": "push", "trainer": ID}`` + the gradient of this pserver's parameters
+``{"op": "push", "trainer": ID, "round": R}`` + the gradient of this pserver's parameters
     -> ``{"ok": true, "round": N}`` once every trainer still training pushed for this round
-    and the pserver applied ``params -= learning_rate * mean(gradients)`` (synchronous SGD)
+    and the pserver applied ``params -= learning_rate * mean(gradients)`` (synchronous SGD).
+    ``R`` (optional): the rounds the trainer pushed before; a round already applied is
+    answered at once, a gradient already pending for it replaced (a trainer restarted between
+    its pushes to two pservers)
 ``{"op": "finish", "trainer": ID}``
     -> ``{"ok": true}``; the trainer pushes no more, rounds go on without it
 ``{"op": "done", "trainer": ID}``

@@ -53,7 +53,7 @@ class Shard:
             if not isinstance(trainer, int) or not 0 <= trainer < self.trainers:
                 return {"ok": False, "error": f"no trainer {trainer!r}"}, None
             if op == "push":
-                return self._push(trainer, values), None
+                return self._push(trainer, values, header.get("round")), None
             if op == "restore":
                 return self._restore(header.get("round"), values), None
             if op in ("finish", "done"):
@@ -68,14 +68,26 @@ class Shard:
                 return {"ok": True}, None
         return {"ok": False, "error": f"unknown op {op!r}"}, None
 
-    def _push(self, trainer: int, values: np.ndarray | None) -> dict:
-        """Add this trainer's gradient to the round, and wait for the round to end."""
+    def _push(self, trainer: int, values: np.ndarray | None, round_: object = None) -> dict:
+        """Add this trainer's gradient to the round, and wait for the round to end.
+
+        ``round_`` (the rounds the trainer had pushed before this one) tells a trainer
+        restarted mid-push apart: its run before may have pushed this step to some pservers
+        and not to others. A pserver that applied that round already answers at once (the
+        step is in its parameters); one that holds that run's gradient for its open round
+        takes the new one instead."""
         if values is None or values.shape != self.params.shape:
             got = 0 if values is None else values.size
             return {"ok": False, "error": f"expected {self.params.size} values, got {got}"}
         if trainer in self.finished:
             return {"ok": False, "error": f"trainer {trainer} said it had finished"}
-        if trainer in self.pending:
+        if isinstance(round_, int) and not isinstance(round_, bool):
+            if round_ < self.round:
+                return {"ok": True, "round": self.round}
+            if round_ > self.round:
+                return {"ok": False, "error": f"trainer {trainer} pushed for round {round_ + 1}"
+                                              f" but this pserver is at round {self.round}"}
+        elif trainer in self.pending:
             return {"ok": False, "error": f"trainer {trainer} pushed twice in one round"}
         self.pending[trainer] = values
         mine = self.round

@@ -263,8 +263,9 @@ def run() -> int:
         for i in range(begin, steps_per_pass):
             batch = order[i * BATCH_SIZE:(i + 1) * BATCH_SIZE]
             loss, gradient = mse_and_gradient(pull(pservers), x[batch], y[batch])
-            for ps in pservers:
-                ps.call({"op": "push", "trainer": trainer_id}, gradient[ps.block])
+            for ps in pservers:  # the round: a pserver this step reached before a restart
+                ps.call({"op": "push", "trainer": trainer_id, "round": step},
+                        gradient[ps.block])
             step += 1
             total += loss
             log(f"trainer {trainer_id} pass {pass_id + 1} step {step} loss {loss:.6f}")

@@ -362,6 +362,57 @@ def test_ps_numpy_pserver_exits_0_on_sigterm(tmp_path, jobs):
     assert "pserver 0 exits after 0 rounds" in pserver.output()
 
 
+def test_ps_numpy_a_trainer_restarted_between_its_pushes_goes_on_with_its_pservers(
+        monkeypatch):
+    """A trainer killed after pushing a step to one pserver and before the other is restarted
+    (its pservers kept): the pserver that applied that round answers its push again at once,
+    the other takes the new push in place of nothing (or of its old run's) and ends the round;
+    neither waits for a round the other trainer will never push (they did, deadlocked)."""
+    require("numpy")
+    import threading
+
+    import numpy as np
+
+    monkeypatch.syspath_prepend(str(EXAMPLES / "ps_numpy"))
+    monkeypatch.delitem(sys.modules, "pserver", raising=False)
+    import pserver
+
+    def push(shard, trainer: int, value: float, round_: int) -> dict:
+        answer = {}
+        thread = threading.Thread(target=lambda: answer.update(shard.handle(
+            {"op": "push", "trainer": trainer, "round": round_}, np.full(1, value))[0]),
+            daemon=True)
+        thread.start()
+        return {"thread": thread, "answer": answer}
+
+    stop = threading.Event()
+    first, second = (pserver.Shard(1, 2, stop) for _ in range(2))
+    try:
+        # Round 0: both trainers pushed to the first pserver; trainer 0 died before the second.
+        done = [push(first, 0, 1.0, 0), push(first, 1, 3.0, 0)]
+        waiting = push(second, 1, 3.0, 0)
+        for each in done:
+            each["thread"].join(5)
+            assert each["answer"] == {"ok": True, "round": 1}
+        assert first.params.tolist() == [-pserver.LEARNING_RATE * 2.0]
+        # Its next run pushes round 0 again to both.
+        again = push(first, 0, 5.0, 0)
+        again["thread"].join(5)
+        assert again["answer"] == {"ok": True, "round": 1}  # applied already: not again
+        assert first.params.tolist() == [-pserver.LEARNING_RATE * 2.0]
+        completes = push(second, 0, 5.0, 0)
+        for each in (completes, waiting):
+            each["thread"].join(5)
+            assert each["answer"] == {"ok": True, "round": 1}
+        assert second.params.tolist() == [-pserver.LEARNING_RATE * 4.0]
+        # A push ahead of the pserver is refused, saying so.
+        reply, _ = first.handle({"op": "push", "trainer": 1, "round": 3}, np.full(1, 1.0))
+        assert reply == {"ok": False, "error": "trainer 1 pushed for round 4 but this pserver "
+                                               "is at round 1"}
+    finally:
+        stop.set()
+
+
 def test_the_helper_builds_the_portals_environment(tmp_path):
     """The environment these tests give the examples is the one paddlecloud_core/contract.py gives
     replicas, so the examples rely on nothing the portal does not set."""

@@ -18,7 +18,7 @@ client, no request, no record. How a pod is read:
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from paddlecloud_core.processes import exit_reason
 
@@ -104,6 +104,9 @@ def pod_seen(replica, mine: list[dict]) -> Observation | None:
     return seen
 
 
+STRANDED_AFTER = timedelta(seconds=30)  # past a deleted pod's grace: no kubelet confirms
+
+
 def container(statuses: list[dict] | None, name: str) -> dict:
     """The status of the container ``name`` among a pod's ``statuses`` ({} if absent)."""
     return next((s for s in statuses or [] if s.get("name") == name), {})
@@ -117,11 +120,13 @@ def _disrupted(status: dict) -> bool:
 
 def stranded(pod: dict, now: datetime) -> bool:
     """A pod the cluster took away whose node is lost: ``DisruptionTarget`` (the node
-    lifecycle controller's, for a node that stopped answering), deleted and past its grace,
-    and still there, as no kubelet is left to confirm it stopped. Until it goes, its Job makes
-    its index no new pod (nor does a Foreground delete of the Job end)."""
+    lifecycle controller's, for a node that stopped answering), deleted, and still there
+    ``STRANDED_AFTER`` past its grace, as no kubelet is left to confirm it stopped (a live one
+    does within seconds: an evicted pod is not stranded). Until it goes, its Job makes its
+    index no new pod (nor does a Foreground delete of the Job end)."""
     due = _moment(pod["metadata"].get("deletionTimestamp"))
-    return due is not None and due < now and _disrupted(pod.get("status") or {})
+    return (due is not None and due + STRANDED_AFTER < now
+            and _disrupted(pod.get("status") or {}))
 
 
 def _setup_detail(message: str) -> str:

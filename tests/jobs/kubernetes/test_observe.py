@@ -300,3 +300,23 @@ def test_an_owner_deleted_outside_the_portal_loses_the_replica():
     assert observe.owner_gone("Job", "t", "ns", root_exists=False).reason == (
         "its Kubernetes objects were deleted outside PaddleCloud (Job t in namespace ns is "
         "gone)")
+
+
+def test_a_pod_is_stranded_only_when_no_kubelet_confirmed_it_stopped_long_after_its_grace():
+    """Force-deleted by the backend (a lost node's trainer pod): taken away by the cluster,
+    deleted, and still there 30 s after its grace ended. An evicted pod whose kubelet is
+    slow to confirm, or a pod merely deleted (no DisruptionTarget), is not."""
+    due = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+    disrupted = {"conditions": [{"type": "DisruptionTarget", "status": "True",
+                                 "reason": "DeletionByTaintManager"}]}
+
+    def pod(status: dict, deleted: bool = True) -> dict:
+        meta = {"name": "t-0"}
+        if deleted:
+            meta["deletionTimestamp"] = due.isoformat().replace("+00:00", "Z")
+        return {"metadata": meta, "status": status}
+
+    assert observe.stranded(pod(disrupted), due + timedelta(seconds=31))
+    assert not observe.stranded(pod(disrupted), due + timedelta(seconds=10))  # a kubelet's wait
+    assert not observe.stranded(pod({}), due + timedelta(hours=1))  # deleted by someone
+    assert not observe.stranded(pod(disrupted, deleted=False), due + timedelta(hours=1))
