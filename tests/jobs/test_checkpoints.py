@@ -146,7 +146,9 @@ def test_a_trainer_killed_mid_run_resumes_from_the_latest_complete_checkpoint(
     wait(lambda: (output_dir(job) / "node_0" / "train.log").read_text().count(
         "--- restart 1 ---"), 60, "the trainer to be restarted")
     kept = saved_steps(job)
-    assert len(kept) == 2  # keep_checkpoints
+    # keep_checkpoints, and one more when the kill fell between a save and its pruning (the
+    # next save prunes it)
+    assert len(kept) in (2, 3), kept
     expected = kept[-1]
     if damaged:
         newest = checkpoints_dir(job) / checkpoint_dirname(kept[-1]) / "state.bin"
