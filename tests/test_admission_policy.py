@@ -796,11 +796,15 @@ def test_other_users_are_not_matched(user):
     assert not request("DELETE", old=stored(KUBE_SYSTEM), user=user).matched
 
 
-def test_the_portal_is_matched_for_its_writes_only():
-    """Pods (the portal only lists them) are no resource of the policy."""
+def test_the_portal_deletes_a_pod_only_in_its_namespaces():
+    """Pods: the portal deletes one only to force away a trainer's pod stranded on a lost node
+    (rbac.yaml) — in a namespace it made, never in another."""
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "p", "namespace": "kube-system"}, "spec": {"hostNetwork": True}}
-    assert not request("CREATE", pod, namespace=KUBE_SYSTEM).matched
+    decision = request("DELETE", old=pod, namespace=KUBE_SYSTEM)
+    assert decision.refused == ["managed-namespace"] and decision.errors == []
+    mine = moved(pod, portal_namespace())
+    assert_admitted(request("DELETE", old=mine, namespace=portal_namespace()))
     assert request("CREATE", moved(a_job(), KUBE_SYSTEM), namespace=KUBE_SYSTEM).matched
 
 

@@ -429,7 +429,7 @@ def test_the_helper_builds_the_portals_environment(tmp_path):
                   pfs_public=str(tmp_path / "public"),
                   checkpoints=str(tmp_path / "home" / "jobs" / "ps-numpy" / "checkpoints"))
     job = SimpleNamespace(env={}, name="ps-numpy", trainers=2, passes=3, gpu=0,
-                          keep_checkpoints=3, uid="",  # as replica_envs builds them
+                          keep_checkpoints=3, uid="", resume_from="",  # as replica_envs builds them
                           datacenter=SimpleNamespace(name="datacenter1"))
     for (role, index), env in by_role.items():
         assert env == replica_env(job, role, index, topology, paths, "paddle-alice")

@@ -56,6 +56,7 @@ DATASET = f"{HOME}/data/part-*.txt"
 # What replica_env reads of a job.
 Plain = SimpleNamespace(name="j", trainers=2, pservers=1, passes=1, gpu=0, env={},
                         keep_checkpoints=3, uid="5a0c8f1e-0000-4000-8000-00000000000a",
+                        resume_from="",
                         datacenter=SimpleNamespace(name="dc1"))
 
 

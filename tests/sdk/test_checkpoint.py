@@ -86,9 +86,10 @@ def test_a_corrupt_or_partial_latest_is_skipped_for_the_one_before(ckpt, capsys,
     err = capsys.readouterr().err
     assert "skipped the checkpoint of step 6" in err and "it is not loaded" in err
     metrics = (ckpt.parent / "out" / "node_0" / "metrics.jsonl").read_text().splitlines()
-    # On the job's page, and the portal's events: skipped 6, then resumed from 5.
+    # On the job's page, and the portal's events: saved 5 and 6, skipped 6, resumed from 5.
     assert [{k: v for k, v in json.loads(line).items() if k != "time"}
-            for line in metrics] == [{"step": 6, "checkpoint_skipped": 1},
+            for line in metrics] == [{"step": 5, "checkpoint": 5}, {"step": 6, "checkpoint": 6},
+                                     {"step": 6, "checkpoint_skipped": 1},
                                      {"step": 5, "checkpoint_resumed": 1}]
 
 

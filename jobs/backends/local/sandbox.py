@@ -297,17 +297,31 @@ def _bind_mounts(binds: Sequence[Bind]) -> list[tuple[str, list[str]]]:
 # the namespace the job's holder made (a holder that died and whose pid was reused in between
 # cannot put a job on the host's network); then it writes its own /etc/hosts (in its own
 # tmpfs), so that its hostname resolves to 127.0.0.1 — gloo looks it up.
-# What a job's entry (a shell command) is prefixed with in a sandbox: on SIGTERM or SIGINT its
-# shell waits for the command it runs to end, then exits as the signal would have made it
-# (143, 130). Ended at once, it would end the sandbox (``--die-with-parent``), killing what it
-# runs in the middle of its grace period (a trainer saving a checkpoint as it is stopped). A
-# trap's action is reset in the programs it starts: they get the signal as they would have.
-STOPPABLE = 'trap "exit 143" TERM; trap "exit 130" INT; '
+# How a job's entry (a shell command) runs in a sandbox, so that SIGTERM (a stop, its grace
+# period) reaches what it runs and the sandbox lasts until that has ended: the shell that runs
+# it is the sandbox's main process, and ended at once it would end the sandbox
+# (``--die-with-parent``), killing a trainer in the middle of saving a checkpoint as it is
+# stopped. A simple command (``python train.py``) takes the shell's place (``exec``): it is
+# the main process, gets the signal as it would anywhere and nothing reports its end. Any
+# other entry (a list, a pipeline, a builtin, an assignment) runs under a shell that traps
+# the signal, waits for the command to end and exits as the signal would have made it (143,
+# 130) — which reports a command killed by it ("Terminated") on the log, as a shell would.
+STOPPABLE = 'trap "t=143" TERM; trap "t=130" INT; {entry}\nr=$?; exit ${{t:-$r}}'
+_NOT_SIMPLE = re.compile(r"[;&|<>()`$\\\n{}!*?\[\]'\"#~]")
+_BUILTINS = frozenset({"cd", "export", "set", "unset", "source", ".", "if", "for", "while",
+                       "until", "case", "exec", "eval", "alias", "ulimit", "umask", "trap",
+                       "read", "wait", "time", "shift", "return", "exit", "command", "local",
+                       "readonly", "type", "hash", "getopts", "jobs", "fg", "bg"})
 
 
 def stoppable(entry: str) -> str:
-    """The entry, its shell outliving its command on SIGTERM or SIGINT (``STOPPABLE``)."""
-    return STOPPABLE + entry
+    """The entry as the sandbox's shell runs it (``STOPPABLE``): a simple command in the
+    shell's place, anything else under a shell that outlives it on SIGTERM or SIGINT."""
+    words = entry.split()
+    if words and not _NOT_SIMPLE.search(entry) and "=" not in words[0] \
+            and words[0] not in _BUILTINS:
+        return f"exec {entry}"
+    return STOPPABLE.format(entry=entry)
 
 
 PRELUDE = (
