@@ -78,7 +78,7 @@ def test_a_pod_that_exits_ends_its_job_at_once_and_no_job_is_polled_meanwhile(
     wait(lambda: state(quiet) == state(ending) == "running", message="both jobs to run")
     # The syncs their start queued (the pods' changes up to running, debounced) are done...
     seen: list[dict] = []
-    wait(lambda: seen.append(dict(syncs)) or len(seen) > 4 and seen[-1] == seen[-5],
+    wait(lambda: seen.append(dict(syncs)) or (len(seen) > 4 and seen[-1] == seen[-5]),
          message="their starts' syncs to be done", every=0.25)  # a second with none
     before = dict(syncs)
     time.sleep(3)  # ...then both run, nothing changes: nothing looks at them
