@@ -36,14 +36,18 @@ def subscriptions_for(datacenter_ids, owner_ids) -> dict[int, list[Subscription]
             for owner in owner_ids}
 
 
-def job_payload(kind: str, job: dict, now) -> dict:
-    """What a notification about a job says (``job``: its values, ``JOB_VALUES``)."""
+def job_payload(kind: str, job: dict, now, said: str | None = None) -> dict:
+    """What a notification about a job says (``job``: its values, ``JOB_VALUES``); ``said``:
+    the event's own words, in place of its state's."""
     name = f"{job['owner__username']}/{job['name']}"
     what = {"job.started": "is running", "job.succeeded": "succeeded",
             "job.failed": "failed", "job.killed": "was killed"}.get(kind)
-    text = f"job {name} {what}" if what else f"job {name}: {EVENTS[kind].summary}"
-    if job["state_reason"] and kind != "job.started":
-        text += f": {job['state_reason']}"
+    if said is not None:
+        text = f"job {name}: {said}"
+    else:
+        text = f"job {name} {what}" if what else f"job {name}: {EVENTS[kind].summary}"
+        if job["state_reason"] and kind != "job.started":
+            text += f": {job['state_reason']}"
     return {"event": kind, "time": now.isoformat(), "datacenter": job["datacenter__name"],
             "text": text,
             "job": {"name": job["name"], "owner": job["owner__username"],
@@ -61,8 +65,20 @@ def job_moved_record(sender, *, target: str, moves: list[tuple[int, int, int]], 
     someone subscribed to, written in the transaction that moved them. ``moves``: (job id,
     owner id, datacenter id) each. One query when nobody subscribed."""
     kind = JOB_STATE_EVENTS.get(target)
-    if kind is None or not moves:
-        return
+    if kind is not None and moves:
+        _jobs_record(kind, moves)
+
+
+def run_resumed_record(sender, *, job_id: int, owner_id: int, datacenter_id: int, said: str,
+                       **kwargs):
+    """``jobs.signals.run_resumed``'s receiver: ``job.resumed`` notifications in the event's
+    words, written in the transaction of the run's event."""
+    _jobs_record("job.resumed", [(job_id, owner_id, datacenter_id)], said)
+
+
+def _jobs_record(kind: str, moves: list[tuple[int, int, int]], said: str | None = None):
+    """The notifications of ``kind`` about the jobs of ``moves`` ((job id, owner id,
+    datacenter id) each) for whoever subscribed to it."""
     subscribed = subscriptions_for({dc for _, _, dc in moves}, {o for _, o, _ in moves})
     wanted = [(job_id, s) for job_id, owner, dc in moves for s in subscribed.get(owner, ())
               if s.datacenter_id == dc and kind in s.events]
@@ -71,24 +87,8 @@ def job_moved_record(sender, *, target: str, moves: list[tuple[int, int, int]], 
     now = timezone.now()
     jobs = {job["pk"]: job for job in Job.objects.filter(
         pk__in={job_id for job_id, _ in wanted}).values(*JOB_VALUES)}
-    notifications_record([(s, kind, job_payload(kind, jobs[job_id], now), None)
+    notifications_record([(s, kind, job_payload(kind, jobs[job_id], now, said), None)
                           for job_id, s in wanted if job_id in jobs], now)
-
-
-def run_resumed_record(sender, *, job_id: int, owner_id: int, datacenter_id: int, said: str,
-                       **kwargs):
-    """``jobs.signals.run_resumed``'s receiver: ``job.resumed`` notifications, written in the
-    transaction of the run's event."""
-    wanted = [s for s in subscriptions_for({datacenter_id}, {owner_id}).get(owner_id, ())
-              if s.datacenter_id == datacenter_id and "job.resumed" in s.events]
-    if not wanted:
-        return
-    now = timezone.now()
-    job = Job.objects.filter(pk=job_id).values(*JOB_VALUES).first()
-    if job is not None:
-        payload = job_payload("job.resumed", job, now)
-        payload["text"] = f"job {job['owner__username']}/{job['name']}: {said}"
-        notifications_record([(s, "job.resumed", payload, None) for s in wanted], now)
 
 
 def notifications_record(entries, now=None) -> list[Notification]:

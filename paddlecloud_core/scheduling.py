@@ -119,6 +119,8 @@ class Estimate:
 
 NOTHING_KNOWN = Estimate(UNKNOWN_RUN, UNKNOWN_RUN * UNKNOWN_SPREAD[0],
                          UNKNOWN_RUN * UNKNOWN_SPREAD[1], known=False)
+# Why the end of a job run on ``NOTHING_KNOWN`` is unknown (``Running.unknown``).
+NOTHING_KNOWN_WHY = "no job of its owner has ended yet to tell how long it runs"
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ def running(job_id: int, owner: int, held: Vec, began: float, run: Estimate, now
     for preemption (``Running.began``)."""
     unknown = ""
     if deadline is None and not run.known:
-        unknown = "no job of its owner has ended yet to tell how long it runs"
+        unknown = NOTHING_KNOWN_WHY
     elif deadline is None and now > began + run.high:
         unknown = "it has run longer than its owner's jobs like it did"
     return Running(job_id, owner, held, ends=max(now, began + run.seconds),
@@ -607,8 +609,7 @@ def _simulate(pool: Pool, now: float, case: str, only: Iterable[int] | None,
             started[job_id] = t
             if job.deadline is None and not job.run.known:
                 endless.append(Running(job.id, job.owner, job.need, t, name=job.name,
-                                       unknown="no job of its owner has ended yet to tell "
-                                               "how long it runs"))
+                                       unknown=NOTHING_KNOWN_WHY))
                 continue
             run = getattr(job.run, case)
             if job.deadline is not None:
