@@ -161,7 +161,7 @@ class Datacenter(models.Model):
         "budget grace (seconds)", default=600,
         help_text="How long a running job whose owner's (or group's) budget is spent runs "
                   "on after the warning, when it is stopped.")
-    # Preemption (README "Scheduling"; ``paddlecloud_core.scheduling``): off unless set.
+    # Preemption (docs/admin/scheduling.md; ``paddlecloud_core.scheduling``): off unless set.
     preempt_after = models.PositiveIntegerField(
         "preempt after (seconds)", null=True, blank=True, validators=[preempt_after_check],
         help_text="With a capacity: a job of a user below their fair share that has waited "

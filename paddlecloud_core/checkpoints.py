@@ -39,6 +39,8 @@ MAX_MANIFEST = 16 << 20  # bytes: a manifest larger than this is no manifest of 
 # skipped as corrupt or partial.
 RESUMED_METRIC = "checkpoint_resumed"
 SKIPPED_METRIC = "checkpoint_skipped"
+# ... and after each checkpoint it saves, at its step: the time preemption reads (its cost).
+SAVED_METRIC = "checkpoint"
 
 
 class CheckpointError(ValueError):

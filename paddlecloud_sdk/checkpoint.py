@@ -105,6 +105,7 @@ from paddlecloud_core.checkpoints import (
     MANIFEST_FORMAT,
     PADDLE_FILE,
     RESUMED_METRIC,
+    SAVED_METRIC,
     SKIPPED_METRIC,
     CheckpointError,
     described,
@@ -252,7 +253,7 @@ def save(state: Any, step: int, *, pass_: int | None = None,
             written = _write(_where(path), state, step, pass_, position)
             _prune(_where(path), keep_last, written)
             with contextlib.suppress(Exception):  # saved all the same; only the portal's
-                report(step=step, checkpoint=step)  # preemption reads when (its cost)
+                report(step=step, **{SAVED_METRIC: step})  # preemption reads when (its cost)
     finally:
         wait()  # nobody goes on (nor asks the master for more) before it is written
     return written

@@ -1,4 +1,4 @@
-"""Preemption that knows what it costs (issue 37; README "Scheduling"): in a datacenter that
+"""Preemption that knows what it costs (issue 37; docs/admin/scheduling.md): in a datacenter that
 sets ``preempt_after``, a job of a user below their fair share that has waited that long for
 the capacity starts by stopping running jobs of users over theirs. The scheduling model picks
 them (``paddlecloud_core.scheduling``: ``Plan.preempt``), those that lose the fewest
@@ -27,11 +27,11 @@ from jobs.models import Job, JobEvent, Replica
 from jobs.notify import job_changed
 from jobs.states import ACTIVE_STATES, WAITING_STATES, JobState
 from kernel.queue import JOB_SYNC, task_later
+from paddlecloud_core.checkpoints import SAVED_METRIC
 from paddlecloud_core.scheduling import Preemption, schedule, span_words
 
 from .pool import HEAD_FIELDS, QUEUE_ORDER, pool_load, shared
 
-CHECKPOINT_METRIC = "checkpoint"  # what paddlecloud_sdk.checkpoint.save reports
 LOOK = 500  # waiting jobs of a datacenter read at most (as a forecast reads)
 
 
@@ -45,7 +45,7 @@ def preemptions_due() -> int:
 def checkpoint_saved(job) -> float | None:
     """When the job last saved a checkpoint (Unix time), from its trainer 0's metrics."""
     record = metric_latest(job, Replica(job=job, role=Replica.Role.TRAINER, index=0),
-                           CHECKPOINT_METRIC)
+                           SAVED_METRIC)
     return None if record is None else record["time"]
 
 
