@@ -63,6 +63,9 @@ class Usage(models.Model):
     # Why the last walk failed (a tree deeper than PFS goes, say); blank once one succeeds.
     # While set, ``used`` is not known: uploads, submissions and starts are refused.
     unknown = models.TextField(blank=True)
+    # Counted up by every write through the file service (``usage_add``): a walk that began
+    # at another revision does not record its figure (``usage_measure``).
+    revision = models.BigIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

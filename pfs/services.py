@@ -134,25 +134,54 @@ def usage_get(user, datacenter) -> Usage:
     return usage if usage is not None else usage_measure(user, datacenter)
 
 
+MEASURE_TRIES = 3  # walks of a home written to meanwhile, before the last one is recorded
+
+
 def usage_measure(user, datacenter, *, database=_here) -> Usage:
     """Walk the whole home and record what it holds (periodically, while the user's jobs run
     and as they end); or, when the walk fails, that it is not known and why.
 
-    The walk is done on the calling thread, the recording through ``database``."""
-    try:
-        used, unknown = storage_for(datacenter, _home(user, datacenter)).usage(), ""
-    except PaddleCloudError as exc:  # a tree deeper than PFS goes, say
-        used, unknown = None, exc.message
-    except OSError as exc:
-        logger.exception("measuring the PFS home of %s in %s failed", user, datacenter)
-        used, unknown = None, f"walking it failed ({exc.strerror or exc})"
-    return database(_usage_record, user, datacenter, used, unknown)
+    A write through the file service while the walk runs (``usage_add``: a removal, an
+    upload) would be undone by recording the walk's figure, which may not see it: the figure
+    is recorded only if no such write came meanwhile (the row's ``revision``), else the home
+    is walked again, MEASURE_TRIES times at most (the last walk is recorded whatever came).
+    Otherwise a user who removed files as their job ended could stay over their quota, and
+    their queue held, until some later walk.
+
+    The walks are done on the calling thread, the recording through ``database``."""
+    for tries_left in range(MEASURE_TRIES - 1, -1, -1):
+        revision = database(_usage_revision, user, datacenter)
+        try:
+            used, unknown = storage_for(datacenter, _home(user, datacenter)).usage(), ""
+        except PaddleCloudError as exc:  # a tree deeper than PFS goes, say
+            used, unknown = None, exc.message
+        except OSError as exc:
+            logger.exception("measuring the PFS home of %s in %s failed", user, datacenter)
+            used, unknown = None, f"walking it failed ({exc.strerror or exc})"
+        usage = database(_usage_record, user, datacenter, used, unknown,
+                          revision if tries_left else None)
+        if usage is not None:
+            return usage
+    raise AssertionError("unreachable: the last walk is recorded whatever came")
 
 
-def _usage_record(user, datacenter, used: int | None, unknown: str) -> Usage:
+def _usage_revision(user, datacenter) -> int | None:
+    return (Usage.objects.filter(user=user, datacenter=datacenter)
+            .values_list("revision", flat=True).first())
+
+
+def _usage_record(user, datacenter, used: int | None, unknown: str,
+                  revision: int | None) -> Usage | None:
+    """Record a walk's figure; None, recording nothing, if the home's row is no longer at
+    ``revision`` (a write came since the walk began)."""
     defaults = {"unknown": unknown, "measured_at": timezone.now()}
     if used is not None:
         defaults["used"] = used
+    if revision is not None:
+        rows = Usage.objects.filter(user=user, datacenter=datacenter, revision=revision)
+        if not rows.update(**defaults, updated_at=timezone.now()):
+            return None
+        return Usage.objects.get(user=user, datacenter=datacenter)
     usage, _ = Usage.objects.update_or_create(user=user, datacenter=datacenter,
                                               defaults=defaults)
     return usage
@@ -173,7 +202,7 @@ def usage_add(user, datacenter, delta: int) -> bool:
             None, "")
         if used is None:
             return True
-        rows.update(used=Greatest(F("used") + delta, 0))
+        rows.update(used=Greatest(F("used") + delta, 0), revision=F("revision") + 1)
     return used + delta < 0 or bool(unknown)
 
 

@@ -338,6 +338,26 @@ def test_usage_counts_apparent_sizes(tmp_path):
     assert PosixStorage(HOME, tmp_path).usage() == GiB + 10  # as du --apparent-size
 
 
+def test_a_removal_while_the_home_is_walked_is_not_undone_by_the_walks_figure(
+        pfs_home, alice, datacenter):
+    """A user removes files as their job ends, while the end's measure walks the home: the
+    removal comes between the walk and its recording. The figure recorded is what the home
+    holds, not the walk's (which would keep the user over their quota, their uploads refused
+    and their queue held, until some later walk)."""
+    (pfs_home / "kept.bin").write_bytes(b"k" * 100)
+    (pfs_home / "removed.bin").write_bytes(b"r" * 200)
+    assert services.usage_get(alice, datacenter).used == 300
+    removed = []
+
+    def database(step, *args):
+        if step is services._usage_record and not removed:  # the walk done, not yet recorded
+            removed.append(services.pfs_remove(alice, datacenter, f"{HOME}/removed.bin"))
+        return step(*args)
+
+    assert services.usage_measure(alice, datacenter, database=database).used == 100
+    assert removed and Usage.objects.get(user=alice, datacenter=datacenter).used == 100
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_database_holds_usage_at_zero_or_more(alice, datacenter):
     Usage.objects.create(user=alice, datacenter=datacenter, used=100)
