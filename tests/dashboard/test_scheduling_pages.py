@@ -139,6 +139,17 @@ def test_a_job_that_runs_after_another_says_so_and_starts_after_it(
     assert words(response, "runs-after") == "holder"
 
 
+def test_the_form_submits_what_a_job_runs_after_and_names_a_mistake_beside_it(
+        browser, one_cpu):
+    response = browser.post("/jobs/new/", form_data(after="nosuch"))
+    assert not Job.objects.filter(name="fit-a-line").exists()
+    assert ("you have no job named 'nosuch' in datacenter 'datacenter1'"
+            in words(response, "error-summary"))
+    response = browser.post("/jobs/new/", form_data(after="holder"), follow=True)
+    assert response.redirect_chain == [("/jobs/fit-a-line/", 302)]
+    assert Job.objects.get(name="fit-a-line").state_reason == "waiting for job holder to succeed"
+
+
 def test_a_running_job_has_no_waiting_box_and_shows_its_priority(browser, one_cpu):
     response = browser.get("/jobs/holder/")
     attrs, _ = element(response, "waiting")
