@@ -345,8 +345,8 @@ def _fail_never_fitting(waiting, quota, datacenter) -> None:
 
 def _queue_after(waiting, owner_id: int, datacenter_id: int):
     """The owner's waiting jobs that are in their queue: not those that still wait for jobs
-    they run after (``dependencies``), which are given that reason here (a query; two more
-    only where one's state or reason changes)."""
+    they run after (``dependencies``), which are given that reason here (a query; with such
+    jobs, one more, and a statement or two where one's state or reason changes)."""
     reasons = dependency_reasons(owner_id, datacenter_id)
     if reasons:
         _queue_all(list(Job.objects.filter(pk__in=list(reasons)).select_for_update()
