@@ -24,6 +24,7 @@ REASON_LABELS = {
     "never": "nothing: it can never start",
     "budget": "your budget",
     "storage": "room in your home (its storage quota)",
+    "after": "the jobs it runs after to end",
 }
 
 

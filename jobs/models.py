@@ -145,6 +145,10 @@ class Job(models.Model):
         max_length=64, blank=True, default="",
         help_text="JOB:STEP: the checkpoint of another of the owner's jobs it starts from "
                   "(the step made explicit at submission).")
+    after = models.CharField(
+        max_length=1024, blank=True, default="",
+        help_text="The jobs of its owner it runs after, as submitted: JOB (once it succeeded) "
+                  "or JOB:any (once it ended), comma-separated (each a JobDependency).")
     deadline_seconds = models.PositiveIntegerField(
         null=True, blank=True, help_text="The job fails if it runs longer than this.")
     ttl_seconds_after_finished = models.PositiveIntegerField(
@@ -219,6 +223,28 @@ class Job(models.Model):
         """Its trainers as people read them: ``2``, or for an elastic job ``3 (2-4)`` (with
         an en dash)."""
         return trainers_shown(self.trainers_now, self.trainers_min, self.trainers)
+
+
+class JobDependency(models.Model):
+    """That ``job`` runs after ``on`` ends as ``mode`` asks (``ok``: it succeeded; ``any``: it
+    ended). ``met`` once it has: ``job`` no longer waits for it (``on`` may then be deleted).
+    One that can no longer be met fails ``job`` (``scheduling.dependencies``)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependencies")
+    on = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True,
+                           related_name="dependents")
+    on_name = models.CharField(max_length=40, help_text="The name ``on`` had.")
+    mode = models.CharField(max_length=8, default="ok")
+    met = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "on"], name="unique_dependency")]
+        # The dependents of a job that ends are found by ``on`` (its foreign key's index);
+        # a waiting job's unmet ones by this.
+        indexes = [models.Index(fields=["job", "met"], name="dependency_job_met")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} after {self.on_name}:{self.mode}"
 
 
 class Replica(models.Model):

@@ -32,6 +32,7 @@ from scheduling.admission import (
     quota_fit_problems,
     quota_queue_check,
 )
+from scheduling.dependencies import dependencies_record
 from scheduling.forecasts import datacenter_forecast
 from scheduling.pool import REQUEST_FIELDS, held_vec
 
@@ -126,6 +127,7 @@ def job_submit(user, datacenter, data: dict) -> Submission:
                                      state=JobState.BUILDING if building else JobState.PENDING)
             Replica.objects.bulk_create(
                 Replica(job=job, role=r["role"], index=r["index"]) for r in job_plan(spec))
+            dependencies_record(job)
             JobEvent.objects.create(
                 job=job, from_state="", to_state=job.state,
                 reason=f"submitted by {user.username}" + (

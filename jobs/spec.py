@@ -7,8 +7,9 @@ themselves are the core's (``paddlecloud_core.spec``, which ``paddlectl`` and th
 too); here are the ones that need the portal: the name is free, the package is a directory
 in PFS, its requirements.txt reads as data and names only the datacenter's allowed package
 indexes, the registry exists, the topology file is in the package, the dataset matches files
-the user may read, the checkpoint it resumes from is one of the user's jobs' and whole, and
-what the datacenter's backend cannot run (its ``spec_problems``).
+the user may read, the checkpoint it resumes from is one of the user's jobs' and whole, the
+jobs it runs after are the user's and may still end as it asks, and what the datacenter's
+backend cannot run (its ``spec_problems``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from accounts.execution import backend_kind
 from kernel.errors import NotFoundError, PaddleCloudError, ValidationError
 from paddlecloud_core.layout import pfs_home
 from paddlecloud_core.requirements import REQUIREMENTS_FILE
-from paddlecloud_core.spec import JobSpec, name_taken, spec_check
+from paddlecloud_core.scheduling import after_outcome
+from paddlecloud_core.spec import JobSpec, after_parse, name_taken, spec_check
 from pfs.services import pfs_target
 from registries.services import registry_get
 
@@ -29,7 +31,35 @@ from .checkpoints import resume_from_check
 from .master.dataset import dataset_problem
 from .models import Job
 
-__all__ = ["JobSpec", "job_spec_validate"]
+__all__ = ["JobSpec", "after_targets", "job_spec_validate"]
+
+
+def after_targets(user, datacenter, text: str, *, lock: bool = False
+                  ) -> list[tuple[Job, str, bool]]:
+    """The jobs a submission's ``after`` names (its form checked by the core): (job, mode,
+    whether it has already ended as asked) each. ValueError saying what is wrong: a name that
+    is no job of the user's in the datacenter (another user's job is no job of theirs, as
+    everywhere in the API), or a job that has ended otherwise than asked. With ``lock`` (in
+    the transaction that records the edges) the jobs' rows are locked, so one ending now is
+    seen ended, or sees the edge (``scheduling.dependencies``)."""
+    pairs = after_parse(text)
+    found = Job.objects.filter(owner=user, datacenter=datacenter,
+                               name__in=[name for name, _ in pairs])
+    if lock:
+        found = found.select_for_update()
+    jobs = {job.name: job for job in found.only("id", "name", "state")}
+    targets = []
+    for name, mode in pairs:
+        job = jobs.get(name)
+        if job is None:
+            raise ValueError(f"you have no job named {name!r} in datacenter "
+                             f"{datacenter.name!r} (a job runs only after jobs of your own)")
+        met = after_outcome(mode, job.state)
+        if met is False:
+            raise ValueError(f"job {name} has ended ({job.state}): it will never succeed; "
+                             f"run after {name}:any to start once it has ended, however")
+        targets.append((job, mode, bool(met)))
+    return targets
 
 
 def _is_file(target, relpath: str) -> bool:
@@ -122,6 +152,12 @@ def job_spec_validate(user, datacenter, data: dict, *,
             values["resume_from"] = resume_from_check(user, datacenter, values["resume_from"])
         except ValueError as exc:
             check.fail("resume_from", str(exc))
+
+    if values["after"] and "after" not in check.errors:
+        try:
+            after_targets(user, datacenter, values["after"])
+        except ValueError as exc:
+            check.fail("after", str(exc))
 
     for field, problem in backend_kind(datacenter.backend).spec_problems(datacenter, values):
         check.fail(field, problem)

@@ -36,6 +36,11 @@ The model, in order:
   room, and only while each victim's owner keeps a larger share than the job's owner will
   then hold (else they would only change places). ``Plan.preempt`` says which and when; the
   job's reason says when. Predicted starts leave preemption out.
+- **Dependencies.** A job that runs after others (``Waiting.after``: those that have not yet
+  ended as it asks) is in no queue until they have: it holds nothing, blocks nothing, and
+  waits for the reason ``after_words`` gives. A forecast starts it, through its queue as any
+  other, once each of them has ended in the run forward (assumed to end as asked); one whose
+  end nothing tells makes its start ``unknown``, with why.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from .quantity import format_bytes, format_cpu
+from .spec import AFTER_MODES
+from .status import FINAL_STATES
 
 RESOURCES = ("cpu", "memory", "gpu", "jobs")
 SHARED = ("cpu", "memory", "gpu")  # what a datacenter's capacity limits (not a count of jobs)
@@ -134,6 +141,8 @@ class Waiting:
     run: Estimate = NOTHING_KNOWN
     deadline: float | None = None  # the most it may run, in seconds (it fails after)
     since: float | None = None  # when it began to wait this time (None: ``submitted``)
+    # The jobs it runs after that have not yet ended as it asks: (id, name, mode) each.
+    after: tuple[tuple[int, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -222,6 +231,22 @@ class Plan:
     preempt: dict[int, Preemption] = field(default_factory=dict)  # waiting job -> its own
 
 
+def after_outcome(mode: str, state: str) -> bool | None:
+    """Whether a job that runs after another (``mode``, ``spec.AFTER_MODES``) may start once
+    that one is in ``state``: True (it ended as asked), False (it ended otherwise: it never
+    may), None (not yet)."""
+    if state not in FINAL_STATES:
+        return None
+    return mode == "any" or state == "succeeded"
+
+
+def after_words(pairs: Iterable[tuple[str, str]]) -> str:
+    """Why a job waits for the jobs it runs after, (name, mode) each: ``waiting for job
+    prepare to succeed and job clean to end``."""
+    return "waiting for " + " and ".join(f"job {name} to {AFTER_MODES[mode]}"
+                                         for name, mode in pairs)
+
+
 def queue_order(job: Waiting) -> tuple:
     """A queue's order: higher priority first, then submission time."""
     return (-job.priority, job.submitted, job.id)
@@ -303,6 +328,10 @@ def schedule(pool: Pool, now: float) -> Plan:
     ledger = _Ledger(pool, now)
     queues: dict[int, list[Waiting]] = defaultdict(list)
     for job in pool.waiting:
+        if job.after:  # in no queue until the jobs it runs after have ended
+            plan.reasons[job.id] = Reason("after", after_words((n, m) for _, n, m in job.after),
+                                          blocking=job.after[0][0])
+            continue
         queues[job.owner].append(job)
     for queue in queues.values():
         queue.sort(key=queue_order, reverse=True)  # popped from the end
@@ -576,8 +605,9 @@ def forecast(pool: Pool, now: float, only: Iterable[int] | None = None,
     out = {}
     for job_id in ids:
         s, lo, hi = (runs[c][0].get(job_id) for c in ("seconds", "low", "high"))
-        if s is None and runs["seconds"][1]:
-            out[job_id] = Forecast(None, None, None, unknown=runs["seconds"][1])
+        why = runs["seconds"][2].get(job_id) or runs["seconds"][1]
+        if s is None and why:
+            out[job_id] = Forecast(None, None, None, unknown=why)
             continue
         known = [t for t in (s, lo, hi) if t is not None]
         out[job_id] = Forecast(s, min(known) if known else None,
@@ -586,9 +616,10 @@ def forecast(pool: Pool, now: float, only: Iterable[int] | None = None,
 
 
 def _simulate(pool: Pool, now: float, case: str, only: Iterable[int] | None,
-              horizon: float) -> tuple[dict[int, float], str]:
-    """When each wanted job starts as the plan runs forward; and, if some never do while a job
-    whose end nothing tells still runs, why (that job)."""
+              horizon: float) -> tuple[dict[int, float], str, dict[int, str]]:
+    """When each wanted job starts as the plan runs forward; if some never do while a job
+    whose end nothing tells still runs, why (that job); and why each that runs after a job
+    that never ends here never starts."""
     def end_of(run: Running) -> float:
         picked = {"seconds": run.ends, "low": run.ends_low, "high": run.ends_high}[case]
         return max(now, run.ends if picked is None else picked)
@@ -600,8 +631,12 @@ def _simulate(pool: Pool, now: float, case: str, only: Iterable[int] | None,
     waiting = {job.id: job for job in sorted(pool.waiting, key=queue_order)}
     wanted = set(waiting if only is None else only) & set(waiting)
     started: dict[int, float] = {}
+    ended: set[int] = set()
     t = now
     while wanted - started.keys() and t <= now + horizon:
+        for job_id, job in waiting.items():  # in its queue once what it runs after has ended
+            if job.after and all(other in ended for other, _, _ in job.after):
+                waiting[job_id] = replace(job, after=())
         plan = schedule(replace(pool, running=running + [replace(run, ends=t) for run in endless],
                                 waiting=_heads(pool, waiting), preempt_after=None), t)
         for job_id in plan.admit:
@@ -622,14 +657,24 @@ def _simulate(pool: Pool, now: float, case: str, only: Iterable[int] | None,
             break
         # The next end (a job predicted to have ended already ends now: plan again at once).
         t = max(t, min(run.ends for run in running))
+        ended.update(run.id for run in running if run.ends <= t)
         running = [run for run in running if run.ends > t]
+    endless_why = {run.id: run.unknown for run in endless}
+    after_why = {}
+    for job_id in wanted - started.keys():
+        job = waiting.get(job_id)
+        other = next((a for a in job.after if a[0] not in ended), None) if job else None
+        if other is not None:
+            said = endless_why.get(other[0])
+            after_why[job_id] = (f"it runs after job {other[1]}, and nothing tells when that "
+                                 "ends" + (f": {said}" if said else ""))
     why = ""
     if endless and wanted - started.keys():
         first = endless[0]
         who = pool.names.get(first.owner, first.owner)
         why = (f"it waits for room that job {first.name or first.id} ({who}'s) holds, and "
                f"nothing tells when that ends: {first.unknown}")
-    return started, why
+    return started, why, after_why
 
 
 def _heads(pool: Pool, waiting: dict[int, Waiting]) -> list[Waiting]:
@@ -639,7 +684,9 @@ def _heads(pool: Pool, waiting: dict[int, Waiting]) -> list[Waiting]:
     heads = []
     for job in waiting.values():
         jobs = pool.quotas.get(job.owner, Limit()).jobs
-        if jobs is None or seen[job.owner] < jobs + 1 + LOOK_BEHIND:
+        if job.after:  # in no queue yet (admission does not read it either)
+            heads.append(job)
+        elif jobs is None or seen[job.owner] < jobs + 1 + LOOK_BEHIND:
             seen[job.owner] += 1
             heads.append(job)
     return heads

@@ -42,6 +42,7 @@ MAX_IMAGE = 512
 MAX_REGISTRY = 64
 MAX_TOPOLOGY = 1024
 MAX_RESUME_FROM = 64  # a job's name, ":" and a step
+MAX_AFTER = 1024  # the jobs a job runs after, "JOB[:MODE]" each, comma-separated
 MAX_TASK_RECORDS = 10**9
 # An elastic job (``trainers`` a range MIN:MAX) may run below MIN this long before it fails,
 # unless it says otherwise (``trainers_below_min_seconds``).
@@ -101,6 +102,8 @@ class Field:
     # ``paddlectl submit``: the flag's names (none: not a flag) and its value's name in help.
     flag: tuple[str, ...] = ()
     metavar: str = ""
+    # A text flag that may be given more than once: its values are joined with ",".
+    repeated: bool = False
     # ``PaddleJob``: the argument's name ("": the field's; None: not an argument) and its
     # default there (None: not sent, the portal's default applies).
     sdk: str | None = ""
@@ -224,6 +227,12 @@ FIELDS: tuple[Field, ...] = (
           default="", maximum=MAX_RESUME_FROM, flag=("resume-from",), metavar="JOB[:STEP]",
           label="Resume from", group="Runtime", placeholder="e.g. fit or fit:1200",
           attrs=_SPELLED),
+    Field("after", "text", "run after other jobs of yours in the datacenter end: JOB (once "
+          "it has succeeded) or JOB:any (once it has ended, however); several, "
+          "comma-separated, must all hold. It waits holding no quota, and fails if one "
+          "can no longer end as asked", default="", maximum=MAX_AFTER, flag=("after",),
+          metavar="JOB[:ok|any]", repeated=True, label="Run after", group="Runtime",
+          placeholder="e.g. prepare, or prepare:any", attrs=_SPELLED),
     Field("deadline_seconds", "integer", "fail the job if it runs longer", minimum=1,
           maximum=MAX_DEADLINE, flag=("deadline",), metavar=_SECONDS,
           label="Deadline (seconds)", widget="number", group="Runtime"),
@@ -525,6 +534,7 @@ def spec_check(data: Mapping[str, Any], *, default_image: str,
     values.update(_trainers_range(check, values, ranged))
     values["priority"] = _priority(check)
     values["resume_from"] = _resume_from(check)
+    values["after"] = _after(check, name)
     for f in FIELDS:  # the rest: a text or a choice, with the rule of its type alone
         if f.name not in values:
             values[f.name] = check.text(f.name, maximum=f.maximum or MAX_TEXT)
@@ -634,6 +644,53 @@ def _resume_from(check: _Checker) -> str:
             check.fail("resume_from", str(exc))
             return ""
     return text
+
+
+# What a job waits for of each job it runs after (``after``): the mode's name, and the words
+# of its waiting reason ("waiting for job prepare to succeed").
+AFTER_MODES = {"ok": "succeed", "any": "end"}
+AFTER_RULE = "JOB or JOB:MODE, comma-separated: your jobs, MODE ok (it succeeded; the default) " \
+             "or any (it ended, however)"
+
+
+def after_parse(text: str) -> list[tuple[str, str]]:
+    """``after`` as (job, mode) pairs, in the order given, each job once; ValueError saying
+    the rule."""
+    pairs: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, colon, mode = (s.strip() for s in part.partition(":"))
+        if (problem := name_problem(name)) is not None:
+            raise ValueError(f"{AFTER_RULE}; {name or part!r}: {problem}")
+        mode = mode if colon else "ok"
+        if mode not in AFTER_MODES:
+            raise ValueError(f"{AFTER_RULE}; the mode of {name} is {mode!r}: give ok or any")
+        if pairs.get(name, mode) != mode:
+            raise ValueError(f"{AFTER_RULE}; {name} is given twice, as {name}:{pairs[name]} "
+                             f"and {name}:{mode}: give one")
+        pairs[name] = mode
+    return list(pairs.items())
+
+
+def after_shown(pairs: list[tuple[str, str]]) -> str:
+    """(job, mode) pairs as ``after`` is stored and shown: ``prepare,clean:any``."""
+    return ",".join(name if mode == "ok" else f"{name}:{mode}" for name, mode in pairs)
+
+
+def _after(check: _Checker, name: Any) -> str:
+    text = check.text("after", maximum=MAX_AFTER)
+    if not text:
+        return ""
+    try:
+        pairs = after_parse(text)
+    except ValueError as exc:
+        check.fail("after", str(exc))
+        return ""
+    if any(other == name for other, _ in pairs):
+        check.fail("after", f"a job cannot run after itself ({name})")
+        return ""
+    return after_shown(pairs)
 
 
 def _dataset(check: _Checker, task_records: int | None) -> dict[str, Any]:

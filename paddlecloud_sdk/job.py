@@ -289,6 +289,12 @@ class PaddleJob:
             else:
                 self.priority = self.priority.strip().lower()
 
+        for f in _SDK_FIELDS:  # a repeated flag's values may come as a list (after=[...])
+            value = getattr(self, f.sdk_name)
+            if f.repeated and isinstance(value, list | tuple) \
+                    and all(isinstance(v, str) for v in value):
+                setattr(self, f.sdk_name, ",".join(value) or None)
+
         # Texts and choices the checks above leave (the dataset's are _check_dataset's).
         texts = {f.sdk_name: f.values for f in _SDK_FIELDS
                  if f.type in ("text", "choice") and not f.required and f.name not in _DATASET}
@@ -586,6 +592,8 @@ def _signature() -> inspect.Signature:
            "config": (str | os.PathLike | Config | None, None)}
     for f in _SDK_FIELDS:
         kind = str | os.PathLike if f.name == "package" else ANNOTATIONS[f.type]
+        if f.repeated:
+            kind = kind | list[str]
         own[f.sdk_name] = (kind if f.sdk_default is not None else kind | None, f.sdk_default)
     own["connection"] = (Connection | None, None)
     positional = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,

@@ -6,7 +6,9 @@ request. Who starts is the scheduling model's plan (``paddlecloud_core.schedulin
 "Scheduling"): a job fits its owner's quota, their group's and the datacenter's capacity;
 fair share picks whose job goes next; a user's queue goes by priority, then submission time;
 a job behind one that waits starts first only where it cannot delay it (backfill). At most
-``queued`` of a user's jobs may wait: a submission that would wait beyond that is refused.
+``queued`` of a user's jobs may wait: a submission that would wait beyond that is refused. A
+job that runs after others (``dependencies``) is in no queue until they have ended as it
+asks: it waits ``queued``, holding nothing, with that reason.
 
 ``quota_admit`` is the one place jobs are admitted. It loads the datacenter's pool
 (``pool``) and applies the plan under a lock — the user's row, or, where members share a
@@ -58,6 +60,7 @@ from paddlecloud_core.quantity import format_bytes_about
 from paddlecloud_core.scheduling import LOOK_BEHIND, Vec, schedule
 from pfs.services import usage_report
 
+from .dependencies import UNMET, dependency_reasons
 from .pool import (
     HEAD_FIELDS,
     QUEUE_ORDER,
@@ -244,6 +247,7 @@ def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
         waiting = Job.objects.filter(owner_id=owner_id, datacenter_id=datacenter_id,
                                      state__in=WAITING_STATES)
         _fail_never_fitting(waiting, quotas[owner_id], datacenter)
+        waiting = _queue_after(waiting, owner_id, datacenter_id)
         free_jobs = max(quotas[owner_id].jobs - active[owner_id], 0)
         look = free_jobs + 1 + (LOOK_BEHIND if free_jobs else 0)
         heads[owner_id] = list(waiting.select_for_update().order_by(*QUEUE_ORDER)
@@ -264,7 +268,8 @@ def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
         waits = [job for job in jobs if job.pk in plan.reasons]
         if waits:  # what was not read waits behind the first that waits
             _queue_behind(waits[0], jobs[-1], Job.objects.filter(
-                owner_id=owner_id, datacenter_id=datacenter_id, state__in=WAITING_STATES))
+                owner_id=owner_id, datacenter_id=datacenter_id, state__in=WAITING_STATES)
+                .exclude(UNMET))
         else:
             _grow(owner_id, datacenter, quotas[owner_id])
     ids = [job.pk for job in admitted]
@@ -336,6 +341,19 @@ def _fail_never_fitting(waiting, quota, datacenter) -> None:
         f"{k}: {v}" for k, v in {**capacity_problems(job, datacenter),
                                  **quota_problems(job, quota)}.items()) for job in doomed}
     jobs_transition(doomed, JobState.FAILED, reasons)
+
+
+def _queue_after(waiting, owner_id: int, datacenter_id: int):
+    """The owner's waiting jobs that are in their queue: not those that still wait for jobs
+    they run after (``dependencies``), which are given that reason here (a query; with such
+    jobs, one more, and a statement or two where one's state or reason changes)."""
+    reasons = dependency_reasons(owner_id, datacenter_id)
+    if reasons:
+        _queue_all(list(Job.objects.filter(pk__in=list(reasons)).select_for_update()
+                        .only("id", "state", "state_reason", "owner_id", "datacenter_id")),
+                   reasons)
+        return waiting.exclude(UNMET)
+    return waiting
 
 
 def _queue_all(jobs: list[Job], reasons: dict[int, str]) -> None:

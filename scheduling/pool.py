@@ -35,6 +35,7 @@ from paddlecloud_core.scheduling import running as running_job
 from pfs.services import storage_problems
 
 from .budgets import budgets_spent
+from .dependencies import waiting_after
 
 HISTORY = 50  # finished jobs of each owner read for run times
 # What admission and forecasts read of a job: its request, its place, its state.
@@ -145,13 +146,15 @@ def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterabl
     preempt_after = datacenter.preempt_after
     waiting = list(waiting)
     since = _waits_since([job.pk for job in waiting if job.pk]) if preempt_after else {}
+    after = waiting_after(waiting)
     return Pool(
         capacity=Limit(**datacenter.capacity),
         quotas={owner: Limit(cpu=q.cpu, memory=q.memory, gpu=q.gpu, jobs=q.jobs)
                 for owner, q in quotas.items()},
         weights=weights,
         running=running,
-        waiting=[waiting_of(job, history, since.get(job.pk)) for job in waiting],
+        waiting=[waiting_of(job, history, since.get(job.pk), after.get(job.pk or 0, ()))
+                 for job in waiting],
         names=names,
         teams=teams,
         team_quotas={pk: Limit(**team.quota) for pk, team in groups.items()},
@@ -171,8 +174,9 @@ def _waits_since(job_ids: list[int]) -> dict[int, datetime]:
                 .values("job_id").annotate(last=Max("time")).values_list("job_id", "last"))
 
 
-def waiting_of(job, history: dict[int, list], since: datetime | None = None) -> Waiting:
+def waiting_of(job, history: dict[int, list], since: datetime | None = None,
+               after: tuple[tuple[int, str, str], ...] = ()) -> Waiting:
     return Waiting(id=job.pk or 0, owner=job.owner_id, need=request_vec(job),
                    submitted=_seconds(job.created_at), priority=job.priority, name=job.name,
                    run=job_estimate(job, history), deadline=job.deadline_seconds,
-                   since=None if since is None else _seconds(since))
+                   since=None if since is None else _seconds(since), after=after)

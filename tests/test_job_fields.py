@@ -115,13 +115,15 @@ def test_paddlejob_takes_every_field():
              "env": {"A": "1"}, "dataset": "/pfs/dc/home/u/data/*", "dataset_unit": "records",
              "task_records": 5, "priority": "low", "pservers": 1, "trainers": (1, 2),
              "runtime_image": "paddle:2", "registry": "mine", "topology": "t.py",
-             "pscpu": "500m", "psmemory": "1Gi", "resume_from": "base:10"}
+             "pscpu": "500m", "psmemory": "1Gi", "resume_from": "base:10",
+                 "after": ["prepare", "clean:any"]}
     for f in on_sdk:
         if f.sdk_name not in given and f.type == "integer":
             given[f.sdk_name] = f.minimum + 1
     body = PaddleJob(**given).spec()
     assert set(body) == {f.name for f in on_sdk}
     assert body["deadline_seconds"] == FIELD["deadline_seconds"].minimum + 1
+    assert body["after"] == "prepare,clean:any"  # a repeated flag's values, joined
     # Its rules are the core's, under its names.
     limits = FIELD["deadline_seconds"]
     with pytest.raises(JobSpecError, match=f"deadline_seconds: must be between {limits.minimum} "

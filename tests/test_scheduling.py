@@ -244,6 +244,55 @@ def test_a_job_behind_a_waiting_job_of_unknown_run_time_is_predicted_unknown():
     assert predicted[2].start is None and "job new-kind (alice's)" in predicted[2].unknown
 
 
+def test_a_job_that_runs_after_others_is_in_no_queue_until_they_end():
+    """Issue 40.4: a job that runs after another waits for it with that reason, holding
+    nothing and blocking nothing: the job behind it in its owner's queue starts now."""
+    pool = Pool(quotas={1: Limit(jobs=2)},
+                running=[Running(9, 1, Vec(1000, 0, 0, 1), ends=100.0, name="prep")],
+                waiting=[replace(job(1, 1, run=50), name="train", after=((9, "prep", "ok"),)),
+                         job(2, 1, run=50, name="other")])
+    plan = schedule(pool, 0.0)
+    assert plan.admit == [2]
+    assert plan.reasons[1].kind == "after"
+    assert plan.reasons[1].message == "waiting for job prep to succeed"
+    assert schedule(replace(pool, waiting=[replace(
+        job(1, 1), after=((9, "prep", "ok"), (8, "clean", "any")))]), 0.0).reasons[1].message \
+        == "waiting for job prep to succeed and job clean to end"
+
+
+def test_a_chain_of_jobs_is_predicted_to_start_one_after_the_other():
+    """Issue 40.4: the predicted start follows the chain — prep's predicted end, then train's
+    own queueing (the place prep frees goes to "more", ahead of it in its owner's queue; the
+    next is free at 130), then eval after train's predicted end."""
+    pool = Pool(quotas={1: Limit(jobs=2)},
+                running=[Running(9, 1, Vec(1000, 0, 0, 1), ends=100.0, name="prep"),
+                         Running(8, 1, Vec(1000, 0, 0, 1), ends=130.0, name="busy")],
+                waiting=[job(1, 1, run=40, name="more"),
+                         replace(job(2, 1, run=50), name="train", after=((9, "prep", "ok"),)),
+                         replace(job(3, 1, run=10), name="eval", after=((2, "train", "any"),))])
+    predicted = forecast(pool, 0.0)
+    assert predicted[1].start == 100.0
+    assert predicted[2].start == 130.0  # after prep (100), once the quota has room (130)
+    assert predicted[3].start == 180.0  # after train (130 + 50)
+    # Without the job ahead, it starts as prep ends.
+    alone = forecast(replace(pool, waiting=pool.waiting[1:]), 0.0)
+    assert (alone[2].start, alone[3].start) == (100.0, 150.0)
+
+
+def test_a_start_after_a_job_whose_end_nothing_tells_is_unknown_saying_which():
+    fresh = running(9, 1, Vec(1000, 0, 0, 1), began=0.0, run=NOTHING_KNOWN, now=10.0,
+                    name="prep")
+    pool = Pool(running=[fresh], waiting=[
+        replace(job(1, 1, run=50), name="train", after=((9, "prep", "ok"),)),
+        replace(job(2, 1, run=50), name="report", after=((7, "building", "ok"),))])
+    predicted = forecast(pool, 10.0)
+    assert predicted[1] == Forecast(None, None, None, unknown=(
+        "it runs after job prep, and nothing tells when that ends: no job of its owner has "
+        "ended yet to tell how long it runs"))
+    # One not in the pool at all (its image still building, say): no end to go by either.
+    assert predicted[2].unknown == "it runs after job building, and nothing tells when that ends"
+
+
 def test_an_estimate_from_nothing_is_not_known_and_a_deadline_bounds_one():
     assert not estimate([], ("a", 1, 0, 0)).known
     bounded = estimate([], ("a", 1, 0, 0), deadline=600)

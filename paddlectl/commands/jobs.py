@@ -77,6 +77,9 @@ def setup_submit(parser) -> None:
             if field.type == "env":  # -e KEY=VALUE, once a variable
                 extra = {"action": "append", "default": []}
                 said += " (repeatable); KEY alone takes its value from here"
+            elif field.repeated:
+                extra = {"action": "append"}
+                said += " (repeatable)"
             flag(parser, *field.flag, dest=field.name, metavar=field.metavar, help=said, **extra)
     flag(parser, "dry-run", dest="dry_run", action="store_true",
          help="check everything and show what would be started; start nothing, upload "
@@ -104,6 +107,8 @@ def _submission(args) -> dict:
         value = getattr(args, field.name, None)
         if not field.flag or value is None or field.type == "env":
             continue
+        if field.repeated:
+            value = ",".join(value)
         whole = field.type in ("integer", "trainers")
         body[field.name] = int(value) if whole and value.strip().isdigit() else value
     if args.env:

@@ -125,6 +125,31 @@ def test_a_waiting_job_says_why_it_is_not_running_and_when_it_should_start(
             "behind job urgent Place in your queue #2 of your waiting jobs Priority low") in said
 
 
+def test_a_job_that_runs_after_another_says_so_and_starts_after_it(
+        browser, one_cpu, alice, datacenter):
+    """Issue 40.4: the waiting box names what it runs after and why it waits; its predicted
+    start is after holder's end (its deadline, in 30 min)."""
+    submit_job(alice, datacenter, "report", after="holder")
+    response = browser.get("/jobs/report/")
+    said = words(response, "waiting")
+    assert re.fullmatch(
+        r"Why it is not running Waiting for the jobs it runs after to end Reason waiting for "
+        r"job holder to succeed Place in your queue #1 of your waiting jobs Priority normal "
+        rf"Runs after holder Predicted start {PREDICTED} Predicted from .*", said), said
+    assert words(response, "runs-after") == "holder"
+
+
+def test_the_form_submits_what_a_job_runs_after_and_names_a_mistake_beside_it(
+        browser, one_cpu):
+    response = browser.post("/jobs/new/", form_data(after="nosuch"))
+    assert not Job.objects.filter(name="fit-a-line").exists()
+    assert ("you have no job named 'nosuch' in datacenter 'datacenter1'"
+            in words(response, "error-summary"))
+    response = browser.post("/jobs/new/", form_data(after="holder"), follow=True)
+    assert response.redirect_chain == [("/jobs/fit-a-line/", 302)]
+    assert Job.objects.get(name="fit-a-line").state_reason == "waiting for job holder to succeed"
+
+
 def test_a_running_job_has_no_waiting_box_and_shows_its_priority(browser, one_cpu):
     response = browser.get("/jobs/holder/")
     attrs, _ = element(response, "waiting")
