@@ -8,26 +8,20 @@ import pytest
 from playwright.sync_api import expect
 
 from accounts.services import quota_set
-from tests.e2e.conftest import login
-from tests.factories import PACKAGE, package_write, submit_job
+from tests.e2e.conftest import job_form_fill, login
+from tests.e2e.test_scheduling import full_quota  # noqa: F401 - a fixture
+from tests.factories import PACKAGE
 
 
 @pytest.fixture
-def half_full(live_portal, held_tasks):
+def half_full(live_portal, full_quota):  # noqa: F811 - the fixture imported
     """alice's 2 CPUs: one held by ``holder`` for 30 minutes at most (its deadline)."""
     quota_set(None, live_portal.datacenter, live_portal.user, cpu=2000, jobs=10, queued=10)
-    package_write(live_portal.home, "print('hello')\n")
-    holder = submit_job(live_portal.user, live_portal.datacenter, "holder",
-                        deadline_seconds=1800)
-    assert holder.state == "starting"
 
 
 def test_the_dry_run_shows_what_would_start_the_job_sooner(page, live_portal, half_full):
     login(page, next_path="/jobs/new/")
-    page.get_by_label("Name", exact=True).fill("wide")
-    page.get_by_label("Trainer package").fill(PACKAGE)
-    page.get_by_label("Entry command").fill("python train.py")
-    page.get_by_label("Trainers", exact=True).fill("2")
+    job_form_fill(page, "wide", PACKAGE, trainers="2")
 
     page.get_by_role("button", name="Show what would be created").click()
     expect(page.locator("#admission")).to_contain_text(
