@@ -5,7 +5,7 @@ dry run and waiting reasons (``scheduling.sooner``) and the trace test
 (tests/test_sooner_trace.py) call the same ``alternatives``.
 
 Tried, each as the job alone changed in the same pool, its start read off the same forecast
-the job's own predicted start comes from (its middle case, one simulation each):
+the job's own predicted start comes from (one simulation each, ``CASE``):
 
 - fewer trainers (one fewer, half, the fewest it may run with), for a job of fixed trainers;
 - less memory per trainer (three quarters, half; never below ``LEAST_MEMORY``);
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from .quantity import format_bytes
-from .scheduling import HORIZON, Pool, Vec, Waiting, _simulate, _when
+from .scheduling import HORIZON, Pool, Vec, Waiting, _simulate, _when  # forecast's own
 from .spec import FIELD
 
 LEAST_MEMORY = 128 * 2**20  # less memory per trainer than this is never offered
@@ -36,6 +36,10 @@ DEADLINE_STEP = 300.0  # an offered deadline is rounded up to 5 minutes
 MARGIN_SECONDS = 60.0
 MARGIN_FRACTION = 0.1
 MOST = 4  # alternatives shown at most
+# Which of the forecast's runs a start is read from: the late end of the range (every running
+# job ending at the high end of its estimate). The middle one would offer "now" wherever a
+# running job has passed its estimate and "ends any moment", which on bench/eta.py's week
+# missed the suggested time far more often (tests/test_sooner_trace.py).
 CASE = "high"
 KINDS = ("trainers", "memory", "deadline", "gpu", "datacenter")
 
@@ -105,8 +109,8 @@ def _tries(ask: Ask, run_high: float | None) -> list[tuple[str, str, int, Ask]]:
 
 def start_of(pool: Pool, job: Waiting, now: float, horizon: float = HORIZON,
              case: str = CASE) -> float | None:
-    """When ``job`` (one of ``pool.waiting``, or added to it) is predicted to start: the
-    forecast's middle case (None: not within the horizon, never, or unknown)."""
+    """When ``job`` (one of ``pool.waiting``, or added to it) is predicted to start in the
+    forecast's run ``case`` (None: not within the horizon, never, or unknown)."""
     waiting = [w for w in pool.waiting if w.id != job.id] + [job]
     started, _ = _simulate(replace(pool, waiting=waiting), now, case, [job.id], horizon)
     return started.get(job.id)
@@ -124,21 +128,20 @@ def alternatives(pool: Pool, job: Waiting, ask: Ask, now: float, *,
         MARGIN_SECONDS, MARGIN_FRACTION * (before - now))
     run_high = job.run.high if job.run.known else None
     best: dict[str, Alternative] = {}
+
+    def keep(kind: str, field: str, value, start: float | None) -> None:
+        if start is None or (before is not None and start > before - margin):
+            return
+        if kind not in best or start < best[kind].start - margin:  # the mildest of the earliest
+            best[kind] = Alternative(kind, field, value, _flag(field, value), start)
+
     for kind, field, value, changed in _tries(ask, run_high):
         run = job.run
         if changed.deadline is not None and changed.deadline < run.seconds:
             run = replace(run, seconds=changed.deadline)
-        start = start_of(pool, replace(job, need=changed.need, deadline=changed.deadline,
-                                       run=run), now, horizon, case)
-        if start is None or (before is not None and start > before - margin):
-            continue
-        if kind not in best or start < best[kind].start - margin:  # the mildest of the earliest
-            best[kind] = Alternative(kind, field, value, _flag(field, value), start)
+        keep(kind, field, value, start_of(pool, replace(
+            job, need=changed.need, deadline=changed.deadline, run=run), now, horizon, case))
     for name, other in (others or {}).items():
-        start = start_of(other, replace(job, since=None, submitted=now), now, horizon, case)
-        if start is None or (before is not None and start > before - margin):
-            continue
-        if "datacenter" not in best or start < best["datacenter"].start - margin:
-            best["datacenter"] = Alternative("datacenter", "datacenter", name,
-                                             _flag("datacenter", name), start)
+        keep("datacenter", "datacenter", name, start_of(
+            other, replace(job, since=None, submitted=now), now, horizon, case))
     return sorted(best.values(), key=lambda a: (a.start, KINDS.index(a.kind)))[:most]
