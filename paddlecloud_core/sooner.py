@@ -16,7 +16,8 @@ the job's own predicted start comes from (one simulation each, ``CASE``):
 
 Shown are only those the model says start sooner by ``margin`` or more — a change it refuses
 (over a quota or the capacity: the plan's ``never``), or whose start it cannot tell, is not —
-the earliest first, at most ``most``, one of each kind (the mildest of the earliest)."""
+the earliest first, at most ``most``, one of each kind (the mildest as early as the strongest,
+within the margin; the milder ones are tried only when the strongest helps)."""
 
 from __future__ import annotations
 
@@ -129,19 +130,36 @@ def alternatives(pool: Pool, job: Waiting, ask: Ask, now: float, *,
     run_high = job.run.high if job.run.known else None
     best: dict[str, Alternative] = {}
 
-    def keep(kind: str, field: str, value, start: float | None) -> None:
-        if start is None or (before is not None and start > before - margin):
-            return
-        if kind not in best or start < best[kind].start - margin:  # the mildest of the earliest
-            best[kind] = Alternative(kind, field, value, _flag(field, value), start)
+    def helps(start: float | None) -> bool:
+        return start is not None and (before is None or start <= before - margin)
 
-    for kind, field, value, changed in _tries(ask, run_high):
+    def start_changed(changed: Ask) -> float | None:
         run = job.run
         if changed.deadline is not None and changed.deadline < run.seconds:
             run = replace(run, seconds=changed.deadline)
-        keep(kind, field, value, start_of(pool, replace(
-            job, need=changed.need, deadline=changed.deadline, run=run), now, horizon, case))
+        return start_of(pool, replace(job, need=changed.need, deadline=changed.deadline,
+                                      run=run), now, horizon, case)
+
+    by_kind: dict[str, list] = {}
+    for kind, field, value, changed in _tries(ask, run_high):
+        by_kind.setdefault(kind, []).append((field, value, changed))
+    for kind, tries in by_kind.items():
+        # The strongest change of a kind first: if it does not help, no milder one will (and
+        # is not tried: a few simulations a request). Else the mildest as early, within the
+        # margin, is the one shown.
+        field, value, changed = tries[-1]
+        start = start_changed(changed)
+        if not helps(start):
+            continue
+        for milder_field, milder_value, milder in tries[:-1]:
+            milder_start = start_changed(milder)
+            if helps(milder_start) and milder_start <= start + margin:
+                field, value, start = milder_field, milder_value, milder_start
+                break
+        best[kind] = Alternative(kind, field, value, _flag(field, value), start)
     for name, other in (others or {}).items():
-        keep("datacenter", "datacenter", name, start_of(
-            other, replace(job, since=None, submitted=now), now, horizon, case))
+        start = start_of(other, replace(job, since=None, submitted=now), now, horizon, case)
+        if helps(start) and ("datacenter" not in best or start < best["datacenter"].start):
+            best["datacenter"] = Alternative("datacenter", "datacenter", name,
+                                             _flag("datacenter", name), start)
     return sorted(best.values(), key=lambda a: (a.start, KINDS.index(a.kind)))[:most]
