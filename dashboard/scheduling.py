@@ -13,6 +13,7 @@ from django.utils.dateparse import parse_datetime
 from jobs.states import WAITING_STATES
 from paddlecloud_core.spec import priority_name
 from scheduling.forecasts import Prediction, datacenter_forecast
+from scheduling.sooner import sooner_find
 
 # What each kind of reason (``paddlecloud_core.scheduling.Reason.kind``) waits for.
 REASON_LABELS = {
@@ -75,6 +76,7 @@ def waiting_report(job) -> tuple[dict | None, Prediction | None]:
         "kind": reason.kind if reason else "",
         "priority": priority_name(job.priority),
         "prediction": prediction_shown(prediction),
+        "sooner": sooner_find(job),
     }, prediction
 
 
@@ -84,4 +86,5 @@ def admission_shown(admission: dict | None) -> dict | None:
         return None
     return {"starts": admission["starts"], "position": admission.get("position"),
             "reason": admission.get("reason") or "",
-            "prediction": prediction_shown(prediction_parsed(admission.get("predicted_start")))}
+            "prediction": prediction_shown(prediction_parsed(admission.get("predicted_start"))),
+            "sooner": admission.get("sooner") or []}

@@ -9,6 +9,7 @@ from paddlecloud_core.quantity import format_bytes, format_cpu
 from paddlecloud_core.spec import FIELDS, Field, priority_name
 from scheduling.admission import queue_position
 from scheduling.forecasts import job_predictions
+from scheduling.sooner import sooner_find
 
 from .backends import image_shown
 from .models import Build, Job, JobEvent, Replica
@@ -96,6 +97,22 @@ class JobSerializer(serializers.ModelSerializer):
             predictions = job_predictions([job])
         prediction = predictions.get(job.pk)
         return prediction.as_dict() if prediction else None
+
+
+class JobDetailSerializer(JobSerializer):
+    """One job (``GET .../jobs/NAME``): with, while it waits, what would start it sooner."""
+
+    sooner = serializers.SerializerMethodField(
+        help_text='While it waits: the changes that would start it sooner, the earliest first, '
+                  '[{"change": {field: value}, "flag", "start", "message"}] (submit it anew so '
+                  'changed; docs/users/jobs.md); else null')
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "sooner"]
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_sooner(self, job) -> list | None:
+        return sooner_find(job) if job.state in WAITING_STATES else None
 
 
 class GroupJobSerializer(JobSerializer):
@@ -265,7 +282,9 @@ class DryRunSerializer(serializers.Serializer):
     admission = serializers.DictField(
         help_text='Would it start now? {"starts": "now" or "queued", "position" in your queue, '
                   '"reason" it would wait, "predicted_start": {"at", "earliest", "latest", '
-                  '"unknown"}}')
+                  '"unknown"}, "sooner": [{"change": {field: value}, "flag", "start", '
+                  '"message"}]: the changes that would start it sooner, the earliest first '
+                  '(docs/users/jobs.md)}')
     objects = serializers.ListField(
         child=serializers.DictField(),
         help_text="On a Kubernetes datacenter, the objects that would be created, in order")

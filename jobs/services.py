@@ -35,6 +35,7 @@ from scheduling.admission import (
 from scheduling.dependencies import dependencies_record
 from scheduling.forecasts import datacenter_forecast
 from scheduling.pool import REQUEST_FIELDS, held_vec
+from scheduling.sooner import sooner_find
 
 from .backends import backend_for, image_shown
 from .backends.base import BackendError
@@ -81,7 +82,8 @@ class Submission(NamedTuple):
 
 def admission_preview(user, datacenter, unsaved: Job) -> dict:
     """What submitting ``unsaved`` now would do: start at once, or wait at a place in the
-    user's queue, for a reason, until a predicted time (``submit --dry-run``)."""
+    user's queue, for a reason, until a predicted time, and what would start it sooner
+    (``submit --dry-run``)."""
     unsaved.created_at = timezone.now()
     plan, predicted = datacenter_forecast(datacenter, [user.pk], extra=unsaved)
     if 0 in plan.admit:
@@ -92,7 +94,8 @@ def admission_preview(user, datacenter, unsaved: Job) -> dict:
     return {"starts": "queued",
             "position": ahead.filter(priority__gte=unsaved.priority).count() + 1,
             "reason": reason.message if reason else "",
-            "predicted_start": predicted[0].as_dict() if 0 in predicted else None}
+            "predicted_start": predicted[0].as_dict() if 0 in predicted else None,
+            "sooner": sooner_find(unsaved)}
 
 
 def job_submit(user, datacenter, data: dict) -> Submission:

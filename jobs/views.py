@@ -45,6 +45,7 @@ from .serializers import (
     EventSerializer,
     GroupJobSerializer,
     GroupSerializer,
+    JobDetailSerializer,
     JobMetricsSerializer,
     JobSerializer,
     JobSubmitSerializer,
@@ -120,10 +121,10 @@ class JobListView(DatacenterAPIView):
 
 
 class JobDetailView(DatacenterAPIView):
-    @extend_schema(responses={200: JobSerializer, **ERRORS}, summary="One job")
+    @extend_schema(responses={200: JobDetailSerializer, **ERRORS}, summary="One job")
     def get(self, request, name: str):
         job = services.job_get(request.user, self.datacenter, name)
-        return Response(JobSerializer(job).data)
+        return Response(JobDetailSerializer(job).data)
 
     @extend_schema(responses={204: None, **ERRORS},
                    summary="Delete an ended job from history (its output stays in PFS)")

@@ -448,8 +448,10 @@ class PaddleJob:
         """What submitting the job now would do, without submitting it (the portal's dry run;
         nothing is uploaded): ``{"starts": "now"}``, or ``"queued"`` with ``position`` (its
         place among your waiting jobs), ``reason`` (the limit it would wait for, with the
-        numbers) and ``predicted_start`` (``{"at", "earliest", "latest"}``, ISO times; None:
-        not within 30 days). A mistake in the job raises as ``submit()`` would."""
+        numbers), ``predicted_start`` (``{"at", "earliest", "latest"}``, ISO times; None:
+        not within 30 days) and ``sooner``, the changes that would start it sooner
+        (``[{"change": {"trainers": 2}, "flag", "start", "message"}]``, the earliest first).
+        A mistake in the job raises as ``submit()`` would."""
         body = self.spec()
         if self.is_remote_package:
             plan = self.client.job_submit({**body, "dry_run": True})

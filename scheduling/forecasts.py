@@ -19,7 +19,7 @@ from accounts.models import Datacenter
 from jobs.models import Job, JobEvent
 from jobs.states import WAITING_STATES
 from kernel.errors import REDIS_DOWN
-from paddlecloud_core.scheduling import Plan, forecast, schedule
+from paddlecloud_core.scheduling import Plan, Pool, forecast, schedule
 
 from .pool import HEAD_FIELDS, QUEUE_ORDER, pool_load, shared
 
@@ -47,11 +47,11 @@ def _moment(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
 
 
-def datacenter_forecast(datacenter: Datacenter, owner_ids: Iterable[int],
-                        extra: Job | None = None) -> tuple[Plan, dict[int, Prediction]]:
-    """The plan now and the predicted start of each waiting job of the datacenter (of
-    ``owner_ids`` only, unless the datacenter has a capacity: then everyone's count), with
-    ``extra`` (an unsaved job, id 0) as if it were submitted now."""
+def forecast_pool(datacenter: Datacenter, owner_ids: Iterable[int],
+                  extra: Job | None = None) -> Pool:
+    """The pool a forecast of the datacenter reads: its waiting jobs (of ``owner_ids`` only,
+    unless the datacenter has a capacity: then everyone's count), with ``extra`` (an unsaved
+    job, id 0) as if it were submitted now."""
     waiting = Job.objects.filter(datacenter=datacenter, state__in=WAITING_STATES)
     if not shared(datacenter):
         waiting = waiting.filter(owner_id__in=list(owner_ids))
@@ -59,7 +59,14 @@ def datacenter_forecast(datacenter: Datacenter, owner_ids: Iterable[int],
     owners = {job.owner_id for job in waiting} | set(owner_ids)
     if extra is not None:
         waiting.append(extra)
-    pool = pool_load(datacenter, owners, waiting)
+    return pool_load(datacenter, owners, waiting)
+
+
+def datacenter_forecast(datacenter: Datacenter, owner_ids: Iterable[int],
+                        extra: Job | None = None) -> tuple[Plan, dict[int, Prediction]]:
+    """The plan now and the predicted start of each waiting job of the datacenter
+    (``forecast_pool``'s)."""
+    pool = forecast_pool(datacenter, owner_ids, extra)
     now = timezone.now().timestamp()
     predicted = forecast(pool, now)
     return schedule(pool, now), {

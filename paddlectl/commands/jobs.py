@@ -164,10 +164,19 @@ def _show_plan(ctx, plan: dict, upload: tuple[Path, str] | None) -> None:
         else:
             out.write(f"It would queue at #{admission['position']} ({admission['reason']}); "
                       f"start predicted {predicted_start(admission['predicted_start'])}.\n")
+            _show_sooner(out, admission.get("sooner"))
     if objects := plan.get("objects"):
         kinds = ", ".join(sorted({o.get("kind", "?") for o in objects}))
         ctx.info(f"{len(objects)} Kubernetes objects would be created ({kinds}): "
                  "see them with --dry-run -o yaml")
+
+
+def _show_sooner(out, sooner: list | None) -> None:
+    """What would start a waiting job sooner (the portal's search), one change a line."""
+    if sooner:
+        out.write("It would start sooner if submitted so changed:\n")
+        for alternative in sooner:
+            out.write(f"  {alternative['message']}\n")
 
 
 def run_submit(ctx, args) -> None:
@@ -264,6 +273,8 @@ def _get_jobs(ctx, args) -> None:
         ctx.info(f"no jobs in datacenter {ctx.datacenter.name}")
         return
     ctx.emit(data, jobs, JOB_COLUMNS)
+    if len(jobs) == 1 and not _machine_output(ctx):
+        _show_sooner(ctx.stdout, jobs[0].get("sooner"))
 
 
 def _get_workers(ctx, args) -> None:

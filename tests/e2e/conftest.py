@@ -117,3 +117,13 @@ def login(page, username: str = "alice", password: str = PASSWORD, next_path: st
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Log in").click()
     page.wait_for_url(lambda url: "/login/" not in url)
+
+
+def job_form_fill(page, name: str, package: str, trainers: str | None = None):
+    """The submit page's form filled in (after ``login(page, next_path="/jobs/new/")``): a job
+    ``name`` of ``package`` running ``python train.py``, with ``trainers`` if given."""
+    page.get_by_label("Name", exact=True).fill(name)
+    page.get_by_label("Trainer package").fill(package)
+    page.get_by_label("Entry command").fill("python train.py")
+    if trainers is not None:
+        page.get_by_label("Trainers", exact=True).fill(trainers)

@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 from accounts.services import user_upsert
 from jobs.models import Job
 from tests.conftest import PASSWORD
-from tests.e2e.conftest import login, screenshot
+from tests.e2e.conftest import job_form_fill, login, screenshot
 from tests.factories import submit_job
 
 # Prints numbered lines and reports a falling loss; STEPS and SLEEP set how long it runs.
@@ -90,10 +90,7 @@ def test_submit_a_job_and_watch_it_run_to_success(page, live_portal, celery_work
 def test_a_mistake_is_shown_beside_its_field_and_a_dry_run_shows_the_plan(page, live_portal,
                                                                          package):
     login(page, next_path="/jobs/new/")
-    page.get_by_label("Name", exact=True).fill("Bad_Name")
-    page.get_by_label("Trainer package").fill(package)
-    page.get_by_label("Entry command").fill("python train.py")
-    page.get_by_label("Trainers", exact=True).fill("0")
+    job_form_fill(page, "Bad_Name", package, trainers="0")
     page.get_by_role("button", name="Submit job").click()
 
     trainers = page.get_by_label("Trainers", exact=True)
