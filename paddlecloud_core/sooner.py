@@ -113,7 +113,7 @@ def start_of(pool: Pool, job: Waiting, now: float, horizon: float = HORIZON,
     """When ``job`` (one of ``pool.waiting``, or added to it) is predicted to start in the
     forecast's run ``case`` (None: not within the horizon, never, or unknown)."""
     waiting = [w for w in pool.waiting if w.id != job.id] + [job]
-    started, _ = _simulate(replace(pool, waiting=waiting), now, case, [job.id], horizon)
+    started, *_ = _simulate(replace(pool, waiting=waiting), now, case, [job.id], horizon)
     return started.get(job.id)
 
 

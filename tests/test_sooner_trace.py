@@ -180,3 +180,20 @@ def test_a_change_over_the_quota_is_never_suggested():
                          others={"dc2": replace(pool, quotas={2: Limit(gpu=1)}, running=()),
                                  "dc3": replace(pool, running=())})
     assert [(a.kind, a.value, a.start) for a in found] == [("datacenter", "dc3", 0.0)]
+
+
+def test_a_job_that_runs_after_another_is_offered_no_other_datacenter():
+    """The jobs it runs after are in its own datacenter: in another's pool the model finds no
+    end for them (no start is told there), so no datacenter is offered, however free."""
+    big = Limit(cpu=64_000, memory=256 * 2**30, gpu=8, jobs=10)
+    pool = eta.Pool(capacity=big, quotas={1: big, 2: big},
+                    running=[eta.running_job(9, 1, Vec(gpu=8, jobs=1), 0.0,
+                                             eta.estimate([], (), 3600.0), 0.0, deadline=3600.0)],
+                    waiting=[eta.Waiting(1, 2, Vec(gpu=2, jobs=1), 0.0, name="x",
+                                         after=((9, "prep", "ok"),))])
+    job = pool.waiting[0]
+    free = {"dc2": replace(pool, running=())}
+    assert alternatives(pool, replace(job, after=()), Ask(trainers=2, cpu=0, memory=0, gpu=1),
+                        0.0, before=3600.0, others=free)  # offered to the same job alone
+    assert alternatives(pool, job, Ask(trainers=2, cpu=0, memory=0, gpu=1), 0.0, before=3600.0,
+                        others=free) == []
