@@ -1,7 +1,8 @@
 """``paddlectl submit -datacenter auto`` against the live portal, alice with an account in
 datacenter1 and datacenter2 (each its own config entry, its own token): the job goes where its
 predicted start is earliest among the datacenters that can take it, submit says why, and the
-job's first event says the same (docs/users/jobs.md, "Choosing the datacenter")."""
+job's first event says the same (docs/users/jobs.md, "Choosing the datacenter"); the SDK's
+``datacenter="auto"`` alike."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from accounts.models import Datacenter
 from accounts.services import quota_set
 from jobs.models import Job
+from paddlecloud_sdk import PaddleJob
+from paddlecloud_sdk.errors import UsageError
 from tests.factories import package_write, submit_job
 from tests.paddlectl.conftest import datacenter_entry
 from tests.paddlectl.test_jobs_live import fails, ok
@@ -79,3 +82,16 @@ def test_no_datacenter_that_can_take_the_job_is_an_error_naming_each_reason(two)
                    "; datacenter2: ")
     assert "package" in result.stderr
     assert not Job.objects.filter(name="wide").exists()
+
+
+def test_the_sdk_places_a_job_alike(two, package, monkeypatch):
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    job = PaddleJob(job_name="wide", entry_point="x", trainer_package=package, trainers=2,
+                    cpu_nums=1, datacenter="auto", config=two.config).submit()
+    assert job.datacenter == "datacenter1"
+    assert job.placement.startswith("placed in datacenter1: start predicted in 60 min "
+                                    "(datacenter2: package")
+    assert _first_event("wide") == f"submitted by alice; {job.placement}"
+    with pytest.raises(UsageError, match="datacenter: auto: no datacenter can take the job"):
+        PaddleJob(job_name="nowhere", entry_point="x", trainer_package="/pfs/datacenter3/x",
+                  datacenter="auto", config=two.config).submit()
