@@ -5,8 +5,8 @@ to one datacenter), at the same time; the choice and its words are
 words as its ``placement`` (the job's first event).
 
 A local package is checked with the user's home standing in for it (``jobs.job_probe``) and
-uploaded only where the job goes; a /pfs package or dataset must be in that datacenter's PFS
-(its dry run refuses it otherwise, naming the field).
+uploaded only where the job goes; a /pfs package or dataset is looked for at the same place
+in each datacenter's PFS (``spec_in``: its dry run refuses it otherwise, naming the field).
 """
 
 from __future__ import annotations
@@ -19,7 +19,13 @@ from paddlecloud_client.api import datacenter_client
 from paddlecloud_client.config import Config, Datacenter
 from paddlecloud_client.errors import PaddlectlError, UsageError
 from paddlecloud_client.jobs import job_probe
-from paddlecloud_core.placement import NowherePlaced, Option, placement_choose
+from paddlecloud_core.placement import (
+    NowherePlaced,
+    Option,
+    admission_option,
+    placement_choose,
+    spec_in,
+)
 
 PROBE_WAIT = 30.0  # seconds a datacenter has to answer its dry run before it is passed over
 
@@ -31,15 +37,7 @@ def _option(datacenter: str, answer: dict | Exception | None, now: datetime) -> 
         return Option(datacenter, refused=f"no answer within {PROBE_WAIT:g} s")
     if isinstance(answer, Exception):
         return Option(datacenter, refused=str(answer) or type(answer).__name__)
-    admission = answer.get("admission")
-    if not admission:  # a local package the server could not check without it
-        return Option(datacenter, unknown="not checked without the package")
-    if admission["starts"] == "now":
-        return Option(datacenter, start=now)
-    predicted = admission.get("predicted_start") or {}
-    if predicted.get("at") and not predicted.get("unknown"):
-        return Option(datacenter, start=datetime.fromisoformat(predicted["at"]))
-    return Option(datacenter, unknown=predicted.get("unknown") or "not within 30 days")
+    return admission_option(datacenter, answer.get("admission"), now)
 
 
 def datacenter_choose(config: Config, body: dict, local: Path | None,
@@ -52,9 +50,10 @@ def datacenter_choose(config: Config, body: dict, local: Path | None,
     def ask(datacenter: Datacenter) -> None:
         try:
             client = datacenter_client(config, datacenter, agent=agent)
+            there = spec_in(body, datacenter.name)
             answers[datacenter.name] = (
-                job_probe(client, datacenter.home, body) or {} if local is not None
-                else client.job_submit({**body, "dry_run": True}))
+                job_probe(client, datacenter.home, there) or {} if local is not None
+                else client.job_submit({**there, "dry_run": True}))
         except (PaddlectlError, OSError, ValueError) as exc:
             answers[datacenter.name] = exc
 

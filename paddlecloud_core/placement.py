@@ -5,9 +5,11 @@ Pure: paddlectl and the SDK (``paddlecloud_client.placement``, one dry run per c
 datacenter) and the dashboard (``dashboard.views``, one preview per membership) both ask
 ``placement_choose``, so both rank and say it alike.
 
-A datacenter that refused the job (its package or data not there, its image not allowed, over
-quota, unreachable) is no candidate; one whose start the model cannot tell ranks after every
-known start; equal starts go to the first in the caller's order (the config's, or by name).
+A /pfs path of the job (its package, its dataset) is looked for at the same place in each
+datacenter's PFS (``spec_in``). A datacenter that refused the job (its package or data not
+there, its image not allowed, over quota, unreachable) is no candidate; one whose start the
+model cannot tell ranks after every known start; equal starts go to the first in the caller's
+order (the config's, or by name).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from .layout import PFS_PREFIX
 from .scheduling import span_words
 
 AUTO = "auto"  # the datacenter that asks for this choice
 PLACEMENT_MOST = 2000  # characters of the "why" a submission may carry (the job's first event)
+PFS_FIELDS = ("package", "dataset")  # the paths in PFS a job reads: looked for in each datacenter
 
 
 @dataclass(frozen=True)
@@ -33,8 +37,32 @@ class Option:
     refused: str = ""
 
 
+def admission_option(datacenter: str, admission: dict | None, now: datetime) -> Option:
+    """A dry run's ``admission`` (the API's; None: not checked) as an ``Option``."""
+    if not admission:
+        return Option(datacenter, unknown="not checked without the package")
+    if admission["starts"] == "now":
+        return Option(datacenter, start=now)
+    predicted = admission.get("predicted_start") or {}
+    if predicted.get("at") and not predicted.get("unknown"):
+        return Option(datacenter, start=datetime.fromisoformat(predicted["at"]))
+    return Option(datacenter, unknown=predicted.get("unknown") or "not within 30 days")
+
+
 class NowherePlaced(ValueError):
     """No datacenter can take the job; the message lists each one's reason."""
+
+
+def spec_in(body: dict, datacenter: str) -> dict:
+    """``body`` with its PFS paths moved to ``datacenter``: ``/pfs/datacenter1/home/alice/pkg``
+    is ``/pfs/datacenter2/home/alice/pkg`` there (the same place in each datacenter's PFS)."""
+    moved = dict(body)
+    for field in PFS_FIELDS:
+        value = body.get(field)
+        if isinstance(value, str) and value.startswith(PFS_PREFIX):
+            rest = value[len(PFS_PREFIX):].partition("/")[2]
+            moved[field] = f"{PFS_PREFIX}{datacenter}/{rest}".rstrip("/")
+    return moved
 
 
 def _rounded(seconds: float) -> str:

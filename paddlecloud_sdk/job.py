@@ -42,7 +42,7 @@ from paddlecloud_client.config import Config, Datacenter, config_load, config_pa
 from paddlecloud_client.placement import datacenter_choose
 from paddlecloud_client.progress import Progress
 from paddlecloud_core import layout, spec
-from paddlecloud_core.placement import AUTO
+from paddlecloud_core.placement import AUTO, PFS_FIELDS, spec_in
 from paddlecloud_core.status import FINAL_STATES
 
 from .errors import (
@@ -458,6 +458,10 @@ class PaddleJob:
         self._connection = Connection(config, config.datacenters[0].name)  # for spec() alone
         chosen, self.placement = datacenter_choose(config, self.spec(), local,
                                                    agent="paddlecloud-sdk")
+        moved = spec_in(self.spec(), chosen.name)
+        for f in _SDK_FIELDS:  # its /pfs paths, at the same place there
+            if f.name in PFS_FIELDS and not (f.name == "package" and local is not None):
+                setattr(self, f.sdk_name, moved.get(f.name))
         self.datacenter = chosen.name
         self._connection = Connection(config, chosen.name)
         return self.placement

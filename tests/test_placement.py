@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from paddlecloud_core.placement import NowherePlaced, Option, placement_choose
+from paddlecloud_core.placement import NowherePlaced, Option, placement_choose, spec_in
 
 NOW = datetime(2026, 11, 28, 22, 0, tzinfo=UTC)
 
@@ -54,3 +54,12 @@ def test_nowhere_lists_every_reason():
                           Option("datacenter2", refused="cannot reach http://x")], NOW)
     assert str(caught.value) == ("no datacenter can take the job (datacenter1: package: not "
                                  "found; datacenter2: cannot reach http://x)")
+
+
+def test_a_jobs_pfs_paths_are_looked_for_at_the_same_place_in_each_datacenter():
+    body = {"name": "fit", "package": "/pfs/datacenter1/home/alice/pkg",
+            "dataset": "/pfs/datacenter1/public/mnist/*.recordio", "entry": "/pfs/x"}
+    assert spec_in(body, "datacenter2") == {
+        **body, "package": "/pfs/datacenter2/home/alice/pkg",
+        "dataset": "/pfs/datacenter2/public/mnist/*.recordio"}
+    assert spec_in({"package": "pkg"}, "datacenter2") == {"package": "pkg"}

@@ -27,7 +27,7 @@ from paddlecloud_client.jobs import (
 )
 from paddlecloud_client.placement import datacenter_choose
 from paddlecloud_core.layout import output_path
-from paddlecloud_core.placement import AUTO
+from paddlecloud_core.placement import AUTO, spec_in
 from paddlecloud_core.spec import FIELDS
 from paddlecloud_core.status import FINAL_STATES
 from paddlectl.args import flag
@@ -182,6 +182,9 @@ def _place(ctx, args, body: dict) -> None:
     local = None if pfspath.is_remote(args.package) else local_package("submit", args.package)
     probe = body if local else {**body, "package": args.package}
     chosen, why = datacenter_choose(ctx.config, probe, local)
+    body.update(spec_in(body, chosen.name))
+    if local is None:
+        args.package = spec_in(probe, chosen.name)["package"]
     ctx.options.datacenter = chosen.name
     ctx.datacenter = chosen  # a cached property: the client is made anew for it
     ctx.__dict__.pop("client", None)
