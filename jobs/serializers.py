@@ -5,6 +5,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounts.serializers import QuotaResourceSerializer
+from paddlecloud_core.placement import PLACEMENT_MOST
 from paddlecloud_core.quantity import format_bytes, format_cpu
 from paddlecloud_core.spec import FIELDS, Field, priority_name
 from scheduling.admission import queue_position
@@ -197,6 +198,10 @@ JobSubmitSerializer = type("JobSubmitSerializer", (serializers.Serializer,), {
     "dry_run": serializers.BooleanField(
         required=False, help_text="check everything and answer what would be started; start "
                                   "nothing"),
+    "placement": serializers.CharField(
+        required=False, max_length=PLACEMENT_MOST,
+        help_text="why this datacenter was chosen (paddlectl's -datacenter auto): recorded "
+                  "in the job's first event"),
 })
 
 

@@ -134,6 +134,7 @@ def job_submit(user, datacenter, data: dict) -> Submission:
             JobEvent.objects.create(
                 job=job, from_state="", to_state=job.state,
                 reason=f"submitted by {user.username}" + (
+                    f"; {data['placement']}" if data.get("placement") else "") + (
                     ": its runtime image is built from its package first" if building else ""))
             audit_record(user, AuditEntry.Action.JOB_SUBMIT, f"{user.username}/{job.name}",
                          datacenter=datacenter, trainers=job.trainers, pservers=job.pservers,

@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection
 from accounts.execution import backend_kind
 from kernel.errors import NotFoundError, PaddleCloudError, ValidationError
 from paddlecloud_core.layout import pfs_home
+from paddlecloud_core.placement import PLACEMENT_MOST
 from paddlecloud_core.requirements import REQUIREMENTS_FILE
 from paddlecloud_core.scheduling import after_outcome
 from paddlecloud_core.spec import JobSpec, after_parse, name_taken, spec_check
@@ -111,9 +112,14 @@ def job_spec_validate(user, datacenter, data: dict, *,
     if not isinstance(data, dict):
         raise ValidationError("the job must be a JSON object")
     check = spec_check(data, default_image=datacenter.image,
-                       default_gpu_image=datacenter.image_gpu, extra_fields=frozenset({"dry_run"}),
+                       default_gpu_image=datacenter.image_gpu,
+                       extra_fields=frozenset({"dry_run", "placement"}),
                        package_example=f"{pfs_home(datacenter.name, user.username)}/pkg")
     values = check.values
+    placement = data.get("placement", "")
+    if not isinstance(placement, str) or len(placement) > PLACEMENT_MOST:
+        check.fail("placement", "why this datacenter was chosen (-datacenter auto): text of at "
+                                f"most {PLACEMENT_MOST} characters")
 
     name = values["name"]
     if "name" not in check.errors and (

@@ -39,8 +39,10 @@ from paddlecloud_client import errors as client_errors
 from paddlecloud_client import jobs, pfspath
 from paddlecloud_client.api import ApiClient, datacenter_client
 from paddlecloud_client.config import Config, Datacenter, config_load, config_path
+from paddlecloud_client.placement import datacenter_choose
 from paddlecloud_client.progress import Progress
 from paddlecloud_core import layout, spec
+from paddlecloud_core.placement import AUTO, PFS_FIELDS, spec_in
 from paddlecloud_core.status import FINAL_STATES
 
 from .errors import (
@@ -97,6 +99,13 @@ def _warn(message: str) -> None:
     warnings.warn(message, UserWarning, stacklevel=3)
 
 
+def _config_load(config: str | os.PathLike | Config | None) -> Config:
+    if isinstance(config, Config):
+        return config
+    explicit = os.fspath(config) if config is not None else None
+    return config_load(config_path(explicit), warn=_warn)
+
+
 class Connection:
     """One datacenter of the config file and the API client for it (no request is made until
     one is needed)."""
@@ -104,11 +113,7 @@ class Connection:
     @raises_own
     def __init__(self, config: str | os.PathLike | Config | None = None,
                  datacenter: str | None = None):
-        if isinstance(config, Config):
-            self.config = config
-        else:
-            explicit = os.fspath(config) if config is not None else None
-            self.config = config_load(config_path(explicit), warn=_warn)
+        self.config = _config_load(config)
         self.datacenter: Datacenter = self.config.datacenter(datacenter)
         self.client = datacenter_client(self.config, self.datacenter, agent="paddlecloud-sdk")
 
@@ -230,6 +235,7 @@ class PaddleJob:
         self._config = given["config"]
         self._connection = given["connection"]
         self.info: dict | None = None
+        self.placement = ""  # with datacenter="auto", why the job went where it did
         self._check(env, fail, problems)
         if problems:
             raise JobSpecError(problems)
@@ -428,7 +434,10 @@ class PaddleJob:
         """
         if self.info is not None:
             raise UsageError(f"job {self.job_name!r} was submitted already")
+        placement = self._place() if self.datacenter == AUTO else None
         body = self.spec()
+        if placement:
+            body["placement"] = placement
         if not self.is_remote_package:
             local = Path(self.trainer_package).expanduser()
             if not local.is_dir():
@@ -442,6 +451,26 @@ class PaddleJob:
             jobs.package_upload(self.client, local, body["package"], progress, _warn)
         self.info = self.client.job_submit(body)
         return self
+
+    def _place(self) -> str:
+        """``datacenter="auto"``: the job goes to the configured datacenter where it would
+        start first (paddlecloud_client.placement); the why, kept in ``placement``."""
+        config = _config_load(self._config)
+        local = None if self.is_remote_package else Path(self.trainer_package).expanduser()
+        if local is not None and not local.is_dir():
+            raise JobSpecError({"trainer_package": [
+                f"{local} is not a directory here (a local trainer package is uploaded; "
+                "a path in PFS starts with /pfs/)"]})
+        self._connection = Connection(config, config.datacenters[0].name)  # for spec() alone
+        chosen, self.placement = datacenter_choose(config, self.spec(), local,
+                                                   agent="paddlecloud-sdk")
+        moved = spec_in(self.spec(), chosen.name)
+        for f in _SDK_FIELDS:  # its /pfs paths, at the same place there
+            if f.name in PFS_FIELDS and not (f.name == "package" and local is not None):
+                setattr(self, f.sdk_name, moved.get(f.name))
+        self.datacenter = chosen.name
+        self._connection = Connection(config, chosen.name)
+        return self.placement
 
     @raises_own
     def preview(self) -> dict:

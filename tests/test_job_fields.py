@@ -58,7 +58,7 @@ def test_jobspec_and_the_model_hold_every_field():
 
 def test_the_api_takes_and_shows_every_field():
     taken = JobSubmitSerializer().fields
-    assert set(taken) == {*FIELD, "dry_run"}
+    assert set(taken) == {*FIELD, "dry_run", "placement"}  # the submission's own
     for f in FIELDS:
         field = taken[f.name]
         assert (field.required, field.help_text) == (f.required, f.help), f.name

@@ -31,12 +31,20 @@ from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
 from kernel.errors import ConflictError, NotFoundError, PaddleCloudError
 from paddlecloud_core.layout import is_output, output_path, pfs_home
+from paddlecloud_core.placement import (
+    AUTO,
+    NowherePlaced,
+    Option,
+    admission_option,
+    placement_choose,
+    spec_in,
+)
 from pfs.services import pfs_list
 from registries.services import registry_list
 from scheduling.admission import queue_position
 from scheduling.forecasts import job_predictions
 
-from ..context import dashboard_datacenter
+from ..context import SESSION_KEY, dashboard_datacenter, dashboard_datacenters
 from ..forms import JobSubmitForm
 from ..scheduling import admission_shown, prediction_shown, waiting_report
 from ..service_errors import form_error_add
@@ -117,9 +125,19 @@ def job_submit(request, datacenter):
         request.POST or None, default_image=datacenter.image,
         registries=registry_list(request.user, datacenter).values_list("name", flat=True))
     plan, dry_run = None, "dry_run" in request.POST
+    placed = ""
     if request.method == "POST":
         data = form.submission()
         mistaken = bool(form.errors)  # then the service only checks the rest: all at once
+        if request.POST.get("datacenter") == AUTO and not mistaken:
+            try:
+                datacenter, placed = _placed(request, data)
+            except NowherePlaced as exc:
+                form.add_error(None, f"datacenter: auto: {exc}")
+                mistaken = True
+            else:
+                data = {**spec_in(data, datacenter.name), "placement": placed}
+                request.session[SESSION_KEY] = datacenter.name  # the job's page is there
         try:
             job, spec, objects, admission = services.job_submit(
                 request.user, datacenter, {**data, "dry_run": dry_run or mistaken})
@@ -127,7 +145,8 @@ def job_submit(request, datacenter):
             form_error_add(form, exc)
         else:
             if not (mistaken or dry_run):
-                messages.success(request, f"job {job.name} submitted")
+                messages.success(request, f"job {job.name} submitted"
+                                 + (f"; {placed}" if placed else ""))
                 return redirect("dashboard:job", name=job.name)
             if not mistaken:
                 plan = {"job": services.job_spec_display(spec, datacenter),
@@ -135,10 +154,30 @@ def job_submit(request, datacenter):
                         "yaml": to_yaml(objects) if objects else "",
                         "admission": admission_shown(admission)}
     return render(request, "dashboard/jobs/submit.html", {
-        "form": form, "plan": plan, "plan_asked": dry_run,
+        "form": form, "plan": plan, "plan_asked": dry_run, "placed": placed,
+        "auto": request.POST.get("datacenter") == AUTO,
         "package_dirs": package_dirs(request.user, datacenter),
         "home": pfs_home(datacenter.name, request.user.username),
     })
+
+
+def _placed(request, data: dict):
+    """The datacenter ``auto`` chooses among the user's memberships (where the job would start
+    first, paddlecloud_core.placement) and why: a dry run in each, as the session may act in
+    any of them (paddlectl asks each datacenter's API instead: a token is bound to one)."""
+    now, options = timezone.now(), []
+    datacenters = dashboard_datacenters(request)
+    for datacenter in datacenters:
+        try:
+            admission = services.job_submit(request.user, datacenter,
+                                            {**spec_in(data, datacenter.name),
+                                             "dry_run": True})[3]
+        except PaddleCloudError as exc:
+            options.append(Option(datacenter.name, refused=exc.message))
+        else:
+            options.append(admission_option(datacenter.name, admission, now))
+    chosen, why = placement_choose(options, now)
+    return next(dc for dc in datacenters if dc.name == chosen), why
 
 
 def package_dirs(user, datacenter) -> list[str]:

@@ -25,7 +25,9 @@ from paddlecloud_client.jobs import (
     package_upload,
     topology_problem,
 )
+from paddlecloud_client.placement import datacenter_choose
 from paddlecloud_core.layout import output_path
+from paddlecloud_core.placement import AUTO, spec_in
 from paddlecloud_core.spec import FIELDS
 from paddlecloud_core.status import FINAL_STATES
 from paddlectl.args import flag
@@ -179,8 +181,27 @@ def _show_sooner(out, sooner: list | None) -> None:
             out.write(f"  {alternative['message']}\n")
 
 
+def _place(ctx, args, body: dict) -> None:
+    """``-datacenter auto``: the command goes on in the datacenter where the job would start
+    first (paddlecloud_client.placement), the why printed and sent with it."""
+    local = None if pfspath.is_remote(args.package) else local_package("submit", args.package)
+    probe = body if local else {**body, "package": args.package}
+    chosen, why = datacenter_choose(ctx.config, probe, local)
+    body.update(spec_in(body, chosen.name))
+    if local is None:
+        args.package = spec_in(probe, chosen.name)["package"]
+    ctx.options.datacenter = chosen.name
+    ctx.datacenter = chosen  # a cached property: the client is made anew for it
+    ctx.__dict__.pop("client", None)
+    body["placement"] = why
+    if not _machine_output(ctx):
+        ctx.info(why)
+
+
 def run_submit(ctx, args) -> None:
     body = _submission(args)
+    if getattr(ctx.options, "datacenter", None) == AUTO:
+        _place(ctx, args, body)
     upload = None
     if pfspath.is_remote(args.package):
         body["package"] = args.package
