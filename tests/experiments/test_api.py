@@ -1,0 +1,117 @@
+"""The sweeps API: a sweep refused names the field and the rule and leaves nothing (no sweep,
+no job); one accepted submits its first trials as ordinary jobs, is one row with its progress,
+and goes on exactly once however many workers advance it at the same time."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from experiments.models import Sweep, Trial
+from experiments.services import sweep_advance
+from jobs.models import Job
+from jobs.services import job_kill
+
+URL = "/api/v1/sweeps/"
+
+
+def sweep(package: str, **changes) -> dict:
+    data = {"name": "lr", "parallel": 2, "max_trials": 4, "method": "random", "seed": 3,
+            "job": {"entry": "python train.py", "package": package, "cpu": "1"},
+            "space": {"env.LEARNING_RATE": {"min": 0.001, "max": 0.1, "log": True},
+                      "arg.layers": [1, 2]},
+            "objective": {"metric": "loss"}, "stopping": {"rule": "median"}}
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+REFUSED = [
+    ({"method": "bayes"}, "method", "unknown method 'bayes'; use grid, random, asha"),
+    ({"max_trials": 0}, "max_trials", "a whole number from 1 to 1000"),
+    ({"max_trials": -2}, "max_trials", "a whole number from 1 to 1000"),
+    ({"max_trials": None}, "max_trials", "required: a whole number from 1 to 1000"),
+    ({"space": {"LEARNING_RATE": [1]}}, "space.LEARNING_RATE", "not a key of the space"),
+    ({"space": {"env.LR": []}}, "space.env.LR", "a list of 1 to 1000 values"),
+    ({"space": {"env.LR": {"min": 1, "max": 0}}}, "space.env.LR", "with numbers A < B"),
+    ({"space": "lr"}, "space", "required: an object"),
+    ({"parallel": 0}, "parallel", "a whole number from 1 to 1000"),
+    ({"objective": {"metric": "loss", "mode": "lowest"}}, "objective.mode", "'lowest'"),
+    ({"stopping": {"rule": "median", "grace_steps": -1}}, "stopping.grace_steps", ">= 0"),
+    ({"name": "LR"}, "name", "lower-case"),
+    ({"job": {"entry": "python train.py", "trainers": 0}}, "job.trainers", ""),
+    ({"job": {"entry": "python train.py", "package": "/pfs/datacenter1/home/alice/nothing"}},
+     "job.package", ""),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("changes", "field", "says"), REFUSED,
+                         ids=[f"{field}-{i}" for i, (_, field, _) in enumerate(REFUSED)])
+def test_a_refused_sweep_names_the_field_and_leaves_nothing(
+        token_client, package, held_tasks, changes, field, says):
+    answer = token_client.post(URL, sweep(package, **changes), format="json")
+    assert answer.status_code == 400, answer.content
+    body = answer.json()
+    assert field in body["fields"], body
+    assert says in body["fields"][field][0], body
+    assert body["message"].startswith(f"{field}: ") or f"; {field}: " in body["message"], body
+    assert not Sweep.objects.exists() and not Job.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_sweep_submits_its_first_trials_and_is_one_row(token_client, package, held_tasks,
+                                                         alice):
+    answer = token_client.post(URL, sweep(package), format="json")
+    assert answer.status_code == 201, answer.content
+    shown = answer.json()
+    assert (shown["name"], shown["state"], shown["trials_total"]) == ("lr", "running", 4)
+    assert shown["progress"] == {"done": 0, "running": 2, "waiting": 0, "stopped": 0,
+                                 "killed": 0, "removed": 0, "to_submit": 2}
+    assert [t["job"] for t in shown["trials"]] == ["lr-1", "lr-2"]
+    assert shown["predicted_end"] == {
+        "at": None, "unknown": "no trial has finished yet: how long one takes is not known"}
+    # each trial an ordinary job of its owner with its settings: env and entry arguments
+    for trial in Trial.objects.select_related("job"):
+        job = trial.job
+        assert job.owner == alice and job.cpu == 1000
+        assert job.env == {"LEARNING_RATE": str(trial.settings["env.LEARNING_RATE"])}
+        assert job.entry == f"python train.py --layers={trial.settings['arg.layers']}"
+    listed = token_client.get(URL).json()
+    assert [(s["name"], s["progress"]["running"]) for s in listed] == [("lr", 2)]
+    again = token_client.post(URL, sweep(package), format="json")
+    assert again.status_code == 400 and "already have a sweep named 'lr'" in \
+        again.json()["fields"]["name"][0]
+    assert token_client.get(f"{URL}nothing/").status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_advancing_a_sweep_at_once_submit_each_trial_once(
+        token_client, package, held_tasks, alice, datacenter):
+    assert token_client.post(URL, sweep(package), format="json").status_code == 201
+    for name in ("lr-1", "lr-2"):
+        job_kill(alice, datacenter, name)
+    pk = Sweep.objects.get().pk
+    start, errors = threading.Barrier(2), []
+
+    def advance():
+        try:
+            start.wait()
+            sweep_advance(pk)
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=advance) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert Sweep.objects.get().problem == ""  # neither found the other's trial in its way
+    assert list(Trial.objects.values_list("number", flat=True)) == [1, 2, 3, 4]
+    assert sorted(Job.objects.values_list("name", flat=True)) == ["lr-1", "lr-2", "lr-3", "lr-4"]
+    sweep_advance(pk)  # once more: nothing left to submit
+    assert Trial.objects.count() == 4
