@@ -30,7 +30,7 @@ from paddlecloud_core.spec import FIELDS
 from paddlecloud_core.status import FINAL_STATES
 from paddlectl.args import flag
 from paddlectl.commands.registry import registry_delete, registry_get
-from paddlectl.commands.sweeps import sweeps_get
+from paddlectl.commands.sweeps import sweeps_folded, sweeps_get
 from paddlectl.output import (
     AUDIT_COLUMNS,
     BUDGET_COLUMNS,
@@ -219,7 +219,8 @@ RESOURCES = {"jobs": "jobs", "job": "jobs", "workers": "workers", "worker": "wor
 
 def setup_get(parser) -> None:
     parser.description = (
-        "get jobs [NAME...]     your jobs in this datacenter, newest first\n"
+        "get jobs [NAME...]     your jobs in this datacenter, newest first (a sweep's\n"
+        "                       trials folded into one row of the sweep)\n"
         "get workers JOB        the job's workers (parameter servers and trainers)\n"
         "get tasks JOB          what the job's master has handed out, pass by pass\n"
         "                       (-o wide: and each task of the current pass)\n"
@@ -258,6 +259,8 @@ def _get_jobs(ctx, args) -> None:
         data = jobs[0] if len(jobs) == 1 else jobs
     else:
         data = jobs = ctx.client.job_list(args.state)
+        if not args.state and not _machine_output(ctx):  # scripts get the jobs, as listed
+            jobs = sweeps_folded(ctx, jobs)
     if not jobs and not _machine_output(ctx):
         ctx.info(f"no jobs in datacenter {ctx.datacenter.name}")
         return

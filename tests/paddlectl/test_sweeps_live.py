@@ -68,6 +68,13 @@ def test_a_sweep_is_started_listed_and_killed_with_paddlectl(live_cli, celery_wo
                       ["lr-1", "running", "env.LR=0.5", "-"],
                       ["lr-2", "running", "env.LR=0.25", "-"]]
 
+    # get jobs: the sweep's trials are one row of the sweep; scripts still get every job
+    jobs = table(ok(live_cli("get", "jobs")).stdout)
+    assert [row[:2] for row in jobs[1:]] == [["lr", "sweep running"]], jobs
+    assert jobs[1][-1] == ("2/3 trials: 2 running 1 to submit; best loss 0.25 "
+                           "(lr-2: env.LR=0.25)")
+    assert sorted(j["name"] for j in yaml.safe_load(
+        ok(live_cli("get", "jobs", "-o", "json")).stdout)) == ["lr-1", "lr-2"]
     assert ok(live_cli("kill", "lr")).stdout == \
         "sweep lr killed: its 2 trials are being stopped, no more are submitted\n"
     rows = table(ok(live_cli("get", "sweeps")).stdout)
