@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods
 from experiments import services
 from kernel.errors import ConflictError, PaddleCloudError
 
+from ..confirm import confirm_page, confirmed
 from ..service_errors import form_error_add
 from .jobs import dashboard_page
 
@@ -74,14 +75,12 @@ def sweep_list(request, datacenter):
 @dashboard_page
 def sweep_kill(request, datacenter, name: str):
     sweep = services.sweep_get(request.user, datacenter, name)
-    if request.method == "GET":
-        return render(request, "dashboard/confirm_action.html", {
-            "verb": "kill", "title": f"Kill sweep {sweep.name}?",
-            "message": "Every trial still waiting or running is stopped, and no more are "
-                       "submitted. Their output stays in PFS.",
-            "button": f"Kill {sweep.name}", "fields": [],
-            "action": reverse("dashboard:sweep-kill", args=[sweep.name]),
-            "cancel_url": reverse("dashboard:sweeps")})
+    if request.method == "GET" or not confirmed(request):
+        return confirm_page(
+            request, title=f"Kill sweep {sweep.name}?",
+            message="Every trial still waiting or running is stopped, and no more are "
+                    "submitted. Their output stays in PFS.",
+            button=f"Kill {sweep.name}", cancel_url=reverse("dashboard:sweeps"))
     try:
         services.sweep_kill(request.user, datacenter, name)
     except ConflictError as exc:

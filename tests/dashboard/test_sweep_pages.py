@@ -45,10 +45,12 @@ def test_a_sweep_is_started_shown_and_killed_from_the_page(browser, pfs_home):
     assert "unknown (no trial has finished yet" in row
 
     assert "Kill sweep lr?" in text(browser.get("/sweeps/lr/kill"))
-    killed = browser.post("/sweeps/lr/kill", follow=True)
+    assert "Kill sweep lr?" in text(browser.post("/sweeps/lr/kill"))  # not confirmed
+    assert not Job.objects.filter(state="killed").exists()
+    killed = browser.post("/sweeps/lr/kill", {"confirm": "yes"}, follow=True)
     assert messages_of(killed) == ["sweep lr killed: its trials are being stopped"]
     _, row = element(killed, "sweep-lr")
     assert row.startswith("lr grid killed") and "2 killed" in row, row
     assert set(Job.objects.values_list("state", flat=True)) == {"killed"}
-    again = browser.post("/sweeps/lr/kill", follow=True)
+    again = browser.post("/sweeps/lr/kill", {"confirm": "yes"}, follow=True)
     assert messages_of(again) == ["sweep 'lr' has already ended (killed)"]
