@@ -19,10 +19,8 @@ class SweepListView(DatacenterAPIView):
     @extend_schema(responses={200: SweepSerializer(many=True), **ERRORS},
                    summary="Your sweeps, newest first, with their progress")
     def get(self, request):
-        return Response(SweepSerializer(
-            [services.sweep_report(s) for s in services.sweep_list(request.user,
-                                                                    self.datacenter)],
-            many=True).data)
+        return Response(SweepSerializer(services.sweep_list(request.user, self.datacenter),
+                                        many=True).data)
 
     @extend_schema(request=SweepWriteSerializer, responses={201: SweepSerializer, **ERRORS},
                    summary="Start a sweep: a base job and a search space (paddlectl sweep)")

@@ -67,8 +67,7 @@ def sweep_list(request, datacenter):
                                       "submitted")
             return redirect("dashboard:sweeps")
     return render(request, "dashboard/sweeps.html", {
-        "form": form, "sweeps": [services.sweep_report(s) for s in
-                                 services.sweep_list(request.user, datacenter)]})
+        "form": form, "sweeps": services.sweep_list(request.user, datacenter)})
 
 
 @require_http_methods(["GET", "POST"])

@@ -115,3 +115,31 @@ def test_two_workers_advancing_a_sweep_at_once_submit_each_trial_once(
     assert sorted(Job.objects.values_list("name", flat=True)) == ["lr-1", "lr-2", "lr-3", "lr-4"]
     sweep_advance(pk)  # once more: nothing left to submit
     assert Trial.objects.count() == 4
+
+
+@pytest.mark.django_db
+def test_the_list_takes_as_many_queries_for_many_sweeps_as_for_one(
+        token_client, package, held_tasks, alice, datacenter, assert_queries_flat):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from accounts.services import quota_set
+
+    quota_set(None, datacenter, alice, jobs=1)  # trials wait: their starts are predicted
+
+    def add(name: str) -> None:
+        answer = token_client.post(URL, sweep(package, name=name), format="json")
+        assert answer.status_code == 201, answer.content
+        now = timezone.now()  # its first trial took 10 minutes: the sweep's end is predicted
+        Job.objects.filter(name=f"{name}-1").update(
+            state="succeeded", started_at=now - timedelta(minutes=10), finished_at=now)
+
+    add("a")
+    _, large = assert_queries_flat(lambda: token_client.get(URL),
+                                   lambda: (add("b"), add("c")))
+    assert [s["name"] for s in large.json()] == ["c", "b", "a"]
+    for shown in large.json():
+        progress = shown["progress"]
+        assert (progress["done"], progress["waiting"] + progress["running"]) == (1, 1), shown
+        assert shown["predicted_end"]["at"] or shown["predicted_end"]["unknown"], shown
