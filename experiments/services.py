@@ -89,6 +89,7 @@ def sweep_advance(sweep_id: int, *, wait: bool = True) -> None:
 
 
 def _advance(sweep: Sweep, checked: rules.Sweep) -> None:
+    before = (sweep.best, sweep.problem, sweep.state)
     trials = list(sweep.trials.select_related("job"))
     if checked.metric:
         curves = _curves(checked, trials)
@@ -112,7 +113,8 @@ def _advance(sweep: Sweep, checked: rules.Sweep) -> None:
     sweep.problem = problem
     if not live and number >= count:
         sweep.state, sweep.finished_at = Sweep.State.DONE, timezone.now()
-    sweep.save(update_fields=["best", "problem", "state", "finished_at"])
+    if (sweep.best, sweep.problem, sweep.state) != before:  # the watch writes only news
+        sweep.save(update_fields=["best", "problem", "state", "finished_at"])
 
 
 def _curves(checked: rules.Sweep, trials: list[Trial]) -> dict[int, list[tuple[int, float]]]:

@@ -55,7 +55,7 @@ def sweep_data(rates: list[float], passes: int, **changes) -> dict:
 def test_a_sweep_of_twelve_trials_stops_the_clearly_worse_ones_early(
         celery_worker, owner_api, alice):
     rates = GOOD + BAD + LATER
-    answer = owner_api.post("/api/v1/sweeps/", sweep_data(rates, passes=40), format="json")
+    answer = owner_api.post("/api/v1/sweeps/", sweep_data(rates, passes=150), format="json")
     assert answer.status_code == 201, answer.content
     assert answer.json()["progress"]["running"] + answer.json()["progress"]["waiting"] == 3
     assert answer.json()["progress"]["to_submit"] == 9
