@@ -4,15 +4,20 @@ and goes on exactly once however many workers advance it at the same time."""
 
 from __future__ import annotations
 
+import json
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
+from accounts.services import quota_set
 from experiments.models import Sweep, Trial
 from experiments.services import sweep_advance
-from jobs.models import Job
+from jobs.models import Job, Replica
 from jobs.services import job_kill
+from tests.jobs.files import metrics_path
 
 URL = "/api/v1/sweeps/"
 
@@ -120,12 +125,6 @@ def test_two_workers_advancing_a_sweep_at_once_submit_each_trial_once(
 @pytest.mark.django_db
 def test_the_list_takes_as_many_queries_for_many_sweeps_as_for_one(
         token_client, package, held_tasks, alice, datacenter, assert_queries_flat):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from accounts.services import quota_set
-
     quota_set(None, datacenter, alice, jobs=1)  # trials wait: their starts are predicted
 
     def add(name: str) -> None:
@@ -143,3 +142,53 @@ def test_the_list_takes_as_many_queries_for_many_sweeps_as_for_one(
         progress = shown["progress"]
         assert (progress["done"], progress["waiting"] + progress["running"]) == (1, 1), shown
         assert shown["predicted_end"]["at"] or shown["predicted_end"]["unknown"], shown
+
+
+def reports(job, losses: list[float]) -> None:
+    """What the SDK's report() writes for trainer 0, with its checkpoint metric between."""
+    path = metrics_path(job, job.replicas.get(role=Replica.Role.TRAINER, index=0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"step": step, "time": 1.0, "loss": loss})
+             for step, loss in enumerate(losses, 1)]
+    lines.insert(1, json.dumps({"step": 1, "time": 1.0, "checkpoint": 1}))
+    path.write_text("\n".join(lines) + "\n")
+    Job.objects.filter(pk=job.pk).update(state="running", started_at=timezone.now())
+
+
+@pytest.mark.django_db
+def test_a_trial_worse_than_the_median_is_stopped_and_its_slot_refilled_at_once(
+        token_client, package, held_tasks, alice, datacenter, pfs_home):
+    """The rule applied by the portal, step by step: trials' reports (files as the SDK writes
+    them) read by the objective's name, the worse trial killed with the rule's words, counted
+    as stopped, and the next trial submitted in the same pass."""
+    quota_set(None, datacenter, alice, jobs=10)
+    answer = token_client.post(URL, sweep(
+        package, parallel=3, max_trials=5, method="grid", seed=None,
+        space={"env.LEARNING_RATE": [0.1, 0.05, 0.00001, 0.02, 0.03]},
+        stopping={"rule": "median", "grace_steps": 2, "min_trials": 2}), format="json")
+    assert answer.status_code == 201, answer.content
+    jobs = {j.name: j for j in Job.objects.all()}
+    reports(jobs["lr-1"], [9, 4, 2, 1])
+    reports(jobs["lr-2"], [9, 5, 3, 2])
+    reports(jobs["lr-3"], [9, 9, 9])  # running means at step 3 of the others: 5, 5.667
+    sweep_advance(Sweep.objects.get().pk)
+
+    stopped = Job.objects.get(name="lr-3")
+    why = ("stopped early: loss 9 (its best) at step 3 above the median 5.333 of 2 other trials "
+           "at that step")
+    assert (stopped.state, stopped.state_reason) == ("killed", why)
+    assert stopped.events.filter(to_state="killed", reason=why).exists()
+    shown = token_client.get(f"{URL}lr/").json()
+    assert [t["job"] for t in shown["trials"]] == ["lr-1", "lr-2", "lr-3", "lr-4"]  # at once
+    assert shown["trials"][2]["stopped_early"] == why
+    assert (shown["progress"]["stopped"], shown["progress"]["killed"]) == (1, 0)
+    assert shown["best"] == {"trial": 1, "job": "lr-1", "value": 1,
+                             "settings": {"env.LEARNING_RATE": 0.1}}
+
+    # a trial its owner kills is killed, not stopped early, and is not judged again
+    job_kill(alice, datacenter, "lr-2")
+    sweep_advance(Sweep.objects.get().pk)
+    shown = token_client.get(f"{URL}lr/").json()
+    assert (shown["progress"]["stopped"], shown["progress"]["killed"]) == (1, 1)
+    assert shown["trials"][1]["stopped_early"] is None
+    assert [t["job"] for t in shown["trials"]][-1] == "lr-5"
