@@ -155,9 +155,8 @@ def _stop_early(sweep: Sweep, checked: rules.Sweep, trials: list[Trial], curves)
 
 def _trials_kill(jobs: list[Job], reasons: dict[int, str]) -> list[Job]:
     """Kill trials' jobs at once (one transition for all) and stop their replicas."""
-    moved = jobs_transition(jobs, JobState.KILLED, reasons)
+    moved = jobs_transition(jobs, JobState.KILLED, reasons)  # each job's state is set too
     for job in moved:
-        job.state = JobState.KILLED
         if job.build_id is not None:
             build_abandoned(job.build_id)
         task_later(JOB_STOP, job.pk)
