@@ -3,7 +3,7 @@ states, log lines, metrics) come over the WebSockets in ``paddlecloud/routing.py
 
 from django.urls import path
 
-from .views import account, files, group, jobs, notifications, reports
+from .views import account, files, group, jobs, notifications, reports, sweeps
 
 app_name = "dashboard"
 
@@ -15,6 +15,8 @@ urlpatterns = [
     path("jobs/<str:name>/kill", jobs.job_kill, name="job-kill"),
     path("jobs/<str:name>/delete", jobs.job_delete, name="job-delete"),
     path("jobs/<str:name>/logs/<str:worker>.log", jobs.job_log_download, name="job-log"),
+    path("sweeps/", sweeps.sweep_list, name="sweeps"),
+    path("sweeps/<str:name>/kill", sweeps.sweep_kill, name="sweep-kill"),
     path("group/", group.group, name="group"),
     path("files/", files.file_browse, name="files"),
     path("registries/", account.registry_list, name="registries"),

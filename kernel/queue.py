@@ -35,9 +35,10 @@ HOME_MEASURE = "jobs.tasks.home_measure"
 PULL_SECRET_SYNC = "registries.tasks.pull_secret_sync"  # noqa: S105 - a task's name
 PULL_SECRET_REMOVE = "registries.tasks.pull_secret_remove"  # noqa: S105
 NOTIFICATIONS_SEND = "notifications.tasks.notifications_send"
+SWEEP_ADVANCE = "experiments.tasks.sweep_advance"
 TASKS = frozenset({JOB_START, JOB_SYNC, JOB_STOP, JOBS_ADMIT, JOB_REMAINS_REMOVE, JOB_BUILD,
                    BUILD_RUN, HOME_MEASURE, PULL_SECRET_SYNC, PULL_SECRET_REMOVE,
-                   NOTIFICATIONS_SEND})
+                   NOTIFICATIONS_SEND, SWEEP_ADVANCE})
 ONCE_SECONDS = 30  # how long a task queued by task_later_once stands for later requests
 
 

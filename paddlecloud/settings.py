@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "pfs",
     "registries",
     "notifications",
+    "experiments",
     "dashboard",
     "paddlecloud",  # the wiring itself: its runportal command, which starts the portal
 ]

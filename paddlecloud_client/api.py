@@ -37,6 +37,7 @@ LOGIN_PATH = "/api/v1/auth/token/"
 DEVICE_PATH = "/api/v1/auth/device/"
 DEVICE_TOKEN_PATH = "/api/v1/auth/device/token/"  # noqa: S105 - a path
 JOBS = "/api/v1/jobs/"
+SWEEPS = "/api/v1/sweeps/"
 BUILDS = "/api/v1/builds/"
 
 Body = bytes | Callable[[], Any] | None  # a callable makes a fresh body for each attempt
@@ -375,6 +376,21 @@ class ApiClient:
 
     def job_delete(self, name: str) -> None:
         self.call("DELETE", _job_path(name))
+
+    def sweep_submit(self, body: dict) -> dict:
+        return self.call("POST", SWEEPS, json=body)
+
+    def sweep_list(self) -> list[dict]:
+        return self.call("GET", SWEEPS)
+
+    def sweep_get(self, name: str) -> dict:
+        return self.call("GET", f"{SWEEPS}{quote(name, safe='')}/")
+
+    def sweep_kill(self, name: str) -> dict:
+        return self.call("POST", f"{SWEEPS}{quote(name, safe='')}/kill")
+
+    def sweep_delete(self, name: str) -> None:
+        self.call("DELETE", f"{SWEEPS}{quote(name, safe='')}/")
 
     def job_logs(self, name: str, *, worker: str | None = None, tail: int | None = None,
                  follow: bool = False, offset: str | None = None) -> requests.Response:

@@ -3,6 +3,8 @@
 - ``PaddleJob`` (``paddlecloud_sdk.job``): submit a job, follow its state, workers and logs,
   wait for it, kill it — through ``paddlecloud_client``: paddlectl's config, token cache and
   API client.
+- ``Sweep`` (``paddlecloud_sdk.sweep``): a base job over a search space, its trials ordinary
+  jobs, stopped early from what they ``report()`` (docs/users/experiments.md).
 - ``dist_train`` (``paddlecloud_sdk.train``): submits when run outside a job, trains inside.
 - ``paddlecloud_sdk.env``: the environment contract as functions (``trainer_id()``,
   ``trainer_count()``, ``output_dir()`` …).
@@ -34,10 +36,11 @@ from .metrics import report
 
 _LAZY = {
     "PaddleJob": "job", "CephFSVolume": "job", "Connection": "job", "connect": "job",
-    "dist_train": "train", "errors": None, "job": None, "train": None,
+    "dist_train": "train", "errors": None, "job": None, "train": None, "Sweep": "sweep",
+    "sweep": None,
 }
 
-__all__ = ["CephFSVolume", "Connection", "PaddleJob", "checkpoint", "connect", "dataset",
+__all__ = ["CephFSVolume", "Connection", "PaddleJob", "Sweep", "checkpoint", "connect", "dataset",
            "dist_train", "env", "errors", "master", "metrics", "recordio", "report"]
 
 

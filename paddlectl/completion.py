@@ -155,8 +155,9 @@ def _positional(name: str, parser: argparse.ArgumentParser, given: list[str], cu
     if action.metavar == "RESOURCE":
         from paddlectl.commands.jobs import RESOURCES
 
-        kinds = {"get": {r for r in RESOURCES.values()}, "delete": {"jobs", "registry"}}
-        spelled = {"delete": {"jobs": "job"}}.get(name, {})
+        kinds = {"get": {r for r in RESOURCES.values()},
+                 "delete": {"jobs", "registry", "sweeps"}}
+        spelled = {"delete": {"jobs": "job", "sweeps": "sweep"}}.get(name, {})
         return sorted(spelled.get(r, r) for r in kinds.get(name, set())), NOTHING
     if action.metavar == "NAME" and name in ("get", "delete") and given:
         from paddlectl.commands.jobs import RESOURCES
@@ -166,6 +167,8 @@ def _positional(name: str, parser: argparse.ArgumentParser, given: list[str], cu
             return _jobs(line), NOTHING
         if resource == "registry":
             return [r["name"] for r in line.context.client.registry_list()], NOTHING
+        if resource == "sweeps":
+            return [s["name"] for s in line.context.client.sweep_list()], NOTHING
         return [], NOTHING
     if action.metavar == "ID" and name == "notify":
         return [str(s["id"]) for s in line.context.client.notify_list()], NOTHING

@@ -95,6 +95,10 @@ BAD_IMPORTS = [
      "notifications.outbox -> notifications.services"),
     ("notifications-on-top", "jobs/transitions.py", "from notifications.outbox import test_record",
      "jobs.transitions -> notifications.outbox"),
+    ("experiments-layers", "experiments/models.py", "from .services import sweep_get",
+     "experiments.models -> experiments.services"),
+    ("experiments-on-top", "jobs/services.py", "from experiments.models import Sweep",
+     "jobs.services -> experiments.models"),
 ]
 
 

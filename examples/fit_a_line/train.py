@@ -54,7 +54,7 @@ TEST_ROWS = 128
 NOISE = 0.1
 SEED = 1013
 BATCH_SIZE = 16  # per trainer
-LEARNING_RATE = 0.05
+LEARNING_RATE = 0.05  # unless the environment's LEARNING_RATE says (a sweep's trials do)
 DEFAULT_PASSES = 10
 DATA = Path(__file__).resolve().parent / "data"  # the text dataset shipped with the example
 ASK_AGAIN_SECONDS = 1.0  # a trainer told to wait asks the master again after this at the latest
@@ -529,7 +529,8 @@ def main() -> int:
         derive_paddle_env(use_gpu)
         init_parallel_env(dist)
         net = paddle.DataParallel(model)  # starts from trainer 0's parameters
-    optimizer = paddle.optimizer.SGD(learning_rate=LEARNING_RATE, parameters=model.parameters())
+    rate = float(os.environ.get("LEARNING_RATE", LEARNING_RATE))
+    optimizer = paddle.optimizer.SGD(learning_rate=rate, parameters=model.parameters())
     every = int(os.environ.get("CHECKPOINT_EVERY", CHECKPOINT_EVERY))
     saving = Saving(model, optimizer, trainer_id, every)
 

@@ -32,6 +32,7 @@ from paddlecloud_core.spec import FIELDS
 from paddlecloud_core.status import FINAL_STATES
 from paddlectl.args import flag
 from paddlectl.commands.registry import registry_delete, registry_get
+from paddlectl.commands.sweeps import sweeps_folded, sweeps_get
 from paddlectl.output import (
     AUDIT_COLUMNS,
     BUDGET_COLUMNS,
@@ -247,12 +248,14 @@ RESOURCES = {"jobs": "jobs", "job": "jobs", "workers": "workers", "worker": "wor
              "tasks": "tasks", "task": "tasks", "checkpoints": "checkpoints",
              "checkpoint": "checkpoints",
              "registry": "registry", "registries": "registry", "quota": "quota",
-             "group": "group", "usage": "usage", "audit": "audit"}
+             "group": "group", "usage": "usage", "audit": "audit", "sweeps": "sweeps",
+             "sweep": "sweeps"}
 
 
 def setup_get(parser) -> None:
     parser.description = (
-        "get jobs [NAME...]     your jobs in this datacenter, newest first\n"
+        "get jobs [NAME...]     your jobs in this datacenter, newest first (a sweep's\n"
+        "                       trials folded into one row of the sweep)\n"
         "get workers JOB        the job's workers (parameter servers and trainers)\n"
         "get tasks JOB          what the job's master has handed out, pass by pass\n"
         "                       (-o wide: and each task of the current pass)\n"
@@ -264,10 +267,11 @@ def setup_get(parser) -> None:
         "                       members' jobs (to look at; each changes only their own)\n"
         "get usage              GPU-hours, CPU-hours, jobs and median wait, period by\n"
         "                       period (yours; your group's as its lead; all as an admin)\n"
-        "get audit              the audit trail you may read, newest first")
+        "get audit              the audit trail you may read, newest first\n"
+        "get sweeps [NAME]      your sweeps and their progress (one name: and its trials)")
     parser.add_argument("resource", metavar="RESOURCE",
-                        help="jobs, workers, tasks, checkpoints, registry, quota, group, usage "
-                             "or audit")
+                        help="jobs, workers, tasks, checkpoints, registry, quota, group, usage, "
+                             "audit or sweeps")
     parser.add_argument("names", nargs="*", metavar="NAME")
     flag(parser, "state", metavar="STATES",
          help="jobs only in these states, comma-separated (running,failed)")
@@ -290,6 +294,8 @@ def _get_jobs(ctx, args) -> None:
         data = jobs[0] if len(jobs) == 1 else jobs
     else:
         data = jobs = ctx.client.job_list(args.state)
+        if not args.state and not _machine_output(ctx):  # scripts get the jobs, as listed
+            jobs = sweeps_folded(ctx, jobs)
     if not jobs and not _machine_output(ctx):
         ctx.info(f"no jobs in datacenter {ctx.datacenter.name}")
         return
@@ -408,7 +414,8 @@ def run_get(ctx, args) -> None:
     resource = RESOURCES.get(args.resource)
     if resource is None:
         raise UsageError(f"get: unknown resource {args.resource!r}: use jobs, workers JOB, "
-                         "tasks JOB, checkpoints JOB, registry, quota, group, usage or audit")
+                         "tasks JOB, checkpoints JOB, registry, quota, group, usage, audit or "
+                         "sweeps")
     if args.state and resource not in ("jobs", "group"):
         raise UsageError("get: -state is for get jobs and get group")
     if resource in ("quota", "group", "usage", "audit") and args.names:
@@ -421,6 +428,7 @@ def run_get(ctx, args) -> None:
     {"jobs": _get_jobs, "workers": _get_workers, "tasks": _get_tasks,
      "checkpoints": _get_checkpoints, "quota": _get_quota, "group": _get_group,
      "usage": _get_usage, "audit": _get_audit,
+     "sweeps": lambda ctx, args: sweeps_get(ctx, args.names),
      "registry": lambda ctx, args: registry_get(ctx, args.names)}[resource](ctx, args)
 
 
@@ -537,6 +545,7 @@ def run_metrics(ctx, args) -> None:
 # -- kill, delete -----------------------------------------------------------------------------
 
 def setup_kill(parser) -> None:
+    parser.description = "kill JOB... or SWEEP...: a sweep's trials all stop at once"
     parser.add_argument("names", nargs="+", metavar="JOB")
     flag(parser, "rm", action="store_true",
          help="also remove the job from the history once it has ended (its output stays)")
@@ -566,6 +575,8 @@ def run_kill(ctx, args) -> None:
         try:
             job = ctx.client.job_kill(name)
         except ApiError as exc:
+            if exc.status == 404 and not args.rm and _sweep_killed(ctx, name):
+                continue
             if not (args.rm and exc.status == 409 and exc.code == "job_ended"):
                 raise
             job = None  # it has ended already: -rm only removes it
@@ -581,11 +592,28 @@ def run_kill(ctx, args) -> None:
             ctx.info(f"job {name} killed: its workers are being stopped")
 
 
+def _sweep_killed(ctx, name: str) -> bool:
+    """Kill the sweep ``name`` (every trial of it) if there is one; False: none is."""
+    try:
+        sweep = ctx.client.sweep_kill(name)
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    if _machine_output(ctx):
+        ctx.emit(sweep)
+    else:
+        ctx.info(f"sweep {name} killed: its {len(sweep['trials'])} trials are being stopped, "
+                 "no more are submitted")
+    return True
+
+
 def setup_delete(parser) -> None:
     parser.description = (
         "delete job JOB...        remove ended jobs from the history (their output stays)\n"
-        "delete registry NAME...  remove registry credentials")
-    parser.add_argument("resource", metavar="RESOURCE", help="job or registry")
+        "delete registry NAME...  remove registry credentials\n"
+        "delete sweep NAME...     remove ended sweeps and their trials' jobs")
+    parser.add_argument("resource", metavar="RESOURCE", help="job, registry or sweep")
     parser.add_argument("names", nargs="+", metavar="NAME")
 
 
@@ -594,8 +622,14 @@ def run_delete(ctx, args) -> None:
     if resource == "registry":
         registry_delete(ctx, args.names)
         return
+    if resource == "sweeps":
+        for name in args.names:
+            ctx.client.sweep_delete(name)
+            ctx.info(f"sweep {name} deleted with its trials' jobs (their output stays)")
+        return
     if resource != "jobs":
-        raise UsageError(f"delete: unknown resource {args.resource!r}: use job or registry")
+        raise UsageError(f"delete: unknown resource {args.resource!r}: use job, registry or "
+                         "sweep")
     for name in args.names:
         ctx.client.job_delete(name)
         ctx.info(f"job {name} deleted (its output stays in {output_path(ctx.home, name)})")

@@ -48,10 +48,10 @@ def test_subcommands_and_flags_come_from_the_parsers(offline_cli):
     assert offered(offline_cli, "-o", "") == (["table", "wide", "json", "yaml", "csv"], ":")
     assert offered(offline_cli, "get", "jobs", "-o", "w") == (["wide"], ":")
     assert offered(offline_cli, "get", "") == (
-        ["audit", "checkpoints", "group", "jobs", "quota", "registry", "tasks", "usage",
-         "workers"], ":")
+        ["audit", "checkpoints", "group", "jobs", "quota", "registry", "sweeps", "tasks",
+         "usage", "workers"], ":")
     assert offered(offline_cli, "get", "usage", "-by", "") == (["day", "week", "month"], ":")
-    assert offered(offline_cli, "delete", "") == (["job", "registry"], ":")
+    assert offered(offline_cli, "delete", "") == (["job", "registry", "sweep"], ":")
     assert offered(offline_cli, "help", "k") == (["kill"], ":")
     assert offered(offline_cli, "completion", "") == (["bash", "zsh", "fish"], ":")
     assert offered(offline_cli, "config", "use-datacenter", "") == (["datacenter1"], ":")

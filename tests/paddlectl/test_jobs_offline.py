@@ -70,7 +70,7 @@ def test_a_local_package_is_checked_before_any_request(offline_cli):
     result = offline_cli("get", "frobs")
     assert (result.returncode, result.stderr) == (
         1, "paddlectl: get: unknown resource 'frobs': use jobs, workers JOB, tasks JOB, "
-           "checkpoints JOB, registry, quota, group, usage or audit\n")
+           "checkpoints JOB, registry, quota, group, usage, audit or sweeps\n")
     assert offline_cli("get", "quota", "x").returncode == 1
 
 
