@@ -23,8 +23,9 @@ The model, in order:
   never starved by small ones.
 - **Predicted start.** ``forecast`` runs the plan forward in time, each running job ending when
   predicted (``Estimate``: its deadline where set, else the run times of its owner's earlier
-  jobs of the same shape; once it has run a while, those of them that ran longer than it has),
-  and reads off when each waiting job starts, with a range. Where
+  jobs of the same shape; once it has run a while, those of them that ran longer than it has;
+  where its master's tasks tell how much of its work is done, its own pace), and reads off
+  when each waiting job starts, with a range. Where
   nothing tells when a job ends — no job of its owner has ended yet and it has no deadline, or
   it has run past every run time of the jobs it was estimated from — the forecast does not
   make one up: what can only start once that job has ended is predicted ``unknown``, with why.
@@ -65,6 +66,9 @@ HORIZON = 30 * 24 * 3600.0
 # bounded only by a deadline (its low end, as a fraction of it).
 UNKNOWN_RUN = 3600.0
 UNKNOWN_SPREAD = (0.25, 4.0)
+# The range around a run time read from little (two earlier runs; a running job's own pace), as
+# fractions of it: one or two figures say little of the spread.
+THIN_SPREAD = (0.5, 2.0)
 
 
 @dataclass(frozen=True)
@@ -156,15 +160,22 @@ class Running:
 
 def running(job_id: int, owner: int, held: Vec, began: float, run: Estimate, now: float, *,
             name: str = "", deadline: float | None = None,
-            run_began: float | None = None) -> Running:
+            run_began: float | None = None, progress: float | None = None) -> Running:
     """A job that began at ``began`` and runs ``run`` (its estimate), as a plan at ``now``
-    sees it: ending as the runs its estimate came from that lasted longer than it has so far
-    did (``Estimate.runs``), else when predicted, or now if that has passed (any moment: a
-    plan never waits on the past); its end ``unknown`` where its estimate had nothing to go by,
-    or where it has run past the high end of it, and no deadline bounds it. ``run_began``:
-    this run's start, for preemption (``Running.began``)."""
+    sees it: where it has done a part ``progress`` (0-1) of its work, ending when the rest
+    takes it at its pace so far; else as the runs its estimate came from that lasted longer
+    than it has so far did (``Estimate.runs``), else when predicted, or now if that has passed
+    (any moment: a plan never waits on the past); its end ``unknown`` where its estimate had
+    nothing to go by, or where it has run past the high end of it, and no deadline bounds it.
+    ``run_began``: this run's start, for preemption (``Running.began``)."""
     unknown = ""
-    if longer := [r for r in run.runs if r > now - began]:
+    elapsed = now - began
+    if progress is not None and progress > 0 and elapsed > 0:
+        # Its own pace tells more than any other job: the rest of its work at that pace.
+        left = elapsed * max(1 - progress, 0.0) / progress
+        run = _capped(elapsed + left, elapsed + left * THIN_SPREAD[0],
+                      elapsed + left * THIN_SPREAD[1], deadline)
+    elif longer := [r for r in run.runs if r > elapsed]:
         # Of the jobs like it, only those that ran longer than it has so far say when it ends.
         run = _from_runs(longer, deadline)
     elif deadline is None and not run.known:
@@ -698,6 +709,12 @@ def _from_runs(runs: Sequence[float], deadline: float | None) -> Estimate:
     mid = statistics.fmean(runs)
     low, high = runs[0], runs[-1]
     if len(runs) < 3:  # two runs say little of the spread
-        low, high = min(low, mid * 0.5), max(high, mid * 2.0)
+        low, high = min(low, mid * THIN_SPREAD[0]), max(high, mid * THIN_SPREAD[1])
+    return _capped(mid, low, high, deadline, tuple(runs))
+
+
+def _capped(seconds: float, low: float, high: float, deadline: float | None,
+            runs: tuple[float, ...] = ()) -> Estimate:
+    """An estimate with each figure at most the deadline (a job fails past it)."""
     cap = math.inf if deadline is None else deadline
-    return Estimate(min(mid, cap), min(low, cap), min(high, cap), runs=tuple(runs))
+    return Estimate(min(seconds, cap), min(low, cap), min(high, cap), runs=runs)

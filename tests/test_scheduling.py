@@ -284,6 +284,27 @@ def test_a_running_job_ends_as_the_jobs_like_it_that_ran_longer_did():
     assert running(1, 1, Vec(1, 0, 0, 1), began=0.0, run=run, now=100 * 60.0).unknown
 
 
+def test_a_running_job_that_reports_its_progress_ends_at_its_own_pace():
+    """Issue 40.2 (and 40.1: use what is known): half its planned passes done after 10
+    minutes, a job ends about 10 minutes later — whatever its like ran, and even with no
+    earlier job of its owner to go by (no longer "unknown"). Its deadline still bounds it."""
+    gpu = Vec(gpu=1, jobs=1)
+    for run in (NOTHING_KNOWN, estimate([(("x",), 7200.0)] * 5, ("x",))):
+        half = running(1, 1, gpu, began=0.0, run=run, now=600.0, name="first", progress=0.5)
+        assert (half.ends, half.ends_low, half.ends_high, half.unknown) == (
+            1200, 900, 1800, "")
+        pool = Pool(capacity=Limit(gpu=1), running=[half],
+                    waiting=[Waiting(2, 2, gpu, submitted=600.0)])
+        assert forecast(pool, 600.0)[2] == Forecast(1200, 900, 1800)
+    bounded = running(1, 1, gpu, began=0.0, run=NOTHING_KNOWN, now=600.0, deadline=1000,
+                      progress=0.5)
+    assert (bounded.ends, bounded.ends_high) == (1000, 1000)
+    # All its work done: it ends any moment.
+    assert running(1, 1, gpu, began=0.0, run=NOTHING_KNOWN, now=600.0, progress=1.0).ends == 600
+    # Nothing done yet tells no pace: as before.
+    assert running(1, 1, gpu, began=0.0, run=NOTHING_KNOWN, now=600.0, progress=0.0).unknown
+
+
 def test_an_estimate_is_the_mean_of_its_like_and_its_range_all_of_them():
     """Issue 40.2: a start comes after the run times ahead of it add up, so each is estimated
     by the mean of its like (a median leaves the sum early: a few long runs weigh in the sum,
