@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import math
 import statistics
 import sys
 import time
@@ -93,6 +94,17 @@ class Job:
     deadline: float | None
     run: float  # its TRUE run time, were it not for the deadline
     kind: tuple = ()  # scheduling.shape: what its run time is looked up by
+    tasks: int = 0  # its master's tasks over all its passes (0: it has no master)
+    startup: float = 0.0  # how long it runs before its first task
+
+    def progress(self, elapsed: float) -> float | None:
+        """The part of its tasks done ``elapsed`` seconds into its run, as the portal counts
+        them (``scheduling.pool.work_done``): whole tasks, at an even pace after its startup.
+        None: no master, nothing counted."""
+        if not self.tasks:
+            return None
+        pace = max(elapsed - self.startup, 0.0) / (self.run - self.startup)
+        return math.floor(self.tasks * min(pace, 1.0)) / self.tasks
 
     @property
     def duration(self) -> float:
@@ -121,7 +133,8 @@ def load(path: Path, limit: int | None = None) -> Trace:
     for j in data["jobs"][:limit]:
         need = Vec(cpu=j["cpu"], memory=j["memory"], gpu=j["gpu"], jobs=1)
         jobs.append(Job(j["id"], ids[j["owner"]], j["name"], j["arrival"], need, j["priority"],
-                        j["deadline"], j["run"], shape(j["name"], need)))
+                        j["deadline"], j["run"], shape(j["name"], need), j.get("tasks", 0),
+                        j.get("startup", 0.0)))
     return Trace(capacity=Limit(**data["capacity"]),
                  quotas={u["id"]: Limit(**u["quota"]) for u in data["users"]},
                  weights={u["id"]: u["weight"] for u in data["users"]},
@@ -177,7 +190,8 @@ class Replay:
     def pool(self, now: float) -> Pool:
         """The pool as ``scheduling.pool.pool_load`` reads it from the database at ``now``."""
         running = [running_job(job.id, job.owner, job.need, began, self.estimate(job), now,
-                               name=job.name, deadline=job.deadline)
+                               name=job.name, deadline=job.deadline,
+                               progress=job.progress(now - began))
                    for job, began in self.running.values()]
         waiting = [Waiting(id=job.id, owner=job.owner, need=job.need, submitted=job.arrival,
                            priority=job.priority, name=job.name, run=self.estimate(job),
