@@ -13,7 +13,11 @@ pipelines, short debugging jobs with a deadline and a high priority now and then
 priority evaluations, a night owl. Arrivals follow a daily and weekly rhythm (working hours,
 a quiet Friday afternoon, a quieter weekend). Each job carries its TRUE run time: log-normal
 around its kind's typical time (per user and kind), so the run times of a user's earlier jobs
-of a kind say something of the next one, with noise. Standard library only.
+of a kind say something of the next one, with noise. A job that reads a dataset (all but
+the RL and plotting kinds) does so through its master, in ``PASSES`` passes of
+``TASKS_PER_PASS`` tasks, the portal's measure of its progress: it does them at an even pace
+once started up (``startup``: image, imports, data opened; drawn apart, so that adding it left
+the week's jobs as they were). Standard library only.
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ TRACE = Path(__file__).resolve().parent / "traces" / "team-week.json"
 FORMAT = "paddlecloud-eta-trace/1"
 GI = 2**30
 CORE = 1000  # millicores
+# A job that reads its dataset through its master: its passes and tasks a pass (the portal
+# counts its tasks done over them: ``scheduling.pool.work_done``), and how long it runs before
+# its first task (image, imports, data opened), drawn between these, seconds.
+PASSES, TASKS_PER_PASS = 5, 8
+STARTUP = (30.0, 240.0)
 
 # The datacenter's capacity and each user's quota, as the scheduling model's Limit counts
 # them: cpu in millicores, memory in bytes, gpu, jobs (concurrent).
@@ -66,6 +75,7 @@ class Kind:
     priority: tuple[tuple[int, float], ...] = ()  # (priority, probability); else 0
     deadline: float | None = None  # seconds, for the share ``deadline_share`` of the jobs
     deadline_share: float = 0.0
+    master: bool = True  # reads a dataset through the job's master (progress: its tasks)
 
 
 @dataclass(frozen=True)
@@ -100,7 +110,7 @@ USERS = (
              priority=((1, 0.3),), deadline=30 * MIN, deadline_share=1.0),)),
     # The night owl: reinforcement learning on four GPUs, started in the evening.
     User("frank", 28, "night", kinds=(
-        Kind("ppo", 1.0, 1, 12, 48, 4, 3 * HOUR, 0.4, batch=(1, 3)),)),
+        Kind("ppo", 1.0, 1, 12, 48, 4, 3 * HOUR, 0.4, batch=(1, 3), master=False),)),
     # Evaluations on CPUs, low priority, capped by a deadline.
     User("grace", 300, "office", kinds=(
         Kind("eval", 1.0, 1, 2, 8, 0, 15 * MIN, 0.5, batch=(5, 20),
@@ -116,7 +126,7 @@ USERS = (
     # A light user: a fine-tuning now and then, plots.
     User("judy", 155, "office", kinds=(
         Kind("finetune", 0.3, 1, 3, 12, 1, 90 * MIN, 0.4),
-        Kind("plot", 0.7, 1, 1, 4, 0, 5 * MIN, 0.7, batch=(1, 3)))),
+        Kind("plot", 0.7, 1, 1, 4, 0, 5 * MIN, 0.7, batch=(1, 3), master=False))),
 )
 
 
@@ -138,6 +148,8 @@ def hour_weights(rhythm: str) -> list[float]:
 def make_trace(seed: int = SEED) -> dict:
     """The week: the datacenter, its users and their jobs (ids in order of arrival)."""
     rng = random.Random(seed)  # noqa: S311 (a simulation's draws, no secret)
+    # Drawn apart, so that the week's jobs are those drawn before progress was in the trace.
+    startups = random.Random(seed + 1)  # noqa: S311
     jobs = []
     for user in USERS:
         weights = hour_weights(user.rhythm)
@@ -157,14 +169,17 @@ def make_trace(seed: int = SEED) -> dict:
                     if rng.random() < probability:
                         priority = value
                 deadline = kind.deadline if rng.random() < kind.deadline_share else None
-                run = kind.typical * math.exp(rng.gauss(0.0, kind.sigma))
+                run = round(max(kind.typical * math.exp(rng.gauss(0.0, kind.sigma)), 30.0), 1)
                 jobs.append({
                     "owner": user.name, "name": f"{kind.stem}-{number}",
                     "arrival": round(min(at, WEEK - 1), 1), "trainers": kind.trainers,
                     "cpu": kind.trainers * kind.cpu * CORE,
                     "memory": kind.trainers * kind.memory * GI,
                     "gpu": kind.trainers * kind.gpu, "priority": priority,
-                    "deadline": deadline, "run": round(max(run, 30.0), 1)})
+                    "deadline": deadline, "run": run,
+                    "tasks": PASSES * TASKS_PER_PASS if kind.master else 0,
+                    "startup": (round(min(startups.uniform(*STARTUP), run / 2), 1)
+                                if kind.master else 0.0)})
                 at += rng.uniform(2.0, 20.0)
     jobs.sort(key=lambda j: (j["arrival"], j["owner"], j["name"]))
     jobs = [{"id": n, **job} for n, job in enumerate(jobs, 1)]

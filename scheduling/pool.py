@@ -4,7 +4,8 @@ to end, and the heads of the queues. Admission plans with it under its lock; ``f
 predicts with it the starts that the job pages, the API and ``submit --dry-run`` show.
 
 What a job ran before tells how long its kind runs: each owner's last ``HISTORY`` jobs that
-succeeded, by shape (``paddlecloud_core.scheduling.shape``: name stem and size)."""
+succeeded, by shape (``paddlecloud_core.scheduling.shape``: name stem and size); and a running
+job's own pace, where its master's tasks tell how much of its work is done (``work_done``)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.db.models import F, Max, Q, Window
+from django.db.models import Count, F, Max, Q, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from accounts.models import Datacenter, Membership, Team
 from accounts.selectors import quotas_get
-from jobs.models import Job, JobEvent
+from jobs.models import Job, JobEvent, Task
 from jobs.states import ACTIVE_STATES, JobState
 from paddlecloud_core.contract import trainers_elastic, trainers_least
 from paddlecloud_core.scheduling import (
@@ -121,16 +122,17 @@ def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterabl
     owner_ids = list(owner_ids)
     active = Job.objects.filter(datacenter=datacenter, state__in=ACTIVE_STATES).only(
         "id", "owner_id", "name", "state", "admitted_at", "started_at", "deadline_seconds",
-        "trainers_held", *REQUEST_FIELDS)
+        "trainers_held", "passes", *REQUEST_FIELDS)
     if not shared(datacenter):
         active = active.filter(owner_id__in=owner_ids)
     active = list(active)
     holders = {job.owner_id for job in active} | set(owner_ids)
     history = run_history(datacenter.pk, holders)
+    progress = work_done(active)
     running = [running_job(job.pk, job.owner_id, held_vec(job),
                            _seconds(job.started_at or job.admitted_at or now),
                            job_estimate(job, history), _seconds(now), name=job.name,
-                           deadline=job.deadline_seconds,
+                           deadline=job.deadline_seconds, progress=progress.get(job.pk),
                            # this run's start (admitted_at is each start's): only a running
                            # job may be preempted
                            run_began=(_seconds(job.admitted_at or job.started_at or now)
@@ -165,6 +167,20 @@ def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterabl
                  **{owner: ("budget", why)
                     for owner, why in budgets_spent(datacenter, owner_ids).items()}},
         preempt_after=preempt_after)
+
+
+def work_done(jobs: Iterable[Job]) -> dict[int, float]:
+    """The part of each job's work done (0-1), as its master's tasks tell: each pass made
+    counts its tasks over (done or set aside) of its tasks, over the passes planned. A job whose
+    master has handed out nothing (or that has none) is not here (one query)."""
+    passes = {job.pk: job.passes for job in jobs}
+    rows = (Task.objects.filter(job_id__in=list(passes)).values("job_id", "pass_no")
+            .annotate(total=Count("id"), over=Count("id", filter=Q(
+                state__in=(Task.State.DONE, Task.State.SET_ASIDE)))))
+    done: dict[int, float] = defaultdict(float)
+    for row in rows:
+        done[row["job_id"]] += row["over"] / row["total"] / max(passes[row["job_id"]], 1)
+    return dict(done)
 
 
 def _waits_since(job_ids: list[int]) -> dict[int, datetime]:

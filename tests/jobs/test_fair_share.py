@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from accounts.models import Datacenter, Membership, Team
 from accounts.services import quota_set, token_create
-from jobs.models import Job, JobEvent
+from jobs.models import Job, JobEvent, Task
 from jobs.transitions import job_transition
 from paddlectl.output import predicted_start
 from scheduling.admission import quota_admit
@@ -207,6 +207,31 @@ def test_a_start_nothing_can_tell_is_unknown_with_why_never_a_time_gone_by(
     started = Job.objects.get(name="first")
     began = started.started_at or started.admitted_at
     assert abs((at - (began + timedelta(minutes=10))).total_seconds()) < 5
+
+
+@pytest.mark.django_db
+def test_a_running_job_that_has_done_half_its_passes_is_predicted_to_end_at_its_pace(
+        token_client, alice, shared_dc, homes, held_tasks):
+    """Issue 40.2 (40.1: use what is known): alice's first job ever — nothing known of its kind,
+    no deadline — has had its first pass of two done, as its master's tasks tell, 10 minutes
+    after it began. The job that waits for its room is predicted to start 10 minutes from
+    now, at that pace, not "unknown"."""
+    quota_set(None, shared_dc, alice, cpu=64000, jobs=10, queued=10)
+    first = submit(alice, shared_dc, "first", trainers=4)
+    began = timezone.now() - timedelta(minutes=10)
+    job_transition(first, "running", "every replica is running")
+    Job.objects.filter(pk=first.pk).update(passes=2, started_at=began, admitted_at=began)
+    Task.objects.bulk_create(Task(job=first, pass_no=0, index=i, spans=[], state="done")
+                             for i in range(4))
+    Task.objects.bulk_create(Task(job=first, pass_no=1, index=i, spans=[]) for i in range(4))
+    submit(alice, shared_dc, "second", trainers=2)
+    shown = token_client.get("/api/v1/jobs/second/").json()["predicted_start"]
+    assert shown["unknown"] is None
+    at, earliest, latest = (timezone.datetime.fromisoformat(shown[k])
+                            for k in ("at", "earliest", "latest"))
+    in_ten = timezone.now() + timedelta(minutes=10)
+    assert abs((at - in_ten).total_seconds()) < 30
+    assert earliest <= at <= latest
 
 
 @pytest.mark.django_db
