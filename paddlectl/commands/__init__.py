@@ -52,6 +52,8 @@ class Command:
 COMMANDS: dict[str, Command] = {command.name: command for command in (
     Command("build", "build a runtime image from a trainer package and push it", "build"),
     Command("commands", "list all command names", "help"),
+    Command("compare", "compare jobs: their metrics' final and best values, what differs",
+            "compare"),
     Command("completion", "print the shell completion script (bash, zsh, fish)", "completion"),
     Command("config", "view the config file or switch the current datacenter", "config"),
     Command("delete", "delete a job or a registry", "jobs"),

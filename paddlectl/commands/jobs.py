@@ -42,6 +42,7 @@ from paddlectl.output import (
     USAGE_COLUMNS,
     WORKER_COLUMNS,
     Column,
+    format_metric,
     predicted_start,
 )
 
@@ -476,12 +477,6 @@ def setup_metrics(parser) -> None:
          help="the worker: trainer-0 (default), pserver-1, ... (see `paddlectl get workers`)")
 
 
-def _metric_value(value) -> str:
-    if value is None:
-        return "-"  # not reported in this step, or nan
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
-
-
 def run_metrics(ctx, args) -> None:
     data = ctx.client.job_metrics(args.job, worker=args.worker)
     if _machine_output(ctx):
@@ -492,7 +487,7 @@ def run_metrics(ctx, args) -> None:
                  "(paddlecloud_sdk.report)")
         return
     columns = [Column("step", "step")] + [
-        Column(name, lambda row, name=name: _metric_value(row["metrics"].get(name)))
+        Column(name, lambda row, name=name: format_metric(row["metrics"].get(name)))
         for name in data["names"]]
     ctx.emit(data, data["records"], columns)
 
