@@ -3,7 +3,7 @@ states, log lines, metrics) come over the WebSockets in ``paddlecloud/routing.py
 
 from django.urls import path
 
-from .views import account, files, group, jobs, notifications, reports
+from .views import account, compare, files, group, jobs, notifications, reports
 
 app_name = "dashboard"
 
@@ -15,6 +15,7 @@ urlpatterns = [
     path("jobs/<str:name>/kill", jobs.job_kill, name="job-kill"),
     path("jobs/<str:name>/delete", jobs.job_delete, name="job-delete"),
     path("jobs/<str:name>/logs/<str:worker>.log", jobs.job_log_download, name="job-log"),
+    path("compare/", compare.compare, name="compare"),
     path("group/", group.group, name="group"),
     path("files/", files.file_browse, name="files"),
     path("registries/", account.registry_list, name="registries"),

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_http_methods
 
 from jobs import services
 from jobs.backends import backend_for
+from jobs.compare import MAX_JOBS
 from jobs.documents import to_yaml
 from jobs.files import log_file
 from jobs.logs.lines import lines_tail
@@ -103,7 +104,7 @@ def job_list(request, datacenter):
         "page": page,
         "rows": [(job, age(job.created_at, now), queue_position(job),
                   prediction_shown(predictions.get(job.pk), now)) for job in page_jobs],
-        "state": chosen, "states": states, "q": search,
+        "state": chosen, "states": states, "q": search, "max_compare": MAX_JOBS,
         "filters": [("all", "All"), ("active", "Active"), ("ended", "Ended")]
         + [(state, state.capitalize()) for state in JobState.values],
     })
