@@ -25,7 +25,7 @@ from paddlecloud_core.contract import env_secret
 from paddlecloud_core.spec import FIELDS
 
 from .files import metrics_file
-from .metrics import PAGE, metrics_read
+from .metrics import metrics_read
 from .models import Job, Replica
 from .serializers import JobSerializer
 
@@ -37,6 +37,7 @@ HIDDEN = "(hidden)"  # a secret-looking variable's value, in the diff
 # (an accuracy, an AUC).
 LOWER_IS_BETTER = re.compile(r"loss|err|mse|mae|rmse|perplexity|ppl|cost|latency|time",
                              re.IGNORECASE)
+DEFAULT_METRIC = "loss"  # the curve the page shows first, when the jobs reported it
 # The rows of the diff besides the fields: the environment its requirements made.
 ENVIRONMENT = "environment"
 
@@ -77,14 +78,10 @@ def _records(job) -> list[dict]:
                or job.replicas.order_by("role", "index").first())
     if trainer is None:
         return []
-    file, records, first, more = metrics_file(job, trainer), [], 0, True
     try:
-        while more and len(records) < MAX_RECORDS:
-            batch, first, more = metrics_read(file, first, min(PAGE, MAX_RECORDS - len(records)))
-            records += batch
+        return metrics_read(metrics_file(job, trainer), 0, MAX_RECORDS)[0]
     except (PaddleCloudError, OSError):  # not readable as a job's file (a link), or gone
-        pass
-    return records
+        return []
 
 
 def _table(name: str, records: list[dict]) -> list[dict]:
@@ -149,25 +146,26 @@ def _diff(jobs: list[Job]) -> list[dict]:
     return rows
 
 
-def jobs_compare(user, datacenter, given, metric: str | None = None) -> dict:
+def jobs_compare(user, datacenter, given, metric: str | None = None, *,
+                 default: bool = False) -> dict:
     """What the API answers: ``{"jobs", "metrics", "table", "diff", "metric", "series"}``;
-    ``series`` (one per job, ``{"job", "step", "time", "value"}``) only for ``metric``."""
+    ``series`` (one per job, ``{"job", "step", "time", "value"}``) only for ``metric`` — or,
+    with ``default``, for the one shown first (``DEFAULT_METRIC`` if reported, else the first
+    by name): the page draws it without asking again."""
     jobs = compare_jobs(user, datacenter, compare_names(given))
-    table, series, metrics = [], [], set()
-    for job in jobs:
-        records = _records(job)
-        rows = _table(job.name, records)
-        table += rows
-        metrics.update(row["metric"] for row in rows)
-        if metric:
-            series.append(_series(job.name, records, metric))
+    records = {job.name: _records(job) for job in jobs}
+    table = [row for job in jobs for row in _table(job.name, records[job.name])]
+    metrics = sorted({row["metric"] for row in table})
+    if not metric and default and metrics:
+        metric = DEFAULT_METRIC if DEFAULT_METRIC in metrics else metrics[0]
     return {
         "jobs": [{"name": job.name, "state": job.state, "created_at": job.created_at,
                   "started_at": job.started_at, "finished_at": job.finished_at}
                  for job in jobs],
-        "metrics": sorted(metrics),
+        "metrics": metrics,
         "table": table,
         "diff": _diff(jobs),
         "metric": metric or None,
-        "series": series,
+        "series": ([_series(job.name, records[job.name], metric) for job in jobs]
+                   if metric else []),
     }

@@ -1,7 +1,8 @@
 """The compare page (issue 39): up to 20 of the user's jobs side by side — one metric's curves
-(``static/js/compare.js`` draws them on a canvas), each metric's final and best value per job,
-and what differs in their specs and environments. The jobs list's checkboxes open it
-(``?jobs=a&jobs=b``). Everything but the curves is in the page as served."""
+(``static/js/compare.js`` draws them on a canvas; the first metric's come with the page),
+each metric's final and best value per job, and what differs in their specs and environments.
+The jobs list's checkboxes open it (``?jobs=a&jobs=b``). All but the curves is in the page as
+served."""
 
 from __future__ import annotations
 
@@ -13,13 +14,12 @@ from kernel.errors import ValidationError
 
 from .jobs import dashboard_page
 
-DEFAULT_METRIC = "loss"  # the curve shown first, when the jobs reported it
-
 
 @dashboard_page
 def compare(request, datacenter):
     try:
-        data = jobs_compare(request.user, datacenter, request.GET.getlist("jobs"))
+        data = jobs_compare(request.user, datacenter, request.GET.getlist("jobs"),
+                            default=True)
     except ValidationError as exc:
         messages.error(request, f"Compare: {exc.message} (tick them in the list)")
         return redirect("dashboard:jobs")
@@ -29,7 +29,7 @@ def compare(request, datacenter):
                  for metric in metrics}
     return render(request, "dashboard/jobs/compare.html", {
         "data": data, "names": names, "max_jobs": MAX_JOBS,
-        "metric": DEFAULT_METRIC if DEFAULT_METRIC in metrics else (metrics or [""])[0],
+        "metric": data["metric"] or "",
         "by_metric": [(metric, rows, _best_of(rows)) for metric, rows in by_metric.items()],
         "diff": [(row["field"], row["secret"], [row["values"].get(name) for name in names])
                  for row in data["diff"]],

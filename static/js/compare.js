@@ -1,8 +1,9 @@
 // The compare page's curves: one metric of up to 20 jobs on one canvas (no element per
 // point), each curve thinned per pixel column to the first, lowest, highest and last value
 // there, so 20 runs of 10 000 points draw as fast as 20 of a thousand. Options: the metric
-// (fetched from /api/v1/compare/), step or time since the job's first report along x,
-// smoothing (the moving average chart.js draws, its weight a slider) and a log scale.
+// (the first one's curves come with the page, others from /api/v1/compare/), step or time
+// since the job's first report along x, smoothing (the moving average chart.js draws, its
+// weight a slider) and a log scale.
 "use strict";
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -184,6 +185,17 @@ document.addEventListener("DOMContentLoaded", () => {
     if (!frame) frame = requestAnimationFrame(draw);
   }
 
+  function show(metric, data) {
+    series = data;
+    for (const one of series) {
+      const item = document.querySelector(
+        `#compare-legend li[data-job="${CSS.escape(one.job)}"] [data-field="points"]`);
+      if (item) item.textContent = `${one.value.length} points`;
+    }
+    draw();
+    canvas.dataset.loaded = metric;
+  }
+
   async function load() {
     const metric = tools.metric.value;
     status.textContent = `loading ${metric}…`;
@@ -192,14 +204,7 @@ document.addEventListener("DOMContentLoaded", () => {
       const data = await PC.api(`/api/v1/compare/?jobs=${encodeURIComponent(names.join(","))}`
         + `&metric=${encodeURIComponent(metric)}`);
       if (tools.metric.value !== metric) return; // another was chosen meanwhile
-      series = data.series;
-      for (const one of series) {
-        const item = document.querySelector(
-          `#compare-legend li[data-job="${CSS.escape(one.job)}"] [data-field="points"]`);
-        if (item) item.textContent = `${one.value.length} points`;
-      }
-      draw();
-      canvas.dataset.loaded = metric;
+      show(metric, data.series);
     } catch (error) {
       status.textContent = error.message;
     }
@@ -213,5 +218,11 @@ document.addEventListener("DOMContentLoaded", () => {
     redraw();
   });
   window.addEventListener("resize", redraw);
-  load();
+  // The first metric's curves came with the page (root.dataset.metric's).
+  const first = document.getElementById("compare-series");
+  if (first && tools.metric.value === root.dataset.metric) {
+    show(root.dataset.metric, JSON.parse(first.textContent));
+  } else {
+    load();
+  }
 });
