@@ -141,6 +141,9 @@ class Job(models.Model):
         default=0, help_text="How often a failed trainer is restarted before the job fails.")
     keep_checkpoints = models.PositiveIntegerField(
         default=KEEP_CHECKPOINTS, help_text="How many of its newest checkpoints the job keeps.")
+    rerun_of = models.CharField(
+        max_length=40, blank=True, default="",
+        help_text="The name of the owner's job it re-runs (submit -from JOB).")
     resume_from = models.CharField(
         max_length=64, blank=True, default="",
         help_text="JOB:STEP: the checkpoint of another of the owner's jobs it starts from "

@@ -85,8 +85,9 @@ def test_every_flag_of_submit_is_a_field():
         for name in f.flag:
             assert (f"-{name}" if len(name) == 1 else f"--{name}") in strings, (f.name, name)
         assert action.metavar == f.metavar and action.help.startswith(f.help), f.name
-    # Beside the fields: help, --dry-run and the package; no flag of its own for a field.
-    assert set(actions) == {f.name for f in flagged} | {"help", "dry_run", "package"}
+    # Beside the fields: help, --dry-run, -y (a re-run's confirmation) and the package; no
+    # flag of its own for a field.
+    assert set(actions) == {f.name for f in flagged} | {"help", "dry_run", "yes", "package"}
     # What the flags send is each field under its API name, whole numbers as numbers.
     argv = []
     for f in flagged:
@@ -115,7 +116,7 @@ def test_paddlejob_takes_every_field():
              "env": {"A": "1"}, "dataset": "/pfs/dc/home/u/data/*", "dataset_unit": "records",
              "task_records": 5, "priority": "low", "pservers": 1, "trainers": (1, 2),
              "runtime_image": "paddle:2", "registry": "mine", "topology": "t.py",
-             "pscpu": "500m", "psmemory": "1Gi", "resume_from": "base:10"}
+             "pscpu": "500m", "psmemory": "1Gi", "resume_from": "base:10", "rerun_of": "base"}
     for f in on_sdk:
         if f.sdk_name not in given and f.type == "integer":
             given[f.sdk_name] = f.minimum + 1

@@ -32,6 +32,7 @@ from jobs.serializers import JobSerializer
 from jobs.states import FINAL_JOB_STATES, JobState
 from kernel.errors import ConflictError, NotFoundError, PaddleCloudError
 from paddlecloud_core.layout import is_output, output_path, pfs_home
+from paddlecloud_core.spec import resubmission
 from pfs.services import pfs_list
 from registries.services import registry_list
 from scheduling.admission import queue_position
@@ -115,7 +116,8 @@ def job_list(request, datacenter):
 @dashboard_page
 def job_submit(request, datacenter):
     form = JobSubmitForm(
-        request.POST or None, default_image=datacenter.image,
+        request.POST or None, initial=_rerun_initial(request, datacenter),
+        default_image=datacenter.image,
         registries=registry_list(request.user, datacenter).values_list("name", flat=True))
     plan, dry_run = None, "dry_run" in request.POST
     if request.method == "POST":
@@ -140,6 +142,19 @@ def job_submit(request, datacenter):
         "package_dirs": package_dirs(request.user, datacenter),
         "home": pfs_home(datacenter.name, request.user.username),
     })
+
+
+def _rerun_initial(request, datacenter) -> dict:
+    """The form filled in from the job of ``?from=JOB`` ("Run again…" on its page): its spec
+    as submitted, ``rerun_of`` naming it, a new name left to choose."""
+    origin = request.GET.get("from")
+    if request.method == "POST" or not origin:
+        return {}
+    job = services.job_get(request.user, datacenter, origin)
+    initial = resubmission(JobSerializer(job, context={"predictions": {}}).data)
+    initial.pop("name", None)
+    initial["env"] = "\n".join(f"{key}={value}" for key, value in job.env.items())
+    return {**initial, "rerun_of": job.name}
 
 
 def package_dirs(user, datacenter) -> list[str]:

@@ -82,8 +82,11 @@ def setup_submit(parser) -> None:
     flag(parser, "dry-run", dest="dry_run", action="store_true",
          help="check everything and show what would be started; start nothing, upload "
               "nothing (-o yaml: the whole job)")
-    parser.add_argument("package", metavar="PACKAGE",
-                        help="the trainer package: a /pfs/... directory or a local one")
+    flag(parser, "y", "yes", action="store_true",
+         help="with -from: submit without asking (after showing what changes)")
+    parser.add_argument("package", metavar="PACKAGE", nargs="?",
+                        help="the trainer package: a /pfs/... directory or a local one "
+                             "(with -from: the job's own, unless given)")
 
 
 def _env(pairs: list[str]) -> dict[str, str]:
@@ -166,7 +169,13 @@ def _show_plan(ctx, plan: dict, upload: tuple[Path, str] | None) -> None:
                  "see them with --dry-run -o yaml")
 
 
-def run_submit(ctx, args) -> None:
+def run_submit(ctx, args) -> int | None:
+    if args.rerun_of:
+        from paddlectl.commands.rerun import rerun
+
+        return rerun(ctx, args)
+    if args.package is None:
+        raise UsageError("submit: the following arguments are required: PACKAGE")
     body = _submission(args)
     upload = None
     if pfspath.is_remote(args.package):
