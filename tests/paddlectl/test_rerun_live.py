@@ -5,14 +5,11 @@ a re-run of another user's job, or of none, refused naming the field."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from paddlecloud_core.spec import FIELDS
-from paddlecloud_core.status import FINAL_STATES
-from tests.conftest import assert_error
 from tests.factories import HOME, job_row
+from tests.paddlectl import test_jobs_live
 from tests.paddlectl.test_jobs_live import fails, ok, table
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,31 +19,7 @@ import os
 print("LR", os.environ.get("LR"), "trainer", os.environ.get("PADDLE_TRAINER_ID"), flush=True)
 """
 SAME = [f.name for f in FIELDS if f.name not in ("name", "rerun_of")]
-
-
-@pytest.fixture
-def jobs(live_cli):
-    """The API's view of a job, waited for; no replica left running at the end."""
-    http = live_cli.portal.session()
-    url = f"{live_cli.portal.url}/api/v1/jobs/"
-
-    class Jobs:
-        def get(self, name: str) -> dict:
-            return http.get(f"{url}{name}/").json()
-
-        def wait(self, name: str) -> dict:
-            deadline = time.monotonic() + 30
-            while (job := self.get(name))["state"] not in FINAL_STATES:
-                assert time.monotonic() < deadline, f"job {name} stayed {job['state']}"
-                time.sleep(0.1)
-            return job
-
-    yield Jobs()
-    from jobs.backends import backend_for
-    from jobs.models import Job
-
-    for job in Job.objects.select_related("datacenter", "owner"):
-        backend_for(job.datacenter).stop(job, list(job.replicas.all()), grace=1)
+jobs = test_jobs_live.jobs  # the fixture: a job as the API shows it, waited for
 
 
 @pytest.fixture
@@ -96,15 +69,8 @@ def test_a_rerun_of_no_job_of_yours_is_refused_naming_the_field(live_cli, jobs, 
     http = live_cli.portal.session()
     answer = http.post(f"{live_cli.portal.url}/api/v1/jobs/", json={
         "name": "mine", "package": f"{HOME}", "entry": "python train.py", "rerun_of": "bobs"})
-
-    class Response:  # assert_error reads a Django response's shape
-        status_code, content = answer.status_code, answer.content
-
-        def __getitem__(self, key):
-            return answer.headers[key]
-
-        def json(self):
-            return answer.json()
-
-    body = assert_error(Response(), 400, "invalid", field="rerun_of")
-    assert "you have no job named 'bobs'" in body["message"] and "bob " not in body["message"]
+    body = answer.json()
+    assert (answer.status_code, body["code"], list(body["fields"])) == (
+        400, "invalid", ["rerun_of"])
+    assert body["fields"]["rerun_of"] == ["you have no job named 'bobs' in datacenter "
+                                          "'datacenter1'"]
