@@ -180,6 +180,10 @@ JobSubmitSerializer = type("JobSubmitSerializer", (serializers.Serializer,), {
     "dry_run": serializers.BooleanField(
         required=False, help_text="check everything and answer what would be started; start "
                                   "nothing"),
+    "template": serializers.CharField(
+        required=False, help_text="a template to start from (GET /api/v1/templates/): its "
+                                  "values fill in what is not given; a locked field may not "
+                                  "change, a limited one stays within its bounds"),
 })
 
 

@@ -305,6 +305,17 @@ class JobMetricsView(DatacenterAPIView):
         return Response(metrics_get(job, replica, first))
 
 
+class TemplateListView(DatacenterAPIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **ERRORS},
+                   summary='The templates you may submit from ("template": NAME in a '
+                           'submission): [{"name", "description", "spec", "locked", '
+                           '"limits"}]')
+    def get(self, request):
+        return Response([{"name": t.name, "description": t.description, "spec": t.spec,
+                          "locked": t.locked, "limits": t.limits}
+                         for t in services.template_list()])
+
+
 class CompareView(DatacenterAPIView):
     @extend_schema(parameters=[
         OpenApiParameter("jobs", str, required=True,

@@ -452,6 +452,11 @@ class ApiClient:
         "lost_steps", "lost_seconds"}]}``."""
         return self.call("GET", _job_path(name, "checkpoints"))
 
+    def templates(self) -> list[dict]:
+        """The job templates to submit from: ``[{"name", "description", "spec", "locked",
+        "limits"}]``."""
+        return self.call("GET", "/api/v1/templates/")
+
     def compare(self, names: list[str], *, metric: str | None = None) -> dict:
         """Jobs side by side: ``{"jobs", "metrics", "table": [{"job", "metric", "goal",
         "final", "final_step", "best", "best_step", "points"}], "diff": [{"field", "values":

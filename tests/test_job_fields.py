@@ -58,7 +58,7 @@ def test_jobspec_and_the_model_hold_every_field():
 
 def test_the_api_takes_and_shows_every_field():
     taken = JobSubmitSerializer().fields
-    assert set(taken) == {*FIELD, "dry_run"}
+    assert set(taken) == {*FIELD, "dry_run", "template"}
     for f in FIELDS:
         field = taken[f.name]
         assert (field.required, field.help_text) == (f.required, f.help), f.name
@@ -85,9 +85,10 @@ def test_every_flag_of_submit_is_a_field():
         for name in f.flag:
             assert (f"-{name}" if len(name) == 1 else f"--{name}") in strings, (f.name, name)
         assert action.metavar == f.metavar and action.help.startswith(f.help), f.name
-    # Beside the fields: help, --dry-run, -y (a re-run's confirmation) and the package; no
-    # flag of its own for a field.
-    assert set(actions) == {f.name for f in flagged} | {"help", "dry_run", "yes", "package"}
+    # Beside the fields: help, --dry-run, --template, -y (a re-run's confirmation) and the
+    # package; no flag of its own for a field.
+    assert set(actions) == {f.name for f in flagged} | {"help", "dry_run", "template", "yes",
+                                                        "package"}
     # What the flags send is each field under its API name, whole numbers as numbers.
     argv = []
     for f in flagged:

@@ -71,6 +71,8 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             "notify"),
     Command("registry", "add registry credentials for private images", "registry"),
     Command("submit", "submit a job to PaddlePaddle Cloud", "jobs"),
+    Command("templates", "list the job templates to submit from (submit --template)",
+            "templates"),
     Command("version", "print the client and server versions", "version"),
     Command("cp", "upload or download files", "files", pfs=True),
     Command("ls", "list files on PaddlePaddle Cloud", "files", pfs=True),

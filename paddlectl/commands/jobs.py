@@ -82,6 +82,9 @@ def setup_submit(parser) -> None:
     flag(parser, "dry-run", dest="dry_run", action="store_true",
          help="check everything and show what would be started; start nothing, upload "
               "nothing (-o yaml: the whole job)")
+    flag(parser, "template", metavar="TEMPLATE",
+         help="start from this template (see `paddlectl templates`): its values fill in "
+              "what you do not give")
     flag(parser, "y", "yes", action="store_true",
          help="with -from: submit without asking (after showing what changes)")
     parser.add_argument("package", metavar="PACKAGE", nargs="?",
@@ -174,13 +177,15 @@ def run_submit(ctx, args) -> int | None:
         from paddlectl.commands.rerun import rerun
 
         return rerun(ctx, args)
-    if args.package is None:
-        raise UsageError("submit: the following arguments are required: PACKAGE")
     body = _submission(args)
-    upload = None
-    if pfspath.is_remote(args.package):
+    if args.template:
+        body["template"] = args.template
+    elif args.package is None:
+        raise UsageError("submit: the following arguments are required: PACKAGE")
+    upload = None  # without a PACKAGE: the template's
+    if args.package is not None and pfspath.is_remote(args.package):
         body["package"] = args.package
-    else:
+    elif args.package is not None:
         local = local_package("submit", args.package)
         if (problem := name_problem(args.name)) is not None:
             raise UsageError(f"submit: jobname: {problem}")
