@@ -115,13 +115,17 @@ def job_list(request, datacenter):
 
 @dashboard_page
 def job_submit(request, datacenter):
+    template = _template(request)
     form = JobSubmitForm(
-        request.POST or None, initial=_rerun_initial(request, datacenter),
+        request.POST or None,
+        initial=_rerun_initial(request, datacenter) or _template_initial(template),
         default_image=datacenter.image,
         registries=registry_list(request.user, datacenter).values_list("name", flat=True))
     plan, dry_run = None, "dry_run" in request.POST
     if request.method == "POST":
         data = form.submission()
+        if template is not None:
+            data["template"] = template.name
         mistaken = bool(form.errors)  # then the service only checks the rest: all at once
         try:
             job, spec, objects, admission = services.job_submit(
@@ -139,9 +143,31 @@ def job_submit(request, datacenter):
                         "admission": admission_shown(admission)}
     return render(request, "dashboard/jobs/submit.html", {
         "form": form, "plan": plan, "plan_asked": dry_run,
+        "templates": services.template_list(), "template": template,
         "package_dirs": package_dirs(request.user, datacenter),
         "home": pfs_home(datacenter.name, request.user.username),
     })
+
+
+def _template(request):
+    """The template the form starts from (``?template=NAME``, then a hidden field)."""
+    name = request.POST.get("template") or request.GET.get("template")
+    if not name:
+        return None
+    template = services.template_list().filter(name=name).first()
+    if template is None:
+        raise NotFoundError(f"there is no template named {name!r}")
+    return template
+
+
+def _template_initial(template) -> dict:
+    """The form filled in from a template's values ("Start from template")."""
+    if template is None:
+        return {}
+    initial = dict(template.spec)
+    if isinstance(initial.get("env"), dict):
+        initial["env"] = "\n".join(f"{key}={value}" for key, value in initial["env"].items())
+    return initial
 
 
 def _rerun_initial(request, datacenter) -> dict:
