@@ -7,18 +7,14 @@ import re
 
 import pytest
 
-from jobs.models import Job, JobTemplate
-from tests.factories import PACKAGE, package_write
+from jobs.models import Job
+from tests.factories import PACKAGE
+from tests.jobs import test_templates
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("held_tasks")]
+template = test_templates.template  # the fixture: small-cpu, its entry locked, passes 2
 
 
-@pytest.fixture
-def template(pfs_home):
-    package_write(pfs_home)
-    return JobTemplate.objects.create(
-        name="small-cpu", description="fit-a-line on CPUs",
-        spec={"package": PACKAGE, "entry": "python train.py", "passes": 2}, locked=["entry"])
 
 
 def test_the_form_starts_from_a_template_and_keeps_its_locks(browser, template):
@@ -27,7 +23,7 @@ def test_the_form_starts_from_a_template_and_keeps_its_locks(browser, template):
     form = browser.get("/jobs/new/", {"template": "small-cpu"}).content.decode()
     assert re.search(r'name="entry"[^>]*value="python train.py"', form)
     assert '<input type="hidden" name="template" value="small-cpu">' in form
-    assert "entry locked to its values" in form
+    assert "image, entry locked to its values" in form
 
     answer = browser.post("/jobs/new/", {"template": "small-cpu", "name": "mine",
                                          "package": PACKAGE, "entry": "python other.py",
