@@ -80,3 +80,23 @@ def test_a_template_with_mistakes_is_refused_beside_its_part(fields, part, words
     with pytest.raises(FormError) as caught:
         JobTemplate(name="t", **fields).full_clean()
     assert words in caught.value.message_dict[part][0]
+
+
+def test_the_management_command_publishes_and_updates_a_template():
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    out = StringIO()
+    call_command("addtemplate", "gpu-1", "--spec", '{"gpu": 1, "image": "paddle:gpu"}',
+                 "--lock", "image", "--limits", '{"trainers": {"max": 8}}', stdout=out)
+    assert out.getvalue() == "template gpu-1 created\n"
+    call_command("addtemplate", "gpu-1", "--unpublish", stdout=out)
+    template = JobTemplate.objects.get(name="gpu-1")
+    assert (template.locked, template.limits, template.published) == (
+        ["image"], {"trainers": {"max": 8}}, False)
+    with pytest.raises(CommandError, match="locked: locked without a value in spec: entry"):
+        call_command("addtemplate", "gpu-1", "--lock", "entry")
+    with pytest.raises(CommandError, match="--spec: not JSON"):
+        call_command("addtemplate", "gpu-2", "--spec", "{gpu")
+    assert not JobTemplate.objects.filter(name="gpu-2").exists()
