@@ -3,7 +3,7 @@ states, log lines, metrics) come over the WebSockets in ``paddlecloud/routing.py
 
 from django.urls import path
 
-from .views import account, files, group, jobs, notifications, reports, sweeps
+from .views import account, compare, files, group, jobs, notifications, reports, sweeps
 
 app_name = "dashboard"
 
@@ -17,6 +17,7 @@ urlpatterns = [
     path("jobs/<str:name>/logs/<str:worker>.log", jobs.job_log_download, name="job-log"),
     path("sweeps/", sweeps.sweep_list, name="sweeps"),
     path("sweeps/<str:name>/kill", sweeps.sweep_kill, name="sweep-kill"),
+    path("compare/", compare.compare, name="compare"),
     path("group/", group.group, name="group"),
     path("files/", files.file_browse, name="files"),
     path("registries/", account.registry_list, name="registries"),

@@ -10,7 +10,7 @@ from django.utils.text import Truncator
 from accounts.admin import RecordAdmin
 from kernel.errors import PaddleCloudError
 
-from .models import Job, JobEvent, Replica, Usage
+from .models import Job, JobEvent, JobTemplate, Replica, Usage
 from .services import job_kill, job_remove
 from .states import ACTIVE_STATES, FINAL_JOB_STATES, WAITING_STATES
 
@@ -142,3 +142,14 @@ class UsageAdmin(RecordAdmin):
     search_fields = ["job_name", "owner__username"]
     date_hierarchy = "started_at"
     show_full_result_count = False
+
+
+@admin.register(JobTemplate)
+class JobTemplateAdmin(admin.ModelAdmin):
+    """Templates users submit from (``paddlectl templates``, ``submit --template``): a
+    template's spec, locked fields and limits are checked on save, each mistake beside its
+    part."""
+
+    list_display = ("name", "published", "description")
+    list_filter = ("published",)
+    search_fields = ("name", "description")

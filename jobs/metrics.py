@@ -31,8 +31,9 @@ from .logs.lines import BATCH_LINES, Cursor, lines_read, lines_skip, lines_tail,
 PAGE = 10_000  # records in one answer of the API
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+_NUMBERS = (int, float)
+_DECODE = json.JSONDecoder().raw_decode
+JSON_SPACE = " \t\n\r"  # what JSON allows around a value
 
 
 def _number(value) -> int | float | None:
@@ -51,22 +52,30 @@ def metric_record(seq: int, line: str | bytes) -> dict | None:
             line = line.decode()
         except UnicodeDecodeError:
             return None
+    # json.loads without its layers (a comparison reads 200 000 lines): the same parse of the
+    # line without the whitespace around it, and nothing after the value.
+    text = line.strip(JSON_SPACE)
     try:
-        data = json.loads(line)
+        data, end = _DECODE(text)
     except (ValueError, RecursionError):  # not JSON, a number too long, nested too deep
         return None
-    if not isinstance(data, dict):
+    if end != len(text):
+        return None
+    # JSON gives exact types (a bool is not an int here): ``type() is`` is the check, and the
+    # fast one on a comparison's 200 000 lines.
+    if type(data) is not dict:
         return None
     step = data.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+    if type(step) is not int or step < 0:
         return None
     moment = data.get("time")
     try:
-        moment = _number(float(moment)) if _is_number(moment) else None
+        moment = _number(float(moment)) if type(moment) in _NUMBERS else None
     except OverflowError:
         moment = None
-    metrics = {name: _number(value) for name, value in data.items()
-               if name not in METRICS_RESERVED and (value is None or _is_number(value))}
+    metrics = {name: (value if type(value) is not float or math.isfinite(value) else None)
+               for name, value in data.items()
+               if (value is None or type(value) in _NUMBERS) and name not in METRICS_RESERVED}
     if not metrics:
         return None
     return {"seq": seq, "step": step, "time": moment, "metrics": metrics}

@@ -6,11 +6,13 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError as FormError
 from django.db import models
 from django.utils import timezone
 
 from paddlecloud_core.contract import KEEP_CHECKPOINTS
 from paddlecloud_core.spec import trainers_shown
+from paddlecloud_core.templates import template_problems
 
 from .states import FINAL_REPLICA_STATES, JobState, ReplicaState
 
@@ -141,6 +143,9 @@ class Job(models.Model):
         default=0, help_text="How often a failed trainer is restarted before the job fails.")
     keep_checkpoints = models.PositiveIntegerField(
         default=KEEP_CHECKPOINTS, help_text="How many of its newest checkpoints the job keeps.")
+    rerun_of = models.CharField(
+        max_length=40, blank=True, default="",
+        help_text="The name of the owner's job it re-runs (submit -from JOB).")
     resume_from = models.CharField(
         max_length=64, blank=True, default="",
         help_text="JOB:STEP: the checkpoint of another of the owner's jobs it starts from "
@@ -472,3 +477,32 @@ class SubmitKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.owner_id}: {self.key}"
+
+
+class JobTemplate(models.Model):
+    """A spec an administrator publishes for users to submit from (issue 39;
+    ``paddlecloud_core.templates``): values as users write them, fields ``locked`` to them,
+    fields ``limits`` keeps within a range or choices."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    description = models.TextField(blank=True)
+    spec = models.JSONField(default=dict, blank=True,
+                            help_text='Field values as users write them, e.g. {"image": '
+                                      '"paddle:2.6", "gpu": 1, "memory": "4Gi"}.')
+    locked = models.JSONField(default=list, blank=True,
+                              help_text='Fields users may not change, e.g. ["image"].')
+    limits = models.JSONField(default=dict, blank=True,
+                              help_text='e.g. {"trainers": {"min": 1, "max": 4}, "memory": '
+                                        '{"max": "8Gi"}, "priority": {"choices": ["low", '
+                                        '"normal"]}}')
+    published = models.BooleanField(default=True, help_text="Listed and usable by users.")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self):
+        if problems := template_problems(self.spec, self.locked, self.limits):
+            raise FormError(problems)

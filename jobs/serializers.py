@@ -202,6 +202,10 @@ JobSubmitSerializer = type("JobSubmitSerializer", (serializers.Serializer,), {
         required=False, max_length=PLACEMENT_MOST,
         help_text="why this datacenter was chosen (paddlectl's -datacenter auto): recorded "
                   "in the job's first event"),
+    "template": serializers.CharField(
+        required=False, help_text="a template to start from (GET /api/v1/templates/): its "
+                                  "values fill in what is not given; a locked field may not "
+                                  "change, a limited one stays within its bounds"),
 })
 
 

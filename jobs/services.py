@@ -22,6 +22,7 @@ from kernel.queue import BUILD_RUN, JOB_BUILD, JOB_REMAINS_REMOVE, JOB_STOP, tas
 from paddlecloud_core.quantity import format_bytes, format_cpu
 from paddlecloud_core.scheduling import Vec
 from paddlecloud_core.spec import name_taken
+from paddlecloud_core.templates import template_apply
 from pfs.services import storage_check
 from registries.oci import image_ref_parse
 from registries.services import registry_get
@@ -43,7 +44,7 @@ from .builds.recipe import build_inputs, runtime_image, runtime_tag
 from .builds.registry import push_credentials
 from .builds.runs import build_abandoned, job_build_needed
 from .engine import job_remains
-from .models import Build, Job, JobEvent, Replica, SubmitKey
+from .models import Build, Job, JobEvent, JobTemplate, Replica, SubmitKey
 from .notify import job_changed, job_deleted
 from .spec import JobSpec, job_spec_validate, package_target
 from .states import ACTIVE_STATES, FINAL_JOB_STATES, WAITING_STATES, JobState
@@ -106,6 +107,7 @@ def job_submit(user, datacenter, data: dict) -> Submission:
 
     With ``dry_run`` in ``data`` nothing is recorded or started (``job`` is None).
     """
+    data = templated(data)
     dry_run = bool(data.get("dry_run"))
     if dry_run:  # costly (the objects, a forecast) and free of quota: a rate of its own
         rate_take("dry runs", user, limit=settings.PADDLECLOUD_DRY_RUNS_PER_MINUTE, window=60)
@@ -150,6 +152,32 @@ def job_submit(user, datacenter, data: dict) -> Submission:
     job.refresh_from_db(fields=["state", "state_reason", "started_at", "updated_at",
                                 "trainers_held"])
     return Submission(job, spec, objects)
+
+
+def template_list():
+    """The templates users may submit from."""
+    return JobTemplate.objects.filter(published=True)
+
+
+def templated(data: dict) -> dict:
+    """A submission naming a ``template``, laid over it: a 400 naming each locked field given
+    another value and each limited one out of bounds, or naming ``template`` when there is
+    no such template."""
+    name = data.get("template") if isinstance(data, dict) else None
+    if not name:
+        return data
+    template = template_list().filter(name=name).first()
+    if template is None:
+        raise ValidationError.for_field(
+            "template", f"no template named {name!r} (see paddlectl templates)")
+    given = {key: value for key, value in data.items() if key != "template"}
+    merged, problems = template_apply(template.name, template.spec, template.locked,
+                                      template.limits, given)
+    if problems:
+        raise ValidationError("; ".join(f"{field}: {problem}" for field, problem
+                                        in problems.items()),
+                              fields={field: [problem] for field, problem in problems.items()})
+    return merged
 
 
 SUBMIT_KEY_HEADER = "Idempotency-Key"

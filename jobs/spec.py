@@ -153,6 +153,11 @@ def job_spec_validate(user, datacenter, data: dict, *,
             problem := dataset_problem(user, datacenter, values["dataset"])) is not None:
         check.fail("dataset", problem)
 
+    if values["rerun_of"] and "rerun_of" not in check.errors and not Job.objects.filter(
+            owner=user, datacenter=datacenter, name=values["rerun_of"]).exists():
+        check.fail("rerun_of", f"you have no job named {values['rerun_of']!r} in datacenter "
+                               f"{datacenter.name!r}")
+
     if values["resume_from"] and "resume_from" not in check.errors:
         try:
             values["resume_from"] = resume_from_check(user, datacenter, values["resume_from"])

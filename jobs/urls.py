@@ -13,6 +13,8 @@ urlpatterns = [
     path("jobs/<str:name>/tasks", views.JobTasksView.as_view(), name="api-job-tasks"),
     path("jobs/<str:name>/checkpoints", views.JobCheckpointsView.as_view(),
          name="api-job-checkpoints"),
+    path("compare/", views.CompareView.as_view(), name="api-compare"),
+    path("templates/", views.TemplateListView.as_view(), name="api-templates"),
     path("master/<uuid:uid>/next", views.MasterNextView.as_view(), name="api-master-next"),
     path("master/<uuid:uid>/position", views.MasterPositionView.as_view(),
          name="api-master-position"),

@@ -31,6 +31,7 @@ from scheduling.reports import COLUMNS as USAGE_COLUMNS
 from scheduling.reports import usage_report
 
 from . import services
+from .compare import MAX_JOBS, jobs_compare
 from .documents import to_yaml
 from .logs.lines import line_number
 from .logs.source import build_log_blocks, log_blocks
@@ -303,6 +304,34 @@ class JobMetricsView(DatacenterAPIView):
         replica = services.job_worker(job, request.query_params.get("worker"))
         first = line_number(request.query_params.get("from", "0"))
         return Response(metrics_get(job, replica, first))
+
+
+class TemplateListView(DatacenterAPIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **ERRORS},
+                   summary='The templates you may submit from ("template": NAME in a '
+                           'submission): [{"name", "description", "spec", "locked", '
+                           '"limits"}]')
+    def get(self, request):
+        return Response([{"name": t.name, "description": t.description, "spec": t.spec,
+                          "locked": t.locked, "limits": t.limits}
+                         for t in services.template_list()])
+
+
+class CompareView(DatacenterAPIView):
+    @extend_schema(parameters=[
+        OpenApiParameter("jobs", str, required=True,
+                         description=f"1 to {MAX_JOBS} of your jobs' names, comma-separated"),
+        OpenApiParameter("metric", str, description="also each job's curve of this metric "
+                                                    "(series)")],
+        responses={200: OpenApiTypes.OBJECT, **ERRORS},
+        summary='Jobs side by side: {"jobs", "metrics", "table": a row per job and metric '
+                '(final, best, their steps, goal min or max), "diff": what differs in their '
+                'specs and environments (secret-looking variables hidden), "metric", "series": '
+                '[{"job", "step", "time", "value"}]}')
+    def get(self, request):
+        return Response(jobs_compare(request.user, self.datacenter,
+                                     request.query_params.getlist("jobs"),
+                                     request.query_params.get("metric")))
 
 
 class JobTasksView(DatacenterAPIView):

@@ -468,6 +468,18 @@ class ApiClient:
         "lost_steps", "lost_seconds"}]}``."""
         return self.call("GET", _job_path(name, "checkpoints"))
 
+    def templates(self) -> list[dict]:
+        """The job templates to submit from: ``[{"name", "description", "spec", "locked",
+        "limits"}]``."""
+        return self.call("GET", "/api/v1/templates/")
+
+    def compare(self, names: list[str], *, metric: str | None = None) -> dict:
+        """Jobs side by side: ``{"jobs", "metrics", "table": [{"job", "metric", "goal",
+        "final", "final_step", "best", "best_step", "points"}], "diff": [{"field", "values":
+        {job: value}, "secret"}], "metric", "series"}`` (``series`` with ``metric``)."""
+        params = {"jobs": ",".join(names), **({"metric": metric} if metric else {})}
+        return self.call("GET", "/api/v1/compare/", params=params)
+
     def job_metrics(self, name: str, *, worker: str | None = None) -> dict:
         """What a worker reported with ``paddlecloud_sdk.report``: ``{"worker", "names",
         "records"}``, each record ``{"seq", "step", "time", "metrics": {name: value}}``. Every

@@ -53,6 +53,18 @@ RESERVED_ENV = frozenset(LEGACY_VARIABLES + FLEET_VARIABLES + PADDLECLOUD_VARIAB
 # The variables whose values are secrets: never written to a log, an event, a dry run or
 # anything the API shows; Kubernetes pods take them from a Secret (not their pod spec).
 SECRET_ENV = frozenset({MASTER_TOKEN_VARIABLE})
+# A job's own variables whose names look like they hold a secret (API_KEY, DB_PASSWORD,
+# HF_TOKEN, AWS_SECRET_ACCESS_KEY, …): where several jobs are put side by side (compare), such a
+# variable is shown as set, never its value.
+SECRET_NAME_RE = re.compile(r"SECRET|PASSW(OR)?D|PASSPHRASE|TOKEN|CREDENTIAL|PRIVATE|AUTH|"
+                            r"COOKIE|SESSION|(^|_)DSN($|_)|(^|_)(API_?)?KEY(S)?($|_)",
+                            re.IGNORECASE)
+
+
+def env_secret(name: str) -> bool:
+    """Whether the value of variable ``name`` is never shown (``SECRET_ENV``, or its name
+    looks like a secret's)."""
+    return name in SECRET_ENV or bool(SECRET_NAME_RE.search(name))
 # A replica being stopped (a kill, a failed job, the pservers of a finished one) gets SIGTERM, then
 # SIGKILL this many seconds later to save its work: on every backend (a pod's
 # terminationGracePeriodSeconds) and in paddlectl's local runs.

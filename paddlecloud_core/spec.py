@@ -154,6 +154,11 @@ FIELDS: tuple[Field, ...] = (
           maximum=MAX_TEXT, flag=("entry",), metavar="COMMAND", sdk="entry_point",
           label="Entry command", group="Job", placeholder="e.g. python train.py",
           attrs=_SPELLED),
+    Field("rerun_of", "text", "the job this one re-runs: another of your jobs (`paddlectl "
+          "submit -from JOB` starts from its spec, your flags changing it, and says what "
+          "changed)", default="", maximum=JOB_NAME_MAX, flag=("from",), metavar="JOB",
+          label="Re-run of", group="Job", placeholder="e.g. fit-a-line",
+          attrs=(("autocomplete", "off"), *_SPELLED)),
     Field("priority", "priority", "high, normal or low: its place among your waiting jobs "
           "(high ones start before normal ones, low ones after; others' jobs are not passed) "
           "(default normal)", default=PRIORITIES["normal"],
@@ -272,6 +277,18 @@ QUANTITIES: dict[str, tuple[int, Callable[[Any], int], int, Callable[[int], str]
 # How a job's dataset is cut into the master's tasks: a whole file each, a RecordIO chunk each,
 # or ``task_records`` records each (of RecordIO files, or lines of text files).
 DATASET_UNITS = FIELD["dataset_unit"].values
+
+
+def resubmission(shown: Mapping[str, Any]) -> dict[str, Any]:
+    """The submission that makes a job again, from the job as the API shows it (each field
+    as users write it): every field a user sets that it has, the range of elastic trainers
+    as MIN:MAX; not ``rerun_of`` (a re-run names its own)."""
+    body = {f.name: shown[f.name] for f in FIELDS
+            if f.name not in ("rerun_of", "trainers_min")
+            and shown.get(f.name) not in (None, "", {})}
+    if shown.get("trainers_min"):
+        body["trainers"] = f"{shown['trainers_min']}:{shown['trainers']}"
+    return body
 
 
 def _spec_field(f: Field) -> tuple:

@@ -271,6 +271,38 @@ PRINTERS: dict[str, Callable[[Any, list[dict], list[Column]], str]] = {
 }
 
 
+def format_metric(value) -> str:
+    """A reported metric's value: six significant digits; ``-`` for none (or nan)."""
+    if value is None:
+        return "-"
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+# ``paddlectl compare``: a row per job and metric.
+COMPARE_COLUMNS = [Column("job", "job"), Column("metric", "metric"),
+                   Column("final", lambda r: format_metric(r["final"])),
+                   Column("at step", "final_step"),
+                   Column("best", lambda r: format_metric(r["best"])),
+                   Column("at step", "best_step"), Column("goal", "goal"),
+                   Column("points", "points", wide_only=True)]
+
+
+def _limit(rule: dict) -> str:
+    if "choices" in rule:
+        return "|".join(map(str, rule["choices"]))
+    return f"{rule.get('min', '')}..{rule.get('max', '')}"
+
+
+# ``paddlectl templates``: a row per template.
+TEMPLATE_COLUMNS = [
+    Column("name", "name"),
+    Column("values", lambda r: " ".join(f"{k}={v}" for k, v in sorted(r["spec"].items())
+                                        if k not in r["locked"])),
+    Column("locked", lambda r: " ".join(f"{k}={r['spec'][k]}" for k in r["locked"])),
+    Column("limits", lambda r: " ".join(f"{k}={_limit(v)}" for k, v in r["limits"].items())),
+    Column("description", "description", wide_only=True)]
+
+
 def _csv(rows: list[dict], columns: list[Column]) -> str:
     """Rows as CSV in the table's columns (every one), values as they came."""
     out = io.StringIO()

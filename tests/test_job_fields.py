@@ -58,7 +58,7 @@ def test_jobspec_and_the_model_hold_every_field():
 
 def test_the_api_takes_and_shows_every_field():
     taken = JobSubmitSerializer().fields
-    assert set(taken) == {*FIELD, "dry_run", "placement"}  # the submission's own
+    assert set(taken) == {*FIELD, "dry_run", "placement", "template"}  # the submission's own
     for f in FIELDS:
         field = taken[f.name]
         assert (field.required, field.help_text) == (f.required, f.help), f.name
@@ -85,8 +85,10 @@ def test_every_flag_of_submit_is_a_field():
         for name in f.flag:
             assert (f"-{name}" if len(name) == 1 else f"--{name}") in strings, (f.name, name)
         assert action.metavar == f.metavar and action.help.startswith(f.help), f.name
-    # Beside the fields: help, --dry-run and the package; no flag of its own for a field.
-    assert set(actions) == {f.name for f in flagged} | {"help", "dry_run", "package"}
+    # Beside the fields: help, --dry-run, --template, -y (a re-run's confirmation) and the
+    # package; no flag of its own for a field.
+    assert set(actions) == {f.name for f in flagged} | {"help", "dry_run", "template", "yes",
+                                                        "package"}
     # What the flags send is each field under its API name, whole numbers as numbers.
     argv = []
     for f in flagged:
@@ -115,8 +117,8 @@ def test_paddlejob_takes_every_field():
              "env": {"A": "1"}, "dataset": "/pfs/dc/home/u/data/*", "dataset_unit": "records",
              "task_records": 5, "priority": "low", "pservers": 1, "trainers": (1, 2),
              "runtime_image": "paddle:2", "registry": "mine", "topology": "t.py",
-             "pscpu": "500m", "psmemory": "1Gi", "resume_from": "base:10",
-                 "after": ["prepare", "clean:any"]}
+             "pscpu": "500m", "psmemory": "1Gi", "resume_from": "base:10", "rerun_of": "base",
+             "after": ["prepare", "clean:any"]}
     for f in on_sdk:
         if f.sdk_name not in given and f.type == "integer":
             given[f.sdk_name] = f.minimum + 1

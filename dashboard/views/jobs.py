@@ -20,6 +20,7 @@ from django.views.decorators.http import require_http_methods
 
 from jobs import services
 from jobs.backends import backend_for
+from jobs.compare import MAX_JOBS
 from jobs.documents import to_yaml
 from jobs.files import log_file
 from jobs.logs.lines import lines_tail
@@ -39,6 +40,7 @@ from paddlecloud_core.placement import (
     placement_choose,
     spec_in,
 )
+from paddlecloud_core.spec import resubmission
 from pfs.services import pfs_list
 from registries.services import registry_list
 from scheduling.admission import queue_position
@@ -111,7 +113,7 @@ def job_list(request, datacenter):
         "page": page,
         "rows": [(job, age(job.created_at, now), queue_position(job),
                   prediction_shown(predictions.get(job.pk), now)) for job in page_jobs],
-        "state": chosen, "states": states, "q": search,
+        "state": chosen, "states": states, "q": search, "max_compare": MAX_JOBS,
         "filters": [("all", "All"), ("active", "Active"), ("ended", "Ended")]
         + [(state, state.capitalize()) for state in JobState.values],
     })
@@ -121,13 +123,18 @@ def job_list(request, datacenter):
 
 @dashboard_page
 def job_submit(request, datacenter):
+    template = _template(request)
     form = JobSubmitForm(
-        request.POST or None, default_image=datacenter.image,
+        request.POST or None,
+        initial=_rerun_initial(request, datacenter) or _template_initial(template),
+        default_image=datacenter.image,
         registries=registry_list(request.user, datacenter).values_list("name", flat=True))
     plan, dry_run = None, "dry_run" in request.POST
     placed = ""
     if request.method == "POST":
         data = form.submission()
+        if template is not None:
+            data["template"] = template.name
         mistaken = bool(form.errors)  # then the service only checks the rest: all at once
         if request.POST.get("datacenter") == AUTO and not mistaken:
             try:
@@ -156,6 +163,7 @@ def job_submit(request, datacenter):
     return render(request, "dashboard/jobs/submit.html", {
         "form": form, "plan": plan, "plan_asked": dry_run, "placed": placed,
         "auto": request.POST.get("datacenter") == AUTO,
+        "templates": services.template_list(), "template": template,
         "package_dirs": package_dirs(request.user, datacenter),
         "home": pfs_home(datacenter.name, request.user.username),
     })
@@ -178,6 +186,40 @@ def _placed(request, data: dict):
             options.append(admission_option(datacenter.name, admission, now))
     chosen, why = placement_choose(options, now)
     return next(dc for dc in datacenters if dc.name == chosen), why
+
+
+def _template(request):
+    """The template the form starts from (``?template=NAME``, then a hidden field)."""
+    name = request.POST.get("template") or request.GET.get("template")
+    if not name:
+        return None
+    template = services.template_list().filter(name=name).first()
+    if template is None:
+        raise NotFoundError(f"there is no template named {name!r}")
+    return template
+
+
+def _template_initial(template) -> dict:
+    """The form filled in from a template's values ("Start from template")."""
+    if template is None:
+        return {}
+    initial = dict(template.spec)
+    if isinstance(initial.get("env"), dict):
+        initial["env"] = "\n".join(f"{key}={value}" for key, value in initial["env"].items())
+    return initial
+
+
+def _rerun_initial(request, datacenter) -> dict:
+    """The form filled in from the job of ``?from=JOB`` ("Run again…" on its page): its spec
+    as submitted, ``rerun_of`` naming it, a new name left to choose."""
+    origin = request.GET.get("from")
+    if request.method == "POST" or not origin:
+        return {}
+    job = services.job_get(request.user, datacenter, origin)
+    initial = resubmission(JobSerializer(job, context={"predictions": {}}).data)
+    initial.pop("name", None)
+    initial["env"] = "\n".join(f"{key}={value}" for key, value in job.env.items())
+    return {**initial, "rerun_of": job.name}
 
 
 def package_dirs(user, datacenter) -> list[str]:

@@ -52,6 +52,8 @@ class Command:
 COMMANDS: dict[str, Command] = {command.name: command for command in (
     Command("build", "build a runtime image from a trainer package and push it", "build"),
     Command("commands", "list all command names", "help"),
+    Command("compare", "compare jobs: their metrics' final and best values, what differs",
+            "compare"),
     Command("completion", "print the shell completion script (bash, zsh, fish)", "completion"),
     Command("config", "view the config file or switch the current datacenter", "config"),
     Command("delete", "delete a job or a registry", "jobs"),
@@ -70,6 +72,8 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
     Command("registry", "add registry credentials for private images", "registry"),
     Command("submit", "submit a job to PaddlePaddle Cloud", "jobs"),
     Command("sweep", "start a sweep: trials of a job over a search space", "sweeps"),
+    Command("templates", "list the job templates to submit from (submit --template)",
+            "templates"),
     Command("version", "print the client and server versions", "version"),
     Command("cp", "upload or download files", "files", pfs=True),
     Command("ls", "list files on PaddlePaddle Cloud", "files", pfs=True),

@@ -45,6 +45,7 @@ from paddlectl.output import (
     USAGE_COLUMNS,
     WORKER_COLUMNS,
     Column,
+    format_metric,
     predicted_start,
 )
 
@@ -87,8 +88,14 @@ def setup_submit(parser) -> None:
     flag(parser, "dry-run", dest="dry_run", action="store_true",
          help="check everything and show what would be started; start nothing, upload "
               "nothing (-o yaml: the whole job)")
-    parser.add_argument("package", metavar="PACKAGE",
-                        help="the trainer package: a /pfs/... directory or a local one")
+    flag(parser, "template", metavar="TEMPLATE",
+         help="start from this template (see `paddlectl templates`): its values fill in "
+              "what you do not give")
+    flag(parser, "y", "yes", action="store_true",
+         help="with -from: submit without asking (after showing what changes)")
+    parser.add_argument("package", metavar="PACKAGE", nargs="?",
+                        help="the trainer package: a /pfs/... directory or a local one "
+                             "(with -from: the job's own, unless given)")
 
 
 def _env(pairs: list[str]) -> dict[str, str]:
@@ -185,11 +192,12 @@ def _show_sooner(out, sooner: list | None) -> None:
 def _place(ctx, args, body: dict) -> None:
     """``-datacenter auto``: the command goes on in the datacenter where the job would start
     first (paddlecloud_client.placement), the why printed and sent with it."""
-    local = None if pfspath.is_remote(args.package) else local_package("submit", args.package)
-    probe = body if local else {**body, "package": args.package}
+    remote = args.package is None or pfspath.is_remote(args.package)  # None: the template's
+    local = None if remote else local_package("submit", args.package)
+    probe = body if local or args.package is None else {**body, "package": args.package}
     chosen, why = datacenter_choose(ctx.config, probe, local)
     body.update(spec_in(body, chosen.name))
-    if local is None:
+    if local is None and args.package is not None:
         args.package = spec_in(probe, chosen.name)["package"]
     ctx.options.datacenter = chosen.name
     ctx.datacenter = chosen  # a cached property: the client is made anew for it
@@ -199,14 +207,22 @@ def _place(ctx, args, body: dict) -> None:
         ctx.info(why)
 
 
-def run_submit(ctx, args) -> None:
+def run_submit(ctx, args) -> int | None:
+    if args.rerun_of:
+        from paddlectl.commands.rerun import rerun
+
+        return rerun(ctx, args)
     body = _submission(args)
+    if args.template:
+        body["template"] = args.template
+    elif args.package is None:
+        raise UsageError("submit: the following arguments are required: PACKAGE")
     if getattr(ctx.options, "datacenter", None) == AUTO:
         _place(ctx, args, body)
-    upload = None
-    if pfspath.is_remote(args.package):
+    upload = None  # without a PACKAGE: the template's
+    if args.package is not None and pfspath.is_remote(args.package):
         body["package"] = args.package
-    else:
+    elif args.package is not None:
         local = local_package("submit", args.package)
         if (problem := name_problem(args.name)) is not None:
             raise UsageError(f"submit: jobname: {problem}")
@@ -521,12 +537,6 @@ def setup_metrics(parser) -> None:
          help="the worker: trainer-0 (default), pserver-1, ... (see `paddlectl get workers`)")
 
 
-def _metric_value(value) -> str:
-    if value is None:
-        return "-"  # not reported in this step, or nan
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
-
-
 def run_metrics(ctx, args) -> None:
     data = ctx.client.job_metrics(args.job, worker=args.worker)
     if _machine_output(ctx):
@@ -537,7 +547,7 @@ def run_metrics(ctx, args) -> None:
                  "(paddlecloud_sdk.report)")
         return
     columns = [Column("step", "step")] + [
-        Column(name, lambda row, name=name: _metric_value(row["metrics"].get(name)))
+        Column(name, lambda row, name=name: format_metric(row["metrics"].get(name)))
         for name in data["names"]]
     ctx.emit(data, data["records"], columns)
 

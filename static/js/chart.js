@@ -70,12 +70,13 @@
   }
 
   // The points with values smoothed: each the moving average of those before it, debiased
-  // at the start (TensorBoard's), so the first points are not pulled towards zero.
-  function smoothed(points) {
+  // at the start (TensorBoard's), so the first points are not pulled towards zero;
+  // `weight` is the past's (0: no smoothing).
+  function smoothed(points, weight = SMOOTHING) {
     let average = 0;
     return points.map(([step, value], i) => {
-      average = average * SMOOTHING + value * (1 - SMOOTHING);
-      return [step, average / (1 - SMOOTHING ** (i + 1))];
+      average = average * weight + value * (1 - weight);
+      return [step, weight ? average / (1 - weight ** (i + 1)) : value];
     });
   }
 
@@ -170,5 +171,5 @@
     return { lo: start, hi: end, values };
   }
 
-  window.PaddleCloudChart = { draw, ticks, format, loggable };
+  window.PaddleCloudChart = { draw, ticks, logTicks, format, loggable, smoothed };
 })();

@@ -23,6 +23,9 @@ document.addEventListener("DOMContentLoaded", () => {
     row.dataset.name = job.name;
     const link = row.querySelector('[data-field="link"]');
     link.textContent = job.name;
+    const pick = row.querySelector('[data-field="pick"]');
+    pick.value = job.name;
+    pick.setAttribute("aria-label", `compare ${job.name}`);
     link.href = table.dataset.jobUrl.replace("__name__", encodeURIComponent(job.name));
     fillState(row.querySelector('[data-field="state"]'), job);
     // An elastic job's trainers: how many it holds, and its range ("3 (2–4)").
@@ -58,6 +61,7 @@ document.addEventListener("DOMContentLoaded", () => {
       flash(row);
       empty.hidden = true;
       table.hidden = false;
+      document.getElementById("compare-form").hidden = false;
       status.textContent = `new job ${job.name}: ${job.state}`;
     }
   }

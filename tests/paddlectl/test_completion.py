@@ -40,7 +40,8 @@ def offered(cli, *words: str) -> tuple[list[str], str]:
 
 
 def test_subcommands_and_flags_come_from_the_parsers(offline_cli):
-    assert offered(offline_cli, "")[0][:4] == ["build", "commands", "completion", "config"]
+    assert offered(offline_cli, "")[0][:5] == ["build", "commands", "compare", "completion",
+                                                "config"]
     assert offered(offline_cli, "lo") == (["local", "login", "logout", "logs"], ":")
     # flags as the user started them: the seeds' one dash, or two
     assert offered(offline_cli, "submit", "-par") == (["-parallelism"], ":")

@@ -1,0 +1,86 @@
+"""``paddlectl submit -from JOB [flags]``: re-run one of your jobs with changes (issue 39).
+
+The new job starts from JOB's spec as the portal shows it (every field of
+``paddlecloud_core.spec.FIELDS`` a flag sets); the flags given change it (``-e K=V`` adds to
+or replaces one variable of its environment), and ``rerun_of`` records JOB. What changes is
+shown field by field, then the portal's dry run of the whole job, and the job is submitted
+once confirmed (``-y``: without asking). Its name is ``-jobname``'s, else JOB-r1, JOB-r2, …,
+the first that is free. The package is JOB's directory in PFS, as it is now: nothing is
+uploaded.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from paddlecloud_client.errors import ApiError, UsageError
+from paddlecloud_core.contract import JOB_NAME_MAX
+from paddlecloud_core.spec import FIELDS, resubmission
+from paddlectl.commands.jobs import _env, _show_plan, _submission
+from paddlectl.output import tabulate
+
+RERUN_NAMES = 50  # JOB-r1 … JOB-r50 tried for a free name
+
+
+def _free_name(ctx, base: str) -> str:
+    for number in range(1, RERUN_NAMES + 1):
+        suffix = f"-r{number}"
+        name = base[:JOB_NAME_MAX - len(suffix)].rstrip("-") + suffix
+        try:
+            ctx.client.job_get(name)
+        except ApiError as exc:
+            if exc.status == 404:
+                return name
+            raise
+    raise UsageError(f"submit -from {base}: {base}-r1 to -r{RERUN_NAMES} are taken; name the "
+                     "job with -jobname")
+
+
+def spec_changes(before: dict, after: dict) -> list[tuple[str, str, str]]:
+    """``(field, before, after)`` for each field that differs (each variable of env apart)."""
+    shown = lambda value: "-" if value in (None, "") else str(value)  # noqa: E731
+    rows = []
+    for f in FIELDS:
+        if f.type == "env":
+            old, new = before.get("env") or {}, after.get("env") or {}
+            rows += [(f"env.{key}", shown(old.get(key)), shown(new.get(key)))
+                     for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)]
+        elif f.name != "rerun_of" and str(before.get(f.name) or "") != str(
+                after.get(f.name) or ""):
+            rows.append((f.name, shown(before.get(f.name)), shown(after.get(f.name))))
+    return rows
+
+
+def rerun(ctx, args) -> int | None:
+    origin = args.rerun_of
+    job = ctx.client.job_get(origin)
+    before = resubmission(job)
+    given = _submission(args)
+    after = {**before, **given, "rerun_of": origin}
+    if args.package:
+        after["package"] = args.package
+    if args.env:
+        after["env"] = {**before.get("env", {}), **_env(args.env)}
+    after["name"] = given.get("name") or _free_name(ctx, origin)
+    before["name"] = origin
+
+    changes = spec_changes(before, after)
+    out = ctx.stdout
+    out.write(f"job {after['name']}: a re-run of {origin}"
+              + (", changed:\n" if len(changes) > 1 else ", the same spec.\n"))
+    if len(changes) > 1:  # the name always changes
+        out.write(tabulate([["FIELD", origin.upper(), after["name"].upper()],
+                            *(list(row) for row in changes if row[0] != "name")]))
+    plan = ctx.client.job_submit({**after, "dry_run": True})
+    _show_plan(ctx, plan, None)
+    if args.dry_run:
+        return None
+    if not args.yes:
+        out.write("Submit it? [y/N] ")
+        out.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            ctx.info("nothing submitted")
+            return 1
+    created = ctx.client.job_submit(after)
+    out.write(f"job {created['name']} submitted: {created['state']} (a re-run of {origin})\n")
+    return None
