@@ -125,7 +125,12 @@ def test_two_workers_advancing_a_sweep_at_once_submit_each_trial_once(
 @pytest.mark.django_db
 def test_the_list_takes_as_many_queries_for_many_sweeps_as_for_one(
         token_client, package, held_tasks, alice, datacenter, assert_queries_flat):
-    quota_set(None, datacenter, alice, jobs=1)  # trials wait: their starts are predicted
+    quota_set(None, datacenter, alice, jobs=2)  # trials wait: their starts are predicted
+    # A job of alice's holds one of her places throughout, so that jobs are active in both
+    # lists (their progress is read with one query, whatever their number).
+    held = token_client.post("/api/v1/jobs/", {"name": "held", "entry": "python train.py",
+                                               "package": package, "cpu": "1"}, format="json")
+    assert held.status_code == 201, held.content
 
     def add(name: str) -> None:
         answer = token_client.post(URL, sweep(package, name=name), format="json")
