@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from paddlecloud_core.scheduling import Limit, Vec, schedule
+from paddlecloud_core.scheduling import NOTHING_KNOWN, Estimate, Limit, Vec, schedule
 from paddlecloud_core.sooner import Ask, alternatives, start_of
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
@@ -197,3 +197,40 @@ def test_a_job_that_runs_after_another_is_offered_no_other_datacenter():
                         0.0, before=3600.0, others=free)  # offered to the same job alone
     assert alternatives(pool, job, Ask(trainers=2, cpu=0, memory=0, gpu=1), 0.0, before=3600.0,
                         others=free) == []
+
+
+def _busy(first: Estimate, gpus: int = 7) -> eta.Pool:
+    """8 GPUs: ``gpus`` held by a job ending as ``first`` says, one by a job ending 2000-2500 s
+    from now, none free; a job of one trainer asking for 2 GPUs waits."""
+    big = Limit(cpu=64_000, memory=256 * 2**30, gpu=8, jobs=10)
+    return eta.Pool(capacity=big, quotas={1: big, 2: big}, names={1: "carol"}, running=[
+        eta.running_job(9, 1, Vec(gpu=gpus, jobs=1), 0.0, first, 0.0, name="wide"),
+        eta.running_job(8, 1, Vec(gpu=1, jobs=1), 0.0, Estimate(2250.0, 2000.0, 2500.0), 0.0)],
+        waiting=[eta.Waiting(1, 2, Vec(gpu=2, jobs=1), 0.0, name="x")])
+
+
+def test_a_change_is_shown_only_if_at_its_latest_it_beats_the_job_unchanged_at_its_earliest():
+    """The job unchanged starts between 1000 s (the wide job ending early) and 5000 s; with
+    ``-gpu 1`` by 2500 s at the latest. Late against late (2500 < 5000) that looked sooner —
+    yet if the wide job ends early, the job unchanged starts at 1000 s, before it: no
+    suggestion. Once the wide job surely ends late (1000 s is no longer possible), it is."""
+    ask = Ask(trainers=1, cpu=0, memory=0, gpu=2)
+    pool = _busy(Estimate(3000.0, 1000.0, 5000.0))
+    job = pool.waiting[0]
+    assert [start_of(pool, job, 0.0, case=c) for c in ("low", "high")] == [1000.0, 5000.0]
+    assert alternatives(pool, job, ask, 0.0, before=5000.0) == []
+    pool = _busy(Estimate(4500.0, 4000.0, 5000.0))
+    assert [(a.flag, a.start) for a in alternatives(pool, job, ask, 0.0, before=5000.0)] == [
+        ("-gpu 1", 2500.0)]
+
+
+def test_a_job_whose_start_is_unknown_is_offered_no_change_here_but_another_datacenter():
+    """The wide job's end nothing tells (its owner has no job ended yet): the job's start is
+    unknown. ``-gpu 1`` would fit beside the wide job only in a model that keeps it forever —
+    not offered; another datacenter, where nothing is in the way, is."""
+    pool = _busy(NOTHING_KNOWN)
+    job = pool.waiting[0]
+    assert start_of(pool, job, 0.0) is None
+    found = alternatives(pool, job, Ask(trainers=1, cpu=0, memory=0, gpu=2), 0.0, before=None,
+                         others={"dc2": replace(pool, running=())})
+    assert [(a.kind, a.flag, a.start) for a in found] == [("datacenter", "-datacenter dc2", 0.0)]
