@@ -146,6 +146,8 @@ def alternatives(pool: Pool, job: Waiting, ask: Ask, now: float, *,
     # within their ranges. Compared late with late, a smaller request was offered for a start
     # the job unchanged also met in bench/eta.py's week (tests/test_sooner_trace.py).
     early, unknown = _start_and_why(pool, job, now, horizon, EARLY)
+    # The low case is not always the earlier: other jobs ending early may go first.
+    early = min((t for t in (early, before) if t is not None), default=None)
 
     def helps(start: float | None) -> bool:
         return start is not None and (early is None or start <= early - margin)
