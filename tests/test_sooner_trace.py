@@ -137,23 +137,22 @@ def try_week(jobs: int, every: int) -> list:
 
 def test_each_suggested_change_starts_the_job_sooner_in_the_replay(tried):
     """Applied in the week as it happened (every job its true run time, every later job
-    submitted), each change started its job sooner than the job unchanged started. By the
-    suggested time, most did, not all: a prediction is not a promise. In this week 4 of the 11
-    suggestions tried — one burst of bob's ``bert-ft`` jobs, ``-gpu 1`` — started about half an
-    hour after the suggested time (still hours before the job unchanged): alice's sweep jobs,
-    ending before the late end of their estimates, were admitted sooner than the model
-    expected and, below their owner's fair share, went first. Held to at most half."""
+    submitted), each change started its job sooner than the job unchanged started, and by the
+    suggested time. The search is wary (a change must beat, at its latest, the job unchanged
+    at its earliest; none in its datacenter while the job's own start is unknown), so this
+    window gets one suggestion: resnet-dist-7's ``-trainers 4`` (suggested by 38 970 s,
+    started at 38 251 s; unchanged at 43 671 s). Wider windows of the week still show changes
+    that start no sooner: room the model sees free is taken by jobs submitted later, whose
+    owners are further below their share — what a forecast made at arrival cannot know."""
     shown = [(job, a, started, unchanged) for job, _, _, found, actual, unchanged in tried
              for a, started in zip(found, actual, strict=True)]
-    assert len(shown) >= 10, "the busy days of the week should give suggestions to try"
+    assert shown, "the busy days of the week should give a suggestion to try"
     later = [(job.name, a.flag, started, unchanged) for job, a, started, unchanged in shown
              if started is None or started >= unchanged]
     assert not later, f"a change did not start the job sooner: {later[:5]}"
     late = [(job.name, a.flag, round(a.start), started) for job, a, started, _ in shown
             if started > a.start + 1e-6]
-    assert len(late) * 2 <= len(shown), f"started later than suggested: {late}"
-    kinds = {a.kind for _, a, _, _ in shown}
-    assert {"trainers", "gpu"} <= kinds, kinds
+    assert not late, f"started later than suggested: {late}"
 
 
 def test_suggestions_start_strictly_sooner_best_first(tried):
