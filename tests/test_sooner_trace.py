@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from paddlecloud_core.scheduling import Limit, Vec, schedule
+from paddlecloud_core.scheduling import NOTHING_KNOWN, Estimate, Limit, Vec, schedule
 from paddlecloud_core.sooner import Ask, alternatives, start_of
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
@@ -137,23 +137,22 @@ def try_week(jobs: int, every: int) -> list:
 
 def test_each_suggested_change_starts_the_job_sooner_in_the_replay(tried):
     """Applied in the week as it happened (every job its true run time, every later job
-    submitted), each change started its job sooner than the job unchanged started. By the
-    suggested time, most did, not all: a prediction is not a promise. In this week 4 of the 11
-    suggestions tried — one burst of bob's ``bert-ft`` jobs, ``-gpu 1`` — started about half an
-    hour after the suggested time (still hours before the job unchanged): alice's sweep jobs,
-    ending before the late end of their estimates, were admitted sooner than the model
-    expected and, below their owner's fair share, went first. Held to at most half."""
+    submitted), each change started its job sooner than the job unchanged started, and by the
+    suggested time. The search is wary (a change must beat, at its latest, the job unchanged
+    at its earliest; none in its datacenter while the job's own start is unknown), so this
+    window gets one suggestion: resnet-dist-7's ``-trainers 4`` (suggested by 38 970 s,
+    started at 38 251 s; unchanged at 43 671 s). Wider windows of the week still show changes
+    that start no sooner: room the model sees free is taken by jobs submitted later, whose
+    owners are further below their share — what a forecast made at arrival cannot know."""
     shown = [(job, a, started, unchanged) for job, _, _, found, actual, unchanged in tried
              for a, started in zip(found, actual, strict=True)]
-    assert len(shown) >= 10, "the busy days of the week should give suggestions to try"
+    assert shown, "the busy days of the week should give a suggestion to try"
     later = [(job.name, a.flag, started, unchanged) for job, a, started, unchanged in shown
              if started is None or started >= unchanged]
     assert not later, f"a change did not start the job sooner: {later[:5]}"
     late = [(job.name, a.flag, round(a.start), started) for job, a, started, _ in shown
             if started > a.start + 1e-6]
-    assert len(late) * 2 <= len(shown), f"started later than suggested: {late}"
-    kinds = {a.kind for _, a, _, _ in shown}
-    assert {"trainers", "gpu"} <= kinds, kinds
+    assert not late, f"started later than suggested: {late}"
 
 
 def test_suggestions_start_strictly_sooner_best_first(tried):
@@ -197,3 +196,40 @@ def test_a_job_that_runs_after_another_is_offered_no_other_datacenter():
                         0.0, before=3600.0, others=free)  # offered to the same job alone
     assert alternatives(pool, job, Ask(trainers=2, cpu=0, memory=0, gpu=1), 0.0, before=3600.0,
                         others=free) == []
+
+
+def _busy(first: Estimate, gpus: int = 7) -> eta.Pool:
+    """8 GPUs: ``gpus`` held by a job ending as ``first`` says, one by a job ending 2000-2500 s
+    from now, none free; a job of one trainer asking for 2 GPUs waits."""
+    big = Limit(cpu=64_000, memory=256 * 2**30, gpu=8, jobs=10)
+    return eta.Pool(capacity=big, quotas={1: big, 2: big}, names={1: "carol"}, running=[
+        eta.running_job(9, 1, Vec(gpu=gpus, jobs=1), 0.0, first, 0.0, name="wide"),
+        eta.running_job(8, 1, Vec(gpu=1, jobs=1), 0.0, Estimate(2250.0, 2000.0, 2500.0), 0.0)],
+        waiting=[eta.Waiting(1, 2, Vec(gpu=2, jobs=1), 0.0, name="x")])
+
+
+def test_a_change_is_shown_only_if_at_its_latest_it_beats_the_job_unchanged_at_its_earliest():
+    """The job unchanged starts between 1000 s (the wide job ending early) and 5000 s; with
+    ``-gpu 1`` by 2500 s at the latest. Late against late (2500 < 5000) that looked sooner —
+    yet if the wide job ends early, the job unchanged starts at 1000 s, before it: no
+    suggestion. Once the wide job surely ends late (1000 s is no longer possible), it is."""
+    ask = Ask(trainers=1, cpu=0, memory=0, gpu=2)
+    pool = _busy(Estimate(3000.0, 1000.0, 5000.0))
+    job = pool.waiting[0]
+    assert [start_of(pool, job, 0.0, case=c) for c in ("low", "high")] == [1000.0, 5000.0]
+    assert alternatives(pool, job, ask, 0.0, before=5000.0) == []
+    pool = _busy(Estimate(4500.0, 4000.0, 5000.0))
+    assert [(a.flag, a.start) for a in alternatives(pool, job, ask, 0.0, before=5000.0)] == [
+        ("-gpu 1", 2500.0)]
+
+
+def test_a_job_whose_start_is_unknown_is_offered_no_change_here_but_another_datacenter():
+    """The wide job's end nothing tells (its owner has no job ended yet): the job's start is
+    unknown. ``-gpu 1`` would fit beside the wide job only in a model that keeps it forever —
+    not offered; another datacenter, where nothing is in the way, is."""
+    pool = _busy(NOTHING_KNOWN)
+    job = pool.waiting[0]
+    assert start_of(pool, job, 0.0) is None
+    found = alternatives(pool, job, Ask(trainers=1, cpu=0, memory=0, gpu=2), 0.0, before=None,
+                         others={"dc2": replace(pool, running=())})
+    assert [(a.kind, a.flag, a.start) for a in found] == [("datacenter", "-datacenter dc2", 0.0)]
