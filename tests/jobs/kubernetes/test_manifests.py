@@ -237,6 +237,7 @@ def test_collective_job_root():
         "trainers": 2, "cpu": 1500, "memory": 1073741824, "gpu": 0,
         "pservers": 0, "pscpu": 1000, "psmemory": 1073741824, "passes": 3,
         "env": {"NUM_PASS": "3"}, "restart_limit": 0, "keep_checkpoints": 3, "resume_from": "",
+        "after": "", "rerun_of": "",
         "deadline_seconds": None,
         "ttl_seconds_after_finished": None, "dataset": "", "dataset_unit": "",
         "task_records": None, "trainers_min": None, "trainers_lost_limit": None,
