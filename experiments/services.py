@@ -16,15 +16,14 @@ from django.utils import timezone
 
 from accounts.audit import audit_record
 from accounts.models import AuditEntry
-from jobs.builds.runs import build_abandoned
 from jobs.files import metrics_file
 from jobs.metrics import PAGE, metrics_read
 from jobs.models import Job, Replica
-from jobs.services import job_remove, job_submit
+from jobs.services import job_remove, job_submit, killed_stop
 from jobs.states import ACTIVE_STATES, FINAL_JOB_STATES, WAITING_STATES, JobState
 from jobs.transitions import jobs_transition
 from kernel.errors import ConflictError, NotFoundError, PaddleCloudError, ValidationError
-from kernel.queue import JOB_STOP, SWEEP_ADVANCE, task_later, task_later_once
+from kernel.queue import SWEEP_ADVANCE, task_later_once
 from paddlecloud_core import experiments as rules
 from paddlecloud_core.spec import name_problem
 from scheduling.forecasts import job_predictions
@@ -156,10 +155,7 @@ def _stop_early(sweep: Sweep, checked: rules.Sweep, trials: list[Trial], curves)
 def _trials_kill(jobs: list[Job], reasons: dict[int, str]) -> list[Job]:
     """Kill trials' jobs at once (one transition for all) and stop their replicas."""
     moved = jobs_transition(jobs, JobState.KILLED, reasons)  # each job's state is set too
-    for job in moved:
-        if job.build_id is not None:
-            build_abandoned(job.build_id)
-        task_later(JOB_STOP, job.pk)
+    killed_stop(moved)
     return moved
 
 

@@ -376,13 +376,19 @@ def job_kill(user, datacenter, name: str, *, by=None) -> Job:
         raise ConflictError(f"job {name!r} has already ended ({job.state})", code="job_ended")
     with transaction.atomic():
         job_transition(job, JobState.KILLED, f"killed by {(by or user).username}")
-        if job.build_id is not None:
-            build_abandoned(job.build_id)
+        killed_stop([job])
     audit_record(by or user, AuditEntry.Action.JOB_KILL, f"{user.username}/{name}",
                  datacenter=datacenter, whose=user)
-
-    task_later(JOB_STOP, job.pk)
     return job
+
+
+def killed_stop(jobs) -> None:
+    """What follows jobs' kill, in its transaction: a build they wait for is abandoned (when no
+    other job waits for it) and their replicas are stopped once it commits."""
+    for job in jobs:
+        if job.build_id is not None:
+            build_abandoned(job.build_id)
+        task_later(JOB_STOP, job.pk)
 
 
 def job_delete(user, datacenter, name: str) -> None:
