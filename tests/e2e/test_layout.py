@@ -87,11 +87,15 @@ def test_a_phone_reads_every_column_of_the_lists(page, live_portal, package, hel
         expect(page.locator(f"{table} tbody tr").first).to_be_visible()
         assert box.evaluate("b => b.scrollWidth - b.clientWidth") == 0, screenshot(
             page, f"phone-list{path.replace('/', '-')}")
-        for cell in page.locator(f"{table} tbody tr").first.locator("td").all():
-            if cell.is_visible():  # nothing cut off at the right (nor the left)
-                edges = cell.bounding_box()
-                assert edges["x"] >= 0 and edges["x"] + edges["width"] <= PHONE["width"], (
-                    cell.get_attribute("data-label"), edges)
+        # Nothing cut off at the right (nor the left): the shown cells' edges, read in one go
+        # (the live list may redraw its rows between two reads).
+        cells = page.locator(f"{table} tbody tr").first.evaluate("""tr => [...tr.cells]
+            .map(td => [td.dataset.label, td.getBoundingClientRect()])
+            .filter(([, r]) => r.width > 0 && r.height > 0)
+            .map(([label, r]) => [label, r.left, r.right])""")
+        assert cells, f"no cell of {table}'s first row is shown"
+        for label, left, right in cells:
+            assert left >= 0 and right <= PHONE["width"], (label, left, right)
     first = page.locator("#workers tbody tr").first
     expect(first.locator('td[data-label="State"]')).to_be_visible()
     label = first.locator('td[data-label="State"]').evaluate(
