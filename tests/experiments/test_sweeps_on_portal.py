@@ -13,6 +13,7 @@ from accounts.services import quota_set, token_create
 from experiments.models import Sweep
 from jobs.models import Job, Replica
 from jobs.states import FINAL_REPLICA_STATES
+from paddlecloud_core import experiments as rules
 from tests.factories import HOME
 from tests.jobs.test_examples_on_portal import EXAMPLES
 from tests.polling import wait
@@ -111,3 +112,55 @@ def test_killing_a_sweep_stops_every_trial_and_submits_no_more(celery_worker, ow
     deleted = owner_api.delete("/api/v1/sweeps/lr/")
     assert deleted.status_code == 204, deleted.content
     assert not Job.objects.filter(name__startswith="lr-").exists()
+
+
+# ASHA over two learning rates: trial N's rate is drawn from the seed (``trial_settings``), and
+# seed 70 draws good, bad, bad, good. fit_a_line is deterministic (fixed seeds): the two good
+# trials report the same loss at every step, so neither is ever below the other at a rung.
+ASHA_GOOD, ASHA_BAD, ASHA_SEED = 0.1, 1e-6, 70
+ASHA_RUNG = 16  # the first rung (steps); then 48, 144, … up to 150 passes of 32 steps
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.django_db(transaction=True)
+def test_asha_drops_the_clearly_worse_trials_at_a_rung_and_fills_their_slots(
+        celery_worker, owner_api, alice):
+    data = sweep_data([ASHA_GOOD, ASHA_BAD], passes=150, method="asha", seed=ASHA_SEED,
+                      max_trials=4, parallel=2, stopping=None,
+                      asha={"min_steps": ASHA_RUNG, "reduction_factor": 3})
+    checked = rules.sweep_check(data)
+    assert [rules.trial_settings(checked, n)["env.LEARNING_RATE"] for n in range(1, 5)] == [
+        ASHA_GOOD, ASHA_BAD, ASHA_BAD, ASHA_GOOD]
+    answer = owner_api.post("/api/v1/sweeps/", data, format="json")
+    assert answer.status_code == 201, answer.content
+    assert [t["job"] for t in answer.json()["trials"]] == ["lr-1", "lr-2"]
+
+    def done():
+        shown = owner_api.get("/api/v1/sweeps/lr/").json()
+        assert shown["progress"]["running"] + shown["progress"]["waiting"] <= 2, shown
+        return shown if shown["state"] == "done" else None
+
+    shown = wait(done, timeout=240, every=0.5,
+                 message=lambda: f"the sweep did not end: {trials_shown()}")
+    assert shown["method"] == "asha"
+    trials = {t["job"]: t for t in shown["trials"]}
+    assert list(trials) == ["lr-1", "lr-2", "lr-3", "lr-4"]
+    jobs = {job.name: job for job in Job.objects.filter(owner=alice, trial__sweep__name="lr")}
+    for name in ("lr-2", "lr-3"):  # the bad ones: dropped at a rung, in the rule's words
+        why = trials[name]["stopped_early"]
+        assert trials[name]["counted"] == "stopped", trials[name]
+        assert why.startswith("stopped early by ASHA at rung step "), why
+        assert "not among the best" in why, why
+        assert jobs[name].state == "killed" and jobs[name].state_reason == why
+        assert jobs[name].events.filter(to_state="killed", reason=why).exists()
+    for name in ("lr-1", "lr-4"):  # the good ones: promoted at every rung, to the end
+        assert (trials[name]["state"], trials[name]["stopped_early"]) == ("succeeded", None)
+        metrics = owner_api.get(f"/api/v1/jobs/{name}/metrics").json()
+        assert metrics["records"][-1]["step"] == 150 * 32, metrics["records"][-1]
+    # A dropped trial's slot went to the next trial at once: lr-3 was submitted when lr-2
+    # was stopped, while lr-1 still ran (not when lr-1 ended); lr-4 when lr-3 was.
+    assert jobs["lr-2"].finished_at <= jobs["lr-3"].created_at < jobs["lr-1"].finished_at
+    assert jobs["lr-3"].finished_at <= jobs["lr-4"].created_at
+    assert shown["progress"] == {"done": 2, "running": 0, "waiting": 0, "stopped": 2,
+                                 "killed": 0, "removed": 0, "to_submit": 0}
+    assert shown["best"]["settings"] == {"env.LEARNING_RATE": ASHA_GOOD}
