@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
+from django.urls import reverse
 from rest_framework import serializers
 
 
@@ -44,12 +47,33 @@ class SweepSerializer(serializers.Serializer):
     progress = serializers.DictField(child=serializers.IntegerField(),
                                      help_text="trials by done, running, waiting, stopped, "
                                                "killed, removed, to_submit")
+    progress_shown = serializers.CharField(help_text='in words: "1 done, 2 running, 0 '
+                                                     'waiting, 1 stopped"')
     trials_total = serializers.IntegerField()
     best = serializers.JSONField(allow_null=True,
                                  help_text="the best value reported: trial, job, value, settings")
+    best_shown = serializers.CharField(allow_null=True, help_text='in words: "loss 0.0519 '
+                                       '(lr-1: env.LEARNING_RATE=0.1)"')
     problem = serializers.CharField(help_text="why the next trial is not submitted yet")
     created_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
     predicted_end = PredictedEndSerializer()
     trials = TrialSerializer(many=True)
     spec = serializers.JSONField()
+
+
+class SweepRowSerializer(SweepSerializer):
+    """A sweep as one row of the job list (``GET /api/v1/jobs/``): its trials folded in."""
+    kind = serializers.SerializerMethodField(help_text='"sweep" (a job\'s row: "job")')
+    url = serializers.SerializerMethodField(help_text="the sweep in the API")
+    trials_url = serializers.SerializerMethodField(help_text="its trials as rows of jobs")
+    spec = None  # GET /sweeps/NAME/ shows it
+
+    def get_kind(self, row) -> str:
+        return "sweep"
+
+    def get_url(self, row) -> str:
+        return reverse("api-sweep", args=[row["name"]])
+
+    def get_trials_url(self, row) -> str:
+        return f"{reverse('api-jobs')}?{urlencode({'sweep': row['name']})}"

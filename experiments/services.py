@@ -12,6 +12,7 @@ import statistics
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
+from django.db.models import OuterRef, Q, Subquery, prefetch_related_objects
 from django.utils import timezone
 
 from accounts.audit import audit_record
@@ -19,6 +20,7 @@ from accounts.models import AuditEntry
 from jobs.files import metrics_file
 from jobs.metrics import PAGE, metrics_read
 from jobs.models import Job, Replica
+from jobs.notify import job_changed
 from jobs.services import job_remove, job_submit, killed_stop
 from jobs.states import ACTIVE_STATES, FINAL_JOB_STATES, WAITING_STATES, JobState
 from jobs.transitions import jobs_transition
@@ -114,6 +116,8 @@ def _advance(sweep: Sweep, checked: rules.Sweep) -> None:
         sweep.state, sweep.finished_at = Sweep.State.DONE, timezone.now()
     if (sweep.best, sweep.problem, sweep.state) != before:  # the watch writes only news
         sweep.save(update_fields=["best", "problem", "state", "finished_at"])
+        if trials and trials[0].job_id is not None:  # the job lists show its row anew
+            job_changed(trials[0].job_id)
 
 
 def _curves(checked: rules.Sweep, trials: list[Trial]) -> dict[int, list[tuple[int, float]]]:
@@ -189,12 +193,42 @@ def sweep_list(user, datacenter) -> list[dict]:
     """The user's sweeps in the datacenter as ``sweep_report`` shows them, newest first, in a
     number of queries that does not grow with the sweeps (one forecast for all their waiting
     trials)."""
-    sweeps = list(Sweep.objects.filter(owner=user, datacenter=datacenter)
-                  .prefetch_related("trials__job__datacenter"))
+    return _reports(list(Sweep.objects.filter(owner=user, datacenter=datacenter)))
+
+
+def _reports(sweeps: list[Sweep]) -> list[dict]:
+    """``sweep_report`` of each of ``sweeps``: their trials read at once, one forecast for all
+    their waiting trials."""
+    prefetch_related_objects(sweeps, "trials__job__datacenter")
     waiting = [t.job for s in sweeps for t in s.trials.all()
                if t.job is not None and t.job.state in WAITING_STATES]
     predictions = job_predictions(waiting)
     return [sweep_report(sweep, predictions) for sweep in sweeps]
+
+
+def trials_folded(jobs):
+    """The job list's jobs (a queryset) with a sweep's trials folded: of each sweep, only its
+    first trial among them is kept (where the sweep's row goes); the other jobs stay."""
+    first = (jobs.filter(trial__sweep=OuterRef("trial__sweep")).order_by("created_at", "pk")
+             .values("pk")[:1])
+    return jobs.filter(Q(trial__isnull=True) | Q(pk=Subquery(first)))
+
+
+def trials_of(user, datacenter, jobs, name: str):
+    """The job list's jobs that are trials of the user's sweep ``name``."""
+    return jobs.filter(trial__sweep=sweep_get(user, datacenter, name))
+
+
+def sweep_reports_of(job_ids) -> dict[int, dict]:
+    """{job id: ``sweep_report`` of its sweep} for the jobs among ``job_ids`` that are trials
+    (each sweep reported once, however many of its trials are asked about)."""
+    links = dict(Trial.objects.filter(job_id__in=list(job_ids))
+                 .values_list("job_id", "sweep_id"))
+    if not links:
+        return {}
+    sweeps = list(Sweep.objects.filter(pk__in=set(links.values())))
+    reports = dict(zip((sweep.pk for sweep in sweeps), _reports(sweeps), strict=True))
+    return {job_id: reports[sweep_id] for job_id, sweep_id in links.items()}
 
 
 def sweep_kill(user, datacenter, name: str) -> Sweep:
@@ -256,7 +290,9 @@ def sweep_report(sweep: Sweep, predictions=None) -> dict:
     return {
         "name": sweep.name, "state": sweep.state, "method": checked.method,
         "objective": sweep.spec.get("objective"), "progress": counts,
+        "progress_shown": progress_shown(counts),
         "trials_total": rules.trial_count(checked), "best": sweep.best,
+        "best_shown": best_shown(sweep.best, checked.metric),
         "problem": sweep.problem, "created_at": sweep.created_at,
         "finished_at": sweep.finished_at,
         "predicted_end": sweep_predicted_end(sweep, checked, trials, predictions),
@@ -303,3 +339,21 @@ def sweep_predicted_end(sweep: Sweep, checked: rules.Sweep, trials: list[Trial],
         slots[0] += length
         slots.sort()
     return {"at": max(slots), "unknown": None}
+
+
+def progress_shown(counts: dict) -> str:
+    """A sweep's progress in words: "1 done, 2 running, 0 waiting, 1 stopped" (killed,
+    removed and still to submit when there are)."""
+    shown = [f"{counts[key]} {key}" for key in ("done", "running", "waiting", "stopped")]
+    shown += [f"{counts[key]} {key}" for key in ("killed", "removed") if counts.get(key)]
+    if counts.get("to_submit"):
+        shown.append(f"{counts['to_submit']} to submit")
+    return ", ".join(shown)
+
+
+def best_shown(best: dict | None, metric: str) -> str | None:
+    """The best value so far in words: "loss 0.0519 (lr-1: env.LEARNING_RATE=0.1)"."""
+    if not best:
+        return None
+    settings = " ".join(f"{k}={v}" for k, v in best["settings"].items())
+    return f"{metric} {best['value']:.4g} ({best['job']}: {settings})"

@@ -34,6 +34,7 @@ from scheduling.forecasts import job_predictions
 
 from . import services
 from .files import JobFile, log_file, metrics_file
+from .folds import fold_rows
 from .logs import lines, pumps
 from .metrics import metric_records
 from .models import worker_ended
@@ -162,15 +163,26 @@ class JobListConsumer(PortalConsumer):
         await self.send_json({"type": "notification", "id": event["id"], "text": event["text"]})
 
     async def send_jobs(self, job_ids):
-        for job in await self.jobs_read(job_ids):
-            await self.send_json({"type": "job", "job": job})
+        for message in await self.jobs_read(job_ids):
+            await self.send_json(message)
 
     @database_sync_to_async
-    def jobs_read(self, job_ids):
+    def jobs_read(self, job_ids) -> list[dict]:
+        """A ``job`` message a job (``"in"``: the row it is folded into, ``jobs.folds``), then
+        a ``row`` message for each such row (a sweep's: its progress)."""
         jobs = list(services.job_list(self.scope["user"], self.dc).filter(pk__in=job_ids))
+        folded = fold_rows(jobs)
         # One forecast for the batch (else one for each waiting job).
-        return JobSerializer(jobs, many=True,
-                             context={"predictions": job_predictions(jobs)}).data
+        shown = JobSerializer(jobs, many=True,
+                              context={"predictions": job_predictions(jobs)}).data
+        messages, rows = [], {}
+        for job, data in zip(jobs, shown, strict=True):
+            message = {"type": "job", "job": data}
+            if (row := folded.get(job.pk)) is not None:
+                message["in"] = {"kind": row["kind"], "name": row["name"]}
+                rows[(row["kind"], row["name"])] = row
+            messages.append(message)
+        return messages + [{"type": "row", "row": row} for row in rows.values()]
 
 
 class JobConsumer(PortalConsumer):

@@ -100,6 +100,18 @@ class JobSerializer(serializers.ModelSerializer):
         return prediction.as_dict() if prediction else None
 
 
+class JobRowSerializer(JobSerializer):
+    """A job as a row of the job list; a row that stands for several jobs (a sweep's trials,
+    ``jobs.folds``) has a kind and fields of its own."""
+    kind = serializers.SerializerMethodField(help_text='"job" (a sweep\'s row: "sweep")')
+
+    class Meta(JobSerializer.Meta):
+        fields = ["kind", *JobSerializer.Meta.fields]
+
+    def get_kind(self, job) -> str:
+        return "job"
+
+
 class JobDetailSerializer(JobSerializer):
     """One job (``GET .../jobs/NAME``): with, while it waits, what would start it sooner."""
 

@@ -44,6 +44,7 @@ from .builds.recipe import build_inputs, runtime_image, runtime_tag
 from .builds.registry import push_credentials
 from .builds.runs import build_abandoned, job_build_needed
 from .engine import job_remains
+from .folds import jobs_folded
 from .models import Build, Job, JobEvent, JobTemplate, Replica, SubmitKey
 from .notify import job_changed, job_deleted
 from .spec import JobSpec, job_spec_validate, package_target
@@ -350,6 +351,15 @@ def job_events_shown(job, before: str | None = None) -> tuple[list[JobEvent], bo
 def job_list(user, datacenter, *, state: str | None = None, name: str | None = None):
     return _jobs_filtered(Job.objects.filter(owner=user, datacenter=datacenter)
                           .select_related("datacenter", "registry"), state, name)
+
+
+def job_rows(user, datacenter, *, state: str | None = None, name: str | None = None,
+             unfolded: bool = False, within: dict[str, str] | None = None):
+    """The job list as people read it: ``job_list`` with each group of jobs an app folds
+    (a sweep's trials) kept as one job, where the group's row goes (``jobs.folds``); or every
+    job (``unfolded``); or only one group's (``within``: ``{"sweep": NAME}``)."""
+    return jobs_folded(user, datacenter, job_list(user, datacenter, state=state, name=name),
+                       unfolded=unfolded, within=within)
 
 
 def _jobs_filtered(jobs, state: str | None, name: str | None):

@@ -33,6 +33,7 @@ from scheduling.reports import usage_report
 from . import services
 from .compare import MAX_JOBS, jobs_compare
 from .documents import to_yaml
+from .folds import FOLDS, fold_rows
 from .logs.lines import line_number
 from .logs.source import build_log_blocks, log_blocks
 from .master import dispatch
@@ -48,6 +49,7 @@ from .serializers import (
     GroupSerializer,
     JobDetailSerializer,
     JobMetricsSerializer,
+    JobRowSerializer,
     JobSerializer,
     JobSubmitSerializer,
     QuotaUseSerializer,
@@ -79,19 +81,35 @@ def paged(serializer_class) -> serializers.Serializer:
 
 class JobListView(DatacenterAPIView):
     @extend_schema(parameters=[
-        OpenApiParameter("state", str, description="comma-separated states"),
-        OpenApiParameter("name", str, description="part of the name"),
+        OpenApiParameter("state", str, description="comma-separated states (a sweep's row: "
+                         "when one of its trials is in one of them)"),
+        OpenApiParameter("name", str, description="part of the name (a sweep's row: of one "
+                         "of its trials' names, NAME-N)"),
+        OpenApiParameter("sweep", str, description="only the trials of your sweep NAME, each "
+                         "a job's row"),
+        flag_parameter("unfolded", "every job its own row, a sweep's trials too"),
         OpenApiParameter("limit", int), OpenApiParameter("cursor", str)],
-        responses={200: paged(JobSerializer), **ERRORS}, summary="Your jobs, newest first",
-        operation_id="v1_jobs_list")
+        responses={200: paged(JobRowSerializer), **ERRORS}, operation_id="v1_jobs_list",
+        summary='Your jobs, newest first, each sweep\'s trials folded into one row of the '
+                'sweep ("kind": "sweep"; its fields as GET /sweeps/NAME/ shows them, without '
+                'its spec, and "url", "trials_url"), where its first trial would be')
     def get(self, request):
-        jobs = services.job_list(request.user, self.datacenter,
+        within = {kind: request.query_params[kind] for kind in FOLDS
+                  if kind in request.query_params}
+        unfolded = query_flag(request, "unfolded")
+        jobs = services.job_rows(request.user, self.datacenter,
                                  state=request.query_params.get("state"),
-                                 name=request.query_params.get("name"))
+                                 name=request.query_params.get("name"),
+                                 unfolded=unfolded, within=within)
         paginator = JobCursor()
         page = paginator.paginate_queryset(jobs, request, view=self)
+        folded = {} if unfolded or within else fold_rows(page)
+        plain = [job for job in page if job.pk not in folded]
+        shown = dict(zip((job.pk for job in plain), JobRowSerializer(
+            plain, many=True, context={"predictions": job_predictions(plain)}).data,
+            strict=True))
         return paginator.get_paginated_response(
-            JobSerializer(page, many=True, context={"predictions": job_predictions(page)}).data)
+            [folded.get(job.pk) or shown[job.pk] for job in page])
 
     @extend_schema(request=JobSubmitSerializer,
                    parameters=[OpenApiParameter(

@@ -313,11 +313,15 @@ class ApiClient:
 
     # -- jobs -------------------------------------------------------------------------------
 
-    def job_list(self, state: str | None = None, *, group: bool = False) -> list[dict]:
+    def job_list(self, state: str | None = None, *, group: bool = False,
+                 folded: bool = False) -> list[dict]:
         """Every job of the datacenter (with ``group``: of your group's members), newest
-        first, following the cursor pages."""
-        return self.pages("/api/v1/group/jobs/" if group else JOBS,
-                          {"limit": 500, **({"state": state} if state else {})})
+        first, following the cursor pages; with ``folded``, a sweep's trials as one row of
+        the sweep (``"kind": "sweep"``), as the job list shows them."""
+        params = {"limit": 500, **({"state": state} if state else {})}
+        if group:
+            return self.pages("/api/v1/group/jobs/", params)
+        return self.pages(JOBS, {**params, **({} if folded else {"unfolded": "true"})})
 
     def pages(self, path: str, params: dict) -> list[dict]:
         """Every row of a cursor-paged list, following ``next`` from the first page."""

@@ -23,6 +23,7 @@ from jobs.backends import backend_for
 from jobs.compare import MAX_JOBS
 from jobs.documents import to_yaml
 from jobs.files import log_file
+from jobs.folds import fold_rows
 from jobs.logs.lines import lines_tail
 from jobs.logs.source import log_archived_blocks
 from jobs.master import dispatch
@@ -101,22 +102,44 @@ def job_list(request, datacenter):
     if states is None:
         messages.error(request, f"unknown state filter {chosen!r}: showing all jobs")
         chosen, states = "all", []
-    jobs = services.job_list(request.user, datacenter, state=",".join(states), name=search)
+    sweep = request.GET.get("sweep", "").strip()  # its trials, each a job's row
+    jobs = services.job_rows(request.user, datacenter, state=",".join(states), name=search,
+                             within={"sweep": sweep} if sweep else None)
     # The page's ids first (from the index, however deep the page), then only those jobs with
     # what each row shows (the queue position is a subquery a row: not for the rows skipped).
     page = Paginator(jobs.values_list("pk", flat=True), PAGE_SIZE).get_page(
         request.GET.get("page"))
     now = timezone.now()
     page_jobs = list(jobs.filter(pk__in=list(page)))
-    predictions = job_predictions(page_jobs)  # one forecast for the page, not one a row
+    folded = {} if sweep else fold_rows(page_jobs)  # a sweep's row where its trials are
+    plain = [job for job in page_jobs if job.pk not in folded]
+    predictions = job_predictions(plain)  # one forecast for the page, not one a row
+    rows = []
+    for job in page_jobs:
+        if (row := folded.get(job.pk)) is not None:
+            created = parse_datetime(row["created_at"])
+            rows.append(({"created_at": created}, age(created, now), None,
+                         _sweep_end(row, now), row))
+        else:
+            rows.append((job, age(job.created_at, now), queue_position(job),
+                         prediction_shown(predictions.get(job.pk), now), None))
     return render(request, "dashboard/jobs/list.html", {
-        "page": page,
-        "rows": [(job, age(job.created_at, now), queue_position(job),
-                  prediction_shown(predictions.get(job.pk), now)) for job in page_jobs],
+        "page": page, "rows": rows, "sweep": sweep,
         "state": chosen, "states": states, "q": search, "max_compare": MAX_JOBS,
         "filters": [("all", "All"), ("active", "Active"), ("ended", "Ended")]
         + [(state, state.capitalize()) for state in JobState.values],
     })
+
+
+def _sweep_end(row: dict, now) -> str:
+    """When a sweep's row says it ends (``predicted_end``, from its trials' forecasts)."""
+    if row["state"] != "running":
+        return ""
+    end = row["predicted_end"]
+    if not end["at"]:
+        return f"end unknown: {end['unknown']}"
+    at = parse_datetime(end["at"])
+    return f"ends ~{at:%Y-%m-%d %H:%M} UTC (in {age(now, at)})"
 
 
 # -- submit -----------------------------------------------------------------------------------

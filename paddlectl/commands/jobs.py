@@ -32,7 +32,7 @@ from paddlecloud_core.spec import FIELDS
 from paddlecloud_core.status import FINAL_STATES
 from paddlectl.args import flag
 from paddlectl.commands.registry import registry_delete, registry_get
-from paddlectl.commands.sweeps import sweeps_folded, sweeps_get
+from paddlectl.commands.sweeps import sweep_row, sweeps_get
 from paddlectl.output import (
     AUDIT_COLUMNS,
     BUDGET_COLUMNS,
@@ -309,9 +309,9 @@ def _get_jobs(ctx, args) -> None:
         jobs = [ctx.client.job_get(name) for name in args.names]
         data = jobs[0] if len(jobs) == 1 else jobs
     else:
-        data = jobs = ctx.client.job_list(args.state)
-        if not args.state and not _machine_output(ctx):  # scripts get the jobs, as listed
-            jobs = sweeps_folded(ctx, jobs)
+        # a sweep's trials fold into one row of the sweep; scripts get every job
+        data = jobs = ctx.client.job_list(args.state, folded=not _machine_output(ctx))
+        jobs = [sweep_row(row) if row.get("kind") == "sweep" else row for row in jobs]
     if not jobs and not _machine_output(ctx):
         ctx.info(f"no jobs in datacenter {ctx.datacenter.name}")
         return

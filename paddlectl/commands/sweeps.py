@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from paddlecloud_client.errors import ApiError, UsageError
+from paddlecloud_client.errors import UsageError
 from paddlectl.output import Column
 
 PROGRESS = ("done", "running", "waiting", "stopped", "killed")
@@ -51,23 +51,12 @@ TRIAL_COLUMNS = [
 ]
 
 
-def sweeps_folded(ctx, jobs: list[dict]) -> list[dict]:
-    """``get jobs``'s rows with each sweep's trials folded into one row of the sweep (newest
-    first among the jobs): its state, and as its reason its progress and best so far."""
-    try:
-        sweeps = ctx.client.sweep_list()
-    except ApiError as exc:
-        if exc.status == 404:  # a portal without sweeps
-            return jobs
-        raise
-    trials = {t["job"] for sweep in sweeps for t in sweep["trials"]}
-    rows = [job for job in jobs if job["name"] not in trials]
-    rows += [{"name": sweep["name"], "state": f"sweep {sweep['state']}",
-              "created_at": sweep["created_at"], "finished_at": sweep["finished_at"],
-              "state_reason": "; ".join(filter(None, (
-                  f"{len(sweep['trials'])}/{sweep['trials_total']} trials: {_progress(sweep)}",
-                  _best(sweep) and f"best {_best(sweep)}")))} for sweep in sweeps]
-    return sorted(rows, key=lambda row: row.get("created_at") or "", reverse=True)
+def sweep_row(sweep: dict) -> dict:
+    """A sweep's row of the job list (the portal folds its trials into it) as ``get jobs``
+    shows it: its state, and as its reason its progress and best so far."""
+    return {**sweep, "state": f"sweep {sweep['state']}", "state_reason": "; ".join(filter(None, (
+        f"{len(sweep['trials'])}/{sweep['trials_total']} trials: {_progress(sweep)}",
+        _best(sweep) and f"best {_best(sweep)}")))}
 
 
 def setup_sweep(parser) -> None:

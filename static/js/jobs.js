@@ -1,5 +1,7 @@
 // The jobs list, live: rows change state in place, a new job that matches the filters
-// appears at the top (on the first page), a deleted one goes, and ages tick.
+// appears at the top (on the first page), a deleted one goes, and ages tick. A sweep's trials
+// are one row of the sweep (the socket's "row" messages refill it; its trials' own "job"
+// messages say "in" and add no row), except on the list of one sweep's trials (?sweep=NAME).
 "use strict";
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -15,9 +17,15 @@ document.addEventListener("DOMContentLoaded", () => {
   const search = table.dataset.q || "";
   const inserts = table.dataset.live === "insert";
 
-  const rowOf = (name) => body.querySelector(`tr[data-name="${CSS.escape(name)}"]`);
+  const sweep = table.dataset.sweep || "";
+  const sweepTemplate = document.getElementById("sweep-row");
+  const rowOf = (name, kind) => body.querySelector(kind
+    ? `tr[data-kind="${kind}"][data-name="${CSS.escape(name)}"]`
+    : `tr[data-name="${CSS.escape(name)}"]:not([data-kind])`);
   const matches = (job) =>
     (!states.length || states.includes(job.state)) && (!search || job.name.includes(search));
+  // A sweep's row is listed when one of its trials matches the filters (jobs.folds).
+  const rowMatches = (row) => row.trials.some((t) => t.job && matches({ name: t.job, state: t.state }));
 
   function fill(row, job) {
     row.dataset.name = job.name;
@@ -45,7 +53,80 @@ document.addEventListener("DOMContentLoaded", () => {
     row.classList.add("changed");
   }
 
-  function update(job) {
+  function fillSweep(row, sweep) {
+    row.dataset.name = sweep.name;
+    const link = row.querySelector('[data-field="link"]');
+    link.textContent = sweep.name;
+    link.href = `${table.dataset.sweepsUrl}#sweep-${sweep.name}`;
+    row.querySelector('[data-field="method"]').textContent = `sweep · ${sweep.method}`;
+    const state = row.querySelector('[data-field="state"]');
+    state.textContent = sweep.state;
+    state.className = `badge state-${sweep.state}`;
+    row.querySelector('[data-field="progress"]').textContent = sweep.progress_shown;
+    row.querySelector('[data-field="best"]').textContent =
+      sweep.best_shown || "no value reported yet";
+    const end = sweep.predicted_end || {};
+    row.querySelector('[data-field="end"]').textContent = sweep.state !== "running" ? ""
+      : end.at ? `ends ~${utc(end.at)} UTC` : `end unknown: ${end.unknown}`;
+    row.querySelector('[data-field="count"]').textContent =
+      `${sweep.trials.length}/${sweep.trials_total} trials`;
+    row.querySelector('[data-field="trials-link"]').href = `?sweep=${encodeURIComponent(sweep.name)}`;
+    const list = row.querySelector('[data-field="trial-list"]');
+    list.replaceChildren(...sweep.trials.filter((t) => t.job).map((trial) => {
+      const item = document.createElement("li");
+      item.dataset.trial = trial.job;
+      const a = document.createElement("a");
+      a.href = table.dataset.jobUrl.replace("__name__", encodeURIComponent(trial.job));
+      a.textContent = trial.job;
+      const badge = document.createElement("span");
+      badge.className = `badge state-${trial.state}`;
+      badge.textContent = trial.state;
+      const settings = document.createElement("span");
+      settings.className = "muted";
+      settings.textContent = Object.entries(trial.settings).map(([k, v]) => `${k}=${v}`).join(" ");
+      item.append(a, " ", badge, " ", settings);
+      if (trial.stopped_early) {
+        const why = document.createElement("div");
+        why.className = "reason muted";
+        why.textContent = trial.stopped_early;
+        item.append(why);
+      }
+      return item;
+    }));
+    for (const field of ["age", "created"]) {
+      const cell = row.querySelector(`[data-field="${field}"]`);
+      cell.dateTime = sweep.created_at;
+      cell.textContent = field === "age" ? age(sweep.created_at) : utc(sweep.created_at);
+    }
+  }
+
+  function updateSweep(sweep) {
+    let row = rowOf(sweep.name, "sweep");
+    if (row) {
+      const before = row.querySelector('[data-field="progress"]').textContent;
+      fillSweep(row, sweep);
+      if (before !== sweep.progress_shown) {
+        flash(row);
+        status.textContent = `sweep ${sweep.name}: ${sweep.progress_shown}`;
+      }
+    } else if (inserts && rowMatches(sweep)) {
+      row = sweepTemplate.content.firstElementChild.cloneNode(true);
+      fillSweep(row, sweep);
+      body.prepend(row);
+      flash(row);
+      shown();
+      status.textContent = `new sweep ${sweep.name}: ${sweep.progress_shown}`;
+    }
+  }
+
+  function shown() {
+    empty.hidden = true;
+    table.hidden = false;
+    document.getElementById("compare-form").hidden = false;
+  }
+
+  function update(job, folded) {
+    if (sweep ? folded?.name !== sweep : folded) return; // not a row of this list
     let row = rowOf(job.name);
     if (row) {
       const before = row.querySelector('[data-part="label"]').textContent;
@@ -59,9 +140,7 @@ document.addEventListener("DOMContentLoaded", () => {
       fill(row, job);
       body.prepend(row);
       flash(row);
-      empty.hidden = true;
-      table.hidden = false;
-      document.getElementById("compare-form").hidden = false;
+      shown();
       status.textContent = `new job ${job.name}: ${job.state}`;
     }
   }
@@ -77,7 +156,10 @@ document.addEventListener("DOMContentLoaded", () => {
 
   PC.live("/ws/jobs/", {
     onMessage(message) {
-      if (message.type === "job") update(message.job);
+      if (message.type === "job") update(message.job, message.in);
+      else if (message.type === "row" && message.row.kind === "sweep" && !sweep) {
+        updateSweep(message.row);
+      }
       else if (message.type === "job_deleted") remove(message.name);
       else if (message.type === "notification") status.textContent = message.text;
     },

@@ -197,3 +197,84 @@ def test_a_trial_worse_than_the_median_is_stopped_and_its_slot_refilled_at_once(
     assert (shown["progress"]["stopped"], shown["progress"]["killed"]) == (1, 1)
     assert shown["trials"][1]["stopped_early"] is None
     assert [t["job"] for t in shown["trials"]][-1] == "lr-5"
+
+
+JOBS = "/api/v1/jobs/"
+
+
+def listed(client, query: str = "") -> list[tuple[str, str]]:
+    answer = client.get(f"{JOBS}{query}")
+    assert answer.status_code == 200, answer.content
+    return [(row["kind"], row["name"]) for row in answer.json()["results"]]
+
+
+@pytest.mark.django_db
+def test_the_job_list_shows_a_sweep_as_one_row_with_its_trials_a_click_away(
+        token_client, package, held_tasks, alice, datacenter, assert_queries_flat):
+    quota_set(None, datacenter, alice, jobs=10)
+
+    def job(name: str) -> None:
+        answer = token_client.post(JOBS, {"name": name, "entry": "python train.py",
+                                          "package": package, "cpu": "1"}, format="json")
+        assert answer.status_code == 201, answer.content
+
+    job("before")
+    assert token_client.post(URL, sweep(package), format="json").status_code == 201
+    job("after")
+    job_kill(alice, datacenter, "lr-1")
+    sweep_advance(Sweep.objects.get().pk)  # lr-3 takes its slot: newer than "after"
+    assert Job.objects.filter(name="lr-3").exists()
+
+    # one row for the sweep, where its first trial is; a sweep's newer trial moves nothing
+    assert listed(token_client) == [("job", "after"), ("sweep", "lr"), ("job", "before")]
+    row = token_client.get(JOBS).json()["results"][1]
+    assert (row["state"], row["method"], row["trials_total"]) == ("running", "random", 4)
+    assert row["progress"] == {"done": 0, "running": 2, "waiting": 0, "stopped": 0,
+                               "killed": 1, "removed": 0, "to_submit": 1}
+    assert row["progress_shown"] == "0 done, 2 running, 0 waiting, 0 stopped, 1 killed, " \
+                                    "1 to submit"
+    assert [t["job"] for t in row["trials"]] == ["lr-1", "lr-2", "lr-3"]
+    assert row["predicted_end"]["unknown"].startswith("no trial has finished yet")
+    assert (row["url"], row["trials_url"]) == ("/api/v1/sweeps/lr/", "/api/v1/jobs/?sweep=lr")
+    assert "spec" not in row and "best" in row
+
+    # pages count the sweep once
+    names, query = [], "?limit=1"
+    while query:
+        page = token_client.get(f"{JOBS}{query}").json()
+        names += [row["name"] for row in page["results"]]
+        query = page["next"] and "?" + page["next"].split("?", 1)[1]
+    assert names == ["after", "lr", "before"]
+
+    # filters: a sweep is listed when one of its trials matches them
+    assert listed(token_client, "?state=killed") == [("sweep", "lr")]
+    assert listed(token_client, "?name=lr-") == [("sweep", "lr")]
+    assert listed(token_client, "?name=aft") == [("job", "after")]
+    assert listed(token_client, "?state=succeeded") == []
+
+    # its trials, as jobs' rows; every job, unfolded
+    assert listed(token_client, "?sweep=lr") == [("job", "lr-3"), ("job", "lr-2"),
+                                                 ("job", "lr-1")]
+    assert listed(token_client, "?sweep=lr&state=killed") == [("job", "lr-1")]
+    assert [name for _, name in listed(token_client, "?unfolded=true")] == [
+        "lr-3", "after", "lr-2", "lr-1", "before"]
+    missing = token_client.get(f"{JOBS}?sweep=nothing")
+    assert missing.status_code == 404 and "no sweep named 'nothing'" in missing.json()["message"]
+    assert token_client.get(f"{JOBS}?unfolded=maybe").status_code == 400
+
+    # the rows of more sweeps take no more queries (trials wait in both lists: alice's quota
+    # is full; the forecast, kept while no job moves, is made before each count)
+    quota_set(None, datacenter, alice, jobs=4)
+
+    def more(*names) -> None:
+        for name in names:
+            answer = token_client.post(URL, sweep(package, name=name), format="json")
+            assert answer.status_code == 201, answer.content
+        token_client.get(JOBS)
+
+    more("b")
+    _, large = assert_queries_flat(lambda: token_client.get(JOBS), lambda: more("c", "d"))
+    assert [(r["kind"], r["name"]) for r in large.json()["results"]] == [
+        ("sweep", "d"), ("sweep", "c"), ("sweep", "b"), ("job", "after"), ("sweep", "lr"),
+        ("job", "before")]
+    assert large.json()["results"][0]["progress"]["waiting"] == 2
