@@ -100,49 +100,40 @@ document.addEventListener("DOMContentLoaded", () => {
     }
   }
 
-  function updateSweep(sweep) {
-    let row = rowOf(sweep.name, "sweep");
+  // Refill a row, or add one at the top (on the first page) when it matches the filters
+  // (``template`` is then its <template>), and say what changed: ``shownBy(row)``'s text.
+  function show(row, template, fillRow, shownBy, said) {
     if (row) {
-      const before = row.querySelector('[data-field="progress"]').textContent;
-      fillSweep(row, sweep);
-      if (before !== sweep.progress_shown) {
+      const before = shownBy(row);
+      fillRow(row);
+      if (before !== shownBy(row)) {
         flash(row);
-        status.textContent = `sweep ${sweep.name}: ${sweep.progress_shown}`;
+        status.textContent = said(false);
       }
-    } else if (inserts && rowMatches(sweep)) {
-      row = sweepTemplate.content.firstElementChild.cloneNode(true);
-      fillSweep(row, sweep);
+    } else if (inserts && template) {
+      row = template.content.firstElementChild.cloneNode(true);
+      fillRow(row);
       body.prepend(row);
       flash(row);
-      shown();
-      status.textContent = `new sweep ${sweep.name}: ${sweep.progress_shown}`;
+      empty.hidden = true;
+      table.hidden = false;
+      document.getElementById("compare-form").hidden = false;
+      status.textContent = said(true);
     }
   }
 
-  function shown() {
-    empty.hidden = true;
-    table.hidden = false;
-    document.getElementById("compare-form").hidden = false;
+  function updateSweep(sweep) {
+    show(rowOf(sweep.name, "sweep"), rowMatches(sweep) && sweepTemplate,
+      (row) => fillSweep(row, sweep),
+      (row) => row.querySelector('[data-field="progress"]').textContent,
+      (added) => `${added ? "new " : ""}sweep ${sweep.name}: ${sweep.progress_shown}`);
   }
 
   function update(job, folded) {
     if (sweep ? folded?.name !== sweep : folded) return; // not a row of this list
-    let row = rowOf(job.name);
-    if (row) {
-      const before = row.querySelector('[data-part="label"]').textContent;
-      fill(row, job);
-      if (before !== job.state) {
-        flash(row);
-        status.textContent = `${job.name} is ${job.state}`;
-      }
-    } else if (inserts && matches(job)) {
-      row = template.content.firstElementChild.cloneNode(true);
-      fill(row, job);
-      body.prepend(row);
-      flash(row);
-      shown();
-      status.textContent = `new job ${job.name}: ${job.state}`;
-    }
+    show(rowOf(job.name), matches(job) && template, (row) => fill(row, job),
+      (row) => row.querySelector('[data-part="label"]').textContent,
+      (added) => (added ? `new job ${job.name}: ${job.state}` : `${job.name} is ${job.state}`));
   }
 
   function remove(name) {
