@@ -346,6 +346,39 @@ async def test_the_job_list_hears_of_the_users_jobs_only(app, alice, make_user, 
     await socket.disconnect()
 
 
+async def test_the_job_list_hears_of_a_sweeps_trial_as_the_sweeps_row(app, alice, datacenter,
+                                                                      package, held_tasks):
+    """A trial that changes comes as its job, saying which row it is folded into, then as that
+    row: the sweep with its progress (``jobs.folds``); a job of no sweep says none."""
+    from experiments.services import sweep_submit
+    from jobs.services import job_kill
+
+    socket = await connect(app, "/ws/jobs/", alice)
+    job = await sync_to_async(make_job)(alice, datacenter, state=JobState.STARTING)
+    await sync_to_async(in_a_worker_thread)(job_transition, job, JobState.RUNNING)
+    plain = await receive(socket)
+    assert (plain["type"], plain["job"]["name"], "in" in plain) == ("job", "train", False)
+    await sync_to_async(in_a_worker_thread)(sweep_submit, alice, datacenter, {
+        "name": "lr", "parallel": 2, "job": {"entry": "python train.py", "package": package},
+        "space": {"env.LR": [0.1, 0.01, 0.001]}})
+    for _ in range(3):  # its first trials, then the sweep's row
+        submitted = await receive(socket)
+        assert submitted["type"] == "row" or submitted["in"]["name"] == "lr", submitted
+
+    await sync_to_async(in_a_worker_thread)(job_kill, alice, datacenter, "lr-1")
+    trial, row = await receive(socket), await receive(socket)
+    assert (trial["type"], trial["job"]["name"], trial["job"]["state"]) == (
+        "job", "lr-1", "killed")
+    assert trial["in"] == {"kind": "sweep", "name": "lr"}
+    assert (row["type"], row["row"]["kind"], row["row"]["name"]) == ("row", "sweep", "lr")
+    # (lr-2 waits: "train" holds one of alice's two places)
+    assert row["row"]["progress_shown"] == ("0 done, 0 running, 1 waiting, 0 stopped, "
+                                            "1 killed, 1 to submit")
+    assert [t["counted"] for t in row["row"]["trials"]] == ["killed", "waiting"]
+    assert await socket.receive_nothing(timeout=0.3)
+    await socket.disconnect()
+
+
 @pytest.mark.parametrize("layer", ["redis"], indirect=True)
 async def test_an_idle_socket_stays_open(app, alice, datacenter):
     """Nothing happens for longer than channels-redis's blocking read (5 s); then a change
