@@ -79,6 +79,15 @@ class Parsed:
     def values(self) -> int:
         return sum(len(column.value) for column in self.columns.values())
 
+    def fork(self) -> Parsed:
+        """A copy to read on into: the columns already handed out are never changed (a
+        request may still be reading them)."""
+        columns = {name: Column(array("d", c.step), array("d", c.time), array("d", c.value),
+                                c.final, c.final_step, c.low, c.low_step, c.high, c.high_step)
+                   for name, c in self.columns.items()}
+        return Parsed(columns, self.records, Cursor(self.cursor.line, self.cursor.offset),
+                      self.identity, self.check)
+
 
 class MetricsCache:
     """Parsed metrics files, the least recently used dropped beyond ``limit`` values."""
@@ -107,6 +116,8 @@ class MetricsCache:
             if parsed is None or not _grown(parsed, identity, f.fileno()):
                 parsed = Parsed()
             if parsed.identity != identity:
+                if parsed.records:
+                    parsed = parsed.fork()
                 _parse_on(file, parsed, records)
                 parsed.identity = identity
                 start = max(0, parsed.cursor.offset - CHECK)
@@ -131,7 +142,7 @@ class MetricsCache:
         """The metric values held."""
         return self._held
 
-    def keys(self) -> list[tuple]:
+    def files(self) -> list[tuple]:
         """The files held, the least recently used first."""
         with self._lock:
             return list(self._files)

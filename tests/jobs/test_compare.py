@@ -236,6 +236,7 @@ def test_a_growing_file_is_parsed_from_where_it_stopped_and_a_rewritten_one_agai
     assert list(columns["loss"].step) == [0, 1, 2, 3, 4, 5, 6]
     assert list(columns["loss"].value) == [10.0, 9.0, 8.0, 7.0, 6.0, 1.5, 0.5]
     assert (columns["loss"].high, columns["acc"].final) == (10.0, 0.9)
+    assert len(loss.value) == 5  # what an earlier request holds does not change under it
 
     # Rewritten (shorter): parsed from the start.
     path.write_text(json.dumps({"step": 0, "loss": 3.0}) + "\n")
@@ -260,10 +261,10 @@ def test_the_cache_holds_at_most_its_limit_of_values_dropping_the_oldest(tmp_pat
     for file in files:
         cache.columns(file, 100)
     assert cache.held() == 20  # a's 10 dropped for c's
-    assert [key[1] for key in cache.keys()] == [("b.jsonl",), ("c.jsonl",)]
+    assert [key[1] for key in cache.files()] == [("b.jsonl",), ("c.jsonl",)]
     cache.columns(files[1], 100)  # b used again: c is now the oldest
     cache.columns(files[0], 100)
-    assert [key[1] for key in cache.keys()] == [("b.jsonl",), ("a.jsonl",)]
+    assert [key[1] for key in cache.files()] == [("b.jsonl",), ("a.jsonl",)]
     # one file bigger than the whole cache is read, not kept
     big = tmp_path / "big.jsonl"
     big.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(30)))
