@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from .files import JobFile
 from .logs.lines import Cursor, lines_read
-from .metrics import metric_records
+from .metrics import AT_ONCE, metric_records
 
 CACHE_VALUES = 2_000_000  # metric values kept over all files
 BATCH = 100_000  # lines parsed at a time (lines_read reads at most 1 MiB of them)
@@ -173,19 +173,21 @@ def _parse_on(file: JobFile, parsed: Parsed, records: int) -> None:
         batch = lines_read(file, mark, limit=BATCH)
         if not batch:
             return
-        found = metric_records(first, batch)
-        # Past the last record wanted, nothing more is read of this file (nor parsed again).
-        found = found[:records - parsed.records]
         columns = parsed.columns
-        for record in found:
-            step, moment = record["step"], record["time"]
-            for name, value in record["metrics"].items():
-                if value is not None:
-                    column = columns.get(name)
-                    if column is None:
-                        column = columns[name] = Column()
-                    column.add(step, moment, value)
-        parsed.records += len(found)
+        for start in range(0, len(batch), AT_ONCE):  # few records alive at a time
+            found = metric_records(first + start, batch[start:start + AT_ONCE])
+            # Past the last record wanted, nothing more is read of this file (nor parsed
+            # again).
+            found = found[:records - parsed.records]
+            for record in found:
+                step, moment = record["step"], record["time"]
+                for name, value in record["metrics"].items():
+                    if value is not None:
+                        column = columns.get(name)
+                        if column is None:
+                            column = columns[name] = Column()
+                        column.add(step, moment, value)
+            parsed.records += len(found)
         parsed.cursor = mark
 
 
