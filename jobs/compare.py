@@ -85,6 +85,7 @@ def compare_jobs(user, datacenter, names: list[str]) -> list[Job]:
     """The user's jobs named ``names`` in this order; the first that is not theirs is not
     found, with the words ``jobs.services.job_get`` uses."""
     found = {job.name: job for job in Job.objects.select_related("datacenter", "registry")
+             .prefetch_related("replicas")
              .filter(owner=user, datacenter=datacenter, name__in=names)}
     for name in names:
         if name not in found:
@@ -99,10 +100,12 @@ def goal(metric: str) -> str:
 
 
 def _columns(job) -> dict[str, Column]:
-    trainer = (job.replicas.filter(role=Replica.Role.TRAINER).order_by("index").first()
-               or job.replicas.order_by("role", "index").first())
-    if trainer is None:
+    """Trainer 0's metrics (else the first replica's), from ``compare_jobs``' replicas."""
+    replicas = sorted(job.replicas.all(), key=lambda r: (r.role != Replica.Role.TRAINER,
+                                                         r.role, r.index))
+    if not replicas:
         return {}
+    trainer = replicas[0]
     try:
         return metrics_columns(metrics_file(job, trainer), MAX_RECORDS)
     except (PaddleCloudError, OSError):  # not readable as a job's file (a link), or gone

@@ -39,14 +39,15 @@ def smoothed(values: Sequence[float], weight: float) -> list[float]:
 
 def _bucket_of(xs: Sequence[float], count: int):
     """The function giving a point's bucket (0 … ``count`` - 1) from its x: ``count`` equal
-    widths of x's range, the highest x in the last one. One bucket when x never changes."""
+    widths of x's range, the highest x in the last one. One bucket when x never changes. And
+    where bucket b begins, about (None with one bucket)."""
     lo, hi = min(xs), max(xs)
     span = hi - lo
     if not span or not math.isfinite(span):
-        return lambda x: 0
+        return (lambda x: 0), None
     scale = count / span
     last = count - 1
-    return lambda x: min(last, int((x - lo) * scale))
+    return (lambda x: min(last, int((x - lo) * scale))), (lambda b: lo + b / scale)
 
 
 def buckets(xs: Sequence[float], count: int) -> list[int]:
@@ -54,7 +55,7 @@ def buckets(xs: Sequence[float], count: int) -> list[int]:
     in the last)."""
     if not xs:
         return []
-    bucket = _bucket_of(xs, count)
+    bucket = _bucket_of(xs, count)[0]
     return [bucket(x) for x in xs]
 
 
@@ -72,13 +73,19 @@ def thinned(xs: Sequence[float], ys: Sequence[float], limit: int) -> list[int]:
     if n <= limit:
         return list(range(n))
     count = max(1, limit // KEPT)
-    bucket = _bucket_of(xs, count)
+    bucket, edge = _bucket_of(xs, count)
     kept: set[int] = set()
     if all(a <= b for a, b in pairwise(xs)):
-        # x grows: each bucket is a run of points, found by bisection and scanned in C.
+        # x grows: each bucket is a run of points, found by bisection (on where the next one
+        # begins, then set right by a point or two as ``bucket`` rounds) and scanned in C.
         start = 0
         while start < n:
-            end = bisect_left(xs, bucket(xs[start]) + 1, start, key=bucket)
+            b = bucket(xs[start])
+            end = n if edge is None or b == count - 1 else bisect_left(xs, edge(b + 1), start)
+            while end > start and bucket(xs[end - 1]) > b:
+                end -= 1
+            while end < n and bucket(xs[end]) <= b:
+                end += 1
             run = ys[start:end]
             low, high = min(run), max(run)
             kept.update((start, start + run.index(low), start + run.index(high), end - 1))
