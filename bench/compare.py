@@ -137,6 +137,10 @@ def measure(portal: ComparePortal, chromium: str, rounds: int) -> dict:
                 canvas.wait_for(timeout=TIMEOUT_MS)
                 # The first round's portal has parsed no file yet; the others' has them all.
                 (first if number == 0 else loads).append(time.monotonic() - started)
+                timing = page.evaluate(
+                    "() => { const n = performance.getEntriesByType('navigation')[0];"
+                    " return [n.responseStart, n.responseEnd, n.domContentLoadedEventEnd]"
+                    ".map((t) => (t / 1000).toFixed(2)).join(' / '); }")
                 points = int(canvas.get_attribute("data-points"))
                 if points != portal.jobs * portal.points:
                     raise BenchError(f"the canvas drew {points} points, not "
@@ -157,7 +161,8 @@ def measure(portal: ComparePortal, chromium: str, rounds: int) -> dict:
                     raise BenchError(f"GET {url}: {answer.status}")
                 size = len(answer.body())
                 log(f"round {number + 1}: drawn in {(first + loads)[-1]:.2f} s "
-                    f"({'every file parsed' if number == 0 else 'files cached'}), "
+                    f"({'every file parsed' if number == 0 else 'files cached'}; first "
+                    f"byte / last byte / scripts run at {timing} s), "
                     f"smoothing and log in {changes[-1]:.2f} s (the draw "
                     f"{draws[-1] * 1000:.0f} ms), page served again in {served[-1]:.2f} s "
                     f"({size} bytes); {points} points, {sent} sent, "
