@@ -52,18 +52,18 @@ class Column:
     high: int | float = 0
     high_step: int = 0
 
-    def add(self, step: int, moment: float | None, value: int | float) -> None:
-        if not self.value:
-            self.low = self.high = value
-            self.low_step = self.high_step = step
-        elif value < self.low:
-            self.low, self.low_step = value, step
-        elif value > self.high:
-            self.high, self.high_step = value, step
-        self.final, self.final_step = value, step
-        self.step.append(float(step))
-        self.time.append(NO_TIME if moment is None else moment)
-        self.value.append(float(value))
+    def extend(self, steps: list[int], times: list[float], values: list[int | float]) -> None:
+        """Add points (at least one), the figures kept with them: the earliest lowest and
+        highest stay unless these go beyond them."""
+        low, high = min(values), max(values)
+        if not self.value or low < self.low:
+            self.low, self.low_step = low, steps[values.index(low)]
+        if not self.value or high > self.high:
+            self.high, self.high_step = high, steps[values.index(high)]
+        self.final, self.final_step = values[-1], steps[-1]
+        self.step.extend(map(float, steps))
+        self.time.extend(times)
+        self.value.extend(map(float, values))
 
 
 @dataclass
@@ -179,14 +179,22 @@ def _parse_on(file: JobFile, parsed: Parsed, records: int) -> None:
             # Past the last record wanted, nothing more is read of this file (nor parsed
             # again).
             found = found[:records - parsed.records]
+            points: dict[str, tuple[list, list, list]] = {}  # by metric: steps, times, values
             for record in found:
                 step, moment = record["step"], record["time"]
+                if moment is None:
+                    moment = NO_TIME
                 for name, value in record["metrics"].items():
                     if value is not None:
-                        column = columns.get(name)
-                        if column is None:
-                            column = columns[name] = Column()
-                        column.add(step, moment, value)
+                        if (lists := points.get(name)) is None:
+                            lists = points[name] = ([], [], [])
+                        lists[0].append(step)
+                        lists[1].append(moment)
+                        lists[2].append(value)
+            for name, lists in points.items():
+                if (column := columns.get(name)) is None:
+                    column = columns[name] = Column()
+                column.extend(*lists)
             parsed.records += len(found)
         parsed.cursor = mark
 

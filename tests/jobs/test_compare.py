@@ -231,11 +231,13 @@ def test_a_growing_file_is_parsed_from_where_it_stopped_and_a_rewritten_one_agai
     with path.open("r+") as f:
         f.write('{"step": 0, "loss": 99.0}')
     with path.open("a") as f:
-        f.write('ss": 1.5}\n' + json.dumps({"step": 6, "loss": 0.5, "acc": 0.9}) + "\n")
+        f.write('ss": 1.5}\n' + json.dumps({"step": 6, "loss": 0.5, "acc": 0.9, "epoch": 2})
+                + "\n")
     columns = cache.columns(file, 100)
     assert list(columns["loss"].step) == [0, 1, 2, 3, 4, 5, 6]
     assert list(columns["loss"].value) == [10.0, 9.0, 8.0, 7.0, 6.0, 1.5, 0.5]
     assert (columns["loss"].high, columns["acc"].final) == (10.0, 0.9)
+    assert repr(columns["epoch"].final) == "2"  # the table's figures as reported, not floats
     assert len(loss.value) == 5  # what an earlier request holds does not change under it
 
     # Rewritten (shorter): parsed from the start.
