@@ -39,18 +39,16 @@ from __future__ import annotations
 import math
 import re
 
-from kernel.errors import NotFoundError, PaddleCloudError, ValidationError
+from kernel.errors import NotFoundError, ValidationError
 from paddlecloud_core.contract import env_secret
 from paddlecloud_core.spec import FIELDS
 
 from .curves import KEPT, compact, smoothed, thinned
-from .files import metrics_file
-from .metrics_cache import Column, metrics_columns
-from .models import Job, Replica
+from .metrics_cache import MAX_RECORDS, Column, job_columns
+from .models import Job
 from .serializers import JobSerializer
 
 MAX_JOBS = 20
-MAX_RECORDS = 100_000  # of one job's metrics read for a comparison
 JOBS_RULE = f"1 to {MAX_JOBS} of your jobs' names, comma-separated"
 HIDDEN = "(hidden)"  # a secret-looking variable's value, in the diff
 # Metrics whose best value is their lowest (a loss, an error); every other is best highest
@@ -97,19 +95,6 @@ def compare_jobs(user, datacenter, names: list[str]) -> list[Job]:
 def goal(metric: str) -> str:
     """``min`` when a metric's best value is its lowest, else ``max``."""
     return "min" if LOWER_IS_BETTER.search(metric) else "max"
-
-
-def _columns(job) -> dict[str, Column]:
-    """Trainer 0's metrics (else the first replica's), from ``compare_jobs``' replicas."""
-    replicas = sorted(job.replicas.all(), key=lambda r: (r.role != Replica.Role.TRAINER,
-                                                         r.role, r.index))
-    if not replicas:
-        return {}
-    trainer = replicas[0]
-    try:
-        return metrics_columns(metrics_file(job, trainer), MAX_RECORDS)
-    except (PaddleCloudError, OSError):  # not readable as a job's file (a link), or gone
-        return {}
 
 
 def _table(name: str, columns: dict[str, Column]) -> list[dict]:
@@ -217,7 +202,7 @@ def jobs_compare(user, datacenter, given, metric: str | None = None, *,
     or, with ``default``, for the one shown first (``DEFAULT_METRIC`` if reported, else the
     first by name): the page draws it without asking again."""
     jobs = compare_jobs(user, datacenter, compare_names(given))
-    columns = {job.name: _columns(job) for job in jobs}
+    columns = {job.name: job_columns(job) for job in jobs}
     table = [row for job in jobs for row in _table(job.name, columns[job.name])]
     metrics = sorted({row["metric"] for row in table})
     if not metric and default and metrics:

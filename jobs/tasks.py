@@ -33,7 +33,7 @@ from scheduling.budgets import budget_overruns
 from scheduling.capacity import capacity_refresh
 from scheduling.preemption import preemptions_due
 
-from . import engine, starts, sync
+from . import engine, metrics_cache, starts, sync
 from .backends import backend_for
 from .backends.base import BackendError
 from .backends.local import LOCAL
@@ -133,8 +133,17 @@ def job_stop(job_id: int) -> None:
 @shared_task(name="jobs.tasks.job_remains_remove", acks_late=True)
 def job_remains_remove(remains: dict) -> None:
     """Stop what still runs of a deleted job and remove what its backend keeps for it
-    (queued by ``services.job_remove``; ``remains`` is ``engine.job_remains``)."""
+    (queued by ``services.job_remove``; ``remains`` is ``engine.job_remains``), and its parsed
+    metrics (``metrics_cache``)."""
+    metrics_cache.metrics_forget(remains["uid"])
     engine.job_remains_remove(remains)
+
+
+@shared_task(name="jobs.tasks.job_metrics_keep", acks_late=True)
+def job_metrics_keep(job_id: int) -> None:
+    """An ended job's metrics parsed into its sidecar, so comparing it parses nothing
+    (queued by ``metrics_cache.job_ended_keep``)."""
+    metrics_cache.job_metrics_keep(job_id)
 
 
 class Lease:
