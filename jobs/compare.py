@@ -12,11 +12,12 @@ and the digest of the environment its requirements were installed into. A regist
 appears by its name only (the API never holds its password).
 
 The metrics are trainer 0's (what ``paddlecloud_sdk.report`` wrote, ``jobs.metrics``), at most
-``MAX_RECORDS`` records a job, parsed once per file and kept while it is unchanged
-(``jobs.metrics_cache``). The table's final and best values are exact, from every point. A
-curve is sent thinned (``jobs.curves``): at most ``max_points`` points a job (the page asks
-for twice its chart's width in pixels), in each bucket of x its first, lowest, highest and
-last point, so that it draws as the whole curve would. Thinning depends on what is drawn,
+``MAX_RECORDS`` records a job, parsed once per file and kept while it is unchanged, in memory
+and on disk (``jobs.metrics_cache``: a worker parses a job's when it ends). The table's
+final and best values are exact, from every point. A curve is sent thinned
+(``jobs.curves``): at most ``max_points`` points a job (the page asks for twice its chart's
+width in pixels), in each bucket of x its first, lowest, highest and last point, so that it
+draws as the whole curve would. Thinning depends on what is drawn,
 so it is done for what the client asks:
 
 - along ``x`` (step, or time): a bucket is a slice of that axis, and time can have gaps and

@@ -16,7 +16,8 @@ about 48 MB), the least recently used files dropped first; a file bigger than th
 but not kept. Each process has its own (the portal's ASGI workers), guarded by a lock.
 
 Behind it, on disk, each job's parse is kept too (``Sidecar``): one file per job in the
-portal's own ``var/cache/metrics/`` (never in the user's home, where they could write one),
+portal's own ``PADDLECLOUD_METRICS_CACHE_DIR`` (``var/cache/metrics/``; never in the user's
+home, where they could write one),
 shared by every process of the portal and surviving restarts. A job that ends has its parse
 written there by a worker (``job_ended_keep``, the task ``jobs.tasks.job_metrics_keep``), so
 the first comparison of finished jobs parses nothing; a running job's is written by the
@@ -38,6 +39,7 @@ import struct
 import sys
 import tempfile
 import threading
+import time
 import zlib
 from array import array
 from collections import OrderedDict
@@ -61,6 +63,7 @@ CACHE_VALUES = 2_000_000  # metric values kept over all files
 BATCH = 100_000  # lines parsed at a time (lines_read reads at most 1 MiB of them)
 CHECK = 64  # bytes before the stopping point compared, to tell a file that grew
 NO_TIME = math.nan  # a point without a time, in a column of times
+LEFT_HALF_WRITTEN_S = 3600  # a sidecar's temporary file older than this was left by a crash
 
 
 @dataclass
@@ -334,8 +337,9 @@ class Sidecar:
 
 
 def sidecar_dir() -> Path:
-    """Where the parsed metrics are kept: the portal's own var/, never a user's home."""
-    return Path(settings.VAR_DIR) / "cache" / "metrics"
+    """Where the parsed metrics are kept: the portal's own (``var/cache/metrics`` unless
+    configured), never a user's home."""
+    return Path(settings.PADDLECLOUD_METRICS_CACHE_DIR)
 
 
 CACHE = MetricsCache()
@@ -384,3 +388,26 @@ def job_metrics_keep(job_id: int) -> None:
 def metrics_forget(job_uid) -> None:
     """A deleted job's sidecar removed."""
     Sidecar.of(job_uid).path.unlink(missing_ok=True)
+
+
+def sidecars_sweep(known) -> int:
+    """The reconciler's: the sidecars of jobs the database no longer knows (``known`` tells
+    which of some uids it does) removed — a deletion whose task was lost, a request that kept
+    a parse as its job was deleted — and temporary files a crash left half written. How many
+    were removed."""
+    directory = sidecar_dir()
+    if not directory.is_dir():
+        return 0
+    kept = {path.stem: path for path in directory.glob("*.metrics")}
+    gone = [kept[uid] for uid in set(kept) - known(set(kept))]
+    gone += [path for path in directory.glob(".*.tmp") if _age(path) > LEFT_HALF_WRITTEN_S]
+    for path in gone:
+        path.unlink(missing_ok=True)
+    return len(gone)
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except FileNotFoundError:  # renamed into place meanwhile
+        return 0.0

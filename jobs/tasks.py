@@ -242,7 +242,8 @@ def _budgets_enforce(now) -> int:
 
 def _reconcile() -> dict[str, int]:
     counts = {"admitted": 0, "restarted": 0, "synced": 0, "expired": 0, "orphans": 0,
-              "unfit": 0, "capacity": 0, "budget": 0, "resumed": 0, "preempted": 0}
+              "unfit": 0, "capacity": 0, "budget": 0, "resumed": 0, "preempted": 0,
+              "sidecars": 0}
     now = timezone.now()
     # A cluster upgraded (or rolled back) since: asked again, so jobs started there meet
     # what it is now; one it cannot run on is logged here and fails the jobs that try.
@@ -289,6 +290,8 @@ def _reconcile() -> dict[str, int]:
     for backend, datacenters in on_backend.items():
         counts["orphans"] += backend.orphans_stop(datacenters, jobs_known,
                                                   engine.STOP_GRACE_SECONDS)
+    # Parsed metrics of jobs deleted while no worker removed them (metrics_cache).
+    counts["sidecars"] = metrics_cache.sidecars_sweep(jobs_known)
     for job in Job.objects.filter(state__in=FINAL_JOB_STATES,
                                   ttl_seconds_after_finished__isnull=False,
                                   finished_at__lt=_ttl_cutoff(now)

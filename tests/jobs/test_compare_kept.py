@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 from django.db import transaction
 
-from jobs.metrics_cache import CACHE, MetricsCache, Sidecar
+from jobs.metrics_cache import CACHE, MetricsCache, Sidecar, job_columns
 from jobs.models import Job
 from jobs.services import job_delete
 from jobs.transitions import job_transition
@@ -128,7 +128,7 @@ def test_a_worker_keeps_an_ended_jobs_metrics_and_they_go_with_the_job(
         job_transition(job, "succeeded", "the trainers succeeded")
     wait(sidecar.path.exists, message="no sidecar written for the ended job")
     # In the portal's var/, not in the user's home, where they could write one.
-    assert sidecar.path.is_relative_to(settings.VAR_DIR)
+    assert sidecar.path.is_relative_to(settings.VAR_DIR / "cache" / "metrics")
     assert not sidecar.path.is_relative_to(pfs_home)
     assert sidecar.path.parent.stat().st_mode & 0o077 == 0
 
@@ -145,3 +145,23 @@ def test_a_worker_keeps_an_ended_jobs_metrics_and_they_go_with_the_job(
     assert not Job.objects.filter(pk=job.pk).exists()
     wait(lambda: not sidecar.path.exists(), message="the deleted job's sidecar is still there")
     assert path.exists()  # its output stays in the user's home
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_reconciler_removes_what_was_kept_of_jobs_deleted_while_no_worker_did(
+        alice, datacenter, pfs_home, held_tasks):
+    from jobs.tasks import jobs_reconcile
+
+    kept, lost = (job_row(alice, datacenter, name, replicas={}, state="succeeded")
+                  for name in ("kept", "lost"))
+    for job in (kept, lost):
+        path = metrics_path(job, job.replicas.get(role="trainer", index=0))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(lines(0, 5))
+        job_columns(job)  # compared once: kept
+        assert Sidecar.of(job.uid).path.exists()
+    Job.objects.filter(pk=lost.pk).delete()  # its removal's task lost
+
+    assert jobs_reconcile()["sidecars"] == 1
+    assert Sidecar.of(kept.uid).path.exists()
+    assert not Sidecar.of(lost.uid).path.exists()
