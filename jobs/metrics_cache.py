@@ -17,8 +17,8 @@ but not kept. Each process has its own (the portal's ASGI workers), guarded by a
 
 Behind it, on disk, each job's parse is kept too (``Sidecar``): one file per job in the
 portal's own ``PADDLECLOUD_METRICS_CACHE_DIR`` (``var/cache/metrics/``; never in the user's
-home, where they could write one),
-shared by every process of the portal and surviving restarts. A job that ends has its parse
+home, where they could write one), shared by every process of the portal and surviving
+restarts. A job that ends has its parse
 written there by a worker (``job_ended_keep``, the task ``jobs.tasks.job_metrics_keep``), so
 the first comparison of finished jobs parses nothing; a running job's is written by the
 request that parsed it. A parse read from disk is checked as one in memory is (the same inode,
@@ -302,8 +302,11 @@ class Sidecar:
         if offset != len(body):
             raise ValueError("longer than it says")
         line, byte = meta["cursor"]
-        return Parsed(columns, int(meta["records"]), Cursor(int(line), int(byte)),
-                      tuple(meta["identity"]), bytes.fromhex(meta["check"]))
+        identity = tuple(meta["identity"])
+        if len(identity) != 4 or not all(type(x) is int for x in identity):
+            raise ValueError("its file's identity is not one")
+        return Parsed(columns, int(meta["records"]), Cursor(int(line), int(byte)), identity,
+                      bytes.fromhex(meta["check"]))
 
     def store(self, key: tuple, parsed: Parsed) -> None:
         """Keep ``parsed`` (of the file ``key``): written whole, then renamed over the last.
