@@ -2,7 +2,7 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from .signals import replicas_changed, runs_restarted
+from .signals import job_ended, replicas_changed, runs_restarted
 
 
 class JobsConfig(AppConfig):
@@ -32,6 +32,10 @@ class JobsConfig(AppConfig):
         from .resumes import runs_lost
 
         runs_restarted.connect(runs_lost, dispatch_uid="jobs.runs_lost")
+        # An ended job's metrics parsed for comparing it, by a worker (issue 39).
+        from .metrics_cache import job_ended_keep
+
+        job_ended.connect(job_ended_keep, dispatch_uid="jobs.job_ended_keep")
         # The jobs by state and the queues, counted when Prometheus scrapes (once a process).
         from .collector import collector_register
 

@@ -12,25 +12,44 @@ and the digest of the environment its requirements were installed into. A regist
 appears by its name only (the API never holds its password).
 
 The metrics are trainer 0's (what ``paddlecloud_sdk.report`` wrote, ``jobs.metrics``), at most
-``MAX_RECORDS`` records a job; the curves are sent whole (compact arrays), and the page thins
-them per pixel column as it draws.
+``MAX_RECORDS`` records a job, parsed once per file and kept while it is unchanged, in memory
+and on disk (``jobs.metrics_cache``: a worker parses a job's when it ends). The table's
+final and best values are exact, from every point. A curve is sent thinned
+(``jobs.curves``): at most ``max_points`` points a job (the page asks for twice its chart's
+width in pixels), in each bucket of x its first, lowest, highest and last point, so that it
+draws as the whole curve would. Thinning depends on what is drawn,
+so it is done for what the client asks:
+
+- along ``x`` (step, or time): a bucket is a slice of that axis, and time can have gaps and
+  bursts that step has not (a run paused, then resumed), so thinning along step and drawing
+  along time would lose detail where time is sparse. Along time, the points without a time
+  are left out, as they cannot be drawn there.
+- with ``smoothing``: the moving average is taken over every point, here, before thinning.
+  Averaging the thinned points instead would be wrong: they are a bucket's extremes, not a
+  sample, and far fewer, so the same weight would reach much further back and towards the
+  spikes. The smoothed curve is sent beside the raw one, at the same points: each bucket's
+  first and last are among them, so it is known at least every bucket, and it varies little
+  inside one.
+
+A log scale needs nothing here: every bucket's lowest is kept, so whether all values are
+above 0 is the same question on the thinned curve.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
-from kernel.errors import NotFoundError, PaddleCloudError, ValidationError
+from kernel.errors import NotFoundError, ValidationError
 from paddlecloud_core.contract import env_secret
 from paddlecloud_core.spec import FIELDS
 
-from .files import metrics_file
-from .metrics import metrics_read
-from .models import Job, Replica
+from .curves import KEPT, compact, smoothed, thinned
+from .metrics_cache import MAX_RECORDS, Column, job_columns
+from .models import Job
 from .serializers import JobSerializer
 
 MAX_JOBS = 20
-MAX_RECORDS = 100_000  # of one job's metrics read for a comparison
 JOBS_RULE = f"1 to {MAX_JOBS} of your jobs' names, comma-separated"
 HIDDEN = "(hidden)"  # a secret-looking variable's value, in the diff
 # Metrics whose best value is their lowest (a loss, an error); every other is best highest
@@ -38,6 +57,11 @@ HIDDEN = "(hidden)"  # a secret-looking variable's value, in the diff
 LOWER_IS_BETTER = re.compile(r"loss|err|mse|mae|rmse|perplexity|ppl|cost|latency|time",
                              re.IGNORECASE)
 DEFAULT_METRIC = "loss"  # the curve the page shows first, when the jobs reported it
+# A curve's points at most, unless asked otherwise: twice the width in pixels of the page's
+# chart on a common screen (the page asks for more when it is wider).
+DEFAULT_POINTS = 2400
+AXES = ("step", "time")  # what x can be
+MAX_SMOOTHING = 0.99  # the page's slider's highest
 # The rows of the diff besides the fields: the environment its requirements made.
 ENVIRONMENT = "environment"
 
@@ -60,6 +84,7 @@ def compare_jobs(user, datacenter, names: list[str]) -> list[Job]:
     """The user's jobs named ``names`` in this order; the first that is not theirs is not
     found, with the words ``jobs.services.job_get`` uses."""
     found = {job.name: job for job in Job.objects.select_related("datacenter", "registry")
+             .prefetch_related("replicas")
              .filter(owner=user, datacenter=datacenter, name__in=names)}
     for name in names:
         if name not in found:
@@ -73,45 +98,42 @@ def goal(metric: str) -> str:
     return "min" if LOWER_IS_BETTER.search(metric) else "max"
 
 
-def _records(job) -> list[dict]:
-    trainer = (job.replicas.filter(role=Replica.Role.TRAINER).order_by("index").first()
-               or job.replicas.order_by("role", "index").first())
-    if trainer is None:
-        return []
-    try:
-        return metrics_read(metrics_file(job, trainer), 0, MAX_RECORDS)[0]
-    except (PaddleCloudError, OSError):  # not readable as a job's file (a link), or gone
-        return []
+def _table(name: str, columns: dict[str, Column]) -> list[dict]:
+    """A row per metric of one job: its last value and step, its best and step, its count
+    (from every point, exact)."""
+    rows = []
+    for metric in sorted(columns):
+        column, way = columns[metric], goal(metric)
+        best, best_step = ((column.low, column.low_step) if way == "min"
+                           else (column.high, column.high_step))
+        rows.append({"job": name, "metric": metric, "goal": way, "final": column.final,
+                     "final_step": column.final_step, "best": best, "best_step": best_step,
+                     "points": len(column.value)})
+    return rows
 
 
-def _table(name: str, records: list[dict]) -> list[dict]:
-    """A row per metric of one job: its last value and step, its best and step, its count."""
-    rows: dict[str, dict] = {}
-    for record in records:
-        for metric, value in record["metrics"].items():
-            if value is None:
-                continue
-            row = rows.get(metric)
-            if row is None:
-                row = rows[metric] = {"job": name, "metric": metric, "goal": goal(metric),
-                                      "final": value, "final_step": record["step"],
-                                      "best": value, "best_step": record["step"], "points": 0}
-            row["points"] += 1
-            row["final"], row["final_step"] = value, record["step"]
-            if (value < row["best"]) if row["goal"] == "min" else (value > row["best"]):
-                row["best"], row["best_step"] = value, record["step"]
-    return [rows[metric] for metric in sorted(rows)]
-
-
-def _series(name: str, records: list[dict], metric: str) -> dict:
-    steps, times, values = [], [], []
-    for record in records:
-        value = record["metrics"].get(metric)
-        if value is not None:
-            steps.append(record["step"])
-            times.append(record["time"])
-            values.append(value)
-    return {"job": name, "step": steps, "time": times, "value": values}
+def _series(name: str, column: Column | None, x: str, smoothing: float,
+            max_points: int) -> dict:
+    """One job's curve of a metric along ``x``, thinned to ``max_points`` (see the module's
+    docstring for why it is thinned along x, and smoothed before)."""
+    if column is None:
+        steps, times, values = [], [], []
+    elif x == "time":  # only the points that have a time
+        kept = [i for i, moment in enumerate(column.time) if moment == moment]
+        steps = [column.step[i] for i in kept]
+        times = [column.time[i] for i in kept]
+        values = [column.value[i] for i in kept]
+    else:
+        steps, times, values = column.step, column.time, column.value
+    average = smoothed(values, smoothing) if smoothing else None
+    shown = thinned(times if x == "time" else steps, values, max_points) if values else []
+    one = {"job": name, "points": len(column.value) if column else 0,
+           "step": [int(steps[i]) for i in shown],
+           "time": [None if times[i] != times[i] else round(times[i], 3) for i in shown],
+           "value": [compact(values[i]) for i in shown]}
+    if average is not None:
+        one["smoothed"] = [compact(average[i]) for i in shown]
+    return one
 
 
 def _shown(jobs: list[Job]) -> list[dict]:
@@ -146,15 +168,43 @@ def _diff(jobs: list[Job]) -> list[dict]:
     return rows
 
 
+def compare_options(params) -> dict:
+    """The curve's options of a query (``x``, ``smoothing``, ``max_points``), checked, as
+    ``jobs_compare``'s keywords; those not given are left to its defaults."""
+    options: dict = {}
+    if (x := params.get("x")) is not None:
+        if x not in AXES:
+            raise ValidationError.for_field("x", f"step or time, not {x!r}")
+        options["x"] = x
+    if (given := params.get("smoothing")) is not None:
+        try:
+            smoothing = float(given)
+        except ValueError:
+            smoothing = math.nan
+        if not 0 <= smoothing <= MAX_SMOOTHING:
+            raise ValidationError.for_field(
+                "smoothing", f"a number from 0 (none) to {MAX_SMOOTHING}, not {given!r}")
+        options["smoothing"] = smoothing
+    if (given := params.get("max_points")) is not None:
+        if not given.isdigit() or not KEPT <= int(given) <= MAX_RECORDS:
+            raise ValidationError.for_field(
+                "max_points", f"a whole number from {KEPT} to {MAX_RECORDS} (every point), "
+                              f"not {given!r}")
+        options["max_points"] = int(given)
+    return options
+
+
 def jobs_compare(user, datacenter, given, metric: str | None = None, *,
-                 default: bool = False) -> dict:
-    """What the API answers: ``{"jobs", "metrics", "table", "diff", "metric", "series"}``;
-    ``series`` (one per job, ``{"job", "step", "time", "value"}``) only for ``metric`` — or,
-    with ``default``, for the one shown first (``DEFAULT_METRIC`` if reported, else the first
-    by name): the page draws it without asking again."""
+                 default: bool = False, x: str = "step", smoothing: float = 0.0,
+                 max_points: int = DEFAULT_POINTS) -> dict:
+    """What the API answers: ``{"jobs", "metrics", "table", "diff", "metric", "x",
+    "smoothing", "max_points", "series"}``; ``series`` (one per job, ``{"job", "points",
+    "step", "time", "value"}`` and ``"smoothed"`` with ``smoothing``) only for ``metric`` —
+    or, with ``default``, for the one shown first (``DEFAULT_METRIC`` if reported, else the
+    first by name): the page draws it without asking again."""
     jobs = compare_jobs(user, datacenter, compare_names(given))
-    records = {job.name: _records(job) for job in jobs}
-    table = [row for job in jobs for row in _table(job.name, records[job.name])]
+    columns = {job.name: job_columns(job) for job in jobs}
+    table = [row for job in jobs for row in _table(job.name, columns[job.name])]
     metrics = sorted({row["metric"] for row in table})
     if not metric and default and metrics:
         metric = DEFAULT_METRIC if DEFAULT_METRIC in metrics else metrics[0]
@@ -166,6 +216,9 @@ def jobs_compare(user, datacenter, given, metric: str | None = None, *,
         "table": table,
         "diff": _diff(jobs),
         "metric": metric or None,
-        "series": ([_series(job.name, records[job.name], metric) for job in jobs]
-                   if metric else []),
+        "x": x,
+        "smoothing": smoothing,
+        "max_points": max_points,
+        "series": ([_series(job.name, columns[job.name].get(metric), x, smoothing,
+                            max_points) for job in jobs] if metric else []),
     }

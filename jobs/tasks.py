@@ -33,7 +33,7 @@ from scheduling.budgets import budget_overruns
 from scheduling.capacity import capacity_refresh
 from scheduling.preemption import preemptions_due
 
-from . import engine, starts, sync
+from . import engine, metrics_cache, starts, sync
 from .backends import backend_for
 from .backends.base import BackendError
 from .backends.local import LOCAL
@@ -133,8 +133,17 @@ def job_stop(job_id: int) -> None:
 @shared_task(name="jobs.tasks.job_remains_remove", acks_late=True)
 def job_remains_remove(remains: dict) -> None:
     """Stop what still runs of a deleted job and remove what its backend keeps for it
-    (queued by ``services.job_remove``; ``remains`` is ``engine.job_remains``)."""
+    (queued by ``services.job_remove``; ``remains`` is ``engine.job_remains``), and its parsed
+    metrics (``metrics_cache``)."""
+    metrics_cache.metrics_forget(remains["uid"])
     engine.job_remains_remove(remains)
+
+
+@shared_task(name="jobs.tasks.job_metrics_keep", acks_late=True)
+def job_metrics_keep(job_id: int) -> None:
+    """An ended job's metrics parsed into its sidecar, so comparing it parses nothing
+    (queued by ``metrics_cache.job_ended_keep``)."""
+    metrics_cache.job_metrics_keep(job_id)
 
 
 class Lease:
@@ -233,7 +242,8 @@ def _budgets_enforce(now) -> int:
 
 def _reconcile() -> dict[str, int]:
     counts = {"admitted": 0, "restarted": 0, "synced": 0, "expired": 0, "orphans": 0,
-              "unfit": 0, "capacity": 0, "budget": 0, "resumed": 0, "preempted": 0}
+              "unfit": 0, "capacity": 0, "budget": 0, "resumed": 0, "preempted": 0,
+              "sidecars": 0}
     now = timezone.now()
     # A cluster upgraded (or rolled back) since: asked again, so jobs started there meet
     # what it is now; one it cannot run on is logged here and fails the jobs that try.
@@ -280,6 +290,8 @@ def _reconcile() -> dict[str, int]:
     for backend, datacenters in on_backend.items():
         counts["orphans"] += backend.orphans_stop(datacenters, jobs_known,
                                                   engine.STOP_GRACE_SECONDS)
+    # Parsed metrics of jobs deleted while no worker removed them (metrics_cache).
+    counts["sidecars"] = metrics_cache.sidecars_sweep(jobs_known)
     for job in Job.objects.filter(state__in=FINAL_JOB_STATES,
                                   ttl_seconds_after_finished__isnull=False,
                                   finished_at__lt=_ttl_cutoff(now)

@@ -31,7 +31,16 @@ from scheduling.reports import COLUMNS as USAGE_COLUMNS
 from scheduling.reports import usage_report
 
 from . import services
-from .compare import MAX_JOBS, jobs_compare
+from .compare import (
+    AXES,
+    DEFAULT_POINTS,
+    MAX_JOBS,
+    MAX_RECORDS,
+    MAX_SMOOTHING,
+    compare_options,
+    jobs_compare,
+)
+from .curves import KEPT
 from .documents import to_yaml
 from .folds import FOLDS, fold_rows
 from .logs.lines import line_number
@@ -340,16 +349,32 @@ class CompareView(DatacenterAPIView):
         OpenApiParameter("jobs", str, required=True,
                          description=f"1 to {MAX_JOBS} of your jobs' names, comma-separated"),
         OpenApiParameter("metric", str, description="also each job's curve of this metric "
-                                                    "(series)")],
+                                                    "(series)"),
+        OpenApiParameter("x", str, enum=list(AXES), default="step",
+                         description="the curve along step, or along time (then without the "
+                                     "points that have no time); it is thinned along it"),
+        OpenApiParameter("smoothing", float, default=0,
+                         description=f"0 (none) to {MAX_SMOOTHING}: also each curve smoothed "
+                                     "(smoothed), the moving average of every point up to "
+                                     "each, taken before thinning"),
+        OpenApiParameter("max_points", int, default=DEFAULT_POINTS,
+                         description=f"at most this many points a curve ({KEPT} to "
+                                     f"{MAX_RECORDS}): a longer one is thinned to each "
+                                     "slice of x's first, lowest, highest and last point; "
+                                     "the table is always from every point")],
         responses={200: OpenApiTypes.OBJECT, **ERRORS},
         summary='Jobs side by side: {"jobs", "metrics", "table": a row per job and metric '
-                '(final, best, their steps, goal min or max), "diff": what differs in their '
-                'specs and environments (secret-looking variables hidden), "metric", "series": '
-                '[{"job", "step", "time", "value"}]}')
+                '(final, best, their steps, goal min or max, points: from every point), '
+                '"diff": what differs in their specs and environments (secret-looking '
+                'variables hidden), "metric", "x", "smoothing", "max_points", "series": '
+                '[{"job", "points": how many it reported, "step", "time", "value", '
+                '"smoothed": with smoothing}] (thinned to max_points, values to 7 '
+                'significant digits)}')
     def get(self, request):
         return Response(jobs_compare(request.user, self.datacenter,
                                      request.query_params.getlist("jobs"),
-                                     request.query_params.get("metric")))
+                                     request.query_params.get("metric"),
+                                     **compare_options(request.query_params)))
 
 
 class JobTasksView(DatacenterAPIView):

@@ -32,12 +32,13 @@ JOB_SYNC = "jobs.tasks.job_sync"
 JOB_BUILD = "jobs.tasks.job_build"
 BUILD_RUN = "jobs.tasks.build_run"
 HOME_MEASURE = "jobs.tasks.home_measure"
+JOB_METRICS_KEEP = "jobs.tasks.job_metrics_keep"
 PULL_SECRET_SYNC = "registries.tasks.pull_secret_sync"  # noqa: S105 - a task's name
 PULL_SECRET_REMOVE = "registries.tasks.pull_secret_remove"  # noqa: S105
 NOTIFICATIONS_SEND = "notifications.tasks.notifications_send"
 SWEEP_ADVANCE = "experiments.tasks.sweep_advance"
 TASKS = frozenset({JOB_START, JOB_SYNC, JOB_STOP, JOBS_ADMIT, JOB_REMAINS_REMOVE, JOB_BUILD,
-                   BUILD_RUN, HOME_MEASURE, PULL_SECRET_SYNC, PULL_SECRET_REMOVE,
+                   BUILD_RUN, HOME_MEASURE, JOB_METRICS_KEEP, PULL_SECRET_SYNC, PULL_SECRET_REMOVE,
                    NOTIFICATIONS_SEND, SWEEP_ADVANCE})
 ONCE_SECONDS = 30  # how long a task queued by task_later_once stands for later requests
 

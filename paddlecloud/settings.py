@@ -223,6 +223,11 @@ CELERY_BEAT_SCHEDULE = {
 # there, when the jobs app is ready).
 PADDLECLOUD_BACKEND = env_str("PADDLECLOUD_BACKEND", "local")
 PADDLECLOUD_PFS_ROOT = Path(env_str("PADDLECLOUD_PFS_ROOT") or VAR_DIR / "pfs")
+# Jobs' parsed metrics, a file each (jobs.metrics_cache): the portal's own, never where a job
+# or a user can write; the web processes and the workers should share it (a worker fills it
+# in when a job ends).
+PADDLECLOUD_METRICS_CACHE_DIR = Path(env_str("PADDLECLOUD_METRICS_CACHE_DIR")
+                                     or VAR_DIR / "cache" / "metrics")
 # The rootless BuildKit image of runtime image builders on Kubernetes (jobs.builds); a
 # datacenter's builder_image overrides it. Pin a version (moby/buildkit:v0.x.y-rootless) to
 # keep builds repeatable.

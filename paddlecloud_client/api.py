@@ -480,7 +480,9 @@ class ApiClient:
     def compare(self, names: list[str], *, metric: str | None = None) -> dict:
         """Jobs side by side: ``{"jobs", "metrics", "table": [{"job", "metric", "goal",
         "final", "final_step", "best", "best_step", "points"}], "diff": [{"field", "values":
-        {job: value}, "secret"}], "metric", "series"}`` (``series`` with ``metric``)."""
+        {job: value}, "secret"}], "metric", "x", "smoothing", "max_points", "series"}``
+        (``series`` with ``metric``: each job's curve, thinned, ``{"job", "points", "step",
+        "time", "value"}``)."""
         params = {"jobs": ",".join(names), **({"metric": metric} if metric else {})}
         return self.call("GET", "/api/v1/compare/", params=params)
 

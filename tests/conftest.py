@@ -178,6 +178,7 @@ def _var_in_tmp(settings, tmp_path):
     need them somewhere in particular set them after this)."""
     settings.VAR_DIR = tmp_path / "var"
     settings.PADDLECLOUD_PFS_ROOT = tmp_path / "var" / "pfs"
+    settings.PADDLECLOUD_METRICS_CACHE_DIR = tmp_path / "var" / "cache" / "metrics"
 
 
 @pytest.fixture(autouse=True)

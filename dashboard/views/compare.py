@@ -29,7 +29,7 @@ def compare(request, datacenter):
                  for metric in metrics}
     return render(request, "dashboard/jobs/compare.html", {
         "data": data, "names": names, "max_jobs": MAX_JOBS,
-        "metric": data["metric"] or "",
+        "metric": data["metric"] or "", "max_points": data["max_points"],
         "by_metric": [(metric, rows, _best_of(rows)) for metric, rows in by_metric.items()],
         "diff": [(row["field"], row["secret"], [row["values"].get(name) for name in names])
                  for row in data["diff"]],

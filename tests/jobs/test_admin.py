@@ -47,12 +47,14 @@ def test_admins_kill_jobs_through_the_same_service(admin_browser, job, held_task
     job.refresh_from_db()
     assert (job.state, job.state_reason) == ("killed", "killed by root")
     # Once committed: its replicas are stopped, its owner's home is measured (what it wrote
-    # counts), the owner's waiting jobs may be admitted, and the dashboards hear of it.
+    # counts), its metrics are kept for comparing it, the owner's waiting jobs may be
+    # admitted, and the dashboards hear of it.
     assert held_tasks.sent == []  # not before the commit
     for callback in callbacks:
         callback()
     owner = (job.owner_id, job.datacenter_id)
     assert sorted(held_tasks.sent) == [("jobs.tasks.home_measure", owner),
+                                       ("jobs.tasks.job_metrics_keep", (job.pk,)),
                                        ("jobs.tasks.job_stop", (job.pk,)),
                                        ("jobs.tasks.jobs_admit", owner)]
     assert "_after_commit.<locals>.send" in {c.__qualname__ for c in callbacks}

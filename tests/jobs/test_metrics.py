@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from accounts.services import token_create
 from jobs import engine
 from jobs.backends import backend_for
-from jobs.metrics import metric_names, metric_record, metrics_read
+from jobs.metrics import metric_names, metric_record, metric_records, metrics_read
 from jobs.models import Job
 from tests.conftest import PASSWORD, assert_error
 from tests.factories import job_row
@@ -78,6 +78,25 @@ def test_non_finite_values_and_values_that_are_not_numbers():
 ])
 def test_lines_that_are_not_records(text):
     assert metric_record(0, text) is None
+
+
+def test_many_lines_give_what_each_gives_alone_even_lines_that_only_parse_together():
+    good = [line(step, loss=1.0 / (step + 1)).strip() for step in range(300)]
+    # Lines that are not records alone, but that joined into one JSON array would read as
+    # records with other lines (an object left open on one line, closed on the next; two
+    # objects on one line): they must give what they give alone, and the rest is unchanged.
+    tricky = ['{"step": 1000, "loss": [1', '{"step": 1001, "loss": 2}]}',
+              '{"step": 1002, "loss": 3},{"step": 1003, "loss": 4}',
+              '{"step": 1004, "loss": 1}, 5', '{"step": 1005, "a": "}', '{"step": 1006}',
+              ' {"step": 1007, "loss": 7} ', '{"step": 1008, "loss": {"x": 1}}', "garbage"]
+    for at in (0, 150, 299):
+        lines = good[:at] + tricky + good[at:]
+        alone = [record for seq, text in enumerate(lines, 7)
+                 if (record := metric_record(seq, text)) is not None]
+        assert metric_records(7, lines) == alone
+        assert [r["step"] for r in alone if r["step"] >= 1000] == [1007]
+    assert metric_records(0, good) == [metric_record(seq, text)
+                                       for seq, text in enumerate(good)]
 
 
 def test_reading_numbers_every_line_and_skips_the_bad_ones(tmp_path):
