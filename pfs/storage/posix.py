@@ -48,7 +48,8 @@ def _entry(rel: Rel, st: os.stat_result, target: str | None = None) -> Entry:
         kind, size = "link", 0
     else:
         kind, size = "other", 0
-    return Entry(rel=rel, type=kind, size=size, mtime=st.st_mtime, target=target)
+    mode = stat_mod.S_IMODE(st.st_mode) if kind in ("file", "dir") else None
+    return Entry(rel=rel, type=kind, size=size, mtime=st.st_mtime, target=target, mode=mode)
 
 
 def _readlink(dir_fd: int, name: str) -> str | None:
@@ -453,6 +454,15 @@ class PosixStorage(Storage):
                     os.chown(loc.name, *self.owner(), dir_fd=loc.fd, follow_symlinks=False)
             except FileExistsError:
                 raise self.exists(rel) from None
+
+    @_os_errors
+    def chmod(self, rel: Rel, mode: int) -> None:
+        self.check_writable(rel)
+        with self._locate(rel) as loc, self._open(loc, O_FILE) as fd:
+            st = os.fstat(fd)
+            if not (stat_mod.S_ISREG(st.st_mode) or stat_mod.S_ISDIR(st.st_mode)):
+                raise self.not_a_file(rel)
+            os.fchmod(fd, mode)
 
     @_os_errors
     def upload(self, rel: Rel, upload_id: str) -> Upload:
