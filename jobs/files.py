@@ -297,8 +297,8 @@ def package_snapshot(home: Storage, name: str, source: Storage, rel: Rel,
     """Copy the package ``rel`` of ``source`` for job ``name`` (``Snapshot``; its place
     ``jobs/{name}/package`` in ``home``), once, so that no later change to the package
     reaches the job: a copy, never a link, file by file with its permission bits (no set-uid
-    ones). ``room(bytes)`` is asked before a byte is written (the owner's storage quota: it
-    raises). Its digest is of the bytes written."""
+    ones), a sparse file's holes kept holes. ``room(bytes)`` is asked before a byte is
+    written (the owner's storage quota: it raises). Its digest is of the bytes written."""
     size = sum(entry.size for entry in source.walk(rel) if entry.type == "file")
     room(size)
     final = package_snapshot_rel(name)
@@ -320,11 +320,15 @@ def package_snapshot(home: Storage, name: str, source: Storage, rel: Rel,
                 digest.link(below, entry.target or "")
             elif entry.type == "file":
                 upload = home.upload(into, f"snapshot-{os.urandom(6).hex()}")
-                written = 0
                 try:
-                    for chunk in source.read(entry.rel):
-                        upload.write(chunk)
-                        written += len(chunk)
+                    for start, end in source.extents(entry.rel):  # holes stay holes
+                        if start > upload.offset:
+                            upload.hole(start - upload.offset)
+                        for chunk in source.read(entry.rel, start, end):
+                            upload.write(chunk)
+                    if entry.size > upload.offset:
+                        upload.hole(entry.size - upload.offset)
+                    written = upload.offset
                     sha256 = upload.finish()
                     upload.commit()
                 except BaseException:

@@ -25,14 +25,12 @@ from kernel.errors import (
     ValidationError,
 )
 from kernel.queue import BUILD_RUN, JOB_BUILD, JOB_REMAINS_REMOVE, JOB_STOP, task_later
-from paddlecloud_core.layout import job_holds, pfs_home
+from paddlecloud_core.layout import job_holds, package_snapshot_rel, pfs_home
 from paddlecloud_core.quantity import format_bytes, format_cpu
 from paddlecloud_core.scheduling import Vec
 from paddlecloud_core.spec import name_taken
 from paddlecloud_core.templates import template_apply
-from pfs.paths import pfs_path_parse
 from pfs.services import storage_check, storage_room, usage_add
-from pfs.storage import storage_for
 from registries.oci import image_ref_parse
 from registries.services import registry_get
 from scheduling.admission import (
@@ -53,7 +51,7 @@ from .builds.recipe import build_inputs, runtime_image, runtime_tag
 from .builds.registry import push_credentials
 from .builds.runs import build_abandoned, job_build_needed
 from .engine import job_remains
-from .files import Snapshot, package_digest, package_snapshot
+from .files import Snapshot, job_home, package_digest, package_snapshot
 from .models import Build, Job, JobEvent, JobTemplate, Replica, SubmitKey
 from .notify import job_changed, job_deleted
 from .spec import JobSpec, job_spec_validate, package_target
@@ -205,16 +203,17 @@ def _package_snapshot(user, datacenter, spec: JobSpec) -> tuple[str, str, Snapsh
     path = target.path
     if path.user == user.username and job_holds(spec.name, path.parts):
         return spec.package, _package_now(user, datacenter, spec.package), None
-    home = storage_for(datacenter, pfs_path_parse(pfs_home(datacenter.name, user.username)))
+    home = job_home(Job(owner=user, datacenter=datacenter, name=spec.name))  # no link followed
     try:
         copied = package_snapshot(home, spec.name, target.storage, target.rel, lambda size:
                                   storage_room(user, datacenter, size, field="package",
                                                what="its package's snapshot"))
     except PaddleCloudError as exc:
-        if exc.fields:
+        if "package" in exc.fields:  # no room for it
             raise
+        where = home.display(package_snapshot_rel(spec.name))
         raise ValidationError.for_field(
-            "package", f"cannot take its snapshot: {exc.message}") from None
+            "package", f"cannot take its snapshot in {where}: {exc.message}") from None
     snapshot = "/".join((pfs_home(datacenter.name, user.username), *copied.rel))
     return snapshot, copied.digest, copied
 

@@ -87,6 +87,14 @@ class Upload(ABC):
                 hashed.result()
         self.offset += len(data)
 
+    def hole(self, size: int) -> None:
+        """``size`` zero bytes after those received so far: a sparse file's hole, which a
+        storage that keeps holes keeps one (the others store the zeros)."""
+        zeros = bytes(min(size, CHUNK))
+        while size > 0:
+            self.write(zeros[:min(size, CHUNK)])
+            size -= min(size, CHUNK)
+
     @property
     def sha256(self) -> str:
         return self.hasher.hexdigest()

@@ -547,6 +547,17 @@ class _PosixUpload(Upload):
             self.hasher, self._hashed = hashlib.sha256(), False
             raise
 
+    def hole(self, size: int) -> None:
+        """Kept a hole: the file is made longer, nothing is written."""
+        self._rehash()
+        os.ftruncate(self.fd, self.offset + size)
+        zeros = memoryview(bytes(min(size, CHUNK)))
+        left = size
+        while left > 0:
+            self.hasher.update(zeros[:min(left, CHUNK)])
+            left -= min(left, CHUNK)
+        self.offset += size
+
     def finish(self) -> str:
         self._rehash()
         return super().finish()
