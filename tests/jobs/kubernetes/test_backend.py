@@ -117,7 +117,7 @@ def test_a_job_runs_to_success_with_states_and_logs_from_pods(
             "results"]
         events = [e["to_state"] for e in every_event if e["worker"] is None]
         assert events == ["pending", "starting", "running", "succeeded"]
-        assert session.get(f"{live_portal.url}/api/v1/jobs/fit").json()["image_digest"] in ran
+        assert session.get(f"{live_portal.url}/api/v1/jobs/fit/").json()["image_digest"] in ran
         workers = {w["name"]: w for w in session.get(
             f"{live_portal.url}/api/v1/jobs/fit/workers").json()}
         assert {n: w["state"] for n, w in workers.items()} == {
