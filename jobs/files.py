@@ -271,6 +271,7 @@ class Snapshot:
     tmp: Rel
     digest: str
     size: int
+    placed: bool = False
 
     @property
     def rel(self) -> Rel:
@@ -283,13 +284,14 @@ class Snapshot:
         with contextlib.suppress(NotFoundError):
             freed = self.home.remove(self.rel, recursive=True)
         self.home.move(self.tmp, self.rel)
+        self.placed = True
         return self.size - freed
 
     def discard(self) -> None:
-        """Remove it, wherever it is (the job was not recorded)."""
-        for rel in (self.tmp, self.rel):
-            with contextlib.suppress(NotFoundError):
-                self.home.remove(rel, recursive=True)
+        """Remove it, wherever it is (the job was not recorded). Not placed, the job's place
+        is left alone: another submission of the name may hold it."""
+        with contextlib.suppress(NotFoundError):
+            self.home.remove(self.rel if self.placed else self.tmp, recursive=True)
 
 
 def package_snapshot(home: Storage, name: str, source: Storage, rel: Rel,

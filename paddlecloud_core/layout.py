@@ -152,11 +152,13 @@ def package_snapshot_rel(name: str) -> Rel:
 
 
 def job_holds(name: str, parts: Rel) -> bool:
-    """Whether ``parts`` (a path below the home) is a directory of job ``name``'s own, beside
-    its output and checkpoints (where a local package is uploaded): its own snapshot."""
+    """Whether ``parts`` (a path below the home) is in a directory of job ``name``'s own
+    beside its output and checkpoints (where a local package is uploaded, where its snapshot
+    goes): a package there is its own snapshot."""
     own = job_rel(name)
-    return (len(parts) == len(own) + 1 and parts[:len(own)] == own
-            and not parts[-1].startswith((OUTPUT_DIR, CHECKPOINTS_DIR, SITE_PACKAGES_PREFIX)))
+    return (len(parts) > len(own) and parts[:len(own)] == own
+            and not parts[len(own)].startswith((OUTPUT_DIR, CHECKPOINTS_DIR,
+                                                SITE_PACKAGES_PREFIX)))
 
 
 def output_path(home: str, name: str) -> str:

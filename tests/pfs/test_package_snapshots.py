@@ -1,6 +1,7 @@
 """A trainer package's snapshot and digest (issue 39), on a real POSIX home: the digest says
-whether two trees hold the same paths, modes and bytes wherever they are, and the snapshot is
-a copy that no later change to the package reaches, its digest that of the bytes it holds."""
+whether two trees hold the same paths, modes and bytes wherever they are, the snapshot is a
+copy that no later change to the package reaches, its digest that of the bytes it holds, and
+a local job's replicas get it only while it still has the digest recorded."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import os
 
 import pytest
 
-from jobs.files import package_digest, package_snapshot
+from jobs.backends.base import BackendError
+from jobs.files import package_copy, package_digest, package_snapshot
 from kernel.errors import ForbiddenError
 from paddlecloud_core.snapshots import DIGEST_RE
 from pfs.storage.posix import PosixStorage
+from tests.factories import HOME, job_row
 
 ROOM = lambda size: None  # noqa: E731 - no quota in the way
 
@@ -82,3 +85,24 @@ def test_no_room_copies_nothing_and_a_discarded_snapshot_leaves_nothing(home):
     taken.place()
     taken.discard()
     assert os.listdir(home.root / "jobs" / "fit") == []
+
+
+@pytest.mark.django_db
+def test_a_local_job_whose_snapshot_changed_since_submission_is_not_run(alice, datacenter,
+                                                                       pfs_home, tmp_path):
+    (pfs_home / "jobs" / "fit" / "package").mkdir(parents=True)
+    (pfs_home / "jobs" / "fit" / "package" / "train.py").write_text("print('one')\n")
+    home = PosixStorage(HOME, pfs_home)
+    recorded = digest(home, "jobs", "fit", "package")
+    job = job_row(alice, datacenter, "fit", package=f"{HOME}/pkg",
+                  package_snapshot=f"{HOME}/jobs/fit/package", package_digest=recorded)
+    package_copy(job, tmp_path / "run-1")  # as recorded: copied for its replicas
+    assert (tmp_path / "run-1" / "train.py").read_text() == "print('one')\n"
+
+    (pfs_home / "jobs" / "fit" / "package" / "train.py").write_text("print('two')\n")
+    with pytest.raises(BackendError) as refused:
+        package_copy(job, tmp_path / "run-2")
+    assert str(refused.value) == (
+        f"its package snapshot {HOME}/jobs/fit/package has changed since the job was "
+        f"submitted ({recorded} recorded, {digest(home, 'jobs', 'fit', 'package')} found): "
+        "it is not run")
