@@ -68,9 +68,11 @@ def _machine_output(ctx) -> bool:
 
 SUBMIT_HELP = """\
 PACKAGE is the trainer package: a directory in PFS (/pfs/{dc}/home/{user}/... or
-/pfs/{dc}/public/...), used where it is, or a local directory, which is uploaded to
-/pfs/{dc}/home/{user}/jobs/NAME/DIRNAME first (replacing an earlier upload there).
-Values are checked by the server, which names every mistake at once."""
+/pfs/{dc}/public/...), copied into /pfs/{dc}/home/{user}/jobs/NAME/package as the job is
+submitted, or a local directory, which is uploaded to /pfs/{dc}/home/{user}/jobs/NAME/DIRNAME
+first (replacing an earlier upload there). The job runs that snapshot of it, whose digest it
+records (package_digest). Values are checked by the server, which names every mistake at
+once."""
 
 
 def setup_submit(parser) -> None:
