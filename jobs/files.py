@@ -228,10 +228,10 @@ def package_copy(job, dest: Path) -> None:
                         for chunk in storage.read(entry.rel, start, end):
                             out.write(chunk)
                     out.truncate(entry.size)
-                if entry.mode is not None:
-                    target.chmod(entry.mode & 0o755)
                 with target.open("rb") as copied:
                     digest.file(rel, iter(lambda: copied.read(1 << 20), b""), entry.mode)
+                if entry.mode is not None:
+                    target.chmod(entry.mode & 0o755)
     except NotFoundError:
         raise BackendError(f"the trainer package {package} is gone") from None
     except PaddleCloudError as exc:

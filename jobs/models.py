@@ -64,6 +64,16 @@ class Build(models.Model):
         return f"{self.image} ({self.state})"
 
     @property
+    def package_run(self) -> str:
+        """The directory it is built from (``files.package_copy`` reads it as a job's): a
+        job's build, that job's snapshot."""
+        return self.package
+
+    # What ``files.package_copy`` checks a copy against: nothing for a build, whose image
+    # is named by a digest of what it is built from (``builds.recipe``).
+    package_digest = ""
+
+    @property
     def reference(self) -> str:
         """The image pinned to what was pushed (``host/repo:tag@sha256:…``), once built."""
         return f"{self.image}@{self.image_digest}" if self.image_digest else self.image
