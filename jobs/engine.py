@@ -39,6 +39,7 @@ from paddlecloud_core.contract import (
     trainers_restart_together,
 )
 from paddlecloud_core.processes import exit_reason
+from paddlecloud_core.snapshots import image_id_digest
 from paddlecloud_core.spec import trainers_shown
 
 from .backends import backend_for
@@ -399,6 +400,7 @@ def _observe(job, backend, replica) -> bool:
     """Apply what became of the replica. True when that restarted all the trainers (the
     replicas the caller holds are stale)."""
     seen = backend.observe(job, replica)
+    _image_record(job, seen)
     if seen.status == Status.RUNNING:
         if replica.state == ReplicaState.STARTING:
             # The reason says what the state does not (never "running running").
@@ -444,6 +446,15 @@ def _observe(job, backend, replica) -> bool:
                        counted=not seen.disrupted, exit_code=seen.exit_code)
     _start(job, backend, replica, ReplicaState.STARTING)
     return False
+
+
+def _image_record(job, seen: Observation) -> None:
+    """Keep the digest of the image the job runs, the first time a replica's is reported (a
+    pod's ``imageID``): what ``paddlectl submit -from`` pins a re-run to."""
+    digest = image_id_digest(seen.image_id)
+    if digest and not job.image_digest:
+        Job.objects.filter(pk=job.pk, image_digest="").update(image_digest=digest)
+        job.image_digest = digest
 
 
 def _restart_together(job, backend, failed, seen, reason: str) -> bool:

@@ -21,6 +21,7 @@ import errno
 import io
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,10 +36,12 @@ from paddlecloud_core.layout import (
     metrics_relpath,
     output_aside,
     output_rel,
+    package_snapshot_rel,
     pfs_home,
 )
+from paddlecloud_core.snapshots import MODE_BITS, TreeDigest
 from pfs.paths import pfs_area_root, pfs_path_parse
-from pfs.storage import Rel, storage_for
+from pfs.storage import TEMP_PREFIX, Rel, Storage, storage_for
 from pfs.storage.posix import PosixStorage
 
 from .backends.base import BackendError
@@ -194,23 +197,30 @@ def _aside(home: PosixStorage, kept: Rel, name: str) -> Rel:
 
 
 def package_copy(job, dest: Path) -> None:
-    """Copy the trainer package (a PFS directory) into the new directory ``dest``: files,
-    directories and links (as links). Read through the PFS storage, so nothing outside the
-    package's area is read whatever the job did to it since it was submitted. A sparse file
-    stays sparse: only its data is copied, its holes stay holes (a file of 1 TiB of holes in
-    a home must not become 1 TiB of disk under the portal's ``var/``)."""
-    path = pfs_path_parse(job.package, field="package")
+    """Copy the package the job runs (``Job.package_run``: its snapshot) into the new
+    directory ``dest``: files (with their permission bits), directories and links (as
+    links). Read through the PFS storage, so nothing outside the package's area is read
+    whatever the job did to it since it was submitted. A sparse file stays sparse: only its
+    data is copied, its holes stay holes (a file of 1 TiB of holes in a home must not become
+    1 TiB of disk under the portal's ``var/``). The copy's digest must be the one recorded at
+    submission (``package_digest``): a snapshot changed since then is refused, not run."""
+    package = job.package_run
+    path = pfs_path_parse(package, field="package")
     storage = storage_for(job.datacenter, path)
+    digest = TreeDigest()
     try:
         if not storage.is_dir(path.parts):
-            raise BackendError(f"the trainer package {job.package} is not a directory")
+            raise BackendError(f"the trainer package {package} is not a directory")
         dest.mkdir()
         for entry in storage.walk(path.parts):
-            target = dest.joinpath(*entry.rel[len(path.parts):])
+            rel = entry.rel[len(path.parts):]
+            target = dest.joinpath(*rel)
             if entry.type == "dir":
                 target.mkdir()
+                digest.dir(rel, entry.mode)
             elif entry.type == "link":
                 target.symlink_to(entry.target)
+                digest.link(rel, entry.target)
             elif entry.type == "file":
                 with target.open("xb") as out:
                     for start, end in storage.extents(entry.rel):
@@ -218,10 +228,127 @@ def package_copy(job, dest: Path) -> None:
                         for chunk in storage.read(entry.rel, start, end):
                             out.write(chunk)
                     out.truncate(entry.size)
+                with target.open("rb") as copied:
+                    digest.file(rel, iter(lambda: copied.read(1 << 20), b""), entry.mode)
+                if entry.mode is not None:
+                    target.chmod(entry.mode & 0o755)
     except NotFoundError:
-        raise BackendError(f"the trainer package {job.package} is gone") from None
+        raise BackendError(f"the trainer package {package} is gone") from None
     except PaddleCloudError as exc:
         raise BackendError(f"cannot copy the trainer package: {exc.message}") from None
+    if job.package_digest and digest.hexdigest() != job.package_digest:
+        raise BackendError(f"its package snapshot {package} has changed since the job was "
+                           f"submitted ({job.package_digest} recorded, {digest.hexdigest()} "
+                           "found): it is not run")
+
+
+# --- a package's snapshot (issue 39) -----------------------------------------------------------
+
+def package_digest(storage: Storage, rel: Rel) -> tuple[str, int]:
+    """The content digest of the package directory ``rel`` as it is now
+    (``paddlecloud_core.snapshots``) and the bytes its files hold."""
+    digest, size = TreeDigest(), 0
+    for entry in storage.walk(rel):
+        below = entry.rel[len(rel):]
+        if entry.type == "dir":
+            digest.dir(below, entry.mode)
+        elif entry.type == "link":
+            digest.link(below, entry.target or "")
+        elif entry.type == "file":
+            digest.file(below, storage.read(entry.rel), entry.mode)
+            size += entry.size
+    return digest.hexdigest(), size
+
+
+@dataclass
+class Snapshot:
+    """A package copied for a job, under a hidden name until ``place`` moves it into the job's
+    directory (in the transaction that records the job: a submission that fails, or loses
+    the name to another, leaves nothing)."""
+
+    home: Storage
+    name: str
+    tmp: Rel
+    digest: str
+    size: int
+    placed: bool = False
+
+    @property
+    def rel(self) -> Rel:
+        return package_snapshot_rel(self.name)
+
+    def place(self) -> int:
+        """Move it into place, replacing what an earlier job of the name left there; the
+        bytes it adds to the home."""
+        freed = 0
+        with contextlib.suppress(NotFoundError):
+            freed = self.home.remove(self.rel, recursive=True)
+        self.home.move(self.tmp, self.rel)
+        self.placed = True
+        return self.size - freed
+
+    def discard(self) -> None:
+        """Remove it, wherever it is (the job was not recorded). Not placed, the job's place
+        is left alone: another submission of the name may hold it."""
+        with contextlib.suppress(NotFoundError):
+            self.home.remove(self.rel if self.placed else self.tmp, recursive=True)
+
+
+def package_snapshot(home: Storage, name: str, source: Storage, rel: Rel,
+                     room: Callable[[int], None]) -> Snapshot:
+    """Copy the package ``rel`` of ``source`` for job ``name`` (``Snapshot``; its place
+    ``jobs/{name}/package`` in ``home``), once, so that no later change to the package
+    reaches the job: a copy, never a link, file by file with its permission bits (no set-uid
+    ones), a sparse file's holes kept holes. ``room(bytes)`` is asked before a byte is
+    written (the owner's storage quota: it raises). Its digest is of the bytes written."""
+    size = sum(entry.size for entry in source.walk(rel) if entry.type == "file")
+    room(size)
+    final = package_snapshot_rel(name)
+    tmp = (*final[:-1], f"{TEMP_PREFIX}snapshot-{os.urandom(6).hex()}")
+    digest = TreeDigest()
+    home.mkdir(final[:-1], parents=True)
+    home.mkdir(tmp)
+    try:
+        for entry in source.walk(rel):
+            below = entry.rel[len(rel):]
+            into = (*tmp, *below)
+            if entry.type == "dir":
+                home.mkdir(into)
+                if entry.mode is not None:
+                    home.chmod(into, entry.mode & MODE_BITS | 0o700)
+                digest.dir(below, _kept(home, into))
+            elif entry.type == "link":
+                home.symlink(into, entry.target or "")
+                digest.link(below, entry.target or "")
+            elif entry.type == "file":
+                upload = home.upload(into, f"snapshot-{os.urandom(6).hex()}")
+                try:
+                    for start, end in source.extents(entry.rel):  # holes stay holes
+                        if start > upload.offset:
+                            upload.hole(start - upload.offset)
+                        for chunk in source.read(entry.rel, start, end):
+                            upload.write(chunk)
+                    if entry.size > upload.offset:
+                        upload.hole(entry.size - upload.offset)
+                    written = upload.offset
+                    sha256 = upload.finish()
+                    upload.commit()
+                except BaseException:
+                    upload.abort()
+                    raise
+                if entry.mode is not None:
+                    home.chmod(into, entry.mode & MODE_BITS | 0o600)
+                digest.file_hashed(below, sha256, written, _kept(home, into))
+    except BaseException:
+        with contextlib.suppress(PaddleCloudError, OSError):
+            home.remove(tmp, recursive=True)
+        raise
+    return Snapshot(home, name, tmp, digest.hexdigest(), size)
+
+
+def _kept(home: Storage, rel: Rel) -> int | None:
+    """The permission bits ``home`` keeps for ``rel`` (None where it keeps none)."""
+    return home.stat(rel).mode
 
 
 def home_remove(job, relpath: str) -> None:

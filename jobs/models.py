@@ -64,6 +64,16 @@ class Build(models.Model):
         return f"{self.image} ({self.state})"
 
     @property
+    def package_run(self) -> str:
+        """The directory it is built from (``files.package_copy`` reads it as a job's): a
+        job's build, that job's snapshot."""
+        return self.package
+
+    # What ``files.package_copy`` checks a copy against: nothing for a build, whose image
+    # is named by a digest of what it is built from (``builds.recipe``).
+    package_digest = ""
+
+    @property
     def reference(self) -> str:
         """The image pinned to what was pushed (``host/repo:tag@sha256:…``), once built."""
         return f"{self.image}@{self.image_digest}" if self.image_digest else self.image
@@ -92,10 +102,21 @@ class Job(models.Model):
     # What to run: a trainer package in PFS, the command that starts it, the image.
     package = models.CharField("trainer package", max_length=4096,
                                help_text="A directory in PFS, e.g. /pfs/dc1/home/alice/pkg.")
+    package_snapshot = models.CharField(
+        max_length=4096, blank=True, help_text="Where the package was copied when the job was "
+        "submitted (jobs/<name>/package), or the job's own upload of a local package: what it "
+        "runs. Empty for jobs submitted before snapshots were kept.")
+    package_digest = models.CharField(
+        max_length=71, blank=True, help_text="The snapshot's content digest (sha256:…): its "
+        "paths, modes and bytes (paddlecloud_core.snapshots).")
     entry = models.TextField(help_text='The command that starts a replica: "python train.py".')
     topology = models.CharField(max_length=1024, blank=True,
                                 help_text="PaddlePaddle v1 config file in the package (legacy).")
     image = models.CharField(max_length=512)
+    image_digest = models.CharField(
+        max_length=71, blank=True, help_text="The digest of the image its replicas ran "
+        "(sha256:…), as the cluster reported it (a pod's imageID); empty where it runs none "
+        "or none was reported yet.")
     build = models.ForeignKey(
         Build, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs",
         help_text="The build of its runtime image (a package with requirements.txt or a "
@@ -215,6 +236,12 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.owner}, {self.state})"
+
+    @property
+    def package_run(self) -> str:
+        """The package directory its replicas get: its snapshot (else, for a job submitted
+        before snapshots were kept, its package as it is)."""
+        return self.package_snapshot or self.package
 
     @property
     def trainers_now(self) -> int | None:

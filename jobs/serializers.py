@@ -65,6 +65,7 @@ class JobSerializer(serializers.ModelSerializer):
         model = Job
         fields = ["name", "state", "state_reason", "queue_position", "predicted_start",
                   "datacenter", *(f.name for f in FIELDS if f.name != "name"),
+                  "package_snapshot", "package_digest", "image_digest",
                   "trainers_held", "trainers_shown", "trainers_lost", "trainers_below_min_since",
                   "created_at", "started_at", "finished_at"]
 

@@ -17,13 +17,20 @@ from django.utils import timezone
 from accounts.audit import audit_record
 from accounts.models import QUOTA_FORMATS, AuditEntry, Membership, Team
 from accounts.throttling import rate_take
-from kernel.errors import ConflictError, NotFoundError, UnprocessableError, ValidationError
+from kernel.errors import (
+    ConflictError,
+    NotFoundError,
+    PaddleCloudError,
+    UnprocessableError,
+    ValidationError,
+)
 from kernel.queue import BUILD_RUN, JOB_BUILD, JOB_REMAINS_REMOVE, JOB_STOP, task_later
+from paddlecloud_core.layout import job_holds, package_snapshot_rel, pfs_home
 from paddlecloud_core.quantity import format_bytes, format_cpu
 from paddlecloud_core.scheduling import Vec
 from paddlecloud_core.spec import name_taken
 from paddlecloud_core.templates import template_apply
-from pfs.services import storage_check
+from pfs.services import storage_check, storage_room, usage_add
 from registries.oci import image_ref_parse
 from registries.services import registry_get
 from scheduling.admission import (
@@ -44,6 +51,7 @@ from .builds.recipe import build_inputs, runtime_image, runtime_tag
 from .builds.registry import push_credentials
 from .builds.runs import build_abandoned, job_build_needed
 from .engine import job_remains
+from .files import Snapshot, job_home, package_digest, package_snapshot
 from .folds import jobs_folded
 from .models import Build, Job, JobEvent, JobTemplate, Replica, SubmitKey
 from .notify import job_changed, job_deleted
@@ -80,6 +88,7 @@ class Submission(NamedTuple):
     spec: JobSpec
     objects: list[dict]  # what the backend creates for it (Kubernetes objects; else none)
     admission: dict | None = None  # a dry run's: would it start now, or wait, and how long
+    package_digest: str = ""  # a re-run's dry run: its package's digest as it is now
 
 
 def admission_preview(user, datacenter, unsaved: Job) -> dict:
@@ -123,7 +132,11 @@ def job_submit(user, datacenter, data: dict) -> Submission:
     objects = backend_for(datacenter).objects(unsaved)
     if dry_run:
         quota_queue_check(user, datacenter, spec)
-        return Submission(None, spec, objects, admission_preview(user, datacenter, unsaved))
+        digest = _package_now(user, datacenter, spec.package) if spec.rerun_of else ""
+        return Submission(None, spec, objects, admission_preview(user, datacenter, unsaved),
+                          package_digest=digest)
+    fields["package_snapshot"], fields["package_digest"], copied = _package_snapshot(
+        user, datacenter, spec)
     try:
         with transaction.atomic():
             quota_queue_check(user, datacenter, spec, lock=True)
@@ -131,6 +144,9 @@ def job_submit(user, datacenter, data: dict) -> Submission:
             job = Job.objects.create(owner=user, datacenter=datacenter, registry=registry,
                                      uid=unsaved.uid, **fields,
                                      state=JobState.BUILDING if building else JobState.PENDING)
+            if copied is not None:  # the name is the job's now: its snapshot takes its place
+                added = copied.place()
+                transaction.on_commit(lambda: usage_add(user, datacenter, added))
             Replica.objects.bulk_create(
                 Replica(job=job, role=r["role"], index=r["index"]) for r in job_plan(spec))
             dependencies_record(job)
@@ -149,10 +165,58 @@ def job_submit(user, datacenter, data: dict) -> Submission:
                 quota_admit(user.pk, datacenter.pk)
             job_changed(job.pk)
     except IntegrityError:
+        if copied is not None:
+            copied.discard()
         raise ValidationError.for_field("name", name_taken(spec.name)) from None
+    except BaseException:
+        if copied is not None:
+            copied.discard()
+        raise
     job.refresh_from_db(fields=["state", "state_reason", "started_at", "updated_at",
                                 "trainers_held"])
     return Submission(job, spec, objects)
+
+
+def _package_at(user, datacenter, package: str):
+    """Where the package is (its storage and path)."""
+    target, problems = package_target(user, datacenter, package)
+    if target is None:
+        raise ValidationError.for_field("package", problems[0])
+    return target
+
+
+def _package_now(user, datacenter, package: str) -> str:
+    """The package's digest as it is now."""
+    target = _package_at(user, datacenter, package)
+    try:
+        return package_digest(target.storage, target.rel)[0]
+    except PaddleCloudError as exc:
+        raise ValidationError.for_field("package", f"cannot read it: {exc.message}") from None
+
+
+def _package_snapshot(user, datacenter, spec: JobSpec) -> tuple[str, str, Snapshot | None]:
+    """The job's package snapshot, taken once at submission (issue 39): its path, its digest,
+    and the copy still to be placed (None when nothing was copied). A package the job's own
+    directory holds (a local package paddlectl or the SDK uploaded there) is its snapshot
+    as it is; any other is copied into ``jobs/{name}/package``, within the owner's storage
+    quota (``storage_room``, naming ``package``)."""
+    target = _package_at(user, datacenter, spec.package)
+    path = target.path
+    if path.user == user.username and job_holds(spec.name, path.parts):
+        return spec.package, _package_now(user, datacenter, spec.package), None
+    home = job_home(Job(owner=user, datacenter=datacenter, name=spec.name))  # no link followed
+    try:
+        copied = package_snapshot(home, spec.name, target.storage, target.rel, lambda size:
+                                  storage_room(user, datacenter, size, field="package",
+                                               what="its package's snapshot"))
+    except PaddleCloudError as exc:
+        if "package" in exc.fields:  # no room for it
+            raise
+        where = home.display(package_snapshot_rel(spec.name))
+        raise ValidationError.for_field(
+            "package", f"cannot take its snapshot in {where}: {exc.message}") from None
+    snapshot = "/".join((pfs_home(datacenter.name, user.username), *copied.rel))
+    return snapshot, copied.digest, copied
 
 
 def template_list():

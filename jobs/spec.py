@@ -29,6 +29,7 @@ from registries.services import registry_get
 from .backends.base import BackendError
 from .backends.environments import indexes_allowed, requirements_stored
 from .checkpoints import resume_from_check
+from .files import package_digest
 from .master.dataset import dataset_problem
 from .models import Job
 
@@ -81,6 +82,25 @@ def _requirements_problem(target, datacenter) -> str | None:
                             indexes_allowed(datacenter))
     except BackendError as exc:
         return str(exc)
+    return None
+
+
+def snapshot_problem(origin: Job, package_at) -> str | None:
+    """Why ``origin``'s package snapshot (``package_at``: where it is, None when it is gone)
+    cannot be re-run byte for byte: gone, or changed since it was taken (its digest is not
+    the one recorded); None when it is as ``origin`` ran it."""
+    where = f"the package snapshot of job {origin.name} ({origin.package_snapshot})"
+    instead = ("; re-run with -package PATH to run a package as it is now (submit -from "
+               f"{origin.name} -package PATH)")
+    if package_at is None:
+        return f"{where} is gone: its files were removed" + instead
+    try:
+        digest, _ = package_digest(package_at.storage, package_at.rel)
+    except PaddleCloudError as exc:
+        return f"{where} cannot be read: {exc.message}" + instead
+    if origin.package_digest and digest != origin.package_digest:
+        return (f"{where} has changed since it was taken ({origin.package_digest} recorded, "
+                f"{digest} now): it would not reproduce the job" + instead)
     return None
 
 
@@ -153,10 +173,16 @@ def job_spec_validate(user, datacenter, data: dict, *,
             problem := dataset_problem(user, datacenter, values["dataset"])) is not None:
         check.fail("dataset", problem)
 
-    if values["rerun_of"] and "rerun_of" not in check.errors and not Job.objects.filter(
-            owner=user, datacenter=datacenter, name=values["rerun_of"]).exists():
-        check.fail("rerun_of", f"you have no job named {values['rerun_of']!r} in datacenter "
-                               f"{datacenter.name!r}")
+    if values["rerun_of"] and "rerun_of" not in check.errors:
+        origin = Job.objects.filter(owner=user, datacenter=datacenter,
+                                    name=values["rerun_of"]).first()
+        if origin is None:
+            check.fail("rerun_of", f"you have no job named {values['rerun_of']!r} in "
+                                   f"datacenter {datacenter.name!r}")
+        elif origin.package_snapshot and values["package"] == origin.package_snapshot and (
+                problem := snapshot_problem(origin, package_at)) is not None:
+            check.errors.pop("package", None)  # said better: whose snapshot, and what to do
+            check.fail("package", problem)
 
     if values["resume_from"] and "resume_from" not in check.errors:
         try:

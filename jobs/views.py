@@ -139,10 +139,13 @@ class JobListView(DatacenterAPIView):
                 answer=lambda job: JobSerializer(job).data)
             return Response(body, status=status.HTTP_201_CREATED,
                             headers={"Idempotent-Replayed": "true"} if replayed else None)
-        job, spec, objects, admission = services.job_submit(request.user, self.datacenter,
-                                                            request.data)
+        job, spec, objects, admission, digest = services.job_submit(
+            request.user, self.datacenter, request.data)
         if job is None:
-            return Response({"dry_run": True, "job": job_spec_display(spec, self.datacenter),
+            shown = job_spec_display(spec, self.datacenter)
+            if digest:  # a re-run's: its package as it is now, to compare with its origin's
+                shown["package_digest"] = digest
+            return Response({"dry_run": True, "job": shown,
                              "replicas": job_plan(spec), "admission": admission,
                              "objects": objects, "yaml": to_yaml(objects) if objects else ""})
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)

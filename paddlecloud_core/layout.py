@@ -14,7 +14,10 @@
     {home}/jobs/{name}/checkpoints/.step-{step:012d}.tmp-{random}/   one being written
     {home}/jobs/{name}/checkpoints-{uid or time}/  an earlier job's of that name, kept aside:
                                                    a new job of the name starts from none
-    {home}/jobs/{name}/{dirname}/                  a local package uploaded by paddlectl/SDK
+    {home}/jobs/{name}/{dirname}/                  a local package uploaded by paddlectl/SDK:
+                                                   the job's package snapshot
+    {home}/jobs/{name}/package/                    the snapshot of a package elsewhere in PFS,
+                                                   copied at submission (what the job runs)
     {home}/jobs/{name}/.site-packages-{key}/       its requirements, installed by its pods
                                                    (when the portal could not read them)
     {home}/.paddlecloud/envs/{digest}/site-packages  an environment of the owner's jobs on
@@ -137,6 +140,25 @@ def job_rel(name: str) -> Rel:
 def output_rel(name: str) -> Rel:
     """The job's output directory: ``jobs/{name}/output``."""
     return (*job_rel(name), OUTPUT_DIR)
+
+
+SNAPSHOT_DIR = "package"
+
+
+def package_snapshot_rel(name: str) -> Rel:
+    """Where a package elsewhere in PFS is copied when job ``name`` is submitted:
+    ``jobs/{name}/package`` (a local package uploaded there is its own snapshot)."""
+    return (*job_rel(name), SNAPSHOT_DIR)
+
+
+def job_holds(name: str, parts: Rel) -> bool:
+    """Whether ``parts`` (a path below the home) is in a directory of job ``name``'s own
+    beside its output and checkpoints (where a local package is uploaded, where its snapshot
+    goes): a package there is its own snapshot."""
+    own = job_rel(name)
+    return (len(parts) > len(own) and parts[:len(own)] == own
+            and not parts[len(own)].startswith((OUTPUT_DIR, CHECKPOINTS_DIR,
+                                                SITE_PACKAGES_PREFIX)))
 
 
 def output_path(home: str, name: str) -> str:

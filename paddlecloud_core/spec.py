@@ -23,6 +23,7 @@ from typing import Any
 
 from .contract import ENV_NAME_RE, JOB_NAME_MAX, JOB_NAME_RE, KEEP_CHECKPOINTS, RESERVED_ENV
 from .quantity import QuantityError, format_bytes, format_cpu, parse_bytes, parse_cpu
+from .snapshots import image_pinned
 
 # The image a job runs in when neither it nor its datacenter names one.
 DEFAULT_IMAGE = "paddlepaddle/paddle:2.6.1"
@@ -288,6 +289,18 @@ def resubmission(shown: Mapping[str, Any]) -> dict[str, Any]:
             and shown.get(f.name) not in (None, "", {})}
     if shown.get("trainers_min"):
         body["trainers"] = f"{shown['trainers_min']}:{shown['trainers']}"
+    return body
+
+
+def rerun_submission(shown: Mapping[str, Any]) -> dict[str, Any]:
+    """The submission that re-runs a job exactly (issue 39), from the job as the API shows
+    it: ``resubmission``, its package the snapshot the job ran (``package_snapshot``, the
+    bytes of ``package_digest``), its image pinned to the digest it ran (``image_digest``)."""
+    body = resubmission(shown)
+    if shown.get("package_snapshot"):
+        body["package"] = shown["package_snapshot"]
+    if body.get("image") and shown.get("image_digest"):
+        body["image"] = image_pinned(body["image"], shown["image_digest"])
     return body
 
 

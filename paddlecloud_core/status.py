@@ -33,3 +33,6 @@ class Observation:
     # It waits in the cluster's own queue (Kueue has not admitted it, Volcano's queue has not
     # taken its group in): its start has not begun, so the start timeout does not run yet.
     held: bool = False
+    # The image it runs, as the cluster names it by digest (a pod's ``imageID``), when the
+    # backend knows: the job records it (``paddlecloud_core.snapshots.image_id_digest``).
+    image_id: str = ""

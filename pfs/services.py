@@ -267,6 +267,17 @@ def storage_check(user, datacenter, *, field: str = "storage") -> None:
         raise ForbiddenError.for_field(field, message, code=code)
 
 
+def storage_room(user, datacenter, size: int, *, field: str, what: str) -> None:
+    """Refuse ``what`` (a copy the portal makes in the home, e.g. a job's package snapshot)
+    of ``size`` bytes when it would bring the home over its storage quota, naming ``field``."""
+    usage_get(user, datacenter)
+    with transaction.atomic():
+        quota, used, reserved = _storage_locked(user, datacenter, field)
+        if used + reserved + size > quota:
+            raise _over_quota(field, f"{what} of {format_bytes(size)}", used + reserved + size,
+                              quota, used, reserved, "; nothing was copied")
+
+
 def _storage_locked(user, datacenter, field: str, *, exclude: UploadSession | None = None
                     ) -> tuple[int, int, int]:
     """In a transaction: lock the home's usage, so that one user's checks and reservations

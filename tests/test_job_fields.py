@@ -86,9 +86,9 @@ def test_every_flag_of_submit_is_a_field():
             assert (f"-{name}" if len(name) == 1 else f"--{name}") in strings, (f.name, name)
         assert action.metavar == f.metavar and action.help.startswith(f.help), f.name
     # Beside the fields: help, --dry-run, --template, -y (a re-run's confirmation) and the
-    # package; no flag of its own for a field.
+    # package (PACKAGE, or -package PATH); no flag of its own for a field.
     assert set(actions) == {f.name for f in flagged} | {"help", "dry_run", "template", "yes",
-                                                        "package"}
+                                                        "package", "package_flag"}
     # What the flags send is each field under its API name, whole numbers as numbers.
     argv = []
     for f in flagged:

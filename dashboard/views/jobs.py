@@ -41,7 +41,7 @@ from paddlecloud_core.placement import (
     placement_choose,
     spec_in,
 )
-from paddlecloud_core.spec import resubmission
+from paddlecloud_core.spec import rerun_submission
 from pfs.services import pfs_list
 from registries.services import registry_list
 from scheduling.admission import queue_position
@@ -169,7 +169,7 @@ def job_submit(request, datacenter):
                 data = {**spec_in(data, datacenter.name), "placement": placed}
                 request.session[SESSION_KEY] = datacenter.name  # the job's page is there
         try:
-            job, spec, objects, admission = services.job_submit(
+            job, spec, objects, admission, _ = services.job_submit(
                 request.user, datacenter, {**data, "dry_run": dry_run or mistaken})
         except PaddleCloudError as exc:
             form_error_add(form, exc)
@@ -234,12 +234,13 @@ def _template_initial(template) -> dict:
 
 def _rerun_initial(request, datacenter) -> dict:
     """The form filled in from the job of ``?from=JOB`` ("Run again…" on its page): its spec
-    as submitted, ``rerun_of`` naming it, a new name left to choose."""
+    as submitted, its package the snapshot it ran and its image pinned to the digest it ran
+    (``rerun_submission``), ``rerun_of`` naming it, a new name left to choose."""
     origin = request.GET.get("from")
     if request.method == "POST" or not origin:
         return {}
     job = services.job_get(request.user, datacenter, origin)
-    initial = resubmission(JobSerializer(job, context={"predictions": {}}).data)
+    initial = rerun_submission(JobSerializer(job, context={"predictions": {}}).data)
     initial.pop("name", None)
     initial["env"] = "\n".join(f"{key}={value}" for key, value in job.env.items())
     return {**initial, "rerun_of": job.name}

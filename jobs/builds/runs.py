@@ -45,7 +45,7 @@ def job_build_needed(job) -> bool:
         return False
     if job.image.startswith(f"{datacenter.build_registry}/"):
         return False  # a runtime image already (paddlectl build's): run it as it is
-    path = pfs_path_parse(job.package, field="package")
+    path = pfs_path_parse(job.package_run, field="package")
     storage = storage_for(datacenter, path)
     for name in ("Dockerfile", "requirements.txt"):
         with contextlib.suppress(NotFoundError, PaddleCloudError):
@@ -62,7 +62,7 @@ def job_build(job_id: int) -> None:
         return
     datacenter = job.datacenter
     try:
-        inputs = build_inputs(datacenter, job.package, job.image)
+        inputs = build_inputs(datacenter, job.package_run, job.image)
         if inputs is None:  # nothing to build: the job runs its image as it is
             _jobs_release([job], None)
             return
@@ -99,7 +99,7 @@ def _build_join(job, image: str, inputs: BuildInputs, registry) -> Build | None:
                 created = build is None
                 if created:
                     build = Build.objects.create(
-                        owner=job.owner, datacenter=job.datacenter, package=job.package,
+                        owner=job.owner, datacenter=job.datacenter, package=job.package_run,
                         base=job.image, digest=inputs.digest, image=image, registry=registry,
                         dockerfile=inputs.own)
                 Job.objects.filter(pk=job.pk).update(build=build)

@@ -68,9 +68,11 @@ def _machine_output(ctx) -> bool:
 
 SUBMIT_HELP = """\
 PACKAGE is the trainer package: a directory in PFS (/pfs/{dc}/home/{user}/... or
-/pfs/{dc}/public/...), used where it is, or a local directory, which is uploaded to
-/pfs/{dc}/home/{user}/jobs/NAME/DIRNAME first (replacing an earlier upload there).
-Values are checked by the server, which names every mistake at once."""
+/pfs/{dc}/public/...), copied into /pfs/{dc}/home/{user}/jobs/NAME/package as the job is
+submitted, or a local directory, which is uploaded to /pfs/{dc}/home/{user}/jobs/NAME/DIRNAME
+first (replacing an earlier upload there). The job runs that snapshot of it, whose digest it
+records (package_digest). Values are checked by the server, which names every mistake at
+once."""
 
 
 def setup_submit(parser) -> None:
@@ -93,9 +95,12 @@ def setup_submit(parser) -> None:
               "what you do not give")
     flag(parser, "y", "yes", action="store_true",
          help="with -from: submit without asking (after showing what changes)")
+    flag(parser, "package", dest="package_flag", metavar="PATH",
+         help="the trainer package, as PACKAGE; with -from: run this package as it is now "
+              "instead of the job's snapshot")
     parser.add_argument("package", metavar="PACKAGE", nargs="?",
                         help="the trainer package: a /pfs/... directory or a local one "
-                             "(with -from: the job's own, unless given)")
+                             "(with -from: the job's snapshot, unless given)")
 
 
 def _env(pairs: list[str]) -> dict[str, str]:
@@ -208,6 +213,10 @@ def _place(ctx, args, body: dict) -> None:
 
 
 def run_submit(ctx, args) -> int | None:
+    if args.package_flag is not None:
+        if args.package is not None and args.package != args.package_flag:
+            raise UsageError("submit: give the package once: as PACKAGE or with -package")
+        args.package = args.package_flag
     if args.rerun_of:
         from paddlectl.commands.rerun import rerun
 

@@ -50,6 +50,7 @@ class Entry:
     size: int  # bytes of a file; 0 for directories and links
     mtime: float  # seconds since the epoch
     target: str | None = None  # what a link points to
+    mode: int | None = None  # a file's or directory's permission bits; None: not kept here
 
     @property
     def name(self) -> str:
@@ -85,6 +86,14 @@ class Upload(ABC):
             finally:
                 hashed.result()
         self.offset += len(data)
+
+    def hole(self, size: int) -> None:
+        """``size`` zero bytes after those received so far: a sparse file's hole, which a
+        storage that keeps holes keeps one (the others store the zeros)."""
+        zeros = bytes(min(size, CHUNK))
+        while size > 0:
+            self.write(zeros[:min(size, CHUNK)])
+            size -= min(size, CHUNK)
 
     @property
     def sha256(self) -> str:
@@ -261,6 +270,10 @@ class Storage(ABC):
         A file replaces an existing file atomically. A directory onto an existing directory
         is merged into it, entry by entry; onto anything else it is a conflict.
         """
+
+    def chmod(self, rel: Rel, mode: int) -> None:  # noqa: B027 - optional, as modes are
+        """Set the permission bits of the file or directory ``rel`` (a link is refused, never
+        followed); storages that keep no modes ignore it."""
 
     def symlink(self, rel: Rel, target: str) -> None:
         """Create a symbolic link (only storages that have them; a relative ``target``)."""

@@ -48,7 +48,8 @@ def _entry(rel: Rel, st: os.stat_result, target: str | None = None) -> Entry:
         kind, size = "link", 0
     else:
         kind, size = "other", 0
-    return Entry(rel=rel, type=kind, size=size, mtime=st.st_mtime, target=target)
+    mode = stat_mod.S_IMODE(st.st_mode) if kind in ("file", "dir") else None
+    return Entry(rel=rel, type=kind, size=size, mtime=st.st_mtime, target=target, mode=mode)
 
 
 def _readlink(dir_fd: int, name: str) -> str | None:
@@ -455,6 +456,15 @@ class PosixStorage(Storage):
                 raise self.exists(rel) from None
 
     @_os_errors
+    def chmod(self, rel: Rel, mode: int) -> None:
+        self.check_writable(rel)
+        with self._locate(rel) as loc, self._open(loc, O_FILE) as fd:
+            st = os.fstat(fd)
+            if not (stat_mod.S_ISREG(st.st_mode) or stat_mod.S_ISDIR(st.st_mode)):
+                raise self.not_a_file(rel)
+            os.fchmod(fd, mode)
+
+    @_os_errors
     def upload(self, rel: Rel, upload_id: str) -> Upload:
         self.check_creatable(rel)
         if not upload_id or "/" in upload_id or upload_id.startswith("."):
@@ -536,6 +546,17 @@ class _PosixUpload(Upload):
             # are, should the upload go on.
             self.hasher, self._hashed = hashlib.sha256(), False
             raise
+
+    def hole(self, size: int) -> None:
+        """Kept a hole: the file is made longer, nothing is written."""
+        self._rehash()
+        os.ftruncate(self.fd, self.offset + size)
+        zeros = memoryview(bytes(min(size, CHUNK)))
+        left = size
+        while left > 0:
+            self.hasher.update(zeros[:min(left, CHUNK)])
+            left -= min(left, CHUNK)
+        self.offset += size
 
     def finish(self) -> str:
         self._rehash()

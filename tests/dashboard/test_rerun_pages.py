@@ -1,5 +1,6 @@
 """A job's "Run again…" (issue 39): the submit form filled in from the job, naming it as the
-origin; a re-run's page says what it re-runs; another user's job fills nothing in."""
+origin, its package the snapshot the job ran; the job's page shows the snapshot and its
+digest; a re-run's page says what it re-runs; another user's job fills nothing in."""
 
 from __future__ import annotations
 
@@ -19,14 +20,22 @@ def value_of(page: str, name: str) -> str:
     return html.unescape(found.group(1)) if found else ""
 
 
+DIGEST = "sha256:" + "ab" * 32
+
+
 def test_run_again_opens_the_form_filled_in_from_the_job(browser, alice, datacenter, pfs_home):
+    snapshot = "/pfs/datacenter1/home/alice/jobs/fit/package"
     job_row(alice, datacenter, "fit", entry="python train.py --lr 0.1", passes=3,
-            env={"LR": "0.1", "BATCH": "64"}, replicas={})
+            env={"LR": "0.1", "BATCH": "64"}, package_snapshot=snapshot,
+            package_digest=DIGEST, replicas={})
     page = browser.get("/jobs/fit/").content.decode()
     assert 'href="/jobs/new/?from=fit"' in page and "Run again…" in page
+    assert f'<code id="package-snapshot">{snapshot}</code>' in page
+    assert f'<code id="package-digest">{DIGEST}</code>' in page
 
     form = browser.get("/jobs/new/", {"from": "fit"}).content.decode()
     assert value_of(form, "rerun_of") == "fit"
+    assert value_of(form, "package") == snapshot  # the bytes it ran, not the package now
     assert value_of(form, "entry") == "python train.py --lr 0.1"
     assert value_of(form, "passes") == "3"
     assert value_of(form, "env").splitlines() == ["LR=0.1", "BATCH=64"]

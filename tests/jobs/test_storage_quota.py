@@ -111,9 +111,11 @@ def test_a_sparse_file_in_a_package_stays_sparse_in_the_jobs_copy(live_portal, c
         out.seek(GiB // 2)
         out.write(b"data in the middle")
     Quota.objects.update_or_create(user=live_portal.user, datacenter=live_portal.datacenter,
-                                   defaults={"storage": 2 * GiB})
+                                   defaults={"storage": 3 * GiB})  # the package, its snapshot
 
     assert live_portal.job_post("sparse").status_code == 201
+    snapshot = home / "jobs" / "sparse" / "package" / "holes.bin"  # taken at submission
+    assert os.stat(snapshot).st_size == GiB and os.stat(snapshot).st_blocks * 512 < MiB
     wait(lambda: job("sparse").state in ("succeeded", "failed"), timeout=60,
          message="the job to end")
 
@@ -126,3 +128,20 @@ def test_a_sparse_file_in_a_package_stays_sparse_in_the_jobs_copy(live_portal, c
         with open(copy, "rb") as data:
             data.seek(GiB // 2)
             assert data.read(18) == b"data in the middle"
+
+
+def test_a_package_whose_snapshot_would_not_fit_the_quota_is_refused_copying_nothing(
+        live_portal):
+    """A job's package is copied into its directory at submission (issue 39), and the copy
+    counts: one that would bring the home over its quota is refused naming the package."""
+    home = live_portal.home
+    package_write(home, "print('hi')\n")
+    (home / "pkg" / "weights.bin").write_bytes(os.urandom(300 * KiB))
+    Quota.objects.update_or_create(user=live_portal.user, datacenter=live_portal.datacenter,
+                                   defaults={"storage": 500 * KiB})  # the package, not twice
+    body = check_error(live_portal.job_post("big"), 403, "quota_exceeded", "package")
+    size = 300 * KiB + len("print('hi')\n")
+    assert body["message"].startswith(f"package: its package's snapshot of {size} would bring "
+                                      f"your home to {2 * size}, over your storage quota"), body
+    assert not Job.objects.filter(name="big").exists()
+    assert not (home / "jobs" / "big").exists()  # nothing copied, nothing made

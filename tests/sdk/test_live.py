@@ -186,8 +186,11 @@ def test_a_package_already_in_pfs(live_portal, sdk_config, celery_worker):
                     trainer_package=f"{HOME}/packages/quick").submit()
     assert job.info["package"] == "/pfs/datacenter1/home/alice/packages/quick"
     assert job.wait(timeout=60, poll=0.2) == "succeeded"
+    # Not uploaded: copied into the job's directory as it was submitted, its snapshot.
     assert sorted(p.name for p in (live_portal.home / "jobs" / "in-pfs").iterdir()) == [
-        "checkpoints", "output"]
+        "checkpoints", "output", "package"]
+    assert job.info["package_snapshot"] == f"{HOME}/jobs/in-pfs/package"
+    assert (live_portal.home / "jobs" / "in-pfs" / "package" / "train.py").read_text() == TRAIN
 
 
 def test_dist_train_submits_from_a_laptop_and_trains_in_the_job(live_portal, sdk_config,
@@ -202,6 +205,7 @@ def test_dist_train_submits_from_a_laptop_and_trains_in_the_job(live_portal, sdk
 
     job = PaddleJob.attach("sdk-dist")
     assert job.info["package"] == "/pfs/datacenter1/home/alice/jobs/sdk-dist/dist"
+    assert job.info["package_snapshot"] == job.info["package"]  # the upload: nothing copied
     assert job.info["passes"] == 3  # dist_train's num_passes
     assert job.wait(timeout=60, poll=0.2) == "succeeded", \
         textwrap.indent("\n".join(job.logs()), "  ")

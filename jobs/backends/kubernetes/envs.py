@@ -71,11 +71,11 @@ def package_requirements_copy(job, dest: Path, indexes: list[str]) -> bool:
     environment: ``requirements.txt`` (read no further than its bound, and checked) and the
     package's paths it names (``envs``). False if the package has no requirements.txt. Read
     like ``package_copy``."""
-    path = pfs_path_parse(job.package, field="package")
+    path = pfs_path_parse(job.package_run, field="package")
     storage = storage_for(job.datacenter, path)
     try:
         if not storage.is_dir(path.parts):
-            raise BackendError(f"the trainer package {job.package} is not a directory")
+            raise BackendError(f"the trainer package {job.package_run} is not a directory")
         found = requirements_stored(storage, (*path.parts, REQUIREMENTS_FILE), indexes)
         if found is None:
             return False
@@ -97,7 +97,7 @@ def package_requirements_copy(job, dest: Path, indexes: list[str]) -> bool:
                             for chunk in storage.read((*path.parts, *rel)):
                                 out.write(chunk)
     except NotFoundError:
-        raise BackendError(f"the trainer package {job.package} is gone") from None
+        raise BackendError(f"the trainer package {job.package_run} is gone") from None
     except PaddleCloudError as exc:
         raise BackendError(f"cannot read the trainer package: {exc.message}") from None
     return True

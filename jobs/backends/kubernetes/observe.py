@@ -18,6 +18,7 @@ client, no request, no record. How a pod is read:
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from paddlecloud_core.processes import exit_reason
@@ -139,7 +140,14 @@ def _setup_detail(message: str) -> str:
 
 
 def pod_observation(pod: dict, role: str) -> Observation:
-    """What one pod says of its replica (of ``role``)."""
+    """What one pod says of its replica (of ``role``), with the image its container runs by
+    digest once the kubelet says (``imageID``)."""
+    seen = _pod_observation(pod, role)
+    main = container((pod.get("status") or {}).get("containerStatuses"), role)
+    return replace(seen, image_id=main.get("imageID") or "") if main.get("imageID") else seen
+
+
+def _pod_observation(pod: dict, role: str) -> Observation:
     status = pod.get("status") or {}
     phase = status.get("phase", "Pending")
     host = (pod.get("spec") or {}).get("nodeName", "")

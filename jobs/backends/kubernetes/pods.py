@@ -396,7 +396,7 @@ def pod_template(job, role: str, namespace: str, scripts_config_map: str, *,
         "image": job.image,
         "command": ["/bin/sh", f"{SCRIPTS_DIR}/{INIT_SCRIPT_NAME}"],
         "env": [{"name": name, "value": literal(value)} for name, value in (
-            (PACKAGE_ENV, layout.IMAGE_PACKAGE_DIR if built else job.package),
+            (PACKAGE_ENV, layout.IMAGE_PACKAGE_DIR if built else job.package_run),
             (WORKSPACE_ENV, WORKSPACE), (SITE_PACKAGES_ENV, site),
             (REQUIREMENTS_LOG_ENV, f"{paths(job).output}/requirements.log"),
             *([(ENV_DIGEST_ENV, job.environment)] if job.environment else []),

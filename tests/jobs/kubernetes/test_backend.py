@@ -30,6 +30,7 @@ from jobs.models import Job, replica_ended
 from jobs.services import job_delete, job_kill
 from jobs.tasks import jobs_reconcile
 from paddlecloud_core.contract import STOP_GRACE_SECONDS
+from paddlecloud_core.snapshots import image_id_digest
 from tests.conftest import assert_error
 from tests.factories import PACKAGE, submit_job
 from tests.k8s_api_server.rbac import PORTAL_USER
@@ -84,6 +85,11 @@ def test_a_job_runs_to_success_with_states_and_logs_from_pods(
         assert response.status_code == 201, response.text
         job = Job.objects.get(name="fit")
         wait(lambda: state(job) == "running", message="the job to run")
+        # The image its containers run, by digest, as the kubelet says (each pod's imageID).
+        ran = {image_id_digest(c.get("imageID")) for pod in k8s_api.store.list("pods", NS)
+               for c in pod["status"].get("containerStatuses") or []} - {""}
+        wait(lambda: Job.objects.get(pk=job.pk).image_digest in ran,
+             message="the job to record the image its pods run")
 
         # kubectl sees what the job made.
         if KUBECTL:
@@ -111,6 +117,7 @@ def test_a_job_runs_to_success_with_states_and_logs_from_pods(
             "results"]
         events = [e["to_state"] for e in every_event if e["worker"] is None]
         assert events == ["pending", "starting", "running", "succeeded"]
+        assert session.get(f"{live_portal.url}/api/v1/jobs/fit/").json()["image_digest"] in ran
         workers = {w["name"]: w for w in session.get(
             f"{live_portal.url}/api/v1/jobs/fit/workers").json()}
         assert {n: w["state"] for n, w in workers.items()} == {

@@ -13,6 +13,8 @@ import pytest
 from jobs.backends.base import Observation, Status
 from jobs.backends.kubernetes import observe
 from jobs.backends.kubernetes.names import FIRST_ATTEMPT_LABEL, KUEUE_GATE, ROLE_LABEL
+from paddlecloud_core.snapshots import image_id_digest, image_pinned
+from paddlecloud_core.spec import rerun_submission
 
 POD_UID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
 NEW_UID = "1a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
@@ -320,3 +322,42 @@ def test_a_pod_is_stranded_only_when_no_kubelet_confirmed_it_stopped_long_after_
     assert not observe.stranded(pod(disrupted), due + timedelta(seconds=10))  # a kubelet's wait
     assert not observe.stranded(pod({}), due + timedelta(hours=1))  # deleted by someone
     assert not observe.stranded(pod(disrupted, deleted=False), due + timedelta(hours=1))
+
+
+# --- the image a pod runs (issue 39) ----------------------------------------------------------
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize("image_id", [
+    f"docker.io/paddlepaddle/paddle@{DIGEST}",  # containerd
+    f"docker-pullable://paddlepaddle/paddle@{DIGEST}",  # dockershim
+])
+def test_a_pods_image_id_names_the_image_it_runs_by_digest(image_id):
+    main = {"imageID": image_id, "state": {"running": STARTED}}
+    seen = observe.pod_observation(pod(phase="Running", node="n1", main=main), "trainer")
+    assert (seen.status, seen.image_id) == (Status.RUNNING, image_id)
+    assert image_id_digest(seen.image_id) == DIGEST
+    done = observe.pod_observation(pod(phase="Succeeded", main={"imageID": image_id}),
+                                   "trainer")
+    assert image_id_digest(done.image_id) == DIGEST
+
+
+def test_no_image_id_yet_or_a_bare_image_id_pins_nothing():
+    waiting = observe.pod_observation(pod(), "trainer")  # pulling: no imageID yet
+    assert (waiting.status, waiting.image_id) == (Status.WAITING, "")
+    local = {"imageID": "sha256:" + "cd" * 32}  # an image built on the node, in no registry
+    seen = observe.pod_observation(pod(phase="Running", main=local), "trainer")
+    assert image_id_digest(seen.image_id) == ""
+
+
+def test_a_rerun_is_pinned_to_the_image_its_origin_ran():
+    shown = {"name": "fit", "package": "/pfs/dc/home/a/pkg", "entry": "python t.py",
+             "image": "paddlepaddle/paddle:2.6.1", "image_digest": DIGEST,
+             "package_snapshot": "/pfs/dc/home/a/jobs/fit/package"}
+    body = rerun_submission(shown)
+    assert body["image"] == f"paddlepaddle/paddle:2.6.1@{DIGEST}"
+    assert body["package"] == "/pfs/dc/home/a/jobs/fit/package"
+    other = "sha256:" + "ef" * 32  # a reference pinned already: the digest it ran wins
+    assert image_pinned(f"paddlepaddle/paddle:2.6.1@{other}", DIGEST) == body["image"]
+    assert rerun_submission({**shown, "image_digest": ""})["image"] == shown["image"]
