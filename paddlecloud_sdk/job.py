@@ -23,8 +23,8 @@ checked the rest of the job; a ``/pfs/…`` path is used as it is.
 from __future__ import annotations
 
 import codecs
-import copy
 import contextlib
+import copy
 import inspect
 import io
 import os
