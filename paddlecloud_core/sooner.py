@@ -4,8 +4,7 @@ predicted start (docs/admin/scheduling.md, "How alternatives are found"). Pure: 
 dry run and waiting reasons (``scheduling.sooner``) and the trace test
 (tests/test_sooner_trace.py) call the same ``alternatives``.
 
-Tried, each as the job alone changed in the same pool, its start read off the same forecast
-the job's own predicted start comes from (one simulation each, ``CASE``):
+Tried, each as the job alone changed in the same pool:
 
 - fewer trainers (one fewer, half, the fewest it may run with), for a job of fixed trainers;
 - less memory per trainer (three quarters, half; never below ``LEAST_MEMORY``);
@@ -14,19 +13,23 @@ the job's own predicted start comes from (one simulation each, ``CASE``):
 - fewer GPUs per trainer (one fewer, half; at least one);
 - each other datacenter the caller passes (those the owner has an account in), the job as is.
 
-Shown are only those the model says start sooner by ``margin`` or more — a change it refuses
-(over a quota or the capacity: the plan's ``never``), or whose start it cannot tell, is not —
+Shown are only those meant as a promise: a change with which the plan now starts the job at
+once (nothing submitted later can take that room first), or, given what the owners are
+expected to submit (``Expected``), one that starts it sooner with the running jobs ending late
+(``CASE``) and early (``EARLY``), the expected jobs submitted at once in both (``_weathered``) —
+sooner by ``margin`` or more than the job unchanged at its earliest. A change the model refuses
+(over a quota or the capacity: the plan's ``never``), or whose start it cannot tell, is not;
 the earliest first, at most ``most``, one of each kind (the mildest as early as the strongest,
-within the margin; the milder ones are tried only when the strongest helps)."""
+within the margin; the milder ones are tried only when the strongest helps)"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .quantity import format_bytes
-from .scheduling import HORIZON, Pool, Vec, Waiting, _simulate, _when  # forecast's own
+from .scheduling import HORIZON, Pool, Vec, Waiting, _simulate, _when, schedule
 from .spec import FIELD
 
 LEAST_MEMORY = 128 * 2**20  # less memory per trainer than this is never offered
@@ -37,12 +40,18 @@ DEADLINE_STEP = 300.0  # an offered deadline is rounded up to 5 minutes
 MARGIN_SECONDS = 60.0
 MARGIN_FRACTION = 0.1
 MOST = 4  # alternatives shown at most
+# An owner is expected to submit a job within a time if their rate makes one this likely.
+ARRIVAL_CHANCE = 0.1
+# An owner's rate of submissions is read over this many seconds before now.
+EXPECTED_WINDOW = 4 * 3600.0
+EXPECTED_AFTER = 1e-3  # seconds: an expected job is submitted after those that wait now
 # Which of the forecast's runs a start is read from: the late end of the range (every running
 # job ending at the high end of its estimate). The middle one would offer "now" wherever a
 # running job has passed its estimate and "ends any moment", which on bench/eta.py's week
 # missed the suggested time far more often (tests/test_sooner_trace.py).
 CASE = "high"
-EARLY = "low"  # the case a change's start is weighed against (``alternatives``)
+EARLY = "low"  # the case the job unchanged is weighed in (``alternatives``)
+
 KINDS = ("trainers", "memory", "deadline", "gpu", "datacenter")
 
 
@@ -128,61 +137,127 @@ def _start_and_why(pool: Pool, job: Waiting, now: float, horizon: float,
     return None, after_why.get(job.id) or why
 
 
+def _starts_at_once(pool: Pool, job: Waiting, now: float) -> bool:
+    """Whether the plan now (admission's, on the pool as it is: no running job ending, none
+    stopped) starts ``job`` (one of ``pool.waiting``, or added to it)."""
+    waiting = [w for w in pool.waiting if w.id != job.id] + [job]
+    return job.id in schedule(replace(pool, waiting=waiting, preempt_after=None), now).admit
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What an owner is expected to submit: ``rate`` jobs a second (their recent
+    submissions), each like ``like`` (their last one)."""
+
+    rate: float
+    like: Waiting
+
+
+def _expected_jobs(expected: Sequence[Expected], now: float, until: float) -> list[Waiting]:
+    """The jobs expected to be submitted from ``now`` to ``until``: of each owner, as many as
+    their rate makes likely (one from a chance of ``ARRIVAL_CHANCE``), as if submitted now,
+    after every job that waits (at equal shares, those go first)."""
+    out = []
+    for e in expected:
+        count = math.floor(e.rate * (until - now) + 1 - ARRIVAL_CHANCE)
+        out += [replace(e.like, id=-(len(out) + 1), submitted=now + EXPECTED_AFTER, since=None,
+                        after=(), name=f"expected-{e.like.owner}-{k}") for k in range(count)]
+    return out
+
+
+def _weathered(pool: Pool, job: Waiting, now: float, start: float,
+               expected: Sequence[Expected], horizon: float, case: str) -> float | None:
+    """When ``job`` starts if the jobs expected until then are submitted now (each at once,
+    in the fair-share order they would take): later than ``start`` widens the time they are
+    expected in, and it is made again (a few times at most)."""
+    for _ in range(3):
+        coming = _expected_jobs(expected, now, start)
+        if not coming:
+            return start
+        later = start_of(replace(pool, waiting=[*pool.waiting, *coming]), job, now, horizon,
+                         case)
+        if later is None or later <= start:
+            return later if later is None else start
+        start = later
+    return start
+
+
 def alternatives(pool: Pool, job: Waiting, ask: Ask, now: float, *,
                  before: float | None = None, others: Mapping[str, Pool] | None = None,
-                 most: int = MOST, horizon: float = HORIZON,
-                 case: str = CASE) -> list[Alternative]:
-    """The changes to ``job`` (waiting in ``pool``, its request ``ask``) predicted to start it
-    sooner than ``before`` (its predicted start now; None: none is told, and any start
-    told is sooner), by the margin; in ``others`` (datacenter name -> its pool, the job not
-    in it), the job as is. The earliest first; at most one of each kind and ``most`` in all."""
+                 expected: Sequence[Expected] | None = None, most: int = MOST,
+                 horizon: float = HORIZON, case: str = CASE) -> list[Alternative]:
+    """The changes to ``job`` (waiting in ``pool``, its request ``ask``) that start it sooner
+    than it would unchanged — at ``before`` (its predicted start now; None: none is told) and,
+    at its earliest, by the margin at least: those that start it at once, and (``expected``
+    given) those that start it later even if the jobs ``expected`` meanwhile are submitted
+    (``_weathered``); in ``others`` (datacenter name -> its pool, the job not in it), the job
+    as is. The earliest first; at most one of each kind and ``most`` in all."""
     margin = MARGIN_SECONDS if before is None else max(
         MARGIN_SECONDS, MARGIN_FRACTION * (before - now))
     run_high = job.run.high if job.run.known else None
-    best: dict[str, Alternative] = {}
-    # A change is weighed against the job's EARLY start (every running job ending at the low
-    # end of its estimate), not its late one: it is shown only if, at its latest, it starts
-    # sooner than the job unchanged would at its earliest — however the run times ahead fall
-    # within their ranges. Compared late with late, a smaller request was offered for a start
-    # the job unchanged also met in bench/eta.py's week (tests/test_sooner_trace.py).
-    early, unknown = _start_and_why(pool, job, now, horizon, EARLY)
-    # The low case is not always the earlier: other jobs ending early may go first.
-    early = min((t for t in (early, before) if t is not None), default=None)
+    early: list = []  # the job unchanged at its earliest, and why it is unknown, once needed
+    # Only a start the margin before ``before`` helps: no simulation need look further.
+    within = horizon if before is None else min(horizon, before - now)
 
     def helps(start: float | None) -> bool:
-        return start is not None and (early is None or start <= early - margin)
+        if start is None:
+            return False
+        if not early:
+            # The job unchanged at its EARLIEST (every running job ending at the low end of
+            # its estimate; the low case is not always the earlier: other jobs ending early
+            # may go first) must be the margin later. Its start unknown: any start is sooner.
+            low, unknown = _start_and_why(pool, job, now, within, EARLY)
+            early.extend([min((t for t in (low, before) if t is not None), default=None),
+                          unknown])
+        return early[0] is None or start <= early[0] - margin
+
+    def start_in(pool: Pool, changed: Waiting, expected: Sequence[Expected] | None):
+        if _starts_at_once(pool, changed, now):
+            return now if helps(now) else None
+        if expected is None:
+            return None
+        latest = now
+        for each in (case, EARLY):
+            start = start_of(pool, changed, now, within - margin, each)
+            # Where the job's own start is unknown (it waits for room a job whose end nothing
+            # tells holds), a later start here would come only of room the model frees around
+            # that job, kept forever (on the week none did start sooner).
+            if not helps(start) or early[1]:
+                return None
+            start = _weathered(pool, changed, now, start, expected, within - margin, each)
+            if not helps(start):
+                return None
+            latest = max(latest, start)
+        return latest
 
     def start_changed(changed: Ask) -> float | None:
         run = job.run
         if changed.deadline is not None and changed.deadline < run.seconds:
             run = replace(run, seconds=changed.deadline)
-        return start_of(pool, replace(job, need=changed.need, deadline=changed.deadline,
-                                      run=run), now, horizon, case)
+        return start_in(pool, replace(job, need=changed.need, deadline=changed.deadline,
+                                      run=run), expected)
 
+    best: dict[str, Alternative] = {}
     by_kind: dict[str, list] = {}
-    # Where its start is unknown (it waits for room a job whose end nothing tells holds), a
-    # change here would start it "sooner" only by slipping into room the model frees around
-    # that job, kept forever (on the week none did start sooner); another datacenter does not
-    # wait for that job.
-    for kind, field, value, changed in [] if unknown else _tries(ask, run_high):
+    for kind, field, value, changed in _tries(ask, run_high):
         by_kind.setdefault(kind, []).append((field, value, changed))
     for kind, tries in by_kind.items():
         # The strongest change of a kind first: if it does not help, no milder one will (and
-        # is not tried: a few simulations a request). Else the mildest as early, within the
-        # margin, is the one shown.
+        # is not tried). Else the mildest as early, within the margin, is the one shown.
         field, value, changed = tries[-1]
         start = start_changed(changed)
-        if not helps(start):
+        if start is None:
             continue
         for milder_field, milder_value, milder in tries[:-1]:
             milder_start = start_changed(milder)
-            if helps(milder_start) and milder_start <= start + margin:
+            if milder_start is not None and milder_start <= start + margin:
                 field, value, start = milder_field, milder_value, milder_start
                 break
         best[kind] = Alternative(kind, field, value, _flag(field, value), start)
     for name, other in (others or {}).items():
-        start = start_of(other, replace(job, since=None, submitted=now), now, horizon, case)
-        if helps(start) and ("datacenter" not in best or start < best["datacenter"].start):
+        # There, at once only: what its owners are expected to submit is not read.
+        start = start_in(other, replace(job, since=None, submitted=now), None)
+        if start is not None and ("datacenter" not in best or start < best["datacenter"].start):
             best["datacenter"] = Alternative("datacenter", "datacenter", name,
                                              _flag("datacenter", name), start)
     return sorted(best.values(), key=lambda a: (a.start, KINDS.index(a.kind)))[:most]

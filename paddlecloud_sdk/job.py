@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import copy
 import inspect
 import io
 import os
@@ -480,7 +481,14 @@ class PaddleJob:
         numbers), ``predicted_start`` (``{"at", "earliest", "latest"}``, ISO times; None:
         not within 30 days) and ``sooner``, the changes that would start it sooner
         (``[{"change": {"trainers": 2}, "flag", "start", "message"}]``, the earliest first).
-        A mistake in the job raises as ``submit()`` would."""
+        With ``datacenter="auto"``, the dry run of the datacenter ``submit()`` would choose now,
+        with ``datacenter`` (its name) and ``placement`` (why) added; the job itself is left
+        as it was (``submit()`` chooses again). A mistake in the job raises as ``submit()``
+        would."""
+        if self.datacenter == AUTO:
+            placed = copy.copy(self)  # _place moves the copy's datacenter and /pfs paths
+            why = placed._place()
+            return {**placed.preview(), "datacenter": placed.datacenter, "placement": why}
         body = self.spec()
         if self.is_remote_package:
             plan = self.client.job_submit({**body, "dry_run": True})

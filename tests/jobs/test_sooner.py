@@ -6,6 +6,7 @@ one the user may not make (over their quota there)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import partial
 
 import pytest
@@ -13,6 +14,9 @@ from django.utils import timezone
 
 from accounts.models import Datacenter
 from accounts.services import quota_set
+from jobs.models import Job
+from paddlecloud_core.sooner import EXPECTED_WINDOW
+from scheduling.sooner import expected_load
 from tests.factories import PACKAGE, submit_job
 
 GiB = 2**30
@@ -80,3 +84,28 @@ def test_a_queued_job_says_what_would_start_it_sooner(token_client, browser, ali
     # Once it runs, nothing is offered.
     submit(alice, datacenter, "small", trainers=1)
     assert token_client.get("/api/v1/jobs/small/").json()["sooner"] is None
+
+
+@pytest.mark.django_db
+def test_what_users_are_expected_to_submit_is_their_recent_rate_and_last_job(alice, busy,
+                                                                             pfs_home):
+    """A change that starts a job later is weighed against the jobs expected meanwhile
+    (docs/admin/scheduling.md): each user's submissions to the datacenter over the last
+    ``EXPECTED_WINDOW``, at that rate, each like their last; older ones do not count, nor do
+    another datacenter's."""
+    datacenter, other = busy
+    bob = Job.objects.get(name="hold").owner
+    old = submit(alice, datacenter, "old", trainers=1)
+    Job.objects.filter(pk=old.pk).update(
+        created_at=timezone.now() - timedelta(seconds=EXPECTED_WINDOW + 60))
+    (pfs_home.parents[2] / "datacenter2" / "home" / "alice" / "pkg").mkdir(parents=True)
+    submit(alice, other, "elsewhere", trainers=1,
+           package="/pfs/datacenter2/home/alice/pkg")
+    submit(alice, datacenter, "first", trainers=1)
+    submit(alice, datacenter, "last", trainers=2, priority="high")
+    expected = {e.like.owner: e for e in expected_load(datacenter, alice.pk, timezone.now())}
+    assert set(expected) == {alice.pk, bob.pk}
+    assert expected[alice.pk].rate == 2 / EXPECTED_WINDOW
+    assert (expected[alice.pk].like.name, expected[alice.pk].like.priority) == ("last", 100)
+    assert expected[alice.pk].like.need.cpu == 2000
+    assert (expected[bob.pk].rate, expected[bob.pk].like.name) == (1 / EXPECTED_WINDOW, "hold")

@@ -95,3 +95,24 @@ def test_the_sdk_places_a_job_alike(two, package, monkeypatch):
     with pytest.raises(UsageError, match="datacenter: auto: no datacenter can take the job"):
         PaddleJob(job_name="nowhere", entry_point="x", trainer_package="/pfs/datacenter3/x",
                   datacenter="auto", config=two.config).submit()
+
+
+def test_the_sdk_previews_where_auto_would_place_a_job(two, tmp_path, monkeypatch):
+    """``preview()`` with ``datacenter="auto"``: the dry run of the datacenter ``submit()``
+    would choose, with its name and why; nothing is created and the job is still "auto"."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    local = tmp_path / "mypkg"
+    local.mkdir()
+    (local / "train.py").write_text("print('hi')\n")
+    job = PaddleJob(job_name="wide", entry_point="python train.py", trainer_package=str(local),
+                    trainers=2, cpu_nums=1, datacenter="auto", config=two.config)
+    plan = job.preview()
+    assert plan["starts"] == "now", plan
+    assert plan["datacenter"] == "datacenter2"
+    assert plan["placement"] == "placed in datacenter2: starts now (datacenter1: in 60 min)"
+    assert job.datacenter == "auto" and job.trainer_package == str(local)
+    assert not Job.objects.filter(name="wide").exists()
+    bigger = PaddleJob(job_name="wide", entry_point="x", trainer_package="/pfs/datacenter3/x",
+                       datacenter="auto", config=two.config)
+    with pytest.raises(UsageError, match="datacenter: auto: no datacenter can take the job"):
+        bigger.preview()
