@@ -63,7 +63,12 @@ def worker_of(deployment, pid: int):
     for worker in deployment.workers:
         if worker.alive() and worker.pid == group:
             return worker
-    raise AssertionError(f"process {pid} (group {group}) is no worker's")
+    try:
+        what = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        what = "gone"
+    raise AssertionError(f"process {pid} (group {group}: {what}) is no worker's (workers: "
+                         f"{[(w.name, w.pid, w.alive()) for w in deployment.workers]})")
 
 
 def holders() -> dict[int, str]:
