@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from playwright.sync_api import expect
@@ -18,7 +18,7 @@ from jobs.services import job_kill
 from tests.conftest import PASSWORD
 from tests.e2e.conftest import login, screenshot
 from tests.factories import job_row
-from tests.jobs.test_budgets import ran
+from tests.jobs.test_budgets import hours_ago_within_a_day, ran
 
 pytestmark = pytest.mark.browser
 
@@ -37,7 +37,7 @@ def people(live_portal):
     job_row(alice, datacenter, "fit", state="running")
     job_kill(alice, datacenter, "fit", by=users["root"])
     token_create(users["carol"], name="carols-ci")
-    began = datetime.now(UTC) - timedelta(hours=3)
+    began = hours_ago_within_a_day(3, timedelta(hours=1))
     ran(alice, datacenter, "earlier", gpu=2, began=began, ended=began + timedelta(hours=1))
     return users
 

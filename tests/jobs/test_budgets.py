@@ -26,6 +26,14 @@ from tests.factories import submit_job
 NOW = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)  # a Wednesday
 
 
+def hours_ago_within_a_day(hours: float, length: timedelta) -> datetime:
+    """About ``hours`` ago, such that the ``length`` that follows lies in one UTC day (and is
+    over): a report by day shows it in one row, whatever the hour the test runs at."""
+    began = datetime.now(UTC) - timedelta(hours=hours)
+    midnight = (began + length).replace(hour=0, minute=0, second=0, microsecond=0)
+    return began if began >= midnight else midnight - length - timedelta(minutes=1)
+
+
 def ran(owner, datacenter, name, *, gpu=0, cpu=1000, began, ended=None, pservers=0):
     """A job whose one trainer (and ``pservers``) ran from ``began`` to ``ended`` (None:
     still runs), as the usage ledger recorded it."""

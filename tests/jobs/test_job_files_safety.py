@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from django.conf import settings
 from django.test import Client
 
 from jobs.backends import backend_for
@@ -153,12 +154,17 @@ def write_everything(job: Job) -> None:
 
 
 def snapshot(*roots: Path) -> dict[str, str]:
-    """Every file under ``roots`` (links not followed) and a digest of what it holds."""
+    """Every file under ``roots`` (links not followed) and a digest of what it holds, but
+    the portal's cache of jobs' parsed metrics, which it writes as it reads them (its files
+    are checked for secrets instead: ``cache_holds_no_secret``)."""
     seen = {}
+    cache = Path(settings.PADDLECLOUD_METRICS_CACHE_DIR)
     for root in roots:
         for dirpath, dirnames, filenames in os.walk(root):
             for name in dirnames + filenames:
                 path = Path(dirpath) / name
+                if path == cache or cache in path.parents or path in cache.parents:
+                    continue
                 seen[str(path)] = ("link:" + os.readlink(path) if path.is_symlink() else
                                    "dir" if path.is_dir() else
                                    hashlib.sha256(path.read_bytes()).hexdigest())
@@ -210,6 +216,16 @@ def test_links_planted_at_every_path_of_a_job_are_never_followed(live_portal, ce
             write_everything(job)
             assert snapshot(secrets["bob"], secrets["keys"].parent) == outside, \
                 f"{where}: something outside alice's home changed"
+            cache_holds_no_secret(where)
+
+
+def cache_holds_no_secret(where: str) -> None:
+    """What the portal keeps of jobs' metrics (``jobs.metrics_cache``) holds no secret."""
+    for kept in Path(settings.PADDLECLOUD_METRICS_CACHE_DIR).glob("**/*"):
+        if kept.is_file():
+            held = kept.read_bytes()
+            for secret in (BOB_SECRET, KEY_SECRET, ENVIRON_SECRET):
+                assert secret.encode() not in held, f"{where}: {secret} was kept in {kept}"
 
 
 # -- the portal names no path inside a home --------------------------------------------------

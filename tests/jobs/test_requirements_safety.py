@@ -156,21 +156,24 @@ def test_uv_reaches_the_allowed_index_and_nothing_else_on_the_machine(celery_wor
 
 
 @pytest.mark.package(IMPORTS_TINYDEP)
-def test_a_requirements_txt_changed_after_submit_is_checked_again(held_tasks, indexed,
-                                                                  submit):
+def test_a_package_changed_after_submit_is_not_run_its_requirements_never_read(
+        held_tasks, indexed, pfs_home, submit):
+    """A job runs the snapshot of its package taken at submission (issue 39), which lies in
+    its owner's home: changed between submit and start, it is refused, not read."""
     pkg, index, _ = indexed
     (pkg / "requirements.txt").write_text("tinydep\n")
     job = submit("changed")
-    # Between submit and start its owner points it at the machine: never read, never hashed.
-    os.mkfifo(pkg / "fifo")
-    (pkg / "requirements.txt").write_text(f"--index-url {index.simple}\n-r /etc/shadow\n"
-                                          "--find-links fifo/../../..\n")
+    # Between submit and start its owner points the snapshot at the machine: never read.
+    snapshot = pfs_home / "jobs" / "changed" / "package"
+    os.mkfifo(snapshot / "fifo")
+    (snapshot / "requirements.txt").write_text(f"--index-url {index.simple}\n-r /etc/shadow\n"
+                                               "--find-links fifo/../../..\n")
     started = time.monotonic()
     engine.job_launch(job.pk)
     job.refresh_from_db()
     assert time.monotonic() - started < 30
     assert job.state == "failed"
-    assert job.state_reason.startswith(
-        "requirements.txt: line 2 ('-r /etc/shadow'): -r is not allowed")
-    assert "line 3 ('--find-links fifo/../../..'): --find-links takes" in job.state_reason
+    assert f"its package snapshot {job.package_snapshot} has changed since the job was " \
+           "submitted" in job.state_reason, job.state_reason
+    assert job.state_reason.endswith("it is not run"), job.state_reason
     assert index.seen == []

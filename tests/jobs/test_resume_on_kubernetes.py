@@ -170,7 +170,7 @@ def test_a_start_that_timed_out_and_was_requeued_resumes_from_the_latest_checkpo
                        env={"STEPS": "400", "STEP_SECONDS": "0.1"})  # past its timeout
         wait_for_line(job, "step 3 saved")
         wait_for(job, {"queued", *FINAL}, timeout=120)
-        assert job.state == "queued", (job.state_reason, logs_of(job))
+        assert job.state == "queued", (job.state_reason, logs_of(job), where(core, blockers))
         assert "trainer-1: cannot be scheduled" in job.state_reason, job.state_reason
         (output_dir(job) / "hold").touch()
         core.delete_namespaced_pod("blocker", blockers, grace_period_seconds=0)
@@ -184,6 +184,17 @@ def test_a_start_that_timed_out_and_was_requeued_resumes_from_the_latest_checkpo
         core.delete_namespace(blockers, grace_period_seconds=0)
         wait(lambda: blockers not in {n.metadata.name for n in core.list_namespace().items},
              120, "the blockers' namespace to go")
+
+
+def where(core, blockers: str) -> list[tuple]:
+    """Every pod of the cluster: its namespace, name, node, phase and CPU asked (what the
+    scheduler counted), for a test whose arithmetic of the node's room went wrong."""
+    return [(p.metadata.namespace, p.metadata.name, p.spec.node_name, p.status.phase,
+             [(c.resources.requests or {}).get("cpu") for c in p.spec.containers],
+             bool(p.metadata.deletion_timestamp))
+            for p in core.list_pod_for_all_namespaces().items] + [
+        (n.metadata.name, n.status.allocatable.get("cpu"), n.spec.taints)
+        for n in core.list_node().items]
 
 
 # Fake only: a real control plane cannot be made to lose a node on demand. The fake's lost

@@ -18,7 +18,7 @@ from jobs.models import Job, Usage
 from scheduling.budgets import use
 from scheduling.reports import usage_report
 from tests.conftest import assert_error
-from tests.jobs.test_budgets import ran
+from tests.jobs.test_budgets import hours_ago_within_a_day, ran
 from tests.polling import wait
 
 NOW = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)  # a Wednesday
@@ -152,7 +152,7 @@ def test_who_sees_whose_use(alice, make_user, datacenter, api):
     team = Team.objects.create(datacenter=datacenter, name="vision")
     Membership.objects.filter(user__in=[alice, bob], datacenter=datacenter).update(team=team)
     Membership.objects.filter(user=bob, datacenter=datacenter).update(lead=True)
-    began = datetime.now(UTC) - timedelta(hours=3)
+    began = hours_ago_within_a_day(3, timedelta(hours=1))
     for owner, gpu in ((alice, 1), (bob, 2), (carol, 4)):
         ran(owner, datacenter, f"{owner.username}-job", gpu=gpu, began=began,
             ended=began + timedelta(hours=1))

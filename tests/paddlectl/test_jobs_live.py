@@ -423,16 +423,13 @@ def test_get_quota_shows_budgets_used_and_left(live_cli):
 def test_get_usage_and_get_audit(live_cli):
     """``get usage`` shows the report as a table, and as the portal's CSV with -o csv; ``get
     audit`` the entries the user may read, -action narrowing them."""
-    from datetime import UTC, datetime, timedelta
+    from datetime import timedelta
 
     from accounts.services import token_create
-    from tests.jobs.test_budgets import ran
+    from tests.jobs.test_budgets import hours_ago_within_a_day, ran
 
     portal = live_cli.portal
-    began = datetime.now(UTC) - timedelta(hours=2)
-    midnight = (began + timedelta(minutes=30)).replace(hour=0, minute=0, second=0, microsecond=0)
-    if began < midnight:  # its half hour on one day: the CSV's rows are days
-        began = midnight - timedelta(minutes=31)
+    began = hours_ago_within_a_day(2, timedelta(minutes=30))  # the CSV's rows are days
     ran(portal.user, portal.datacenter, "earlier", gpu=2, began=began,
         ended=began + timedelta(minutes=30))
     rows = table(ok(live_cli("get", "usage", "-by", "month")).stdout)
