@@ -169,11 +169,23 @@ def test_a_start_that_timed_out_and_was_requeued_resumes_from_the_latest_checkpo
                        cpu="2", restart_limit=0,
                        env={"STEPS": "400", "STEP_SECONDS": "0.1"})  # past its timeout
         wait_for_line(job, "step 3 saved")
-        wait_for(job, {"queued", *FINAL}, timeout=120)
-        assert job.state == "queued", (job.state_reason, logs_of(job), where(core, blockers))
-        assert "trainer-1: cannot be scheduled" in job.state_reason, job.state_reason
+        # Its requeue, read from its events: started again at once (its queue has room), it
+        # may be queued for less than a poll.
+        requeued = job.events.filter(to_state="queued", reason__startswith="requeued")
+        wait(lambda: requeued.exists() or Job.objects.get(pk=job.pk).state in FINAL, 120,
+             "the job to be requeued")
+        job.refresh_from_db()
+        assert requeued.exists(), (job.state_reason, logs_of(job), where(core, blockers))
+        assert ": cannot be scheduled: 0/1 nodes are available: 1 Insufficient cpu" in \
+            requeued.get().reason, requeued.get().reason
         (output_dir(job) / "hold").touch()
         core.delete_namespaced_pod("blocker", blockers, grace_period_seconds=0)
+        # The first start's pods save a checkpoint in their grace as they go: the newest is
+        # known once they are gone.
+        first = {p.metadata.name for p in job_pods(cluster, job)
+                 if p.metadata.creation_timestamp < requeued.get().time}
+        wait(lambda: not first & {p.metadata.name for p in job_pods(cluster, job)}, 120,
+             "the first start's pods to be gone")
         step = held_restart(job)
         wait_for(job, FINAL, timeout=180)
         assert job.state == "succeeded", (job.state_reason, logs_of(job))
