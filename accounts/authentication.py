@@ -29,34 +29,39 @@ class ApiTokenAuthentication(BaseAuthentication):
             raw = parts[1].decode()
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("the token is not valid") from None
-
-        token = (
-            ApiToken.objects.select_related("user", "datacenter")
-            .filter(digest=ApiToken.digest_of(raw))
-            .first()
-        )
-        if token is None:
-            raise exceptions.AuthenticationFailed(
-                f"the token is not valid; {RELOGIN}", code="invalid_token"
-            )
-        now = timezone.now()
-        if token.revoked_at is not None:
-            raise exceptions.AuthenticationFailed(
-                f"the token was revoked; {RELOGIN}", code="token_revoked"
-            )
-        if token.expires_at <= now:
-            raise exceptions.AuthenticationFailed(
-                f"the token expired at {token.expires_at:%Y-%m-%d %H:%M} UTC; {RELOGIN}",
-                code="token_expired",
-            )
-        if not token.user.is_active:
-            raise exceptions.AuthenticationFailed(
-                "the user account is disabled", code="user_disabled"
-            )
-        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-            token.last_used_at = now
-        return token.user, token
+        return token_user(raw)
 
     def authenticate_header(self, request):
         return 'Bearer realm="api"'
+
+
+def token_user(raw: str) -> tuple:
+    """The user of the API token ``raw`` and the token, or AuthenticationFailed saying why
+    not (the API's and the clients' WebSockets': ``accounts.websockets``)."""
+    token = (
+        ApiToken.objects.select_related("user", "datacenter")
+        .filter(digest=ApiToken.digest_of(raw))
+        .first()
+    )
+    if token is None:
+        raise exceptions.AuthenticationFailed(
+            f"the token is not valid; {RELOGIN}", code="invalid_token"
+        )
+    now = timezone.now()
+    if token.revoked_at is not None:
+        raise exceptions.AuthenticationFailed(
+            f"the token was revoked; {RELOGIN}", code="token_revoked"
+        )
+    if token.expires_at <= now:
+        raise exceptions.AuthenticationFailed(
+            f"the token expired at {token.expires_at:%Y-%m-%d %H:%M} UTC; {RELOGIN}",
+            code="token_expired",
+        )
+    if not token.user.is_active:
+        raise exceptions.AuthenticationFailed(
+            "the user account is disabled", code="user_disabled"
+        )
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+    return token.user, token

@@ -37,9 +37,14 @@ def request_datacenter(request) -> Datacenter:
     ``X-Paddle-Datacenter`` header or ``?datacenter=``, else in the user's first datacenter.
     Membership is checked on every request, so removing a member takes effect at once.
     """
-    user = request.user
     asked = request.META.get(DATACENTER_HEADER) or request.GET.get("datacenter")
-    token = request.auth if isinstance(request.auth, ApiToken) else None
+    return acting_datacenter(request.user, request.auth, asked)
+
+
+def acting_datacenter(user, auth, asked: str | None) -> Datacenter:
+    """``request_datacenter``'s rule for a user authenticated with ``auth`` (an ApiToken, or
+    anything else for a browser's session) who asks for ``asked``: a WebSocket's too."""
+    token = auth if isinstance(auth, ApiToken) else None
     if token is not None:
         if asked and asked != token.datacenter.name:
             raise ForbiddenError.for_field(

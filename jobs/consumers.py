@@ -1,7 +1,8 @@
 """The dashboard's WebSockets: job states (the list and a job's page), and a worker's log
 lines and metrics as they are written.
 
-Authenticated by the session (``AuthMiddlewareStack``), origin-checked (``asgi.py``). A user
+Authenticated by the session (``AuthMiddlewareStack``), origin-checked (``asgi.py``), or,
+for the clients, by their API token (``accounts.websockets``). A user
 sees only their own jobs: anything else is refused like a job that does not exist. A refusal
 is an ``{"type": "error", "code", "message"}`` message, then a close code of 4000 + the HTTP
 status the API would answer (4400, 4401, 4403, 4404, 4429), with the message as its reason,
@@ -24,7 +25,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from accounts.selectors import member_datacenter
+from accounts.selectors import acting_datacenter
 from accounts.throttling import SLOT_LEASE, slot_release, slot_renew, slot_take
 from kernel import metrics as portal_metrics
 from kernel.errors import AuthenticationError, PaddleCloudError
@@ -115,7 +116,8 @@ class PortalConsumer(AsyncJsonWebsocketConsumer):
 
     @database_sync_to_async
     def datacenter(self):
-        return member_datacenter(self.scope["user"], self.query.get("datacenter"))
+        return acting_datacenter(self.scope["user"], self.scope.get("auth"),
+                                 self.query.get("datacenter"))
 
     @database_sync_to_async
     def job(self, datacenter, name: str):

@@ -17,6 +17,7 @@ django_asgi_app = get_asgi_application()  # before importing anything that touch
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from accounts.websockets import ClientTokens  # noqa: E402
 from jobs.master.app import MasterApp  # noqa: E402
 from kernel.metrics import MetricsApp  # noqa: E402
 from kernel.security import ForwardedHeaders, websocket_origin_allowed  # noqa: E402
@@ -68,5 +69,7 @@ async def lifespan(scope, receive, send):
 application = ForwardedHeaders(ProtocolTypeRouter({
     "http": http_with_metrics,
     "lifespan": lifespan,
-    "websocket": SameOrigin(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    # paddlectl's and the SDK's with their token; the pages' with their session, same origin.
+    "websocket": ClientTokens(URLRouter(websocket_urlpatterns),
+                              SameOrigin(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))),
 }))

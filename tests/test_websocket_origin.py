@@ -4,13 +4,16 @@ Real handshakes with the live portal, carrying a logged-in user's session cookie
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
 from channels.layers import channel_layers
 from django.test import Client
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
+
+from tests.factories import job_row
 
 
 def open_socket(portal, origin: str, *, host: str | None = None, headers=None) -> int:
@@ -73,3 +76,41 @@ def test_behind_a_tls_proxy_the_site_is_https(portal, settings):
     assert open_socket(portal, f"https://127.0.0.1:{portal.port}", headers=https) == 101
     assert open_socket(portal, f"http://127.0.0.1:{portal.port}", headers=https) == 403
     assert open_socket(portal, f"http://127.0.0.1:{portal.port}") == 101
+
+
+def client_socket(portal, token: str, path: str = ""):
+    """A handshake as paddlectl makes it: its token, no Origin, no cookie."""
+    sock = socket.create_connection(("127.0.0.1", portal.port), timeout=10)
+    return connect(f"ws://127.0.0.1:{portal.port}/ws/jobs/{path}", sock=sock, open_timeout=10,
+                   additional_headers={"Authorization": f"Bearer {token}"})
+
+
+def test_a_client_opens_a_socket_with_its_token_and_no_origin(portal):
+    from accounts.services import token_create, token_revoke
+
+    job_row(portal.user, portal.datacenter, "fit")
+    issued = token_create(portal.user)
+    with client_socket(portal, issued.raw, "fit/") as ws:
+        first = json.loads(ws.recv(timeout=10))
+    assert first["type"] == "job" and first["job"]["name"] == "fit"  # as a page's socket
+
+    with pytest.raises(InvalidStatus) as refused:
+        client_socket(portal, issued.raw[:-2] + "xx")
+    assert refused.value.response.status_code == 403
+    token_revoke(portal.user, issued.token.pk)
+    with pytest.raises(InvalidStatus) as refused:
+        client_socket(portal, issued.raw)
+    assert refused.value.response.status_code == 403
+
+
+def test_a_clients_token_acts_in_its_datacenter_only(portal):
+    from accounts.services import token_create
+
+    issued = token_create(portal.user)
+    with client_socket(portal, issued.raw, "?datacenter=elsewhere") as ws:
+        said = json.loads(ws.recv(timeout=10))
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+    assert ws.close_code == 4403
+    assert said["type"] == "error" and said["code"] == "wrong_datacenter"
+    assert f"this token is for datacenter {portal.datacenter.name!r}" in said["message"]
