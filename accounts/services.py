@@ -16,7 +16,6 @@ from django.utils import timezone
 
 from kernel.errors import (
     AuthenticationError,
-    ForbiddenError,
     NotFoundError,
     ValidationError,
 )
@@ -32,7 +31,7 @@ from .models import (
     Team,
     membership_grant,
 )
-from .selectors import membership_get
+from .selectors import member_datacenter
 from .signals import quota_changed
 from .sso import sso_only
 
@@ -49,19 +48,6 @@ class IssuedToken:
     raw: str
 
 
-def _datacenter_for(user, datacenter_name: str | None) -> Datacenter:
-    """The named datacenter if the user is a member of it, else their first one."""
-    if datacenter_name:
-        return membership_get(user, datacenter_name).datacenter
-    membership = user.memberships.select_related("datacenter").first()
-    if membership is None:
-        raise ForbiddenError.for_field(
-            "datacenter", "you are not a member of any datacenter; ask an administrator",
-            code="not_a_member",
-        )
-    return membership.datacenter
-
-
 @transaction.atomic
 def token_create(user, *, datacenter_name: str | None = None, name: str = "",
                  ttl_days: int | None = None) -> IssuedToken:
@@ -71,7 +57,7 @@ def token_create(user, *, datacenter_name: str | None = None, name: str = "",
         raise ValidationError.for_field(
             "expires_in_days", f"must be between 1 and {MAX_TOKEN_TTL_DAYS}"
         )
-    datacenter = _datacenter_for(user, datacenter_name)
+    datacenter = member_datacenter(user, datacenter_name)
     raw = ApiToken.PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
         user=user,
