@@ -7,11 +7,13 @@ import abc
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from paddlecloud_core.contract import Paths, Topology
 from paddlecloud_core.status import Observation, Status
 
-__all__ = ["Backend", "BackendError", "Capacity", "Observation", "StartProgress", "Status"]
+__all__ = ["Backend", "BackendError", "Capacity", "ExecProcess", "Observation", "StartProgress",
+           "Status"]
 
 
 class BackendError(Exception):
@@ -188,6 +190,16 @@ class Backend(abc.ABC):
     def pull_secret_delete(self, datacenter, owner, name: str) -> None:  # noqa: B027
         """Remove the pull secret of the owner's credential ``name``; done if it is gone."""
 
+    # A command in a running replica (``paddlectl exec``, the job page's terminal).
+
+    async def exec_open(self, job, replica, argv: list[str], *, tty: bool,
+                        size: tuple[int, int] | None = None, term: str = "xterm") -> ExecProcess:
+        """Run ``argv`` in the running replica as the replica runs (its user, its
+        environment, its working directory, no more privileges than it has), with a terminal
+        of ``size`` (columns, rows) and ``TERM=term`` when ``tty``. ``BackendError`` (a clear
+        message) when the replica is not running or the command cannot be started there."""
+        raise BackendError(f"the {self.name} backend cannot run a command in a worker")
+
 
 class Records(abc.ABC):
     """What a backend reads and writes of the portal's records. A backend imports no record
@@ -230,3 +242,31 @@ def records() -> Records:
         raise RuntimeError("the backends' records are not set: jobs.apps sets them when Django "
                            "starts")
     return _records
+
+
+class ExecProcess(Protocol):
+    """A command running in a replica (``Backend.exec_open``): its output as it comes, its
+    input, its terminal's size, and how it ended."""
+
+    STDOUT = 1
+    STDERR = 2  # never with a terminal: it writes both on the one stream
+
+    async def read(self) -> tuple[int, bytes]:
+        """The next output, (``STDOUT`` or ``STDERR``, bytes); (0, b"") once there is no more
+        (the command has ended, or closed its outputs)."""
+
+    async def write(self, data: bytes) -> None:
+        """Give ``data`` to the command's input."""
+
+    async def write_end(self) -> None:
+        """End the command's input (what Ctrl-D is to a terminal, the end of a pipe)."""
+
+    async def resize(self, cols: int, rows: int) -> None:
+        """Its terminal's new size (nothing without one)."""
+
+    async def wait(self) -> int:
+        """Its exit status once it has ended (128 + the signal that ended it, as shells
+        say)."""
+
+    async def close(self) -> None:
+        """End it, if it still runs, and let go of what it held. Done when it has ended."""

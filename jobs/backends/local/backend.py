@@ -90,6 +90,7 @@ from ..netns import (
     netns_stop,
     process_argvs,
 )
+from .enter import exec_start
 from .envs import env_ensure, env_path
 from .exits import ExitWatch, exits_watch
 from .relay import RELAY_PORT, RelayError, relay_start, relay_stop
@@ -457,6 +458,13 @@ class LocalBackend(Backend):
         if seen.status == Status.RUNNING:  # one nobody follows (of a portal before followers)
             exits().adopt(job_dir(job) / "run", replica.name, replica.attempt, str(job.uid))
         return seen
+
+    async def exec_open(self, job, replica, argv, *, tty, size=None, term="xterm"):
+        """In the replica's sandbox, as the replica runs (``enter.py``)."""
+        started = read_json(self._files(job, replica)[0])
+        if not started or started.get("attempt") != replica.attempt:
+            raise BackendError(f"worker {replica.name} is not running")
+        return await exec_start(started["pid"], list(argv), tty=tty, size=size, term=term)
 
     def stop(self, job, replicas, grace: float) -> None:
         """Stop the replicas, then let the job's network go (replicas are stopped only when
