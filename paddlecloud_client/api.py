@@ -113,6 +113,47 @@ class ApiClient:
         except requests.RequestException as exc:
             raise self._network_error(exc) from None
 
+    def websocket(self, path: str, params: dict | None = None):
+        """A WebSocket of the portal (``websockets``' sync client), opened with the token as
+        a request is (a cached token refused at the handshake: one fresh login, once). A
+        refusal after it is accepted is its first message (``websocket_error``)."""
+        from websockets.exceptions import InvalidHandshake, InvalidStatus
+        from websockets.sync.client import connect
+
+        url = urlsplit(self.endpoint)
+        scheme = "wss" if url.scheme == "https" else "ws"
+        query = "&".join(f"{quote(k)}={quote(str(v))}" for k, v in (params or {}).items()
+                         if v is not None)
+        address = f"{scheme}://{url.netloc}{url.path}{path}" + (f"?{query}" if query else "")
+        token, fresh = self._token()
+        for attempt in range(2):
+            headers = {"Authorization": f"Bearer {token}",
+                       "User-Agent": self.session.headers["User-Agent"]}
+            try:
+                return connect(address, additional_headers=headers, open_timeout=CONNECT_TIMEOUT,
+                               max_size=1 << 22, compression=None)
+            except InvalidStatus as exc:
+                status = exc.response.status_code
+                if status in (401, 403) and not fresh and not self.fixed_token and not attempt:
+                    self.cache.drop(self.key)
+                    token, fresh = self.login()["token"], True
+                    continue
+                refused = ("the token was refused" if status in (401, 403)
+                           else f"answered {status}")
+                raise ApiError(status, "http_error", f"{address.split('?')[0]}: {refused}") \
+                    from None
+            except (OSError, InvalidHandshake, TimeoutError) as exc:
+                raise NetworkError(f"cannot reach {self.endpoint}: {exc}; {self.hint}") from None
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def websocket_error(message: dict, close_code: int | None) -> ApiError:
+        """A portal WebSocket's ``{"type": "error"}`` message, and the close that followed it
+        (4000 + the HTTP status the API would answer), as the error it is."""
+        status = close_code - 4000 if close_code and 4000 <= close_code < 5000 else 0
+        return ApiError(status, str(message.get("code") or "error"),
+                        str(message.get("message") or "refused"), message.get("fields"))
+
     def _checked(self, response: requests.Response,
                  refused_token: bool = False) -> requests.Response:
         """``response`` if it is a 2xx, else the ``ApiError`` its body describes."""

@@ -57,6 +57,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
     Command("completion", "print the shell completion script (bash, zsh, fish)", "completion"),
     Command("config", "view the config file or switch the current datacenter", "config"),
     Command("delete", "delete a job or a registry", "jobs"),
+    Command("exec", "run a command in a running job's worker (-it -- bash: a shell)", "shell"),
     Command("file", "upload files into your PFS home (the seeds' rules)", "files"),
     Command("flags", "list the top-level flags", "help"),
     Command("get", "print jobs, sweeps, workers, tasks, registries and quota", "jobs"),

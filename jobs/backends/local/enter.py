@@ -313,7 +313,7 @@ class LocalExec(ExecProcess):
         waiting = asyncio.ensure_future(self.process.wait())
         await asyncio.wait([readers, waiting], return_when=asyncio.FIRST_COMPLETED)
         if not readers.done():
-            with contextlib.suppress(asyncio.TimeoutError):
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(readers), ENDED_GRACE)
         for reader in self.readers:
             reader.cancel()
@@ -363,7 +363,7 @@ class LocalExec(ExecProcess):
                 self.process.send_signal(signal.SIGTERM)  # it kills the command and ends
             try:
                 await asyncio.wait_for(self.process.wait(), 5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     self.process.kill()  # the command's parent-death signal kills it
                 await self.process.wait()

@@ -1,0 +1,138 @@
+"""``paddlectl exec`` into a running local job, through the portal's WebSocket: the command
+runs in the replica's sandbox as the replica does (its owner's host uid, never root), with its
+environment and working directory, gets the input it is given and a terminal with ``-t``, and
+paddlectl exits with its status. Another user is told the job does not exist; every exec is in
+the audit log."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import select
+import struct
+import subprocess
+import sys
+import termios
+
+import pytest
+
+from accounts.models import AuditEntry
+from jobs.backends.local.backend import home_ids
+from jobs.models import Job
+from jobs.states import JobState, ReplicaState
+from tests.polling import wait
+from tests.processes import ROOT
+from tests.sdk.conftest import write_config
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis,
+              pytest.mark.package("import time; time.sleep(600)\n")]
+
+
+def running(job: Job) -> Job:
+    """The job once it and every worker of it run."""
+    def ready():
+        job.refresh_from_db()
+        return (job.state == JobState.RUNNING
+                and all(r.state == ReplicaState.RUNNING for r in job.replicas.all()))
+    wait(ready, 60, lambda: f"job {job.name} is {job.state}")
+    return job
+
+
+@pytest.fixture
+def paddlectl(live_portal, tmp_path):
+    """``paddlectl(*argv, user="alice", input=b"")``: the command line, run as a user runs it
+    against the live portal (its own process, its config)."""
+    def run(*argv, user="alice", input=b""):
+        config = write_config(tmp_path / user / ".paddle" / "config", live_portal.url,
+                              username=user)
+        env = {**os.environ, "PADDLE_CONFIG": str(config), "HOME": str(tmp_path / user),
+               "NO_PROXY": "127.0.0.1,localhost", "PYTHONPATH": str(ROOT)}
+        return subprocess.run([sys.executable, "-m", "paddlectl", *argv], input=input,
+                              capture_output=True, cwd=tmp_path, env=env, timeout=60,
+                              check=False)
+    return run
+
+
+def in_terminal(paddlectl_argv: list[str], env: dict) -> tuple[int, bytes]:
+    """paddlectl run in a terminal of its own (a pty): its exit status and what it showed."""
+    pid, master = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+        os.execve(sys.executable, [sys.executable, "-m", "paddlectl", *paddlectl_argv], env)  # noqa: S606
+    shown = b""
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], 60)
+            assert ready, f"paddlectl showed nothing more: {shown!r}"
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # EIO: it has exited
+                break
+            if not data:
+                break
+            shown += data
+    finally:
+        os.close(master)
+        _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), shown
+
+
+def test_exec_runs_in_the_worker_as_its_owner(live_portal, celery_worker, submit, make_user,
+                                              paddlectl, tmp_path):
+    job = running(submit("fit", trainers=2))
+    uid, _ = home_ids(job.owner)
+
+    who = paddlectl("exec", "fit", "--", "id", "-u")
+    assert who.returncode == 0, who.stderr
+    assert who.stdout.decode().strip() == str(uid) and uid != 0
+
+    # The worker's environment and working directory, in the chosen worker.
+    env = paddlectl("exec", "fit", "-w", "trainer-1", "--", "sh", "-c",
+                    'echo "$PADDLE_TRAINER_ID $JOB_NAME $(pwd)"')
+    assert env.returncode == 0, env.stderr
+    assert env.stdout.decode().split() == ["1", "fit", "/workspace"]
+
+    # Its exit status, and its stderr apart from its stdout.
+    failed = paddlectl("exec", "fit", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+    assert failed.returncode == 7
+    assert (failed.stdout, failed.stderr) == (b"out\n", b"err\n")
+
+    # What it is given on its input (-i), to its end.
+    echoed = paddlectl("exec", "fit", "-i", "--", "sh", "-c", "wc -c; cat",
+                       input=b"hello\n" * 1000)
+    assert echoed.returncode == 0, echoed.stderr
+    assert echoed.stdout == b"6000\n"
+
+    missing = paddlectl("exec", "fit", "--", "no-such-program")
+    assert missing.returncode == 127
+    assert b"no-such-program: command not found" in missing.stderr
+
+    # A terminal with -t: the command sees one, of this terminal's size.
+    config = tmp_path / "alice" / ".paddle" / "config"
+    code, shown = in_terminal(
+        ["exec", "fit", "-it", "--", "sh", "-c", "test -t 0 && test -t 1 && echo TTY-YES; "
+         "stty size"],
+        {**os.environ, "PADDLE_CONFIG": str(config), "HOME": str(tmp_path / "alice"),
+         "NO_PROXY": "127.0.0.1,localhost", "PYTHONPATH": str(ROOT)})
+    assert code == 0, shown
+    assert b"TTY-YES" in shown
+    assert b"30 100" in shown
+
+    # Another user: as a job that does not exist, and nothing runs.
+    make_user("bob")
+    theirs = paddlectl("exec", "fit", "--", "touch", "/pfs/datacenter1/home/alice/bob-was-here",
+                       user="bob")
+    nothing = paddlectl("exec", "no-such-job", "--", "true", user="bob")
+    assert theirs.returncode == nothing.returncode != 0
+    assert theirs.stderr.decode().replace("'fit'", "'X'") == \
+        nothing.stderr.decode().replace("'no-such-job'", "'X'")
+    assert not (live_portal.home / "bob-was-here").exists()
+
+    # Every exec is audited: who, whose job, which worker, the command.
+    entries = AuditEntry.objects.filter(action=AuditEntry.Action.JOB_EXEC).order_by("time")
+    assert [(e.actor_name, e.target, e.details["worker"], e.details["command"])
+            for e in entries][:2] == [
+        ("alice", "alice/fit", "trainer-0", "id -u"),
+        ("alice", "alice/fit", "trainer-1", 'sh -c echo "$PADDLE_TRAINER_ID $JOB_NAME $(pwd)"')]
+    assert entries.count() == 6  # bob's refusals are no exec
