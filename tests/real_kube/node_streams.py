@@ -3,7 +3,8 @@ the API server's ``pods/exec`` and ``pods/portforward`` reach. The API server pa
 WebSocket upgrade to the kubelet unchanged (only v5 and the SPDY tunnel are translated:
 ``ExecREST.Connect``, ``PortForwardREST.Connect``), so the client's frames are these.
 
-- ``GET /exec/<ns>/<pod>/<container>?command=…&stdin=1&stdout=1&stderr=1&tty=1``: the command
+- ``GET /exec/<ns>/<pod>/<container>?command=…&input=1&output=1&error=1&tty=1`` (what the API
+  server makes of ``stdin``, ``stdout``, ``stderr`` and ``tty``): the command
   runs in the container as the process kubelet runs the container (``nsenter`` into its PID 1's
   namespaces, root and working directory; ``setpriv`` to its uid and gid; its environment), with
   a pty when ``tty``. Channels: 0 stdin, 1 stdout, 2 stderr, 3 the ``Status`` at the end (a
@@ -70,15 +71,16 @@ def upgrade(handler) -> Channels:
     handler.end_headers()
     handler.wfile.flush()
     handler.close_connection = True
-    return Channels(handler.connection)
+    return Channels(handler.connection, handler.rfile)
 
 
 class Channels:
     """A v4 channel WebSocket on a connection: ``send(channel, data)`` from any thread,
-    ``frames()`` the client's (channel, data) until it closes."""
+    ``frames()`` the client's (channel, data) until it closes. Read through the handler's
+    buffered reader: the client's first frames may be in it already, read with the request."""
 
-    def __init__(self, sock):
-        self.sock = sock
+    def __init__(self, sock, reader):
+        self.sock, self.reader = sock, reader
         self.protocol = Protocol(Side.SERVER, state=OPEN, max_size=None)
         self.lock = threading.Lock()
 
@@ -96,7 +98,7 @@ class Channels:
     def frames(self):
         while True:
             try:
-                data = self.sock.recv(65536)
+                data = self.reader.read1(65536)
             except OSError:
                 return
             with self.lock:
@@ -154,7 +156,7 @@ def exec_serve(handler, pid: int, query: dict) -> None:
     command = query.get("command") or []
     if not command:
         raise StreamError(400, "you must specify at least 1 command")
-    tty, stdin = _flag(query, "tty"), _flag(query, "stdin")
+    tty, stdin = _flag(query, "tty"), _flag(query, "input")  # the API server's names
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
