@@ -7,6 +7,7 @@ the audit log."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
 import select
@@ -16,10 +17,12 @@ import sys
 import termios
 
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 from accounts.models import AuditEntry
 from jobs.backends.local.backend import home_ids
 from jobs.models import Job
+from jobs.services import job_kill
 from jobs.states import JobState, ReplicaState
 from tests.polling import wait
 from tests.processes import ROOT
@@ -136,3 +139,47 @@ def test_exec_runs_in_the_worker_as_its_owner(live_portal, celery_worker, submit
         ("alice", "alice/fit", "trainer-0", "id -u"),
         ("alice", "alice/fit", "trainer-1", 'sh -c echo "$PADDLE_TRAINER_ID $JOB_NAME $(pwd)"')]
     assert entries.count() == 6  # bob's refusals are no exec
+
+
+def socket_to(live_portal, user, query: str):
+    """The exec WebSocket of alice's job fit, as ``user`` (with their token)."""
+    from websockets.sync.client import connect
+
+    return connect(f"ws://127.0.0.1:{live_portal.port}/ws/jobs/fit/exec/{query}",
+                   additional_headers={"Authorization": f"Bearer {live_portal.token(user)}"})
+
+
+def test_an_admin_may_exec_with_owner_and_bad_input_is_named(live_portal, celery_worker, submit,
+                                                            make_user, paddlectl):
+    job = running(submit("fit"))
+    root = make_user("root", staff=True)
+
+    with socket_to(live_portal, root, "?owner=alice") as socket:
+        socket.send(json.dumps({"type": "start", "command": ["id", "-u"]}))
+        assert json.loads(socket.recv()) == {"type": "started", "worker": "trainer-0"}
+        assert socket.recv() == b"\x01" + f"{home_ids(job.owner)[0]}\n".encode()
+        assert json.loads(socket.recv()) == {"type": "exit", "code": 0}
+    entry = AuditEntry.objects.get(action=AuditEntry.Action.JOB_EXEC)
+    assert (entry.actor_name, entry.subject, entry.target) == ("root", job.owner, "alice/fit")
+
+    # Without ?owner= an admin's own jobs are meant; a user's ?owner= of another is nothing.
+    bob = make_user("bob")
+    for user, query in ((root, ""), (bob, "?owner=alice")):
+        with socket_to(live_portal, user, query) as socket:
+            refused = json.loads(socket.recv())
+            assert refused["code"] == "not_found" and "no job named 'fit'" in refused["message"]
+
+    with socket_to(live_portal, job.owner, "") as socket:
+        socket.send(json.dumps({"type": "start", "command": "id -u"}))
+        refused = json.loads(socket.recv())
+        assert refused["message"] == 'command: a list of words, the program first (e.g. ["bash"])'
+        with pytest.raises(ConnectionClosed) as closed:
+            socket.recv()
+        assert closed.value.rcvd.code == 4400
+
+    job_kill(job.owner, job.datacenter, "fit")
+    ended = paddlectl("exec", "fit", "--", "true")
+    assert ended.returncode != 0
+    assert ended.stderr.decode().startswith("paddlectl: job 'fit' is killed: a command runs "
+                                            "only in a running job")
+    assert AuditEntry.objects.filter(action=AuditEntry.Action.JOB_EXEC).count() == 1
