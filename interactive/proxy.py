@@ -177,6 +177,9 @@ class PortNetworkStream(httpcore.AsyncNetworkStream):
             await self.stream.close()
 
     def get_extra_info(self, info: str):
+        if info == "is_readable":  # asked of an idle connection: has the app closed it?
+            at_eof = getattr(self.stream, "at_eof", None)
+            return bool(at_eof and at_eof())
         return None
 
 
@@ -274,6 +277,19 @@ class RouteProxy:
         target = scope.get("raw_path") or scope["path"].encode()
         if scope.get("query_string"):
             target += b"?" + scope["query_string"]
+        # A kept connection the app closed meanwhile fails at once: a request without a body
+        # is sent again, once, on a new one.
+        for attempt in (0, 1):
+            try:
+                return await self.forward(scope, send, passed, pool, method, target, headers,
+                                          body)
+            except _Stale:
+                if body is not None or attempt:
+                    return await plain(send, 502, f"Bad gateway: the app at port "
+                                                  f"{passed.route.port} closed the connection")
+        return None
+
+    async def forward(self, scope, send, passed, pool, method, target, headers, body) -> None:
         started = False
         try:
             async with pool.pool.stream(
@@ -294,6 +310,12 @@ class RouteProxy:
         except httpcore.ConnectError as exc:
             if not started:
                 await plain(send, 502, f"Bad gateway: {exc}")
+        except httpcore.RemoteProtocolError as exc:
+            if not started and "without sending" in str(exc):
+                raise _Stale from None
+            if not started:
+                await plain(send, 502, f"Bad gateway: the app at port {passed.route.port} "
+                                       f"answered no HTTP ({exc})")
         except (httpcore.ProtocolError, httpcore.NetworkError, httpcore.TimeoutException) as exc:
             if not started:
                 await plain(send, 502, f"Bad gateway: the app at port {passed.route.port} "
@@ -352,6 +374,10 @@ class RouteProxy:
             await WebSocketRelay(scope, receive, send, passed, stream).run()
         finally:
             await stream.close()
+
+
+class _Stale(Exception):
+    """The app closed a kept connection before it answered anything on it."""
 
 
 class _ClientGone(Exception):

@@ -64,6 +64,8 @@ SERVING_TRAINER = textwrap.dedent(f"""\
         if request.path == "/page":
             return Response(200, "OK", Headers([("Content-Type", "text/html"),
                                                 ("Content-Length", str(len(PAGE)))]), PAGE)
+        if request.path != "/echo":  # a browser's /favicon.ico
+            return Response(204, "No Content", Headers([("Content-Length", "0")]), b"")
         return None
 
 
