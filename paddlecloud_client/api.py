@@ -113,39 +113,6 @@ class ApiClient:
         except requests.RequestException as exc:
             raise self._network_error(exc) from None
 
-    def websocket(self, path: str, params: dict | None = None):
-        """A WebSocket of the portal (``websockets``' sync client), opened with the token as
-        a request is (a cached token refused at the handshake: one fresh login, once). A
-        refusal after it is accepted is its first message (``websocket_error``)."""
-        from websockets.exceptions import InvalidHandshake, InvalidStatus
-        from websockets.sync.client import connect
-
-        url = urlsplit(self.endpoint)
-        scheme = "wss" if url.scheme == "https" else "ws"
-        query = "&".join(f"{quote(k)}={quote(str(v))}" for k, v in (params or {}).items()
-                         if v is not None)
-        address = f"{scheme}://{url.netloc}{url.path}{path}" + (f"?{query}" if query else "")
-        token, fresh = self._token()
-        for attempt in range(2):
-            headers = {"Authorization": f"Bearer {token}",
-                       "User-Agent": self.session.headers["User-Agent"]}
-            try:
-                return connect(address, additional_headers=headers, open_timeout=CONNECT_TIMEOUT,
-                               max_size=1 << 22, compression=None)
-            except InvalidStatus as exc:
-                status = exc.response.status_code
-                if status in (401, 403) and not fresh and not self.fixed_token and not attempt:
-                    self.cache.drop(self.key)
-                    token, fresh = self.login()["token"], True
-                    continue
-                refused = ("the token was refused" if status in (401, 403)
-                           else f"answered {status}")
-                raise ApiError(status, "http_error", f"{address.split('?')[0]}: {refused}") \
-                    from None
-            except (OSError, InvalidHandshake, TimeoutError) as exc:
-                raise NetworkError(f"cannot reach {self.endpoint}: {exc}; {self.hint}") from None
-        raise AssertionError("unreachable")
-
     @staticmethod
     def websocket_error(message: dict, close_code: int | None) -> ApiError:
         """A portal WebSocket's ``{"type": "error"}`` message, and the close that followed it
@@ -186,6 +153,14 @@ class ApiClient:
         return NetworkError(f"{doing} {self.endpoint}: {network_reason(exc)}; {self.hint}")
 
     # -- tokens -----------------------------------------------------------------------------
+
+    def token(self, fresh: bool = False) -> str:
+        """The token requests carry; with ``fresh``, a new login's (the cached one was
+        refused), unless it is the config's own."""
+        if fresh and not self.fixed_token:
+            self.cache.drop(self.key)
+            return self.login()["token"]
+        return self._token()[0]
 
     def _token(self) -> tuple[str, bool]:
         """The token to use, and whether it was just issued."""

@@ -14,6 +14,7 @@ import threading
 from urllib.parse import quote
 
 from paddlecloud_client.errors import UsageError
+from paddlecloud_client.ports import websocket_open
 from paddlectl.args import flag
 
 CHUNK = 32768
@@ -43,8 +44,8 @@ def run_exec(ctx, args) -> int:
     if tty and not (sys.stdin.isatty() and sys.stdout.isatty()):
         ctx.warn("-t: this is not a terminal; running the command without one")
         tty = False
-    socket = ctx.client.websocket(f"/ws/jobs/{quote(args.job, safe='')}/exec/",
-                                  {"worker": args.worker})
+    socket = websocket_open(ctx.client, f"/ws/jobs/{quote(args.job, safe='')}/exec/",
+                            {"worker": args.worker} if args.worker else None)
     with contextlib.closing(socket):
         start = {"type": "start", "command": args.command, "tty": tty}
         if tty:
