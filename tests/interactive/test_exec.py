@@ -115,11 +115,12 @@ def test_exec_runs_in_the_worker_as_its_owner(live_portal, celery_worker, submit
     config = tmp_path / "alice" / ".paddle" / "config"
     code, shown = in_terminal(
         ["exec", "fit", "-it", "--", "sh", "-c", "test -t 0 && test -t 1 && echo TTY-YES; "
-         "stty size"],
+         "tty; stty size"],
         {**os.environ, "PADDLE_CONFIG": str(config), "HOME": str(tmp_path / "alice"),
          "NO_PROXY": "127.0.0.1,localhost", "PYTHONPATH": str(ROOT)})
     assert code == 0, shown
     assert b"TTY-YES" in shown
+    assert b"/dev/pts/" in shown  # a terminal of the sandbox's own, which it can name
     assert b"30 100" in shown
 
     # Another user: as a job that does not exist, and nothing runs.

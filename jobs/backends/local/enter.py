@@ -14,9 +14,10 @@ sandbox (it is in its pid namespace) and with ``ENTER`` (its parent-death signal
 that runs without a sandbox has no namespaces of its own: the command runs as it does (the
 portal's user), with its environment and working directory.
 
-With a terminal the portal makes a pty, whose other side is the command's stdin, stdout and
-stderr and its controlling terminal (the child starts a session of its own); without one,
-pipes.
+With a terminal, the child makes a pty in the sandbox (its ``/dev/pts``, so the command's
+terminal has a name there, as ``tty`` prints), makes it its stdin, stdout, stderr and
+controlling terminal (in a session of its own) and sends its master back to the portal on a
+socket; without one, pipes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import contextlib
 import fcntl
 import os
 import signal
+import socket
 import struct
 import sys
 import termios
@@ -40,16 +42,18 @@ NOT_FOUND = 127
 ENDED_GRACE = 1.0  # output a command's leftovers (a background process) still send once it ended
 CHUNK = 65536
 
-# python -I -S -c ENTER paddlecloud-exec NS_PID NS_START MAIN_PID MAIN_START TERM|"" -- ARGV…
+# python -I -S -c ENTER paddlecloud-exec NS_PID NS_START MAIN_PID MAIN_START TERM|"" COLSxROWS|""
+#   TERMINAL_FD|"" -- ARGV…
 ENTER = r"""
-import ctypes, os, signal, sys
+import ctypes, fcntl, os, signal, socket, struct, sys, termios
 libc = ctypes.CDLL(None, use_errno=True)
 NAMESPACES = (("user", 0x10000000), ("cgroup", 0x02000000), ("ipc", 0x08000000),
               ("uts", 0x04000000), ("net", 0x40000000), ("pid", 0x20000000), ("mnt", 0x00020000))
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL, TIOCSCTTY, CAP_VERSION_3 = 4, 0x540E, 0x20080522
-_, _, ns_pid, ns_start, main_pid, main_start, term, _, *argv = sys.argv
+_, _, ns_pid, ns_start, main_pid, main_start, term, size, terminal, _, *argv = sys.argv
 ns_pid, main_pid = int(ns_pid), int(main_pid)
+terminal = socket.socket(fileno=int(terminal)) if terminal else None
 
 
 def fail(message, code=126):
@@ -117,8 +121,6 @@ if child == 0:
     parent = os.getppid()  # 0: outside its pid namespace; another once this one has died
     try:
         os.setsid()
-        if term:
-            call(libc.ioctl(0, TIOCSCTTY, 0), "cannot take the terminal")
         cap = 0
         while libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
             cap += 1
@@ -136,6 +138,18 @@ if child == 0:
         call(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent death signal")
         if os.getppid() != parent:
             os._exit(126)
+        if terminal is not None:  # a pty of the sandbox's own, its master to the portal
+            master, slave = os.openpty()
+            if size:
+                cols, rows = (int(n) for n in size.split("x"))
+                fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+            socket.send_fds(terminal, [b"t"], [master])
+            os.close(master)
+            terminal.close()
+            call(libc.ioctl(slave, TIOCSCTTY, 0), "cannot take the terminal")
+            for fd in (0, 1, 2):
+                os.dup2(slave, fd)
+            os.close(slave)
     except OSError as exc:
         fail(str(exc))
     try:
@@ -144,6 +158,10 @@ if child == 0:
         fail(argv[0] + ": command not found", 127)
     except OSError as exc:
         fail(argv[0] + ": " + (exc.strerror or str(exc)), 126)
+
+
+if terminal is not None:
+    terminal.close()  # the child's alone: closed, the portal knows it gave none
 
 
 def end(*_):
@@ -224,8 +242,11 @@ def replica_processes(runner: int) -> tuple[int, int]:
         pid = below[0]
 
 
-def enter_argv(runner: int, argv: list[str], *, term: str | None) -> list[str]:
-    """The command line of ``ENTER`` that runs ``argv`` in the replica the runner runs."""
+def enter_argv(runner: int, argv: list[str], *, term: str | None = None,
+               size: tuple[int, int] | None = None, terminal: int | None = None) -> list[str]:
+    """The command line of ``ENTER`` that runs ``argv`` in the replica the runner runs; with
+    ``terminal`` (a socket's descriptor), in a pty made in the sandbox (TERM ``term``, of
+    ``size``), whose master comes back on that socket."""
     if not argv or not argv[0]:
         raise BackendError("command: give the program to run (e.g. bash)")
     if any("\0" in arg for arg in argv):
@@ -235,7 +256,9 @@ def enter_argv(runner: int, argv: list[str], *, term: str | None) -> list[str]:
     if None in starts:
         raise BackendError("the worker is not running")
     return [sys.executable, "-I", "-S", "-c", ENTER, "paddlecloud-exec", str(init),
-            str(starts[0]), str(main), str(starts[1]), term or "", "--", *argv]
+            str(starts[0]), str(main), str(starts[1]), term or "",
+            f"{size[0]}x{size[1]}" if size else "", "" if terminal is None else str(terminal),
+            "--", *argv]
 
 
 def _winsize(fd: int, cols: int, rows: int) -> None:
@@ -252,34 +275,38 @@ class LocalExec(ExecProcess):
         loop = asyncio.get_running_loop()
         if master is not None:
             self.readers.append(loop.create_task(self._pty()))
-        else:
-            self.readers += [loop.create_task(self._pipe(process.stdout, self.STDOUT)),
-                             loop.create_task(self._pipe(process.stderr, self.STDERR))]
+        if process.stdout is not None:
+            self.readers.append(loop.create_task(self._pipe(process.stdout, self.STDOUT)))
+        # ENTER's own complaints (the worker gone); with a terminal, the command's are on it.
+        self.readers.append(loop.create_task(self._pipe(process.stderr, self.STDERR)))
         self.done = loop.create_task(self._end())
 
     @classmethod
     async def start(cls, runner: int, argv: list[str], *, tty: bool,
                     size: tuple[int, int] | None, term: str) -> LocalExec:
-        command = enter_argv(runner, argv, term=term if tty else None)
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         if not tty:
             process = await asyncio.create_subprocess_exec(
-                *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=env, cwd="/", start_new_session=True)
+                *enter_argv(runner, argv), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+                cwd="/", start_new_session=True)
             return cls(process, None)
-        master, slave = os.openpty()
-        try:
+        # The pty is made in the sandbox (its /dev/pts: the command's terminal is one it can
+        # name), and its master sent back on this socket.
+        ours, theirs = socket.socketpair()
+        with ours:
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *enter_argv(runner, argv, term=term, size=size, terminal=theirs.fileno()),
+                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.PIPE, env=env, cwd="/", start_new_session=True,
+                    pass_fds=(theirs.fileno(),))
+            finally:
+                theirs.close()
+            _, fds, _, _ = await asyncio.to_thread(socket.recv_fds, ours, 16, 1)
+        master = fds[0] if fds else None  # none: it failed before, and says why on stderr
+        if master is not None:
             os.set_blocking(master, False)
-            if size:
-                _winsize(master, *size)
-            process = await asyncio.create_subprocess_exec(
-                *command, stdin=slave, stdout=slave, stderr=slave, env=env, cwd="/",
-                start_new_session=True)
-        except BaseException:
-            os.close(master)
-            raise
-        finally:
-            os.close(slave)  # the command's now: the master reads EIO once it is gone
         return cls(process, master)
 
     async def _pipe(self, stream: asyncio.StreamReader, channel: int) -> None:
@@ -336,6 +363,8 @@ class LocalExec(ExecProcess):
                 except OSError:
                     return
             return
+        if self.process.stdin is None:  # a terminal that could not be made
+            return
         with contextlib.suppress(ConnectionError, RuntimeError):
             self.process.stdin.write(data)
             await self.process.stdin.drain()
@@ -345,8 +374,9 @@ class LocalExec(ExecProcess):
             with contextlib.suppress(OSError):
                 os.write(self.master, b"\x04")  # Ctrl-D: the end, for a program reading lines
             return
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            self.process.stdin.close()
+        if self.process.stdin is not None:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                self.process.stdin.close()
 
     async def resize(self, cols: int, rows: int) -> None:
         if self.master is not None:
