@@ -12,7 +12,6 @@ import os
 import pty
 import select
 import struct
-import subprocess
 import sys
 import termios
 
@@ -26,7 +25,6 @@ from jobs.services import job_kill
 from jobs.states import JobState, ReplicaState
 from tests.polling import wait
 from tests.processes import ROOT
-from tests.sdk.conftest import write_config
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis,
               pytest.mark.package("import time; time.sleep(600)\n")]
@@ -40,21 +38,6 @@ def running(job: Job) -> Job:
                 and all(r.state == ReplicaState.RUNNING for r in job.replicas.all()))
     wait(ready, 60, lambda: f"job {job.name} is {job.state}")
     return job
-
-
-@pytest.fixture
-def paddlectl(live_portal, tmp_path):
-    """``paddlectl(*argv, user="alice", input=b"")``: the command line, run as a user runs it
-    against the live portal (its own process, its config)."""
-    def run(*argv, user="alice", input=b""):
-        config = write_config(tmp_path / user / ".paddle" / "config", live_portal.url,
-                              username=user)
-        env = {**os.environ, "PADDLE_CONFIG": str(config), "HOME": str(tmp_path / user),
-               "NO_PROXY": "127.0.0.1,localhost", "PYTHONPATH": str(ROOT)}
-        return subprocess.run([sys.executable, "-m", "paddlectl", *argv], input=input,
-                              capture_output=True, cwd=tmp_path, env=env, timeout=60,
-                              check=False)
-    return run
 
 
 def in_terminal(paddlectl_argv: list[str], env: dict) -> tuple[int, bytes]:

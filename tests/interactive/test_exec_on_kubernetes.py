@@ -12,6 +12,7 @@ from jobs.backends import backend_for
 from jobs.backends.base import BackendError
 from jobs.backends.kubernetes.pods import run_as
 from jobs.models import Job
+from jobs.services import job_kill
 from tests.factories import package_write, submit_job
 from tests.kube import on_real_kubernetes
 from tests.polling import wait
@@ -117,3 +118,28 @@ def test_exec_and_port_open_reach_a_running_pod(on_cluster, alice, datacenter, p
     assert async_to_sync(echoed)(backend, job, replica, PORT, b"hello\n") == b"HELLO\n"
     with pytest.raises(BackendError, match="port 7778"):
         async_to_sync(echoed)(backend, job, replica, PORT + 1, b"hello\n")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_paddlectl_exec_into_a_pod_through_the_portal(live_portal, celery_worker, real_kube,
+                                                      datacenter, settings, paddlectl,
+                                                      make_user):
+    """The same command line as on the local backend, through the portal's WebSocket."""
+    make_user("bob")
+    package_write(live_portal.home, ECHO)
+    with on_real_kubernetes(datacenter, settings, real_kube, live_portal.home.parents[1]):
+        job = submit_job(live_portal.user, datacenter, "shell", image="python:3.11-slim")
+
+        def ready():
+            job.refresh_from_db()
+            return job.state == "running" and job.replicas.get().state == "running"
+        wait(ready, 90, lambda: f"job shell is {job.state}: {job.state_reason}", every=0.2)
+
+        who = paddlectl("exec", "shell", "--", "sh", "-c", 'id -u; echo "$JOB_NAME"; exit 4')
+        assert who.returncode == 4, who.stderr
+        assert who.stdout.decode().split() == [str(run_as(datacenter)[0]), "shell"]
+        bob = paddlectl("exec", "shell", "--", "id", user="bob")
+        assert bob.returncode != 0 and b"no job named 'shell'" in bob.stderr
+        job_kill(live_portal.user, datacenter, "shell")
+        wait(lambda: Job.objects.get(pk=job.pk).replicas.get().state == "killed", 60,
+             "its pod did not stop")
