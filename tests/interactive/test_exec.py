@@ -12,7 +12,6 @@ import os
 import pty
 import select
 import struct
-import sys
 import termios
 
 import pytest
@@ -24,7 +23,6 @@ from jobs.models import Job
 from jobs.services import job_kill
 from jobs.states import JobState, ReplicaState
 from tests.polling import wait
-from tests.processes import ROOT
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis,
               pytest.mark.package("import time; time.sleep(600)\n")]
@@ -40,12 +38,13 @@ def running(job: Job) -> Job:
     return job
 
 
-def in_terminal(paddlectl_argv: list[str], env: dict) -> tuple[int, bytes]:
-    """paddlectl run in a terminal of its own (a pty): its exit status and what it showed."""
+def in_terminal(argv: list[str], env: dict) -> tuple[int, bytes]:
+    """``argv`` run in a terminal of its own (a pty of 100 columns and 30 rows): its exit
+    status and what it showed."""
     pid, master = pty.fork()
     if pid == 0:  # pragma: no cover - the child
         fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-        os.execve(sys.executable, [sys.executable, "-m", "paddlectl", *paddlectl_argv], env)  # noqa: S606
+        os.execve(argv[0], argv, env)  # noqa: S606
     shown = b""
     try:
         while True:
@@ -65,7 +64,7 @@ def in_terminal(paddlectl_argv: list[str], env: dict) -> tuple[int, bytes]:
 
 
 def test_exec_runs_in_the_worker_as_its_owner(live_portal, celery_worker, submit, make_user,
-                                              paddlectl, tmp_path):
+                                              paddlectl):
     job = running(submit("fit", trainers=2))
     uid, _ = home_ids(job.owner)
 
@@ -95,12 +94,10 @@ def test_exec_runs_in_the_worker_as_its_owner(live_portal, celery_worker, submit
     assert b"no-such-program: command not found" in missing.stderr
 
     # A terminal with -t: the command sees one, of this terminal's size.
-    config = tmp_path / "alice" / ".paddle" / "config"
     code, shown = in_terminal(
-        ["exec", "fit", "-it", "--", "sh", "-c", "test -t 0 && test -t 1 && echo TTY-YES; "
-         "tty; stty size"],
-        {**os.environ, "PADDLE_CONFIG": str(config), "HOME": str(tmp_path / "alice"),
-         "NO_PROXY": "127.0.0.1,localhost", "PYTHONPATH": str(ROOT)})
+        paddlectl.argv("exec", "fit", "-it", "--", "sh", "-c",
+                       "test -t 0 && test -t 1 && echo TTY-YES; tty; stty size"),
+        paddlectl.cli("alice").environ())
     assert code == 0, shown
     assert b"TTY-YES" in shown
     assert b"/dev/pts/" in shown  # a terminal of the sandbox's own, which it can name
