@@ -143,6 +143,21 @@ def test_an_admin_may_exec_with_owner_and_bad_input_is_named(live_portal, celery
     entry = AuditEntry.objects.get(action=AuditEntry.Action.JOB_EXEC)
     assert (entry.actor_name, entry.subject, entry.target) == ("root", job.owner, "alice/fit")
 
+
+    # A terminal's size follows its resizes; what is typed reaches the command.
+    with socket_to(live_portal, job.owner, "") as socket:
+        socket.send(json.dumps({"type": "start", "command": ["sh", "-c", "read x; stty size"],
+                                "tty": True, "cols": 100, "rows": 30}))
+        assert json.loads(socket.recv())["type"] == "started"
+        socket.send(json.dumps({"type": "resize", "cols": 120, "rows": 40}))
+        socket.send(b"go\r")
+        shown = b""
+        while isinstance(message := socket.recv(), bytes):
+            assert message[:1] == b"\x01"  # a terminal's output is all stdout
+            shown += message[1:]
+        assert json.loads(message) == {"type": "exit", "code": 0}
+        assert shown.split() == [b"go", b"40", b"120"]
+
     # Without ?owner= an admin's own jobs are meant; a user's ?owner= of another is nothing.
     bob = make_user("bob")
     for user, query in ((root, ""), (bob, "?owner=alice")):
@@ -163,4 +178,4 @@ def test_an_admin_may_exec_with_owner_and_bad_input_is_named(live_portal, celery
     assert ended.returncode != 0
     assert ended.stderr.decode().startswith("paddlectl: job 'fit' is killed: a command runs "
                                             "only in a running job")
-    assert AuditEntry.objects.filter(action=AuditEntry.Action.JOB_EXEC).count() == 1
+    assert AuditEntry.objects.filter(action=AuditEntry.Action.JOB_EXEC).count() == 2
