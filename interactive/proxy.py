@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import re
 import time
 import weakref
@@ -41,8 +40,6 @@ from jobs.backends import backend_for
 from jobs.backends.base import BackendError
 
 from . import services
-
-log = logging.getLogger(__name__)
 
 HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
               b"te", b"trailer", b"transfer-encoding", b"upgrade", b"host"}
@@ -115,14 +112,14 @@ def cross_site(scope, method: str) -> bool:
             and (method not in ("GET", "HEAD") or scope["type"] == "websocket"))
 
 
-def upstream_headers(scope, passed: services.Pass, *, keep=()) -> list[tuple[bytes, bytes]]:
+def upstream_headers(scope, passed: services.Pass) -> list[tuple[bytes, bytes]]:
     """The request's headers as the app gets them."""
     port = passed.route.port
     out = [(b"host", f"127.0.0.1:{port}".encode())]
     added = {name.lower().encode(): value.encode("latin-1")
              for name, value in passed.headers.items()}
     for name, value in scope.get("headers", ()):
-        if (name in HOP_BY_HOP and name not in keep) or name in added:
+        if name in HOP_BY_HOP or name in added:
             continue
         if name == b"cookie":
             kept = "; ".join(f"{n}={v}" for n, v in _cookies({"headers": [(name, value)]})
