@@ -278,15 +278,16 @@ class RouteProxy:
         # is sent again, once, on a new one.
         for attempt in (0, 1):
             try:
-                return await self.forward(scope, send, passed, pool, method, target, headers,
-                                          body)
+                return await self.forward(scope, receive, send, passed, pool, method, target,
+                                          headers, body)
             except _Stale:
                 if body is not None or attempt:
                     return await plain(send, 502, f"Bad gateway: the app at port "
                                                   f"{passed.route.port} closed the connection")
         return None
 
-    async def forward(self, scope, send, passed, pool, method, target, headers, body) -> None:
+    async def forward(self, scope, receive, send, passed, pool, method, target, headers,
+                      body) -> None:
         started = False
         try:
             async with pool.pool.stream(
@@ -298,10 +299,18 @@ class RouteProxy:
                 await send({"type": "http.response.start", "status": response.status,
                             "headers": self.response_headers(scope, passed, response.headers)})
                 started = True
-                async for chunk in response.aiter_stream():
-                    await send({"type": "http.response.body", "body": chunk,
-                                "more_body": True})
-                await send({"type": "http.response.body", "body": b""})
+                # The request's body was all sent: the browser's next word is that it went,
+                # which ends an answer still coming (a stream, a long poll) there and then.
+                pump = asyncio.create_task(_body_pump(response, send))
+                gone = asyncio.create_task(_disconnected(receive))
+                try:
+                    await asyncio.wait((pump, gone), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for task in (pump, gone):
+                        task.cancel()
+                    await asyncio.gather(pump, gone, return_exceptions=True)
+                if not pump.cancelled() and pump.exception() is not None:
+                    raise pump.exception()
         except _ClientGone:
             return None
         except httpcore.ConnectError as exc:
@@ -371,6 +380,17 @@ class RouteProxy:
             await WebSocketRelay(scope, receive, send, passed, stream).run()
         finally:
             await stream.close()
+
+
+async def _body_pump(response, send) -> None:
+    async for chunk in response.aiter_stream():
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _disconnected(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 class _Stale(Exception):
