@@ -85,7 +85,12 @@ SERVING_TRAINER = textwrap.dedent(f"""\
 
     async def echo(ws):
         async for message in ws:
-            await ws.send(message if isinstance(message, bytes) else "echo: " + message)
+            if message == "your cookies?":  # what its handshake carried
+                await ws.send(ws.request.headers.get("Cookie", "none"))
+            elif message == "close":
+                await ws.close(4001, "asked to")
+            else:
+                await ws.send(message if isinstance(message, bytes) else "echo: " + message)
 
 
     async def main():

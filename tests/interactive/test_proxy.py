@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from accounts.models import AuditEntry
@@ -177,12 +177,18 @@ def test_websocket_messages_pass_both_ways_for_the_owner_only(live_portal, servi
         route.websocket("/echo").close()
     assert refused.value.response.status_code == 404
     route.enter_now()
-    with route.websocket("/echo") as ws:
+    with route.websocket("/echo", Cookie=f"{route.cookie}; theirs=kept") as ws:
         ws.send("hello")
         assert ws.recv(timeout=10) == "echo: hello"
         big = os.urandom(900_000)  # (the app takes messages up to 1 MiB)
         ws.send(big)
         assert ws.recv(timeout=30) == big
+        ws.send("your cookies?")
+        assert ws.recv(timeout=10) == "theirs=kept"  # never the route's
+        ws.send("close")  # the app closes: so does the browser's socket, with its code
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+        assert closed.value.rcvd.code == 4001
     other = f"http://{'1' * len(route.key)}.localhost:{live_portal.port}"
     with pytest.raises(InvalidStatus) as cross:
         route.websocket("/echo", Origin=other).close()
