@@ -126,6 +126,10 @@ class KubePortStream(PortStream):
         data, self.pending = self.pending[:n], self.pending[n:]
         return data
 
+    def at_eof(self) -> bool:
+        """The pod's side has closed and everything it sent was read."""
+        return self.ended and not self.pending
+
     async def write(self, data: bytes) -> None:
         try:
             await self.socket.send(bytes([0]) + data)
