@@ -58,7 +58,7 @@ def run_exec(ctx, args) -> int:
             if args.stdin:
                 threading.Thread(target=_input, args=(socket,), daemon=True).start()
             else:
-                socket.send(json.dumps({"type": "eof"}))
+                _send(socket, json.dumps({"type": "eof"}))  # it may have ended already
             return _output(socket)
 
 
@@ -114,6 +114,15 @@ def _output(socket) -> int:
             return int(data.get("code", 1))
         if data.get("type") == "error":
             raise _refused(socket, data)
+
+
+def _send(socket, message) -> None:
+    """Send, unless the portal has closed the socket (the command ended): what it sent before
+    is still read."""
+    from websockets.exceptions import ConnectionClosed
+
+    with contextlib.suppress(ConnectionClosed):
+        socket.send(message)
 
 
 def _input(socket) -> None:

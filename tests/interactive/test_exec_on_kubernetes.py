@@ -4,6 +4,10 @@ ServiceAccount with deploy/rbac.yaml's rights) to its node agent's kubelet API."
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+
 import pytest
 from asgiref.sync import async_to_sync
 
@@ -16,6 +20,7 @@ from jobs.services import job_kill
 from tests.factories import package_write, submit_job
 from tests.kube import on_real_kubernetes
 from tests.polling import wait
+from tests.processes import process_stop
 
 pytestmark = [pytest.mark.django_db, pytest.mark.real_kubernetes]
 
@@ -124,7 +129,7 @@ def test_exec_and_port_open_reach_a_running_pod(on_cluster, alice, datacenter, p
 def test_paddlectl_exec_into_a_pod_through_the_portal(live_portal, celery_worker, real_kube,
                                                       datacenter, settings, paddlectl,
                                                       make_user):
-    """The same command line as on the local backend, through the portal's WebSocket."""
+    """The same command lines as on the local backend, through the portal's WebSockets."""
     make_user("bob")
     package_write(live_portal.home, ECHO)
     with on_real_kubernetes(datacenter, settings, real_kube, live_portal.home.parents[1]):
@@ -140,6 +145,25 @@ def test_paddlectl_exec_into_a_pod_through_the_portal(live_portal, celery_worker
         assert who.stdout.decode().split() == [str(run_as(datacenter)[0]), "shell"]
         bob = paddlectl("exec", "shell", "--", "id", user="bob")
         assert bob.returncode != 0 and b"no job named 'shell'" in bob.stderr
+
+        # paddlectl port-forward to the pod's port, through the portal and the API server.
+        forward = subprocess.Popen(paddlectl.argv("port-forward", "shell", f"0:{PORT}"),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env=paddlectl.cli("alice").environ())
+        try:
+            first = forward.stdout.readline()
+            assert first.startswith("Forwarding from 127.0.0.1:"), first
+            local = int(first.split()[2].rsplit(":", 1)[1])
+            wait(lambda: "listening" in "".join(b.decode() for b in backend_for(
+                datacenter).log_stream(job, job.replicas.get(), follow=False, tail=None)[1]),
+                60, "the trainer never listened")
+            with socket.create_connection(("127.0.0.1", local), timeout=30) as conn:
+                conn.sendall(b"through the portal\n")
+                assert conn.makefile("rb").readline() == b"THROUGH THE PORTAL\n"
+        finally:
+            process_stop(forward, signal.SIGINT)
+            forward.stdout.close()
+            forward.stderr.close()
         job_kill(live_portal.user, datacenter, "shell")
         wait(lambda: Job.objects.get(pk=job.pk).replicas.get().state == "killed", 60,
              "its pod did not stop")
