@@ -113,6 +113,14 @@ class ApiClient:
         except requests.RequestException as exc:
             raise self._network_error(exc) from None
 
+    @staticmethod
+    def websocket_error(message: dict, close_code: int | None) -> ApiError:
+        """A portal WebSocket's ``{"type": "error"}`` message, and the close that followed it
+        (4000 + the HTTP status the API would answer), as the error it is."""
+        status = close_code - 4000 if close_code and 4000 <= close_code < 5000 else 0
+        return ApiError(status, str(message.get("code") or "error"),
+                        str(message.get("message") or "refused"), message.get("fields"))
+
     def _checked(self, response: requests.Response,
                  refused_token: bool = False) -> requests.Response:
         """``response`` if it is a 2xx, else the ``ApiError`` its body describes."""
@@ -145,6 +153,14 @@ class ApiClient:
         return NetworkError(f"{doing} {self.endpoint}: {network_reason(exc)}; {self.hint}")
 
     # -- tokens -----------------------------------------------------------------------------
+
+    def token(self, fresh: bool = False) -> str:
+        """The token requests carry; with ``fresh``, a new login's (the cached one was
+        refused), unless it is the config's own."""
+        if fresh and not self.fixed_token:
+            self.cache.drop(self.key)
+            return self.login()["token"]
+        return self._token()[0]
 
     def _token(self) -> tuple[str, bool]:
         """The token to use, and whether it was just issued."""

@@ -57,6 +57,8 @@ NAMESPACE_RBAC = {
     ("batch", "jobs"): {"create", "get", "list", "update", "delete"},  # update: elastic jobs
     ("", "pods"): {"list", "watch", "delete"},  # the pod watch; a lost node's trainer pods
     ("", "pods/log"): {"get"},
+    ("", "pods/exec"): {"get", "create"},  # exec: a WebSocket upgrade is both
+    ("", "pods/portforward"): {"get", "create"},  # port-forward, the sessions' proxy
     ("", "events"): {"list"},
     ("", "persistentvolumeclaims"): {"create", "get"},
     ("networking.k8s.io", "networkpolicies"): {"create", "get", "update"},
@@ -215,7 +217,8 @@ def test_rbac_covers_every_resource_the_client_addresses():
     groups = {"/api/v1": ""} | {r.api: r.api.split("/")[2] for r in RESOURCES.values()
                                  if r.api.startswith("/apis/")}
     addressed = {(groups[r.api], r.plural) for r in RESOURCES.values()} | {
-        ("", "pods/log"), ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads"),
+        ("", "pods/log"), ("", "pods/exec"), ("", "pods/portforward"),
+        ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads"),
         ("rbac.authorization.k8s.io", "clusterroles")}
     assert addressed == set(RBAC)
 

@@ -7,11 +7,13 @@ import abc
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from paddlecloud_core.contract import Paths, Topology
 from paddlecloud_core.status import Observation, Status
 
-__all__ = ["Backend", "BackendError", "Capacity", "Observation", "StartProgress", "Status"]
+__all__ = ["Backend", "BackendError", "Capacity", "ExecProcess", "Observation", "PortStream",
+           "StartProgress", "Status"]
 
 
 class BackendError(Exception):
@@ -35,6 +37,22 @@ class StartProgress:
 
     since: datetime
     why: str
+
+
+class PortStream(Protocol):
+    """A byte stream to one port of a replica (``Backend.port_open``), both ways. A stream may
+    also have ``at_eof() -> bool`` (the other side closed and all it sent was read): the
+    proxy then never sends a request on a kept connection the app has closed meanwhile
+    (without it, a request without a body is sent again once on a new connection)."""
+
+    async def read(self, n: int = 65536) -> bytes:
+        """Up to ``n`` bytes, as they come; b"" once the other side has closed."""
+
+    async def write(self, data: bytes) -> None:
+        """All of ``data`` sent (waits while the other side is slow to read)."""
+
+    async def close(self) -> None:
+        """The connection closed (both ways); again: nothing."""
 
 
 class Backend(abc.ABC):
@@ -171,6 +189,13 @@ class Backend(abc.ABC):
         stops the builder and fails with that reason."""
         raise BackendError(f"datacenter {build.datacenter.name}'s backend cannot build images")
 
+    async def port_open(self, job, replica, port: int) -> PortStream:
+        """A connection to ``port`` on the replica's own loopback (its network namespace, its
+        pod's network), made from the portal: the proxy's, port-forward's way in.
+        ``BackendError`` (a clear message for the user) when the replica is not running or
+        nothing listens there."""
+        raise BackendError(f"the {self.name} backend cannot reach a replica's port")
+
     def image_build_problem(self, datacenter) -> str | None:
         """Why the datacenter cannot build images now (for the user), or None."""
         return None
@@ -187,6 +212,16 @@ class Backend(abc.ABC):
 
     def pull_secret_delete(self, datacenter, owner, name: str) -> None:  # noqa: B027
         """Remove the pull secret of the owner's credential ``name``; done if it is gone."""
+
+    # A command in a running replica (``paddlectl exec``, the job page's terminal).
+
+    async def exec_open(self, job, replica, argv: list[str], *, tty: bool,
+                        size: tuple[int, int] | None = None, term: str = "xterm") -> ExecProcess:
+        """Run ``argv`` in the running replica as the replica runs (its user, its
+        environment, its working directory, no more privileges than it has), with a terminal
+        of ``size`` (columns, rows) and ``TERM=term`` when ``tty``. ``BackendError`` (a clear
+        message) when the replica is not running or the command cannot be started there."""
+        raise BackendError(f"the {self.name} backend cannot run a command in a worker")
 
 
 class Records(abc.ABC):
@@ -230,3 +265,31 @@ def records() -> Records:
         raise RuntimeError("the backends' records are not set: jobs.apps sets them when Django "
                            "starts")
     return _records
+
+
+class ExecProcess(Protocol):
+    """A command running in a replica (``Backend.exec_open``): its output as it comes, its
+    input, its terminal's size, and how it ended."""
+
+    STDOUT = 1
+    STDERR = 2  # never with a terminal: it writes both on the one stream
+
+    async def read(self) -> tuple[int, bytes]:
+        """The next output, (``STDOUT`` or ``STDERR``, bytes); (0, b"") once there is no more
+        (the command has ended, or closed its outputs)."""
+
+    async def write(self, data: bytes) -> None:
+        """Give ``data`` to the command's input."""
+
+    async def write_end(self) -> None:
+        """End the command's input (what Ctrl-D is to a terminal, the end of a pipe)."""
+
+    async def resize(self, cols: int, rows: int) -> None:
+        """Its terminal's new size (nothing without one)."""
+
+    async def wait(self) -> int:
+        """Its exit status once it has ended (128 + the signal that ended it, as shells
+        say)."""
+
+    async def close(self) -> None:
+        """End it, if it still runs, and let go of what it held. Done when it has ended."""

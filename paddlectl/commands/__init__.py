@@ -57,6 +57,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
     Command("completion", "print the shell completion script (bash, zsh, fish)", "completion"),
     Command("config", "view the config file or switch the current datacenter", "config"),
     Command("delete", "delete a job or a registry", "jobs"),
+    Command("exec", "run a command in a running job's worker (-it -- bash: a shell)", "shell"),
     Command("file", "upload files into your PFS home (the seeds' rules)", "files"),
     Command("flags", "list the top-level flags", "help"),
     Command("get", "print jobs, sweeps, workers, tasks, registries and quota", "jobs"),
@@ -69,6 +70,8 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
     Command("metrics", "print the metrics a job reported", "jobs"),
     Command("notify", "subscribe to job and budget events by e-mail, webhook or the dashboard",
             "notify"),
+    Command("port-forward", "carry a local port to a port of a running job, through the "
+            "portal", "ports"),
     Command("registry", "add registry credentials for private images", "registry"),
     Command("submit", "submit a job to PaddlePaddle Cloud", "jobs"),
     Command("sweep", "start a sweep: trials of a job over a search space", "sweeps"),

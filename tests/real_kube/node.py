@@ -5,7 +5,8 @@
 registers the Node ``NODE`` (capacity from the flags; Ready; InternalIP 127.0.0.1, where the API
 server reaches its kubelet API), renews its Lease in ``kube-node-lease`` and its Ready condition
 every ``HEARTBEAT_SECONDS``, and runs the pods the scheduler binds to it as the process kubelet
-runs the fake cluster's (``node_kubelet.py``), serving their logs (``node_server.py``).
+runs the fake cluster's (``node_kubelet.py``), serving their logs, exec and port-forward
+(``node_server.py``).
 
 ``--nfs-server NAME`` makes this machine that NFS server: a volume ``nfs: {server: NAME, path:
 P}`` is this machine's directory ``P`` (the PFS of the tests: a PersistentVolume that the
@@ -173,7 +174,7 @@ class NodeAgent:
         self.kubelet = NodeKubelet(self.api, self.name, HOST_IP)
         try:
             self.server = KubeletServer(self.api.store, self.kubelet.logs, directory,
-                                        self.name).start()
+                                        self.name, self.kubelet).start()
             self.register()
             self.renew_lease()
             beat = threading.Thread(target=self._heartbeat, name="node-heartbeat", daemon=True)

@@ -2,7 +2,8 @@
 ``read_namespaced_pod_log``) reach ``GET /containerLogs/<ns>/<pod>/<container>`` here, with
 ``follow``, ``previous``, ``tailLines``, ``sinceSeconds``/``sinceTime``, ``limitBytes`` and
 ``timestamps`` answered as the fake API server answers them (``logs.answer``: one copy of those
-rules), from the logs the process kubelet keeps. Also ``/healthz``.
+rules), from the logs the process kubelet keeps; ``/exec/…`` and ``/portForward/…`` over
+WebSocket (``node_streams.py``). Also ``/healthz``.
 
 HTTPS on 127.0.0.1 with a self-signed certificate made at start (the API server does not verify
 a kubelet's certificate unless given ``--kubelet-certificate-authority``)."""
@@ -25,6 +26,8 @@ from cryptography.x509.oid import NameOID
 
 from tests.k8s_api_server import logs, resources
 from tests.k8s_api_server.errors import ApiError
+
+from .node_streams import StreamError, exec_serve, ports_serve
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +67,46 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         if parts == ["healthz"]:
             return self._send(200, b"ok")
+        if parts[0] in ("exec", "portForward"):
+            try:
+                return self._stream(parts, parse_qs(url.query))
+            except StreamError as exc:
+                return self._send(exc.status, str(exc).encode())
         if len(parts) != 4 or parts[0] != "containerLogs":
             return self._send(404, b"404 page not found")
         try:
             self._logs(*parts[1:], query)
         except ApiError as exc:
             self._send(exc.code, exc.message.encode())
+
+    def _stream(self, parts: list[str], query: dict) -> None:
+        """``/exec/<ns>/<pod>/[<uid>/]<container>`` and ``/portForward/<ns>/<pod>[/<uid>]``:
+        node_streams.py."""
+        kubelet = self.server.kubelet
+        if kubelet is None or len(parts) < 3:
+            raise StreamError(404, "404 page not found")
+        namespace, name = parts[1], parts[2]
+        with self.server.store.lock:
+            pod = self.server.store.get(resources.PODS.key, namespace, name)
+            uid = pod["metadata"]["uid"] if pod else None
+            sandbox = kubelet.sandboxes.get(uid) if uid else None
+            if sandbox is None:
+                raise StreamError(404, f'pod "{name}" in namespace "{namespace}" is not running '
+                                       "on this node")
+            if parts[0] == "portForward":
+                netns = kubelet.network.netns_path(uid)
+            else:
+                container = parts[-1] if len(parts) in (4, 5) else ""
+                run = sandbox.runs.get(container)
+                pid = run.container.pid if run is not None and run.container.poll() is None \
+                    else None
+                if pid is None:
+                    raise StreamError(404, f'container "{container}" of pod "{name}" is not '
+                                           "running")
+        if parts[0] == "portForward":
+            ports_serve(self, netns, query)
+        else:
+            exec_serve(self, pid, query)
 
     def _logs(self, namespace: str, name: str, container: str, query: dict) -> None:
         server = self.server
@@ -114,9 +151,10 @@ class KubeletServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, store, log_store, directory: Path, node: str):
+    def __init__(self, store, log_store, directory: Path, node: str, kubelet=None):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.store = store
+        self.kubelet = kubelet  # its pods' sandboxes: exec and port-forward
         self.logs = log_store
         self.stopping = threading.Event()
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -24,6 +24,7 @@ Indexed Job (trainers) in the owner's namespace, all owned by one root ConfigMap
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import itertools
@@ -57,7 +58,7 @@ from ..base import (
 from ..buildah import buildah_problem, package_build
 from . import builder, manifests, observe, pods
 from .builder_follow import BuildCancelled, build_follow
-from .client import KubeError, kube_for
+from .client import Kube, KubeError, kube_for
 from .envs import env_prune, job_env_digest
 from .names import (
     COMPONENT_LABEL,
@@ -80,6 +81,7 @@ from .names import (
 from .nodes import nodes_capacity
 from .pods_watch import pod_cache, pods_listed
 from .settings import Builder, kube_settings
+from .streams import KubeExec, KubePortStream
 from .validation import validate_objects
 
 logger = logging.getLogger(__name__)
@@ -564,6 +566,39 @@ class KubernetesBackend(Backend):
         if chunks is None:  # the pod went meanwhile: its log is in the archive
             return None
         return LogCursor(offset, pod.get("uid"), restarts), _from_byte(chunks, offset)
+
+    # --- a command in a pod, a port of a pod ------------------------------------------------
+
+    def _running_pod(self, job, replica) -> tuple[Kube, dict]:
+        """The API server and the replica's current pod, when it runs; else a BackendError."""
+        mine = observe.replica_pods(self._pods(job), replica)
+        if not mine or mine[-1].get("status", {}).get("phase") != "Running":
+            phase = mine[-1].get("status", {}).get("phase", "gone") if mine else "not there"
+            raise BackendError(f"worker {replica.name} is not running (its pod is "
+                               f"{phase.lower()})")
+        return kube_for(job.datacenter), mine[-1]["metadata"]
+
+    async def exec_open(self, job, replica, argv, *, tty, size=None, term="xterm"):
+        """Through the pod's ``exec`` subresource (``streams.py``): the container runs it as
+        it runs its own command. The runtime sets TERM with a terminal (containerd: xterm)."""
+        kube, pod = await asyncio.to_thread(self._running_pod, job, replica)
+        query = [("container", replica.role), *(("command", word) for word in argv),
+                 ("stdin", "true"), ("stdout", "true"), ("stderr", "false" if tty else "true"),
+                 ("tty", "true" if tty else "false")]
+        socket = await kube.channels(f"/api/v1/namespaces/{pod['namespace']}/pods/"
+                                     f"{pod['name']}/exec", query)
+        process = KubeExec(socket, tty=tty)
+        if size:
+            await process.resize(*size)
+        return process
+
+    async def port_open(self, job, replica, port: int):
+        """Through the pod's ``portforward`` subresource (``streams.py``): the kubelet
+        connects to the port on the pod's own network, from inside it."""
+        kube, pod = await asyncio.to_thread(self._running_pod, job, replica)
+        socket = await kube.channels(f"/api/v1/namespaces/{pod['namespace']}/pods/"
+                                     f"{pod['name']}/portforward", [("ports", str(port))])
+        return KubePortStream(socket, port)
 
     def _follow(self, read, ended):
         """Follow the pod's log. Until its container has started (the log answers 400, or

@@ -24,11 +24,13 @@ import json
 import logging
 import random
 import re
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
+from urllib.parse import urlencode, urlsplit
 
 import urllib3
 import yaml
@@ -302,6 +304,38 @@ class Kube:
         path += f"/{resource.plural}"
         return f"{path}/{name}" if name else path
 
+    async def channels(self, path: str, query: list[tuple[str, str]]):
+        """A WebSocket to ``path`` (a pod's ``exec`` or ``portforward``) speaking
+        ``v4.channel.k8s.io``, as the same account over the same TLS as every request: an
+        open ``websockets`` connection (``streams.py`` reads and writes its frames). The API
+        server passes a v4 upgrade on to the kubelet as it is. A refusal (RBAC, a pod that is
+        not there or not running) raises ``KubeError`` with the server's message."""
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import InvalidHandshake, InvalidStatus
+
+        configuration = self.api_client.configuration
+        url = urlsplit(configuration.host)
+        scheme = "wss" if url.scheme == "https" else "ws"
+        address = f"{scheme}://{url.netloc}{url.path.rstrip('/')}{path}?{urlencode(query)}"
+        headers = {}
+        bearer = configuration.auth_settings().get("BearerToken")
+        if bearer and bearer.get("value"):
+            headers["Authorization"] = bearer["value"]
+        tls = {"ssl": _ssl_context(configuration)} if scheme == "wss" else {}
+        if tls and getattr(configuration, "tls_server_name", None):
+            tls["server_hostname"] = configuration.tls_server_name
+        try:
+            return await connect(address, additional_headers=headers,
+                                 subprotocols=[CHANNEL_PROTOCOL], open_timeout=self.timeout,
+                                 max_size=None, compression=None, ping_interval=None, **tls)
+        except InvalidStatus as exc:
+            response = exc.response
+            reason, message = _status_message(response.status_code, response.body or b"")
+            raise KubeError(message, status=response.status_code, reason=reason) from None
+        except (OSError, InvalidHandshake, TimeoutError) as exc:
+            raise KubeError(f"Kubernetes ({self.name}): cannot reach the API server: {exc}") \
+                from None
+
     def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
         try:
             return self.request("GET", self.path(kind, namespace, name))
@@ -491,6 +525,25 @@ class Kube:
         """The Events about one object (by uid), oldest first."""
         events, _ = self.list("Event", namespace, field_selector=f"involvedObject.uid={uid}")
         return sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+
+
+CHANNEL_PROTOCOL = "v4.channel.k8s.io"
+
+
+def _ssl_context(configuration: k8s.Configuration) -> ssl.SSLContext | None:
+    """The TLS of the configuration's requests (its CA, its client certificate), for a
+    WebSocket: None for plain HTTP."""
+    if not configuration.host.startswith("https"):
+        return None
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, configuration.key_file or None)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif configuration.assert_hostname is False:
+        context.check_hostname = False
+    return context
 
 
 def _lines(response) -> Iterator[bytes]:

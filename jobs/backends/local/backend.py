@@ -39,6 +39,7 @@ the user's, never root's, and a set-uid file a job leaves gives nobody root.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import shutil
@@ -86,12 +87,15 @@ from ..netns import (
     dir_locked,
     holder_kill,
     holders,
+    netns_read,
     netns_start,
     netns_stop,
     process_argvs,
 )
+from .enter import exec_start
 from .envs import env_ensure, env_path
 from .exits import ExitWatch, exits_watch
+from .ports import PortError, port_dial, socket_stream
 from .relay import RELAY_PORT, RelayError, relay_start, relay_stop
 from .sandbox import (
     SYSTEM_PATH,
@@ -452,11 +456,39 @@ class LocalBackend(Backend):
         return Sandbox(binds=binds, env=env, cwd=WORKSPACE, network=network,
                        hostname=replica.name, ids=home_ids(job.owner))
 
+    async def port_open(self, job, replica, port: int):
+        """A socket made in the job's network (``ports.py``), connected to the replica's
+        ``127.0.0.1:port``; on the machine's own network without a sandbox."""
+        made = await asyncio.to_thread(self._port_dial, job, replica, port)
+        return await socket_stream(made)
+
+    def _port_dial(self, job, replica, port: int):
+        seen = attempt_observe(job_dir(job) / "run", replica.name, replica.attempt)
+        if seen.status != Status.RUNNING:
+            raise BackendError(f"{replica.name} of job {job.name!r} is not running")
+        network = netns_read(netns_file(job_dir(job)))
+        if network is None and _sandboxed():
+            raise BackendError(f"job {job.name!r} is not running (its network is gone)")
+        if network is not None and port == RELAY_PORT:
+            raise BackendError(f"port {port} of a local job is its way to the portal "
+                               "(docs/master.md), not the job's own")
+        try:
+            return port_dial(network, port)
+        except PortError as exc:
+            raise BackendError(f"{replica.name} of job {job.name!r}: {exc}") from None
+
     def observe(self, job, replica) -> Observation:
         seen = attempt_observe(job_dir(job) / "run", replica.name, replica.attempt)
         if seen.status == Status.RUNNING:  # one nobody follows (of a portal before followers)
             exits().adopt(job_dir(job) / "run", replica.name, replica.attempt, str(job.uid))
         return seen
+
+    async def exec_open(self, job, replica, argv, *, tty, size=None, term="xterm"):
+        """In the replica's sandbox, as the replica runs (``enter.py``)."""
+        started = read_json(self._files(job, replica)[0])
+        if not started or started.get("attempt") != replica.attempt:
+            raise BackendError(f"worker {replica.name} is not running")
+        return await exec_start(started["pid"], list(argv), tty=tty, size=size, term=term)
 
     def stop(self, job, replicas, grace: float) -> None:
         """Stop the replicas, then let the job's network go (replicas are stopped only when

@@ -1,0 +1,10 @@
+"""The interactive WebSocket routes (included by paddlecloud/routing.py)."""
+
+from django.urls import path
+
+from . import consumers, exec_consumer
+
+websocket_urlpatterns = [
+    path("ws/jobs/<str:name>/ports/<int:port>/", consumers.PortForwardConsumer.as_asgi()),
+    path("ws/jobs/<str:name>/exec/", exec_consumer.ExecConsumer.as_asgi()),
+]
