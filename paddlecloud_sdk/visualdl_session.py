@@ -1,0 +1,333 @@
+"""VisualDL for one job or several: what a VisualDL session runs inside its replica.
+
+    python -m paddlecloud_sdk.visualdl_session --port 8040 JOB [JOB ...]
+
+Each job is one run in VisualDL, named by the job. Its run holds what the job's replicas
+reported with ``paddlecloud_sdk.report`` (``node_<i>/metrics.jsonl`` in its output directory):
+trainer 0's metrics under their own names (``loss``), so that the same metric of several jobs
+is one chart with a curve per job; the other replicas' under their worker's name
+(``trainer-1/loss``, ``pserver-0/loss``). The metrics files are converted into a VisualDL log
+of the session's own (in its private temporary directory) when the session starts, and again
+as they grow, every ``--every`` seconds: every job has its curves there, also one that ended
+before VisualDL was thought of, whatever its image held. A value the job reported as nan or
+infinite (``null`` in the file) is a NaN in VisualDL.
+
+A job that writes VisualDL logs itself (``visualdl.LogWriter`` into its output directory,
+``PADDLE_OUTPUT_DIR``) is shown too: each directory of its output with a ``vdlrecords`` file
+is one more run, ``JOB/output/<that directory>``, read where it is.
+
+The jobs' directories are only read (``PADDLE_PFS_HOME``, the owner's home, as the replica
+sees it; ``paddlecloud_core.layout`` says where in it). VisualDL listens on ``--host``
+(127.0.0.1: the replica's own loopback) without any authentication of its own: the portal's
+proxy, which only the owner passes, is the gate (``interactive``). It needs ``visualdl`` (in
+the image, or the environment the portal gives its local replicas); the rest of the SDK does
+not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from paddlecloud_core.layout import (
+    JOBS_DIR,
+    METRICS_FILE,
+    OUTPUT_DIR,
+    PSERVER_METRICS_FILE,
+    output_rel,
+)
+from paddlecloud_core.metrics import metric_record
+from paddlecloud_core.spec import name_problem
+
+from . import env
+
+DEFAULT_PORT = 8040
+DEFAULT_EVERY = 2.0  # seconds between two looks at the jobs' files
+# VisualDL reads the newest file whose name holds "vdlrecords" in each run's directory.
+RECORDS_MARK = "vdlrecords"
+RUN_FILE = "vdlrecords.paddlecloud.log"
+CHUNK = 4 << 20  # bytes of a metrics file read at once
+DEPTH = 4  # how deep in a job's output VisualDL logs of its own are looked for
+CACHE_SECONDS = 2  # how long VisualDL's server keeps an answer before it reads the logs again
+
+
+def _worker(dirname: str, filename: str) -> str | None:
+    """Which worker's metrics a file of the output is (``layout.metrics_relpath``'s names):
+    ``trainer-<i>`` or ``pserver-<i>``, None for any other file."""
+    index = dirname.removeprefix("node_")
+    if index == dirname or not index.isdigit():
+        return None
+    if filename == METRICS_FILE:
+        return f"trainer-{int(index)}"
+    if filename == PSERVER_METRICS_FILE:
+        return f"pserver-{int(index)}"
+    return None
+
+
+def metric_tag(worker: str, name: str) -> str:
+    """A metric's tag in its job's run: trainer 0's by its name, another worker's under it."""
+    return name if worker == "trainer-0" else f"{worker}/{name}"
+
+
+@dataclass
+class _Followed:
+    """A metrics file read so far: up to ``offset`` (the end of a complete line), of the file
+    that was ``inode``."""
+    worker: str
+    inode: int = 0
+    offset: int = 0
+    line: int = 0
+
+
+class JobRun:
+    """One job's run: its metrics files converted into a VisualDL log under ``runs/<job>``,
+    and its own VisualDL logs linked below it, each ``sync()`` adding what is new."""
+
+    def __init__(self, job: str, home: Path, runs: Path):
+        self.job = job
+        self.output = home.joinpath(*output_rel(job))
+        self.dir = runs / job
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._followed: dict[Path, _Followed] = {}
+        self._writer = None
+        self._linked: set[Path] = set()
+
+    def sync(self) -> int:
+        """Add what the job's files hold that the run has not yet; the number of scalars
+        written."""
+        written = 0
+        for path, worker in self._metrics_files():
+            followed = self._followed.setdefault(path, _Followed(worker))
+            written += self._convert(path, followed)
+        self._link_own_logs()
+        if written:
+            self._writer.flush()
+        return written
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+    def _metrics_files(self) -> Iterator[tuple[Path, str]]:
+        try:
+            nodes = sorted(os.scandir(self.output), key=lambda entry: entry.name)
+        except (FileNotFoundError, NotADirectoryError):  # no output yet, or none at all
+            return
+        for node in nodes:
+            if not node.is_dir(follow_symlinks=False):
+                continue
+            for filename in (METRICS_FILE, PSERVER_METRICS_FILE):
+                worker = _worker(node.name, filename)
+                if worker is not None:
+                    yield Path(node.path, filename), worker
+
+    def _convert(self, path: Path, followed: _Followed) -> int:
+        try:
+            file = path.open("rb")
+        except (FileNotFoundError, IsADirectoryError, PermissionError):
+            return 0
+        written = 0
+        with file:
+            status = os.fstat(file.fileno())
+            if status.st_ino != followed.inode or status.st_size < followed.offset:
+                # Another file than the one read so far (the job's output made anew): from
+                # its beginning.
+                followed.inode, followed.offset, followed.line = status.st_ino, 0, 0
+            file.seek(followed.offset)
+            while True:
+                chunk = file.read(CHUNK)
+                end = chunk.rfind(b"\n") + 1  # a last line without its newline: not yet
+                if not end:
+                    break
+                lines = chunk[:end].split(b"\n")[:-1]
+                for line in lines:
+                    record = metric_record(followed.line, line)
+                    followed.line += 1
+                    if record is not None:
+                        written += self._write(followed.worker, record)
+                followed.offset += end
+                file.seek(followed.offset)
+                if len(chunk) < CHUNK:
+                    break
+        return written
+
+    def _write(self, worker: str, record: dict) -> int:
+        if self._writer is None:
+            from visualdl import LogWriter  # the session's image has it; the SDK needs it not
+
+            self._writer = LogWriter(logdir=str(self.dir), file_name=RUN_FILE,
+                                     display_name=self.job)
+        moment = record["time"] if record["time"] is not None else time.time()
+        walltime = round(moment * 1000)
+        for name, value in record["metrics"].items():
+            self._writer.add_scalar(tag=metric_tag(worker, name),
+                                    value=math.nan if value is None else float(value),
+                                    step=record["step"], walltime=walltime)
+        return len(record["metrics"])
+
+    def _link_own_logs(self) -> None:
+        """Each VisualDL log the job wrote in its output (a regular file whose name holds
+        ``vdlrecords``, at most DEPTH directories deep), linked at the same place below
+        ``runs/<job>/output``: a run of its own, read where it is."""
+        if not self.output.is_dir():
+            return
+        top = len(self.output.parts)
+        for root, dirs, files in os.walk(self.output):  # symbolic links are not followed
+            here = Path(root)
+            if len(here.parts) - top >= DEPTH:
+                dirs.clear()
+            for filename in files:
+                source = here / filename
+                if RECORDS_MARK not in filename or source in self._linked:
+                    continue
+                if not source.is_file() or source.is_symlink():
+                    continue
+                link = self.dir / OUTPUT_DIR / source.relative_to(self.output)
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(source)
+                self._linked.add(source)
+
+
+class Runs:
+    """The runs of a VisualDL session: one ``JobRun`` per job, in a directory of its own."""
+
+    def __init__(self, jobs: list[str], home: Path, runs: Path):
+        self.path = runs
+        self.jobs = [JobRun(job, home, runs) for job in jobs]
+
+    @property
+    def logdirs(self) -> list[str]:
+        """Where VisualDL reads, relative to ``path`` so that runs are named by their jobs."""
+        return [run.job for run in self.jobs]
+
+    def sync(self) -> int:
+        return sum(run.sync() for run in self.jobs)
+
+    def follow(self, every: float, stop: threading.Event) -> None:
+        """``sync()`` every ``every`` seconds until ``stop`` is set; a failure is told on
+        stderr and the next look tries again."""
+        while not stop.wait(every):
+            try:
+                self.sync()
+            except OSError as error:
+                print(f"visualdl session: reading the jobs' files: {error}", file=sys.stderr,
+                      flush=True)
+
+    def close(self) -> None:
+        for run in self.jobs:
+            run.close()
+
+
+def serve(runs: Runs, host: str, port: int, every: float) -> None:
+    """VisualDL's own application on ``host:port`` (its pages and API, no telemetry), reading
+    ``runs``, until SIGTERM or SIGINT."""
+    from visualdl.server.app import create_app
+    from visualdl.server.args import ParseArgs
+    from werkzeug.serving import make_server
+
+    os.chdir(runs.path)  # the runs are named by their directories, relative to here
+    args = ParseArgs(logdir=runs.logdirs, host=host, port=port, telemetry=False,
+                     cache_timeout=CACHE_SECONDS, language="en")
+    app = create_app(args)
+    # One request at a time, as VisualDL's own server does (its readers are not thread-safe);
+    # HTTP/1.0, so that no idle connection holds the next one up.
+    server = make_server(host, port, app, threaded=False)
+    stop = threading.Event()
+    follower = threading.Thread(target=runs.follow, args=(every, stop), daemon=True,
+                                name="visualdl-runs")
+
+    def ended(signum, frame):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, ended)
+    signal.signal(signal.SIGINT, ended)
+    follower.start()
+    print(f"VisualDL for {', '.join(runs.logdirs)} on http://{host}:{port}/", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        stop.set()
+        follower.join()
+        server.server_close()
+
+
+def _job(text: str) -> str:
+    problem = name_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"job name {text!r}: {problem}")
+    return text
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m paddlecloud_sdk.visualdl_session",
+        description="VisualDL for the given jobs of the owner of this replica's home: one run "
+                    "per job, from what it reported and the VisualDL logs it wrote.")
+    parser.add_argument("jobs", nargs="+", type=_job, metavar="JOB",
+                        help="a job's name (its directory in the home: jobs/JOB)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"the port VisualDL listens on (default {DEFAULT_PORT})")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address it listens on (default 127.0.0.1: the replica's "
+                             "loopback, which the portal's proxy reaches)")
+    parser.add_argument("--home", type=Path, default=None,
+                        help="the jobs' owner's home as this replica sees it (default "
+                             "PADDLE_PFS_HOME)")
+    parser.add_argument("--every", type=float, default=DEFAULT_EVERY,
+                        help="seconds between two looks at the jobs' files for what is new "
+                             f"(default {DEFAULT_EVERY:g})")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parser().parse_args(argv)
+    if not 0 < options.port < 65536:
+        parser().error(f"--port: a TCP port from 1 to 65535, got {options.port}")
+    if not options.every > 0:
+        parser().error(f"--every: a number of seconds > 0, got {options.every:g}")
+    home = options.home or env.pfs_home()
+    if home is None:
+        parser().error("--home: no home given, and PADDLE_PFS_HOME is not set (outside a job)")
+    if not (home / JOBS_DIR).is_dir():
+        parser().error(f"--home: {home} has no {JOBS_DIR}/ directory: not a PaddleCloud home")
+    place = tempfile.mkdtemp(prefix="visualdl-runs-")
+    runs = Runs(list(dict.fromkeys(options.jobs)), home, Path(place))
+    try:
+        runs.sync()
+        serve(runs, options.host, options.port, options.every)
+    finally:
+        runs.close()
+        shutil.rmtree(place, ignore_errors=True)
+    return 0
+
+
+def _run() -> None:
+    """``main`` as a program. VisualDL's profiler reader leaves a thread behind that never
+    ends (and is no daemon): once ``main`` has cleaned up, the process ends at once."""
+    try:
+        status = main()
+    except SystemExit as exit:
+        status = exit.code if isinstance(exit.code, int) else 1
+        if exit.code is not None and not isinstance(exit.code, int):
+            print(exit.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    _run()
