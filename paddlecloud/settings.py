@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "registries",
     "notifications",
     "experiments",
+    "interactive",
     "dashboard",
     "paddlecloud",  # the wiring itself: its runportal command, which starts the portal
 ]

@@ -32,6 +32,7 @@ urlpatterns = [
     path("api/v1/", include("registries.urls")),
     path("api/v1/", include("notifications.urls")),
     path("api/v1/", include("experiments.urls")),
+    path("api/v1/", include("interactive.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # (Split: Swagger UI's settings come as a script of their own, not inline; see the CSP.)
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),

@@ -99,6 +99,10 @@ BAD_IMPORTS = [
      "experiments.models -> experiments.services"),
     ("experiments-on-top", "jobs/services.py", "from experiments.models import Sweep",
      "jobs.services -> experiments.models"),
+    ("interactive-layers", "interactive/models.py", "from .views import PortOpenView",
+     "interactive.models -> interactive.views"),
+    ("interactive-on-top", "jobs/services.py", "from interactive.models import ProxyRoute",
+     "jobs.services -> interactive.models"),
 ]
 
 

@@ -7,11 +7,13 @@ import abc
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from paddlecloud_core.contract import Paths, Topology
 from paddlecloud_core.status import Observation, Status
 
-__all__ = ["Backend", "BackendError", "Capacity", "Observation", "StartProgress", "Status"]
+__all__ = ["Backend", "BackendError", "Capacity", "Observation", "PortStream", "StartProgress",
+           "Status"]
 
 
 class BackendError(Exception):
@@ -35,6 +37,19 @@ class StartProgress:
 
     since: datetime
     why: str
+
+
+class PortStream(Protocol):
+    """A byte stream to one port of a replica (``Backend.port_open``), both ways."""
+
+    async def read(self, n: int = 65536) -> bytes:
+        """Up to ``n`` bytes, as they come; b"" once the other side has closed."""
+
+    async def write(self, data: bytes) -> None:
+        """All of ``data`` sent (waits while the other side is slow to read)."""
+
+    async def close(self) -> None:
+        """The connection closed (both ways); again: nothing."""
 
 
 class Backend(abc.ABC):
@@ -170,6 +185,13 @@ class Backend(abc.ABC):
         does (the reason, once the build was cancelled; "" until then), and once it answers
         stops the builder and fails with that reason."""
         raise BackendError(f"datacenter {build.datacenter.name}'s backend cannot build images")
+
+    async def port_open(self, job, replica, port: int) -> PortStream:
+        """A connection to ``port`` on the replica's own loopback (its network namespace, its
+        pod's network), made from the portal: the proxy's, port-forward's way in.
+        ``BackendError`` (a clear message for the user) when the replica is not running or
+        nothing listens there."""
+        raise BackendError(f"the {self.name} backend cannot reach a replica's port")
 
     def image_build_problem(self, datacenter) -> str | None:
         """Why the datacenter cannot build images now (for the user), or None."""
