@@ -1,5 +1,5 @@
 """What a line of a metrics file is: the one rule the portal (``jobs.metrics``, the job page,
-the API) and a VisualDL session (``paddlecloud_sdk.visualdl_session``) read it with.
+the API) and a VisualDL session (``paddlecloud_sdk.sessions.visualdl``) read it with.
 
 ``paddlecloud_sdk.report`` appends one JSON line per call (``layout.metrics_relpath``)::
 

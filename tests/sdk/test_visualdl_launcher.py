@@ -1,4 +1,4 @@
-"""A VisualDL session's runs (paddlecloud_sdk.visualdl_session): what jobs reported with
+"""A VisualDL session's runs (paddlecloud_sdk.sessions.visualdl): what jobs reported with
 ``report()`` becomes VisualDL scalars, read back with VisualDL's own reader; the launcher serves
 them with VisualDL's own server, and leaves nothing behind."""
 
@@ -16,11 +16,14 @@ import pytest
 import requests
 from visualdl import LogReader, LogWriter
 
+from paddlecloud_core.contract import SESSION_PORT_VARIABLE, SESSION_TOKEN_VARIABLE
 from paddlecloud_core.layout import output_rel
 from paddlecloud_sdk import report
-from paddlecloud_sdk.visualdl_session import RUN_FILE, Runs
+from paddlecloud_sdk.sessions.visualdl import RUN_FILE, Runs
 from tests.outages import free_port
 from tests.polling import wait
+
+LAUNCHER = [sys.executable, "-m", "paddlecloud_sdk.sessions", "visualdl"]
 
 
 def output(home: Path, job: str) -> Path:
@@ -127,7 +130,7 @@ def test_the_sdk_needs_no_visualdl(tmp_path):
     code = (
         "import sys\n"
         "sys.modules['visualdl'] = None\n"  # any import of it fails
-        "import paddlecloud_sdk, paddlecloud_sdk.visualdl_session\n"
+        "import paddlecloud_sdk, paddlecloud_sdk.sessions.visualdl\n"
         "paddlecloud_sdk.report(step=1, loss=0.5)\n"
         "print(open('output/node_0/metrics.jsonl').read(), end='')\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
@@ -144,17 +147,19 @@ def test_the_launcher_serves_every_job_as_a_run_and_leaves_nothing_behind(home, 
     port = free_port()
     scratch = tmp_path / "tmp"
     scratch.mkdir()
+    token = "pcs_" + "ab" * 32
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "paddlecloud_sdk.visualdl_session", "--home", str(home),
-         "--port", str(port), "--every", "0.2", "first", "second"],
-        env={**os.environ, "PYTHONPATH": str(Path.cwd()), "TMPDIR": str(scratch)},
+        [*LAUNCHER, "--home", str(home), "--every", "0.2", "first", "second"],
+        env={**os.environ, "PYTHONPATH": str(Path.cwd()), "TMPDIR": str(scratch),
+             SESSION_PORT_VARIABLE: str(port), SESSION_TOKEN_VARIABLE: token},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         api = f"http://127.0.0.1:{port}/app/api"
+        proxy = {"Authorization": f"token {token}"}  # what the portal's proxy adds
 
         def tags():
             try:
-                return requests.get(f"{api}/scalar/tags", timeout=5).json()["data"]
+                return requests.get(f"{api}/scalar/tags", headers=proxy, timeout=5).json()["data"]
             except requests.ConnectionError:
                 return None
 
@@ -166,11 +171,17 @@ def test_the_launcher_serves_every_job_as_a_run_and_leaves_nothing_behind(home, 
 
         def first_loss():
             answer = requests.get(f"{api}/scalar/list", params={"run": "first", "tag": "loss"},
-                                  timeout=5).json()["data"]
+                                  headers=proxy, timeout=5).json()["data"]
             return [step for _, step, _ in answer] == [1, 2]
 
         wait(first_loss, 60, "the new step in VisualDL")
-        assert requests.get(f"http://127.0.0.1:{port}/app/index", timeout=5).status_code == 200
+        page = requests.get(f"http://127.0.0.1:{port}/app/index", headers=proxy, timeout=5)
+        assert page.status_code == 200 and "<html" in page.text.lower()
+        # Without the session's token (anything else in the replica's network): refused.
+        for wrong in ({}, {"Authorization": "token nope"}, {"Authorization": token}):
+            answer = requests.get(f"{api}/runs", headers=wrong, timeout=5)
+            assert answer.status_code == 403, wrong
+            assert "first" not in answer.text
         assert list(scratch.iterdir())  # its runs, in its temporary directory
     finally:
         launcher.send_signal(signal.SIGTERM)
@@ -182,11 +193,11 @@ def test_the_launcher_serves_every_job_as_a_run_and_leaves_nothing_behind(home, 
 @pytest.mark.parametrize(("arguments", "said"), [
     (["Bad_Name"], "job name 'Bad_Name'"),
     (["--port", "0", "job"], "--port: a TCP port from 1 to 65535, got 0"),
+    (["--every", "0", "job"], "--every: a number of seconds > 0, got 0"),
     (["--home", "/nonexistent", "job"], "--home: /nonexistent has no jobs/ directory"),
 ])
 def test_the_launcher_refuses_what_it_cannot_serve(arguments, said):
-    done = subprocess.run([sys.executable, "-m", "paddlecloud_sdk.visualdl_session", *arguments],
-                          capture_output=True, text=True, timeout=60, check=False,
+    done = subprocess.run([*LAUNCHER, *arguments], capture_output=True, text=True, timeout=60, check=False,
                           env={**os.environ, "PYTHONPATH": str(Path.cwd())})
     assert done.returncode == 2
     assert said in done.stderr
@@ -195,7 +206,7 @@ def test_the_launcher_refuses_what_it_cannot_serve(arguments, said):
 def test_outside_a_job_the_home_must_be_given(monkeypatch):
     monkeypatch.delenv("PADDLE_PFS_HOME", raising=False)
     env = {key: value for key, value in os.environ.items() if key != "PADDLE_PFS_HOME"}
-    done = subprocess.run([sys.executable, "-m", "paddlecloud_sdk.visualdl_session", "job"],
+    done = subprocess.run([*LAUNCHER, "job"],
                           capture_output=True, text=True, timeout=60, check=False,
                           env={**env, "PYTHONPATH": str(Path.cwd())})
     assert done.returncode == 2

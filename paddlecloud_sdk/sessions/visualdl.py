@@ -1,6 +1,6 @@
 """VisualDL for one job or several: what a VisualDL session runs inside its replica.
 
-    python -m paddlecloud_sdk.visualdl_session --port 8040 JOB [JOB ...]
+    python -m paddlecloud_sdk.sessions visualdl [--port PORT] JOB [JOB ...]
 
 Each job is one run in VisualDL, named by the job. Its run holds what the job's replicas
 reported with ``paddlecloud_sdk.report`` (``node_<i>/metrics.jsonl`` in its output directory):
@@ -18,15 +18,18 @@ is one more run, ``JOB/output/<that directory>``, read where it is.
 
 The jobs' directories are only read (``PADDLE_PFS_HOME``, the owner's home, as the replica
 sees it; ``paddlecloud_core.layout`` says where in it). VisualDL listens on ``--host``
-(127.0.0.1: the replica's own loopback) without any authentication of its own: the portal's
-proxy, which only the owner passes, is the gate (``interactive``). It needs ``visualdl`` (in
-the image, or the environment the portal gives its local replicas); the rest of the SDK does
-not.
+(127.0.0.1: the replica's own loopback) at ``session_port()``; the portal's proxy, which only
+the owner passes, is the gate (``interactive``). VisualDL has no login of its own: where the
+replica has a session token (``session_token``'s variable, as a session the portal starts
+does) every request must carry it (``Authorization: token …``, which the proxy adds), so that
+nothing else in the replica's network reaches it either. It needs ``visualdl`` (in the image,
+or the environment the portal gives its local replicas); the rest of the SDK does not.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
 import math
 import os
 import shutil
@@ -40,6 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from paddlecloud_core.contract import SESSION_TOKEN_VARIABLE
 from paddlecloud_core.layout import (
     JOBS_DIR,
     METRICS_FILE,
@@ -50,9 +54,9 @@ from paddlecloud_core.layout import (
 from paddlecloud_core.metrics import metric_record
 from paddlecloud_core.spec import name_problem
 
-from . import env
+from .. import env
+from . import session_port
 
-DEFAULT_PORT = 8040
 DEFAULT_EVERY = 2.0  # seconds between two looks at the jobs' files
 # VisualDL reads the newest file whose name holds "vdlrecords" in each run's directory.
 RECORDS_MARK = "vdlrecords"
@@ -229,9 +233,24 @@ class Runs:
             run.close()
 
 
-def serve(runs: Runs, host: str, port: int, every: float) -> None:
+def token_required(app, token: str):
+    """``app`` answering only requests that carry ``Authorization: token <token>``; any
+    other gets a 403."""
+    expected = f"token {token}".encode()
+
+    def checked(environ, start_response):
+        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")
+        if hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"this VisualDL answers the portal's proxy only\n"]
+
+    return checked
+
+
+def serve(runs: Runs, host: str, port: int, every: float, token: str = "") -> None:
     """VisualDL's own application on ``host:port`` (its pages and API, no telemetry), reading
-    ``runs``, until SIGTERM or SIGINT."""
+    ``runs``, until SIGTERM or SIGINT; with ``token``, only for requests that carry it."""
     from visualdl.server.app import create_app
     from visualdl.server.args import ParseArgs
     from werkzeug.serving import make_server
@@ -240,9 +259,10 @@ def serve(runs: Runs, host: str, port: int, every: float) -> None:
     args = ParseArgs(logdir=runs.logdirs, host=host, port=port, telemetry=False,
                      cache_timeout=CACHE_SECONDS, language="en")
     app = create_app(args)
+    wsgi = token_required(app, token) if token else app
     # One request at a time, as VisualDL's own server does (its readers are not thread-safe);
     # HTTP/1.0, so that no idle connection holds the next one up.
-    server = make_server(host, port, app, threaded=False)
+    server = make_server(host, port, wsgi, threaded=False)
     stop = threading.Event()
     follower = threading.Thread(target=runs.follow, args=(every, stop), daemon=True,
                                 name="visualdl-runs")
@@ -271,13 +291,14 @@ def _job(text: str) -> str:
 
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m paddlecloud_sdk.visualdl_session",
+        prog="python -m paddlecloud_sdk.sessions visualdl",
         description="VisualDL for the given jobs of the owner of this replica's home: one run "
                     "per job, from what it reported and the VisualDL logs it wrote.")
     parser.add_argument("jobs", nargs="+", type=_job, metavar="JOB",
                         help="a job's name (its directory in the home: jobs/JOB)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
-                        help=f"the port VisualDL listens on (default {DEFAULT_PORT})")
+    parser.add_argument("--port", type=int, default=None,
+                        help="the port VisualDL listens on (default: the session's, "
+                             "PADDLECLOUD_SESSION_PORT)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="the address it listens on (default 127.0.0.1: the replica's "
                              "loopback, which the portal's proxy reaches)")
@@ -290,10 +311,14 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    options = parser().parse_args(argv)
-    if not 0 < options.port < 65536:
-        parser().error(f"--port: a TCP port from 1 to 65535, got {options.port}")
+def main(args: list[str]) -> int:
+    """Serve VisualDL for the jobs ``args`` name (``parser()``) until stopped; then the
+    process ends (VisualDL's profiler reader leaves a thread behind that never ends, and is
+    no daemon: once the runs are closed and their directory removed, nothing is left to do)."""
+    options = parser().parse_args(args)
+    port = session_port() if options.port is None else options.port
+    if not 0 < port < 65536:
+        parser().error(f"--port: a TCP port from 1 to 65535, got {port}")
     if not options.every > 0:
         parser().error(f"--every: a number of seconds > 0, got {options.every:g}")
     home = options.home or env.pfs_home()
@@ -301,33 +326,21 @@ def main(argv: list[str] | None = None) -> int:
         parser().error("--home: no home given, and PADDLE_PFS_HOME is not set (outside a job)")
     if not (home / JOBS_DIR).is_dir():
         parser().error(f"--home: {home} has no {JOBS_DIR}/ directory: not a PaddleCloud home")
+    token = os.environ.get(SESSION_TOKEN_VARIABLE, "").strip()
     place = tempfile.mkdtemp(prefix="visualdl-runs-")
     runs = Runs(list(dict.fromkeys(options.jobs)), home, Path(place))
+    status = 0
     try:
         runs.sync()
-        serve(runs, options.host, options.port, options.every)
+        serve(runs, options.host, port, options.every, token)
+    except SystemExit:  # stopped (SIGTERM, SIGINT)
+        pass
+    except Exception:
+        traceback.print_exc()
+        status = 1
     finally:
         runs.close()
         shutil.rmtree(place, ignore_errors=True)
-    return 0
-
-
-def _run() -> None:
-    """``main`` as a program. VisualDL's profiler reader leaves a thread behind that never
-    ends (and is no daemon): once ``main`` has cleaned up, the process ends at once."""
-    try:
-        status = main()
-    except SystemExit as exit:
-        status = exit.code if isinstance(exit.code, int) else 1
-        if exit.code is not None and not isinstance(exit.code, int):
-            print(exit.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-        status = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
     os._exit(status)
-
-
-if __name__ == "__main__":
-    _run()
