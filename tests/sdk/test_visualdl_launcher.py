@@ -197,8 +197,8 @@ def test_the_launcher_serves_every_job_as_a_run_and_leaves_nothing_behind(home, 
     (["--home", "/nonexistent", "job"], "--home: /nonexistent has no jobs/ directory"),
 ])
 def test_the_launcher_refuses_what_it_cannot_serve(arguments, said):
-    done = subprocess.run([*LAUNCHER, *arguments], capture_output=True, text=True, timeout=60, check=False,
-                          env={**os.environ, "PYTHONPATH": str(Path.cwd())})
+    done = subprocess.run([*LAUNCHER, *arguments], capture_output=True, text=True, timeout=60,
+                          check=False, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
     assert done.returncode == 2
     assert said in done.stderr
 
