@@ -3,7 +3,7 @@ states, log lines, metrics) come over the WebSockets in ``paddlecloud/routing.py
 
 from django.urls import path
 
-from .views import account, compare, files, group, jobs, notifications, reports, sweeps
+from .views import account, compare, files, group, jobs, notifications, reports, sweeps, visualdl
 
 app_name = "dashboard"
 
@@ -28,4 +28,9 @@ urlpatterns = [
     path("audit/", reports.audit, name="audit"),
     path("device/", account.device_login, name="device"),
     path("datacenter", account.datacenter_switch, name="datacenter"),
+]
+
+urlpatterns += [
+    path("visualdl/", visualdl.visualdl_start, name="visualdl-start"),
+    path("visualdl/<str:name>/", visualdl.visualdl_page, name="visualdl"),
 ]
