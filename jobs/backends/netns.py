@@ -81,6 +81,68 @@ while True:
 """
 
 
+# Source code that the relay (``local/relay.py``) and the port dialer (``local/ports.py``), each
+# run as ``python -I -S -c``, begin with: ``netns_socket(HOLDER_PID, HOLDER_START, INODE, make)``
+# is a socket that ``make()`` made in the user and network namespaces of a job network's holder
+# (joined by a child, which sends the socket back with SCM_RIGHTS: the caller stays in the
+# machine's network, and a process with threads could not join a user namespace), and a pidfd
+# of the holder (readable once it has exited). OSError, with what ``make`` or the joining said,
+# when it cannot be made.
+NETNS_SOCKET = r"""
+import ctypes, os, select, socket
+
+
+def start_of(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def exited(pidfd):
+    return bool(select.select([pidfd], [], [], 0)[0])
+
+
+def netns_socket(holder_pid, holder_start, inode, make):
+    holder = os.pidfd_open(holder_pid)
+    try:
+        if start_of(holder_pid) != holder_start:
+            raise OSError("the job's network holder is not running")
+        user = os.open(f"/proc/{holder_pid}/ns/user", os.O_RDONLY)
+        net = os.open(f"/proc/{holder_pid}/ns/net", os.O_RDONLY)
+        # Still the holder once they are open: they are its namespaces.
+        if exited(holder) or os.fstat(net).st_ino != inode:
+            raise OSError("the job's network holder is not running")
+        ours, theirs = socket.socketpair()
+        child = os.fork()
+        if child == 0:
+            try:
+                ours.close()
+                libc = ctypes.CDLL(None, use_errno=True)
+                for fd, what in ((user, 0x10000000), (net, 0x40000000)):  # NEWUSER, NEWNET
+                    if libc.setns(fd, what) != 0:
+                        code = ctypes.get_errno()
+                        raise OSError(code, "setns: " + os.strerror(code))
+                made = make()
+                socket.send_fds(theirs, [b"ok"], [made.fileno()])
+                os._exit(0)
+            except BaseException as exc:
+                theirs.sendall((getattr(exc, "strerror", None) or str(exc)).encode()[:1000])
+                os._exit(1)
+        theirs.close()
+        message, fds, _, _ = socket.recv_fds(ours, 1024, 1)
+        os.waitpid(child, 0)
+        ours.close()
+        os.close(user)
+        os.close(net)
+        if not fds:
+            raise OSError(message.decode(errors="replace") or "no message")
+        return socket.socket(fileno=fds[0]), holder
+    except BaseException:
+        os.close(holder)
+        raise
+"""
+
+
 @contextlib.contextmanager
 def dir_locked(directory: Path) -> Iterator[None]:
     """An exclusive flock on ``directory`` for the block: starts and stops of what a job's

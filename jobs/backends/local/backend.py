@@ -39,6 +39,7 @@ the user's, never root's, and a set-uid file a job leaves gives nobody root.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import shutil
@@ -87,12 +88,14 @@ from ..netns import (
     dir_locked,
     holder_kill,
     holders,
+    netns_read,
     netns_start,
     netns_stop,
     process_argvs,
 )
 from .envs import env_ensure, env_path
 from .exits import ExitWatch, exits_watch
+from .ports import PortError, port_dial, socket_stream
 from .relay import RELAY_PORT, RelayError, relay_start, relay_stop
 from .sandbox import (
     SYSTEM_PATH,
@@ -465,6 +468,27 @@ class LocalBackend(Backend):
             relay_start(relay_file(private), network, portal_address(), f"job-{job.uid}")
         return Sandbox(binds=binds, env=env, cwd=WORKSPACE, network=network,
                        hostname=replica.name, ids=home_ids(job.owner))
+
+    async def port_open(self, job, replica, port: int):
+        """A socket made in the job's network (``ports.py``), connected to the replica's
+        ``127.0.0.1:port``; on the machine's own network without a sandbox."""
+        made = await asyncio.to_thread(self._port_dial, job, replica, port)
+        return await socket_stream(made)
+
+    def _port_dial(self, job, replica, port: int):
+        seen = attempt_observe(job_dir(job) / "run", replica.name, replica.attempt)
+        if seen.status != Status.RUNNING:
+            raise BackendError(f"{replica.name} of job {job.name!r} is not running")
+        network = netns_read(netns_file(job_dir(job)))
+        if network is None and _sandboxed():
+            raise BackendError(f"job {job.name!r} is not running (its network is gone)")
+        if network is not None and port == RELAY_PORT:
+            raise BackendError(f"port {port} of a local job is its way to the portal "
+                               "(docs/master.md), not the job's own")
+        try:
+            return port_dial(network, port)
+        except PortError as exc:
+            raise BackendError(f"{replica.name} of job {job.name!r}: {exc}") from None
 
     def observe(self, job, replica) -> Observation:
         seen = attempt_observe(job_dir(job) / "run", replica.name, replica.attempt)

@@ -44,7 +44,7 @@ from pathlib import Path
 from paddlecloud_core.contract import RELAY_SOURCE_ADDRESS
 from paddlecloud_core.processes import start_of
 
-from ..netns import Netns, dir_locked, netns_alive, recorded_stop
+from ..netns import NETNS_SOCKET, Netns, dir_locked, netns_alive, recorded_stop
 
 RELAY_PORT = 80
 MAX_CONNECTIONS = 64
@@ -76,11 +76,10 @@ class Relay:
 # makes its listening socket in a child that joins the holder's user and network namespaces
 # (the parent stays in the machine's network, where it connects to the portal), prints
 # "pid start" and relays until the holder exits or it is told to stop.
-RELAY = r"""
-import ctypes, errno, os, select, selectors, signal, socket, sys, time
+RELAY = NETNS_SOCKET + r"""
+import errno, selectors, signal, sys, time
 if os.fork():
     os._exit(0)
-CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 CHUNK, BUFFERED, BACKLOG = 65536, 262144, 128
 _, _, _, holder_pid, holder_start, inode, port, host, target_port, source, most, idle = sys.argv
 holder_pid, holder_start, inode, port, target_port, most = (
@@ -88,14 +87,12 @@ holder_pid, holder_start, inode, port, target_port, most = (
 idle = float(idle)
 
 
-def start_of(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return None if fields[0] == "Z" else int(fields[19])
-
-
-def exited(pidfd):
-    return bool(select.select([pidfd], [], [], 0)[0])
+def listen():
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(BACKLOG)
+    return listener
 
 
 try:
@@ -105,43 +102,10 @@ try:
     except socket.gaierror:
         raise OSError(f"the portal's host {host} has no IPv4 address: the relay reaches it "
                       f"over IPv4 (from {source}; PADDLECLOUD_PORTAL_URL)") from None
-    holder = os.pidfd_open(holder_pid)
-    if start_of(holder_pid) != holder_start:
-        raise OSError("the job's network holder is not running")
-    user = os.open(f"/proc/{holder_pid}/ns/user", os.O_RDONLY)
-    net = os.open(f"/proc/{holder_pid}/ns/net", os.O_RDONLY)
-    # Still the holder once they are open: they are its namespaces.
-    if exited(holder) or os.fstat(net).st_ino != inode:
-        raise OSError("the job's network holder is not running")
-    ours, theirs = socket.socketpair()
-    child = os.fork()
-    if child == 0:
-        try:
-            ours.close()
-            libc = ctypes.CDLL(None, use_errno=True)
-            for fd, what in ((user, CLONE_NEWUSER), (net, CLONE_NEWNET)):
-                if libc.setns(fd, what) != 0:
-                    code = ctypes.get_errno()
-                    raise OSError(code, "setns: " + os.strerror(code))
-            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind(("127.0.0.1", port))
-            listener.listen(BACKLOG)
-            socket.send_fds(theirs, [b"ok"], [listener.fileno()])
-            os._exit(0)
-        except BaseException as exc:
-            theirs.sendall(str(exc).encode()[:1000])
-            os._exit(1)
-    theirs.close()
-    message, fds, _, _ = socket.recv_fds(ours, 1024, 1)
-    os.waitpid(child, 0)
-    ours.close()
-    os.close(user)
-    os.close(net)
-    if not fds:
-        raise OSError("cannot listen in the job's network: "
-                      + (message.decode(errors="replace") or "no message"))
-    listener = socket.socket(fileno=fds[0])
+    try:
+        listener, holder = netns_socket(holder_pid, holder_start, inode, listen)
+    except OSError as exc:
+        raise OSError(f"cannot listen in the job's network: {exc}") from None
     listener.setblocking(False)
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_write)
