@@ -11,22 +11,22 @@ import re
 from datetime import timedelta
 
 import pytest
+import requests
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import connections
-from django.utils import timezone
 
 from interactive.models import ProxyRoute, Session
-from interactive.sessions import http_json, session_stop, sessions_idle_check
-from interactive.visualdl import READY_PATH, visualdl_find, visualdl_open
-from jobs.backends.base import BackendError
+from interactive.sessions import session_stop, sessions_idle_check
+from interactive.visualdl import visualdl_find, visualdl_open
 from jobs.models import Job, JobEvent, Replica
 from jobs.states import FINAL_JOB_STATES, JobState
 from kernel.errors import ValidationError
-from paddlecloud_core.contract import SESSION_PORT, session_token
+from tests.conftest import PASSWORD
 from tests.factories import job_row
 from tests.jobs.files import log_path, metrics_path
 from tests.polling import wait
+
+from .test_proxy import Route
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -64,39 +64,6 @@ def stopped_at_end(live_portal):
              "the session's replica to end")
 
 
-def running(session: Session) -> Job:
-    job = session.job
-    wait(lambda: Job.objects.get(pk=job.pk).state == JobState.RUNNING, 90,
-         lambda: f"the session to run; it is {Job.objects.get(pk=job.pk).state}: "
-                 f"{Job.objects.get(pk=job.pk).state_reason}")
-    return Job.objects.get(pk=job.pk)
-
-
-def asked(job: Job, target: str):
-    """What the session's VisualDL answers ``target`` (JSON), asked as the proxy asks it:
-    through ``port_open``, with the session's token."""
-    job = Job.objects.select_related("datacenter", "owner").get(pk=job.pk)
-    replica = Replica.objects.get(job=job, role="trainer", index=0)
-
-    headers = {"Authorization": f"token {session_token(settings.SECRET_KEY, job.uid)}"}
-    return asyncio.run(http_json(job, replica, SESSION_PORT, target, headers))
-
-
-def answering(job: Job):
-    def runs():
-        try:
-            return asked(job, READY_PATH)
-        except (OSError, ValueError, BackendError):  # not listening yet
-            return None
-
-    def log() -> str:
-        path = log_path(job, job.replicas.get())
-        return "VisualDL to answer in the session; its log:\n" + (
-            path.read_text(errors="replace")[-3000:] if path.exists() else "(none)")
-
-    wait(runs, 90, log)
-
-
 def idle_check(now) -> int:
     """``sessions_idle_check`` as the worker runs it, at ``now``. Its probes read the database
     in asgiref's one thread for sync code, whose connection an earlier test's portal may have
@@ -105,24 +72,84 @@ def idle_check(now) -> int:
     return sessions_idle_check(now=now)
 
 
-def test_visualdl_for_two_jobs_serves_both_runs_and_is_reused_for_them(
-        live_portal, celery_worker, two_jobs, stopped_at_end):
-    session, started = visualdl_open(live_portal.user, live_portal.datacenter,
-                                     ["resnet", "mnist", "mnist"])
-    assert started and session.kind == "visualdl" and session.jobs == ["mnist", "resnet"]
-    job = running(session)
-    assert job.session == "visualdl" and job.trainers == 1
-    answering(job)
-    tags = asked(job, "/app/api/scalar/tags")["data"]
+def logged_in(portal, username: str = "alice") -> requests.Session:
+    """A browser's session on the portal's pages, logged in through the login page."""
+    browser = requests.Session()
+    browser.get(f"{portal.url}/login/", timeout=30)
+    answer = browser.post(f"{portal.url}/login/", timeout=30, allow_redirects=False,
+                          data={"username": username, "password": PASSWORD,
+                                "csrfmiddlewaretoken": browser.cookies["csrftoken"]},
+                          headers={"Referer": f"{portal.url}/login/"})
+    assert answer.status_code == 302, answer.text
+    return browser
+
+
+def opened(portal, browser: requests.Session, jobs: list[str]) -> str:
+    """"Open in VisualDL" for ``jobs``: the name of the session it leads to."""
+    answer = browser.post(f"{portal.url}/visualdl/", data={
+        "jobs": jobs, "csrfmiddlewaretoken": browser.cookies["csrftoken"]},
+        headers={"Referer": f"{portal.url}/jobs/"}, allow_redirects=False, timeout=30)
+    assert answer.status_code == 302, answer.text
+    return answer.headers["Location"].rstrip("/").rsplit("/", 1)[1]
+
+
+def entered(portal, browser: requests.Session, name: str) -> Route:
+    """The session's page, looked at until it sends the browser to VisualDL (meanwhile it
+    says it is starting); the route it goes to, entered."""
+    def sent():
+        answer = browser.get(f"{portal.url}/visualdl/{name}/", allow_redirects=False,
+                             timeout=30)
+        if answer.status_code == 200:
+            assert "Starting: " in answer.text and 'http-equiv="refresh"' in answer.text
+            return None
+        assert answer.status_code == 302, answer.text
+        return answer.headers["Location"]
+
+    route = Route(portal, wait(sent, 90, lambda: f"VisualDL to answer; the session's log:\n"
+                                                 f"{session_log(name)}"))
+    assert route.enter_now().status_code == 302
+    return route
+
+
+def session_log(name: str) -> str:
+    job = Job.objects.get(name=name)
+    replica = job.replicas.first()
+    path = log_path(job, replica) if replica else None
+    return path.read_text(errors="replace")[-3000:] if path and path.exists() else "(none)"
+
+
+def test_visualdl_for_two_jobs_serves_both_runs_to_its_owner_alone(
+        live_portal, celery_worker, two_jobs, stopped_at_end, make_user):
+    alice = logged_in(live_portal)
+    name = opened(live_portal, alice, ["resnet", "mnist"])
+    session = Session.objects.get(job__name=name)
+    assert session.kind == "visualdl" and session.jobs == ["mnist", "resnet"]
+    assert session.job.trainers == 1 and session.job.session == "visualdl"
+    route = entered(live_portal, alice, name)
+    # VisualDL's own API, through the proxy as the browser's page asks it.
+    tags = route.get("/app/api/scalar/tags").json()["data"]
     assert dict(zip(tags["runs"], map(sorted, tags["tags"]), strict=True)) == {
         "mnist": ["acc", "loss"], "resnet": ["loss"]}
-    points = asked(job, "/app/api/scalar/list?run=resnet&tag=loss")["data"]
+    points = route.get("/app/api/scalar/list?run=resnet&tag=loss").json()["data"]
     assert [(step, value) for _, step, value in points] == [(0, 3.0), (5, 1.0)]
-    # The same jobs again (in any order): the same session; other jobs: another.
-    again, started = visualdl_open(live_portal.user, live_portal.datacenter,
-                                   ["mnist", "resnet"])
-    assert (again.pk, started) == (session.pk, False)
+    page = route.get("/app/index")
+    assert page.status_code == 200 and "VisualDL" in page.text
+    # The same jobs again (in any order): the same session; other jobs would get another.
+    assert opened(live_portal, alice, ["mnist", "resnet"]) == name
     assert visualdl_find(live_portal.user, live_portal.datacenter, ["mnist"]) is None
+
+    # Another user: its page is not found, VisualDL neither, and alice's jobs are not his.
+    make_user("bob")
+    bob = logged_in(live_portal, "bob")
+    assert bob.get(f"{live_portal.url}/visualdl/{name}/", timeout=30).status_code == 404
+    for cookie in ("none=1", f"sessionid={bob.cookies['sessionid']}"):
+        answer = route.get("/app/api/scalar/tags", cookie=cookie)
+        assert (answer.status_code, "mnist" in answer.text) == (404, False)
+    refused = bob.post(f"{live_portal.url}/visualdl/", data={
+        "jobs": ["mnist"], "csrfmiddlewaretoken": bob.cookies["csrftoken"]},
+        headers={"Referer": f"{live_portal.url}/jobs/"}, timeout=30)
+    assert "you have no job named" in refused.text and "mnist" in refused.text
+    assert Session.objects.count() == 1
 
 
 def test_only_the_users_own_jobs_and_a_few_at_a_time(live_portal, two_jobs, make_user):
@@ -140,15 +167,12 @@ def test_only_the_users_own_jobs_and_a_few_at_a_time(live_portal, two_jobs, make
 def test_nobody_looking_stops_it_with_an_event(live_portal, celery_worker, two_jobs,
                                                stopped_at_end, settings):
     settings.PADDLECLOUD_VISUALDL_IDLE = "1m"
-    session, _ = visualdl_open(live_portal.user, live_portal.datacenter, ["mnist"])
-    job = running(session)
-    answering(job)
-    # Looked at through a route a moment ago: kept running.
-    ProxyRoute.objects.create(key="visualdltestroute", owner=job.owner, datacenter=job.datacenter,
-                              job=job, replica=job.replicas.get(), port=SESSION_PORT,
-                              purpose="visualdl")
-    looked = timezone.now()
-    ProxyRoute.objects.filter(job=job).update(last_seen=looked)
+    name = opened(live_portal, logged_in(live_portal), ["mnist"])
+    job = Job.objects.get(name=name)
+    route = entered(live_portal, logged_in(live_portal), name)
+    assert route.get("/app/api/runs").status_code == 200
+    # Looked at a moment ago (the route saw the request): kept running.
+    looked = ProxyRoute.objects.get(job=job).last_seen
     assert idle_check(looked + timedelta(seconds=30)) == 0
     assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
     # A minute after the last look: stopped, and its events say why.
