@@ -40,6 +40,9 @@ MAX_JOBS = 20  # as many as the compare page shows
 # What the session's VisualDL answers once it reads its runs (VisualDL's own API).
 READY_PATH = "/app/api/runs"
 READY_SECONDS = 10.0
+# Where the browser lands: the scalars (VisualDL's own landing picks any of its tabs, its graph
+# tab among them, which shows nothing of a job's metrics).
+LANDING = "/app/scalar"
 
 
 def visualdl_jobs(names: Sequence[str]) -> list[str]:
@@ -117,7 +120,7 @@ def visualdl_enter(user, datacenter, name: str, request) -> Entry:
         return Entry(session, None, f"VisualDL is starting ({exc})")
     route = route_open(user, job, port=SESSION_PORT, headers=headers, purpose=KIND,
                        label=f"VisualDL: {', '.join(session.jobs)}")
-    return Entry(session, route_enter_url(route, request), "")
+    return Entry(session, route_enter_url(route, request, LANDING), "")
 
 
 async def _answers(job, replica, headers: dict[str, str]) -> None:

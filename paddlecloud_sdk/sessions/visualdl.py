@@ -248,6 +248,26 @@ def token_required(app, token: str):
     return checked
 
 
+def serialized_api(app, prefix: str):
+    """``app`` answering the requests below ``prefix`` (VisualDL's API, whose log readers are
+    not thread-safe: its own server answers one request at a time) one at a time, and its
+    pages and scripts (a page asks for some two hundred) side by side."""
+    lock = threading.Lock()
+
+    def answered(environ, start_response):
+        if not environ.get("PATH_INFO", "").startswith(prefix):
+            return app(environ, start_response)
+        with lock:  # the whole answer made while held (VisualDL's API answers are small)
+            answer = app(environ, start_response)
+            try:
+                return [b"".join(answer)]
+            finally:
+                if hasattr(answer, "close"):
+                    answer.close()
+
+    return answered
+
+
 def serve(runs: Runs, host: str, port: int, every: float, token: str = "") -> None:
     """VisualDL's own application on ``host:port`` (its pages and API, no telemetry), reading
     ``runs``, until SIGTERM or SIGINT; with ``token``, only for requests that carry it."""
@@ -258,11 +278,10 @@ def serve(runs: Runs, host: str, port: int, every: float, token: str = "") -> No
     os.chdir(runs.path)  # the runs are named by their directories, relative to here
     args = ParseArgs(logdir=runs.logdirs, host=host, port=port, telemetry=False,
                      cache_timeout=CACHE_SECONDS, language="en")
-    app = create_app(args)
+    app = serialized_api(create_app(args), args.public_path + "/api/")
     wsgi = token_required(app, token) if token else app
-    # One request at a time, as VisualDL's own server does (its readers are not thread-safe);
-    # HTTP/1.0, so that no idle connection holds the next one up.
-    server = make_server(host, port, wsgi, threaded=False)
+    server = make_server(host, port, wsgi, threaded=True)
+    server.daemon_threads = True
     stop = threading.Event()
     follower = threading.Thread(target=runs.follow, args=(every, stop), daemon=True,
                                 name="visualdl-runs")
