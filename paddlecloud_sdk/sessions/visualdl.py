@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import hmac
+import importlib.util
 import math
 import os
 import shutil
@@ -55,7 +56,7 @@ from paddlecloud_core.metrics import metric_record
 from paddlecloud_core.spec import name_problem
 
 from .. import env
-from . import session_port
+from . import LaunchError, session_port
 
 DEFAULT_EVERY = 2.0  # seconds between two looks at the jobs' files
 # VisualDL reads the newest file whose name holds "vdlrecords" in each run's directory.
@@ -345,6 +346,9 @@ def main(args: list[str]) -> int:
         parser().error("--home: no home given, and PADDLE_PFS_HOME is not set (outside a job)")
     if not (home / JOBS_DIR).is_dir():
         parser().error(f"--home: {home} has no {JOBS_DIR}/ directory: not a PaddleCloud home")
+    if importlib.util.find_spec("visualdl") is None:
+        raise LaunchError("VisualDL is not installed in this image: open VisualDL with an "
+                          "image that has it (pip install 'visualdl>=2.5.3')")
     token = os.environ.get(SESSION_TOKEN_VARIABLE, "").strip()
     place = tempfile.mkdtemp(prefix="visualdl-runs-")
     runs = Runs(list(dict.fromkeys(options.jobs)), home, Path(place))

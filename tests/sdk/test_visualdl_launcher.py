@@ -211,3 +211,15 @@ def test_outside_a_job_the_home_must_be_given(monkeypatch):
                           env={**env, "PYTHONPATH": str(Path.cwd())})
     assert done.returncode == 2
     assert "PADDLE_PFS_HOME is not set" in done.stderr
+
+
+def test_without_visualdl_it_says_what_to_install(home):
+    code = ("import sys\n"
+            "sys.modules['visualdl'] = None\n"  # not importable, as in an image without it
+            "from paddlecloud_sdk.sessions.__main__ import main\n"
+            f"sys.exit(main(['visualdl', '--home', {str(home)!r}, 'job']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False,
+                          env={**os.environ, "PYTHONPATH": str(Path.cwd())})
+    assert done.returncode == 1
+    assert "VisualDL is not installed in this image" in done.stderr
