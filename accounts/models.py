@@ -595,6 +595,8 @@ class AuditEntry(models.Model):
         SSO_USER_LINK = "sso.user_link", "user matched by e-mail at single sign-on"
         SSO_MEMBERSHIP_ADD = "sso.membership_add", "membership granted by single sign-on"
         SSO_MEMBERSHIP_REMOVE = "sso.membership_remove", "membership removed by single sign-on"
+        PORT_OPEN = "job.port_open", "a job's port opened in the browser"
+        PORT_FORWARD = "job.port_forward", "a job's port forwarded"
 
     time = models.DateTimeField(default=timezone.now, db_index=True)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,

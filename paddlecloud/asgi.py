@@ -18,6 +18,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from accounts.websockets import ClientTokens  # noqa: E402
+from interactive.proxy import RouteProxy  # noqa: E402
 from jobs.master.app import MasterApp  # noqa: E402
 from kernel.metrics import MetricsApp  # noqa: E402
 from kernel.security import ForwardedHeaders, websocket_origin_allowed  # noqa: E402
@@ -65,11 +66,13 @@ async def lifespan(scope, receive, send):
 
 
 # Forwarded headers are judged before anything reads them: believed from the trusted proxies
-# only (kernel.security), never from a job's relay.
-application = ForwardedHeaders(ProtocolTypeRouter({
+# only (kernel.security), never from a job's relay. Then a request to a route's origin
+# ({key}.PADDLECLOUD_SESSIONS_DOMAIN, by its Host) goes to the proxy (interactive/proxy.py:
+# a job's port, behind the route's own cookie), never to the portal.
+application = ForwardedHeaders(RouteProxy(ProtocolTypeRouter({
     "http": http_with_metrics,
     "lifespan": lifespan,
     # paddlectl's and the SDK's with their token; the pages' with their session, same origin.
     "websocket": ClientTokens(URLRouter(websocket_urlpatterns),
                               SameOrigin(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))),
-}))
+})))

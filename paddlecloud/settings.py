@@ -7,6 +7,7 @@ to the real parts; nothing else changes. docs/admin/configuration.md has a row f
 """
 
 import ipaddress
+import re
 import secrets
 from pathlib import Path
 
@@ -316,6 +317,19 @@ def _base_url(name: str, default: str) -> str:
 PADDLECLOUD_PORTAL_URL = _base_url("PADDLECLOUD_PORTAL_URL", "http://127.0.0.1:8000")
 PADDLECLOUD_MASTER_BASE_URL = _base_url("PADDLECLOUD_MASTER_BASE_URL",
                                         "http://paddlecloud.paddlecloud.svc")
+
+# Where the proxy serves each browser route to a port of a running job (a notebook, VisualDL,
+# an app of the user's): at an origin of its own, {key}.PADDLECLOUD_SESSIONS_DOMAIN, with the
+# portal's scheme and, unless the domain names one, its port (interactive/proxy.py). Browsers
+# and curl take *.localhost to be this machine; elsewhere a wildcard DNS name (and, on https,
+# a wildcard certificate) that reaches the portal.
+PADDLECLOUD_SESSIONS_DOMAIN = env_str("PADDLECLOUD_SESSIONS_DOMAIN", "localhost").strip().lower()
+if not re.fullmatch(r"(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)*[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"
+                    r"(?::\d{1,5})?", PADDLECLOUD_SESSIONS_DOMAIN):
+    raise ImproperlyConfigured(
+        f"PADDLECLOUD_SESSIONS_DOMAIN={PADDLECLOUD_SESSIONS_DOMAIN!r}: expected a DNS name whose "
+        "subdomains reach the portal, such as sessions.example.com (a port may follow: "
+        "sessions.example.com:8443)")
 
 PADDLECLOUD_DEFAULT_IMAGE = env_str("PADDLECLOUD_DEFAULT_IMAGE", DEFAULT_IMAGE)
 # GPU jobs' (-gpu > 0): the CUDA build of the same Paddle; where the default image above was

@@ -147,6 +147,14 @@ class ApiClient:
 
     # -- tokens -----------------------------------------------------------------------------
 
+    def token(self, fresh: bool = False) -> str:
+        """The token requests carry; with ``fresh``, a new login's (the cached one was
+        refused), unless it is the config's own."""
+        if fresh and not self.fixed_token:
+            self.cache.drop(self.key)
+            return self.login()["token"]
+        return self._token()[0]
+
     def _token(self) -> tuple[str, bool]:
         """The token to use, and whether it was just issued."""
         if self.fixed_token:

@@ -71,6 +71,8 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             "notebooks"),
     Command("notify", "subscribe to job and budget events by e-mail, webhook or the dashboard",
             "notify"),
+    Command("port-forward", "carry a local port to a port of a running job, through the "
+            "portal", "ports"),
     Command("registry", "add registry credentials for private images", "registry"),
     Command("submit", "submit a job to PaddlePaddle Cloud", "jobs"),
     Command("sweep", "start a sweep: trials of a job over a search space", "sweeps"),

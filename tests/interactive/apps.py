@@ -1,7 +1,7 @@
-"""What the interactive tests run in a real local job: a trainer that serves, on the ports its
-environment names, HTTP (stdlib ``http.server``: GET answers what it was sent, POST a digest of
-its body or the body itself) and a WebSocket echo (the ``websockets`` package), and says in its
-log when both listen."""
+"""What the interactive tests run in a real local job: a trainer that serves, on two ports, HTTP
+(stdlib ``http.server``: GET answers the path and headers it was sent, POST the size and digest
+of its body) and a WebSocket echo (the ``websockets`` package) whose ``/page`` is a page that
+talks to it."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ SERVING_TRAINER = textwrap.dedent(f"""\
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from websockets.asyncio.server import serve
+    from websockets.datastructures import Headers
+    from websockets.http11 import Response
 
 
     class Handler(BaseHTTPRequestHandler):
@@ -29,9 +31,12 @@ SERVING_TRAINER = textwrap.dedent(f"""\
             self.wfile.write(body)
 
         def do_GET(self):
-            if self.path.startswith("/page"):
-                return self.answer(b"<!doctype html><title>served</title><p id=hello>hello "
-                                   b"from the job</p>", "text/html")
+            if self.path.startswith("/elsewhere"):  # a redirect to its own address
+                self.send_response(302)
+                self.send_header("Location", f"http://127.0.0.1:{HTTP_PORT}/hello")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self.answer(json.dumps({{"path": self.path,
                                      "headers": dict(self.headers.items())}}).encode())
 
@@ -48,6 +53,22 @@ SERVING_TRAINER = textwrap.dedent(f"""\
             pass
 
 
+    PAGE = (b"<!doctype html><title>echo</title><p id=said>nothing yet</p><script>"
+            b"const ws = new WebSocket(`ws://${{location.host}}/echo`);"
+            b"ws.onopen = () => ws.send('hi from the page');"
+            b"ws.onmessage = (m) => document.getElementById('said').textContent = m.data;"
+            b"</script>")
+
+
+    def page(connection, request):
+        if request.path == "/page":
+            return Response(200, "OK", Headers([("Content-Type", "text/html"),
+                                                ("Content-Length", str(len(PAGE)))]), PAGE)
+        if request.path != "/echo":  # a browser's /favicon.ico
+            return Response(204, "No Content", Headers([("Content-Length", "0")]), b"")
+        return None
+
+
     async def echo(ws):
         async for message in ws:
             await ws.send(message if isinstance(message, bytes) else "echo: " + message)
@@ -56,7 +77,7 @@ SERVING_TRAINER = textwrap.dedent(f"""\
     async def main():
         http = ThreadingHTTPServer(("127.0.0.1", {HTTP_PORT}), Handler)
         threading.Thread(target=http.serve_forever, daemon=True).start()
-        async with serve(echo, "127.0.0.1", {WS_PORT}):
+        async with serve(echo, "127.0.0.1", {WS_PORT}, process_request=page):
             print("serving", flush=True)
             await asyncio.Future()
 

@@ -107,6 +107,11 @@ class SocketStream:
         except ConnectionError:
             return b""
 
+    def at_eof(self) -> bool:
+        """Whether the other side has closed and everything it sent was read (a kept
+        connection's check before it is used again)."""
+        return self.reader.at_eof()
+
     async def write(self, data: bytes) -> None:
         self.writer.write(data)
         await self.writer.drain()
