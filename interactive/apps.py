@@ -9,11 +9,12 @@ class InteractiveConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        # Here, not at the top: sessions and services import the models, which exist once every
-        # app is loaded. A session that ends takes its API token with it; a job that ended, its
-        # proxy routes.
+        # Here, not at the top: services imports the models, which exist once every app is
+        # loaded. A job that ended takes its proxy routes with it.
         from .services import job_ended_routes_end
+
+        job_ended.connect(job_ended_routes_end, dispatch_uid="interactive.routes_end")
+        # A session that ends takes its API token with it.
         from .sessions import session_ended
 
         job_ended.connect(session_ended, dispatch_uid="interactive.session_ended")
-        job_ended.connect(job_ended_routes_end, dispatch_uid="interactive.routes_end")

@@ -208,9 +208,10 @@ def route_seen(route: ProxyRoute) -> None:
         route.last_seen = now
 
 
-def routes_of(user, job: Job):
-    """The user's routes to the job."""
-    return ProxyRoute.objects.filter(owner=user, job=job)
+def route_rotate_keys() -> int:
+    """Every route's headers encrypted again with the newest credential key
+    (``rotate_credential_keys``); how many."""
+    return crypto.rows_rotate(ProxyRoute, "headers_encrypted")
 
 
 def job_ended_routes_end(sender, job_ids, **kwargs) -> None:

@@ -290,7 +290,14 @@ def sessions_idle_check(now: datetime | None = None) -> int:
     watched = [s for s in running if not s.kept]
     if not watched:
         return 0
-    seen = asyncio.run(_probe_all(watched))
+    ids = [s.job_id for s in watched]
+    trainers = {r.job_id: r for r in Replica.objects.filter(
+        job_id__in=ids, role=Replica.Role.TRAINER, index=0)}
+    looked = dict(ProxyRoute.objects.filter(job_id__in=ids).values("job_id")
+                  .annotate(last=Max("last_seen")).values_list("job_id", "last"))
+    seen = asyncio.run(_probe_all([Probe(s, backend_for(s.job.datacenter),
+                                         trainers.get(s.job_id), looked.get(s.job_id))
+                                   for s in watched]))
     stopped = 0
     for session, found in zip(watched, seen, strict=True):
         if found.active_at is not None and found.active_at > session.active_at:
@@ -311,74 +318,80 @@ def sessions_idle_check(now: datetime | None = None) -> int:
     return stopped
 
 
-async def _probe_all(sessions: list[Session]) -> list[Seen]:
-    return await asyncio.gather(*(_probe(session) for session in sessions))
+@dataclass(frozen=True)
+class Probe:
+    """What the check asks about one session, read before it asks (no database meanwhile):
+    its backend, its replica, when its routes last carried a request."""
+
+    session: Session
+    backend: object
+    replica: Replica | None
+    looked_at: datetime | None
 
 
-async def _probe(session: Session) -> Seen:
+async def _probe_all(probes: list[Probe]) -> list[Seen]:
+    return await asyncio.gather(*(_probe(probe) for probe in probes))
+
+
+async def _probe(probe: Probe) -> Seen:
     try:
-        return await asyncio.wait_for(PROBES[session.kind](session), PROBE_SECONDS)
+        return await asyncio.wait_for(PROBES[probe.session.kind](probe), PROBE_SECONDS)
     except (BackendError, OSError, TimeoutError, ValueError) as exc:
         return Seen(None, f"its server did not answer: {exc or 'no answer in time'}")
 
 
-async def _notebook_seen(session: Session) -> Seen:
+async def _notebook_seen(probe: Probe) -> Seen:
     """A notebook's kernels (Jupyter's ``/api/kernels``, not counted as activity itself): in
-    use now if one is busy (or starting), else last active when the latest was."""
-    job = session.job
-    replica = await _replica(job)
+    use now if one is busy (running code), else last active when the latest was (a kernel no
+    page has connected to stays ``starting``: it runs nothing)."""
+    job = probe.session.job
+    if probe.replica is None:
+        raise BackendError(f"job {job.name!r} has no trainer-0")
     token = session_token(settings.SECRET_KEY, job.uid)
-    kernels = await http_json(job, replica, SESSION_PORT, "/api/kernels?no_track_activity=1",
-                              {"Authorization": f"token {token}"})
+    status, body = await http_request(probe.backend, job, probe.replica, SESSION_PORT, "GET",
+                                      "/api/kernels?no_track_activity=1",
+                                      {"Authorization": f"token {token}"})
+    if status != 200:
+        raise ValueError(f"its server answered /api/kernels with {status}")
+    kernels = json.loads(body)
     if not isinstance(kernels, list):
         raise ValueError("its server's /api/kernels is not a list")
-    if any(k.get("execution_state") in ("busy", "starting") for k in kernels):
+    if any(k.get("execution_state") == "busy" for k in kernels):
         return Seen(timezone.now(), "a kernel is busy")
-    times = [t for t in (parse_datetime(k.get("last_activity") or "") for k in kernels) if t]
     if not kernels:
         return Seen(None, "no kernel running")
+    times = [t for t in (parse_datetime(k.get("last_activity") or "") for k in kernels) if t]
     return Seen(max(times) if times else None,
                 f"{len(kernels)} kernel{'s' * (len(kernels) != 1)}, none busy")
 
 
-async def _visualdl_seen(session: Session) -> Seen:
+async def _visualdl_seen(probe: Probe) -> Seen:
     """VisualDL: when its routes last carried a request (``ProxyRoute.last_seen``)."""
-    from asgiref.sync import sync_to_async
-
-    last = await sync_to_async(lambda: ProxyRoute.objects.filter(job_id=session.job_id)
-                               .aggregate(last=Max("last_seen"))["last"])()
-    return Seen(last, "nobody looked at it")
+    return Seen(probe.looked_at, "nobody looked at it")
 
 
 PROBES = {"notebook": _notebook_seen, "visualdl": _visualdl_seen}
 
 
-async def _replica(job) -> Replica:
-    from asgiref.sync import sync_to_async
-
-    replica = await sync_to_async(lambda: Replica.objects.filter(
-        job=job, role=Replica.Role.TRAINER, index=0).first())()
-    if replica is None:
-        raise BackendError(f"job {job.name!r} has no trainer-0")
-    return replica
-
-
 MAX_ANSWER = 1 << 20
 
 
-async def http_json(job, replica, port: int, target: str, headers: dict[str, str]):
-    """GET ``target`` from the server on ``port`` of the job's replica (``Backend.port_open``),
-    over HTTP/1.1 spoken by h11; its JSON answer. ValueError when it is not a 200 with JSON
-    (at most ``MAX_ANSWER`` bytes)."""
+async def http_request(backend, job, replica, port: int, method: str, target: str,
+                       headers: dict[str, str], body: bytes = b"") -> tuple[int, bytes]:
+    """One HTTP/1.1 request (spoken by h11) to the server on ``port`` of the job's replica,
+    through ``backend.port_open``: its status and body (at most ``MAX_ANSWER`` bytes;
+    ValueError past that, or for an answer that is not HTTP)."""
     import h11
 
-    stream = await backend_for(job.datacenter).port_open(job, replica, port)
+    stream = await backend.port_open(job, replica, port)
     try:
         connection = h11.Connection(h11.CLIENT)
-        request = h11.Request(method="GET", target=target, headers=[
-            ("Host", f"127.0.0.1:{port}"), ("Connection", "close"), *headers.items()])
-        await stream.write(connection.send(request) + connection.send(h11.EndOfMessage()))
-        status, body = None, bytearray()
+        request = h11.Request(method=method, target=target, headers=[
+            ("Host", f"127.0.0.1:{port}"), ("Connection", "close"),
+            ("Content-Length", str(len(body))), *headers.items()])
+        await stream.write(connection.send(request) + connection.send(h11.Data(data=body))
+                           + connection.send(h11.EndOfMessage()))
+        status, answer = None, bytearray()
         while True:
             event = connection.next_event()
             if event is h11.NEED_DATA:
@@ -386,8 +399,8 @@ async def http_json(job, replica, port: int, target: str, headers: dict[str, str
             elif isinstance(event, h11.Response):
                 status = event.status_code
             elif isinstance(event, h11.Data):
-                body += event.data
-                if len(body) > MAX_ANSWER:
+                answer += event.data
+                if len(answer) > MAX_ANSWER:
                     raise ValueError(f"its answer to {target} is over {MAX_ANSWER} bytes")
             elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
                 break
@@ -395,6 +408,4 @@ async def http_json(job, replica, port: int, target: str, headers: dict[str, str
         raise ValueError(f"its answer to {target} is not HTTP: {exc}") from None
     finally:
         await stream.close()
-    if status != 200:
-        raise ValueError(f"its server answered {target} with {status}")
-    return json.loads(body)
+    return status, bytes(answer)

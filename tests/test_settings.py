@@ -109,6 +109,9 @@ def test_backend_and_pfs_root(tmp_path):
     ({"DEBUG": "0"}, "SECRET_KEY"),
     ({"DATABASE_URL": "nonsense://x"}, "DATABASE_URL"),
     ({"DATABASE_POOL_MAX_SIZE": "10"}, "DATABASE_POOL_MAX_SIZE"),  # SQLite
+    ({"PADDLECLOUD_SESSIONS_DOMAIN": "*.sessions.example.com"}, "PADDLECLOUD_SESSIONS_DOMAIN"),
+    ({"PADDLECLOUD_SESSIONS_DOMAIN": "https://sessions.example.com"},
+     "PADDLECLOUD_SESSIONS_DOMAIN"),
 ])
 def test_bad_configuration_names_the_variable(tmp_path, env, names):
     result = run(["-c", PROBE], tmp_path, **env)

@@ -15,7 +15,7 @@ import sys
 from . import LaunchError, private_dir, server_env, session_port, session_token
 
 
-def command(port: int, root: str, runtime: str) -> list[str]:
+def command(port: int, root: str) -> list[str]:
     """The server's command line (no secret on it: the token is in its environment)."""
     return [sys.executable, "-m", "jupyterlab", "--no-browser",
             "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
@@ -23,7 +23,7 @@ def command(port: int, root: str, runtime: str) -> list[str]:
             # Reached only through the portal's proxy, at an origin of the session's own
             # (whose Host and Origin the server cannot know): the proxy checks who comes.
             "--ServerApp.allow_remote_access=True", "--ServerApp.allow_origin=*",
-            "--ServerApp.trust_xheaders=False", f"--ServerApp.runtime_dir={runtime}",
+            "--ServerApp.trust_xheaders=False",
             # Nothing fetched from outside (the job's network may reach nothing).
             "--LabApp.news_url=", "--LabApp.check_for_updates_class="
             "jupyterlab.handlers.announcements.NeverCheckForUpdate",
@@ -46,6 +46,6 @@ def main(args: list[str]) -> int:
     env["JUPYTER_TOKEN"] = token
     env["JUPYTER_RUNTIME_DIR"] = str(where / "runtime")
     sys.stdout.flush()
-    os.execve(sys.executable, command(session_port(), root, str(where / "runtime")),  # noqa: S606
+    os.execve(sys.executable, command(session_port(), root),  # noqa: S606
               env)
     return 0  # not reached
