@@ -10,9 +10,9 @@ VisualDL logs they wrote themselves), and serves VisualDL on the session's port 
 loopback, asking the session's token of every request.
 
 ``visualdl_enter`` is where the browser goes next: while the session waits or VisualDL is not
-answering yet, nothing (the page says so and looks again); then the user's proxy route to it
-(``interactive.services.route_open``, which adds the session's token upstream) and the URL that
-enters it. A session nobody has looked at through its routes for ``PADDLECLOUD_VISUALDL_IDLE``
+answering yet, nothing (the page says so and looks again); then the URL that enters it through
+the user's proxy route (``interactive.opening.session_open``, which adds the session's token
+upstream). A session nobody has looked at through its routes for ``PADDLECLOUD_VISUALDL_IDLE``
 is stopped with an event saying so (``sessions_idle_check``: the routes' ``last_seen``).
 """
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from asgiref.sync import async_to_sync
 from django.conf import settings
 
+from jobs.backends import backend_for
 from jobs.backends.base import BackendError
 from jobs.services import job_worker
 from jobs.states import FINAL_JOB_STATES, JobState
@@ -32,17 +33,14 @@ from kernel.errors import ConflictError, NotFoundError, ValidationError
 from paddlecloud_core.contract import SESSION_PORT, session_token
 
 from .models import Session
-from .services import route_enter_url, route_open
-from .sessions import http_json, session_get, session_list, session_start
+from .opening import session_open
+from .sessions import http_request, session_get, session_list, session_start
 
 KIND = "visualdl"
 MAX_JOBS = 20  # as many as the compare page shows
 # What the session's VisualDL answers once it reads its runs (VisualDL's own API).
 READY_PATH = "/app/api/runs"
 READY_SECONDS = 10.0
-# Where the browser lands: the scalars (VisualDL's own landing picks any of its tabs, its graph
-# tab among them, which shows nothing of a job's metrics).
-LANDING = "/app/scalar"
 
 
 def visualdl_jobs(names: Sequence[str]) -> list[str]:
@@ -115,16 +113,17 @@ def visualdl_enter(user, datacenter, name: str, request) -> Entry:
                      + (f": {job.state_reason}" if job.state_reason else ""))
     headers = {"Authorization": f"token {session_token(settings.SECRET_KEY, job.uid)}"}
     try:
-        async_to_sync(_answers)(job, job_worker(job, None, building=False), headers)
+        async_to_sync(_answers)(backend_for(job.datacenter), job,
+                                job_worker(job, None, building=False), headers)
     except (BackendError, OSError, TimeoutError, ValueError) as exc:
         return Entry(session, None, f"VisualDL is starting ({exc})")
-    route = route_open(user, job, port=SESSION_PORT, headers=headers, purpose=KIND,
-                       label=f"VisualDL: {', '.join(session.jobs)}")
-    return Entry(session, route_enter_url(route, request, LANDING), "")
+    return Entry(session, session_open(user, datacenter, name, request), "")
 
 
-async def _answers(job, replica, headers: dict[str, str]) -> None:
+async def _answers(backend, job, replica, headers: dict[str, str]) -> None:
     """VisualDL answers with its runs within READY_SECONDS (else BackendError, OSError,
     TimeoutError or ValueError)."""
-    await asyncio.wait_for(http_json(job, replica, SESSION_PORT, READY_PATH, headers),
-                           READY_SECONDS)
+    status, _ = await asyncio.wait_for(http_request(
+        backend, job, replica, SESSION_PORT, "GET", READY_PATH, headers), READY_SECONDS)
+    if status != 200:
+        raise ValueError(f"it answered {READY_PATH} with {status}")

@@ -249,6 +249,19 @@ def token_required(app, token: str):
     return checked
 
 
+def scalars_first(app, scalars: str):
+    """``app`` sending a browser that comes to ``/`` (where the portal's proxy lands it) to
+    ``scalars``: VisualDL's own landing picks any of its tabs, the empty graph one among them."""
+
+    def answered(environ, start_response):
+        if environ.get("PATH_INFO", "") in ("", "/"):
+            start_response("302 Found", [("Location", scalars), ("Content-Length", "0")])
+            return [b""]
+        return app(environ, start_response)
+
+    return answered
+
+
 def serialized_api(app, prefix: str):
     """``app`` answering the requests below ``prefix`` (VisualDL's API, whose log readers are
     not thread-safe: its own server answers one request at a time) one at a time, and its
@@ -279,7 +292,8 @@ def serve(runs: Runs, host: str, port: int, every: float, token: str = "") -> No
     os.chdir(runs.path)  # the runs are named by their directories, relative to here
     args = ParseArgs(logdir=runs.logdirs, host=host, port=port, telemetry=False,
                      cache_timeout=CACHE_SECONDS, language="en")
-    app = serialized_api(create_app(args), args.public_path + "/api/")
+    app = scalars_first(serialized_api(create_app(args), args.public_path + "/api/"),
+                        args.public_path + "/scalar")
     wsgi = token_required(app, token) if token else app
     server = make_server(host, port, wsgi, threaded=True)
     server.daemon_threads = True

@@ -175,6 +175,10 @@ def test_the_launcher_serves_every_job_as_a_run_and_leaves_nothing_behind(home, 
             return [step for _, step, _ in answer] == [1, 2]
 
         wait(first_loss, 60, "the new step in VisualDL")
+        # Where the portal's proxy lands a browser: VisualDL's scalars.
+        landing = requests.get(f"http://127.0.0.1:{port}/", headers=proxy, timeout=5,
+                               allow_redirects=False)
+        assert (landing.status_code, landing.headers["Location"]) == (302, "/app/scalar")
         page = requests.get(f"http://127.0.0.1:{port}/app/index", headers=proxy, timeout=5)
         assert page.status_code == 200 and "<html" in page.text.lower()
         # Without the session's token (anything else in the replica's network): refused.
