@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
 
 from jobs.backends import backend_for
 from jobs.backends.base import BackendError
@@ -62,12 +64,15 @@ def visualdl_open(user, datacenter, names: Sequence[str]) -> tuple[Session, bool
     datacenter), and whether it was started now: one already waiting or running for the same
     jobs is reused."""
     wanted = visualdl_jobs(names)
-    if (session := visualdl_find(user, datacenter, wanted)) is not None:
-        return session, False
-    return session_start(user, datacenter, KIND, jobs=wanted, args=wanted,
-                         idle=settings.PADDLECLOUD_VISUALDL_IDLE,
-                         cpu=settings.PADDLECLOUD_VISUALDL_CPU,
-                         memory=settings.PADDLECLOUD_VISUALDL_MEMORY), True
+    with transaction.atomic():
+        # One at a time for the user: a button pressed twice starts one VisualDL, not two.
+        get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
+        if (session := visualdl_find(user, datacenter, wanted)) is not None:
+            return session, False
+        return session_start(user, datacenter, KIND, jobs=wanted, args=wanted,
+                             idle=settings.PADDLECLOUD_VISUALDL_IDLE,
+                             cpu=settings.PADDLECLOUD_VISUALDL_CPU,
+                             memory=settings.PADDLECLOUD_VISUALDL_MEMORY), True
 
 
 def visualdl_find(user, datacenter, names: Sequence[str]) -> Session | None:

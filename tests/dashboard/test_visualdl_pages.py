@@ -7,13 +7,16 @@ the page of one that ended, and another user's 404. The sessions' jobs are not s
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 from django.contrib.messages import get_messages
+from django.db import connections
 from django.test import Client
 
 from interactive.models import Session
 from interactive.sessions import session_stop
+from interactive.visualdl import visualdl_open
 from jobs.models import Job
 from jobs.states import JobState
 from tests.conftest import PASSWORD
@@ -110,4 +113,27 @@ def test_mistakes_are_said_and_another_users_session_is_not_found(browser, jobs,
     refused = bob.post("/visualdl/", {"jobs": ["mnist"]})
     assert said(refused) == ("VisualDL: jobs: you have no job named 'mnist' in datacenter "
                              "'datacenter1'")
+    assert Session.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_button_pressed_twice_at_once_starts_one(jobs, alice, datacenter):
+    """Two requests for the same jobs at the same moment (a double click): one session."""
+    start = threading.Barrier(2)
+    found: list = []
+
+    def press():
+        try:
+            start.wait(10)
+            found.append(visualdl_open(alice, datacenter, ["mnist", "resnet"]))
+        finally:
+            connections.close_all()
+
+    pressing = [threading.Thread(target=press) for _ in range(2)]
+    for thread in pressing:
+        thread.start()
+    for thread in pressing:
+        thread.join(60)
+    assert sorted(started for _, started in found) == [False, True]
+    assert len({session.pk for session, _ in found}) == 1
     assert Session.objects.count() == 1
