@@ -433,6 +433,16 @@ class WebSocketRelay:
                 if data:
                     await self.stream.write(data)
 
+    async def receive_more(self) -> tuple[bytes, list]:
+        """What the app sends next (b"" once it has closed), and what the protocol made of
+        it: the handshake's answer, frames."""
+        data = await self.stream.read(CHUNK)
+        if data:
+            self.protocol.receive_data(data)
+        else:
+            self.protocol.receive_eof()
+        return data, self.protocol.events_received()
+
     async def handshake(self) -> WsResponse | None:
         request = self.protocol.connect()
         for name, value in upstream_headers(self.scope, self.passed):
@@ -442,12 +452,7 @@ class WebSocketRelay:
         self.protocol.send_request(request)
         await self.flush()
         while True:
-            data = await self.stream.read(CHUNK)
-            if data:
-                self.protocol.receive_data(data)
-            else:
-                self.protocol.receive_eof()
-            events = self.protocol.events_received()
+            data, events = await self.receive_more()
             if events:
                 response, self.early = events[0], events[1:]
                 if self.protocol.state is State.OPEN and isinstance(response, WsResponse):
@@ -512,12 +517,7 @@ class WebSocketRelay:
             if self.protocol.state is State.CLOSED:  # the app went without a word
                 await self.send({"type": "websocket.close", "code": 1011})
                 return
-            data = await self.stream.read(CHUNK)
-            if data:
-                self.protocol.receive_data(data)
-            else:
-                self.protocol.receive_eof()
-            events = self.protocol.events_received()
+            _, events = await self.receive_more()
 
     async def upstream(self) -> None:
         """The browser's messages to the app; its close closes the app's."""
