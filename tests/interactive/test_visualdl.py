@@ -1,7 +1,8 @@
 """VisualDL for a user's jobs (interactive.visualdl) on the live portal, the local backend and a
-real Celery worker: a session job runs the launcher, which serves both jobs' runs with their
-scalar tags (VisualDL's own HTTP API, asked through the portal's proxy as a browser does); the
-same jobs reuse it; another user gets 404; nobody looking stops it, with an event."""
+real Celery worker: a session job runs the launcher, which serves both jobs' runs (and the
+VisualDL records one wrote itself) with their scalar tags (VisualDL's own HTTP API, asked
+through the portal's proxy as a browser does); the same jobs reuse it; another user gets 404;
+nobody looking stops it, with an event."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import pytest
 import requests
 from asgiref.sync import sync_to_async
 from django.db import connections
+from visualdl import LogWriter
 
 from interactive.models import ProxyRoute, Session
 from interactive.sessions import session_stop, sessions_idle_check
 from interactive.visualdl import visualdl_find, visualdl_open
+from jobs.files import output_dir
 from jobs.models import Job, JobEvent, Replica
 from jobs.states import FINAL_JOB_STATES, JobState
 from kernel.errors import ValidationError
@@ -46,7 +49,10 @@ def reported(portal, name: str, **metrics_by_step) -> Job:
 @pytest.fixture
 def two_jobs(live_portal):
     reported(live_portal, "mnist", s0={"loss": 2.0, "acc": 0.1}, s5={"loss": 0.5, "acc": 0.8})
-    reported(live_portal, "resnet", s0={"loss": 3.0}, s5={"loss": 1.0})
+    resnet = reported(live_portal, "resnet", s0={"loss": 3.0}, s5={"loss": 1.0})
+    # resnet also wrote VisualDL's records itself, as a job with VisualDL in its image may.
+    with LogWriter(logdir=str(output_dir(resnet) / "vdl")) as writer:
+        writer.add_scalar(tag="train/lr", value=0.1, step=1)
     return ["mnist", "resnet"]
 
 
@@ -129,7 +135,7 @@ def test_visualdl_for_two_jobs_serves_both_runs_to_its_owner_alone(
     # VisualDL's own API, through the proxy as the browser's page asks it.
     tags = route.get("/app/api/scalar/tags").json()["data"]
     assert dict(zip(tags["runs"], map(sorted, tags["tags"]), strict=True)) == {
-        "mnist": ["acc", "loss"], "resnet": ["loss"]}
+        "mnist": ["acc", "loss"], "resnet": ["loss"], "resnet/output/vdl": ["train/lr"]}
     points = route.get("/app/api/scalar/list?run=resnet&tag=loss").json()["data"]
     assert [(step, value) for _, step, value in points] == [(0, 3.0), (5, 1.0)]
     page = route.get("/app/index")
