@@ -62,7 +62,10 @@ DEFAULT_EVERY = 2.0  # seconds between two looks at the jobs' files
 # VisualDL reads the newest file whose name holds "vdlrecords" in each run's directory.
 RECORDS_MARK = "vdlrecords"
 RUN_FILE = "vdlrecords.paddlecloud.log"
-CHUNK = 4 << 20  # bytes of a metrics file read at once, and of records written at once
+CHUNK = 4 << 20  # bytes of a metrics file read at once
+# The most bytes of records written at once: VisualDL reads its logs as they are appended to,
+# and a write no longer than a page is not seen half done.
+WRITE_MOST = 4096
 DEPTH = 4  # how deep in a job's output VisualDL logs of its own are looked for
 CACHE_SECONDS = 2  # how long VisualDL's server keeps an answer before it reads the logs again
 
@@ -123,12 +126,13 @@ class RecordsFile:
         self._add(self._scalar(tag=tag, value=value, step=step, walltime=walltime))
 
     def flush(self) -> None:
-        """What was added, written: whole records, up to CHUNK bytes a write, so that
-        VisualDL reading meanwhile finds no record cut short but at the end."""
+        """What was added, written: whole records, at most WRITE_MOST bytes a write (one
+        record longer than that alone), so that VisualDL reading meanwhile finds none cut
+        short."""
         batch: list[bytes] = []
         size = 0
         for framed in [*self._pending, b""]:
-            if batch and (not framed or size + len(framed) > CHUNK):
+            if batch and (not framed or size + len(framed) > WRITE_MOST):
                 data = b"".join(batch)
                 written = 0
                 while written < len(data):
