@@ -100,6 +100,13 @@ def test_the_owner_is_served_by_the_app_through_the_route_and_its_cookie_stays_o
     posted = route.request("POST", "/upload", data=body)
     assert posted.json() == {"size": len(body), "sha256": hashlib.sha256(body).hexdigest()}
 
+    # An answer streamed down: its first line comes before the app has written the rest.
+    with route.get("/stream", stream=True) as streaming:
+        lines = streaming.iter_lines()
+        assert next(lines) == b"first"
+        assert route.get("/release").status_code == 200  # only now does the app go on
+        assert list(lines) == [b"last"]
+
     # The app's redirect to its own address comes back as the route's.
     moved = route.get("/elsewhere")
     assert moved.status_code == 302
