@@ -72,6 +72,18 @@ def token_create(user, *, datacenter_name: str | None = None, name: str = "",
     return IssuedToken(token=token, raw=raw)
 
 
+def token_bound(user, datacenter, raw: str, *, name: str, expires_at) -> ApiToken:
+    """A token of ``user``'s in ``datacenter`` whose text ``raw`` the caller made (a session's,
+    ``paddlecloud_core.contract.session_api_token``: derived, never stored): only its digest
+    is kept, as of every token."""
+    token = ApiToken.objects.create(
+        user=user, datacenter=datacenter, name=name, prefix=raw[: len(ApiToken.PREFIX) + 6],
+        digest=ApiToken.digest_of(raw), expires_at=expires_at)
+    audit_record(user, AuditEntry.Action.TOKEN_CREATE, f"{user.username}/{token.prefix}",
+                 datacenter=datacenter, name=name, expires_at=expires_at.isoformat())
+    return token
+
+
 def token_issue(*, username: str, password: str, address: str,
                 datacenter_name: str | None = None, name: str = "") -> IssuedToken:
     """Exchange a username and password for a token (``paddlectl login``)."""

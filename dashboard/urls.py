@@ -3,7 +3,18 @@ states, log lines, metrics) come over the WebSockets in ``paddlecloud/routing.py
 
 from django.urls import path
 
-from .views import account, compare, files, group, jobs, notifications, reports, sweeps
+from .views import (
+    account,
+    compare,
+    files,
+    group,
+    jobs,
+    notebooks,
+    notifications,
+    reports,
+    sweeps,
+    visualdl,
+)
 
 app_name = "dashboard"
 
@@ -17,6 +28,12 @@ urlpatterns = [
     path("jobs/<str:name>/logs/<str:worker>.log", jobs.job_log_download, name="job-log"),
     path("sweeps/", sweeps.sweep_list, name="sweeps"),
     path("sweeps/<str:name>/kill", sweeps.sweep_kill, name="sweep-kill"),
+    path("notebooks/", notebooks.notebook_list, name="notebooks"),
+    path("notebooks/<str:name>/open", notebooks.notebook_open, name="notebook-open"),
+    path("notebooks/<str:name>/keep", notebooks.notebook_keep, name="notebook-keep"),
+    path("notebooks/<str:name>/stop", notebooks.notebook_stop, name="notebook-stop"),
+    path("visualdl/", visualdl.visualdl_start, name="visualdl-start"),
+    path("visualdl/<str:name>/", visualdl.visualdl_page, name="visualdl"),
     path("compare/", compare.compare, name="compare"),
     path("group/", group.group, name="group"),
     path("files/", files.file_browse, name="files"),

@@ -14,3 +14,7 @@ class InteractiveConfig(AppConfig):
         from .services import job_ended_routes_end
 
         job_ended.connect(job_ended_routes_end, dispatch_uid="interactive.routes_end")
+        # A session that ends takes its API token with it.
+        from .sessions import session_ended
+
+        job_ended.connect(session_ended, dispatch_uid="interactive.session_ended")

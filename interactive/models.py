@@ -43,3 +43,35 @@ class ProxyRoute(models.Model):
 
     def __repr__(self) -> str:  # never the headers, not even encrypted
         return f"<ProxyRoute {self.key} job={self.job_id} port={self.port}>"
+
+
+class Session(models.Model):
+    """A session: a job of its owner's whose one replica serves them (a JupyterLab, a
+    VisualDL) rather than trains (``Job.session`` says which), started by
+    ``interactive.sessions.session_start``. Stopped when idle past ``idle_seconds`` unless
+    ``kept``; what its code submits goes with ``api_token`` (its owner's, revoked when it
+    ends)."""
+
+    job = models.OneToOneField("jobs.Job", on_delete=models.CASCADE,
+                               related_name="interactive_session")
+    kind = models.CharField(max_length=16, help_text="notebook or visualdl (Job.session).")
+    idle_seconds = models.PositiveIntegerField(
+        help_text="Stopped once idle this long (a notebook: no kernel busy nor active; "
+                  "VisualDL: nobody looked).")
+    kept = models.BooleanField(default=False, help_text="Kept alive however long idle.")
+    active_at = models.DateTimeField(
+        default=timezone.now, help_text="When it was last seen in use (its idle time runs "
+                                        "from here).")
+    jobs = models.JSONField(default=list, blank=True,
+                            help_text="The owner's jobs it shows (VisualDL), by name.")
+    api_token = models.OneToOneField(
+        "accounts.ApiToken", on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="interactive_session", editable=False,
+        help_text="The owner's token its code submits with, revoked when it ends.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.job_id}"

@@ -5,8 +5,9 @@ in the job's output directory (``paddlecloud_sdk/metrics.py``)::
 
     {"step": 120, "time": 1763700000.5, "loss": 0.53}
 
-Here the portal reads them back as records, for the API (``GET /api/v1/jobs/{name}/metrics``),
-the WebSocket that streams them and the job page that plots them::
+Here the portal reads them back as records (the rule: ``paddlecloud_core.metrics``, which a
+VisualDL session reads them with too), for the API (``GET /api/v1/jobs/{name}/metrics``), the
+WebSocket that streams them and the job page that plots them::
 
     {"seq": 12, "step": 120, "time": 1763700000.5, "metrics": {"loss": 0.53}}
 
@@ -19,71 +20,13 @@ at a time: ``next`` is where to go on from (``?from=``), ``more`` whether there 
 
 from __future__ import annotations
 
-import json
-import math
-
 from kernel.errors import PaddleCloudError
-from paddlecloud_core.layout import METRICS_RESERVED
+from paddlecloud_core.metrics import DECODE, metric_record, metric_value_record
 
 from .files import JobFile, metrics_file
 from .logs.lines import BATCH_LINES, Cursor, lines_read, lines_skip, lines_tail, tail_offset
 
 PAGE = 10_000  # records in one answer of the API
-
-
-_NUMBERS = (int, float)
-_DECODE = json.JSONDecoder().raw_decode
-JSON_SPACE = " \t\n\r"  # what JSON allows around a value
-
-
-def _number(value) -> int | float | None:
-    """A metric's value as JSON can carry it: nan and infinities become None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def metric_record(seq: int, line: str | bytes) -> dict | None:
-    """Line ``seq`` of a metrics file as a record, or None when it is not one: not a JSON
-    object, no whole-number ``step`` >= 0, or no metric (a name other than step and time with
-    a number or null; other values are left out)."""
-    if isinstance(line, bytes):
-        try:
-            line = line.decode()
-        except UnicodeDecodeError:
-            return None
-    # json.loads without its layers: the same parse of the line without the whitespace around
-    # it, and nothing after the value.
-    text = line.strip(JSON_SPACE)
-    try:
-        data, end = _DECODE(text)
-    except (ValueError, RecursionError):  # not JSON, a number too long, nested too deep
-        return None
-    if end != len(text):
-        return None
-    return _record(seq, data)
-
-
-def _record(seq: int, data) -> dict | None:
-    """A line's JSON value as a record (``metric_record``'s rule once it is parsed)."""
-    # JSON gives exact types (a bool is not an int here): ``type() is`` is the check, and the
-    # fast one on a comparison's 200 000 lines.
-    if type(data) is not dict:
-        return None
-    step = data.get("step")
-    if type(step) is not int or step < 0:
-        return None
-    moment = data.get("time")
-    try:
-        moment = _number(float(moment)) if type(moment) in _NUMBERS else None
-    except OverflowError:
-        moment = None
-    metrics = {name: (value if type(value) is not float or math.isfinite(value) else None)
-               for name, value in data.items()
-               if (value is None or type(value) in _NUMBERS) and name not in METRICS_RESERVED}
-    if not metrics:
-        return None
-    return {"seq": seq, "step": step, "time": moment, "metrics": metrics}
 
 
 AT_ONCE = 1000  # lines parsed at once (more saves no time: more objects for the collector)
@@ -103,7 +46,7 @@ def _parsed_at_once(lines: list) -> list | None:
     if text.count("{") != len(lines):
         return None
     try:
-        values = _DECODE("[" + text + "]")[0]
+        values = DECODE("[" + text + "]")[0]
     except (ValueError, RecursionError):
         return None
     if len(values) != len(lines) or not all(type(value) is dict for value in values):
@@ -115,7 +58,7 @@ def _records_into(records: list[dict], first: int, lines: list) -> None:
     values = _parsed_at_once(lines)
     if values is not None:
         records += [record for seq, value in enumerate(values, first)
-                    if (record := _record(seq, value)) is not None]
+                    if (record := metric_value_record(seq, value)) is not None]
     elif len(lines) <= ONE_BY_ONE:
         records += [record for seq, line in enumerate(lines, first)
                     if (record := metric_record(seq, line)) is not None]

@@ -188,6 +188,13 @@ class Job(models.Model):
     task_records = models.PositiveIntegerField(null=True, blank=True,
                                                help_text="Records per task (unit records).")
 
+    # Set by the portal, never through submit: a session (interactive.sessions) is a job whose
+    # one replica serves its owner (a notebook, VisualDL) rather than trains.
+    session = models.CharField(
+        max_length=16, blank=True, default="", editable=False,
+        help_text="What kind of session the job is (notebook, visualdl); empty for a training "
+                  "job.")
+
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     admitted_at = models.DateTimeField(

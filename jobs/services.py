@@ -109,13 +109,15 @@ def admission_preview(user, datacenter, unsaved: Job) -> dict:
             "sooner": sooner_find(unsaved)}
 
 
-def job_submit(user, datacenter, data: dict) -> Submission:
+def job_submit(user, datacenter, data: dict, *, session: str = "") -> Submission:
     """Validate and record a job, and admit it (it starts once the record is committed) or
     queue it behind the user's quota. A job that can never fit the quota, that would wait
     while the user's ``queued`` quota of jobs already waits, or whose objects the cluster's
     schemas would refuse, is refused.
 
-    With ``dry_run`` in ``data`` nothing is recorded or started (``job`` is None).
+    With ``dry_run`` in ``data`` nothing is recorded or started (``job`` is None). ``session``
+    (never a submitted field: ``interactive.sessions`` sets it) makes the job a session of
+    that kind.
     """
     data = templated(data)
     dry_run = bool(data.get("dry_run"))
@@ -128,7 +130,8 @@ def job_submit(user, datacenter, data: dict) -> Submission:
     fields = spec.as_dict()
     registry_name = fields.pop("registry")
     registry = registry_get(user, datacenter, registry_name) if registry_name else None
-    unsaved = Job(owner=user, datacenter=datacenter, registry=registry, **fields)
+    unsaved = Job(owner=user, datacenter=datacenter, registry=registry, session=session,
+                  **fields)
     objects = backend_for(datacenter).objects(unsaved)
     if dry_run:
         quota_queue_check(user, datacenter, spec)
@@ -142,7 +145,7 @@ def job_submit(user, datacenter, data: dict) -> Submission:
             quota_queue_check(user, datacenter, spec, lock=True)
             building = job_build_needed(unsaved)
             job = Job.objects.create(owner=user, datacenter=datacenter, registry=registry,
-                                     uid=unsaved.uid, **fields,
+                                     uid=unsaved.uid, session=session, **fields,
                                      state=JobState.BUILDING if building else JobState.PENDING)
             if copied is not None:  # the name is the job's now: its snapshot takes its place
                 added = copied.place()

@@ -15,7 +15,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from kernel.env import env_bool, env_int, env_list, env_str
-from paddlecloud_core.quantity import QuantityError, parse_bytes
+from paddlecloud_core.quantity import QuantityError, parse_bytes, parse_cpu, parse_seconds
 from paddlecloud_core.spec import DEFAULT_GPU_IMAGE, DEFAULT_IMAGE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -629,3 +629,16 @@ LOGGING = {
         "celery": {"level": env_str("CELERY_LOG_LEVEL", "WARNING")},
     },
 }
+
+# VisualDL for one job or several (interactive.visualdl): each is a session job of its user's
+# asking for this much, stopped once nobody has looked at it for PADDLECLOUD_VISUALDL_IDLE
+# (a length of time: 90s, 15m, 1h).
+PADDLECLOUD_VISUALDL_IDLE = env_str("PADDLECLOUD_VISUALDL_IDLE", "15m")
+PADDLECLOUD_VISUALDL_CPU = env_str("PADDLECLOUD_VISUALDL_CPU", "1")
+PADDLECLOUD_VISUALDL_MEMORY = env_str("PADDLECLOUD_VISUALDL_MEMORY", "1Gi")
+for _name, _parse in (("IDLE", parse_seconds), ("CPU", parse_cpu), ("MEMORY", parse_bytes)):
+    try:
+        if _parse(globals()[f"PADDLECLOUD_VISUALDL_{_name}"]) <= 0:
+            raise QuantityError("must be more than 0")
+    except QuantityError as _exc:
+        raise ImproperlyConfigured(f"PADDLECLOUD_VISUALDL_{_name}: {_exc}") from None

@@ -38,6 +38,7 @@ DEVICE_PATH = "/api/v1/auth/device/"
 DEVICE_TOKEN_PATH = "/api/v1/auth/device/token/"  # noqa: S105 - a path
 JOBS = "/api/v1/jobs/"
 SWEEPS = "/api/v1/sweeps/"
+SESSIONS = "/api/v1/sessions/"
 BUILDS = "/api/v1/builds/"
 
 Body = bytes | Callable[[], Any] | None  # a callable makes a fresh body for each attempt
@@ -411,6 +412,22 @@ class ApiClient:
 
     def sweep_delete(self, name: str) -> None:
         self.call("DELETE", f"{SWEEPS}{quote(name, safe='')}/")
+
+    def session_start(self, body: dict) -> dict:
+        """A session (a notebook: ``{"kind": "notebook", "gpu", "cpu", "memory", "image",
+        "idle", "name"}``), started as a job of the user's."""
+        return self.call("POST", SESSIONS, json=body)
+
+    def session_list(self, *, kind: str | None = None, ended: bool = False) -> list[dict]:
+        params = {key: value for key, value in (("kind", kind), ("all", "true" if ended
+                                                                   else None)) if value}
+        return self.call("GET", SESSIONS, params=params)
+
+    def session_stop(self, name: str) -> dict:
+        return self.call("POST", f"{SESSIONS}{quote(name, safe='')}/stop")
+
+    def session_keep(self, name: str, keep: bool = True) -> dict:
+        return self.call("POST", f"{SESSIONS}{quote(name, safe='')}/keep", json={"keep": keep})
 
     def job_logs(self, name: str, *, worker: str | None = None, tail: int | None = None,
                  follow: bool = False, offset: str | None = None) -> requests.Response:

@@ -48,11 +48,26 @@ KEEP_CHECKPOINTS = 3
 MASTER_URL_VARIABLE = "PADDLECLOUD_MASTER_URL"
 MASTER_TOKEN_VARIABLE = "PADDLECLOUD_MASTER_TOKEN"  # noqa: S105 - its name
 MASTER_VARIABLES = (MASTER_URL_VARIABLE, MASTER_TOKEN_VARIABLE)
+# A session (a notebook, VisualDL: ``interactive.sessions``, ``paddlecloud_sdk.sessions``): the
+# token its server asks of every request (the portal's proxy sends it), the port it serves on,
+# and how code in it reaches the portal as its owner (the portal as the replica reaches it, the
+# owner's name and a token of the owner's for this session alone, revoked when it ends).
+# ``PADDLE_NOTEBOOK=YES`` (the seeds'): a notebook's ``dist_train`` and ``PaddleJob`` submit.
+SESSION_TOKEN_VARIABLE = "PADDLECLOUD_SESSION_TOKEN"  # noqa: S105 - its name
+SESSION_PORT_VARIABLE = "PADDLECLOUD_SESSION_PORT"
+PORTAL_URL_VARIABLE = "PADDLECLOUD_PORTAL"
+USER_VARIABLE = "PADDLECLOUD_USER"
+API_TOKEN_VARIABLE = "PADDLECLOUD_API_TOKEN"  # noqa: S105 - its name
+NOTEBOOK_VARIABLE = "PADDLE_NOTEBOOK"
+SESSION_VARIABLES = (SESSION_TOKEN_VARIABLE, SESSION_PORT_VARIABLE, PORTAL_URL_VARIABLE,
+                     USER_VARIABLE, API_TOKEN_VARIABLE, NOTEBOOK_VARIABLE)
+# The port a session's server listens on, on its replica's own loopback.
+SESSION_PORT = 8888
 RESERVED_ENV = frozenset(LEGACY_VARIABLES + FLEET_VARIABLES + PADDLECLOUD_VARIABLES
-                         + MASTER_VARIABLES)
+                         + MASTER_VARIABLES + SESSION_VARIABLES)
 # The variables whose values are secrets: never written to a log, an event, a dry run or
 # anything the API shows; Kubernetes pods take them from a Secret (not their pod spec).
-SECRET_ENV = frozenset({MASTER_TOKEN_VARIABLE})
+SECRET_ENV = frozenset({MASTER_TOKEN_VARIABLE, SESSION_TOKEN_VARIABLE, API_TOKEN_VARIABLE})
 # A job's own variables whose names look like they hold a secret (API_KEY, DB_PASSWORD,
 # HF_TOKEN, AWS_SECRET_ACCESS_KEY, …): where several jobs are put side by side (compare), such a
 # variable is shown as set, never its value.
@@ -93,6 +108,18 @@ class TaskMaster:
 
 
 @dataclass(frozen=True)
+class SessionAccess:
+    """What a session's replica gets (``SESSION_VARIABLES``): the portal as it reaches it (it
+    depends on the backend), its owner, its server's token and its owner's API token for it
+    (both the portal's to make: ``session_token``, ``session_api_token``)."""
+
+    portal: str
+    username: str
+    token: str = field(repr=False)
+    api_token: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class Topology:
     """Where every replica of a job listens (``host:port``, in index order), and where they
     reach the job's master: a job with a dataset has one, on every backend; none elsewhere
@@ -102,6 +129,7 @@ class Topology:
     trainers: tuple[str, ...]
     master: str | None  # collective jobs: trainer 0's rendezvous endpoint
     task_master: TaskMaster | None = None
+    session: SessionAccess | None = None  # a session's (``job.session``): none elsewhere
 
 
 @dataclass(frozen=True)
@@ -193,6 +221,35 @@ def master_token(secret: str, job_uid) -> str:
     return f"pcm_{digest}"
 
 
+def _session_secret(secret: str, purpose: str, job_uid) -> str:
+    return hmac.new(secret.encode(), f"paddlecloud-{purpose}:{job_uid}".encode(),
+                    "sha256").hexdigest()
+
+
+def session_token(secret: str, job_uid) -> str:
+    """The token a session's server asks of every request (its ``SESSION_TOKEN_VARIABLE``):
+    an HMAC of the job's uid with the portal's secret, as ``master_token``, so it is never
+    stored and is good for that session only. Only the portal's proxy sends it."""
+    return "pcs_" + _session_secret(secret, "session", job_uid)
+
+
+def session_api_token(secret: str, job_uid) -> str:
+    """The API token a session's code submits with, as its owner (``API_TOKEN_VARIABLE``; the
+    ``pct_`` of every API token): made the same way, the portal stores only its digest (an
+    ``accounts.ApiToken`` of the owner's, revoked when the session ends)."""
+    return "pct_" + _session_secret(secret, "session-api", job_uid)
+
+
+def session_access(secret: str, job, portal: str) -> SessionAccess | None:
+    """What a session's replica gets, ``portal`` being the portal as it reaches it; None for a
+    job that is no session."""
+    if not getattr(job, "session", ""):
+        return None
+    return SessionAccess(portal=portal.rstrip("/"), username=job.owner.username,
+                         token=session_token(secret, job.uid),
+                         api_token=session_api_token(secret, job.uid))
+
+
 def _host(endpoint: str) -> str:
     return endpoint.rsplit(":", 1)[0]
 
@@ -258,4 +315,11 @@ def replica_env(job, role: str, index: int, topology: Topology, paths: Paths,
     if topology.task_master:
         env.update({MASTER_URL_VARIABLE: topology.task_master.url,
                     MASTER_TOKEN_VARIABLE: topology.task_master.token})
+    if (session := topology.session) is not None:
+        env.update({SESSION_TOKEN_VARIABLE: session.token,
+                    SESSION_PORT_VARIABLE: str(SESSION_PORT),
+                    PORTAL_URL_VARIABLE: session.portal, USER_VARIABLE: session.username,
+                    API_TOKEN_VARIABLE: session.api_token})
+        if job.session == "notebook":
+            env[NOTEBOOK_VARIABLE] = "YES"
     return env

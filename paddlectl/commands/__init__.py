@@ -68,6 +68,8 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
     Command("logout", "log out of the current datacenter (revoke the API token)", "auth"),
     Command("logs", "print the logs of a job", "jobs"),
     Command("metrics", "print the metrics a job reported", "jobs"),
+    Command("notebook", "start, list, stop or keep your notebooks (JupyterLab, as a job)",
+            "notebooks"),
     Command("notify", "subscribe to job and budget events by e-mail, webhook or the dashboard",
             "notify"),
     Command("port-forward", "carry a local port to a port of a running job, through the "

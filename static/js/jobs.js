@@ -162,6 +162,22 @@ document.addEventListener("DOMContentLoaded", () => {
     },
   });
 
+  // "Open in VisualDL" posts the jobs ticked for Compare at once (their boxes belong to the
+  // compare form, a GET: without this script the button asks on a page of its own first).
+  const visualdl = document.getElementById("visualdl-form");
+  document.getElementById("visualdl-button")?.addEventListener("click", (event) => {
+    event.preventDefault();
+    visualdl.querySelectorAll('input[name="jobs"]').forEach((input) => input.remove());
+    for (const pick of body.querySelectorAll('input[data-field="pick"]:checked')) {
+      const input = document.createElement("input");
+      input.type = "hidden";
+      input.name = "jobs";
+      input.value = pick.value;
+      visualdl.append(input);
+    }
+    visualdl.submit();
+  });
+
   setInterval(() => {
     const now = Date.now();
     for (const cell of body.querySelectorAll('time[data-field="age"]')) {

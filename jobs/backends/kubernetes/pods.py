@@ -28,6 +28,7 @@ from paddlecloud_core.contract import (
     master_url,
     pfs_paths,
     replica_env,
+    session_access,
     trainers_least,
 )
 
@@ -146,6 +147,8 @@ def _topology(job, namespace: str, trainers: int, pservers: int) -> Topology:
         trainers=tuple(trainer_endpoint(job, namespace, i) for i in range(trainers)),
         master=None if pservers else master_endpoint(job, namespace),
         task_master=master_access(job),
+        # A session's code reaches the portal where a master's calls do.
+        session=session_access(settings.SECRET_KEY, job, settings.PADDLECLOUD_MASTER_BASE_URL),
     )
 
 

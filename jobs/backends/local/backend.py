@@ -57,6 +57,7 @@ from paddlecloud_core.contract import (
     master_token,
     master_url,
     pfs_paths,
+    session_access,
 )
 from paddlecloud_core.layout import WORKSPACE, log_relpath, pfs_home, pfs_public
 from paddlecloud_core.processes import (
@@ -163,16 +164,28 @@ def _sandboxed() -> bool:
         return True
 
 
-def master_access(job) -> TaskMaster | None:
-    """Where the job's replicas reach its master: the portal's own URL, or in a sandbox the
-    job's relay, at the same path; None for a job without a dataset."""
-    if not job.dataset:
-        return None
+def _relayed(job) -> bool:
+    """Whether the job's replicas reach the portal: a job with a master (a dataset), and a
+    session (whose code submits jobs as its owner)."""
+    return bool(job.dataset or getattr(job, "session", ""))
+
+
+def _portal_seen() -> str:
+    """The portal as the job's replicas reach it: its own URL, or in a sandbox the job's
+    relay, at the same path."""
     portal = settings.PADDLECLOUD_PORTAL_URL
     if _sandboxed():
         url = urlsplit(portal)
         portal = f"{url.scheme}://127.0.0.1:{RELAY_PORT}{url.path}"
-    return TaskMaster(url=master_url(portal, job.uid),
+    return portal
+
+
+def master_access(job) -> TaskMaster | None:
+    """Where the job's replicas reach its master (``_portal_seen``); None for a job without a
+    dataset."""
+    if not job.dataset:
+        return None
+    return TaskMaster(url=master_url(_portal_seen(), job.uid),
                       token=master_token(settings.SECRET_KEY, job.uid))
 
 
@@ -381,7 +394,8 @@ class LocalBackend(Backend):
                 master_file.write_text(fresh[-1])
             master = master_file.read_text()
         return Topology(pservers=pservers, trainers=trainers, master=master,
-                        task_master=master_access(job))
+                        task_master=master_access(job),
+                        session=session_access(settings.SECRET_KEY, job, _portal_seen()))
 
     def _files(self, job, replica) -> tuple[Path, Path]:
         return attempt_files(job_dir(job) / "run", replica.name)
@@ -451,7 +465,7 @@ class LocalBackend(Backend):
         if public.is_dir() and not public.is_symlink():
             binds.append(Bind(str(public), pfs_public(dc)))
         network = netns_start(netns_file(private), str(private))  # named: leftovers_stop
-        if job.dataset:
+        if _relayed(job):
             relay_start(relay_file(private), network, portal_address(), f"job-{job.uid}")
         return Sandbox(binds=binds, env=env, cwd=WORKSPACE, network=network,
                        hostname=replica.name, ids=home_ids(job.owner))
