@@ -5,7 +5,6 @@ kernels are idle past its limit, unless kept."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -13,11 +12,10 @@ from django.conf import settings
 
 from accounts.models import ApiToken
 from interactive.models import Session
-from interactive.sessions import http_request
-from jobs.backends import backend_for
 from jobs.models import Job, JobEvent, Replica, Usage
 from jobs.states import JobState, ReplicaState
-from paddlecloud_core.contract import SESSION_PORT, session_token
+from paddlecloud_core.contract import session_token
+from tests.interactive.notebooks import jupyter, notebook_running
 from tests.polling import wait
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -28,49 +26,12 @@ def ok(result):
     return result
 
 
-def jupyter(job, method: str, target: str, *, token: str | None = "", body: dict | None = None):
-    """Jupyter's answer to a request sent to the notebook's server through ``port_open``,
-    with its token (``token=None``: none): (status, JSON or None)."""
-    replica = Replica.objects.get(job=job, role="trainer")
-    backend = backend_for(job.datacenter)
-    headers = {} if token is None else {
-        "Authorization": f"token {token or session_token(settings.SECRET_KEY, job.uid)}"}
-    payload = json.dumps(body).encode() if body is not None else b""
-    if payload:
-        headers["Content-Type"] = "application/json"
-    status, answer = asyncio.run(http_request(backend, job, replica, SESSION_PORT, method, target,
-                                              headers, payload))
-    try:
-        return status, json.loads(answer) if answer else None
-    except ValueError:
-        return status, None
-
-
-def jupyter_up(job, seen: list) -> bool:
-    try:
-        return jupyter(job, "GET", "/api/status")[0] == 200
-    except Exception as exc:
-        seen[:] = [repr(exc)]
-        return False
-
-
-def notebook_running(cli, name: str) -> Job:
-    job = wait(lambda: Job.objects.filter(name=name, state=JobState.RUNNING).first(),
-               timeout=90, message=lambda: f"notebook {name} to run: " + repr(list(
-                   Job.objects.values_list("state", "state_reason"))))
-    log = cli.portal.home / "jobs" / name / "output" / "node_0" / "train.log"
-    seen: list[str] = []
-    wait(lambda: jupyter_up(job, seen), timeout=90, message=lambda: f"JupyterLab to answer "
-         f"({seen}); its log: " + (log.read_text()[-3000:] if log.exists() else "none"))
-    return job
-
-
 def test_a_notebook_is_started_listed_reached_with_its_token_alone_and_stopped(live_cli,
                                                                              celery_worker):
     (live_cli.portal.home / "data.txt").write_text("in alice's home\n")
     started = ok(live_cli("notebook", "start", "-name", "nb", "-idle", "1h", "-cpu", "500m"))
     assert "notebook nb" in started.stdout and "/notebooks/nb/open" in started.stdout
-    job = notebook_running(live_cli, "nb")
+    job = notebook_running(live_cli.portal.home, "nb")
     assert job.session == "notebook" and job.cpu == 500 and job.trainers == 1
 
     listed = ok(live_cli("notebook", "ls")).stdout
@@ -105,7 +66,7 @@ def test_an_idle_notebook_is_stopped_with_an_event_saying_why_and_a_kept_one_is_
     ok(live_cli("notebook", "start", "-name", "idle", "-idle", "3s"))
     ok(live_cli("notebook", "start", "-name", "kept", "-idle", "3s"))
     ok(live_cli("notebook", "keep", "kept"))
-    idle, kept = notebook_running(live_cli, "idle"), notebook_running(live_cli, "kept")
+    idle, kept = (notebook_running(live_cli.portal.home, name) for name in ("idle", "kept"))
     status, kernel = jupyter(idle, "POST", "/api/kernels", body={"name": "python3"})
     assert status == 201, kernel
 
