@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import re
 import time
 import weakref
@@ -41,8 +40,6 @@ from jobs.backends import backend_for
 from jobs.backends.base import BackendError
 
 from . import services
-
-log = logging.getLogger(__name__)
 
 HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
               b"te", b"trailer", b"transfer-encoding", b"upgrade", b"host"}
@@ -115,14 +112,14 @@ def cross_site(scope, method: str) -> bool:
             and (method not in ("GET", "HEAD") or scope["type"] == "websocket"))
 
 
-def upstream_headers(scope, passed: services.Pass, *, keep=()) -> list[tuple[bytes, bytes]]:
+def upstream_headers(scope, passed: services.Pass) -> list[tuple[bytes, bytes]]:
     """The request's headers as the app gets them."""
     port = passed.route.port
     out = [(b"host", f"127.0.0.1:{port}".encode())]
     added = {name.lower().encode(): value.encode("latin-1")
              for name, value in passed.headers.items()}
     for name, value in scope.get("headers", ()):
-        if (name in HOP_BY_HOP and name not in keep) or name in added:
+        if name in HOP_BY_HOP or name in added:
             continue
         if name == b"cookie":
             kept = "; ".join(f"{n}={v}" for n, v in _cookies({"headers": [(name, value)]})
@@ -281,15 +278,16 @@ class RouteProxy:
         # is sent again, once, on a new one.
         for attempt in (0, 1):
             try:
-                return await self.forward(scope, send, passed, pool, method, target, headers,
-                                          body)
+                return await self.forward(scope, receive, send, passed, pool, method, target,
+                                          headers, body)
             except _Stale:
                 if body is not None or attempt:
                     return await plain(send, 502, f"Bad gateway: the app at port "
                                                   f"{passed.route.port} closed the connection")
         return None
 
-    async def forward(self, scope, send, passed, pool, method, target, headers, body) -> None:
+    async def forward(self, scope, receive, send, passed, pool, method, target, headers,
+                      body) -> None:
         started = False
         try:
             async with pool.pool.stream(
@@ -301,10 +299,18 @@ class RouteProxy:
                 await send({"type": "http.response.start", "status": response.status,
                             "headers": self.response_headers(scope, passed, response.headers)})
                 started = True
-                async for chunk in response.aiter_stream():
-                    await send({"type": "http.response.body", "body": chunk,
-                                "more_body": True})
-                await send({"type": "http.response.body", "body": b""})
+                # The request's body was all sent: the browser's next word is that it went,
+                # which ends an answer still coming (a stream, a long poll) there and then.
+                pump = asyncio.create_task(_body_pump(response, send))
+                gone = asyncio.create_task(_disconnected(receive))
+                try:
+                    await asyncio.wait((pump, gone), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for task in (pump, gone):
+                        task.cancel()
+                    await asyncio.gather(pump, gone, return_exceptions=True)
+                if not pump.cancelled() and pump.exception() is not None:
+                    raise pump.exception()
         except _ClientGone:
             return None
         except httpcore.ConnectError as exc:
@@ -376,6 +382,17 @@ class RouteProxy:
             await stream.close()
 
 
+async def _body_pump(response, send) -> None:
+    async for chunk in response.aiter_stream():
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _disconnected(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 class _Stale(Exception):
     """The app closed a kept connection before it answered anything on it."""
 
@@ -433,6 +450,16 @@ class WebSocketRelay:
                 if data:
                     await self.stream.write(data)
 
+    async def receive_more(self) -> tuple[bytes, list]:
+        """What the app sends next (b"" once it has closed), and what the protocol made of
+        it: the handshake's answer, frames."""
+        data = await self.stream.read(CHUNK)
+        if data:
+            self.protocol.receive_data(data)
+        else:
+            self.protocol.receive_eof()
+        return data, self.protocol.events_received()
+
     async def handshake(self) -> WsResponse | None:
         request = self.protocol.connect()
         for name, value in upstream_headers(self.scope, self.passed):
@@ -442,12 +469,7 @@ class WebSocketRelay:
         self.protocol.send_request(request)
         await self.flush()
         while True:
-            data = await self.stream.read(CHUNK)
-            if data:
-                self.protocol.receive_data(data)
-            else:
-                self.protocol.receive_eof()
-            events = self.protocol.events_received()
+            data, events = await self.receive_more()
             if events:
                 response, self.early = events[0], events[1:]
                 if self.protocol.state is State.OPEN and isinstance(response, WsResponse):
@@ -512,12 +534,7 @@ class WebSocketRelay:
             if self.protocol.state is State.CLOSED:  # the app went without a word
                 await self.send({"type": "websocket.close", "code": 1011})
                 return
-            data = await self.stream.read(CHUNK)
-            if data:
-                self.protocol.receive_data(data)
-            else:
-                self.protocol.receive_eof()
-            events = self.protocol.events_received()
+            _, events = await self.receive_more()
 
     async def upstream(self) -> None:
         """The browser's messages to the app; its close closes the app's."""

@@ -49,3 +49,4 @@ class PortOpenView(DatacenterAPIView):
         summary="Send the browser to a port of a running job (its owner only)")
     def get(self, request, name: str, port: int):
         return redirect(self._enter(request, name, port, request.query_params))
+

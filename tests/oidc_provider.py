@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from accounts.sso import sso_discovery_forget
+from tests.processes import process_stop
 
 OIDC_DIR = Path(__file__).resolve().parent / "oidc"
 CLIENT_ID = "paddlecloud"
@@ -71,12 +72,7 @@ def _start(node: str, accounts: Path, live_portal, tmp_path: Path) -> tuple[subp
 
 def _stop(process: subprocess.Popen) -> None:
     process.stdin.close()  # the provider exits when its stdin closes, or on SIGTERM
-    process.terminate()
-    try:
-        process.wait(5)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
+    process_stop(process, timeout=5)
     process.stdout.close()
 
 

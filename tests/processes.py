@@ -4,6 +4,7 @@ configuration: none of the test run's DATABASE_URL / REDIS_URL / … unless a te
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,17 @@ def network_of(pid: int) -> int | None:
         return os.stat(f"/proc/{pid}/ns/net").st_ino
     except OSError:
         return None
+
+
+def process_stop(process: subprocess.Popen, sig: int = signal.SIGTERM,
+                 timeout: float = 10) -> None:
+    """Stop a process the test started: ``sig``, then SIGKILL if it has not exited after
+    ``timeout`` seconds; returns once it has."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+

@@ -19,7 +19,6 @@ import dataclasses
 import datetime
 import json
 import secrets
-import signal
 import socket
 import subprocess
 import threading
@@ -33,6 +32,7 @@ import bcrypt
 import requests
 
 from tests.json_answer import json_answer
+from tests.processes import process_stop
 
 REGISTRY = "/usr/bin/docker-registry"
 SERVICE = "paddlecloud-test-registry"
@@ -145,13 +145,7 @@ def _config(root: Path, port: int, auth: dict | None) -> str:
 
 
 def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+    process_stop(process)
 
 
 @contextlib.contextmanager

@@ -40,7 +40,10 @@ class StartProgress:
 
 
 class PortStream(Protocol):
-    """A byte stream to one port of a replica (``Backend.port_open``), both ways."""
+    """A byte stream to one port of a replica (``Backend.port_open``), both ways. A stream may
+    also have ``at_eof() -> bool`` (the other side closed and all it sent was read): the
+    proxy then never sends a request on a kept connection the app has closed meanwhile
+    (without it, a request without a body is sent again once on a new connection)."""
 
     async def read(self, n: int = 65536) -> bytes:
         """Up to ``n`` bytes, as they come; b"" once the other side has closed."""

@@ -25,6 +25,19 @@ document.addEventListener("DOMContentLoaded", () => {
     sockets.delete(socket);
   }
 
+  // -- "Open port…": the port in a new tab, through the portal's proxy (the API's GET sends
+  // the browser to the route's own origin; a link, as a form's redirect there is not 'self').
+  byId("open-port-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const form = event.target;
+    const url = new URL(form.dataset.url.replace(/\/0\/open$/, `/${form.elements.port.value}/open`),
+      location.href);
+    url.searchParams.set("worker", form.elements.worker.value);
+    url.searchParams.set("datacenter", form.dataset.datacenter);
+    Object.assign(document.createElement("a"), { href: url.href, target: "_blank", rel: "noopener" })
+      .click();
+  });
+
   // -- kill and delete: asked in a <dialog> (the links lead to a confirmation page) ----------
 
   for (const trigger of document.querySelectorAll("[data-dialog]")) {
@@ -63,6 +76,7 @@ document.addEventListener("DOMContentLoaded", () => {
     const ended = FINAL.has(job.state);
     byId("kill").hidden = ended;
     byId("delete").hidden = !ended;
+    byId("open-port").hidden = job.state !== "running";  // a running job's ports only
     if (ended && byId("confirm-kill").open) byId("confirm-kill").close();
   }
 

@@ -25,6 +25,19 @@ def test_the_owner_uses_the_app_at_its_own_origin_and_nobody_else_does(
     portal = f"http://localhost:{live_portal.port}"
     with watched_page(browser, portal, request) as page:
         login(page)
+        # From the job's page: "Open port…", a worker and a port, and the app in a new tab.
+        page.goto("/jobs/web/")
+        page.get_by_text("Open port…").click()
+        form = page.locator("#open-port")
+        form.get_by_label("Worker").select_option("trainer-0")
+        form.get_by_label("Port").fill(str(HTTP_PORT))
+        with page.context.expect_page() as opened:
+            form.get_by_role("button", name="Open", exact=True).click()
+        app = opened.value
+        app.wait_for_url("http://*.localhost:*/")
+        assert json.loads(app.locator("body").inner_text())["path"] == "/"
+        app.close()
+
         page.goto(f"/api/v1/jobs/web/ports/{HTTP_PORT}/open?path=/hello%3Fseen")
         key = page.url.split("//", 1)[1].split(".", 1)[0]
         origin = f"http://{key}.localhost:{live_portal.port}"

@@ -19,6 +19,9 @@ SERVING_TRAINER = textwrap.dedent(f"""\
     from websockets.http11 import Response
 
 
+    RELEASE = threading.Event()
+
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -31,6 +34,17 @@ SERVING_TRAINER = textwrap.dedent(f"""\
             self.wfile.write(body)
 
         def do_GET(self):
+            if self.path == "/stream":  # a line now, the next once /release is asked for
+                self.send_response(200)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.write(b"6\\r\\nfirst\\n\\r\\n")
+                self.wfile.flush()
+                RELEASE.wait(120)
+                self.wfile.write(b"5\\r\\nlast\\n\\r\\n0\\r\\n\\r\\n")
+                return
+            if self.path == "/release":
+                RELEASE.set()
             if self.path.startswith("/elsewhere"):  # a redirect to its own address
                 self.send_response(302)
                 self.send_header("Location", f"http://127.0.0.1:{HTTP_PORT}/hello")
@@ -71,7 +85,12 @@ SERVING_TRAINER = textwrap.dedent(f"""\
 
     async def echo(ws):
         async for message in ws:
-            await ws.send(message if isinstance(message, bytes) else "echo: " + message)
+            if message == "your cookies?":  # what its handshake carried
+                await ws.send(ws.request.headers.get("Cookie", "none"))
+            elif message == "close":
+                await ws.close(4001, "asked to")
+            else:
+                await ws.send(message if isinstance(message, bytes) else "echo: " + message)
 
 
     async def main():

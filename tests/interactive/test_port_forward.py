@@ -16,6 +16,7 @@ from websockets.sync.client import connect
 
 from accounts.models import AuditEntry
 from tests.paddlectl.conftest import Cli, datacenter_entry, free_port
+from tests.processes import process_stop
 
 from .apps import HTTP_PORT, WS_PORT
 
@@ -42,13 +43,7 @@ def forward(live_portal, tmp_path):
 
     yield start
     for process in started:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+        process_stop(process, signal.SIGINT)
         process.stdout.close()
         process.stderr.close()
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from accounts.models import AuditEntry
@@ -100,6 +100,13 @@ def test_the_owner_is_served_by_the_app_through_the_route_and_its_cookie_stays_o
     posted = route.request("POST", "/upload", data=body)
     assert posted.json() == {"size": len(body), "sha256": hashlib.sha256(body).hexdigest()}
 
+    # An answer streamed down: its first line comes before the app has written the rest.
+    with route.get("/stream", stream=True) as streaming:
+        lines = streaming.iter_lines()
+        assert next(lines) == b"first"
+        assert route.get("/release").status_code == 200  # only now does the app go on
+        assert list(lines) == [b"last"]
+
     # The app's redirect to its own address comes back as the route's.
     moved = route.get("/elsewhere")
     assert moved.status_code == 302
@@ -170,12 +177,18 @@ def test_websocket_messages_pass_both_ways_for_the_owner_only(live_portal, servi
         route.websocket("/echo").close()
     assert refused.value.response.status_code == 404
     route.enter_now()
-    with route.websocket("/echo") as ws:
+    with route.websocket("/echo", Cookie=f"{route.cookie}; theirs=kept") as ws:
         ws.send("hello")
         assert ws.recv(timeout=10) == "echo: hello"
         big = os.urandom(900_000)  # (the app takes messages up to 1 MiB)
         ws.send(big)
         assert ws.recv(timeout=30) == big
+        ws.send("your cookies?")
+        assert ws.recv(timeout=10) == "theirs=kept"  # never the route's
+        ws.send("close")  # the app closes: so does the browser's socket, with its code
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+        assert closed.value.rcvd.code == 4001
     other = f"http://{'1' * len(route.key)}.localhost:{live_portal.port}"
     with pytest.raises(InvalidStatus) as cross:
         route.websocket("/echo", Origin=other).close()
