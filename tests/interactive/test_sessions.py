@@ -84,3 +84,12 @@ def test_a_session_waits_for_its_owners_quota_as_any_job(alice, datacenter, pfs_
     assert first.job.state == JobState.STARTING
     second.job.refresh_from_db()
     assert second.job.state == JobState.QUEUED and "cpu" in second.job.state_reason.lower()
+
+
+def test_a_notebook_without_an_image_gets_the_notebooks_default(alice, datacenter, pfs_home,
+                                                                 settings):
+    settings.PADDLECLOUD_NOTEBOOK_IMAGE = "registry.example.com/lab:4.6"
+    assert session_start(alice, datacenter, "notebook", name="a").job.image == \
+        "registry.example.com/lab:4.6"
+    assert session_start(alice, datacenter, "notebook", name="b",
+                         image="paddlepaddle/paddle:3.0").job.image == "paddlepaddle/paddle:3.0"
