@@ -93,3 +93,26 @@ def test_a_notebook_without_an_image_gets_the_notebooks_default(alice, datacente
         "registry.example.com/lab:4.6"
     assert session_start(alice, datacenter, "notebook", name="b",
                          image="paddlepaddle/paddle:3.0").job.image == "paddlepaddle/paddle:3.0"
+
+
+def test_the_sessions_api_lists_in_flat_queries_and_says_what_is_wrong(
+        alice, datacenter, pfs_home, token_client, assert_queries_flat):
+    session_start(alice, datacenter, "notebook", name="one")
+    small, large = assert_queries_flat(
+        lambda: token_client.get("/api/v1/sessions/?kind=notebook"),
+        lambda: [session_start(alice, datacenter, "notebook", name=n) for n in ("two", "three")])
+    assert [s["name"] for s in small.json()] == ["one"]
+    assert [s["name"] for s in large.json()] == ["three", "two", "one"]
+    row = large.json()[0]
+    assert (row["kind"], row["cpu"], row["memory"], row["idle"], row["kept"]) == (
+        "notebook", "1", "1Gi", "1h", False)
+    refused = token_client.post("/api/v1/sessions/", {"kind": "notebook", "idle": "0s"},
+                                format="json")
+    assert refused.status_code == 400 and "idle" in refused.json()["fields"]
+    assert token_client.post("/api/v1/sessions/nope/stop").status_code == 404
+    kept = token_client.post("/api/v1/sessions/one/keep", {"keep": True}, format="json")
+    assert kept.status_code == 200 and kept.json()["kept"] is True
+    stopped = token_client.post("/api/v1/sessions/one/stop")
+    assert (stopped.status_code, stopped.json()["state"]) == (200, "killed")
+    assert token_client.post("/api/v1/sessions/one/stop").status_code == 409
+    assert [s["name"] for s in token_client.get("/api/v1/sessions/").json()] == ["three", "two"]
