@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from rest_framework import serializers
 
 from paddlecloud_core.quantity import format_bytes, format_cpu
@@ -66,6 +68,6 @@ class SessionSerializer(serializers.Serializer):
     def get_idle(self, session: Session) -> str:
         return idle_shown(session.idle_seconds)
 
-    def get_idle_stop_at(self, session: Session):
+    def get_idle_stop_at(self, session: Session) -> datetime | None:
         at = session_idle_at(session)
         return serializers.DateTimeField().to_representation(at) if at else None

@@ -129,6 +129,8 @@ def session_start(user, datacenter, kind: str, *, name: str = "", cpu=None, memo
         raise ValidationError.for_field("name", name_taken(name))
     home = pfs_home(datacenter.name, user.username)
     package = f"{home}/jobs/{name}/{PACKAGE_DIR}"
+    if not image and kind == "notebook":
+        image = settings.PADDLECLOUD_NOTEBOOK_IMAGE  # empty: a job's default
     data = {"name": name, "package": package, "trainers": 1,
             "entry": shlex.join([*LAUNCHER, kind, *args]), "image": image or "",
             "env": env or {}}

@@ -331,6 +331,10 @@ if not re.fullmatch(r"(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)*[a-z0-9](?:[a-z0-9-]
         "subdomains reach the portal, such as sessions.example.com (a port may follow: "
         "sessions.example.com:8443)")
 
+# A notebook's image when it names none (interactive.sessions): one with JupyterLab and the
+# PaddleCloud client, for Kubernetes datacenters; empty: a job's default (the datacenter's).
+PADDLECLOUD_NOTEBOOK_IMAGE = env_str("PADDLECLOUD_NOTEBOOK_IMAGE", "").strip()
+
 PADDLECLOUD_DEFAULT_IMAGE = env_str("PADDLECLOUD_DEFAULT_IMAGE", DEFAULT_IMAGE)
 # GPU jobs' (-gpu > 0): the CUDA build of the same Paddle; where the default image above was
 # changed and this was not, that image (its CUDA build is not known here).

@@ -7,7 +7,6 @@ from __future__ import annotations
 from django import forms
 from django.contrib import messages
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from interactive import sessions
@@ -15,7 +14,7 @@ from interactive.opening import session_open
 from kernel.errors import ConflictError, PaddleCloudError
 from paddlecloud_core.quantity import format_bytes, format_cpu
 
-from ..confirm import confirm_page, confirmed
+from ..confirm import confirmed_do
 from ..service_errors import form_error_add
 from .jobs import dashboard_page
 
@@ -97,16 +96,10 @@ def notebook_keep(request, datacenter, name: str):
 @dashboard_page
 def notebook_stop(request, datacenter, name: str):
     session = sessions.session_get(request.user, datacenter, name)
-    if request.method == "GET" or not confirmed(request):
-        return confirm_page(
-            request, title=f"Stop notebook {name}?",
-            message="Its kernels are stopped and what they hold in memory is lost; the files "
-                    "in your home stay.",
-            button=f"Stop {name}", cancel_url=reverse("dashboard:notebooks"))
-    try:
-        sessions.session_stop(request.user, datacenter, session.job.name)
-    except ConflictError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"notebook {name} stopped")
-    return redirect("dashboard:notebooks")
+    return confirmed_do(
+        request, title=f"Stop notebook {name}?",
+        message="Its kernels are stopped and what they hold in memory is lost; the files in "
+                "your home stay.",
+        button=f"Stop {name}", back="dashboard:notebooks",
+        do=lambda: sessions.session_stop(request.user, datacenter, session.job.name),
+        done=f"notebook {name} stopped")

@@ -8,13 +8,12 @@ import yaml
 from django import forms
 from django.contrib import messages
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from experiments import services
-from kernel.errors import ConflictError, PaddleCloudError
+from kernel.errors import PaddleCloudError
 
-from ..confirm import confirm_page, confirmed
+from ..confirm import confirmed_do
 from ..service_errors import form_error_add
 from .jobs import dashboard_page
 
@@ -74,16 +73,10 @@ def sweep_list(request, datacenter):
 @dashboard_page
 def sweep_kill(request, datacenter, name: str):
     sweep = services.sweep_get(request.user, datacenter, name)
-    if request.method == "GET" or not confirmed(request):
-        return confirm_page(
-            request, title=f"Kill sweep {sweep.name}?",
-            message="Every trial still waiting or running is stopped, and no more are "
-                    "submitted. Their output stays in PFS.",
-            button=f"Kill {sweep.name}", cancel_url=reverse("dashboard:sweeps"))
-    try:
-        services.sweep_kill(request.user, datacenter, name)
-    except ConflictError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"sweep {name} killed: its trials are being stopped")
-    return redirect("dashboard:sweeps")
+    return confirmed_do(
+        request, title=f"Kill sweep {sweep.name}?",
+        message="Every trial still waiting or running is stopped, and no more are "
+                "submitted. Their output stays in PFS.",
+        button=f"Kill {sweep.name}", back="dashboard:sweeps",
+        do=lambda: services.sweep_kill(request.user, datacenter, name),
+        done=f"sweep {name} killed: its trials are being stopped")

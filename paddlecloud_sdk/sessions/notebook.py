@@ -46,6 +46,7 @@ def main(args: list[str]) -> int:
     env["JUPYTER_TOKEN"] = token
     env["JUPYTER_RUNTIME_DIR"] = str(where / "runtime")
     sys.stdout.flush()
+    os.chdir(root)  # its kernels and terminals start in the home too, not in the package
     os.execve(sys.executable, command(session_port(), root),  # noqa: S606
               env)
     return 0  # not reached

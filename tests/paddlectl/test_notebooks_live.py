@@ -5,19 +5,25 @@ kernels are idle past its limit, unless kept."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+import threading
 
 import pytest
 from django.conf import settings
 
 from accounts.models import ApiToken
 from interactive.models import Session
-from interactive.sessions import http_request
 from jobs.backends import backend_for
 from jobs.models import Job, JobEvent, Replica, Usage
 from jobs.states import JobState, ReplicaState
-from paddlecloud_core.contract import SESSION_PORT, session_token
+from paddlecloud_core.contract import session_token
+from tests.interactive.notebooks import (
+    jupyter,
+    kernel_run,
+    notebook_running,
+    route_entered,
+    through_route,
+)
 from tests.polling import wait
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -28,49 +34,12 @@ def ok(result):
     return result
 
 
-def jupyter(job, method: str, target: str, *, token: str | None = "", body: dict | None = None):
-    """Jupyter's answer to a request sent to the notebook's server through ``port_open``,
-    with its token (``token=None``: none): (status, JSON or None)."""
-    replica = Replica.objects.get(job=job, role="trainer")
-    backend = backend_for(job.datacenter)
-    headers = {} if token is None else {
-        "Authorization": f"token {token or session_token(settings.SECRET_KEY, job.uid)}"}
-    payload = json.dumps(body).encode() if body is not None else b""
-    if payload:
-        headers["Content-Type"] = "application/json"
-    status, answer = asyncio.run(http_request(backend, job, replica, SESSION_PORT, method, target,
-                                              headers, payload))
-    try:
-        return status, json.loads(answer) if answer else None
-    except ValueError:
-        return status, None
-
-
-def jupyter_up(job, seen: list) -> bool:
-    try:
-        return jupyter(job, "GET", "/api/status")[0] == 200
-    except Exception as exc:
-        seen[:] = [repr(exc)]
-        return False
-
-
-def notebook_running(cli, name: str) -> Job:
-    job = wait(lambda: Job.objects.filter(name=name, state=JobState.RUNNING).first(),
-               timeout=90, message=lambda: f"notebook {name} to run: " + repr(list(
-                   Job.objects.values_list("state", "state_reason"))))
-    log = cli.portal.home / "jobs" / name / "output" / "node_0" / "train.log"
-    seen: list[str] = []
-    wait(lambda: jupyter_up(job, seen), timeout=90, message=lambda: f"JupyterLab to answer "
-         f"({seen}); its log: " + (log.read_text()[-3000:] if log.exists() else "none"))
-    return job
-
-
 def test_a_notebook_is_started_listed_reached_with_its_token_alone_and_stopped(live_cli,
                                                                              celery_worker):
     (live_cli.portal.home / "data.txt").write_text("in alice's home\n")
     started = ok(live_cli("notebook", "start", "-name", "nb", "-idle", "1h", "-cpu", "500m"))
     assert "notebook nb" in started.stdout and "/notebooks/nb/open" in started.stdout
-    job = notebook_running(live_cli, "nb")
+    job = notebook_running(live_cli.portal.home, "nb")
     assert job.session == "notebook" and job.cpu == 500 and job.trainers == 1
 
     listed = ok(live_cli("notebook", "ls")).stdout
@@ -90,6 +59,22 @@ def test_a_notebook_is_started_listed_reached_with_its_token_alone_and_stopped(l
     token = Session.objects.get(job=job).api_token
     assert token.state == "active"
 
+    # Through the portal's proxy, as alice's browser: a kernel started over Jupyter's REST API
+    # runs code there, in her notebook's environment.
+    host, cookie, landing = route_entered(live_cli.portal, live_cli.portal.user, "nb")
+    assert landing == "/lab"
+    status, kernel = through_route(live_cli.portal, host, cookie, "POST", "/api/kernels",
+                                   {"name": "python3"})
+    assert status == 201, kernel
+    said = kernel_run(live_cli.portal, host, cookie, kernel["id"], (
+        "import os, yaml\n"
+        "config = yaml.safe_load(open(os.environ['PADDLE_CONFIG']))\n"
+        "print(os.environ['PADDLE_NOTEBOOK'], os.getcwd(), config['datacenters'][0]['username'],"
+        " 'PADDLECLOUD_API_TOKEN' in os.environ, 6 * 7)"))
+    home = backend_for(job.datacenter).paths(job).pfs_home  # its kernels start there
+    assert said == f"YES {home} alice False 42\n", said
+    assert through_route(live_cli.portal, host, "", "GET", "/api/kernels")[0] == 404
+
     ok(live_cli("notebook", "stop", "nb"))
     job.refresh_from_db()
     assert (job.state, job.state_reason) == (JobState.KILLED, "stopped by alice")
@@ -100,25 +85,40 @@ def test_a_notebook_is_started_listed_reached_with_its_token_alone_and_stopped(l
     assert "nb " in ok(live_cli("notebook", "ls", "-a")).stdout
 
 
-def test_an_idle_notebook_is_stopped_with_an_event_saying_why_and_a_kept_one_is_not(
+def test_a_notebook_is_stopped_once_its_kernels_are_idle_past_its_limit_and_a_kept_one_is_not(
         live_cli, celery_worker):
-    ok(live_cli("notebook", "start", "-name", "idle", "-idle", "3s"))
-    ok(live_cli("notebook", "start", "-name", "kept", "-idle", "3s"))
-    ok(live_cli("notebook", "keep", "kept"))
-    idle, kept = notebook_running(live_cli, "idle"), notebook_running(live_cli, "kept")
-    status, kernel = jupyter(idle, "POST", "/api/kernels", body={"name": "python3"})
-    assert status == 201, kernel
+    portal = live_cli.portal
+    for name in ("lab", "kept"):  # kept while they start: their idle time is the test's
+        ok(live_cli("notebook", "start", "-name", name, "-idle", "3s"))
+        ok(live_cli("notebook", "keep", name))
+    lab, kept = (notebook_running(portal.home, name) for name in ("lab", "kept"))
+    host, cookie, _ = route_entered(portal, portal.user, "lab")
+    kernel = through_route(portal, host, cookie, "POST", "/api/kernels", {"name": "python3"})[1]
 
-    idle = wait(lambda: Job.objects.filter(pk=idle.pk, state=JobState.KILLED).first(),
-                timeout=90, message="the idle notebook to be stopped")
-    assert idle.state_reason.startswith("stopped: idle for ")
-    assert "1 kernel, none busy" in idle.state_reason and "idle limit of 3s" in idle.state_reason
-    assert JobEvent.objects.filter(job=idle, to_state=JobState.KILLED,
-                                   reason=idle.state_reason).exists()
-    # Its use ends with the stop: its usage rows are closed.
-    wait(lambda: Usage.objects.filter(job_key=idle.pk).exists() and not Usage.objects.filter(
-        job_key=idle.pk, ended_at__isnull=True).exists(),
-         timeout=30, message="its usage to end")
+    # A cell runs for longer than its idle limit (checks come every 15 s): it is in use.
+    said: list[str] = []
+    cell = threading.Thread(target=lambda: said.append(kernel_run(
+        portal, host, cookie, kernel["id"], "import time; time.sleep(20); print('done')")))
+    cell.start()
+    wait(lambda: any(k["execution_state"] == "busy" for k in jupyter(lab, "GET",
+                                                                     "/api/kernels")[1]),
+         timeout=30, message="the cell to run")
+    ok(live_cli("notebook", "keep", "lab", "--off"))
+    cell.join(60)
+    assert said == ["done\n"]
+    lab.refresh_from_db()
+    assert lab.state == JobState.RUNNING, lab.state_reason
+
+    # Then idle: stopped, with an event that says why; its use ends there.
+    lab = wait(lambda: Job.objects.filter(pk=lab.pk, state=JobState.KILLED).first(),
+               timeout=90, message="the idle notebook to be stopped")
+    assert lab.state_reason.startswith("stopped: idle for ")
+    assert "(1 kernel, none busy), past its idle limit of 3s" in lab.state_reason
+    assert JobEvent.objects.filter(job=lab, to_state=JobState.KILLED,
+                                   reason=lab.state_reason).exists()
+    assert JobEvent.objects.filter(job=lab, reason__startswith="no longer kept by alice").exists()
+    wait(lambda: Usage.objects.filter(job_key=lab.pk).exists() and not Usage.objects.filter(
+        job_key=lab.pk, ended_at__isnull=True).exists(), timeout=30, message="its use to end")
 
     kept.refresh_from_db()
     assert kept.state == JobState.RUNNING

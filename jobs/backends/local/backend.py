@@ -17,7 +17,9 @@ worker is alive (a runner whose worker died is taken by another within half a se
 A job with a dataset has a master, the portal's (docs/master.md): its replicas reach it at
 ``PADDLECLOUD_PORTAL_URL``, or, in a sandbox, through the job's relay (``relay.py``): a process
 that listens on 127.0.0.1:80 in the job's network and forwards to the portal, started with the
-job's first sandboxed replica and gone with the job's network.
+job's first sandboxed replica and gone with the job's network. A session (a notebook:
+``Job.session``, ``interactive.sessions``) gets the relay too: code in it submits jobs to the
+portal as its owner (``Topology.session``).
 
 Each replica runs in a sandbox (``sandbox.py``, bubblewrap) when the machine can make one
 (``PADDLECLOUD_LOCAL_SANDBOX``: ``auto``, the default; ``bwrap`` to refuse to run without;
