@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from jobs.services import job_worker
 from jobs.states import JobState
 from kernel.errors import ConflictError
-from paddlecloud_core.contract import SESSION_PORT, session_token
+from paddlecloud_core.contract import session_token
 
 from .services import route_enter_url, route_open
-from .sessions import session_get
+from .sessions import server_port, session_get
 
 # Where each kind lands.
 LANDING = {"notebook": "/lab", "visualdl": "/"}
@@ -26,7 +27,9 @@ def session_open(user, datacenter, name: str, request) -> str:
         raise ConflictError(f"{session.kind} {name} is {job.state}, not running"
                             + (f": {job.state_reason}" if job.state_reason else "")
                             + "; it opens once it runs", code="job_not_running")
-    route = route_open(user, job, port=SESSION_PORT, label=f"{session.kind} {name}",
+    replica = job_worker(job, None, building=False)  # its one trainer
+    route = route_open(user, job, port=server_port(replica), replica=replica,
+                       label=f"{session.kind} {name}",
                        purpose=session.kind, headers={
                            "Authorization": f"token {session_token(settings.SECRET_KEY, job.uid)}"})
     return route_enter_url(route, request, LANDING.get(session.kind, "/"))

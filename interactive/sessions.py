@@ -3,8 +3,8 @@
 A session is an ordinary job of one trainer (``Job.session`` says which kind): it waits for
 its owner's quota, fair share and budgets, is given a predicted start, and holds what it asks
 for while it runs, as any job. Its one replica runs the launcher
-(``python -m paddlecloud_sdk.sessions KIND``), which serves on ``SESSION_PORT`` of the
-replica's own loopback with a token (``paddlecloud_core.contract.session_token``) that only
+(``python -m paddlecloud_sdk.sessions KIND``), which serves on the replica's own loopback, at
+its port (``server_port``) with a token (``paddlecloud_core.contract.session_token``) that only
 the portal has: the portal's proxy (``interactive.services.route_open``) adds it to what it
 forwards, so only the session's owner, logged in to the portal, reaches the server. Its
 package is an empty directory of the job's own (``jobs/NAME/session``).
@@ -52,7 +52,7 @@ from jobs.services import job_submit, killed_stop
 from jobs.states import FINAL_JOB_STATES, JobState
 from jobs.transitions import job_transition
 from kernel.errors import ConflictError, NotFoundError, PaddleCloudError, ValidationError
-from paddlecloud_core.contract import SESSION_PORT, session_api_token, session_token
+from paddlecloud_core.contract import session_api_token, session_token
 from paddlecloud_core.layout import pfs_home
 from paddlecloud_core.quantity import QuantityError, parse_seconds
 from paddlecloud_core.spec import name_problem, name_taken
@@ -250,6 +250,15 @@ def session_keep(user, datacenter, name: str, keep: bool = True) -> Session:
     return session
 
 
+def server_port(replica: Replica) -> int:
+    """The port a session's server listens on: its replica's (``PADDLECLOUD_SESSION_PORT``,
+    the port of its endpoint, which the portal gave it before it started)."""
+    port = replica.endpoint.rpartition(":")[2]
+    if not port.isdigit():
+        raise BackendError(f"{replica.name} has no port yet: it has not started")
+    return int(port)
+
+
 def session_idle_at(session: Session) -> datetime | None:
     """When the session is stopped if it stays idle (None: it is kept, or not running)."""
     job = session.job
@@ -350,7 +359,8 @@ async def _notebook_seen(probe: Probe) -> Seen:
     if probe.replica is None:
         raise BackendError(f"job {job.name!r} has no trainer-0")
     token = session_token(settings.SECRET_KEY, job.uid)
-    status, body = await http_request(probe.backend, job, probe.replica, SESSION_PORT, "GET",
+    status, body = await http_request(probe.backend, job, probe.replica,
+                                      server_port(probe.replica), "GET",
                                       "/api/kernels?no_track_activity=1",
                                       {"Authorization": f"token {token}"})
     if status != 200:

@@ -61,7 +61,9 @@ API_TOKEN_VARIABLE = "PADDLECLOUD_API_TOKEN"  # noqa: S105 - its name
 NOTEBOOK_VARIABLE = "PADDLE_NOTEBOOK"
 SESSION_VARIABLES = (SESSION_TOKEN_VARIABLE, SESSION_PORT_VARIABLE, PORTAL_URL_VARIABLE,
                      USER_VARIABLE, API_TOKEN_VARIABLE, NOTEBOOK_VARIABLE)
-# The port a session's server listens on, on its replica's own loopback.
+# A session's server listens on its replica's own loopback at the replica's port (its
+# endpoint's: unique on the machine for a local job, sandboxed or not), which the portal reads
+# from the replica's endpoint; this where none is given (by hand).
 SESSION_PORT = 8888
 RESERVED_ENV = frozenset(LEGACY_VARIABLES + FLEET_VARIABLES + PADDLECLOUD_VARIABLES
                          + MASTER_VARIABLES + SESSION_VARIABLES)
@@ -317,7 +319,7 @@ def replica_env(job, role: str, index: int, topology: Topology, paths: Paths,
                     MASTER_TOKEN_VARIABLE: topology.task_master.token})
     if (session := topology.session) is not None:
         env.update({SESSION_TOKEN_VARIABLE: session.token,
-                    SESSION_PORT_VARIABLE: str(SESSION_PORT),
+                    SESSION_PORT_VARIABLE: _port(own),
                     PORTAL_URL_VARIABLE: session.portal, USER_VARIABLE: session.username,
                     API_TOKEN_VARIABLE: session.api_token})
         if job.session == "notebook":

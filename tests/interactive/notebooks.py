@@ -9,11 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 
-from interactive.sessions import http_request
+from interactive.sessions import http_request, server_port
 from jobs.backends import backend_for
 from jobs.models import Job, Replica
-from jobs.states import JobState
-from paddlecloud_core.contract import SESSION_PORT, session_token
+from jobs.states import FINAL_JOB_STATES, JobState
+from paddlecloud_core.contract import session_token
 from tests.polling import wait
 
 
@@ -30,7 +30,8 @@ def jupyter(job, method: str, target: str, *, token: str | None = "", body: dict
     # In a thread of its own: a browser test's thread runs Playwright's event loop.
     with ThreadPoolExecutor(1) as pool:
         status, answer = pool.submit(asyncio.run, http_request(
-            backend, job, replica, SESSION_PORT, method, target, headers, payload)).result()
+            backend, job, replica, server_port(replica), method, target, headers,
+            payload)).result()
     try:
         return status, json.loads(answer) if answer else None
     except ValueError:
@@ -48,13 +49,19 @@ def jupyter_up(job, seen: list) -> bool:
 def notebook_running(home, name: str) -> Job:
     """alice's notebook ``name`` once it runs and its JupyterLab answers (its log, in ``home``,
     said if it does not)."""
-    job = wait(lambda: Job.objects.filter(name=name, state=JobState.RUNNING).first(),
-               timeout=90, message=lambda: f"notebook {name} to run: " + repr(list(
-                   Job.objects.values_list("state", "state_reason"))))
     log = home / "jobs" / name / "output" / "node_0" / "train.log"
+
+    def said() -> str:
+        return "its log: " + (log.read_text()[-3000:] if log.exists() else "none")
+
+    job = wait(lambda: Job.objects.filter(name=name, state__in=(
+        JobState.RUNNING, *FINAL_JOB_STATES)).first(), timeout=90,
+        message=lambda: f"notebook {name} to run: " + repr(list(
+            Job.objects.values_list("state", "state_reason"))))
+    assert job.state == JobState.RUNNING, f"{job.state}: {job.state_reason}; {said()}"
     seen: list[str] = []
-    wait(lambda: jupyter_up(job, seen), timeout=90, message=lambda: f"JupyterLab to answer "
-         f"({seen}); its log: " + (log.read_text()[-3000:] if log.exists() else "none"))
+    wait(lambda: jupyter_up(job, seen), timeout=90,
+         message=lambda: f"JupyterLab to answer ({seen}); {said()}")
     return job
 
 

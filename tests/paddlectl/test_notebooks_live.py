@@ -133,3 +133,19 @@ def test_a_start_refused_says_which_field_and_leaves_nothing(live_cli):
     assert result.returncode != 0 and "memory" in result.stderr
     assert not Job.objects.exists() and not Session.objects.exists()
     assert not (live_cli.portal.home / "jobs" / "bad").exists()
+
+
+def test_two_notebooks_of_a_portal_without_sandboxes_each_serve_on_their_own_port(
+        live_cli, celery_worker, settings):
+    settings.PADDLECLOUD_LOCAL_SANDBOX = "off"  # replicas share the machine's loopback
+    for name in ("one", "two"):
+        ok(live_cli("notebook", "start", "-name", name))
+    jobs = [notebook_running(live_cli.portal.home, name) for name in ("one", "two")]
+    ports = {Replica.objects.get(job=job).endpoint for job in jobs}
+    assert len(ports) == 2
+    for job in jobs:
+        status, contents = jupyter(job, "GET", "/api/contents")
+        assert status == 200 and "jobs" in {entry["name"] for entry in contents["content"]}
+    ok(live_cli("notebook", "stop", "one", "two"))
+    wait(lambda: not Replica.objects.exclude(state=ReplicaState.KILLED).exists(), timeout=30,
+         message="their replicas to stop")

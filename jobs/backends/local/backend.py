@@ -409,7 +409,10 @@ class LocalBackend(Backend):
             return f"pid:{started['pid']}"  # this attempt is running or has run: not twice
         pkg = job_dir(job) / "pkg"
         site = _site(job)
-        pythonpath = [str(site) if site else "", str(pkg)]
+        # The client packages this portal imports, as in a sandbox (another checkout's may be
+        # installed): a notebook's launcher and kernels use the portal's own SDK.
+        pythonpath = [str(site) if site else "", str(pkg),
+                      *dict.fromkeys(str(d.parent) for d in client_dirs())]
         try:
             problem = sandboxing()
             if problem is None:

@@ -52,7 +52,7 @@ def test_a_notebooks_tokens_are_in_its_secret_and_its_pod_refers_to_them(setting
     assert env["PADDLE_NOTEBOOK"]["value"] == "YES"
     assert env["PADDLECLOUD_PORTAL"]["value"] == "http://portal.paddlecloud.svc:8000"
     assert env["PADDLECLOUD_USER"]["value"] == "alice"
-    assert env["PADDLECLOUD_SESSION_PORT"]["value"] == "8888"
+    assert env["PADDLECLOUD_SESSION_PORT"]["value"] == "6170"  # its replica's port
     shown = json.dumps(job_objects(job, namespace=NAMESPACE))  # a dry run
     assert not any(value in shown for value in values.values())
 
