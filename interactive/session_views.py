@@ -9,8 +9,9 @@ from rest_framework.response import Response
 from accounts.api import DatacenterAPIView
 from accounts.serializers import ErrorSerializer
 from kernel.api import flag_parameter, query_flag, validated
+from kernel.errors import ValidationError
 
-from . import sessions
+from . import sessions, visualdl
 from .serializers import SessionKeepSerializer, SessionSerializer, SessionStartSerializer
 
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409)}
@@ -28,12 +29,23 @@ class SessionListView(DatacenterAPIView):
         return Response(SessionSerializer(found, many=True).data)
 
     @extend_schema(request=SessionStartSerializer,
-                   responses={201: SessionSerializer, **ERRORS},
+                   responses={201: SessionSerializer, 200: SessionSerializer, **ERRORS},
                    summary="Start a session: a job of yours that serves a notebook or VisualDL")
     def post(self, request):
         data = dict(validated(SessionStartSerializer, request))
-        session = sessions.session_start(request.user, self.datacenter, data.pop("kind"),
-                                         **data)
+        kind = data.pop("kind")
+        if kind == visualdl.KIND:
+            # The one VisualDL of the user's for these jobs (reused), sized by the portal.
+            if given := [field for field, value in data.items()
+                         if field != "jobs" and value not in (None, "")]:
+                raise ValidationError.for_field(
+                    given[0], "not chosen for a VisualDL: it is sized and stopped by the "
+                              "portal's settings (PADDLECLOUD_VISUALDL_*); give its jobs only")
+            session, started = visualdl.visualdl_open(request.user, self.datacenter,
+                                                      data.get("jobs") or [])
+            return Response(SessionSerializer(session).data,
+                            status=status.HTTP_201_CREATED if started else status.HTTP_200_OK)
+        session = sessions.session_start(request.user, self.datacenter, kind, **data)
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
 
 

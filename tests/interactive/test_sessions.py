@@ -5,6 +5,7 @@ that says so) and leaves a kept one alone; an ended session's token is revoked."
 
 from __future__ import annotations
 
+import shlex
 from datetime import timedelta
 
 import pytest
@@ -18,6 +19,7 @@ from jobs.models import Job, JobEvent
 from jobs.states import JobState
 from kernel.errors import ValidationError
 from paddlecloud_core.contract import session_api_token
+from tests.factories import job_row
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("held_tasks")]
 
@@ -116,3 +118,23 @@ def test_the_sessions_api_lists_in_flat_queries_and_says_what_is_wrong(
     assert (stopped.status_code, stopped.json()["state"]) == (200, "killed")
     assert token_client.post("/api/v1/sessions/one/stop").status_code == 409
     assert [s["name"] for s in token_client.get("/api/v1/sessions/").json()] == ["three", "two"]
+
+
+def test_visualdl_over_the_api_shows_the_jobs_asked_and_is_reused(
+        alice, datacenter, pfs_home, token_client):
+    job_row(alice, datacenter, "fit")
+    job_row(alice, datacenter, "fit2")
+    first = token_client.post("/api/v1/sessions/", {"kind": "visualdl", "jobs": ["fit2", "fit"]},
+                              format="json")
+    assert first.status_code == 201, first.json()
+    session = Session.objects.get(job__name=first.json()["name"])
+    assert session.jobs == ["fit", "fit2"]
+    assert shlex.split(session.job.entry)[-2:] == ["fit", "fit2"]  # its launcher is told them
+    again = token_client.post("/api/v1/sessions/", {"kind": "visualdl", "jobs": ["fit", "fit2"]},
+                              format="json")
+    assert (again.status_code, again.json()["name"]) == (200, first.json()["name"])
+    for body, field in (({"kind": "visualdl"}, "jobs"),
+                        ({"kind": "visualdl", "jobs": ["fit"], "cpu": "4"}, "cpu")):
+        refused = token_client.post("/api/v1/sessions/", body, format="json")
+        assert refused.status_code == 400 and field in refused.json()["fields"], refused.json()
+    assert Session.objects.count() == 1
