@@ -30,7 +30,7 @@ USERS = DOCS / "users"
 ADMIN_RUN = (DOCS / "admin" / "index.md",)  # run by the last test below
 # As a reader goes: the quick start sets the shell up, the API page logs in ($TOKEN).
 ORDER = ("quickstart", "api", "files", "jobs", "sdk", "paddlectl", "dashboard", "notifications",
-         "usage", "experiments", "compare", "notebooks")
+         "usage", "experiments", "compare", "notebooks", "visualdl")
 BLOCK = re.compile(r"^(?:<!-- not run by tests/test_docs_commands\.py: (?P<why>.*?) -->\n)?"
                    r"(?P<indent> *)```bash\n(?P<body>.*?)^(?P=indent)```$", re.S | re.M)
 PORTAL = "http://127.0.0.1:8000"  # where `./dev up` serves, as the pages write it
