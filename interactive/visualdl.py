@@ -32,11 +32,11 @@ from jobs.backends.base import BackendError
 from jobs.services import job_worker
 from jobs.states import FINAL_JOB_STATES, JobState
 from kernel.errors import ConflictError, NotFoundError, ValidationError
-from paddlecloud_core.contract import SESSION_PORT, session_token
+from paddlecloud_core.contract import session_token
 
 from .models import Session
 from .opening import session_open
-from .sessions import http_request, session_get, session_list, session_start
+from .sessions import http_request, server_port, session_get, session_list, session_start
 
 KIND = "visualdl"
 MAX_JOBS = 20  # as many as the compare page shows
@@ -129,6 +129,6 @@ async def _answers(backend, job, replica, headers: dict[str, str]) -> None:
     """VisualDL answers with its runs within READY_SECONDS (else BackendError, OSError,
     TimeoutError or ValueError)."""
     status, _ = await asyncio.wait_for(http_request(
-        backend, job, replica, SESSION_PORT, "GET", READY_PATH, headers), READY_SECONDS)
+        backend, job, replica, server_port(replica), "GET", READY_PATH, headers), READY_SECONDS)
     if status != 200:
         raise ValueError(f"it answered {READY_PATH} with {status}")
