@@ -2,10 +2,13 @@
 Celery worker: the session's pod runs the launcher (the node agent runs it as a sandboxed
 process, the PFS an NFS volume), and the portal's proxy reaches its server through
 ``KubernetesBackend.port_open`` (the API server's ``pods/portforward``, as the portal's
-ServiceAccount); the idle check asks Jupyter the same way. The local backend's tests of the
+ServiceAccount); the idle check asks Jupyter the same way. Code in the notebook submits a job
+through the portal's Service (``PADDLECLOUD_MASTER_BASE_URL``), which runs there too. The local backend's tests of the
 same (tests/paddlectl/test_notebooks_live.py, test_visualdl.py) say more of each."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 
@@ -13,9 +16,12 @@ from interactive.models import Session
 from interactive.sessions import session_keep, session_start, session_stop
 from jobs.backends import backend_for
 from jobs.models import Job, JobEvent, Replica
-from jobs.states import JobState
+from jobs.states import FINAL_JOB_STATES, JobState
+from tests.factories import package_write
 from tests.kube import on_real_kubernetes
 from tests.polling import wait
+from tests.real_kube.control_plane import api_client
+from tests.real_kube.node_kubelet import expose_host_port
 
 from .notebooks import kernel_run, notebook_running, route_entered, through_route
 from .test_visualdl import entered, logged_in, opened, two_jobs  # noqa: F401 - a fixture
@@ -24,12 +30,28 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis,
               pytest.mark.real_kubernetes]
 
 
+@contextlib.contextmanager
+def portal_service(admin, portal, settings):
+    """The live portal as the cluster's pods reach it (``PADDLECLOUD_MASTER_BASE_URL``, where
+    a notebook's code submits jobs): a Service of the portal's namespace, deleted after."""
+    from kubernetes import client
+
+    settings.PADDLECLOUD_MASTER_BASE_URL = expose_host_port(
+        admin, portal.port, namespace="paddlecloud", service="paddlecloud")
+    try:
+        yield
+    finally:  # the portal's namespace stays (deploy/namespace.yaml); the Service goes
+        client.CoreV1Api(admin).delete_namespaced_service("paddlecloud", "paddlecloud")
+
+
 def test_a_notebook_runs_in_a_pod_is_reached_through_the_proxy_and_stopped_once_idle(
         live_portal, celery_worker, real_kube, datacenter, settings, make_user):
     portal, alice = live_portal, live_portal.user
     make_user("bob")
     (portal.home / "data.txt").write_text("in alice's home\n")
-    with on_real_kubernetes(datacenter, settings, real_kube, portal.home.parents[1]):
+    package = package_write(portal.home)
+    with api_client(real_kube.admin_kubeconfig) as admin, portal_service(admin, portal, settings), \
+            on_real_kubernetes(datacenter, settings, real_kube, portal.home.parents[1]):
         # Kept while it starts: its idle time is the test's.
         session_start(alice, datacenter, "notebook", name="nb", idle="3s")
         session_keep(alice, datacenter, "nb")
@@ -50,6 +72,16 @@ def test_a_notebook_runs_in_a_pod_is_reached_through_the_proxy_and_stopped_once_
             " 'PADDLECLOUD_API_TOKEN' in os.environ, 6 * 7)"))
         home = backend_for(datacenter).paths(job).pfs_home
         assert said.split() == ["YES", home, "False", "42"], said
+        # Code in it submits a job as alice, through the portal's Service.
+        said = kernel_run(portal, host, cookie, kernel["id"], (
+            "from paddlecloud_sdk import PaddleJob\n"
+            f"job = PaddleJob(job_name='from-notebook', trainer_package='{package}',"
+            " entry_point='python train.py').submit()\n"
+            "print('submitted', job.job_name)"))
+        assert said == "submitted from-notebook\n", said
+        submitted = wait(lambda: Job.objects.filter(name="from-notebook", state__in=(
+            FINAL_JOB_STATES)).first(), 90, "the job it submitted to end")
+        assert (submitted.owner, submitted.state) == (alice, JobState.SUCCEEDED)
 
         # bob: the portal does not open it for him, and the route answers him nothing.
         bob = logged_in(portal, "bob")
