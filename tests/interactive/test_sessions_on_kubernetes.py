@@ -3,8 +3,9 @@ Celery worker: the session's pod runs the launcher (the node agent runs it as a 
 process, the PFS an NFS volume), and the portal's proxy reaches its server through
 ``KubernetesBackend.port_open`` (the API server's ``pods/portforward``, as the portal's
 ServiceAccount); the idle check asks Jupyter the same way. Code in the notebook submits a job
-through the portal's Service (``PADDLECLOUD_MASTER_BASE_URL``), which runs there too. The local backend's tests of the
-same (tests/paddlectl/test_notebooks_live.py, test_visualdl.py) say more of each."""
+through the portal's Service (``PADDLECLOUD_MASTER_BASE_URL``), which runs there too. The
+local backend's tests of the same (tests/paddlectl/test_notebooks_live.py, test_visualdl.py)
+say more of each."""
 
 from __future__ import annotations
 
