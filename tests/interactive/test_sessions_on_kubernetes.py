@@ -16,7 +16,7 @@ import pytest
 from interactive.models import Session
 from interactive.sessions import session_keep, session_start, session_stop
 from jobs.backends import backend_for
-from jobs.models import Job, JobEvent, Replica
+from jobs.models import Job, Replica
 from jobs.states import FINAL_JOB_STATES, JobState
 from tests.factories import package_write
 from tests.kube import on_real_kubernetes
@@ -24,8 +24,21 @@ from tests.polling import wait
 from tests.real_kube.control_plane import api_client
 from tests.real_kube.node_kubelet import expose_host_port
 
-from .notebooks import kernel_run, notebook_running, route_entered, through_route
-from .test_visualdl import entered, logged_in, opened, two_jobs  # noqa: F401 - a fixture
+from .notebooks import (
+    kernel_run,
+    notebook_running,
+    route_entered,
+    stopped_when_idle,
+    through_route,
+)
+from .test_visualdl import (  # noqa: F401 - two_jobs: a fixture
+    both_runs_shown,
+    entered,
+    logged_in,
+    opened,
+    others_refused,
+    two_jobs,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis,
               pytest.mark.real_kubernetes]
@@ -92,12 +105,7 @@ def test_a_notebook_runs_in_a_pod_is_reached_through_the_proxy_and_stopped_once_
 
         # No longer kept, its one kernel idle: stopped past its limit, with its event.
         session_keep(alice, datacenter, "nb", keep=False)
-        job = wait(lambda: Job.objects.filter(pk=job.pk, state=JobState.KILLED).first(),
-                   timeout=90, message="the idle notebook to be stopped")
-        assert job.state_reason.startswith("stopped: idle for ")
-        assert "(1 kernel, none busy), past its idle limit of 3s" in job.state_reason
-        assert JobEvent.objects.filter(job=job, to_state=JobState.KILLED,
-                                       reason=job.state_reason).exists()
+        job = stopped_when_idle(job, "1 kernel, none busy", "3s")
         wait(lambda: job.replicas.get().state == "killed", 60, "its pod to stop")
 
 
@@ -112,16 +120,8 @@ def test_visualdl_for_two_jobs_runs_in_a_pod_and_shows_both_runs_to_its_owner_al
         assert Session.objects.get(job__name=name).jobs == ["mnist", "resnet"]
         route = entered(portal, alice, name)
         # Both jobs' metrics (and the records resnet wrote itself), read from the PFS volume.
-        tags = route.get("/app/api/scalar/tags").json()["data"]
-        assert dict(zip(tags["runs"], map(sorted, tags["tags"]), strict=True)) == {
-            "mnist": ["acc", "loss"], "resnet": ["loss"], "resnet/output/vdl": ["train/lr"]}
-        points = route.get("/app/api/scalar/list?run=mnist&tag=loss").json()["data"]
-        assert [(step, value) for _, step, value in points] == [(0, 2.0), (5, 0.5)]
-
-        bob = logged_in(portal, "bob")
-        assert bob.get(f"{portal.url}/visualdl/{name}/", timeout=30).status_code == 404
-        for cookie in ("none=1", f"sessionid={bob.cookies['sessionid']}"):
-            assert route.get("/app/api/scalar/tags", cookie=cookie).status_code == 404
+        both_runs_shown(route)
+        others_refused(portal, route, name)
 
         session_stop(portal.user, datacenter, name)
         wait(lambda: Replica.objects.get(job__name=name).state == "killed", 60,
