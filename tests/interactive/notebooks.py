@@ -11,7 +11,7 @@ from django.conf import settings
 
 from interactive.sessions import http_request, server_port
 from jobs.backends import backend_for
-from jobs.models import Job, Replica
+from jobs.models import Job, JobEvent, Replica
 from jobs.states import FINAL_JOB_STATES, JobState
 from paddlecloud_core.contract import session_token
 from tests.polling import wait
@@ -62,6 +62,18 @@ def notebook_running(home, name: str) -> Job:
     seen: list[str] = []
     wait(lambda: jupyter_up(job, seen), timeout=90,
          message=lambda: f"JupyterLab to answer ({seen}); {said()}")
+    return job
+
+
+def stopped_when_idle(job, said: str, limit: str) -> Job:
+    """The notebook ``job`` once the idle check has stopped it, saying why (``said``: what it
+    saw of its kernels, past its idle ``limit``) in its state and in the event of its stop."""
+    job = wait(lambda: Job.objects.filter(pk=job.pk, state=JobState.KILLED).first(),
+               timeout=90, message="the idle notebook to be stopped")
+    assert job.state_reason.startswith("stopped: idle for ")
+    assert f"({said}), past its idle limit of {limit}" in job.state_reason, job.state_reason
+    assert JobEvent.objects.filter(job=job, to_state=JobState.KILLED,
+                                   reason=job.state_reason).exists()
     return job
 
 

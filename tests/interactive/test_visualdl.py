@@ -117,6 +117,27 @@ def entered(portal, browser: requests.Session, name: str) -> Route:
     return route
 
 
+def both_runs_shown(route: Route) -> None:
+    """VisualDL's own API, through the proxy as the browser's page asks it: ``two_jobs``'
+    runs, their tags and points."""
+    tags = route.get("/app/api/scalar/tags").json()["data"]
+    assert dict(zip(tags["runs"], map(sorted, tags["tags"]), strict=True)) == {
+        "mnist": ["acc", "loss"], "resnet": ["loss"], "resnet/output/vdl": ["train/lr"]}
+    points = route.get("/app/api/scalar/list?run=resnet&tag=loss").json()["data"]
+    assert [(step, value) for _, step, value in points] == [(0, 3.0), (5, 1.0)]
+
+
+def others_refused(portal, route: Route, name: str, username: str = "bob") -> requests.Session:
+    """Another user, logged in: the session's page is not found, nor VisualDL through its
+    route (with no cookie of the route's, or with his portal session's); his browser."""
+    other = logged_in(portal, username)
+    assert other.get(f"{portal.url}/visualdl/{name}/", timeout=30).status_code == 404
+    for cookie in ("none=1", f"sessionid={other.cookies['sessionid']}"):
+        answer = route.get("/app/api/scalar/tags", cookie=cookie)
+        assert (answer.status_code, "mnist" in answer.text) == (404, False)
+    return other
+
+
 def session_log(name: str) -> str:
     job = Job.objects.get(name=name)
     replica = job.replicas.first()
@@ -132,12 +153,7 @@ def test_visualdl_for_two_jobs_serves_both_runs_to_its_owner_alone(
     assert session.kind == "visualdl" and session.jobs == ["mnist", "resnet"]
     assert session.job.trainers == 1 and session.job.session == "visualdl"
     route = entered(live_portal, alice, name)
-    # VisualDL's own API, through the proxy as the browser's page asks it.
-    tags = route.get("/app/api/scalar/tags").json()["data"]
-    assert dict(zip(tags["runs"], map(sorted, tags["tags"]), strict=True)) == {
-        "mnist": ["acc", "loss"], "resnet": ["loss"], "resnet/output/vdl": ["train/lr"]}
-    points = route.get("/app/api/scalar/list?run=resnet&tag=loss").json()["data"]
-    assert [(step, value) for _, step, value in points] == [(0, 3.0), (5, 1.0)]
+    both_runs_shown(route)
     page = route.get("/app/index")
     assert page.status_code == 200 and "VisualDL" in page.text
     # The same jobs again (in any order): the same session; other jobs would get another.
@@ -146,11 +162,7 @@ def test_visualdl_for_two_jobs_serves_both_runs_to_its_owner_alone(
 
     # Another user: its page is not found, VisualDL neither, and alice's jobs are not his.
     make_user("bob")
-    bob = logged_in(live_portal, "bob")
-    assert bob.get(f"{live_portal.url}/visualdl/{name}/", timeout=30).status_code == 404
-    for cookie in ("none=1", f"sessionid={bob.cookies['sessionid']}"):
-        answer = route.get("/app/api/scalar/tags", cookie=cookie)
-        assert (answer.status_code, "mnist" in answer.text) == (404, False)
+    bob = others_refused(live_portal, route, name)
     refused = bob.post(f"{live_portal.url}/visualdl/", data={
         "jobs": ["mnist"], "csrfmiddlewaretoken": bob.cookies["csrftoken"]},
         headers={"Referer": f"{live_portal.url}/jobs/"}, timeout=30)

@@ -22,6 +22,7 @@ from tests.interactive.notebooks import (
     kernel_run,
     notebook_running,
     route_entered,
+    stopped_when_idle,
     through_route,
 )
 from tests.polling import wait
@@ -110,12 +111,7 @@ def test_a_notebook_is_stopped_once_its_kernels_are_idle_past_its_limit_and_a_ke
     assert lab.state == JobState.RUNNING, lab.state_reason
 
     # Then idle: stopped, with an event that says why; its use ends there.
-    lab = wait(lambda: Job.objects.filter(pk=lab.pk, state=JobState.KILLED).first(),
-               timeout=90, message="the idle notebook to be stopped")
-    assert lab.state_reason.startswith("stopped: idle for ")
-    assert "(1 kernel, none busy), past its idle limit of 3s" in lab.state_reason
-    assert JobEvent.objects.filter(job=lab, to_state=JobState.KILLED,
-                                   reason=lab.state_reason).exists()
+    lab = stopped_when_idle(lab, "1 kernel, none busy", "3s")
     assert JobEvent.objects.filter(job=lab, reason__startswith="no longer kept by alice").exists()
     wait(lambda: Usage.objects.filter(job_key=lab.pk).exists() and not Usage.objects.filter(
         job_key=lab.pk, ended_at__isnull=True).exists(), timeout=30, message="its use to end")

@@ -39,6 +39,11 @@ from .network import PREFIX, ClusterNetwork, dead_owner, sweeping
 # pulled: pods run this machine's programs), then the usual image PATH.
 PATH = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/sbin", "/usr/local/bin",
                         "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+# The "image"'s own packages: PaddleCloud's (its SDK: a session's launcher, ``report``) of the
+# checkout this harness runs from, at the end of the containers' PYTHONPATH, as an image has
+# them installed (``pip install paddlecloud``). The Python environment may have another
+# checkout installed (editable), which the containers' ``python`` would import otherwise.
+IMAGE_PYTHONPATH = str(Path(__file__).resolve().parents[3])
 LOG_TAIL_LINES, LOG_TAIL_BYTES = 80, 2048  # terminationMessagePolicy FallbackToLogsOnError
 # How long an ended container waits for its reader (the last lines of its output) before it
 # is reported ended anyway.
@@ -393,8 +398,11 @@ class ProcessKubelet(Kubelet):
             mounts.append(Mount(path, mount["mountPath"], always_ro or mount.get("readOnly",
                                                                                     False)))
         memory = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+        env = {**base, **env}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"),
+                                                          IMAGE_PYTHONPATH]))
         return ContainerSpec(
-            name=container["name"], argv=argv, env={**base, **env},
+            name=container["name"], argv=argv, env=env,
             netns_path=self.network.netns_path(sandbox.uid), hostname=sandbox.hostname,
             working_dir=container.get("workingDir"), mounts=mounts,
             etc_files=sandbox.etc_files, uid=uid, gid=gid if gid is not None else (
