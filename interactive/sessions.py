@@ -370,11 +370,45 @@ async def _notebook_seen(probe: Probe) -> Seen:
         raise ValueError("its server's /api/kernels is not a list")
     if any(k.get("execution_state") == "busy" for k in kernels):
         return Seen(timezone.now(), "a kernel is busy")
+    gpus = ""
+    if job.gpu:  # a GPU computing (a process the kernels started and left) is use too
+        busy = await gpus_in_use(probe.backend, job, probe.replica)
+        if busy:
+            return Seen(timezone.now(), "its GPUs are in use")
+        gpus = ", its GPUs unused" if busy is False else ", its GPUs' use not known"
     if not kernels:
-        return Seen(None, "no kernel running")
+        return Seen(None, f"no kernel running{gpus}")
     times = [t for t in (parse_datetime(k.get("last_activity") or "") for k in kernels) if t]
     return Seen(max(times) if times else None,
-                f"{len(kernels)} kernel{'s' * (len(kernels) != 1)}, none busy")
+                f"{len(kernels)} kernel{'s' * (len(kernels) != 1)}, none busy{gpus}")
+
+
+GPU_QUERY = ("nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits")
+
+
+async def gpus_in_use(backend, job, replica) -> bool | None:
+    """Whether a GPU the replica sees is computing now: ``nvidia-smi``, run in the replica as
+    it runs (``Backend.exec_open``), gives one a utilisation above 0 %. None when it cannot
+    tell (no ``nvidia-smi`` there, it failed, or said nothing it reads)."""
+    try:
+        process = await backend.exec_open(job, replica, list(GPU_QUERY), tty=False)
+    except BackendError:
+        return None
+    said = b""
+    try:
+        while True:
+            stream, data = await process.read()
+            if not data:
+                break
+            if stream == process.STDOUT and len(said) < MAX_ANSWER:
+                said += data
+        status = await process.wait()
+    finally:
+        await process.close()
+    percents = [line.strip() for line in said.decode(errors="replace").splitlines()]
+    if status != 0 or not percents or not all(p.isdigit() for p in percents):
+        return None
+    return any(int(p) > 0 for p in percents)
 
 
 async def _visualdl_seen(probe: Probe) -> Seen:

@@ -34,7 +34,7 @@ def running(job: Job) -> Job:
         job.refresh_from_db()
         return (job.state == JobState.RUNNING
                 and all(r.state == ReplicaState.RUNNING for r in job.replicas.all()))
-    wait(ready, 60, lambda: f"job {job.name} is {job.state}")
+    wait(ready, 60, lambda: f"job {job.name} is {job.state}: {job.state_reason}")
     return job
 
 
