@@ -75,9 +75,11 @@ def portal_built(datacenter, registry, alice):
                           kube_builder="portal")
 
 
-def package(pfs_home, base: str) -> str:
-    """A package with its own Dockerfile on ``base``: one RUN step, its files copied."""
-    pkg = package_write(pfs_home, "print('trained')\n", "pkg")
+def package(pfs_home, base: str, program: str = "print('trained')\n") -> str:
+    """A package with its own Dockerfile on ``base``: one RUN step, its files copied. A runtime
+    image is built once for a package's content (its tag), and the module's tests share one
+    registry: a test that needs a build of its own gives its own ``program``."""
+    pkg = package_write(pfs_home, program, "pkg")
     (pfs_home / "pkg" / "Dockerfile").write_text(
         f"FROM {base}\nCOPY . /train/package\nRUN echo \"{SAID}\" > /train/built\n"
         "WORKDIR /train/package\n")
@@ -194,8 +196,8 @@ def test_the_real_api_server_runs_the_image_the_portal_built(
     from tests.real_kube.control_plane import api_client
 
     datacenter = portal_built(real_kube_datacenter, registry, alice)
-    job = wait_for(submit(alice, datacenter, package(pfs_home, base)),
-                   ("starting", "running", *FINAL), timeout=600)
+    pkg = package(pfs_home, base, "print('trained on the real control plane')\n")
+    job = wait_for(submit(alice, datacenter, pkg), ("starting", "running", *FINAL), timeout=600)
     build = Build.objects.get()
     pushed(build)
     assert job.image == f"{build.image}@{build.image_digest}", job.state_reason
