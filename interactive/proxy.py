@@ -40,12 +40,12 @@ from jobs.backends import backend_for
 from jobs.backends.base import BackendError
 
 from . import services
+from .upstream import CONNECT_SECONDS, PortBackend
 
 HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
               b"te", b"trailer", b"transfer-encoding", b"upgrade", b"host"}
 KEY = re.compile(f"[a-z0-9]{{{services.KEY_LENGTH}}}")
 KEEPALIVE_SECONDS = 5.0  # an idle upstream connection is kept this long for the next request
-CONNECT_SECONDS = 30.0
 CHUNK = 65536
 
 
@@ -147,63 +147,6 @@ NOT_FOUND = "Not found."
 
 
 # --- upstream connections ------------------------------------------------------------------
-
-class PortNetworkStream(httpcore.AsyncNetworkStream):
-    """A replica's port (``PortStream``) as httpcore's network stream."""
-
-    def __init__(self, stream):
-        self.stream = stream
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        try:
-            return await asyncio.wait_for(self.stream.read(max_bytes), timeout)
-        except TimeoutError:
-            raise httpcore.ReadTimeout("the app did not answer in time") from None
-        except OSError as exc:
-            raise httpcore.ReadError(str(exc)) from None
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if buffer:
-            try:
-                await self.stream.write(buffer)
-            except OSError as exc:
-                raise httpcore.WriteError(str(exc)) from None
-
-    async def aclose(self) -> None:
-        with contextlib.suppress(OSError):
-            await self.stream.close()
-
-    def get_extra_info(self, info: str):
-        if info == "is_readable":  # asked of an idle connection: has the app closed it?
-            at_eof = getattr(self.stream, "at_eof", None)
-            return bool(at_eof and at_eof())
-        return None
-
-
-class PortBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's way to a route's port: ``Backend.port_open`` of its replica as it is now."""
-
-    def __init__(self):
-        self.target = None  # (backend, job, replica, port), set before each request
-
-    async def connect_tcp(self, host, port, timeout=None, local_address=None,
-                          socket_options=None):
-        backend, job, replica, port = self.target
-        try:
-            stream = await asyncio.wait_for(backend.port_open(job, replica, port),
-                                            CONNECT_SECONDS)
-        except BackendError as exc:
-            raise httpcore.ConnectError(str(exc)) from None
-        except TimeoutError:
-            raise httpcore.ConnectError(f"port {port} did not answer in time") from None
-        return PortNetworkStream(stream)
-
-    async def connect_unix_socket(self, path, timeout=None, socket_options=None):
-        raise httpcore.ConnectError("no UNIX sockets here")
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
 
 class RoutePool:
     """A route's upstream connections (kept a little while between requests)."""

@@ -59,6 +59,7 @@ from paddlecloud_core.spec import name_problem, name_taken
 from pfs.services import pfs_mkdir, pfs_remove
 
 from .models import ProxyRoute, Session
+from .upstream import MAX_ANSWER, http_request
 
 logger = logging.getLogger(__name__)
 
@@ -417,41 +418,3 @@ async def _visualdl_seen(probe: Probe) -> Seen:
 
 
 PROBES = {"notebook": _notebook_seen, "visualdl": _visualdl_seen}
-
-
-MAX_ANSWER = 1 << 20
-
-
-async def http_request(backend, job, replica, port: int, method: str, target: str,
-                       headers: dict[str, str], body: bytes = b"") -> tuple[int, bytes]:
-    """One HTTP/1.1 request (spoken by h11) to the server on ``port`` of the job's replica,
-    through ``backend.port_open``: its status and body (at most ``MAX_ANSWER`` bytes;
-    ValueError past that, or for an answer that is not HTTP)."""
-    import h11
-
-    stream = await backend.port_open(job, replica, port)
-    try:
-        connection = h11.Connection(h11.CLIENT)
-        request = h11.Request(method=method, target=target, headers=[
-            ("Host", f"127.0.0.1:{port}"), ("Connection", "close"),
-            ("Content-Length", str(len(body))), *headers.items()])
-        await stream.write(connection.send(request) + connection.send(h11.Data(data=body))
-                           + connection.send(h11.EndOfMessage()))
-        status, answer = None, bytearray()
-        while True:
-            event = connection.next_event()
-            if event is h11.NEED_DATA:
-                connection.receive_data(await stream.read())
-            elif isinstance(event, h11.Response):
-                status = event.status_code
-            elif isinstance(event, h11.Data):
-                answer += event.data
-                if len(answer) > MAX_ANSWER:
-                    raise ValueError(f"its answer to {target} is over {MAX_ANSWER} bytes")
-            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                break
-    except h11.ProtocolError as exc:
-        raise ValueError(f"its answer to {target} is not HTTP: {exc}") from None
-    finally:
-        await stream.close()
-    return status, bytes(answer)

@@ -36,7 +36,8 @@ from paddlecloud_core.contract import session_token
 
 from .models import Session
 from .opening import session_open
-from .sessions import http_request, server_port, session_get, session_list, session_start
+from .sessions import server_port, session_get, session_list, session_start
+from .upstream import http_request
 
 KIND = "visualdl"
 MAX_JOBS = 20  # as many as the compare page shows

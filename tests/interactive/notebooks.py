@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 
-from interactive.sessions import http_request, server_port
+from interactive.sessions import server_port
+from interactive.upstream import http_request
 from jobs.backends import backend_for
 from jobs.models import Job, JobEvent, Replica
 from jobs.states import FINAL_JOB_STATES, JobState
