@@ -4,6 +4,7 @@ what a logged-in browser's socket to a live portal is sent."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from urllib.parse import unquote, urlparse
@@ -12,6 +13,8 @@ from asgiref.testing import ApplicationCommunicator
 
 
 class WebsocketCommunicator(ApplicationCommunicator):
+    opened: list[WebsocketCommunicator] = []  # held until hung up (__del__ would cancel it)
+
     def __init__(self, application, path: str, headers=None):
         parsed = urlparse(path)
         headers = list(headers or [])
@@ -21,6 +24,7 @@ class WebsocketCommunicator(ApplicationCommunicator):
             "type": "websocket", "path": unquote(parsed.path),
             "query_string": parsed.query.encode(), "headers": headers,
             "subprotocols": []})
+        WebsocketCommunicator.opened.append(self)
 
     async def connect(self, timeout: float = 1) -> tuple[bool, int | None]:
         """(True, None) when accepted, (False, close code) when refused at the handshake."""
@@ -40,6 +44,22 @@ class WebsocketCommunicator(ApplicationCommunicator):
         await self.send_input({"type": "websocket.disconnect", "code": code})
         await self.wait(timeout)
 
+    @classmethod
+    async def hang_up_all(cls) -> None:
+        """What a server does for every socket whose client has gone (one still open, or one the
+        app closed): ``websocket.disconnect`` sent, the app's end awaited (cancelled past 10 s).
+        Run before the channel layer closes its pools: an instance left waiting on the layer
+        would be cancelled only as the test's event loop closes, after the pools, and a
+        channels-redis receive cancelled there can wait on Redis for its socket timeout (30 s,
+        retried) past the test's timeout. An app ends once its layer's receive returns: at
+        most channels-redis's BZPOPMIN timeout (5 s)."""
+        sockets, cls.opened[:] = list(cls.opened), []
+        running = [socket for socket in sockets
+                   if socket._future is not None and not socket._future.done()]
+        for socket in running:
+            socket.input_queue.put_nowait({"type": "websocket.disconnect", "code": 1001})
+        await asyncio.gather(*(socket.wait(timeout=10) for socket in running),
+                             return_exceptions=True)
 
 def ws_messages(portal, path: str) -> list[dict]:
     """Every message a socket of the live portal's user's logged-in browser to ``path`` is

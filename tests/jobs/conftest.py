@@ -12,6 +12,7 @@ from django.db import connections
 from tests.factories import job_row
 from tests.k8s_api_server import fixtures
 from tests.kube import on_kubernetes, on_real_kubernetes, pfs_volume, portal_kubeconfig
+from tests.ws import WebsocketCommunicator
 
 k8s_api = fixtures.k8s_api  # the fake API server, a fixture
 k8s_cluster = fixtures.k8s_cluster  # the same, its pods really running
@@ -81,6 +82,7 @@ async def app(layer, pfs_home, settings):
     # from test to test (and may have been cut by a live server's clean-up): a fresh one.
     await sync_to_async(connections.close_all)()
     yield application
+    await WebsocketCommunicator.hang_up_all()
     await sync_to_async(connections.close_all)()
 
 
