@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import threading
 
+from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
@@ -114,41 +114,23 @@ def _after_commit(messages: list[dict], owner: tuple[int, int] | None = None) ->
     transaction.on_commit(send)
 
 
-SEND_TIMEOUT = 10.0  # seconds a send to the channel layer may take before it is given up
-
-
-class _Sender:
-    """The event loop this process sends to the channel layer on: one thread, started on the
-    first send, that keeps its loop, so the layer keeps its connections to Redis from one send
-    to the next (``async_to_sync`` made a loop, and so a connection, for each). A forked child
-    (a prefork worker) starts its own."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.pid = None
-
-    def _running(self) -> asyncio.AbstractEventLoop:
-        with self.lock:
-            if self.loop is None or self.pid != os.getpid():
-                self.loop, self.pid = asyncio.new_event_loop(), os.getpid()
-                threading.Thread(target=self.loop.run_forever, name="dashboard-notify",
-                                 daemon=True).start()
-            return self.loop
-
-    def run(self, function) -> None:
-        future = asyncio.run_coroutine_threadsafe(function(), self._running())
-        try:
-            future.result(SEND_TIMEOUT)
-        except TimeoutError:
-            future.cancel()
-            raise
-
-
-_sender = _Sender()
-
-
 def _run_async(function) -> None:
-    """Run a coroutine function to its end from sync code (or from a thread that runs an event
-    loop of its own, which ``async_to_sync`` refuses): on the process's sending loop."""
-    _sender.run(function)
+    """Run a coroutine function to its end from sync code: here, or, if this thread runs an
+    event loop of its own (which ``async_to_sync`` refuses), in a short-lived thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return async_to_sync(function)()
+    failure = []
+
+    def run():
+        try:
+            async_to_sync(function)()
+        except Exception as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="dashboard-notify")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
