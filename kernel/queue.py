@@ -9,11 +9,13 @@ that is not there yet, and a rolled-back request queues nothing.
     task_later(JOB_STOP, job.pk)
     task_later_once(JOBS_ADMIT, owner_id, datacenter_id)  # once while one waits to run
     task_now_once(JOB_SYNC, job_uid, countdown=0.1)  # from a thread without the database
+    task_later_for(JOBS_ADMIT, datacenter_id, owner_id)  # one task for a datacenter's owners
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 
 from django.core.cache import cache
 from django.db import transaction
@@ -41,6 +43,7 @@ TASKS = frozenset({JOB_START, JOB_SYNC, JOB_STOP, JOBS_ADMIT, JOB_REMAINS_REMOVE
                    BUILD_RUN, HOME_MEASURE, JOB_METRICS_KEEP, PULL_SECRET_SYNC, PULL_SECRET_REMOVE,
                    NOTIFICATIONS_SEND, SWEEP_ADVANCE})
 ONCE_SECONDS = 30  # how long a task queued by task_later_once stands for later requests
+MEMBERS_SECONDS = 86_400  # how long what a task_later_for task is asked for waits unclaimed
 
 
 def task_later(name: str, *args, countdown: float | None = None) -> None:
@@ -83,6 +86,25 @@ def _after_commit(name: str, args: tuple, send) -> None:
     transaction.on_commit(run)
 
 
+def task_later_for(name: str, key, member) -> None:
+    """Queue task ``name`` with ``(member, key)`` (``member`` an id) when the current
+    transaction commits, unless one with the same ``key`` is queued already and has not begun:
+    the task, once it runs, claims every member asked for with ``key`` since it was queued
+    (``task_claim_members``) and works on them together. So requests for many members (each
+    user whose job ended in a datacenter) that come while one such task waits cost one task,
+    not one each. The mark that one is queued expires after ONCE_SECONDS, as
+    ``task_later_once``'s."""
+    _check(name)
+    _after_commit(name, (key, member), lambda: _send_for(name, key, member))
+
+
+def task_claim_members(name: str, key) -> set[int]:
+    """Said by a task queued by ``task_later_for(name, key, …)`` before it reads what it works
+    on: the members asked for until now, taken (requests from now on queue it again)."""
+    task_claim(name, "for", key)
+    return _members_take(_once_key(name, ("for", key)) + ":members")
+
+
 def task_claim(name: str, *args) -> None:
     """Said by task ``name`` run with ``args`` before it reads what it works on: requests made
     from now on (``task_later_once``) queue it again, as it may not see their changes."""
@@ -105,6 +127,54 @@ def task_now(name: str, *args, countdown: float | None = None) -> None:
     connection)."""
     _check(name)
     _send(name, args, countdown)
+
+
+# Where the cache is not Redis (a development portal without it: one process), the members wait
+# in this process.
+_local_members: dict[str, set] = {}
+_local_lock = threading.Lock()
+
+
+def _redis():
+    """The cache's Redis client, or None (another cache)."""
+    client = getattr(cache, "_cache", None)
+    get_client = getattr(client, "get_client", None)
+    return get_client(None, write=True) if get_client else None
+
+
+def _members_add(key: str, member) -> None:
+    redis = _redis()
+    if redis is None:
+        with _local_lock:
+            _local_members.setdefault(key, set()).add(int(member))
+        return
+    key = cache.make_and_validate_key(key)
+    with redis.pipeline(transaction=False) as pipe:
+        pipe.sadd(key, int(member))
+        pipe.expire(key, MEMBERS_SECONDS)
+        pipe.execute()
+
+
+def _members_take(key: str) -> set[int]:
+    redis = _redis()
+    if redis is None:
+        with _local_lock:
+            return _local_members.pop(key, set())
+    key = cache.make_and_validate_key(key)
+    with redis.pipeline(transaction=True) as pipe:  # read and emptied at once
+        pipe.smembers(key)
+        pipe.delete(key)
+        members, _ = pipe.execute()
+    return {int(member) for member in members}
+
+
+def _send_for(name: str, key, member) -> None:
+    # The member first: a task that claims after this sees it, and one that claimed before
+    # has let the next request (this one) queue the task again.
+    once = _once_key(name, ("for", key))
+    _members_add(once + ":members", member)
+    if cache.add(once, 1, ONCE_SECONDS):
+        _send(name, (member, key))
 
 
 def _send_once(name: str, args: tuple, countdown: float | None = None) -> None:

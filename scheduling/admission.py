@@ -32,17 +32,19 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
+from collections.abc import Iterable
 from functools import reduce
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, Subquery
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Least
 from django.utils import timezone
 
 from accounts.models import QUOTA_FORMATS, QUOTA_RESOURCES, Datacenter, Membership, Team
 from accounts.selectors import quota_get, quotas_get
-from jobs.models import Job, Replica
+from jobs.models import Job, JobDependency, Replica
 from jobs.notify import jobs_changed
 from jobs.starts import starts_later
 from jobs.states import ACTIVE_STATES, WAITING_STATES, JobState, ReplicaState
@@ -53,7 +55,7 @@ from kernel.queue import (
     JOB_SYNC,
     JOBS_ADMIT,
     task_later,
-    task_later_once,
+    task_later_for,
 )
 from paddlecloud_core.contract import trainers_elastic, trainers_least
 from paddlecloud_core.quantity import format_bytes_about
@@ -220,40 +222,55 @@ def _fits(request: Vec, quota) -> bool:
 @transaction.atomic
 def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
     """Admit what the scheduling model's plan (``paddlecloud_core.scheduling``) starts now in
-    the user's queue, or, in a datacenter with a capacity or groups, in every queue of it
+    the user's queue (``queues_admit`` of that one queue). Returns the ids admitted."""
+    return queues_admit([user_id], datacenter_id)
+
+
+@transaction.atomic
+def queues_admit(user_ids: Iterable[int], datacenter_id: int,
+                 datacenter: Datacenter | None = None) -> list[int]:
+    """Admit what the scheduling model's plan (``paddlecloud_core.scheduling``) starts now in
+    the users' queues, or, in a datacenter with a capacity or groups, in every queue of it
     (one job's end may be another user's turn); give every job that waits its reason.
     Returns the ids admitted, whose start is queued once this commits. A waiting job that can
     no longer ever fit (its quota or the capacity was lowered) fails with the reason rather
     than block its queue forever.
 
-    Under a lock: the user's row, or in such a datacenter the datacenter's, so two admissions
-    racing for the last free CPU take it one after the other. A fixed number of queries for a
-    queue however many jobs wait in it (a few more when many are admitted at once)."""
-    datacenter = Datacenter.objects.only(*CAPACITY_FIELDS).get(pk=datacenter_id)
+    Under a lock: the users' rows (in id order), or in such a datacenter the datacenter's, so
+    two admissions racing for the last free CPU take it one after the other. One pass for all
+    the queues: a fixed number of queries however many queues and however many jobs wait in
+    them (a few more when many are admitted at once, or where a queue's reasons change).
+    ``datacenter``: the datacenter, read by the caller (``CAPACITY_FIELDS``)."""
+    if datacenter is None:
+        datacenter = Datacenter.objects.only(*CAPACITY_FIELDS).get(pk=datacenter_id)
     if shared(datacenter):
         Datacenter.objects.select_for_update().filter(pk=datacenter_id).exists()
         owner_ids = sorted(set(Job.objects.filter(datacenter_id=datacenter_id,
                                                   state__in=WAITING_STATES)
                                .order_by().values_list("owner_id", flat=True).distinct()))
     else:
-        get_user_model().objects.select_for_update().only("id").filter(pk=user_id).exists()
-        owner_ids = [user_id]
+        owner_ids = sorted(set(user_ids))
+        list(get_user_model().objects.select_for_update().filter(pk__in=owner_ids)
+             .order_by("pk").values_list("pk", flat=True))
+    if not owner_ids:
+        return []
     quotas = quotas_get(datacenter, owner_ids)
     active = Counter(Job.objects.filter(datacenter_id=datacenter_id, owner_id__in=owner_ids,
                                         state__in=ACTIVE_STATES)
                      .values_list("owner_id", flat=True))  # each owner's jobs that hold
-    heads: dict[int, list[Job]] = {}
+    waiting = Job.objects.filter(owner_id__in=owner_ids, datacenter_id=datacenter_id,
+                                 state__in=WAITING_STATES)
+    _fail_never_fitting(waiting, quotas, datacenter)
+    unmet = _queue_after(owner_ids, datacenter_id)
+    looks = {}
     for owner_id in owner_ids:
-        waiting = Job.objects.filter(owner_id=owner_id, datacenter_id=datacenter_id,
-                                     state__in=WAITING_STATES)
-        _fail_never_fitting(waiting, quotas[owner_id], datacenter)
-        waiting = _queue_after(waiting, owner_id, datacenter_id)
         free_jobs = max(quotas[owner_id].jobs - active[owner_id], 0)
-        look = free_jobs + 1 + (LOOK_BEHIND if free_jobs else 0)
-        heads[owner_id] = list(waiting.select_for_update().order_by(*QUEUE_ORDER)
-                               .only(*HEAD_FIELDS)[:look])
+        looks[owner_id] = free_jobs + 1 + (LOOK_BEHIND if free_jobs else 0)
+    heads: dict[int, list[Job]] = {owner_id: [] for owner_id in owner_ids}
+    for job in _heads(datacenter_id, looks, unmet):
+        heads[job.owner_id].append(job)
     head_jobs = {job.pk: job for jobs in heads.values() for job in jobs}
-    plan = schedule(pool_load(datacenter, owner_ids, head_jobs.values()),
+    plan = schedule(pool_load(datacenter, owner_ids, head_jobs.values(), quotas=quotas),
                     timezone.now().timestamp())
     admitted = [head_jobs[job_id] for job_id in plan.admit]
     jobs_transition(admitted, JobState.STARTING,
@@ -264,17 +281,53 @@ def quota_admit(user_id: int, datacenter_id: int) -> list[int]:
     jobs_transition(never, JobState.FAILED, {k: v.message for k, v in plan.never.items()})
     _queue_all([head_jobs[job_id] for job_id in plan.reasons],
                {job_id: reason.message for job_id, reason in plan.reasons.items()})
+    behind_read, through = {}, []
     for owner_id, jobs in heads.items():
         waits = [job for job in jobs if job.pk in plan.reasons]
         if waits:  # what was not read waits behind the first that waits
-            _queue_behind(waits[0], jobs[-1], Job.objects.filter(
-                owner_id=owner_id, datacenter_id=datacenter_id, state__in=WAITING_STATES)
-                .exclude(UNMET))
+            behind_read[owner_id] = (waits[0], jobs[-1])
         else:
-            _grow(owner_id, datacenter, quotas[owner_id])
+            through.append(owner_id)
+    _queue_behind(behind_read, datacenter_id)
+    if through:
+        growing = set(_growing(owner_id__in=through, datacenter_id=datacenter_id).order_by()
+                      .values_list("owner_id", flat=True).distinct())
+        for owner_id in through:
+            if owner_id in growing:
+                _grow(owner_id, datacenter, quotas[owner_id])
     ids = [job.pk for job in admitted]
     starts_later(ids)
     return ids
+
+
+def _heads(datacenter_id: int, looks: dict[int, int], unmet: bool) -> list[Job]:
+    """The first ``looks[owner]`` jobs of each owner's queue in the datacenter (in their
+    queue's order), locked: one statement for all the queues, each read by its own index
+    scan (a lateral join over the owners), however long they are. With ``unmet``, the jobs
+    that wait for jobs they run after are in no queue."""
+    job_table, edges = Job._meta.db_table, JobDependency._meta.db_table
+    # Table names and constants only: the values are parameters.
+    after = (f" AND NOT EXISTS (SELECT 1 FROM {edges} d WHERE d.job_id = j.id "  # noqa: S608
+             "AND NOT d.met)" if unmet else "")
+    owners = list(looks)
+    first = RawSQL(  # noqa: S611
+        f"SELECT h.id FROM unnest(%s::bigint[], %s::integer[]) AS q(owner_id, look) "  # noqa: S608
+        f"CROSS JOIN LATERAL (SELECT j.id FROM {job_table} j WHERE j.owner_id = q.owner_id "
+        f"AND j.datacenter_id = %s AND j.state = ANY(%s){after} "
+        f"ORDER BY j.priority DESC, j.created_at, j.id LIMIT q.look) h",
+        (owners, [looks[owner] for owner in owners], datacenter_id, list(WAITING_STATES)))
+    if connection.vendor != "postgresql":  # SQLite: a query per queue (one writer anyway)
+        found = []
+        for owner in owners:
+            waiting = Job.objects.filter(owner_id=owner, datacenter_id=datacenter_id,
+                                         state__in=WAITING_STATES)
+            if unmet:
+                waiting = waiting.exclude(UNMET)
+            found += list(waiting.order_by(*QUEUE_ORDER).only(*HEAD_FIELDS)[:looks[owner]])
+        return found
+    # Still waiting once locked (one may have been killed meanwhile).
+    return list(Job.objects.filter(pk__in=first, state__in=WAITING_STATES)
+                .select_for_update().order_by("owner_id", *QUEUE_ORDER).only(*HEAD_FIELDS))
 
 
 def _growing(**filters):
@@ -329,31 +382,38 @@ def _grow(user_id: int, datacenter, quota) -> None:
         jobs_changed(user_id, datacenter.pk, grown)
 
 
-def _fail_never_fitting(waiting, quota, datacenter) -> None:
-    """Fail the waiting jobs that ask for more than the whole quota or capacity (one was
-    lowered): found with one query, whatever the length of the queue."""
+def _fail_never_fitting(waiting, quotas: dict, datacenter) -> None:
+    """Fail the waiting jobs that ask for more than their owner's whole quota or the
+    capacity (one was lowered): found with one query, whatever the length of the queues
+    (owners of the same quota in one condition)."""
+    alike: dict[tuple, list[int]] = {}
+    for owner_id, quota in quotas.items():
+        alike.setdefault(tuple(getattr(quota, r) for r in COMPUTE), []).append(owner_id)
+    over = reduce(operator.or_, (Q(owner_id__in=owners) & _never_fits(quotas[owners[0]])
+                                 for owners in alike.values()))
     never = waiting.alias(**{f"asked_{r}": e for r, e in ASKED.items()}).filter(
-        _never_fits(quota) | _never_fits_capacity(datacenter))
+        over | _never_fits_capacity(datacenter))
     if not never.exists():  # nearly always: a plain read, no row locked, nothing built
         return
     doomed = list(never.select_for_update())
     reasons = {job.pk: "can never start: " + "; ".join(
         f"{k}: {v}" for k, v in {**capacity_problems(job, datacenter),
-                                 **quota_problems(job, quota)}.items()) for job in doomed}
+                                 **quota_problems(job, quotas[job.owner_id])}.items())
+               for job in doomed}
     jobs_transition(doomed, JobState.FAILED, reasons)
 
 
-def _queue_after(waiting, owner_id: int, datacenter_id: int):
-    """The owner's waiting jobs that are in their queue: not those that still wait for jobs
-    they run after (``dependencies``), which are given that reason here (a query; with such
-    jobs, one more, and a statement or two where one's state or reason changes)."""
-    reasons = dependency_reasons(owner_id, datacenter_id)
+def _queue_after(owner_ids: list[int], datacenter_id: int) -> bool:
+    """Give the owners' waiting jobs that still wait for jobs they run after
+    (``dependencies``), which are in no queue, that reason (a query; with such jobs, one
+    more, and a statement or two where one's state or reason changes). Returns whether there
+    are such jobs."""
+    reasons = dependency_reasons(owner_ids, datacenter_id)
     if reasons:
         _queue_all(list(Job.objects.filter(pk__in=list(reasons)).select_for_update()
                         .only("id", "state", "state_reason", "owner_id", "datacenter_id")),
                    reasons)
-        return waiting.exclude(UNMET)
-    return waiting
+    return bool(reasons)
 
 
 def _queue_all(jobs: list[Job], reasons: dict[int, str]) -> None:
@@ -374,20 +434,30 @@ def _queue_all(jobs: list[Job], reasons: dict[int, str]) -> None:
         jobs_changed(owner_id, datacenter_id, ids)
 
 
-def _queue_behind(first, last, waiting) -> None:
-    """The jobs behind the last one read wait behind the queue's first waiting one: jobs still
-    pending are queued (one event each), queued jobs get the reason if they had another. Only
-    the jobs that change are touched, in one statement each."""
-    reason = f"waiting behind job {first.name}"
-    stale = list(waiting.filter(behind(last))
-                 .filter(Q(state=JobState.PENDING) | ~Q(state_reason=reason))
+def _queue_behind(queues: dict[int, tuple[Job, Job]], datacenter_id: int) -> None:
+    """In each owner's queue (``queues``: its first waiting job and the last one read), the
+    jobs behind the last one read wait behind the first: jobs still pending are queued (one
+    event each), queued jobs get the reason if they had another. Only the jobs that change are
+    touched: one query for all the queues, and a statement or two where some change."""
+    if not queues:
+        return
+    words = {owner_id: f"waiting behind job {first.name}"
+             for owner_id, (first, _) in queues.items()}
+    stale = list(Job.objects.filter(datacenter_id=datacenter_id, state__in=WAITING_STATES)
+                 .exclude(UNMET).filter(reduce(operator.or_, (
+                     Q(owner_id=owner_id) & behind(last)
+                     & (Q(state=JobState.PENDING) | ~Q(state_reason=words[owner_id]))
+                     for owner_id, (_, last) in queues.items())))
                  .select_for_update().only("id", "state", "owner_id", "datacenter_id"))
     pending = [job for job in stale if job.state == JobState.PENDING]
-    jobs_transition(pending, JobState.QUEUED, dict.fromkeys((j.pk for j in pending), reason))
-    requeued = [job.pk for job in stale if job.state != JobState.PENDING]
-    if requeued:
-        Job.objects.filter(pk__in=requeued).update(state_reason=reason)
-        jobs_changed(first.owner_id, first.datacenter_id, requeued)
+    jobs_transition(pending, JobState.QUEUED, {j.pk: words[j.owner_id] for j in pending})
+    requeued: dict[int, list[int]] = {}
+    for job in stale:
+        if job.state != JobState.PENDING:
+            requeued.setdefault(job.owner_id, []).append(job.pk)
+    for owner_id, ids in requeued.items():
+        Job.objects.filter(pk__in=ids).update(state_reason=words[owner_id])
+        jobs_changed(owner_id, datacenter_id, ids)
 
 
 def waiting_queues(**filters) -> list[tuple[int, int]]:
@@ -420,13 +490,38 @@ def waiting_queues(**filters) -> list[tuple[int, int]]:
             if dc not in whole or not (dc in seen or seen.add(dc))]
 
 
+def owners_with_work(owner_ids: Iterable[int],
+                     datacenter_id: int) -> tuple[list[int], Datacenter | None]:
+    """Those of ``owner_ids`` whose queue in the datacenter ``queues_admit`` may have work for:
+    jobs waiting, or elastic jobs that may grow (two plain reads). In a datacenter whose
+    members share a capacity or groups, any queue's admission plans them all: there, they all
+    have work if anyone's queue has (the job that ended may be what another's waited for).
+    With the datacenter read (None: gone)."""
+    owner_ids = sorted(set(owner_ids))
+    datacenter = Datacenter.objects.filter(pk=datacenter_id).only(*CAPACITY_FIELDS).first()
+    if not owner_ids or datacenter is None:
+        return [], datacenter
+    filters = {"datacenter_id": datacenter_id}
+    if not shared(datacenter):
+        filters["owner_id__in"] = owner_ids
+    found = set(Job.objects.filter(state__in=WAITING_STATES, **filters).order_by()
+                .values_list("owner_id", flat=True).distinct())
+    if not shared(datacenter):
+        found |= set(_growing(**filters).order_by().values_list("owner_id", flat=True)
+                     .distinct())
+    elif not found and _growing(**filters).exists():
+        found = set(owner_ids)
+    return (owner_ids if shared(datacenter) and found else sorted(found)), datacenter
+
+
 def admission_request(owner_id: int, datacenter_id: int) -> None:
-    """Have the queue's waiting jobs admitted (the ``jobs_admit`` task) once the current
-    transaction commits — unless an admission of the queue is queued already and has not yet
-    read it (the task claims it first): that one sees this change too. So jobs of one user ending in
-    a burst cost one admission, not one each, and a worker never waits on the user's lock
-    only to find nothing more to admit."""
-    task_later_once(JOBS_ADMIT, owner_id, datacenter_id)
+    """Have the queue's waiting jobs admitted once the current transaction commits: by the
+    datacenter's ``jobs_admit`` task, which admits in one pass every queue of the datacenter
+    asked for since it was queued (``kernel.queue.task_later_for``; it claims them before it
+    reads them, so a request made after that queues it again). So jobs ending in a burst, of
+    one user or of many, cost one admission, not one each, and a worker never waits on a
+    user's lock only to find nothing more to admit."""
+    task_later_for(JOBS_ADMIT, datacenter_id, owner_id)
 
 
 def job_ended_admit(sender, owner_id: int, datacenter_id: int, **kwargs) -> None:
@@ -437,8 +532,9 @@ def job_ended_admit(sender, owner_id: int, datacenter_id: int, **kwargs) -> None
 
 def job_ended_measure(sender, owner_id: int, datacenter_id: int, **kwargs) -> None:
     """Jobs ended (``jobs.signals.job_ended``): what they wrote is in the owner's home; measure it
-    (then admit), so the next upload, submission or start counts it."""
-    task_later_once(HOME_MEASURE, owner_id, datacenter_id)
+    (then admit), so the next upload, submission or start counts it. Ends in a burst, of one
+    user or of many, cost one task for the datacenter (``kernel.queue.task_later_for``)."""
+    task_later_for(HOME_MEASURE, datacenter_id, owner_id)
 
 
 def quota_changed_admit(sender, user, datacenter, **kwargs) -> None:

@@ -48,12 +48,12 @@ def dependencies_record(job: Job) -> None:
         for other, mode, met in targets)
 
 
-def dependency_reasons(owner_id: int, datacenter_id: int) -> dict[int, str]:
-    """Why each of the owner's waiting jobs in the datacenter that waits for jobs it runs
+def dependency_reasons(owner_ids: Iterable[int], datacenter_id: int) -> dict[int, str]:
+    """Why each of the owners' waiting jobs in the datacenter that waits for jobs it runs
     after waits (``after_words``), by id (one query)."""
     unmet: dict[int, list[tuple[str, str]]] = defaultdict(list)
     for job_id, name, mode in (JobDependency.objects
-                               .filter(met=False, job__owner_id=owner_id,
+                               .filter(met=False, job__owner_id__in=list(owner_ids),
                                        job__datacenter_id=datacenter_id,
                                        job__state__in=WAITING_STATES)
                                .order_by("id").values_list("job_id", "on_name", "mode")):

@@ -114,10 +114,11 @@ def job_estimate(job, history: dict[int, list]) -> Estimate:
 
 
 def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterable[Job],
-              now: datetime | None = None) -> Pool:
+              now: datetime | None = None, quotas: dict | None = None) -> Pool:
     """The pool of ``datacenter`` for the queues of ``owner_ids``, whose ``waiting`` jobs
     (read by the caller, in any order) are those the plan looks at. Running jobs: all of the
-    datacenter's when it has a capacity, else only these owners'."""
+    datacenter's when it has a capacity, else only these owners'. ``quotas``: those of some
+    owners, read by the caller (``quotas_get``); the others' are read here."""
     now = now or timezone.now()
     owner_ids = list(owner_ids)
     active = Job.objects.filter(datacenter=datacenter, state__in=ACTIVE_STATES).only(
@@ -138,7 +139,10 @@ def pool_load(datacenter: Datacenter, owner_ids: Iterable[int], waiting: Iterabl
                            run_began=(_seconds(job.admitted_at or job.started_at or now)
                                       if job.state == JobState.RUNNING else None))
                for job in active]
-    quotas = quotas_get(datacenter, holders)
+    known = quotas or {}
+    quotas = {**known, **(quotas_get(datacenter, holders - set(known))
+                          if holders - set(known) else {})}
+    quotas = {owner: quotas[owner] for owner in holders}
     memberships = list(Membership.objects.filter(datacenter=datacenter, user_id__in=holders)
                        .values_list("user_id", "weight", "team_id"))
     weights = {user_id: weight for user_id, weight, _ in memberships}

@@ -396,6 +396,37 @@ def test_jobs_ending_while_an_admission_waits_to_run_queue_no_other(
 
 
 @pytest.mark.django_db
+def test_jobs_of_several_users_ending_together_are_admitted_in_one_pass(
+        alice, make_user, datacenter, held_tasks, django_capture_on_commit_callbacks):
+    """Jobs of two users end while the admission the first end asked for waits in the broker:
+    one admission is queued for the datacenter, and it admits both users' next jobs, each in
+    their queue's order, in one transaction."""
+    bob = make_user("bob")
+    queues = {user: long_queue(user, datacenter, 3) for user in (alice, bob)}
+    quota_admit(alice.pk, datacenter.pk)
+    quota_admit(bob.pk, datacenter.pk)
+    held_tasks.sent.clear()
+    for user in (alice, bob):  # each end in a transaction of its own, as the engine's
+        with django_capture_on_commit_callbacks(execute=True):
+            job_transition(Job.objects.get(owner=user, name="holder"), "succeeded",
+                           "every trainer exited 0")
+    assert held_tasks.of("jobs.tasks.jobs_admit") == [(alice.pk, datacenter.pk)]
+    with CaptureQueriesContext(connection) as queries:
+        assert jobs_admit(alice.pk, datacenter.pk) == 2
+    locks = [q["sql"] for q in queries.captured_queries
+             if 'FROM "accounts_user"' in q["sql"] and "FOR UPDATE" in q["sql"]]
+    assert len(locks) == 1  # both users' rows, in one pass
+    for jobs in queues.values():
+        assert list(Job.objects.filter(pk__in=[job.pk for job in jobs])
+                    .order_by("created_at").values_list("state", "state_reason")) == [
+            ("starting", "admitted: its quota is free"),
+            ("queued", "waiting for quota: jobs 1 asked, 0 of 1 free"),
+            ("queued", "waiting behind job w1")]
+    # Read: nothing more is asked for until another job ends.
+    assert held_tasks.of("jobs.tasks.jobs_admit") == [(alice.pk, datacenter.pk)]
+
+
+@pytest.mark.django_db
 def test_admins_see_everyones_running_and_queued_jobs(admin_browser, submit, alice,
                                                       datacenter, make_user, held_tasks):
     quota_set(None, datacenter, alice, jobs=1)

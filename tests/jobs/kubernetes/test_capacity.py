@@ -20,7 +20,7 @@ from jobs.backends.base import Capacity
 from jobs.backends.kubernetes.nodes import nodes_capacity, tolerates
 from jobs.models import Job
 from jobs.tasks import jobs_reconcile
-from kernel.queue import JOBS_ADMIT, task_claim
+from kernel.queue import JOBS_ADMIT, task_claim_members
 from tests.accounts.test_admin_and_pages import DATACENTER_FORM
 from tests.kube import datacenter_set
 
@@ -138,8 +138,8 @@ def test_the_reconciler_writes_the_capacity_and_wakes_admission_only_on_a_change
         held_tasks.sent.clear()
         with django_capture_on_commit_callbacks(execute=True):
             counts = jobs_reconcile()
-        for args in held_tasks.of(JOBS_ADMIT):
-            task_claim(JOBS_ADMIT, *args)
+        for _, datacenter_id in held_tasks.of(JOBS_ADMIT):
+            task_claim_members(JOBS_ADMIT, datacenter_id)
         return counts
 
     assert reconcile()["capacity"] == 1
