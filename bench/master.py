@@ -2,6 +2,7 @@
 PostgreSQL, beside the same lease/complete cycle done directly in PostgreSQL.
 
     .venv/bin/python bench/master.py [--trainers 8,64,256] [--seconds 10] [--tasks 20000]
+                                     [--rate 500] [--rate-trainers 64]
                                      [--passes 20] [--database paddlecloud_bench_master]
                                      [--redis-db 12] [--connection-limit 80]
                                      [--peer-connections 64] [--no-peer] [--debug-off]
@@ -31,6 +32,13 @@ Each round, for C trainers:
   then ``UPDATE`` to done, on a table made ``LIKE jobs_task INCLUDING ALL`` and filled with the
   round's job's tasks. At most ``--peer-connections`` connections: above that, the threads share
   them, first come first served.
+
+Then, at ``--rate-trainers`` (64), an open-loop round on the same job, portal then peer:
+the same threads keep a timetable (cycle n due ``n / --rate`` s into the window, on thread
+n mod C) and ``next`` is timed from when its cycle was due, so a slow answer's effect on the
+cycles behind it counts (no coordinated omission). Its JSON line has ``goal``: issue 42's p95
+of ``next`` <= 30 ms at >= 500 tasks/s, ``OK`` or ``MISSED``; and how late the client itself
+woke (``late_*_ms``), to show it was not the limit.
 
 Before the timed part, the round's first ``next`` makes the pass (untimed), and every thread
 does one untimed cycle. Only answers to requests started in the timed window count. Figures go
