@@ -29,7 +29,7 @@ from datetime import timedelta
 
 import psycopg
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -244,11 +244,15 @@ WHY_BACK = {"own": "asked for another task (it was restarted)", "ended": "has en
 _swept: OrderedDict[int, float] = OrderedDict()  # job → when this process last swept it
 
 
-def _sweep_due(job) -> bool:
+def _sweep_due(job, *, claim: bool = True) -> bool:
+    """Whether this process should sweep the job's leases now; ``claim``: and it will (the
+    next to ask is told no for SWEEP_SECONDS)."""
     now = time.monotonic()
     with _known_lock:
         if now - _swept.get(job.pk, -SWEEP_SECONDS) < SWEEP_SECONDS:
             return False
+        if not claim:
+            return True
         _swept[job.pk] = now
         _swept.move_to_end(job.pk)
         while len(_swept) > KNOWN_JOBS:
@@ -287,11 +291,20 @@ def _lease_seconds() -> int:
 def _take(job, trainer: int) -> dict | None:
     """Lease the pass's next waiting task to ``trainer``, in one statement; what the trainer
     held before (it was restarted) goes back to the queue."""
+    lease, params = _take_params(job, trainer)
+    return _taken(job, trainer, lease, _run(_TAKE, params))
+
+
+def _take_params(job, trainer: int) -> tuple[str, list]:
+    """A new lease, and ``_TAKE``'s parameters to give it to ``trainer``."""
     now = timezone.now()
     lease = secrets.token_hex(8)
     expires = now + timedelta(seconds=_lease_seconds())
-    taken = _run(_TAKE, [trainer, lease, _when(expires), _when(now), job.pk, job.pk, job.pk,
-                         trainer])
+    return lease, [trainer, lease, _when(expires), _when(now), job.pk, job.pk, job.pk, trainer]
+
+
+def _taken(job, trainer: int, lease: str, taken: list) -> dict | None:
+    """``_TAKE``'s rows as the trainer's answer (None: no task was waiting)."""
     if not taken:
         return None
     task_id, pass_no, index, spans, trained, held_before = taken[0]
@@ -348,9 +361,17 @@ def task_renew(job, task_id: int, trainer: int, lease: str) -> dict:
 def task_done(job, task_id: int, trainer: int, lease: str) -> dict:
     """Done, once. The lease stays on the task, so the same ``done`` sent again (its answer
     was lost) is answered the same, and any other is refused."""
-    held = _held(job, task_id, trainer, lease)
-    if not _run(_DONE, [_when(timezone.now()), *held], rows=False) and not _run(
-            _DONE_BEFORE, held):
+    return _done_after(job, task_id, trainer, lease, _run(
+        _DONE, _done_params(job, task_id, trainer, lease), rows=False))
+
+
+def _done_params(job, task_id: int, trainer: int, lease: str) -> list:
+    return [_when(timezone.now()), *_held(job, task_id, trainer, lease)]
+
+
+def _done_after(job, task_id: int, trainer: int, lease: str, changed: int) -> dict:
+    """``done``'s answer once ``_DONE`` changed ``changed`` rows."""
+    if not changed and not _run(_DONE_BEFORE, _held(job, task_id, trainer, lease)):
         raise _lost(task_id)
     return {"done": True}
 
@@ -545,6 +566,123 @@ def master_call(uid, token: str, action: str, task_id: int | None, data) -> dict
         report = task_failed if action == "failed" else task_release
         return report(job, task_id, trainer, lease, reason if isinstance(reason, str) else "")
     return (task_renew if action == "renew" else task_done)(job, task_id, trainer, lease)
+
+
+# --- calls answered together: one commit for many -----------------------------------------------
+#
+# On PostgreSQL a commit waits for the WAL to reach the disk (~2 ms on a plain disk), longer
+# than a call's statements take: with a commit per call, the master's few connections spend
+# most of their time in fsync, and 64 trainers queue behind them. Calls that arrive together
+# are run in one transaction instead, and answered once it is committed (never before: a lease
+# or a done answered is on disk). Should the database refuse the batch (a deadlock, a lost
+# connection), nothing of it was kept: each call is then run alone, as it always could be.
+
+def master_calls(calls: list[tuple]) -> list[tuple[object, Exception | None]]:
+    """Each of ``calls`` (``master_call``'s arguments) run, in one transaction when there are
+    several; each one's ``(answer, None)`` or ``(None, error)``, in order, once committed."""
+    if len(calls) > 1:
+        try:
+            with transaction.atomic():
+                return _batch(calls)
+        except (DatabaseError, _BatchBroken):
+            pass  # rolled back, all of it: each alone below
+    return [_outcome(master_call, args) for args in calls]
+
+
+class _BatchBroken(Exception):
+    """A call of a batch left its transaction unusable."""
+
+
+def _outcome(function, args: tuple, *, batched: bool = False
+             ) -> tuple[object, Exception | None]:
+    try:
+        answer = function(*args), None
+    except DatabaseError as exc:
+        if batched:
+            raise  # the transaction is broken: the whole batch goes again, call by call
+        return None, exc
+    except Exception as exc:  # the caller's answer (an API error)
+        answer = None, exc
+    if batched and connection.needs_rollback:
+        raise _BatchBroken
+    return answer
+
+
+def _batch(calls: list[tuple]) -> list[tuple[object, Exception | None]]:
+    """The calls in the current transaction. On PostgreSQL the one statement that is all most
+    calls need — a ``next``'s take (when no sweep is due), a ``done`` — is sent for all of
+    them at once (one round trip, pipelined); then, in order, each call gets its answer from
+    its statement's rows, or runs whole (``master_call``) when that was not enough (no task
+    was waiting; the ``done`` changed nothing), or was not one of those."""
+    firsts: dict[int, tuple] = {}
+    outcomes: list = [None] * len(calls)
+    if connection.vendor == "postgresql":
+        for i, args in enumerate(calls):
+            first = _outcome(_first, args, batched=True)
+            if first[1] is not None:
+                outcomes[i] = first  # refused before any statement: that is its answer
+            elif first[0] is not None:
+                firsts[i] = first[0]
+        rows = _run_together([(statement, params, many) for
+                              *_, statement, params, many in firsts.values()])
+        firsts = {i: (*first, result) for (i, first), result in zip(firsts.items(), rows,
+                                                                   strict=True)}
+    for i, args in enumerate(calls):
+        if outcomes[i] is not None:
+            continue
+        if i not in firsts:
+            outcomes[i] = _outcome(master_call, args, batched=True)
+            continue
+        action, job, trainer, task_id, lease, _statement, _params, _many, result = firsts[i]
+        if action == "next":
+            outcomes[i] = _outcome(_taken, (job, trainer, lease, result), batched=True)
+            if outcomes[i] == (None, None):  # no task was waiting: the whole call
+                outcomes[i] = _outcome(master_call, args, batched=True)
+        else:
+            outcomes[i] = _outcome(_done_after, (job, task_id, trainer, lease, result),
+                                   batched=True)
+    return outcomes
+
+
+def _first(uid, token: str, action: str, task_id: int | None, data) -> tuple | None:
+    """For a ``next`` (no sweep due) or a ``done``: what it is, and its one statement;
+    None for another call. Raises what ``master_call`` would before any statement."""
+    if action not in ("next", "done"):
+        return None
+    job = master_job(uid, token)
+    data = data if isinstance(data, dict) else {}
+    trainer = _trainer(data)
+    if action == "next":
+        if _sweep_due(job, claim=False):
+            return None
+        lease, params = _take_params(job, trainer)
+        return action, job, trainer, None, lease, _TAKE, params, True
+    lease = _lease_of(data)
+    return (action, job, trainer, task_id, lease, _DONE,
+            _done_params(job, task_id, trainer, lease), False)
+
+
+def _run_together(statements: list[tuple[str, list, bool]]) -> list:
+    """``_run`` for each ``(statement, params, rows)``, sent together (PostgreSQL's pipeline
+    mode: one round trip for all)."""
+    if not psycopg.Pipeline.is_supported():  # libpq before 14: one after the other
+        return [_run(statement, params, rows=rows) for statement, params, rows in statements]
+    if not statements:
+        return []
+    connection.ensure_connection()
+    cursors = []
+    try:
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            for statement, params, rows in statements:
+                cursor = psycopg.Cursor(connection.connection)
+                cursors.append((cursor, rows))
+                cursor.execute(_for("postgresql", statement, "FOR UPDATE SKIP LOCKED"),
+                               params, prepare=True)
+        with connection.wrap_database_errors:
+            return [cursor.fetchall() if rows else cursor.rowcount for cursor, rows in cursors]
+    finally:
+        for cursor, _rows in cursors:
+            cursor.close()
 
 
 # --- what users see ------------------------------------------------------------------------------

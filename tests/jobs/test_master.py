@@ -390,3 +390,69 @@ def test_on_sqlite_each_task_is_done_once_a_pass(tmp_path):
     assert found["first"] == [0, 1]
     assert found["done"] == [[p, i] for p in range(2) for i in range(12)]
     assert found["attempts"] == [1] * 23 + [2]
+
+
+# --- calls answered together (jobs/master/app.py: one transaction, one commit) -----------------
+
+def call_args(job, action: str, body: dict, task_id: int | None = None,
+              token: str | None = None) -> tuple:
+    """``master_call``'s arguments, as the ASGI app passes them."""
+    return (str(job.uid), dispatch.master_token(job) if token is None else token, action,
+            task_id, body)
+
+
+@pytest.mark.django_db
+def test_calls_answered_together_are_each_answered_as_if_alone(alice, datacenter, package,
+                                                              dataset):
+    job = submit(alice, datacenter, dataset=f"{DATA}/part-*.recordio", dataset_unit="chunk")
+    trainers(job, 4)
+    dispatch.task_next(job, 3)  # the pass is made, the sweep done: the takes go together
+    answers = dispatch.master_calls([
+        call_args(job, "next", {"trainer": 0}), call_args(job, "next", {"trainer": 1}),
+        call_args(job, "next", {"trainer": 0}, token="pcm_wrong"),
+        call_args(job, "next", {"trainer": "x"}), call_args(job, "next", {"trainer": 2})])
+    tasks = [answer["task"] for answer, error in answers if error is None]
+    assert len(tasks) == 3 and len({t["id"] for t in tasks}) == 3, answers
+    assert [type(error).__name__ for _, error in answers] == [
+        "NoneType", "NoneType", "NotFoundError", "ValidationError", "NoneType"]
+    first, second, third = tasks
+    answers = dispatch.master_calls([
+        call_args(job, "done", {"trainer": 0, "lease": first["lease"]}, first["id"]),
+        call_args(job, "done", {"trainer": 1, "lease": "stale"}, second["id"]),
+        call_args(job, "done", {"trainer": 2, "lease": third["lease"]}, third["id"]),
+        call_args(job, "done", {"trainer": 0, "lease": first["lease"]}, first["id"]),  # again
+        call_args(job, "renew", {"trainer": 1, "lease": second["lease"]}, second["id"])])
+    assert [answer for answer, _ in answers] == [
+        {"done": True}, None, {"done": True}, {"done": True},
+        {"lease_seconds": dispatch._lease_seconds()}]
+    assert isinstance(answers[1][1], dispatch.LeaseLost)
+    states = dict(Task.objects.filter(pk__in=[t["id"] for t in tasks])
+                  .values_list("pk", "state"))
+    assert states == {first["id"]: "done", second["id"]: "leased", third["id"]: "done"}
+
+
+@pytest.mark.django_db
+def test_nexts_answered_together_as_a_pass_runs_out_wait_then_go_on(alice, datacenter,
+                                                                    package, dataset):
+    """Four trainers ask together for the 2 tasks of a pass: two get them, two are told to
+    wait; their dones and nexts together then start the second pass, and after it the
+    trainers are told it is over."""
+    job = submit(alice, datacenter, dataset=f"{DATA}/part-0.recordio", dataset_unit="chunk",
+                 passes=2)
+    trainers(job, 4)
+    answers = [answer for answer, error in dispatch.master_calls(
+        [call_args(job, "next", {"trainer": i}) for i in range(4)]) if error is None]
+    assert [sorted(answer) for answer in answers] == [["task"], ["task"], ["wait"], ["wait"]]
+    held = [answer["task"] for answer in answers[:2]]
+    answers = dispatch.master_calls(
+        [call_args(job, "done", {"trainer": i, "lease": task["lease"]}, task["id"])
+         for i, task in enumerate(held)]
+        + [call_args(job, "next", {"trainer": i}) for i in range(4)])
+    assert [answer for answer, _ in answers[:2]] == [{"done": True}, {"done": True}]
+    got = [(i, answer["task"]) for i, (answer, _) in enumerate(answers[2:]) if "task" in answer]
+    assert sorted((task["pass"], task["index"]) for _, task in got) == [(1, 0), (1, 1)]
+    for i, task in got:
+        dispatch.task_done(job, task["id"], i, task["lease"])
+    assert [answer for answer, _ in dispatch.master_calls(
+        [call_args(job, "next", {"trainer": i}) for i in range(2)])] == [{"done": True}] * 2
+    assert not Task.objects.filter(job=job).exclude(state="done").exists()

@@ -133,3 +133,57 @@ def test_a_body_too_large_is_refused(live_portal, job):
     status, answer, _ = call(live_portal, f"/api/v1/master/{job.uid}/tasks/1/failed", body,
                              master_token(job))
     assert status == 400 and answer["code"] == "too_long" and "body" in answer["fields"]
+
+
+def test_many_trainers_over_http_have_each_task_done_once_a_pass(live_portal):
+    """16 trainers at once over HTTP, each on its keep-alive connection: the master's
+    threads answer the calls that wait together (one transaction each time), and every task
+    of both passes is handed out once and done once."""
+    home = live_portal.home
+    package_write(home, "")
+    (home / "many.txt").write_text("".join(f"line {i}\n" for i in range(120)))
+    job = job_submit(live_portal.user, live_portal.datacenter, {
+        "name": "many", "package": PACKAGE, "entry": "python train.py", "passes": 2,
+        "dataset": f"{HOME}/many.txt", "task_records": 1}).job
+    base, token = f"/api/v1/master/{job.uid}", master_token(job)
+    where = urlsplit(live_portal.url)
+    done: list[tuple[int, int]] = []
+    errors: list[object] = []
+
+    def trainer(index: int) -> None:
+        connection = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+        def post(path: str, body: dict) -> dict:
+            connection.request("POST", base + path, body=json.dumps(body), headers=headers)
+            response = connection.getresponse()
+            answer = json.loads(response.read())
+            if response.status != 200:
+                raise AssertionError(f"{path}: {response.status} {answer}")
+            return answer
+
+        try:
+            while True:
+                answer = post("/next", {"trainer": index})
+                if answer.get("done"):
+                    return
+                if "wait" in answer:
+                    time.sleep(0.05)
+                    continue
+                task = answer["task"]
+                post(f"/tasks/{task['id']}/done", {"trainer": index, "lease": task["lease"]})
+                done.append((task["pass"], task["index"]))
+        except Exception as exc:  # reported in the test's thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    # trainers 1 to 16: the job's own trainer-0 may end, and its leases would come back
+    threads = [threading.Thread(target=trainer, args=(i,)) for i in range(1, 17)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    assert sorted(done) == [(p, i) for p in range(2) for i in range(120)]
+    assert not Task.objects.filter(job=job, attempts__gt=1).exists()
