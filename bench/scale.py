@@ -420,7 +420,14 @@ class Bench:
         self._stop(celery, 30)
         if self.fake is not None:
             self.fake.stop()
-        self._real_close()
+        try:
+            self._real_close()
+        finally:
+            if self.created:
+                in_process_scratch_remove(self.args.database_url, self.database, self.tmp,
+                                          keep=self.args.keep)
+            elif not self.args.keep:
+                shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _stop(self, names: list[str], grace: float) -> None:
         for name in names:
@@ -434,12 +441,6 @@ class Bench:
                 log(f"{name} did not stop in {grace:.0f} s: killed")
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-        if self.created:
-            in_process_scratch_remove(self.args.database_url, self.database, self.tmp,
-                                      keep=self.args.keep)
-        elif not self.args.keep:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-
 
     def _real_close(self) -> None:
         """What the bench made on the real control plane: the portal's namespaces and volumes
