@@ -383,6 +383,9 @@ class Bench:
                 told.join(30)
                 if told.at is not None:
                     seen.append(told.at - exited)
+            log(f"job-{i} (uid {job.uid}): its trainer exited; the job failed "
+                f"{delays[-1]:.3f} s later" + (f", the API server said so after "
+                                             f"{seen[-1]:.3f} s" if told and told.at else ""))
             # Its stop (its pods deleted, each a change) done before the next exit, so that
             # each is timed alone.
             while job.replicas.exclude(state__in=("succeeded", "failed", "killed")).exists():

@@ -44,9 +44,11 @@ log = logging.getLogger("node-agent")
 
 HEARTBEAT_SECONDS = 10.0
 LEASE_SECONDS = 40
-# A pass over every pod this often, as a kubelet's PLEG relists its containers (generic PLEG:
-# every second), for whatever no event told the agent of.
+# The pods' processes looked at this often, as a kubelet's PLEG relists its containers
+# (generic PLEG: every second), for an end no event told the agent of; and every pod synced
+# this often, as a kubelet's periodic sync (--sync-frequency, 1 min) does, here sooner.
 RELIST_SECONDS = 1.0
+FULL_PASS_SECONDS = 10.0
 # In between, the pods with news at most this often (a burst of changes, one pass), and
 # those that wait on time (a deletion's grace, a restart's back-off) as often.
 PASS_SECONDS = 0.05
@@ -192,21 +194,26 @@ class NodeAgent:
             self.shutdown()
 
     def _loop(self) -> None:
-        """Passes until stopped: over every pod each ``RELIST_SECONDS`` (a kubelet's PLEG
-        relist), and in between over the pods that have news (their object changed, a
+        """Passes until stopped: over the pods that have news (their object changed, a
         process of theirs ended: ``Mirror.changed``) and those that wait on time
-        (``NodeKubelet.busy``) as soon as there are any, at most every ``PASS_SECONDS``.
-        So a pass costs what changed, not every pod the node runs."""
+        (``NodeKubelet.busy``) as soon as there are any, at most every ``PASS_SECONDS``;
+        with those whose processes a relist finds ended each ``RELIST_SECONDS`` (a kubelet's
+        PLEG), and over every pod each ``FULL_PASS_SECONDS`` (its periodic sync). So a pass
+        costs what changed, not every pod the node runs."""
         store, mirror, kubelet = self.api.store, self.api.mirror, self.kubelet
-        relist = 0.0
+        relist = full = 0.0
         while not self.stopping.is_set():
             started = time.monotonic()
             with store.lock:
-                targets = None if started >= relist else {**kubelet.busy,
-                                                          **mirror.take_changed()}
-                if targets is None:
+                if started >= full:
+                    targets = None
                     mirror.take_changed()  # all of them are looked at
-                    relist = started + RELIST_SECONDS
+                    relist, full = started + RELIST_SECONDS, started + FULL_PASS_SECONDS
+                else:
+                    targets = {**kubelet.busy, **mirror.take_changed()}
+                    if started >= relist:
+                        targets.update(kubelet.relist())
+                        relist = started + RELIST_SECONDS
                 try:
                     kubelet.sync(targets)
                 except Exception:
@@ -215,7 +222,7 @@ class NodeAgent:
             if kubelet.busy:  # looked at again shortly, whatever happens
                 self.stopping.wait(max(0.0, started + PASS_SECONDS - time.monotonic()))
             else:
-                mirror.woken.wait(max(0.0, relist - time.monotonic()))
+                mirror.woken.wait(max(0.0, min(relist, full) - time.monotonic()))
                 # (a change: its pass a moment later, as one pass takes a burst of them)
                 self.stopping.wait(max(0.0, started + PASS_SECONDS - time.monotonic()))
 

@@ -239,6 +239,13 @@ class NodeKubelet(ProcessKubelet):
             self._forget(uid)
         self._sync_host_services()
 
+    def relist(self) -> dict[str, tuple[str, str]]:
+        """The pods a process of which has ended (a kubelet's PLEG relist: its containers'
+        states, not its pods)."""
+        return {uid: self._where[uid] for uid, sandbox in list(self.sandboxes.items())
+                if uid in self._where and any(run.container.poll() is not None
+                                              for run in list(sandbox.runs.values()))}
+
     def _forget(self, uid: str) -> None:
         """A pod that is gone (removed, or force-deleted): whatever still runs is killed."""
         if self._runtimes.pop(uid, None) is not None:
