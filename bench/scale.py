@@ -516,12 +516,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=2, help="the worker's processes")
     parser.add_argument("--timeout", type=float, default=1800,
                         help="seconds the jobs may take to all run")
-    parser.add_argument("--fake", action="store_true",
-                        help="the fake API server (tests/k8s_api_server) instead of the real "
-                             "control plane")
     parser.add_argument("--kubeconfig",
                         help="an admin's kubeconfig of a running real control plane (./dev kube "
                              "up's); else one is started for the run")
+    parser.add_argument("--fake", action="store_true",
+                        help="the fake API server (tests/k8s_api_server) instead of the real "
+                             "control plane")
     in_process_options(parser, redis_db=14)
     parser.add_argument("--worker-log-level", default="WARNING",
                         help="the worker's log level (INFO: each task and its time)")
