@@ -350,6 +350,7 @@ class NodeKubelet(ProcessKubelet):
                 if exc.status != 404:
                     log.warning("status of pod %s/%s: %s %s", meta["namespace"], meta["name"],
                                 exc.status, exc.body)
+                    self.api.mirror.changed(meta["uid"], meta["namespace"], meta["name"])
                 continue
             self._sent[meta["uid"]] = mine
             self.api.mirror.put(resources.PODS, answer)
