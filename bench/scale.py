@@ -184,15 +184,16 @@ class Bench:
     def _fake(self) -> tuple[Path, dict]:
         from tests.k8s_api_server.config import Settings
         from tests.k8s_api_server.server import FakeKubernetes
-        from tests.kube import portal_rules
+        from tests.kube import portal_kubeconfig
 
         # A fake that keeps up with thousands of pods: it looks at what changed, and at
         # everything only every 30 s (its own work shares this process's one core).
         settings = Settings(history_size=20 * self.args.running + 1000, tick_seconds=5.0,
-                            full_pass_seconds=30.0, portal_rules=portal_rules())
+                            full_pass_seconds=30.0)
         self.fake = FakeKubernetes(kubeconfig_path=self.tmp / "kubeconfig",
                                    settings=settings).start()
-        return self.fake.portal_kubeconfig_path, {"hostPath": {"path": str(self.tmp / "pfs")}}
+        # (held to deploy/rbac.yaml, as the portal is in a cluster)
+        return portal_kubeconfig(self.fake), {"hostPath": {"path": str(self.tmp / "pfs")}}
 
     def _real(self) -> tuple[Path, dict]:
         """The real control plane (started here, or ``--kubeconfig``'s), with node agents of
