@@ -80,6 +80,12 @@ class Store:
         with self.lock:
             return set(self._index(resource)[2])
 
+    def writes(self, *resources: str) -> tuple[int, ...]:
+        """How often each of ``resources`` was written: what a reader caching what it made
+        of them compares (unchanged: nothing of theirs changed)."""
+        with self.lock:
+            return tuple(self._writes[resource] for resource in resources)
+
     def _index(self, resource: str) -> tuple[int, dict[str, list[dict]], set[str]]:
         index = self._indexes.get(resource)
         if index is None or index[0] != self._writes[resource]:

@@ -26,6 +26,7 @@ import platform
 import signal
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -43,7 +44,14 @@ log = logging.getLogger("node-agent")
 
 HEARTBEAT_SECONDS = 10.0
 LEASE_SECONDS = 40
-PASS_SECONDS = 0.05  # a pass at least this often: processes end without telling anyone
+# The pods' processes looked at this often, as a kubelet's PLEG relists its containers
+# (generic PLEG: every second), for an end no event told the agent of; and every pod synced
+# this often, as a kubelet's periodic sync (--sync-frequency, 1 min) does, here sooner.
+RELIST_SECONDS = 1.0
+FULL_PASS_SECONDS = 10.0
+# In between, the pods with news at most this often (a burst of changes, one pass), and
+# those that wait on time (a deletion's grace, a restart's back-off) as often.
+PASS_SECONDS = 0.05
 KUBELET_VERSION = "v1.35.4"
 HOST_IP = "127.0.0.1"
 LEASES = resources.ResourceType("leases", "lease", "Lease", "coordination.k8s.io", "v1")
@@ -100,7 +108,7 @@ class NodeAgent:
     def _status(self, ready: bool) -> dict:
         args = self.args
         capacity = {"cpu": args.cpu, "memory": args.memory, "pods": str(args.pods),
-                    "ephemeral-storage": "100Gi"}
+                    "ephemeral-storage": args.ephemeral_storage}
         return {
             "capacity": capacity, "allocatable": capacity,
             "conditions": self._conditions(ready),
@@ -180,18 +188,43 @@ class NodeAgent:
             beat = threading.Thread(target=self._heartbeat, name="node-heartbeat", daemon=True)
             beat.start()
             print(f"ready {self.server.port}", flush=True)
-            store = self.api.store
-            while not self.stopping.is_set():
-                with store.lock:
-                    try:
-                        self.kubelet.sync()
-                    except Exception:
-                        log.exception("kubelet pass")
-                    store.changed.wait(PASS_SECONDS)
-                self.kubelet.flush()
+            self._loop()
             beat.join(timeout=HEARTBEAT_SECONDS)
         finally:
             self.shutdown()
+
+    def _loop(self) -> None:
+        """Passes until stopped: over the pods that have news (their object changed, a
+        process of theirs ended: ``Mirror.changed``) and those that wait on time
+        (``NodeKubelet.busy``) as soon as there are any, at most every ``PASS_SECONDS``;
+        with those whose processes a relist finds ended each ``RELIST_SECONDS`` (a kubelet's
+        PLEG), and over every pod each ``FULL_PASS_SECONDS`` (its periodic sync). So a pass
+        costs what changed, not every pod the node runs."""
+        store, mirror, kubelet = self.api.store, self.api.mirror, self.kubelet
+        relist = full = 0.0
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            with store.lock:
+                if started >= full:
+                    targets = None
+                    mirror.take_changed()  # all of them are looked at
+                    relist, full = started + RELIST_SECONDS, started + FULL_PASS_SECONDS
+                else:
+                    targets = {**kubelet.busy, **mirror.take_changed()}
+                    if started >= relist:
+                        targets.update(kubelet.relist())
+                        relist = started + RELIST_SECONDS
+                try:
+                    kubelet.sync(targets)
+                except Exception:
+                    log.exception("kubelet pass")
+            kubelet.flush(targets)
+            if kubelet.busy:  # looked at again shortly, whatever happens
+                self.stopping.wait(max(0.0, started + PASS_SECONDS - time.monotonic()))
+            else:
+                mirror.woken.wait(max(0.0, min(relist, full) - time.monotonic()))
+                # (a change: its pass a moment later, as one pass takes a burst of them)
+                self.stopping.wait(max(0.0, started + PASS_SECONDS - time.monotonic()))
 
     def shutdown(self) -> None:
         self.stopping.set()
@@ -215,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", default="64")
     parser.add_argument("--memory", default="64Gi")
     parser.add_argument("--pods", type=int, default=110)
+    parser.add_argument("--ephemeral-storage", default="100Gi")
     parser.add_argument("--nfs-server", action="append", default=[], metavar="NAME",
                         help="an NFS server whose exports are this machine's directories")
     parser.add_argument("--crash-backoff-seconds", type=float, default=1.0,
@@ -227,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     agent = NodeAgent(args)
 
     def stop(signum, frame):
-        agent.stopping.set()  # the loop looks at least every PASS_SECONDS
+        agent.stopping.set()
+        agent.api.mirror.woken.set()  # the loop's wait ends
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -110,6 +110,11 @@ class Mirror:
             (resources.SERVICES, {}), (resources.ENDPOINTSLICES, {})]
         self._seen: dict[tuple[str, str, str], int] = {}  # the real resourceVersion held
         self.gone_uids: set[str] = set()  # pods the agent removed: no late event brings them back
+        # The pods that changed since the agent last took them (uid -> namespace, name), and
+        # ``woken``, set by any change the agent should look at now (``changed``).
+        self.pods_changed: dict[str, tuple[str, str]] = {}
+        self.woken = threading.Event()
+        self._changed_lock = threading.Lock()
         self.stopping = threading.Event()
         self._listed: set[str] = set()
         self.synced = threading.Event()
@@ -140,6 +145,8 @@ class Mirror:
                 return
             self._seen[key] = _rv(obj)
             self.store.write(rt.key, obj)
+            if rt.key == resources.PODS.key:
+                self.changed(meta["uid"], meta["namespace"], meta["name"])
 
     def drop(self, rt: resources.ResourceType, obj: dict) -> None:
         meta = obj["metadata"]
@@ -149,6 +156,21 @@ class Mirror:
             if held is not None and held["metadata"].get("uid") == meta.get("uid"):
                 self.store.remove(rt.key, namespace, name)
                 self._seen.pop((rt.key, namespace, name), None)
+                if rt.key == resources.PODS.key:
+                    self.changed(meta["uid"], namespace, name)
+
+    def changed(self, uid: str, namespace: str, name: str) -> None:
+        """The pod ``uid`` needs a look: its object changed, or one of its processes ended."""
+        with self._changed_lock:
+            self.pods_changed[uid] = (namespace, name)
+            self.woken.set()
+
+    def take_changed(self) -> dict[str, tuple[str, str]]:
+        """The pods changed since the last take."""
+        with self._changed_lock:
+            self.woken.clear()
+            taken, self.pods_changed = self.pods_changed, {}
+        return taken
 
     def _replace(self, rt: resources.ResourceType, items: list[dict]) -> None:
         with self.store.lock:

@@ -26,6 +26,7 @@ EndpointSlice naming that address (``<service>-node``, owned by the Service). Gi
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
@@ -190,6 +191,10 @@ class NodeKubelet(ProcessKubelet):
         self._host_services: dict[int, tuple[str, int]] = {}  # node port -> (service uid, port)
         self._slices: list[dict] = []  # EndpointSlices to write after the pass
         self._restarting: set[str] = set()  # Running pods whose sandbox is being made again
+        # The pods every pass looks at (``_waits``), and where each pod known is (uid ->
+        # namespace, name).
+        self.busy: dict[str, tuple[str, str]] = {}
+        self._where: dict[str, tuple[str, str]] = {}
 
     def close(self) -> None:
         super().close()
@@ -197,28 +202,86 @@ class NodeKubelet(ProcessKubelet):
 
     # --- the pass ----------------------------------------------------------------------
 
-    def sync(self) -> None:
+    def sync(self, targets: dict[str, tuple[str, str]] | None = None) -> None:
+        """A pass over every pod (a relist), or over ``targets`` only (uid -> namespace,
+        name: those that changed, and those ``busy``): what a kubelet's pod workers do for
+        the pods that have news."""
         store = self.api.store
-        for original in store.list(resources.PODS.key, read_only=True):
-            uid = original["metadata"]["uid"]
+        if targets is None:
+            found = store.list(resources.PODS.key, read_only=True)
+        else:
+            found = [p for p in (store.get(resources.PODS.key, *where)
+                                 for where in targets.values()) if p is not None]
+        self.busy = {} if targets is None else {
+            uid: where for uid, where in self.busy.items() if uid not in targets}
+        for original in found:
+            meta = original["metadata"]
+            uid = meta["uid"]
+            if targets is not None and uid not in targets:
+                continue  # another pod by that name
             pod = json_copy(original)
             pod.setdefault("status", {})
             if uid in self._statuses:
                 pod["status"] = self._merged(pod["status"], self._statuses[uid])
             if self._sync_pod(pod):
                 self._statuses[uid] = pod["status"]
-        alive = store.uids(resources.PODS.key)
-        for uid in [u for u in self._runtimes if u not in alive]:
-            del self._runtimes[uid]
+                self._where[uid] = (meta["namespace"], meta["name"])
+                if self._waits(pod):
+                    self.busy[uid] = (meta["namespace"], meta["name"])
+        if targets is None:
+            alive = store.uids(resources.PODS.key)
+            gone = [u for u in self._runtimes.keys() | self.sandboxes.keys()
+                    | self._statuses.keys() if u not in alive]
+        else:
+            alive = {p["metadata"]["uid"] for p in found}
+            gone = [u for u in targets if u not in alive]
+        for uid in gone:
+            self._forget(uid)
+        self._sync_host_services()
+
+    def relist(self) -> dict[str, tuple[str, str]]:
+        """The pods a process of which has ended (a kubelet's PLEG relist: its containers'
+        states, not its pods)."""
+        return {uid: self._where[uid] for uid, sandbox in list(self.sandboxes.items())
+                if uid in self._where and any(run.container.poll() is not None
+                                              for run in list(sandbox.runs.values()))}
+
+    def _forget(self, uid: str) -> None:
+        """A pod that is gone (removed, or force-deleted): whatever still runs is killed."""
+        if self._runtimes.pop(uid, None) is not None:
             self.logs.forget(uid)
             self.api.recorder.forget(uid)
-        for uid in [u for u in self.sandboxes if u not in alive]:
-            self._teardown(uid)  # removed (or force-deleted): whatever still runs is killed
-        for uid in [u for u in self._statuses if u not in alive]:
-            del self._statuses[uid]
-            self._sent.pop(uid, None)
-            self._restarting.discard(uid)
-        self._sync_host_services()
+        if uid in self.sandboxes:
+            self._teardown(uid)
+        self._statuses.pop(uid, None)
+        self._sent.pop(uid, None)
+        self._restarting.discard(uid)
+        self.busy.pop(uid, None)
+        self._where.pop(uid, None)
+
+    def _waits(self, pod: dict) -> bool:
+        """Whether the pod waits on time or on something no event tells the agent of (a
+        start, a deletion's grace, a restart's back-off, an ended process whose output is
+        not all read): looked at in every pass until it does not."""
+        uid = pod["metadata"]["uid"]
+        if pod["metadata"].get("deletionTimestamp") or \
+                pod["status"].get("phase") == "Pending" or uid in self._restarting:
+            return True
+        runtime, sandbox = self._runtimes.get(uid), self.sandboxes.get(uid)
+        return bool(runtime is not None and runtime.restart_at) or (
+            sandbox is not None and any(run.exited_at or not run.reader.is_alive()
+                                        for run in sandbox.runs.values()))
+
+    def _read(self, uid: str, name: str, run) -> None:
+        """The container's output until it ends, which is when its process has ended (its
+        pid namespace's last process gone): the pod is looked at then, as a kubelet's
+        container runtime tells it (evented PLEG), not at the next relist."""
+        try:
+            super()._read(uid, name, run)
+        finally:
+            where = self._where.get(uid)
+            if where is not None:
+                self.api.mirror.changed(uid, *where)
 
     @staticmethod
     def _merged(server: dict, mine: dict) -> dict:
@@ -261,12 +324,16 @@ class NodeKubelet(ProcessKubelet):
                 "message": "The container could not be located when the pod was terminated"}})
         self._settle(pod)
 
-    def flush(self) -> None:
-        """Send the statuses the server does not have yet, and the host services' slices."""
+    def flush(self, targets: dict[str, tuple[str, str]] | None = None) -> None:
+        """Send the statuses the server does not have yet (of ``targets`` only, when given:
+        the pods the pass looked at), and the host services' slices."""
         store = self.api.store
         with store.lock:
             patches = []
-            for pod in store.list(resources.PODS.key, read_only=True):
+            found = store.list(resources.PODS.key, read_only=True) if targets is None else [
+                p for p in (store.get(resources.PODS.key, *where) for where in targets.values())
+                if p is not None]
+            for pod in found:
                 uid = pod["metadata"]["uid"]
                 mine = self._statuses.get(uid)
                 if mine is not None and mine != self._sent.get(uid):
@@ -283,6 +350,7 @@ class NodeKubelet(ProcessKubelet):
                 if exc.status != 404:
                     log.warning("status of pod %s/%s: %s %s", meta["namespace"], meta["name"],
                                 exc.status, exc.body)
+                    self.api.mirror.changed(meta["uid"], meta["namespace"], meta["name"])
                 continue
             self._sent[meta["uid"]] = mine
             self.api.mirror.put(resources.PODS, answer)
@@ -388,24 +456,35 @@ def expose_host_port(api_client, host_port: int, *, namespace: str, service: str
     return f"http://{service}.{namespace}.svc" + ("" if port == 80 else f":{port}")
 
 
-def signal_container(pod_uid: str, container: str, signum: int) -> None:
+def signal_container(pod_uid: str, container: str, signum: int, *,
+                     command: str | None = None) -> None:
     """``FakeKubernetes.controller.signal_container`` on the agent's node: send ``signum`` to
     the PID 1 of the pod's latest run of ``container`` (as a node's OOM killer would), which is
-    a process of this machine. Found through its memory cgroup, which the kubelet names by the
+    a process of this machine; with ``command``, to its processes of that name instead (an
+    entry's child, say). Found through its memory cgroup, which the kubelet names by the
     pod's uid, the container and its restart count; its PID 1 is the process whose pid in its
     own namespace is 1."""
     runs = sorted(MEMORY_CGROUP.glob(f"{CGROUP_PARENT}/*-{pod_uid}-{container}-*"),
                   key=lambda path: int(path.name.rsplit("-", 1)[1]))
     if not runs:
         raise ValueError(f"no run of container {container} of pod {pod_uid} on this machine")
+    signalled = False
     for pid in (runs[-1] / "cgroup.procs").read_text().split():
         try:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
+            continue
+        if command is not None:
+            if status.partition("\n")[0].split(None, 1)[-1] == command:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signum)
+                    signalled = True
             continue
         nspids = next(line.split()[1:] for line in status.splitlines()
                       if line.startswith("NSpid:"))
         if len(nspids) > 1 and nspids[-1] == "1":
             os.kill(int(pid), signum)
             return
-    raise ValueError(f"container {container} of pod {pod_uid} is not running")
+    if not signalled:
+        what = f"no process {command} runs in" if command else "not running:"
+        raise ValueError(f"{what} container {container} of pod {pod_uid}")

@@ -32,16 +32,15 @@ _A = 1
 _NXDOMAIN, _FORMERR = 3, 1
 
 
-def _endpoint_pods(store, service: dict) -> list[dict]:
-    """The pods a Service's EndpointSlice lists: selected, with an IP, not finished; ready
-    ones unless the Service publishes not-ready addresses."""
+def _endpoint_pods(pods: list[dict], service: dict) -> list[dict]:
+    """Those of ``pods`` (the Service's namespace's) that its EndpointSlice lists: selected,
+    with an IP, not finished; ready ones unless the Service publishes not-ready addresses."""
     selector = service["spec"].get("selector")
     if not selector:
         return []
-    namespace = service["metadata"]["namespace"]
     publish_all = service["spec"].get("publishNotReadyAddresses", False)
-    pods = []
-    for pod in store.list(resources.PODS.key, namespace):
+    found = []
+    for pod in pods:
         status = pod.get("status") or {}
         if not status.get("podIP") or status.get("phase") in ("Succeeded", "Failed"):
             continue
@@ -51,20 +50,20 @@ def _endpoint_pods(store, service: dict) -> list[dict]:
         ready = any(c["type"] == "Ready" and c["status"] == "True"
                     for c in status.get("conditions") or [])
         if publish_all or (ready and not pod["metadata"].get("deletionTimestamp")):
-            pods.append(pod)
-    return pods
+            found.append(pod)
+    return found
 
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
-def _written_endpoints(store, service: dict) -> list[dict]:
-    """The ready IPv4 endpoints of the EndpointSlices written for a Service (CoreDNS reads
-    every slice labelled with its name; an endpoint without a ``ready`` condition is
-    ready)."""
-    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+def _written_endpoints(slices: list[dict], service: dict) -> list[dict]:
+    """The ready IPv4 endpoints of those of ``slices`` (the Service's namespace's) written
+    for a Service (CoreDNS reads every slice labelled with its name; an endpoint without a
+    ``ready`` condition is ready)."""
+    name = service["metadata"]["name"]
     endpoints = []
-    for found in store.list(resources.ENDPOINTSLICES.key, namespace):
+    for found in slices:
         if (found["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL) != name or \
                 found.get("addressType") != "IPv4":
             continue
@@ -73,25 +72,38 @@ def _written_endpoints(store, service: dict) -> list[dict]:
     return endpoints
 
 
+def _by_namespace(objects: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = {}
+    for obj in objects:
+        grouped.setdefault(obj["metadata"].get("namespace", ""), []).append(obj)
+    return grouped
+
+
+# What the cluster DNS reads: its records change only when one of these is written.
+RECORD_SOURCES = (resources.SERVICES.key, resources.PODS.key, resources.ENDPOINTSLICES.key)
+
+
 def cluster_records(store) -> dict[str, list[str]]:
     """Every name the cluster DNS answers (lower case, no trailing dot) and its addresses."""
     records: dict[str, list[str]] = {}
     with store.lock:
-        for service in store.list(resources.SERVICES.key):
+        pods = _by_namespace(store.list(resources.PODS.key, read_only=True))
+        slices = _by_namespace(store.list(resources.ENDPOINTSLICES.key, read_only=True))
+        for service in store.list(resources.SERVICES.key, read_only=True):
             name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
             fqdn = f"{name}.{namespace}.svc.{ZONE}"
             cluster_ip = service["spec"].get("clusterIP")
-            pods = _endpoint_pods(store, service)
+            selected = _endpoint_pods(pods.get(namespace, []), service)
             if cluster_ip and cluster_ip != "None":
                 records[fqdn] = [cluster_ip]
                 continue
-            records[fqdn] = [pod["status"]["podIP"] for pod in pods]
-            for pod in pods:
+            records[fqdn] = [pod["status"]["podIP"] for pod in selected]
+            for pod in selected:
                 spec = pod["spec"]
                 if spec.get("subdomain") == name:
                     host = spec.get("hostname") or pod["metadata"]["name"]
                     records[f"{host}.{fqdn}"] = [pod["status"]["podIP"]]
-            for endpoint in _written_endpoints(store, service):
+            for endpoint in _written_endpoints(slices.get(namespace, []), service):
                 records[fqdn] += [a for a in endpoint["addresses"] if a not in records[fqdn]]
                 if endpoint.get("hostname"):
                     records[f"{endpoint['hostname'].lower()}.{fqdn}"] = \
@@ -154,6 +166,7 @@ class DnsServer:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self.errors: list[str] = []
+        self._made: tuple[tuple[int, ...], dict[str, list[str]]] | None = None
         self._thread = threading.Thread(target=self._serve, name="fake-k8s-dns", daemon=True)
 
     def start(self) -> DnsServer:
@@ -166,6 +179,14 @@ class DnsServer:
     def stop(self) -> None:
         self._stopping.set()
         self._thread.join(timeout=5)
+
+    def _records(self) -> dict[str, list[str]]:
+        """``cluster_records``, made again only when what it reads was written since."""
+        with self.store.lock:
+            version = self.store.writes(*RECORD_SOURCES)
+            if self._made is None or self._made[0] != version:
+                self._made = (version, cluster_records(self.store))
+            return self._made[1]
 
     def _serve(self) -> None:
         try:
@@ -185,6 +206,6 @@ class DnsServer:
                 except TimeoutError:
                     continue
                 try:
-                    sock.sendto(answer(packet, cluster_records(self.store)), peer)
+                    sock.sendto(answer(packet, self._records()), peer)
                 except Exception as exc:  # a bug here: report it, keep answering
                     self.errors.append(f"dns: {exc!r}")
