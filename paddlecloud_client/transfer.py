@@ -39,12 +39,26 @@ RESYNC = ("offset_mismatch", "upload_busy")
 Warn = Callable[[str], None]
 
 
-class RunningHash:
-    """The SHA-256 of a file's bytes from 0 on, fed as they are sent, each byte once even when
-    a chunk is sent again after a broken connection."""
+# The digests a resumable upload can be checked with, fastest first, and the header each goes
+# in (the server's pfs.digests). XXH3-128 hashes ~12 times faster than SHA-256; it is asked
+# for only where the ``xxhash`` wheel is installed, and used only when the server's answer
+# names it (an older server checks SHA-256).
+DIGESTS: dict[str, Callable] = {}
+with contextlib.suppress(ImportError):
+    import xxhash
 
-    def __init__(self):
-        self.hash, self.position = hashlib.sha256(), 0
+    DIGESTS["xxh3-128"] = xxhash.xxh3_128
+DIGESTS["sha256"] = hashlib.sha256
+HEADERS = {"sha256": "X-Checksum-Sha256", "xxh3-128": "X-Checksum-Xxh3-128"}
+
+
+class RunningHash:
+    """The digest (SHA-256 unless told) of a file's bytes from 0 on, fed as they are sent,
+    each byte once even when a chunk is sent again after a broken connection."""
+
+    def __init__(self, algorithm: str = "sha256"):
+        self.algorithm = algorithm
+        self.hash, self.position = DIGESTS[algorithm](), 0
 
     def feed(self, start: int, data: bytes) -> None:
         if start <= self.position < start + len(data):
@@ -263,10 +277,12 @@ def _upload_chunked(client: ApiClient, file: BinaryIO, size: int, digest: str | 
     """The resumable protocol: create the upload, PATCH chunks; after a lost connection
     ask the server how far it got and go on from there. Without ``digest`` the file is hashed
     as it is sent and the checksum goes with the last chunk."""
-    running = RunningHash() if digest is None else None
     upload = client.call("POST", UPLOADS, json={
         "path": remote, "size": size, "overwrite": True, "parents": parents, "kind": kind,
-        **({"sha256": digest} if digest else {})})
+        **({"sha256": digest} if digest else {"algorithm": next(iter(DIGESTS))})})
+    running = None
+    if digest is None:  # what the server checks: the algorithm asked for, or (old) SHA-256
+        running = RunningHash(upload.get("algorithm", "sha256"))
     url = f"{UPLOADS}/{upload['id']}"
     offset, chunk = upload["offset"], upload["chunk_size"]
     failures, resync = 0, False
@@ -282,7 +298,7 @@ def _upload_chunked(client: ApiClient, file: BinaryIO, size: int, digest: str | 
                 headers = {"Upload-Offset": str(offset),
                            "Content-Type": "application/offset+octet-stream"}
                 if running is not None and offset + length == size:
-                    headers["X-Checksum-Sha256"] = running.up_to(file, size)
+                    headers[HEADERS[running.algorithm]] = running.up_to(file, size)
                 result = client.call(
                     "PATCH", url, headers=headers, transfer=True,
                     body=lambda start=offset, length=length: Window(

@@ -22,6 +22,8 @@ import mimetypes
 import re
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
@@ -49,9 +51,32 @@ from kernel.errors import (
 )
 from kernel.security import asgi_request, no_view
 
-from . import services, tar
+from . import digests, services, tar
+from .storage.posix import PosixStorage
 
 logger = logging.getLogger(__name__)
+
+# The ASGI scope's key under which a front (paddlecloud.front) says what it serves: a
+# ``FrontFiles``. Without it, every byte goes through here.
+FRONT_SCOPE = "paddlecloud.front"
+
+
+@dataclass(frozen=True)
+class FrontFiles:
+    """nginx in front serves the files below ``root`` at the internal ``location``."""
+
+    location: str
+    root: Path
+
+    def redirect(self, path: Path) -> str | None:
+        """The X-Accel-Redirect that has nginx send the file ``path``; None if not below
+        ``root`` (that file goes through the portal)."""
+        try:
+            inside = path.relative_to(self.root)
+        except ValueError:
+            return None
+        return self.location + urllib.parse.quote(inside.as_posix())
+
 
 CONTENT_RE = re.compile(r"^/api/v1/pfs/content/?$")
 UPLOAD_RE = re.compile(r"^/api/v1/pfs/uploads/(?P<id>[0-9a-fA-F-]{32,36})/?$")
@@ -202,10 +227,12 @@ class PfsTransferApp(BeforeDjango):
         size = exchange.length()
         kind = "tar" if (exchange.header("content-type") or "").startswith(
             "application/x-tar") else "file"
+        algorithm, checksum = digests.from_headers(exchange.header)
         session = await self.database(
             services.upload_prepare, user, datacenter, path=query.get("path", ""), size=size,
-            kind=kind,
-            sha256=exchange.header("x-checksum-sha256") or query.get("sha256", ""),
+            kind=kind, algorithm=algorithm,
+            checksum=checksum or (query.get("sha256", "") if algorithm == digests.SHA256
+                                  else ""),
             overwrite=query_flag(request, "overwrite", default=True),
             parents=query_flag(request, "parents"))
         upload = None
@@ -251,7 +278,7 @@ class PfsTransferApp(BeforeDjango):
                 "body", f"bytes {offset}..{offset + length} go past the upload's size "
                         f"({session.size})", code="too_long")
         if offset + length == session.size:  # the last chunk: the checksum must be known
-            services.upload_checksum(session, exchange.header("x-checksum-sha256"))
+            services.upload_checksum(session, exchange.header)
         key = str(session.pk)
         if key in self._busy:
             raise ConflictError.for_field("upload", "another request is sending to this "
@@ -324,6 +351,20 @@ class PfsTransferApp(BeforeDjango):
             "Accept-Ranges": "bytes",
             "ETag": f'"{entry.size:x}-{int(entry.mtime * 1e6):x}"',
         }
+        front = exchange.scope.get(FRONT_SCOPE)
+        if front is not None and isinstance(storage, PosixStorage):
+            # nginx sends the bytes (with sendfile), ranges and HEAD included; it opens the
+            # path refusing any link on it (paddlecloud.front).
+            path = await asyncio.to_thread(storage.resolved, rel)
+            if (redirect := front.redirect(path)) is not None:
+                if not head:
+                    metrics.pfs_operation("download")
+                    metrics.pfs_transferred("download", end - start)
+                del headers["ETag"], headers["Accept-Ranges"]  # nginx's own
+                await exchange.start(200, {**headers, "Content-Length": "0",
+                                           "X-Accel-Redirect": redirect})
+                await exchange.send({"type": "http.response.body", "body": b""})
+                return
         status = 200
         if asked:
             status = 206

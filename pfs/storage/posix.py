@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import hashlib
 import os
 import stat as stat_mod
 import uuid
@@ -365,6 +364,15 @@ class PosixStorage(Storage):
             return _chunks(os.dup(fd), start, end)
 
     @_os_errors
+    def resolved(self, rel: Rel) -> Path:
+        """Where the regular file ``rel`` is on disk, links inside the area followed as
+        ``read`` follows them: the root joined with components none of which was a link when
+        looked at (a server that opens it must still refuse links: one may be planted since)."""
+        with self._locate(rel, follow_last=True) as loc, self._open(loc, O_FILE) as fd:
+            self._regular(fd, rel)
+            return self.root.joinpath(*loc.rel)
+
+    @_os_errors
     def extents(self, rel: Rel) -> list[tuple[int, int]]:
         with self._locate(rel, follow_last=True) as loc, self._open(loc, O_FILE) as fd:
             size, ranges, position = self._regular(fd, rel).st_size, [], 0
@@ -544,7 +552,7 @@ class _PosixUpload(Upload):
         except BaseException:
             # The hash may have taken bytes that were not stored: taken again from those that
             # are, should the upload go on.
-            self.hasher, self._hashed = hashlib.sha256(), False
+            self.hasher, self._hashed = self.new_hash(), False
             raise
 
     def hole(self, size: int) -> None:
