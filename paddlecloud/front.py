@@ -105,11 +105,9 @@ http {{
 
 
 def nginx_binary() -> str | None:
-    """The nginx to run: on PATH, or Debian's /usr/sbin/nginx (not on a user's PATH)."""
-    found = shutil.which("nginx")
-    if found is None and os.access("/usr/sbin/nginx", os.X_OK):
-        found = "/usr/sbin/nginx"
-    return found
+    """The nginx to run, if there is one on PATH (Debian's is /usr/sbin/nginx: root's PATH
+    has it, most users' do not)."""
+    return shutil.which("nginx")
 
 
 def nginx_config(*, listen: str, socket_path: str, pfs_root: Path, work: Path) -> str:
@@ -136,12 +134,19 @@ class NginxFront:
     """nginx as the portal's child, in a private work directory (config, socket, temporary
     files), stopped by ``stop`` (and by the kernel if the portal dies first)."""
 
-    def __init__(self, *, host: str, port: int, pfs_root: Path, binary: str | None = None):
+    def __init__(self, *, host: str, port: int, pfs_root: Path, binary: str | None = None,
+                 var_dir: Path | None = None):
         self.host, self.port, self.pfs_root = host, port, Path(pfs_root)
         self.binary = binary or nginx_binary()
         if self.binary is None:
             raise RuntimeError("nginx is not installed (Debian: apt-get install nginx-light)")
-        self.work = Path(tempfile.mkdtemp(prefix="paddlecloud-front-"))  # 0700: ours only
+        # 0700: ours only. In the var directory when a socket's path there is short enough
+        # (108 bytes at most), so that a portal killed outright leaves nothing in /tmp.
+        base = var_dir if var_dir is not None and len(str(var_dir)) < 60 else None
+        if base is not None:
+            base.mkdir(parents=True, exist_ok=True)
+        self.work = Path(tempfile.mkdtemp(prefix="front-" if base else "paddlecloud-front-",
+                                          dir=base))
         self.socket_path = str(self.work / "portal.sock")
         self.process: subprocess.Popen | None = None
 

@@ -68,7 +68,8 @@ class Command(BaseCommand):
         nginx = None
         if front_socket is None and front != "off":
             if nginx_binary() is not None:
-                nginx = NginxFront(host=host, port=port, pfs_root=settings.PADDLECLOUD_PFS_ROOT)
+                nginx = NginxFront(host=host, port=port, pfs_root=settings.PADDLECLOUD_PFS_ROOT,
+                                   var_dir=settings.VAR_DIR)
             elif front == "on":
                 raise CommandError("--front on (PADDLECLOUD_FRONT=on): nginx is not installed "
                                    "(Debian: apt-get install nginx-light), or set it to auto")
