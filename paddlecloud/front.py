@@ -162,7 +162,7 @@ class NginxFront:
         self.process = subprocess.Popen(  # noqa: S603 - the system's nginx, our config
             [self.binary, "-p", str(self.work), "-c", str(config), "-e", "stderr"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            preexec_fn=_die_with_parent)  # noqa: PLW1509 - prctl only, no locks taken
+            preexec_fn=_die_with_parent)
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             if self.process.poll() is not None:

@@ -35,7 +35,6 @@ from .models import UploadSession, Usage
 from .paths import PfsPath, pfs_check_access, pfs_path_parse, pfs_shown
 from .storage import TEMP_PREFIX, ChecksumError, Entry, Rel, Storage, Upload, storage_for
 
-
 logger = logging.getLogger(__name__)
 
 

@@ -20,12 +20,20 @@ import xxhash
 from paddlecloud.front import FILES_LOCATION, NginxFront
 from paddlecloud_client import transfer
 from paddlecloud_client.api import ApiClient
-from paddlecloud_client.tokens import TokenCache
 from paddlecloud_client.progress import Progress
+from paddlecloud_client.tokens import TokenCache
 from tests.conftest import PASSWORD
 
-from .test_api import API, HOME, Pfs, check_error, eventually, on_disk, temporaries
-from .test_api import bob  # noqa: F401 - a fixture
+from .test_api import (
+    API,
+    HOME,
+    Pfs,
+    bob,  # noqa: F401 - a fixture
+    check_error,
+    eventually,
+    on_disk,
+    temporaries,
+)
 
 MiB = 1 << 20
 
@@ -89,15 +97,17 @@ def test_a_text_file_keeps_the_portals_inert_type(front, home):
     assert front.get("notes.txt").headers["Content-Type"].startswith("text/plain")
 
 
-def test_the_front_refuses_what_the_portal_refuses(front, direct, front_portal, home, bob):
+@pytest.mark.usefixtures("bob")
+def test_the_front_refuses_what_the_portal_refuses(front, direct, front_portal, home):
     (home / "d").mkdir()
     bob_home = home.parent / "bob"
     bob_home.mkdir()
     (bob_home / "secret").write_bytes(b"bob's")
-    anonymous = requests.get(f"{front_portal.url}{API}/content", params={"path": f"{HOME}/x"})
+    anonymous = requests.get(f"{front_portal.url}{API}/content", params={"path": f"{HOME}/x"},
+                             timeout=10)
     cases = {
         "anonymous": (anonymous, requests.get(f"{direct.portal.url}{API}/content",
-                                              params={"path": f"{HOME}/x"})),
+                                              params={"path": f"{HOME}/x"}, timeout=10)),
         "missing": (front.get("nothing"), direct.get("nothing")),
         "another's home": (front.get("/pfs/datacenter1/home/bob/secret"),
                            direct.get("/pfs/datacenter1/home/bob/secret")),
@@ -141,7 +151,8 @@ def test_links_in_a_home_are_taken_as_the_portal_takes_them(front, direct, home)
 def test_the_internal_location_cannot_be_asked_for(front_portal, home):
     (home / "f").write_bytes(b"mine")
 
-    got = requests.get(f"{front_portal.url}{FILES_LOCATION}datacenter1/home/alice/f")
+    got = requests.get(f"{front_portal.url}{FILES_LOCATION}datacenter1/home/alice/f",
+                       timeout=10)
 
     assert got.status_code == 404
     assert b"mine" not in got.content
@@ -151,7 +162,7 @@ class _Redirecting(BaseHTTPRequestHandler):
     """A stand-in for the portal just after a job swapped a link in: it redirects nginx to
     whatever path the request names, as the portal would have after its check."""
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         self.send_response(200)
         self.send_header("X-Accel-Redirect", FILES_LOCATION + self.path.lstrip("/"))
         self.send_header("Content-Length", "0")
@@ -171,15 +182,15 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 @pytest.fixture
 def nginx_before_a_swap(tmp_path):
-    """The front's nginx, its portal replaced by ``_Redirecting``; the PFS root, alice's home
-    holding d/f and f, and bob's secret beside."""
+    """The front's nginx, its portal replaced by ``_Redirecting``; the PFS root, mine's home
+    holding d/f and f, and theirs's secret beside."""
     root = tmp_path / "pfs"
-    alice, bob = root / "dc" / "home" / "alice", root / "dc" / "home" / "bob"
-    (alice / "d").mkdir(parents=True)
-    (alice / "d" / "f").write_bytes(b"mine")
-    (alice / "f").write_bytes(b"mine too")
-    bob.mkdir()
-    (bob / "f").write_bytes(b"bob's")
+    mine, theirs = root / "dc" / "home" / "alice", root / "dc" / "home" / "bob"
+    (mine / "d").mkdir(parents=True)
+    (mine / "d" / "f").write_bytes(b"mine")
+    (mine / "f").write_bytes(b"mine too")
+    theirs.mkdir()
+    (theirs / "f").write_bytes(b"theirs's")
     import socket
 
     with socket.socket() as sock:
@@ -191,7 +202,7 @@ def nginx_before_a_swap(tmp_path):
     thread.start()
     try:
         front.start()
-        yield f"http://127.0.0.1:{port}", alice, bob
+        yield f"http://127.0.0.1:{port}", mine, theirs
     finally:
         front.stop()
         server.shutdown()
@@ -200,18 +211,19 @@ def nginx_before_a_swap(tmp_path):
 
 
 def test_nginx_follows_no_link_planted_after_the_portal_looked(nginx_before_a_swap):
-    url, alice, bob = nginx_before_a_swap
-    assert requests.get(f"{url}/dc/home/alice/d/f").content == b"mine"  # the stand-in works
-    (alice / "d").rename(alice / "d.real")
-    (alice / "d").symlink_to(bob)  # a directory on the path swapped for a link
-    (alice / "f").unlink()
-    (alice / "f").symlink_to(bob / "f")  # the file itself swapped for a link
-    (alice / "abs").symlink_to(bob / "f")
+    url, mine, theirs = nginx_before_a_swap
+    # The stand-in works:
+    assert requests.get(f"{url}/dc/home/alice/d/f", timeout=10).content == b"mine"
+    (mine / "d").rename(mine / "d.real")
+    (mine / "d").symlink_to(theirs)  # a directory on the path swapped for a link
+    (mine / "f").unlink()
+    (mine / "f").symlink_to(theirs / "f")  # the file itself swapped for a link
+    (mine / "abs").symlink_to(theirs / "f")
 
     for name in ("d/f", "f", "abs"):
-        got = requests.get(f"{url}/dc/home/alice/{urllib.parse.quote(name)}")
+        got = requests.get(f"{url}/dc/home/alice/{urllib.parse.quote(name)}", timeout=10)
         assert got.status_code in (403, 404), name
-        assert b"bob's" not in got.content, name
+        assert b"theirs's" not in got.content, name
 
 
 def test_the_portals_root_itself_may_lie_under_a_link(tmp_path):
@@ -232,7 +244,7 @@ def test_the_portals_root_itself_may_lie_under_a_link(tmp_path):
     thread.start()
     try:
         front.start()
-        assert requests.get(f"http://127.0.0.1:{port}/dc/f").content == b"ok"
+        assert requests.get(f"http://127.0.0.1:{port}/dc/f", timeout=10).content == b"ok"
     finally:
         front.stop()
         server.shutdown()
