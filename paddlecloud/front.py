@@ -73,15 +73,46 @@ http {{
         server_name _;
         location / {{
             proxy_pass http://paddlecloud_portal;
-            proxy_http_version 1.1;
-            proxy_set_header Host $http_host;
-            proxy_set_header Upgrade $http_upgrade;
-            proxy_set_header Connection $connection_upgrade;
-            proxy_set_header X-PaddleCloud-Client $remote_addr;
+            include {work}/portal-headers.conf;
             proxy_request_buffering off;
             proxy_buffering off;
             proxy_read_timeout 1d;
             proxy_send_timeout 1d;
+        }}
+        # A resumable upload's chunk (PATCH): the portal is asked first, without the body
+        # (auth_request: token, upload, offset, checksum), and only then does nginx read the
+        # body, into a file on the PFS's file system that the portal moves into place.
+        location ~ "^/api/v1/pfs/uploads/[0-9a-fA-F-]{{32,36}}/?$" {{
+            error_page 418 = @portal;
+            if ($request_method != PATCH) {{ return 418; }}
+            auth_request /_paddlecloud_check;
+            auth_request_set $paddlecloud_refusal $upstream_http_x_paddlecloud_refusal;
+            auth_request_set $paddlecloud_refused $upstream_status;
+            error_page 401 403 500 = /_paddlecloud_refused/$paddlecloud_refused;
+            client_body_in_file_only clean;
+            client_body_temp_path {body};
+            proxy_pass http://paddlecloud_portal;
+            include {work}/portal-headers.conf;
+            proxy_set_header X-PaddleCloud-Body-File $request_body_file;
+            proxy_set_header X-PaddleCloud-Body-Length $content_length;
+            proxy_set_header Content-Length "";
+            proxy_pass_request_body off;
+            proxy_read_timeout 1d;
+        }}
+        location = /_paddlecloud_check {{
+            internal;
+            proxy_pass http://paddlecloud_portal$request_uri;
+            include {work}/portal-headers.conf;
+            include {work}/check-headers.conf;
+        }}
+        # The check's refusal, with the API's own answer (its status and JSON body): the body
+        # the client sends meanwhile is discarded, never stored.
+{refusals}        location /_paddlecloud_refused/ {{ internal; return 502; }}
+        location @portal {{
+            proxy_pass http://paddlecloud_portal;
+            include {work}/portal-headers.conf;
+            proxy_request_buffering off;
+            proxy_buffering off;
         }}
         location {files} {{
             internal;
@@ -104,6 +135,35 @@ http {{
 """
 
 
+# What every request passed to the portal carries; the headers only nginx may set are
+# cleared (a client's own are never passed on).
+PORTAL_HEADERS = """\
+proxy_http_version 1.1;
+proxy_set_header Host $http_host;
+proxy_set_header Upgrade $http_upgrade;
+proxy_set_header Connection $connection_upgrade;
+proxy_set_header X-PaddleCloud-Client $remote_addr;
+proxy_set_header X-PaddleCloud-Check "";
+proxy_set_header X-PaddleCloud-Body-File "";
+proxy_set_header X-PaddleCloud-Body-Length "";
+"""
+CHECK_HEADERS = """\
+proxy_pass_request_body off;
+proxy_set_header Content-Length "";
+proxy_set_header X-PaddleCloud-Check 1;
+proxy_set_header X-PaddleCloud-Body-Length $content_length;
+"""
+BODY_DIR = ".paddlecloud-front-body"  # below the PFS root, outside every area
+REFUSED = (400, 401, 403, 404, 409, 411, 413, 422, 503)  # what the check may answer
+REFUSAL = """\
+        location = /_paddlecloud_refused/{status} {{
+            internal;
+            default_type application/json;
+            return {status} $paddlecloud_refusal;
+        }}
+"""
+
+
 def nginx_binary() -> str | None:
     """The nginx to run, if there is one on PATH (Debian's is /usr/sbin/nginx: root's PATH
     has it, most users' do not)."""
@@ -117,7 +177,9 @@ def nginx_config(*, listen: str, socket_path: str, pfs_root: Path, work: Path) -
     belong to their users)."""
     user = f"user {pwd.getpwuid(os.geteuid()).pw_name};\n" if os.geteuid() == 0 else ""
     return CONFIG.format(user=user, work=work, socket=socket_path, listen=listen,
-                         files=FILES_LOCATION, pfs_root=str(pfs_root).rstrip("/"))
+                         files=FILES_LOCATION, pfs_root=str(pfs_root).rstrip("/"),
+                         body=Path(pfs_root) / BODY_DIR,
+                         refusals="".join(REFUSAL.format(status=status) for status in REFUSED))
 
 
 def listen_address(host: str, port: int) -> str:
@@ -141,8 +203,9 @@ class NginxFront:
         if self.binary is None:
             raise RuntimeError("nginx is not installed (Debian: apt-get install nginx-light)")
         # 0700: ours only. In the var directory when a socket's path there is short enough
-        # (108 bytes at most), so that a portal killed outright leaves nothing in /tmp.
-        base = var_dir if var_dir is not None and len(str(var_dir)) < 60 else None
+        # (108 bytes at most, its name 27 bytes below var_dir), so that a portal killed outright
+        # leaves nothing in /tmp.
+        base = var_dir if var_dir is not None and len(str(var_dir)) < 80 else None
         if base is not None:
             base.mkdir(parents=True, exist_ok=True)
         self.work = Path(tempfile.mkdtemp(prefix="front-" if base else "paddlecloud-front-",
@@ -155,6 +218,9 @@ class NginxFront:
         then nginx answers 502)."""
         for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
             (self.work / name).mkdir(exist_ok=True)
+        (self.pfs_root / BODY_DIR).mkdir(mode=0o700, parents=True, exist_ok=True)
+        (self.work / "portal-headers.conf").write_text(PORTAL_HEADERS)
+        (self.work / "check-headers.conf").write_text(CHECK_HEADERS)
         config = self.work / "nginx.conf"
         config.write_text(nginx_config(listen=listen_address(self.host, self.port),
                                        socket_path=self.socket_path,
@@ -205,7 +271,8 @@ class FrontApp:
 
     def __init__(self, application, *, pfs_root: Path):
         self.application = application
-        self.files = FrontFiles(location=FILES_LOCATION, root=Path(pfs_root))
+        self.files = FrontFiles(location=FILES_LOCATION, root=Path(pfs_root),
+                                body_dir=Path(pfs_root) / BODY_DIR)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] in ("http", "websocket"):

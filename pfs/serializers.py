@@ -89,4 +89,4 @@ class UploadSerializer(serializers.Serializer):
         return session.completed_at is not None
 
     def get_chunk_size(self, session) -> int:
-        return settings.PADDLECLOUD_PFS_CHUNK_SIZE
+        return self.context.get("chunk_size", settings.PADDLECLOUD_PFS_CHUNK_SIZE)

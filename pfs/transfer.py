@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import mimetypes
+import os
 import re
+import stat
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,6 +49,7 @@ from kernel.before_django import (
 from kernel.errors import (
     AuthenticationError,
     ConflictError,
+    LengthRequiredError,
     RangeNotSatisfiableError,
     ValidationError,
 )
@@ -63,10 +67,14 @@ FRONT_SCOPE = "paddlecloud.front"
 
 @dataclass(frozen=True)
 class FrontFiles:
-    """nginx in front serves the files below ``root`` at the internal ``location``."""
+    """nginx in front serves the files below ``root`` at the internal ``location``, and takes
+    the bodies of resumable uploads' chunks into files of ``body_dir`` (on the file system of
+    ``root``: moved into place by a rename), having asked the portal whether to (a request
+    with ``CHECK_HEADER`` and no body) before it reads a byte."""
 
     location: str
     root: Path
+    body_dir: Path | None = None
 
     def redirect(self, path: Path) -> str | None:
         """The X-Accel-Redirect that has nginx send the file ``path``; None if not below
@@ -77,6 +85,12 @@ class FrontFiles:
             return None
         return self.location + urllib.parse.quote(inside.as_posix())
 
+
+# Set by the front's nginx alone (it clears them on anything else it passes on): a chunk's
+# check before its body is read, and the file that body was then taken into, with its length.
+CHECK_HEADER = "x-paddlecloud-check"
+BODY_FILE_HEADER = "x-paddlecloud-body-file"
+BODY_LENGTH_HEADER = "x-paddlecloud-body-length"
 
 CONTENT_RE = re.compile(r"^/api/v1/pfs/content/?$")
 UPLOAD_RE = re.compile(r"^/api/v1/pfs/uploads/(?P<id>[0-9a-fA-F-]{32,36})/?$")
@@ -100,6 +114,13 @@ def _authenticate(scope):
 
 class _Exchange(Exchange):
     """An exchange that can write its body to an upload as it arrives."""
+
+    async def json(self, status: int, body: dict, headers: dict[str, str] | None = None):
+        if status >= 400 and self.scope.get(FRONT_SCOPE) is not None and \
+                self.header(CHECK_HEADER) is not None:
+            # nginx answers a refused check itself, with this body (paddlecloud.front).
+            headers = {**(headers or {}), "X-PaddleCloud-Refusal": json.dumps(body)}
+        await super().json(status, body, headers)
 
     async def body_into(self, upload, limit: int) -> None:
         """Write the request body to ``upload`` as it arrives; no more than ``limit`` bytes.
@@ -209,8 +230,9 @@ class PfsTransferApp(BeforeDjango):
         if CONTENT_RE.match(path):
             return {"GET": self.download, "HEAD": self.download, "PUT": self.put}.get(
                 method, self.not_allowed)
-        if UPLOAD_RE.match(path) and method == "PATCH":
-            return self.patch
+        if UPLOAD_RE.match(path) and (method == "PATCH" or (
+                scope.get(FRONT_SCOPE) is not None and _has_header(scope, CHECK_HEADER))):
+            return self.patch  # (nginx asks its check as a GET)
         return None
 
     async def not_allowed(self, exchange: _Exchange):
@@ -262,8 +284,22 @@ class PfsTransferApp(BeforeDjango):
             raise ValidationError.for_field(
                 "Upload-Offset", "required: the offset these bytes start at (GET the upload "
                                  "for the offset the server has)")
-        offset, length = int(offset_text), exchange.length()
+        front = exchange.scope.get(FRONT_SCOPE)
+        checking = front is not None and exchange.header(CHECK_HEADER) is not None
+        body_file = exchange.header(BODY_FILE_HEADER) if front is not None else None
+        if checking or body_file:  # nginx takes the body: it says the length the client sent
+            declared = exchange.header(BODY_LENGTH_HEADER)
+            if not is_number(declared):
+                raise LengthRequiredError.for_field("Content-Length",
+                                                    "required: the size of the body")
+            length = int(declared)
+        else:
+            length = exchange.length()
+        offset = int(offset_text)
         if session.completed_at is not None:  # the client missed the final answer
+            if checking:
+                await exchange.json(200, {})
+                return
             if offset != session.size:
                 error = ConflictError.for_field(
                     "Upload-Offset", f"this upload is complete ({session.size} bytes)",
@@ -294,8 +330,16 @@ class PfsTransferApp(BeforeDjango):
                         code="offset_mismatch")
                     error.offset = upload.offset
                     raise error
+                if checking:  # nginx may read the body now: it comes back with its file
+                    services.upload_park(session, upload)
+                    await exchange.json(200, {})
+                    return
                 try:
-                    await exchange.body_into(upload, session.size - offset)
+                    if body_file:
+                        await asyncio.to_thread(_take_body_file, upload, front, body_file,
+                                                length)
+                    else:
+                        await exchange.body_into(upload, session.size - offset)
                 finally:
                     metrics.pfs_transferred("upload", upload.offset - offset)
                 await asyncio.to_thread(upload.pause)  # offset: only bytes stored or held
@@ -375,6 +419,44 @@ class PfsTransferApp(BeforeDjango):
         if not head:
             metrics.pfs_operation("download")
         await exchange.stream(status, headers, _counted(chunks), head=head)
+
+
+def _has_header(scope, name: str) -> bool:
+    key = name.encode("latin-1")
+    return any(header == key for header, _value in scope.get("headers") or [])
+
+
+def _take_body_file(upload, front: FrontFiles, body_file: str, length: int) -> None:
+    """Append the chunk nginx took into ``body_file`` to ``upload``: moved into place by a
+    rename when it is the upload's first bytes and the storage can (``adopt``), else copied.
+    nginx removes the file (if still there) once the request is answered."""
+    path = Path(body_file)
+    if (front.body_dir is None or path.parent != front.body_dir or not path.name.isdigit()):
+        raise ValidationError.for_field("body", "not a body the front took", code="invalid")
+    dir_fd = os.open(front.body_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != length:
+                raise ValidationError.for_field(
+                    "body", f"{st.st_size} bytes received of the {length} declared",
+                    code="incomplete")
+            if upload.offset == 0 and getattr(upload, "adopt", None) is not None and \
+                    upload.adopt(dir_fd, path.name, fd):
+                return
+            position = 0
+            with ThreadPoolExecutor(1, thread_name_prefix="pfs-hash") as hashing:
+                while position < length:
+                    data = os.pread(fd, min(BUFFER * 4, length - position), position)
+                    if not data:
+                        break
+                    upload.write(data, hashing)
+                    position += len(data)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _counted(chunks):

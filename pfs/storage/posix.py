@@ -51,6 +51,15 @@ def _entry(rel: Rel, st: os.stat_result, target: str | None = None) -> Entry:
     return Entry(rel=rel, type=kind, size=size, mtime=st.st_mtime, target=target, mode=mode)
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask would, for every thread)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
 def _readlink(dir_fd: int, name: str) -> str | None:
     try:
         return os.readlink(name, dir_fd=dir_fd)
@@ -554,6 +563,32 @@ class _PosixUpload(Upload):
             # are, should the upload go on.
             self.hasher, self._hashed = self.new_hash(), False
             raise
+
+    def adopt(self, src_dir_fd: int, name: str, fd: int) -> bool:
+        """Take the file ``name`` of ``src_dir_fd`` (open on ``fd``: a body a web server in
+        front received) as this upload's first bytes, by a rename: no byte copied. False when
+        it cannot be (bytes are here already, another file system): copy it then."""
+        if self.offset != 0:
+            return False
+        try:
+            os.rename(name, self.temp, src_dir_fd=src_dir_fd, dst_dir_fd=self.dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.EXDEV:
+                return False
+            raise
+        os.close(self.fd)
+        self.fd = os.dup(fd)
+        os.fchmod(self.fd, 0o664 & ~_umask())  # as the uploads written here are made
+        self.storage._give(self.fd)
+        size, position = os.fstat(self.fd).st_size, 0
+        while position < size:
+            data = os.pread(self.fd, min(CHUNK * 4, size - position), position)
+            if not data:
+                break
+            self.hasher.update(data)
+            position += len(data)
+        self.offset, self._hashed = position, True
+        return True
 
     def hole(self, size: int) -> None:
         """Kept a hole: the file is made longer, nothing is written."""

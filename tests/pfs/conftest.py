@@ -80,7 +80,7 @@ def home(live_portal) -> Path:
 
 
 @pytest.fixture
-def front_portal(live_portal, settings):
+def front_portal(live_portal, settings, tmp_path):
     """The live portal behind nginx as runportal runs it (paddlecloud.front): uvicorn on the
     front's Unix socket, nginx on a free port in front. Both stopped at the end."""
     import threading
@@ -96,7 +96,8 @@ def front_portal(live_portal, settings):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    front = NginxFront(host="127.0.0.1", port=port, pfs_root=settings.PADDLECLOUD_PFS_ROOT)
+    front = NginxFront(host="127.0.0.1", port=port, pfs_root=settings.PADDLECLOUD_PFS_ROOT,
+                       var_dir=tmp_path)
     server = uvicorn.Server(server_config(
         FrontApp(application, pfs_root=settings.PADDLECLOUD_PFS_ROOT),
         uds=front.socket_path, lifespan="off", log_level="warning"))

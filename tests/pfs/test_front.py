@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import socket
 import socketserver
 import threading
 import urllib.parse
@@ -17,7 +18,7 @@ import pytest
 import requests
 import xxhash
 
-from paddlecloud.front import FILES_LOCATION, NginxFront
+from paddlecloud.front import BODY_DIR, FILES_LOCATION, NginxFront
 from paddlecloud_client import transfer
 from paddlecloud_client.api import ApiClient
 from paddlecloud_client.progress import Progress
@@ -32,6 +33,7 @@ from .test_api import (
     check_error,
     eventually,
     on_disk,
+    set_storage_quota,
     temporaries,
 )
 
@@ -191,12 +193,10 @@ def nginx_before_a_swap(tmp_path):
     (mine / "f").write_bytes(b"mine too")
     theirs.mkdir()
     (theirs / "f").write_bytes(b"theirs's")
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    front = NginxFront(host="127.0.0.1", port=port, pfs_root=root)
+    front = NginxFront(host="127.0.0.1", port=port, pfs_root=root, var_dir=tmp_path)
     server = _UnixServer(front.socket_path, _Redirecting)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -233,12 +233,11 @@ def test_the_portals_root_itself_may_lie_under_a_link(tmp_path):
     (real / "dc").mkdir(parents=True)
     (real / "dc" / "f").write_bytes(b"ok")
     (tmp_path / "linked").symlink_to(real)
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    front = NginxFront(host="127.0.0.1", port=port, pfs_root=tmp_path / "linked")
+    front = NginxFront(host="127.0.0.1", port=port, pfs_root=tmp_path / "linked",
+                       var_dir=tmp_path)
     server = _UnixServer(front.socket_path, _Redirecting)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -250,6 +249,114 @@ def test_the_portals_root_itself_may_lie_under_a_link(tmp_path):
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+# -- uploads through nginx -------------------------------------------------------------------
+
+
+def body_dir(home: Path) -> Path:
+    """Where the front's nginx takes bodies: below the PFS root (home is root/dc/home/alice)."""
+    return home.parents[2] / BODY_DIR
+
+
+def test_a_chunk_through_nginx_is_moved_into_place(front, home):
+    data = os.urandom(2 * MiB + 3)
+    started = front.start("f.bin", data, sha256=None, algorithm="xxh3-128")
+    assert started.status_code == 201, started.text
+    assert started.json()["chunk_size"] >= len(data)  # one chunk: nginx's file, renamed
+
+    done = front.patch(started.json()["id"], 0, data, headers={"X-Checksum-Xxh3-128": xxh(data)})
+
+    assert done.status_code == 201, done.text
+    assert (home / "f.bin").read_bytes() == data
+    assert temporaries(home) == []
+    assert list(body_dir(home).iterdir()) == []
+
+
+def test_a_later_chunk_through_nginx_is_appended(front, direct, home):
+    data = os.urandom(300_000)
+    upload_id = direct.started("f.bin", data)
+    assert direct.patch(upload_id, 0, data[:100_000]).status_code == 200
+
+    done = front.patch(upload_id, 100_000, data[100_000:])
+
+    assert done.status_code == 201, done.text
+    assert (home / "f.bin").read_bytes() == data
+    assert list(body_dir(home).iterdir()) == []
+
+
+def _headers_only(url: str, target: str, headers: dict[str, str]) -> bytes:
+    """The answer to a request whose headers declare a body that is never sent."""
+    parts = urllib.parse.urlsplit(url)
+    lines = [f"PATCH {target} HTTP/1.1", f"Host: {parts.netloc}", "Connection: close",
+             *(f"{key}: {value}" for key, value in headers.items()), "", ""]
+    with socket.create_connection((parts.hostname, parts.port), timeout=20) as sock:
+        sock.sendall("\r\n".join(lines).encode("latin-1"))
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    return answer
+
+
+def test_a_chunk_is_refused_before_its_body_is_read(front, front_portal, home):
+    data = os.urandom(100_000)
+    upload_id = front.started("f.bin", data)
+    target = f"{API}/uploads/{upload_id}"
+    declared = {"Content-Length": str(len(data)), "Upload-Offset": "0"}
+
+    anonymous = _headers_only(front_portal.url, target, declared)
+    wrong_offset = _headers_only(
+        front_portal.url, target,
+        {"Content-Length": str(len(data) - 5), "Upload-Offset": "5",
+         "Authorization": front.http.headers["Authorization"]})
+
+    # Answered with the API's errors though the body never came: nginx asked the portal first.
+    assert anonymous.startswith(b"HTTP/1.1 401"), anonymous[:200]
+    assert b'"code": "not_authenticated"' in anonymous or b"authentication" in anonymous
+    assert wrong_offset.startswith(b"HTTP/1.1 409"), wrong_offset[:200]
+    assert b"offset_mismatch" in wrong_offset
+    assert list(body_dir(home).iterdir()) == []
+    assert front.offset(upload_id) == 0
+
+
+def test_refusals_of_a_chunk_are_the_portals_own(front, direct, home):
+    data = os.urandom(100_000)
+    upload_id = direct.started("f.bin", data)
+    gone = "0" * 8 + "-0000-0000-0000-" + "0" * 12
+
+    for label, (through_nginx, alone) in {
+        "offset": (front.patch(upload_id, 7, data[7:]), direct.patch(upload_id, 7, data[7:])),
+        "too long": (front.patch(upload_id, 0, data + b"x"),
+                     direct.patch(upload_id, 0, data + b"x")),
+        "gone": (front.patch(gone, 0, data), direct.patch(gone, 0, data)),
+    }.items():
+        assert through_nginx.status_code == alone.status_code >= 400, label
+        assert through_nginx.json() == alone.json(), label
+    assert list(body_dir(home).iterdir()) == []
+
+
+def test_a_digest_mismatch_through_nginx_leaves_nothing(front, home):
+    data = os.urandom(500_000)
+    upload_id = front.started("f.bin", data, sha256=None, algorithm="xxh3-128")
+
+    done = front.patch(upload_id, 0, data, headers={"X-Checksum-Xxh3-128": xxh(b"other")})
+
+    check_error(done, 422, "checksum_mismatch", "checksum")
+    assert on_disk(home) == {}
+    assert temporaries(home) == []
+    assert list(body_dir(home).iterdir()) == []
+
+
+def test_the_quota_is_kept_through_nginx(front, front_portal, home):
+    set_storage_quota(front_portal, 1000)
+
+    refused = front.start("f.bin", os.urandom(5000))
+
+    check_error(refused, 403, "quota_exceeded", "size")
+    assert on_disk(home) == {}
 
 
 # -- the fast digest --------------------------------------------------------------------------
@@ -336,6 +443,7 @@ def test_paddlectl_cp_up_and_down_through_nginx(front_portal, home, tmp_path):
         hashlib.sha256(source.read_bytes()).digest()
     assert back.read_bytes() == source.read_bytes()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".back")] == []
+    assert list(body_dir(home).iterdir()) == []
 
 
 # -- runportal --------------------------------------------------------------------------------
