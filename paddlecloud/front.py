@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pfs.transfer import FRONT_SCOPE, FrontFiles
+from pfs.front import FRONT_SCOPE, FrontFiles
 
 logger = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from kernel.errors import ValidationError
 from paddlecloud_core.quantity import format_bytes
 
 from . import services
+from .front import FRONT_SCOPE
 from .serializers import (
     EntrySerializer,
     ListingSerializer,
@@ -30,7 +31,6 @@ from .serializers import (
     UploadSerializer,
     UsageSerializer,
 )
-from .transfer import FRONT_SCOPE
 
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409, 413)}
 PATH = OpenApiParameter("path", str, required=True,
