@@ -413,14 +413,15 @@ def _take_body_file(upload, front: FrontFiles, body_file: str, length: int) -> N
             if upload.offset == 0 and getattr(upload, "adopt", None) is not None and \
                     upload.adopt(dir_fd, path.name, fd):
                 return
-            position = 0
+            position, buffer = 0, memoryview(bytearray(BUFFER * 4))  # one buffer, reused
             with ThreadPoolExecutor(1, thread_name_prefix="pfs-hash") as hashing:
                 while position < length:
-                    data = os.pread(fd, min(BUFFER * 4, length - position), position)
-                    if not data:
+                    got = os.preadv(fd, [buffer[:min(len(buffer), length - position)]],
+                                    position)
+                    if not got:
                         break
-                    upload.write(data, hashing)
-                    position += len(data)
+                    upload.write(buffer[:got], hashing)
+                    position += got
         finally:
             os.close(fd)
     finally:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import mmap
 import os
 import stat as stat_mod
 import uuid
@@ -566,10 +567,22 @@ class _PosixUpload(Upload):
 
     def adopt(self, src_dir_fd: int, name: str, fd: int) -> bool:
         """Take the file ``name`` of ``src_dir_fd`` (open on ``fd``: a body a web server in
-        front received) as this upload's first bytes, by a rename: no byte copied. False when
-        it cannot be (bytes are here already, another file system): copy it then."""
+        front received, in a directory only it and the portal can enter) as this upload's
+        first bytes, by a rename: no byte copied. False when it cannot be (bytes are here
+        already, another file system): copy it then."""
         if self.offset != 0:
             return False
+        # Hashed before it moves into the home (where a job could truncate it under a map):
+        # where it lies in the page cache, mapped, not copied.
+        size, hasher = os.fstat(fd).st_size, self.new_hash()
+        if size:
+            with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mapped:
+                view = memoryview(mapped)
+                try:
+                    for start in range(0, size, CHUNK * 16):
+                        hasher.update(view[start:start + CHUNK * 16])
+                finally:
+                    view.release()
         try:
             os.rename(name, self.temp, src_dir_fd=src_dir_fd, dst_dir_fd=self.dir_fd)
         except OSError as exc:
@@ -580,14 +593,7 @@ class _PosixUpload(Upload):
         self.fd = os.dup(fd)
         os.fchmod(self.fd, 0o664 & ~_umask())  # as the uploads written here are made
         self.storage._give(self.fd)
-        size, position = os.fstat(self.fd).st_size, 0
-        while position < size:
-            data = os.pread(self.fd, min(CHUNK * 4, size - position), position)
-            if not data:
-                break
-            self.hasher.update(data)
-            position += len(data)
-        self.offset, self._hashed = position, True
+        self.hasher, self.offset, self._hashed = hasher, size, True
         return True
 
     def hole(self, size: int) -> None:
