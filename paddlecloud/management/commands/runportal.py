@@ -70,6 +70,14 @@ class Command(BaseCommand):
             if nginx_binary() is not None:
                 nginx = NginxFront(host=host, port=port, pfs_root=settings.PADDLECLOUD_PFS_ROOT,
                                    var_dir=settings.VAR_DIR)
+                try:
+                    nginx.start()  # before the worker: nothing to stop if it cannot start
+                except (OSError, RuntimeError) as exc:
+                    nginx.stop()
+                    if front == "on":
+                        raise CommandError(f"--front on (PADDLECLOUD_FRONT=on): {exc}") from None
+                    logger.warning("serving without nginx in front: %s", exc)
+                    nginx = None
             elif front == "on":
                 raise CommandError("--front on (PADDLECLOUD_FRONT=on): nginx is not installed "
                                    "(Debian: apt-get install nginx-light), or set it to auto")
@@ -79,7 +87,12 @@ class Command(BaseCommand):
             if settings.CELERY_BROKER_URL.startswith("memory://"):
                 self.stdout.write("Embedded worker: tasks stay in this process (no REDIS_URL)")
             worker = EmbeddedWorker(concurrency=concurrency)
-            worker.start()
+            try:
+                worker.start()
+            except BaseException:
+                if nginx is not None:
+                    nginx.stop()
+                raise
         if not quiet:
             self.stdout.write(f"PaddleCloud is serving on http://{host}:{port}/ "
                               "(Ctrl-C stops it)")
@@ -102,8 +115,6 @@ class Command(BaseCommand):
         previous = {sig: signal.signal(sig, lambda sig, frame: received.append(sig))
                     for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            if nginx is not None:
-                nginx.start()
             uvicorn.Server(config).run()
         finally:
             if nginx is not None:
