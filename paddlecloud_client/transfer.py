@@ -69,10 +69,14 @@ class RunningHash:
             self.position = start + len(data)
 
     def up_to(self, file: BinaryIO, end: int) -> str:
-        """Hash what was not sent yet up to ``end`` (the last chunk, before it goes)."""
+        """Hash what was not sent yet up to ``end`` (the last chunk, before it goes), read
+        into one buffer used again and again (fresh memory for every block costs more than
+        the hash on some machines)."""
         file.seek(self.position)
-        while self.position < end and (data := file.read(min(BLOCK * 64, end - self.position))):
-            self.feed(self.position, data)
+        buffer = memoryview(bytearray(BLOCK * 4))
+        while self.position < end and (
+                got := file.readinto(buffer[:min(len(buffer), end - self.position)])):
+            self.feed(self.position, buffer[:got])
         return self.hash.hexdigest()
 
 
