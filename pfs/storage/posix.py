@@ -36,6 +36,7 @@ O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 O_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 MAX_LINKS = 40  # as the kernel's limit on links followed in one lookup
 OPEN_DEPTH = 64  # directories a recursive remove holds open at once
+ADOPT_WINDOW = 32 << 20  # bytes of an adopted body mapped at a time to hash it (a page multiple)
 RELISTS = 100  # times a recursive remove lists a directory that is still not empty again
 
 
@@ -574,13 +575,14 @@ class _PosixUpload(Upload):
             return False
         # Hashed before it moves into the home (where a job could truncate it under a map):
         # where it lies in the page cache, mapped, not copied.
+        # A window at a time, so that the portal's resident memory does not grow with the file.
         size, hasher = os.fstat(fd).st_size, self.new_hash()
-        if size:
-            with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mapped:
+        for start in range(0, size, ADOPT_WINDOW):
+            with mmap.mmap(fd, min(ADOPT_WINDOW, size - start), prot=mmap.PROT_READ,
+                           offset=start) as mapped:
                 view = memoryview(mapped)
                 try:
-                    for start in range(0, size, CHUNK * 16):
-                        hasher.update(view[start:start + CHUNK * 16])
+                    hasher.update(view)
                 finally:
                     view.release()
         try:
