@@ -403,7 +403,8 @@ def _take_body_file(upload, front: FrontFiles, body_file: str, length: int) -> N
         raise ValidationError.for_field("body", "not a body the front took", code="invalid")
     dir_fd = os.open(front.body_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        # Read-write: adopted, it is the upload's file, which later chunks are written to.
+        fd = os.open(path.name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size != length:

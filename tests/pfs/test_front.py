@@ -285,6 +285,19 @@ def test_a_later_chunk_through_nginx_is_appended(front, direct, home):
     assert list(body_dir(home).iterdir()) == []
 
 
+def test_chunks_after_one_moved_into_place_are_appended(front, home):
+    data = os.urandom(3 * MiB)
+    upload_id = front.started("f.bin", data)
+
+    first = front.patch(upload_id, 0, data[:2 * MiB])  # renamed into place
+    last = front.patch(upload_id, 2 * MiB, data[2 * MiB:])  # written after it
+
+    assert first.status_code == 200, first.text
+    assert last.status_code == 201, last.text
+    assert (home / "f.bin").read_bytes() == data
+    assert list(body_dir(home).iterdir()) == []
+
+
 def _headers_only(url: str, target: str, headers: dict[str, str]) -> bytes:
     """The answer to a request whose headers declare a body that is never sent."""
     parts = urllib.parse.urlsplit(url)
