@@ -30,6 +30,7 @@ from paddlecloud_client.errors import ApiError, NetworkError, PaddlectlError
 from paddlecloud_client.progress import Progress
 
 SINGLE_MAX = 8 << 20  # larger files and archives go up in chunks
+TAIL = 4 << 20  # the last chunk of an upload hashed as it is sent: no longer than this
 SPOOL_MAX = 64 << 20  # a directory's archive is kept in memory up to this size
 RETRIES = 5
 BACKOFF = 0.5  # seconds; doubled after each failure
@@ -302,6 +303,10 @@ def _upload_chunked(client: ApiClient, file: BinaryIO, size: int, digest: str | 
                         return status["result"].get("entry", status["result"])
                     offset, resync = status["offset"], False
                 length = min(chunk, size - offset)
+                if running is not None and offset + length == size and length > 2 * TAIL:
+                    # The checksum goes with the last chunk, so its bytes are hashed before
+                    # it is sent: a short one, after one hashed as it goes.
+                    length -= TAIL
                 headers = {"Upload-Offset": str(offset),
                            "Content-Type": "application/offset+octet-stream"}
                 if running is not None and offset + length == size:
