@@ -43,9 +43,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PADDLECLOUD_VAR_DIR=/var/lib/paddlecloud \
     STATIC_ROOT=/app/staticfiles
 # bubblewrap: the sandboxes of the local backend's replicas (the worker service runs local
-# jobs: docs/admin/compose.md); passwd: useradd, should the base lack it.
+# jobs: docs/admin/compose.md); nginx-light: runportal runs it in front of the portal (PFS
+# downloads sent with sendfile: paddlecloud/front.py); passwd: useradd, should the base lack it.
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap passwd \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap \
+    nginx-light passwd \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 999 --home-dir /var/lib/paddlecloud --shell /usr/sbin/nologin \
     paddlecloud \

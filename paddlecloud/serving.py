@@ -31,10 +31,12 @@ class BulkBodyHttpToolsProtocol(HttpToolsProtocol):
         cycle.message_event.set()
 
 
-def server_config(app, *, host: str, port: int, **options) -> uvicorn.Config:
+def server_config(app, *, host: str = "127.0.0.1", port: int = 8000,
+                  **options) -> uvicorn.Config:
     """uvicorn's configuration of the portal: runportal's, and the tests' live portal's.
     Forwarded headers are the app's to judge (``kernel.security.ForwardedHeaders``), so
     uvicorn's own handling is off: it would believe them from anyone on 127.0.0.1
-    (FORWARDED_ALLOW_IPS), a proxy and a job's relay alike."""
+    (FORWARDED_ALLOW_IPS), a proxy and a job's relay alike. With ``uds`` (a Unix socket's path,
+    behind nginx: paddlecloud.front) it listens there instead of on host:port."""
     return uvicorn.Config(app, host=host, port=port, http=BulkBodyHttpToolsProtocol,
                           proxy_headers=False, **options)

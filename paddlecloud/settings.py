@@ -351,6 +351,14 @@ PADDLECLOUD_FORECAST_CACHE_SECONDS = env_int("PADDLECLOUD_FORECAST_CACHE_SECONDS
 # PADDLECLOUD_PFS_USAGE_INTERVAL in the beat schedule above.)
 PADDLECLOUD_PFS_MAX_UPLOAD = env_int("PADDLECLOUD_PFS_MAX_UPLOAD", 100 * 2**30)
 PADDLECLOUD_PFS_CHUNK_SIZE = env_int("PADDLECLOUD_PFS_CHUNK_SIZE", 64 * 2**20)
+# PADDLECLOUD_FRONT: whether runportal puts nginx in front (paddlecloud.front: downloads with
+# sendfile): auto (when nginx is installed), on (required), off (uvicorn alone).
+PADDLECLOUD_FRONT = env_str("PADDLECLOUD_FRONT", "auto").strip().lower()
+# The chunks of a resumable upload behind the front: each is one file nginx takes in and the
+# portal renames into place (a client resumes after a broken chunk from its start).
+PADDLECLOUD_PFS_FRONT_CHUNK_SIZE = env_int("PADDLECLOUD_PFS_FRONT_CHUNK_SIZE", 2**30)
+if PADDLECLOUD_FRONT not in ("auto", "on", "off"):
+    raise ImproperlyConfigured(f"PADDLECLOUD_FRONT: {PADDLECLOUD_FRONT!r} is not auto, on or off")
 PADDLECLOUD_PFS_UPLOAD_TTL = env_int("PADDLECLOUD_PFS_UPLOAD_TTL", 24 * 3600)
 # A tar upload is counted by what it unpacks, against the quota and PADDLECLOUD_PFS_MAX_UPLOAD;
 # besides, it may hold at most this many members, and once past the floor unpack to at most

@@ -29,8 +29,11 @@ class UploadSession(models.Model):
     path = models.CharField(max_length=4096)
     kind = models.CharField(max_length=4, choices=Kind.choices, default=Kind.FILE)
     size = models.PositiveBigIntegerField()
-    # Declared when the upload starts, or with its last chunk (so a client can hash as it sends).
+    # The digest of the whole upload in ``algorithm`` (pfs.digests; the column kept its first
+    # name): declared when the upload starts, or with its last chunk (so a client can hash as
+    # it sends).
     sha256 = models.CharField(max_length=64, blank=True)
+    algorithm = models.CharField(max_length=16, default="sha256")
     overwrite = models.BooleanField(default=True)
     offset = models.PositiveBigIntegerField(default=0)
     reserved = models.PositiveBigIntegerField(default=0)

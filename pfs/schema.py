@@ -57,7 +57,10 @@ CONTENT = {
             PATH,
             _flag("overwrite", "replace an existing file (default true)"),
             _flag("parents", "create missing parent directories"),
-            _header("X-Checksum-Sha256", "SHA-256 of the body, 64 hex digits"),
+            _header("X-Checksum-Sha256", "SHA-256 of the body, 64 hex digits (or "
+                    "X-Checksum-Xxh3-128)", required=False),
+            _header("X-Checksum-Xxh3-128", "XXH3-128 of the body, 32 hex digits: instead of "
+                    "X-Checksum-Sha256, much faster to compute", required=False),
         ],
         requestBody={"required": True, "content": {"application/octet-stream": BINARY,
                                                    "application/x-tar": BINARY}},
@@ -77,6 +80,8 @@ PATCH = _operation(
                 kind="integer"),
         _header("X-Checksum-Sha256", "with the last chunk: the SHA-256 of the whole upload, "
                 "if it was not declared when the upload started", required=False),
+        _header("X-Checksum-Xxh3-128", "the same, for an upload started with algorithm "
+                "xxh3-128", required=False),
     ],
     requestBody={"required": True, "content": {"application/octet-stream": BINARY}},
     responses={

@@ -6,6 +6,8 @@ from __future__ import annotations
 from django.conf import settings
 from rest_framework import serializers
 
+from . import digests
+
 
 class EntrySerializer(serializers.Serializer):
     name = serializers.CharField()
@@ -57,6 +59,14 @@ class UploadCreateSerializer(serializers.Serializer):
         max_length=64, min_length=64, required=False,
         help_text="SHA-256 of the whole upload; or send it as X-Checksum-Sha256 with the "
                   "last chunk")
+    algorithm = serializers.ChoiceField(
+        list(digests.ALGORITHMS), default=digests.SHA256,
+        help_text="the digest the upload is checked with: sha256, or xxh3-128 (much faster; "
+                  "offered when the answer names it). Its checksum goes in checksum, or with "
+                  "the last chunk as X-Checksum-Sha256 / X-Checksum-Xxh3-128")
+    checksum = serializers.CharField(
+        max_length=64, required=False,
+        help_text="the whole upload's digest in algorithm, as hexadecimal digits")
     kind = serializers.ChoiceField(["file", "tar"], default="file")
     overwrite = serializers.BooleanField(default=True)
     parents = serializers.BooleanField(default=False)
@@ -69,6 +79,7 @@ class UploadSerializer(serializers.Serializer):
     size = serializers.IntegerField()
     offset = serializers.IntegerField()
     chunk_size = serializers.SerializerMethodField()
+    algorithm = serializers.CharField(help_text="the digest this upload is checked with")
     complete = serializers.SerializerMethodField()
     result = serializers.JSONField(
         allow_null=True, help_text="once complete: what was stored (entry, or files/bytes)")
@@ -78,4 +89,4 @@ class UploadSerializer(serializers.Serializer):
         return session.completed_at is not None
 
     def get_chunk_size(self, session) -> int:
-        return settings.PADDLECLOUD_PFS_CHUNK_SIZE
+        return self.context.get("chunk_size", settings.PADDLECLOUD_PFS_CHUNK_SIZE)

@@ -7,7 +7,6 @@ these functions; nothing here knows about HTTP.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import uuid
 from collections import OrderedDict
@@ -31,12 +30,10 @@ from kernel.errors import (
 )
 from paddlecloud_core.quantity import format_bytes, format_bytes_about
 
-from . import tar
+from . import digests, tar
 from .models import UploadSession, Usage
 from .paths import PfsPath, pfs_check_access, pfs_path_parse, pfs_shown
 from .storage import TEMP_PREFIX, ChecksumError, Entry, Rel, Storage, Upload, storage_for
-
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 logger = logging.getLogger(__name__)
 
@@ -349,6 +346,7 @@ def upload_reserve(session: UploadSession, total: int) -> int:
 
 
 def upload_prepare(user, datacenter, *, path: str, size: int, sha256: str = "",
+                   algorithm: str = digests.SHA256, checksum: str = "",
                    kind: str = "file", overwrite: bool = True, parents: bool = False,
                    checksum_later: bool = False, resumable: bool = False) -> UploadSession:
     """Check an upload before any byte is received; the session describing it, saved: it
@@ -357,12 +355,23 @@ def upload_prepare(user, datacenter, *, path: str, size: int, sha256: str = "",
     The parent directory must exist (or ``parents`` creates it). A file must not land on a
     directory, nor on a file when ``overwrite`` is off; a tar is unpacked into a directory,
     created or merged into.
+
+    The digest checked at the end is ``checksum`` in ``algorithm`` (one of
+    ``digests.ALGORITHMS``), or ``sha256``.
     """
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise ValidationError.for_field("size", "the upload's size in bytes, 0 or more")
-    if not (checksum_later and sha256 == "") and not checksum_valid(sha256):
+    if algorithm not in digests.ALGORITHMS:
         raise ValidationError.for_field(
-            "sha256", "the SHA-256 of the whole upload, as 64 hexadecimal digits")
+            "algorithm", f"one of {', '.join(digests.ALGORITHMS)}", code="invalid")
+    if sha256 and algorithm == digests.SHA256 and not checksum:
+        checksum = sha256
+    elif sha256:
+        raise ValidationError.for_field(
+            "sha256", f"send the checksum in {algorithm} (the algorithm named), as checksum")
+    if not (checksum_later and checksum == "") and not digests.valid(algorithm, checksum):
+        field = "sha256" if algorithm == digests.SHA256 else "checksum"
+        raise ValidationError.for_field(field, digests.rule(algorithm))
     if kind not in UploadSession.Kind.values:
         raise ValidationError.for_field("kind", "'file' or 'tar'")
     target = pfs_target(user, datacenter, path, write=True)
@@ -389,7 +398,8 @@ def upload_prepare(user, datacenter, *, path: str, size: int, sha256: str = "",
         if kind == "file" and not overwrite:
             raise storage.exists(rel)
     session = UploadSession(owner=user, datacenter=datacenter, path=str(target.path),
-                            kind=kind, size=size, sha256=sha256.lower(), overwrite=overwrite,
+                            kind=kind, size=size, sha256=checksum.lower(), algorithm=algorithm,
+                            overwrite=overwrite,
                             resumable=resumable)
     storage_reserve(session, replacing=existing.size if existing else 0)
     if not parent_exists:  # only once the upload is admitted
@@ -406,10 +416,6 @@ def _stat_or_none(storage: Storage, rel: Rel) -> Entry | None:
         return storage.stat(rel)
     except NotFoundError:
         return None
-
-
-def checksum_valid(sha256) -> bool:
-    return isinstance(sha256, str) and bool(SHA256_RE.match(sha256.lower()))
 
 
 def upload_create(user, datacenter, **spec) -> UploadSession:
@@ -480,7 +486,9 @@ def upload_open(session: UploadSession) -> Upload:
     path = pfs_path_parse(session.path)
     storage = storage_for(session.datacenter, path)
     rel = path.parts if session.kind == "file" else _staging_rel(session, path.parts)
-    return storage.upload(rel, key)
+    upload = storage.upload(rel, key)
+    upload.digest_with(digests.ALGORITHMS[session.algorithm])
+    return upload
 
 
 def upload_park(session: UploadSession, upload: Upload) -> None:
@@ -499,22 +507,24 @@ def upload_progress(session: UploadSession, offset: int) -> None:
             offset=offset, updated_at=timezone.now())
 
 
-def upload_checksum(session: UploadSession, sha256: str | None) -> None:
-    """The checksum sent with the last chunk: required unless declared at the start, and the
-    same if it was."""
-    if sha256 is None:
+def upload_checksum(session: UploadSession, header) -> None:
+    """The checksum sent with the last chunk (``header(name)`` reads the request's headers):
+    required unless declared at the start, and the same if it was."""
+    name = digests.HEADERS[session.algorithm]
+    checksum = header(name.lower())
+    if checksum is None:
         if not session.sha256:
             raise ValidationError.for_field(
-                "X-Checksum-Sha256", "required with the last chunk: the SHA-256 of the whole "
-                                     "upload (it was not declared when the upload started)")
+                name, f"required with the last chunk: the {session.algorithm} of the whole "
+                      "upload (it was not declared when the upload started)")
         return
-    if not checksum_valid(sha256):
-        raise ValidationError.for_field("X-Checksum-Sha256", "64 hexadecimal digits")
-    if session.sha256 and session.sha256 != sha256.lower():
+    if not digests.valid(session.algorithm, checksum):
         raise ValidationError.for_field(
-            "X-Checksum-Sha256", f"differs from the {session.sha256} declared when the upload "
-                                 "started")
-    session.sha256 = sha256.lower()
+            name, f"{digests.HEX_DIGITS[session.algorithm]} hexadecimal digits")
+    if session.sha256 and session.sha256 != checksum.lower():
+        raise ValidationError.for_field(
+            name, f"differs from the {session.sha256} declared when the upload started")
+    session.sha256 = checksum.lower()
 
 
 def upload_complete(session: UploadSession, upload: Upload, *, database=_here) -> dict:
@@ -555,8 +565,10 @@ def _upload_store(session: UploadSession, upload: Upload, database) -> tuple[dic
     if digest != session.sha256:
         upload.abort()
         raise ChecksumError.for_field(
-            "sha256", f"the {format_bytes(upload.offset)} received hash to {digest}, not "
-                      f"{session.sha256} as declared; nothing was stored, upload again",
+            "sha256" if session.algorithm == digests.SHA256 else "checksum",
+            f"the {format_bytes(upload.offset)} received hash to {digest} "
+            f"({session.algorithm}), not {session.sha256} as declared; nothing was stored, "
+            "upload again",
             code="checksum_mismatch")
     path = pfs_path_parse(session.path)
     storage = storage_for(session.datacenter, path)

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import mimetypes
+import os
 import re
+import stat
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
@@ -44,12 +48,15 @@ from kernel.before_django import (
 from kernel.errors import (
     AuthenticationError,
     ConflictError,
+    LengthRequiredError,
     RangeNotSatisfiableError,
     ValidationError,
 )
 from kernel.security import asgi_request, no_view
 
-from . import services, tar
+from . import digests, services, tar
+from .front import BODY_FILE_HEADER, BODY_LENGTH_HEADER, CHECK_HEADER, FRONT_SCOPE, FrontFiles
+from .storage.posix import PosixStorage
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +82,13 @@ def _authenticate(scope):
 
 class _Exchange(Exchange):
     """An exchange that can write its body to an upload as it arrives."""
+
+    async def json(self, status: int, body: dict, headers: dict[str, str] | None = None):
+        if status >= 400 and self.scope.get(FRONT_SCOPE) is not None and \
+                self.header(CHECK_HEADER) is not None:
+            # nginx answers a refused check itself, with this body (paddlecloud.front).
+            headers = {**(headers or {}), "X-PaddleCloud-Refusal": json.dumps(body)}
+        await super().json(status, body, headers)
 
     async def body_into(self, upload, limit: int) -> None:
         """Write the request body to ``upload`` as it arrives; no more than ``limit`` bytes.
@@ -184,8 +198,9 @@ class PfsTransferApp(BeforeDjango):
         if CONTENT_RE.match(path):
             return {"GET": self.download, "HEAD": self.download, "PUT": self.put}.get(
                 method, self.not_allowed)
-        if UPLOAD_RE.match(path) and method == "PATCH":
-            return self.patch
+        if UPLOAD_RE.match(path) and (method == "PATCH" or (
+                scope.get(FRONT_SCOPE) is not None and _has_header(scope, CHECK_HEADER))):
+            return self.patch  # (nginx asks its check as a GET)
         return None
 
     async def not_allowed(self, exchange: _Exchange):
@@ -202,10 +217,12 @@ class PfsTransferApp(BeforeDjango):
         size = exchange.length()
         kind = "tar" if (exchange.header("content-type") or "").startswith(
             "application/x-tar") else "file"
+        algorithm, checksum = digests.from_headers(exchange.header)
         session = await self.database(
             services.upload_prepare, user, datacenter, path=query.get("path", ""), size=size,
-            kind=kind,
-            sha256=exchange.header("x-checksum-sha256") or query.get("sha256", ""),
+            kind=kind, algorithm=algorithm,
+            checksum=checksum or (query.get("sha256", "") if algorithm == digests.SHA256
+                                  else ""),
             overwrite=query_flag(request, "overwrite", default=True),
             parents=query_flag(request, "parents"))
         upload = None
@@ -235,8 +252,22 @@ class PfsTransferApp(BeforeDjango):
             raise ValidationError.for_field(
                 "Upload-Offset", "required: the offset these bytes start at (GET the upload "
                                  "for the offset the server has)")
-        offset, length = int(offset_text), exchange.length()
+        front = exchange.scope.get(FRONT_SCOPE)
+        checking = front is not None and exchange.header(CHECK_HEADER) is not None
+        body_file = exchange.header(BODY_FILE_HEADER) if front is not None else None
+        if checking or body_file:  # nginx takes the body: it says the length the client sent
+            declared = exchange.header(BODY_LENGTH_HEADER)
+            if not is_number(declared):
+                raise LengthRequiredError.for_field("Content-Length",
+                                                    "required: the size of the body")
+            length = int(declared)
+        else:
+            length = exchange.length()
+        offset = int(offset_text)
         if session.completed_at is not None:  # the client missed the final answer
+            if checking:
+                await exchange.json(200, {})
+                return
             if offset != session.size:
                 error = ConflictError.for_field(
                     "Upload-Offset", f"this upload is complete ({session.size} bytes)",
@@ -251,7 +282,7 @@ class PfsTransferApp(BeforeDjango):
                 "body", f"bytes {offset}..{offset + length} go past the upload's size "
                         f"({session.size})", code="too_long")
         if offset + length == session.size:  # the last chunk: the checksum must be known
-            services.upload_checksum(session, exchange.header("x-checksum-sha256"))
+            services.upload_checksum(session, exchange.header)
         key = str(session.pk)
         if key in self._busy:
             raise ConflictError.for_field("upload", "another request is sending to this "
@@ -267,8 +298,16 @@ class PfsTransferApp(BeforeDjango):
                         code="offset_mismatch")
                     error.offset = upload.offset
                     raise error
+                if checking:  # nginx may read the body now: it comes back with its file
+                    services.upload_park(session, upload)
+                    await exchange.json(200, {})
+                    return
                 try:
-                    await exchange.body_into(upload, session.size - offset)
+                    if body_file:
+                        await asyncio.to_thread(_take_body_file, upload, front, body_file,
+                                                length)
+                    else:
+                        await exchange.body_into(upload, session.size - offset)
                 finally:
                     metrics.pfs_transferred("upload", upload.offset - offset)
                 await asyncio.to_thread(upload.pause)  # offset: only bytes stored or held
@@ -324,6 +363,20 @@ class PfsTransferApp(BeforeDjango):
             "Accept-Ranges": "bytes",
             "ETag": f'"{entry.size:x}-{int(entry.mtime * 1e6):x}"',
         }
+        front = exchange.scope.get(FRONT_SCOPE)
+        if front is not None and isinstance(storage, PosixStorage):
+            # nginx sends the bytes (with sendfile), ranges and HEAD included; it opens the
+            # path refusing any link on it (paddlecloud.front).
+            path = await asyncio.to_thread(storage.resolved, rel)
+            if (redirect := front.redirect(path)) is not None:
+                if not head:
+                    metrics.pfs_operation("download")
+                    metrics.pfs_transferred("download", end - start)
+                del headers["ETag"], headers["Accept-Ranges"]  # nginx's own
+                await exchange.start(200, {**headers, "Content-Length": "0",
+                                           "X-Accel-Redirect": redirect})
+                await exchange.send({"type": "http.response.body", "body": b""})
+                return
         status = 200
         if asked:
             status = 206
@@ -334,6 +387,46 @@ class PfsTransferApp(BeforeDjango):
         if not head:
             metrics.pfs_operation("download")
         await exchange.stream(status, headers, _counted(chunks), head=head)
+
+
+def _has_header(scope, name: str) -> bool:
+    key = name.encode("latin-1")
+    return any(header == key for header, _value in scope.get("headers") or [])
+
+
+def _take_body_file(upload, front: FrontFiles, body_file: str, length: int) -> None:
+    """Append the chunk nginx took into ``body_file`` to ``upload``: moved into place by a
+    rename when it is the upload's first bytes and the storage can (``adopt``), else copied.
+    nginx removes the file (if still there) once the request is answered."""
+    path = Path(body_file)
+    if (front.body_dir is None or path.parent != front.body_dir or not path.name.isdigit()):
+        raise ValidationError.for_field("body", "not a body the front took", code="invalid")
+    dir_fd = os.open(front.body_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        # Read-write: adopted, it is the upload's file, which later chunks are written to.
+        fd = os.open(path.name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != length:
+                raise ValidationError.for_field(
+                    "body", f"{st.st_size} bytes received of the {length} declared",
+                    code="incomplete")
+            if upload.offset == 0 and getattr(upload, "adopt", None) is not None and \
+                    upload.adopt(dir_fd, path.name, fd):
+                return
+            position, buffer = 0, memoryview(bytearray(BUFFER * 4))  # one buffer, reused
+            with ThreadPoolExecutor(1, thread_name_prefix="pfs-hash") as hashing:
+                while position < length:
+                    got = os.preadv(fd, [buffer[:min(len(buffer), length - position)]],
+                                    position)
+                    if not got:
+                        break
+                    upload.write(buffer[:got], hashing)
+                    position += got
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _counted(chunks):

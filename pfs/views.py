@@ -3,6 +3,7 @@ service, serialize."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
@@ -20,6 +21,7 @@ from kernel.errors import ValidationError
 from paddlecloud_core.quantity import format_bytes
 
 from . import services
+from .front import FRONT_SCOPE
 from .serializers import (
     EntrySerializer,
     ListingSerializer,
@@ -116,13 +118,24 @@ class UsageView(DatacenterAPIView):
                          "measured_at": usage.measured_at, "unknown": usage.unknown})
 
 
+def _upload_context(request) -> dict:
+    """The chunks the client is asked for: larger behind nginx, which takes each into a file
+    the portal moves into place (PADDLECLOUD_PFS_FRONT_CHUNK_SIZE), than through the portal."""
+    front = getattr(request._request, "scope", {}).get(FRONT_SCOPE)
+    if front is not None and front.body_dir is not None:
+        return {"chunk_size": max(settings.PADDLECLOUD_PFS_FRONT_CHUNK_SIZE,
+                                  settings.PADDLECLOUD_PFS_CHUNK_SIZE)}
+    return {}
+
+
 class UploadListView(DatacenterAPIView):
     @extend_schema(request=UploadCreateSerializer, responses={201: UploadSerializer, **ERRORS},
                    summary="Start a resumable upload (then PATCH its bytes in chunks)")
     def post(self, request):
         data = validated(UploadCreateSerializer, request)
         session = services.upload_create(request.user, self.datacenter, **data)
-        return Response(UploadSerializer(session).data, status=status.HTTP_201_CREATED)
+        return Response(UploadSerializer(session, context=_upload_context(request)).data,
+                        status=status.HTTP_201_CREATED)
 
 
 class UploadDetailView(DatacenterAPIView):
@@ -130,7 +143,7 @@ class UploadDetailView(DatacenterAPIView):
                    summary="An upload in progress: how many bytes the server has")
     def get(self, request, upload_id):
         session = services.upload_get(request.user, self.datacenter, upload_id)
-        return Response(UploadSerializer(session).data)
+        return Response(UploadSerializer(session, context=_upload_context(request)).data)
 
     @extend_schema(responses={204: None, **ERRORS}, summary="Abandon an upload")
     def delete(self, request, upload_id):

@@ -70,7 +70,13 @@ class Upload(ABC):
     def __init__(self, rel: Rel, offset: int = 0, hasher=None):
         self.rel = rel
         self.offset = offset
-        self.hasher = hasher or hashlib.sha256()
+        self.new_hash = hashlib.sha256  # the digest checked: ``digest_with`` chooses another
+        self.hasher = hasher or self.new_hash()
+
+    def digest_with(self, new_hash) -> None:
+        """Hash with ``new_hash()`` (hashlib-like) instead of SHA-256; before any byte is
+        written (``sha256`` and ``finish`` then give that digest)."""
+        self.new_hash, self.hasher = new_hash, new_hash()
 
     def write(self, data: bytes, hashing: Executor | None = None) -> None:
         """Store ``data`` after the bytes received so far. With ``hashing`` (an executor of

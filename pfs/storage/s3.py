@@ -198,9 +198,10 @@ class S3Storage(Storage):
                 if exc.response.get("Error", {}).get("Code") != "NoSuchUpload":
                     raise
 
-    def _sha256(self, key: str) -> tuple[str, int]:
-        """The sha256 and size of the object ``key``, read back."""
-        hasher, size = hashlib.sha256(), 0
+    def _sha256(self, key: str, new_hash=hashlib.sha256) -> tuple[str, int]:
+        """The digest (``new_hash``'s, SHA-256 unless told) and size of the object ``key``,
+        read back."""
+        hasher, size = new_hash(), 0
         body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
         try:
             for chunk in body.iter_chunks(CHUNK):
@@ -641,7 +642,7 @@ class S3Upload(Upload):
         if self._hash_complete:
             self._digest = self.hasher.hexdigest()
         else:
-            self._digest, size = self.storage._sha256(self.temp_key)
+            self._digest, size = self.storage._sha256(self.temp_key, self.new_hash)
             if size != self.offset:
                 raise RuntimeError(f"{self.temp_key}: {size} bytes in S3, {self.offset} received")
         return self._digest

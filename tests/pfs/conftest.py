@@ -77,3 +77,44 @@ def s3_storage(s3_endpoint):
 def home(live_portal) -> Path:
     """alice's home on disk, as the live portal serves it."""
     return live_portal.home
+
+
+@pytest.fixture
+def front_portal(live_portal, settings, tmp_path):
+    """The live portal behind nginx as runportal runs it (paddlecloud.front): uvicorn on the
+    front's Unix socket, nginx on a free port in front. Both stopped at the end."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from paddlecloud.asgi import application
+    from paddlecloud.front import FrontApp, NginxFront
+    from paddlecloud.serving import server_config
+    from tests.conftest import LivePortal
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    front = NginxFront(host="127.0.0.1", port=port, pfs_root=settings.PADDLECLOUD_PFS_ROOT,
+                       var_dir=tmp_path)
+    server = uvicorn.Server(server_config(
+        FrontApp(application, pfs_root=settings.PADDLECLOUD_PFS_ROOT),
+        uds=front.socket_path, lifespan="off", log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+        front.start()
+        yield LivePortal(f"http://127.0.0.1:{port}", live_portal.datacenter, live_portal.user,
+                         live_portal.home)
+    finally:
+        front.stop()
+        server.should_exit = True
+        thread.join(5)
+        if thread.is_alive():
+            server.force_exit = True
+            thread.join(5)

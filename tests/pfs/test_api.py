@@ -228,6 +228,7 @@ class Pfs:
     def start(self, name: str, data: bytes, **spec):
         """Start a resumable upload of ``data`` (its size and SHA-256 unless ``spec`` says)."""
         body = {"path": self.path(name), "size": len(data), "sha256": sha(data), **spec}
+        body = {key: value for key, value in body.items() if value is not None}  # None: unsent
         return self.http.post(f"{self.base}/uploads", json=body)
 
     def started(self, name: str, data: bytes, **spec) -> str:

@@ -14,6 +14,7 @@ from django.db.migrations.executor import MigrationExecutor
 from accounts.models import Datacenter
 from jobs.backends.local import LOCAL
 from jobs.backends.local.backend import isolation_notice
+from paddlecloud.front import FrontApp, NginxFront, nginx_binary
 from paddlecloud.serving import server_config
 from paddlecloud.worker import EmbeddedWorker
 
@@ -37,12 +38,19 @@ class Command(BaseCommand):
         parser.add_argument("--no-access-log", action="store_true",
                             help="no line per request (./dev up: the example's output reads "
                                  "on its own)")
+        parser.add_argument("--front", choices=["auto", "on", "off"],
+                            default=settings.PADDLECLOUD_FRONT,
+                            help="nginx in front (paddlecloud.front): auto (the default, "
+                                 "PADDLECLOUD_FRONT) runs it when nginx is installed")
+        parser.add_argument("--front-socket", metavar="PATH",
+                            help="serve on this Unix socket behind an nginx run elsewhere "
+                                 "(deploy/: the sidecar), instead of --host/--port")
         parser.add_argument("--skip-collectstatic", action="store_true",
                             help="the static files were collected already (the image does "
                                  "it when it is built)")
 
     def handle(self, *args, host, port, no_worker, concurrency, skip_collectstatic, quiet,
-               no_access_log, **options):
+               no_access_log, front, front_socket, **options):
         if settings.DEBUG and not _loopback(host):
             raise CommandError(
                 f"DEBUG is on, and its error pages show code and settings to anyone who can "
@@ -57,19 +65,46 @@ class Command(BaseCommand):
         if not no_worker and Datacenter.objects.filter(backend=LOCAL.name).exists():
             self.stdout.write(isolation_notice()[1])  # what local jobs can reach
         connection.close()  # the server and worker threads open their own
+        nginx = None
+        if front_socket is None and front != "off":
+            if nginx_binary() is not None:
+                nginx = NginxFront(host=host, port=port, pfs_root=settings.PADDLECLOUD_PFS_ROOT,
+                                   var_dir=settings.VAR_DIR)
+                try:
+                    nginx.start()  # before the worker: nothing to stop if it cannot start
+                except (OSError, RuntimeError) as exc:
+                    nginx.stop()
+                    if front == "on":
+                        raise CommandError(f"--front on (PADDLECLOUD_FRONT=on): {exc}") from None
+                    logger.warning("serving without nginx in front: %s", exc)
+                    nginx = None
+            elif front == "on":
+                raise CommandError("--front on (PADDLECLOUD_FRONT=on): nginx is not installed "
+                                   "(Debian: apt-get install nginx-light), or set it to auto")
 
         worker = None
         if not no_worker:
             if settings.CELERY_BROKER_URL.startswith("memory://"):
                 self.stdout.write("Embedded worker: tasks stay in this process (no REDIS_URL)")
             worker = EmbeddedWorker(concurrency=concurrency)
-            worker.start()
+            try:
+                worker.start()
+            except BaseException:
+                if nginx is not None:
+                    nginx.stop()
+                raise
         if not quiet:
             self.stdout.write(f"PaddleCloud is serving on http://{host}:{port}/ "
                               "(Ctrl-C stops it)")
             self.stdout.flush()
+        app, listen = "paddlecloud.asgi:application", {"host": host, "port": port}
+        if nginx is not None or front_socket is not None:
+            from paddlecloud.asgi import application
+
+            app = FrontApp(application, pfs_root=settings.PADDLECLOUD_PFS_ROOT)
+            listen = {"uds": front_socket or nginx.socket_path}
         config = server_config(
-            "paddlecloud.asgi:application", host=host, port=port, lifespan="on",
+            app, **listen, lifespan="on",
             log_level=settings.LOGGING["root"]["level"].lower(), access_log=not no_access_log,
             ws_per_message_deflate=settings.PADDLECLOUD_WS_DEFLATE,
         )
@@ -82,6 +117,8 @@ class Command(BaseCommand):
         try:
             uvicorn.Server(config).run()
         finally:
+            if nginx is not None:
+                nginx.stop()
             if worker is not None:
                 worker.stop()
             for sig, handler in previous.items():
