@@ -42,6 +42,7 @@ FILES_LOCATION = "/_paddlecloud_pfs/"  # internal: only an X-Accel-Redirect of t
 CLIENT_HEADER = b"x-paddlecloud-client"
 START_TIMEOUT = 10.0  # seconds nginx has to listen
 STOP_TIMEOUT = 10.0
+SOCKET_NAME = "portal.sock"  # the portal's, in nginx's work directory
 
 # The configuration; {…} are filled by ``nginx_config``. Everything but the files' location
 # goes to the portal unbuffered both ways (streamed logs, tar downloads, WebSockets and the
@@ -49,6 +50,7 @@ STOP_TIMEOUT = 10.0
 CONFIG = """\
 # Made by paddlecloud.front (runportal), or deploy/nginx.conf: the same configuration.
 {user}worker_processes 1;
+working_directory {work};  # where the portal's socket is (see NginxFront)
 pid {work}/nginx.pid;
 error_log stderr warn;
 daemon off;
@@ -172,9 +174,9 @@ def nginx_binary() -> str | None:
 
 def nginx_config(*, listen: str, socket_path: str, pfs_root: Path, work: Path) -> str:
     """nginx's configuration: listening on ``listen`` (``host:port``), the portal on
-    ``socket_path``, the files of ``pfs_root`` served to the portal's redirects, its own state
-    in ``work``. Run as root, its worker takes the portal's user (root: a local portal's homes
-    belong to their users)."""
+    ``socket_path`` (relative: to ``work``, the worker's directory), the files of ``pfs_root``
+    served to the portal's redirects, its own state in ``work``. Run as root, its worker takes
+    the portal's user (root: a local portal's homes belong to their users)."""
     user = f"user {pwd.getpwuid(os.geteuid()).pw_name};\n" if os.geteuid() == 0 else ""
     return CONFIG.format(user=user, work=work, socket=socket_path, listen=listen,
                          files=FILES_LOCATION, pfs_root=str(pfs_root).rstrip("/"),
@@ -202,15 +204,18 @@ class NginxFront:
         self.binary = binary or nginx_binary()
         if self.binary is None:
             raise RuntimeError("nginx is not installed (Debian: apt-get install nginx-light)")
-        # 0700: ours only. In the var directory when a socket's path there is short enough
-        # (108 bytes at most, its name 27 bytes below var_dir), so that a portal killed outright
-        # leaves nothing in /tmp.
-        base = var_dir if var_dir is not None and len(str(var_dir)) < 80 else None
-        if base is not None:
-            base.mkdir(parents=True, exist_ok=True)
-        self.work = Path(tempfile.mkdtemp(prefix="front-" if base else "paddlecloud-front-",
-                                          dir=base))
-        self.socket_path = str(self.work / "portal.sock")
+        # 0700: ours only. In the var directory, so that a portal killed outright leaves
+        # nothing elsewhere (in /tmp without one).
+        if var_dir is not None:
+            var_dir.mkdir(parents=True, exist_ok=True)
+        self.work = Path(tempfile.mkdtemp(prefix="front-" if var_dir else "paddlecloud-front-",
+                                          dir=var_dir))
+        # A Unix socket's path has at most 108 bytes, which a var directory's may pass: the
+        # portal binds it through a descriptor of the directory (/proc/self/fd/N/…, valid in
+        # this process only) and nginx's worker connects to it relative to its
+        # working_directory, the same directory.
+        self._work_fd = os.open(self.work, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.socket_path = f"/proc/self/fd/{self._work_fd}/{SOCKET_NAME}"
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -223,7 +228,7 @@ class NginxFront:
         (self.work / "check-headers.conf").write_text(CHECK_HEADERS)
         config = self.work / "nginx.conf"
         config.write_text(nginx_config(listen=listen_address(self.host, self.port),
-                                       socket_path=self.socket_path,
+                                       socket_path=SOCKET_NAME,
                                        pfs_root=self.pfs_root, work=self.work))
         self.process = subprocess.Popen(  # noqa: S603 - the system's nginx, our config
             [self.binary, "-p", str(self.work), "-c", str(config), "-e", "stderr"],
@@ -263,6 +268,9 @@ class NginxFront:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)
+        if self._work_fd is not None:
+            os.close(self._work_fd)
+            self._work_fd = None
 
 
 class FrontApp:

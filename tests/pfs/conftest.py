@@ -96,8 +96,10 @@ def front_portal(live_portal, settings, tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    # A var directory whose path is longer than a Unix socket's may be (108 bytes): the
+    # portal's socket is in it all the same.
     front = NginxFront(host="127.0.0.1", port=port, pfs_root=settings.PADDLECLOUD_PFS_ROOT,
-                       var_dir=tmp_path)
+                       var_dir=tmp_path / ("var-" + "v" * 120))
     server = uvicorn.Server(server_config(
         FrontApp(application, pfs_root=settings.PADDLECLOUD_PFS_ROOT),
         uds=front.socket_path, lifespan="off", log_level="warning"))

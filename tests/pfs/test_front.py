@@ -9,6 +9,7 @@ import io
 import os
 import socket
 import socketserver
+import tempfile
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler
@@ -506,6 +507,7 @@ def test_runportal_puts_nginx_in_front_and_stops_it(portal_process):
 
 
 def test_nginx_goes_with_a_portal_killed_outright(portal_process):
+    in_tmp = set(Path(tempfile.gettempdir()).glob("paddlecloud-front-*"))
     portal = portal_process()
     nginx = _nginx_children(portal.process.pid)
     assert nginx
@@ -513,6 +515,8 @@ def test_nginx_goes_with_a_portal_killed_outright(portal_process):
     portal.stop(kill=True)
 
     assert eventually(lambda: _alive(nginx) == [])
+    # nginx's files were in the portal's var directory: nothing is left anywhere else
+    assert set(Path(tempfile.gettempdir()).glob("paddlecloud-front-*")) == in_tmp
 
 
 def test_runportal_serves_alone_when_nginx_is_off_or_missing(portal_process):
