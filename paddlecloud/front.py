@@ -21,8 +21,11 @@ deploy/ runs the same configuration as a sidecar (deploy/README.md).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
+import errno
+import json
 import logging
 import os
 import pwd
@@ -31,9 +34,11 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
+from kernel.errors import error_body, storage_full
 from pfs.front import FRONT_SCOPE, FrontFiles
 
 logger = logging.getLogger(__name__)
@@ -109,7 +114,14 @@ http {{
         }}
         # The check's refusal, with the API's own answer (its status and JSON body): the body
         # the client sends meanwhile is discarded, never stored.
-{refusals}        location /_paddlecloud_refused/ {{ internal; return 502; }}
+{refusals}        # Allowed by the check, then nginx could not store the body (500): its file
+        # system, the PFS's, is full (nginx's log says so); its partial file is removed.
+        location = /_paddlecloud_refused/200 {{
+            internal;
+            default_type application/json;
+            return 507 '{storage_full}';
+        }}
+        location /_paddlecloud_refused/ {{ internal; return 502; }}
         location @portal {{
             proxy_pass http://paddlecloud_portal;
             include {work}/portal-headers.conf;
@@ -181,7 +193,16 @@ def nginx_config(*, listen: str, socket_path: str, pfs_root: Path, work: Path) -
     return CONFIG.format(user=user, work=work, socket=socket_path, listen=listen,
                          files=FILES_LOCATION, pfs_root=str(pfs_root).rstrip("/"),
                          body=Path(pfs_root) / BODY_DIR,
-                         refusals="".join(REFUSAL.format(status=status) for status in REFUSED))
+                         refusals="".join(REFUSAL.format(status=status) for status in REFUSED),
+                         storage_full=_storage_full_body())
+
+
+def _storage_full_body() -> str:
+    """The API's own answer when the PFS is full (kernel.errors), as nginx returns it."""
+    full = storage_full(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    body = json.dumps(error_body(full.code, full.message), separators=(",", ":"))
+    assert "'" not in body and "$" not in body  # quoted for nginx as it is
+    return body
 
 
 def listen_address(host: str, port: int) -> str:
@@ -217,10 +238,25 @@ class NginxFront:
         self._work_fd = os.open(self.work, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self.socket_path = f"/proc/self/fd/{self._work_fd}/{SOCKET_NAME}"
         self.process: subprocess.Popen | None = None
+        self._log: threading.Thread | None = None
+        self._said: collections.deque[str] = collections.deque(maxlen=20)  # its last lines
+
+    def listen(self) -> socket.socket:
+        """The portal's socket, bound and listening before nginx starts: connections nginx
+        makes before the portal serves wait in its backlog (no 502 while the portal starts).
+        The caller serves on it (uvicorn's ``fd``) and closes it."""
+        portal = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            portal.bind(self.socket_path)
+            portal.listen(4096)
+        except OSError:
+            portal.close()
+            raise
+        return portal
 
     def start(self) -> None:
-        """Start nginx; return once it listens (the portal's socket may come later: until
-        then nginx answers 502)."""
+        """Start nginx; return once it listens (without ``listen`` first, the portal's socket
+        may come later: until then nginx answers 502)."""
         for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
             (self.work / name).mkdir(exist_ok=True)
         (self.pfs_root / BODY_DIR).mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -234,14 +270,19 @@ class NginxFront:
             [self.binary, "-p", str(self.work), "-c", str(config), "-e", "stderr"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             preexec_fn=_die_with_parent)
+        # Its error log is read as it comes, into the portal's log: a pipe nobody reads fills
+        # up (64 KiB: a few hundred refused connections while the portal starts), and nginx
+        # then blocks writing to it, serving nothing.
+        self._log = threading.Thread(target=self._forward, args=(self.process.stderr,),
+                                     name="nginx-error-log", daemon=True)
+        self._log.start()
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             if self.process.poll() is not None:
-                error = self.process.stderr.read().decode(errors="replace").strip()
-                self.process.stderr.close()
+                self._log.join(STOP_TIMEOUT)
                 self.process = None
                 self.cleanup()
-                raise RuntimeError(f"nginx did not start: {error[-800:]}")
+                raise RuntimeError(f"nginx did not start: {' '.join(self._said)[-800:]}")
             with contextlib.suppress(OSError), socket.create_connection(
                     (self.host.strip("[]"), self.port), timeout=1):
                 break
@@ -263,8 +304,16 @@ class NginxFront:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
-            process.stderr.close()
+            self._log.join(STOP_TIMEOUT)  # its workers went with it: the log's end
         self.cleanup()
+
+    def _forward(self, stream) -> None:
+        with stream:
+            for raw in stream:
+                line = raw.decode(errors="replace").strip()
+                if line:
+                    self._said.append(line)
+                    logger.warning("nginx: %s", line)
 
     def cleanup(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)

@@ -65,14 +65,18 @@ class Command(BaseCommand):
         if not no_worker and Datacenter.objects.filter(backend=LOCAL.name).exists():
             self.stdout.write(isolation_notice()[1])  # what local jobs can reach
         connection.close()  # the server and worker threads open their own
-        nginx = None
+        nginx = portal_socket = None
         if front_socket is None and front != "off":
             if nginx_binary() is not None:
                 nginx = NginxFront(host=host, port=port, pfs_root=settings.PADDLECLOUD_PFS_ROOT,
                                    var_dir=settings.VAR_DIR)
                 try:
+                    portal_socket = nginx.listen()
                     nginx.start()  # before the worker: nothing to stop if it cannot start
                 except (OSError, RuntimeError) as exc:
+                    if portal_socket is not None:
+                        portal_socket.close()
+                        portal_socket = None
                     nginx.stop()
                     if front == "on":
                         raise CommandError(f"--front on (PADDLECLOUD_FRONT=on): {exc}") from None
@@ -92,6 +96,7 @@ class Command(BaseCommand):
             except BaseException:
                 if nginx is not None:
                     nginx.stop()
+                    portal_socket.close()
                 raise
         if not quiet:
             self.stdout.write(f"PaddleCloud is serving on http://{host}:{port}/ "
@@ -102,7 +107,7 @@ class Command(BaseCommand):
             from paddlecloud.asgi import application
 
             app = FrontApp(application, pfs_root=settings.PADDLECLOUD_PFS_ROOT)
-            listen = {"uds": front_socket or nginx.socket_path}
+            listen = {"fd": portal_socket.fileno()} if nginx else {"uds": front_socket}
         config = server_config(
             app, **listen, lifespan="on",
             log_level=settings.LOGGING["root"]["level"].lower(), access_log=not no_access_log,
@@ -119,6 +124,7 @@ class Command(BaseCommand):
         finally:
             if nginx is not None:
                 nginx.stop()
+                portal_socket.close()
             if worker is not None:
                 worker.stop()
             for sig, handler in previous.items():
