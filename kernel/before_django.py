@@ -138,6 +138,11 @@ def _settle(future: asyncio.Future, result, error: BaseException | None) -> None
             future.set_exception(error)
 
 
+def _settle_all(settled: list) -> None:
+    for future, result, error in settled:
+        _settle(future, result, error)
+
+
 class DatabaseThreads:
     """Threads that run blocking database work for coroutines, each with its own connection
     kept from call to call; started at the first call, stopped (connections closed) by
@@ -147,6 +152,8 @@ class DatabaseThreads:
     must open a connection and close it at the end (SQLite: the file opened, its WAL
     checkpointed and removed, every request). Work given to these threads pays only for its
     statements. A connection that saw an error, or sat idle a while, is checked first."""
+
+    batch = 1  # calls a thread takes at once (``_run`` runs them)
 
     def __init__(self, size: int, name: str):
         self.size, self.name = size, name
@@ -177,21 +184,48 @@ class DatabaseThreads:
         used = time.monotonic()
         try:
             while (call := self._calls.get()) is not None:
-                function, args, loop, future = call
+                calls = self._more([call])
                 if connection.connection is not None and (
                         connection.errors_occurred
                         or time.monotonic() - used > IDLE_CHECK_SECONDS):
                     connection.close_if_unusable_or_obsolete()
                     connection.close_if_health_check_failed()
-                result, error = None, None
-                try:
-                    result = function(*args)
-                except BaseException as exc:  # the caller's to raise
-                    error = exc
+                outcomes = self._run([(function, args) for function, args, _loop, _future
+                                      in calls])
                 used = time.monotonic()
-                loop.call_soon_threadsafe(_settle, future, result, error)
+                answers: dict = {}  # event loop → its calls' answers: one wake-up each
+                for (_function, _args, loop, future), (result, error) in zip(
+                        calls, outcomes, strict=True):
+                    answers.setdefault(loop, []).append((future, result, error))
+                for loop, settled in answers.items():
+                    loop.call_soon_threadsafe(_settle_all, settled)
         finally:
             connection.close()
+
+    def _more(self, calls: list) -> list:
+        """``calls`` and the calls already waiting, up to ``batch`` in all (a stop put back
+        for the thread it is meant for)."""
+        while len(calls) < self.batch:
+            try:
+                more = self._calls.get_nowait()
+            except queue.Empty:
+                break
+            if more is None:  # a thread's stop: its own, or another's
+                self._calls.put(None)
+                break
+            calls.append(more)
+        return calls
+
+    def _run(self, calls: list[tuple]) -> list[tuple]:
+        """Each ``(function, args)``'s ``(result, error)``, one after the other; a subclass
+        taking batches may run them together."""
+        outcomes = []
+        for function, args in calls:
+            try:
+                outcomes.append((function(*args), None))
+            except BaseException as exc:  # the caller's to raise
+                outcomes.append((None, exc))
+        return outcomes
 
     def stop(self) -> None:
         with self._lock:

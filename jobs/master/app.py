@@ -15,20 +15,11 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
 import re
-import time
 
 from django.conf import settings
-from django.db import connection
 
-from kernel.before_django import (
-    IDLE_CHECK_SECONDS,
-    BeforeDjango,
-    DatabaseThreads,
-    Exchange,
-    _settle,
-)
+from kernel.before_django import BeforeDjango, DatabaseThreads, Exchange
 from kernel.errors import ValidationError
 from kernel.storable import storable
 
@@ -68,44 +59,13 @@ class MasterThreads(DatabaseThreads):
     for and every other already waiting (up to ``BATCH``), runs them together
     (``dispatch.master_calls``: one transaction), and answers each once committed."""
 
-    def _serve(self) -> None:
-        used = time.monotonic()
+    batch = BATCH
+
+    def _run(self, calls: list[tuple]) -> list[tuple]:
         try:
-            while (call := self._calls.get()) is not None:
-                calls = [call]
-                while len(calls) < BATCH:
-                    try:
-                        more = self._calls.get_nowait()
-                    except queue.Empty:
-                        break
-                    if more is None:  # a thread's stop: its own, or another's
-                        self._calls.put(None)
-                        break
-                    calls.append(more)
-                if connection.connection is not None and (
-                        connection.errors_occurred
-                        or time.monotonic() - used > IDLE_CHECK_SECONDS):
-                    connection.close_if_unusable_or_obsolete()
-                    connection.close_if_health_check_failed()
-                try:
-                    outcomes = dispatch.master_calls([args for _function, args, _loop, _future
-                                                      in calls])
-                except BaseException as exc:  # each caller's to raise
-                    outcomes = [(None, exc)] * len(calls)
-                used = time.monotonic()
-                answers: dict = {}  # event loop → its calls' answers: one wake-up each
-                for (_function, _args, loop, future), (result, error) in zip(
-                        calls, outcomes, strict=True):
-                    answers.setdefault(loop, []).append((future, result, error))
-                for loop, settled in answers.items():
-                    loop.call_soon_threadsafe(_settle_all, settled)
-        finally:
-            connection.close()
-
-
-def _settle_all(settled: list) -> None:
-    for future, result, error in settled:
-        _settle(future, result, error)
+            return dispatch.master_calls([args for _function, args in calls])
+        except BaseException as exc:  # each caller's to raise
+            return [(None, exc)] * len(calls)
 
 
 class MasterApp(BeforeDjango):
