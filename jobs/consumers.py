@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from datetime import timedelta
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
@@ -41,6 +42,10 @@ from .metrics import metric_records
 from .models import worker_ended
 from .notify import job_group, jobs_group
 from .serializers import EventSerializer, JobSerializer, WorkerSerializer
+
+# How long before its commit a repeat may be stamped (``models.event_repeatable`` in a
+# transaction): the page's look for counted repeats reaches back that far.
+REPEAT_COMMIT_SLACK = timedelta(seconds=60)
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +198,10 @@ class JobConsumer(PortalConsumer):
     async def open(self):
         self.dc = await self.datacenter()
         job = await self.job(self.dc, self.scope["url_route"]["kwargs"]["name"])
-        # The newest event sent, the oldest the page shows, and since when repeats are sent.
-        self.job_id, self.last_event, self.first_event, self.repeats_seen = job.pk, 0, 0, None
+        # The newest event sent, the oldest the page shows, since when repeats are looked
+        # for, and the repeat counts sent (event id -> repeats).
+        self.job_id, self.last_event, self.first_event = job.pk, 0, 0
+        self.repeats_seen, self.repeats_sent = None, {}
         self.changes = Coalescing(lambda _: self.send_state(snapshot=False))
         self.tasks.append(self.changes)
         await self.join(job_group(job.pk))
@@ -228,15 +235,24 @@ class JobConsumer(PortalConsumer):
         job = services.job_list(self.scope["user"], self.dc).filter(pk=self.job_id).first()
         if job is None:
             return None
-        since = timezone.now()  # a repeat counted from now on is sent at the next read
+        since = timezone.now()
         if self.repeats_seen is None:  # the snapshot: the latest, as the page shows them
             events, _older = services.job_events_shown(job)
             self.first_event = events[0].pk if events else 0
         else:  # new events, and those shown that counted more repeats (sent again, same id)
-            events = list(job.events.select_related("replica").filter(
-                Q(pk__gt=self.last_event) | Q(pk__gte=self.first_event,
-                                               repeated_until__gte=self.repeats_seen)))
+            # A repeat is stamped before its commit: one committed after the last read may
+            # bear an earlier time, so the look reaches back REPEAT_COMMIT_SLACK and sends
+            # only the counts that changed.
+            rows = list(job.events.select_related("replica").filter(
+                Q(pk__gt=self.last_event) | Q(
+                    pk__gte=self.first_event, repeats__gt=0,
+                    repeated_until__gte=self.repeats_seen - REPEAT_COMMIT_SLACK)))
+            events = [event for event in rows if event.pk > self.last_event
+                      or self.repeats_sent.get(event.pk) != event.repeats]
+            # What the look will not reach again is forgotten: counted again, it is sent.
+            self.repeats_sent = {event.pk: self.repeats_sent.get(event.pk) for event in rows}
         self.last_event = max([self.last_event, *(e.pk for e in events)])
+        self.repeats_sent.update((e.pk, e.repeats) for e in events if e.repeats)
         self.repeats_seen = since
         return (JobSerializer(job).data,
                 WorkerSerializer(job.replicas.order_by("role", "index"), many=True).data,

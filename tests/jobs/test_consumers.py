@@ -303,6 +303,49 @@ async def test_the_job_page_gets_its_latest_events_and_their_repeats_as_they_cou
     await socket.disconnect()
 
 
+async def test_a_repeat_stamped_before_the_pages_last_read_and_committed_after_is_sent(
+        app, alice, datacenter):
+    """A repeat is stamped when it is counted and committed a moment later: the page's read
+    between the two must not hide it from the next (it was "and 4 more" for good once); a
+    count the page already has is not sent again."""
+    from django.db.models import F
+    from django.utils import timezone
+
+    from jobs.notify import job_changed
+
+    job = await sync_to_async(make_job)(alice, datacenter, state=JobState.STARTING)
+
+    def burst():
+        for number in range(REPEAT_BURST + 1):
+            event_repeatable(job.pk, "leased", "waiting", f"given back {number}")
+
+    await sync_to_async(burst)()
+    socket = await connect(app, "/ws/jobs/train/", alice)
+    counted = [await receive(socket) for _ in range(3)][2]["events"][-1]
+    assert counted["repeats"] == 1
+    stamped = timezone.now()  # the repeat's stamp, before the read below
+
+    def read_between():
+        job_transition(job, JobState.RUNNING, "all up")
+
+    await sync_to_async(in_a_worker_thread)(read_between)
+    messages = [await receive(socket) for _ in range(3)]
+    assert [m["event"]["reason"] for m in messages if m["type"] == "event"] == ["all up"]
+
+    def committed_after():  # as event_repeatable's update, committed after that read
+        JobEvent.objects.filter(pk=counted["id"]).update(repeats=F("repeats") + 1,
+                                                         repeated_until=stamped)
+        JobEvent.objects.create(job=job, from_state="running", to_state="running",
+                                reason="still up")
+        job_changed(job.pk)
+
+    await sync_to_async(in_a_worker_thread)(committed_after)
+    messages = [await receive(socket) for _ in range(4)]
+    assert sorted((m["event"]["reason"], m["event"]["repeats"]) for m in messages
+                  if m["type"] == "event") == [(counted["reason"], 2), ("still up", 0)]
+    await socket.disconnect()
+
+
 async def test_a_burst_of_changes_all_reach_the_page(app, alice, datacenter):
     """Changes that come while the page is being sent the last ones are sent too."""
     job = await sync_to_async(make_job)(alice, datacenter, trainers=8, state=JobState.STARTING)
