@@ -207,9 +207,14 @@ def reconcile_when_due() -> None:
     that may be down): each looks every second, and the first to find that no run began in
     the last RECONCILE_SECONDS runs it (in this thread: not behind queued work), so it runs
     every RECONCILE_SECONDS (a second late at most) while any worker lives, whichever worker
-    ran it last and even if that one was killed."""
-    if cache.add(RECONCILE_DUE, 1, RECONCILE_SECONDS):
-        jobs_reconcile()
+    ran it last and even if that one was killed.
+
+    A look that finds the lease held (a run slower than RECONCILE_SECONDS, or one whose
+    worker was killed mid-run, its lease running out) gives the turn back, so the next
+    second's look tries again: the run follows the held one within a second, not a whole
+    RECONCILE_SECONDS later."""
+    if cache.add(RECONCILE_DUE, 1, RECONCILE_SECONDS) and jobs_reconcile() is None:
+        cache.delete(RECONCILE_DUE)
 
 
 def _budgets_enforce(now) -> int:

@@ -224,3 +224,24 @@ def test_the_workers_run_the_reconciler_without_beat_one_run_at_a_time(workers):
                 if float(start) > runs[-1][0])
     assert after - runs[-1][0] <= RECONCILE_SECONDS + 1.5, (runs[-1], after)
 
+
+
+def test_a_look_that_finds_the_reconcilers_lease_held_leaves_the_turn_to_the_next_second(
+        monkeypatch):
+    """The worker running the reconciler is killed -9 mid-run: its lease runs out by itself
+    (RECONCILE_LEASE_SECONDS). A look that found it held does not keep the turn for
+    RECONCILE_SECONDS: the first look after the lease ran out runs the reconciler (a TTL job
+    waited up to 25 s for its deletion with beat down)."""
+    from django.core.cache import cache
+
+    from jobs import tasks
+
+    runs = []
+    monkeypatch.setattr(tasks, "_reconcile", lambda: runs.append(time.monotonic()) or {})
+    cache.delete(tasks.RECONCILE_DUE)
+    cache.set(tasks.RECONCILE_LEASE, "a killed worker's", 2)  # as it leaves it, renewed last
+    tasks.reconcile_when_due()
+    assert runs == []  # held: the killed run's lease has not run out
+    wait(lambda: tasks.reconcile_when_due() or runs, 4, "the reconciler did not run once "
+         "the lease it found held ran out")
+    cache.delete(tasks.RECONCILE_DUE)
