@@ -73,7 +73,9 @@ http {{
     uwsgi_temp_path {work}/uwsgi;
     scgi_temp_path {work}/scgi;
     client_max_body_size 0;  # the portal's limits apply (PADDLECLOUD_PFS_MAX_UPLOAD, ...)
-    map $http_upgrade $connection_upgrade {{ default upgrade; "" close; }}
+    # A WebSocket's upgrade is passed on; any other request's Connection is cleared, so the
+    # connection to the portal stays open for the next (keepalive), not one per request.
+    map $http_upgrade $connection_upgrade {{ default upgrade; "" ""; }}
     upstream paddlecloud_portal {{ server unix:{socket}; keepalive 32; }}
     server {{
         listen {listen};

@@ -4,6 +4,7 @@ through a link; runportal without nginx serving alone."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -518,3 +519,42 @@ def test_runportal_serves_alone_when_nginx_is_off_or_missing(portal_process):
     for portal in (portal_process(PADDLECLOUD_FRONT="off"), portal_process(PATH=without_nginx)):
         assert _server(portal) != "nginx"
         assert _nginx_children(portal.process.pid) == []
+
+
+def _portal_connections(pid: int) -> int:
+    """How many connections the portal process ``pid`` holds on its own socket
+    (``portal.sock``): its sockets (/proc/PID/fd) that /proc/net/unix lists connected there."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    connected = 0
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        # Num RefCount Protocol Flags Type St Inode Path: St 03, connected
+        if len(fields) == 8 and fields[6] in inodes and fields[5] == "03" \
+                and fields[7].endswith("/portal.sock"):
+            connected += 1
+    return connected
+
+
+def test_nginx_keeps_its_connections_to_the_portal_between_requests(portal_process):
+    """nginx reuses its connections to the portal (``keepalive``): requests through it are not
+    each a new connection the portal accepts, sets up and closes (the master's trainers make
+    hundreds a second). WebSockets still upgrade through it."""
+    portal = portal_process()
+    url = f"http://127.0.0.1:{portal.port}/api/v1/version/"
+    with requests.Session() as session:
+        for _ in range(20):
+            assert session.get(url, timeout=10).status_code == 200
+    assert 1 <= _portal_connections(portal.process.pid) <= 2  # kept open, not one a request
+
+    with socket.create_connection(("127.0.0.1", portal.port), timeout=10) as sock:
+        site = f"127.0.0.1:{portal.port}".encode()
+        sock.sendall(b"GET /ws/jobs/ HTTP/1.1\r\nHost: " + site + b"\r\nOrigin: http://" + site
+                     + b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     b"Sec-WebSocket-Version: 13\r\n"
+                     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 101 ")
