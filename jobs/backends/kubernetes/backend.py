@@ -286,9 +286,12 @@ class KubernetesBackend(Backend):
     # -- observing --------------------------------------------------------------------------
 
     def _pods(self, job) -> list[dict]:
+        """The job's pods: the watch's, once it has read the job's namespace; until then
+        (a namespace made a moment ago, one whose pods are not readable yet) listed now, so
+        a pod the cache has not seen is never taken for one that is not there."""
         kube = kube_for(job.datacenter)
         cache = pod_cache(kube)
-        if cache.synced(timeout=2):
+        if cache.synced(timeout=2) and cache.has_read(_namespace(job)):
             return cache.job_pods(str(job.uid))
         found, _ = kube.list("Pod", _namespace(job), selector=f"{JOB_UID_LABEL}={job.uid}")
         return found

@@ -143,7 +143,8 @@ class PodCache:
         self._pods: dict[str, dict[str, dict]] = {}  # by namespace, then name
         self._watches: dict[str, _ListWatch] = {}  # by namespace
         self._stopping: list[_ListWatch] = []  # of namespaces gone, until their threads end
-        self._listed: set[str] = set()  # the namespaces read at least once
+        self._listed: set[str] = set()  # the namespaces listed (or refused) at least once
+        self._read: set[str] = set()  # those whose pods a list gave at least once
         self._lock = threading.Condition()
         self._stop = threading.Event()
         self._announcing = False
@@ -161,6 +162,13 @@ class PodCache:
             return self._lock.wait_for(
                 lambda: self._first is not None and self._watches.keys() <= self._listed,
                 timeout)
+
+    def has_read(self, namespace: str) -> bool:
+        """Whether the pods of ``namespace`` were read at least once: until then (a namespace
+        made a moment ago, or whose pods the portal may not read yet) the cache knows
+        nothing of them, and a pod missing from it may well be there."""
+        with self._lock:
+            return namespace in self._read
 
     def job_pods(self, job_uid: str) -> list[dict]:
         with self._lock:
@@ -236,6 +244,7 @@ class PodCache:
         watch.stop()  # (its thread may wait for the lock held here: ``stop`` joins it)
         self._stopping = [w for w in self._stopping if w.thread.is_alive()] + [watch]
         self._listed.discard(namespace)
+        self._read.discard(namespace)
         return list(self._pods.pop(namespace, {}).values())
 
     # -- the pods of one namespace ----------------------------------------------------------
@@ -249,6 +258,7 @@ class PodCache:
             before = self._pods.get(namespace, {})
             if pods is not None:
                 self._pods[namespace] = {p["metadata"]["name"]: p for p in pods}
+                self._read.add(namespace)
             fresh = self._pods.get(namespace, {})
             # A first list of a namespace there was at the start is no change: what changed
             # before this process watched, the reconciler finds, with one look at every job.

@@ -19,6 +19,7 @@ import pytest
 from jobs import engine
 from jobs.backends.kubernetes.names import object_base
 from tests.factories import submit_job
+from tests.polling import wait
 
 from .test_backend import NS, job_objects, state
 
@@ -65,3 +66,25 @@ def test_a_namespace_still_missing_after_the_wait_fails_the_start_saying_so(
     engine.job_launch(job.pk)
     assert state(job) == "failed"
     assert f'namespace "{NS}" not found' in job.state_reason
+
+
+@pytest.mark.django_db
+def test_pods_the_watch_could_not_read_yet_are_listed_not_taken_for_missing(
+        kube, alice, datacenter, package, held_starts):
+    """The pod watch's first lists in alice's new namespace are refused while the authorizer
+    has not seen the portal's RoleBinding there (it lists again, waiting longer each time).
+    Meanwhile the job's pods are there: its sync lists them itself and says why they wait,
+    never that they were not created (which a 1 s start timeout once took for the truth)."""
+    from jobs.backends.kubernetes.client import kube_for
+    from jobs.backends.kubernetes.pods_watch import pod_cache
+
+    kube.settings.rbac_binding_lag_seconds = 2.0
+    job = submit_job(alice, datacenter, trainers=2)
+    kube.controller.hold_pods(f"{object_base(job)}-tr-*", namespace=NS,
+                              message="0/3 nodes are available: 3 Insufficient cpu.")
+    engine.job_launch(job.pk)
+    wait(lambda: len(job_objects(kube, job).get("pods", [])) == 2, message="the job's pods")
+    assert not pod_cache(kube_for(datacenter)).has_read(NS)  # still refused, backing off
+    engine.job_sync(job.pk)
+    reasons = sorted(job.replicas.values_list("reason", flat=True))
+    assert all("cannot be scheduled: 0/3 nodes are available" in r for r in reasons), reasons
