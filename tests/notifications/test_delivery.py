@@ -113,7 +113,9 @@ def test_a_failing_endpoint_is_tried_again_with_back_off(
     token_client.post(f"{URL}{created['id']}/test")
     wait(lambda: webhook_receiver.events() == ["test"], timeout=30,
          message=lambda: f"the test notification: {list(Notification.objects.values())}")
-    notification = Notification.objects.get()
+    # (marked sent once the receiver's answer reaches the sender, a moment after it got it)
+    notification = wait(lambda: Notification.objects.filter(sent_at__isnull=False).first(),
+                        timeout=10, message="the notification marked sent")
     assert (notification.attempts, webhook_receiver.requests) == (3, 3)
     # Tried again after 1 s, then 2 s: doubling.
     assert notification.sent_at - notification.created_at >= timedelta(seconds=3)
