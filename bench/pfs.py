@@ -441,6 +441,7 @@ http {{
         location / {{
             dav_methods PUT;
             client_max_body_size 0;
+            client_body_buffer_size 4m;  # as the portal's front: nginx at its best
         }}
     }}
 }}
