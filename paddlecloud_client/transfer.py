@@ -28,6 +28,7 @@ from typing import BinaryIO
 from paddlecloud_client.api import BLOCK, ApiClient
 from paddlecloud_client.errors import ApiError, NetworkError, PaddlectlError
 from paddlecloud_client.progress import Progress
+from paddlecloud_core import digests
 
 SINGLE_MAX = 8 << 20  # larger files and archives go up in chunks
 TAIL = 4 << 20  # the last chunk of an upload hashed as it is sent: no longer than this
@@ -43,26 +44,13 @@ RESYNC = ("offset_mismatch", "upload_busy")
 Warn = Callable[[str], None]
 
 
-# The digests a resumable upload can be checked with, fastest first, and the header each goes
-# in (the server's pfs.digests). XXH3-128 hashes ~12 times faster than SHA-256; it is asked
-# for only where the ``xxhash`` wheel is installed, and used only when the server's answer
-# names it (an older server checks SHA-256).
-DIGESTS: dict[str, Callable] = {}
-with contextlib.suppress(ImportError):
-    import xxhash
-
-    DIGESTS["xxh3-128"] = xxhash.xxh3_128
-DIGESTS["sha256"] = hashlib.sha256
-HEADERS = {"sha256": "X-Checksum-Sha256", "xxh3-128": "X-Checksum-Xxh3-128"}
-
-
 class RunningHash:
     """The digest (SHA-256 unless told) of a file's bytes from 0 on, fed as they are sent,
     each byte once even when a chunk is sent again after a broken connection."""
 
     def __init__(self, algorithm: str = "sha256"):
         self.algorithm = algorithm
-        self.hash, self.position = DIGESTS[algorithm](), 0
+        self.hash, self.position = digests.new(algorithm), 0
 
     def feed(self, start: int, data: bytes) -> None:
         if start <= self.position < start + len(data):
@@ -287,7 +275,7 @@ def _upload_chunked(client: ApiClient, file: BinaryIO, size: int, digest: str | 
     as it is sent and the checksum goes with the last chunk."""
     upload = client.call("POST", UPLOADS, json={
         "path": remote, "size": size, "overwrite": True, "parents": parents, "kind": kind,
-        **({"sha256": digest} if digest else {"algorithm": next(iter(DIGESTS))})})
+        **({"sha256": digest} if digest else {"algorithm": digests.PREFERRED})})
     running = None
     if digest is None:  # what the server checks: the algorithm asked for, or (old) SHA-256
         running = RunningHash(upload.get("algorithm", "sha256"))
@@ -310,7 +298,7 @@ def _upload_chunked(client: ApiClient, file: BinaryIO, size: int, digest: str | 
                 headers = {"Upload-Offset": str(offset),
                            "Content-Type": "application/offset+octet-stream"}
                 if running is not None and offset + length == size:
-                    headers[HEADERS[running.algorithm]] = running.up_to(file, size)
+                    headers[digests.HEADERS[running.algorithm]] = running.up_to(file, size)
                 result = client.call(
                     "PATCH", url, headers=headers, transfer=True,
                     body=lambda start=offset, length=length: Window(

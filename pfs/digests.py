@@ -1,37 +1,16 @@
-"""The end-to-end digests an upload can be checked with.
-
-SHA-256 is always accepted. XXH3-128 (the ``xxhash`` wheel) is ~12 times faster (~0.05 s/GiB
-against ~0.6 s/GiB on one core): it guards the bytes against a transfer gone wrong, not
-against an attacker, which is all the check is for (the client sends both the bytes and
-their digest). A client names the algorithm when it starts an upload; this server offers
-those of ``ALGORITHMS`` (``xxh3-128`` only where ``xxhash`` is installed).
+"""The end-to-end digests an upload can be checked with, as the server checks them: the
+algorithms, headers and lengths are ``paddlecloud_core.digests``' (the client names them the
+same way). A client names the algorithm when it starts an upload; this server offers those of
+``ALGORITHMS`` (``xxh3-128`` only where ``xxhash`` is installed).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-from collections.abc import Callable
 
-SHA256 = "sha256"
-XXH3_128 = "xxh3-128"
+from paddlecloud_core.digests import ALGORITHMS, HEADERS, HEX_DIGITS, SHA256
 
-ALGORITHMS: dict[str, Callable] = {SHA256: hashlib.sha256}
-try:
-    import xxhash
-except ImportError:  # pragma: no cover - the server extra installs it
-    pass
-else:
-    ALGORITHMS[XXH3_128] = xxhash.xxh3_128
-
-HEX_DIGITS = {SHA256: 64, XXH3_128: 32}
-# The header that carries a digest with a request's bytes, per algorithm.
-HEADERS = {SHA256: "X-Checksum-Sha256", XXH3_128: "X-Checksum-Xxh3-128"}
-
-
-def new(algorithm: str):
-    """A fresh hash object of ``algorithm`` (``update``, ``hexdigest``)."""
-    return ALGORITHMS[algorithm]()
+__all__ = ["ALGORITHMS", "HEADERS", "HEX_DIGITS", "SHA256", "from_headers", "rule", "valid"]
 
 
 def valid(algorithm: str, digest) -> bool:
