@@ -25,15 +25,16 @@ from kernel.storable import storable
 
 from . import dispatch
 
+MASTER_PREFIX = "/api/v1/master/"
 # jobs/urls.py's paths for the master's views (a uuid as Django's converter takes it).
-CALL_RE = re.compile(r"^/api/v1/master/(?P<uid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-"
+CALL_RE = re.compile("^" + re.escape(MASTER_PREFIX) +
+                     r"(?P<uid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-"
                      r"[0-9a-f]{4}-[0-9a-f]{12})/(?:next|(?P<job_action>position|resume)|tasks/(?P<task>[0-9]{1,18})/"
                      r"(?P<action>[^/]+))$")
 BODY_LIMIT = 64 * 1024  # a call's body is a few dozen bytes; a reason at most 500 characters
 
 
 BATCH = 64  # calls a thread runs in one transaction, at most
-MASTER_PREFIX = "/api/v1/master/"
 
 
 class QuietMasterCalls(logging.Filter):
